@@ -1,0 +1,3 @@
+from cpctl.cli import entry
+
+entry()

@@ -1,0 +1,120 @@
+"""Wiring between the command line and the core: settings, node construction, ordering.
+
+Nothing here parses arguments or prints; ``cli.py`` does both. Keeping this layer free of
+click lets the remote fan-out and the tests drive whole commands as plain function calls.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Optional
+
+from cpctl import manifests
+from cpctl.host import Host, LocalHost
+from cpctl.node import Node, Outcome
+from cpctl.probes import make_waiter
+
+DEFAULT_MANIFESTS_DIR = "/etc/kubernetes/manifests"
+DEFAULT_STATE_DIR = "/var/lib/cpctl"
+DEFAULT_KUBECONFIG = "/etc/kubernetes/admin.conf"
+
+
+class Settings:
+    """Global options, already validated; paths are paths on the node being acted on."""
+
+    def __init__(self, manifests_dir: str = DEFAULT_MANIFESTS_DIR, state_dir: str = DEFAULT_STATE_DIR,
+                 node_name: Optional[str] = None, kubeconfig: str = DEFAULT_KUBECONFIG,
+                 probe: str = "auto", lock_timeout: float = 10.0, crictl: str = "crictl",
+                 output: str = "text") -> None:
+        self.manifests_dir = manifests_dir
+        self.state_dir = state_dir
+        self.node_name = node_name
+        self.kubeconfig = kubeconfig
+        self.probe = probe
+        self.lock_timeout = lock_timeout
+        self.crictl = crictl
+        self.output = output
+
+    def with_overrides(self, **overrides: Any) -> "Settings":
+        """A copy with per-host values (inventory vars) applied."""
+        copy = Settings(**self.__dict__)
+        for key, value in overrides.items():
+            if value is not None and hasattr(copy, key):
+                setattr(copy, key, value)
+        return copy
+
+
+def open_node(settings: Settings, host: Optional[Host] = None, probe: Optional[str] = None,
+              log: Optional[Callable[[str], None]] = None) -> Node:
+    """A ``Node`` for ``host`` (default: this machine) with the configured waiter."""
+    host = host or LocalHost()
+    node = Node(host, settings.manifests_dir, settings.state_dir, settings.node_name,
+                lock_timeout=settings.lock_timeout, log=log)
+    node.waiter = make_waiter(probe or settings.probe, host=host, kubeconfig=settings.kubeconfig,
+                              crictl=settings.crictl, node=node)
+    return node
+
+
+def order_components(names: list, reverse: bool = False) -> list:
+    """Control-plane order (etcd, apiserver, controller-manager, scheduler) for starts,
+    the reverse for stops; other components keep the user's order, after those."""
+    def rank(name: str) -> int:
+        target = manifests.ALIASES.get(name, name)
+        return manifests.START_ORDER.index(target) if target in manifests.START_ORDER else len(manifests.START_ORDER)
+    unique = list(dict.fromkeys(names))
+    for name in unique:
+        manifests.validate_component_name(name)
+    ordered = sorted(unique, key=rank)
+    if reverse:
+        known = [n for n in ordered if rank(n) < len(manifests.START_ORDER)][::-1]
+        ordered = known + [n for n in ordered if rank(n) == len(manifests.START_ORDER)]
+    return ordered
+
+
+def stop(node: Node, components: list, reason: Optional[str], until: Optional[float], wait: bool,
+         timeout: float) -> list:
+    with node.session("cpctl stop %s" % " ".join(components)):
+        return [node.stop(c, reason=reason, until=until, wait=wait, timeout=timeout)
+                for c in order_components(components, reverse=True)]
+
+
+def start(node: Node, components: list, wait: bool, timeout: float) -> list:
+    with node.session("cpctl start %s" % " ".join(components)):
+        return [node.start(c, wait=wait, timeout=timeout) for c in order_components(components)]
+
+
+def restart(node: Node, components: list, reason: Optional[str], timeout: float) -> list:
+    """Stop and start each component in turn, waiting for the kubelet at both steps."""
+    outcomes: list = []
+    with node.session("cpctl restart %s" % " ".join(components)):
+        for component in order_components(components):
+            stopped = node.stop(component, reason=reason or "restart", wait=True, timeout=timeout)
+            started = node.start(component, wait=True, timeout=timeout)
+            outcomes.append(Outcome(started.component, "restart", stopped.changed or started.changed,
+                                    "restarted" if stopped.changed else "started (was stopped)",
+                                    stop=stopped.to_dict(), start=started.to_dict()))
+    return outcomes
+
+
+def status(node: Node, components: Optional[list] = None) -> dict:
+    """Read-only view; still finishes an interrupted operation when it can take the lock."""
+    if node.state.ensure(create=False) and _journal_pending(node):
+        with node.session("cpctl status"):
+            pass
+    return node.status(components)
+
+
+def history(node: Node, component: Optional[str], limit: int) -> list:
+    if component:
+        manifests.validate_component_name(component)
+    if not node.state.ensure(create=False):
+        return []
+    return node.history(component, limit)
+
+
+def _journal_pending(node: Node) -> bool:
+    return node.host.lstat(node.state.path + "/journal.json") is not None
+
+
+def env_default(name: str, default: str) -> str:
+    return os.environ.get(name) or default

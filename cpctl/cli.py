@@ -1,0 +1,253 @@
+"""cpctl's command line: parse options, call :mod:`cpctl.app`, print, map errors to exit codes.
+
+Only click is imported at start-up; everything else is imported by the command that needs
+it, so ``cpctl --help`` costs little more than ``import click``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+from typing import Any, Optional
+
+import click
+
+EXIT_CODES_HELP = ("Exit codes: 0 ok, 1 drift found, 2 usage, 3 not found, 4 refused, 5 locked, "
+                   "6 timeout, 7 environment, 8 unreachable, 9 API error, 10 conflict, 70 internal error.")
+
+# Commands implemented in other modules, imported only when invoked (or for their own --help).
+LAZY_COMMANDS = {
+    "lab": ("cpctl.lab.cli:lab", "Run the built-in simulated control-plane node (for learning and tests)."),
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose extra commands are imported on first use, keeping start-up cheap."""
+
+    def list_commands(self, ctx: click.Context) -> list:
+        return sorted(set(super().list_commands(ctx)) | set(LAZY_COMMANDS))
+
+    def get_command(self, ctx: click.Context, name: str) -> Optional[click.Command]:
+        command = super().get_command(ctx, name)
+        if command is not None or name not in LAZY_COMMANDS:
+            return command
+        module_name, attr = LAZY_COMMANDS[name][0].split(":")
+        return getattr(importlib.import_module(module_name), attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            if name in LAZY_COMMANDS:
+                rows.append((name, LAZY_COMMANDS[name][1]))
+            else:
+                cmd = super().get_command(ctx, name)
+                if cmd is not None and not cmd.hidden:
+                    rows.append((name, cmd.get_short_help_str(formatter.width - 20)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+def _settings(ctx: click.Context) -> Any:
+    return ctx.ensure_object(dict)["settings"]
+
+
+def _emit(ctx: click.Context, data: Any, text: str) -> None:
+    if _settings(ctx).output == "json":
+        click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+    elif text:
+        click.echo(text)
+
+
+def _note(message: str) -> None:
+    click.echo("cpctl: %s" % message, err=True)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+             epilog=EXIT_CODES_HELP)
+@click.option("--manifests-dir", envvar="CPCTL_MANIFESTS_DIR", default="/etc/kubernetes/manifests",
+              show_default=True, help="Static pod manifests dir (kubelet staticPodPath).")
+@click.option("--state-dir", envvar="CPCTL_STATE_DIR", default="/var/lib/cpctl", show_default=True,
+              help="Parked manifests, journal, lock and history (created 0700).")
+@click.option("--node-name", envvar="CPCTL_NODE_NAME", default=None,
+              help="Kubernetes node name [default: the host name].")
+@click.option("--kubeconfig", envvar="KUBECONFIG", default="/etc/kubernetes/admin.conf", show_default=True,
+              help="kubeconfig used to watch mirror pods.")
+@click.option("--probe", envvar="CPCTL_PROBE", type=click.Choice(["auto", "api", "crictl", "health", "none"]),
+              default="auto", show_default=True, help="How to verify the kubelet acted.")
+@click.option("--crictl", envvar="CPCTL_CRICTL", default="crictl", show_default=True, help="crictl binary.")
+@click.option("--lock-timeout", type=click.FloatRange(0, 3600), default=10.0, show_default=True,
+              help="Seconds to wait for another cpctl run on this node.")
+@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.version_option(package_name="cpctl", message="cpctl %(version)s")
+@click.pass_context
+def main(ctx: click.Context, manifests_dir: str, state_dir: str, node_name: Optional[str], kubeconfig: str,
+         probe: str, crictl: str, lock_timeout: float, output: str) -> None:
+    """cpctl: stop, start and watch kubeadm control-plane static pods safely.
+
+    Parks manifests outside the kubelet's manifests dir (atomically, journaled, locked) and
+    waits until the kubelet's mirror pod is gone / back and Ready.
+    """
+    from cpctl.app import Settings
+    ctx.ensure_object(dict)["settings"] = Settings(
+        manifests_dir=manifests_dir, state_dir=state_dir, node_name=node_name, kubeconfig=kubeconfig,
+        probe=probe, lock_timeout=lock_timeout, crictl=crictl, output=output)
+
+
+def _node(ctx: click.Context, probe: Optional[str] = None) -> Any:
+    from cpctl.app import open_node
+    return open_node(_settings(ctx), probe=probe, log=_note)
+
+
+def _outcome_lines(outcomes: list) -> str:
+    lines = []
+    for o in outcomes:
+        data = o.to_dict()
+        line = "%s: %s" % (data["component"], data["message"])
+        wait = data.get("wait")
+        if isinstance(wait, dict) and wait.get("detail"):
+            line += " - %s" % wait["detail"]
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def _report(ctx: click.Context, node: Any, outcomes: list) -> None:
+    _emit(ctx, {"node": node.node_name, "recovered": node.recovered,
+                "results": [o.to_dict() for o in outcomes]}, _outcome_lines(outcomes))
+
+
+_timeout_option = click.option("--timeout", type=click.FloatRange(0.1, 3600), default=120.0, show_default=True,
+                               help="Seconds to wait for the kubelet.")
+_wait_option = click.option("--no-wait", is_flag=True, help="Do not wait for the kubelet to act.")
+
+
+@main.command()
+@click.argument("components", nargs=-1, required=True)
+@click.option("--reason", default=None, help="Why (recorded in status and history).")
+@click.option("--for", "duration", default=None, help="How long it may stay parked (e.g. 30m, 2h).")
+@_wait_option
+@_timeout_option
+@click.pass_context
+def stop(ctx: click.Context, components: tuple, reason: Optional[str], duration: Optional[str],
+         no_wait: bool, timeout: float) -> None:
+    """Park COMPONENT's manifest outside the manifests dir and wait until its pod is gone.
+
+    COMPONENT: scheduler, controller-manager, apiserver, etcd, or any static pod by file stem
+    or metadata.name.
+    """
+    import time
+
+    from cpctl import app
+    from cpctl.durations import parse_duration
+    until = time.time() + parse_duration(duration) if duration else None
+    _check_reason(reason)
+    node = _node(ctx)
+    _report(ctx, node, app.stop(node, list(components), reason, until, not no_wait, timeout))
+
+
+def _check_reason(reason: Optional[str]) -> None:
+    from cpctl.errors import CpctlError, ExitCode
+    if reason is not None and (len(reason) > 500 or not reason.isprintable()):
+        raise CpctlError("--reason must be printable text of at most 500 characters", ExitCode.USAGE)
+
+
+@main.command()
+@click.argument("components", nargs=-1, required=True)
+@_wait_option
+@_timeout_option
+@click.pass_context
+def start(ctx: click.Context, components: tuple, no_wait: bool, timeout: float) -> None:
+    """Restore COMPONENT's parked manifest and wait until a new pod is Running and Ready."""
+    from cpctl import app
+    node = _node(ctx)
+    _report(ctx, node, app.start(node, list(components), not no_wait, timeout))
+
+
+@main.command()
+@click.argument("components", nargs=-1, required=True)
+@click.option("--reason", default=None, help="Why (recorded in history).")
+@_timeout_option
+@click.pass_context
+def restart(ctx: click.Context, components: tuple, reason: Optional[str], timeout: float) -> None:
+    """Stop, wait until gone, start, wait until back and Ready - one component at a time."""
+    from cpctl import app
+    _check_reason(reason)
+    node = _node(ctx)
+    _report(ctx, node, app.restart(node, list(components), reason, timeout))
+
+
+@main.command()
+@click.argument("components", nargs=-1)
+@click.pass_context
+def status(ctx: click.Context, components: tuple) -> None:
+    """Show each static pod: running or parked (since, by, why, until), checksum, mirror pod."""
+    from cpctl import app
+    from cpctl.render import status_text
+    node = _node(ctx)
+    data = app.status(node, list(components) or None)
+    _emit(ctx, data, status_text(data))
+
+
+@main.command()
+@click.argument("component", required=False)
+@click.option("-n", "--limit", type=click.IntRange(0, 100000), default=50, show_default=True,
+              help="Newest N records (0: all).")
+@click.pass_context
+def history(ctx: click.Context, component: Optional[str], limit: int) -> None:
+    """Show the append-only record of every change cpctl made on this node."""
+    from cpctl import app
+    from cpctl.render import history_text
+    node = _node(ctx, probe="none")
+    records = app.history(node, component, limit)
+    _emit(ctx, {"node": node.node_name, "history": records}, history_text(records))
+
+
+def run(argv: Optional[list] = None) -> int:
+    """Entry point: one line on stderr and a documented exit code for every failure."""
+    from cpctl.errors import ExitCode
+    try:
+        main.main(args=argv, prog_name="cpctl", standalone_mode=False)
+        return 0
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.Abort:
+        _note("aborted")
+        return 130
+    except click.UsageError as exc:
+        _note("%s (see: cpctl %s--help)" % (exc.format_message(), _command_path(exc)))
+        return int(ExitCode.USAGE)
+    except click.ClickException as exc:
+        _note(exc.format_message())
+        return exc.exit_code
+    except KeyboardInterrupt:
+        _note("interrupted")
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the one place every failure is turned into a line
+        return _failure(exc)
+
+
+def _command_path(exc: click.UsageError) -> str:
+    if exc.ctx is None or exc.ctx.parent is None:
+        return ""
+    return exc.ctx.info_name + " "
+
+
+def _failure(exc: Exception) -> int:
+    from cpctl.errors import CpctlError, ExitCode
+    if isinstance(exc, CpctlError):
+        _note(exc.message + (" (hint: %s)" % exc.hint if exc.hint else ""))
+        return int(exc.code)
+    if isinstance(exc, OSError):
+        where = " %s" % exc.filename if exc.filename else ""
+        _note("%s%s" % (exc.strerror or exc, where))
+        return int(ExitCode.ENVIRONMENT)
+    if os.environ.get("CPCTL_DEBUG"):
+        raise exc
+    _note("internal error: %s: %s (set CPCTL_DEBUG=1 for a traceback, and please report it)"
+          % (type(exc).__name__, exc))
+    return int(ExitCode.INTERNAL)
+
+
+def entry() -> None:
+    sys.exit(run())

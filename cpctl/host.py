@@ -1,0 +1,199 @@
+"""The ``Host`` interface: the same file, lock, exec and HTTP operations locally and remotely.
+
+The core never touches ``os`` for node state; it asks a ``Host``. ``LocalHost`` runs the
+primitives of :mod:`cpctl.hostops` in-process; ``AgentHost`` sends them to a copy of that
+module running as an agent at the other end of a byte stream (an SSH channel, or a local
+subprocess in tests). Both raise the same exceptions, so the core cannot tell them apart.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from typing import IO, Any, Optional
+
+from cpctl import hostops
+from cpctl.errors import CpctlError, ExitCode
+
+LockBusy = hostops.LockBusy
+
+
+class RunResult:
+    """Outcome of ``Host.run``: exit status and captured output."""
+
+    __slots__ = ("rc", "stdout", "stderr")
+
+    def __init__(self, rc: int, stdout: bytes, stderr: bytes) -> None:
+        self.rc, self.stdout, self.stderr = rc, stdout, stderr
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+
+class Host:
+    """Operations cpctl needs on a node. Subclasses implement only ``_call``."""
+
+    name = "localhost"
+    is_remote = False
+
+    def _call(self, op: str, **args: Any) -> Any:
+        raise NotImplementedError
+
+    def lstat(self, path: str) -> Optional[dict]:
+        """Metadata of ``path`` (a symlink is reported, not followed), None when absent."""
+        return self._call("lstat", path=path)
+
+    def listdir(self, path: str) -> list:
+        return self._call("listdir", path=path)
+
+    def scan_dir(self, path: str, limit: int) -> list:
+        """All entries of ``path`` with lstat fields and, for files up to ``limit``, ``data``."""
+        return self._call("scan_dir", path=path, limit=limit)
+
+    def read_file(self, path: str, limit: int) -> bytes:
+        return self._call("read_file", path=path, limit=limit)
+
+    def write_atomic(self, path: str, data: bytes, mode: int = 0o600,
+                     uid: Optional[int] = None, gid: Optional[int] = None) -> None:
+        self._call("write_atomic", path=path, data=data, mode=mode, uid=uid, gid=gid)
+
+    def move(self, src: str, dst: str) -> str:
+        return self._call("move", src=src, dst=dst)
+
+    def unlink(self, path: str, missing_ok: bool = True) -> bool:
+        return self._call("unlink", path=path, missing_ok=missing_ok)
+
+    def makedirs(self, path: str, mode: int = 0o700) -> None:
+        self._call("makedirs", path=path, mode=mode)
+
+    def chmod(self, path: str, mode: int) -> None:
+        self._call("chmod", path=path, mode=mode)
+
+    def append(self, path: str, data: bytes) -> None:
+        self._call("append", path=path, data=data)
+
+    def lock(self, path: str, timeout: float, holder: str) -> None:
+        self._call("lock", path=path, timeout=timeout, holder=holder)
+
+    def unlock(self, path: str) -> None:
+        self._call("unlock", path=path)
+
+    def run(self, argv: list, timeout: float = 60.0, stdin: bytes = b"",
+            env: Optional[dict] = None) -> RunResult:
+        """Run ``argv`` without a shell on the node."""
+        res = self._call("run", argv=list(argv), timeout=timeout, stdin=stdin, env=env)
+        return RunResult(res["rc"], res["stdout"], res["stderr"])
+
+    def http(self, method: str, url: str, headers: Optional[dict] = None,
+             body: Optional[bytes] = None, timeout: float = 5.0,
+             tls: Optional[dict] = None) -> dict:
+        """An HTTP request made from the node itself (health endpoints bind to 127.0.0.1)."""
+        return self._call("http", method=method, url=url, headers=headers, body=body,
+                          timeout=timeout, tls=tls)
+
+    def info(self) -> dict:
+        """hostname, user, sudo_user, pid, euid of the process acting on the node (cached)."""
+        cached = getattr(self, "_info", None)
+        if cached is None:
+            cached = self._info = self._call("info")
+        return cached
+
+    def close(self) -> None:
+        """Release the connection, if any (and with it every lock the agent holds)."""
+
+
+class LocalHost(Host):
+    """This machine: the primitives run in-process."""
+
+    def _call(self, op: str, **args: Any) -> Any:
+        return hostops.OPS[op](**args)
+
+
+def raise_remote_error(response: dict) -> None:
+    """Re-raise an agent's error response as the exception the local call would raise."""
+    kind = response.get("kind")
+    if kind == "lock":
+        raise LockBusy(response["holder"])
+    if kind == "os":
+        raise OSError(response["errno"], response["strerror"], response.get("filename"))
+    raise CpctlError("agent error: %s" % response.get("message"), ExitCode.INTERNAL)
+
+
+class AgentHost(Host):
+    """A node reached through a byte stream to ``python3 -c <hostops source>``.
+
+    Requests are serialised with a lock so one stream can serve threads (parallel probes).
+    The agent holds the node lock; when the stream closes the agent exits and releases it.
+    """
+
+    is_remote = True
+
+    def __init__(self, name: str, reader: IO[bytes], writer: IO[bytes]) -> None:
+        self.name = name
+        self._reader, self._writer = reader, writer
+        self._mutex = threading.Lock()
+        hello = self._reader.readline()
+        if not hello.startswith(b'{"ready"'):
+            raise CpctlError("%s: agent did not start: %s" % (name, hello[:200].decode("utf-8", "replace")
+                                                           or "no answer"), ExitCode.UNREACHABLE)
+
+    def _call(self, op: str, **args: Any) -> Any:
+        line = json.dumps({"op": op, "args": hostops.encode(args)}).encode("utf-8") + b"\n"
+        with self._mutex:
+            try:
+                self._writer.write(line)
+                self._writer.flush()
+                answer = self._reader.readline()
+            except (OSError, EOFError) as exc:
+                raise CpctlError("%s: connection lost: %s" % (self.name, exc), ExitCode.UNREACHABLE) from None
+        if not answer:
+            raise CpctlError("%s: connection lost (agent exited)" % self.name, ExitCode.UNREACHABLE)
+        response = json.loads(answer.decode("utf-8"))
+        if not response.get("ok"):
+            raise_remote_error(response)
+        return hostops.decode(response["result"])
+
+
+def agent_source() -> bytes:
+    """The agent program shipped to remote nodes: hostops.py itself."""
+    with open(hostops.__file__, "rb") as handle:
+        return handle.read()
+
+
+def agent_bootstrap(python: str = "python3") -> list:
+    """argv that starts an agent reading its own source first, then requests, from stdin.
+
+    The first stdin line is the length of the source; the source follows. Nothing is written
+    to the node's disk.
+    """
+    loader = ("import sys;n=int(sys.stdin.buffer.readline());src=sys.stdin.buffer.read(n);"
+              "g={'__name__':'cpctl_agent'};exec(compile(src,'cpctl-agent','exec'),g);"
+              "g['agent_main']()")
+    return [python, "-c", loader]
+
+
+class SubprocessAgentHost(AgentHost):
+    """An agent in a local child process: the remote protocol without SSH (tests, sudo)."""
+
+    def __init__(self, argv_prefix: Optional[list] = None) -> None:
+        argv = list(argv_prefix or []) + agent_bootstrap(sys.executable)
+        self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      env=dict(os.environ))
+        src = agent_source()
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        self._proc.stdin.write(b"%d\n" % len(src) + src)
+        self._proc.stdin.flush()
+        super().__init__("agent:%d" % self._proc.pid, self._proc.stdout, self._proc.stdin)
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            assert self._proc.stdin is not None
+            self._proc.stdin.close()
+            try:
+                self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()

@@ -1,0 +1,428 @@
+"""Primitive file, lock, exec and HTTP operations on the node, standard library only.
+
+This one module is the only code that touches a node's filesystem. ``LocalHost`` calls these
+functions in-process; ``SSHHost`` ships this very source to the master and runs it there as a
+small agent (``agent_main``) speaking JSON lines over an SSH channel. One implementation means
+the atomicity, fsync and locking rules are the same locally and remotely, and the master needs
+nothing installed beyond python3 (>= 3.8): keep this file free of third-party imports and of
+syntax newer than 3.8.
+
+Errors are raised as ``OSError`` (with errno) or ``LockBusy``; the agent transports both.
+"""
+
+import base64
+import errno
+import fcntl
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+
+TEMP_MARK = ".cpctl-tmp"
+_HELD_LOCKS = {}
+
+
+class LockBusy(Exception):
+    """The node lock is held by another cpctl run; ``holder`` says by whom."""
+
+    def __init__(self, holder):
+        Exception.__init__(self, holder)
+        self.holder = holder
+
+
+def _kind(mode):
+    if stat.S_ISLNK(mode):
+        return "symlink"
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISDIR(mode):
+        return "dir"
+    return "other"
+
+
+def lstat(path):
+    """Return the file's metadata without following a symlink, or None when absent."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return {
+        "kind": _kind(st.st_mode), "mode": stat.S_IMODE(st.st_mode), "uid": st.st_uid,
+        "gid": st.st_gid, "size": st.st_size, "mtime": st.st_mtime, "dev": st.st_dev,
+    }
+
+
+def listdir(path):
+    """Sorted names in a directory (kubelet also works on a sorted listing)."""
+    return sorted(os.listdir(path))
+
+
+def scan_dir(path, limit):
+    """One round trip for a whole directory: each entry's lstat and, for small regular files,
+    its bytes. Remote status and drift checks need the whole manifests dir at once."""
+    entries = []
+    for name in listdir(path):
+        full = os.path.join(path, name)
+        info = lstat(full)
+        if info is None:
+            continue
+        info["name"] = name
+        if info["kind"] == "file" and info["size"] <= limit:
+            try:
+                info["data"] = read_file(full, limit)
+            except OSError as exc:
+                info["error"] = exc.strerror or str(exc)
+        entries.append(info)
+    return entries
+
+
+def read_file(path, limit):
+    """Read a regular file, never through a symlink; refuse files over ``limit`` bytes."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        chunks = []
+        total = 0
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            total += len(chunk)
+            if total > limit:
+                raise OSError(errno.EFBIG, "file larger than %d bytes" % limit, path)
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(path):
+    """Make a rename or unlink in ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def temp_name(path):
+    """Dot-prefixed sibling used while writing ``path``: kubelet ignores dot files."""
+    directory, name = os.path.split(path)
+    return os.path.join(directory, ".%s%s-%d" % (name, TEMP_MARK, os.getpid()))
+
+
+def _write_new(path, data, mode, uid, gid):
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        if uid is not None and gid is not None and (uid, gid) != (os.geteuid(), os.getegid()):
+            os.fchown(fd, uid, gid)
+        os.fchmod(fd, mode)
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        _unlink_quiet(path)
+        raise
+    os.close(fd)
+
+
+def _unlink_quiet(path):
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def write_atomic(path, data, mode=0o600, uid=None, gid=None):
+    """Write ``data`` to a dot-temp sibling, fsync it, rename it over ``path``, fsync the dir.
+
+    A reader (the kubelet) sees either the old file or the complete new one, never a part.
+    """
+    tmp = temp_name(path)
+    _unlink_quiet(tmp)
+    _write_new(tmp, data, mode, uid, gid)
+    try:
+        os.rename(tmp, path)
+    except BaseException:
+        _unlink_quiet(tmp)
+        raise
+    fsync_dir(os.path.dirname(path) or ".")
+
+
+def move(src, dst):
+    """Move a regular file without ever clobbering ``dst``; return "rename" or "copy".
+
+    Same filesystem: one atomic rename(2). Across filesystems (EXDEV): copy to a dot-temp in
+    the target dir keeping bytes, mode and owner, fsync, rename into place, fsync, then remove
+    the source. At every instant the bytes exist completely in at least one of the two places.
+    """
+    info = lstat(src)
+    if info is None:
+        raise OSError(errno.ENOENT, "no such file", src)
+    if info["kind"] != "file":
+        raise OSError(errno.EINVAL, "refusing to move a %s" % info["kind"], src)
+    if lstat(dst) is not None:
+        raise OSError(errno.EEXIST, "target already exists", dst)
+    try:
+        os.rename(src, dst)
+        fsync_dir(os.path.dirname(dst) or ".")
+        fsync_dir(os.path.dirname(src) or ".")
+        return "rename"
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+    data = read_file(src, info["size"] + 1)
+    tmp = temp_name(dst)
+    _unlink_quiet(tmp)
+    _write_new(tmp, data, info["mode"], info["uid"], info["gid"])
+    os.rename(tmp, dst)
+    fsync_dir(os.path.dirname(dst) or ".")
+    os.unlink(src)
+    fsync_dir(os.path.dirname(src) or ".")
+    return "copy"
+
+
+def unlink(path, missing_ok=True):
+    """Remove a file and make the removal durable."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        if not missing_ok:
+            raise
+        return False
+    fsync_dir(os.path.dirname(path) or ".")
+    return True
+
+
+def makedirs(path, mode=0o700):
+    """Create ``path`` (and parents) with ``mode`` when missing; never chmod an existing dir."""
+    if lstat(path) is None:
+        os.makedirs(path, mode)
+        os.chmod(path, mode)
+
+
+def chmod(path, mode):
+    os.chmod(path, mode)
+
+
+def append(path, data):
+    """Append one record durably (history); the file is created 0600."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def lock(path, timeout, holder):
+    """Take an exclusive flock on ``path``, waiting at most ``timeout`` seconds.
+
+    The lock lives as long as this process holds the descriptor, so a killed cpctl (or a
+    dropped SSH session, which ends the agent) can never leave a stale lock behind.
+    """
+    if path in _HELD_LOCKS:
+        return
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    deadline = time.monotonic() + timeout
+    delay = 0.005
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                current = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
+                os.close(fd)
+                raise LockBusy(current or "another process") from None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, holder.encode("utf-8"), 0)
+    _HELD_LOCKS[path] = fd
+
+
+def unlock(path):
+    fd = _HELD_LOCKS.pop(path, None)
+    if fd is not None:
+        os.ftruncate(fd, 0)
+        os.close(fd)
+
+
+def run(argv, timeout=60.0, stdin=b"", env=None):
+    """Run a program without a shell (arguments are never parsed by a shell)."""
+    full_env = None
+    if env:
+        full_env = dict(os.environ)
+        full_env.update(env)
+    try:
+        proc = subprocess.run(argv, input=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              timeout=timeout, env=full_env)
+    except FileNotFoundError:
+        return {"rc": 127, "stdout": b"", "stderr": ("%s: not found" % argv[0]).encode()}
+    except subprocess.TimeoutExpired as exc:
+        return {"rc": 124, "stdout": exc.stdout or b"", "stderr": b"timed out"}
+    return {"rc": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
+
+
+def _ssl_context(tls):
+    import ssl
+    import tempfile
+    if tls.get("insecure"):
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    elif tls.get("ca_data"):
+        ctx = ssl.create_default_context(cadata=tls["ca_data"].decode("ascii", "replace"))
+    else:
+        ctx = ssl.create_default_context(cafile=tls.get("ca_file"))
+    cert_file, key_file = tls.get("cert_file"), tls.get("key_file")
+    if tls.get("cert_data") or tls.get("key_data"):
+        # ssl wants files: write the inline credentials to a private temp file, then drop it.
+        with tempfile.NamedTemporaryFile(prefix=".cpctl-cred-", suffix=".pem") as handle:
+            os.chmod(handle.name, 0o600)
+            handle.write(tls.get("cert_data") or b"")
+            handle.write(b"\n")
+            handle.write(tls.get("key_data") or b"")
+            handle.flush()
+            ctx.load_cert_chain(handle.name)
+    elif cert_file:
+        ctx.load_cert_chain(cert_file, key_file)
+    return ctx
+
+
+_CONNECTIONS = {}
+
+
+def http(method, url, headers=None, body=None, timeout=5.0, tls=None):
+    """One HTTP(S) request with a kept-alive connection per (scheme, host, port).
+
+    Returns status, headers and body; a transport failure is an OSError (connection refused,
+    timeout) so that callers can tell "API down" from an HTTP error.
+    """
+    import http.client
+    from urllib.parse import urlsplit
+    parts = urlsplit(url)
+    key = (parts.scheme, parts.hostname, parts.port, json.dumps(_tls_key(tls), sort_keys=True))
+    path = parts.path or "/"
+    if parts.query:
+        path += "?" + parts.query
+    for attempt in (0, 1):
+        conn = _CONNECTIONS.get(key)
+        if conn is None:
+            if parts.scheme == "https":
+                conn = http.client.HTTPSConnection(parts.hostname, parts.port or 443,
+                                                   timeout=timeout, context=_ssl_context(tls or {}))
+            else:
+                conn = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
+            _CONNECTIONS[key] = conn
+        conn.timeout = timeout
+        if conn.sock is not None:
+            conn.sock.settimeout(timeout)
+        try:
+            conn.request(method, path, body=body, headers=headers or {})
+            resp = conn.getresponse()
+            data = resp.read()
+            return {"status": resp.status, "headers": dict(resp.getheaders()), "body": data}
+        except (http.client.HTTPException, OSError) as exc:
+            conn.close()
+            _CONNECTIONS.pop(key, None)
+            reused = attempt == 0 and isinstance(exc, (http.client.RemoteDisconnected,
+                                                       ConnectionResetError, BrokenPipeError))
+            if not reused:
+                if isinstance(exc, OSError):
+                    raise
+                raise OSError(errno.EPROTO, str(exc) or type(exc).__name__) from None
+    raise OSError(errno.EPROTO, "connection closed")
+
+
+def _tls_key(tls):
+    if not tls:
+        return None
+    return {k: (base64.b64encode(v).decode() if isinstance(v, bytes) else v) for k, v in tls.items()}
+
+
+def info():
+    """Who and where we are: for history records, lock holders and the default node name."""
+    import pwd
+    import socket
+    try:
+        user = pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        user = str(os.geteuid())
+    return {"hostname": socket.gethostname(), "user": user, "sudo_user": os.environ.get("SUDO_USER"),
+            "pid": os.getpid(), "euid": os.geteuid(), "python": sys.version.split()[0]}
+
+
+OPS = {
+    "lstat": lstat, "listdir": listdir, "scan_dir": scan_dir, "read_file": read_file,
+    "write_atomic": write_atomic, "move": move, "unlink": unlink, "makedirs": makedirs,
+    "chmod": chmod, "append": append, "lock": lock, "unlock": unlock, "run": run, "http": http,
+    "info": info, "fsync_dir": fsync_dir,
+}
+
+# Values of these keys travel base64-encoded over the agent protocol.
+BYTES_KEYS = ("data", "stdin", "stdout", "stderr", "body", "cert_data", "key_data", "ca_data")
+
+
+def encode(value):
+    """JSON-safe form of an op's arguments or result (bytes become {"b64": ...})."""
+    if isinstance(value, bytes):
+        return {"b64": base64.b64encode(value).decode("ascii")}
+    if isinstance(value, dict):
+        return {k: encode(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [encode(v) for v in value]
+    return value
+
+
+def decode(value):
+    if isinstance(value, dict):
+        if set(value) == {"b64"}:
+            return base64.b64decode(value["b64"])
+        return {k: decode(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [decode(v) for v in value]
+    return value
+
+
+def handle(request):
+    """Run one request dict {"op", "args"} and return the response dict."""
+    try:
+        result = OPS[request["op"]](**decode(request.get("args") or {}))
+        return {"ok": True, "result": encode(result)}
+    except LockBusy as exc:
+        return {"ok": False, "kind": "lock", "holder": exc.holder}
+    except OSError as exc:
+        return {"ok": False, "kind": "os", "errno": exc.errno, "strerror": exc.strerror or str(exc),
+                "filename": exc.filename}
+    except Exception as exc:  # noqa: BLE001 - report, keep serving: the caller decides what is fatal
+        return {"ok": False, "kind": "error", "message": "%s: %s" % (type(exc).__name__, exc)}
+
+
+def agent_main(stdin=None, stdout=None):
+    """Serve requests, one JSON object per line, until EOF; then release every lock."""
+    stdin = stdin or sys.stdin.buffer
+    stdout = stdout or sys.stdout.buffer
+    stdout.write(b'{"ready": true, "pid": %d}\n' % os.getpid())
+    stdout.flush()
+    try:
+        for line in stdin:
+            if not line.strip():
+                continue
+            response = handle(json.loads(line.decode("utf-8")))
+            stdout.write(json.dumps(response).encode("utf-8") + b"\n")
+            stdout.flush()
+    finally:
+        for path in list(_HELD_LOCKS):
+            unlock(path)
+
+
+if __name__ == "__main__":
+    agent_main()

@@ -20,6 +20,11 @@ EXIT_CODES_HELP = ("Exit codes: 0 ok, 1 drift found, 2 usage, 3 not found, 4 ref
 # Commands implemented in other modules, imported only when invoked (or for their own --help).
 LAZY_COMMANDS = {
     "lab": ("cpctl.lab.cli:lab", "Run the built-in simulated control-plane node (for learning and tests)."),
+    "watch": ("cpctl.commands.watch:watch", "Watch the manifests dir and say what the kubelet will do."),
+    "baseline": ("cpctl.commands.drift:baseline", "Record (or accept) the expected manifests for drift checks."),
+    "check": ("cpctl.commands.drift:check", "Find drift: overdue parks, strays, changed or missing manifests."),
+    "systemd": ("cpctl.commands.systemd:systemd", "Install or show the systemd units for checks and watch."),
+    "scheduler": ("cpctl.commands.scheduler:scheduler", "Add or remove a second scheduler static pod."),
 }
 
 
@@ -49,18 +54,18 @@ class LazyGroup(click.Group):
             formatter.write_dl(rows)
 
 
-def _settings(ctx: click.Context) -> Any:
+def settings(ctx: click.Context) -> Any:
     return ctx.ensure_object(dict)["settings"]
 
 
-def _emit(ctx: click.Context, data: Any, text: str) -> None:
-    if _settings(ctx).output == "json":
+def emit(ctx: click.Context, data: Any, text: str) -> None:
+    if settings(ctx).output == "json":
         click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
     elif text:
         click.echo(text)
 
 
-def _note(message: str) -> None:
+def note(message: str) -> None:
     click.echo("cpctl: %s" % message, err=True)
 
 
@@ -95,9 +100,10 @@ def main(ctx: click.Context, manifests_dir: str, state_dir: str, node_name: Opti
         probe=probe, lock_timeout=lock_timeout, crictl=crictl, output=output)
 
 
-def _node(ctx: click.Context, probe: Optional[str] = None) -> Any:
+def node_for(ctx: click.Context, probe: Optional[str] = None) -> Any:
+    """The local ``Node`` described by the global options."""
     from cpctl.app import open_node
-    return open_node(_settings(ctx), probe=probe, log=_note)
+    return open_node(settings(ctx), probe=probe, log=note)
 
 
 def _outcome_lines(outcomes: list) -> str:
@@ -113,7 +119,7 @@ def _outcome_lines(outcomes: list) -> str:
 
 
 def _report(ctx: click.Context, node: Any, outcomes: list) -> None:
-    _emit(ctx, {"node": node.node_name, "recovered": node.recovered,
+    emit(ctx, {"node": node.node_name, "recovered": node.recovered,
                 "results": [o.to_dict() for o in outcomes]}, _outcome_lines(outcomes))
 
 
@@ -142,7 +148,7 @@ def stop(ctx: click.Context, components: tuple, reason: Optional[str], duration:
     from cpctl.durations import parse_duration
     until = time.time() + parse_duration(duration) if duration else None
     _check_reason(reason)
-    node = _node(ctx)
+    node = node_for(ctx)
     _report(ctx, node, app.stop(node, list(components), reason, until, not no_wait, timeout))
 
 
@@ -160,7 +166,7 @@ def _check_reason(reason: Optional[str]) -> None:
 def start(ctx: click.Context, components: tuple, no_wait: bool, timeout: float) -> None:
     """Restore COMPONENT's parked manifest and wait until a new pod is Running and Ready."""
     from cpctl import app
-    node = _node(ctx)
+    node = node_for(ctx)
     _report(ctx, node, app.start(node, list(components), not no_wait, timeout))
 
 
@@ -173,7 +179,7 @@ def restart(ctx: click.Context, components: tuple, reason: Optional[str], timeou
     """Stop, wait until gone, start, wait until back and Ready - one component at a time."""
     from cpctl import app
     _check_reason(reason)
-    node = _node(ctx)
+    node = node_for(ctx)
     _report(ctx, node, app.restart(node, list(components), reason, timeout))
 
 
@@ -184,9 +190,9 @@ def status(ctx: click.Context, components: tuple) -> None:
     """Show each static pod: running or parked (since, by, why, until), checksum, mirror pod."""
     from cpctl import app
     from cpctl.render import status_text
-    node = _node(ctx)
+    node = node_for(ctx)
     data = app.status(node, list(components) or None)
-    _emit(ctx, data, status_text(data))
+    emit(ctx, data, status_text(data))
 
 
 @main.command()
@@ -198,9 +204,9 @@ def history(ctx: click.Context, component: Optional[str], limit: int) -> None:
     """Show the append-only record of every change cpctl made on this node."""
     from cpctl import app
     from cpctl.render import history_text
-    node = _node(ctx, probe="none")
+    node = node_for(ctx, probe="none")
     records = app.history(node, component, limit)
-    _emit(ctx, {"node": node.node_name, "history": records}, history_text(records))
+    emit(ctx, {"node": node.node_name, "history": records}, history_text(records))
 
 
 def run(argv: Optional[list] = None) -> int:
@@ -212,16 +218,16 @@ def run(argv: Optional[list] = None) -> int:
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except click.Abort:
-        _note("aborted")
+        note("aborted")
         return 130
     except click.UsageError as exc:
-        _note("%s (see: cpctl %s--help)" % (exc.format_message(), _command_path(exc)))
+        note("%s (see: cpctl %s--help)" % (exc.format_message(), _command_path(exc)))
         return int(ExitCode.USAGE)
     except click.ClickException as exc:
-        _note(exc.format_message())
+        note(exc.format_message())
         return exc.exit_code
     except KeyboardInterrupt:
-        _note("interrupted")
+        note("interrupted")
         return 130
     except Exception as exc:  # noqa: BLE001 - the one place every failure is turned into a line
         return _failure(exc)
@@ -236,15 +242,15 @@ def _command_path(exc: click.UsageError) -> str:
 def _failure(exc: Exception) -> int:
     from cpctl.errors import CpctlError, ExitCode
     if isinstance(exc, CpctlError):
-        _note(exc.message + (" (hint: %s)" % exc.hint if exc.hint else ""))
+        note(exc.message + (" (hint: %s)" % exc.hint if exc.hint else ""))
         return int(exc.code)
     if isinstance(exc, OSError):
         where = " %s" % exc.filename if exc.filename else ""
-        _note("%s%s" % (exc.strerror or exc, where))
+        note("%s%s" % (exc.strerror or exc, where))
         return int(ExitCode.ENVIRONMENT)
     if os.environ.get("CPCTL_DEBUG"):
         raise exc
-    _note("internal error: %s: %s (set CPCTL_DEBUG=1 for a traceback, and please report it)"
+    note("internal error: %s: %s (set CPCTL_DEBUG=1 for a traceback, and please report it)"
           % (type(exc).__name__, exc))
     return int(ExitCode.INTERNAL)
 

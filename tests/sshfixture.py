@@ -310,4 +310,5 @@ def sudo_users(ssh_session: SSHSession) -> Iterator[SudoUsers]:
         if os.path.exists(dropin):
             os.unlink(dropin)
         for name in (users.nopasswd, users.password_user):
-            subprocess.run(["userdel", "-r", "-f", name], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            subprocess.run(["userdel", "-r", "-f", name], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)

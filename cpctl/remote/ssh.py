@@ -27,7 +27,12 @@ from paramiko.auth_strategy import AuthFailure, AuthStrategy, InMemoryPrivateKey
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host import AgentHost, agent_bootstrap, agent_source
 from cpctl.remote.sshconfig import (
-    DEFAULT_IDENTITIES, Endpoint, Target, parse_target, read_config_text, resolve,
+    DEFAULT_IDENTITIES,
+    Endpoint,
+    Target,
+    parse_target,
+    read_config_text,
+    resolve,
 )
 
 # paramiko logs transport failures at ERROR; without a handler Python would print them raw.
@@ -292,24 +297,25 @@ def connect_endpoint(ep: Endpoint, options: SSHOptions, sock: Any = None) -> par
     sock = sock if sock is not None else _open_socket(ep)
     client = _client_for(ep, options)
     auth = _KeyAuth(ep, options)
+    connected = False
     try:
         client.connect(ep.host_key_alias or ep.hostname, port=ep.port, username=ep.user, sock=sock,
                        timeout=ep.connect_timeout, banner_timeout=ep.connect_timeout,
                        auth_timeout=ep.connect_timeout, auth_strategy=auth)
-    except BaseException as exc:
-        client.close()
-        sock.close()
+        connected = True
+    except (paramiko.SSHException, OSError, EOFError) as exc:
         raise _connect_error(ep, auth, exc) from None
     finally:
         if auth.agent is not None:
             auth.agent.close()
+        if not connected:
+            client.close()
+            sock.close()
     client.get_transport().set_keepalive(30)
     return client
 
 
-def _connect_error(ep: Endpoint, auth: _KeyAuth, exc: BaseException) -> BaseException:
-    if isinstance(exc, CpctlError) or not isinstance(exc, Exception):
-        return exc
+def _connect_error(ep: Endpoint, auth: _KeyAuth, exc: BaseException) -> CpctlError:
     if isinstance(exc, paramiko.BadHostKeyException):
         return _changed(ep, exc)
     if isinstance(exc, (AuthFailure, paramiko.AuthenticationException)):

@@ -122,7 +122,8 @@ def read_config_text(path: str, depth: int = 0) -> str:
         with open(path, encoding="utf-8") as handle:
             lines = handle.read().splitlines()
     except OSError as exc:
-        raise CpctlError("cannot read ssh_config %s: %s" % (path, exc.strerror), ExitCode.ENVIRONMENT) from None
+        raise CpctlError("cannot read ssh_config %s: %s" % (path, exc.strerror),
+                         ExitCode.ENVIRONMENT) from None
     out = []
     for line in lines:
         words = line.strip().replace("=", " ", 1).split()

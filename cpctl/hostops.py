@@ -213,8 +213,12 @@ def chmod(path, mode):
 
 def append(path, data):
     """Append one record durably (history); the file is created 0600."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            # A crash tore the last record: end it, or this record would be glued to it and lost.
+            data = b"\n" + data
         os.write(fd, data)
         os.fsync(fd)
     finally:

@@ -218,11 +218,11 @@ class Node:
     def start(self, wanted: str, wait: bool = True, timeout: float = 120.0) -> Outcome:
         scan, parked = self.scan(), self.parked()
         present, parked_hits = self.resolve(wanted, scan, parked)
-        if present:
+        if present and not parked_hits:
             manifest = present[0]
-            note = " (a parked copy is still in the state dir)" if parked_hits else ""
-            return Outcome(manifest.pod_name or wanted, "start", False, "already running%s" % note,
-                           file=manifest.file)
+            return Outcome(manifest.pod_name or wanted, "start", False, "already running", file=manifest.file)
+        # Present *and* parked (e.g. a kube-scheduler.yaml.bak appeared while parked): the
+        # restore checks below refuse it when the kubelet would then see the pod twice.
         if not parked_hits:
             raise CpctlError("no static pod %r in %s and none parked" % (wanted, self.manifests_dir),
                              ExitCode.NOT_FOUND)

@@ -73,21 +73,23 @@ def order_components(names: list, reverse: bool = False) -> list:
 
 def stop(node: Node, components: list, reason: Optional[str], until: Optional[float], wait: bool,
          timeout: float) -> list:
+    ordered = order_components(components, reverse=True)  # validate names before any side effect
     with node.session("cpctl stop %s" % " ".join(components)):
-        return [node.stop(c, reason=reason, until=until, wait=wait, timeout=timeout)
-                for c in order_components(components, reverse=True)]
+        return [node.stop(c, reason=reason, until=until, wait=wait, timeout=timeout) for c in ordered]
 
 
 def start(node: Node, components: list, wait: bool, timeout: float) -> list:
+    ordered = order_components(components)  # validate names before any side effect
     with node.session("cpctl start %s" % " ".join(components)):
-        return [node.start(c, wait=wait, timeout=timeout) for c in order_components(components)]
+        return [node.start(c, wait=wait, timeout=timeout) for c in ordered]
 
 
 def restart(node: Node, components: list, reason: Optional[str], timeout: float) -> list:
     """Stop and start each component in turn, waiting for the kubelet at both steps."""
     outcomes: list = []
+    ordered = order_components(components)  # validate names before any side effect
     with node.session("cpctl restart %s" % " ".join(components)):
-        for component in order_components(components):
+        for component in ordered:
             stopped = node.stop(component, reason=reason or "restart", wait=True, timeout=timeout)
             started = node.start(component, wait=True, timeout=timeout)
             outcomes.append(Outcome(started.component, "restart", stopped.changed or started.changed,

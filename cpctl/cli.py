@@ -146,7 +146,7 @@ def stop(ctx: click.Context, components: tuple, reason: Optional[str], duration:
 
     from cpctl import app
     from cpctl.durations import parse_duration
-    until = time.time() + parse_duration(duration) if duration else None
+    until = time.time() + parse_duration(duration) if duration is not None else None
     _check_reason(reason)
     node = node_for(ctx)
     _report(ctx, node, app.stop(node, list(components), reason, until, not no_wait, timeout))

@@ -45,14 +45,21 @@ class Settings:
 
 
 def open_node(settings: Settings, host: Optional[Host] = None, probe: Optional[str] = None,
-              log: Optional[Callable[[str], None]] = None) -> Node:
+              log: Optional[Callable[[str], None]] = None,
+              progress: Optional[Callable[[str], None]] = None) -> Node:
     """A ``Node`` for ``host`` (default: this machine) with the configured waiter."""
     host = host or LocalHost()
     node = Node(host, settings.manifests_dir, settings.state_dir, settings.node_name,
                 lock_timeout=settings.lock_timeout, log=log)
     node.waiter = make_waiter(probe or settings.probe, host=host, kubeconfig=settings.kubeconfig,
-                              crictl=settings.crictl, node=node)
+                              crictl=settings.crictl, progress=progress)
     return node
+
+
+def kube_client(settings: Settings, host: Optional[Host] = None) -> Any:
+    """An API client from the kubeconfig on ``host`` (``--kubeconfig`` is a path there)."""
+    from cpctl.kubeapi import client_for
+    return client_for(host or LocalHost(), settings.kubeconfig)
 
 
 def order_components(names: list, reverse: bool = False) -> list:

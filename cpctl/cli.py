@@ -100,10 +100,41 @@ def main(ctx: click.Context, manifests_dir: str, state_dir: str, node_name: Opti
         probe=probe, lock_timeout=lock_timeout, crictl=crictl, output=output)
 
 
+class Spinner:
+    """One self-overwriting progress line on stderr, only for a terminal in text mode."""
+
+    FRAMES = "|/-\\"
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.shown = False
+
+    def __call__(self, text: str) -> None:
+        self.count += 1
+        frame = self.FRAMES[self.count % len(self.FRAMES)]
+        sys.stderr.write("\r\033[K%s %s" % (frame, text[:150]))
+        sys.stderr.flush()
+        self.shown = True
+
+    def clear(self) -> None:
+        if self.shown:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+            self.shown = False
+
+
+def progress_for(ctx: click.Context) -> Optional[Spinner]:
+    if settings(ctx).output != "text" or not sys.stderr.isatty():
+        return None
+    spinner = Spinner()
+    ctx.call_on_close(spinner.clear)
+    return spinner
+
+
 def node_for(ctx: click.Context, probe: Optional[str] = None) -> Any:
     """The local ``Node`` described by the global options."""
     from cpctl.app import open_node
-    return open_node(settings(ctx), probe=probe, log=note)
+    return open_node(settings(ctx), probe=probe, log=note, progress=progress_for(ctx))
 
 
 def _outcome_lines(outcomes: list) -> str:
@@ -207,6 +238,42 @@ def history(ctx: click.Context, component: Optional[str], limit: int) -> None:
     node = node_for(ctx, probe="none")
     records = app.history(node, component, limit)
     emit(ctx, {"node": node.node_name, "history": records}, history_text(records))
+
+
+@main.command()
+@click.argument("pod")
+@click.option("--node", "node_name", required=True, help="Node to place the pod on.")
+@click.option("-n", "--namespace", default="default", show_default=True)
+@click.option("--wait/--no-wait", "wait", default=False, help="Wait until the pod is Running.")
+@click.option("--timeout", type=click.FloatRange(0.1, 3600), default=60.0, show_default=True)
+@click.pass_context
+def bind(ctx: click.Context, pod: str, node_name: str, namespace: str, wait: bool, timeout: float) -> None:
+    """Be the scheduler: bind a Pending POD to NODE through the pods/binding subresource."""
+    from cpctl import app, scheduling
+    from cpctl.manifests import validate_component_name
+    for value in (pod, node_name, namespace):
+        validate_component_name(value)
+    client = app.kube_client(settings(ctx))
+    result = scheduling.bind(client, namespace, pod, node_name)
+    phase = (result.get("status") or {}).get("phase")
+    if wait:
+        phase = scheduling.wait_running(client, namespace, pod, timeout, progress_for(ctx))
+    emit(ctx, {"pod": pod, "namespace": namespace, "node": node_name, "phase": phase},
+         "pod %s/%s bound to node %s (phase %s)" % (namespace, pod, node_name, phase or "?"))
+
+
+@main.command()
+@click.option("-n", "--namespace", default=None, help="Only this namespace [default: all].")
+@click.pass_context
+def pending(ctx: click.Context, namespace: Optional[str]) -> None:
+    """List pods that wait for a scheduler (no node assigned yet)."""
+    from cpctl import app, scheduling
+    from cpctl.render import table
+    rows = scheduling.pending(app.kube_client(settings(ctx)), namespace)
+    text = table(["NAMESPACE", "NAME", "SCHEDULER", "CREATED"],
+                 [[r["namespace"], r["name"], r["scheduler"], r["created"]] for r in rows]) if rows \
+        else "(no pending pods)"
+    emit(ctx, {"pending": rows}, text)
 
 
 def run(argv: Optional[list] = None) -> int:

@@ -1,0 +1,352 @@
+"""Verifying waiters: did the kubelet really stop or start the static pod?
+
+Three probes look at a static pod from different sides, each through the ``Host`` so they run
+on the master itself:
+
+* ``api``    - the mirror pod ``<pod>-<node>`` in the API server (present, phase, Ready, uid,
+  config.hash, container IDs);
+* ``crictl`` - the runtime's sandbox and containers (works while the API server or etcd is
+  the component being parked);
+* ``health`` - the component's own health endpoint, taken from the manifest's probes.
+
+Restoring identical content brings back the same config.hash, so "it came back" means a pod
+that is Ready *and new*: a different mirror uid, different container IDs, or a later start.
+After a start, components get a health gate: scheduler and controller-manager must renew
+their Lease, the API server and etcd must answer /readyz.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any, Callable, Optional
+
+from cpctl.errors import CpctlError, ExitCode
+from cpctl.host import Host
+from cpctl.kubeapi import ApiError, ApiUnreachable, KubeClient, load_kubeconfig, parse_time
+from cpctl.probes import PodTarget, Waiter, WaitResult
+
+API_LESS = ("kube-apiserver", "etcd")   # the API cannot watch these go away and come back
+LEASE_COMPONENTS = ("kube-scheduler", "kube-controller-manager")
+DEFAULT_HEALTH = {
+    "kube-apiserver": ("https", 6443, "/readyz"),
+    "kube-controller-manager": ("https", 10257, "/healthz"),
+    "kube-scheduler": ("https", 10259, "/healthz"),
+    "etcd": ("http", 2381, "/readyz"),
+}
+
+
+class Unavailable(Exception):
+    """The probe cannot look right now (API down, crictl missing, no endpoint)."""
+
+
+class PodState:
+    """One observation of a static pod."""
+
+    def __init__(self, present: bool, ready: bool = False, phase: str = "", uid: str = "",
+                 containers: tuple = (), started: Optional[float] = None, created: Optional[float] = None,
+                 source: str = "") -> None:
+        self.present = present
+        self.ready = ready
+        self.phase = phase
+        self.uid = uid
+        self.containers = containers
+        self.started = started
+        self.created = created
+        self.source = source
+
+    def is_new_since(self, before: Optional["PodState"]) -> bool:
+        """True when this pod cannot be the one observed in ``before``."""
+        if before is None or not before.present:
+            return True
+        if self.uid and before.uid and self.uid != before.uid:
+            return True
+        if self.containers and before.containers and not set(self.containers) & set(before.containers):
+            return True
+        return bool(self.started and before.started and self.started > before.started)
+
+    def to_dict(self) -> dict:
+        age = time.time() - self.created if self.created else None
+        return {"present": self.present, "ready": self.ready, "phase": self.phase, "uid": self.uid,
+                "age": age, "source": self.source}
+
+
+# --- probes -------------------------------------------------------------------------------------
+class ApiProbe:
+    name = "api"
+
+    def __init__(self, host: Host, kubeconfig: str) -> None:
+        self.host = host
+        self.kubeconfig = kubeconfig
+        self._client: Optional[KubeClient] = None
+
+    @property
+    def client(self) -> KubeClient:
+        if self._client is None:
+            try:
+                self._client = KubeClient(self.host, load_kubeconfig(self.host, self.kubeconfig), timeout=3.0)
+            except CpctlError as exc:
+                raise Unavailable(exc.message) from None
+        return self._client
+
+    def observe(self, target: PodTarget) -> PodState:
+        try:
+            pod = self.client.get_pod(target.namespace, target.pod_name)
+        except ApiUnreachable as exc:
+            raise Unavailable(exc.message) from None
+        except ApiError as exc:
+            if exc.status >= 500:
+                raise Unavailable(exc.message) from None
+            raise
+        if pod is None:
+            return PodState(False, source=self.name)
+        if pod.get("metadata", {}).get("deletionTimestamp"):
+            return PodState(False, phase="Terminating", uid=pod["metadata"].get("uid", ""), source=self.name)
+        return pod_state(pod, self.name)
+
+
+def pod_state(pod: dict, source: str) -> PodState:
+    status = pod.get("status") or {}
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    statuses = status.get("containerStatuses") or []
+    ids = tuple(c["containerID"] for c in statuses if c.get("containerID"))
+    starts = [parse_time((c.get("state") or {}).get("running", {}).get("startedAt")) for c in statuses]
+    started = max((s for s in starts if s), default=None)
+    meta = pod.get("metadata") or {}
+    return PodState(True, ready, status.get("phase", ""), meta.get("uid", ""), ids, started,
+                    parse_time(meta.get("creationTimestamp")), source)
+
+
+class CrictlProbe:
+    name = "crictl"
+
+    def __init__(self, host: Host, crictl: str) -> None:
+        self.host = host
+        self.crictl = crictl
+
+    def _json(self, *args: str) -> dict:
+        import json
+        res = self.host.run([self.crictl, *args, "-o", "json"], timeout=10)
+        if res.rc == 127:
+            raise Unavailable("%s not found" % self.crictl)
+        if not res.ok:
+            raise Unavailable("crictl %s failed: %s" % (args[0], res.stderr.decode("utf-8", "replace").strip()[:200]))
+        try:
+            return json.loads(res.stdout.decode("utf-8"))
+        except ValueError:
+            raise Unavailable("crictl %s printed no JSON" % args[0]) from None
+
+    def observe(self, target: PodTarget) -> PodState:
+        # --name/--namespace are regexes: anchor them, or kube-apiserver would match more.
+        sandboxes = self._json("pods", "--name", "^%s$" % re.escape(target.pod_name),
+                               "--namespace", "^%s$" % re.escape(target.namespace)).get("items") or []
+        live = [s for s in sandboxes if s.get("state") == "SANDBOX_READY"]
+        if not live:
+            return PodState(False, source=self.name)
+        sandbox = max(live, key=lambda s: int(s.get("createdAt") or 0))
+        containers = self._json("ps", "--pod", sandbox["id"]).get("containers") or []
+        running = [c for c in containers if c.get("state") == "CONTAINER_RUNNING"]
+        created = [int(c.get("createdAt") or 0) / 1e9 for c in running]
+        return PodState(True, bool(running) and len(running) == len(containers), "Running" if running else "Pending",
+                        (sandbox.get("metadata") or {}).get("uid", ""), tuple(c["id"] for c in running),
+                        max(created, default=None), int(sandbox.get("createdAt") or 0) / 1e9, self.name)
+
+
+class HealthProbe:
+    name = "health"
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+
+    def observe(self, target: PodTarget) -> PodState:
+        url = health_url(target)
+        if url is None:
+            raise Unavailable("no health endpoint known for %s" % target.component)
+        try:
+            resp = self.host.http("GET", url, timeout=2.0, tls={"insecure": True})
+        except OSError:
+            return PodState(False, source=self.name)
+        ok = resp["status"] == 200
+        return PodState(True, ok, "Running", source=self.name)
+
+
+def health_url(target: PodTarget) -> Optional[str]:
+    """The endpoint the kubelet would probe (readiness first), else kubeadm's default."""
+    containers = (target.pod.get("spec") or {}).get("containers") or []
+    for container in containers:
+        for kind in ("readinessProbe", "startupProbe", "livenessProbe"):
+            get = (container.get(kind) or {}).get("httpGet")
+            if not get:
+                continue
+            port = _port(get.get("port"), container)
+            if port is None:
+                continue
+            path = get.get("path") or "/"
+            if target.component in API_LESS and path == "/livez":
+                path = "/readyz"
+            host = get.get("host") or "127.0.0.1"
+            return "%s://%s:%d%s" % ((get.get("scheme") or "HTTP").lower(), host, port, path)
+    default = DEFAULT_HEALTH.get(target.component)
+    return "%s://127.0.0.1:%d%s" % default if default else None
+
+
+def _port(value: Any, container: dict) -> Optional[int]:
+    if isinstance(value, int):
+        return value
+    for port in container.get("ports") or []:
+        if port.get("name") == value:
+            return port.get("containerPort")
+    return int(value) if isinstance(value, str) and value.isdigit() else None
+
+
+# --- the waiter -----------------------------------------------------------------------------------
+class VerifyingWaiter(Waiter):
+    """Polls the probes (every ``poll`` seconds) until the pod is gone or new and Ready."""
+
+    def __init__(self, host: Host, kubeconfig: str, crictl: str = "crictl", mode: str = "auto",
+                 poll: float = 0.1, progress: Optional[Callable[[str], None]] = None, **_: Any) -> None:
+        self.name = mode
+        self.mode = mode
+        self.poll = poll
+        self.progress = progress or (lambda text: None)
+        self.api = ApiProbe(host, kubeconfig)
+        self.crictl = CrictlProbe(host, crictl)
+        self.health = HealthProbe(host)
+        self._dead: dict = {}
+
+    def probes_for(self, target: PodTarget) -> list:
+        chosen = {"api": [self.api], "crictl": [self.crictl], "health": [self.health]}.get(self.mode)
+        if chosen:
+            return chosen
+        if target.component in API_LESS:
+            return [self.crictl, self.health]
+        return [self.api, self.crictl, self.health]
+
+    def _observe_all(self, target: PodTarget, remember: bool = False) -> dict:
+        """name -> PodState for every probe that can look now (the first one decides)."""
+        seen: dict = {}
+        for probe in self.probes_for(target):
+            if probe.name in self._dead:
+                continue
+            try:
+                seen[probe.name] = probe.observe(target)
+            except Unavailable as exc:
+                if remember or probe is self.crictl:
+                    self._dead[probe.name] = str(exc)   # a missing crictl will not appear mid-run
+                self._last_error = str(exc)
+        return seen
+
+    def before(self, target: PodTarget) -> Any:
+        states = self._observe_all(target)
+        lease = self._lease(target) if target.component in LEASE_COMPONENTS else None
+        return {"states": states, "lease": lease, "time": time.time()}
+
+    def describe(self, target: PodTarget) -> Optional[dict]:
+        states = self._observe_all(target, remember=True)
+        for probe in self.probes_for(target):
+            if probe.name in states:
+                return states[probe.name].to_dict()
+        return None
+
+    def _unverified(self) -> WaitResult:
+        reasons = "; ".join("%s: %s" % kv for kv in self._dead.items()) or getattr(self, "_last_error", "")
+        return WaitResult(False, "not verified: no probe could observe the pod (%s)" % reasons)
+
+    def wait_stopped(self, target: PodTarget, before: Any, timeout: float) -> WaitResult:
+        start = time.monotonic()
+        while True:
+            states = self._observe_all(target)
+            if not states:
+                return self._unverified()
+            present = [name for name, state in states.items() if state.present]
+            if not present:
+                return WaitResult(True, "pod %s gone (%s) after %.1fs" % (target.pod_name, ",".join(states),
+                                                                     time.monotonic() - start),
+                                  time.monotonic() - start)
+            self._tick(start, timeout, target, "pod %s still present (%s)" % (target.pod_name, ",".join(present)))
+
+    def wait_started(self, target: PodTarget, before: Any, timeout: float) -> WaitResult:
+        start = time.monotonic()
+        earlier = (before or {}).get("states", {})
+        while True:
+            states = self._observe_all(target)
+            if not states:
+                return self._unverified()
+            first = next(p.name for p in self.probes_for(target) if p.name in states)
+            state = states[first]
+            if state.present and state.ready and state.is_new_since(earlier.get(first)):
+                gate = self._gate(target, before, start, timeout)
+                elapsed = time.monotonic() - start
+                return WaitResult(True, "pod %s Running and Ready (%s)%s after %.1fs"
+                                  % (target.pod_name, first, gate, elapsed), elapsed, state.to_dict())
+            what = "not yet created" if not state.present else ("not Ready" if not state.ready else "still the old pod")
+            self._tick(start, timeout, target, "pod %s %s (%s)" % (target.pod_name, what, first))
+
+    def _tick(self, start: float, timeout: float, target: PodTarget, waiting_for: str) -> None:
+        elapsed = time.monotonic() - start
+        if elapsed >= timeout:
+            raise CpctlError("timed out after %.0fs: %s" % (timeout, waiting_for), ExitCode.TIMEOUT,
+                             hint=self._hints(target))
+        self.progress("%s, %.1fs" % (waiting_for, elapsed))
+        time.sleep(self.poll)
+
+    def _hints(self, target: PodTarget) -> str:
+        hints = ["journalctl -u kubelet -n 50", "crictl ps -a --name '^%s$'" % target.component]
+        if target.component not in API_LESS:
+            try:
+                events = self.api.client.events_for(target.namespace, target.pod_name, limit=3)
+            except Unavailable:
+                events = []
+            for event in events:
+                hints.append("event %s: %s" % (event.get("reason"), (event.get("message") or "")[:120]))
+        return "; ".join(hints)
+
+    # --- health gates -------------------------------------------------------------------------
+    def _gate(self, target: PodTarget, before: Any, start: float, timeout: float) -> str:
+        if target.component in LEASE_COMPONENTS:
+            return self._lease_gate(target, (before or {}).get("lease"), start, timeout)
+        if target.component in API_LESS:
+            return self._readyz_gate(target, start, timeout)
+        return ""
+
+    def _lease(self, target: PodTarget) -> Optional[dict]:
+        try:
+            lease = self.api.client.get_lease("kube-system", lease_name(target))
+        except (Unavailable, CpctlError):
+            return None
+        return (lease or {}).get("spec") or {}
+
+    def _lease_gate(self, target: PodTarget, old: Optional[dict], start: float, timeout: float) -> str:
+        name = lease_name(target)
+        old_renew = parse_time((old or {}).get("renewTime")) or 0.0
+        while True:
+            spec = self._lease(target)
+            if spec is None:
+                return ", lease not checked (API unavailable)"
+            renew = parse_time(spec.get("renewTime")) or 0.0
+            if renew > old_renew and spec.get("holderIdentity"):
+                return ", lease %s renewed by %s" % (name, spec["holderIdentity"])
+            self._tick(start, timeout, target, "lease kube-system/%s not renewed yet" % name)
+
+    def _readyz_gate(self, target: PodTarget, start: float, timeout: float) -> str:
+        url = health_url(target)
+        while True:
+            state = self.health.observe(target)
+            if state.ready:
+                return ", %s answers 200" % url
+            self._tick(start, timeout, target, "%s not ready" % url)
+
+
+def lease_name(target: PodTarget) -> str:
+    """The leader-election Lease: --leader-elect-resource-name, else the component name."""
+    for container in (target.pod.get("spec") or {}).get("containers") or []:
+        for arg in (container.get("command") or []) + (container.get("args") or []):
+            if isinstance(arg, str) and arg.startswith("--leader-elect-resource-name="):
+                return arg.split("=", 1)[1]
+    return target.component
+
+
+def make(kind: str, host: Host, kubeconfig: str, crictl: str = "crictl", **options: Any) -> Waiter:
+    if kind not in ("auto", "api", "crictl", "health"):
+        raise CpctlError("unknown probe %r" % kind, ExitCode.USAGE)
+    return VerifyingWaiter(host, kubeconfig, crictl, kind, **options)

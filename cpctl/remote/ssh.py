@@ -353,23 +353,33 @@ def open_chain(target: Target, options: SSHOptions, config: Any, depth: int = 0)
     ep = resolve(target, config.lookup if config else None, options)
     clients: List[paramiko.SSHClient] = []
     try:
-        for index, hop in enumerate(ep.proxy_jump):
-            hop_target = parse_target(hop)
-            if index == 0:    # the first hop honours its own ProxyJump, like ssh -J does
-                clients += open_chain(hop_target, _hop_options(options), config, depth + 1)
-                continue
-            hop_opts = dataclasses.replace(_hop_options(options), proxy_jump="none")
-            hop_ep = resolve(hop_target, config.lookup if config else None, hop_opts)
-            clients.append(connect_endpoint(hop_ep, options, _tunnel(clients[-1], hop_ep)))
-        sock = _tunnel(clients[-1], ep) if clients else None
-        clients.append(connect_endpoint(ep, options, sock))
+        _open_hops(ep.proxy_jump, clients, options, config, depth)
     except BaseException as exc:
         for client in reversed(clients):
             client.close()
-        if isinstance(exc, CpctlError) and clients and not exc.message.startswith(target.raw + ":"):
+        if isinstance(exc, CpctlError):      # name the final target first, then the failing hop
             raise CpctlError("%s: via %s" % (target.raw, exc.message), exc.code, exc.hint) from None
         raise
+    try:
+        clients.append(connect_endpoint(ep, options, _tunnel(clients[-1], ep) if clients else None))
+    except BaseException:
+        for client in reversed(clients):
+            client.close()
+        raise
     return clients
+
+
+def _open_hops(hops: List[str], clients: List[paramiko.SSHClient], options: SSHOptions, config: Any,
+               depth: int) -> None:
+    """Connect the ProxyJump hops into ``clients``; the first hop honours its own ProxyJump."""
+    lookup = config.lookup if config else None
+    for index, hop in enumerate(hops):
+        hop_target = parse_target(hop)
+        if index == 0:
+            clients += open_chain(hop_target, _hop_options(options), config, depth + 1)
+            continue
+        hop_ep = resolve(hop_target, lookup, dataclasses.replace(_hop_options(options), proxy_jump="none"))
+        clients.append(connect_endpoint(hop_ep, options, _tunnel(clients[-1], hop_ep)))
 
 
 def _exec_status(transport: paramiko.Transport, argv: List[str], timeout: float) -> tuple:

@@ -1,0 +1,266 @@
+"""Helpers for the core (issue #2) tests: a kubeadm-like node in a tmp dir, the real CLI as a
+subprocess, directory snapshots and the crash-safety invariants checked on the filesystem."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import subprocess
+import sys
+from typing import Optional
+
+import pytest
+import yaml
+
+CLI = [sys.executable, "-m", "cpctl"]
+NODE = "cp-1"
+
+_POD = """\
+apiVersion: v1
+kind: Pod
+metadata:
+  labels:
+    component: {name}
+    tier: control-plane
+  name: {name}
+  namespace: kube-system
+spec:
+  containers:
+  - command:
+    - {name}
+{args}    image: registry.k8s.io/{image}
+    name: {name}
+  hostNetwork: true
+  priorityClassName: system-node-critical
+"""
+
+
+def _pod(name: str, image: str, args: list) -> bytes:
+    return _POD.format(name=name, image=image, args="".join("    - --%s\n" % a for a in args)).encode()
+
+
+# The four manifests kubeadm writes, shortened but structurally real.
+MANIFESTS = {
+    "etcd.yaml": _pod("etcd", "etcd:3.5.12-0", ["data-dir=/var/lib/etcd", "listen-client-urls=https://127.0.0.1:2379"]),
+    "kube-apiserver.yaml": _pod("kube-apiserver", "kube-apiserver:v1.30.0",
+                                ["etcd-servers=https://127.0.0.1:2379", "secure-port=6443"]),
+    "kube-controller-manager.yaml": _pod("kube-controller-manager", "kube-controller-manager:v1.30.0",
+                                         ["kubeconfig=/etc/kubernetes/controller-manager.conf", "leader-elect=true"]),
+    "kube-scheduler.yaml": _pod("kube-scheduler", "kube-scheduler:v1.30.0",
+                                ["kubeconfig=/etc/kubernetes/scheduler.conf", "leader-elect=true"]),
+}
+POD_OF = {f: yaml.safe_load(d)["metadata"]["name"] for f, d in MANIFESTS.items()}
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+class NodeDirs:
+    """A manifests dir and a state dir for one simulated control-plane node."""
+
+    def __init__(self, root: str, state: Optional[str] = None, files: Optional[dict] = None) -> None:
+        self.root = root
+        self.manifests = os.path.join(root, "manifests")
+        self.state = state or os.path.join(root, "state")
+        self.files = dict(MANIFESTS if files is None else files)
+        self.pods = {f: yaml.safe_load(d)["metadata"]["name"] for f, d in self.files.items()}
+        os.makedirs(self.manifests, exist_ok=True)
+        for name, data in self.files.items():
+            with open(os.path.join(self.manifests, name), "wb") as handle:
+                handle.write(data)
+            os.chmod(os.path.join(self.manifests, name), 0o600)
+
+    @property
+    def parked(self) -> str:
+        return os.path.join(self.state, "parked")
+
+    @property
+    def journal(self) -> str:
+        return os.path.join(self.state, "journal.json")
+
+    @property
+    def history_file(self) -> str:
+        return os.path.join(self.state, "history.jsonl")
+
+    def env(self, **extra: str) -> dict:
+        env = dict(os.environ)
+        env.update({"CPCTL_MANIFESTS_DIR": self.manifests, "CPCTL_STATE_DIR": self.state, "CPCTL_PROBE": "none",
+                    "CPCTL_NODE_NAME": NODE})
+        env.pop("CPCTL_DEBUG", None)
+        env.update(extra)
+        return env
+
+    def argv(self, *args: str, lock_timeout: Optional[float] = None) -> list:
+        pre = ["--lock-timeout", str(lock_timeout)] if lock_timeout is not None else []
+        return CLI + pre + list(args)
+
+    def run(self, *args: str, rc: Optional[int] = 0, lock_timeout: Optional[float] = None,
+            timeout: float = 60) -> subprocess.CompletedProcess:
+        """Run the real CLI; check the exit code and, on failure, exactly one stderr line."""
+        proc = subprocess.run(self.argv(*args, lock_timeout=lock_timeout), env=self.env(), capture_output=True,
+                              text=True, timeout=timeout)
+        check_result(proc, rc)
+        return proc
+
+    def history(self) -> list:
+        if not os.path.exists(self.history_file):
+            return []
+        with open(self.history_file, "rb") as handle:
+            return [json.loads(line) for line in handle.read().decode().splitlines() if line.strip()]
+
+    def present(self) -> list:
+        return sorted(n for n in os.listdir(self.manifests) if not n.startswith("."))
+
+    def parked_files(self) -> list:
+        if not os.path.isdir(self.parked):
+            return []
+        return sorted(n for n in os.listdir(self.parked) if not n.startswith("."))
+
+
+def check_result(proc: subprocess.CompletedProcess, rc: Optional[int]) -> None:
+    what = "%s\nstdout: %s\nstderr: %s" % (proc.args, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr + proc.stdout, what
+    if rc is not None:
+        assert proc.returncode == rc, what
+    if proc.returncode != 0:
+        lines = proc.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("cpctl: "), "want one stderr line: " + what
+
+
+def snapshot(*roots: str) -> dict:
+    """Every entry under ``roots``: kind, mode, owner and bytes (or link target)."""
+    snap = {}
+    for root in roots:
+        if not os.path.lexists(root):
+            snap[root] = None
+            continue
+        paths = [root]
+        if os.path.isdir(root) and not os.path.islink(root):
+            for dirpath, dirnames, filenames in os.walk(root):
+                paths += [os.path.join(dirpath, n) for n in dirnames + filenames]
+        for path in paths:
+            st = os.lstat(path)
+            if stat.S_ISLNK(st.st_mode):
+                content = os.readlink(path)
+            elif stat.S_ISREG(st.st_mode):
+                with open(path, "rb") as handle:
+                    content = sha(handle.read())
+            else:
+                content = None
+            snap[path] = (stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid, content)
+    return snap
+
+
+def temp_files(*roots: str) -> list:
+    found = []
+    for root in roots:
+        for dirpath, _dirs, filenames in os.walk(root):
+            found += [os.path.join(dirpath, n) for n in filenames if ".cpctl-tmp" in n]
+    return found
+
+
+def complete_history_records(path: str) -> int:
+    """Complete (newline-terminated, parseable) records; a torn last line is not counted."""
+    if not os.path.exists(path):
+        return 0
+    with open(path, "rb") as handle:
+        data = handle.read()
+    count = 0
+    for line in data.split(b"\n")[:-1]:
+        if line.strip():
+            json.loads(line)    # every terminated line must parse
+            count += 1
+    return count
+
+
+def assert_bytes_safe(node: NodeDirs) -> None:
+    """Invariants that hold at *every* instant, even right after a SIGKILL.
+
+    (a) each manifest's bytes exist, complete, in the manifests dir or in STATE/parked;
+    (b) the manifests dir holds only the expected files, each the full original (no partial
+        file, so never two files defining one pod) - dot temp files are ignored by the kubelet.
+    """
+    for name, data in node.files.items():
+        copies = [os.path.join(node.manifests, name), os.path.join(node.parked, name)]
+        found = []
+        for path in copies:
+            if os.path.exists(path):
+                with open(path, "rb") as handle:
+                    found.append(handle.read())
+        assert data in found, "%s lost: copies %r" % (name, [sha(f) for f in found])
+    pods = []
+    for entry in node.present():
+        assert entry in node.files, "unexpected file %s in the manifests dir" % entry
+        with open(os.path.join(node.manifests, entry), "rb") as handle:
+            assert handle.read() == node.files[entry], "partial/changed file %s in the manifests dir" % entry
+        pods.append(node.pods[entry])
+    assert len(pods) == len(set(pods))
+
+
+def assert_settled(node: NodeDirs) -> dict:
+    """Invariants once no operation is in flight: one copy per manifest, metadata matches,
+    no journal, no temp file, history replays to the current state. Returns file -> state."""
+    assert not os.path.exists(node.journal), "journal still pending"
+    assert temp_files(node.manifests, node.state) == []
+    assert_bytes_safe(node)
+    present, parked = set(node.present()), set(node.parked_files())
+    assert present | parked == set(node.files) and not present & parked, (present, parked)
+    metas = set(os.listdir(os.path.join(node.state, "meta"))) if os.path.isdir(node.state) else set()
+    assert metas == {p + ".json" for p in parked}, (metas, parked)
+    for name in parked:
+        with open(os.path.join(node.state, "meta", name + ".json")) as handle:
+            assert json.load(handle)["checksum"] == sha(node.files[name])
+    # Replaying the history gives, per file, alternating stop/start ending in today's state.
+    last: dict = {}
+    for rec in node.history():
+        assert rec["checksum"] == sha(node.files[rec["file"]]), rec
+        want = "start" if last.get(rec["file"], "start") == "stop" else "stop"
+        assert rec["action"] == want, "history not alternating for %s: %r" % (rec["file"], rec)
+        last[rec["file"]] = rec["action"]
+    for name in node.files:
+        assert (last.get(name) == "stop") == (name in parked), (name, last.get(name), parked)
+    return {n: ("parked" if n in parked else "running") for n in node.files}
+
+
+class Tmpfs:
+    """A real tmpfs mount (so the state dir is on another filesystem: rename gives EXDEV)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        os.makedirs(path, exist_ok=True)
+        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m,mode=0755", "tmpfs", path],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            pytest.skip("cannot mount a tmpfs here (need root / CAP_SYS_ADMIN): %s" % proc.stderr.strip())
+
+    def close(self) -> None:
+        subprocess.run(["umount", "-l", self.path], check=False)
+
+
+def tmpfs_fixture(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    mount = Tmpfs(str(tmp_path_factory.mktemp("tmpfs")))
+    try:
+        yield mount.path
+    finally:
+        mount.close()
+
+
+def journal_for(node: NodeDirs, action: str, name: str, op: str = "feedc0de00000001", pid: int = 424242) -> dict:
+    """The journal entry cpctl writes before moving ``name`` (as node._apply builds it)."""
+    data = node.files[name]
+    meta = {"file": name, "component": POD_OF[name], "namespace": "kube-system", "checksum": sha(data),
+            "mode": 0o600, "uid": 0, "gid": 0, "parked_at": "2024-01-01T00:00:00Z", "parked_by": "root",
+            "host": "test", "reason": "crash test", "until": None, "manifests_dir": node.manifests, "node": NODE}
+    in_dir, parked = os.path.join(node.manifests, name), os.path.join(node.parked, name)
+    src, dst = (in_dir, parked) if action == "stop" else (parked, in_dir)
+    return {"op": op, "action": action, "component": POD_OF[name], "file": name, "src": src, "dst": dst,
+            "checksum": sha(data), "meta": meta, "started": "2024-01-01T00:00:00Z", "pid": pid}
+
+
+def write_json(path: str, value: dict) -> None:
+    with open(path, "w") as handle:
+        json.dump(value, handle, indent=2, sort_keys=True)
+    os.chmod(path, 0o600)

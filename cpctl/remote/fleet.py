@@ -1,0 +1,278 @@
+"""Fan work out over many masters: in parallel, or rolling in batches, with an Ansible-like recap.
+
+Independent of what is run: ``fn(spec)`` does the work for one host and returns its data. A
+returned dict with ``"changed": True`` (or an object whose ``changed`` attribute is true) marks
+the host "changed", anything else "ok". Exceptions are captured per host: ``CpctlError`` with
+``ExitCode.UNREACHABLE`` makes the host "unreachable", anything else "failed" (so one bad master
+never hides the others' results). ``ConnectionPool`` gives each host one SSH connection per run.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+
+from cpctl.errors import CpctlError, ExitCode
+
+STATUSES = ("ok", "changed", "unreachable", "failed", "skipped")
+_POLL = 0.05
+
+
+@dataclass
+class HostResult:
+    """What happened on one host; ``code`` is the ExitCode of a captured CpctlError."""
+
+    host: str
+    status: str
+    data: Any = None
+    error: Optional[str] = None
+    elapsed: float = 0.0
+    code: Optional[int] = None
+
+    @property
+    def failed(self) -> bool:
+        return self.status in ("failed", "unreachable")
+
+
+def _name(spec: Any) -> str:
+    return str(getattr(spec, "name", spec))
+
+
+def _is_changed(data: Any) -> bool:
+    if isinstance(data, dict):
+        return bool(data.get("changed"))
+    return bool(getattr(data, "changed", False))
+
+
+def _error_result(name: str, exc: BaseException, elapsed: float) -> HostResult:
+    from cpctl.host import LockBusy
+    if isinstance(exc, CpctlError):
+        status = "unreachable" if exc.code == ExitCode.UNREACHABLE else "failed"
+        return HostResult(name, status, None, exc.message, elapsed, int(exc.code))
+    if isinstance(exc, LockBusy):
+        return HostResult(name, "failed", None, "node locked by %s" % exc.holder, elapsed,
+                          int(ExitCode.LOCKED))
+    if isinstance(exc, OSError):
+        text = "%s: %s" % (exc.filename, exc.strerror) if exc.filename else (exc.strerror or str(exc))
+        return HostResult(name, "failed", None, text, elapsed, int(ExitCode.ENVIRONMENT))
+    return HostResult(name, "failed", None, "internal error: %s: %s" % (type(exc).__name__, exc), elapsed,
+                      int(ExitCode.INTERNAL))
+
+
+def run_one(spec: Any, fn: Callable[[Any], Any]) -> HostResult:
+    """Run ``fn(spec)`` and turn its outcome, whatever it is, into a HostResult."""
+    started = time.monotonic()
+    try:
+        data = fn(spec)
+    except Exception as exc:  # noqa: BLE001 (captured per host by design, reported in the recap)
+        return _error_result(_name(spec), exc, time.monotonic() - started)
+    status = "changed" if _is_changed(data) else "ok"
+    return HostResult(_name(spec), status, data, None, time.monotonic() - started)
+
+
+def _timed(spec: Any, fn: Callable[[Any], Any], starts: Dict[int, float], index: int) -> HostResult:
+    starts[index] = time.monotonic()
+    return run_one(spec, fn)
+
+
+def run_parallel(specs: Sequence[Any], fn: Callable[[Any], Any], forks: int = 10,
+                 timeout: Optional[float] = None) -> List[HostResult]:
+    """``fn`` on every host, at most ``forks`` at a time; results in the order of ``specs``.
+
+    ``timeout`` bounds each host's run (from when it started): a host still running then is
+    reported "failed" and abandoned (its thread cannot be killed, it finishes in the background).
+    """
+    specs = list(specs)
+    if not specs:
+        return []
+    results: List[Optional[HostResult]] = [None] * len(specs)
+    starts: Dict[int, float] = {}
+    pool = cf.ThreadPoolExecutor(max_workers=max(1, min(forks, len(specs))), thread_name_prefix="cpctl-host")
+    futures = {pool.submit(_timed, spec, fn, starts, i): i for i, spec in enumerate(specs)}
+    try:
+        pending = set(futures)
+        while pending:
+            done, pending = cf.wait(pending, timeout=_POLL if timeout is not None else None,
+                                    return_when=cf.FIRST_COMPLETED)
+            for future in done:
+                results[futures[future]] = future.result()
+            if timeout is not None:
+                pending = _expire(pending, futures, specs, starts, results, timeout)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    return [r for r in results if r is not None]
+
+
+def _expire(pending: set, futures: dict, specs: list, starts: dict, results: list, timeout: float) -> set:
+    now = time.monotonic()
+    for future in list(pending):
+        index = futures[future]
+        if index in starts and now - starts[index] > timeout:
+            pending.discard(future)
+            results[index] = HostResult(_name(specs[index]), "failed", None, "timed out after %gs" % timeout,
+                                        now - starts[index], int(ExitCode.TIMEOUT))
+    return pending
+
+
+def _batch_size(serial: Union[int, str], total: int) -> int:
+    """``serial`` as a count, or as a percentage of the hosts like Ansible's ``serial: 30%``."""
+    if isinstance(serial, str) and serial.strip().endswith("%"):
+        try:
+            percent = float(serial.strip()[:-1])
+        except ValueError:
+            raise CpctlError("bad serial %r" % serial, ExitCode.USAGE) from None
+        return max(1, int(total * percent / 100))
+    try:
+        size = int(serial)
+    except (TypeError, ValueError):
+        raise CpctlError("bad serial %r: a count or a percentage" % (serial,), ExitCode.USAGE) from None
+    if size < 1:
+        raise CpctlError("serial must be at least 1", ExitCode.USAGE)
+    return size
+
+
+def run_rolling(specs: Sequence[Any], fn: Callable[[Any], Any], serial: Union[int, str] = 1,
+                keep_going: bool = False, timeout: Optional[float] = None) -> List[HostResult]:
+    """``fn`` on ``serial`` hosts at a time, batch after batch.
+
+    A batch with a failed or unreachable host stops the roll (a broken control plane must not
+    spread to the next masters) unless ``keep_going``; the hosts not reached are "skipped".
+    """
+    specs = list(specs)
+    size = _batch_size(serial, len(specs))
+    results: List[HostResult] = []
+    for start in range(0, len(specs), size):
+        batch = specs[start:start + size]
+        results += run_parallel(batch, fn, forks=len(batch), timeout=timeout)
+        if not keep_going and any(r.failed for r in results[-len(batch):]):
+            results += [HostResult(_name(s), "skipped", None, "not run: an earlier batch failed")
+                        for s in specs[start + size:]]
+            break
+    return results
+
+
+def stats(results: Sequence[HostResult]) -> Dict[str, Dict[str, int]]:
+    """Per host counters, Ansible style: a "changed" host also counts as ok."""
+    out: Dict[str, Dict[str, int]] = {}
+    for res in results:
+        counts = out.setdefault(res.host, dict.fromkeys(STATUSES, 0))
+        counts[res.status] += 1
+        if res.status == "changed":
+            counts["ok"] += 1
+    return out
+
+
+def recap(results: Sequence[HostResult], header: bool = True) -> str:
+    """``PLAY RECAP``-like text: ``host : ok=1 changed=0 unreachable=0 failed=0 skipped=0``."""
+    table = stats(results)
+    width = max((len(h) for h in table), default=0)
+    lines = ["PLAY RECAP"] if header else []
+    for host, counts in table.items():
+        lines.append("%-*s : %s" % (width, host, " ".join("%s=%d" % (k, counts[k]) for k in STATUSES)))
+    for res in results:
+        if res.error and res.status != "skipped":
+            lines.append("%s: %s" % (res.host, res.error))
+    return "\n".join(lines) + "\n"
+
+
+def recap_json(results: Sequence[HostResult]) -> str:
+    """Machine-readable recap: per-host result and counters, plus an overall ``ok``."""
+    doc = {
+        "ok": not any(r.failed for r in results),
+        "stats": stats(results),
+        "hosts": [{"host": r.host, "status": r.status, "data": r.data, "error": r.error, "code": r.code,
+                   "elapsed": round(r.elapsed, 3)} for r in results],
+    }
+    return json.dumps(doc, indent=2, sort_keys=True, default=_json_default)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if hasattr(value, "__dict__"):
+        return {k: v for k, v in vars(value).items() if not k.startswith("_")}
+    return str(value)
+
+
+class ConnectionPool:
+    """One SSHHost per host per run, opened lazily and thread-safely, all closed at the end.
+
+    Connections to different hosts open in parallel; two threads asking for the same host share
+    one connect. A failed connect is remembered, so a run does not retry (and re-prompt) per step.
+    ``connector(spec) -> Host`` defaults to ``cpctl.remote.ssh.connect`` with per-host become and
+    python taken from the spec; paramiko is imported once, on the first connect.
+    """
+
+    def __init__(self, options: Any = None, connector: Optional[Callable[[Any], Any]] = None) -> None:
+        self._options = options
+        self._connector = connector or self._ssh_connect
+        self._lock = threading.Lock()
+        self._slots: Dict[str, "_Slot"] = {}
+
+    def _ssh_connect(self, spec: Any) -> Any:
+        import dataclasses
+
+        from cpctl.remote import ssh
+        with self._lock:
+            if self._options is None:
+                self._options = ssh.SSHOptions()
+        options = self._options
+        if hasattr(spec, "vars"):
+            options = dataclasses.replace(options, become=spec.become, python=spec.python)
+        return ssh.connect(getattr(spec, "target", _name(spec)), options)
+
+    def get(self, spec: Any) -> Any:
+        """The open Host for ``spec`` (connecting on first use); raises its connect error."""
+        with self._lock:
+            slot = self._slots.setdefault(_name(spec), _Slot())
+        return slot.get(lambda: self._connector(spec))
+
+    def connect_all(self, specs: Sequence[Any], forks: int = 10) -> List[HostResult]:
+        """Open every connection in parallel up front; the results say who is unreachable."""
+        return run_parallel(specs, lambda spec: {"changed": False, "host": self.get(spec).name}, forks=forks)
+
+    def close(self) -> None:
+        with self._lock:
+            slots, self._slots = list(self._slots.values()), {}
+        for slot in slots:
+            slot.close()
+
+    def __enter__(self) -> "ConnectionPool":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class _Slot:
+    """One host's connection: connected once, by whichever thread comes first."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.host: Any = None
+        self.error: Optional[BaseException] = None
+
+    def get(self, opener: Callable[[], Any]) -> Any:
+        with self._lock:
+            if self.host is None and self.error is None:
+                try:
+                    self.host = opener()
+                except Exception as exc:
+                    self.error = exc
+                    raise
+            if self.error is not None:
+                raise self.error
+            return self.host
+
+    def close(self) -> None:
+        with self._lock:
+            if self.host is not None:
+                try:
+                    self.host.close()
+                except (OSError, EOFError, CpctlError):
+                    pass
+                self.host = None

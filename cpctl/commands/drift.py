@@ -1,0 +1,171 @@
+"""``cpctl baseline`` and ``cpctl check``: thin click layer over :mod:`cpctl.drift`.
+
+Exit codes follow the monitoring-plugin convention so a timer, node-problem-detector or a
+Nagios-style runner can use them directly: 0 clean, 1 drift found (after --fix, what remains),
+and the usual cpctl codes when the check itself could not run (2 usage, 4 refused, 5 locked,
+7 environment, ...). With --prometheus-textfile the metrics file is written in every case,
+``cpctl_check_success 0`` when the check failed.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Optional
+
+import click
+
+from cpctl.cli import emit, node_for, note, settings
+
+
+def open_checked_node(ctx: click.Context) -> Any:
+    """The node with the configured probe; a probe that cannot be built only skips mirror checks."""
+    from cpctl.errors import CpctlError
+    probe = settings(ctx).probe
+    try:
+        return node_for(ctx)
+    except ImportError as exc:
+        note("probe %r unavailable (%s): mirror pod checks skipped" % (probe, exc))
+    except CpctlError as exc:
+        if probe != "auto":
+            raise
+        note("no probe available (%s): mirror pod checks skipped" % exc.message)
+    return node_for(ctx, probe="none")
+
+
+@click.command()
+@click.option("--accept", is_flag=True, help="Replace an existing baseline with the current state "
+              "(e.g. after kubeadm upgrade).")
+@click.pass_context
+def baseline(ctx: click.Context, accept: bool) -> None:
+    """Record the expected manifests (files, pod names, content) in STATE/baseline.json.
+
+    Without --accept an existing baseline is kept and the differences are shown.
+    """
+    from cpctl import drift
+    node = node_for(ctx, probe="none")
+    result = drift.record(node, accept)
+    emit(ctx, result, baseline_text(result))
+
+
+def baseline_text(result: dict) -> str:
+    files = result["baseline"]["manifests"]
+    listed = ", ".join("%s%s" % (f, " (parked)" if e["state"] == "parked" else "") for f, e in files.items())
+    diffs = result["differences"]
+    if not result["recorded"]:
+        lines = ["baseline %s exists (recorded %s by %s): %d manifests: %s"
+                 % (result["path"], result["baseline"]["created"], result["baseline"]["by"], len(files), listed)]
+        if diffs:
+            lines.append("the current state differs: %s" % "; ".join(diffs))
+            lines.append("run cpctl baseline --accept to make the current state the baseline")
+        else:
+            lines.append("the current state matches it")
+        return "\n".join(lines)
+    verb = "replaced" if result.get("replaced") else "recorded"
+    text = "baseline %s in %s: %d manifests: %s" % (verb, result["path"], len(files), listed or "none")
+    return text + ("\nchanges: %s" % "; ".join(diffs) if result.get("replaced") and diffs else "")
+
+
+@click.command()
+@click.option("--fix", is_flag=True, help="Restore parks past their --for deadline and finish interrupted "
+              "operations.")
+@click.option("--remove-strays", is_flag=True, help="With --fix: move strays to STATE/strays/<time>/ (never "
+              "deletes).")
+@click.option("--max-parked", default=None, metavar="DURATION", help="Also report parks older than this "
+              "(e.g. 4h).")
+@click.option("--prometheus-textfile", default=None, metavar="PATH",
+              help="Write node_exporter textfile metrics to PATH (*.prom, atomically).")
+@click.option("--timeout", type=click.FloatRange(0.1, 3600), default=60.0, show_default=True,
+              help="Seconds --fix waits for a restored pod.")
+@click.pass_context
+def check(ctx: click.Context, fix: bool, remove_strays: bool, max_parked: Optional[str],
+          prometheus_textfile: Optional[str], timeout: float) -> None:
+    """Find drift: overdue parks, missing/changed/unexpected manifests, strays, duplicates,
+    interrupted operations, loose state dir permissions and (with a probe) mirror pods.
+
+    Exit 0 clean, 1 drift found, other codes when the check could not run.
+    """
+    from cpctl.durations import parse_duration
+    from cpctl.errors import CpctlError, ExitCode
+    if remove_strays and not fix:
+        raise CpctlError("--remove-strays only works together with --fix", ExitCode.USAGE)
+    max_seconds = parse_duration(max_parked, "--max-parked") if max_parked else None
+    try:
+        result = _run_check(ctx, fix, remove_strays, max_seconds, timeout)
+    except CpctlError:
+        _write_metrics(prometheus_textfile, None)
+        raise
+    _write_metrics(prometheus_textfile, result["final"])
+    emit(ctx, _check_data(result), check_text(result))
+    problems = result["final"].problems
+    if problems:
+        # An exception, not ctx.exit(): cli.run() ignores the return value of main.main().
+        raise CpctlError("drift found: %d problem%s" % (len(problems), "" if len(problems) == 1 else "s"),
+                         ExitCode.DRIFT)
+
+
+def _run_check(ctx: click.Context, fix: bool, remove_strays: bool, max_seconds: Optional[float],
+               timeout: float) -> dict:
+    from cpctl import drift
+    node = open_checked_node(ctx)
+    report = drift.check(node, max_seconds)
+    result = {"report": report, "final": report, "actions": None}
+    if fix:
+        result["actions"] = drift.fix(node, report, remove_strays, timeout)
+        result["final"] = drift.check(node, max_seconds)
+    return result
+
+
+def _write_metrics(path: Optional[str], report: Any) -> None:
+    if not path:
+        return
+    from cpctl import metrics
+    from cpctl.errors import CpctlError, ExitCode
+    from cpctl.host import LocalHost
+    if report is None:
+        text = metrics.check_metrics(False, time.time())
+    else:
+        text = metrics.check_metrics(True, report.time, report.counts(), report.components)
+    try:
+        metrics.write_textfile(LocalHost(), path, text)
+    except OSError as exc:
+        raise CpctlError("cannot write --prometheus-textfile %s: %s" % (path, exc.strerror or exc),
+                         ExitCode.ENVIRONMENT) from None
+
+
+def _check_data(result: dict) -> dict:
+    data = result["report"].to_dict()
+    if result["actions"] is not None:
+        final = result["final"]
+        data.update(drift=final.drift, actions=result["actions"],
+                    remaining=[f.to_dict() for f in final.findings])
+    return data
+
+
+def _finding_lines(findings: list) -> list:
+    lines = []
+    for f in findings:
+        lines.append("%-8s %-16s %s" % (f.severity.upper(), f.kind, f.message))
+        if f.diff:
+            lines.extend("    " + line for line in f.diff.rstrip("\n").split("\n"))
+    return lines
+
+
+def check_text(result: dict) -> str:
+    report, final = result["report"], result["final"]
+    lines = _finding_lines(report.findings)
+    if result["actions"] is not None:
+        for a in result["actions"]:
+            lines.append("%-8s %-16s %s%s" % ("FIXED" if a["ok"] else "NOT-FIXED", a["action"],
+                                              a["file"] + ": " if a["file"] else "", a["message"]))
+        if final.problems:
+            lines.append("after --fix:")
+            lines.extend(_finding_lines(final.problems))
+    problems = final.problems
+    if not problems:
+        lines.append("OK: no drift on %s" % final.node)
+    else:
+        critical = sum(1 for f in problems if f.severity == "critical")
+        lines.append("DRIFT: %d problem%s on %s (%d critical, %d warning)"
+                     % (len(problems), "" if len(problems) == 1 else "s", final.node, critical,
+                        len(problems) - critical))
+    return "\n".join(lines)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Optional
 
-from cpctl import manifests
+from cpctl import hostops, manifests
 from cpctl.host import Host, LocalHost
 from cpctl.node import Node, Outcome
 from cpctl.probes import make_waiter
@@ -122,7 +122,9 @@ def history(node: Node, component: Optional[str], limit: int) -> list:
 
 
 def _journal_pending(node: Node) -> bool:
-    return node.host.lstat(node.state.path + "/journal.json") is not None
+    """A journal awaits recovery, or a kill tore the journal's own write (its dot temp is left)."""
+    return any(n == "journal.json" or (n.startswith(".") and hostops.TEMP_MARK in n)
+               for n in node.host.listdir(node.state.path))
 
 
 def env_default(name: str, default: str) -> str:

@@ -1,0 +1,849 @@
+"""The lab's simulated kube-apiserver: the subset of the Kubernetes REST API that kubectl and cpctl use.
+
+Served over plain HTTP on 127.0.0.1 (the kubeconfig the lab writes has no credentials).
+Discovery is offered both as aggregated discovery (apidiscovery.k8s.io/v2, what kubectl >= 1.30
+asks for first) and legacy (APIVersions/APIGroupList/APIResourceList) by content negotiation.
+Lists and gets are rendered as ``meta.k8s.io/v1 Table`` when the client asks ``as=Table`` (that is
+how ``kubectl get`` prints columns), and as JSON otherwise. ``/openapi/v2`` and ``/openapi/v3`` are
+served as empty documents: kubectl then skips client-side schema validation (see the lab docstring).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import string
+import time
+import urllib.parse
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler
+from typing import Any, Optional
+
+import yaml
+
+from .store import (
+    ApiError,
+    Obj,
+    Store,
+    conflict,
+    invalid,
+    json_patch,
+    merge_patch,
+    not_found,
+    now_rfc3339,
+    parse_time,
+    selector_pred,
+)
+
+K8S_VERSION = {"major": "1", "minor": "30", "gitVersion": "v1.30.4-lab", "gitCommit": "lab",
+               "gitTreeState": "clean", "buildDate": "2024-08-14T00:00:00Z", "goVersion": "go1.22.5",
+               "compiler": "gc", "platform": "linux/amd64"}
+
+VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+MIRROR_ANN = "kubernetes.io/config.mirror"
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+
+@dataclass(frozen=True)
+class Res:
+    """A served resource type (enough for discovery, routing and storage)."""
+
+    plural: str
+    kind: str
+    group: str
+    version: str
+    namespaced: bool
+    short: tuple[str, ...] = ()
+    subresources: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def singular(self) -> str:
+        return self.kind.lower()
+
+
+RESOURCES = [
+    Res("pods", "Pod", "", "v1", True, ("po",), ("binding", "status"), ("all",)),
+    Res("nodes", "Node", "", "v1", False, ("no",), ("status",)),
+    Res("namespaces", "Namespace", "", "v1", False, ("ns",), ("status",)),
+    Res("events", "Event", "", "v1", True, ("ev",)),
+    Res("configmaps", "ConfigMap", "", "v1", True, ("cm",)),
+    Res("leases", "Lease", "coordination.k8s.io", "v1", True),
+    Res("daemonsets", "DaemonSet", "apps", "v1", True, ("ds",), ("status",), ("all",)),
+]
+BY_GV = {(r.group, r.version, r.plural): r for r in RESOURCES}
+GROUPS = ["coordination.k8s.io", "apps"]
+
+POD_FIELDS = ["metadata.name", "metadata.namespace", "spec.nodeName", "status.phase",
+              "spec.schedulerName", "spec.restartPolicy", "spec.serviceAccountName",
+              "spec.hostNetwork", "status.podIP", "status.nominatedNodeName"]
+GENERIC_FIELDS = ["metadata.name", "metadata.namespace"]
+EVENT_FIELDS = GENERIC_FIELDS + ["involvedObject.kind", "involvedObject.name", "involvedObject.namespace",
+                                 "involvedObject.uid", "reason", "type", "source", "reportingComponent"]
+
+PRIORITY_CLASSES = {"system-node-critical": 2000001000, "system-cluster-critical": 2000000000}
+
+POD_UPDATE_FORBIDDEN = (
+    "pod updates may not change fields other than `spec.containers[*].image`,"
+    "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` "
+    "(only additions to existing tolerations),`spec.terminationGracePeriodSeconds` "
+    "(allow it to be set to 1 if it was previously negative)")
+
+
+# --------------------------------------------------------------------------- discovery
+
+def _legacy_resource_list(group: str, version: str) -> Obj:
+    items = []
+    for r in RESOURCES:
+        if r.group != group or r.version != version:
+            continue
+        entry: Obj = {"name": r.plural, "singularName": r.singular, "namespaced": r.namespaced,
+                      "kind": r.kind, "verbs": VERBS, "storageVersionHash": ""}
+        if r.short:
+            entry["shortNames"] = list(r.short)
+        if r.categories:
+            entry["categories"] = list(r.categories)
+        items.append(entry)
+        for sub in r.subresources:
+            kind = "Binding" if sub == "binding" else r.kind
+            verbs = ["create"] if sub == "binding" else ["get", "patch", "update"]
+            items.append({"name": f"{r.plural}/{sub}", "singularName": "", "namespaced": r.namespaced,
+                          "kind": kind, "verbs": verbs})
+    gv = f"{group}/{version}" if group else version
+    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": items}
+
+
+def _aggregated(core: bool, api_version: str) -> Obj:
+    groups = [""] if core else GROUPS
+    items = []
+    for g in groups:
+        resources = []
+        for r in RESOURCES:
+            if r.group != g:
+                continue
+            entry: Obj = {"resource": r.plural, "responseKind": {"group": g, "version": r.version,
+                                                                 "kind": r.kind},
+                          "scope": "Namespaced" if r.namespaced else "Cluster",
+                          "singularResource": r.singular, "verbs": VERBS}
+            if r.short:
+                entry["shortNames"] = list(r.short)
+            if r.categories:
+                entry["categories"] = list(r.categories)
+            subs = []
+            for sub in r.subresources:
+                kind = "Binding" if sub == "binding" else r.kind
+                subs.append({"subresource": sub,
+                             "responseKind": {"group": g, "version": r.version, "kind": kind},
+                             "verbs": ["create"] if sub == "binding" else ["get", "patch", "update"]})
+            if subs:
+                entry["subresources"] = subs
+            resources.append(entry)
+        item: Obj = {"metadata": {"name": g, "creationTimestamp": None},
+                     "versions": [{"version": "v1", "resources": resources, "freshness": "Current"}]}
+        items.append(item)
+    return {"kind": "APIGroupDiscoveryList", "apiVersion": api_version, "metadata": {}, "items": items}
+
+
+def _group_obj(g: str) -> Obj:
+    gv = {"groupVersion": f"{g}/v1", "version": "v1"}
+    return {"kind": "APIGroup", "apiVersion": "v1", "name": g, "versions": [gv], "preferredVersion": gv}
+
+
+def openapi_v3(gv_path: str) -> Optional[Obj]:
+    """Just enough OpenAPI v3 for kubectl's field-validation probe: every PATCH operation declares
+    the ``fieldValidation`` query parameter, so kubectl leaves validation to the server instead of
+    downloading a full client-side schema (the lab accepts any fields)."""
+    gvs = {"api/v1": ("", "v1")}
+    gvs.update({f"apis/{g}/v1": (g, "v1") for g in GROUPS})
+    if not gv_path:
+        return {"paths": {p: {"serverRelativeURL": f"/openapi/v3/{p}?hash=CPCTLLAB"} for p in gvs}}
+    if gv_path not in gvs:
+        return None
+    group, version = gvs[gv_path]
+    params = [{"name": n, "in": "query", "schema": {"type": "string", "uniqueItems": True}}
+              for n in ("dryRun", "fieldManager", "fieldValidation", "force")]
+    paths: Obj = {}
+    for r in RESOURCES:
+        if r.group != group or r.version != version:
+            continue
+        base = f"/{gv_path}/namespaces/{{namespace}}/{r.plural}/{{name}}" if r.namespaced \
+            else f"/{gv_path}/{r.plural}/{{name}}"
+        paths[base] = {"patch": {"operationId": f"patch{r.kind}", "parameters": params, "responses": {},
+                                 "x-kubernetes-action": "patch",
+                                 "x-kubernetes-group-version-kind": {"group": group, "version": version,
+                                                                     "kind": r.kind}}}
+    return {"openapi": "3.0.0", "info": {"title": "Kubernetes (cpctl lab)", "version": "v1.30.4"},
+            "paths": paths, "components": {"schemas": {}}}
+
+
+# --------------------------------------------------------------------------- tables
+
+def human_age(ts: Optional[str]) -> str:
+    """kubectl's HumanDuration, close enough: 42s, 3m12s, 25m, 5h, 3d."""
+    if not ts:
+        return "<unknown>"
+    secs = max(0, int(time.time() - parse_time(ts)))
+    if secs < 120:
+        return f"{secs}s"
+    mins = secs // 60
+    if mins < 10:
+        return f"{mins}m{secs % 60}s" if secs % 60 else f"{mins}m"
+    if mins < 180:
+        return f"{mins}m"
+    hours = mins // 60
+    if hours < 48:
+        return f"{hours}h"
+    return f"{hours // 24}d"
+
+
+def _col(name: str, typ: str = "string", priority: int = 0, fmt: str = "") -> Obj:
+    return {"name": name, "type": typ, "format": fmt, "description": name, "priority": priority}
+
+
+def pod_status_text(pod: Obj) -> str:
+    st = pod.get("status") or {}
+    reason = st.get("phase") or "Pending"
+    if st.get("reason"):
+        reason = st["reason"]
+    for cs in st.get("containerStatuses") or []:
+        state = cs.get("state") or {}
+        if "waiting" in state and state["waiting"].get("reason"):
+            reason = state["waiting"]["reason"]
+        elif "terminated" in state and state["terminated"].get("reason"):
+            reason = state["terminated"]["reason"]
+    if pod["metadata"].get("deletionTimestamp"):
+        reason = "Terminating"
+    return reason
+
+
+def pod_row(pod: Obj) -> list[Any]:
+    st = pod.get("status") or {}
+    spec = pod.get("spec") or {}
+    total = len(spec.get("containers") or [])
+    ready = sum(1 for c in st.get("containerStatuses") or [] if c.get("ready"))
+    restarts = sum(int(c.get("restartCount") or 0) for c in st.get("containerStatuses") or [])
+    gates = spec.get("readinessGates")
+    return [pod["metadata"]["name"], f"{ready}/{total}", pod_status_text(pod), restarts,
+            human_age(pod["metadata"].get("creationTimestamp")), st.get("podIP") or "<none>",
+            spec.get("nodeName") or "<none>", st.get("nominatedNodeName") or "<none>",
+            "<none>" if not gates else f"0/{len(gates)}"]
+
+
+POD_COLUMNS = [_col("Name", fmt="name"), _col("Ready"), _col("Status"), _col("Restarts", "string"),
+               _col("Age"), _col("IP", priority=1), _col("Node", priority=1),
+               _col("Nominated Node", priority=1), _col("Readiness Gates", priority=1)]
+
+
+def node_row(node: Obj) -> list[Any]:
+    labels = node["metadata"].get("labels") or {}
+    roles = sorted(k.split("/", 1)[1] for k in labels if k.startswith("node-role.kubernetes.io/"))
+    conds = {c["type"]: c["status"] for c in (node.get("status") or {}).get("conditions") or []}
+    status = "Ready" if conds.get("Ready") == "True" else "NotReady"
+    if (node.get("spec") or {}).get("unschedulable"):
+        status += ",SchedulingDisabled"
+    info = (node.get("status") or {}).get("nodeInfo") or {}
+    ip = next((a["address"] for a in (node.get("status") or {}).get("addresses") or []
+               if a.get("type") == "InternalIP"), "<none>")
+    return [node["metadata"]["name"], status, ",".join(roles) or "<none>",
+            human_age(node["metadata"].get("creationTimestamp")), info.get("kubeletVersion", ""),
+            ip, "<none>", info.get("osImage", ""), info.get("kernelVersion", ""),
+            info.get("containerRuntimeVersion", "")]
+
+
+NODE_COLUMNS = [_col("Name", fmt="name"), _col("Status"), _col("Roles"), _col("Age"), _col("Version"),
+                _col("Internal-IP", priority=1), _col("External-IP", priority=1),
+                _col("OS-Image", priority=1), _col("Kernel-Version", priority=1),
+                _col("Container-Runtime", priority=1)]
+
+
+def event_row(ev: Obj) -> list[Any]:
+    io = ev.get("involvedObject") or {}
+    last = ev.get("lastTimestamp") or ev.get("eventTime") or ev["metadata"].get("creationTimestamp")
+    return [human_age(last), ev.get("type", ""), ev.get("reason", ""),
+            f"{(io.get('kind') or '').lower()}/{io.get('name', '')}", ev.get("message", "")]
+
+
+EVENT_COLUMNS = [_col("Last Seen"), _col("Type"), _col("Reason"), _col("Object"), _col("Message")]
+
+
+def generic_row(obj: Obj) -> list[Any]:
+    return [obj["metadata"]["name"], human_age(obj["metadata"].get("creationTimestamp"))]
+
+
+def namespace_row(obj: Obj) -> list[Any]:
+    return [obj["metadata"]["name"], (obj.get("status") or {}).get("phase", "Active"),
+            human_age(obj["metadata"].get("creationTimestamp"))]
+
+
+def lease_row(obj: Obj) -> list[Any]:
+    return [obj["metadata"]["name"], (obj.get("spec") or {}).get("holderIdentity") or "",
+            human_age(obj["metadata"].get("creationTimestamp"))]
+
+
+TABLES: dict[str, tuple[list[Obj], Any]] = {
+    "pods": (POD_COLUMNS, pod_row),
+    "nodes": (NODE_COLUMNS, node_row),
+    "events": (EVENT_COLUMNS, event_row),
+    "namespaces": ([_col("Name", fmt="name"), _col("Status"), _col("Age")], namespace_row),
+    "leases": ([_col("Name", fmt="name"), _col("Holder"), _col("Age")], lease_row),
+}
+
+
+def make_table(res: Res, objs: list[Obj], rv: str, include: str, headers: bool = True) -> Obj:
+    cols, rowfn = TABLES.get(res.plural, ([_col("Name", fmt="name"), _col("Age")], generic_row))
+    rows = []
+    for o in objs:
+        row: Obj = {"cells": rowfn(o)}
+        if include == "Object":
+            full = copy.deepcopy(o)
+            full.setdefault("kind", res.kind)
+            full.setdefault("apiVersion", res.api_version)
+            row["object"] = full
+        elif include != "None":
+            row["object"] = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                             "metadata": copy.deepcopy(o["metadata"])}
+        rows.append(row)
+    table: Obj = {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {"resourceVersion": rv},
+                  "rows": rows}
+    table["columnDefinitions"] = cols if headers else []
+    return table
+
+
+# --------------------------------------------------------------------------- pod semantics
+
+def _rand_suffix(n: int = 5) -> str:
+    return "".join(random.choice("bcdfghjklmnpqrstvwxz2456789") for _ in range(n))
+
+
+def default_pod(pod: Obj) -> Obj:
+    """Apply the API server's defaults and admission (DefaultTolerationSeconds, Priority)."""
+    spec = pod.setdefault("spec", {})
+    spec.setdefault("schedulerName", "default-scheduler")
+    spec.setdefault("restartPolicy", "Always")
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("securityContext", {})
+    spec.setdefault("enableServiceLinks", True)
+    spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
+    spec.setdefault("priority", PRIORITY_CLASSES.get(spec.get("priorityClassName", ""), 0))
+    if not spec.get("hostNetwork"):
+        spec.setdefault("serviceAccountName", "default")
+        spec.setdefault("serviceAccount", spec["serviceAccountName"])
+    for c in spec.get("containers") or []:
+        image = str(c.get("image", ""))
+        tag = image.rsplit("/", 1)[-1]
+        latest = ":" not in tag or tag.endswith(":latest")
+        c.setdefault("imagePullPolicy", "Always" if latest and "@" not in image else "IfNotPresent")
+        c.setdefault("terminationMessagePath", "/dev/termination-log")
+        c.setdefault("terminationMessagePolicy", "File")
+        c.setdefault("resources", {})
+    tols = spec.setdefault("tolerations", [])
+    for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"):
+        if not any(t.get("key") == key for t in tols):
+            tols.append({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300})
+    status = pod.setdefault("status", {})
+    status.setdefault("phase", "Pending")
+    status.setdefault("qosClass", "Burstable" if any((c.get("resources") or {}).get("requests")
+                                                     for c in spec.get("containers") or [])
+                      else "BestEffort")
+    return pod
+
+
+def validate_pod(pod: Obj) -> list[tuple[str, str]]:
+    causes = []
+    name = pod["metadata"].get("name", "")
+    if not name or len(name) > 253 or not all(ch in string.ascii_lowercase + string.digits + "-."
+                                               for ch in name) or not name[0].isalnum():
+        causes.append(("metadata.name", f'Invalid value: "{name}": a lowercase RFC 1123 subdomain '
+                       "must consist of lower case alphanumeric characters, '-' or '.'"))
+    containers = (pod.get("spec") or {}).get("containers") or []
+    if not containers:
+        causes.append(("spec.containers", "Required value"))
+    for i, c in enumerate(containers):
+        if not c.get("name"):
+            causes.append((f"spec.containers[{i}].name", "Required value"))
+        if not c.get("image"):
+            causes.append((f"spec.containers[{i}].image", "Required value"))
+    return causes
+
+
+def _mask_mutable(spec: Obj) -> Obj:
+    s = copy.deepcopy(spec)
+    for key in ("activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds"):
+        s.pop(key, None)
+    for lst in ("containers", "initContainers"):
+        for c in s.get(lst) or []:
+            c.pop("image", None)
+    return s
+
+
+def validate_pod_update(old: Obj, new: Obj) -> None:
+    name = old["metadata"]["name"]
+    oa = (old["metadata"].get("annotations") or {}).get(MIRROR_ANN)
+    na = (new["metadata"].get("annotations") or {}).get(MIRROR_ANN)
+    if oa != na:
+        msg = ("may not remove or update mirror pod annotation" if oa else "may not add mirror pod annotation")
+        raise invalid("Pod", name, [(f"metadata.annotations[{MIRROR_ANN}]", f"Invalid value: \"{na}\": {msg}")])
+    if _mask_mutable(old.get("spec") or {}) != _mask_mutable(new.get("spec") or {}):
+        raise invalid("Pod", name, [("spec", "Forbidden: " + POD_UPDATE_FORBIDDEN)])
+
+
+# --------------------------------------------------------------------------- request handling
+
+class Api:
+    """Resource operations with Kubernetes semantics, shared by HTTP handlers and the lab's kubelets."""
+
+    def __init__(self, store: Store, lab: Any) -> None:
+        self.store = store
+        self.lab = lab
+
+    def _check_ns(self, res: Res, ns: str) -> None:
+        if res.namespaced and self.store.get("namespaces", "", ns) is None:
+            raise not_found("namespaces", ns)
+
+    def create(self, res: Res, ns: str, obj: Obj) -> Obj:
+        meta = obj.setdefault("metadata", {})
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = meta["generateName"] + _rand_suffix()
+        if not meta.get("name"):
+            raise invalid(res.kind, "", [("metadata.name", "Required value: name or generateName is required")])
+        if res.namespaced and meta.get("namespace") and meta["namespace"] != ns:
+            raise ApiError(400, "BadRequest", "the namespace of the provided object does not match "
+                           "the namespace sent on the request")
+        self._check_ns(res, ns)
+        obj["kind"], obj["apiVersion"] = res.kind, res.api_version
+        for k in ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp"):
+            meta.pop(k, None)
+        if res.plural == "pods":
+            default_pod(obj)
+            causes = validate_pod(obj)
+            if causes:
+                raise invalid("Pod", meta["name"], causes)
+        if res.plural == "namespaces":
+            obj.setdefault("spec", {"finalizers": ["kubernetes"]})
+            obj["status"] = {"phase": "Active"}
+            meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = meta["name"]
+        if res.plural == "daemonsets":
+            meta.setdefault("generation", 1)
+        return self.store.create(res.plural, ns if res.namespaced else "", obj)
+
+    def update(self, res: Res, ns: str, name: str, obj: Obj, sub: str = "") -> Obj:
+        ns = ns if res.namespaced else ""
+        old = self.store.get(res.plural, ns, name)
+        if old is None:
+            raise not_found(res.plural, name, res.group)
+        meta = obj.setdefault("metadata", {})
+        if meta.get("name", name) != name:
+            raise ApiError(400, "BadRequest", "the name of the object does not match the name on the URL")
+        meta["name"] = name
+        obj["kind"], obj["apiVersion"] = res.kind, res.api_version
+        if sub == "status":
+            new = copy.deepcopy(old)
+            new["status"] = obj.get("status", {})
+            new["metadata"]["resourceVersion"] = meta.get("resourceVersion", "")
+            obj = new
+        elif "status" in res.subresources:
+            obj["status"] = old.get("status", {})
+        if res.plural == "pods" and sub != "status":
+            default_pod(obj)
+            validate_pod_update(old, obj)
+        if res.plural == "daemonsets" and obj.get("spec") != old.get("spec"):
+            meta["generation"] = int(old["metadata"].get("generation", 1)) + 1
+        return self.store.update(res.plural, ns, obj)
+
+    def patch(self, res: Res, ns: str, name: str, ctype: str, body: bytes, sub: str = "") -> Obj:
+        old = self.store.get(res.plural, ns if res.namespaced else "", name)
+        if old is None:
+            raise not_found(res.plural, name, res.group)
+        if "json-patch" in ctype:
+            new = json_patch(old, json.loads(body or b"[]"))
+        else:
+            patch = yaml.safe_load(body) if "yaml" in ctype else json.loads(body or b"{}")
+            new = merge_patch(old, patch or {})
+            if not (patch or {}).get("metadata", {}).get("resourceVersion"):
+                new["metadata"]["resourceVersion"] = ""
+        return self.update(res, ns, name, new, sub)
+
+    def delete(self, res: Res, ns: str, name: str, opts: Obj) -> Obj:
+        ns = ns if res.namespaced else ""
+        old = self.store.get(res.plural, ns, name)
+        if old is None:
+            raise not_found(res.plural, name, res.group)
+        pre = opts.get("preconditions") or {}
+        if pre.get("uid") and pre["uid"] != old["metadata"]["uid"]:
+            raise conflict(res.plural, name, f"Precondition failed: UID in precondition: {pre['uid']}, "
+                           f"UID in object meta: {old['metadata']['uid']}", res.group)
+        if pre.get("resourceVersion") and pre["resourceVersion"] != old["metadata"]["resourceVersion"]:
+            raise conflict(res.plural, name, "Precondition failed: ResourceVersion in precondition: "
+                           f"{pre['resourceVersion']}, ResourceVersion in object meta: "
+                           f"{old['metadata']['resourceVersion']}", res.group)
+        if res.plural == "namespaces" and name in SYSTEM_NAMESPACES:
+            raise ApiError(403, "Forbidden", f'namespaces "{name}" is forbidden: this namespace may not '
+                           "be deleted", {"name": name, "kind": "namespaces"})
+        if res.plural == "pods":
+            grace = opts.get("gracePeriodSeconds")
+            if grace is None:
+                grace = (old.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
+            grace = int(grace)
+            phase = (old.get("status") or {}).get("phase")
+            if grace > 0 and (old.get("spec") or {}).get("nodeName") and phase not in ("Succeeded", "Failed"):
+                meta = old["metadata"]
+                if meta.get("deletionTimestamp") and int(meta.get("deletionGracePeriodSeconds", 0)) <= grace:
+                    return old
+                meta["deletionTimestamp"] = now_rfc3339(time.time() + grace)
+                meta["deletionGracePeriodSeconds"] = grace
+                return self.store.update("pods", ns, old, check_rv=False)
+        return self.store.delete(res.plural, ns, name)
+
+    def bind(self, ns: str, name: str, binding: Obj) -> Obj:
+        pod = self.store.get("pods", ns, name)
+        if pod is None:
+            raise not_found("pods", name)
+        target = (binding.get("target") or {}).get("name", "")
+        if not target:
+            raise invalid("Binding", name, [("target.name", "Required value")])
+        uid = (binding.get("metadata") or {}).get("uid")
+        if uid and uid != pod["metadata"]["uid"]:
+            raise conflict("pods/binding", name, "Precondition failed: UID mismatch")
+        if pod["metadata"].get("deletionTimestamp"):
+            raise conflict("pods/binding", name, f"pod {name} is being deleted, cannot be assigned to a host")
+        if (pod.get("spec") or {}).get("nodeName"):
+            raise conflict("pods/binding", name,
+                           f'pod {name} is already assigned to node "{pod["spec"]["nodeName"]}"')
+        pod["spec"]["nodeName"] = target
+        anns = (binding.get("metadata") or {}).get("annotations") or {}
+        if anns:
+            pod["metadata"].setdefault("annotations", {}).update(anns)
+        conds = [c for c in pod["status"].get("conditions") or [] if c.get("type") != "PodScheduled"]
+        conds.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
+                      "lastTransitionTime": now_rfc3339()})
+        pod["status"]["conditions"] = conds
+        self.store.update("pods", ns, pod, check_rv=False)
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
+
+def parse_path(path: str) -> Optional[tuple[Res, str, str, str]]:
+    """Map a REST path to (resource, namespace, name, subresource); None if it is not a resource path."""
+    parts = [p for p in path.split("/") if p]
+    if parts[:2] == ["api", "v1"]:
+        group, version, rest = "", "v1", parts[2:]
+    elif len(parts) >= 3 and parts[0] == "apis":
+        group, version, rest = parts[1], parts[2], parts[3:]
+    else:
+        return None
+    if not rest:
+        return None
+    ns = ""
+    if rest[0] == "namespaces" and len(rest) >= 3:
+        ns, rest = rest[1], rest[2:]
+    res = BY_GV.get((group, version, rest[0]))
+    if res is None:
+        raise ApiError(404, "NotFound", "the server could not find the requested resource")
+    name = rest[1] if len(rest) > 1 else ""
+    sub = rest[2] if len(rest) > 2 else ""
+    if sub and sub not in res.subresources:
+        raise ApiError(404, "NotFound", "the server could not find the requested resource")
+    return res, ns, name, sub
+
+
+class ApiHandler(BaseHTTPRequestHandler):
+    """HTTP front end; ``self.server.context`` is the Lab."""
+
+    protocol_version = "HTTP/1.1"
+    server_version = "cpctl-lab-apiserver"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass
+
+    # -- plumbing
+    @property
+    def lab(self) -> Any:
+        return self.server.context  # type: ignore[attr-defined]
+
+    def _send(self, code: int, payload: Any, ctype: str = "application/json") -> None:
+        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Audit-Id", _rand_suffix(12))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def _error(self, err: ApiError) -> None:
+        self._send(err.code, err.status())
+
+    def _body(self) -> bytes:
+        n = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(n) if n else b""
+
+    def _json_body(self) -> Obj:
+        raw = self._body()
+        if not raw:
+            return {}
+        ctype = self.headers.get("Content-Type", "")
+        try:
+            data = yaml.safe_load(raw) if "yaml" in ctype else json.loads(raw)
+        except (ValueError, yaml.YAMLError) as exc:
+            raise ApiError(400, "BadRequest", f"unable to decode request body: {exc}") from None
+        if not isinstance(data, dict):
+            raise ApiError(400, "BadRequest", "request body must be an object")
+        return data
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_HEAD(self) -> None:
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def do_PUT(self) -> None:
+        self._dispatch("PUT")
+
+    def do_PATCH(self) -> None:
+        self._dispatch("PATCH")
+
+    def do_DELETE(self) -> None:
+        self._dispatch("DELETE")
+
+    def _dispatch(self, method: str) -> None:
+        url = urllib.parse.urlsplit(self.path)
+        query = {k: v[-1] for k, v in urllib.parse.parse_qs(url.query, keep_blank_values=True).items()}
+        try:
+            self._route(method, url.path.rstrip("/") or "/", query)
+        except ApiError as err:
+            self._error(err)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        except Exception as exc:  # a lab bug must not kill the connection silently
+            self.lab.log(f"apiserver: internal error on {method} {self.path}: {exc!r}")
+            self._error(ApiError(500, "InternalError", f"Internal error occurred: {exc}"))
+
+    def _route(self, method: str, path: str, q: dict[str, str]) -> None:
+        accept = self.headers.get("Accept", "")
+        if path in ("/healthz", "/livez", "/readyz"):
+            if self.lab.etcd_ok():
+                self._send(200, b"ok", "text/plain; charset=utf-8")
+            else:
+                self._send(500, f"[-]etcd failed: etcdserver: request timed out\n{path[1:]} check failed"
+                           .encode(), "text/plain; charset=utf-8")
+            return
+        if path == "/version":
+            self._send(200, K8S_VERSION)
+            return
+        if path in ("/api", "/apis"):
+            self._discovery(path, accept)
+            return
+        if path.startswith("/apis/") and path.count("/") == 2:
+            g = path.split("/")[2]
+            if g not in GROUPS:
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            self._send(200, _group_obj(g))
+            return
+        if path == "/api/v1" or (path.startswith("/apis/") and path.count("/") == 3):
+            parts = path.split("/")
+            group, version = ("", "v1") if path == "/api/v1" else (parts[2], parts[3])
+            if group and group not in GROUPS or version != "v1":
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            self._send(200, _legacy_resource_list(group, version))
+            return
+        if path == "/openapi/v3" or path.startswith("/openapi/v3/"):
+            doc = openapi_v3(path[len("/openapi/v3"):].strip("/"))
+            if doc is None:
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            self._send(200, doc)
+            return
+        if path == "/openapi/v2":
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        route = parse_path(path)
+        if route is None:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        if not self.lab.etcd_ok():
+            time.sleep(0.05)
+            raise ApiError(500, "", "etcdserver: request timed out")
+        res, ns, name, sub = route
+        api: Api = self.lab.api
+        if method == "GET" and not name:
+            if q.get("watch") in ("1", "true", "True"):
+                self._watch(res, ns, q, accept)
+            else:
+                self._list(res, ns, q, accept)
+            return
+        if method == "GET":
+            obj = self.lab.store.get(res.plural, ns if res.namespaced else "", name)
+            if obj is None:
+                raise not_found(res.plural, name, res.group)
+            self._send_obj(res, obj, accept, q)
+            return
+        if method == "POST" and sub == "binding":
+            body = self._json_body()
+            out = api.bind(ns, name, body)
+            self.lab.kick()
+            self._send(201, out)
+            return
+        if method == "POST" and not name:
+            body = self._json_body()
+            if q.get("dryRun") == "All":
+                self._send(201, body)
+                return
+            out = api.create(res, ns, body)
+            self.lab.kick()
+            self._send(201, out)
+            return
+        if method == "PUT" and name:
+            out = api.update(res, ns, name, self._json_body(), sub)
+            self.lab.kick()
+            self._send(200, out)
+            return
+        if method == "PATCH" and name:
+            ctype = self.headers.get("Content-Type", "")
+            if "apply-patch" in ctype and self.lab.store.get(res.plural, ns if res.namespaced else "",
+                                                             name) is None:
+                out = api.create(res, ns, yaml.safe_load(self._body()) or {})
+                self.lab.kick()
+                self._send(201, out)
+                return
+            out = api.patch(res, ns, name, ctype, self._body(), sub)
+            self.lab.kick()
+            self._send(200, out)
+            return
+        if method == "DELETE" and name:
+            opts = self._json_body()
+            if "gracePeriodSeconds" in q:
+                opts["gracePeriodSeconds"] = int(q["gracePeriodSeconds"])
+            out = api.delete(res, ns, name, opts)
+            self.lab.kick()
+            self._send(200, out)
+            return
+        raise ApiError(405, "MethodNotAllowed", f"the server does not allow this method on the requested "
+                       f"resource ({method})")
+
+    def _discovery(self, path: str, accept: str) -> None:
+        core = path == "/api"
+        if "as=APIGroupDiscoveryList" in accept and self.lab.aggregated_discovery:
+            for ver in ("v2", "v2beta1"):
+                if f"v={ver};as=APIGroupDiscoveryList" in accept.replace(" ", ""):
+                    self._send(200, _aggregated(core, f"apidiscovery.k8s.io/{ver}"),
+                               f"application/json;g=apidiscovery.k8s.io;v={ver};as=APIGroupDiscoveryList")
+                    return
+        if core:
+            self._send(200, {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
+                {"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1:6443"}]})
+        else:
+            self._send(200, {"kind": "APIGroupList", "apiVersion": "v1",
+                             "groups": [_group_obj(g) for g in GROUPS]})
+
+    def _wants_table(self, accept: str) -> bool:
+        return "as=Table" in accept
+
+    def _send_obj(self, res: Res, obj: Obj, accept: str, q: dict[str, str]) -> None:
+        obj.setdefault("kind", res.kind)
+        obj.setdefault("apiVersion", res.api_version)
+        if self._wants_table(accept):
+            self._send(200, make_table(res, [obj], obj["metadata"].get("resourceVersion", ""),
+                                       q.get("includeObject", "Metadata")),
+                       "application/json;as=Table;v=v1;g=meta.k8s.io")
+        else:
+            self._send(200, obj)
+
+    def _pred(self, res: Res, q: dict[str, str]) -> Any:
+        allowed = POD_FIELDS if res.plural == "pods" else EVENT_FIELDS if res.plural == "events" \
+            else GENERIC_FIELDS
+        return selector_pred(q.get("labelSelector", ""), q.get("fieldSelector", ""), allowed)
+
+    def _list(self, res: Res, ns: str, q: dict[str, str], accept: str) -> None:
+        pred = self._pred(res, q)
+        with self.lab.store.lock:
+            objs = self.lab.store.list(res.plural, ns if (res.namespaced and ns) else None, pred)
+            rv = str(self.lab.store.rv)
+        if self._wants_table(accept):
+            self._send(200, make_table(res, objs, rv, q.get("includeObject", "Metadata")),
+                       "application/json;as=Table;v=v1;g=meta.k8s.io")
+            return
+        for o in objs:
+            o.setdefault("kind", res.kind)
+            o.setdefault("apiVersion", res.api_version)
+        self._send(200, {"kind": f"{res.kind}List", "apiVersion": res.api_version,
+                         "metadata": {"resourceVersion": rv}, "items": objs})
+
+    def _watch(self, res: Res, ns: str, q: dict[str, str], accept: str) -> None:
+        """Stream watch events as newline-delimited JSON over chunked transfer encoding."""
+        pred = self._pred(res, q)
+        want_ns = ns if (res.namespaced and ns) else None
+        table = self._wants_table(accept)
+        include = q.get("includeObject", "Metadata")
+        timeout = float(q.get("timeoutSeconds") or 1800)
+        deadline = time.monotonic() + timeout
+        store: Store = self.lab.store
+        start = q.get("resourceVersion", "")
+        initial: list[tuple[str, Obj]] = []
+        with store.lock:
+            if start in ("", "0"):
+                since = store.rv
+                initial = [("ADDED", o) for o in store.list(res.plural, want_ns, pred)]
+            else:
+                try:
+                    since = int(start)
+                except ValueError:
+                    raise ApiError(400, "BadRequest", f"invalid resourceVersion {start!r}") from None
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json;as=Table;v=v1;g=meta.k8s.io" if table
+                         else "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Cache-Control", "no-cache, private")
+        self.end_headers()
+        first = [True]
+
+        def emit(etype: str, obj: Obj) -> None:
+            obj.setdefault("kind", res.kind)
+            obj.setdefault("apiVersion", res.api_version)
+            payload = make_table(res, [obj], obj["metadata"].get("resourceVersion", ""), include,
+                                 headers=first[0]) if table else obj
+            first[0] = False
+            data = json.dumps({"type": etype, "object": payload}).encode() + b"\n"
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+
+        try:
+            for etype, obj in initial:
+                emit(etype, obj)
+            while not self.server.stopping:  # type: ignore[attr-defined]
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                events, too_old = store.events_since(since, min(left, 5.0))
+                if too_old:
+                    gone = ApiError(410, "Expired", f"too old resource version: {since} "
+                                    f"({store.oldest_rv()})").status()
+                    data = json.dumps({"type": "ERROR", "object": gone}).encode() + b"\n"
+                    self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                    break
+                for ev in events:
+                    since = ev.rv
+                    if ev.resource != res.plural:
+                        continue
+                    if want_ns is not None and ev.obj["metadata"].get("namespace") != want_ns:
+                        continue
+                    now_match = pred(ev.obj)
+                    was_match = ev.prev is not None and pred(ev.prev)
+                    if ev.type == "MODIFIED":
+                        if now_match and was_match:
+                            emit("MODIFIED", ev.obj)
+                        elif now_match:
+                            emit("ADDED", ev.obj)
+                        elif was_match:
+                            emit("DELETED", ev.obj)
+                    elif now_match:
+                        emit(ev.type, ev.obj)
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (OSError, ValueError):
+            pass
+        self.close_connection = True

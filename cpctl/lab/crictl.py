@@ -1,0 +1,219 @@
+"""crictl look-alike for the cpctl lab (a simulator): talks to the lab's control channel, not to a CRI socket.
+
+This file is copied verbatim into ``<lab dir>/bin/crictl`` (with ``LAB_JSON``/``NODE`` set above it),
+so it must stay standard-library only. It prints what real crictl prints for the subcommands cpctl
+uses: ``pods``, ``ps``, ``inspect``, ``inspectp``, ``version``. ``--name``/``--namespace`` are
+unanchored regexes, like the real ones.
+"""
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+
+def _fetch(lab_json, node, path, **params):
+    try:
+        with open(lab_json) as fh:
+            info = json.load(fh)
+        url = info["control"]["url"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise SystemExit("time=\"{}\" level=fatal msg=\"validate service connection: validate CRI v1 "
+                         "runtime API for endpoint \\\"unix:///run/containerd/containerd.sock\\\": "
+                         "lab state not found ({})\"".format(time.strftime("%Y-%m-%dT%H:%M:%SZ"), lab_json))
+    if node:
+        params["node"] = node
+    try:
+        with urllib.request.urlopen(url + path + "?" + urllib.parse.urlencode(params), timeout=5) as r:
+            return json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        body = json.loads(exc.read() or b"{}")
+        raise SystemExit("time=\"{}\" level=fatal msg=\"{}\"".format(
+            time.strftime("%Y-%m-%dT%H:%M:%SZ"), body.get("error", exc)))
+    except OSError as exc:
+        raise SystemExit("time=\"{}\" level=fatal msg=\"validate service connection: validate CRI v1 "
+                         "runtime API for endpoint \\\"unix:///run/containerd/containerd.sock\\\": "
+                         "connect: connection refused ({})\"".format(time.strftime("%Y-%m-%dT%H:%M:%SZ"), exc))
+
+
+def _ago(ns):
+    secs = max(0, int(time.time() - int(ns) / 1e9))
+    if secs < 60:
+        return "{} seconds ago".format(secs) if secs != 1 else "1 second ago"
+    if secs < 3600:
+        return "{} minutes ago".format(secs // 60) if secs >= 120 else "About a minute ago"
+    return "{} hours ago".format(secs // 3600) if secs >= 7200 else "About an hour ago"
+
+
+def _table(headers, rows):
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)] if rows else [len(h) for h in headers]
+    lines = []
+    for r in [headers] + rows:
+        lines.append("   ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())
+    return "\n".join(lines)
+
+
+def _labels_ok(labels, wanted):
+    for item in wanted or []:
+        k, _, v = item.partition("=")
+        if labels.get(k) != v:
+            return False
+    return True
+
+
+def cmd_pods(a, lab_json, node):
+    items = _fetch(lab_json, node, "/cri/pods")["items"]
+    out = []
+    for s in items:
+        if a.id and not s["id"].startswith(a.id):
+            continue
+        if a.name and not re.search(a.name, s["metadata"]["name"]):
+            continue
+        if a.namespace and not re.search(a.namespace, s["metadata"]["namespace"]):
+            continue
+        if a.state and s["state"] != {"ready": "SANDBOX_READY", "notready": "SANDBOX_NOTREADY"}.get(
+                a.state.lower(), a.state.upper()):
+            continue
+        if not _labels_ok(s["labels"], a.label):
+            continue
+        out.append(s)
+    out.sort(key=lambda s: int(s["createdAt"]), reverse=True)
+    if a.latest:
+        out = out[:1]
+    elif a.last:
+        out = out[:a.last]
+    if a.quiet:
+        print("\n".join(s["id"] for s in out))
+    elif a.output in ("json", "yaml"):
+        print(json.dumps({"items": out}, indent=2))
+    else:
+        rows = [[s["id"] if a.no_trunc else s["id"][:13], _ago(s["createdAt"]),
+                 "Ready" if s["state"] == "SANDBOX_READY" else "NotReady", s["metadata"]["name"],
+                 s["metadata"]["namespace"], s["metadata"]["attempt"], "(default)"] for s in out]
+        print(_table(["POD ID", "CREATED", "STATE", "NAME", "NAMESPACE", "ATTEMPT", "RUNTIME"], rows))
+    return 0
+
+
+def cmd_ps(a, lab_json, node):
+    cs = _fetch(lab_json, node, "/cri/containers")["containers"]
+    pods = {s["id"]: s for s in _fetch(lab_json, node, "/cri/pods")["items"]}
+    want_state = None
+    if a.state:
+        want_state = "CONTAINER_" + a.state.upper()
+    out = []
+    for c in cs:
+        if want_state:
+            if c["state"] != want_state:
+                continue
+        elif not a.all and c["state"] != "CONTAINER_RUNNING":
+            continue
+        if a.id and not c["id"].startswith(a.id):
+            continue
+        if a.pod and not c["podSandboxId"].startswith(a.pod):
+            continue
+        if a.name and not re.search(a.name, c["metadata"]["name"]):
+            continue
+        if a.namespace and not re.search(a.namespace, c["labels"].get("io.kubernetes.pod.namespace", "")):
+            continue
+        if a.image and a.image not in c["image"]["image"]:
+            continue
+        if not _labels_ok(c["labels"], a.label):
+            continue
+        out.append(c)
+    out.sort(key=lambda c: int(c["createdAt"]), reverse=True)
+    if a.latest:
+        out = out[:1]
+    elif a.last:
+        out = out[:a.last]
+    if a.quiet:
+        print("\n".join(c["id"] for c in out))
+    elif a.output in ("json", "yaml"):
+        print(json.dumps({"containers": out}, indent=2))
+    else:
+        rows = []
+        for c in out:
+            pod = pods.get(c["podSandboxId"], {})
+            rows.append([c["id"] if a.no_trunc else c["id"][:13], c["imageRef"][7:20] if not a.no_trunc
+                         else c["imageRef"], _ago(c["createdAt"]),
+                         c["state"].replace("CONTAINER_", "").capitalize(), c["metadata"]["name"],
+                         c["metadata"]["attempt"], c["podSandboxId"] if a.no_trunc else c["podSandboxId"][:13],
+                         (pod.get("metadata") or {}).get("name", "unknown")])
+        print(_table(["CONTAINER", "IMAGE", "CREATED", "STATE", "NAME", "ATTEMPT", "POD ID", "POD"], rows))
+    return 0
+
+
+def cmd_inspect(a, lab_json, node, kind):
+    results = [_fetch(lab_json, node, "/cri/" + kind, id=i) for i in a.ids]
+    if a.output == "table":
+        for r in results:
+            st = r["status"]
+            print("ID: {}\nName: {}\nState: {}\nCreated: {}".format(
+                st["id"], st["metadata"]["name"], st["state"], st["createdAt"]))
+        return 0
+    for r in results:
+        print(json.dumps(r, indent=2))
+    return 0
+
+
+def main(argv, lab_json, node=None):
+    node = node or os.environ.get("CPCTL_LAB_NODE") or os.environ.get("CPCTL_NODE_NAME") or None
+    p = argparse.ArgumentParser(prog="crictl", description="crictl look-alike for the cpctl lab (simulated)")
+    p.add_argument("-r", "--runtime-endpoint", default="")
+    p.add_argument("-i", "--image-endpoint", default="")
+    p.add_argument("-t", "--timeout", default="")
+    p.add_argument("-D", "--debug", action="store_true")
+    p.add_argument("-c", "--config", default="")
+    sub = p.add_subparsers(dest="cmd")
+    pp = sub.add_parser("pods")
+    pp.add_argument("--name", default="")
+    pp.add_argument("--namespace", default="")
+    pp.add_argument("--id", default="")
+    pp.add_argument("-s", "--state", default="")
+    pp.add_argument("--label", action="append")
+    pp.add_argument("-q", "--quiet", action="store_true")
+    pp.add_argument("-o", "--output", default="table", choices=["json", "yaml", "table"])
+    pp.add_argument("--no-trunc", action="store_true")
+    pp.add_argument("-l", "--latest", action="store_true")
+    pp.add_argument("-n", "--last", type=int, default=0)
+    pp.add_argument("-v", "--verbose", action="store_true")
+    ps = sub.add_parser("ps")
+    ps.add_argument("-a", "--all", action="store_true")
+    ps.add_argument("--name", default="")
+    ps.add_argument("--namespace", default="")
+    ps.add_argument("-p", "--pod", default="")
+    ps.add_argument("--id", default="")
+    ps.add_argument("--image", default="")
+    ps.add_argument("-s", "--state", default="")
+    ps.add_argument("--label", action="append")
+    ps.add_argument("-q", "--quiet", action="store_true")
+    ps.add_argument("-o", "--output", default="table", choices=["json", "yaml", "table"])
+    ps.add_argument("--no-trunc", action="store_true")
+    ps.add_argument("-l", "--latest", action="store_true")
+    ps.add_argument("-n", "--last", type=int, default=0)
+    ps.add_argument("-v", "--verbose", action="store_true")
+    for name in ("inspect", "inspectp"):
+        ip = sub.add_parser(name)
+        ip.add_argument("ids", nargs="+")
+        ip.add_argument("-o", "--output", default="json", choices=["json", "yaml", "go-template", "table"])
+    sub.add_parser("version")
+    a = p.parse_args(argv)
+    if a.cmd == "pods":
+        return cmd_pods(a, lab_json, node)
+    if a.cmd == "ps":
+        return cmd_ps(a, lab_json, node)
+    if a.cmd == "inspect":
+        return cmd_inspect(a, lab_json, node, "inspect")
+    if a.cmd == "inspectp":
+        return cmd_inspect(a, lab_json, node, "inspectp")
+    if a.cmd == "version":
+        _fetch(lab_json, node, "/state")
+        print("Version:  0.1.0\nRuntimeName:  containerd\nRuntimeVersion:  v1.7.20-cpctl-lab\n"
+              "RuntimeApiVersion:  v1")
+        return 0
+    p.print_help()
+    return 1

@@ -1,0 +1,100 @@
+"""A ThreadingHTTPServer that can be closed and reopened at will, for the lab's listeners.
+
+The lab closes the API listener when no kube-apiserver static pod runs (clients then get
+"connection refused", as on a real node) and opens health listeners only while the component
+runs. ``serve_forever`` normally notices ``shutdown()`` only at its next poll tick; to keep idle
+CPU near zero we use a long poll interval and wake the loop with a throw-away connection.
+Open connections (watch streams) are cut too, as they would be when the real process dies.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Optional
+
+
+class LabHTTPServer(ThreadingHTTPServer):
+    """Threaded HTTP(S) server with prompt, clean stop and tracking of live connections."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+    block_on_close = False
+
+    def __init__(self, addr: tuple[str, int], handler: type[BaseHTTPRequestHandler],
+                 tls: Optional[ssl.SSLContext] = None, context: Any = None) -> None:
+        super().__init__(addr, handler)
+        self.tls = tls
+        self.context = context
+        self._conns: set[socket.socket] = set()
+        self._conns_lock = threading.Lock()
+        self._thread: Optional[threading.Thread] = None
+        self.stopping = False
+
+    def get_request(self) -> tuple[Any, Any]:
+        sock, addr = self.socket.accept()
+        if self.tls is not None:
+            # Handshake happens in the handler thread (finish_request), never in the accept loop.
+            sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        return sock, addr
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        with self._conns_lock:
+            self._conns.add(request)
+        try:
+            if isinstance(request, ssl.SSLSocket):
+                request.settimeout(5)
+                request.do_handshake()
+                request.settimeout(None)
+            super().finish_request(request, client_address)
+        except (OSError, ssl.SSLError):
+            pass
+        finally:
+            with self._conns_lock:
+                self._conns.discard(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:  # noqa: ARG002
+        """Client hang-ups are normal (watch streams, probes); do not print tracebacks."""
+
+    def start(self) -> "LabHTTPServer":
+        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 30.0},
+                                        name=f"http-{self.server_address[1]}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop accepting, close the listening socket and cut live connections."""
+        if self.stopping:
+            return
+        self.stopping = True
+        t = threading.Thread(target=self.shutdown, daemon=True)
+        t.start()
+        try:  # wake the select() in serve_forever
+            with socket.create_connection(("127.0.0.1", self.server_address[1]), timeout=0.5):
+                pass
+        except OSError:
+            pass
+        t.join(2)
+        self.server_close()
+        with self._conns_lock:
+            conns = list(self._conns)
+        for c in conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+def serve(host: str, port: int, handler: type[BaseHTTPRequestHandler],
+          tls: Optional[ssl.SSLContext] = None, context: Any = None) -> LabHTTPServer:
+    """Bind and start a server in a daemon thread (raises OSError if the port is taken)."""
+    return LabHTTPServer((host, port), handler, tls=tls, context=context).start()
+
+
+def free_port() -> int:
+    """A currently free TCP port on 127.0.0.1 (the kernel picks it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from typing import Callable, Iterator
@@ -187,3 +188,57 @@ def test_sudo_with_become_password(sshd: SSHServer, sudo_users: SudoUsers, monke
     assert commands and all(sudo_users.password not in c for c in commands)
     assert "sudo -S -p ''" in commands[-1]
     assert sudo_users.password not in repr(sshd.options(become_password=sudo_users.password))
+
+
+@pytest.fixture
+def ssh_agent(tmp_path, monkeypatch) -> Iterator[str]:
+    """A private ssh-agent (its socket in tmp), exported as SSH_AUTH_SOCK for the test."""
+    import subprocess
+    sock = str(tmp_path / "agent.sock")
+    proc = subprocess.Popen(["ssh-agent", "-D", "-a", sock], stdout=subprocess.DEVNULL)
+    for _ in range(100):
+        if os.path.exists(sock):
+            break
+        time.sleep(0.02)
+    monkeypatch.setenv("SSH_AUTH_SOCK", sock)
+    yield sock
+    proc.kill()
+    proc.wait()
+
+
+def test_auth_with_ssh_agent_key(sshd: SSHServer, ssh_agent: str) -> None:
+    import subprocess
+    subprocess.run(["ssh-add", "-q", sshd.client_key], check=True, capture_output=True)
+    host = sshd.connect(identity_files=[], use_agent=True, look_for_keys=False)
+    host.close()
+    err = _fails(lambda: sshd.connect(identity_files=[], use_agent=False, look_for_keys=False))
+    assert "no key found" in err.message
+
+
+def test_unresolvable_host_is_unreachable(sshd: SSHServer, monkeypatch) -> None:
+    def no_dns(*args: object, **kw: object) -> None:
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "create_connection", no_dns)
+    err = _fails(lambda: sshd.connect("root@master9.invalid"))
+    assert err.code == ExitCode.UNREACHABLE
+    assert err.message == ("root@master9.invalid: unreachable: cannot resolve host name "
+                           "(Name or service not known)")
+
+
+def test_host_key_alias(sshd: SSHServer, tmp_path) -> None:
+    known = tmp_path / "known_hosts"
+    known.write_text("cp-alias " + " ".join(sshd.host_pub.split()[:2]) + "\n")
+    config = tmp_path / "config"
+    config.write_text(sshd.config_block("aliased").replace(sshd.known_hosts, str(known))
+                      + "  HostKeyAlias cp-alias\n")
+    sshd.connect("aliased", ssh_config=str(config), known_hosts=None).close()
+
+
+def test_sudo_wrong_become_password(sshd: SSHServer, sudo_users: SudoUsers) -> None:
+    started = time.monotonic()
+    err = _fails(lambda: sshd.connect(sshd.target(sudo_users.password_user), become_password="wrong-pw"))
+    assert time.monotonic() - started < 8                     # one attempt, not three
+    target = sshd.target(sudo_users.password_user)
+    assert err.message == "sudo on %s: the become password was rejected" % target
+    assert "wrong-pw" not in err.message

@@ -28,6 +28,7 @@ from cpctl.errors import CpctlError, ExitCode
 from cpctl.host import AgentHost, agent_bootstrap, agent_source
 from cpctl.remote.sshconfig import (
     DEFAULT_IDENTITIES,
+    DEFAULT_PORT,
     Endpoint,
     Target,
     parse_target,
@@ -299,7 +300,9 @@ def connect_endpoint(ep: Endpoint, options: SSHOptions, sock: Any = None) -> par
     auth = _KeyAuth(ep, options)
     connected = False
     try:
-        client.connect(ep.host_key_alias or ep.hostname, port=ep.port, username=ep.user, sock=sock,
+        # With ``sock`` given, paramiko uses hostname/port only to name the key in known_hosts.
+        client.connect(ep.host_key_alias or ep.hostname, port=DEFAULT_PORT if ep.host_key_alias else ep.port,
+                       username=ep.user, sock=sock,
                        timeout=ep.connect_timeout, banner_timeout=ep.connect_timeout,
                        auth_timeout=ep.connect_timeout, auth_strategy=auth)
         connected = True
@@ -382,12 +385,14 @@ def _open_hops(hops: List[str], clients: List[paramiko.SSHClient], options: SSHO
         clients.append(connect_endpoint(hop_ep, options, _tunnel(clients[-1], hop_ep)))
 
 
-def _exec_status(transport: paramiko.Transport, argv: List[str], timeout: float) -> tuple:
-    """Run a short command on its own channel; (rc, stderr). Used only for the sudo probe."""
+def _exec_status(transport: paramiko.Transport, argv: List[str], timeout: float, stdin: bytes = b"") -> tuple:
+    """Run a short command on its own channel; (rc, stderr). Used only for the sudo probes."""
     chan = transport.open_session(timeout=timeout)
     try:
         chan.settimeout(timeout)
         chan.exec_command(shlex.join(argv))
+        if stdin:
+            chan.sendall(stdin)
         chan.shutdown_write()
         err = b""
         while True:
@@ -400,16 +405,27 @@ def _exec_status(transport: paramiko.Transport, argv: List[str], timeout: float)
         chan.close()
 
 
-def _agent_argv(transport: paramiko.Transport, ep: Endpoint, options: SSHOptions) -> tuple:
-    """(argv, password_line): sudo only for non-root logins; the password travels on stdin."""
+def _agent_argv(transport: paramiko.Transport, name: str, ep: Endpoint, options: SSHOptions) -> tuple:
+    """(argv, password_line): sudo only for non-root logins; the password travels on stdin.
+
+    With a become password, two probes first: ``sudo -n true`` (is a password needed at all? if
+    not, it must not be sent, python would read it) and ``sudo -S true`` with the password and
+    EOF, so a wrong password fails in one attempt instead of sudo eating the agent's source.
+    """
     argv = agent_bootstrap(options.python)
     if not options.become or ep.user == "root":
         return argv, b""
-    if options.become_password is not None:
-        rc, _err = _exec_status(transport, ["sudo", "-n", "true"], ep.connect_timeout)
-        if rc != 0:
-            return ["sudo", "-S", "-p", "", "--"] + argv, options.become_password.encode("utf-8") + b"\n"
-    return ["sudo", "-n", "--"] + argv, b""
+    if options.become_password is None:
+        return ["sudo", "-n", "--"] + argv, b""
+    rc, _err = _exec_status(transport, ["sudo", "-n", "true"], ep.connect_timeout)
+    if rc == 0:
+        return ["sudo", "-n", "--"] + argv, b""
+    line = options.become_password.encode("utf-8") + b"\n"
+    sudo_s = ["sudo", "-S", "-p", "", "--"]
+    rc, err = _exec_status(transport, sudo_s + ["true"], max(ep.connect_timeout, 15.0), line)
+    if rc != 0:
+        raise _agent_failure(name, ep, options, err or "sudo: incorrect password")
+    return sudo_s + argv, line
 
 
 def _read_stderr(chan: paramiko.Channel, wait: float = 5.0) -> str:
@@ -444,7 +460,7 @@ def _agent_failure(name: str, ep: Endpoint, options: SSHOptions, stderr: str) ->
 def start_agent(name: str, clients: List[paramiko.SSHClient], ep: Endpoint, options: SSHOptions) -> SSHHost:
     """Exec the agent on one channel, send (password line and) its source, wait for ready."""
     transport = clients[-1].get_transport()
-    argv, password_line = _agent_argv(transport, ep, options)
+    argv, password_line = _agent_argv(transport, name, ep, options)
     chan = transport.open_session(timeout=ep.connect_timeout)
     chan.exec_command(shlex.join(argv))
     src = agent_source()

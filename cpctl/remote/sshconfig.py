@@ -56,9 +56,11 @@ class Endpoint:
 
     @property
     def known_hosts_name(self) -> str:
-        """The name known_hosts files use: ``host`` on port 22, ``[host]:port`` otherwise."""
-        name = self.host_key_alias or self.hostname
-        return name if self.port == DEFAULT_PORT else "[%s]:%d" % (name, self.port)
+        """The name known_hosts files use: ``host`` on port 22, ``[host]:port`` otherwise; a
+        HostKeyAlias is used as is (OpenSSH adds no port to it)."""
+        if self.host_key_alias:
+            return self.host_key_alias
+        return self.hostname if self.port == DEFAULT_PORT else "[%s]:%d" % (self.hostname, self.port)
 
 
 def _bad(raw: str, why: str) -> CpctlError:

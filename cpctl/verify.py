@@ -238,7 +238,7 @@ class VerifyingWaiter(Waiter):
 
     def before(self, target: PodTarget) -> Any:
         states = self._observe_all(target)
-        lease = self._lease(target) if target.component in LEASE_COMPONENTS else None
+        lease = self._lease(target) if uses_lease(target) else None
         return {"states": states, "lease": lease, "time": time.time()}
 
     def describe(self, target: PodTarget) -> Optional[dict]:
@@ -303,7 +303,7 @@ class VerifyingWaiter(Waiter):
 
     # --- health gates -------------------------------------------------------------------------
     def _gate(self, target: PodTarget, before: Any, start: float, timeout: float) -> str:
-        if target.component in LEASE_COMPONENTS:
+        if uses_lease(target):
             return self._lease_gate(target, (before or {}).get("lease"), start, timeout)
         if target.component in API_LESS:
             return self._readyz_gate(target, start, timeout)
@@ -311,13 +311,13 @@ class VerifyingWaiter(Waiter):
 
     def _lease(self, target: PodTarget) -> Optional[dict]:
         try:
-            lease = self.api.client.get_lease("kube-system", lease_name(target))
+            lease = self.api.client.get_lease("kube-system", lease_name(target, self.api.host))
         except (Unavailable, CpctlError):
             return None
         return (lease or {}).get("spec") or {}
 
     def _lease_gate(self, target: PodTarget, old: Optional[dict], start: float, timeout: float) -> str:
-        name = lease_name(target)
+        name = lease_name(target, self.api.host)
         old_renew = parse_time((old or {}).get("renewTime")) or 0.0
         while True:
             spec = self._lease(target)
@@ -337,13 +337,33 @@ class VerifyingWaiter(Waiter):
             self._tick(start, timeout, target, "%s not ready" % url)
 
 
-def lease_name(target: PodTarget) -> str:
-    """The leader-election Lease: --leader-elect-resource-name, else the component name."""
+def uses_lease(target: PodTarget) -> bool:
+    """Scheduler/controller-manager, or a second scheduler from `cpctl scheduler add` (own Lease)."""
+    annotations = (target.pod.get("metadata") or {}).get("annotations") or {}
+    return target.component in LEASE_COMPONENTS or annotations.get("cpctl.io/generated-by") == "scheduler-add"
+
+
+def lease_name(target: PodTarget, host: Optional[Host] = None) -> str:
+    """The leader-election Lease: --leader-elect-resource-name, else leaderElection.resourceName
+    of the --config file (read on the node through ``host``), else the component name."""
+    config = None
     for container in (target.pod.get("spec") or {}).get("containers") or []:
         for arg in (container.get("command") or []) + (container.get("args") or []):
             if isinstance(arg, str) and arg.startswith("--leader-elect-resource-name="):
                 return arg.split("=", 1)[1]
-    return target.component
+            if isinstance(arg, str) and arg.startswith("--config="):
+                config = arg.split("=", 1)[1]
+    return (_config_lease(host, config) if host and config else None) or target.component
+
+
+def _config_lease(host: Host, path: str) -> Optional[str]:
+    import yaml
+    try:
+        config = yaml.safe_load(host.read_file(path, 1 << 20))
+    except (OSError, yaml.YAMLError):
+        return None
+    name = ((config or {}).get("leaderElection") or {}).get("resourceName") if isinstance(config, dict) else None
+    return name if isinstance(name, str) and name else None
 
 
 def make(kind: str, host: Host, kubeconfig: str, crictl: str = "crictl", **options: Any) -> Waiter:

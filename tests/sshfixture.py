@@ -13,6 +13,9 @@ Use in a test module::
         host = sshd.connect()            # an SSHHost as root, key verified
         ...
 
+(Star-imported session fixtures are instantiated once per importing module; a conftest with
+``pytest_plugins = ["tests.sshfixture"]`` would share them across modules.)
+
 Fixtures: ``ssh_session`` (client key, shared dirs), ``sshd`` (one server, session scope),
 ``sshd_many`` (3 servers on 127.0.0.1/.2/.3), ``sshd_factory`` (fresh servers for a test, e.g.
 with another host key), ``sudo_users`` (non-root users with and without NOPASSWD sudo).
@@ -178,7 +181,11 @@ def start_sshd(session: SSHSession, address: str = "127.0.0.1", host_key: Option
         shutil.copy(host_key, key_path)
         shutil.copy(host_key + ".pub", key_path + ".pub")
         os.chmod(key_path, 0o600)
-    host_pub = open(key_path + ".pub").read().strip() if host_key else keygen(key_path)
+    if host_key:
+        with open(key_path + ".pub") as handle:
+            host_pub = handle.read().strip()
+    else:
+        host_pub = keygen(key_path)
     os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
     for _ in range(5):
         port = free_port(address)
@@ -195,7 +202,8 @@ def start_sshd(session: SSHSession, address: str = "127.0.0.1", host_key: Option
             return server
         proc.kill()
         proc.wait()
-    raise RuntimeError("sshd did not start: %s" % open(os.path.join(server_dir, "sshd.log")).read()[-2000:])
+    with open(os.path.join(server_dir, "sshd.log"), errors="replace") as handle:
+        raise RuntimeError("sshd did not start: %s" % handle.read()[-2000:])
 
 
 def _require_sshd() -> None:
@@ -282,6 +290,9 @@ def _ensure_sudo() -> None:
         pytest.skip("sudo is not installed (apt-get install sudo)")
 
 
+_USER_TAGS: List[int] = []
+
+
 @pytest.fixture(scope="session")
 def sudo_users(ssh_session: SSHSession) -> Iterator[SudoUsers]:
     """Two throwaway users (names unique per run, removed at teardown) authorised with the
@@ -289,7 +300,10 @@ def sudo_users(ssh_session: SSHSession) -> Iterator[SudoUsers]:
     _ensure_sudo()
     if not shutil.which("useradd"):
         pytest.skip("useradd missing")
-    tag = "%x" % os.getpid()
+    # Session fixtures star-imported into several modules are instantiated once per module:
+    # keep names unique per instance as well as per run.
+    _USER_TAGS.append(len(_USER_TAGS))
+    tag = "%x%d" % (os.getpid(), _USER_TAGS[-1])
     users = SudoUsers("cpct%s-np" % tag, "cpct%s-pw" % tag, "pw-%s-secret" % tag)
     dropin = "/etc/sudoers.d/cpctl-test-%s" % tag
     try:

@@ -400,9 +400,11 @@ def add(node: Node, name: str, source: str = DEFAULT_SOURCE, port: Optional[int]
         config_dir: str = DEFAULT_CONFIG_DIR, wait: bool = True, timeout: float = 120.0,
         dry_run: bool = False) -> dict:
     """Write config then manifest under the node lock, record history, wait for the mirror pod."""
+    # Plan read-only first: a refusal or --dry-run leaves no trace (not even the state dir); the
+    # plan is recomputed under the lock, where it counts.
+    plan = plan_add(node, name, source, port, config_dir)
+    check_config_path(node.host, plan.config_path, plan.config)
     if dry_run:
-        plan = plan_add(node, name, source, port, config_dir)
-        check_config_path(node.host, plan.config_path, plan.config)
         return dict(plan.to_dict(), dry_run=True, changed=False)
     with node.session("cpctl scheduler add %s" % name):
         plan = plan_add(node, name, source, port, config_dir)
@@ -488,8 +490,8 @@ def plan_remove(node: Node, name: str) -> dict:
 
 def remove(node: Node, name: str, wait: bool = True, timeout: float = 120.0, dry_run: bool = False) -> dict:
     """Move the generated manifest (then its config) into STATE/removed/<ts>/ and wait for the pod."""
+    plan = plan_remove(node, name)   # read-only: refuse (or answer --dry-run) before the session
     if dry_run:
-        plan = plan_remove(node, name)
         return {"name": name, "dry_run": True, "changed": False, "files": plan["files"], "state": plan["state"]}
     with node.session("cpctl scheduler remove %s" % name):
         plan = plan_remove(node, name)

@@ -132,6 +132,7 @@ def test_http_from_the_node(remote: Host) -> None:
             remote.http("GET", "http://127.0.0.1:%d/" % free_port("127.0.0.1"), timeout=2)  # noqa: F405
     finally:
         server.shutdown()
+        server.server_close()
 
 
 def test_info_is_the_remote_agent(remote: Host) -> None:
@@ -184,6 +185,8 @@ def test_lock_released_when_local_process_is_killed(sshd: SSHServer, tmp_path) -
         if child.poll() is None:
             child.kill()
             child.wait()
+        if child.stdout is not None:
+            child.stdout.close()
 
 
 def test_threads_share_one_connection(remote: Host) -> None:

@@ -51,7 +51,11 @@ def pid_alive(pid: Optional[int]) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    try:  # a zombie (exited, not yet reaped by its new parent) is not running
+        stat = Path(f"/proc/{int(pid)}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def env_vars(info: dict[str, Any], master: int = 1) -> dict[str, str]:

@@ -233,7 +233,9 @@ class Watch:
     # --- verdicts ------------------------------------------------------------------------------------
     def _flush(self, force: bool = False) -> None:
         now = time.monotonic()
-        due = sorted(n for n, p in self.pending.items() if force or p.deadline <= now)
+        # In the order the bursts ended, which is the order the kubelet saw the files settle.
+        due = sorted((n for n, p in self.pending.items() if force or p.deadline <= now),
+                     key=lambda n: (self.pending[n].deadline, n))
         if not due:
             return
         scan = self._scan()

@@ -1,0 +1,316 @@
+"""cpctl watch with real inotify: the CLI runs as a subprocess and its JSON lines are read back.
+
+Every wait is bounded (no timing is asserted: latency is a benchmark concern, not a test).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import threading
+from typing import Any, Callable, Optional
+
+import pytest
+
+from cpctl import watch as watchmod
+from cpctl.probes import PodTarget, Waiter
+from tests.coreutil import CLI, MANIFESTS, NODE, NodeDirs
+
+POD = MANIFESTS["kube-scheduler.yaml"]
+WAIT = 10.0
+
+
+class WatchProc:
+    """``cpctl -o json watch`` in a child process; records are read by a thread into a queue."""
+
+    def __init__(self, node: NodeDirs, *args: str, env: Optional[dict] = None) -> None:
+        argv = CLI + ["-o", "json", "watch", "--debounce", "50", *args]
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     env=env or node.env())
+        self.records: Any = queue.Queue()
+        self.seen: list = []
+        threading.Thread(target=self._read, daemon=True).start()
+        self.start = self.next()
+        assert self.start["verdict"] == "watching", self.start
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.records.put(json.loads(line))
+        self.records.put(None)
+
+    def next(self, timeout: float = WAIT) -> dict:
+        try:
+            record = self.records.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError("no watch output within %ss; seen %r" % (timeout, self.seen)) from None
+        if record is None:
+            raise AssertionError("watch exited: rc=%s stderr=%s" % (self.proc.wait(5), self.proc.stderr.read()))
+        self.seen.append(record)
+        return record
+
+    def until(self, pred: Callable[[dict], bool], timeout: float = WAIT) -> list:
+        """Records up to and including the first one matching ``pred``."""
+        got = []
+        while True:
+            record = self.next(timeout)
+            got.append(record)
+            if pred(record):
+                return got
+
+    def verdict(self, file: str, timeout: float = WAIT) -> dict:
+        return self.until(lambda r: r.get("file") == file and r["event"] != "mirror", timeout)[-1]
+
+    def marker(self, node: NodeDirs, name: str) -> list:
+        """Everything emitted before a fresh dot file's verdict: proves nothing else is pending."""
+        touch(node, "." + name, b"")
+        return self.until(lambda r: r.get("file") == "." + name)[:-1]
+
+    def stop(self, signum: int = signal.SIGTERM) -> tuple:
+        self.proc.send_signal(signum)
+        rc = self.proc.wait(WAIT)
+        rest = []
+        while True:
+            record = self.records.get(timeout=WAIT)
+            if record is None:
+                break
+            rest.append(record)
+        return rc, rest
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+
+
+@pytest.fixture
+def node(tmp_path: Any) -> NodeDirs:
+    return NodeDirs(str(tmp_path))
+
+
+@pytest.fixture
+def watcher(node: NodeDirs) -> Any:
+    proc = WatchProc(node)
+    yield proc
+    proc.close()
+
+
+def touch(node: NodeDirs, name: str, data: bytes) -> None:
+    with open(os.path.join(node.manifests, name), "wb") as handle:
+        handle.write(data)
+
+
+def path(node: NodeDirs, name: str) -> str:
+    return os.path.join(node.manifests, name)
+
+
+# --- verdicts --------------------------------------------------------------------------------------
+
+def test_start_line_names_what_runs(watcher: WatchProc) -> None:
+    assert "4 manifests" in watcher.start["detail"]
+    assert set(watcher.start) == {"time", "event", "file", "verdict", "pod", "detail"}
+
+
+def test_load_reload_stop_and_unchanged(node: NodeDirs, watcher: WatchProc) -> None:
+    touch(node, "extra.yaml", POD.replace(b"name: kube-scheduler", b"name: extra"))
+    rec = watcher.verdict("extra.yaml")
+    assert rec["verdict"] == "load" and rec["pod"] == "extra-" + NODE and "created" in rec["event"]
+    touch(node, "extra.yaml", POD.replace(b"name: kube-scheduler", b"name: extra") + b"# v2\n")
+    assert watcher.verdict("extra.yaml")["verdict"] == "reload"
+    os.utime(path(node, "extra.yaml"))
+    touch(node, "extra.yaml", POD.replace(b"name: kube-scheduler", b"name: extra") + b"# v2\n")
+    rec = watcher.verdict("extra.yaml")
+    assert rec["verdict"] == "ignore" and "unchanged" in rec["detail"]
+    os.unlink(path(node, "extra.yaml"))
+    rec = watcher.verdict("extra.yaml")
+    assert rec["verdict"] == "stop" and rec["event"] == "deleted" and "extra" in rec["detail"]
+
+
+def test_moved_out_and_back_in(node: NodeDirs, watcher: WatchProc, tmp_path: Any) -> None:
+    os.rename(path(node, "kube-scheduler.yaml"), str(tmp_path / "parked.yaml"))
+    rec = watcher.verdict("kube-scheduler.yaml")
+    assert (rec["event"], rec["verdict"], rec["pod"]) == ("moved_out", "stop", "kube-scheduler-" + NODE)
+    os.rename(str(tmp_path / "parked.yaml"), path(node, "kube-scheduler.yaml"))
+    rec = watcher.verdict("kube-scheduler.yaml")
+    assert (rec["event"], rec["verdict"]) == ("moved_in", "load")
+
+
+REJECTS = {
+    "invalid YAML": b"apiVersion: v1\nkind: Pod\nmetadata: {name: [x\n",
+    "not a v1 Pod": b"apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\n",
+    "binary": b"\x00\x01binary",
+    "too large": b"# " + b"x" * (1 << 20) + b"\n",
+}
+
+
+@pytest.mark.parametrize("why", sorted(REJECTS))
+def test_reject(node: NodeDirs, watcher: WatchProc, why: str) -> None:
+    touch(node, "bad.yaml", REJECTS[why])
+    rec = watcher.verdict("bad.yaml")
+    assert rec["verdict"] == "reject" and why in rec["detail"]
+
+
+def test_previously_running_file_turned_invalid(node: NodeDirs, watcher: WatchProc) -> None:
+    touch(node, "kube-scheduler.yaml", POD + b"  bad: [\n")
+    rec = watcher.verdict("kube-scheduler.yaml")
+    assert rec["verdict"] == "reject" and "stops pod kube-system/kube-scheduler" in rec["detail"]
+
+
+def test_ignored_dot_files_and_directories(node: NodeDirs, watcher: WatchProc) -> None:
+    touch(node, ".kube-scheduler.yaml.swp", b"b0VIM")
+    rec = watcher.verdict(".kube-scheduler.yaml.swp")
+    assert rec["verdict"] == "ignore" and "swap file for kube-scheduler.yaml" in rec["detail"]
+    os.mkdir(path(node, "old"))
+    rec = watcher.verdict("old")
+    assert rec["verdict"] == "ignore" and "directory" in rec["detail"]
+
+
+def test_duplicate_pod_names_both_files(node: NodeDirs, watcher: WatchProc) -> None:
+    shutil.copy(path(node, "kube-apiserver.yaml"), path(node, "kube-apiserver.yaml.bak"))
+    rec = watcher.verdict("kube-apiserver.yaml.bak")
+    assert rec["verdict"] == "duplicate" and rec["files"] == ["kube-apiserver.yaml.bak", "kube-apiserver.yaml"]
+    assert "kube-apiserver.yaml" in rec["detail"]
+
+
+def test_vim_save_gives_one_verdict_for_the_file(node: NodeDirs, watcher: WatchProc) -> None:
+    """vim's default write: write-test 4913, rename x -> x~, write new x, delete x~, swap file."""
+    target = path(node, "kube-scheduler.yaml")
+    touch(node, ".kube-scheduler.yaml.swp", b"b0VIM")
+    touch(node, "4913", b"")
+    os.unlink(path(node, "4913"))
+    os.rename(target, target + "~")
+    with open(target, "wb") as handle:
+        handle.write(POD.replace(b"leader-elect=true", b"leader-elect=false"))
+    os.unlink(target + "~")
+    seen = watcher.marker(node, "m1")
+    by_file: dict = {}
+    for rec in seen:
+        by_file.setdefault(rec["file"], []).append(rec)
+    assert [r["verdict"] for r in by_file["kube-scheduler.yaml"]] == ["reload"]
+    assert [r["verdict"] for r in by_file["4913"]] == ["ignore"] and "write-test" in by_file["4913"][0]["detail"]
+    assert [r["verdict"] for r in by_file["kube-scheduler.yaml~"]] == ["ignore"]
+    assert [r["verdict"] for r in by_file[".kube-scheduler.yaml.swp"]] == ["ignore"]
+
+
+def test_atomic_rename_save(node: NodeDirs, watcher: WatchProc) -> None:
+    touch(node, ".kube-scheduler.yaml.tmp", POD + b"# new\n")
+    os.rename(path(node, ".kube-scheduler.yaml.tmp"), path(node, "kube-scheduler.yaml"))
+    # sed -i: a non-dot temp file, renamed over the target
+    touch(node, "sedX1y2Z3", MANIFESTS["kube-apiserver.yaml"] + b"# sed\n")
+    os.rename(path(node, "sedX1y2Z3"), path(node, "kube-apiserver.yaml"))
+    seen = watcher.marker(node, "m2")
+    verdicts = {r["file"]: (r["verdict"], r["event"]) for r in seen}
+    assert verdicts["kube-scheduler.yaml"] == ("reload", "moved_in")
+    assert verdicts[".kube-scheduler.yaml.tmp"][0] == "ignore"
+    assert verdicts["sedX1y2Z3"][0] == "ignore"
+    assert verdicts["kube-apiserver.yaml"][0] == "reload"
+    assert len([r for r in seen if r["file"] == "kube-scheduler.yaml"]) == 1
+
+
+# --- the dir itself, signals -----------------------------------------------------------------------------
+
+def test_dir_removed_and_recreated(node: NodeDirs, watcher: WatchProc) -> None:
+    shutil.rmtree(node.manifests)
+    seen = watcher.until(lambda r: r["event"] == "dir_removed" and r["file"] is None)
+    stopped = {r["file"] for r in seen if r["verdict"] == "stop" and r["file"]}
+    assert stopped == set(MANIFESTS)
+    os.mkdir(node.manifests)
+    assert watcher.until(lambda r: r["event"] == "dir_created")[-1]["verdict"] == "watching"
+    touch(node, "kube-scheduler.yaml", POD)
+    assert watcher.verdict("kube-scheduler.yaml")["verdict"] == "load"
+    os.rename(node.manifests, node.manifests + ".old")      # moved away, then a new one moved in
+    watcher.until(lambda r: r["event"] == "dir_removed" and r["file"] is None)
+    shutil.copytree(node.manifests + ".old", node.manifests + ".new")
+    os.rename(node.manifests + ".new", node.manifests)
+    watcher.until(lambda r: r["event"] == "dir_created")
+    assert watcher.verdict("kube-scheduler.yaml")["verdict"] == "load"
+    touch(node, "etcd.yaml", MANIFESTS["etcd.yaml"])
+    assert watcher.verdict("etcd.yaml")["verdict"] == "load", "the new dir is watched"
+
+
+@pytest.mark.parametrize("signum,name", [(signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT")])
+def test_signal_exits_0_with_final_line(node: NodeDirs, watcher: WatchProc, signum: int, name: str) -> None:
+    touch(node, "junk", b"x: [")
+    watcher.verdict("junk")
+    rc, rest = watcher.stop(signum)
+    assert rc == 0 and rest[-1]["verdict"] == "exit" and name in rest[-1]["detail"]
+    assert "1 verdict" in rest[-1]["detail"]
+
+
+def test_text_output_and_missing_dir(node: NodeDirs, tmp_path: Any) -> None:
+    proc = subprocess.Popen(CLI + ["watch"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=node.env())
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        assert "watching" in first and node.manifests in first
+        touch(node, "etcd.yaml.orig", MANIFESTS["etcd.yaml"])
+        assert "DUPLICATE etcd.yaml.orig:" in proc.stdout.readline()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=WAIT)
+        assert proc.returncode == 0 and "stopped (SIGTERM)" in out and err == ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    env = node.env(CPCTL_MANIFESTS_DIR=str(tmp_path / "nope"))
+    done = subprocess.run(CLI + ["watch"], env=env, capture_output=True, text=True, timeout=WAIT)
+    assert done.returncode == 7 and "does not exist" in done.stderr
+
+
+# --- mirror pod follow-up (in-process, fake waiter; the lab test is in test_watch_lab.py) ----------------
+
+class FakeWaiter(Waiter):
+    """A stand-in probe whose describe() returns whatever the test set in ``state``."""
+
+    name = "fake"
+
+    def __init__(self) -> None:
+        self.state: Optional[dict] = {"present": True, "ready": True, "phase": "Running", "uid": "a", "age": 50}
+
+    def describe(self, target: PodTarget) -> Optional[dict]:
+        return self.state
+
+
+def test_followed() -> None:
+    up = {"present": True, "ready": True, "uid": "b", "age": 0.1}
+    assert watchmod.followed("stop", {"present": False}, up, 0.5)
+    assert not watchmod.followed("stop", None, up, 0.5)
+    assert watchmod.followed("load", up, {"present": False}, 0.5)
+    assert not watchmod.followed("reload", up, up, 0.5), "same uid: not recreated yet"
+    assert watchmod.followed("reload", up, dict(up, uid="a"), 0.5)
+    assert watchmod.followed("reload", {"present": True, "ready": True, "age": 1.0}, {"present": True}, 0.5)
+
+
+def test_follow_up_lines_with_fake_waiter(node: NodeDirs) -> None:
+    records: Any = queue.Queue()
+    fake = FakeWaiter()
+    runner = watchmod.Watch(node.manifests, records.put, waiter=fake, node_name=NODE, timeout=0.6, debounce=0.02)
+    thread = threading.Thread(target=lambda: (runner.start(), runner.run(), runner.close()), daemon=True)
+    thread.start()
+
+    def wait_for(pred: Callable[[dict], bool]) -> dict:
+        while True:
+            rec = records.get(timeout=WAIT)
+            if pred(rec):
+                return rec
+    try:
+        wait_for(lambda r: r["verdict"] == "watching")
+        os.unlink(path(node, "kube-scheduler.yaml"))
+        assert wait_for(lambda r: r["event"] != "mirror")["verdict"] == "stop"
+        rec = wait_for(lambda r: r["event"] == "mirror")
+        assert rec["verdict"] == "not_followed" and rec["detail"] == "mirror pod kube-scheduler-cp-1 still present " \
+                                                                      "after 1s"
+        fake.state = {"present": False}
+        os.unlink(path(node, "etcd.yaml"))
+        rec = wait_for(lambda r: r["event"] == "mirror")
+        assert rec["verdict"] == "followed" and rec["detail"].startswith("mirror pod etcd-cp-1 gone after ")
+        touch(node, "etcd.yaml", MANIFESTS["etcd.yaml"])
+        rec = wait_for(lambda r: r["event"] == "mirror")
+        assert rec["verdict"] == "not_followed" and "did not appear" in rec["detail"]
+    finally:
+        runner.stop("test")
+        thread.join(WAIT)

@@ -44,7 +44,8 @@ __all__ = ["SSHServer", "SSHSession", "SudoUsers", "ssh_session", "sshd", "sshd_
 
 def keygen(path: str, passphrase: str = "", kind: str = "ed25519") -> str:
     """Make a key pair at ``path``; return the public key line."""
-    subprocess.run([SSH_KEYGEN, "-q", "-t", kind, "-N", passphrase, "-C", "cpctl-test", "-f", path],
+    rounds = ["-a", "2"] if passphrase else []     # cheap KDF: tests need encryption, not strength
+    subprocess.run([SSH_KEYGEN, "-q", "-t", kind, "-N", passphrase, "-C", "cpctl-test", "-f", path] + rounds,
                    check=True, stdin=subprocess.DEVNULL)
     with open(path + ".pub") as handle:
         return handle.read().strip()
@@ -88,6 +89,11 @@ class SSHServer:
     proc: subprocess.Popen
     alias: str = "master"
     extra_config: List[str] = field(default_factory=list)
+
+    @property
+    def host(self) -> str:
+        """The address sshd listens on (also ``address``)."""
+        return self.address
 
     @property
     def client_key(self) -> str:
@@ -154,7 +160,10 @@ def _sshd_config(session: SSHSession, server_dir: str, address: str, port: int) 
         "AuthorizedKeysFile %s/%%u" % session.auth_dir,
         "StrictModes no", "UsePAM no", "PasswordAuthentication no", "KbdInteractiveAuthentication no",
         "PubkeyAuthentication yes", "PermitRootLogin prohibit-password", "AllowTcpForwarding yes",
-        "LogLevel VERBOSE", "MaxStartups 100:30:200", "MaxSessions 50", "LoginGraceTime 20", "",
+        "LogLevel VERBOSE", "MaxStartups 100:30:200", "MaxSessions 50", "LoginGraceTime 20",
+        # bash sources ~/.bashrc for ssh commands unless SHLVL says it is nested; a developer's
+        # bashrc (pyenv init: ~0.4 s) would otherwise dominate every test's agent start.
+        "SetEnv SHLVL=1", "",
     ])
 
 

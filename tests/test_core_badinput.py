@@ -51,7 +51,8 @@ BAD_NAMES = ["a/b", "../../etc/passwd", "..", "kube-scheduler;id", "$(id)", "`id
 
 def test_bad_component_names(node):
     cases = [["stop", "--", name] for name in BAD_NAMES]
-    cases += [[cmd, "--", name] for name in ("../x", "$(id)", "a b") for cmd in ("start", "restart", "status", "history")]
+    cases += [[cmd, "--", name] for name in ("../x", "$(id)", "a b")
+              for cmd in ("start", "restart", "status", "history")]
     cases += [["stop", "scheduler", "--", "`id`"]]
     _batch_unchanged(node, cases, 2, "component name")
 
@@ -204,5 +205,5 @@ def test_usage_errors(node):
 
 
 def test_reason_with_control_characters(node):
-    _batch_unchanged(node, [["stop", "scheduler", "--reason", r] for r in REASONS] + [["restart", "scheduler", "--reason", "a\nb"]],
-                     2, "--reason")
+    cases = [["stop", "scheduler", "--reason", r] for r in REASONS] + [["restart", "scheduler", "--reason", "a\nb"]]
+    _batch_unchanged(node, cases, 2, "--reason")

@@ -21,8 +21,13 @@ import pytest
 
 from cpctl.lab.control import LabHandle, start_lab
 
-FAST = {"start_lag": 0.05, "ready_lag": 0.05, "stop_lag": 0.05, "file_check_frequency": 1.0,
-        "lease_renew": 0.2}
+FAST = {
+    "start_lag": 0.05,
+    "ready_lag": 0.05,
+    "stop_lag": 0.05,
+    "file_check_frequency": 1.0,
+    "lease_renew": 0.2,
+}
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 
 
@@ -40,22 +45,34 @@ def lab3(tmp_path: Path) -> Iterator[LabHandle]:
         yield handle
 
 
-def kubectl(handle: LabHandle, *args: str, check: bool = True, timeout: float = 15) -> subprocess.CompletedProcess:
+def kubectl(
+    handle: LabHandle, *args: str, check: bool = True, timeout: float = 15
+) -> subprocess.CompletedProcess:
     """Run the real kubectl against the lab (own discovery cache dir per lab)."""
     env = dict(os.environ, KUBECONFIG=handle.kubeconfig, HOME=str(handle.dir))
-    proc = subprocess.run([KUBECTL, "--cache-dir", str(handle.dir / "kcache"), *args], capture_output=True,
-                          text=True, env=env, timeout=timeout)
+    proc = subprocess.run(
+        [KUBECTL, "--cache-dir", str(handle.dir / "kcache"), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"kubectl {' '.join(args)} failed: {proc.stderr}")
     return proc
 
 
-def api(handle: LabHandle, method: str, path: str, body: Any = None,
-        ctype: str = "application/json") -> tuple[int, Any]:
+def api(
+    handle: LabHandle, method: str, path: str, body: Any = None, ctype: str = "application/json"
+) -> tuple[int, Any]:
     """One REST call with urllib; returns (status code, decoded JSON body)."""
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(handle.api_url + path, data=data, method=method,
-                                 headers={"Content-Type": ctype, "Accept": "application/json"})
+    req = urllib.request.Request(
+        handle.api_url + path,
+        data=data,
+        method=method,
+        headers={"Content-Type": ctype, "Accept": "application/json"},
+    )
     try:
         with urllib.request.urlopen(req, timeout=5) as resp:
             return resp.status, json.loads(resp.read() or b"null")
@@ -88,5 +105,7 @@ def mirror(handle: LabHandle, component: str, master: int = 1) -> Optional[dict[
 
 
 def is_ready(pod: Optional[dict[str, Any]]) -> bool:
-    return bool(pod) and any(c["type"] == "Ready" and c["status"] == "True"
-                             for c in (pod or {}).get("status", {}).get("conditions", []))
+    return bool(pod) and any(
+        c["type"] == "Ready" and c["status"] == "True"
+        for c in (pod or {}).get("status", {}).get("conditions", [])
+    )

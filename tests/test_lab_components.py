@@ -1,5 +1,6 @@
 """crictl shim, leader Leases, health endpoints, scheduler profiles, multi-master, and the lab CLI."""
 
+# ruff: noqa: F811  (pytest fixtures are imported by name and then used as parameters)
 from __future__ import annotations
 
 import json
@@ -13,10 +14,9 @@ import urllib.request
 
 import yaml
 
-from tests.labfixture import api, get_pod, is_ready, kubectl, lab, lab3, mirror, wait_for  # noqa: F401
-
 from cpctl.lab.control import package_root, read_state
 from cpctl.lab.httpserve import free_port
+from tests.labfixture import api, get_pod, is_ready, kubectl, lab, lab3, mirror, wait_for  # noqa: F401
 
 
 def crictl(path: str, *args: str) -> subprocess.CompletedProcess:
@@ -35,7 +35,9 @@ def _get(url: str) -> int:
 
 
 def test_crictl_shapes(lab, tmp_path):
-    pods = json.loads(crictl(lab.crictl, "pods", "--name", "^kube-scheduler-lab-master1$", "-o", "json").stdout)
+    pods = json.loads(
+        crictl(lab.crictl, "pods", "--name", "^kube-scheduler-lab-master1$", "-o", "json").stdout
+    )
     assert len(pods["items"]) == 1
     sb = pods["items"][0]
     assert sb["state"] == "SANDBOX_READY" and sb["metadata"]["namespace"] == "kube-system"
@@ -52,7 +54,10 @@ def test_crictl_shapes(lab, tmp_path):
     assert ids == [ctr["id"]]
     # unanchored regex, like the real crictl
     assert len(json.loads(crictl(lab.crictl, "ps", "--name", "kube", "-o", "json").stdout)["containers"]) == 3
-    assert len(json.loads(crictl(lab.crictl, "pods", "--namespace", "system", "-o", "json").stdout)["items"]) == 4
+    assert (
+        len(json.loads(crictl(lab.crictl, "pods", "--namespace", "system", "-o", "json").stdout)["items"])
+        == 4
+    )
     info = json.loads(crictl(lab.crictl, "inspect", ctr["id"]).stdout)
     assert info["status"]["id"] == ctr["id"] and info["info"]["pid"] > 0 and info["status"]["startedAt"]
     assert json.loads(crictl(lab.crictl, "inspectp", sb["id"]).stdout)["status"]["id"] == sb["id"]
@@ -73,7 +78,9 @@ def test_crictl_shapes(lab, tmp_path):
 
 def test_leases_renew_only_while_component_runs(lab, tmp_path):
     def lease(name: str) -> dict:
-        return api(lab, "GET", f"/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/{name}")[1]["spec"]
+        return api(lab, "GET", f"/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/{name}")[1][
+            "spec"
+        ]
 
     first = lease("kube-scheduler")
     assert first["holderIdentity"].startswith("lab-master1_")
@@ -94,10 +101,12 @@ def test_leases_renew_only_while_component_runs(lab, tmp_path):
 
 def test_health_endpoints_follow_pods(lab, tmp_path):
     ports = lab.ports()
-    urls = {"kube-apiserver": f"https://127.0.0.1:{ports['apiserver']}/readyz",
-            "kube-controller-manager": f"https://127.0.0.1:{ports['controller-manager']}/healthz",
-            "kube-scheduler": f"https://127.0.0.1:{ports['scheduler']}/healthz",
-            "etcd": f"http://127.0.0.1:{ports['etcd-metrics']}/readyz"}
+    urls = {
+        "kube-apiserver": f"https://127.0.0.1:{ports['apiserver']}/readyz",
+        "kube-controller-manager": f"https://127.0.0.1:{ports['controller-manager']}/healthz",
+        "kube-scheduler": f"https://127.0.0.1:{ports['scheduler']}/healthz",
+        "etcd": f"http://127.0.0.1:{ports['etcd-metrics']}/readyz",
+    }
     for url in urls.values():
         assert _get(url) == 200, url
     assert _get(f"https://127.0.0.1:{ports['apiserver']}/livez") == 200
@@ -111,6 +120,7 @@ def test_health_endpoints_follow_pods(lab, tmp_path):
         except urllib.error.URLError:
             return True
         return False
+
     wait_for(down, what="kcm health listener closed")
     (tmp_path / "kcm.yaml").rename(mdir / "kube-controller-manager.yaml")
     wait_for(lambda: _get(urls["kube-controller-manager"]) == 200, what="kcm healthy again")
@@ -144,8 +154,10 @@ def test_scheduler_name_and_second_scheduler(lab, tmp_path):
     pod["spec"]["volumes"].append({"name": "conf", "hostPath": {"path": str(conf_dir), "type": "Directory"}})
     (tmp_path / "my.yaml").write_text(yaml.safe_dump(pod))
     (tmp_path / "my.yaml").rename(mdir / "my-scheduler.yaml")
-    wait_for(lambda: get_pod(lab, "default", "custom")["spec"].get("nodeName") == "lab-worker1",
-             what="my-scheduler bound the pod")
+    wait_for(
+        lambda: get_pod(lab, "default", "custom")["spec"].get("nodeName") == "lab-worker1",
+        what="my-scheduler bound the pod",
+    )
     wait_for(lambda: _get(f"https://127.0.0.1:{port}/healthz") == 200, what="my-scheduler healthz")
     lease = api(lab, "GET", "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/my-scheduler")[1]
     assert lease["spec"]["holderIdentity"].startswith("lab-master1_")
@@ -178,7 +190,10 @@ def test_three_masters(lab3, tmp_path):
     assert env2["CPCTL_NODE_NAME"] == "lab-master2" and env2["CPCTL_MANIFESTS_DIR"] == str(m2)
     ps = json.loads(crictl(env2["CPCTL_CRICTL"], "ps", "-o", "json").stdout)["containers"]
     assert {c["labels"]["io.kubernetes.pod.name"] for c in ps} == {
-        "kube-apiserver-lab-master2", "kube-controller-manager-lab-master2", "kube-scheduler-lab-master2"}
+        "kube-apiserver-lab-master2",
+        "kube-controller-manager-lab-master2",
+        "kube-scheduler-lab-master2",
+    }
 
 
 def test_cli_up_env_down(tmp_path):
@@ -186,29 +201,47 @@ def test_cli_up_env_down(tmp_path):
     env = dict(os.environ, PYTHONPATH=package_root())
     cmd = [sys.executable, "-m", "cpctl.lab"]
     fast = ["--start-lag", "0.05", "--ready-lag", "0.05", "--stop-lag", "0.05"]
-    up = subprocess.run([*cmd, "up", "--dir", str(d), *fast], capture_output=True, text=True, env=env,
-                        timeout=30)
+    up = subprocess.run(
+        [*cmd, "up", "--dir", str(d), *fast], capture_output=True, text=True, env=env, timeout=30
+    )
     try:
         assert up.returncode == 0, up.stderr
         lines = up.stdout.splitlines()
         assert [ln.split("=", 1)[0] for ln in lines] == [
-            "export CPCTL_MANIFESTS_DIR", "export CPCTL_STATE_DIR", "export CPCTL_NODE_NAME", "export KUBECONFIG",
-            "export CPCTL_CRICTL"]
+            "export CPCTL_MANIFESTS_DIR",
+            "export CPCTL_STATE_DIR",
+            "export CPCTL_NODE_NAME",
+            "export KUBECONFIG",
+            "export CPCTL_CRICTL",
+        ]
         assert f"export CPCTL_STATE_DIR={d}/state-lab-master1" in lines
         assert (d / "env").read_text() == up.stdout
-        again = subprocess.run([*cmd, "up", "--dir", str(d)], capture_output=True, text=True, env=env, timeout=30)
+        again = subprocess.run(
+            [*cmd, "up", "--dir", str(d)], capture_output=True, text=True, env=env, timeout=30
+        )
         assert again.returncode != 0 and "already running" in again.stderr
         assert len(again.stderr.strip().splitlines()) == 1
-        out = subprocess.run([*cmd, "env", "--dir", str(d)], capture_output=True, text=True, env=env, timeout=10)
+        out = subprocess.run(
+            [*cmd, "env", "--dir", str(d)], capture_output=True, text=True, env=env, timeout=10
+        )
         assert out.stdout == up.stdout
-        bad = subprocess.run([*cmd, "env", "--dir", str(d), "--master", "2"], capture_output=True, text=True,
-                             env=env, timeout=10)
+        bad = subprocess.run(
+            [*cmd, "env", "--dir", str(d), "--master", "2"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=10,
+        )
         assert bad.returncode != 0 and "Traceback" not in bad.stderr
         state = read_state(d)
         assert state["pid"] and state["control"]["url"] and state["masters"][0]["ports"]["apiserver"]
     finally:
-        down = subprocess.run([*cmd, "down", "--dir", str(d)], capture_output=True, text=True, env=env, timeout=30)
+        down = subprocess.run(
+            [*cmd, "down", "--dir", str(d)], capture_output=True, text=True, env=env, timeout=30
+        )
     assert down.returncode == 0, down.stderr
     assert read_state(d)["pid"] is None
-    again = subprocess.run([*cmd, "down", "--dir", str(d)], capture_output=True, text=True, env=env, timeout=30)
+    again = subprocess.run(
+        [*cmd, "down", "--dir", str(d)], capture_output=True, text=True, env=env, timeout=30
+    )
     assert again.returncode != 0 and "no lab is running" in again.stderr

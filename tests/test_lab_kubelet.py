@@ -1,5 +1,6 @@
 """The lab's kubelet: static pod file source, mirror pods, and API availability following the static pods."""
 
+# ruff: noqa: F811  (pytest fixtures are imported by name and then used as parameters)
 from __future__ import annotations
 
 import json
@@ -35,21 +36,30 @@ def test_parked_scheduler_removes_mirror_and_leaves_pods_pending(lab, tmp_path):
     pod = get_pod(lab, "default", "waiting")
     assert pod["status"]["phase"] == "Pending" and not pod["spec"].get("nodeName")
     (parked / "kube-scheduler.yaml").rename(mdir / "kube-scheduler.yaml")
-    wait_for(lambda: get_pod(lab, "default", "waiting")["spec"].get("nodeName") == "lab-worker1",
-             what="scheduled after restore")
+    wait_for(
+        lambda: get_pod(lab, "default", "waiting")["spec"].get("nodeName") == "lab-worker1",
+        what="scheduled after restore",
+    )
     wait_for(lambda: is_ready(mirror(lab, "kube-scheduler")), what="scheduler mirror back")
 
 
 def test_deleted_mirror_is_recreated_with_same_hash(lab):
     old = mirror(lab, "kube-controller-manager")
     kubectl(lab, "delete", "pod", "-n", "kube-system", old["metadata"]["name"])
-    new = wait_for(lambda: (m := mirror(lab, "kube-controller-manager")) and
-                   m["metadata"]["uid"] != old["metadata"]["uid"] and m, what="mirror recreated")
+    new = wait_for(
+        lambda: (
+            (m := mirror(lab, "kube-controller-manager"))
+            and m["metadata"]["uid"] != old["metadata"]["uid"]
+            and m
+        ),
+        what="mirror recreated",
+    )
     h = "kubernetes.io/config.hash"
     assert new["metadata"]["annotations"][h] == old["metadata"]["annotations"][h]
     # the static pod itself kept running: same container
-    assert new["status"]["containerStatuses"][0]["containerID"] == \
-        old["status"]["containerStatuses"][0]["containerID"] or not new["status"].get("containerStatuses")
+    assert new["status"]["containerStatuses"][0]["containerID"] == old["status"]["containerStatuses"][0][
+        "containerID"
+    ] or not new["status"].get("containerStatuses")
 
 
 def test_dot_files_ignored_bak_duplicate_reported_invalid_skipped(lab):
@@ -58,14 +68,22 @@ def test_dot_files_ignored_bak_duplicate_reported_invalid_skipped(lab):
     text = (mdir / "kube-scheduler.yaml").read_text()
     (mdir / ".kube-scheduler.yaml.swp").write_text(text.replace("name: kube-scheduler\n", "name: dotted\n"))
     (mdir / "broken.yaml").write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: [unclosed\n")
-    (mdir / "notapod.json").write_text(json.dumps({"apiVersion": "v1", "kind": "Service",
-                                                   "metadata": {"name": "svc"}}))
+    (mdir / "notapod.json").write_text(
+        json.dumps({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "svc"}})
+    )
     shutil.copy(mdir / "kube-scheduler.yaml", mdir / "kube-scheduler.yaml.bak")
     # identical content at another path -> another hash; the .bak (last in sorted order) wins
-    after = wait_for(lambda: (m := mirror(lab, "kube-scheduler")) and
-                     m["metadata"]["annotations"]["kubernetes.io/config.hash"] != before and m,
-                     what="bak copy took over")
-    assert is_ready(wait_for(lambda: is_ready(mirror(lab, "kube-scheduler")) and mirror(lab, "kube-scheduler")))
+    after = wait_for(
+        lambda: (
+            (m := mirror(lab, "kube-scheduler"))
+            and m["metadata"]["annotations"]["kubernetes.io/config.hash"] != before
+            and m
+        ),
+        what="bak copy took over",
+    )
+    assert is_ready(
+        wait_for(lambda: is_ready(mirror(lab, "kube-scheduler")) and mirror(lab, "kube-scheduler"))
+    )
     assert get_pod(lab, "kube-system", "dotted-lab-master1") is None
     log = _log(lab)
     assert "duplicate static pod kube-system/kube-scheduler-lab-master1" in log
@@ -83,17 +101,31 @@ def test_content_change_gives_new_hash_and_new_pod(lab):
     tmp = mdir / ".kube-scheduler.yaml.new"
     tmp.write_text(path.read_text().replace("cpu: 100m", "cpu: 150m"))
     tmp.rename(path)
-    new = wait_for(lambda: (m := mirror(lab, "kube-scheduler")) and is_ready(m) and
-                   m["metadata"]["annotations"]["kubernetes.io/config.hash"] !=
-                   old["metadata"]["annotations"]["kubernetes.io/config.hash"] and m, what="new hash")
+    new = wait_for(
+        lambda: (
+            (m := mirror(lab, "kube-scheduler"))
+            and is_ready(m)
+            and m["metadata"]["annotations"]["kubernetes.io/config.hash"]
+            != old["metadata"]["annotations"]["kubernetes.io/config.hash"]
+            and m
+        ),
+        what="new hash",
+    )
     assert new["metadata"]["uid"] != old["metadata"]["uid"]
-    assert new["status"]["containerStatuses"][0]["containerID"] != old["status"]["containerStatuses"][0][
-        "containerID"]
+    assert (
+        new["status"]["containerStatuses"][0]["containerID"]
+        != old["status"]["containerStatuses"][0]["containerID"]
+    )
     # restoring identical content at the same path gives the identical hash back
     tmp.write_text(path.read_text().replace("cpu: 150m", "cpu: 100m"))
     tmp.rename(path)
-    wait_for(lambda: mirror(lab, "kube-scheduler")["metadata"]["annotations"]["kubernetes.io/config.hash"] ==
-             old["metadata"]["annotations"]["kubernetes.io/config.hash"], what="old hash back")
+    wait_for(
+        lambda: (
+            mirror(lab, "kube-scheduler")["metadata"]["annotations"]["kubernetes.io/config.hash"]
+            == old["metadata"]["annotations"]["kubernetes.io/config.hash"]
+        ),
+        what="old hash back",
+    )
 
 
 def test_apiserver_parked_refuses_connections_and_keeps_old_mirror(lab, tmp_path):
@@ -108,8 +140,10 @@ def test_apiserver_parked_refuses_connections_and_keeps_old_mirror(lab, tmp_path
     new = wait_for(lambda: (m := mirror(lab, "kube-apiserver")) and is_ready(m) and m, what="apiserver ready")
     # nobody could delete the mirror while the API was down: same mirror object, new container
     assert new["metadata"]["uid"] == old["metadata"]["uid"]
-    assert new["status"]["containerStatuses"][0]["containerID"] != old["status"]["containerStatuses"][0][
-        "containerID"]
+    assert (
+        new["status"]["containerStatuses"][0]["containerID"]
+        != old["status"]["containerStatuses"][0]["containerID"]
+    )
 
 
 def test_etcd_parked_gives_api_errors(lab, tmp_path):

@@ -36,9 +36,17 @@ from .store import (
     selector_pred,
 )
 
-K8S_VERSION = {"major": "1", "minor": "30", "gitVersion": "v1.30.4-lab", "gitCommit": "lab",
-               "gitTreeState": "clean", "buildDate": "2024-08-14T00:00:00Z", "goVersion": "go1.22.5",
-               "compiler": "gc", "platform": "linux/amd64"}
+K8S_VERSION = {
+    "major": "1",
+    "minor": "30",
+    "gitVersion": "v1.30.4-lab",
+    "gitCommit": "lab",
+    "gitTreeState": "clean",
+    "buildDate": "2024-08-14T00:00:00Z",
+    "goVersion": "go1.22.5",
+    "compiler": "gc",
+    "platform": "linux/amd64",
+}
 
 VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 MIRROR_ANN = "kubernetes.io/config.mirror"
@@ -79,12 +87,29 @@ RESOURCES = [
 BY_GV = {(r.group, r.version, r.plural): r for r in RESOURCES}
 GROUPS = ["coordination.k8s.io", "apps"]
 
-POD_FIELDS = ["metadata.name", "metadata.namespace", "spec.nodeName", "status.phase",
-              "spec.schedulerName", "spec.restartPolicy", "spec.serviceAccountName",
-              "spec.hostNetwork", "status.podIP", "status.nominatedNodeName"]
+POD_FIELDS = [
+    "metadata.name",
+    "metadata.namespace",
+    "spec.nodeName",
+    "status.phase",
+    "spec.schedulerName",
+    "spec.restartPolicy",
+    "spec.serviceAccountName",
+    "spec.hostNetwork",
+    "status.podIP",
+    "status.nominatedNodeName",
+]
 GENERIC_FIELDS = ["metadata.name", "metadata.namespace"]
-EVENT_FIELDS = GENERIC_FIELDS + ["involvedObject.kind", "involvedObject.name", "involvedObject.namespace",
-                                 "involvedObject.uid", "reason", "type", "source", "reportingComponent"]
+EVENT_FIELDS = GENERIC_FIELDS + [
+    "involvedObject.kind",
+    "involvedObject.name",
+    "involvedObject.namespace",
+    "involvedObject.uid",
+    "reason",
+    "type",
+    "source",
+    "reportingComponent",
+]
 
 PRIORITY_CLASSES = {"system-node-critical": 2000001000, "system-cluster-critical": 2000000000}
 
@@ -92,18 +117,26 @@ POD_UPDATE_FORBIDDEN = (
     "pod updates may not change fields other than `spec.containers[*].image`,"
     "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` "
     "(only additions to existing tolerations),`spec.terminationGracePeriodSeconds` "
-    "(allow it to be set to 1 if it was previously negative)")
+    "(allow it to be set to 1 if it was previously negative)"
+)
 
 
 # --------------------------------------------------------------------------- discovery
+
 
 def _legacy_resource_list(group: str, version: str) -> Obj:
     items = []
     for r in RESOURCES:
         if r.group != group or r.version != version:
             continue
-        entry: Obj = {"name": r.plural, "singularName": r.singular, "namespaced": r.namespaced,
-                      "kind": r.kind, "verbs": VERBS, "storageVersionHash": ""}
+        entry: Obj = {
+            "name": r.plural,
+            "singularName": r.singular,
+            "namespaced": r.namespaced,
+            "kind": r.kind,
+            "verbs": VERBS,
+            "storageVersionHash": "",
+        }
         if r.short:
             entry["shortNames"] = list(r.short)
         if r.categories:
@@ -112,8 +145,15 @@ def _legacy_resource_list(group: str, version: str) -> Obj:
         for sub in r.subresources:
             kind = "Binding" if sub == "binding" else r.kind
             verbs = ["create"] if sub == "binding" else ["get", "patch", "update"]
-            items.append({"name": f"{r.plural}/{sub}", "singularName": "", "namespaced": r.namespaced,
-                          "kind": kind, "verbs": verbs})
+            items.append(
+                {
+                    "name": f"{r.plural}/{sub}",
+                    "singularName": "",
+                    "namespaced": r.namespaced,
+                    "kind": kind,
+                    "verbs": verbs,
+                }
+            )
     gv = f"{group}/{version}" if group else version
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": items}
 
@@ -126,10 +166,13 @@ def _aggregated(core: bool, api_version: str) -> Obj:
         for r in RESOURCES:
             if r.group != g:
                 continue
-            entry: Obj = {"resource": r.plural, "responseKind": {"group": g, "version": r.version,
-                                                                 "kind": r.kind},
-                          "scope": "Namespaced" if r.namespaced else "Cluster",
-                          "singularResource": r.singular, "verbs": VERBS}
+            entry: Obj = {
+                "resource": r.plural,
+                "responseKind": {"group": g, "version": r.version, "kind": r.kind},
+                "scope": "Namespaced" if r.namespaced else "Cluster",
+                "singularResource": r.singular,
+                "verbs": VERBS,
+            }
             if r.short:
                 entry["shortNames"] = list(r.short)
             if r.categories:
@@ -137,14 +180,20 @@ def _aggregated(core: bool, api_version: str) -> Obj:
             subs = []
             for sub in r.subresources:
                 kind = "Binding" if sub == "binding" else r.kind
-                subs.append({"subresource": sub,
-                             "responseKind": {"group": g, "version": r.version, "kind": kind},
-                             "verbs": ["create"] if sub == "binding" else ["get", "patch", "update"]})
+                subs.append(
+                    {
+                        "subresource": sub,
+                        "responseKind": {"group": g, "version": r.version, "kind": kind},
+                        "verbs": ["create"] if sub == "binding" else ["get", "patch", "update"],
+                    }
+                )
             if subs:
                 entry["subresources"] = subs
             resources.append(entry)
-        item: Obj = {"metadata": {"name": g, "creationTimestamp": None},
-                     "versions": [{"version": "v1", "resources": resources, "freshness": "Current"}]}
+        item: Obj = {
+            "metadata": {"name": g, "creationTimestamp": None},
+            "versions": [{"version": "v1", "resources": resources, "freshness": "Current"}],
+        }
         items.append(item)
     return {"kind": "APIGroupDiscoveryList", "apiVersion": api_version, "metadata": {}, "items": items}
 
@@ -165,23 +214,38 @@ def openapi_v3(gv_path: str) -> Optional[Obj]:
     if gv_path not in gvs:
         return None
     group, version = gvs[gv_path]
-    params = [{"name": n, "in": "query", "schema": {"type": "string", "uniqueItems": True}}
-              for n in ("dryRun", "fieldManager", "fieldValidation", "force")]
+    params = [
+        {"name": n, "in": "query", "schema": {"type": "string", "uniqueItems": True}}
+        for n in ("dryRun", "fieldManager", "fieldValidation", "force")
+    ]
     paths: Obj = {}
     for r in RESOURCES:
         if r.group != group or r.version != version:
             continue
-        base = f"/{gv_path}/namespaces/{{namespace}}/{r.plural}/{{name}}" if r.namespaced \
+        base = (
+            f"/{gv_path}/namespaces/{{namespace}}/{r.plural}/{{name}}"
+            if r.namespaced
             else f"/{gv_path}/{r.plural}/{{name}}"
-        paths[base] = {"patch": {"operationId": f"patch{r.kind}", "parameters": params, "responses": {},
-                                 "x-kubernetes-action": "patch",
-                                 "x-kubernetes-group-version-kind": {"group": group, "version": version,
-                                                                     "kind": r.kind}}}
-    return {"openapi": "3.0.0", "info": {"title": "Kubernetes (cpctl lab)", "version": "v1.30.4"},
-            "paths": paths, "components": {"schemas": {}}}
+        )
+        paths[base] = {
+            "patch": {
+                "operationId": f"patch{r.kind}",
+                "parameters": params,
+                "responses": {},
+                "x-kubernetes-action": "patch",
+                "x-kubernetes-group-version-kind": {"group": group, "version": version, "kind": r.kind},
+            }
+        }
+    return {
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes (cpctl lab)", "version": "v1.30.4"},
+        "paths": paths,
+        "components": {"schemas": {}},
+    }
 
 
 # --------------------------------------------------------------------------- tables
+
 
 def human_age(ts: Optional[str]) -> str:
     """kubectl's HumanDuration, close enough: 42s, 3m12s, 25m, 5h, 3d."""
@@ -228,15 +292,30 @@ def pod_row(pod: Obj) -> list[Any]:
     ready = sum(1 for c in st.get("containerStatuses") or [] if c.get("ready"))
     restarts = sum(int(c.get("restartCount") or 0) for c in st.get("containerStatuses") or [])
     gates = spec.get("readinessGates")
-    return [pod["metadata"]["name"], f"{ready}/{total}", pod_status_text(pod), restarts,
-            human_age(pod["metadata"].get("creationTimestamp")), st.get("podIP") or "<none>",
-            spec.get("nodeName") or "<none>", st.get("nominatedNodeName") or "<none>",
-            "<none>" if not gates else f"0/{len(gates)}"]
+    return [
+        pod["metadata"]["name"],
+        f"{ready}/{total}",
+        pod_status_text(pod),
+        restarts,
+        human_age(pod["metadata"].get("creationTimestamp")),
+        st.get("podIP") or "<none>",
+        spec.get("nodeName") or "<none>",
+        st.get("nominatedNodeName") or "<none>",
+        "<none>" if not gates else f"0/{len(gates)}",
+    ]
 
 
-POD_COLUMNS = [_col("Name", fmt="name"), _col("Ready"), _col("Status"), _col("Restarts", "string"),
-               _col("Age"), _col("IP", priority=1), _col("Node", priority=1),
-               _col("Nominated Node", priority=1), _col("Readiness Gates", priority=1)]
+POD_COLUMNS = [
+    _col("Name", fmt="name"),
+    _col("Ready"),
+    _col("Status"),
+    _col("Restarts", "string"),
+    _col("Age"),
+    _col("IP", priority=1),
+    _col("Node", priority=1),
+    _col("Nominated Node", priority=1),
+    _col("Readiness Gates", priority=1),
+]
 
 
 def node_row(node: Obj) -> list[Any]:
@@ -247,25 +326,52 @@ def node_row(node: Obj) -> list[Any]:
     if (node.get("spec") or {}).get("unschedulable"):
         status += ",SchedulingDisabled"
     info = (node.get("status") or {}).get("nodeInfo") or {}
-    ip = next((a["address"] for a in (node.get("status") or {}).get("addresses") or []
-               if a.get("type") == "InternalIP"), "<none>")
-    return [node["metadata"]["name"], status, ",".join(roles) or "<none>",
-            human_age(node["metadata"].get("creationTimestamp")), info.get("kubeletVersion", ""),
-            ip, "<none>", info.get("osImage", ""), info.get("kernelVersion", ""),
-            info.get("containerRuntimeVersion", "")]
+    ip = next(
+        (
+            a["address"]
+            for a in (node.get("status") or {}).get("addresses") or []
+            if a.get("type") == "InternalIP"
+        ),
+        "<none>",
+    )
+    return [
+        node["metadata"]["name"],
+        status,
+        ",".join(roles) or "<none>",
+        human_age(node["metadata"].get("creationTimestamp")),
+        info.get("kubeletVersion", ""),
+        ip,
+        "<none>",
+        info.get("osImage", ""),
+        info.get("kernelVersion", ""),
+        info.get("containerRuntimeVersion", ""),
+    ]
 
 
-NODE_COLUMNS = [_col("Name", fmt="name"), _col("Status"), _col("Roles"), _col("Age"), _col("Version"),
-                _col("Internal-IP", priority=1), _col("External-IP", priority=1),
-                _col("OS-Image", priority=1), _col("Kernel-Version", priority=1),
-                _col("Container-Runtime", priority=1)]
+NODE_COLUMNS = [
+    _col("Name", fmt="name"),
+    _col("Status"),
+    _col("Roles"),
+    _col("Age"),
+    _col("Version"),
+    _col("Internal-IP", priority=1),
+    _col("External-IP", priority=1),
+    _col("OS-Image", priority=1),
+    _col("Kernel-Version", priority=1),
+    _col("Container-Runtime", priority=1),
+]
 
 
 def event_row(ev: Obj) -> list[Any]:
     io = ev.get("involvedObject") or {}
     last = ev.get("lastTimestamp") or ev.get("eventTime") or ev["metadata"].get("creationTimestamp")
-    return [human_age(last), ev.get("type", ""), ev.get("reason", ""),
-            f"{(io.get('kind') or '').lower()}/{io.get('name', '')}", ev.get("message", "")]
+    return [
+        human_age(last),
+        ev.get("type", ""),
+        ev.get("reason", ""),
+        f"{(io.get('kind') or '').lower()}/{io.get('name', '')}",
+        ev.get("message", ""),
+    ]
 
 
 EVENT_COLUMNS = [_col("Last Seen"), _col("Type"), _col("Reason"), _col("Object"), _col("Message")]
@@ -276,13 +382,19 @@ def generic_row(obj: Obj) -> list[Any]:
 
 
 def namespace_row(obj: Obj) -> list[Any]:
-    return [obj["metadata"]["name"], (obj.get("status") or {}).get("phase", "Active"),
-            human_age(obj["metadata"].get("creationTimestamp"))]
+    return [
+        obj["metadata"]["name"],
+        (obj.get("status") or {}).get("phase", "Active"),
+        human_age(obj["metadata"].get("creationTimestamp")),
+    ]
 
 
 def lease_row(obj: Obj) -> list[Any]:
-    return [obj["metadata"]["name"], (obj.get("spec") or {}).get("holderIdentity") or "",
-            human_age(obj["metadata"].get("creationTimestamp"))]
+    return [
+        obj["metadata"]["name"],
+        (obj.get("spec") or {}).get("holderIdentity") or "",
+        human_age(obj["metadata"].get("creationTimestamp")),
+    ]
 
 
 TABLES: dict[str, tuple[list[Obj], Any]] = {
@@ -305,16 +417,24 @@ def make_table(res: Res, objs: list[Obj], rv: str, include: str, headers: bool =
             full.setdefault("apiVersion", res.api_version)
             row["object"] = full
         elif include != "None":
-            row["object"] = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
-                             "metadata": copy.deepcopy(o["metadata"])}
+            row["object"] = {
+                "kind": "PartialObjectMetadata",
+                "apiVersion": "meta.k8s.io/v1",
+                "metadata": copy.deepcopy(o["metadata"]),
+            }
         rows.append(row)
-    table: Obj = {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {"resourceVersion": rv},
-                  "rows": rows}
+    table: Obj = {
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": {"resourceVersion": rv},
+        "rows": rows,
+    }
     table["columnDefinitions"] = cols if headers else []
     return table
 
 
 # --------------------------------------------------------------------------- pod semantics
+
 
 def _rand_suffix(n: int = 5) -> str:
     return "".join(random.choice("bcdfghjklmnpqrstvwxz2456789") for _ in range(n))
@@ -348,19 +468,31 @@ def default_pod(pod: Obj) -> Obj:
             tols.append({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300})
     status = pod.setdefault("status", {})
     status.setdefault("phase", "Pending")
-    status.setdefault("qosClass", "Burstable" if any((c.get("resources") or {}).get("requests")
-                                                     for c in spec.get("containers") or [])
-                      else "BestEffort")
+    status.setdefault(
+        "qosClass",
+        "Burstable"
+        if any((c.get("resources") or {}).get("requests") for c in spec.get("containers") or [])
+        else "BestEffort",
+    )
     return pod
 
 
 def validate_pod(pod: Obj) -> list[tuple[str, str]]:
     causes = []
     name = pod["metadata"].get("name", "")
-    if not name or len(name) > 253 or not all(ch in string.ascii_lowercase + string.digits + "-."
-                                               for ch in name) or not name[0].isalnum():
-        causes.append(("metadata.name", f'Invalid value: "{name}": a lowercase RFC 1123 subdomain '
-                       "must consist of lower case alphanumeric characters, '-' or '.'"))
+    if (
+        not name
+        or len(name) > 253
+        or not all(ch in string.ascii_lowercase + string.digits + "-." for ch in name)
+        or not name[0].isalnum()
+    ):
+        causes.append(
+            (
+                "metadata.name",
+                f'Invalid value: "{name}": a lowercase RFC 1123 subdomain '
+                "must consist of lower case alphanumeric characters, '-' or '.'",
+            )
+        )
     containers = (pod.get("spec") or {}).get("containers") or []
     if not containers:
         causes.append(("spec.containers", "Required value"))
@@ -387,13 +519,14 @@ def validate_pod_update(old: Obj, new: Obj) -> None:
     oa = (old["metadata"].get("annotations") or {}).get(MIRROR_ANN)
     na = (new["metadata"].get("annotations") or {}).get(MIRROR_ANN)
     if oa != na:
-        msg = ("may not remove or update mirror pod annotation" if oa else "may not add mirror pod annotation")
-        raise invalid("Pod", name, [(f"metadata.annotations[{MIRROR_ANN}]", f"Invalid value: \"{na}\": {msg}")])
+        msg = "may not remove or update mirror pod annotation" if oa else "may not add mirror pod annotation"
+        raise invalid("Pod", name, [(f"metadata.annotations[{MIRROR_ANN}]", f'Invalid value: "{na}": {msg}')])
     if _mask_mutable(old.get("spec") or {}) != _mask_mutable(new.get("spec") or {}):
         raise invalid("Pod", name, [("spec", "Forbidden: " + POD_UPDATE_FORBIDDEN)])
 
 
 # --------------------------------------------------------------------------- request handling
+
 
 class Api:
     """Resource operations with Kubernetes semantics, shared by HTTP handlers and the lab's kubelets."""
@@ -411,10 +544,15 @@ class Api:
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = meta["generateName"] + _rand_suffix()
         if not meta.get("name"):
-            raise invalid(res.kind, "", [("metadata.name", "Required value: name or generateName is required")])
+            raise invalid(
+                res.kind, "", [("metadata.name", "Required value: name or generateName is required")]
+            )
         if res.namespaced and meta.get("namespace") and meta["namespace"] != ns:
-            raise ApiError(400, "BadRequest", "the namespace of the provided object does not match "
-                           "the namespace sent on the request")
+            raise ApiError(
+                400,
+                "BadRequest",
+                "the namespace of the provided object does not match the namespace sent on the request",
+            )
         self._check_ns(res, ns)
         obj["kind"], obj["apiVersion"] = res.kind, res.api_version
         for k in ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp"):
@@ -476,15 +614,29 @@ class Api:
             raise not_found(res.plural, name, res.group)
         pre = opts.get("preconditions") or {}
         if pre.get("uid") and pre["uid"] != old["metadata"]["uid"]:
-            raise conflict(res.plural, name, f"Precondition failed: UID in precondition: {pre['uid']}, "
-                           f"UID in object meta: {old['metadata']['uid']}", res.group)
+            raise conflict(
+                res.plural,
+                name,
+                f"Precondition failed: UID in precondition: {pre['uid']}, "
+                f"UID in object meta: {old['metadata']['uid']}",
+                res.group,
+            )
         if pre.get("resourceVersion") and pre["resourceVersion"] != old["metadata"]["resourceVersion"]:
-            raise conflict(res.plural, name, "Precondition failed: ResourceVersion in precondition: "
-                           f"{pre['resourceVersion']}, ResourceVersion in object meta: "
-                           f"{old['metadata']['resourceVersion']}", res.group)
+            raise conflict(
+                res.plural,
+                name,
+                "Precondition failed: ResourceVersion in precondition: "
+                f"{pre['resourceVersion']}, ResourceVersion in object meta: "
+                f"{old['metadata']['resourceVersion']}",
+                res.group,
+            )
         if res.plural == "namespaces" and name in SYSTEM_NAMESPACES:
-            raise ApiError(403, "Forbidden", f'namespaces "{name}" is forbidden: this namespace may not '
-                           "be deleted", {"name": name, "kind": "namespaces"})
+            raise ApiError(
+                403,
+                "Forbidden",
+                f'namespaces "{name}" is forbidden: this namespace may not be deleted',
+                {"name": name, "kind": "namespaces"},
+            )
         if res.plural == "pods":
             grace = opts.get("gracePeriodSeconds")
             if grace is None:
@@ -513,15 +665,22 @@ class Api:
         if pod["metadata"].get("deletionTimestamp"):
             raise conflict("pods/binding", name, f"pod {name} is being deleted, cannot be assigned to a host")
         if (pod.get("spec") or {}).get("nodeName"):
-            raise conflict("pods/binding", name,
-                           f'pod {name} is already assigned to node "{pod["spec"]["nodeName"]}"')
+            raise conflict(
+                "pods/binding", name, f'pod {name} is already assigned to node "{pod["spec"]["nodeName"]}"'
+            )
         pod["spec"]["nodeName"] = target
         anns = (binding.get("metadata") or {}).get("annotations") or {}
         if anns:
             pod["metadata"].setdefault("annotations", {}).update(anns)
         conds = [c for c in pod["status"].get("conditions") or [] if c.get("type") != "PodScheduled"]
-        conds.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
-                      "lastTransitionTime": now_rfc3339()})
+        conds.append(
+            {
+                "type": "PodScheduled",
+                "status": "True",
+                "lastProbeTime": None,
+                "lastTransitionTime": now_rfc3339(),
+            }
+        )
         pod["status"]["conditions"] = conds
         self.store.update("pods", ns, pod, check_rv=False)
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
@@ -622,7 +781,7 @@ class ApiHandler(BaseHTTPRequestHandler):
             self._error(err)
         except (BrokenPipeError, ConnectionResetError):
             pass
-        except Exception as exc:  # a lab bug must not kill the connection silently
+        except Exception as exc:  # noqa: BLE001 -- a lab bug must answer 500, not drop the connection
             self.lab.log(f"apiserver: internal error on {method} {self.path}: {exc!r}")
             self._error(ApiError(500, "InternalError", f"Internal error occurred: {exc}"))
 
@@ -632,8 +791,11 @@ class ApiHandler(BaseHTTPRequestHandler):
             if self.lab.etcd_ok():
                 self._send(200, b"ok", "text/plain; charset=utf-8")
             else:
-                self._send(500, f"[-]etcd failed: etcdserver: request timed out\n{path[1:]} check failed"
-                           .encode(), "text/plain; charset=utf-8")
+                self._send(
+                    500,
+                    f"[-]etcd failed: etcdserver: request timed out\n{path[1:]} check failed".encode(),
+                    "text/plain; charset=utf-8",
+                )
             return
         if path == "/version":
             self._send(200, K8S_VERSION)
@@ -655,7 +817,7 @@ class ApiHandler(BaseHTTPRequestHandler):
             self._send(200, _legacy_resource_list(group, version))
             return
         if path == "/openapi/v3" or path.startswith("/openapi/v3/"):
-            doc = openapi_v3(path[len("/openapi/v3"):].strip("/"))
+            doc = openapi_v3(path[len("/openapi/v3") :].strip("/"))
             if doc is None:
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")
             self._send(200, doc)
@@ -704,8 +866,10 @@ class ApiHandler(BaseHTTPRequestHandler):
             return
         if method == "PATCH" and name:
             ctype = self.headers.get("Content-Type", "")
-            if "apply-patch" in ctype and self.lab.store.get(res.plural, ns if res.namespaced else "",
-                                                             name) is None:
+            if (
+                "apply-patch" in ctype
+                and self.lab.store.get(res.plural, ns if res.namespaced else "", name) is None
+            ):
                 out = api.create(res, ns, yaml.safe_load(self._body()) or {})
                 self.lab.kick()
                 self._send(201, out)
@@ -722,23 +886,38 @@ class ApiHandler(BaseHTTPRequestHandler):
             self.lab.kick()
             self._send(200, out)
             return
-        raise ApiError(405, "MethodNotAllowed", f"the server does not allow this method on the requested "
-                       f"resource ({method})")
+        raise ApiError(
+            405,
+            "MethodNotAllowed",
+            f"the server does not allow this method on the requested resource ({method})",
+        )
 
     def _discovery(self, path: str, accept: str) -> None:
         core = path == "/api"
         if "as=APIGroupDiscoveryList" in accept and self.lab.aggregated_discovery:
             for ver in ("v2", "v2beta1"):
                 if f"v={ver};as=APIGroupDiscoveryList" in accept.replace(" ", ""):
-                    self._send(200, _aggregated(core, f"apidiscovery.k8s.io/{ver}"),
-                               f"application/json;g=apidiscovery.k8s.io;v={ver};as=APIGroupDiscoveryList")
+                    self._send(
+                        200,
+                        _aggregated(core, f"apidiscovery.k8s.io/{ver}"),
+                        f"application/json;g=apidiscovery.k8s.io;v={ver};as=APIGroupDiscoveryList",
+                    )
                     return
         if core:
-            self._send(200, {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
-                {"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1:6443"}]})
+            self._send(
+                200,
+                {
+                    "kind": "APIVersions",
+                    "versions": ["v1"],
+                    "serverAddressByClientCIDRs": [
+                        {"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1:6443"}
+                    ],
+                },
+            )
         else:
-            self._send(200, {"kind": "APIGroupList", "apiVersion": "v1",
-                             "groups": [_group_obj(g) for g in GROUPS]})
+            self._send(
+                200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": [_group_obj(g) for g in GROUPS]}
+            )
 
     def _wants_table(self, accept: str) -> bool:
         return "as=Table" in accept
@@ -747,15 +926,20 @@ class ApiHandler(BaseHTTPRequestHandler):
         obj.setdefault("kind", res.kind)
         obj.setdefault("apiVersion", res.api_version)
         if self._wants_table(accept):
-            self._send(200, make_table(res, [obj], obj["metadata"].get("resourceVersion", ""),
-                                       q.get("includeObject", "Metadata")),
-                       "application/json;as=Table;v=v1;g=meta.k8s.io")
+            self._send(
+                200,
+                make_table(
+                    res, [obj], obj["metadata"].get("resourceVersion", ""), q.get("includeObject", "Metadata")
+                ),
+                "application/json;as=Table;v=v1;g=meta.k8s.io",
+            )
         else:
             self._send(200, obj)
 
     def _pred(self, res: Res, q: dict[str, str]) -> Any:
-        allowed = POD_FIELDS if res.plural == "pods" else EVENT_FIELDS if res.plural == "events" \
-            else GENERIC_FIELDS
+        allowed = (
+            POD_FIELDS if res.plural == "pods" else EVENT_FIELDS if res.plural == "events" else GENERIC_FIELDS
+        )
         return selector_pred(q.get("labelSelector", ""), q.get("fieldSelector", ""), allowed)
 
     def _list(self, res: Res, ns: str, q: dict[str, str], accept: str) -> None:
@@ -764,14 +948,24 @@ class ApiHandler(BaseHTTPRequestHandler):
             objs = self.lab.store.list(res.plural, ns if (res.namespaced and ns) else None, pred)
             rv = str(self.lab.store.rv)
         if self._wants_table(accept):
-            self._send(200, make_table(res, objs, rv, q.get("includeObject", "Metadata")),
-                       "application/json;as=Table;v=v1;g=meta.k8s.io")
+            self._send(
+                200,
+                make_table(res, objs, rv, q.get("includeObject", "Metadata")),
+                "application/json;as=Table;v=v1;g=meta.k8s.io",
+            )
             return
         for o in objs:
             o.setdefault("kind", res.kind)
             o.setdefault("apiVersion", res.api_version)
-        self._send(200, {"kind": f"{res.kind}List", "apiVersion": res.api_version,
-                         "metadata": {"resourceVersion": rv}, "items": objs})
+        self._send(
+            200,
+            {
+                "kind": f"{res.kind}List",
+                "apiVersion": res.api_version,
+                "metadata": {"resourceVersion": rv},
+                "items": objs,
+            },
+        )
 
     def _watch(self, res: Res, ns: str, q: dict[str, str], accept: str) -> None:
         """Stream watch events as newline-delimited JSON over chunked transfer encoding."""
@@ -794,8 +988,9 @@ class ApiHandler(BaseHTTPRequestHandler):
                 except ValueError:
                     raise ApiError(400, "BadRequest", f"invalid resourceVersion {start!r}") from None
         self.send_response(200)
-        self.send_header("Content-Type", "application/json;as=Table;v=v1;g=meta.k8s.io" if table
-                         else "application/json")
+        self.send_header(
+            "Content-Type", "application/json;as=Table;v=v1;g=meta.k8s.io" if table else "application/json"
+        )
         self.send_header("Transfer-Encoding", "chunked")
         self.send_header("Cache-Control", "no-cache, private")
         self.end_headers()
@@ -804,8 +999,11 @@ class ApiHandler(BaseHTTPRequestHandler):
         def emit(etype: str, obj: Obj) -> None:
             obj.setdefault("kind", res.kind)
             obj.setdefault("apiVersion", res.api_version)
-            payload = make_table(res, [obj], obj["metadata"].get("resourceVersion", ""), include,
-                                 headers=first[0]) if table else obj
+            payload = (
+                make_table(res, [obj], obj["metadata"].get("resourceVersion", ""), include, headers=first[0])
+                if table
+                else obj
+            )
             first[0] = False
             data = json.dumps({"type": etype, "object": payload}).encode() + b"\n"
             self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
@@ -820,8 +1018,9 @@ class ApiHandler(BaseHTTPRequestHandler):
                     break
                 events, too_old = store.events_since(since, min(left, 5.0))
                 if too_old:
-                    gone = ApiError(410, "Expired", f"too old resource version: {since} "
-                                    f"({store.oldest_rv()})").status()
+                    gone = ApiError(
+                        410, "Expired", f"too old resource version: {since} ({store.oldest_rv()})"
+                    ).status()
                     data = json.dumps({"type": "ERROR", "object": gone}).encode() + b"\n"
                     self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
                     break

@@ -17,27 +17,73 @@ import click
 from . import control
 
 LAG_OPTIONS: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
-    click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
-                 default=control.DEFAULT_DIR, show_default=True, help="Lab directory."),
-    click.option("--masters", type=click.IntRange(1, 9), default=1, show_default=True,
-                 help="Number of control-plane nodes."),
+    click.option(
+        "--dir",
+        "directory",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=control.DEFAULT_DIR,
+        show_default=True,
+        help="Lab directory.",
+    ),
+    click.option(
+        "--masters",
+        type=click.IntRange(1, 9),
+        default=1,
+        show_default=True,
+        help="Number of control-plane nodes.",
+    ),
     click.option("--node-name", default=None, help="Name of the master (single-master lab only)."),
-    click.option("--port", type=click.IntRange(0, 65535), default=0,
-                 help="API port (0: reuse the previous one or pick a free port)."),
-    click.option("--start-lag", type=float, default=0.3, show_default=True,
-                 help="Seconds from pod admission to containers running."),
-    click.option("--ready-lag", type=float, default=0.3, show_default=True,
-                 help="Seconds from running to Ready."),
-    click.option("--stop-lag", type=float, default=0.2, show_default=True,
-                 help="Seconds from stop request to containers exited."),
-    click.option("--file-check-frequency", type=float, default=20.0, show_default=True,
-                 help="Seconds between full re-lists of the manifests dirs."),
-    click.option("--lease-renew", type=float, default=2.0, show_default=True,
-                 help="Seconds between leader Lease renewals."),
-    click.option("--gc-after", type=float, default=60.0, show_default=True, hidden=True,
-                 help="Seconds exited containers stay listed in crictl ps -a."),
-    click.option("--legacy-discovery", is_flag=True, hidden=True,
-                 help="Serve only legacy discovery (to test kubectl's fallback)."),
+    click.option(
+        "--port",
+        type=click.IntRange(0, 65535),
+        default=0,
+        help="API port (0: reuse the previous one or pick a free port).",
+    ),
+    click.option(
+        "--start-lag",
+        type=float,
+        default=0.3,
+        show_default=True,
+        help="Seconds from pod admission to containers running.",
+    ),
+    click.option(
+        "--ready-lag", type=float, default=0.3, show_default=True, help="Seconds from running to Ready."
+    ),
+    click.option(
+        "--stop-lag",
+        type=float,
+        default=0.2,
+        show_default=True,
+        help="Seconds from stop request to containers exited.",
+    ),
+    click.option(
+        "--file-check-frequency",
+        type=float,
+        default=20.0,
+        show_default=True,
+        help="Seconds between full re-lists of the manifests dirs.",
+    ),
+    click.option(
+        "--lease-renew",
+        type=float,
+        default=2.0,
+        show_default=True,
+        help="Seconds between leader Lease renewals.",
+    ),
+    click.option(
+        "--gc-after",
+        type=float,
+        default=60.0,
+        show_default=True,
+        hidden=True,
+        help="Seconds exited containers stay listed in crictl ps -a.",
+    ),
+    click.option(
+        "--legacy-discovery",
+        is_flag=True,
+        hidden=True,
+        help="Serve only legacy discovery (to test kubectl's fallback).",
+    ),
 ]
 
 
@@ -59,9 +105,19 @@ def lab() -> None:
 
 @lab.command("run")
 @lab_options
-def run_cmd(directory: Path, masters: int, node_name: str | None, port: int, start_lag: float,
-            ready_lag: float, stop_lag: float, file_check_frequency: float, lease_renew: float,
-            gc_after: float, legacy_discovery: bool) -> None:
+def run_cmd(
+    directory: Path,
+    masters: int,
+    node_name: str | None,
+    port: int,
+    start_lag: float,
+    ready_lag: float,
+    stop_lag: float,
+    file_check_frequency: float,
+    lease_renew: float,
+    gc_after: float,
+    legacy_discovery: bool,
+) -> None:
     """Run the lab in the foreground until SIGTERM/SIGINT."""
     from .cluster import Lab
 
@@ -69,9 +125,19 @@ def run_cmd(directory: Path, masters: int, node_name: str | None, port: int, sta
     if control.running_state(directory):
         fail(f"a lab is already running in {directory}")
     try:
-        the_lab = Lab(directory, masters=masters, node_name=node_name, port=port, start_lag=start_lag,
-                      ready_lag=ready_lag, stop_lag=stop_lag, file_check_frequency=file_check_frequency,
-                      lease_renew=lease_renew, gc_after=gc_after, aggregated_discovery=not legacy_discovery)
+        the_lab = Lab(
+            directory,
+            masters=masters,
+            node_name=node_name,
+            port=port,
+            start_lag=start_lag,
+            ready_lag=ready_lag,
+            stop_lag=stop_lag,
+            file_check_frequency=file_check_frequency,
+            lease_renew=lease_renew,
+            gc_after=gc_after,
+            aggregated_discovery=not legacy_discovery,
+        )
     except ValueError as exc:
         fail(str(exc), 2)
 
@@ -89,17 +155,39 @@ def run_cmd(directory: Path, masters: int, node_name: str | None, port: int, sta
 @lab.command("up")
 @lab_options
 @click.option("--timeout", type=float, default=30.0, show_default=True, help="Seconds to wait for the API.")
-def up_cmd(directory: Path, masters: int, node_name: str | None, port: int, start_lag: float,
-           ready_lag: float, stop_lag: float, file_check_frequency: float, lease_renew: float,
-           gc_after: float, legacy_discovery: bool, timeout: float) -> None:
+def up_cmd(
+    directory: Path,
+    masters: int,
+    node_name: str | None,
+    port: int,
+    start_lag: float,
+    ready_lag: float,
+    stop_lag: float,
+    file_check_frequency: float,
+    lease_renew: float,
+    gc_after: float,
+    legacy_discovery: bool,
+    timeout: float,
+) -> None:
     """Start the lab in the background (log: DIR/lab.log) and print its environment."""
     directory = directory.expanduser().resolve()
     if control.running_state(directory):
         fail(f"a lab is already running in {directory} (use `cpctl lab down --dir {directory}` first)")
-    args = ["--masters", str(masters), *control.lag_args(
-        node_name=node_name, port=port or None, start_lag=start_lag, ready_lag=ready_lag, stop_lag=stop_lag,
-        file_check_frequency=file_check_frequency, lease_renew=lease_renew, gc_after=gc_after,
-        aggregated_discovery=not legacy_discovery)]
+    args = [
+        "--masters",
+        str(masters),
+        *control.lag_args(
+            node_name=node_name,
+            port=port or None,
+            start_lag=start_lag,
+            ready_lag=ready_lag,
+            stop_lag=stop_lag,
+            file_check_frequency=file_check_frequency,
+            lease_renew=lease_renew,
+            gc_after=gc_after,
+            aggregated_discovery=not legacy_discovery,
+        ),
+    ]
     try:
         proc = control.spawn(directory, args)
         info = control.wait_ready(directory, proc, timeout)
@@ -109,8 +197,13 @@ def up_cmd(directory: Path, masters: int, node_name: str | None, port: int, star
 
 
 @lab.command("down")
-@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
-              default=control.DEFAULT_DIR, show_default=True)
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=control.DEFAULT_DIR,
+    show_default=True,
+)
 def down_cmd(directory: Path) -> None:
     """Stop a lab started with `up` (or `run`)."""
     directory = directory.expanduser().resolve()
@@ -128,8 +221,13 @@ def down_cmd(directory: Path) -> None:
 
 
 @lab.command("env")
-@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
-              default=control.DEFAULT_DIR, show_default=True)
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=control.DEFAULT_DIR,
+    show_default=True,
+)
 @click.option("--master", type=int, default=1, show_default=True, help="Which master (1-based).")
 def env_cmd(directory: Path, master: int) -> None:
     """Print `export` lines that point cpctl at master N of the lab."""

@@ -32,7 +32,10 @@ from .httpserve import LabHTTPServer, free_port, serve
 from .kubelet import Container, Kubelet, Worker
 from .store import ApiError, Obj, Store, now_micro, now_rfc3339, parse_time
 
-ROLES_LEASE_DEFAULT = {"kube-scheduler": "kube-scheduler", "kube-controller-manager": "kube-controller-manager"}
+ROLES_LEASE_DEFAULT = {
+    "kube-scheduler": "kube-scheduler",
+    "kube-controller-manager": "kube-controller-manager",
+}
 
 
 def _flags(args: list[str]) -> dict[str, str]:
@@ -65,7 +68,7 @@ def host_path(pod: Obj, container: Obj, path: str) -> str:
         return path
     for v in (pod.get("spec") or {}).get("volumes") or []:
         if v.get("name") == best.get("name") and v.get("hostPath"):
-            rest = path[len(best["mountPath"].rstrip("/")):]
+            rest = path[len(best["mountPath"].rstrip("/")) :]
             return v["hostPath"]["path"].rstrip("/") + rest if rest else v["hostPath"]["path"]
     return path
 
@@ -148,7 +151,9 @@ class ControlHandler(BaseHTTPRequestHandler):
         q = {k: v[-1] for k, v in urllib.parse.parse_qs(url.query).items()}
         with lab.lock:
             if url.path == "/ready":
-                self._json(200, {"ready": lab.is_ready(), "api": lab.api_srv is not None, "etcd": lab.etcd_ok()})
+                self._json(
+                    200, {"ready": lab.is_ready(), "api": lab.api_srv is not None, "etcd": lab.etcd_ok()}
+                )
                 return
             if url.path == "/state":
                 self._json(200, lab.summary())
@@ -158,17 +163,28 @@ class ControlHandler(BaseHTTPRequestHandler):
                 self._json(404, {"error": f"unknown node {q.get('node')}"})
                 return
             if url.path == "/cri/pods":
-                self._json(200, {"items": [s.cri() for s in sorted(k.sandboxes.values(), key=lambda s: s.created)]})
+                self._json(
+                    200, {"items": [s.cri() for s in sorted(k.sandboxes.values(), key=lambda s: s.created)]}
+                )
             elif url.path == "/cri/containers":
-                self._json(200, {"containers": [c.cri() for c in sorted(k.containers.values(),
-                                                                           key=lambda c: c.created)]})
+                self._json(
+                    200,
+                    {"containers": [c.cri() for c in sorted(k.containers.values(), key=lambda c: c.created)]},
+                )
             elif url.path in ("/cri/inspect", "/cri/inspectp"):
                 pool: dict[str, Any] = k.containers if url.path == "/cri/inspect" else k.sandboxes
                 ident = q.get("id", "")
                 hits = [v for i, v in pool.items() if ident and i.startswith(ident)]
                 if len(hits) != 1:
-                    self._json(404, {"error": f"{'container' if url.path == '/cri/inspect' else 'sandbox'} "
-                                              f"\"{ident}\" not found" if not hits else "ambiguous id"})
+                    self._json(
+                        404,
+                        {
+                            "error": f"{'container' if url.path == '/cri/inspect' else 'sandbox'} "
+                            f'"{ident}" not found'
+                            if not hits
+                            else "ambiguous id"
+                        },
+                    )
                 else:
                     self._json(200, hits[0].inspect())
             else:
@@ -178,10 +194,20 @@ class ControlHandler(BaseHTTPRequestHandler):
 class Lab:
     """One simulated cluster: N masters plus one worker, on 127.0.0.1."""
 
-    def __init__(self, directory: Path, masters: int = 1, node_name: Optional[str] = None, port: int = 0,
-                 start_lag: float = 0.3, ready_lag: float = 0.3, stop_lag: float = 0.2,
-                 file_check_frequency: float = 20.0, lease_renew: float = 2.0, gc_after: float = 60.0,
-                 aggregated_discovery: bool = True) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        masters: int = 1,
+        node_name: Optional[str] = None,
+        port: int = 0,
+        start_lag: float = 0.3,
+        ready_lag: float = 0.3,
+        stop_lag: float = 0.2,
+        file_check_frequency: float = 20.0,
+        lease_renew: float = 2.0,
+        gc_after: float = 60.0,
+        aggregated_discovery: bool = True,
+    ) -> None:
         self.dir = Path(directory).expanduser().resolve()
         if masters < 1:
             raise ValueError("--masters must be >= 1")
@@ -237,8 +263,12 @@ class Lab:
 
     # ------------------------------------------------------------------ availability
     def _running(self, role: str) -> list[Container]:
-        return [c for k in self.kubelets.values() for c in k.containers.values()
-                if c.role == role and c.state == "CONTAINER_RUNNING"]
+        return [
+            c
+            for k in self.kubelets.values()
+            for c in k.containers.values()
+            if c.role == role and c.state == "CONTAINER_RUNNING"
+        ]
 
     def etcd_ok(self) -> bool:
         """etcd answers while a quorum of the masters' etcd members runs."""
@@ -256,8 +286,10 @@ class Lab:
                 if w is None or not w.ready:
                     return False
                 m = self.store.get("pods", pod["metadata"]["namespace"], pod["metadata"]["name"])
-                if m is None or not any(c["type"] == "Ready" and c["status"] == "True"
-                                        for c in (m.get("status") or {}).get("conditions") or []):
+                if m is None or not any(
+                    c["type"] == "Ready" and c["status"] == "True"
+                    for c in (m.get("status") or {}).get("conditions") or []
+                ):
                     return False
         return True
 
@@ -275,8 +307,17 @@ class Lab:
                 ports = {}
         for node in self.masters:
             if node not in ports:
-                ports[node] = {k: free_port() for k in ("apiserver", "controller-manager", "scheduler",
-                                                         "etcd-client", "etcd-peer", "etcd-metrics")}
+                ports[node] = {
+                    k: free_port()
+                    for k in (
+                        "apiserver",
+                        "controller-manager",
+                        "scheduler",
+                        "etcd-client",
+                        "etcd-peer",
+                        "etcd-metrics",
+                    )
+                }
         self.ports = {n: ports[n] for n in self.masters}
         ports_file.write_text(json.dumps(ports, indent=2))
         for node in self.masters:
@@ -305,11 +346,31 @@ class Lab:
                 return None
             pki.mkdir(exist_ok=True)
             try:
-                subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                                "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", str(key), "-out", str(crt),
-                                "-days", "3650", "-subj", "/CN=cpctl-lab",
-                                "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
-                               check=True, capture_output=True, timeout=30)
+                subprocess.run(
+                    [
+                        "openssl",
+                        "req",
+                        "-x509",
+                        "-newkey",
+                        "ec",
+                        "-pkeyopt",
+                        "ec_paramgen_curve:prime256v1",
+                        "-nodes",
+                        "-keyout",
+                        str(key),
+                        "-out",
+                        str(crt),
+                        "-days",
+                        "3650",
+                        "-subj",
+                        "/CN=cpctl-lab",
+                        "-addext",
+                        "subjectAltName=IP:127.0.0.1,DNS:localhost",
+                    ],
+                    check=True,
+                    capture_output=True,
+                    timeout=30,
+                )
             except (OSError, subprocess.SubprocessError) as exc:
                 self.log(f"lab: openssl failed ({exc}); HTTPS health endpoints are served as plain HTTP")
                 return None
@@ -318,11 +379,20 @@ class Lab:
         return ctx
 
     def _write_kubeconfig(self) -> None:
-        cfg = {"apiVersion": "v1", "kind": "Config", "current-context": "kubernetes-admin@cpctl-lab",
-               "clusters": [{"name": "cpctl-lab", "cluster": {"server": f"http://127.0.0.1:{self.port}"}}],
-               "contexts": [{"name": "kubernetes-admin@cpctl-lab",
-                             "context": {"cluster": "cpctl-lab", "user": "kubernetes-admin"}}],
-               "users": [{"name": "kubernetes-admin", "user": {}}], "preferences": {}}
+        cfg = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "kubernetes-admin@cpctl-lab",
+            "clusters": [{"name": "cpctl-lab", "cluster": {"server": f"http://127.0.0.1:{self.port}"}}],
+            "contexts": [
+                {
+                    "name": "kubernetes-admin@cpctl-lab",
+                    "context": {"cluster": "cpctl-lab", "user": "kubernetes-admin"},
+                }
+            ],
+            "users": [{"name": "kubernetes-admin", "user": {}}],
+            "preferences": {},
+        }
         control.atomic_write(self.dir / "admin.conf", yaml.safe_dump(cfg, sort_keys=False))
 
     def _write_crictl(self) -> None:
@@ -331,9 +401,13 @@ class Lab:
         src = (Path(__file__).parent / "crictl.py").read_text()
         lab_json = str(self.dir / "lab.json")
         for name, node in [("crictl", None)] + [(f"crictl-{n}", n) for n in self.masters + [self.worker]]:
-            text = (f"#!{sys.executable}\n# Generated by `cpctl lab` -- a crictl look-alike for the simulated "
-                    f"node(s) of this lab.\nLAB_JSON = {lab_json!r}\nNODE = {node!r}\n" + src +
-                    "\n\nif __name__ == '__main__':\n    sys.exit(main(sys.argv[1:], LAB_JSON, NODE))\n")
+            text = (
+                f"#!{sys.executable}\n# Generated by `cpctl lab` -- a crictl look-alike for the simulated "
+                f"node(s) of this lab.\nLAB_JSON = {lab_json!r}\nNODE = {node!r}\n"
+                + src
+                + "\n\nimport sys  # noqa: E402\n\nif __name__ == '__main__':\n"
+                + "    sys.exit(main(sys.argv[1:], LAB_JSON, NODE))\n"
+            )
             path = bindir / name
             control.atomic_write(path, text)
             path.chmod(0o755)
@@ -343,57 +417,116 @@ class Lab:
             self.api.create(self.res("namespaces"), "", {"metadata": {"name": ns}})
         for node in self.masters + [self.worker]:
             master = node in self.masters
-            labels = {"beta.kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux",
-                      "kubernetes.io/arch": "amd64", "kubernetes.io/hostname": node, "kubernetes.io/os": "linux"}
+            labels = {
+                "beta.kubernetes.io/arch": "amd64",
+                "beta.kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "kubernetes.io/hostname": node,
+                "kubernetes.io/os": "linux",
+            }
             if master:
                 labels["node-role.kubernetes.io/control-plane"] = ""
                 labels["node.kubernetes.io/exclude-from-external-load-balancers"] = ""
-            obj = {"apiVersion": "v1", "kind": "Node",
-                   "metadata": {"name": node, "labels": labels,
-                                "annotations": {"kubeadm.alpha.kubernetes.io/cri-socket":
-                                                "unix:///var/run/containerd/containerd.sock",
-                                                "node.alpha.kubernetes.io/ttl": "0"}},
-                   "spec": {"podCIDR": f"10.244.{len(self.store.list('nodes'))}.0/24",
-                            "taints": [{"key": "node-role.kubernetes.io/control-plane",
-                                        "effect": "NoSchedule"}] if master else []},
-                   "status": self._node_status()}
+            obj = {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": node,
+                    "labels": labels,
+                    "annotations": {
+                        "kubeadm.alpha.kubernetes.io/cri-socket": "unix:///var/run/containerd/containerd.sock",
+                        "node.alpha.kubernetes.io/ttl": "0",
+                    },
+                },
+                "spec": {
+                    "podCIDR": f"10.244.{len(self.store.list('nodes'))}.0/24",
+                    "taints": [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]
+                    if master
+                    else [],
+                },
+                "status": self._node_status(),
+            }
             if not master:
                 obj["spec"].pop("taints")
             self.store.create("nodes", "", obj)
 
     def _node_status(self) -> Obj:
         now = now_rfc3339()
-        conds = [(t, "False", r, m) for t, r, m in [
-            ("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
-            ("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-            ("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available")]]
+        conds = [
+            (t, "False", r, m)
+            for t, r, m in [
+                ("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+                ("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+                ("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+            ]
+        ]
         conds.append(("Ready", "True", "KubeletReady", "kubelet is posting ready status"))
-        return {"addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
-                "allocatable": {"cpu": "2", "memory": "3912Mi", "pods": "110", "ephemeral-storage": "50Gi"},
-                "capacity": {"cpu": "2", "memory": "4012Mi", "pods": "110", "ephemeral-storage": "50Gi"},
-                "conditions": [{"type": t, "status": s, "reason": r, "message": m, "lastHeartbeatTime": now,
-                                "lastTransitionTime": now} for t, s, r, m in conds],
-                "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
-                "nodeInfo": {"architecture": "amd64", "bootID": str(uuid.uuid4()),
-                             "containerRuntimeVersion": "containerd://1.7.20", "kernelVersion": os.uname().release,
-                             "kubeProxyVersion": "v1.30.4", "kubeletVersion": "v1.30.4",
-                             "machineID": uuid.uuid4().hex, "operatingSystem": "linux",
-                             "osImage": "cpctl lab (simulated)", "systemUUID": str(uuid.uuid4())}}
+        return {
+            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+            "allocatable": {"cpu": "2", "memory": "3912Mi", "pods": "110", "ephemeral-storage": "50Gi"},
+            "capacity": {"cpu": "2", "memory": "4012Mi", "pods": "110", "ephemeral-storage": "50Gi"},
+            "conditions": [
+                {
+                    "type": t,
+                    "status": s,
+                    "reason": r,
+                    "message": m,
+                    "lastHeartbeatTime": now,
+                    "lastTransitionTime": now,
+                }
+                for t, s, r, m in conds
+            ],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "nodeInfo": {
+                "architecture": "amd64",
+                "bootID": str(uuid.uuid4()),
+                "containerRuntimeVersion": "containerd://1.7.20",
+                "kernelVersion": os.uname().release,
+                "kubeProxyVersion": "v1.30.4",
+                "kubeletVersion": "v1.30.4",
+                "machineID": uuid.uuid4().hex,
+                "operatingSystem": "linux",
+                "osImage": "cpctl lab (simulated)",
+                "systemUUID": str(uuid.uuid4()),
+            },
+        }
 
     def summary(self) -> Obj:
-        return {"pid": os.getpid(), "dir": str(self.dir),
-                "api": {"port": self.port, "url": f"http://127.0.0.1:{self.port}", "up": self.api_srv is not None},
-                "control": {"url": f"http://127.0.0.1:{self.control_srv.server_address[1]}"
-                            if self.control_srv else None},
-                "masters": [{"name": n, "manifests_dir": str(self.dir / f"manifests-{n}"),
-                             "state_dir": str(self.dir / f"state-{n}"), "ports": self.ports.get(n, {}),
-                             "crictl": str(self.dir / "bin" / ("crictl" if i == 0 else f"crictl-{n}"))}
-                            for i, n in enumerate(self.masters)],
-                "worker": self.worker, "nodes": self.masters + [self.worker],
-                "kubeconfig": str(self.dir / "admin.conf"), "crictl": str(self.dir / "bin" / "crictl"),
-                "tls": self.tls is not None, "etcd_ok": self.etcd_ok() if self.kubelets else False,
-                "lags": {"start": self.start_lag, "ready": self.ready_lag, "stop": self.stop_lag,
-                         "file_check_frequency": self.file_check_frequency, "lease_renew": self.lease_renew}}
+        return {
+            "pid": os.getpid(),
+            "dir": str(self.dir),
+            "api": {
+                "port": self.port,
+                "url": f"http://127.0.0.1:{self.port}",
+                "up": self.api_srv is not None,
+            },
+            "control": {
+                "url": f"http://127.0.0.1:{self.control_srv.server_address[1]}" if self.control_srv else None
+            },
+            "masters": [
+                {
+                    "name": n,
+                    "manifests_dir": str(self.dir / f"manifests-{n}"),
+                    "state_dir": str(self.dir / f"state-{n}"),
+                    "ports": self.ports.get(n, {}),
+                    "crictl": str(self.dir / "bin" / ("crictl" if i == 0 else f"crictl-{n}")),
+                }
+                for i, n in enumerate(self.masters)
+            ],
+            "worker": self.worker,
+            "nodes": self.masters + [self.worker],
+            "kubeconfig": str(self.dir / "admin.conf"),
+            "crictl": str(self.dir / "bin" / "crictl"),
+            "tls": self.tls is not None,
+            "etcd_ok": self.etcd_ok() if self.kubelets else False,
+            "lags": {
+                "start": self.start_lag,
+                "ready": self.ready_lag,
+                "stop": self.stop_lag,
+                "file_check_frequency": self.file_check_frequency,
+                "lease_renew": self.lease_renew,
+            },
+        }
 
     # ------------------------------------------------------------------ main loop
     def run(self) -> None:
@@ -411,7 +544,9 @@ class Lab:
                     k.relist()
                 threading.Thread(target=k.watch_forever, name=f"files-{k.node}", daemon=True).start()
         self.call_later(self.lease_renew, self._renew_tick)
-        self.log(f"lab: running in {self.dir}; API http://127.0.0.1:{self.port} (opens when kube-apiserver runs)")
+        self.log(
+            f"lab: running in {self.dir}; API http://127.0.0.1:{self.port} (opens when kube-apiserver runs)"
+        )
         self.kick()
         try:
             self._loop()
@@ -432,11 +567,11 @@ class Lab:
                 for fn in due:
                     try:
                         fn()
-                    except Exception as exc:  # keep the simulator alive, but say what broke
+                    except Exception as exc:  # noqa: BLE001 -- keep the simulator alive, log what broke
                         self.log(f"lab: timer error: {exc!r}")
                 try:
                     self.reconcile()
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 -- same: one bad reconcile must not kill the lab
                     self.log(f"lab: reconcile error: {exc!r}")
 
     def shutdown(self) -> None:
@@ -502,8 +637,14 @@ class Lab:
                             continue
                         port = hg.get("port")
                         if isinstance(port, str) and not port.isdigit():
-                            port = next((p.get("containerPort") for p in c.spec.get("ports") or []
-                                         if p.get("name") == port), None)
+                            port = next(
+                                (
+                                    p.get("containerPort")
+                                    for p in c.spec.get("ports") or []
+                                    if p.get("name") == port
+                                ),
+                                None,
+                            )
                         if port is None:
                             continue
                         key = (hg.get("host") or "127.0.0.1", int(port), (hg.get("scheme") or "HTTP").upper())
@@ -519,12 +660,19 @@ class Lab:
                 continue
             host, port, scheme = key
             try:
-                srv = serve(host, port, HealthHandler, tls=self.tls if scheme == "HTTPS" else None,
-                            context=(self, w, role, paths))
+                srv = serve(
+                    host,
+                    port,
+                    HealthHandler,
+                    tls=self.tls if scheme == "HTTPS" else None,
+                    context=(self, w, role, paths),
+                )
                 self.health[key] = (srv, w)
             except OSError as exc:
-                self.log(f"lab: health endpoint {scheme.lower()}://{host}:{port} for "
-                         f"{w.full_name[1]} cannot listen: {exc}")
+                self.log(
+                    f"lab: health endpoint {scheme.lower()}://{host}:{port} for "
+                    f"{w.full_name[1]} cannot listen: {exc}"
+                )
 
     # ------------------------------------------------------------------ components
     def configure_component(self, kubelet: Kubelet, w: Worker, c: Container) -> None:
@@ -559,8 +707,9 @@ class Lab:
         if lease is None or (lease.get("spec") or {}).get("holderIdentity") != c.identity:
             return
         now = now_micro()
-        lease["spec"].update({"holderIdentity": None, "leaseDurationSeconds": 1, "renewTime": now,
-                              "acquireTime": now})
+        lease["spec"].update(
+            {"holderIdentity": None, "leaseDurationSeconds": 1, "renewTime": now, "acquireTime": now}
+        )
         self.store.update("leases", c.lease[0], lease, check_rv=False)
 
     def _renew_tick(self) -> None:
@@ -581,11 +730,22 @@ class Lab:
             now, stamp = time.time(), now_micro()
             lease = self.store.get("leases", ns, name)
             if lease is None:
-                self.store.create("leases", ns, {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                                                 "metadata": {"name": name, "namespace": ns},
-                                                 "spec": {"holderIdentity": cs[0].identity,
-                                                          "leaseDurationSeconds": 15, "acquireTime": stamp,
-                                                          "renewTime": stamp, "leaseTransitions": 0}})
+                self.store.create(
+                    "leases",
+                    ns,
+                    {
+                        "apiVersion": "coordination.k8s.io/v1",
+                        "kind": "Lease",
+                        "metadata": {"name": name, "namespace": ns},
+                        "spec": {
+                            "holderIdentity": cs[0].identity,
+                            "leaseDurationSeconds": 15,
+                            "acquireTime": stamp,
+                            "renewTime": stamp,
+                            "leaseTransitions": 0,
+                        },
+                    },
+                )
                 continue
             spec = lease.setdefault("spec", {})
             holder = spec.get("holderIdentity") or ""
@@ -597,9 +757,16 @@ class Lab:
             last = parse_time(spec["renewTime"]) if spec.get("renewTime") else 0.0
             if holder and last + float(spec.get("leaseDurationSeconds") or 15) > now:
                 continue
-            spec.update({"holderIdentity": cs[0].identity, "leaseDurationSeconds": 15, "acquireTime": stamp,
-                         "renewTime": stamp, "leaseTransitions": int(spec.get("leaseTransitions") or 0)
-                         + (1 if holder or spec.get("acquireTime") else 0)})
+            spec.update(
+                {
+                    "holderIdentity": cs[0].identity,
+                    "leaseDurationSeconds": 15,
+                    "acquireTime": stamp,
+                    "renewTime": stamp,
+                    "leaseTransitions": int(spec.get("leaseTransitions") or 0)
+                    + (1 if holder or spec.get("acquireTime") else 0),
+                }
+            )
             self.store.update("leases", ns, lease, check_rv=False)
 
     def _holds(self, c: Container) -> bool:
@@ -618,9 +785,15 @@ class Lab:
             return
         nodes = self.store.list("nodes")
         nodes.sort(key=lambda n: (n["metadata"]["name"] in self.masters, n["metadata"]["name"]))
-        pending = self.store.list("pods", None, lambda p: not (p.get("spec") or {}).get("nodeName")
-                                  and not p["metadata"].get("deletionTimestamp")
-                                  and (p.get("spec") or {}).get("schedulerName", "default-scheduler") in served)
+        pending = self.store.list(
+            "pods",
+            None,
+            lambda p: (
+                not (p.get("spec") or {}).get("nodeName")
+                and not p["metadata"].get("deletionTimestamp")
+                and (p.get("spec") or {}).get("schedulerName", "default-scheduler") in served
+            ),
+        )
         for pod in pending:
             spec, meta = pod["spec"], pod["metadata"]
             sched = served[spec.get("schedulerName", "default-scheduler")]
@@ -632,48 +805,105 @@ class Lab:
                     continue
                 if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
                     continue
-                if not all(_tolerates(spec.get("tolerations") or [], t) for t in (n.get("spec") or {}).get(
-                        "taints") or [] if t.get("effect") in ("NoSchedule", "NoExecute")):
+                if not all(
+                    _tolerates(spec.get("tolerations") or [], t)
+                    for t in (n.get("spec") or {}).get("taints") or []
+                    if t.get("effect") in ("NoSchedule", "NoExecute")
+                ):
                     continue
                 fit = n["metadata"]["name"]
                 break
             if fit is None:
                 if meta["uid"] not in self._unschedulable:
                     self._unschedulable.add(meta["uid"])
-                    msg = (f"0/{len(nodes)} nodes are available: {len(nodes)} node(s) didn't match Pod's node "
-                           "affinity/selector or had untolerated taint. preemption: 0/"
-                           f"{len(nodes)} nodes are available: {len(nodes)} Preemption is not helpful for "
-                           "scheduling.")
+                    msg = (
+                        f"0/{len(nodes)} nodes are available: {len(nodes)} node(s) didn't match Pod's node "
+                        "affinity/selector or had untolerated taint. preemption: 0/"
+                        f"{len(nodes)} nodes are available: {len(nodes)} Preemption is not helpful for "
+                        "scheduling."
+                    )
                     conds = [c for c in pod["status"].get("conditions") or [] if c["type"] != "PodScheduled"]
-                    conds.append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                                  "message": msg, "lastProbeTime": None, "lastTransitionTime": now_rfc3339()})
+                    conds.append(
+                        {
+                            "type": "PodScheduled",
+                            "status": "False",
+                            "reason": "Unschedulable",
+                            "message": msg,
+                            "lastProbeTime": None,
+                            "lastTransitionTime": now_rfc3339(),
+                        }
+                    )
                     pod["status"]["conditions"] = conds
                     self.store.update("pods", meta["namespace"], pod, check_rv=False)
-                    self.record_event(meta["namespace"], meta["name"], "Warning", "FailedScheduling", msg,
-                                      sname, uid=meta["uid"], instance=sched.identity)
+                    self.record_event(
+                        meta["namespace"],
+                        meta["name"],
+                        "Warning",
+                        "FailedScheduling",
+                        msg,
+                        sname,
+                        uid=meta["uid"],
+                        instance=sched.identity,
+                    )
                 continue
             try:
-                self.api.bind(meta["namespace"], meta["name"], {"target": {"kind": "Node", "name": fit},
-                                                                "metadata": {"uid": meta["uid"]}})
+                self.api.bind(
+                    meta["namespace"],
+                    meta["name"],
+                    {"target": {"kind": "Node", "name": fit}, "metadata": {"uid": meta["uid"]}},
+                )
             except ApiError:
                 continue
             self._kicked = True
-            self.record_event(meta["namespace"], meta["name"], "Normal", "Scheduled",
-                              f"Successfully assigned {meta['namespace']}/{meta['name']} to {fit}", sname,
-                              uid=meta["uid"], instance=sched.identity)
+            self.record_event(
+                meta["namespace"],
+                meta["name"],
+                "Normal",
+                "Scheduled",
+                f"Successfully assigned {meta['namespace']}/{meta['name']} to {fit}",
+                sname,
+                uid=meta["uid"],
+                instance=sched.identity,
+            )
 
     # ------------------------------------------------------------------ events
-    def record_event(self, ns: str, name: str, etype: str, reason: str, message: str, component: str,
-                     uid: str = "", instance: str = "", kind: str = "Pod") -> None:
+    def record_event(
+        self,
+        ns: str,
+        name: str,
+        etype: str,
+        reason: str,
+        message: str,
+        component: str,
+        uid: str = "",
+        instance: str = "",
+        kind: str = "Pod",
+    ) -> None:
         """Queue a core/v1 Event; it is written as soon as the API is reachable."""
         now = now_rfc3339()
-        self._pending_events.append({
-            "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": f"{name}.{uuid.uuid4().hex[:16]}", "namespace": ns},
-            "involvedObject": {"kind": kind, "namespace": ns, "name": name, "uid": uid, "apiVersion": "v1"},
-            "reason": reason, "message": message, "type": etype, "count": 1,
-            "source": {"component": component}, "firstTimestamp": now, "lastTimestamp": now,
-            "reportingComponent": component, "reportingInstance": instance or component})
+        self._pending_events.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"name": f"{name}.{uuid.uuid4().hex[:16]}", "namespace": ns},
+                "involvedObject": {
+                    "kind": kind,
+                    "namespace": ns,
+                    "name": name,
+                    "uid": uid,
+                    "apiVersion": "v1",
+                },
+                "reason": reason,
+                "message": message,
+                "type": etype,
+                "count": 1,
+                "source": {"component": component},
+                "firstTimestamp": now,
+                "lastTimestamp": now,
+                "reportingComponent": component,
+                "reportingInstance": instance or component,
+            }
+        )
         self.kick()
 
     def _flush_events(self) -> None:

@@ -64,8 +64,13 @@ def env_vars(info: dict[str, Any], master: int = 1) -> dict[str, str]:
     if not 1 <= master <= len(masters):
         raise LabError(f"--master must be between 1 and {len(masters)}")
     m = masters[master - 1]
-    return {"CPCTL_MANIFESTS_DIR": m["manifests_dir"], "CPCTL_STATE_DIR": m["state_dir"],
-            "CPCTL_NODE_NAME": m["name"], "KUBECONFIG": info["kubeconfig"], "CPCTL_CRICTL": m["crictl"]}
+    return {
+        "CPCTL_MANIFESTS_DIR": m["manifests_dir"],
+        "CPCTL_STATE_DIR": m["state_dir"],
+        "CPCTL_NODE_NAME": m["name"],
+        "KUBECONFIG": info["kubeconfig"],
+        "CPCTL_CRICTL": m["crictl"],
+    }
 
 
 def env_text(info: dict[str, Any], master: int = 1) -> str:
@@ -105,9 +110,14 @@ def spawn(directory: Path, args: list[str], log: Optional[Path] = None) -> subpr
     directory.mkdir(parents=True, exist_ok=True)
     out = open(log or directory / "lab.log", "ab")
     try:
-        return subprocess.Popen([sys.executable, "-m", "cpctl.lab", "run", "--dir", str(directory), *args],
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True, env=env)
+        return subprocess.Popen(
+            [sys.executable, "-m", "cpctl.lab", "run", "--dir", str(directory), *args],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
+        )
     finally:
         out.close()
 
@@ -137,9 +147,16 @@ def wait_ready(directory: Path, proc: subprocess.Popen, timeout: float) -> dict[
 
 
 def lag_args(**opts: Any) -> list[str]:
-    names = {"start_lag": "--start-lag", "ready_lag": "--ready-lag", "stop_lag": "--stop-lag",
-             "file_check_frequency": "--file-check-frequency", "lease_renew": "--lease-renew",
-             "port": "--port", "node_name": "--node-name", "gc_after": "--gc-after"}
+    names = {
+        "start_lag": "--start-lag",
+        "ready_lag": "--ready-lag",
+        "stop_lag": "--stop-lag",
+        "file_check_frequency": "--file-check-frequency",
+        "lease_renew": "--lease-renew",
+        "port": "--port",
+        "node_name": "--node-name",
+        "gc_after": "--gc-after",
+    }
     out: list[str] = []
     for k, v in opts.items():
         if v is None:
@@ -154,7 +171,9 @@ def lag_args(**opts: Any) -> list[str]:
     return out
 
 
-def stop_process(info: dict[str, Any], proc: Optional[subprocess.Popen] = None, timeout: float = 10.0) -> None:
+def stop_process(
+    info: dict[str, Any], proc: Optional[subprocess.Popen] = None, timeout: float = 10.0
+) -> None:
     pid = info.get("pid")
     try:
         control_call(info, "/shutdown", method="POST", timeout=1.0)

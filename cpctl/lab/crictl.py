@@ -10,7 +10,6 @@ import argparse
 import json
 import os
 import re
-import sys
 import time
 import urllib.error
 import urllib.parse
@@ -23,9 +22,11 @@ def _fetch(lab_json, node, path, **params):
             info = json.load(fh)
         url = info["control"]["url"]
     except (OSError, ValueError, KeyError, TypeError):
-        raise SystemExit("time=\"{}\" level=fatal msg=\"validate service connection: validate CRI v1 "
-                         "runtime API for endpoint \\\"unix:///run/containerd/containerd.sock\\\": "
-                         "lab state not found ({})\"".format(time.strftime("%Y-%m-%dT%H:%M:%SZ"), lab_json))
+        raise SystemExit(
+            'time="{}" level=fatal msg="validate service connection: validate CRI v1 '
+            'runtime API for endpoint \\"unix:///run/containerd/containerd.sock\\": '
+            'lab state not found ({})"'.format(time.strftime("%Y-%m-%dT%H:%M:%SZ"), lab_json)
+        ) from None
     if node:
         params["node"] = node
     try:
@@ -33,25 +34,32 @@ def _fetch(lab_json, node, path, **params):
             return json.loads(r.read())
     except urllib.error.HTTPError as exc:
         body = json.loads(exc.read() or b"{}")
-        raise SystemExit("time=\"{}\" level=fatal msg=\"{}\"".format(
-            time.strftime("%Y-%m-%dT%H:%M:%SZ"), body.get("error", exc)))
+        raise SystemExit(
+            'time="{}" level=fatal msg="{}"'.format(
+                time.strftime("%Y-%m-%dT%H:%M:%SZ"), body.get("error", exc)
+            )
+        ) from None
     except OSError as exc:
-        raise SystemExit("time=\"{}\" level=fatal msg=\"validate service connection: validate CRI v1 "
-                         "runtime API for endpoint \\\"unix:///run/containerd/containerd.sock\\\": "
-                         "connect: connection refused ({})\"".format(time.strftime("%Y-%m-%dT%H:%M:%SZ"), exc))
+        raise SystemExit(
+            'time="{}" level=fatal msg="validate service connection: validate CRI v1 '
+            'runtime API for endpoint \\"unix:///run/containerd/containerd.sock\\": '
+            'connect: connection refused ({})"'.format(time.strftime("%Y-%m-%dT%H:%M:%SZ"), exc)
+        ) from None
 
 
 def _ago(ns):
     secs = max(0, int(time.time() - int(ns) / 1e9))
     if secs < 60:
-        return "{} seconds ago".format(secs) if secs != 1 else "1 second ago"
+        return f"{secs} seconds ago" if secs != 1 else "1 second ago"
     if secs < 3600:
-        return "{} minutes ago".format(secs // 60) if secs >= 120 else "About a minute ago"
-    return "{} hours ago".format(secs // 3600) if secs >= 7200 else "About an hour ago"
+        return f"{secs // 60} minutes ago" if secs >= 120 else "About a minute ago"
+    return f"{secs // 3600} hours ago" if secs >= 7200 else "About an hour ago"
 
 
 def _table(headers, rows):
-    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)] if rows else [len(h) for h in headers]
+    widths = (
+        [max(len(str(x)) for x in col) for col in zip(headers, *rows)] if rows else [len(h) for h in headers]
+    )
     lines = []
     for r in [headers] + rows:
         lines.append("   ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())
@@ -77,7 +85,8 @@ def cmd_pods(a, lab_json, node):
         if a.namespace and not re.search(a.namespace, s["metadata"]["namespace"]):
             continue
         if a.state and s["state"] != {"ready": "SANDBOX_READY", "notready": "SANDBOX_NOTREADY"}.get(
-                a.state.lower(), a.state.upper()):
+            a.state.lower(), a.state.upper()
+        ):
             continue
         if not _labels_ok(s["labels"], a.label):
             continue
@@ -86,15 +95,24 @@ def cmd_pods(a, lab_json, node):
     if a.latest:
         out = out[:1]
     elif a.last:
-        out = out[:a.last]
+        out = out[: a.last]
     if a.quiet:
         print("\n".join(s["id"] for s in out))
     elif a.output in ("json", "yaml"):
         print(json.dumps({"items": out}, indent=2))
     else:
-        rows = [[s["id"] if a.no_trunc else s["id"][:13], _ago(s["createdAt"]),
-                 "Ready" if s["state"] == "SANDBOX_READY" else "NotReady", s["metadata"]["name"],
-                 s["metadata"]["namespace"], s["metadata"]["attempt"], "(default)"] for s in out]
+        rows = [
+            [
+                s["id"] if a.no_trunc else s["id"][:13],
+                _ago(s["createdAt"]),
+                "Ready" if s["state"] == "SANDBOX_READY" else "NotReady",
+                s["metadata"]["name"],
+                s["metadata"]["namespace"],
+                s["metadata"]["attempt"],
+                "(default)",
+            ]
+            for s in out
+        ]
         print(_table(["POD ID", "CREATED", "STATE", "NAME", "NAMESPACE", "ATTEMPT", "RUNTIME"], rows))
     return 0
 
@@ -129,7 +147,7 @@ def cmd_ps(a, lab_json, node):
     if a.latest:
         out = out[:1]
     elif a.last:
-        out = out[:a.last]
+        out = out[: a.last]
     if a.quiet:
         print("\n".join(c["id"] for c in out))
     elif a.output in ("json", "yaml"):
@@ -138,11 +156,18 @@ def cmd_ps(a, lab_json, node):
         rows = []
         for c in out:
             pod = pods.get(c["podSandboxId"], {})
-            rows.append([c["id"] if a.no_trunc else c["id"][:13], c["imageRef"][7:20] if not a.no_trunc
-                         else c["imageRef"], _ago(c["createdAt"]),
-                         c["state"].replace("CONTAINER_", "").capitalize(), c["metadata"]["name"],
-                         c["metadata"]["attempt"], c["podSandboxId"] if a.no_trunc else c["podSandboxId"][:13],
-                         (pod.get("metadata") or {}).get("name", "unknown")])
+            rows.append(
+                [
+                    c["id"] if a.no_trunc else c["id"][:13],
+                    c["imageRef"][7:20] if not a.no_trunc else c["imageRef"],
+                    _ago(c["createdAt"]),
+                    c["state"].replace("CONTAINER_", "").capitalize(),
+                    c["metadata"]["name"],
+                    c["metadata"]["attempt"],
+                    c["podSandboxId"] if a.no_trunc else c["podSandboxId"][:13],
+                    (pod.get("metadata") or {}).get("name", "unknown"),
+                ]
+            )
         print(_table(["CONTAINER", "IMAGE", "CREATED", "STATE", "NAME", "ATTEMPT", "POD ID", "POD"], rows))
     return 0
 
@@ -152,8 +177,11 @@ def cmd_inspect(a, lab_json, node, kind):
     if a.output == "table":
         for r in results:
             st = r["status"]
-            print("ID: {}\nName: {}\nState: {}\nCreated: {}".format(
-                st["id"], st["metadata"]["name"], st["state"], st["createdAt"]))
+            print(
+                "ID: {}\nName: {}\nState: {}\nCreated: {}".format(
+                    st["id"], st["metadata"]["name"], st["state"], st["createdAt"]
+                )
+            )
         return 0
     for r in results:
         print(json.dumps(r, indent=2))
@@ -212,8 +240,10 @@ def main(argv, lab_json, node=None):
         return cmd_inspect(a, lab_json, node, "inspectp")
     if a.cmd == "version":
         _fetch(lab_json, node, "/state")
-        print("Version:  0.1.0\nRuntimeName:  containerd\nRuntimeVersion:  v1.7.20-cpctl-lab\n"
-              "RuntimeApiVersion:  v1")
+        print(
+            "Version:  0.1.0\nRuntimeName:  containerd\nRuntimeVersion:  v1.7.20-cpctl-lab\n"
+            "RuntimeApiVersion:  v1"
+        )
         return 0
     p.print_help()
     return 1

@@ -23,8 +23,13 @@ class LabHTTPServer(ThreadingHTTPServer):
     allow_reuse_address = True
     block_on_close = False
 
-    def __init__(self, addr: tuple[str, int], handler: type[BaseHTTPRequestHandler],
-                 tls: Optional[ssl.SSLContext] = None, context: Any = None) -> None:
+    def __init__(
+        self,
+        addr: tuple[str, int],
+        handler: type[BaseHTTPRequestHandler],
+        tls: Optional[ssl.SSLContext] = None,
+        context: Any = None,
+    ) -> None:
         super().__init__(addr, handler)
         self.tls = tls
         self.context = context
@@ -59,8 +64,12 @@ class LabHTTPServer(ThreadingHTTPServer):
         """Client hang-ups are normal (watch streams, probes); do not print tracebacks."""
 
     def start(self) -> "LabHTTPServer":
-        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 30.0},
-                                        name=f"http-{self.server_address[1]}", daemon=True)
+        self._thread = threading.Thread(
+            target=self.serve_forever,
+            kwargs={"poll_interval": 30.0},
+            name=f"http-{self.server_address[1]}",
+            daemon=True,
+        )
         self._thread.start()
         return self
 
@@ -87,8 +96,13 @@ class LabHTTPServer(ThreadingHTTPServer):
                 pass
 
 
-def serve(host: str, port: int, handler: type[BaseHTTPRequestHandler],
-          tls: Optional[ssl.SSLContext] = None, context: Any = None) -> LabHTTPServer:
+def serve(
+    host: str,
+    port: int,
+    handler: type[BaseHTTPRequestHandler],
+    tls: Optional[ssl.SSLContext] = None,
+    context: Any = None,
+) -> LabHTTPServer:
     """Bind and start a server in a daemon thread (raises OSError if the port is taken)."""
     return LabHTTPServer((host, port), handler, tls=tls, context=context).start()
 

@@ -84,8 +84,11 @@ def parse_manifest(path: str, node: str) -> Obj:
     if not isinstance(meta, dict) or not meta.get("name"):
         raise ManifestError("invalid pod: name is needed for the pod")
     containers = (pod.get("spec") or {}).get("containers")
-    if not isinstance(containers, list) or not containers or not all(
-            isinstance(c, dict) and c.get("name") and c.get("image") for c in containers):
+    if (
+        not isinstance(containers, list)
+        or not containers
+        or not all(isinstance(c, dict) and c.get("name") and c.get("image") for c in containers)
+    ):
         raise ManifestError("invalid pod: spec.containers: Required value (name and image)")
     uid = meta.get("uid") or static_pod_hash(pod, node, path)
     out = copy.deepcopy(pod)
@@ -108,6 +111,7 @@ def parse_manifest(path: str, node: str) -> Obj:
 
 # --------------------------------------------------------------------------- runtime objects
 
+
 @dataclass
 class Sandbox:
     id: str
@@ -124,24 +128,54 @@ class Sandbox:
     pid: int = field(default_factory=lambda: random.randint(1000, 99999))
 
     def cri(self) -> Obj:
-        return {"id": self.id, "metadata": {"name": self.name, "uid": self.uid, "namespace": self.namespace,
-                                            "attempt": self.attempt},
-                "state": self.state, "createdAt": str(self.created), "labels": dict(self.labels),
-                "annotations": dict(self.annotations), "runtimeHandler": ""}
+        return {
+            "id": self.id,
+            "metadata": {
+                "name": self.name,
+                "uid": self.uid,
+                "namespace": self.namespace,
+                "attempt": self.attempt,
+            },
+            "state": self.state,
+            "createdAt": str(self.created),
+            "labels": dict(self.labels),
+            "annotations": dict(self.annotations),
+            "runtimeHandler": "",
+        }
 
     def inspect(self) -> Obj:
-        return {"status": {"id": self.id, "metadata": self.cri()["metadata"], "state": self.state,
-                           "createdAt": rfc3339_nano(self.created),
-                           "network": {"additionalIps": [], "ip": self.ip},
-                           "linux": {"namespaces": {"options": {
-                               "ipc": "POD", "network": "NODE" if self.host_network else "POD",
-                               "pid": "CONTAINER", "targetId": "", "usernsOptions": None}}},
-                           "labels": dict(self.labels), "annotations": dict(self.annotations),
-                           "runtimeHandler": ""},
-                "info": {"pid": self.pid if self.state == "SANDBOX_READY" else 0,
-                         "processStatus": "running" if self.state == "SANDBOX_READY" else "stopped",
-                         "netNamespaceClosed": self.state != "SANDBOX_READY", "image": "registry.k8s.io/pause:3.9",
-                         "snapshotter": "overlayfs", "runtimeHandler": "", "runtimeType": "io.containerd.runc.v2"}}
+        return {
+            "status": {
+                "id": self.id,
+                "metadata": self.cri()["metadata"],
+                "state": self.state,
+                "createdAt": rfc3339_nano(self.created),
+                "network": {"additionalIps": [], "ip": self.ip},
+                "linux": {
+                    "namespaces": {
+                        "options": {
+                            "ipc": "POD",
+                            "network": "NODE" if self.host_network else "POD",
+                            "pid": "CONTAINER",
+                            "targetId": "",
+                            "usernsOptions": None,
+                        }
+                    }
+                },
+                "labels": dict(self.labels),
+                "annotations": dict(self.annotations),
+                "runtimeHandler": "",
+            },
+            "info": {
+                "pid": self.pid if self.state == "SANDBOX_READY" else 0,
+                "processStatus": "running" if self.state == "SANDBOX_READY" else "stopped",
+                "netNamespaceClosed": self.state != "SANDBOX_READY",
+                "image": "registry.k8s.io/pause:3.9",
+                "snapshotter": "overlayfs",
+                "runtimeHandler": "",
+                "runtimeType": "io.containerd.runc.v2",
+            },
+        }
 
 
 @dataclass
@@ -165,45 +199,78 @@ class Container:
 
     @property
     def labels(self) -> dict[str, str]:
-        return {"io.kubernetes.container.name": self.name, "io.kubernetes.pod.name": self.sandbox.name,
-                "io.kubernetes.pod.namespace": self.sandbox.namespace, "io.kubernetes.pod.uid": self.sandbox.uid}
+        return {
+            "io.kubernetes.container.name": self.name,
+            "io.kubernetes.pod.name": self.sandbox.name,
+            "io.kubernetes.pod.namespace": self.sandbox.namespace,
+            "io.kubernetes.pod.uid": self.sandbox.uid,
+        }
 
     @property
     def annotations(self) -> dict[str, str]:
-        return {"io.kubernetes.container.hash": hashlib.sha1(json.dumps(self.spec, sort_keys=True).encode())
-                .hexdigest()[:8], "io.kubernetes.container.restartCount": "0",
-                "io.kubernetes.container.terminationMessagePath": "/dev/termination-log",
-                "io.kubernetes.container.terminationMessagePolicy": "File",
-                "io.kubernetes.pod.terminationGracePeriod": "30"}
+        return {
+            "io.kubernetes.container.hash": hashlib.sha1(
+                json.dumps(self.spec, sort_keys=True).encode()
+            ).hexdigest()[:8],
+            "io.kubernetes.container.restartCount": "0",
+            "io.kubernetes.container.terminationMessagePath": "/dev/termination-log",
+            "io.kubernetes.container.terminationMessagePolicy": "File",
+            "io.kubernetes.pod.terminationGracePeriod": "30",
+        }
 
     def image_ref(self) -> str:
         return "sha256:" + hashlib.sha256(self.image.encode()).hexdigest()
 
     def cri(self) -> Obj:
-        return {"id": self.id, "podSandboxId": self.sandbox.id,
-                "metadata": {"name": self.name, "attempt": self.sandbox.attempt},
-                "image": {"image": self.image, "annotations": {}, "userSpecifiedImage": self.image},
-                "imageRef": self.image_ref(), "state": self.state, "createdAt": str(self.created),
-                "labels": self.labels, "annotations": self.annotations}
+        return {
+            "id": self.id,
+            "podSandboxId": self.sandbox.id,
+            "metadata": {"name": self.name, "attempt": self.sandbox.attempt},
+            "image": {"image": self.image, "annotations": {}, "userSpecifiedImage": self.image},
+            "imageRef": self.image_ref(),
+            "state": self.state,
+            "createdAt": str(self.created),
+            "labels": self.labels,
+            "annotations": self.annotations,
+        }
 
     def inspect(self) -> Obj:
         zero = "1970-01-01T00:00:00Z"
-        return {"status": {"id": self.id, "metadata": {"name": self.name, "attempt": self.sandbox.attempt},
-                           "state": self.state, "createdAt": rfc3339_nano(self.created),
-                           "startedAt": rfc3339_nano(self.started) if self.started else zero,
-                           "finishedAt": rfc3339_nano(self.finished) if self.finished else zero,
-                           "exitCode": self.exit_code, "image": {"image": self.image},
-                           "imageRef": self.image_ref(),
-                           "reason": "Completed" if self.state == "CONTAINER_EXITED" else "",
-                           "message": "", "labels": self.labels, "annotations": self.annotations,
-                           "mounts": [], "logPath": f"/var/log/pods/{self.sandbox.namespace}_{self.sandbox.name}_"
-                           f"{self.sandbox.uid}/{self.name}/{self.sandbox.attempt}.log", "resources": None},
-                "info": {"sandboxID": self.sandbox.id, "pid": self.pid if self.state == "CONTAINER_RUNNING" else 0,
-                         "removing": False, "snapshotKey": self.id, "snapshotter": "overlayfs",
-                         "runtimeType": "io.containerd.runc.v2",
-                         "config": {"metadata": {"name": self.name}, "image": {"image": self.image},
-                                    "command": self.spec.get("command") or [],
-                                    "args": self.spec.get("args") or []}}}
+        return {
+            "status": {
+                "id": self.id,
+                "metadata": {"name": self.name, "attempt": self.sandbox.attempt},
+                "state": self.state,
+                "createdAt": rfc3339_nano(self.created),
+                "startedAt": rfc3339_nano(self.started) if self.started else zero,
+                "finishedAt": rfc3339_nano(self.finished) if self.finished else zero,
+                "exitCode": self.exit_code,
+                "image": {"image": self.image},
+                "imageRef": self.image_ref(),
+                "reason": "Completed" if self.state == "CONTAINER_EXITED" else "",
+                "message": "",
+                "labels": self.labels,
+                "annotations": self.annotations,
+                "mounts": [],
+                "logPath": f"/var/log/pods/{self.sandbox.namespace}_{self.sandbox.name}_"
+                f"{self.sandbox.uid}/{self.name}/{self.sandbox.attempt}.log",
+                "resources": None,
+            },
+            "info": {
+                "sandboxID": self.sandbox.id,
+                "pid": self.pid if self.state == "CONTAINER_RUNNING" else 0,
+                "removing": False,
+                "snapshotKey": self.id,
+                "snapshotter": "overlayfs",
+                "runtimeType": "io.containerd.runc.v2",
+                "config": {
+                    "metadata": {"name": self.name},
+                    "image": {"image": self.image},
+                    "command": self.spec.get("command") or [],
+                    "args": self.spec.get("args") or [],
+                },
+            },
+        }
 
 
 @dataclass
@@ -214,7 +281,7 @@ class Worker:
     pod: Obj
     source: str
     path: str = ""
-    state: str = "waiting"   # waiting -> starting -> running -> stopping -> stopped
+    state: str = "waiting"  # waiting -> starting -> running -> stopping -> stopped
     seen: float = field(default_factory=time.time)
     started: float = 0.0
     ready: bool = False
@@ -233,6 +300,7 @@ class Worker:
 
 
 # --------------------------------------------------------------------------- inotify
+
 
 class Inotify:
     """Minimal inotify via ctypes (standard library only); ``None`` from ``open`` means unavailable."""
@@ -266,7 +334,7 @@ class Inotify:
         out, off = [], 0
         while off + 16 <= len(data):
             wd, mask, _cookie, length = struct.unpack_from("iIII", data, off)
-            name = data[off + 16:off + 16 + length].rstrip(b"\0").decode(errors="replace")
+            name = data[off + 16 : off + 16 + length].rstrip(b"\0").decode(errors="replace")
             out.append((wd, mask, name))
             off += 16 + length
         return out
@@ -276,6 +344,7 @@ class Inotify:
 
 
 # --------------------------------------------------------------------------- kubelet
+
 
 class Kubelet:
     """Per-node kubelet; all methods except the watcher thread run under the lab lock."""
@@ -337,8 +406,10 @@ class Kubelet:
         self.file_keys = keys
 
     def report_duplicate(self, key: tuple[str, str], old_path: str, new_path: str) -> None:
-        msg = (f"duplicate static pod {key[0]}/{key[1]}: defined by {old_path} and {new_path}; "
-               f"using {new_path} (last file wins)")
+        msg = (
+            f"duplicate static pod {key[0]}/{key[1]}: defined by {old_path} and {new_path}; "
+            f"using {new_path} (last file wins)"
+        )
         self.log(msg)
         self.lab.record_event(key[0], key[1], "Warning", "DuplicateStaticPod", msg, self.node)
 
@@ -441,8 +512,14 @@ class Kubelet:
         out: dict[str, tuple[str, Obj, str]] = {}
         for pod, path in self.static.values():
             out[pod["metadata"]["uid"]] = ("file", pod, path)
-        for pod in self.lab.store.list("pods", None, lambda o: (o.get("spec") or {}).get("nodeName") == self.node
-                                       and MIRROR not in (o["metadata"].get("annotations") or {})):
+        for pod in self.lab.store.list(
+            "pods",
+            None,
+            lambda o: (
+                (o.get("spec") or {}).get("nodeName") == self.node
+                and MIRROR not in (o["metadata"].get("annotations") or {})
+            ),
+        ):
             out[pod["metadata"]["uid"]] = ("api", pod, "")
         return out
 
@@ -457,16 +534,24 @@ class Kubelet:
                 self.workers[uid] = w
             elif src == "api":
                 w.pod = pod
-            if src == "api" and pod["metadata"].get("deletionTimestamp") and w.state not in ("stopping",
-                                                                                               "stopped"):
+            if (
+                src == "api"
+                and pod["metadata"].get("deletionTimestamp")
+                and w.state not in ("stopping", "stopped")
+            ):
                 self._stop_worker(w)
         for uid, w in list(self.workers.items()):
             if uid not in want and w.state not in ("stopping", "stopped"):
                 self._stop_worker(w)
         for w in list(self.workers.values()):
             if w.state == "waiting":
-                blocked = any(o is not w and o.full_name == w.full_name and o.state != "stopped"
-                              and o.state != "waiting" for o in self.workers.values())
+                blocked = any(
+                    o is not w
+                    and o.full_name == w.full_name
+                    and o.state != "stopped"
+                    and o.state != "waiting"
+                    for o in self.workers.values()
+                )
                 if not blocked:
                     w.state = "starting"
                     self.lab.call_later(self.lab.start_lag, lambda w=w: self._start_worker(w))
@@ -486,25 +571,52 @@ class Kubelet:
         meta = w.pod["metadata"]
         attempt = sum(1 for s in self.sandboxes.values() if s.uid == w.uid)
         labels = dict(meta.get("labels") or {})
-        labels.update({"io.kubernetes.pod.name": meta["name"], "io.kubernetes.pod.namespace": meta["namespace"],
-                       "io.kubernetes.pod.uid": w.uid})
+        labels.update(
+            {
+                "io.kubernetes.pod.name": meta["name"],
+                "io.kubernetes.pod.namespace": meta["namespace"],
+                "io.kubernetes.pod.uid": w.uid,
+            }
+        )
         anns = {k: v for k, v in (meta.get("annotations") or {}).items() if k != MIRROR}
         if w.source == "api":
             anns.setdefault(SEEN, now_micro(w.seen))
             anns.setdefault(SOURCE, "api")
-        sb = Sandbox(id=_hex(), name=meta["name"], namespace=meta["namespace"], uid=w.uid, attempt=attempt,
-                     created=now_ns, labels=labels, annotations=anns, ip=w.ip, host_network=host_net)
+        sb = Sandbox(
+            id=_hex(),
+            name=meta["name"],
+            namespace=meta["namespace"],
+            uid=w.uid,
+            attempt=attempt,
+            created=now_ns,
+            labels=labels,
+            annotations=anns,
+            ip=w.ip,
+            host_network=host_net,
+        )
         self.sandboxes[sb.id] = sb
         w.sandbox = sb
         w.containers = []
         for c in spec.get("containers") or []:
             cmd = list(c.get("command") or [])
-            ctr = Container(id=_hex(), name=c["name"], image=c["image"], sandbox=sb, command=cmd, spec=c,
-                            created=now_ns, started=time.time_ns(), pid=random.randint(1000, 4000000),
-                            state="CONTAINER_RUNNING")
+            ctr = Container(
+                id=_hex(),
+                name=c["name"],
+                image=c["image"],
+                sandbox=sb,
+                command=cmd,
+                spec=c,
+                created=now_ns,
+                started=time.time_ns(),
+                pid=random.randint(1000, 4000000),
+                state="CONTAINER_RUNNING",
+            )
             base = os.path.basename(cmd[0]) if cmd else c["name"]
-            ctr.role = base if base in ("kube-apiserver", "kube-controller-manager", "kube-scheduler",
-                                        "etcd") else ""
+            ctr.role = (
+                base
+                if base in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd")
+                else ""
+            )
             ctr.identity = f"{self.node}_{uuid.uuid4()}"
             if ctr.role:
                 self.lab.configure_component(self, w, ctr)
@@ -565,36 +677,72 @@ class Kubelet:
         key = f"{ctype}={status}"
         if key not in w.transitions:
             w.transitions[key] = now_rfc3339()
-        return {"type": ctype, "status": status, "lastProbeTime": None, "lastTransitionTime": w.transitions[key]}
+        return {
+            "type": ctype,
+            "status": status,
+            "lastProbeTime": None,
+            "lastTransitionTime": w.transitions[key],
+        }
 
     def pod_status(self, w: Worker, old: Obj) -> Obj:
         spec = w.pod.get("spec") or {}
-        st: Obj = {"phase": "Running" if w.running else "Pending", "hostIP": "127.0.0.1",
-                   "hostIPs": [{"ip": "127.0.0.1"}], "startTime": now_rfc3339(w.seen) if w.source == "file"
-                   else (old.get("startTime") or now_rfc3339(w.seen)),
-                   "qosClass": old.get("qosClass") or "BestEffort"}
+        st: Obj = {
+            "phase": "Running" if w.running else "Pending",
+            "hostIP": "127.0.0.1",
+            "hostIPs": [{"ip": "127.0.0.1"}],
+            "startTime": now_rfc3339(w.seen)
+            if w.source == "file"
+            else (old.get("startTime") or now_rfc3339(w.seen)),
+            "qosClass": old.get("qosClass") or "BestEffort",
+        }
         if w.ip:
             st["podIP"] = w.ip
             st["podIPs"] = [{"ip": w.ip}]
-        st["conditions"] = [self._cond(w, "PodReadyToStartContainers", w.running),
-                            self._cond(w, "Initialized", True), self._cond(w, "Ready", w.ready),
-                            self._cond(w, "ContainersReady", w.ready), self._cond(w, "PodScheduled", True)]
+        st["conditions"] = [
+            self._cond(w, "PodReadyToStartContainers", w.running),
+            self._cond(w, "Initialized", True),
+            self._cond(w, "Ready", w.ready),
+            self._cond(w, "ContainersReady", w.ready),
+            self._cond(w, "PodScheduled", True),
+        ]
         by_name = {c.name: c for c in w.containers}
         statuses = []
         for c in spec.get("containers") or []:
             ctr = by_name.get(c["name"])
-            entry: Obj = {"name": c["name"], "image": c["image"], "restartCount": 0, "ready": False,
-                          "started": False, "imageID": "", "containerID": ""}
+            entry: Obj = {
+                "name": c["name"],
+                "image": c["image"],
+                "restartCount": 0,
+                "ready": False,
+                "started": False,
+                "imageID": "",
+                "containerID": "",
+            }
             if ctr is not None and ctr.state == "CONTAINER_RUNNING":
-                entry.update({"state": {"running": {"startedAt": now_rfc3339(ctr.started / 1e9)}},
-                              "ready": w.ready, "started": True, "imageID": ctr.image_ref(),
-                              "containerID": f"containerd://{ctr.id}"})
+                entry.update(
+                    {
+                        "state": {"running": {"startedAt": now_rfc3339(ctr.started / 1e9)}},
+                        "ready": w.ready,
+                        "started": True,
+                        "imageID": ctr.image_ref(),
+                        "containerID": f"containerd://{ctr.id}",
+                    }
+                )
             elif ctr is not None and ctr.state == "CONTAINER_EXITED":
-                entry.update({"state": {"terminated": {"exitCode": 0, "reason": "Completed",
-                                                       "startedAt": now_rfc3339(ctr.started / 1e9),
-                                                       "finishedAt": now_rfc3339(ctr.finished / 1e9),
-                                                       "containerID": f"containerd://{ctr.id}"}},
-                              "containerID": f"containerd://{ctr.id}"})
+                entry.update(
+                    {
+                        "state": {
+                            "terminated": {
+                                "exitCode": 0,
+                                "reason": "Completed",
+                                "startedAt": now_rfc3339(ctr.started / 1e9),
+                                "finishedAt": now_rfc3339(ctr.finished / 1e9),
+                                "containerID": f"containerd://{ctr.id}",
+                            }
+                        },
+                        "containerID": f"containerd://{ctr.id}",
+                    }
+                )
             else:
                 entry["state"] = {"waiting": {"reason": "ContainerCreating"}}
             statuses.append(entry)
@@ -608,8 +756,11 @@ class Kubelet:
         node = store.get("nodes", "", self.node)
         if node is None:
             return
-        active_static = {w.full_name: w for w in self.workers.values()
-                         if w.source == "file" and w.state in ("starting", "running", "stopping")}
+        active_static = {
+            w.full_name: w
+            for w in self.workers.values()
+            if w.source == "file" and w.state in ("starting", "running", "stopping")
+        }
         for key, (pod, _path) in self.static.items():
             w = self.workers.get(pod["metadata"]["uid"])
             if w is None or w.state not in ("starting", "running"):
@@ -617,8 +768,10 @@ class Kubelet:
             ns, name = key
             mirror = store.get("pods", ns, name)
             uid = pod["metadata"]["uid"]
-            if mirror is not None and (mirror["metadata"].get("deletionTimestamp") or
-                                       (mirror["metadata"].get("annotations") or {}).get(MIRROR) != uid):
+            if mirror is not None and (
+                mirror["metadata"].get("deletionTimestamp")
+                or (mirror["metadata"].get("annotations") or {}).get(MIRROR) != uid
+            ):
                 try:
                     store.delete("pods", ns, name, uid=mirror["metadata"]["uid"])
                     self.log(f"Deleted mirror pod {ns}/{name} because it is outdated")
@@ -628,8 +781,15 @@ class Kubelet:
             if mirror is None:
                 body = copy.deepcopy(pod)
                 body["metadata"]["annotations"][MIRROR] = uid
-                body["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": self.node,
-                                                        "uid": node["metadata"]["uid"], "controller": True}]
+                body["metadata"]["ownerReferences"] = [
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Node",
+                        "name": self.node,
+                        "uid": node["metadata"]["uid"],
+                        "controller": True,
+                    }
+                ]
                 body["status"] = {}
                 try:
                     mirror = api.create(self.lab.res("pods"), ns, body)
@@ -639,8 +799,14 @@ class Kubelet:
                     continue
             self._push_status(mirror, w)
         # orphaned mirrors: static pod gone and its worker fully terminated
-        for m in store.list("pods", None, lambda o: (o.get("spec") or {}).get("nodeName") == self.node
-                            and MIRROR in (o["metadata"].get("annotations") or {})):
+        for m in store.list(
+            "pods",
+            None,
+            lambda o: (
+                (o.get("spec") or {}).get("nodeName") == self.node
+                and MIRROR in (o["metadata"].get("annotations") or {})
+            ),
+        ):
             key = (m["metadata"]["namespace"], m["metadata"]["name"])
             if key in self.static or key in active_static:
                 continue
@@ -650,14 +816,24 @@ class Kubelet:
             except ApiError:
                 pass
         # API pods: status, and final deletion once terminated
-        for pod in store.list("pods", None, lambda o: (o.get("spec") or {}).get("nodeName") == self.node
-                              and MIRROR not in (o["metadata"].get("annotations") or {})):
+        for pod in store.list(
+            "pods",
+            None,
+            lambda o: (
+                (o.get("spec") or {}).get("nodeName") == self.node
+                and MIRROR not in (o["metadata"].get("annotations") or {})
+            ),
+        ):
             w = self.workers.get(pod["metadata"]["uid"])
             if w is None:
                 if pod["metadata"].get("deletionTimestamp"):
                     try:
-                        store.delete("pods", pod["metadata"]["namespace"], pod["metadata"]["name"],
-                                     uid=pod["metadata"]["uid"])
+                        store.delete(
+                            "pods",
+                            pod["metadata"]["namespace"],
+                            pod["metadata"]["name"],
+                            uid=pod["metadata"]["uid"],
+                        )
                     except ApiError:
                         pass
                 continue

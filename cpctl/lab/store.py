@@ -52,9 +52,16 @@ class ApiError(Exception):
         self.details = details or {}
 
     def status(self) -> Obj:
-        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                "message": self.message, "reason": self.reason, "details": self.details,
-                "code": self.code}
+        return {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "details": self.details,
+            "code": self.code,
+        }
 
 
 GROUP_OF = {"daemonsets": "apps", "leases": "coordination.k8s.io"}
@@ -63,34 +70,51 @@ GROUP_OF = {"daemonsets": "apps", "leases": "coordination.k8s.io"}
 def not_found(kind_plural: str, name: str, group: str = "") -> ApiError:
     group = group or GROUP_OF.get(kind_plural, "")
     res = f"{kind_plural}.{group}" if group else kind_plural
-    return ApiError(404, "NotFound", f'{res} "{name}" not found',
-                    {"name": name, "group": group, "kind": kind_plural})
+    return ApiError(
+        404, "NotFound", f'{res} "{name}" not found', {"name": name, "group": group, "kind": kind_plural}
+    )
 
 
 def already_exists(kind_plural: str, name: str, group: str = "") -> ApiError:
     group = group or GROUP_OF.get(kind_plural, "")
     res = f"{kind_plural}.{group}" if group else kind_plural
-    return ApiError(409, "AlreadyExists", f'{res} "{name}" already exists',
-                    {"name": name, "group": group, "kind": kind_plural})
+    return ApiError(
+        409,
+        "AlreadyExists",
+        f'{res} "{name}" already exists',
+        {"name": name, "group": group, "kind": kind_plural},
+    )
 
 
 def conflict(kind_plural: str, name: str, why: str, group: str = "") -> ApiError:
     group = group or GROUP_OF.get(kind_plural, "")
     res = f"{kind_plural}.{group}" if group else kind_plural
-    return ApiError(409, "Conflict", f'Operation cannot be fulfilled on {res} "{name}": {why}',
-                    {"name": name, "group": group, "kind": kind_plural})
+    return ApiError(
+        409,
+        "Conflict",
+        f'Operation cannot be fulfilled on {res} "{name}": {why}',
+        {"name": name, "group": group, "kind": kind_plural},
+    )
 
 
 def invalid(kind: str, name: str, causes: list[tuple[str, str]], group: str = "") -> ApiError:
     """422 Invalid; causes are (field, message) pairs, rendered like apimachinery does."""
     text = ", ".join(f"{f}: {m}" for f, m in causes)
-    return ApiError(422, "Invalid", f'{kind} "{name}" is invalid: {text}',
-                    {"name": name, "group": group, "kind": kind,
-                     "causes": [{"reason": "FieldValueInvalid", "message": m, "field": f}
-                                for f, m in causes]})
+    return ApiError(
+        422,
+        "Invalid",
+        f'{kind} "{name}" is invalid: {text}',
+        {
+            "name": name,
+            "group": group,
+            "kind": kind,
+            "causes": [{"reason": "FieldValueInvalid", "message": m, "field": f} for f, m in causes],
+        },
+    )
 
 
 # --------------------------------------------------------------------------- selectors
+
 
 def _split_top(text: str) -> list[str]:
     """Split a selector on commas that are not inside ``in (...)`` parentheses."""
@@ -131,7 +155,8 @@ def label_matcher(selector: str) -> Callable[[dict[str, str]], bool]:
             k, v = (s.strip() for s in req.replace("==", "=").split("=", 1))
             tests.append(lambda lb, k=k, v=v: lb.get(k) == v)
         elif req.startswith("!"):
-            tests.append(lambda lb, k=req[1:].strip(): k not in lb)
+            absent = req[1:].strip()
+            tests.append(lambda lb, k=absent: k not in lb)
         elif re.match(r"^[A-Za-z0-9./_-]+$", req):
             tests.append(lambda lb, k=req: k in lb)
         else:
@@ -166,8 +191,7 @@ def field_matcher(selector: str, allowed: Optional[Iterable[str]] = None) -> Cal
             raise ApiError(400, "BadRequest", f"invalid field selector: {req!r}")
         k, v = k.strip(), v.strip()
         if allowed_set is not None and k not in allowed_set:
-            raise ApiError(400, "BadRequest",
-                           f'field label not supported: {k}')
+            raise ApiError(400, "BadRequest", f"field label not supported: {k}")
         if neg:
             tests.append(lambda o, k=k, v=v: field_value(o, k) != v)
         else:
@@ -176,6 +200,7 @@ def field_matcher(selector: str, allowed: Optional[Iterable[str]] = None) -> Cal
 
 
 # --------------------------------------------------------------------------- store
+
 
 @dataclass
 class WatchEvent:
@@ -204,8 +229,15 @@ class Store:
         return str(self.rv)
 
     def _emit(self, resource: str, etype: str, obj: Obj, prev: Optional[Obj] = None) -> None:
-        self.history.append(WatchEvent(self.rv, resource, etype, copy.deepcopy(obj),
-                                       copy.deepcopy(prev) if prev is not None else None))
+        self.history.append(
+            WatchEvent(
+                self.rv,
+                resource,
+                etype,
+                copy.deepcopy(obj),
+                copy.deepcopy(prev) if prev is not None else None,
+            )
+        )
         self.cond.notify_all()
 
     def oldest_rv(self) -> int:
@@ -218,11 +250,15 @@ class Store:
             obj = self.objects.get((resource, ns, name))
             return copy.deepcopy(obj) if obj is not None else None
 
-    def list(self, resource: str, ns: Optional[str] = None,
-             pred: Optional[Callable[[Obj], bool]] = None) -> list[Obj]:
+    def list(
+        self, resource: str, ns: Optional[str] = None, pred: Optional[Callable[[Obj], bool]] = None
+    ) -> list[Obj]:
         with self.lock:
-            out = [copy.deepcopy(o) for (r, n, _), o in sorted(self.objects.items(), key=lambda kv: kv[0])
-                   if r == resource and (ns is None or n == ns) and (pred is None or pred(o))]
+            out = [
+                copy.deepcopy(o)
+                for (r, n, _), o in sorted(self.objects.items(), key=lambda kv: kv[0])
+                if r == resource and (ns is None or n == ns) and (pred is None or pred(o))
+            ]
             return out
 
     def create(self, resource: str, ns: str, obj: Obj) -> Obj:
@@ -249,8 +285,12 @@ class Store:
                 raise not_found(resource, name)
             want = meta.get("resourceVersion")
             if check_rv and want and want != old["metadata"]["resourceVersion"]:
-                raise conflict(resource, name, "the object has been modified; please apply your "
-                               "changes to the latest version and try again")
+                raise conflict(
+                    resource,
+                    name,
+                    "the object has been modified; please apply your "
+                    "changes to the latest version and try again",
+                )
             # Identity fields are owned by the server.
             for key in ("uid", "creationTimestamp"):
                 meta[key] = old["metadata"].get(key)
@@ -269,9 +309,12 @@ class Store:
             if old is None:
                 raise not_found(resource, name)
             if uid and old["metadata"].get("uid") != uid:
-                raise conflict(resource, name,
-                               f"Precondition failed: UID in precondition: {uid}, "
-                               f"UID in object meta: {old['metadata'].get('uid')}")
+                raise conflict(
+                    resource,
+                    name,
+                    f"Precondition failed: UID in precondition: {uid}, "
+                    f"UID in object meta: {old['metadata'].get('uid')}",
+                )
             del self.objects[(resource, ns, name)]
             gone = copy.deepcopy(old)
             gone["metadata"]["resourceVersion"] = self._bump()
@@ -294,14 +337,16 @@ class Store:
                 self.cond.wait(left)
 
 
-def selector_pred(label_sel: str, field_sel: str, allowed_fields: Optional[Iterable[str]]
-                  ) -> Callable[[Obj], bool]:
+def selector_pred(
+    label_sel: str, field_sel: str, allowed_fields: Optional[Iterable[str]]
+) -> Callable[[Obj], bool]:
     lm = label_matcher(label_sel)
     fm = field_matcher(field_sel, allowed_fields)
     return lambda o: lm(o.get("metadata", {}).get("labels") or {}) and fm(o)
 
 
 # --------------------------------------------------------------------------- patches
+
 
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386 JSON merge patch; also used for strategic merge patches (lists are replaced)."""
@@ -354,6 +399,7 @@ def json_patch(target: Obj, ops: list[Obj]) -> Obj:
             else:
                 raise ApiError(400, "BadRequest", f"unsupported JSON patch op {kind!r}")
         except (KeyError, IndexError, ValueError) as exc:
-            raise ApiError(422, "Invalid", f"the server rejected our request due to an error in "
-                           f"our request: {exc}") from None
+            raise ApiError(
+                422, "Invalid", f"the server rejected our request due to an error in our request: {exc}"
+            ) from None
     return doc

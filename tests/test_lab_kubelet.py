@@ -56,10 +56,11 @@ def test_deleted_mirror_is_recreated_with_same_hash(lab):
     )
     h = "kubernetes.io/config.hash"
     assert new["metadata"]["annotations"][h] == old["metadata"]["annotations"][h]
-    # the static pod itself kept running: same container
-    assert new["status"]["containerStatuses"][0]["containerID"] == old["status"]["containerStatuses"][0][
-        "containerID"
-    ] or not new["status"].get("containerStatuses")
+    # the static pod itself kept running: the new mirror reports the same container
+    wait_for(lambda: mirror(lab, "kube-controller-manager")["status"].get("containerStatuses"))
+    new = mirror(lab, "kube-controller-manager")
+    cid = old["status"]["containerStatuses"][0]["containerID"]
+    assert new["status"]["containerStatuses"][0]["containerID"] == cid
 
 
 def test_dot_files_ignored_bak_duplicate_reported_invalid_skipped(lab):

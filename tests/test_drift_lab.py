@@ -1,0 +1,55 @@
+"""Mirror pod checks of ``cpctl check`` against the lab (simulated kubelet + API server)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from typing import Any, Iterator
+
+import pytest
+
+from cpctl.lab.control import LabHandle, start_lab
+from tests.coreutil import CLI
+from tests.labfixture import FAST, wait_for
+
+# Slow kubelet reactions so "not Ready yet" and "mirror still there" can be observed.
+SLOW = dict(FAST, start_lag=3.0, ready_lag=1.0, stop_lag=3.0)
+
+
+@pytest.fixture
+def slow_lab(tmp_path: Any) -> Iterator[LabHandle]:
+    with start_lab(tmp_path / "lab", masters=1, **SLOW) as handle:
+        os.chmod(handle.state_dir(), 0o700)   # the lab creates it 0755; check would (rightly) report that
+        yield handle
+
+
+def cpctl(handle: LabHandle, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, **handle.env)
+    return subprocess.run(CLI + list(args), env=env, capture_output=True, text=True, timeout=60)
+
+
+def check(handle: LabHandle) -> tuple:
+    proc = cpctl(handle, "--probe", "api", "-o", "json", "check")
+    assert "Traceback" not in proc.stderr, proc.stderr
+    data = json.loads(proc.stdout)
+    return proc.returncode, {f["kind"]: f for f in data["findings"]}
+
+
+def test_mirror_pod_checks(slow_lab: LabHandle) -> None:
+    node = slow_lab.node_name()
+    wait_for(lambda: check(slow_lab)[0] == 0, timeout=15, what="a settled lab to check clean")
+    rc, found = check(slow_lab)
+    assert "check_skipped" not in found and "mirror_not_ready" not in found
+    proc = cpctl(slow_lab, "--probe", "none", "-o", "json", "check")
+    skipped = [f for f in json.loads(proc.stdout)["findings"] if f["kind"] == "check_skipped"]
+    assert proc.returncode == 0 and skipped[0]["severity"] == "info"
+    assert cpctl(slow_lab, "stop", "scheduler", "--no-wait").returncode == 0
+    rc, found = check(slow_lab)
+    assert rc == 1 and found["mirror_of_parked"]["component"] == "kube-scheduler"
+    assert "kube-scheduler-%s" % node in found["mirror_of_parked"]["message"]
+    wait_for(lambda: check(slow_lab)[0] == 0, timeout=15, what="the old mirror pod gone")
+    assert cpctl(slow_lab, "start", "scheduler", "--no-wait").returncode == 0
+    rc, found = check(slow_lab)
+    assert rc == 1 and found["mirror_not_ready"]["component"] == "kube-scheduler"
+    wait_for(lambda: check(slow_lab)[0] == 0, timeout=20, what="the scheduler back and Ready")

@@ -1,0 +1,42 @@
+"""cpctl watch follow-up lines against the lab: the simulated kubelet really removes/creates mirror pods."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Iterator
+
+import pytest
+
+from cpctl.lab.control import LabHandle, start_lab
+from tests.coreutil import NodeDirs
+from tests.labfixture import FAST
+from tests.test_watch import WatchProc
+
+
+@pytest.fixture
+def lab(tmp_path: Any) -> Iterator[LabHandle]:
+    with start_lab(tmp_path / "lab", masters=1, **FAST) as handle:
+        yield handle
+
+
+def test_mirror_pod_follow_up(lab: LabHandle, tmp_path: Any) -> None:
+    env = dict(os.environ, **lab.env)
+    node = NodeDirs.__new__(NodeDirs)
+    node.manifests = str(lab.manifests_dir())
+    watcher = WatchProc(node, "--timeout", "15", env=dict(env, CPCTL_PROBE="api"))
+    try:
+        mirror = "kube-scheduler-%s" % lab.node_name()
+        src = os.path.join(node.manifests, "kube-scheduler.yaml")
+        os.rename(src, str(tmp_path / "kube-scheduler.yaml"))
+        rec = watcher.verdict("kube-scheduler.yaml")
+        assert (rec["verdict"], rec["pod"]) == ("stop", mirror)
+        follow = watcher.until(lambda r: r["event"] == "mirror")[-1]
+        assert follow["verdict"] == "followed" and follow["detail"].startswith("mirror pod %s gone after " % mirror)
+        os.rename(str(tmp_path / "kube-scheduler.yaml"), src)
+        assert watcher.verdict("kube-scheduler.yaml")["verdict"] == "load"
+        follow = watcher.until(lambda r: r["event"] == "mirror")[-1]
+        assert follow["verdict"] == "followed" and "appeared and Ready" in follow["detail"]
+        rc, rest = watcher.stop()
+        assert rc == 0 and rest[-1]["verdict"] == "exit"
+    finally:
+        watcher.close()

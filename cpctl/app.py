@@ -10,6 +10,7 @@ import os
 from typing import Any, Callable, Optional
 
 from cpctl import hostops, manifests
+from cpctl.errors import CpctlError, ExitCode
 from cpctl.host import Host, LocalHost
 from cpctl.node import Node, Outcome
 from cpctl.probes import make_waiter
@@ -103,6 +104,40 @@ def restart(node: Node, components: list, reason: Optional[str], timeout: float)
                                     "restarted" if stopped.changed else "started (was stopped)",
                                     stop=stopped.to_dict(), start=started.to_dict()))
     return outcomes
+
+
+def plan(node: Node, verb: str, components: list) -> dict:
+    """What stop/start/restart would do, checked like the real run, changing nothing."""
+    import difflib
+    scan, parked = node.scan(), node.parked()
+    before = [m.file for m in scan.manifests]
+    after = list(before)
+    steps = []
+    for component in order_components(components, reverse=(verb == "stop")):
+        present, parked_hits = node.resolve(component, scan, parked)
+        if verb in ("stop", "restart") and present:
+            manifest = present[0]
+            steps.append({"action": "stop", "component": manifest.pod_name or component,
+                          "move": [manifest.path, node.state.parked_path(manifest.file)]})
+            if verb == "restart":
+                steps.append({"action": "start", "component": manifest.pod_name or component,
+                              "move": [node.state.parked_path(manifest.file), manifest.path]})
+            else:
+                after.remove(manifest.file)
+        elif verb in ("start", "restart") and parked_hits and not present:
+            node.check_restorable(parked_hits[0], scan)
+            steps.append({"action": "start", "component": component,
+                          "move": [node.state.parked_path(parked_hits[0]), node.manifests_dir + "/" + parked_hits[0]]})
+            after.append(parked_hits[0])
+        elif present or parked_hits:
+            steps.append({"action": verb, "component": component,
+                          "note": "nothing to do (already %s)" % ("stopped" if verb == "stop" else "running")})
+        else:
+            raise CpctlError("no static pod %r in %s and none parked" % (component, node.manifests_dir),
+                             ExitCode.NOT_FOUND)
+    diff = "".join(difflib.unified_diff([f + "\n" for f in before], [f + "\n" for f in sorted(after)],
+                                        node.manifests_dir + " (now)", node.manifests_dir + " (after)"))
+    return {"node": node.node_name, "dry_run": True, "changed": False, "plan": steps, "diff": diff}
 
 
 def status(node: Node, components: Optional[list] = None) -> dict:

@@ -10,7 +10,7 @@ import importlib
 import json
 import os
 import sys
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import click
 
@@ -85,10 +85,27 @@ def note(message: str) -> None:
 @click.option("--lock-timeout", type=click.FloatRange(0, 3600), default=10.0, show_default=True,
               help="Seconds to wait for another cpctl run on this node.")
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("-H", "--host", "hosts", multiple=True, metavar="TARGET",
+              help="Run on [user@]host[:port] or an ssh_config alias (repeatable, or comma-separated); "
+                   "with --inventory: host or group names.")
+@click.option("-i", "--inventory", envvar="CPCTL_INVENTORY", type=click.Path(dir_okay=False), default=None,
+              help="YAML inventory of masters (per-host user, port, paths, node name).")
+@click.option("--ssh-config", type=click.Path(dir_okay=False), default=None,
+              help="ssh_config [default: ~/.ssh/config].")
+@click.option("--known-hosts", type=click.Path(dir_okay=False), default=None,
+              help="known_hosts file to check keys against.")
+@click.option("--accept-new-host-key", is_flag=True, help="Record unknown host keys (a changed key is always refused).")
+@click.option("--ask-become-pass", is_flag=True, help="Prompt for the sudo password of non-root logins.")
+@click.option("--forks", type=click.IntRange(1, 500), default=10, show_default=True,
+              help="Hosts queried in parallel by read-only commands.")
+@click.option("--serial", default="1", show_default=True, help="Hosts changed at a time (N or N%).")
+@click.option("--keep-going", is_flag=True, help="Continue a rolling change after a host failed.")
 @click.version_option(package_name="cpctl", message="cpctl %(version)s")
 @click.pass_context
 def main(ctx: click.Context, manifests_dir: str, state_dir: str, node_name: Optional[str], kubeconfig: str,
-         probe: str, crictl: str, lock_timeout: float, output: str) -> None:
+         probe: str, crictl: str, lock_timeout: float, output: str, hosts: tuple, inventory: Optional[str],
+         ssh_config: Optional[str], known_hosts: Optional[str], accept_new_host_key: bool, ask_become_pass: bool,
+         forks: int, serial: str, keep_going: bool) -> None:
     """cpctl: stop, start and watch kubeadm control-plane static pods safely.
 
     Parks manifests outside the kubelet's manifests dir (atomically, journaled, locked) and
@@ -98,6 +115,31 @@ def main(ctx: click.Context, manifests_dir: str, state_dir: str, node_name: Opti
     ctx.ensure_object(dict)["settings"] = Settings(
         manifests_dir=manifests_dir, state_dir=state_dir, node_name=node_name, kubeconfig=kubeconfig,
         probe=probe, lock_timeout=lock_timeout, crictl=crictl, output=output)
+    ctx.obj["remote"] = _remote(hosts, inventory, ssh_config, known_hosts, accept_new_host_key, ask_become_pass,
+                                forks, serial, keep_going)
+
+
+def _remote(hosts: tuple, inventory: Optional[str], ssh_config: Optional[str], known_hosts: Optional[str],
+            accept_new: bool, ask_become_pass: bool, forks: int, serial: str, keep_going: bool) -> Any:
+    """Remote settings; SSH (paramiko) is imported only when a host is actually given."""
+    from cpctl.remote.run import RemoteOptions, split_hosts
+    remote = RemoteOptions(split_hosts(list(hosts)), inventory, None, forks, serial, keep_going)
+    click.get_current_context().call_on_close(remote.close)
+    if remote.active:
+        from cpctl.remote.ssh import SSHOptions
+        options = SSHOptions(ssh_config=ssh_config, accept_new_host_key=accept_new, prompt=_prompt,
+                             known_hosts=[known_hosts] if known_hosts else None)
+        if ask_become_pass:
+            options.become_password = _prompt("BECOME password: ", True)
+        remote.ssh_options = options
+    return remote
+
+
+def _prompt(text: str, secret: bool = True) -> str:
+    if not sys.stdin.isatty():
+        from cpctl.errors import CpctlError, ExitCode
+        raise CpctlError("%s needed but stdin is not a terminal" % text.strip().rstrip(":"), ExitCode.USAGE)
+    return click.prompt(text.rstrip(": "), hide_input=secret, default="", show_default=False)
 
 
 class Spinner:
@@ -137,26 +179,81 @@ def node_for(ctx: click.Context, probe: Optional[str] = None) -> Any:
     return open_node(settings(ctx), probe=probe, log=note, progress=progress_for(ctx))
 
 
-def _outcome_lines(outcomes: list) -> str:
-    lines = []
-    for o in outcomes:
-        data = o.to_dict()
-        line = "%s: %s" % (data["component"], data["message"])
-        wait = data.get("wait")
-        if isinstance(wait, dict) and wait.get("detail"):
-            line += " - %s" % wait["detail"]
-        lines.append(line)
+def remote_options(ctx: click.Context) -> Any:
+    return ctx.ensure_object(dict)["remote"]
+
+
+def execute(ctx: click.Context, action: Callable[[Any], dict], text_of: Callable[[dict], str],
+            changing: bool, probe: Optional[str] = None) -> None:
+    """Run ``action(node)`` here, or on every selected master (parallel, or rolling for changes)."""
+    remote = remote_options(ctx)
+    if not remote.active:
+        data = action(node_for(ctx, probe))
+        emit(ctx, data, text_of(data))
+        return
+    from cpctl.remote import run as remote_run
+    from cpctl.remote.fleet import recap, stats
+    host_settings = settings(ctx).with_overrides(probe=probe)
+    results = remote_run.run_on_hosts(host_settings, remote, remote_run.select_specs(remote), action, changing)
+    data = {"hosts": [{"host": r.host, "status": r.status, "error": r.error, "elapsed": round(r.elapsed, 3),
+                       "data": r.data} for r in results], "recap": stats(results)}
+    emit(ctx, data, _hosts_text(results, text_of) + "\n\n" + recap(results))
+    code = remote_run.exit_code(results)
+    if code:
+        ctx.exit(code)
+
+
+def _hosts_text(results: list, text_of: Callable[[dict], str]) -> str:
+    blocks = []
+    for r in results:
+        body = text_of(r.data) if isinstance(r.data, dict) else ""
+        if r.error:
+            body = (body + "\n" if body else "") + "error: %s" % r.error
+        blocks.append("== %s: %s ==\n%s" % (r.host, r.status, body or "(nothing to report)"))
+    return "\n".join(blocks)
+
+
+def _outcomes_data(node: Any, outcomes: list) -> dict:
+    return {"node": node.node_name, "recovered": list(node.recovered), "changed": any(o.changed for o in outcomes),
+            "results": [o.to_dict() for o in outcomes]}
+
+
+def _outcomes_text(data: dict) -> str:
+    lines = ["recovered: %s" % r for r in data.get("recovered", [])]
+    for result in data["results"]:
+        line = "%s: %s" % (result["component"], result["message"])
+        waits = [result.get("wait")] + [(result.get(step) or {}).get("wait") for step in ("stop", "start")]
+        details = [w["detail"] for w in waits if isinstance(w, dict) and w.get("detail")]
+        lines.append(line + "".join(" - %s" % d for d in details))
     return "\n".join(lines)
 
 
-def _report(ctx: click.Context, node: Any, outcomes: list) -> None:
-    emit(ctx, {"node": node.node_name, "recovered": node.recovered,
-                "results": [o.to_dict() for o in outcomes]}, _outcome_lines(outcomes))
+def _plan_text(data: dict) -> str:
+    from cpctl.render import plan_text
+    return plan_text(data)
 
 
 _timeout_option = click.option("--timeout", type=click.FloatRange(0.1, 3600), default=120.0, show_default=True,
                                help="Seconds to wait for the kubelet.")
 _wait_option = click.option("--no-wait", is_flag=True, help="Do not wait for the kubelet to act.")
+_dry_run_option = click.option("--dry-run", is_flag=True, help="Print the plan (moves, order, hosts); change nothing.")
+_force_option = click.option("--force", is_flag=True,
+                             help="Override the fleet quorum check for etcd/apiserver (recorded in history).")
+
+
+def _change(ctx: click.Context, verb: str, components: list, dry_run: bool, force: bool, reason: Optional[str],
+            run_action: Callable[[Any, Optional[str]], list]) -> None:
+    """Shared path of stop/start/restart: dry run, fleet safety, then the change itself."""
+    from cpctl import app
+    app.order_components(components)   # validate names before anything connects or moves
+    if dry_run:
+        execute(ctx, lambda node: app.plan(node, verb, components), _plan_text, changing=False)
+        return
+    remote = remote_options(ctx)
+    if remote.active and remote.inventory and verb in ("stop", "restart"):
+        from cpctl.remote.run import fleet_preflight
+        reason = fleet_preflight(settings(ctx), remote, verb, components, force, reason)
+    execute(ctx, lambda node: _outcomes_data(node, run_action(node, reason)), _outcomes_text, changing=True)
 
 
 @main.command()
@@ -165,9 +262,11 @@ _wait_option = click.option("--no-wait", is_flag=True, help="Do not wait for the
 @click.option("--for", "duration", default=None, help="How long it may stay parked (e.g. 30m, 2h).")
 @_wait_option
 @_timeout_option
+@_dry_run_option
+@_force_option
 @click.pass_context
 def stop(ctx: click.Context, components: tuple, reason: Optional[str], duration: Optional[str],
-         no_wait: bool, timeout: float) -> None:
+         no_wait: bool, timeout: float, dry_run: bool, force: bool) -> None:
     """Park COMPONENT's manifest outside the manifests dir and wait until its pod is gone.
 
     COMPONENT: scheduler, controller-manager, apiserver, etcd, or any static pod by file stem
@@ -179,8 +278,8 @@ def stop(ctx: click.Context, components: tuple, reason: Optional[str], duration:
     from cpctl.durations import parse_duration
     until = time.time() + parse_duration(duration) if duration is not None else None
     _check_reason(reason)
-    node = node_for(ctx)
-    _report(ctx, node, app.stop(node, list(components), reason, until, not no_wait, timeout))
+    _change(ctx, "stop", list(components), dry_run, force, reason,
+            lambda node, why: app.stop(node, list(components), why, until, not no_wait, timeout))
 
 
 def _check_reason(reason: Optional[str]) -> None:
@@ -193,25 +292,29 @@ def _check_reason(reason: Optional[str]) -> None:
 @click.argument("components", nargs=-1, required=True)
 @_wait_option
 @_timeout_option
+@_dry_run_option
 @click.pass_context
-def start(ctx: click.Context, components: tuple, no_wait: bool, timeout: float) -> None:
+def start(ctx: click.Context, components: tuple, no_wait: bool, timeout: float, dry_run: bool) -> None:
     """Restore COMPONENT's parked manifest and wait until a new pod is Running and Ready."""
     from cpctl import app
-    node = node_for(ctx)
-    _report(ctx, node, app.start(node, list(components), not no_wait, timeout))
+    _change(ctx, "start", list(components), dry_run, False, None,
+            lambda node, why: app.start(node, list(components), not no_wait, timeout))
 
 
 @main.command()
 @click.argument("components", nargs=-1, required=True)
 @click.option("--reason", default=None, help="Why (recorded in history).")
 @_timeout_option
+@_dry_run_option
+@_force_option
 @click.pass_context
-def restart(ctx: click.Context, components: tuple, reason: Optional[str], timeout: float) -> None:
+def restart(ctx: click.Context, components: tuple, reason: Optional[str], timeout: float, dry_run: bool,
+            force: bool) -> None:
     """Stop, wait until gone, start, wait until back and Ready - one component at a time."""
     from cpctl import app
     _check_reason(reason)
-    node = node_for(ctx)
-    _report(ctx, node, app.restart(node, list(components), reason, timeout))
+    _change(ctx, "restart", list(components), dry_run, force, reason,
+            lambda node, why: app.restart(node, list(components), why, timeout))
 
 
 @main.command()
@@ -221,9 +324,7 @@ def status(ctx: click.Context, components: tuple) -> None:
     """Show each static pod: running or parked (since, by, why, until), checksum, mirror pod."""
     from cpctl import app
     from cpctl.render import status_text
-    node = node_for(ctx)
-    data = app.status(node, list(components) or None)
-    emit(ctx, data, status_text(data))
+    execute(ctx, lambda node: app.status(node, list(components) or None), status_text, changing=False)
 
 
 @main.command()
@@ -235,9 +336,10 @@ def history(ctx: click.Context, component: Optional[str], limit: int) -> None:
     """Show the append-only record of every change cpctl made on this node."""
     from cpctl import app
     from cpctl.render import history_text
-    node = node_for(ctx, probe="none")
-    records = app.history(node, component, limit)
-    emit(ctx, {"node": node.node_name, "history": records}, history_text(records))
+
+    def action(node: Any) -> dict:
+        return {"node": node.node_name, "history": app.history(node, component, limit)}
+    execute(ctx, action, lambda data: history_text(data["history"]), changing=False, probe="none")
 
 
 @main.command()

@@ -230,7 +230,7 @@ class Node:
             raise CpctlError("%r matches several parked manifests (%s)" % (wanted, ", ".join(parked_hits)),
                              ExitCode.REFUSED)
         filename = parked_hits[0]
-        pod, data = self._check_restorable(filename, scan)
+        pod, data = self.check_restorable(filename, scan)
         target = self.target_for(pod, filename)
         before = self.waiter.before(target) if wait else None
         self._apply("start", target.component, filename, self.state.parked_path(filename),
@@ -239,7 +239,7 @@ class Node:
         return Outcome(target.component, "start", True, "started (manifest restored)", file=filename,
                        checksum=manifests.checksum(data), wait=result)
 
-    def _check_restorable(self, filename: str, scan: DirScan) -> tuple:
+    def check_restorable(self, filename: str, scan: DirScan) -> tuple:
         """Refuse a restore that would run something broken or a second copy of a pod."""
         path = self.state.parked_path(filename)
         info = self.host.lstat(path)

@@ -53,3 +53,17 @@ def history_text(records: list) -> str:
              (r.get("checksum") or "")[:12], (r.get("reason") or "") + (" [recovered]" if r.get("recovered") else "")]
             for r in records]
     return table(["TIME", "USER", "HOST", "ACTION", "COMPONENT", "SHA256", "REASON"], rows)
+
+
+def plan_text(data: dict) -> str:
+    """A dry run: the moves in order, then the manifests-dir listing before/after as a diff."""
+    lines = ["dry run on node %s (nothing changed):" % data["node"]]
+    for n, step in enumerate(data["plan"], 1):
+        if step.get("move"):
+            lines.append("  %d. %s %s: move %s -> %s" % (n, step["action"], step["component"], step["move"][0],
+                                                       step["move"][1]))
+        else:
+            lines.append("  %d. %s %s: %s" % (n, step["action"], step["component"], step["note"]))
+    if data.get("diff"):
+        lines.append(data["diff"].rstrip("\n"))
+    return "\n".join(lines)

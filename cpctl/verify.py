@@ -222,65 +222,77 @@ class VerifyingWaiter(Waiter):
             return [self.crictl, self.health]
         return [self.api, self.crictl, self.health]
 
-    def _observe_all(self, target: PodTarget, remember: bool = False) -> dict:
-        """name -> PodState for every probe that can look now (the first one decides)."""
-        seen: dict = {}
-        for probe in self.probes_for(target):
-            if probe.name in self._dead:
-                continue
-            try:
-                seen[probe.name] = probe.observe(target)
-            except Unavailable as exc:
-                if remember or probe is self.crictl:
-                    self._dead[probe.name] = str(exc)   # a missing crictl will not appear mid-run
-                self._last_error = str(exc)
-        return seen
+    def _observe(self, probe: Any, target: PodTarget) -> Optional[PodState]:
+        """One probe's view, or None when it cannot look (a missing crictl is remembered)."""
+        if probe.name in self._dead:
+            return None
+        try:
+            return probe.observe(target)
+        except Unavailable as exc:
+            if probe is self.crictl:
+                self._dead[probe.name] = str(exc)   # a missing crictl will not appear mid-run
+            self._last_error = "%s: %s" % (probe.name, exc)
+            return None
+
+    def _first(self, target: PodTarget, probes: Optional[list] = None) -> tuple:
+        """(probe, state) of the first probe that can look; (None, None) when none can."""
+        for probe in probes or self.probes_for(target):
+            state = self._observe(probe, target)
+            if state is not None:
+                return probe, state
+        return None, None
 
     def before(self, target: PodTarget) -> Any:
-        states = self._observe_all(target)
-        lease = self._lease(target) if uses_lease(target) else None
-        return {"states": states, "lease": lease, "time": time.time()}
+        probe, state = self._first(target)
+        lease = self._lease(target) if target.component in LEASE_COMPONENTS else None
+        return {"probe": probe.name if probe else None, "state": state, "lease": lease}
 
     def describe(self, target: PodTarget) -> Optional[dict]:
-        states = self._observe_all(target, remember=True)
-        for probe in self.probes_for(target):
-            if probe.name in states:
-                return states[probe.name].to_dict()
-        return None
+        """For status: the mirror pod when the API answers, else the runtime's view."""
+        probe, state = self._first(target, [self.api, self.crictl])
+        if probe is self.api and state is not None and not state.present and target.component in API_LESS:
+            probe, state = self._first(target, [self.crictl]) if "crictl" not in self._dead else (probe, state)
+        return state.to_dict() if state is not None else None
 
     def _unverified(self) -> WaitResult:
         reasons = "; ".join("%s: %s" % kv for kv in self._dead.items()) or getattr(self, "_last_error", "")
         return WaitResult(False, "not verified: no probe could observe the pod (%s)" % reasons)
 
     def wait_stopped(self, target: PodTarget, before: Any, timeout: float) -> WaitResult:
+        """Poll the first usable probe until the pod is gone, then confirm with the others."""
         start = time.monotonic()
         while True:
-            states = self._observe_all(target)
-            if not states:
+            probe, state = self._first(target)
+            if probe is None:
                 return self._unverified()
-            present = [name for name, state in states.items() if state.present]
-            if not present:
-                return WaitResult(True, "pod %s gone (%s) after %.1fs" % (target.pod_name, ",".join(states),
-                                                                     time.monotonic() - start),
-                                  time.monotonic() - start)
-            self._tick(start, timeout, target, "pod %s still present (%s)" % (target.pod_name, ",".join(present)))
+            if not state.present:
+                others = [p for p in self.probes_for(target) if p is not probe]
+                still = [p.name for p in others if (self._observe(p, target) or PodState(False)).present]
+                if not still:
+                    elapsed = time.monotonic() - start
+                    return WaitResult(True, "pod %s gone (%s) after %.1fs" % (target.pod_name, probe.name, elapsed),
+                                      elapsed)
+                waiting = "pod %s gone for %s, still seen by %s" % (target.pod_name, probe.name, ",".join(still))
+            else:
+                waiting = "pod %s still present (%s)" % (target.pod_name, probe.name)
+            self._tick(start, timeout, target, waiting)
 
     def wait_started(self, target: PodTarget, before: Any, timeout: float) -> WaitResult:
+        """Poll until a Ready pod that is not the one seen before the change, then the gate."""
         start = time.monotonic()
-        earlier = (before or {}).get("states", {})
+        earlier = before or {}
         while True:
-            states = self._observe_all(target)
-            if not states:
+            probe, state = self._first(target)
+            if probe is None:
                 return self._unverified()
-            first = next(p.name for p in self.probes_for(target) if p.name in states)
-            state = states[first]
-            if state.present and state.ready and state.is_new_since(earlier.get(first)):
+            old = earlier.get("state") if earlier.get("probe") == probe.name else None
+            if state.present and state.ready and state.is_new_since(old):
                 gate = self._gate(target, before, start, timeout)
                 elapsed = time.monotonic() - start
                 return WaitResult(True, "pod %s Running and Ready (%s)%s after %.1fs"
-                                  % (target.pod_name, first, gate, elapsed), elapsed, state.to_dict())
+                                  % (target.pod_name, probe.name, gate, elapsed), elapsed, state.to_dict())
             what = "not yet created" if not state.present else ("not Ready" if not state.ready else "still the old pod")
-            self._tick(start, timeout, target, "pod %s %s (%s)" % (target.pod_name, what, first))
+            self._tick(start, timeout, target, "pod %s %s (%s)" % (target.pod_name, what, probe.name))
 
     def _tick(self, start: float, timeout: float, target: PodTarget, waiting_for: str) -> None:
         elapsed = time.monotonic() - start

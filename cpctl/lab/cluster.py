@@ -323,7 +323,7 @@ class Lab:
         for node in self.masters:
             if seeds.write_seeds(d / f"manifests-{node}", node, self.ports[node], self.ports):
                 self.log(f"lab: seeded {d / f'manifests-{node}'}")
-            (d / f"state-{node}").mkdir(exist_ok=True)
+            # not created here: cpctl creates its state dir itself, 0700, on first change
         self.tls = self._tls_context()
         if not self.port:
             prev = control.read_state(d) or {}

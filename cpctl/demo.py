@@ -110,7 +110,7 @@ def demo_in_lab(directory: Optional[str], echo: Callable[[str], None] = print, k
     lab = start_lab(workdir)
     try:
         echo("lab running in %s (API %s)" % (workdir, lab.api_url))
-        run_demo(lab.env(0) if callable(lab.env) else lab.env, lab.node_name(0), lab.worker, echo)
+        run_demo(lab.env, lab.node_name(1), lab.worker, echo)
     finally:
         if keep:
             echo("lab left running: cpctl lab down --dir %s" % workdir)

@@ -10,7 +10,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import click
 
@@ -239,3 +239,13 @@ def env_cmd(directory: Path, master: int) -> None:
         click.echo(control.env_text(info, master), nl=False)
     except control.LabError as exc:
         fail(str(exc), 2)
+
+
+@lab.command("demo")
+@click.option("--dir", "directory", type=click.Path(file_okay=False), default=None,
+              help="Lab dir for the demo [default: a fresh temp dir].")
+@click.option("--keep", is_flag=True, help="Leave the lab running afterwards.")
+def demo_cmd(directory: Optional[str], keep: bool) -> None:
+    """Replay the CKA manual-scheduling task against a fresh lab, step by step."""
+    from cpctl.demo import demo_in_lab  # cpctl's own walkthrough; the simulator itself stays independent
+    demo_in_lab(directory, echo=click.echo, keep=keep)

@@ -34,7 +34,7 @@ from tests.coreutil import (
 
 tmpfs = pytest.fixture(tmpfs_fixture)
 
-KILLS_PER_LANE = 60
+KILLS_PER_LANE = 50
 COMPONENTS = ["scheduler", "etcd"]
 
 

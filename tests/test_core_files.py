@@ -136,34 +136,34 @@ def test_idempotent_stop_start_and_not_found(node):
     assert_settled(node)
 
 
-@pytest.mark.parametrize("alias,file", [
-    ("scheduler", "kube-scheduler.yaml"), ("kube-scheduler", "kube-scheduler.yaml"),
-    ("controller-manager", "kube-controller-manager.yaml"), ("apiserver", "kube-apiserver.yaml"),
-    ("kube-apiserver", "kube-apiserver.yaml"), ("etcd", "etcd.yaml"),
-])
-def test_aliases(node, alias, file):
-    node.run("stop", alias)
-    assert node.parked_files() == [file]
-    status = json.loads(node.run("-o", "json", "status", alias).stdout)
-    assert [(c["file"], c["state"]) for c in status["components"]] == [(file, "parked")]
-    node.run("start", alias)
-    assert node.parked_files() == [] and file in node.present()
+ALIASES = [("scheduler", "kube-scheduler.yaml"), ("controller-manager", "kube-controller-manager.yaml"),
+           ("apiserver", "kube-apiserver.yaml"), ("etcd", "etcd.yaml")]
+
+
+def test_aliases(node):
+    node.run("stop", *[alias for alias, _ in ALIASES])
+    assert node.parked_files() == sorted(f for _, f in ALIASES)
+    for alias, file in ALIASES[:2] + [("kube-scheduler", "kube-scheduler.yaml")]:
+        status = json.loads(node.run("-o", "json", "status", alias).stdout)
+        assert [(c["file"], c["state"]) for c in status["components"]] == [(file, "parked")]
+    node.run("start", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd")
+    assert node.parked_files() == [] and node.present() == sorted(MANIFESTS)
     assert_settled(node)
 
 
 def test_static_pod_by_stem_or_by_pod_name_when_they_differ(tmp_path):
     data = MANIFESTS["kube-scheduler.yaml"].replace(b"kube-scheduler", b"haproxy")
     node = NodeDirs(str(tmp_path), files=dict(MANIFESTS, **{"haproxy-lb.yaml": data}))
-    for stop_name, start_name in (("haproxy-lb", "haproxy"), ("haproxy", "haproxy-lb")):
+    for stop_name, start_name, status_name in (("haproxy-lb", "haproxy", "haproxy"),
+                                               ("haproxy", "haproxy-lb", "haproxy-lb")):
         out = node.run("stop", stop_name).stdout
         assert out.startswith("haproxy: stopped")
         assert node.parked_files() == ["haproxy-lb.yaml"]
-        for name in ("haproxy", "haproxy-lb"):
-            rows = json.loads(node.run("-o", "json", "status", name).stdout)["components"]
-            assert [(r["component"], r["file"], r["state"]) for r in rows] == [("haproxy", "haproxy-lb.yaml", "parked")]
-        assert "already stopped" in node.run("stop", start_name).stdout
+        rows = json.loads(node.run("-o", "json", "status", status_name).stdout)["components"]
+        assert [(r["component"], r["file"], r["state"]) for r in rows] == [("haproxy", "haproxy-lb.yaml", "parked")]
         node.run("start", start_name)
         assert "haproxy-lb.yaml" in node.present()
+    assert "already running" in node.run("start", "haproxy").stdout
     text = node.run("status", "haproxy").stdout
     assert "haproxy-lb.yaml" in text and "running" in text and "kube-scheduler" not in text
     assert_settled(node)

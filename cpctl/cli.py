@@ -382,8 +382,8 @@ def run(argv: Optional[list] = None) -> int:
     """Entry point: one line on stderr and a documented exit code for every failure."""
     from cpctl.errors import ExitCode
     try:
-        main.main(args=argv, prog_name="cpctl", standalone_mode=False)
-        return 0
+        # With standalone_mode off, ctx.exit(n) comes back as the return value.
+        return main.main(args=argv, prog_name="cpctl", standalone_mode=False) or 0
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except click.Abort:

@@ -121,7 +121,10 @@ def main(ctx: click.Context, manifests_dir: str, state_dir: str, node_name: Opti
 
 def _remote(hosts: tuple, inventory: Optional[str], ssh_config: Optional[str], known_hosts: Optional[str],
             accept_new: bool, ask_become_pass: bool, forks: int, serial: str, keep_going: bool) -> Any:
-    """Remote settings; SSH (paramiko) is imported only when a host is actually given."""
+    """Remote settings, or None for a local run: nothing remote (not even the fleet code, let
+    alone paramiko) is imported unless a host or an inventory is given."""
+    if not hosts and not inventory:
+        return None
     from cpctl.remote.run import RemoteOptions, split_hosts
     remote = RemoteOptions(split_hosts(list(hosts)), inventory, None, forks, serial, keep_going)
     click.get_current_context().call_on_close(remote.close)
@@ -187,7 +190,7 @@ def execute(ctx: click.Context, action: Callable[[Any], dict], text_of: Callable
             changing: bool, probe: Optional[str] = None) -> None:
     """Run ``action(node)`` here, or on every selected master (parallel, or rolling for changes)."""
     remote = remote_options(ctx)
-    if not remote.active:
+    if remote is None or not remote.active:
         data = action(node_for(ctx, probe))
         emit(ctx, data, text_of(data))
         return
@@ -250,7 +253,7 @@ def _change(ctx: click.Context, verb: str, components: list, dry_run: bool, forc
         execute(ctx, lambda node: app.plan(node, verb, components), _plan_text, changing=False)
         return
     remote = remote_options(ctx)
-    if remote.active and remote.inventory and verb in ("stop", "restart"):
+    if remote is not None and remote.inventory and verb in ("stop", "restart"):
         from cpctl.remote.run import fleet_preflight
         reason = fleet_preflight(settings(ctx), remote, verb, components, force, reason)
     execute(ctx, lambda node: _outcomes_data(node, run_action(node, reason)), _outcomes_text, changing=True)

@@ -187,13 +187,16 @@ def remote_options(ctx: click.Context) -> Any:
 
 
 def execute(ctx: click.Context, action: Callable[[Any], dict], text_of: Callable[[dict], str],
-            changing: bool, probe: Optional[str] = None) -> None:
-    """Run ``action(node)`` here, or on every selected master (parallel, or rolling for changes)."""
+            changing: bool, probe: Optional[str] = None) -> list:
+    """Run ``action(node)`` here, or on every selected master (parallel, or rolling for changes).
+
+    Returns the data of every host that produced some (failed hosts already set the exit code).
+    """
     remote = remote_options(ctx)
     if remote is None or not remote.active:
         data = action(node_for(ctx, probe))
         emit(ctx, data, text_of(data))
-        return
+        return [data]
     from cpctl.remote import run as remote_run
     from cpctl.remote.fleet import recap, stats
     host_settings = settings(ctx).with_overrides(probe=probe)
@@ -204,6 +207,7 @@ def execute(ctx: click.Context, action: Callable[[Any], dict], text_of: Callable
     code = remote_run.exit_code(results)
     if code:
         ctx.exit(code)
+    return [r.data for r in results if isinstance(r.data, dict)]
 
 
 def _hosts_text(results: list, text_of: Callable[[dict], str]) -> str:

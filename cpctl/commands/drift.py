@@ -14,22 +14,7 @@ from typing import Any, Optional
 
 import click
 
-from cpctl.cli import emit, node_for, note, settings
-
-
-def open_checked_node(ctx: click.Context) -> Any:
-    """The node with the configured probe; a probe that cannot be built only skips mirror checks."""
-    from cpctl.errors import CpctlError
-    probe = settings(ctx).probe
-    try:
-        return node_for(ctx)
-    except ImportError as exc:
-        note("probe %r unavailable (%s): mirror pod checks skipped" % (probe, exc))
-    except CpctlError as exc:
-        if probe != "auto":
-            raise
-        note("no probe available (%s): mirror pod checks skipped" % exc.message)
-    return node_for(ctx, probe="none")
+from cpctl.cli import execute
 
 
 @click.command()
@@ -42,9 +27,7 @@ def baseline(ctx: click.Context, accept: bool) -> None:
     Without --accept an existing baseline is kept and the differences are shown.
     """
     from cpctl import drift
-    node = node_for(ctx, probe="none")
-    result = drift.record(node, accept)
-    emit(ctx, result, baseline_text(result))
+    execute(ctx, lambda node: drift.record(node, accept), baseline_text, changing=True, probe="none")
 
 
 def baseline_text(result: dict) -> str:
@@ -89,24 +72,27 @@ def check(ctx: click.Context, fix: bool, remove_strays: bool, max_parked: Option
     if remove_strays and not fix:
         raise CpctlError("--remove-strays only works together with --fix", ExitCode.USAGE)
     max_seconds = parse_duration(max_parked, "--max-parked") if max_parked else None
-    try:
-        result = _run_check(ctx, fix, remove_strays, max_seconds, timeout)
-    except CpctlError:
-        _write_metrics(prometheus_textfile, None)
-        raise
-    _write_metrics(prometheus_textfile, result["final"])
-    emit(ctx, _check_data(result), check_text(result))
-    problems = result["final"].problems
+
+    def action(node: Any) -> dict:
+        try:
+            result = _run_check(node, fix, remove_strays, max_seconds, timeout)
+        except CpctlError:
+            _write_metrics(node.host, prometheus_textfile, None)
+            raise
+        _write_metrics(node.host, prometheus_textfile, result["final"])
+        data = _check_data(result)
+        data.update(summary=check_text(result), problems=len(result["final"].problems),
+                    changed=bool(result["actions"]))
+        return data
+
+    reports = execute(ctx, action, lambda data: data["summary"], changing=fix)
+    problems = sum(data["problems"] for data in reports)
     if problems:
-        # An exception, not ctx.exit(): cli.run() ignores the return value of main.main().
-        raise CpctlError("drift found: %d problem%s" % (len(problems), "" if len(problems) == 1 else "s"),
-                         ExitCode.DRIFT)
+        raise CpctlError("drift found: %d problem%s" % (problems, "" if problems == 1 else "s"), ExitCode.DRIFT)
 
 
-def _run_check(ctx: click.Context, fix: bool, remove_strays: bool, max_seconds: Optional[float],
-               timeout: float) -> dict:
+def _run_check(node: Any, fix: bool, remove_strays: bool, max_seconds: Optional[float], timeout: float) -> dict:
     from cpctl import drift
-    node = open_checked_node(ctx)
     report = drift.check(node, max_seconds)
     result = {"report": report, "final": report, "actions": None}
     if fix:
@@ -115,18 +101,18 @@ def _run_check(ctx: click.Context, fix: bool, remove_strays: bool, max_seconds: 
     return result
 
 
-def _write_metrics(path: Optional[str], report: Any) -> None:
+def _write_metrics(host: Any, path: Optional[str], report: Any) -> None:
+    """The textfile is written on the node checked (where its node_exporter runs)."""
     if not path:
         return
     from cpctl import metrics
     from cpctl.errors import CpctlError, ExitCode
-    from cpctl.host import LocalHost
     if report is None:
         text = metrics.check_metrics(False, time.time())
     else:
         text = metrics.check_metrics(True, report.time, report.counts(), report.components)
     try:
-        metrics.write_textfile(LocalHost(), path, text)
+        metrics.write_textfile(host, path, text)
     except OSError as exc:
         raise CpctlError("cannot write --prometheus-textfile %s: %s" % (path, exc.strerror or exc),
                          ExitCode.ENVIRONMENT) from None

@@ -1,0 +1,122 @@
+"""Issue #3: the CKA manual-scheduling task end to end, through the real cpctl CLI and kubectl.
+
+Every step is checked on its own (exit code, message, what kubectl sees), not only "the demo
+passed"; a second test runs ``cpctl lab demo`` itself.
+"""
+
+# ruff: noqa: F811  (pytest fixtures are imported by name and then used as parameters)
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from cpctl.kubeapi import parse_time
+from tests.labfixture import kubectl, lab, wait_for  # noqa: F401
+
+
+def cpctl(handle, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = dict(os.environ, **handle.env)
+    env.pop("CPCTL_PROBE", None)
+    return subprocess.run([sys.executable, "-m", "cpctl", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
+def jsonpath(handle, *args: str) -> str:
+    *what, path = args
+    return kubectl(handle, "get", *what, "-o", "jsonpath={%s}" % path).stdout.strip()
+
+
+def lease_renew(handle) -> float:
+    text = jsonpath(handle, "-n", "kube-system", "lease", "kube-scheduler", ".spec.renewTime")
+    value = parse_time(text)
+    assert value, "unparsable renewTime %r" % text
+    return value
+
+
+def test_manual_scheduling_step_by_step(lab):
+    master, worker = lab.node_name(1), lab.worker
+    mirror = "kube-scheduler-%s" % master
+    old_uid = jsonpath(lab, "-n", "kube-system", "pod", mirror, ".metadata.uid")
+    assert old_uid
+
+    # 1. stop the scheduler: verified gone, and the API agrees
+    proc = cpctl(lab, "stop", "scheduler", "--reason", "CKA manual scheduling")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    assert "kube-scheduler: stopped (manifest parked)" in proc.stdout
+    assert "pod %s gone (api)" % mirror in proc.stdout
+    gone = kubectl(lab, "-n", "kube-system", "get", "pod", mirror, check=False)
+    assert gone.returncode != 0 and "NotFound" in gone.stderr
+    assert not (lab.manifests_dir() / "kube-scheduler.yaml").exists()
+    assert (lab.state_dir() / "parked" / "kube-scheduler.yaml").is_file()
+
+    # 2. a new pod stays Pending: no node after a full second
+    kubectl(lab, "run", "manual-schedule", "--image=httpd:2.4-alpine")
+    time.sleep(1.2)
+    assert jsonpath(lab, "pod", "manual-schedule", ".spec.nodeName") == ""
+    assert jsonpath(lab, "pod", "manual-schedule", ".status.phase") == "Pending"
+    proc = cpctl(lab, "pending")
+    assert proc.returncode == 0, proc.stderr
+    header, *rows = proc.stdout.splitlines()
+    assert header.split() == ["NAMESPACE", "NAME", "SCHEDULER", "CREATED"]
+    assert [r.split()[:3] for r in rows] == [["default", "manual-schedule", "default-scheduler"]]
+    proc = cpctl(lab, "-o", "json", "pending")
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads(proc.stdout)["pending"]
+    assert row["namespace"] == "default" and row["name"] == "manual-schedule"
+    assert row["scheduler"] == "default-scheduler" and row["phase"] == "Pending" and row["created"]
+
+    # 3. be the scheduler
+    proc = cpctl(lab, "bind", "manual-schedule", "--node", master)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("pod default/manual-schedule bound to node %s" % master)
+    assert jsonpath(lab, "pod", "manual-schedule", ".spec.nodeName") == master
+    wait_for(lambda: jsonpath(lab, "pod", "manual-schedule", ".status.phase") == "Running", 30,
+             "manual-schedule Running")
+    assert jsonpath(lab, "pod", "manual-schedule", ".spec.nodeName") == master
+    proc = cpctl(lab, "pending")
+    assert proc.returncode == 0 and proc.stdout.strip() == "(no pending pods)"
+
+    # 4. start the scheduler: a new mirror pod (same config.hash) and a renewed Lease
+    renew_before = lease_renew(lab)
+    proc = cpctl(lab, "start", "scheduler")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    assert "kube-scheduler: started (manifest restored)" in proc.stdout
+    assert "Running and Ready (api), lease kube-scheduler renewed by " in proc.stdout
+    assert jsonpath(lab, "-n", "kube-system", "pod", mirror, ".status.phase") == "Running"
+    new_uid = jsonpath(lab, "-n", "kube-system", "pod", mirror, ".metadata.uid")
+    assert new_uid and new_uid != old_uid
+    assert lease_renew(lab) > renew_before
+    assert (lab.manifests_dir() / "kube-scheduler.yaml").is_file()
+    assert not (lab.state_dir() / "parked" / "kube-scheduler.yaml").exists()
+
+    # 5. the scheduler places the next pod by itself, on the worker
+    kubectl(lab, "run", "manual-schedule2", "--image=httpd:2.4-alpine")
+    wait_for(lambda: jsonpath(lab, "pod", "manual-schedule2", ".status.phase") == "Running", 30,
+             "manual-schedule2 Running")
+    assert jsonpath(lab, "pod", "manual-schedule2", ".spec.nodeName") == worker
+    # the manually bound pod did not move
+    assert jsonpath(lab, "pod", "manual-schedule", ".spec.nodeName") == master
+
+    # 6. both changes are on record
+    proc = cpctl(lab, "-o", "json", "history", "scheduler")
+    assert proc.returncode == 0, proc.stderr
+    actions = [(r["action"], r["component"]) for r in json.loads(proc.stdout)["history"]]
+    assert actions == [("stop", "kube-scheduler"), ("start", "kube-scheduler")]
+
+
+def test_lab_demo_command(tmp_path):
+    env = dict(os.environ)
+    for key in ("KUBECONFIG", "CPCTL_MANIFESTS_DIR", "CPCTL_STATE_DIR", "CPCTL_NODE_NAME", "CPCTL_CRICTL",
+                "CPCTL_PROBE"):
+        env.pop(key, None)
+    env["HOME"] = str(tmp_path)   # kubectl's discovery cache stays in the test dir
+    proc = subprocess.run([sys.executable, "-m", "cpctl", "lab", "demo", "--dir", str(tmp_path / "demo")],
+                          capture_output=True, text=True, env=env, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
+    assert "Demo complete" in proc.stdout
+    assert "manual-schedule2" in proc.stdout

@@ -417,8 +417,15 @@ def add(node: Node, name: str, source: str = DEFAULT_SOURCE, port: Optional[int]
         # Node has no public history hook; _record is its one writer of history lines.
         node._record("scheduler-add", name, name + ".yaml", manifests.checksum(plan.manifest),
                      secrets.token_hex(8), config=plan.config_path, port=plan.port, source=plan.source_file)
+        _note_drift(node, "add", name + ".yaml", manifests.checksum(plan.manifest))
         result = node.waiter.wait_started(target, before, timeout) if wait else _not_waited()
     return dict(plan.to_dict(), dry_run=False, changed=True, wait=result.to_dict())
+
+
+def _note_drift(node: Node, action: str, filename: str, digest: Optional[str]) -> None:
+    """Keep a recorded drift baseline current: cpctl's own files are expected, not strays."""
+    from cpctl import drift
+    drift.note_change(node, action, filename, digest)
 
 
 def _not_waited(why: str = "not waited (--no-wait)") -> WaitResult:
@@ -507,6 +514,8 @@ def remove(node: Node, name: str, wait: bool = True, timeout: float = 120.0, dry
             if plan["manifest"] else None
         node._record("scheduler-remove", name, name + ".yaml", digest, secrets.token_hex(8),
                      config=plan["config_file"], moved_to=dest)
+        if plan["manifest"]:
+            _note_drift(node, "remove", os.path.basename(plan["manifest"]), digest)
         if wait and target:
             result = node.waiter.wait_stopped(target, before, timeout)
         else:

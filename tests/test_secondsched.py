@@ -401,6 +401,14 @@ def test_remove_after_manifest_vanished_takes_config_from_history(node):
     assert os.listdir(node.config_dir) == []
 
 
+def test_drift_baseline_follows_add_and_remove(node):
+    node.run("baseline")
+    node.add()
+    node.run("check")       # the generated scheduler is expected, not a stray
+    node.cli("remove", "my-scheduler")
+    node.run("check")       # and its removal is not "missing"
+
+
 def test_text_output_explains_usage(node):
     proc = node.run("scheduler", "add", "my-scheduler", "--config-dir", node.config_dir)
     assert "schedulerName: my-scheduler" in proc.stdout and "kind: RoleBinding" in proc.stdout

@@ -486,6 +486,23 @@ def fix(node: "Node", report: Report, remove_strays: bool, timeout: float = 60.0
     return actions
 
 
+def plan_fix(node: "Node", report: Report, remove_strays: bool) -> list:
+    """What ``fix`` would do, without the lock and without touching anything (--dry-run)."""
+    if report.of_kind("permissions"):
+        return [_action("skip", None, None, False, "would fix nothing: the state dir's permissions come first")]
+    actions = [_action("recover", f.file, f.component, True, "would complete or roll back: %s" % f.message)
+               for f in report.of_kind("interrupted")]
+    for finding in report.of_kind("overdue_park"):
+        if finding.extra.get("deadline"):
+            actions.append(_action("start", finding.file, finding.component, True,
+                                   "would restore %s (past its --for deadline)" % finding.component))
+    if remove_strays:
+        actions += [_action("move-stray", f.file, f.component, True,
+                            "would move %s/%s to %s/%s/<time>/" % (node.manifests_dir, f.file, node.state.path, STRAYS))
+                    for f in report.of_kind("stray") if f.file]
+    return actions
+
+
 def _action(action: str, file: Optional[str], component: Optional[str], ok: bool, message: str) -> dict:
     return {"action": action, "file": file, "component": component, "ok": ok, "message": message}
 

@@ -59,9 +59,10 @@ def baseline_text(result: dict) -> str:
               help="Write node_exporter textfile metrics to PATH (*.prom, atomically).")
 @click.option("--timeout", type=click.FloatRange(0.1, 3600), default=60.0, show_default=True,
               help="Seconds --fix waits for a restored pod.")
+@click.option("--dry-run", is_flag=True, help="With --fix: print what would be repaired; change nothing.")
 @click.pass_context
 def check(ctx: click.Context, fix: bool, remove_strays: bool, max_parked: Optional[str],
-          prometheus_textfile: Optional[str], timeout: float) -> None:
+          prometheus_textfile: Optional[str], timeout: float, dry_run: bool) -> None:
     """Find drift: overdue parks, missing/changed/unexpected manifests, strays, duplicates,
     interrupted operations, loose state dir permissions and (with a probe) mirror pods.
 
@@ -71,31 +72,36 @@ def check(ctx: click.Context, fix: bool, remove_strays: bool, max_parked: Option
     from cpctl.errors import CpctlError, ExitCode
     if remove_strays and not fix:
         raise CpctlError("--remove-strays only works together with --fix", ExitCode.USAGE)
+    if dry_run and not fix:
+        raise CpctlError("--dry-run goes with --fix (check alone changes nothing)", ExitCode.USAGE)
     max_seconds = parse_duration(max_parked, "--max-parked") if max_parked else None
 
     def action(node: Any) -> dict:
         try:
-            result = _run_check(node, fix, remove_strays, max_seconds, timeout)
+            result = _run_check(node, fix, remove_strays, max_seconds, timeout, dry_run)
         except CpctlError:
             _write_metrics(node.host, prometheus_textfile, None)
             raise
         _write_metrics(node.host, prometheus_textfile, result["final"])
         data = _check_data(result)
         data.update(summary=check_text(result), problems=len(result["final"].problems),
-                    changed=bool(result["actions"]))
+                    changed=bool(result["actions"]) and not dry_run, dry_run=dry_run)
         return data
 
-    reports = execute(ctx, action, lambda data: data["summary"], changing=fix)
+    reports = execute(ctx, action, lambda data: data["summary"], changing=fix and not dry_run)
     problems = sum(data["problems"] for data in reports)
     if problems:
         raise CpctlError("drift found: %d problem%s" % (problems, "" if problems == 1 else "s"), ExitCode.DRIFT)
 
 
-def _run_check(node: Any, fix: bool, remove_strays: bool, max_seconds: Optional[float], timeout: float) -> dict:
+def _run_check(node: Any, fix: bool, remove_strays: bool, max_seconds: Optional[float], timeout: float,
+               dry_run: bool = False) -> dict:
     from cpctl import drift
     report = drift.check(node, max_seconds)
-    result = {"report": report, "final": report, "actions": None}
-    if fix:
+    result = {"report": report, "final": report, "actions": None, "dry_run": dry_run}
+    if fix and dry_run:
+        result["actions"] = drift.plan_fix(node, report, remove_strays)
+    elif fix:
         result["actions"] = drift.fix(node, report, remove_strays, timeout)
         result["final"] = drift.check(node, max_seconds)
     return result
@@ -141,9 +147,10 @@ def check_text(result: dict) -> str:
     lines = _finding_lines(report.findings)
     if result["actions"] is not None:
         for a in result["actions"]:
-            lines.append("%-8s %-16s %s%s" % ("FIXED" if a["ok"] else "NOT-FIXED", a["action"],
+            label = "WOULD" if result.get("dry_run") else ("FIXED" if a["ok"] else "NOT-FIXED")
+            lines.append("%-8s %-16s %s%s" % (label, a["action"],
                                               a["file"] + ": " if a["file"] else "", a["message"]))
-        if final.problems:
+        if final.problems and not result.get("dry_run"):
             lines.append("after --fix:")
             lines.extend(_finding_lines(final.problems))
     problems = final.problems

@@ -88,3 +88,12 @@ def write_section(name: str, body: str) -> None:
         for key in order:
             handle.write("## %s\n%s" % (key, sections[key]))
     os.replace(RESULTS + ".tmp", RESULTS)
+
+
+def load_average() -> str:
+    """The 1/5/15-minute load average, for the report (other jobs on the machine skew timings)."""
+    try:
+        one, five, fifteen = os.getloadavg()
+    except OSError:
+        return "unknown"
+    return "%.2f / %.2f / %.2f (1/5/15 min)" % (one, five, fifteen)

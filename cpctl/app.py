@@ -26,7 +26,7 @@ class Settings:
     def __init__(self, manifests_dir: str = DEFAULT_MANIFESTS_DIR, state_dir: str = DEFAULT_STATE_DIR,
                  node_name: Optional[str] = None, kubeconfig: str = DEFAULT_KUBECONFIG,
                  probe: str = "auto", lock_timeout: float = 10.0, crictl: str = "crictl",
-                 output: str = "text") -> None:
+                 output: str = "text", canary: bool = False) -> None:
         self.manifests_dir = manifests_dir
         self.state_dir = state_dir
         self.node_name = node_name
@@ -35,6 +35,7 @@ class Settings:
         self.lock_timeout = lock_timeout
         self.crictl = crictl
         self.output = output
+        self.canary = canary
 
     def with_overrides(self, **overrides: Any) -> "Settings":
         """A copy with per-host values (inventory vars) applied."""
@@ -53,7 +54,7 @@ def open_node(settings: Settings, host: Optional[Host] = None, probe: Optional[s
     node = Node(host, settings.manifests_dir, settings.state_dir, settings.node_name,
                 lock_timeout=settings.lock_timeout, log=log)
     node.waiter = make_waiter(probe or settings.probe, host=host, kubeconfig=settings.kubeconfig,
-                              crictl=settings.crictl, progress=progress)
+                              crictl=settings.crictl, progress=progress, canary=settings.canary)
     return node
 
 

@@ -206,6 +206,7 @@ def execute(ctx: click.Context, action: Callable[[Any], dict], text_of: Callable
     emit(ctx, data, _hosts_text(results, text_of) + "\n\n" + recap(results))
     code = remote_run.exit_code(results)
     if code:
+        note(remote_run.failure_line(results))
         ctx.exit(code)
     return [r.data for r in results if isinstance(r.data, dict)]
 
@@ -244,6 +245,8 @@ _timeout_option = click.option("--timeout", type=click.FloatRange(0.1, 3600), de
                                help="Seconds to wait for the kubelet.")
 _wait_option = click.option("--no-wait", is_flag=True, help="Do not wait for the kubelet to act.")
 _dry_run_option = click.option("--dry-run", is_flag=True, help="Print the plan (moves, order, hosts); change nothing.")
+_verify_option = click.option("--verify", is_flag=True,
+                               help="For the scheduler: also check a canary pod gets scheduled (then delete it).")
 _force_option = click.option("--force", is_flag=True,
                              help="Override the fleet quorum check for etcd/apiserver (recorded in history).")
 
@@ -300,10 +303,12 @@ def _check_reason(reason: Optional[str]) -> None:
 @_wait_option
 @_timeout_option
 @_dry_run_option
+@_verify_option
 @click.pass_context
-def start(ctx: click.Context, components: tuple, no_wait: bool, timeout: float, dry_run: bool) -> None:
+def start(ctx: click.Context, components: tuple, no_wait: bool, timeout: float, dry_run: bool, verify: bool) -> None:
     """Restore COMPONENT's parked manifest and wait until a new pod is Running and Ready."""
     from cpctl import app
+    settings(ctx).canary = verify
     _change(ctx, "start", list(components), dry_run, False, None,
             lambda node, why: app.start(node, list(components), not no_wait, timeout))
 
@@ -314,11 +319,13 @@ def start(ctx: click.Context, components: tuple, no_wait: bool, timeout: float, 
 @_timeout_option
 @_dry_run_option
 @_force_option
+@_verify_option
 @click.pass_context
 def restart(ctx: click.Context, components: tuple, reason: Optional[str], timeout: float, dry_run: bool,
-            force: bool) -> None:
+            force: bool, verify: bool) -> None:
     """Stop, wait until gone, start, wait until back and Ready - one component at a time."""
     from cpctl import app
+    settings(ctx).canary = verify
     _check_reason(reason)
     _change(ctx, "restart", list(components), dry_run, force, reason,
             lambda node, why: app.restart(node, list(components), why, timeout))

@@ -204,8 +204,10 @@ class VerifyingWaiter(Waiter):
     """Polls the probes (every ``poll`` seconds) until the pod is gone or new and Ready."""
 
     def __init__(self, host: Host, kubeconfig: str, crictl: str = "crictl", mode: str = "auto",
-                 poll: float = 0.1, progress: Optional[Callable[[str], None]] = None, **_: Any) -> None:
+                 poll: float = 0.1, progress: Optional[Callable[[str], None]] = None, canary: bool = False,
+                 **_: Any) -> None:
         self.name = mode
+        self.canary = canary
         self.mode = mode
         self.poll = poll
         self.progress = progress or (lambda text: None)
@@ -316,7 +318,10 @@ class VerifyingWaiter(Waiter):
     # --- health gates -------------------------------------------------------------------------
     def _gate(self, target: PodTarget, before: Any, start: float, timeout: float) -> str:
         if uses_lease(target):
-            return self._lease_gate(target, (before or {}).get("lease"), start, timeout)
+            gate = self._lease_gate(target, (before or {}).get("lease"), start, timeout)
+            if self.canary and target.component != "kube-controller-manager":
+                gate += self._canary_gate(target, start, timeout)
+            return gate
         if target.component in API_LESS:
             return self._readyz_gate(target, start, timeout)
         return ""
@@ -339,6 +344,29 @@ class VerifyingWaiter(Waiter):
             if renew > old_renew and spec.get("holderIdentity"):
                 return ", lease %s renewed by %s" % (name, spec["holderIdentity"])
             self._tick(start, timeout, target, "lease kube-system/%s not renewed yet" % name)
+
+    def _canary_gate(self, target: PodTarget, start: float, timeout: float) -> str:
+        """--verify: a throw-away pod must get a node from this scheduler; always deleted.
+
+        A cpctl-generated second scheduler serves the schedulerName equal to its pod name."""
+        import secrets
+        client = self.api.client
+        name = "cpctl-canary-%s" % secrets.token_hex(4)
+        pod = {"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "cpctl"}},
+               "spec": {"containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.9"}],
+                        "restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
+                        "schedulerName": "default-scheduler" if target.component == "kube-scheduler"
+                        else target.component}}
+        client.create_pod("default", pod)
+        try:
+            while True:
+                node = ((client.get_pod("default", name) or {}).get("spec") or {}).get("nodeName")
+                if node:
+                    return ", canary pod %s scheduled to %s" % (name, node)
+                self._tick(start, timeout, target, "canary pod default/%s not scheduled yet" % name)
+        finally:
+            client.delete_pod("default", name)
 
     def _readyz_gate(self, target: PodTarget, start: float, timeout: float) -> str:
         url = health_url(target)

@@ -120,6 +120,22 @@ def exit_code(results: List[HostResult]) -> int:
     return 0
 
 
+def failure_line(results: List[HostResult]) -> str:
+    """The one stderr line of a remote run that failed: the error behind ``exit_code`` (the first
+    failed host, else the first unreachable one), prefixed with its host, and how many hosts failed."""
+    bad = [r for r in results if r.failed]
+    if not bad:
+        return ""
+    first = next((r for r in bad if r.status == "failed"), bad[0])
+    error = first.error or first.status
+    text = error if error.startswith(first.host + ":") else "%s: %s" % (first.host, error)
+    if len(results) > 1:
+        skipped = sum(r.status == "skipped" for r in results)
+        text += " (%d of %d hosts failed or unreachable%s; see the recap)" % (
+            len(bad), len(results), ", %d skipped" % skipped if skipped else "")
+    return text
+
+
 QUORUM_RULES = {"etcd": "etcd keeps quorum only while a majority of its members run",
                 "kube-apiserver": "at least one API server must keep running"}
 

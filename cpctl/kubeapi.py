@@ -99,12 +99,17 @@ def _tls(cluster: dict, user: dict, base: str) -> dict:
         tls["ca_data"] = _b64(cluster["certificate-authority-data"], "certificate-authority-data")
     elif cluster.get("certificate-authority"):
         tls["ca_file"] = _rel(base, cluster["certificate-authority"])
+    # A certificate without its key would only fail later as an obscure TLS error.
     if user.get("client-certificate-data"):
+        if not user.get("client-key-data"):
+            raise CpctlError("kubeconfig: client-certificate-data needs client-key-data", ExitCode.ENVIRONMENT)
         tls["cert_data"] = _b64(user["client-certificate-data"], "client-certificate-data")
-        tls["key_data"] = _b64(user.get("client-key-data", ""), "client-key-data")
+        tls["key_data"] = _b64(user["client-key-data"], "client-key-data")
     elif user.get("client-certificate"):
+        if not user.get("client-key"):
+            raise CpctlError("kubeconfig: client-certificate needs client-key", ExitCode.ENVIRONMENT)
         tls["cert_file"] = _rel(base, user["client-certificate"])
-        tls["key_file"] = _rel(base, user.get("client-key", ""))
+        tls["key_file"] = _rel(base, user["client-key"])
     return tls
 
 
@@ -115,7 +120,13 @@ def _auth_headers(host: Host, user: dict, base: str, path: str) -> dict:
                          ExitCode.ENVIRONMENT)
     token = user.get("token")
     if not token and user.get("tokenFile"):
-        token = host.read_file(_rel(base, user["tokenFile"]), 64 << 10).decode().strip()
+        token_file = _rel(base, user["tokenFile"])
+        try:   # a CpctlError, so that status/verification can fall back to crictl like for any bad kubeconfig
+            token = host.read_file(token_file, 64 << 10).decode("utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = getattr(exc, "strerror", None) or exc
+            raise CpctlError("kubeconfig %s: cannot read tokenFile %s: %s" % (path, token_file, reason),
+                             ExitCode.ENVIRONMENT) from None
     if token:
         return {"Authorization": "Bearer %s" % token}
     if user.get("username"):

@@ -203,7 +203,10 @@ def unlink(path, missing_ok=True):
 def makedirs(path, mode=0o700):
     """Create ``path`` (and parents) with ``mode`` when missing; never chmod an existing dir."""
     if lstat(path) is None:
-        os.makedirs(path, mode)
+        try:
+            os.makedirs(path, mode)
+        except FileExistsError:
+            return  # a concurrent cpctl created it first; the caller checks kind, mode and owner
         os.chmod(path, mode)
 
 

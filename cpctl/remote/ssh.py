@@ -15,18 +15,31 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 import shlex
 import socket
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, List, Optional
 
-import paramiko
-from paramiko.auth_strategy import AuthFailure, AuthStrategy, InMemoryPrivateKey
+# paramiko.config imports invoke at module level, used only for ``Match exec`` in ssh_config.
+# Where invoke is installed (Fabric brings it) that adds ~0.3 s to every remote cpctl run, so it
+# is kept out of paramiko's import here; load_ssh_config() loads it when a config needs it.
+_HIDE_INVOKE = "invoke" not in sys.modules and "paramiko" not in sys.modules
+if _HIDE_INVOKE:
+    sys.modules["invoke"] = None  # type: ignore[assignment]  # `import invoke` -> ImportError
+try:
+    import paramiko
+    import paramiko.config
+    from paramiko.auth_strategy import AuthFailure, AuthStrategy, InMemoryPrivateKey
+finally:
+    if _HIDE_INVOKE and "invoke" in sys.modules and sys.modules["invoke"] is None:
+        del sys.modules["invoke"]
 
-from cpctl.errors import CpctlError, ExitCode
-from cpctl.host import AgentHost, agent_bootstrap, agent_source
-from cpctl.remote.sshconfig import (
+from cpctl.errors import CpctlError, ExitCode  # noqa: E402  (after the paramiko import above)
+from cpctl.host import AgentHost, agent_bootstrap, agent_source  # noqa: E402
+from cpctl.remote.sshconfig import (  # noqa: E402
     DEFAULT_IDENTITIES,
     DEFAULT_PORT,
     Endpoint,
@@ -330,6 +343,21 @@ def _connect_error(ep: Endpoint, auth: _KeyAuth, exc: BaseException) -> CpctlErr
     return _unreachable(ep.name, "%s: %s" % (type(exc).__name__, exc))
 
 
+_MATCH_EXEC = re.compile(r"^[ \t]*match[ \t=].*\bexec\b", re.IGNORECASE | re.MULTILINE)
+
+
+def _load_invoke() -> None:
+    """Give paramiko the invoke it needs to run ``Match exec`` commands (see the import above)."""
+    if paramiko.config.invoke is not None:
+        return
+    try:
+        import invoke
+    except ImportError as exc:
+        paramiko.config.invoke_import_error = exc
+        return
+    paramiko.config.invoke = invoke
+
+
 def load_ssh_config(path: Optional[str]) -> Optional[paramiko.SSHConfig]:
     """The parsed ssh_config (Include inlined), or None when there is none to read."""
     if path is None:
@@ -338,8 +366,11 @@ def load_ssh_config(path: Optional[str]) -> Optional[paramiko.SSHConfig]:
             return None
     elif path.lower() == "none":
         return None
+    text = read_config_text(path)
+    if _MATCH_EXEC.search(text):
+        _load_invoke()
     try:
-        return paramiko.SSHConfig.from_text(read_config_text(path))
+        return paramiko.SSHConfig.from_text(text)
     except paramiko.ssh_exception.ConfigParseError as exc:
         raise CpctlError("ssh_config %s: %s" % (path, exc), ExitCode.USAGE) from None
 

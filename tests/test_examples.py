@@ -414,7 +414,9 @@ def test_ansible_playbook_structure_and_commands() -> None:
     assert restart["register"] == "cpctl_restart"
     # Render the cpctl command lines (Ansible's quote filter is shlex.quote) and parse them.
     pytest.importorskip("jinja2", reason="jinja2 is needed to render the playbook's command lines")
-    variables = dict(play["vars"], inventory_hostname="cluster2-master1")
+    host_line = next(line for line in _ini_hosts(HOSTS_INI)["masters"] if line.startswith("cluster2-master2 "))
+    host_vars = dict(word.split("=", 1) for word in host_line.split()[1:])
+    variables = dict(play["vars"], inventory_hostname="cluster2-master2", **host_vars)
     for _ in range(3):   # vars refer to vars
         variables = {k: _render(v, variables) if isinstance(v, str) else v for k, v in variables.items()}
     rendered = []
@@ -426,7 +428,7 @@ def test_ansible_playbook_structure_and_commands() -> None:
             check_commands([Command(" ".join(argv), argv[1:], 0)])
             rendered.append(argv[1:])
     restart_argv = next(a for a in rendered if "restart" in a and "--dry-run" not in a)
-    assert restart_argv[:5] == ["--node-name", "cluster2-master1", "-o", "json", "restart"]
+    assert restart_argv[:5] == ["--node-name", "cluster2-master2", "-o", "json", "restart"]
     assert restart_argv[restart_argv.index("--reason") + 1] == "kubeadm certs renew all"
 
 

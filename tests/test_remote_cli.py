@@ -58,11 +58,14 @@ def test_one_master_same_as_local(rig: Rig) -> None:
     cli, lab = rig.cli, rig.lab
     original = rig.manifest()
     local = cli.json("status", ssh=False)
+    logins = accepted(rig.sshd)
     remote = _one_host(cli.json("-H", "master", "status"))
+    assert accepted(rig.sshd) == logins + 1         # one SSH connection for the whole run
     assert _rows(remote) == _rows(local) and len(_rows(local)) == 4
     assert (remote["node"], remote["manifests_dir"]) == (local["node"], rig.manifests)
 
     stop = cli.run("-H", "master", "stop", "scheduler", "--reason", "issue 4")
+    assert accepted(rig.sshd) == logins + 2
     assert "== master: changed ==" in stop.stdout
     assert "master : ok=1 changed=1 unreachable=0 failed=0 skipped=0" in stop.stdout
     # Verified on the master through the API probe, and the result says which probe saw it.

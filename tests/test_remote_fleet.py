@@ -159,7 +159,7 @@ def test_rolling_stop_serial_failure_keep_going(fleet: Fleet) -> None:
     # --serial 2: masters 1 and 2 are one batch (2 finishes while 1 is blocked), 3 waits for both.
     lock = HeldLock(fleet.state(1))
     try:
-        proc = fleet.popen("--serial", "2", "start", "scheduler")
+        proc = fleet.popen("--serial", "2", "--probe", "none", "start", "scheduler")
         wait_until(lambda: fleet.present(2), timeout=120, what="master2 started in the first batch")
         _wait_agent_waiting(lock)
         assert not fleet.present(1) and not fleet.present(3)
@@ -175,22 +175,22 @@ def test_rolling_stop_serial_failure_keep_going(fleet: Fleet) -> None:
     bad_hosts = json.loads(json.dumps(fleet.hosts))
     bad_hosts["master2"]["manifests_dir"] = os.path.join(fleet.tmp, "no-such-manifests-dir")
     bad = write_inventory(os.path.join(fleet.tmp, "bad.yaml"), bad_hosts)
-    proc = fleet.cli.run("-i", bad, "stop", "scheduler", rc=None)
+    proc = fleet.cli.run("-i", bad, "--probe", "none", "stop", "scheduler", rc=None)
     assert proc.returncode not in (0, 8)
     assert "master2" in proc.stderr and "1 skipped" in proc.stderr
     assert "master3 : ok=0 changed=0 unreachable=0 failed=0 skipped=1" in proc.stdout
     assert "master2 : ok=0 changed=0 unreachable=0 failed=1 skipped=0" in proc.stdout
-    doc = fleet.json("stop", "scheduler", rc=proc.returncode, inv=bad)
+    doc = fleet.json("--probe", "none", "stop", "scheduler", rc=proc.returncode, inv=bad)
     assert _statuses(doc) == [("master1", "ok"), ("master2", "failed"), ("master3", "skipped")]
     assert not fleet.present(1) and fleet.present(3) and not os.path.exists(fleet.parked(3))
 
     # --keep-going: the roll goes on past the failed master.
-    doc = fleet.json("--keep-going", "stop", "scheduler", rc=proc.returncode, inv=bad)
+    doc = fleet.json("--keep-going", "--probe", "none", "stop", "scheduler", rc=proc.returncode, inv=bad)
     assert _statuses(doc) == [("master1", "ok"), ("master2", "failed"), ("master3", "changed")]
     assert [_recap(doc, n) for n in NAMES] == [(1, 0, 0, 0, 0), (0, 0, 0, 1, 0), (1, 1, 0, 0, 0)]
     assert not fleet.present(3) and os.path.exists(fleet.parked(3))
 
-    doc = fleet.json("start", "scheduler")
+    doc = fleet.json("--probe", "none", "start", "scheduler")
     assert _statuses(doc) == [("master1", "changed"), ("master2", "ok"), ("master3", "changed")]
     assert all(fleet.present(i) for i in (1, 2, 3))
 
@@ -215,7 +215,7 @@ def test_quorum_guard_and_one_connection_per_host(fleet: Fleet) -> None:
         assert "quorum" in proc.stderr
         assert fleet.snap() == before
 
-        doc = fleet.json("-H", "master2", "stop", "etcd", "--force", "--reason", "drill")
+        doc = fleet.json("-H", "master2", "--probe", "none", "stop", "etcd", "--force", "--reason", "drill")
         assert _statuses(doc) == [("master2", "changed")]
         record = read_history(fleet.state(2))[-1]
         assert (record["action"], record["component"]) == ("stop", "etcd")

@@ -10,15 +10,17 @@ syntax newer than 3.8.
 Errors are raised as ``OSError`` (with errno) or ``LockBusy``; the agent transports both.
 """
 
-import base64
+import binascii
 import errno
 import fcntl
 import json
 import os
 import stat
-import subprocess
 import sys
 import time
+
+# base64 (it imports re) and subprocess are left out on purpose: every remote run starts this
+# agent on every master, and those two imports were about a third of its start-up.
 
 TEMP_MARK = ".cpctl-tmp"
 _HELD_LOCKS = {}
@@ -264,6 +266,7 @@ def unlock(path):
 
 def run(argv, timeout=60.0, stdin=b"", env=None):
     """Run a program without a shell (arguments are never parsed by a shell)."""
+    import subprocess
     full_env = None
     if env:
         full_env = dict(os.environ)
@@ -352,7 +355,7 @@ def http(method, url, headers=None, body=None, timeout=5.0, tls=None):
 def _tls_key(tls):
     if not tls:
         return None
-    return {k: (base64.b64encode(v).decode() if isinstance(v, bytes) else v) for k, v in tls.items()}
+    return {k: (_b64(v) if isinstance(v, bytes) else v) for k, v in tls.items()}
 
 
 def info():
@@ -378,10 +381,15 @@ OPS = {
 BYTES_KEYS = ("data", "stdin", "stdout", "stderr", "body", "cert_data", "key_data", "ca_data")
 
 
+def _b64(data):
+    """Standard base64 text of ``data`` (base64.b64encode without importing base64)."""
+    return binascii.b2a_base64(data, newline=False).decode("ascii")
+
+
 def encode(value):
     """JSON-safe form of an op's arguments or result (bytes become {"b64": ...})."""
     if isinstance(value, bytes):
-        return {"b64": base64.b64encode(value).decode("ascii")}
+        return {"b64": _b64(value)}
     if isinstance(value, dict):
         return {k: encode(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -392,7 +400,7 @@ def encode(value):
 def decode(value):
     if isinstance(value, dict):
         if set(value) == {"b64"}:
-            return base64.b64decode(value["b64"])
+            return binascii.a2b_base64(value["b64"])
         return {k: decode(v) for k, v in value.items()}
     if isinstance(value, list):
         return [decode(v) for v in value]

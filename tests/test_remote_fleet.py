@@ -18,7 +18,7 @@ from typing import Any, Iterator, List
 import pytest
 
 from tests.coreutil import snapshot
-from tests.sshfixture import SSHServer
+from tests.sshfixture import SSHServer, free_port
 from tests.test_remote_util import (
     Cli,
     HeldLock,
@@ -239,3 +239,23 @@ def test_quorum_guard_and_one_connection_per_host(fleet: Fleet) -> None:
         if parked:
             cli.run("-i", inv, "--probe", "none", "start", "etcd", "apiserver", rc=None)
     assert all(fleet.present(i, n) for i in (1, 2, 3) for n in ("etcd.yaml", "kube-apiserver.yaml"))
+
+
+def test_unreachable_master_stops_roll_and_counts_as_down(fleet: Fleet) -> None:
+    hosts = json.loads(json.dumps(fleet.hosts))
+    hosts["master2"].update(host="127.0.0.2", port=free_port("127.0.0.2"), user="root")
+    down = write_inventory(os.path.join(fleet.tmp, "down.yaml"), hosts)
+    proc = fleet.cli.run("-i", down, "--probe", "none", "stop", "scheduler", rc=8)
+    assert "master2" in proc.stderr and "connection refused" in proc.stderr and "1 skipped" in proc.stderr
+    assert "master2 : ok=0 changed=0 unreachable=1 failed=0 skipped=0" in proc.stdout
+    assert "master3 : ok=0 changed=0 unreachable=0 failed=0 skipped=1" in proc.stdout
+    assert not fleet.present(1) and fleet.present(2) and fleet.present(3)
+
+    # The quorum census counts an unreachable master as not running: 1 of 3 would be left.
+    before = fleet.snap()
+    proc = fleet.cli.run("-i", down, "-H", "master1", "stop", "etcd", rc=4)
+    assert "quorum" in proc.stderr and "unreachable: master2" in proc.stderr
+    assert fleet.snap() == before
+    doc = fleet.json("--probe", "none", "start", "scheduler", inv=down, rc=8)
+    assert _statuses(doc) == [("master1", "changed"), ("master2", "unreachable"), ("master3", "skipped")]
+    assert fleet.present(1)

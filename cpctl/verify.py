@@ -283,11 +283,16 @@ class VerifyingWaiter(Waiter):
         """Poll until a Ready pod that is not the one seen before the change, then the gate."""
         start = time.monotonic()
         earlier = before or {}
+        gone_seen: set = set()
         while True:
             probe, state = self._first(target)
             if probe is None:
                 return self._unverified()
-            old = earlier.get("state") if earlier.get("probe") == probe.name else None
+            if not state.present:
+                # Seen gone after the restore: whatever this probe sees next is a new pod. The
+                # health probe has no uid or container IDs, so this is its only proof of "new".
+                gone_seen.add(probe.name)
+            old = earlier.get("state") if earlier.get("probe") == probe.name and probe.name not in gone_seen else None
             if state.present and state.ready and state.is_new_since(old):
                 gate = self._gate(target, before, start, timeout)
                 elapsed = time.monotonic() - start

@@ -15,8 +15,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from cpctl.lab.control import start_lab
 from cpctl.lab.httpserve import free_port
-from tests.labfixture import kubectl, lab, mirror, wait_for  # noqa: F401
+from tests.labfixture import FAST, kubectl, lab, mirror, wait_for  # noqa: F401
 
 POD_COLUMN = re.compile(r"\bRunning ready \d+[smhd]")
 
@@ -189,7 +190,10 @@ def test_status_without_api(lab, tmp_path):
     out = ok(cpctl(lab, "status", KUBECONFIG=missing))
     rows = out.splitlines()[2:]
     assert len(rows) == 4 and all(POD_COLUMN.search(r) for r in rows), out   # the crictl view
-    for kubeconfig in (missing, str(garbage), closed_port_kubeconfig(tmp_path)):
+    token_file = tmp_path / "tokenfile.conf"   # its tokenFile does not exist
+    token_file.write_text(Path(lab.kubeconfig).read_text().replace("user: {}", "user: {tokenFile: nope}"))
+    assert "tokenFile" in token_file.read_text()
+    for kubeconfig in (missing, str(garbage), closed_port_kubeconfig(tmp_path), str(token_file)):
         data = json.loads(ok(cpctl(lab, "-o", "json", "status", "scheduler", KUBECONFIG=kubeconfig)))
         (state,) = [c["pod_state"] for c in data["components"]]
         assert state["source"] == "crictl" and state["present"] and state["ready"], state
@@ -244,3 +248,15 @@ def test_status_mirror_pod_column_and_json(lab):
     out = ok(cpctl(lab, "status", "scheduler"))
     row = out.splitlines()[2]
     assert row.split()[:4] == ["kube-scheduler", "parked", "kube-scheduler.yaml", "-"], row
+
+
+def test_health_probe_sees_the_new_pod_after_a_slow_stop(tmp_path):
+    # stop --no-wait, then start while the old pod is still stopping: the health probe's
+    # "before" is the old pod answering 200. It has no uid, so the new pod is recognised by the
+    # endpoint having gone away in between (it used to wait for "not the old pod" until exit 6).
+    # (start_lag 1 s: the endpoint is down for about a second between the two pods, as on a node)
+    with start_lab(tmp_path / "lab", timeout=60, **dict(FAST, stop_lag=2.0, start_lag=1.0)) as slow_stop:
+        ok(cpctl(slow_stop, "stop", "scheduler", "--no-wait"))
+        out = ok(cpctl(slow_stop, "--probe", "health", "start", "scheduler", "--timeout", "60"))
+        assert "pod kube-scheduler-%s Running and Ready (health), lease kube-scheduler renewed" \
+            % slow_stop.node_name() in out

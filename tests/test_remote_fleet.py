@@ -123,6 +123,14 @@ def test_status_runs_in_parallel(fleet: Fleet) -> None:
         assert [r["state"] for r in data["components"]] == ["running"] * 4
     assert [n - o for n, o in zip(fleet.logins(), logins)] == [1, 1, 1]
 
+    # Three unknown host keys met in parallel are all recorded, one complete line each.
+    known = os.path.join(fleet.tmp, "known_hosts_new")
+    open(known, "w").close()
+    doc = fleet.cli.json("--accept-new-host-key", "-i", fleet.inv, "status", "etcd", known_hosts=known)
+    assert _statuses(doc) == [(n, "ok") for n in NAMES]
+    with open(known) as handle:
+        assert sorted(handle.read().splitlines()) == sorted(s.known_hosts_line.strip() for s in fleet.servers)
+
 
 def test_rolling_stop_serial_failure_keep_going(fleet: Fleet) -> None:
     originals = {}

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import click
 
-from cpctl.cli import settings
+from cpctl.cli import node_for, settings
 
 
 def _writer(output: str) -> Callable[[dict], None]:
@@ -24,9 +24,8 @@ def _writer(output: str) -> Callable[[dict], None]:
 
 def _waiter(ctx: click.Context) -> Any:
     """The configured probe when it can describe pods; None skips the mirror pod follow-ups."""
-    from cpctl.commands.drift import open_checked_node
     from cpctl.drift import can_describe
-    node = open_checked_node(ctx)
+    node = node_for(ctx)
     return node, (node.waiter if can_describe(node.waiter) else None)
 
 

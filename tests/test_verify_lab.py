@@ -262,8 +262,8 @@ def test_health_probe_sees_the_new_pod_after_a_slow_stop(tmp_path):
     # stop --no-wait, then start while the old pod is still stopping: the health probe's
     # "before" is the old pod answering 200. It has no uid, so the new pod is recognised by the
     # endpoint having gone away in between (it used to wait for "not the old pod" until exit 6).
-    # (start_lag 1 s: the endpoint is down for about a second between the two pods, as on a node)
-    with start_lab(tmp_path / "lab", timeout=60, **dict(FAST, stop_lag=2.0, start_lag=1.0)) as slow_stop:
+    # (start_lag 2 s: the endpoint is down for seconds between the two pods, as on a real node)
+    with start_lab(tmp_path / "lab", timeout=60, **dict(FAST, stop_lag=2.0, start_lag=2.0)) as slow_stop:
         ok(cpctl(slow_stop, "stop", "scheduler", "--no-wait"))
         out = ok(cpctl(slow_stop, "--probe", "health", "start", "scheduler", "--timeout", "60"))
         assert "pod kube-scheduler-%s Running and Ready (health), lease kube-scheduler renewed" \

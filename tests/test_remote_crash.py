@@ -47,11 +47,12 @@ def test_sigkill_local_cpctl_over_ssh(sshd: SSHServer, tmp_path: Any) -> None:
         started = time.monotonic()
         cli.run("--probe", "none", "-H", "master", action, "scheduler")
         runtimes.append(time.monotonic() - started)
-    runtime = max(runtimes)
+    runtime = min(runtimes)
 
     stats = {"kills": 0, "finished_before_kill": 0, "journal_pending": 0, "completed": 0, "rolled_back": 0,
              "torn_journal_temp": 0, "max_lock_wait": 0.0, "modes": {"uniform": 0, "tail": 0, "journal": 0}}
-    for _ in range(KILLS):
+    while stats["kills"] - stats["finished_before_kill"] < KILLS:
+        assert stats["kills"] < 3 * KILLS, "too many runs finished before their kill: %r" % stats
         action = "start" if node.parked_files() else "stop"
         mode = rng.choice(["uniform", "tail", "journal", "journal"])
         stats["modes"][mode] += 1
@@ -60,12 +61,12 @@ def test_sigkill_local_cpctl_over_ssh(sshd: SSHServer, tmp_path: Any) -> None:
         if mode == "uniform":
             time.sleep(rng.uniform(0, runtime))
         elif mode == "tail":
-            time.sleep(rng.uniform(0.5 * runtime, 1.05 * runtime))
+            time.sleep(rng.uniform(0.5 * runtime, 0.95 * runtime))
         else:   # right when the journal appears on the master: inside the critical section
             deadline = time.monotonic() + 30
             while proc.poll() is None and not _pending(node) and time.monotonic() < deadline:
                 time.sleep(0.0005)
-            time.sleep(rng.choice([0, rng.uniform(0, 0.03), rng.uniform(0.03, 0.3)]))
+            time.sleep(rng.choice([0, rng.uniform(0, 0.02), rng.uniform(0.02, 0.12)]))
         proc.send_signal(signal.SIGKILL)
         if proc.wait() == 0:
             stats["finished_before_kill"] += 1
@@ -98,7 +99,7 @@ def test_sigkill_local_cpctl_over_ssh(sshd: SSHServer, tmp_path: Any) -> None:
         assert {r["file"]: r["state"] for r in data["components"]} == state
 
     print("remote crash stats (seed %d, calibrated run %.2fs): %s" % (seed, runtime, json.dumps(stats)))
-    assert stats["kills"] >= 30 or KILLS < 30
+    assert stats["kills"] - stats["finished_before_kill"] >= KILLS
     # Leave the node running, and make sure the whole thing still works end to end.
     if node.parked_files():
         cli.run("--probe", "none", "-H", "master", "start", "scheduler")

@@ -99,8 +99,8 @@ def restart(node: Node, components: list, reason: Optional[str], timeout: float)
     ordered = order_components(components)  # validate names before any side effect
     with node.session("cpctl restart %s" % " ".join(components)):
         for component in ordered:
-            stopped = node.stop(component, reason=reason or "restart", wait=True, timeout=timeout)
-            started = node.start(component, wait=True, timeout=timeout)
+            stopped = _stop_for_restart(node, component, reason or "restart", timeout)
+            started = node.start(component, wait=True, timeout=timeout, reason=reason or "restart")
             outcomes.append(Outcome(started.component, "restart", stopped.changed or started.changed,
                                     "restarted" if stopped.changed else "started (was stopped)",
                                     stop=stopped.to_dict(), start=started.to_dict()))
@@ -139,6 +139,19 @@ def plan(node: Node, verb: str, components: list) -> dict:
     diff = "".join(difflib.unified_diff([f + "\n" for f in before], [f + "\n" for f in sorted(after)],
                                         node.manifests_dir + " (now)", node.manifests_dir + " (after)"))
     return {"node": node.node_name, "dry_run": True, "changed": False, "plan": steps, "diff": diff}
+
+
+def _stop_for_restart(node: Node, component: str, reason: str, timeout: float) -> Outcome:
+    """The stop half of a restart; if the old pod does not go away in time, put the manifest
+    back before failing, so that a restart never leaves a component parked."""
+    try:
+        return node.stop(component, reason=reason, wait=True, timeout=timeout)
+    except CpctlError as exc:
+        if exc.code != ExitCode.TIMEOUT:
+            raise
+        node.start(component, wait=False, reason="restart aborted: %s" % exc.message)
+        raise CpctlError("restart of %s aborted, manifest restored: %s" % (component, exc.message),
+                         ExitCode.TIMEOUT, hint=exc.hint) from None
 
 
 def status(node: Node, components: Optional[list] = None) -> dict:

@@ -242,7 +242,7 @@ def _plan_text(data: dict) -> str:
 
 
 _timeout_option = click.option("--timeout", type=click.FloatRange(0.1, 3600), default=120.0, show_default=True,
-                               help="Seconds to wait for the kubelet.")
+                               help="Seconds to wait for each kubelet step (each stop and each start).")
 _wait_option = click.option("--no-wait", is_flag=True, help="Do not wait for the kubelet to act.")
 _dry_run_option = click.option("--dry-run", is_flag=True, help="Print the plan (moves, order, hosts); change nothing.")
 _verify_option = click.option("--verify", is_flag=True,
@@ -256,13 +256,13 @@ def _change(ctx: click.Context, verb: str, components: list, dry_run: bool, forc
     """Shared path of stop/start/restart: dry run, fleet safety, then the change itself."""
     from cpctl import app
     app.order_components(components)   # validate names before anything connects or moves
+    remote = remote_options(ctx)
+    if remote is not None and remote.inventory and verb in ("stop", "restart"):
+        from cpctl.remote.run import fleet_preflight  # a dry run must be refused exactly like the real one
+        reason = fleet_preflight(settings(ctx), remote, verb, components, force, reason)
     if dry_run:
         execute(ctx, lambda node: app.plan(node, verb, components), _plan_text, changing=False)
         return
-    remote = remote_options(ctx)
-    if remote is not None and remote.inventory and verb in ("stop", "restart"):
-        from cpctl.remote.run import fleet_preflight
-        reason = fleet_preflight(settings(ctx), remote, verb, components, force, reason)
     execute(ctx, lambda node: _outcomes_data(node, run_action(node, reason)), _outcomes_text, changing=True)
 
 
@@ -343,7 +343,7 @@ def status(ctx: click.Context, components: tuple) -> None:
 
 @main.command()
 @click.argument("component", required=False)
-@click.option("-n", "--limit", type=click.IntRange(0, 100000), default=50, show_default=True,
+@click.option("-l", "--limit", type=click.IntRange(0, 100000), default=50, show_default=True,
               help="Newest N records (0: all).")
 @click.pass_context
 def history(ctx: click.Context, component: Optional[str], limit: int) -> None:
@@ -403,6 +403,13 @@ def run(argv: Optional[list] = None) -> int:
     except click.Abort:
         note("aborted")
         return 130
+    except click.NoSuchOption as exc:
+        if exc.option_name in _global_option_names():
+            note("%s is a global option: put it before the command word (cpctl %s ... %s...)"
+                 % (exc.option_name, exc.option_name, _command_path(exc)))
+        else:
+            note("%s (see: cpctl %s--help)" % (exc.format_message(), _command_path(exc)))
+        return int(ExitCode.USAGE)
     except click.UsageError as exc:
         note("%s (see: cpctl %s--help)" % (exc.format_message(), _command_path(exc)))
         return int(ExitCode.USAGE)
@@ -414,6 +421,10 @@ def run(argv: Optional[list] = None) -> int:
         return 130
     except Exception as exc:  # noqa: BLE001 - the one place every failure is turned into a line
         return _failure(exc)
+
+
+def _global_option_names() -> set:
+    return {opt for param in main.params for opt in param.opts}
 
 
 def _command_path(exc: click.UsageError) -> str:

@@ -216,7 +216,7 @@ class Node:
         return valid[0]
 
     # --- start ------------------------------------------------------------------------------
-    def start(self, wanted: str, wait: bool = True, timeout: float = 120.0) -> Outcome:
+    def start(self, wanted: str, wait: bool = True, timeout: float = 120.0, reason: Optional[str] = None) -> Outcome:
         scan, parked = self.scan(), self.parked()
         present, parked_hits = self.resolve(wanted, scan, parked)
         if present and not parked_hits:
@@ -235,7 +235,7 @@ class Node:
         target = self.target_for(pod, filename)
         before = self.waiter.before(target) if wait else None
         self._apply("start", target.component, filename, self.state.parked_path(filename),
-                    self.manifests_dir + "/" + filename, manifests.checksum(data), parked[filename])
+                    self.manifests_dir + "/" + filename, manifests.checksum(data), parked[filename], reason)
         result = self._wait(self.waiter.wait_started, target, before, wait, timeout)
         return Outcome(target.component, "start", True, "started (manifest restored)", file=filename,
                        checksum=manifests.checksum(data), wait=result)
@@ -267,7 +267,7 @@ class Node:
 
     # --- the protocol -------------------------------------------------------------------------
     def _apply(self, action: str, component: str, filename: str, src: str, dst: str, digest: str,
-               meta: dict) -> None:
+               meta: dict, reason: Optional[str] = None) -> None:
         op_id = secrets.token_hex(8)
         entry = {"op": op_id, "action": action, "component": component, "file": filename, "src": src,
                  "dst": dst, "checksum": digest, "meta": meta, "started": iso(), "pid": self.host.info()["pid"]}
@@ -283,7 +283,7 @@ class Node:
         if action == "start":
             self.state.remove_meta(filename)
         self._record(action, component, filename, digest, op_id, reason=meta.get("reason") if action == "stop"
-                     else None, until=meta.get("until") if action == "stop" else None)
+                     else reason, until=meta.get("until") if action == "stop" else None)
         self._note_drift(action, filename, digest)
         self.state.clear_journal()
 

@@ -346,9 +346,23 @@ class VerifyingWaiter(Waiter):
             if spec is None:
                 return ", lease not checked (API unavailable)"
             renew = parse_time(spec.get("renewTime")) or 0.0
-            if renew > old_renew and spec.get("holderIdentity"):
-                return ", lease %s renewed by %s" % (name, spec["holderIdentity"])
+            holder = spec.get("holderIdentity") or ""
+            if renew > old_renew and holder:
+                if holder.startswith(target.node.lower() + "_") or holder.startswith(target.node + "_"):
+                    return ", lease %s renewed by %s (this node)" % (name, holder)
+                return self._standby_gate(target, name, holder, start, timeout)
             self._tick(start, timeout, target, "lease kube-system/%s not renewed yet" % name)
+
+    def _standby_gate(self, target: PodTarget, lease: str, holder: str, start: float, timeout: float) -> str:
+        """Another master leads: a renewed Lease says nothing about *this* instance, so its own
+        health endpoint must answer (a standby never renews the Lease)."""
+        if health_url(target) is None:
+            return ", lease %s held by %s on another node; this instance is a standby (no health endpoint)" % (
+                lease, holder)
+        while True:
+            if self.health.observe(target).ready:
+                return ", standby (lease %s held by %s), %s answers 200" % (lease, holder, health_url(target))
+            self._tick(start, timeout, target, "standby %s: %s not ready" % (target.component, health_url(target)))
 
     def _canary_gate(self, target: PodTarget, start: float, timeout: float) -> str:
         """--verify: a throw-away pod must get a node from this scheduler; always deleted.

@@ -207,7 +207,7 @@ def test_history_records_every_change(node):
     sched = json.loads(node.run("-o", "json", "history", "scheduler").stdout)["history"]
     assert [(r["action"], r["component"]) for r in sched] == [("stop", "kube-scheduler"), ("start", "kube-scheduler")]
     assert len(node.run("history", "kube-scheduler").stdout.splitlines()) == 3
-    assert len(json.loads(node.run("-o", "json", "history", "-n", "1").stdout)["history"]) == 1
+    assert len(json.loads(node.run("-o", "json", "history", "-l", "1").stdout)["history"]) == 1
     assert_settled(node)
 
 

@@ -127,19 +127,10 @@ def baseline_path(node: "Node") -> str:
 def read_baseline(node: "Node") -> Optional[dict]:
     """The recorded baseline, None when there is none; a corrupt file is an environment error."""
     path = baseline_path(node)
-    try:
-        data = node.host.read_file(path, 64 << 20)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise CpctlError("cannot read %s: %s" % (path, exc.strerror or exc), ExitCode.ENVIRONMENT) from None
-    try:
-        value = json.loads(data.decode("utf-8"))
-    except ValueError:
-        value = None
-    if not isinstance(value, dict) or not isinstance(value.get("manifests"), dict):
-        raise CpctlError("%s is corrupt: inspect it, or replace it with cpctl baseline --accept" % path,
-                         ExitCode.ENVIRONMENT)
+    repair = "inspect it, or replace it with cpctl baseline --accept"
+    value = node.state.read_json(path, repair)
+    if value is not None and not isinstance(value.get("manifests"), dict):
+        raise CpctlError("%s is corrupt (no manifests): %s" % (path, repair), ExitCode.ENVIRONMENT)
     return value
 
 

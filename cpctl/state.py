@@ -101,7 +101,8 @@ class StateDir:
         return self._join("meta", filename + ".json")
 
     # --- json records -----------------------------------------------------------------------
-    def _read_json(self, path: str) -> Optional[dict]:
+    def read_json(self, path: str, repair: str = "inspect it by hand") -> Optional[dict]:
+        """A JSON object cpctl wrote, None when absent; unreadable or corrupt is one clear error."""
         try:
             data = self.host.read_file(path, MAX_STATE_FILE)
         except FileNotFoundError:
@@ -111,13 +112,13 @@ class StateDir:
         try:
             value = json.loads(data.decode("utf-8"))
         except ValueError:
-            raise CpctlError("%s is corrupt (not JSON): inspect it by hand" % path, ExitCode.ENVIRONMENT) from None
+            raise CpctlError("%s is corrupt (not JSON): %s" % (path, repair), ExitCode.ENVIRONMENT) from None
         if not isinstance(value, dict):
-            raise CpctlError("%s is corrupt (not an object)" % path, ExitCode.ENVIRONMENT)
+            raise CpctlError("%s is corrupt (not an object): %s" % (path, repair), ExitCode.ENVIRONMENT)
         return value
 
     def read_meta(self, filename: str) -> Optional[dict]:
-        return self._read_json(self.meta_path(filename))
+        return self.read_json(self.meta_path(filename))
 
     def write_meta(self, filename: str, meta: dict) -> None:
         self.host.write_atomic(self.meta_path(filename), _json_bytes(meta))
@@ -133,7 +134,7 @@ class StateDir:
 
     # --- journal ----------------------------------------------------------------------------
     def read_journal(self) -> Optional[dict]:
-        return self._read_json(self._join(JOURNAL))
+        return self.read_json(self._join(JOURNAL))
 
     def write_journal(self, entry: dict) -> None:
         self.host.write_atomic(self._join(JOURNAL), _json_bytes(entry))

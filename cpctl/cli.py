@@ -362,15 +362,21 @@ def history(ctx: click.Context, component: Optional[str], limit: int) -> None:
 @click.option("-n", "--namespace", default="default", show_default=True)
 @click.option("--wait/--no-wait", "wait", default=False, help="Wait until the pod is Running.")
 @click.option("--timeout", type=click.FloatRange(0.1, 3600), default=60.0, show_default=True)
+@_dry_run_option
 @click.pass_context
-def bind(ctx: click.Context, pod: str, node_name: str, namespace: str, wait: bool, timeout: float) -> None:
+def bind(ctx: click.Context, pod: str, node_name: str, namespace: str, wait: bool, timeout: float,
+         dry_run: bool) -> None:
     """Be the scheduler: bind a Pending POD to NODE through the pods/binding subresource."""
     from cpctl import app, scheduling
     from cpctl.manifests import validate_component_name
     for value in (pod, node_name, namespace):
         validate_component_name(value)
     client = app.kube_client(settings(ctx))
-    result = scheduling.bind(client, namespace, pod, node_name)
+    result = scheduling.bind(client, namespace, pod, node_name, dry_run)
+    if dry_run:
+        emit(ctx, {"pod": pod, "namespace": namespace, "node": node_name, "dry_run": True},
+             "dry run: pod %s/%s (Pending, no node) would be bound to node %s" % (namespace, pod, node_name))
+        return
     phase = (result.get("status") or {}).get("phase")
     if wait:
         phase = scheduling.wait_running(client, namespace, pod, timeout, progress_for(ctx))

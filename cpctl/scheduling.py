@@ -14,8 +14,10 @@ from cpctl.errors import CpctlError, ExitCode
 from cpctl.kubeapi import ApiError, KubeClient
 
 
-def bind(client: KubeClient, namespace: str, pod_name: str, node_name: str) -> dict:
-    """Bind ``pod_name`` to ``node_name``; return the pod as the API now reports it."""
+def bind(client: KubeClient, namespace: str, pod_name: str, node_name: str, dry_run: bool = False) -> dict:
+    """Bind ``pod_name`` to ``node_name``; return the pod as the API now reports it.
+
+    ``dry_run`` makes every check and returns the pod unchanged, without the POST."""
     if client.get_node(node_name) is None:
         raise CpctlError("node %r not found (see: kubectl get nodes)" % node_name, ExitCode.NOT_FOUND)
     pod = client.get_pod(namespace, pod_name)
@@ -27,6 +29,8 @@ def bind(client: KubeClient, namespace: str, pod_name: str, node_name: str) -> d
                          "re-create the pod to move it)" % (namespace, pod_name, current), ExitCode.CONFLICT)
     if (pod.get("metadata") or {}).get("deletionTimestamp"):
         raise CpctlError("pod %s/%s is being deleted" % (namespace, pod_name), ExitCode.CONFLICT)
+    if dry_run:
+        return pod
     try:
         client.bind(namespace, pod_name, node_name)
     except ApiError as exc:

@@ -175,7 +175,9 @@ def recap(results: Sequence[HostResult], header: bool = True) -> str:
         lines.append("%-*s : %s" % (width, host, " ".join("%s=%d" % (k, counts[k]) for k in STATUSES)))
     for res in results:
         if res.error and res.status != "skipped":
-            lines.append("%s: %s" % (res.host, res.error))
+            # connect errors already start with the host name: do not say it twice
+            named = res.error.startswith(res.host + ": ")
+            lines.append(res.error if named else "%s: %s" % (res.host, res.error))
     return "\n".join(lines) + "\n"
 
 

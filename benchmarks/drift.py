@@ -85,7 +85,7 @@ def run(runs: int = 15) -> str:
             results[label] = time_argv(cpctl + ["check"], env, runs)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    floor = median(results[cases[0][0]])
+    floor = median(results[cases[0][0]][0])
     rows, worst = [], 0.0
     for label, _argv, _env in cases:
         samples, code = results[label]

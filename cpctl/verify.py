@@ -28,6 +28,7 @@ from cpctl.probes import PodTarget, Waiter, WaitResult
 
 API_LESS = ("kube-apiserver", "etcd")   # the API cannot watch these go away and come back
 LEASE_COMPONENTS = ("kube-scheduler", "kube-controller-manager")
+BLIND_GRACE = 10.0   # seconds to keep polling when every probe that worked before the change is blind
 DEFAULT_HEALTH = {
     "kube-apiserver": ("https", 6443, "/readyz"),
     "kube-controller-manager": ("https", 10257, "/healthz"),
@@ -256,6 +257,16 @@ class VerifyingWaiter(Waiter):
             probe, state = self._first(target, [self.crictl]) if "crictl" not in self._dead else (probe, state)
         return state.to_dict() if state is not None else None
 
+    def _blind(self, start: float, timeout: float, target: PodTarget, before: Any, starting: bool = False) -> bool:
+        """No probe can look right now. Keep polling for a while when one could look before the
+        change, or when the API itself is what is being started (it answers a moment after its
+        own restore); otherwise give up at once and say "not verified"."""
+        could_see = bool((before or {}).get("probe")) or (starting and target.component in API_LESS)
+        if could_see and time.monotonic() - start < min(timeout, BLIND_GRACE):
+            self._tick(start, timeout, target, "no probe can observe %s yet" % target.pod_name)
+            return True
+        return False
+
     def _unverified(self) -> WaitResult:
         reasons = "; ".join("%s: %s" % kv for kv in self._dead.items()) or getattr(self, "_last_error", "")
         return WaitResult(False, "not verified: no probe could observe the pod (%s)" % reasons)
@@ -266,6 +277,8 @@ class VerifyingWaiter(Waiter):
         while True:
             probe, state = self._first(target)
             if probe is None:
+                if self._blind(start, timeout, target, before):
+                    continue
                 return self._unverified()
             if not state.present:
                 others = [p for p in self.probes_for(target) if p is not probe]
@@ -287,6 +300,8 @@ class VerifyingWaiter(Waiter):
         while True:
             probe, state = self._first(target)
             if probe is None:
+                if self._blind(start, timeout, target, before, starting=True):
+                    continue
                 return self._unverified()
             if not state.present:
                 # Seen gone after the restore: whatever this probe sees next is a new pod. The

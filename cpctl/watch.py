@@ -31,9 +31,9 @@ LOAD, RELOAD, STOP, IGNORE, REJECT, DUPLICATE = "load", "reload", "stop", "ignor
 FOLLOWED, NOT_FOLLOWED = "followed", "not_followed"
 POLL_INTERVAL = 0.2
 # watchdog holds an unpaired IN_MOVED_FROM for 0.5 s hoping for its IN_MOVED_TO. A rename inside
-# one directory delivers both in the same read(), so 50 ms keeps pairing and makes "moved out"
+# one directory delivers both in the same read(), so 25 ms keeps pairing and makes "moved out"
 # (cpctl stop parks by rename) reach the first verdict within the 100 ms target.
-MOVE_PAIRING_DELAY = 0.05
+MOVE_PAIRING_DELAY = 0.025
 
 _EVENT_KINDS = {"created": "created", "modified": "modified", "closed": "modified", "deleted": "deleted"}
 

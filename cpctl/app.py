@@ -6,7 +6,6 @@ click lets the remote fan-out and the tests drive whole commands as plain functi
 
 from __future__ import annotations
 
-import os
 from typing import Any, Callable, Optional
 
 from cpctl import hostops, manifests
@@ -175,6 +174,3 @@ def _journal_pending(node: Node) -> bool:
     return any(n == "journal.json" or (n.startswith(".") and hostops.TEMP_MARK in n)
                for n in node.host.listdir(node.state.path))
 
-
-def env_default(name: str, default: str) -> str:
-    return os.environ.get(name) or default

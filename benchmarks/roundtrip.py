@@ -111,7 +111,7 @@ def run(runs: int = 7) -> str:
         for name in samples:
             if name.startswith("cpctl"):
                 summary.append((lag, name, median(samples[name]) - kubelet))
-    verdicts = "; ".join("L=%.1f %s: %.0f ms %s" % (lag, name.split(" (")[0], over * 1000,
+    verdicts = "; ".join("L=%.1f %s: %.0f ms %s" % (lag, name, over * 1000,
                                                    "met" if over <= 0.3 else "MISSED")
                          for lag, name, over in summary)
     body = ("Machine: %s. Load average before: %s, after: %s. Median of %d runs per variant "

@@ -205,7 +205,7 @@ class VerifyingWaiter(Waiter):
     """Polls the probes (every ``poll`` seconds) until the pod is gone or new and Ready."""
 
     def __init__(self, host: Host, kubeconfig: str, crictl: str = "crictl", mode: str = "auto",
-                 poll: float = 0.1, progress: Optional[Callable[[str], None]] = None, canary: bool = False,
+                 poll: float = 0.05, progress: Optional[Callable[[str], None]] = None, canary: bool = False,
                  **_: Any) -> None:
         self.name = mode
         self.canary = canary

@@ -173,7 +173,8 @@ def agent_bootstrap(python: str = "python3") -> list:
     loader = ("import sys;n=int(sys.stdin.buffer.readline());src=sys.stdin.buffer.read(n);"
               "g={'__name__':'cpctl_agent'};exec(compile(src,'cpctl-agent','exec'),g);"
               "g['agent_main']()")
-    return [python, "-c", loader]
+    # -S: the agent is standard-library only, so skip site (and any .pth hooks) on the master.
+    return [python, "-S", "-c", loader]
 
 
 class SubprocessAgentHost(AgentHost):

@@ -305,7 +305,7 @@ def load_inventory(path: str) -> Inventory:
         raise CpctlError("inventory %s: cannot read: %s" % (path, getattr(exc, "strerror", None) or exc),
                          ExitCode.ENVIRONMENT) from None
     try:
-        doc = yaml.safe_load(text)
+        doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # C loader: ~10x faster
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = " at line %d" % (mark.line + 1) if mark is not None else ""

@@ -34,22 +34,6 @@ spec:
 CONTROL_PLANE = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd")
 KINDS = ("touch", "modify", "create", "delete", "move out", "move in")
 VERDICT_TIMEOUT = 3.0
-# Only used when this checkout's `cpctl watch` cannot start because cpctl.commands.drift lost the
-# open_checked_node() it imports (then the report says so): `--probe none` needs just node_for().
-SHIM = """import cpctl.commands.drift as drift
-if not hasattr(drift, "open_checked_node"):
-    from cpctl.cli import node_for
-    drift.open_checked_node = node_for
-from cpctl.cli import entry
-entry()
-"""
-
-
-def needs_shim() -> bool:
-    probe = "from cpctl.commands.drift import open_checked_node"
-    return subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode != 0
-
-
 class WatchProcess:
     """``cpctl watch`` as a child process, its stdout lines queued with their arrival time."""
 
@@ -167,8 +151,8 @@ def _cpu_ticks(pid: int) -> int:
     return int(fields[11]) + int(fields[12])      # utime, stime (fields 14 and 15 of stat(5))
 
 
-def measure(env: dict, mdir: str, outside: str, rounds: int, debounce: int, idle: float, shim: bool = False) -> dict:
-    start = [sys.executable, "-c", SHIM] if shim else [sys.executable, "-m", "cpctl"]
+def measure(env: dict, mdir: str, outside: str, rounds: int, debounce: int, idle: float) -> dict:
+    start = [sys.executable, "-m", "cpctl"]
     argv = start + ["--probe", "none", "-o", "json", "watch", "--debounce", str(debounce)]
     watch = WatchProcess(argv, env)
     try:
@@ -202,19 +186,12 @@ def measure(env: dict, mdir: str, outside: str, rounds: int, debounce: int, idle
         watch.stop()
 
 
-SHIM_NOTE = ("\n\n**`cpctl watch` did not start in this checkout** (`cpctl.commands.drift` no longer has the "
-             "`open_checked_node` that `cpctl/commands/watch.py` imports: ImportError, exit 70); it was measured "
-             "through a launcher that supplies it (`--probe none` only needs the plain node). The watch loop "
-             "itself is unchanged.")
-
-
 def _kb_to_mb(text: str) -> float:
     return int(text.split()[0]) / 1024.0
 
 
 def run(rounds: int = 10, idle: float = 60.0) -> str:
     load_before = load_average()
-    shim = needs_shim()
     work = tempfile.mkdtemp(prefix="cpctl-bench-watch-")
     try:
         mdir = os.path.join(work, "manifests")
@@ -225,8 +202,8 @@ def run(rounds: int = 10, idle: float = 60.0) -> str:
             _write(os.path.join(mdir, name + ".yaml"), MANIFEST % (name, name, name))
         env = dict(os.environ, CPCTL_MANIFESTS_DIR=mdir, CPCTL_STATE_DIR=os.path.join(work, "state"),
                    CPCTL_NODE_NAME="bench", KUBECONFIG=os.path.join(work, "no-kubeconfig"))
-        default = measure(env, mdir, outside, rounds, 50, idle, shim)
-        nodebounce = measure(env, mdir, outside, rounds, 0, 0, shim)
+        default = measure(env, mdir, outside, rounds, 50, idle)
+        nodebounce = measure(env, mdir, outside, rounds, 0, 0)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     rows = []
@@ -255,12 +232,12 @@ def run(rounds: int = 10, idle: float = 60.0) -> str:
             "`touch` is what touch(1) does (open for writing, set times, close: content unchanged, verdict "
             "`ignore`); a bare utime() (IN_ATTRIB only) gets no verdict by design. Missed events "
             "(no verdict within %.0f s): %s; "
-            "extra lines beyond the one awaited: %d and %d.%s\n"
+            "extra lines beyond the one awaited: %d and %d.\n"
             % (machine_info(), load_before, load_average(), rounds, len(KINDS), rounds * len(KINDS),
                table(["pass", "events", "p50", "p99", "max"], rows), default["idle"], default["idle_cpu"],
                cpu_pct, rss, hwm, default["threads"], p99 * 1000, "met" if p99 <= 0.1 else "MISSED",
                "met" if cpu_pct < 0.1 else "MISSED", "met" if hwm <= 40 else "MISSED (peak)" if rss <= 40
                else "MISSED", VERDICT_TIMEOUT, ", ".join(missed) or "none", default["extra"],
-               nodebounce["extra"], SHIM_NOTE if shim else ""))
+               nodebounce["extra"]))
     write_section("3. Watch", body)
     return body

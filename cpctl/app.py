@@ -133,8 +133,7 @@ def plan(node: Node, verb: str, components: list) -> dict:
             steps.append({"action": verb, "component": component,
                           "note": "nothing to do (already %s)" % ("stopped" if verb == "stop" else "running")})
         else:
-            raise CpctlError("no static pod %r in %s and none parked" % (component, node.manifests_dir),
-                             ExitCode.NOT_FOUND)
+            raise node.not_found(component)
     diff = "".join(difflib.unified_diff([f + "\n" for f in before], [f + "\n" for f in sorted(after)],
                                         node.manifests_dir + " (now)", node.manifests_dir + " (after)"))
     return {"node": node.node_name, "dry_run": True, "changed": False, "plan": steps, "diff": diff}
@@ -171,6 +170,6 @@ def history(node: Node, component: Optional[str], limit: int) -> list:
 
 def _journal_pending(node: Node) -> bool:
     """A journal awaits recovery, or a kill tore the journal's own write (its dot temp is left)."""
-    return any(n == "journal.json" or (n.startswith(".") and hostops.TEMP_MARK in n)
+    return any(n == "journal.json" or hostops.is_temp_name(n)
                for n in node.host.listdir(node.state.path))
 

@@ -111,6 +111,11 @@ def fsync_dir(path):
         os.close(fd)
 
 
+def is_temp_name(name):
+    """True for the dot-temp files ``temp_name`` makes (left behind only by a killed writer)."""
+    return name.startswith(".") and TEMP_MARK in name
+
+
 def temp_name(path):
     """Dot-prefixed sibling used while writing ``path``: kubelet ignores dot files."""
     directory, name = os.path.split(path)

@@ -102,7 +102,7 @@ class Node:
             if self.host.lstat(directory) is None:
                 continue
             for name in self.host.listdir(directory):
-                if name.startswith(".") and hostops.TEMP_MARK in name:
+                if hostops.is_temp_name(name):
                     self.host.unlink(directory + "/" + name)
 
     def _same_bytes(self, path: str, digest: str) -> Optional[bool]:
@@ -166,6 +166,11 @@ class Node:
                        or wanted in (meta.get("component"), manifests.file_stem(f))]
         return present, parked_hits
 
+    def not_found(self, wanted: str) -> CpctlError:
+        """The error for a component neither in the manifests dir nor parked (exit 3)."""
+        return CpctlError("no static pod %r in %s and none parked" % (wanted, self.manifests_dir),
+                          ExitCode.NOT_FOUND)
+
     def target_for(self, pod: dict, filename: str) -> PodTarget:
         meta = pod.get("metadata", {})
         return PodTarget(meta["name"], meta.get("namespace") or "default", self.node_name, pod, filename)
@@ -181,8 +186,7 @@ class Node:
                 return Outcome(meta.get("component", wanted), "stop", False,
                                "already stopped (parked since %s by %s)" % (meta.get("parked_at", "?"),
                                                                            meta.get("parked_by", "?")))
-            raise CpctlError("no static pod %r in %s and none parked" % (wanted, self.manifests_dir),
-                             ExitCode.NOT_FOUND)
+            raise self.not_found(wanted)
         manifest = self._single(wanted, present)
         if manifest.file in parked:
             raise CpctlError("%s is in %s and also parked since %s: compare the two and remove one by hand"
@@ -197,7 +201,7 @@ class Node:
                 "reason": reason, "until": iso(until) if until else None,
                 "manifests_dir": self.manifests_dir, "node": self.node_name}
         self._apply("stop", manifest.pod_name or wanted, manifest.file, manifest.path,
-                    self.state.parked_path(manifest.file), manifest.checksum or "", meta)
+                    self.state.parked_path(manifest.file), manifest.checksum or "", meta, reason)
         result = self._wait(self.waiter.wait_stopped, target, before, wait, timeout)
         return Outcome(target.component, "stop", True, "stopped (manifest parked)", file=manifest.file,
                        checksum=manifest.checksum, until=meta["until"], wait=result)
@@ -225,8 +229,7 @@ class Node:
         # Present *and* parked (e.g. a kube-scheduler.yaml.bak appeared while parked): the
         # restore checks below refuse it when the kubelet would then see the pod twice.
         if not parked_hits:
-            raise CpctlError("no static pod %r in %s and none parked" % (wanted, self.manifests_dir),
-                             ExitCode.NOT_FOUND)
+            raise self.not_found(wanted)
         if len(parked_hits) > 1:
             raise CpctlError("%r matches several parked manifests (%s)" % (wanted, ", ".join(parked_hits)),
                              ExitCode.REFUSED)
@@ -282,8 +285,8 @@ class Node:
                              ExitCode.ENVIRONMENT) from None
         if action == "start":
             self.state.remove_meta(filename)
-        self._record(action, component, filename, digest, op_id, reason=meta.get("reason") if action == "stop"
-                     else reason, until=meta.get("until") if action == "stop" else None)
+        self._record(action, component, filename, digest, op_id, reason=reason,
+                     until=meta.get("until") if action == "stop" else None)
         self._note_drift(action, filename, digest)
         self.state.clear_journal()
 
@@ -338,8 +341,7 @@ class Node:
             present, parked_hits = self.resolve(name, scan, parked)
             files = {m.file for m in present} | set(parked_hits)
             if not files:
-                raise CpctlError("no static pod %r in %s and none parked" % (name, self.manifests_dir),
-                                 ExitCode.NOT_FOUND)
+                raise self.not_found(name)
             keep.extend(r for r in rows if r["file"] in files and r not in keep)
         return keep
 

@@ -128,13 +128,11 @@ def _remote(hosts: tuple, inventory: Optional[str], ssh_config: Optional[str], k
     from cpctl.remote.run import RemoteOptions, split_hosts
     remote = RemoteOptions(split_hosts(list(hosts)), inventory, None, forks, serial, keep_going)
     click.get_current_context().call_on_close(remote.close)
-    if remote.active:
-        from cpctl.remote.ssh import SSHOptions
-        options = SSHOptions(ssh_config=ssh_config, accept_new_host_key=accept_new, prompt=_prompt,
-                             known_hosts=[known_hosts] if known_hosts else None)
-        if ask_become_pass:
-            options.become_password = _prompt("BECOME password: ", True)
-        remote.ssh_options = options
+    from cpctl.remote.ssh import SSHOptions
+    remote.ssh_options = SSHOptions(ssh_config=ssh_config, accept_new_host_key=accept_new, prompt=_prompt,
+                                    known_hosts=[known_hosts] if known_hosts else None)
+    if ask_become_pass:
+        remote.ssh_options.become_password = _prompt("BECOME password: ", True)
     return remote
 
 
@@ -193,7 +191,7 @@ def execute(ctx: click.Context, action: Callable[[Any], dict], text_of: Callable
     Returns the data of every host that produced some (failed hosts already set the exit code).
     """
     remote = remote_options(ctx)
-    if remote is None or not remote.active:
+    if remote is None:
         data = action(node_for(ctx, probe))
         emit(ctx, data, text_of(data))
         return [data]

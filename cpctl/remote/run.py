@@ -41,10 +41,6 @@ class RemoteOptions:
             self._pool.close()
             self._pool = None
 
-    @property
-    def active(self) -> bool:
-        return bool(self.hosts or self.inventory)
-
 
 def split_hosts(values: List[str]) -> List[str]:
     """``-H a -H b,c`` -> [a, b, c] (order kept, duplicates dropped)."""

@@ -216,6 +216,7 @@ class VerifyingWaiter(Waiter):
         self.crictl = CrictlProbe(host, crictl)
         self.health = HealthProbe(host)
         self._dead: dict = {}
+        self._last_error = ""
 
     def probes_for(self, target: PodTarget) -> list:
         chosen = {"api": [self.api], "crictl": [self.crictl], "health": [self.health]}.get(self.mode)
@@ -247,14 +248,15 @@ class VerifyingWaiter(Waiter):
 
     def before(self, target: PodTarget) -> Any:
         probe, state = self._first(target)
-        lease = self._lease(target) if target.component in LEASE_COMPONENTS else None
+        lease = self._lease(target) if uses_lease(target) else None
         return {"probe": probe.name if probe else None, "state": state, "lease": lease}
 
     def describe(self, target: PodTarget) -> Optional[dict]:
         """For status: the mirror pod when the API answers, else the runtime's view."""
         probe, state = self._first(target, [self.api, self.crictl])
-        if probe is self.api and state is not None and not state.present and target.component in API_LESS:
-            probe, state = self._first(target, [self.crictl]) if "crictl" not in self._dead else (probe, state)
+        if probe is self.api and not state.present and target.component in API_LESS:
+            # the API server's own stale mirror may be gone while the runtime still runs it
+            state = self._observe(self.crictl, target) or state
         return state.to_dict() if state is not None else None
 
     def _blind(self, start: float, timeout: float, target: PodTarget, before: Any, starting: bool = False) -> bool:
@@ -268,7 +270,7 @@ class VerifyingWaiter(Waiter):
         return False
 
     def _unverified(self) -> WaitResult:
-        reasons = "; ".join("%s: %s" % kv for kv in self._dead.items()) or getattr(self, "_last_error", "")
+        reasons = "; ".join("%s: %s" % kv for kv in self._dead.items()) or self._last_error
         return WaitResult(False, "not verified: no probe could observe the pod (%s)" % reasons)
 
     def wait_stopped(self, target: PodTarget, before: Any, timeout: float) -> WaitResult:

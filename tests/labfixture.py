@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -43,6 +44,18 @@ def lab3(tmp_path: Path) -> Iterator[LabHandle]:
     """A three-master lab (lab-master1..3 + lab-worker1)."""
     with start_lab(tmp_path / "lab", masters=3, **FAST) as handle:
         yield handle
+
+
+def run_cpctl(handle: Any, *args: str, timeout: float = 120, **env_over: str) -> subprocess.CompletedProcess:
+    """The real CLI (``python -m cpctl``) with a lab's environment (a LabHandle or an env dict).
+
+    A CPCTL_PROBE from the caller's shell is dropped so every test gets the default probe;
+    ``env_over`` replaces variables (e.g. KUBECONFIG)."""
+    env = dict(os.environ, **(handle if isinstance(handle, dict) else handle.env))
+    env.pop("CPCTL_PROBE", None)
+    env.update(env_over)
+    return subprocess.run([sys.executable, "-m", "cpctl", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout)
 
 
 def kubectl(

@@ -8,22 +8,13 @@ Every failure must be one ``cpctl:`` line on stderr with the documented exit cod
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 
 import pytest
 
 from cpctl.lab.httpserve import free_port
 from tests.labfixture import kubectl, lab  # noqa: F401
-
-
-def cpctl(handle, *args: str, **env_over: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, **handle.env)
-    env.pop("CPCTL_PROBE", None)
-    env.update(env_over)
-    return subprocess.run([sys.executable, "-m", "cpctl", *args], capture_output=True, text=True, env=env,
-                          timeout=120)
+from tests.labfixture import run_cpctl as cpctl
 
 
 def ok(proc: subprocess.CompletedProcess) -> str:

@@ -5,13 +5,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
-
-def cpctl(lab, *args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, **lab.env)
-    return subprocess.run([sys.executable, "-m", "cpctl", *args], env=env, capture_output=True, text=True,
-                          timeout=120)
+from tests.labfixture import run_cpctl as cpctl
 
 
 def canaries(lab) -> list:

@@ -15,13 +15,7 @@ import time
 
 from cpctl.kubeapi import parse_time
 from tests.labfixture import kubectl, lab, wait_for  # noqa: F401
-
-
-def cpctl(handle, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = dict(os.environ, **handle.env)
-    env.pop("CPCTL_PROBE", None)
-    return subprocess.run([sys.executable, "-m", "cpctl", *args], capture_output=True, text=True, env=env,
-                          timeout=timeout)
+from tests.labfixture import run_cpctl as cpctl
 
 
 def jsonpath(handle, *args: str) -> str:

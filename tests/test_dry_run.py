@@ -3,15 +3,9 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 from tests.labfixture import kubectl
-
-
-def cpctl(lab, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cpctl", *args], env=dict(os.environ, **lab.env),
-                          capture_output=True, text=True, timeout=120)
+from tests.labfixture import run_cpctl as cpctl
 
 
 def test_bind_dry_run_checks_and_changes_nothing(lab) -> None:

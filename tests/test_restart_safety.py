@@ -3,18 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 from cpctl.lab.control import start_lab
 from tests.labfixture import FAST, kubectl
-
-
-def cpctl(env: dict, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cpctl", *args], env=dict(os.environ, **env),
-                          capture_output=True, text=True, timeout=180)
+from tests.labfixture import run_cpctl as cpctl
 
 
 def test_restart_restores_the_manifest_when_the_old_pod_does_not_go_away(tmp_path: Path) -> None:

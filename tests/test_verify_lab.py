@@ -8,27 +8,17 @@ goes through sockets, files and the crictl shim exactly as on a node.
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 from cpctl.lab.control import start_lab
 from cpctl.lab.httpserve import free_port
 from tests.labfixture import FAST, kubectl, lab, mirror, wait_for  # noqa: F401
+from tests.labfixture import run_cpctl as cpctl
 
 POD_COLUMN = re.compile(r"\bRunning ready \d+[smhd]")
-
-
-def cpctl(handle, *args: str, timeout: float = 120, **env_over: str) -> subprocess.CompletedProcess:
-    """The real CLI with the lab's environment; ``env_over`` replaces variables (e.g. KUBECONFIG)."""
-    env = dict(os.environ, **handle.env)
-    env.pop("CPCTL_PROBE", None)
-    env.update(env_over)
-    return subprocess.run([sys.executable, "-m", "cpctl", *args], capture_output=True, text=True, env=env,
-                          timeout=timeout)
 
 
 def ok(proc: subprocess.CompletedProcess) -> str:

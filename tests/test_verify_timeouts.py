@@ -8,9 +8,7 @@ Each test brings the scheduler into the state it needs, so either can run alone.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +16,7 @@ import pytest
 
 from cpctl.lab.control import LabHandle, start_lab
 from tests.labfixture import mirror, wait_for
+from tests.labfixture import run_cpctl as cpctl
 
 SLOW = {"start_lag": 5.0, "ready_lag": 0.05, "stop_lag": 5.0, "file_check_frequency": 1.0, "lease_renew": 0.2}
 
@@ -26,13 +25,6 @@ SLOW = {"start_lag": 5.0, "ready_lag": 0.05, "stop_lag": 5.0, "file_check_freque
 def slow_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabHandle]:
     with start_lab(tmp_path_factory.mktemp("slowlab") / "lab", timeout=90, **SLOW) as handle:
         yield handle
-
-
-def cpctl(handle: LabHandle, *args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, **handle.env)
-    env.pop("CPCTL_PROBE", None)
-    return subprocess.run([sys.executable, "-m", "cpctl", *args], capture_output=True, text=True, env=env,
-                          timeout=120)
 
 
 def timed_out(proc: subprocess.CompletedProcess) -> str:

@@ -128,7 +128,7 @@ def _remote(hosts: tuple, inventory: Optional[str], ssh_config: Optional[str], k
     from cpctl.remote.run import RemoteOptions, split_hosts
     remote = RemoteOptions(split_hosts(list(hosts)), inventory, None, forks, serial, keep_going)
     click.get_current_context().call_on_close(remote.close)
-    from cpctl.remote.ssh import SSHOptions
+    from cpctl.remote.sshconfig import SSHOptions
     remote.ssh_options = SSHOptions(ssh_config=ssh_config, accept_new_host_key=accept_new, prompt=_prompt,
                                     known_hosts=[known_hosts] if known_hosts else None)
     if ask_become_pass:

@@ -20,8 +20,7 @@ import shlex
 import socket
 import sys
 import threading
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, List, Optional
+from typing import Any, Iterator, List, Optional
 
 # paramiko.config imports invoke at module level, used only for ``Match exec`` in ssh_config.
 # Where invoke is installed (Fabric brings it) that adds ~0.3 s to every remote cpctl run, so it
@@ -43,6 +42,8 @@ from cpctl.remote.sshconfig import (  # noqa: E402
     DEFAULT_IDENTITIES,
     DEFAULT_PORT,
     Endpoint,
+    Prompt,
+    SSHOptions,
     Target,
     parse_target,
     read_config_text,
@@ -52,7 +53,6 @@ from cpctl.remote.sshconfig import (  # noqa: E402
 # paramiko logs transport failures at ERROR; without a handler Python would print them raw.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
-Prompt = Callable[..., str]
 MAX_JUMP_DEPTH = 8
 PASSPHRASE_TRIES = 3
 _KNOWN_HOSTS_WRITE = threading.Lock()
@@ -71,6 +71,17 @@ class KeyRing:
             if path not in self._keys:
                 self._keys[path] = _load_key(path, prompt)
             return self._keys[path]
+
+
+_KEYRING_INIT = threading.Lock()
+
+
+def keyring_of(options: SSHOptions) -> KeyRing:
+    """The options' KeyRing, made on first use (SSHOptions itself must not import paramiko)."""
+    with _KEYRING_INIT:
+        if options.keyring is None:
+            options.keyring = KeyRing()
+        return options.keyring
 
 
 def _load_key(path: str, prompt: Optional[Prompt]) -> Optional[paramiko.PKey]:
@@ -94,32 +105,6 @@ def _load_key(path: str, prompt: Optional[Prompt]) -> Optional[paramiko.PKey]:
         except (OSError, paramiko.SSHException):
             return None
     return None
-
-
-@dataclass
-class SSHOptions:
-    """How to reach masters. Explicit values win over ssh_config, like ssh's -l, -p, -i, -J.
-
-    ``prompt(text, secret=True) -> str`` asks the user (the CLI passes a click-based one; this
-    layer never imports click). ``become_password`` is fed to ``sudo -S`` on stdin only.
-    """
-
-    ssh_config: Optional[str] = None          # None: ~/.ssh/config if present; "none": no config
-    user: Optional[str] = None
-    port: Optional[int] = None
-    identity_files: List[str] = field(default_factory=list)
-    known_hosts: Optional[List[str]] = None   # overrides UserKnownHostsFile
-    global_known_hosts: List[str] = field(default_factory=lambda: ["/etc/ssh/ssh_known_hosts"])
-    accept_new_host_key: bool = False
-    connect_timeout: Optional[float] = None   # None: ConnectTimeout from ssh_config, else 10 s
-    proxy_jump: Optional[str] = None          # None: ProxyJump from ssh_config; "none": direct
-    use_agent: bool = True
-    look_for_keys: bool = True
-    prompt: Optional[Prompt] = field(default=None, repr=False, compare=False)
-    become: bool = True
-    become_password: Optional[str] = field(default=None, repr=False, compare=False)
-    python: str = "python3"
-    keyring: KeyRing = field(default_factory=KeyRing, repr=False, compare=False)
 
 
 class _ChannelReader:
@@ -193,10 +178,14 @@ def _socket_reason(exc: BaseException, timeout: float) -> str:
 
 
 def _open_socket(ep: Endpoint) -> socket.socket:
+    """TCP to the server with Nagle off: the handshake and the agent's request/answer pattern are
+    small writes, and Nagle + delayed ACK stalled each connect by ~40 ms (as OpenSSH, we set NODELAY)."""
     try:
-        return socket.create_connection((ep.hostname, ep.port), timeout=ep.connect_timeout)
+        sock = socket.create_connection((ep.hostname, ep.port), timeout=ep.connect_timeout)
     except OSError as exc:
         raise _unreachable(ep.name, _socket_reason(exc, ep.connect_timeout)) from None
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
 
 
 def _tunnel(via: paramiko.SSHClient, ep: Endpoint) -> paramiko.Channel:
@@ -281,7 +270,7 @@ class _KeyAuth(AuthStrategy):
                 self.tried.append("agent " + key.get_name())
                 yield InMemoryPrivateKey(user, key)
         for path in self._paths():
-            key = self._options.keyring.load(path, self._options.prompt)
+            key = keyring_of(self._options).load(path, self._options.prompt)
             if key is None:
                 self.tried.append(_home_short(path) + " (unusable)")
                 continue

@@ -202,3 +202,32 @@ def resolve(target: Target, lookup: Callable[[str], dict], opts: Any) -> Endpoin
 def _local_user() -> str:
     import getpass
     return getpass.getuser()
+
+
+Prompt = Callable[..., str]
+
+
+@dataclass
+class SSHOptions:
+    """How to reach masters. Explicit values win over ssh_config, like ssh's -l, -p, -i, -J.
+
+    ``prompt(text, secret=True) -> str`` asks the user (the CLI passes a click-based one; this
+    layer never imports click). ``become_password`` is fed to ``sudo -S`` on stdin only.
+    """
+
+    ssh_config: Optional[str] = None          # None: ~/.ssh/config if present; "none": no config
+    user: Optional[str] = None
+    port: Optional[int] = None
+    identity_files: List[str] = field(default_factory=list)
+    known_hosts: Optional[List[str]] = None   # overrides UserKnownHostsFile
+    global_known_hosts: List[str] = field(default_factory=lambda: ["/etc/ssh/ssh_known_hosts"])
+    accept_new_host_key: bool = False
+    connect_timeout: Optional[float] = None   # None: ConnectTimeout from ssh_config, else 10 s
+    proxy_jump: Optional[str] = None          # None: ProxyJump from ssh_config; "none": direct
+    use_agent: bool = True
+    look_for_keys: bool = True
+    prompt: Optional[Prompt] = field(default=None, repr=False, compare=False)
+    become: bool = True
+    become_password: Optional[str] = field(default=None, repr=False, compare=False)
+    python: str = "python3"
+    keyring: Any = field(default=None, repr=False, compare=False)   # ssh.KeyRing, made on first use

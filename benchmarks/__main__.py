@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import compileall
 import importlib
+import os
 import sys
 
 NAMES = ["startup", "roundtrip", "watch", "drift", "fanout"]
 
 
+def compile_like_installed() -> None:
+    """Write cpctl's .pyc files, as ``pip install`` does. From an editable checkout with
+    PYTHONDONTWRITEBYTECODE=1 (set on some machines) every cpctl process would otherwise compile
+    every module it imports, ~60 ms a run that no installed copy pays."""
+    import cpctl
+    compileall.compile_dir(os.path.dirname(cpctl.__file__), quiet=1)
+
+
 def main(argv: list) -> int:
+    compile_like_installed()
     wanted = argv or ["all"]
     names = NAMES if wanted == ["all"] else wanted
     for name in names:

@@ -25,6 +25,7 @@ LAZY_COMMANDS = {
     "check": ("cpctl.commands.drift:check", "Find drift: overdue parks, strays, changed or missing manifests."),
     "systemd": ("cpctl.commands.systemd:systemd", "Install or show the systemd units for checks and watch."),
     "scheduler": ("cpctl.commands.scheduler:scheduler", "Add or remove a second scheduler static pod."),
+    "keeper": ("cpctl.commands.keeper:keeper", "Show or stop the keeper of persistent SSH connections (--persist)."),
 }
 
 
@@ -96,6 +97,9 @@ def note(message: str) -> None:
               help="known_hosts file to check keys against.")
 @click.option("--accept-new-host-key", is_flag=True, help="Record unknown host keys (a changed key is always refused).")
 @click.option("--ask-become-pass", is_flag=True, help="Prompt for the sudo password of non-root logins.")
+@click.option("--persist", envvar="CPCTL_PERSIST", default=None, metavar="DURATION",
+              help="Keep SSH connections and a ready agent per master this long after the run (e.g. 60s), "
+                   "so the next run skips the handshakes; 0 or off: never [default: off].")
 @click.option("--forks", type=click.IntRange(1, 500), default=10, show_default=True,
               help="Hosts queried in parallel by read-only commands.")
 @click.option("--serial", default="1", show_default=True, help="Hosts changed at a time (N or N%).")
@@ -105,6 +109,7 @@ def note(message: str) -> None:
 def main(ctx: click.Context, manifests_dir: str, state_dir: str, node_name: Optional[str], kubeconfig: str,
          probe: str, crictl: str, lock_timeout: float, output: str, hosts: tuple, inventory: Optional[str],
          ssh_config: Optional[str], known_hosts: Optional[str], accept_new_host_key: bool, ask_become_pass: bool,
+         persist: Optional[str],
          forks: int, serial: str, keep_going: bool) -> None:
     """cpctl: stop, start and watch kubeadm control-plane static pods safely.
 
@@ -116,13 +121,15 @@ def main(ctx: click.Context, manifests_dir: str, state_dir: str, node_name: Opti
         manifests_dir=manifests_dir, state_dir=state_dir, node_name=node_name, kubeconfig=kubeconfig,
         probe=probe, lock_timeout=lock_timeout, crictl=crictl, output=output)
     ctx.obj["remote"] = _remote(hosts, inventory, ssh_config, known_hosts, accept_new_host_key, ask_become_pass,
-                                forks, serial, keep_going)
+                                persist, forks, serial, keep_going)
 
 
 def _remote(hosts: tuple, inventory: Optional[str], ssh_config: Optional[str], known_hosts: Optional[str],
-            accept_new: bool, ask_become_pass: bool, forks: int, serial: str, keep_going: bool) -> Any:
+            accept_new: bool, ask_become_pass: bool, persist: Optional[str], forks: int, serial: str,
+            keep_going: bool) -> Any:
     """Remote settings, or None for a local run: nothing remote (not even the fleet code, let
     alone paramiko) is imported unless a host or an inventory is given."""
+    persist_seconds = _persist_seconds(persist)      # checked even when unused
     if not hosts and not inventory:
         return None
     from cpctl.remote.run import RemoteOptions, split_hosts
@@ -131,9 +138,20 @@ def _remote(hosts: tuple, inventory: Optional[str], ssh_config: Optional[str], k
     from cpctl.remote.sshconfig import SSHOptions
     remote.ssh_options = SSHOptions(ssh_config=ssh_config, accept_new_host_key=accept_new, prompt=_prompt,
                                     known_hosts=[known_hosts] if known_hosts else None)
+    remote.ssh_options.persist = persist_seconds
     if ask_become_pass:
         remote.ssh_options.become_password = _prompt("BECOME password: ", True)
+        if persist_seconds:
+            note("--persist is not used with --ask-become-pass (the keeper keeps no passwords)")
     return remote
+
+
+def _persist_seconds(text: Optional[str]) -> float:
+    """--persist: a duration, or 0/off/no for none (the default)."""
+    if text is None or text.strip().lower() in ("", "0", "off", "no", "none"):
+        return 0.0
+    from cpctl.durations import parse_duration
+    return float(parse_duration(text, "--persist"))
 
 
 def _prompt(text: str, secret: bool = True) -> str:

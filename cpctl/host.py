@@ -136,10 +136,7 @@ class AgentHost(Host):
         self.name = name
         self._reader, self._writer = reader, writer
         self._mutex = threading.Lock()
-        hello = self._reader.readline()
-        if not hello.startswith(b'{"ready"'):
-            raise CpctlError("%s: agent did not start: %s" % (name, hello[:200].decode("utf-8", "replace")
-                                                           or "no answer"), ExitCode.UNREACHABLE)
+        check_hello(name, self._reader.readline())
 
     def _call(self, op: str, **args: Any) -> Any:
         line = json.dumps({"op": op, "args": hostops.encode(args)}).encode("utf-8") + b"\n"
@@ -158,6 +155,13 @@ class AgentHost(Host):
         return hostops.decode(response["result"])
 
 
+def check_hello(name: str, line: bytes) -> None:
+    """The agent's first line says it runs; anything else (a shell error, sudo's prompt) is reported."""
+    if not line.startswith(b'{"ready"'):
+        raise CpctlError("%s: agent did not start: %s" % (name, line[:200].decode("utf-8", "replace")
+                                                       or "no answer"), ExitCode.UNREACHABLE)
+
+
 def agent_source() -> bytes:
     """The agent program shipped to remote nodes: hostops.py itself."""
     with open(hostops.__file__, "rb") as handle:
@@ -172,8 +176,10 @@ def agent_bootstrap(python: str = "python3") -> list:
     """
     loader = ("import sys;n=int(sys.stdin.buffer.readline());src=sys.stdin.buffer.read(n);"
               "g={'__name__':'cpctl_agent'};exec(compile(src,'cpctl-agent','exec'),g);"
-              "g['agent_main']()")
+              "g['agent_main']();sys.stdout.flush();import os;os._exit(0)")
     # -S: the agent is standard-library only, so skip site (and any .pth hooks) on the master.
+    # os._exit once served (locks released, answers flushed): interpreter teardown is CPU the
+    # master spends per run for nothing.
     return [python, "-S", "-c", loader]
 
 

@@ -37,7 +37,7 @@ finally:
         del sys.modules["invoke"]
 
 from cpctl.errors import CpctlError, ExitCode  # noqa: E402  (after the paramiko import above)
-from cpctl.host import AgentHost, agent_bootstrap, agent_source  # noqa: E402
+from cpctl.host import AgentHost, agent_bootstrap, agent_source, check_hello  # noqa: E402
 from cpctl.remote.sshconfig import (  # noqa: E402
     DEFAULT_IDENTITIES,
     DEFAULT_PORT,
@@ -114,6 +114,10 @@ class _ChannelReader:
         self._channel = channel
         self._buf = bytearray()
 
+    def unread(self, data: bytes) -> None:
+        """Put ``data`` back in front of what the channel sends next."""
+        self._buf[:0] = data
+
     def readline(self) -> bytes:
         start = 0
         while True:
@@ -143,11 +147,18 @@ class _ChannelWriter:
 
 
 class SSHHost(AgentHost):
-    """A master behind one SSH connection (plus its jump hosts), serving the Host interface."""
+    """A master behind one SSH connection (plus its jump hosts), serving the Host interface.
 
-    def __init__(self, name: str, clients: List[paramiko.SSHClient], channel: paramiko.Channel) -> None:
+    ``channel`` runs an agent whose ready line has been read already (``open_agent_channel``);
+    it is replayed to AgentHost, which checks it.
+    """
+
+    def __init__(self, name: str, clients: List[paramiko.SSHClient], channel: paramiko.Channel,
+                 hello: bytes) -> None:
         self._clients, self._channel = clients, channel
-        super().__init__(name, _ChannelReader(channel), _ChannelWriter(channel))
+        reader = _ChannelReader(channel)
+        reader.unread(hello)
+        super().__init__(name, reader, _ChannelWriter(channel))
 
     @property
     def transport(self) -> paramiko.Transport:
@@ -477,9 +488,21 @@ def _agent_failure(name: str, ep: Endpoint, options: SSHOptions, stderr: str) ->
                       ExitCode.ENVIRONMENT)
 
 
-def start_agent(name: str, clients: List[paramiko.SSHClient], ep: Endpoint, options: SSHOptions) -> SSHHost:
-    """Exec the agent on one channel, send (password line and) its source, wait for ready."""
-    transport = clients[-1].get_transport()
+def _read_hello(chan: paramiko.Channel, limit: int = 512) -> bytes:
+    """The agent's first line, read byte by byte so nothing after it is consumed."""
+    line = b""
+    while not line.endswith(b"\n") and len(line) < limit:
+        byte = chan.recv(1)
+        if not byte:
+            break
+        line += byte
+    return line
+
+
+def open_agent_channel(name: str, transport: paramiko.Transport, ep: Endpoint,
+                       options: SSHOptions) -> tuple:
+    """Exec the agent on a new channel of ``transport``, send (password line and) its source and
+    wait for its ready line: (channel, ready line). The connection keeper uses it directly."""
     argv, password_line = _agent_argv(transport, name, ep, options)
     chan = transport.open_session(timeout=ep.connect_timeout)
     chan.exec_command(shlex.join(argv))
@@ -487,9 +510,10 @@ def start_agent(name: str, clients: List[paramiko.SSHClient], ep: Endpoint, opti
     try:
         chan.settimeout(max(3 * ep.connect_timeout, 30.0))   # a wedged sudo must not hang us
         chan.sendall(password_line + b"%d\n" % len(src) + src)
-        host = SSHHost(name, clients, chan)
+        hello = _read_hello(chan)
+        check_hello(name, hello)
         chan.settimeout(None)
-        return host
+        return chan, hello
     except (CpctlError, OSError) as exc:
         stderr = _read_stderr(chan)
         chan.close()
@@ -498,13 +522,24 @@ def start_agent(name: str, clients: List[paramiko.SSHClient], ep: Endpoint, opti
         raise _agent_failure(name, ep, options, stderr) from None
 
 
-def connect(target: str, options: Optional[SSHOptions] = None) -> SSHHost:
-    """Open the SSH connection to ``target`` and start the agent there; the caller closes it."""
-    options = options or SSHOptions()
+def start_agent(name: str, clients: List[paramiko.SSHClient], ep: Endpoint, options: SSHOptions) -> SSHHost:
+    """The agent on the last client's connection, as a Host."""
+    chan, hello = open_agent_channel(name, clients[-1].get_transport(), ep, options)
+    return SSHHost(name, clients, chan, hello)
+
+
+def open_connection(target: str, options: SSHOptions) -> tuple:
+    """(clients, endpoint): the authenticated chain to ``target`` (ProxyJump hops first)."""
     parsed = parse_target(target)
     config = load_ssh_config(options.ssh_config)
     clients = open_chain(parsed, options, config)
-    ep = resolve(parsed, config.lookup if config else None, options)
+    return clients, resolve(parsed, config.lookup if config else None, options)
+
+
+def connect(target: str, options: Optional[SSHOptions] = None) -> SSHHost:
+    """Open the SSH connection to ``target`` and start the agent there; the caller closes it."""
+    options = options or SSHOptions()
+    clients, ep = open_connection(target, options)
     try:
         return start_agent(target, clients, ep, options)
     except BaseException as exc:

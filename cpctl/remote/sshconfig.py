@@ -231,3 +231,4 @@ class SSHOptions:
     become_password: Optional[str] = field(default=None, repr=False, compare=False)
     python: str = "python3"
     keyring: Any = field(default=None, repr=False, compare=False)   # ssh.KeyRing, made on first use
+    persist: float = 0.0                      # > 0: connections kept by the keeper this long (see keeper)

@@ -1,0 +1,401 @@
+"""The connection keeper (``python -m cpctl.remote.keeperd DIR PERSIST``): see :mod:`cpctl.remote.keeper`.
+
+Started by ``keeper.connect`` and never by hand. It binds ``DIR/keeper.sock``, says "ready" on
+stdout and detaches (the starting run need not reap it). For every distinct (target, options) it
+keeps one SSH connection (``Slot``) and, between runs, one agent already running on the master.
+A run's ``attach`` takes that agent (or starts one), and the keeper relays bytes between the run's
+socket and the agent's channel until either side hangs up; then it closes the channel (the agent
+exits, releasing its locks) and starts the next agent for the next run. It exits PERSIST seconds
+after the last run ended, on ``stop``, on SIGTERM, or when its socket is removed.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from cpctl.errors import CpctlError, ExitCode
+from cpctl.remote import keeper
+from cpctl.remote.sshconfig import SSHOptions, read_config_text
+
+ACCEPT_POLL = 0.5
+PING_TIMEOUT = 5.0
+QUIET = 0.3              # spare agents start once no run has been attached for this long
+
+
+def log(message: str) -> None:
+    sys.stderr.write("%s keeper[%d]: %s\n" % (datetime.datetime.now().isoformat(timespec="seconds"),
+                                              os.getpid(), message))
+    sys.stderr.flush()
+
+
+def _ssh() -> Any:
+    from cpctl.remote import ssh
+    return ssh
+
+
+def _stat_mark(path: str) -> tuple:
+    try:
+        info = os.stat(os.path.expanduser(path))
+    except OSError:
+        return (path, None)
+    return (path, info.st_ino, info.st_size, info.st_mtime_ns)
+
+
+def _alive(chan: Any) -> bool:
+    """Is the idle agent still there and answering? (A master may have rebooted meanwhile.)"""
+    if chan.closed or chan.exit_status_ready() or chan.eof_received:
+        return False
+    try:
+        chan.settimeout(PING_TIMEOUT)
+        chan.sendall(b'{"op": "info", "args": {}}\n')
+        answer = b""
+        while not answer.endswith(b"\n"):
+            chunk = chan.recv(4096)       # the agent sends nothing unasked: this is all the answer
+            if not chunk:
+                return False
+            answer += chunk
+        chan.settimeout(None)
+        return answer.startswith(b'{"ok": true')
+    except (OSError, EOFError):
+        return False
+
+
+class Slot:
+    """One connection (target + options) and the agent waiting on it for the next run."""
+
+    def __init__(self, target: str, wired: dict, keyring: Any) -> None:
+        self.target = target
+        self.options = SSHOptions(**wired)
+        self.options.keyring = keyring          # one passphrase prompt per key, for every host
+        self.lock = threading.Lock()
+        self.clients: List[Any] = []
+        self.ep: Any = None
+        self.mark: Optional[tuple] = None
+        self.idle: Optional[Tuple[Any, bytes]] = None
+        self.connects = self.sessions = 0
+        self.connected_at: Optional[float] = None
+
+    def _files_mark(self) -> tuple:
+        """What the connection was checked against: ssh_config text, known_hosts and key files."""
+        config = self.options.ssh_config
+        if config is None:
+            config = os.path.expanduser("~/.ssh/config")
+        text = b""
+        if config.lower() != "none":
+            try:
+                text = read_config_text(config).encode("utf-8")
+            except (OSError, CpctlError):
+                text = b"?"
+        paths = list(self.options.global_known_hosts) + list(self.ep.known_hosts if self.ep else [])
+        paths += list(self.ep.identity_files if self.ep else [])
+        return (hashlib.sha256(text).hexdigest(),) + tuple(_stat_mark(p) for p in paths)
+
+    def _connected(self) -> bool:
+        if not self.clients:
+            return False
+        transport = self.clients[-1].get_transport()
+        return transport is not None and transport.is_active()
+
+    def _drop(self) -> None:
+        if self.idle is not None:
+            self.idle[0].close()
+            self.idle = None
+        for client in reversed(self.clients):
+            client.close()
+        self.clients, self.ep, self.mark = [], None, None
+
+    def _connect(self) -> None:
+        self._drop()
+        self.clients, self.ep = _ssh().open_connection(self.target, self.options)
+        self.mark = self._files_mark()
+        self.connects += 1
+        self.connected_at = time.time()
+
+    def _new_agent(self) -> Tuple[Any, bytes]:
+        return _ssh().open_agent_channel(self.target, self.clients[-1].get_transport(), self.ep, self.options)
+
+    def take(self, prompt: Callable[..., str]) -> Tuple[Any, bytes]:
+        """An agent for one run: the waiting one when it still answers, else a new one (on a new
+        connection when the old one died or the files it was checked against changed)."""
+        with self.lock:
+            self.options.prompt = prompt
+            try:
+                if not self._connected() or self._files_mark() != self.mark:
+                    self._connect()
+                idle, self.idle = self.idle, None
+                if idle is not None and _alive(idle[0]):
+                    agent = idle
+                else:
+                    if idle is not None:
+                        idle[0].close()
+                    agent = self._new_agent()
+                self.sessions += 1
+                return agent
+            finally:
+                self.options.prompt = None
+
+    def replenish(self) -> None:
+        """Start the next run's agent now, off that run's critical path."""
+        with self.lock:
+            if self.idle is not None or not self._connected():
+                return
+            try:
+                self.idle = self._new_agent()
+            except Exception as exc:  # noqa: BLE001 (the next run starts one itself and reports)
+                log("%s: could not start a spare agent: %s" % (self.target, exc))
+
+    def describe(self) -> dict:
+        ep = self.ep
+        return {"target": self.target, "user": ep.user if ep else None, "hostname": ep.hostname if ep else None,
+                "port": ep.port if ep else None, "connected": self._connected(), "connects": self.connects,
+                "sessions": self.sessions, "agent_ready": self.idle is not None,
+                "connected_at": self.connected_at}
+
+    def close(self) -> None:
+        with self.lock:
+            self._drop()
+
+
+def relay(reader: Any, conn: socket.socket, chan: Any) -> None:
+    """Copy bytes both ways until either side hangs up; then close the channel (the agent exits)."""
+
+    def down() -> None:
+        try:
+            while True:
+                data = chan.recv(1 << 16)
+                if not data:
+                    break
+                conn.sendall(data)
+        except (OSError, EOFError):
+            pass
+        finally:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=down, daemon=True)
+    thread.start()
+    try:
+        while True:
+            data = reader.read1(1 << 16)
+            if not data:
+                break
+            chan.sendall(data)
+    except (OSError, EOFError):
+        pass
+    finally:
+        chan.close()
+        thread.join(5)
+
+
+class Keeper:
+    def __init__(self, listener: socket.socket, directory: str, persist: float) -> None:
+        self.listener, self.directory, self.persist = listener, directory, persist
+        self.path = os.path.join(directory, keeper.SOCKET_NAME)
+        self.inode = os.stat(self.path).st_ino
+        self.slots: Dict[str, Slot] = {}
+        self.lock = threading.Lock()
+        self.active = 0
+        self.deadline = time.monotonic() + persist
+        self.started = time.time()
+        self.stopping = threading.Event()
+        self.keyring: Any = None
+        self.spares_wanted: List[Slot] = []
+        self.quiet = threading.Condition(self.lock)
+        self.last_detach = 0.0
+
+    def serve(self) -> None:
+        threading.Thread(target=self._preload, daemon=True).start()
+        threading.Thread(target=self._start_spares, daemon=True).start()
+        self.listener.settimeout(ACCEPT_POLL)
+        while not self.stopping.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except socket.timeout:
+                if self._expired() or self._socket_gone():
+                    break
+                continue
+            except OSError:
+                break
+            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+        self.shutdown()
+
+    def _preload(self) -> None:
+        """Import paramiko while the first run is still sending its request."""
+        ssh = _ssh()
+        with self.lock:
+            if self.keyring is None:
+                self.keyring = ssh.KeyRing()
+
+    def _start_spares(self) -> None:
+        """Start the agents the next run will take, but only when no run is attached: on a small
+        machine starting 20 agents would otherwise compete with the run for CPU."""
+        while not self.stopping.is_set():
+            with self.quiet:
+                while not (self.spares_wanted and self.active == 0
+                           and time.monotonic() - self.last_detach >= QUIET):
+                    self.quiet.wait(QUIET)
+                    if self.stopping.is_set():
+                        return
+                slot = self.spares_wanted.pop(0)
+            slot.replenish()
+
+    def _expired(self) -> bool:
+        with self.lock:
+            return self.active == 0 and time.monotonic() > self.deadline
+
+    def _socket_gone(self) -> bool:
+        try:
+            return os.lstat(self.path).st_ino != self.inode
+        except OSError:
+            return True
+
+    def _handle(self, conn: socket.socket) -> None:
+        try:
+            uid = keeper.peer_uid(conn)
+            if uid is not None and uid != os.geteuid():
+                return
+            with conn.makefile("rb") as reader, conn.makefile("wb") as writer:
+                request = keeper.read_message(reader) or {}
+                op = request.get("op")
+                if op == "attach":
+                    self._attach(conn, reader, writer, request)
+                elif op == "status":
+                    keeper.send_message(writer, {"ok": True, "keeper": self.describe()})
+                elif op == "stop":
+                    keeper.send_message(writer, {"ok": True, "keeper": self.describe()})
+                    self.stopping.set()
+                else:
+                    keeper.send_message(writer, {"error": {"message": "unknown request %r" % op,
+                                                           "code": int(ExitCode.INTERNAL)}})
+        except (OSError, ValueError) as exc:
+            log("request failed: %s" % exc)
+        finally:
+            conn.close()
+
+    def _slot(self, request: dict) -> Slot:
+        target, wired = str(request["target"]), dict(request["options"])
+        key = json.dumps([target, wired], sort_keys=True)
+        self._preload()
+        with self.lock:
+            if key not in self.slots:
+                self.slots[key] = Slot(target, wired, self.keyring)
+            return self.slots[key]
+
+    def _attach(self, conn: socket.socket, reader: Any, writer: Any, request: dict) -> None:
+        persist = float(request.get("persist") or self.persist)
+        with self.lock:
+            self.active += 1
+        slot = None
+        try:
+            slot = self._slot(request)
+            try:
+                chan, hello = slot.take(self._prompter(reader, writer))
+            except CpctlError as exc:
+                keeper.send_message(writer, {"error": {"message": exc.message, "code": int(exc.code),
+                                                       "hint": exc.hint}})
+                return
+            except Exception as exc:  # noqa: BLE001 (paramiko and socket errors: the host is unreachable)
+                keeper.send_message(writer, {"error": {"message": "%s: unreachable: %s" % (
+                    slot.target, str(exc) or type(exc).__name__), "code": int(ExitCode.UNREACHABLE)}})
+                return
+            keeper.send_message(writer, {"ok": True})
+            writer.write(hello)
+            writer.flush()
+            relay(reader, conn, chan)
+        finally:
+            with self.lock:
+                self.active -= 1
+                self.last_detach = time.monotonic()
+                self.deadline = max(self.deadline, self.last_detach + persist)
+                if slot is not None and slot not in self.spares_wanted:
+                    self.spares_wanted.append(slot)
+                self.quiet.notify_all()
+
+    @staticmethod
+    def _prompter(reader: Any, writer: Any) -> Callable[..., str]:
+        """A prompt that asks the attaching run (the keeper has no terminal)."""
+
+        def prompt(text: str, secret: bool = True) -> str:
+            keeper.send_message(writer, {"prompt": text, "secret": secret})
+            answer = keeper.read_message(reader) or {}
+            if "abort" in answer:
+                abort = answer["abort"]
+                raise CpctlError(abort["message"], ExitCode(abort["code"]), abort.get("hint") or "")
+            return answer.get("answer") or ""
+
+        return prompt
+
+    def describe(self) -> dict:
+        with self.lock:
+            slots = list(self.slots.values())
+            active, left = self.active, self.deadline - time.monotonic()
+        return {"pid": os.getpid(), "started_at": self.started, "persist": self.persist, "runs_attached": active,
+                "expires_in": None if active else max(0.0, round(left, 1)),
+                "connections": [slot.describe() for slot in slots]}
+
+    def shutdown(self) -> None:
+        self.listener.close()
+        if not self._socket_gone():
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
+        with self.lock:
+            slots = list(self.slots.values())
+        for slot in slots:
+            slot.close()
+
+
+def _bind(directory: str) -> socket.socket:
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        listener.bind(os.path.join(directory, keeper.SOCKET_NAME))
+    finally:
+        os.umask(old)
+    listener.listen(128)
+    return listener
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2:
+        sys.stderr.write("usage: python -m cpctl.remote.keeperd DIR PERSIST_SECONDS\n")
+        return 2
+    directory, persist = args[0], float(args[1])
+    try:
+        keeper.ensure_private_dir(directory)
+        listener = _bind(directory)
+    except (CpctlError, OSError) as exc:
+        log("cannot listen in %s: %s" % (directory, getattr(exc, "message", exc)))
+        return 1
+    if os.fork():                         # the parent tells the starting run, which reaps it
+        os.write(1, b"ready\n")
+        os._exit(0)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)                   # stderr stays the log file
+    os.close(devnull)
+    sys.setswitchinterval(0.0005)         # many threads hand bytes to each other: switch fast
+    server = Keeper(listener, directory, persist)
+    signal.signal(signal.SIGTERM, lambda *_: server.stopping.set())
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    log("listening on %s (persist %gs)" % (server.path, persist))
+    server.serve()
+    log("exiting")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -12,13 +12,16 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
+from cpctl.remote import keeper
 from tests.coreutil import NODE, NodeDirs, assert_bytes_safe, assert_settled, check_result, temp_files
 from tests.sshfixture import SSHServer
 from tests.test_remote_util import Cli, clean_env, lock_is_free
@@ -32,13 +35,29 @@ def _pending(node: NodeDirs) -> bool:
     return os.path.exists(node.journal)
 
 
-def test_sigkill_local_cpctl_over_ssh(sshd: SSHServer, tmp_path: Any) -> None:
+@pytest.fixture
+def keeper_dir() -> Iterator[str]:
+    directory = tempfile.mkdtemp(prefix="cpk-")
+    yield directory
+    info = keeper.request("stop", directory)
+    if info and not keeper.wait_gone(directory):
+        os.kill(info["pid"], signal.SIGKILL)
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.mark.parametrize("persist", [None, "60s"], ids=["direct", "through-keeper"])
+def test_sigkill_local_cpctl_over_ssh(sshd: SSHServer, tmp_path: Any, keeper_dir: str, persist: Any) -> None:
+    """Through the keeper (``--persist``) the killed run's socket closes, the keeper closes that
+    run's channel and the agent exits: the same guarantees, half the kills (the paths are shared)."""
     seed = int(os.environ.get("CPCTL_REMOTE_CRASH_SEED") or random.SystemRandom().randrange(1 << 30))
     print("remote crash test seed: %d (CPCTL_REMOTE_CRASH_SEED=%d replays it)" % (seed, seed))
     rng = random.Random(seed)
+    kills = KILLS if persist is None else max(1, KILLS // 2)
     node = NodeDirs(str(tmp_path / "node"))
     env = clean_env(str(tmp_path / "home"), CPCTL_MANIFESTS_DIR=node.manifests, CPCTL_STATE_DIR=node.state,
                     CPCTL_NODE_NAME=NODE)
+    if persist:
+        env.update(CPCTL_PERSIST=persist, CPCTL_KEEPER_DIR=keeper_dir)
     cli = Cli(sshd.ssh_config, sshd.known_hosts, env)
 
     # Calibrate: how long one whole remote stop/start takes on this (busy) machine.
@@ -51,8 +70,8 @@ def test_sigkill_local_cpctl_over_ssh(sshd: SSHServer, tmp_path: Any) -> None:
 
     stats = {"kills": 0, "finished_before_kill": 0, "journal_pending": 0, "completed": 0, "rolled_back": 0,
              "torn_journal_temp": 0, "max_lock_wait": 0.0, "modes": {"uniform": 0, "tail": 0, "journal": 0}}
-    while stats["kills"] - stats["finished_before_kill"] < KILLS:
-        assert stats["kills"] < 3 * KILLS, "too many runs finished before their kill: %r" % stats
+    while stats["kills"] - stats["finished_before_kill"] < kills:
+        assert stats["kills"] < 3 * kills, "too many runs finished before their kill: %r" % stats
         action = "start" if node.parked_files() else "stop"
         mode = rng.choice(["uniform", "tail", "journal", "journal"])
         stats["modes"][mode] += 1
@@ -98,8 +117,11 @@ def test_sigkill_local_cpctl_over_ssh(sshd: SSHServer, tmp_path: Any) -> None:
         state = assert_settled(node)
         assert {r["file"]: r["state"] for r in data["components"]} == state
 
-    print("remote crash stats (seed %d, calibrated run %.2fs): %s" % (seed, runtime, json.dumps(stats)))
-    assert stats["kills"] - stats["finished_before_kill"] >= KILLS
+    print("remote crash stats (seed %d, calibrated run %.2fs, %s): %s" % (seed, runtime, persist or "direct",
+                                                                        json.dumps(stats)))
+    if persist:     # one connection served every run, the killed ones included
+        assert keeper.request("status", keeper_dir)["connections"][0]["connects"] == 1
+    assert stats["kills"] - stats["finished_before_kill"] >= kills
     # Leave the node running, and make sure the whole thing still works end to end.
     if node.parked_files():
         cli.run("--probe", "none", "-H", "master", "start", "scheduler")

@@ -40,11 +40,14 @@ import tempfile
 import time
 from typing import IO, Any, Optional
 
+from cpctl import __version__
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host import AgentHost
 
 ENV_DIR = "CPCTL_KEEPER_DIR"
-SOCKET_NAME = "keeper.sock"
+# One keeper per cpctl version: after an upgrade the new cpctl starts its own keeper (the old
+# one ends when idle) instead of speaking a protocol the old one may not know.
+SOCKET_NAME = "keeper-%s.sock" % __version__
 LOCK_NAME = "keeper.lock"
 LOG_NAME = "keeper.log"
 START_TIMEOUT = 30.0

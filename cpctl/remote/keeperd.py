@@ -1,6 +1,6 @@
 """The connection keeper (``python -m cpctl.remote.keeperd DIR PERSIST``): see :mod:`cpctl.remote.keeper`.
 
-Started by ``keeper.connect`` and never by hand. It binds ``DIR/keeper.sock``, says "ready" on
+Started by ``keeper.connect`` and never by hand. It binds ``DIR/keeper-VERSION.sock``, says "ready" on
 stdout and detaches (the starting run need not reap it). For every distinct (target, options) it
 keeps one SSH connection (``Slot``) and, between runs, one agent already running on the master.
 A run's ``attach`` takes that agent (or starts one), and the keeper relays bytes between the run's
@@ -218,12 +218,10 @@ class Keeper:
         threading.Thread(target=self._preload, daemon=True).start()
         threading.Thread(target=self._start_spares, daemon=True).start()
         self.listener.settimeout(ACCEPT_POLL)
-        while not self.stopping.is_set():
-            try:
+        while not (self.stopping.is_set() or self._expired() or self._socket_gone()):
+            try:                      # (checked on every turn: `keeper status` polls are not use)
                 conn, _ = self.listener.accept()
             except socket.timeout:
-                if self._expired() or self._socket_gone():
-                    break
                 continue
             except OSError:
                 break
@@ -278,8 +276,8 @@ class Keeper:
                 else:
                     keeper.send_message(writer, {"error": {"message": "unknown request %r" % op,
                                                            "code": int(ExitCode.INTERNAL)}})
-        except (OSError, ValueError) as exc:
-            log("request failed: %s" % exc)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log("request failed: %s: %s" % (type(exc).__name__, exc))
         finally:
             conn.close()
 
@@ -309,9 +307,13 @@ class Keeper:
                 keeper.send_message(writer, {"error": {"message": "%s: unreachable: %s" % (
                     slot.target, str(exc) or type(exc).__name__), "code": int(ExitCode.UNREACHABLE)}})
                 return
-            keeper.send_message(writer, {"ok": True})
-            writer.write(hello)
-            writer.flush()
+            try:
+                keeper.send_message(writer, {"ok": True})
+                writer.write(hello)
+                writer.flush()
+            except OSError:
+                chan.close()            # the run went away while we connected: its agent goes too
+                raise
             relay(reader, conn, chan)
         finally:
             with self.lock:

@@ -1,0 +1,316 @@
+"""Issue #4, persistent connections (``--persist``): the keeper holds SSH connections between runs.
+
+Real sshd on 127.0.0.1, the real CLI as a subprocess, a real keeper process. What must hold:
+a later run reuses the connection (sshd sees no new login) and imports no paramiko; every run
+still has agents of its own (the node lock still excludes, a killed run frees it); a changed
+known_hosts is re-checked; the keeper dir must be private; the keeper ends by itself, on
+``keeper stop``, and a keeper killed hard is replaced.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Iterator
+
+import pytest
+
+from cpctl.errors import CpctlError, ExitCode
+from cpctl.host import LockBusy
+from cpctl.remote import keeper
+from tests.coreutil import NODE, NodeDirs, check_result, snapshot
+from tests.sshfixture import SSHServer, free_port, keygen
+from tests.test_remote_util import CLI, REPO, Cli, accepted, clean_env, wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+# Runs the CLI like ``python -m cpctl`` and reports whether paramiko got imported.
+NO_PARAMIKO = """import runpy, sys
+sys.argv = ["cpctl"] + sys.argv[1:]
+try:
+    runpy.run_module("cpctl", run_name="__main__")
+except SystemExit as exc:
+    code = exc.code
+sys.stderr.write("paramiko imported: %s\\n" % ("paramiko" in sys.modules))
+sys.exit(code)
+"""
+
+
+@pytest.fixture
+def keeper_dir(monkeypatch: Any) -> Iterator[str]:
+    """A private keeper dir for this test (short: a Unix socket path has ~100 bytes); the keeper
+    started in it is stopped afterwards (killed if it does not answer)."""
+    directory = tempfile.mkdtemp(prefix="cpk-")
+    monkeypatch.setenv(keeper.ENV_DIR, directory)
+    yield directory
+    try:
+        info = keeper.request("status", directory)
+        if info:
+            keeper.request("stop", directory)
+            if not keeper.wait_gone(directory):
+                os.kill(info["pid"], signal.SIGKILL)
+    except (CpctlError, OSError):
+        pass
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+class Rig:
+    def __init__(self, sshd: SSHServer, tmp: str, directory: str) -> None:
+        self.sshd = sshd
+        self.node = NodeDirs(os.path.join(tmp, "node"))
+        self.env = clean_env(os.path.join(tmp, "home"), CPCTL_MANIFESTS_DIR=self.node.manifests,
+                             CPCTL_STATE_DIR=self.node.state, CPCTL_NODE_NAME=NODE, CPCTL_PROBE="none",
+                             CPCTL_KEEPER_DIR=directory)
+        self.cli = Cli(sshd.ssh_config, sshd.known_hosts, self.env)
+        self.directory = directory
+
+    def persisted(self, *args: str, **kw: Any) -> Any:
+        return self.cli.json("--persist", "60s", "-H", "master", *args, **kw)
+
+    def keeper_status(self) -> dict:
+        return self.cli.json("keeper", "status", ssh=False)
+
+    def snap(self) -> dict:
+        return snapshot(self.node.manifests, self.node.state)
+
+
+@pytest.fixture
+def rig(sshd: SSHServer, tmp_path: Any, keeper_dir: str) -> Rig:
+    return Rig(sshd, str(tmp_path), keeper_dir)
+
+
+def _rows(doc: dict) -> list:
+    return [(r["component"], r["state"], r["file"]) for r in doc["hosts"][0]["data"]["components"]]
+
+
+def test_second_run_reuses_the_connection_without_paramiko(rig: Rig) -> None:
+    logins = accepted(rig.sshd)
+    first = rig.persisted("status")
+    assert accepted(rig.sshd) == logins + 1
+    assert first["recap"]["master"]["ok"] == 1 and len(_rows(first)) == 4
+    # Once the run is over the keeper starts the next run's agent.
+    ready = wait_until(lambda: rig.keeper_status()["connections"][0]["agent_ready"], 30, "a spare agent")
+    assert ready
+
+    argv = [sys.executable, "-c", NO_PARAMIKO] + rig.cli.argv("--persist", "60s", "-o", "json", "-H", "master",
+                                                              "status")[len(CLI):]
+    proc = subprocess.run(argv, env=rig.env, cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "paramiko imported: False\n"
+    assert _rows(json.loads(proc.stdout)) == _rows(first)
+    assert accepted(rig.sshd) == logins + 1                  # no new SSH login: the kept connection
+
+    status = rig.keeper_status()
+    assert status["running"] is True and status["runs_attached"] == 0
+    (conn,) = status["connections"]
+    assert (conn["target"], conn["connected"], conn["connects"], conn["sessions"]) == ("master", True, 1, 2)
+    assert (conn["user"], conn["hostname"], conn["port"]) == ("root", rig.sshd.address, rig.sshd.port)
+    text = rig.cli.run("keeper", "status", ssh=False).stdout
+    assert "keeper pid %d" % status["pid"] in text and "connects=1 runs=2" in text
+
+    # Without --persist a run connects by itself and leaves the keeper alone.
+    rig.cli.json("-H", "master", "status")
+    assert accepted(rig.sshd) == logins + 2
+    assert rig.keeper_status()["connections"][0]["sessions"] == 2
+
+
+def test_stop_and_start_through_the_keeper(rig: Rig) -> None:
+    node = rig.node
+    path = os.path.join(node.manifests, "kube-scheduler.yaml")
+    before = open(path, "rb").read()
+    stop = rig.persisted("stop", "scheduler", "--reason", "kept connection")
+    assert stop["recap"]["master"]["changed"] == 1
+    parked = os.path.join(node.parked, "kube-scheduler.yaml")
+    assert open(parked, "rb").read() == before and not os.path.exists(path)
+    assert os.stat(parked).st_mode & 0o777 == 0o600            # the mode travels with the file
+    assert rig.persisted("stop", "scheduler")["recap"]["master"]["changed"] == 0      # idempotent
+    rig.persisted("start", "scheduler")
+    assert open(path, "rb").read() == before and not os.path.exists(parked)
+    history = [json.loads(line) for line in open(node.history_file)]
+    assert [h["action"] for h in history] == ["stop", "start"]
+    assert history[0]["reason"] == "kept connection"
+    assert rig.keeper_status()["connections"][0]["connects"] == 1
+
+
+def test_each_run_has_its_own_agent_and_the_lock_still_excludes(sshd: SSHServer, keeper_dir: str,
+                                                                 tmp_path: Any) -> None:
+    options = sshd.options(persist=60.0)
+    lock = str(tmp_path / "lock")
+    first = keeper.attach(sshd.target(), options)
+    second = keeper.attach(sshd.target(), options)
+    try:
+        assert first.info()["pid"] != second.info()["pid"]
+        first.lock(lock, 0, "first run")
+        with pytest.raises(LockBusy):
+            second.lock(lock, 0, "second run")
+        first.close()                               # the agent exits: its lock goes with it
+        second.lock(lock, 10, "second run")
+    finally:
+        first.close()
+        second.close()
+    assert keeper.request("status")["connections"][0]["connects"] == 1
+
+
+KILLED_RUN = """import sys, time
+from cpctl.remote import keeper
+from cpctl.remote.sshconfig import SSHOptions
+host = keeper.attach(sys.argv[1], SSHOptions(**__import__("json").loads(sys.argv[2])))
+host.lock(sys.argv[3], 0, "doomed run")
+print("locked", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_killed_run_frees_the_lock(sshd: SSHServer, keeper_dir: str, tmp_path: Any) -> None:
+    lock = str(tmp_path / "lock")
+    options = sshd.options(persist=60.0)
+    wired = dict(keeper.wire_options(options), persist=60.0)
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_RUN, sshd.target(), json.dumps(wired), lock],
+                            stdout=subprocess.PIPE, cwd=REPO, env=dict(os.environ))
+    try:
+        assert proc.stdout.readline() == b"locked\n"
+        other = keeper.attach(sshd.target(), options)
+        with pytest.raises(LockBusy):
+            other.lock(lock, 0, "next run")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        other.lock(lock, 10, "next run")             # freed within the timeout, no manual cleanup
+        other.close()
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+
+
+def test_changed_known_hosts_is_checked_again(rig: Rig, tmp_path: Any) -> None:
+    known = str(tmp_path / "known_hosts")
+    shutil.copy(rig.sshd.known_hosts, known)
+    logins = accepted(rig.sshd)
+    rig.cli.json("--persist", "60s", "-H", "master", "status", known_hosts=known)
+    assert accepted(rig.sshd) == logins + 1
+    impostor = keygen(str(tmp_path / "impostor"))
+    with open(known, "w") as handle:
+        handle.write("[%s]:%d %s\n" % (rig.sshd.address, rig.sshd.port, " ".join(impostor.split()[:2])))
+    before = rig.snap()
+    proc = rig.cli.run("--persist", "60s", "-H", "master", "stop", "scheduler", known_hosts=known, rc=8)
+    assert "REMOTE HOST IDENTIFICATION HAS CHANGED" in proc.stderr
+    assert rig.snap() == before and accepted(rig.sshd) == logins + 1
+    shutil.copy(rig.sshd.known_hosts, known)
+    rig.cli.json("--persist", "60s", "-H", "master", "status", known_hosts=known)
+    assert accepted(rig.sshd) == logins + 2          # a new connection, checked against the new file
+
+
+@pytest.mark.parametrize("problem", ["mode", "symlink", "owner"])
+def test_keeper_dir_must_be_private(rig: Rig, tmp_path: Any, problem: str) -> None:
+    bad = tempfile.mkdtemp(prefix="cpk-bad-")
+    try:
+        if problem == "mode":
+            os.chmod(bad, 0o755)
+            want = "mode 0755, must be 0700"
+        elif problem == "owner":
+            os.chown(bad, 65534, 65534)
+            want = "owned by uid 65534"
+        else:
+            target, bad = bad, bad + "-link"
+            os.symlink(target, bad)
+            want = "not a directory (a symlink?)"
+        rig.env[keeper.ENV_DIR] = bad
+        before = rig.snap()
+        proc = rig.cli.run("--persist", "60s", "-H", "master", "stop", "scheduler", rc=7)
+        assert "refusing keeper dir %s: %s" % (bad, want) in proc.stderr
+        assert rig.snap() == before
+        assert not os.path.exists(os.path.join(bad, keeper.SOCKET_NAME))
+        rig.cli.run("keeper", "status", ssh=False, rc=7)
+    finally:
+        if os.path.islink(bad):
+            os.unlink(bad)
+            bad = bad[:-len("-link")]
+        shutil.rmtree(bad, ignore_errors=True)
+
+
+def test_keeper_ends_when_idle_and_on_stop(rig: Rig) -> None:
+    assert rig.cli.run("keeper", "status", ssh=False).stdout.startswith("no keeper running")
+    rig.cli.json("--persist", "4s", "-H", "master", "status")
+    pid = rig.keeper_status()["pid"]
+    wait_until(lambda: not rig.keeper_status()["running"], 30, "the idle keeper to exit")
+    assert not os.path.exists(os.path.join(rig.directory, keeper.SOCKET_NAME))
+    wait_until(lambda: not os.path.exists("/proc/%d" % pid) or _zombie(pid), 10, "keeper pid gone")
+
+    rig.persisted("status")
+    stopped = rig.cli.json("keeper", "stop", ssh=False)
+    assert stopped["stopped"] is True and stopped["connections"] == 1
+    assert rig.cli.json("keeper", "stop", ssh=False) == {"running": False, "stopped": False}
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open("/proc/%d/stat" % pid) as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_keeper_killed_hard_is_replaced(rig: Rig) -> None:
+    rig.persisted("status")
+    old = rig.keeper_status()["pid"]
+    os.kill(old, signal.SIGKILL)
+    wait_until(lambda: _zombie(old), 10, "the keeper to die")
+    assert os.path.exists(os.path.join(rig.directory, keeper.SOCKET_NAME))      # stale socket left
+    doc = rig.persisted("status")
+    assert doc["recap"]["master"]["ok"] == 1
+    assert rig.keeper_status()["pid"] != old
+
+
+def test_unreachable_host_through_the_keeper(rig: Rig) -> None:
+    target = "root@127.0.0.1:%d" % free_port("127.0.0.1")
+    direct = rig.cli.run("-H", target, "status", rc=8)
+    kept = rig.cli.run("--persist", "60s", "-H", target, "status", rc=8)
+    assert kept.stderr == direct.stderr and "connection refused" in kept.stderr
+
+
+def test_bad_persist_value_is_a_usage_error(rig: Rig) -> None:
+    before = rig.snap()
+    proc = rig.cli.run("--persist", "soon", "-H", "master", "stop", "scheduler", rc=2)
+    assert "--persist 'soon': not a duration" in proc.stderr
+    assert rig.snap() == before
+    assert not os.path.exists(os.path.join(rig.directory, keeper.SOCKET_NAME))
+    check_result(subprocess.run(CLI + ["--persist", "0", "--version"], capture_output=True, text=True), 0)
+
+
+def test_passphrase_prompt_is_relayed_once(sshd: SSHServer, ssh_session: Any, keeper_dir: str,
+                                            tmp_path: Any) -> None:
+    key = str(tmp_path / "locked_key")
+    ssh_session.authorize("root", keygen(key, passphrase="open sesame"))
+    calls: list = []
+
+    def prompt(text: str, secret: bool = True) -> str:
+        calls.append((text, secret))
+        return "open sesame"
+
+    options = sshd.options(identity_files=[key], prompt=prompt, persist=60.0)
+    for _ in range(2):
+        host = keeper.attach(sshd.target(), options)
+        assert host.info()["euid"] == 0
+        host.close()
+    assert calls == [("Enter passphrase for key '%s': " % key, True)]
+
+
+def test_prompt_refusal_travels_back(sshd: SSHServer, ssh_session: Any, keeper_dir: str, tmp_path: Any) -> None:
+    key = str(tmp_path / "locked_key")
+    ssh_session.authorize("root", keygen(key, passphrase="pw"))
+
+    def no_terminal(text: str, secret: bool = True) -> str:
+        raise CpctlError("%s needed but stdin is not a terminal" % text.strip(), ExitCode.USAGE)
+
+    with pytest.raises(CpctlError) as err:
+        keeper.attach(sshd.target(), sshd.options(identity_files=[key], prompt=no_terminal, persist=60.0))
+    assert err.value.code == ExitCode.USAGE and "not a terminal" in err.value.message
+    started = time.monotonic()
+    assert keeper.request("status")["runs_attached"] == 0
+    assert time.monotonic() - started < 5

@@ -28,6 +28,7 @@ from cpctl.remote.sshconfig import SSHOptions, read_config_text
 
 ACCEPT_POLL = 0.5
 PING_TIMEOUT = 5.0
+VERIFY_EVERY = 10.0      # spare agents are pinged this often, off the runs' critical path
 QUIET = 0.3              # spare agents start once no run has been attached for this long
 
 
@@ -81,6 +82,7 @@ class Slot:
         self.ep: Any = None
         self.mark: Optional[tuple] = None
         self.idle: Optional[Tuple[Any, bytes]] = None
+        self.verified_at = 0.0                  # when the idle agent last answered
         self.connects = self.sessions = 0
         self.connected_at: Optional[float] = None
 
@@ -132,7 +134,7 @@ class Slot:
                 if not self._connected() or self._files_mark() != self.mark:
                     self._connect()
                 idle, self.idle = self.idle, None
-                if idle is not None and _alive(idle[0]):
+                if idle is not None and self._still_alive(idle[0]):
                     agent = idle
                 else:
                     if idle is not None:
@@ -143,6 +145,29 @@ class Slot:
             finally:
                 self.options.prompt = None
 
+    def _still_alive(self, chan: Any) -> bool:
+        """No round trip when the spare answered a ping recently (``verify``); a closed channel
+        or connection is seen without one."""
+        if time.monotonic() - self.verified_at < VERIFY_EVERY:
+            return not (chan.closed or chan.exit_status_ready() or chan.eof_received)
+        return _alive(chan)
+
+    def verify(self) -> None:
+        """Ping the idle agent; a dead one (a master rebooted) is dropped with its connection, so
+        the next run connects afresh instead of failing on the old connection."""
+        if not self.lock.acquire(blocking=False):
+            return                               # a run or a replenish is using the slot
+        try:
+            if self.idle is None:
+                return
+            if _alive(self.idle[0]):
+                self.verified_at = time.monotonic()
+            else:
+                log("%s: the spare agent stopped answering; dropping the connection" % self.target)
+                self._drop()
+        finally:
+            self.lock.release()
+
     def replenish(self) -> None:
         """Start the next run's agent now, off that run's critical path."""
         with self.lock:
@@ -150,6 +175,7 @@ class Slot:
                 return
             try:
                 self.idle = self._new_agent()
+                self.verified_at = time.monotonic()
             except Exception as exc:  # noqa: BLE001 (the next run starts one itself and reports)
                 log("%s: could not start a spare agent: %s" % (self.target, exc))
 
@@ -236,17 +262,25 @@ class Keeper:
                 self.keyring = ssh.KeyRing()
 
     def _start_spares(self) -> None:
-        """Start the agents the next run will take, but only when no run is attached: on a small
-        machine starting 20 agents would otherwise compete with the run for CPU."""
+        """Start the agents the next run will take, and ping the waiting ones every VERIFY_EVERY,
+        but only when no run is attached: on a small machine starting 20 agents would otherwise
+        compete with the run for CPU."""
+        next_verify = time.monotonic() + VERIFY_EVERY
         while not self.stopping.is_set():
             with self.quiet:
-                while not (self.spares_wanted and self.active == 0
-                           and time.monotonic() - self.last_detach >= QUIET):
+                quiet = self.active == 0 and time.monotonic() - self.last_detach >= QUIET
+                slot = self.spares_wanted.pop(0) if quiet and self.spares_wanted else None
+                due = quiet and time.monotonic() >= next_verify
+                slots = list(self.slots.values()) if due else []
+                if slot is None and not due:
                     self.quiet.wait(QUIET)
-                    if self.stopping.is_set():
-                        return
-                slot = self.spares_wanted.pop(0)
-            slot.replenish()
+                    continue
+            if slot is not None:
+                slot.replenish()
+            for each in slots:
+                each.verify()
+            if due:
+                next_verify = time.monotonic() + VERIFY_EVERY
 
     def _expired(self) -> bool:
         with self.lock:
@@ -385,6 +419,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if os.fork():                         # the parent tells the starting run, which reaps it
         os.write(1, b"ready\n")
         os._exit(0)
+    os.chdir("/")                         # a daemon keeps no directory busy
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)                   # stderr stays the log file

@@ -314,3 +314,31 @@ def test_prompt_refusal_travels_back(sshd: SSHServer, ssh_session: Any, keeper_d
     started = time.monotonic()
     assert keeper.request("status")["runs_attached"] == 0
     assert time.monotonic() - started < 5
+
+
+def _children(pid: int) -> list:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open("/proc/%s/stat" % entry) as handle:
+                    if int(handle.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.append(int(entry))
+            except OSError:
+                continue
+    return out
+
+
+def test_a_dead_kept_connection_is_replaced(rig: Rig) -> None:
+    """The master side of the kept connection dies (as when a master reboots): the next run is
+    served on a new connection instead of failing on the old one."""
+    rig.persisted("status")
+    wait_until(lambda: rig.keeper_status()["connections"][0]["agent_ready"], 30, "a spare agent")
+    sessions = _children(rig.sshd.proc.pid)
+    assert sessions, "the kept connection has an sshd process"
+    for pid in sessions:
+        os.kill(pid, signal.SIGKILL)
+    doc = rig.persisted("status")
+    assert doc["recap"]["master"]["ok"] == 1 and len(_rows(doc)) == 4
+    conn = rig.keeper_status()["connections"][0]
+    assert (conn["connects"], conn["connected"]) == (2, True)

@@ -51,6 +51,20 @@ def keygen(path: str, passphrase: str = "", kind: str = "ed25519") -> str:
         return handle.read().strip()
 
 
+def locked_key(session: "SSHSession", directory: str, passphrase: str = "open sesame") -> tuple:
+    """(path, prompt, calls): an encrypted client key authorised for root, and a prompt that
+    answers its passphrase and records every question in ``calls``."""
+    path = os.path.join(directory, "locked_key")
+    session.authorize("root", keygen(path, passphrase=passphrase))
+    calls: list = []
+
+    def prompt(text: str, secret: bool = True) -> str:
+        calls.append((text, secret))
+        return passphrase
+
+    return path, prompt, calls
+
+
 def free_port(address: str) -> int:
     with socket.socket() as sock:
         sock.bind((address, 0))

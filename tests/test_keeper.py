@@ -25,7 +25,7 @@ from cpctl.errors import CpctlError, ExitCode
 from cpctl.host import LockBusy
 from cpctl.remote import keeper
 from tests.coreutil import NODE, NodeDirs, check_result, snapshot
-from tests.sshfixture import SSHServer, free_port, keygen
+from tests.sshfixture import SSHServer, free_port, keygen, locked_key
 from tests.test_remote_util import CLI, REPO, Cli, accepted, clean_env, wait_until
 
 pytestmark = pytest.mark.timeout(120)
@@ -285,14 +285,7 @@ def test_bad_persist_value_is_a_usage_error(rig: Rig) -> None:
 
 def test_passphrase_prompt_is_relayed_once(sshd: SSHServer, ssh_session: Any, keeper_dir: str,
                                             tmp_path: Any) -> None:
-    key = str(tmp_path / "locked_key")
-    ssh_session.authorize("root", keygen(key, passphrase="open sesame"))
-    calls: list = []
-
-    def prompt(text: str, secret: bool = True) -> str:
-        calls.append((text, secret))
-        return "open sesame"
-
+    key, prompt, calls = locked_key(ssh_session, str(tmp_path))
     options = sshd.options(identity_files=[key], prompt=prompt, persist=60.0)
     for _ in range(2):
         host = keeper.attach(sshd.target(), options)

@@ -11,7 +11,7 @@ import pytest
 
 from cpctl.errors import CpctlError, ExitCode
 from tests.sshfixture import *  # noqa: F403
-from tests.sshfixture import SSHServer, SudoUsers, free_port, keygen
+from tests.sshfixture import SSHServer, SudoUsers, free_port, keygen, locked_key
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -66,14 +66,7 @@ def test_alias_from_ssh_config(sshd: SSHServer) -> None:
 
 
 def test_passphrase_prompted_once_per_run(sshd: SSHServer, ssh_session, tmp_path) -> None:
-    key = str(tmp_path / "locked_key")
-    ssh_session.authorize("root", keygen(key, passphrase="open sesame"))
-    calls: list = []
-
-    def prompt(text: str, secret: bool = True) -> str:
-        calls.append((text, secret))
-        return "open sesame"
-
+    key, prompt, calls = locked_key(ssh_session, str(tmp_path))
     options = sshd.options(identity_files=[key], prompt=prompt)
     from cpctl.remote.ssh import connect
     for _ in range(2):

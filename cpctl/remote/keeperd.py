@@ -191,37 +191,33 @@ class Slot:
             self._drop()
 
 
+def _pump(read: Callable[[int], bytes], write: Callable[[bytes], Any]) -> None:
+    """Copy until EOF or a broken end (either is the end of the session)."""
+    try:
+        while True:
+            data = read(1 << 16)
+            if not data:
+                return
+            write(data)
+    except (OSError, EOFError):
+        return
+
+
 def relay(reader: Any, conn: socket.socket, chan: Any) -> None:
     """Copy bytes both ways until either side hangs up; then close the channel (the agent exits)."""
 
     def down() -> None:
+        _pump(chan.recv, conn.sendall)
         try:
-            while True:
-                data = chan.recv(1 << 16)
-                if not data:
-                    break
-                conn.sendall(data)
-        except (OSError, EOFError):
+            conn.shutdown(socket.SHUT_RDWR)
+        except OSError:
             pass
-        finally:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
     thread = threading.Thread(target=down, daemon=True)
     thread.start()
-    try:
-        while True:
-            data = reader.read1(1 << 16)
-            if not data:
-                break
-            chan.sendall(data)
-    except (OSError, EOFError):
-        pass
-    finally:
-        chan.close()
-        thread.join(5)
+    _pump(reader.read1, chan.sendall)
+    chan.close()
+    thread.join(5)
 
 
 class Keeper:

@@ -104,13 +104,16 @@ def note(message: str) -> None:
               help="Hosts queried in parallel by read-only commands.")
 @click.option("--serial", default="1", show_default=True, help="Hosts changed at a time (N or N%).")
 @click.option("--keep-going", is_flag=True, help="Continue a rolling change after a host failed.")
+@click.option("--host-timeout", envvar="CPCTL_HOST_TIMEOUT", type=click.FloatRange(0.1, 86400), default=None,
+              metavar="SECONDS", help="Give up on a host whose run takes longer (its connection is closed) "
+                                      "[default: 60 for read-only commands, none for changes].")
 @click.version_option(package_name="cpctl", message="cpctl %(version)s")
 @click.pass_context
 def main(ctx: click.Context, manifests_dir: str, state_dir: str, node_name: Optional[str], kubeconfig: str,
          probe: str, crictl: str, lock_timeout: float, output: str, hosts: tuple, inventory: Optional[str],
          ssh_config: Optional[str], known_hosts: Optional[str], accept_new_host_key: bool, ask_become_pass: bool,
          persist: Optional[str],
-         forks: int, serial: str, keep_going: bool) -> None:
+         forks: int, serial: str, keep_going: bool, host_timeout: Optional[float]) -> None:
     """cpctl: stop, start and watch kubeadm control-plane static pods safely.
 
     Parks manifests outside the kubelet's manifests dir (atomically, journaled, locked) and
@@ -121,19 +124,19 @@ def main(ctx: click.Context, manifests_dir: str, state_dir: str, node_name: Opti
         manifests_dir=manifests_dir, state_dir=state_dir, node_name=node_name, kubeconfig=kubeconfig,
         probe=probe, lock_timeout=lock_timeout, crictl=crictl, output=output)
     ctx.obj["remote"] = _remote(hosts, inventory, ssh_config, known_hosts, accept_new_host_key, ask_become_pass,
-                                persist, forks, serial, keep_going)
+                                persist, forks, serial, keep_going, host_timeout)
 
 
 def _remote(hosts: tuple, inventory: Optional[str], ssh_config: Optional[str], known_hosts: Optional[str],
             accept_new: bool, ask_become_pass: bool, persist: Optional[str], forks: int, serial: str,
-            keep_going: bool) -> Any:
+            keep_going: bool, host_timeout: Optional[float]) -> Any:
     """Remote settings, or None for a local run: nothing remote (not even the fleet code, let
     alone paramiko) is imported unless a host or an inventory is given."""
     persist_seconds = _persist_seconds(persist)      # checked even when unused
     if not hosts and not inventory:
         return None
     from cpctl.remote.run import RemoteOptions, split_hosts
-    remote = RemoteOptions(split_hosts(list(hosts)), inventory, None, forks, serial, keep_going)
+    remote = RemoteOptions(split_hosts(list(hosts)), inventory, None, forks, serial, keep_going, host_timeout)
     click.get_current_context().call_on_close(remote.close)
     from cpctl.remote.sshconfig import SSHOptions
     remote.ssh_options = SSHOptions(ssh_config=ssh_config, accept_new_host_key=accept_new, prompt=_prompt,

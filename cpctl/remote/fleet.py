@@ -9,7 +9,6 @@ never hides the others' results). ``ConnectionPool`` gives each host one SSH con
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import json
 import sys
 import threading
@@ -76,17 +75,15 @@ def run_one(spec: Any, fn: Callable[[Any], Any]) -> HostResult:
     return HostResult(_name(spec), status, data, None, time.monotonic() - started)
 
 
-def _timed(spec: Any, fn: Callable[[Any], Any], starts: Dict[int, float], index: int) -> HostResult:
-    starts[index] = time.monotonic()
-    return run_one(spec, fn)
-
-
 def run_parallel(specs: Sequence[Any], fn: Callable[[Any], Any], forks: int = 10,
-                 timeout: Optional[float] = None) -> List[HostResult]:
+                 timeout: Optional[float] = None,
+                 on_timeout: Optional[Callable[[Any], None]] = None) -> List[HostResult]:
     """``fn`` on every host, at most ``forks`` at a time; results in the order of ``specs``.
 
     ``timeout`` bounds each host's run (from when it started): a host still running then is
-    reported "failed" and abandoned (its thread cannot be killed, it finishes in the background).
+    reported "failed" (exit code 6) and abandoned; ``on_timeout(spec)`` may unblock it (the
+    remote runner closes that host's connection). Workers are daemon threads, so an abandoned
+    host never keeps cpctl from exiting: its agent then reads EOF and stops, as after a kill.
     """
     specs = list(specs)
     if not specs:
@@ -95,33 +92,58 @@ def run_parallel(specs: Sequence[Any], fn: Callable[[Any], Any], forks: int = 10
         # Host threads mostly wait on sockets and hand small answers around; with the default 5 ms
         # GIL switch interval each hand-over can wait that long (measured: -25% on 20 hosts).
         sys.setswitchinterval(min(sys.getswitchinterval(), FAST_SWITCH))
-    results: List[Optional[HostResult]] = [None] * len(specs)
-    starts: Dict[int, float] = {}
-    pool = cf.ThreadPoolExecutor(max_workers=max(1, min(forks, len(specs))), thread_name_prefix="cpctl-host")
-    futures = {pool.submit(_timed, spec, fn, starts, i): i for i, spec in enumerate(specs)}
-    try:
-        pending = set(futures)
-        while pending:
-            done, pending = cf.wait(pending, timeout=_POLL if timeout is not None else None,
-                                    return_when=cf.FIRST_COMPLETED)
-            for future in done:
-                results[futures[future]] = future.result()
-            if timeout is not None:
-                pending = _expire(pending, futures, specs, starts, results, timeout)
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
-    return [r for r in results if r is not None]
+    runs = _ParallelRun(specs, fn)
+    for _ in range(max(1, min(forks, len(specs)))):
+        threading.Thread(target=runs.work, name="cpctl-host", daemon=True).start()
+    return runs.collect(timeout, on_timeout)
 
 
-def _expire(pending: set, futures: dict, specs: list, starts: dict, results: list, timeout: float) -> set:
-    now = time.monotonic()
-    for future in list(pending):
-        index = futures[future]
-        if index in starts and now - starts[index] > timeout:
-            pending.discard(future)
-            results[index] = HostResult(_name(specs[index]), "failed", None, "timed out after %gs" % timeout,
-                                        now - starts[index], int(ExitCode.TIMEOUT))
-    return pending
+class _ParallelRun:
+    """The shared state of one ``run_parallel``: a queue of hosts, their start times, results."""
+
+    def __init__(self, specs: List[Any], fn: Callable[[Any], Any]) -> None:
+        self.specs, self.fn = specs, fn
+        self.results: List[Optional[HostResult]] = [None] * len(specs)
+        self.starts: Dict[int, float] = {}
+        self.next = 0
+        self.changed = threading.Condition()
+
+    def work(self) -> None:
+        while True:
+            with self.changed:
+                if self.next >= len(self.specs):
+                    return
+                index, self.next = self.next, self.next + 1
+                self.starts[index] = time.monotonic()
+            result = run_one(self.specs[index], self.fn)
+            with self.changed:
+                if self.results[index] is None:       # not already reported as timed out
+                    self.results[index] = result
+                self.changed.notify_all()
+
+    def collect(self, timeout: Optional[float], on_timeout: Optional[Callable[[Any], None]]) -> List[HostResult]:
+        while True:
+            with self.changed:
+                if all(r is not None for r in self.results):
+                    return list(self.results)  # type: ignore[arg-type]
+                self.changed.wait(_POLL if timeout is not None else None)
+                expired = self._expire(timeout) if timeout is not None else []
+            for index in expired:
+                if on_timeout is not None:
+                    try:
+                        on_timeout(self.specs[index])
+                    except Exception:  # noqa: BLE001 (best effort: the host is reported already)
+                        pass
+
+    def _expire(self, timeout: float) -> List[int]:
+        now, expired = time.monotonic(), []
+        for index, started in self.starts.items():
+            if self.results[index] is None and now - started > timeout:
+                self.results[index] = HostResult(_name(self.specs[index]), "failed", None,
+                                                 "timed out after %gs" % timeout, now - started,
+                                                 int(ExitCode.TIMEOUT))
+                expired.append(index)
+        return expired
 
 
 def _batch_size(serial: Union[int, str], total: int) -> int:
@@ -142,7 +164,8 @@ def _batch_size(serial: Union[int, str], total: int) -> int:
 
 
 def run_rolling(specs: Sequence[Any], fn: Callable[[Any], Any], serial: Union[int, str] = 1,
-                keep_going: bool = False, timeout: Optional[float] = None) -> List[HostResult]:
+                keep_going: bool = False, timeout: Optional[float] = None,
+                on_timeout: Optional[Callable[[Any], None]] = None) -> List[HostResult]:
     """``fn`` on ``serial`` hosts at a time, batch after batch.
 
     A batch with a failed or unreachable host stops the roll (a broken control plane must not
@@ -153,7 +176,7 @@ def run_rolling(specs: Sequence[Any], fn: Callable[[Any], Any], serial: Union[in
     results: List[HostResult] = []
     for start in range(0, len(specs), size):
         batch = specs[start:start + size]
-        results += run_parallel(batch, fn, forks=len(batch), timeout=timeout)
+        results += run_parallel(batch, fn, forks=len(batch), timeout=timeout, on_timeout=on_timeout)
         if not keep_going and any(r.failed for r in results[-len(batch):]):
             results += [HostResult(_name(s), "skipped", None, "not run: an earlier batch failed")
                         for s in specs[start + size:]]
@@ -255,6 +278,15 @@ class ConnectionPool:
         for slot in slots:
             slot.close()
 
+    def abandon(self, spec: Any) -> None:
+        """Close the connection of a host given up on (timed out): a request blocked on it fails
+        at once, and the agent on the master reads EOF and exits, releasing its lock. A connect
+        still in progress is left to its own timeouts; the run does not wait for it."""
+        with self._lock:
+            slot = self._slots.get(_name(spec))
+        if slot is not None and slot.host is not None:
+            _quietly_close(slot.host)
+
     def __enter__(self) -> "ConnectionPool":
         return self
 
@@ -269,24 +301,41 @@ class _Slot:
         self._lock = threading.Lock()
         self.host: Any = None
         self.error: Optional[BaseException] = None
+        self.closed = False
 
     def get(self, opener: Callable[[], Any]) -> Any:
         with self._lock:
             if self.host is None and self.error is None:
                 try:
-                    self.host = opener()
+                    host = opener()
                 except Exception as exc:
                     self.error = exc
                     raise
+                if self.closed:               # the run gave up while we connected
+                    _quietly_close(host)
+                    self.error = CpctlError("connection closed: the run gave up on this host",
+                                            ExitCode.UNREACHABLE)
+                else:
+                    self.host = host
             if self.error is not None:
                 raise self.error
             return self.host
 
     def close(self) -> None:
-        with self._lock:
+        """Close the connection; one still being made is not waited for (``get`` closes it)."""
+        self.closed = True
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
             if self.host is not None:
-                try:
-                    self.host.close()
-                except (OSError, EOFError, CpctlError):
-                    pass
+                _quietly_close(self.host)
                 self.host = None
+        finally:
+            self._lock.release()
+
+
+def _quietly_close(host: Any) -> None:
+    try:
+        host.close()
+    except (OSError, EOFError, CpctlError):
+        pass

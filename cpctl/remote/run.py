@@ -14,6 +14,8 @@ from cpctl.errors import CpctlError, ExitCode
 from cpctl.remote.fleet import ConnectionPool, HostResult, run_parallel, run_rolling
 from cpctl.remote.inventory import HostSpec, load_inventory
 
+READ_ONLY_HOST_TIMEOUT = 60.0     # seconds; a change is bounded by its own --timeout waits
+
 
 class RemoteOptions:
     """Everything about *where* a command runs (the *what* is in ``app.Settings``)."""
@@ -91,8 +93,9 @@ def run_on_hosts(settings: Any, remote: RemoteOptions, specs: List[HostSpec], ac
 
     if changing:
         return run_rolling(specs, on_host, serial=_serial(remote.serial), keep_going=remote.keep_going,
-                           timeout=remote.host_timeout)
-    return run_parallel(specs, on_host, forks=remote.forks, timeout=remote.host_timeout)
+                           timeout=remote.host_timeout, on_timeout=pool.abandon)
+    timeout = remote.host_timeout if remote.host_timeout is not None else READ_ONLY_HOST_TIMEOUT
+    return run_parallel(specs, on_host, forks=remote.forks, timeout=timeout, on_timeout=pool.abandon)
 
 
 def _serial(value: str) -> Any:

@@ -112,8 +112,7 @@ def note(message: str) -> None:
 def main(ctx: click.Context, manifests_dir: str, state_dir: str, node_name: Optional[str], kubeconfig: str,
          probe: str, crictl: str, lock_timeout: float, output: str, hosts: tuple, inventory: Optional[str],
          ssh_config: Optional[str], known_hosts: Optional[str], accept_new_host_key: bool, ask_become_pass: bool,
-         persist: Optional[str],
-         forks: int, serial: str, keep_going: bool, host_timeout: Optional[float]) -> None:
+         persist: Optional[str], forks: int, serial: str, keep_going: bool, host_timeout: Optional[float]) -> None:
     """cpctl: stop, start and watch kubeadm control-plane static pods safely.
 
     Parks manifests outside the kubelet's manifests dir (atomically, journaled, locked) and

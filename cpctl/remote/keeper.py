@@ -30,7 +30,6 @@ import dataclasses
 import fcntl
 import json
 import os
-import select
 import socket
 import stat
 import struct
@@ -101,6 +100,16 @@ def peer_uid(sock: socket.socket) -> Optional[int]:
         return None
     creds = sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i"))
     return struct.unpack("3i", creds)[1]
+
+
+def error_to_wire(exc: CpctlError) -> dict:
+    """A CpctlError as JSON, to cross the socket (keeper to run, or a refused prompt back)."""
+    return {"message": exc.message, "code": int(exc.code), "hint": exc.hint}
+
+
+def error_from_wire(wire: dict) -> CpctlError:
+    return CpctlError(wire.get("message") or "connection keeper error",
+                      ExitCode(wire.get("code", ExitCode.UNREACHABLE)), wire.get("hint") or "")
 
 
 def send_message(writer: IO[bytes], message: dict) -> None:
@@ -245,9 +254,7 @@ def attach(target: str, options: Any) -> KeeperHost:
             elif message.get("ok"):
                 return KeeperHost(target, sock, reader, writer)
             else:
-                error = message.get("error") or {}
-                raise CpctlError(error.get("message", "%s: keeper error" % target),
-                                 ExitCode(error.get("code", ExitCode.UNREACHABLE)), error.get("hint"))
+                raise error_from_wire(message.get("error") or {"message": "%s: keeper error" % target})
     except BaseException:
         for stream in (reader, writer):
             stream.close()
@@ -262,7 +269,7 @@ def _answer(options: Any, message: dict) -> dict:
     try:
         return {"answer": options.prompt(message["prompt"], secret=bool(message.get("secret", True)))}
     except CpctlError as exc:
-        return {"abort": {"message": exc.message, "code": int(exc.code), "hint": exc.hint}}
+        return {"abort": error_to_wire(exc)}
 
 
 def wait_gone(directory: Optional[str] = None, timeout: float = 10.0) -> bool:
@@ -274,5 +281,5 @@ def wait_gone(directory: Optional[str] = None, timeout: float = 10.0) -> bool:
             dial(directory).close()
         except OSError:
             return True
-        select.select([], [], [], 0.05)
+        time.sleep(0.05)
     return False

@@ -24,7 +24,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.remote import keeper
-from cpctl.remote.sshconfig import SSHOptions, read_config_text
+from cpctl.remote.fleet import FAST_SWITCH
+from cpctl.remote.sshconfig import SSHOptions, read_config_text, ssh_config_path
 
 ACCEPT_POLL = 0.5
 PING_TIMEOUT = 5.0
@@ -51,21 +52,21 @@ def _stat_mark(path: str) -> tuple:
     return (path, info.st_ino, info.st_size, info.st_mtime_ns)
 
 
+def _closed(chan: Any) -> bool:
+    """The agent's channel ended (seen without a round trip)."""
+    return chan.closed or chan.exit_status_ready() or chan.eof_received
+
+
 def _alive(chan: Any) -> bool:
     """Is the idle agent still there and answering? (A master may have rebooted meanwhile.)"""
-    if chan.closed or chan.exit_status_ready() or chan.eof_received:
+    if _closed(chan):
         return False
     try:
         chan.settimeout(PING_TIMEOUT)
         chan.sendall(b'{"op": "info", "args": {}}\n')
-        answer = b""
-        while not answer.endswith(b"\n"):
-            chunk = chan.recv(4096)       # the agent sends nothing unasked: this is all the answer
-            if not chunk:
-                return False
-            answer += chunk
+        answer = _ssh().read_line(chan, 4096)
         chan.settimeout(None)
-        return answer.startswith(b'{"ok": true')
+        return answer.startswith(b'{"ok": true') and answer.endswith(b"\n")
     except (OSError, EOFError):
         return False
 
@@ -88,11 +89,9 @@ class Slot:
 
     def _files_mark(self) -> tuple:
         """What the connection was checked against: ssh_config text, known_hosts and key files."""
-        config = self.options.ssh_config
-        if config is None:
-            config = os.path.expanduser("~/.ssh/config")
+        config = ssh_config_path(self.options.ssh_config)
         text = b""
-        if config.lower() != "none":
+        if config is not None:
             try:
                 text = read_config_text(config).encode("utf-8")
             except (OSError, CpctlError):
@@ -149,7 +148,7 @@ class Slot:
         """No round trip when the spare answered a ping recently (``verify``); a closed channel
         or connection is seen without one."""
         if time.monotonic() - self.verified_at < VERIFY_EVERY:
-            return not (chan.closed or chan.exit_status_ready() or chan.eof_received)
+            return not _closed(chan)
         return _alive(chan)
 
     def verify(self) -> None:
@@ -304,8 +303,8 @@ class Keeper:
                     keeper.send_message(writer, {"ok": True, "keeper": self.describe()})
                     self.stopping.set()
                 else:
-                    keeper.send_message(writer, {"error": {"message": "unknown request %r" % op,
-                                                           "code": int(ExitCode.INTERNAL)}})
+                    keeper.send_message(writer, {"error": keeper.error_to_wire(
+                        CpctlError("unknown request %r" % op, ExitCode.INTERNAL))})
         except (OSError, ValueError, KeyError, TypeError) as exc:
             log("request failed: %s: %s" % (type(exc).__name__, exc))
         finally:
@@ -330,12 +329,12 @@ class Keeper:
             try:
                 chan, hello = slot.take(self._prompter(reader, writer))
             except CpctlError as exc:
-                keeper.send_message(writer, {"error": {"message": exc.message, "code": int(exc.code),
-                                                       "hint": exc.hint}})
+                keeper.send_message(writer, {"error": keeper.error_to_wire(exc)})
                 return
             except Exception as exc:  # noqa: BLE001 (paramiko and socket errors: the host is unreachable)
-                keeper.send_message(writer, {"error": {"message": "%s: unreachable: %s" % (
-                    slot.target, str(exc) or type(exc).__name__), "code": int(ExitCode.UNREACHABLE)}})
+                unreachable = CpctlError("%s: unreachable: %s" % (slot.target, str(exc) or type(exc).__name__),
+                                         ExitCode.UNREACHABLE)
+                keeper.send_message(writer, {"error": keeper.error_to_wire(unreachable)})
                 return
             try:
                 keeper.send_message(writer, {"ok": True})
@@ -362,8 +361,7 @@ class Keeper:
             keeper.send_message(writer, {"prompt": text, "secret": secret})
             answer = keeper.read_message(reader) or {}
             if "abort" in answer:
-                abort = answer["abort"]
-                raise CpctlError(abort["message"], ExitCode(abort["code"]), abort.get("hint") or "")
+                raise keeper.error_from_wire(answer["abort"])
             return answer.get("answer") or ""
 
         return prompt
@@ -420,7 +418,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)                   # stderr stays the log file
     os.close(devnull)
-    sys.setswitchinterval(0.0005)         # many threads hand bytes to each other: switch fast
+    sys.setswitchinterval(FAST_SWITCH)    # many threads hand bytes to each other: switch fast
     server = Keeper(listener, directory, persist)
     signal.signal(signal.SIGTERM, lambda *_: server.stopping.set())
     signal.signal(signal.SIGHUP, signal.SIG_IGN)

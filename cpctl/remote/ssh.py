@@ -48,6 +48,7 @@ from cpctl.remote.sshconfig import (  # noqa: E402
     parse_target,
     read_config_text,
     resolve,
+    ssh_config_path,
 )
 
 # paramiko logs transport failures at ERROR; without a handler Python would print them raw.
@@ -360,11 +361,8 @@ def _load_invoke() -> None:
 
 def load_ssh_config(path: Optional[str]) -> Optional[paramiko.SSHConfig]:
     """The parsed ssh_config (Include inlined), or None when there is none to read."""
+    path = ssh_config_path(path)
     if path is None:
-        path = os.path.expanduser("~/.ssh/config")
-        if not os.path.isfile(path):
-            return None
-    elif path.lower() == "none":
         return None
     text = read_config_text(path)
     if _MATCH_EXEC.search(text):
@@ -488,8 +486,9 @@ def _agent_failure(name: str, ep: Endpoint, options: SSHOptions, stderr: str) ->
                       ExitCode.ENVIRONMENT)
 
 
-def _read_hello(chan: paramiko.Channel, limit: int = 512) -> bytes:
-    """The agent's first line, read byte by byte so nothing after it is consumed."""
+def read_line(chan: paramiko.Channel, limit: int = 512) -> bytes:
+    """One line from the agent (at most ``limit`` bytes), read byte by byte so nothing after it
+    is consumed: its ready line, or the keeper's ping answer."""
     line = b""
     while not line.endswith(b"\n") and len(line) < limit:
         byte = chan.recv(1)
@@ -510,7 +509,7 @@ def open_agent_channel(name: str, transport: paramiko.Transport, ep: Endpoint,
     try:
         chan.settimeout(max(3 * ep.connect_timeout, 30.0))   # a wedged sudo must not hang us
         chan.sendall(password_line + b"%d\n" % len(src) + src)
-        hello = _read_hello(chan)
+        hello = read_line(chan)
         check_hello(name, hello)
         chan.settimeout(None)
         return chan, hello

@@ -207,6 +207,15 @@ def _local_user() -> str:
 Prompt = Callable[..., str]
 
 
+def ssh_config_path(option: Optional[str]) -> Optional[str]:
+    """The ssh_config file to read: ``option``, else ~/.ssh/config when it exists; None for none
+    (not there, or ``none`` given, as with ``ssh -F none``)."""
+    if option is None:
+        default = os.path.expanduser("~/.ssh/config")
+        return default if os.path.isfile(default) else None
+    return None if option.lower() == "none" else option
+
+
 @dataclass
 class SSHOptions:
     """How to reach masters. Explicit values win over ssh_config, like ssh's -l, -p, -i, -J.

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -349,3 +350,21 @@ def sudo_users(ssh_session: SSHSession) -> Iterator[SudoUsers]:
         for name in (users.nopasswd, users.password_user):
             subprocess.run(["userdel", "-r", "-f", name], stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)
+
+
+@pytest.fixture
+def keeper_dir(monkeypatch: Any) -> Iterator[str]:
+    """A private keeper dir for this test, in $CPCTL_KEEPER_DIR (short: a Unix socket path has
+    ~100 bytes); the keeper started in it is stopped afterwards (killed if it does not answer)."""
+    from cpctl.errors import CpctlError
+    from cpctl.remote import keeper
+    directory = tempfile.mkdtemp(prefix="cpk-")
+    monkeypatch.setenv(keeper.ENV_DIR, directory)
+    yield directory
+    try:
+        info = keeper.request("stop", directory)
+        if info and not keeper.wait_gone(directory):
+            os.kill(info["pid"], signal.SIGKILL)
+    except (CpctlError, OSError):
+        pass
+    shutil.rmtree(directory, ignore_errors=True)

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -40,24 +40,6 @@ except SystemExit as exc:
 sys.stderr.write("paramiko imported: %s\\n" % ("paramiko" in sys.modules))
 sys.exit(code)
 """
-
-
-@pytest.fixture
-def keeper_dir(monkeypatch: Any) -> Iterator[str]:
-    """A private keeper dir for this test (short: a Unix socket path has ~100 bytes); the keeper
-    started in it is stopped afterwards (killed if it does not answer)."""
-    directory = tempfile.mkdtemp(prefix="cpk-")
-    monkeypatch.setenv(keeper.ENV_DIR, directory)
-    yield directory
-    try:
-        info = keeper.request("status", directory)
-        if info:
-            keeper.request("stop", directory)
-            if not keeper.wait_gone(directory):
-                os.kill(info["pid"], signal.SIGKILL)
-    except (CpctlError, OSError):
-        pass
-    shutil.rmtree(directory, ignore_errors=True)
 
 
 class Rig:

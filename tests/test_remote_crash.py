@@ -12,12 +12,10 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import signal
 import subprocess
-import tempfile
 import time
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -33,16 +31,6 @@ pytestmark = pytest.mark.timeout(600)
 
 def _pending(node: NodeDirs) -> bool:
     return os.path.exists(node.journal)
-
-
-@pytest.fixture
-def keeper_dir() -> Iterator[str]:
-    directory = tempfile.mkdtemp(prefix="cpk-")
-    yield directory
-    info = keeper.request("stop", directory)
-    if info and not keeper.wait_gone(directory):
-        os.kill(info["pid"], signal.SIGKILL)
-    shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.mark.parametrize("persist", [None, "60s"], ids=["direct", "through-keeper"])

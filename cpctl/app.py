@@ -13,6 +13,7 @@ from cpctl.errors import CpctlError, ExitCode
 from cpctl.host import Host, LocalHost
 from cpctl.node import Node, Outcome
 from cpctl.probes import make_waiter
+from cpctl.state import JOURNAL
 
 DEFAULT_MANIFESTS_DIR = "/etc/kubernetes/manifests"
 DEFAULT_STATE_DIR = "/var/lib/cpctl"
@@ -154,22 +155,24 @@ def _stop_for_restart(node: Node, component: str, reason: str, timeout: float) -
 
 def status(node: Node, components: Optional[list] = None) -> dict:
     """Read-only view; still finishes an interrupted operation when it can take the lock."""
-    if node.state.ensure(create=False) and _journal_pending(node):
-        with node.session("cpctl status"):
-            pass
-    return node.status(components)
+    with node.host.prefetched(node.view_reads()):
+        if node.state.ensure(create=False) and _journal_pending(node):
+            with node.session("cpctl status"):
+                pass
+        return node.status(components)
 
 
 def history(node: Node, component: Optional[str], limit: int) -> list:
     if component:
         manifests.validate_component_name(component)
-    if not node.state.ensure(create=False):
-        return []
-    return node.history(component, limit)
+    with node.host.prefetched(node.state.view_reads() + [("info", {}), node.state.read_call(node.state.history_path)]):
+        if not node.state.ensure(create=False):
+            return []
+        return node.history(component, limit)
 
 
 def _journal_pending(node: Node) -> bool:
     """A journal awaits recovery, or a kill tore the journal's own write (its dot temp is left)."""
-    return any(n == "journal.json" or hostops.is_temp_name(n)
+    return any(n == JOURNAL or hostops.is_temp_name(n)
                for n in node.host.listdir(node.state.path))
 

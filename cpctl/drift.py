@@ -260,11 +260,13 @@ def can_describe(waiter: Waiter) -> bool:
 def check(node: "Node", max_parked: Optional[float] = None, now: Optional[float] = None) -> Report:
     """Look for every kind of drift; read-only (takes no lock, creates nothing)."""
     now = time.time() if now is None else now
-    report = Report(node.node_name, now)
-    _check_permissions(report, node)
-    _check_journal(report, node)
-    scan, parked = node.scan(), node.parked()
-    baseline = read_baseline(node)
+    reads = node.view_reads() + [node.state.read_call(p) for p in (node.state.journal_path, baseline_path(node))]
+    with node.host.prefetched(reads):
+        report = Report(node.node_name, now)
+        _check_permissions(report, node)
+        _check_journal(report, node)
+        scan, parked = node.scan(), node.parked()
+        baseline = read_baseline(node)
     _check_parked(report, parked, now, max_parked)
     _check_strays(report, scan, baseline, parked)
     if baseline is None:
@@ -302,7 +304,7 @@ def _check_journal(report: Report, node: "Node") -> None:
     try:
         entry = node.state.read_journal()
     except CpctlError as exc:
-        report.add(Finding("interrupted", CRITICAL, exc.message, file=node.state.path + "/journal.json"))
+        report.add(Finding("interrupted", CRITICAL, exc.message, file=node.state.journal_path))
         return
     if entry is None:
         return

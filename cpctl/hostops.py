@@ -377,11 +377,31 @@ def info():
             "pid": os.getpid(), "euid": os.geteuid(), "python": sys.version.split()[0]}
 
 
+# Operations that change nothing on the node: the only ones a ``batch`` may carry.
+READ_OPS = ("lstat", "listdir", "scan_dir", "read_file", "info")
+
+
+def batch(requests):
+    """Answer several read-only requests in one round trip, in order, each as ``handle`` would.
+
+    A view (status, check) reads a handful of paths before it decides anything; over SSH each
+    separate read would cost a network round trip, and through the keeper a relay as well.
+    Changes are never batched: each one is a separate, acknowledged step of the protocol.
+    """
+    answers = []
+    for request in requests:
+        if request.get("op") not in READ_OPS:
+            answers.append({"ok": False, "kind": "error", "message": "not batchable: %r" % request.get("op")})
+        else:
+            answers.append(handle(request))
+    return answers
+
+
 OPS = {
     "lstat": lstat, "listdir": listdir, "scan_dir": scan_dir, "read_file": read_file,
     "write_atomic": write_atomic, "move": move, "unlink": unlink, "makedirs": makedirs,
     "chmod": chmod, "append": append, "lock": lock, "unlock": unlock, "run": run, "http": http,
-    "info": info, "fsync_dir": fsync_dir,
+    "info": info, "fsync_dir": fsync_dir, "batch": batch,
 }
 
 # Values of these keys travel base64-encoded over the agent protocol.

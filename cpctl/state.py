@@ -100,15 +100,33 @@ class StateDir:
     def meta_path(self, filename: str) -> str:
         return self._join("meta", filename + ".json")
 
+    def view_reads(self) -> list:
+        """The state dir reads of every view (``ensure``, the journal check, ``parked_files``,
+        ``read_metas``), for ``Host.prefetched``."""
+        return [("lstat", {"path": self.path}), ("lstat", {"path": self.parked_dir}),
+                ("lstat", {"path": self.meta_dir}), ("listdir", {"path": self.path}),
+                ("listdir", {"path": self.parked_dir}),
+                ("scan_dir", {"path": self.meta_dir, "limit": MAX_STATE_FILE})]
+
+    @staticmethod
+    def read_call(path: str) -> tuple:
+        """The host call that reads a state file (``read_json``, ``read_history``), for
+        ``Host.prefetched``."""
+        return ("read_file", {"path": path, "limit": MAX_STATE_FILE})
+
     # --- json records -----------------------------------------------------------------------
     def read_json(self, path: str, repair: str = "inspect it by hand") -> Optional[dict]:
         """A JSON object cpctl wrote, None when absent; unreadable or corrupt is one clear error."""
         try:
-            data = self.host.read_file(path, MAX_STATE_FILE)
+            data = self.host.read_file(**self.read_call(path)[1])
         except FileNotFoundError:
             return None
         except OSError as exc:
             raise CpctlError("cannot read %s: %s" % (path, exc.strerror or exc), ExitCode.ENVIRONMENT) from None
+        return self._parse_json(path, data, repair)
+
+    @staticmethod
+    def _parse_json(path: str, data: bytes, repair: str) -> dict:
         try:
             value = json.loads(data.decode("utf-8"))
         except ValueError:
@@ -119,6 +137,31 @@ class StateDir:
 
     def read_meta(self, filename: str) -> Optional[dict]:
         return self.read_json(self.meta_path(filename))
+
+    def read_metas(self, filenames: list) -> dict:
+        """``read_meta`` for many parked files in one read of the meta dir (one round trip
+        over SSH, however many components are parked): file name -> meta, None when absent."""
+        wanted = {name + ".json": name for name in filenames}
+        found: dict = {name: None for name in filenames}
+        if not wanted:
+            return found
+        try:
+            entries = self.host.scan_dir(self.meta_dir, MAX_STATE_FILE)
+        except FileNotFoundError:
+            return found
+        except OSError as exc:
+            raise CpctlError("cannot read %s: %s" % (self.meta_dir, exc.strerror or exc),
+                             ExitCode.ENVIRONMENT) from None
+        for entry in entries:
+            name = wanted.get(entry["name"])
+            if name is None:
+                continue
+            path = self.meta_path(name)
+            if "data" not in entry:
+                why = entry.get("error") or ("a %s" % entry["kind"] if entry["kind"] != "file" else "too large")
+                raise CpctlError("cannot read %s: %s" % (path, why), ExitCode.ENVIRONMENT)
+            found[name] = self._parse_json(path, entry["data"], "inspect it by hand")
+        return found
 
     def write_meta(self, filename: str, meta: dict) -> None:
         self.host.write_atomic(self.meta_path(filename), _json_bytes(meta))
@@ -133,23 +176,31 @@ class StateDir:
         return [n for n in self.host.listdir(self.parked_dir) if not n.startswith(".")]
 
     # --- journal ----------------------------------------------------------------------------
+    @property
+    def journal_path(self) -> str:
+        return self._join(JOURNAL)
+
     def read_journal(self) -> Optional[dict]:
-        return self.read_json(self._join(JOURNAL))
+        return self.read_json(self.journal_path)
 
     def write_journal(self, entry: dict) -> None:
-        self.host.write_atomic(self._join(JOURNAL), _json_bytes(entry))
+        self.host.write_atomic(self.journal_path, _json_bytes(entry))
 
     def clear_journal(self) -> None:
-        self.host.unlink(self._join(JOURNAL))
+        self.host.unlink(self.journal_path)
 
     # --- history ----------------------------------------------------------------------------
     def append_history(self, record: dict) -> None:
         line = json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n"
-        self.host.append(self._join(HISTORY), line.encode("utf-8"))
+        self.host.append(self.history_path, line.encode("utf-8"))
+
+    @property
+    def history_path(self) -> str:
+        return self._join(HISTORY)
 
     def read_history(self) -> list:
         try:
-            data = self.host.read_file(self._join(HISTORY), MAX_STATE_FILE)
+            data = self.host.read_file(**self.read_call(self.history_path)[1])
         except FileNotFoundError:
             return []
         records = []

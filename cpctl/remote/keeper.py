@@ -44,9 +44,26 @@ from cpctl.errors import CpctlError, ExitCode
 from cpctl.host import AgentHost
 
 ENV_DIR = "CPCTL_KEEPER_DIR"
-# One keeper per cpctl version: after an upgrade the new cpctl starts its own keeper (the old
-# one ends when idle) instead of speaking a protocol the old one may not know.
-SOCKET_NAME = "keeper-%s.sock" % __version__
+
+
+def _build_id() -> str:
+    """A digest of the code a run and its keeper must share: the agent the keeper starts on the
+    masters (hostops) and the keeper protocol. Same version, different code (an editable
+    checkout, a patched install) must not meet an agent that lacks an op the run sends.
+    (A checksum, not a defence: the keeper dir is private and both ends check the peer uid.)"""
+    import binascii
+
+    from cpctl import hostops
+    crc = 0
+    for path in (hostops.__file__, __file__, os.path.join(os.path.dirname(__file__), "keeperd.py")):
+        with open(path, "rb") as handle:
+            crc = binascii.crc32(handle.read(), crc)
+    return "%08x" % crc
+
+
+# One keeper per cpctl build: after an upgrade the new cpctl starts its own keeper (the old one
+# ends when idle) instead of speaking a protocol, or shipping an agent, the old one may not know.
+SOCKET_NAME = "keeper-%s-%s.sock" % (__version__, _build_id())
 LOCK_NAME = "keeper.lock"
 LOG_NAME = "keeper.log"
 START_TIMEOUT = 30.0

@@ -1,0 +1,148 @@
+"""Read-only views ask a remote node for everything they read in one round trip (``batch``),
+and what they see is what they would have seen one read at a time.
+
+The agent runs for real (``SubprocessAgentHost``: the SSH agent protocol over a pipe, without
+SSH); round trips are counted where the run writes a request to it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterator, List
+
+import pytest
+
+from cpctl import app, drift
+from cpctl.errors import CpctlError, ExitCode
+from cpctl.host import LocalHost, SubprocessAgentHost
+from tests.coreutil import NODE, NodeDirs
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class CountingAgent(SubprocessAgentHost):
+    """A real agent that records the op of every request written to it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests: List[str] = []
+
+    def _request(self, op: str, args: dict):  # type: ignore[no-untyped-def]
+        self.requests.append(op)
+        return super()._request(op, args)
+
+
+@pytest.fixture
+def agent() -> Iterator[CountingAgent]:
+    host = CountingAgent()
+    yield host
+    host.close()
+
+
+def _settings(node: NodeDirs) -> app.Settings:
+    return app.Settings(manifests_dir=node.manifests, state_dir=node.state, node_name=NODE, probe="none")
+
+
+def _views(host, node: NodeDirs) -> dict:  # type: ignore[no-untyped-def]
+    """status, check and history of ``node`` through ``host`` (times taken out)."""
+    status = app.status(app.open_node(_settings(node), host=host))
+    report = drift.check(app.open_node(_settings(node), host=host), now=0.0)
+    history = app.history(app.open_node(_settings(node), host=host), None, 0)
+    for row in status["components"]:
+        row.pop("since", None)
+    return {"status": status, "check": report.to_dict(),
+            "history": [{k: v for k, v in r.items() if k != "time"} for r in history]}
+
+
+def _node_with_parked(tmp_path) -> NodeDirs:  # type: ignore[no-untyped-def]
+    node = NodeDirs(str(tmp_path))
+    node.run("stop", "scheduler", "--reason", "one")
+    node.run("stop", "controller-manager", "--reason", "two")
+    return node
+
+
+def test_views_make_one_round_trip_each(agent: CountingAgent, tmp_path) -> None:
+    node = _node_with_parked(tmp_path)
+    app.status(app.open_node(_settings(node), host=agent))
+    assert agent.requests == ["batch"]
+    del agent.requests[:]
+    drift.check(app.open_node(_settings(node), host=agent))
+    assert agent.requests == ["batch"]        # --probe none: no mirror pods asked for
+    del agent.requests[:]
+    app.history(app.open_node(_settings(node), host=agent), "scheduler", 10)
+    assert agent.requests == ["batch"]
+
+
+def test_views_over_the_agent_match_localhost(agent: CountingAgent, tmp_path) -> None:
+    node = _node_with_parked(tmp_path)
+    with open(os.path.join(node.manifests, "kube-apiserver.yaml.bak"), "wb") as handle:
+        handle.write(node.files["kube-apiserver.yaml"])       # a stray: a warning and a finding
+    remote, local = _views(agent, node), _views(LocalHost(), node)
+    assert remote == local
+    parked = {r["component"]: r for r in remote["status"]["components"] if r["state"] == "parked"}
+    assert {parked["kube-scheduler"]["reason"], parked["kube-controller-manager"]["reason"]} == {"one", "two"}
+    assert remote["status"]["warnings"] and len(remote["history"]) == 2
+
+
+def test_a_fresh_node_is_one_round_trip_and_creates_nothing(agent: CountingAgent, tmp_path) -> None:
+    node = NodeDirs(str(tmp_path))
+    status = app.status(app.open_node(_settings(node), host=agent))
+    assert agent.requests == ["batch"]
+    assert len(status["components"]) == 4 and not os.path.exists(node.state)
+
+
+def test_a_change_drops_the_snapshot(agent: CountingAgent, tmp_path) -> None:
+    path = str(tmp_path / "f")
+    with agent.prefetched([("lstat", {"path": path}), ("listdir", {"path": str(tmp_path)})]):
+        assert agent.lstat(path) is None and agent.lstat(path) is None   # the snapshot, twice
+        assert agent.requests == ["batch"]
+        agent.write_atomic(path, b"x")
+        assert agent.lstat(path)["size"] == 1                           # asked again, after the change
+        assert agent.listdir(str(tmp_path)) == ["f"]
+    assert agent.requests == ["batch", "write_atomic", "lstat", "listdir"]
+
+
+def test_the_snapshot_ends_with_its_block(agent: CountingAgent, tmp_path) -> None:
+    path = str(tmp_path / "f")
+    with agent.prefetched([("lstat", {"path": path})]):
+        assert agent.lstat(path) is None
+    with open(path, "wb") as handle:
+        handle.write(b"xy")
+    assert agent.lstat(path)["size"] == 2
+    assert agent.requests == ["batch", "lstat"]
+
+
+def test_a_batch_carries_reads_only(agent: CountingAgent, tmp_path) -> None:
+    path = tmp_path / "keep"
+    path.write_bytes(b"k")
+    answers = agent._request("batch", {"requests": [
+        {"op": "read_file", "args": {"path": str(path), "limit": 10}},
+        {"op": "unlink", "args": {"path": str(path)}},
+        {"op": "lstat", "args": {"path": str(tmp_path / "missing")}},
+        {"op": "read_file", "args": {"path": str(tmp_path / "missing"), "limit": 10}},
+    ]})
+    assert answers[0] == {"ok": True, "result": b"k"}
+    assert not answers[1]["ok"] and "not batchable" in answers[1]["message"]
+    assert answers[2] == {"ok": True, "result": None}
+    assert not answers[3]["ok"] and answers[3]["kind"] == "os"
+    assert path.exists()
+    # a prefetched error is raised as the direct call raises it
+    with agent.prefetched([("read_file", {"path": str(tmp_path / "missing"), "limit": 10})]):
+        with pytest.raises(FileNotFoundError):
+            agent.read_file(str(tmp_path / "missing"), 10)
+
+
+@pytest.mark.parametrize("damage", ["corrupt", "symlink"])
+def test_a_bad_parked_meta_is_one_clear_error(agent: CountingAgent, tmp_path, damage: str) -> None:
+    node = _node_with_parked(tmp_path)
+    meta = os.path.join(node.state, "meta", "kube-scheduler.yaml.json")
+    os.unlink(meta)
+    if damage == "corrupt":
+        with open(meta, "w") as handle:
+            handle.write("{not json")
+    else:
+        os.symlink("/etc/hostname", meta)
+    for host in (agent, LocalHost()):
+        with pytest.raises(CpctlError) as err:
+            app.status(app.open_node(_settings(node), host=host))
+        assert err.value.code == ExitCode.ENVIRONMENT and meta in err.value.message

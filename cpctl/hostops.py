@@ -377,6 +377,20 @@ def info():
             "pid": os.getpid(), "euid": os.geteuid(), "python": sys.version.split()[0]}
 
 
+def reset():
+    """Forget the run this agent served: release its locks, close its HTTP connections.
+
+    The connection keeper sends it when a run hangs up with every request answered, before
+    the same agent serves the next run; the next run then finds the node as after an exit.
+    """
+    for path in list(_HELD_LOCKS):
+        unlock(path)
+    for conn in _CONNECTIONS.values():
+        conn.close()
+    _CONNECTIONS.clear()
+    return {"pid": os.getpid()}
+
+
 # Operations that change nothing on the node: the only ones a ``batch`` may carry.
 READ_OPS = ("lstat", "listdir", "scan_dir", "read_file", "info")
 
@@ -401,7 +415,7 @@ OPS = {
     "lstat": lstat, "listdir": listdir, "scan_dir": scan_dir, "read_file": read_file,
     "write_atomic": write_atomic, "move": move, "unlink": unlink, "makedirs": makedirs,
     "chmod": chmod, "append": append, "lock": lock, "unlock": unlock, "run": run, "http": http,
-    "info": info, "fsync_dir": fsync_dir, "batch": batch,
+    "info": info, "fsync_dir": fsync_dir, "batch": batch, "reset": reset,
 }
 
 # Values of these keys travel base64-encoded over the agent protocol.

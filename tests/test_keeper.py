@@ -1,8 +1,9 @@
 """Issue #4, persistent connections (``--persist``): the keeper holds SSH connections between runs.
 
 Real sshd on 127.0.0.1, the real CLI as a subprocess, a real keeper process. What must hold:
-a later run reuses the connection (sshd sees no new login) and imports no paramiko; every run
-still has agents of its own (the node lock still excludes, a killed run frees it); a changed
+a later run reuses the connection (sshd sees no new login) and imports no paramiko; an agent
+serves one run at a time and is handed on only when its run left it idle, reset (the node lock
+still excludes, a killed run frees it); a changed
 known_hosts is re-checked; the keeper dir must be private; the keeper ends by itself, on
 ``keeper stop``, and a keeper killed hard is replaced.
 """
@@ -131,12 +132,68 @@ def test_each_run_has_its_own_agent_and_the_lock_still_excludes(sshd: SSHServer,
         first.lock(lock, 0, "first run")
         with pytest.raises(LockBusy):
             second.lock(lock, 0, "second run")
-        first.close()                               # the agent exits: its lock goes with it
+        first.close()                               # the run is over: its lock goes with it
         second.lock(lock, 10, "second run")
     finally:
         first.close()
         second.close()
     assert keeper.request("status")["connections"][0]["connects"] == 1
+
+
+def _agent_after(sshd: SSHServer, options: Any, lock: str) -> tuple:
+    """(agent pid, whether ``lock`` is free at once) as the next run sees them."""
+    host = keeper.attach(sshd.target(), options)
+    try:
+        try:
+            host.lock(lock, 0, "next run")
+            free = True
+        except LockBusy:
+            free = False
+        return host.info()["pid"], free
+    finally:
+        host.close()
+
+
+def test_an_idle_agent_is_reset_and_serves_the_next_run(sshd: SSHServer, keeper_dir: str, tmp_path: Any) -> None:
+    """A run that hung up with every request answered leaves its agent to the next run, with
+    nothing of its own left: its lock is free at once, as after an exit."""
+    options = sshd.options(persist=60.0)
+    lock = str(tmp_path / "lock")
+    run = keeper.attach(sshd.target(), options)
+    pid = run.info()["pid"]
+    run.lock(lock, 0, "first run")
+    run.close()                                         # no unlock: the run just ends
+    wait_until(lambda: keeper.request("status")["connections"][0]["agent_ready"], 10, "the agent back")
+    assert _agent_after(sshd, options, lock) == (pid, True)
+    wait_until(lambda: keeper.request("status")["connections"][0]["agent_ready"], 10, "the agent back")
+    conn = keeper.request("status")["connections"][0]
+    assert (conn["connects"], conn["sessions"]) == (1, 2)
+
+
+@pytest.mark.parametrize("left", ["mid-request", "cut-line"])
+def test_a_run_gone_mid_request_takes_its_agent_along(sshd: SSHServer, keeper_dir: str, tmp_path: Any,
+                                                        left: str) -> None:
+    """The run hangs up while its agent is busy (or with half a request sent): that agent is
+    never handed on; it finishes, reads EOF, exits, and its lock is released then."""
+    options = sshd.options(persist=60.0)
+    lock = str(tmp_path / "lock")
+    run = keeper.attach(sshd.target(), options)
+    pid = run.info()["pid"]
+    run.lock(lock, 0, "first run")
+    if left == "mid-request":
+        run._writer.write(b'{"op": "run", "args": {"argv": ["sleep", "2"], "timeout": 10}}\n')
+    else:
+        run._writer.write(b'{"op": "info", "args"')
+    run._writer.flush()
+    run.close()
+    next_pid, free = _agent_after(sshd, options, lock)
+    assert next_pid != pid
+    assert free is (left == "cut-line")             # the busy one holds the lock until its sleep ends
+    host = keeper.attach(sshd.target(), options)
+    try:
+        host.lock(lock, 10, "later run")
+    finally:
+        host.close()
 
 
 KILLED_RUN = """import sys, time

@@ -9,10 +9,11 @@ ControlMaster + ControlPersist, for cpctl's agents.
 
 What stays true through the keeper:
 
-* every run gets agents of its own (one per master, never shared), so the node lock still
-  excludes two runs, and a run that dies (even by SIGKILL) closes its socket: the keeper closes
-  the channel, the agent reads EOF, exits and releases the lock, exactly as when an SSH
-  connection drops;
+* an agent serves one run at a time (never two at once), so the node lock still excludes two
+  runs. When a run hangs up, even killed, the keeper knows from the lines it relayed whether
+  every request was answered: then it resets the agent (locks released, as on exit) and keeps
+  it for the next run; else it closes the channel and the agent finishes, reads EOF, exits
+  and releases the lock, exactly as when an SSH connection drops;
 * host keys: the keeper connects with the run's options and checks host keys as a direct run
   does; when ssh_config, a known_hosts file or an identity file changes, the next run gets a new
   connection checked against the new files;

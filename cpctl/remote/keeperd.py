@@ -4,8 +4,9 @@ Started by ``keeper.connect`` and never by hand. It binds ``DIR/keeper-VERSION.s
 stdout and detaches (the starting run need not reap it). For every distinct (target, options) it
 keeps one SSH connection (``Slot``) and, between runs, one agent already running on the master.
 A run's ``attach`` takes that agent (or starts one), and the keeper relays bytes between the run's
-socket and the agent's channel until either side hangs up; then it closes the channel (the agent
-exits, releasing its locks) and starts the next agent for the next run. It exits PERSIST seconds
+socket and the agent's channel until either side hangs up. An agent the run left idle is reset
+and kept for the next run (no process start or exit on the master per run); any other is closed
+(it exits, releasing its locks) and replaced off the runs' critical path. It exits PERSIST seconds
 after the last run ended, on ``stop``, on SIGTERM, or when its socket is removed.
 """
 
@@ -15,6 +16,7 @@ import datetime
 import hashlib
 import json
 import os
+import selectors
 import signal
 import socket
 import sys
@@ -57,18 +59,23 @@ def _closed(chan: Any) -> bool:
     return chan.closed or chan.exit_status_ready() or chan.eof_received
 
 
-def _alive(chan: Any) -> bool:
-    """Is the idle agent still there and answering? (A master may have rebooted meanwhile.)"""
+def _ask(chan: Any, op: str) -> bool:
+    """Send the idle agent ``op`` (no arguments); True when it answers ok within PING_TIMEOUT."""
     if _closed(chan):
         return False
     try:
         chan.settimeout(PING_TIMEOUT)
-        chan.sendall(b'{"op": "info", "args": {}}\n')
+        chan.sendall(b'{"op": "%s", "args": {}}\n' % op.encode("ascii"))
         answer = _ssh().read_line(chan, 4096)
         chan.settimeout(None)
         return answer.startswith(b'{"ok": true') and answer.endswith(b"\n")
     except (OSError, EOFError):
         return False
+
+
+def _alive(chan: Any) -> bool:
+    """Is the idle agent still there and answering? (A master may have rebooted meanwhile.)"""
+    return _ask(chan, "info")
 
 
 class Slot:
@@ -167,6 +174,21 @@ class Slot:
         finally:
             self.lock.release()
 
+    def give_back(self, chan: Any, hello: bytes) -> bool:
+        """Keep the agent a run left idle (every request answered) for the next run, once it has
+        forgotten that run (``reset``: its locks released, as if it had exited). False, and the
+        channel closed, when it cannot serve again: it fails the reset, its connection was
+        replaced meanwhile, or another agent already waits."""
+        if _ask(chan, "reset"):
+            with self.lock:
+                if (self.idle is None and self._connected()
+                        and chan.get_transport() is self.clients[-1].get_transport()):
+                    self.idle = (chan, hello)
+                    self.verified_at = time.monotonic()
+                    return True
+        chan.close()
+        return False
+
     def replenish(self) -> None:
         """Start the next run's agent now, off that run's critical path."""
         with self.lock:
@@ -190,33 +212,106 @@ class Slot:
             self._drop()
 
 
-def _pump(read: Callable[[int], bytes], write: Callable[[bytes], Any]) -> None:
-    """Copy until EOF or a broken end (either is the end of the session)."""
-    try:
-        while True:
-            data = read(1 << 16)
+class RunSocket:
+    """A run's Unix socket, read a line at a time for the keeper's own messages (attach, prompt
+    answers); what the run sent beyond them is handed to the relay (``rest``)."""
+
+    MAX_LINE = 1 << 20
+
+    def __init__(self, conn: socket.socket) -> None:
+        self.conn = conn
+        self._buffer = b""
+
+    def readline(self) -> bytes:
+        while b"\n" not in self._buffer:
+            if len(self._buffer) > self.MAX_LINE:
+                raise ValueError("message longer than %d bytes" % self.MAX_LINE)
+            data = self.conn.recv(1 << 16)
             if not data:
-                return
-            write(data)
-    except (OSError, EOFError):
-        return
+                line, self._buffer = self._buffer, b""
+                return line
+            self._buffer += data
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line + b"\n"
+
+    def write(self, data: bytes) -> None:
+        self.conn.sendall(data)
+
+    def flush(self) -> None:
+        """Nothing to flush: ``write`` sends at once."""
+
+    def rest(self) -> bytes:
+        data, self._buffer = self._buffer, b""
+        return data
 
 
-def relay(reader: Any, conn: socket.socket, chan: Any) -> None:
-    """Copy bytes both ways until either side hangs up; then close the channel (the agent exits)."""
+class _Traffic:
+    """Requests relayed to the agent and answers relayed back, counted in lines (one answer line
+    per request line): equal counts, with no request cut short, mean the agent is idle."""
 
-    def down() -> None:
-        _pump(chan.recv, conn.sendall)
+    def __init__(self) -> None:
+        self.requests = self.answers = 0
+        self.cut = False
+
+    def up(self, data: bytes) -> None:
+        self.requests += data.count(b"\n")
+        self.cut = not data.endswith(b"\n")
+
+    def down(self, data: bytes) -> None:
+        self.answers += data.count(b"\n")
+
+    def idle(self) -> bool:
+        return self.requests == self.answers and not self.cut
+
+
+def relay(run: RunSocket, chan: Any) -> bool:
+    """Copy bytes both ways, in this one thread, until either side hangs up.
+
+    True when the run hung up with every request answered: the agent waits for its next
+    request and may serve another run (``Slot.give_back``). Otherwise the channel is closed:
+    the agent reads EOF, finishes what it was doing, exits and releases its locks.
+    """
+    traffic = _Traffic()
+    with selectors.DefaultSelector() as selector:
+        selector.register(run.conn, selectors.EVENT_READ, "run")
+        selector.register(chan, selectors.EVENT_READ, "agent")
         try:
-            conn.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+            pending = run.rest()
+            if pending:
+                traffic.up(pending)
+                chan.sendall(pending)
+            while True:
+                for key, _ in selector.select():
+                    if key.data == "run":
+                        data = _recv(run.conn.recv)
+                        if not data:
+                            return _run_left(traffic, chan)
+                        traffic.up(data)
+                        chan.sendall(data)
+                    else:
+                        data = _recv(chan.recv)
+                        if not data:
+                            chan.close()
+                            return False
+                        traffic.down(data)
+                        run.conn.sendall(data)
+        except (OSError, EOFError):
+            # The run's socket broke while answers were relayed to it, or the channel did.
+            return _run_left(traffic, chan)
 
-    thread = threading.Thread(target=down, daemon=True)
-    thread.start()
-    _pump(reader.read1, chan.sendall)
+
+def _recv(read: Callable[[int], bytes]) -> bytes:
+    try:
+        return read(1 << 16)
+    except (OSError, EOFError):
+        return b""
+
+
+def _run_left(traffic: _Traffic, chan: Any) -> bool:
+    if traffic.idle() and not _closed(chan):
+        return True
     chan.close()
-    thread.join(5)
+    return False
 
 
 class Keeper:
@@ -292,19 +387,19 @@ class Keeper:
             uid = keeper.peer_uid(conn)
             if uid is not None and uid != os.geteuid():
                 return
-            with conn.makefile("rb") as reader, conn.makefile("wb") as writer:
-                request = keeper.read_message(reader) or {}
-                op = request.get("op")
-                if op == "attach":
-                    self._attach(conn, reader, writer, request)
-                elif op == "status":
-                    keeper.send_message(writer, {"ok": True, "keeper": self.describe()})
-                elif op == "stop":
-                    keeper.send_message(writer, {"ok": True, "keeper": self.describe()})
-                    self.stopping.set()
-                else:
-                    keeper.send_message(writer, {"error": keeper.error_to_wire(
-                        CpctlError("unknown request %r" % op, ExitCode.INTERNAL))})
+            run = RunSocket(conn)
+            request = keeper.read_message(run) or {}
+            op = request.get("op")
+            if op == "attach":
+                self._attach(run, request)
+            elif op == "status":
+                keeper.send_message(run, {"ok": True, "keeper": self.describe()})
+            elif op == "stop":
+                keeper.send_message(run, {"ok": True, "keeper": self.describe()})
+                self.stopping.set()
+            else:
+                keeper.send_message(run, {"error": keeper.error_to_wire(
+                    CpctlError("unknown request %r" % op, ExitCode.INTERNAL))})
         except (OSError, ValueError, KeyError, TypeError) as exc:
             log("request failed: %s: %s" % (type(exc).__name__, exc))
         finally:
@@ -319,47 +414,46 @@ class Keeper:
                 self.slots[key] = Slot(target, wired, self.keyring)
             return self.slots[key]
 
-    def _attach(self, conn: socket.socket, reader: Any, writer: Any, request: dict) -> None:
+    def _attach(self, run: RunSocket, request: dict) -> None:
         persist = float(request.get("persist") or self.persist)
         with self.lock:
             self.active += 1
-        slot = None
+        slot, kept = None, False
         try:
             slot = self._slot(request)
             try:
-                chan, hello = slot.take(self._prompter(reader, writer))
+                chan, hello = slot.take(self._prompter(run))
             except CpctlError as exc:
-                keeper.send_message(writer, {"error": keeper.error_to_wire(exc)})
+                keeper.send_message(run, {"error": keeper.error_to_wire(exc)})
                 return
             except Exception as exc:  # noqa: BLE001 (paramiko and socket errors: the host is unreachable)
                 unreachable = CpctlError("%s: unreachable: %s" % (slot.target, str(exc) or type(exc).__name__),
                                          ExitCode.UNREACHABLE)
-                keeper.send_message(writer, {"error": keeper.error_to_wire(unreachable)})
+                keeper.send_message(run, {"error": keeper.error_to_wire(unreachable)})
                 return
             try:
-                keeper.send_message(writer, {"ok": True})
-                writer.write(hello)
-                writer.flush()
+                keeper.send_message(run, {"ok": True})
+                run.write(hello)
             except OSError:
                 chan.close()            # the run went away while we connected: its agent goes too
                 raise
-            relay(reader, conn, chan)
+            kept = relay(run, chan) and slot.give_back(chan, hello)
         finally:
             with self.lock:
                 self.active -= 1
                 self.last_detach = time.monotonic()
                 self.deadline = max(self.deadline, self.last_detach + persist)
-                if slot is not None and slot not in self.spares_wanted:
+                if slot is not None and not kept and slot not in self.spares_wanted:
                     self.spares_wanted.append(slot)
                 self.quiet.notify_all()
 
     @staticmethod
-    def _prompter(reader: Any, writer: Any) -> Callable[..., str]:
+    def _prompter(run: RunSocket) -> Callable[..., str]:
         """A prompt that asks the attaching run (the keeper has no terminal)."""
 
         def prompt(text: str, secret: bool = True) -> str:
-            keeper.send_message(writer, {"prompt": text, "secret": secret})
-            answer = keeper.read_message(reader) or {}
+            keeper.send_message(run, {"prompt": text, "secret": secret})
+            answer = keeper.read_message(run) or {}
             if "abort" in answer:
                 raise keeper.error_from_wire(answer["abort"])
             return answer.get("answer") or ""

@@ -1,5 +1,6 @@
-"""Read-only views ask a remote node for everything they read in one round trip (``batch``),
-and what they see is what they would have seen one read at a time.
+"""The agent protocol beyond single ops: read-only views ask a remote node for everything they
+read in one round trip (``batch``), and see what they would have seen one read at a time;
+``reset`` makes an agent forget the run it served.
 
 The agent runs for real (``SubprocessAgentHost``: the SSH agent protocol over a pipe, without
 SSH); round trips are counted where the run writes a request to it.
@@ -8,7 +9,9 @@ SSH); round trips are counted where the run writes a request to it.
 from __future__ import annotations
 
 import os
-from typing import Iterator, List
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Iterator, List
 
 import pytest
 
@@ -146,3 +149,51 @@ def test_a_bad_parked_meta_is_one_clear_error(agent: CountingAgent, tmp_path, da
         with pytest.raises(CpctlError) as err:
             app.status(app.open_node(_settings(node), host=host))
         assert err.value.code == ExitCode.ENVIRONMENT and meta in err.value.message
+
+
+def test_reset_forgets_the_run(agent: CountingAgent, tmp_path) -> None:
+    """After ``reset`` (the keeper's, between two runs) the node lock is free for others, the
+    agent's HTTP connections are gone, and the agent serves on."""
+    import fcntl
+    lock = str(tmp_path / "lock")
+    agent.lock(lock, 0, "first run")
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert agent._request("reset", {})["pid"] == agent.info()["pid"]
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)          # released
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+    agent.lock(lock, 0, "next run")                            # taken again, not "already held"
+    (answer,) = agent._request("batch", {"requests": [{"op": "reset", "args": {}}]})
+    assert not answer["ok"] and "not batchable" in answer["message"]
+
+
+class _Peer(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"                               # keep-alive
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server API)
+        body = str(self.client_address[1]).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_reset_closes_the_runs_http_connections(agent: CountingAgent) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Peer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = "http://127.0.0.1:%d/" % server.server_port
+    try:
+        first, again = (agent.http("GET", url)["body"] for _ in range(2))
+        assert first == again                                  # one kept-alive connection
+        agent._request("reset", {})
+        assert agent.http("GET", url)["body"] != first         # a new one after the reset
+    finally:
+        server.shutdown()
+        server.server_close()

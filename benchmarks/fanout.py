@@ -119,7 +119,8 @@ def tools(fleet: Fleet, count: int, work: str) -> list:
     keeper_env = dict(base_env, CPCTL_KEEPER_DIR=os.path.join(work, "keeper"))
     persist = cpctl + ["--persist", "60s", "status"]
     # warm first: in every round it follows the previous round's last tool, so the keeper has had
-    # the time to start its spare agents, as between two commands typed by hand
+    # the time to take back (reset) the agents of the cold --persist run, as between two commands
+    # typed by hand
     out = [Tool(PERSISTED, persist, keeper_env, "warm"),
            Tool("cpctl status", cpctl + ["status"], base_env),
            Tool(PERSISTED, persist, keeper_env, "cold", before=lambda: _stop_keeper(keeper_env))]
@@ -274,12 +275,13 @@ def run(runs: int = 5) -> str:
             "remote command) competes with the client's: real fan-out over a network is latency-bound "
             "and parallelises better than here.\n"
             "* cpctl runs `--probe none status`: SSH connect + host key check + the stdlib agent "
-            "(`python3 -c`, ~20-40 ms of remote CPU per host) reading and parsing both dirs; the others "
-            "run `ls` only. Everything is cold unless marked warm: a fresh process, new SSH connections.\n"
+            "(`python3 -c`, ~20-40 ms of remote CPU per host to start) reading both dirs in one round "
+            "trip, then cpctl parses the manifests; the others run `ls` only. Everything is cold unless "
+            "marked warm: a fresh process, new SSH connections.\n"
             "* `cpctl --persist 60s`: *cold* starts a new keeper (`cpctl keeper stop` before the run), which "
-            "connects; *warm* finds the keeper of the previous run, its connections and one agent already "
-            "started on each master (the keeper starts it once no run has been attached for 0.3 s), so a "
-            "warm run costs Python start-up, one Unix socket per host and the agent's requests.\n"
+            "connects; *warm* finds the keeper of the previous run, its connections and, on each master, "
+            "the agent that run left idle (reset, not restarted), so a warm run costs Python start-up, "
+            "one Unix socket per host and one round trip to each agent.\n"
             "* Ansible uses ControlPersist=60s by default: its *cold* runs start with an empty control dir "
             "(and close the masters afterwards), its *warm* runs reuse master connections opened by the "
             "previous run (no TCP/SSH handshake, only new sessions on the old connections). Tuned = "

@@ -1,6 +1,6 @@
 """The connection keeper (``python -m cpctl.remote.keeperd DIR PERSIST``): see :mod:`cpctl.remote.keeper`.
 
-Started by ``keeper.connect`` and never by hand. It binds ``DIR/keeper-VERSION.sock``, says "ready" on
+Started by ``keeper.connect`` and never by hand. It binds ``DIR/keeper-VERSION-BUILD.sock``, says "ready" on
 stdout and detaches (the starting run need not reap it). For every distinct (target, options) it
 keeps one SSH connection (``Slot``) and, between runs, one agent already running on the master.
 A run's ``attach`` takes that agent (or starts one), and the keeper relays bytes between the run's
@@ -179,6 +179,8 @@ class Slot:
         forgotten that run (``reset``: its locks released, as if it had exited). False, and the
         channel closed, when it cannot serve again: it fails the reset, its connection was
         replaced meanwhile, or another agent already waits."""
+        while chan.recv_stderr_ready():       # nobody reads an agent's stderr: do not let it fill the window
+            chan.recv_stderr(1 << 16)
         if _ask(chan, "reset"):
             with self.lock:
                 if (self.idle is None and self._connected()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import threading
 from contextlib import contextmanager
@@ -236,6 +235,7 @@ class SubprocessAgentHost(AgentHost):
 
     def __init__(self, argv_prefix: Optional[list] = None) -> None:
         argv = list(argv_prefix or []) + agent_bootstrap(sys.executable)
+        import subprocess  # not at module level: remote runs import this module, and never need it
         self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       env=dict(os.environ))
         src = agent_source()
@@ -245,6 +245,7 @@ class SubprocessAgentHost(AgentHost):
         super().__init__("agent:%d" % self._proc.pid, self._proc.stdout, self._proc.stdin)
 
     def close(self) -> None:
+        import subprocess
         if self._proc.poll() is None:
             assert self._proc.stdin is not None
             self._proc.stdin.close()

@@ -34,9 +34,7 @@ import os
 import socket
 import stat
 import struct
-import subprocess
 import sys
-import tempfile
 import time
 from typing import IO, Any, Optional
 
@@ -81,6 +79,7 @@ def keeper_dir() -> str:
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     if runtime and os.path.isdir(runtime):
         return os.path.join(runtime, "cpctl")
+    import tempfile  # only here: it costs a warm run ~7 ms of imports (random, shutil)
     return os.path.join(tempfile.gettempdir(), "cpctl-%d" % os.geteuid())
 
 
@@ -189,6 +188,7 @@ def connect(persist: float, directory: Optional[str] = None) -> socket.socket:
 
 def _start(directory: str, persist: float) -> None:
     """Start the keeper and wait until its socket listens (it says "ready", then detaches)."""
+    import subprocess  # only when a keeper is started, not on every run through one
     log_path = os.path.join(directory, LOG_NAME)
     log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:

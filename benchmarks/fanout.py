@@ -10,7 +10,7 @@ per run (as a user would run it) and does the same job on every host:
   checks, so only the SSH/agent path is measured;
 * Ansible ad-hoc ``ansible all -m command -a "ls {{ manifests_dir }}"`` with the same inventory:
   *stock* (forks 5, no pipelining, default ControlPersist=60s, interpreter discovery) and
-  *tuned* (forks 20, pipelining, ControlPersist=60s, interpreter given). ControlPersist makes
+  *tuned* (forks 20, pipelining, ControlPersist=300s, interpreter given). ControlPersist makes
   the next run reuse live master connections: *cold* runs get a fresh control dir (masters
   closed after the run), *warm* runs reuse masters left by a previous run;
 * parallel-ssh (``ParallelSSHClient.run_command``), Fabric (``ThreadingGroup.run``), and plain
@@ -21,6 +21,7 @@ per run (as a user would run it) and does the same job on every host:
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shutil
 import subprocess
@@ -106,6 +107,20 @@ def _stop_keeper(env: dict) -> None:
                    check=True)
 
 
+def _keeper_ready(env: dict, count: int, timeout: float = 20.0) -> None:
+    """Wait (untimed) until the keeper has an agent ready for each of ``count`` hosts, as it has
+    between two commands typed by hand."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        proc = subprocess.run([sys.executable, "-m", "cpctl", "-o", "json", "keeper", "status"], env=env,
+                              capture_output=True, timeout=30, check=True)
+        conns = json.loads(proc.stdout).get("connections", [])
+        if sum(1 for c in conns if c["agent_ready"]) >= count:
+            return
+        time.sleep(0.05)
+    raise RuntimeError("the keeper did not get %d agents ready within %gs" % (count, timeout))
+
+
 def tools(fleet: Fleet, count: int, work: str) -> list:
     py = sys.executable
     inventory = os.path.join(work, "inventory-%d.yaml" % count)
@@ -118,12 +133,10 @@ def tools(fleet: Fleet, count: int, work: str) -> list:
              fleet.known_hosts, "--forks", "20", "--probe", "none", "-o", "json"]
     keeper_env = dict(base_env, CPCTL_KEEPER_DIR=os.path.join(work, "keeper"))
     persist = cpctl + ["--persist", "60s", "status"]
-    # warm first: in every round it follows the previous round's last tool, so the keeper has had
-    # the time to take back (reset) the agents of the cold --persist run, as between two commands
-    # typed by hand
-    out = [Tool(PERSISTED, persist, keeper_env, "warm"),
-           Tool("cpctl status", cpctl + ["status"], base_env),
-           Tool(PERSISTED, persist, keeper_env, "cold", before=lambda: _stop_keeper(keeper_env))]
+    # cold --persist starts a new keeper; the warm run then finds its connections and agents
+    out = [Tool(PERSISTED, persist, keeper_env, "cold", before=lambda: _stop_keeper(keeper_env)),
+           Tool(PERSISTED, persist, keeper_env, "warm", before=lambda: _keeper_ready(keeper_env, count)),
+           Tool("cpctl status", cpctl + ["status"], base_env)]
 
     ansible_cfg = os.path.join(work, "ansible.cfg")
     if not os.path.exists(ansible_cfg):
@@ -133,8 +146,9 @@ def tools(fleet: Fleet, count: int, work: str) -> list:
     common = dict(base_env, ANSIBLE_CONFIG=ansible_cfg, ANSIBLE_SSH_COMMON_ARGS="-F %s" % fleet.ssh_config,
                   ANSIBLE_LOCAL_TEMP=os.path.join(work, "ansible-local"), ANSIBLE_NOCOLOR="1",
                   ANSIBLE_HOST_KEY_CHECKING="True")
+    # ControlPersist outlives a whole round (all tools, all host counts), so warm stays warm
     tuned = dict(common, ANSIBLE_FORKS="20", ANSIBLE_PIPELINING="True",
-                 ANSIBLE_SSH_ARGS="-C -o ControlMaster=auto -o ControlPersist=60s",
+                 ANSIBLE_SSH_ARGS="-C -o ControlMaster=auto -o ControlPersist=300s",
                  ANSIBLE_PYTHON_INTERPRETER="/usr/bin/python3")
     cold_dir = os.path.join(work, "cp-cold")
     warm_dir = os.path.join(work, "cp-warm-%d" % count)
@@ -185,23 +199,27 @@ def available(tool: Tool) -> bool:
 
 
 def measure(fleet: Fleet, work: str, runs: int) -> tuple:
+    """Every round runs every tool at every host count: a machine whose speed drifts (a VM's
+    steal time does) then shifts the 1-host and 20-host cells alike, not the ratio between them."""
     results: dict = {}
     skipped: list = []
+    chosen: dict = {}
     for count in COUNTS:
-        candidates = tools(fleet, count, work)
-        chosen = []
-        for tool in candidates:
+        chosen[count] = []
+        for tool in tools(fleet, count, work):
             if available(tool):
-                chosen.append(tool)
+                chosen[count].append(tool)
             elif tool.name not in skipped:
                 skipped.append(tool.name)
-        for tool in chosen:                       # warm-up and output check; leaves warm masters
+        for tool in chosen[count]:                # warm-up and output check; leaves warm masters
             _once(tool, count, check=True)
-        for _ in range(runs):
-            for tool in chosen:
+    for _ in range(runs):
+        for count in COUNTS:
+            for tool in chosen[count]:
                 results.setdefault((tool.name, tool.state), {}).setdefault(count, []).append(
                     _once(tool, count, check=False))
-        for tool in chosen:
+    for count in COUNTS:
+        for tool in chosen[count]:
             if tool.state == "warm" and tool.name.startswith("ansible"):
                 _close_masters(tool.env["ANSIBLE_SSH_CONTROL_PATH_DIR"])
             elif tool.state == "warm":
@@ -265,7 +283,8 @@ def run(runs: int = 5) -> str:
                                                    "met" if at1 >= 3 else "MISSED"))
     plot_note = _plot(medians)
     body = ("Machine: %s. Load average before: %s, after: %s. Median of %d runs per cell (after one "
-            "warm-up run that also checks each host's listing); tools interleaved run by run.\n\n%s\n\n"
+            "warm-up run that also checks each host's listing); every round runs every tool at every host "
+            "count, so a drift in the machine's speed moves all cells of a round alike.\n\n%s\n\n"
             "%s.\n\nFixed costs in every cold cpctl run: Python start-up %.0f ms, `import paramiko` %.0f ms "
             "(`python3 -c 'import paramiko'`; paid once per run, whatever the host count; a run through the "
             "keeper does not import paramiko at all).\n\n"
@@ -279,11 +298,13 @@ def run(runs: int = 5) -> str:
             "trip, then cpctl parses the manifests; the others run `ls` only. Everything is cold unless "
             "marked warm: a fresh process, new SSH connections.\n"
             "* `cpctl --persist 60s`: *cold* starts a new keeper (`cpctl keeper stop` before the run), which "
-            "connects; *warm* finds the keeper of the previous run, its connections and, on each master, "
-            "the agent that run left idle (reset, not restarted), so a warm run costs Python start-up, "
-            "one Unix socket per host and one round trip to each agent.\n"
-            "* Ansible uses ControlPersist=60s by default: its *cold* runs start with an empty control dir "
-            "(and close the masters afterwards), its *warm* runs reuse master connections opened by the "
+            "connects; *warm* runs next (once the keeper has its agents back, untimed) and finds that "
+            "keeper, its connections and, on each master, the agent the cold run left idle (reset, not "
+            "restarted), so a warm run costs Python start-up, one Unix socket per host and one round "
+            "trip to each agent.\n"
+            "* Ansible uses ControlPersist (60 s by default; 300 s when tuned, to outlive a round): its "
+            "*cold* runs start with an empty control dir (and close the masters afterwards), its *warm* "
+            "runs reuse master connections opened by the "
             "previous run (no TCP/SSH handshake, only new sessions on the old connections). Tuned = "
             "forks 20, pipelining, interpreter set (no discovery); stock = forks 5, no pipelining, "
             "interpreter discovery.\n"

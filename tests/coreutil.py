@@ -9,7 +9,10 @@ import os
 import stat
 import subprocess
 import sys
-from typing import Optional
+import threading
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Iterator, Optional
 
 import pytest
 import yaml
@@ -264,3 +267,32 @@ def write_json(path: str, value: dict) -> None:
     with open(path, "w") as handle:
         json.dump(value, handle, indent=2, sort_keys=True)
     os.chmod(path, 0o600)
+
+
+class _Echo(BaseHTTPRequestHandler):
+    """GET answers ``ok <path>``, with the client's port in ``X-Peer-Port`` (keep-alive on)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server API)
+        body = b"ok " + self.path.encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("X-Peer-Port", str(self.client_address[1]))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@contextmanager
+def echo_server() -> Iterator[str]:
+    """A local HTTP server for the agent's ``http`` op; yields its base URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield "http://127.0.0.1:%d" % server.server_port
+    finally:
+        server.shutdown()
+        server.server_close()

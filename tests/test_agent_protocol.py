@@ -9,16 +9,14 @@ SSH); round trips are counted where the run writes a request to it.
 from __future__ import annotations
 
 import os
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterator, List
+from typing import Iterator, List
 
 import pytest
 
 from cpctl import app, drift
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host import LocalHost, SubprocessAgentHost
-from tests.coreutil import NODE, NodeDirs
+from tests.coreutil import NODE, NodeDirs, echo_server
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -171,29 +169,9 @@ def test_reset_forgets_the_run(agent: CountingAgent, tmp_path) -> None:
     assert not answer["ok"] and "not batchable" in answer["message"]
 
 
-class _Peer(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"                               # keep-alive
-
-    def do_GET(self) -> None:  # noqa: N802 (http.server API)
-        body = str(self.client_address[1]).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 def test_reset_closes_the_runs_http_connections(agent: CountingAgent) -> None:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Peer)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = "http://127.0.0.1:%d/" % server.server_port
-    try:
-        first, again = (agent.http("GET", url)["body"] for _ in range(2))
+    with echo_server() as url:
+        first, again = (agent.http("GET", url)["headers"]["X-Peer-Port"] for _ in range(2))
         assert first == again                                  # one kept-alive connection
         agent._request("reset", {})
-        assert agent.http("GET", url)["body"] != first         # a new one after the reset
-    finally:
-        server.shutdown()
-        server.server_close()
+        assert agent.http("GET", url)["headers"]["X-Peer-Port"] != first   # a new one after the reset

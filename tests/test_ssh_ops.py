@@ -11,12 +11,12 @@ import sys
 import tempfile
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any, Iterator
 
 import pytest
 
 from cpctl.host import Host, LocalHost, LockBusy
+from tests.coreutil import echo_server
 from tests.sshfixture import *  # noqa: F403
 from tests.sshfixture import SSHServer
 
@@ -109,30 +109,12 @@ def test_python_option_is_not_a_shell(sshd: SSHServer, tmp_path) -> None:
     assert not marker.exists()
 
 
-class _Hello(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 (http.server API)
-        body = b"ok " + self.path.encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 def test_http_from_the_node(remote: Host) -> None:
-    server = HTTPServer(("127.0.0.1", 0), _Hello)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        res = remote.http("GET", "http://127.0.0.1:%d/healthz?verbose" % server.server_port)
+    with echo_server() as url:
+        res = remote.http("GET", url + "/healthz?verbose")
         assert (res["status"], res["body"]) == (200, b"ok /healthz?verbose")
         with pytest.raises(OSError):
             remote.http("GET", "http://127.0.0.1:%d/" % free_port("127.0.0.1"), timeout=2)  # noqa: F405
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_info_is_the_remote_agent(remote: Host) -> None:

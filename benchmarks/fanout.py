@@ -236,7 +236,7 @@ def _floor(argv: list, runs: int) -> float:
     return median(samples)
 
 
-def run(runs: int = 5) -> str:
+def run(runs: int = 7) -> str:
     try:
         require()
     except FleetError as exc:

@@ -3,16 +3,20 @@ subprocess, directory snapshots and the crash-safety invariants checked on the f
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import os
+import select
 import stat
+import struct
 import subprocess
 import sys
 import threading
+import time
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import pytest
 import yaml
@@ -296,3 +300,44 @@ def echo_server() -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+class ArrivalWatch:
+    """Tells the instant a file of one name is renamed or created in a directory (raw inotify).
+
+    The crash tests kill cpctl between its journal write and its manifest move, a window of
+    well under a millisecond when fsync is cheap; polling the file system (0.2 ms sleeps, then
+    the GIL) lands after it on a fast machine. inotify wakes the test within microseconds.
+    """
+
+    _IN_CREATE, _IN_MOVED_TO = 0x100, 0x80
+    _HEADER = struct.Struct("iIII")    # wd, mask, cookie, len: struct inotify_event
+
+    def __init__(self, directory: str, name: str) -> None:
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        self.name = name.encode()
+        self.fd = self._libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        if self.fd < 0:
+            raise OSError(ctypes.get_errno(), "inotify_init1")
+        if self._libc.inotify_add_watch(self.fd, directory.encode(), self._IN_CREATE | self._IN_MOVED_TO) < 0:
+            os.close(self.fd)
+            raise OSError(ctypes.get_errno(), "inotify_add_watch", directory)
+
+    def wait(self, timeout: float, give_up: Callable[[], bool]) -> bool:
+        """True once ``name`` arrived; False after ``timeout`` or when ``give_up()`` says so."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not give_up():
+            if not select.select([self.fd], [], [], 0.02)[0]:
+                continue
+            data = os.read(self.fd, 65536)
+            offset = 0
+            while offset < len(data):
+                _wd, _mask, _cookie, length = self._HEADER.unpack_from(data, offset)
+                offset += self._HEADER.size
+                if data[offset:offset + length].rstrip(b"\0") == self.name:
+                    return True
+                offset += length
+        return False
+
+    def close(self) -> None:
+        os.close(self.fd)

@@ -245,6 +245,74 @@ def test_changed_known_hosts_is_checked_again(rig: Rig, tmp_path: Any) -> None:
     assert accepted(rig.sshd) == logins + 2          # a new connection, checked against the new file
 
 
+def _age(*paths: str, seconds: float = 3600) -> None:
+    """Back-date mtimes: files the keeper may trust by their stat (older than keeperd.RACY)."""
+    when = time.time() - seconds
+    for path in paths:
+        os.utime(path, (when, when))
+
+
+def test_changed_ssh_config_is_read_again(rig: Rig, tmp_path: Any) -> None:
+    """The keeper trusts an old ssh_config by its stat, so it must see every change through it:
+    a file added to an Include dir, and a same-size rewrite of the main file."""
+    included = tmp_path / "conf.d"
+    included.mkdir()
+    config = str(tmp_path / "ssh_config")
+    with open(rig.sshd.ssh_config) as handle:
+        text = "# cpctl test config, revision 1\nInclude %s/*.conf\n" % included + handle.read()
+    with open(config, "w") as handle:
+        handle.write(text)
+    _age(config, str(included))
+    cli = Cli(config, rig.sshd.known_hosts, rig.env)
+    logins = accepted(rig.sshd)
+    for _ in range(2):
+        cli.json("--persist", "60s", "-H", "master", "status")
+    assert accepted(rig.sshd) == logins + 1              # the second run reused the connection
+
+    with open(included / "extra.conf", "w") as handle:
+        handle.write("Host nothing-here\n  Port 2222\n")
+    _age(str(included / "extra.conf"), seconds=1800)
+    _age(str(included), seconds=1800)
+    cli.json("--persist", "60s", "-H", "master", "status")
+    cli.json("--persist", "60s", "-H", "master", "status")
+    assert accepted(rig.sshd) == logins + 2              # one new connection, then reused
+
+    with open(config, "w") as handle:                    # same size, in place: only mtime tells
+        handle.write(text.replace("revision 1", "revision 2"))
+    _age(config, seconds=900)
+    cli.json("--persist", "60s", "-H", "master", "status")
+    assert accepted(rig.sshd) == logins + 3
+
+
+def test_config_digest_is_cached_only_when_a_stat_can_vouch_for_it(tmp_path: Any,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from cpctl.remote import keeperd
+    reads: list = []
+    real = keeperd.read_config_text
+    monkeypatch.setattr(keeperd, "read_config_text", lambda *a, **kw: reads.append(a[0]) or real(*a, **kw))
+    config = tmp_path / "config"
+    config.write_text("Host a\n  Port 1\n")
+    digests = keeperd.ConfigDigests()
+    first = digests.digest(str(config))
+    assert digests.digest(str(config)) == first and len(reads) == 2     # just written: read each time
+    _age(str(config))
+    assert digests.digest(str(config)) == first and len(reads) == 3
+    assert digests.digest(str(config)) == first and len(reads) == 3     # old enough: trusted by its stat
+    config.write_text("Host a\n  Port 2\n")
+    _age(str(config), seconds=60)
+    assert digests.digest(str(config)) not in (first, "?") and len(reads) == 4
+    config.unlink()
+    assert digests.digest(str(config)) == "?"
+    wild = tmp_path / "wild"
+    (tmp_path / "d1").mkdir()
+    wild.write_text("Include %s/*/x.conf\n" % tmp_path)
+    _age(str(wild), str(tmp_path / "d1"), str(tmp_path))
+    before = len(reads)
+    digests.digest(str(wild))
+    digests.digest(str(wild))
+    assert len(reads) == before + 2                      # a wildcard dir cannot be watched by stat
+
+
 @pytest.mark.parametrize("problem", ["mode", "symlink", "owner"])
 def test_keeper_dir_must_be_private(rig: Rig, tmp_path: Any, problem: str) -> None:
     bad = tempfile.mkdtemp(prefix="cpk-bad-")

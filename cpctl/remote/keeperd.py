@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.remote import keeper
 from cpctl.remote.fleet import FAST_SWITCH
-from cpctl.remote.sshconfig import SSHOptions, read_config_text, ssh_config_path
+from cpctl.remote.sshconfig import SSHOptions, read_config_text, remember_login_name, ssh_config_path
 
 ACCEPT_POLL = 0.5
 PING_TIMEOUT = 5.0
@@ -565,6 +565,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     os.dup2(devnull, 1)                   # stderr stays the log file
     os.close(devnull)
     sys.setswitchinterval(FAST_SWITCH)    # many threads hand bytes to each other: switch fast
+    remember_login_name()                 # still one thread
     server = Keeper(listener, directory, persist)
     signal.signal(signal.SIGTERM, lambda *_: server.stopping.set())
     signal.signal(signal.SIGHUP, signal.SIG_IGN)

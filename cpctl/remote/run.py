@@ -35,6 +35,8 @@ class RemoteOptions:
     def pool(self) -> ConnectionPool:
         """One SSH connection per host for the whole run, shared by preflight and action."""
         if self._pool is None:
+            from cpctl.remote.sshconfig import remember_login_name
+            remember_login_name()           # before any connecting thread starts
             self._pool = ConnectionPool(self.ssh_options)
         return self._pool
 

@@ -215,14 +215,49 @@ def agent_source() -> bytes:
         return handle.read()
 
 
-def agent_bootstrap(python: str = "python3") -> list:
-    """argv that starts an agent reading its own source first, then requests, from stdin.
+_PAYLOAD: list = []
 
-    The first stdin line is the length of the source; the source follows. Nothing is written
-    to the node's disk.
+
+def agent_payload() -> bytes:
+    """What a new agent reads first on stdin: ``"SRC_LEN CODE_LEN MAGIC\n"``, the source, then
+    the same program compiled (marshal), which it runs instead of compiling the source when
+    its Python's bytecode magic number is ours. Compiling hostops costs ~5.5 ms of the
+    master's CPU per agent start, about a quarter of it; ~30 KB more on the wire is cheaper.
+    Built once per process, from hostops' own .pyc when that is current."""
+    if not _PAYLOAD:
+        import marshal
+        from importlib.util import MAGIC_NUMBER
+        src = agent_source()
+        code = _current_pyc_code() or marshal.dumps(compile(src, "cpctl-agent", "exec"))
+        _PAYLOAD.append(b"%d %d %s\n" % (len(src), len(code), MAGIC_NUMBER.hex().encode("ascii")) + src + code)
+    return _PAYLOAD[0]
+
+
+def _current_pyc_code() -> Optional[bytes]:
+    """hostops' compiled code from its timestamp-checked .pyc, when it matches the source now."""
+    from importlib.util import MAGIC_NUMBER, cache_from_source
+    try:
+        with open(cache_from_source(hostops.__file__, optimization=""), "rb") as handle:
+            data = handle.read()
+        info = os.stat(hostops.__file__)
+    except (OSError, NotImplementedError):
+        return None
+    header = (MAGIC_NUMBER + (0).to_bytes(4, "little") + (int(info.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little")
+              + (info.st_size & 0xFFFFFFFF).to_bytes(4, "little"))
+    return data[16:] if len(data) > 16 and data[:16] == header else None
+
+
+def agent_bootstrap(python: str = "python3") -> list:
+    """argv that starts an agent reading its program first, then requests, from stdin.
+
+    The first stdin line gives the lengths of the source and of the compiled code, and the
+    client's bytecode magic number (see ``agent_payload``): a master whose Python differs
+    compiles the source. Nothing is written to the node's disk.
     """
-    loader = ("import sys;n=int(sys.stdin.buffer.readline());src=sys.stdin.buffer.read(n);"
-              "g={'__name__':'cpctl_agent'};exec(compile(src,'cpctl-agent','exec'),g);"
+    loader = ("import sys;r=sys.stdin.buffer;h=r.readline().split();s=r.read(int(h[0]));c=r.read(int(h[1]));"
+              "m=getattr(sys.modules.get('_frozen_importlib_external'),'MAGIC_NUMBER',b'').hex().encode();"
+              "co=__import__('marshal').loads(c) if h[2:]==[m] else compile(s,'cpctl-agent','exec');"
+              "g={'__name__':'cpctl_agent'};exec(co,g);"
               "g['agent_main']();sys.stdout.flush();import os;os._exit(0)")
     # -S: the agent is standard-library only, so skip site (and any .pth hooks) on the master.
     # os._exit once served (locks released, answers flushed): interpreter teardown is CPU the
@@ -238,9 +273,8 @@ class SubprocessAgentHost(AgentHost):
         import subprocess  # not at module level: remote runs import this module, and never need it
         self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       env=dict(os.environ))
-        src = agent_source()
         assert self._proc.stdin is not None and self._proc.stdout is not None
-        self._proc.stdin.write(b"%d\n" % len(src) + src)
+        self._proc.stdin.write(agent_payload())
         self._proc.stdin.flush()
         super().__init__("agent:%d" % self._proc.pid, self._proc.stdout, self._proc.stdin)
 

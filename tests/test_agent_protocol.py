@@ -8,12 +8,18 @@ SSH); round trips are counted where the run writes a request to it.
 
 from __future__ import annotations
 
+import importlib.util
+import marshal
 import os
+import py_compile
+import subprocess
+import sys
 from typing import Iterator, List
 
 import pytest
 
-from cpctl import app, drift
+from cpctl import app, drift, hostops
+from cpctl import host as host_module
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host import LocalHost, SubprocessAgentHost
 from tests.coreutil import NODE, NodeDirs, echo_server
@@ -175,3 +181,49 @@ def test_reset_closes_the_runs_http_connections(agent: CountingAgent) -> None:
         assert first == again                                  # one kept-alive connection
         agent._request("reset", {})
         assert agent.http("GET", url)["headers"]["X-Peer-Port"] != first   # a new one after the reset
+
+
+# --- the agent's program: compiled once by the client, compiled by the master on a mismatch ---
+
+def _start_agent(payload: bytes) -> bytes:
+    """Start a bare agent (``python3 -S -c loader``) with ``payload`` then one ``info`` request."""
+    proc = subprocess.run(host_module.agent_bootstrap(sys.executable),
+                          input=payload + b'{"op": "info", "args": {}}\n', capture_output=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_agent_runs_the_shipped_code_when_its_python_matches() -> None:
+    payload = host_module.agent_payload()
+    header, _, rest = payload.partition(b"\n")
+    src_len, code_len, magic = header.split()
+    assert magic == importlib.util.MAGIC_NUMBER.hex().encode()
+    assert rest[:int(src_len)] == host_module.agent_source() and len(rest) == int(src_len) + int(code_len)
+    # The code is what the master would have compiled: garbage in its place must break the agent.
+    broken = header + b"\n" + rest[:int(src_len)] + b"\0" * int(code_len)
+    out = subprocess.run(host_module.agent_bootstrap(sys.executable), input=broken, capture_output=True,
+                         timeout=30)
+    assert out.returncode != 0 and b'"ready"' not in out.stdout
+    lines = _start_agent(payload).splitlines()
+    assert lines[0].startswith(b'{"ready"') and lines[1].startswith(b'{"ok": true')
+
+
+def test_agent_compiles_the_source_when_its_python_differs() -> None:
+    src = host_module.agent_source()
+    junk = b"not marshal data"
+    payload = b"%d %d %s\n" % (len(src), len(junk), b"00000000") + src + junk
+    lines = _start_agent(payload).splitlines()
+    assert lines[0].startswith(b'{"ready"') and lines[1].startswith(b'{"ok": true')
+
+
+def test_current_pyc_is_shipped_and_a_stale_one_is_not(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    copy = tmp_path / "hostops.py"
+    copy.write_bytes(host_module.agent_source())
+    monkeypatch.setattr(hostops, "__file__", str(copy))
+    assert host_module._current_pyc_code() is None                 # no .pyc yet
+    py_compile.compile(str(copy), invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)
+    code = marshal.loads(host_module._current_pyc_code())
+    assert code.co_code == compile(copy.read_bytes(), "cpctl-agent", "exec").co_code
+    stat = copy.stat()
+    os.utime(copy, ns=(stat.st_atime_ns, stat.st_mtime_ns + 5 * 10**9))   # the source changed since
+    assert host_module._current_pyc_code() is None

@@ -37,7 +37,7 @@ finally:
         del sys.modules["invoke"]
 
 from cpctl.errors import CpctlError, ExitCode  # noqa: E402  (after the paramiko import above)
-from cpctl.host import AgentHost, agent_bootstrap, agent_source, check_hello  # noqa: E402
+from cpctl.host import AgentHost, agent_bootstrap, agent_payload, check_hello  # noqa: E402
 from cpctl.remote.sshconfig import (  # noqa: E402
     DEFAULT_IDENTITIES,
     DEFAULT_PORT,
@@ -535,15 +535,14 @@ def read_line(chan: paramiko.Channel, limit: int = 512) -> bytes:
 
 def open_agent_channel(name: str, transport: paramiko.Transport, ep: Endpoint,
                        options: SSHOptions) -> tuple:
-    """Exec the agent on a new channel of ``transport``, send (password line and) its source and
+    """Exec the agent on a new channel of ``transport``, send (password line and) its program and
     wait for its ready line: (channel, ready line). The connection keeper uses it directly."""
     argv, password_line = _agent_argv(transport, name, ep, options)
     chan = transport.open_session(timeout=ep.connect_timeout)
     chan.exec_command(shlex.join(argv))
-    src = agent_source()
     try:
         chan.settimeout(max(3 * ep.connect_timeout, 30.0))   # a wedged sudo must not hang us
-        chan.sendall(password_line + b"%d\n" % len(src) + src)
+        chan.sendall(password_line + agent_payload())
         hello = read_line(chan)
         check_hello(name, hello)
         chan.settimeout(None)

@@ -523,7 +523,7 @@ def _agent_failure(name: str, ep: Endpoint, options: SSHOptions, stderr: str) ->
 
 def read_line(chan: paramiko.Channel, limit: int = 512) -> bytes:
     """One line from the agent (at most ``limit`` bytes), read byte by byte so nothing after it
-    is consumed: its ready line, or the keeper's ping answer."""
+    is consumed: its ready line."""
     line = b""
     while not line.endswith(b"\n") and len(line) < limit:
         byte = chan.recv(1)

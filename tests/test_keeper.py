@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any
+from typing import Any, Optional
 
 import pytest
 
@@ -442,3 +442,82 @@ def test_a_dead_kept_connection_is_replaced(rig: Rig) -> None:
     assert doc["recap"]["master"]["ok"] == 1 and len(_rows(doc)) == 4
     conn = rig.keeper_status()["connections"][0]
     assert (conn["connects"], conn["connected"]) == (2, True)
+
+
+# --- a keeper at the end of its persist time ------------------------------------------------
+
+def test_a_request_accepted_at_the_deadline_is_answered(keeper_dir: str) -> None:
+    """The keeper does not exit with an accepted connection unanswered (a run attaching right
+    at the end of the persist time would be hung up on)."""
+    sock = keeper.connect(0.5, keeper_dir)       # starts a keeper that persists 0.5 s
+    with sock, sock.makefile("rb") as reader, sock.makefile("wb") as writer:
+        time.sleep(2.0)                          # well past its deadline, this request pending
+        keeper.send_message(writer, {"op": "status"})
+        answer = keeper.read_message(reader)
+    assert answer is not None and answer["ok"], answer
+    assert keeper.wait_gone(keeper_dir, timeout=10)   # and it still ends once idle
+
+
+class _ExitingKeeper:
+    """A socket where a keeper would listen that hangs up on its first ``hang_ups`` connections
+    without a word (what an exiting keeper does), then answers like a keeper (or is gone)."""
+
+    def __init__(self, directory: str, hang_ups: int, answer: Optional[bytes]) -> None:
+        import socket
+        import threading
+        keeper.ensure_private_dir(directory)
+        self.path = os.path.join(directory, keeper.SOCKET_NAME)
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(self.path)
+        self.listener.listen(8)
+        self.hang_ups, self.answer, self.served = hang_ups, answer, []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            line = conn.makefile("rb").readline()
+            if self.hang_ups > 0:
+                self.hang_ups -= 1
+                conn.close()
+                if self.hang_ups == 0 and self.answer is None:   # the old keeper is gone now
+                    self.close()
+                continue
+            self.served.append(json.loads(line))
+            conn.sendall(self.answer or b"")
+            self.conns = getattr(self, "conns", []) + [conn]       # held open, like a relay
+
+    def close(self) -> None:
+        self.listener.close()
+        if os.path.exists(self.path):
+            os.unlink(self.path)
+
+
+def test_status_asks_again_when_an_exiting_keeper_hangs_up(keeper_dir: str) -> None:
+    gone = _ExitingKeeper(keeper_dir, hang_ups=1, answer=None)
+    assert keeper.request("status", keeper_dir) is None              # it was exiting: none runs
+    gone.close()
+    answering = _ExitingKeeper(keeper_dir, hang_ups=1, answer=b'{"ok": true, "keeper": {"pid": 7}}\n')
+    assert keeper.request("status", keeper_dir) == {"pid": 7}
+    answering.close()
+    broken = _ExitingKeeper(keeper_dir, hang_ups=2, answer=b"")
+    with pytest.raises(CpctlError, match="did not answer 'status'"):
+        keeper.request("status", keeper_dir)
+    broken.close()
+
+
+def test_attach_asks_again_when_an_exiting_keeper_hangs_up(keeper_dir: str) -> None:
+    from cpctl.remote.sshconfig import SSHOptions
+    fake = _ExitingKeeper(keeper_dir, hang_ups=1, answer=b'{"ok": true}\n{"ready": 1}\n')
+    host = keeper.attach("master", SSHOptions(persist=60.0))
+    assert fake.served and fake.served[0]["op"] == "attach" and fake.served[0]["target"] == "master"
+    host.close()
+    fake.close()
+    twice = _ExitingKeeper(keeper_dir, hang_ups=2, answer=b'{"ok": true}\n{"ready": 1}\n')
+    with pytest.raises(CpctlError, match="the connection keeper hung up") as caught:
+        keeper.attach("master", SSHOptions(persist=60.0))
+    assert caught.value.code == ExitCode.UNREACHABLE
+    twice.close()

@@ -218,13 +218,20 @@ def request(op: str, directory: Optional[str] = None) -> Optional[dict]:
     if not os.path.isdir(directory):
         return None
     ensure_private_dir(directory)
-    try:
-        sock = dial(directory)
-    except (FileNotFoundError, ConnectionRefusedError):
-        return None
-    with sock, sock.makefile("rb") as reader, sock.makefile("wb") as writer:
-        send_message(writer, {"op": op})
-        answer = read_message(reader)
+    answer = None
+    for _ in range(2):          # unanswered once: that keeper was exiting, ask whoever listens now
+        try:
+            sock = dial(directory)
+        except (FileNotFoundError, ConnectionRefusedError):
+            return None
+        with sock, sock.makefile("rb") as reader, sock.makefile("wb") as writer:
+            try:
+                send_message(writer, {"op": op})
+                answer = read_message(reader)
+            except (BrokenPipeError, ConnectionResetError):
+                answer = None
+        if answer is not None:
+            break
     if answer is None or not answer.get("ok"):
         raise CpctlError("the connection keeper did not answer %r" % op, ExitCode.ENVIRONMENT)
     return answer.get("keeper", {})
@@ -260,18 +267,42 @@ class KeeperHost(AgentHost):
         self._sock.close()
 
 
+class _Unanswered(Exception):
+    """The keeper closed a connection without a word: it was exiting (idle past its persist
+    time) when this request reached it. Asked again, a new keeper answers."""
+
+
 def attach(target: str, options: Any) -> KeeperHost:
     """An agent on ``target`` from the keeper (started if needed), as a Host of this run."""
+    try:
+        return _attach_once(target, options)
+    except _Unanswered:
+        pass
+    try:
+        return _attach_once(target, options)
+    except _Unanswered:
+        raise CpctlError("%s: the connection keeper hung up (see %s)" % (
+            target, os.path.join(keeper_dir(), LOG_NAME)), ExitCode.UNREACHABLE) from None
+
+
+def _attach_once(target: str, options: Any) -> KeeperHost:
     sock = connect(options.persist)
     reader, writer = sock.makefile("rb"), sock.makefile("wb")
+    answered = False
     try:
-        send_message(writer, {"op": "attach", "target": target, "options": wire_options(options),
-                              "persist": options.persist})
+        try:
+            send_message(writer, {"op": "attach", "target": target, "options": wire_options(options),
+                                  "persist": options.persist})
+        except (BrokenPipeError, ConnectionResetError):
+            raise _Unanswered() from None
         while True:
             message = read_message(reader)
             if message is None:
+                if not answered:
+                    raise _Unanswered()
                 raise CpctlError("%s: the connection keeper hung up (see %s)" % (
                     target, os.path.join(keeper_dir(), LOG_NAME)), ExitCode.UNREACHABLE)
+            answered = True
             if "prompt" in message:
                 send_message(writer, _answer(options, message))
             elif message.get("ok"):

@@ -373,7 +373,8 @@ class Keeper:
         self.inode = os.stat(self.path).st_ino
         self.slots: Dict[str, Slot] = {}
         self.lock = threading.Lock()
-        self.active = 0
+        self.active = 0                  # runs attached (relaying)
+        self.in_flight = 0               # accepted connections not yet handled to the end
         self.deadline = time.monotonic() + persist
         self.started = time.time()
         self.stopping = threading.Event()
@@ -393,6 +394,8 @@ class Keeper:
                 continue
             except OSError:
                 break
+            with self.lock:
+                self.in_flight += 1   # counted before the loop looks at the deadline again
             threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
         self.shutdown()
 
@@ -425,8 +428,10 @@ class Keeper:
                 next_verify = time.monotonic() + VERIFY_EVERY
 
     def _expired(self) -> bool:
+        """Idle past the deadline, and no request accepted but not yet answered (exiting then
+        would drop it: a run asking for its agents at that moment would be hung up on)."""
         with self.lock:
-            return self.active == 0 and time.monotonic() > self.deadline
+            return self.active == 0 and self.in_flight == 0 and time.monotonic() > self.deadline
 
     def _socket_gone(self) -> bool:
         try:
@@ -456,6 +461,8 @@ class Keeper:
             log("request failed: %s: %s" % (type(exc).__name__, exc))
         finally:
             conn.close()
+            with self.lock:
+                self.in_flight -= 1
 
     def _slot(self, request: dict) -> Slot:
         target, wired = str(request["target"]), dict(request["options"])

@@ -97,6 +97,21 @@ class ConfigDigests:
 CONFIG_DIGESTS = ConfigDigests()
 
 
+def close_channel(chan: Any) -> None:
+    """Close an agent's channel that a selector has watched, without killing its connection.
+
+    ``chan.fileno()`` gives the channel an OS pipe that its buffers set and clear as data
+    arrives. ``Channel.close()`` closes that pipe under the channel's lock, but the transport
+    thread feeds the buffers under theirs: data arriving as a killed run's channel is closed
+    then writes to a closed (or reused) descriptor, the transport thread dies with "Bad file
+    descriptor", and every agent on that SSH connection with it. Swapping the buffers' events
+    for plain ones first (under the buffers' own locks) leaves nothing that can touch the pipe.
+    """
+    for buffer in (chan.in_buffer, chan.in_stderr_buffer):
+        buffer.set_event(threading.Event())
+    chan.close()
+
+
 def _closed(chan: Any) -> bool:
     """The agent's channel ended (seen without a round trip)."""
     return chan.closed or chan.exit_status_ready() or chan.eof_received
@@ -165,7 +180,7 @@ class Slot:
 
     def _drop(self) -> None:
         if self.idle is not None:
-            self.idle[0].close()
+            close_channel(self.idle[0])
             self.idle = None
         for client in reversed(self.clients):
             client.close()
@@ -188,13 +203,16 @@ class Slot:
             self.options.prompt = prompt
             try:
                 if not self._connected() or self._files_mark() != self.mark:
+                    if self.clients:
+                        log("%s: connecting again (%s)" % (self.target, "connection lost" if not self._connected()
+                                                           else "ssh_config, known_hosts or a key changed"))
                     self._connect()
                 idle, self.idle = self.idle, None
                 if idle is not None and self._still_alive(idle[0]):
                     agent = idle
                 else:
                     if idle is not None:
-                        idle[0].close()
+                        close_channel(idle[0])
                     agent = self._new_agent()
                 self.sessions += 1
                 return agent
@@ -238,7 +256,7 @@ class Slot:
                     self.idle = (chan, hello)
                     self.verified_at = time.monotonic()
                     return True
-        chan.close()
+        close_channel(chan)
         return False
 
     def replenish(self) -> None:
@@ -343,7 +361,7 @@ def relay(run: RunSocket, chan: Any) -> bool:
                     else:
                         data = _recv(chan.recv)
                         if not data:
-                            chan.close()
+                            close_channel(chan)
                             return False
                         traffic.down(data)
                         run.conn.sendall(data)
@@ -362,7 +380,7 @@ def _recv(read: Callable[[int], bytes]) -> bytes:
 def _run_left(traffic: _Traffic, chan: Any) -> bool:
     if traffic.idle() and not _closed(chan):
         return True
-    chan.close()
+    close_channel(chan)
     return False
 
 
@@ -494,7 +512,7 @@ class Keeper:
                 keeper.send_message(run, {"ok": True})
                 run.write(hello)
             except OSError:
-                chan.close()            # the run went away while we connected: its agent goes too
+                close_channel(chan)            # the run went away while we connected: its agent goes too
                 raise
             kept = relay(run, chan) and slot.give_back(chan, hello)
         finally:

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Optional, Tuple
 
 from benchmarks.harness import load_average, machine_info, median, table, write_section
 from benchmarks.sshd import Fleet, FleetError, require, start_fleet
@@ -86,6 +87,12 @@ class Tool:
     def __init__(self, name: str, argv, env, state: str = "cold", before=None, after=None) -> None:
         self.name, self.argv, self.env, self.state = name, argv, env, state
         self.before, self.after = before, after
+
+    @property
+    def servers_counted(self) -> bool:
+        """Whether the servers' CPU of one run can be measured: every connection it opened ends
+        with it (a keeper's or a warm ControlPersist master's outlives the run)."""
+        return self.state == "cold" and self.name != PERSISTED
 
 
 def _bin(name: str) -> str:
@@ -170,14 +177,20 @@ def tools(fleet: Fleet, count: int, work: str) -> list:
     return out
 
 
-def _once(tool: Tool, count: int, check: bool) -> float:
+def _once(tool: Tool, count: int, check: bool, fleet: Optional[Fleet] = None) -> Tuple[float, Optional[float]]:
+    """One run: its wall time, and with ``fleet`` the CPU its servers used (None when not countable)."""
     if tool.before:
         tool.before()
+    counted = fleet is not None and tool.servers_counted
+    if counted:
+        held = fleet.connections()
+        cpu_before = fleet.server_cpu(held)
     start = time.perf_counter()
     proc = subprocess.run(tool.argv, env=tool.env, stdin=subprocess.DEVNULL, capture_output=True, timeout=300)
     elapsed = time.perf_counter() - start
     if tool.after:
         tool.after()
+    server_cpu = fleet.server_cpu(held) - cpu_before if counted else None
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout)[-600:].decode(errors="replace")
         raise RuntimeError("%s (%d hosts) failed (%d): %s" % (tool.name, count, proc.returncode, tail))
@@ -186,7 +199,7 @@ def _once(tool: Tool, count: int, check: bool) -> float:
         if seen < count:
             raise RuntimeError("%s (%d hosts): listed kube-scheduler.yaml %d times: %s" % (
                 tool.name, count, seen, proc.stdout[-600:].decode(errors="replace")))
-    return elapsed
+    return elapsed, server_cpu
 
 
 def available(tool: Tool) -> bool:
@@ -202,6 +215,7 @@ def measure(fleet: Fleet, work: str, runs: int) -> tuple:
     """Every round runs every tool at every host count: a machine whose speed drifts (a VM's
     steal time does) then shifts the 1-host and 20-host cells alike, not the ratio between them."""
     results: dict = {}
+    server: dict = {}
     skipped: list = []
     chosen: dict = {}
     for count in COUNTS:
@@ -216,15 +230,17 @@ def measure(fleet: Fleet, work: str, runs: int) -> tuple:
     for _ in range(runs):
         for count in COUNTS:
             for tool in chosen[count]:
-                results.setdefault((tool.name, tool.state), {}).setdefault(count, []).append(
-                    _once(tool, count, check=False))
+                elapsed, server_cpu = _once(tool, count, check=False, fleet=fleet)
+                results.setdefault((tool.name, tool.state), {}).setdefault(count, []).append(elapsed)
+                if server_cpu is not None:
+                    server.setdefault(tool.name, {}).setdefault(count, []).append(server_cpu)
     for count in COUNTS:
         for tool in chosen[count]:
             if tool.state == "warm" and tool.name.startswith("ansible"):
                 _close_masters(tool.env["ANSIBLE_SSH_CONTROL_PATH_DIR"])
             elif tool.state == "warm":
                 _stop_keeper(tool.env)
-    return results, skipped
+    return results, server, skipped
 
 
 def _floor(argv: list, runs: int) -> float:
@@ -246,7 +262,7 @@ def run(runs: int = 7) -> str:
     fleet = None
     try:
         fleet = start_fleet(os.path.join(work, "fleet"), max(COUNTS))
-        results, skipped = measure(fleet, work, runs)
+        results, server, skipped = measure(fleet, work, runs)
         floors = {"python3 -c pass": _floor([sys.executable, "-c", "pass"], 7),
                   "python3 -c 'import paramiko'": _floor([sys.executable, "-c", "import paramiko"], 7)}
     finally:
@@ -281,13 +297,14 @@ def run(runs: int = 7) -> str:
                             "(target ≥ 3×: %s)" % (ansible[1], ours[0], ours[1], at20, COUNTS[-1],
                                                    "met" if at20 >= 6 else "MISSED", at1,
                                                    "met" if at1 >= 3 else "MISSED"))
+    server_note = _server_cpu_note(server, medians)
     plot_note = _plot(medians)
     body = ("Machine: %s. Load average before: %s, after: %s. Median of %d runs per cell (after one "
             "warm-up run that also checks each host's listing); every round runs every tool at every host "
             "count, so a drift in the machine's speed moves all cells of a round alike.\n\n%s\n\n"
             "%s.\n\nFixed costs in every cold cpctl run: Python start-up %.0f ms, `import paramiko` %.0f ms "
             "(`python3 -c 'import paramiko'`; paid once per run, whatever the host count; a run through the "
-            "keeper does not import paramiko at all).\n\n"
+            "keeper does not import paramiko at all).\n\n%s\n\n"
             "Notes:\n\n"
             "* Hosts: %d sshd (OpenSSH, one per loopback address, own ed25519 host key, key-only root "
             "login) on this same 2-core machine, so the servers' CPU (key exchange, session set-up, the "
@@ -313,11 +330,43 @@ def run(runs: int = 7) -> str:
             "* parallel-ssh and Fabric run as `python3 -c <script>` in a fresh process, so their import "
             "time counts like cpctl's.%s\n\n%s\n"
             % (machine_info(), load_before, load_after, runs, table(headers, rows), "; ".join(verdicts),
-               floors["python3 -c pass"] * 1000, floors["python3 -c 'import paramiko'"] * 1000, max(COUNTS),
+               floors["python3 -c pass"] * 1000, floors["python3 -c 'import paramiko'"] * 1000, server_note,
+               max(COUNTS),
                ("\n* Not installed, skipped: %s (use `bash benchmarks/run.sh`)." % ", ".join(skipped))
                if skipped else "", plot_note))
     write_section("5. Fan-out over SSH", body)
     return body
+
+
+def _server_cpu_note(server: dict, medians: dict) -> str:
+    """The servers' CPU per run (all sshd and what they ran, summed), and what it implies for the
+    cold scaling target on this machine, where the servers share the client's cores."""
+    if not server:
+        return ""
+    cores = len(os.sched_getaffinity(0))
+    rows = []
+    for name, per in server.items():
+        cells = ["%.0f ms" % (1000 * median(per[n])) if n in per else "—" for n in COUNTS]
+        top = COUNTS[-1]
+        rows.append([name] + cells + ["%.0f ms" % (1000 * median(per[top]) / top) if top in per else "—"])
+    headers = ["tool (cold)"] + ["%d host%s" % (n, "" if n == 1 else "s") for n in COUNTS] + [
+        "per host @%d" % COUNTS[-1]]
+    text = ("Servers' CPU per run (every sshd and what it ran: key exchange, auth, session, the remote "
+            "command), summed over the %d servers, median per cell; from the sshd listeners' own and reaped "
+            "children's CPU (`/proc/PID/stat`):\n\n%s" % (max(COUNTS), table(headers, rows)))
+    ours = server.get("cpctl status", {})
+    wall = medians.get(("cpctl status", "cold"), {})
+    if COUNTS[-1] in ours and COUNTS[0] in wall:
+        floor = median(ours[COUNTS[-1]]) / cores
+        budget = 1.5 * wall[COUNTS[0]]
+        text += ("\n\nCold scaling on this machine: at %d hosts the servers alone need %.2f s of CPU, so "
+                 "at least %.2f s of wall time on its %d cores, before any client work; 1.5 × the 1-host "
+                 "run is %.2f s: %s" % (
+                     COUNTS[-1], median(ours[COUNTS[-1]]), floor, cores, budget,
+                     "no client can meet the cold target here (over a network each master does its "
+                     "own handshake)." if floor > budget else
+                     "that leaves %.2f s for the client." % (budget - floor)))
+    return text
 
 
 def _plot(medians: dict) -> str:

@@ -104,6 +104,26 @@ class Fleet:
         from $SSH_CONNECTION picks the dir, so tools without per-host commands can run it too)."""
         return 'set -- $SSH_CONNECTION; ls %s/hosts/"$3"/manifests' % self.base
 
+    def connections(self) -> frozenset:
+        """The pids of the listeners' children: one per SSH connection being served."""
+        return frozenset(pid for proc in self.procs for pid in _children(proc.pid))
+
+    def server_cpu(self, held: frozenset = frozenset(), settle: float = 5.0) -> float:
+        """CPU seconds the sshd listeners have used so far, with every connection they served and
+        what those ran (sshd, the shell, the agent or ``ls``): the kernel adds a child's CPU to
+        its parent's ``cutime``/``cstime`` when the parent reaps it, connection by connection up
+        to the listener. So it first waits (up to ``settle`` s) until every connection but the
+        ``held`` ones (a keeper's, a ControlPersist master's, open before a run) has ended."""
+        deadline = time.monotonic() + settle
+        while not self.connections() <= held and time.monotonic() < deadline:
+            time.sleep(0.02)
+        ticks = 0
+        for proc in self.procs:
+            with open("/proc/%d/stat" % proc.pid) as handle:
+                fields = handle.read().rpartition(")")[2].split()
+            ticks += sum(int(f) for f in fields[11:15])      # utime stime cutime cstime
+        return ticks / os.sysconf("SC_CLK_TCK")
+
     def stop(self) -> None:
         for proc in self.procs:
             if proc.poll() is None:
@@ -140,6 +160,14 @@ def _wait_listening(proc: subprocess.Popen, address: str, port: int, timeout: fl
         except OSError:
             time.sleep(0.02)
     return False
+
+
+def _children(pid: int) -> List[int]:
+    try:
+        with open("/proc/%d/task/%d/children" % (pid, pid)) as handle:
+            return [int(child) for child in handle.read().split()]
+    except OSError:
+        return []
 
 
 def start_fleet(base: str, count: int) -> Fleet:

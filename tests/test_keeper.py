@@ -10,6 +10,7 @@ known_hosts is re-checked; the keeper dir must be private; the keeper ends by it
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -25,6 +26,7 @@ import pytest
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host import LockBusy
 from cpctl.remote import keeper
+from cpctl.remote.sshconfig import SSHOptions
 from tests.coreutil import NODE, NodeDirs, check_result, snapshot
 from tests.sshfixture import SSHServer, free_port, keygen, locked_key
 from tests.test_remote_util import CLI, REPO, Cli, accepted, clean_env, wait_until
@@ -204,6 +206,18 @@ host.lock(sys.argv[3], 0, "doomed run")
 print("locked", flush=True)
 time.sleep(120)
 """
+
+
+def test_wired_options_carry_no_secret_and_rebuild_the_options() -> None:
+    options = SSHOptions(ssh_config="/x/config", identity_files=["/k1"], known_hosts=["/kh"],
+                         prompt=lambda text, secret=True: "pw", become_password="s3cret", keyring=object(),
+                         persist=30.0, connect_timeout=3.0, proxy_jump="bastion")
+    wired = keeper.wire_options(options)
+    assert not set(keeper.NOT_WIRED) & set(wired)
+    assert "s3cret" not in json.dumps(wired)             # JSON-able, and no password in it
+    assert SSHOptions(**wired) == dataclasses.replace(options, persist=0.0)
+    wired["identity_files"].append("/k2")                # a copy: the run's options stay as they were
+    assert options.identity_files == ["/k1"]
 
 
 def test_a_killed_run_frees_the_lock(sshd: SSHServer, keeper_dir: str, tmp_path: Any) -> None:

@@ -239,10 +239,13 @@ def request(op: str, directory: Optional[str] = None) -> Optional[dict]:
 
 def wire_options(options: Any) -> dict:
     """The options a connection is made with, as JSON: what identifies it in the keeper.
-    Secrets and the prompt function never leave this process."""
-    data = dataclasses.asdict(dataclasses.replace(options, prompt=None, keyring=None))
-    for name in NOT_WIRED:
-        data.pop(name, None)
+    Secrets and the prompt function never leave this process. (Field by field: the values are
+    strings, numbers and lists of strings, and ``dataclasses.asdict`` deep-copies each one.)"""
+    data = {}
+    for item in dataclasses.fields(options):
+        if item.name not in NOT_WIRED:
+            value = getattr(options, item.name)
+            data[item.name] = list(value) if isinstance(value, list) else value
     return data
 
 

@@ -9,9 +9,12 @@ SSH); round trips are counted where the run writes a request to it.
 from __future__ import annotations
 
 import importlib.util
+import json
 import marshal
+import math
 import os
 import py_compile
+import socket
 import subprocess
 import sys
 from typing import Iterator, List
@@ -227,3 +230,65 @@ def test_current_pyc_is_shipped_and_a_stale_one_is_not(tmp_path, monkeypatch: py
     stat = copy.stat()
     os.utime(copy, ns=(stat.st_atime_ns, stat.st_mtime_ns + 5 * 10**9))   # the source changed since
     assert host_module._current_pyc_code() is None
+
+
+CODEC_VALUES = [
+    {"ok": True, "result": {"kind": "file", "mode": 0o644, "mtime": 1796293980.3759134, "size": 0}},
+    {"ok": False, "kind": "os", "errno": 2, "strerror": "No such file or directory", "filename": "/x/é\n\"\\"},
+    [None, True, False, 0, -1, 10 ** 30, 1e-300, -0.0, float("inf"), float("-inf"), "", "\u2028\ud800", "\t\x00"],
+    {"1": [], "2": {}, "nested": [[{"b64": "AAEC"}]], "snowman ☃": "☃"},
+]
+
+
+def test_agent_codec_writes_and_reads_what_json_does() -> None:
+    loads, dumps = hostops._json_codec()
+    assert getattr(loads, "__module__", None) == "cpctl.hostops"    # the accelerator, not the fallback
+    for value in CODEC_VALUES:
+        text = dumps(value)
+        assert text == json.dumps(value)
+        assert json.loads(text) == loads(text) and loads("  %s \r\n" % text) == loads(text)
+    assert dumps({1: "a", None: "b"}) == json.dumps({1: "a", None: "b"})
+    assert math.isnan(loads(dumps(float("nan"))))
+    for bad in ('{"a": 1', '{"a": 1} x', "", "nul", "{'a': 1}", '["\x01"]'):
+        with pytest.raises(ValueError):
+            loads(bad)
+    with pytest.raises(TypeError):
+        dumps({"a": b"bytes"})           # bytes travel as {"b64": ...}, never raw
+
+
+def test_agent_codec_falls_back_to_json_without_the_accelerator(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "_json", None)          # import _json now fails
+    loads, dumps = hostops._json_codec()
+    assert (loads, dumps) == (json.loads, json.dumps)
+
+
+def test_agent_without_the_accelerator_still_serves(tmp_path) -> None:
+    loader = host_module.agent_bootstrap(sys.executable)[-1]
+    argv = [sys.executable, "-S", "-c", "import sys; sys.modules['_json'] = None\n" + loader]
+    proc = subprocess.run(argv, input=host_module.agent_payload() + b'{"op": "info", "args": {}}\n',
+                          capture_output=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert dict(json.loads(proc.stdout.splitlines()[1])["result"], pid=0) == dict(hostops.info(), pid=0)
+
+
+def test_agent_info_is_what_the_local_host_says() -> None:
+    out = json.loads(_start_agent(host_module.agent_payload()).splitlines()[1])["result"]
+    local = LocalHost().info()
+    assert out == dict(local, pid=out["pid"]) and out["pid"] != local["pid"]
+    assert out["hostname"] == socket.gethostname()
+
+
+def test_agent_serving_the_views_imports_no_json_re_or_socket(tmp_path) -> None:
+    """What the agent imports is CPU every master pays at every agent start: json (with re and
+    enum) was a third of it. The reads of status, check and history go through it here."""
+    view = app.open_node(_settings(NodeDirs(str(tmp_path))), host=LocalHost())
+    reads = view.view_reads() + [view.state.read_call(p) for p in (view.state.history_path, view.state.journal_path)]
+    request = json.dumps({"op": "batch", "args": hostops.encode(
+        {"requests": [{"op": op, "args": args} for op, args in reads]})}).encode() + b"\n"
+    argv = host_module.agent_bootstrap(sys.executable)
+    proc = subprocess.run([argv[0], "-X", "importtime"] + argv[1:], input=host_module.agent_payload() + request,
+                          capture_output=True, timeout=30)
+    assert proc.returncode == 0 and b'"ok": true' in proc.stdout.splitlines()[1], proc.stderr
+    imported = {line.split("|")[-1].strip() for line in proc.stderr.decode().splitlines()[1:]}
+    assert "_json" in imported
+    assert not imported & {"json", "re", "enum", "socket", "base64", "subprocess"}, sorted(imported)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -177,20 +178,23 @@ def tools(fleet: Fleet, count: int, work: str) -> list:
     return out
 
 
-def _once(tool: Tool, count: int, check: bool, fleet: Optional[Fleet] = None) -> Tuple[float, Optional[float]]:
-    """One run: its wall time, and with ``fleet`` the CPU its servers used (None when not countable)."""
+def _once(tool: Tool, count: int, check: bool, fleet: Optional[Fleet] = None) -> Tuple[float, Optional[tuple]]:
+    """One run: its wall time and, with ``fleet`` and where countable, the CPU seconds used by its
+    servers and by the client (the command and every child it waited for)."""
     if tool.before:
         tool.before()
     counted = fleet is not None and tool.servers_counted
     if counted:
         held = fleet.connections()
         cpu_before = fleet.server_cpu(held)
+    client_before = _children_cpu()
     start = time.perf_counter()
     proc = subprocess.run(tool.argv, env=tool.env, stdin=subprocess.DEVNULL, capture_output=True, timeout=300)
     elapsed = time.perf_counter() - start
+    client_cpu = _children_cpu() - client_before
     if tool.after:
         tool.after()
-    server_cpu = fleet.server_cpu(held) - cpu_before if counted else None
+    cpu = (fleet.server_cpu(held) - cpu_before, client_cpu) if counted else None
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout)[-600:].decode(errors="replace")
         raise RuntimeError("%s (%d hosts) failed (%d): %s" % (tool.name, count, proc.returncode, tail))
@@ -199,7 +203,12 @@ def _once(tool: Tool, count: int, check: bool, fleet: Optional[Fleet] = None) ->
         if seen < count:
             raise RuntimeError("%s (%d hosts): listed kube-scheduler.yaml %d times: %s" % (
                 tool.name, count, seen, proc.stdout[-600:].decode(errors="replace")))
-    return elapsed, server_cpu
+    return elapsed, cpu
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def available(tool: Tool) -> bool:
@@ -215,7 +224,7 @@ def measure(fleet: Fleet, work: str, runs: int) -> tuple:
     """Every round runs every tool at every host count: a machine whose speed drifts (a VM's
     steal time does) then shifts the 1-host and 20-host cells alike, not the ratio between them."""
     results: dict = {}
-    server: dict = {}
+    cpu_of: dict = {}
     skipped: list = []
     chosen: dict = {}
     for count in COUNTS:
@@ -230,17 +239,17 @@ def measure(fleet: Fleet, work: str, runs: int) -> tuple:
     for _ in range(runs):
         for count in COUNTS:
             for tool in chosen[count]:
-                elapsed, server_cpu = _once(tool, count, check=False, fleet=fleet)
+                elapsed, cpu = _once(tool, count, check=False, fleet=fleet)
                 results.setdefault((tool.name, tool.state), {}).setdefault(count, []).append(elapsed)
-                if server_cpu is not None:
-                    server.setdefault(tool.name, {}).setdefault(count, []).append(server_cpu)
+                if cpu is not None:
+                    cpu_of.setdefault(tool.name, {}).setdefault(count, []).append(cpu)
     for count in COUNTS:
         for tool in chosen[count]:
             if tool.state == "warm" and tool.name.startswith("ansible"):
                 _close_masters(tool.env["ANSIBLE_SSH_CONTROL_PATH_DIR"])
             elif tool.state == "warm":
                 _stop_keeper(tool.env)
-    return results, server, skipped
+    return results, cpu_of, skipped
 
 
 def _floor(argv: list, runs: int) -> float:
@@ -262,7 +271,7 @@ def run(runs: int = 7) -> str:
     fleet = None
     try:
         fleet = start_fleet(os.path.join(work, "fleet"), max(COUNTS))
-        results, server, skipped = measure(fleet, work, runs)
+        results, cpu, skipped = measure(fleet, work, runs)
         floors = {"python3 -c pass": _floor([sys.executable, "-c", "pass"], 7),
                   "python3 -c 'import paramiko'": _floor([sys.executable, "-c", "import paramiko"], 7)}
     finally:
@@ -297,7 +306,7 @@ def run(runs: int = 7) -> str:
                             "(target ≥ 3×: %s)" % (ansible[1], ours[0], ours[1], at20, COUNTS[-1],
                                                    "met" if at20 >= 6 else "MISSED", at1,
                                                    "met" if at1 >= 3 else "MISSED"))
-    server_note = _server_cpu_note(server, medians)
+    server_note = _server_cpu_note(cpu, medians)
     plot_note = _plot(medians)
     body = ("Machine: %s. Load average before: %s, after: %s. Median of %d runs per cell (after one "
             "warm-up run that also checks each host's listing); every round runs every tool at every host "
@@ -338,34 +347,43 @@ def run(runs: int = 7) -> str:
     return body
 
 
-def _server_cpu_note(server: dict, medians: dict) -> str:
-    """The servers' CPU per run (all sshd and what they ran, summed), and what it implies for the
-    cold scaling target on this machine, where the servers share the client's cores."""
-    if not server:
+def _server_cpu_note(cpu: dict, medians: dict) -> str:
+    """The CPU of the cold runs: their servers' (all sshd and what they ran, summed) and the
+    client's, and what that implies for the cold scaling target on this machine, where the
+    servers share the client's cores."""
+    if not cpu:
         return ""
-    cores = len(os.sched_getaffinity(0))
-    rows = []
-    for name, per in server.items():
-        cells = ["%.0f ms" % (1000 * median(per[n])) if n in per else "—" for n in COUNTS]
-        top = COUNTS[-1]
-        rows.append([name] + cells + ["%.0f ms" % (1000 * median(per[top]) / top) if top in per else "—"])
-    headers = ["tool (cold)"] + ["%d host%s" % (n, "" if n == 1 else "s") for n in COUNTS] + [
-        "per host @%d" % COUNTS[-1]]
-    text = ("Servers' CPU per run (every sshd and what it ran: key exchange, auth, session, the remote "
-            "command), summed over the %d servers, median per cell; from the sshd listeners' own and reaped "
-            "children's CPU (`/proc/PID/stat`):\n\n%s" % (max(COUNTS), table(headers, rows)))
-    ours = server.get("cpctl status", {})
-    wall = medians.get(("cpctl status", "cold"), {})
-    if COUNTS[-1] in ours and COUNTS[0] in wall:
-        floor = median(ours[COUNTS[-1]]) / cores
+    cores, top = len(os.sched_getaffinity(0)), COUNTS[-1]
+
+    def cell(per: dict, n: int, side: int) -> str:
+        return "%.0f ms" % (1000 * median([c[side] for c in per[n]])) if n in per else "—"
+
+    rows = [[name] + [cell(per, n, 0) for n in COUNTS] + [cell(per, COUNTS[0], 1), cell(per, top, 1)]
+            for name, per in cpu.items()]
+    headers = (["tool (cold)"] + ["servers, %d host%s" % (n, "" if n == 1 else "s") for n in COUNTS]
+               + ["client, 1 host", "client, %d hosts" % top])
+    text = ("CPU per run, median per cell. *Servers*: every sshd and what it ran (key exchange, auth, "
+            "session, the remote command), summed over the %d servers, from the sshd listeners' own and "
+            "reaped children's CPU (`/proc/PID/stat`). *Client*: the command and the children it waited "
+            "for (Ansible's ControlPersist masters detach, so theirs is left out):\n\n%s"
+            % (top, table(headers, rows)))
+    ours, wall = cpu.get("cpctl status", {}), medians.get(("cpctl status", "cold"), {})
+    if top in ours and COUNTS[0] in ours and COUNTS[0] in wall:
+        servers = median([c[0] for c in ours[top]])
+        client, client_one = (median([c[1] for c in ours[n]]) for n in (top, COUNTS[0]))
         budget = 1.5 * wall[COUNTS[0]]
-        text += ("\n\nCold scaling on this machine: at %d hosts the servers alone need %.2f s of CPU, so "
-                 "at least %.2f s of wall time on its %d cores, before any client work; 1.5 × the 1-host "
-                 "run is %.2f s: %s" % (
-                     COUNTS[-1], median(ours[COUNTS[-1]]), floor, cores, budget,
-                     "no client can meet the cold target here (over a network each master does its "
-                     "own handshake)." if floor > budget else
-                     "that leaves %.2f s for the client." % (budget - floor)))
+        spare = (budget * cores - servers - client_one) / (top - 1)
+        text += ("\n\nCold scaling on this machine: at %d hosts the servers used %.2f s of CPU and cpctl "
+                 "%.2f s, so the run needs at least %.2f s on %d cores; 1.5 × the 1-host run is %.2f s. A "
+                 "client costing no more than its start-up (%.2f s, the 1-host run's) would still need "
+                 "%.2f s: %s" % (
+                     top, servers, client, (servers + client) / cores, cores, budget, client_one,
+                     (servers + client_one) / cores,
+                     "the cold target is out of reach here, whatever the client does (over a network "
+                     "each master does its own handshake)." if spare <= 0 else
+                     "reaching the target needs, at the very least (both cores busy all along), a client "
+                     "spending at most %.1f ms of CPU per extra host (cpctl: %.1f ms)." % (
+                         1000 * spare, 1000 * (client - client_one) / (top - 1))))
     return text
 
 

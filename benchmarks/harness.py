@@ -35,6 +35,15 @@ def time_call(fn: Callable[[], None], runs: int = 10) -> list:
     return samples
 
 
+def cpu_seconds(pid: int, reaped_children: bool = False) -> float:
+    """CPU time (user + system) of a running process, from /proc/PID/stat; with
+    ``reaped_children`` also that of the children it has waited for (cutime + cstime)."""
+    with open("/proc/%d/stat" % pid) as handle:
+        fields = handle.read().rpartition(")")[2].split()      # fields 14-17 of proc(5), from 0 after ")"
+    ticks = sum(int(f) for f in fields[11:15 if reaped_children else 13])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def median(samples: Sequence[float]) -> float:
     return statistics.median(samples)
 

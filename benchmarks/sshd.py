@@ -24,6 +24,8 @@ import time
 from dataclasses import dataclass, field
 from typing import List
 
+from benchmarks.harness import cpu_seconds
+
 SSHD = "/usr/sbin/sshd"
 CONTROL_PLANE = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd")
 MANIFEST = """apiVersion: v1
@@ -117,12 +119,7 @@ class Fleet:
         deadline = time.monotonic() + settle
         while not self.connections() <= held and time.monotonic() < deadline:
             time.sleep(0.02)
-        ticks = 0
-        for proc in self.procs:
-            with open("/proc/%d/stat" % proc.pid) as handle:
-                fields = handle.read().rpartition(")")[2].split()
-            ticks += sum(int(f) for f in fields[11:15])      # utime stime cutime cstime
-        return ticks / os.sysconf("SC_CLK_TCK")
+        return sum(cpu_seconds(proc.pid, reaped_children=True) for proc in self.procs)
 
     def stop(self) -> None:
         for proc in self.procs:

@@ -23,7 +23,7 @@ import tempfile
 import threading
 import time
 
-from benchmarks.harness import load_average, machine_info, median, percentile, table, write_section
+from benchmarks.harness import cpu_seconds, load_average, machine_info, median, percentile, table, write_section
 
 MANIFEST = """apiVersion: v1
 kind: Pod
@@ -145,12 +145,6 @@ def _proc_status(pid: int) -> dict:
     return out
 
 
-def _cpu_ticks(pid: int) -> int:
-    with open("/proc/%d/stat" % pid) as handle:
-        fields = handle.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])      # utime, stime (fields 14 and 15 of stat(5))
-
-
 def measure(env: dict, mdir: str, outside: str, rounds: int, debounce: int, idle: float) -> dict:
     start = [sys.executable, "-m", "cpctl"]
     argv = start + ["--probe", "none", "-o", "json", "watch", "--debounce", str(debounce)]
@@ -174,10 +168,9 @@ def measure(env: dict, mdir: str, outside: str, rounds: int, debounce: int, idle
         result = {"latencies": latencies, "missed": missed, "extra": extra}
         if idle:
             pid = watch.proc.pid
-            ticks = os.sysconf("SC_CLK_TCK")
-            before = _cpu_ticks(pid)
+            before = cpu_seconds(pid)
             time.sleep(idle)
-            used = (_cpu_ticks(pid) - before) / ticks
+            used = cpu_seconds(pid) - before
             status = _proc_status(pid)
             result.update(idle_cpu=used, idle=idle, rss=status.get("VmRSS"), hwm=status.get("VmHWM"),
                           threads=status.get("Threads"))

@@ -320,7 +320,7 @@ def run(runs: int = 7) -> str:
             "remote command) competes with the client's: real fan-out over a network is latency-bound "
             "and parallelises better than here.\n"
             "* cpctl runs `--probe none status`: SSH connect + host key check + the stdlib agent "
-            "(`python3 -c`, ~20-40 ms of remote CPU per host to start) reading both dirs in one round "
+            "(`python3 -S -c`, ~17 ms of remote CPU per host to start) reading both dirs in one round "
             "trip, then cpctl parses the manifests; the others run `ls` only. Everything is cold unless "
             "marked warm: a fresh process, new SSH connections.\n"
             "* `cpctl --persist 60s`: *cold* starts a new keeper (`cpctl keeper stop` before the run), which "

@@ -1,7 +1,7 @@
 """Persistent connections: a per-user keeper process holds SSH connections and ready agents.
 
 Why: a cold remote run pays Python start-up, paramiko's import (~0.4 s of CPU) and, per master,
-a TCP + SSH handshake and an agent start (~50 ms of the master's CPU). With ``--persist 60s``
+a TCP + SSH handshake and an agent start (~40 ms of the master's CPU). With ``--persist 60s``
 (or ``CPCTL_PERSIST=60s``) the first run starts a keeper (``python -m cpctl.remote.keeperd``)
 that owns the connections. Runs within the persist time talk to it over a Unix socket and are
 handed an agent that is already running; they never import paramiko. It is OpenSSH's

@@ -16,6 +16,10 @@ per run (as a user would run it) and does the same job on every host:
 * parallel-ssh (``ParallelSSHClient.run_command``), Fabric (``ThreadingGroup.run``), and plain
   OpenSSH, sequential (``for h; do ssh h ...; done``) and parallel (``ssh h ... &`` + ``wait``),
   each running ``ls`` of that host's manifests dir.
+
+For the cold runs it also counts CPU: the servers' (the sshd listeners' own and reaped
+children's) and the client's; with both on this machine's cores, that bounds the wall time of
+the 20-host run from below, whatever the client does.
 """
 
 from __future__ import annotations
@@ -90,9 +94,9 @@ class Tool:
         self.before, self.after = before, after
 
     @property
-    def servers_counted(self) -> bool:
-        """Whether the servers' CPU of one run can be measured: every connection it opened ends
-        with it (a keeper's or a warm ControlPersist master's outlives the run)."""
+    def cpu_countable(self) -> bool:
+        """Whether the CPU of one run can be measured: every connection it opened ends with it
+        (a keeper's or a warm ControlPersist master's outlives the run, and is not its child)."""
         return self.state == "cold" and self.name != PERSISTED
 
 
@@ -183,7 +187,7 @@ def _once(tool: Tool, count: int, check: bool, fleet: Optional[Fleet] = None) ->
     servers and by the client (the command and every child it waited for)."""
     if tool.before:
         tool.before()
-    counted = fleet is not None and tool.servers_counted
+    counted = fleet is not None and tool.cpu_countable
     if counted:
         held = fleet.connections()
         cpu_before = fleet.server_cpu(held)
@@ -306,7 +310,7 @@ def run(runs: int = 7) -> str:
                             "(target ≥ 3×: %s)" % (ansible[1], ours[0], ours[1], at20, COUNTS[-1],
                                                    "met" if at20 >= 6 else "MISSED", at1,
                                                    "met" if at1 >= 3 else "MISSED"))
-    server_note = _server_cpu_note(cpu, medians)
+    cpu_note = _cpu_note(cpu, medians)
     plot_note = _plot(medians)
     body = ("Machine: %s. Load average before: %s, after: %s. Median of %d runs per cell (after one "
             "warm-up run that also checks each host's listing); every round runs every tool at every host "
@@ -339,7 +343,7 @@ def run(runs: int = 7) -> str:
             "* parallel-ssh and Fabric run as `python3 -c <script>` in a fresh process, so their import "
             "time counts like cpctl's.%s\n\n%s\n"
             % (machine_info(), load_before, load_after, runs, table(headers, rows), "; ".join(verdicts),
-               floors["python3 -c pass"] * 1000, floors["python3 -c 'import paramiko'"] * 1000, server_note,
+               floors["python3 -c pass"] * 1000, floors["python3 -c 'import paramiko'"] * 1000, cpu_note,
                max(COUNTS),
                ("\n* Not installed, skipped: %s (use `bash benchmarks/run.sh`)." % ", ".join(skipped))
                if skipped else "", plot_note))
@@ -347,7 +351,7 @@ def run(runs: int = 7) -> str:
     return body
 
 
-def _server_cpu_note(cpu: dict, medians: dict) -> str:
+def _cpu_note(cpu: dict, medians: dict) -> str:
     """The CPU of the cold runs: their servers' (all sshd and what they ran, summed) and the
     client's, and what that implies for the cold scaling target on this machine, where the
     servers share the client's cores."""

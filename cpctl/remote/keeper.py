@@ -277,15 +277,17 @@ class _Unanswered(Exception):
 
 def attach(target: str, options: Any) -> KeeperHost:
     """An agent on ``target`` from the keeper (started if needed), as a Host of this run."""
-    try:
-        return _attach_once(target, options)
-    except _Unanswered:
-        pass
-    try:
-        return _attach_once(target, options)
-    except _Unanswered:
-        raise CpctlError("%s: the connection keeper hung up (see %s)" % (
-            target, os.path.join(keeper_dir(), LOG_NAME)), ExitCode.UNREACHABLE) from None
+    for _ in range(2):          # unanswered once: that keeper was exiting, a new one answers
+        try:
+            return _attach_once(target, options)
+        except _Unanswered:
+            pass
+    raise _hung_up(target)
+
+
+def _hung_up(target: str) -> CpctlError:
+    return CpctlError("%s: the connection keeper hung up (see %s)" % (
+        target, os.path.join(keeper_dir(), LOG_NAME)), ExitCode.UNREACHABLE)
 
 
 def _attach_once(target: str, options: Any) -> KeeperHost:
@@ -303,8 +305,7 @@ def _attach_once(target: str, options: Any) -> KeeperHost:
             if message is None:
                 if not answered:
                     raise _Unanswered()
-                raise CpctlError("%s: the connection keeper hung up (see %s)" % (
-                    target, os.path.join(keeper_dir(), LOG_NAME)), ExitCode.UNREACHABLE)
+                raise _hung_up(target)
             answered = True
             if "prompt" in message:
                 send_message(writer, _answer(options, message))

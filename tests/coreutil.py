@@ -9,7 +9,6 @@ import json
 import os
 import select
 import stat
-import struct
 import subprocess
 import sys
 import threading
@@ -303,41 +302,35 @@ def echo_server() -> Iterator[str]:
 
 
 class ArrivalWatch:
-    """Tells the instant a file of one name is renamed or created in a directory (raw inotify).
+    """Tells the instant a file of one name is renamed or created in a directory (inotify, the
+    lab kubelet's ctypes wrapper).
 
     The crash tests kill cpctl between its journal write and its manifest move, a window of
     well under a millisecond when fsync is cheap; polling the file system (0.2 ms sleeps, then
     the GIL) lands after it on a fast machine. inotify wakes the test within microseconds.
     """
 
-    _IN_CREATE, _IN_MOVED_TO = 0x100, 0x80
-    _HEADER = struct.Struct("iIII")    # wd, mask, cookie, len: struct inotify_event
-
     def __init__(self, directory: str, name: str) -> None:
-        self._libc = ctypes.CDLL(None, use_errno=True)
-        self.name = name.encode()
-        self.fd = self._libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
-        if self.fd < 0:
-            raise OSError(ctypes.get_errno(), "inotify_init1")
-        if self._libc.inotify_add_watch(self.fd, directory.encode(), self._IN_CREATE | self._IN_MOVED_TO) < 0:
-            os.close(self.fd)
+        from cpctl.lab.kubelet import Inotify
+        self.name = name
+        self._arrivals = Inotify.CREATE | Inotify.MOVED_TO
+        inotify = Inotify.open()
+        if inotify is None:
+            raise OSError("inotify is not available")
+        if inotify.watch(directory) < 0:
+            inotify.close()
             raise OSError(ctypes.get_errno(), "inotify_add_watch", directory)
+        self._inotify = inotify
 
     def wait(self, timeout: float, give_up: Callable[[], bool]) -> bool:
         """True once ``name`` arrived; False after ``timeout`` or when ``give_up()`` says so."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and not give_up():
-            if not select.select([self.fd], [], [], 0.02)[0]:
+            if not select.select([self._inotify.fd], [], [], 0.02)[0]:
                 continue
-            data = os.read(self.fd, 65536)
-            offset = 0
-            while offset < len(data):
-                _wd, _mask, _cookie, length = self._HEADER.unpack_from(data, offset)
-                offset += self._HEADER.size
-                if data[offset:offset + length].rstrip(b"\0") == self.name:
-                    return True
-                offset += length
+            if any(mask & self._arrivals and name == self.name for _wd, mask, name in self._inotify.read()):
+                return True
         return False
 
     def close(self) -> None:
-        os.close(self.fd)
+        self._inotify.close()

@@ -484,7 +484,7 @@ class _ExitingKeeper:
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(self.path)
         self.listener.listen(8)
-        self.hang_ups, self.answer, self.served = hang_ups, answer, []
+        self.hang_ups, self.answer, self.served, self.conns = hang_ups, answer, [], []
         threading.Thread(target=self._serve, daemon=True).start()
 
     def _serve(self) -> None:
@@ -502,7 +502,7 @@ class _ExitingKeeper:
                 continue
             self.served.append(json.loads(line))
             conn.sendall(self.answer or b"")
-            self.conns = getattr(self, "conns", []) + [conn]       # held open, like a relay
+            self.conns.append(conn)                                # held open, like a relay
 
     def close(self) -> None:
         self.listener.close()
@@ -524,7 +524,6 @@ def test_status_asks_again_when_an_exiting_keeper_hangs_up(keeper_dir: str) -> N
 
 
 def test_attach_asks_again_when_an_exiting_keeper_hangs_up(keeper_dir: str) -> None:
-    from cpctl.remote.sshconfig import SSHOptions
     fake = _ExitingKeeper(keeper_dir, hang_ups=1, answer=b'{"ok": true}\n{"ready": 1}\n')
     host = keeper.attach("master", SSHOptions(persist=60.0))
     assert fake.served and fake.served[0]["op"] == "attach" and fake.served[0]["target"] == "master"

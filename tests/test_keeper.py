@@ -496,18 +496,21 @@ class _ExitingKeeper:
             line = conn.makefile("rb").readline()
             if self.hang_ups > 0:
                 self.hang_ups -= 1
+                if self.hang_ups == 0 and self.answer is None:   # gone before it hangs up, so the
+                    self.close()                                 # client's next dial finds no keeper
                 conn.close()
-                if self.hang_ups == 0 and self.answer is None:   # the old keeper is gone now
-                    self.close()
                 continue
             self.served.append(json.loads(line))
             conn.sendall(self.answer or b"")
             self.conns.append(conn)                                # held open, like a relay
 
     def close(self) -> None:
+        """Stop listening and remove the socket; the serving thread may get there first."""
         self.listener.close()
-        if os.path.exists(self.path):
+        try:
             os.unlink(self.path)
+        except FileNotFoundError:
+            pass
 
 
 def test_status_asks_again_when_an_exiting_keeper_hangs_up(keeper_dir: str) -> None:

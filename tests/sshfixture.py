@@ -35,6 +35,8 @@ from typing import Any, Callable, Iterator, List, Optional
 
 import pytest
 
+from cpctl.lab.httpserve import free_port
+
 SSHD = "/usr/sbin/sshd"
 SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"
 START_TIMEOUT = 5.0
@@ -64,12 +66,6 @@ def locked_key(session: "SSHSession", directory: str, passphrase: str = "open se
         return passphrase
 
     return path, prompt, calls
-
-
-def free_port(address: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((address, 0))
-        return sock.getsockname()[1]
 
 
 @dataclass

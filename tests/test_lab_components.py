@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import ssl
 import subprocess
 import sys
@@ -245,3 +246,15 @@ def test_cli_up_env_down(tmp_path):
         [*cmd, "down", "--dir", str(d)], capture_output=True, text=True, env=env, timeout=30
     )
     assert again.returncode != 0 and "no lab is running" in again.stderr
+
+
+def test_free_ports_are_distinct_and_below_the_ephemeral_range() -> None:
+    """The lab binds its ports well after choosing them: a port of the ephemeral range could
+    meanwhile be some outgoing connection's local port (seen in CI: the API port held for 20 s)."""
+    from cpctl.lab import httpserve
+    low = httpserve._ephemeral_low()
+    ports = [free_port() for _ in range(40)]
+    assert len(set(ports)) == len(ports)
+    assert all(httpserve._LOWEST <= port < low for port in ports), (low, sorted(ports))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", ports[-1]))       # and free when handed out

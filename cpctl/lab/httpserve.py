@@ -9,6 +9,7 @@ Open connections (watch streams) are cut too, as they would be when the real pro
 
 from __future__ import annotations
 
+import random
 import socket
 import ssl
 import threading
@@ -107,8 +108,41 @@ def serve(
     return LabHTTPServer((host, port), handler, tls=tls, context=context).start()
 
 
-def free_port() -> int:
-    """A currently free TCP port on 127.0.0.1 (the kernel picks it)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+_HANDED_OUT: set[int] = set()
+_LOWEST = 10000
+
+
+def free_port(address: str = "127.0.0.1") -> int:
+    """A currently free TCP port on ``address``, below the kernel's ephemeral port range.
+
+    The lab chooses its ports well before it binds them (the API port when the apiserver pod
+    starts). A port from the ephemeral range can meanwhile become the local port of some
+    outgoing connection, and a long-lived one (an SSH connection, a keeper's) holds it: the
+    bind then fails for good. Ports below that range are never handed out that way. A port is
+    handed out once per process, so the ports of one lab differ.
+    """
+    ceiling = _ephemeral_low()
+    rng = random.SystemRandom()
+    for _ in range(200 if ceiling - _LOWEST > 1000 else 0):
+        port = rng.randrange(_LOWEST, ceiling)
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind((address, port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
+        return port
+    with socket.socket() as s:       # an unusual ephemeral range: let the kernel choose
+        s.bind((address, 0))
         return int(s.getsockname()[1])
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux default 32768)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as handle:
+            return int(handle.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768

@@ -73,7 +73,7 @@ def _settle(manifests_dir: str) -> None:
 
 
 def measure(lag: float, runs: int) -> dict:
-    from cpctl.lab.control import start_lab
+    from cpctl_lab.control import start_lab
     work = tempfile.mkdtemp(prefix="cpctl-bench-rt-")
     lab = start_lab(os.path.join(work, "lab"), start_lag=lag, ready_lag=lag, stop_lag=lag, timeout=60)
     try:

@@ -1,3 +1,3 @@
-from cpctl.cli import entry
+from cpctl.cli.main import entry
 
 entry()

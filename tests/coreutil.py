@@ -311,7 +311,7 @@ class ArrivalWatch:
     """
 
     def __init__(self, directory: str, name: str) -> None:
-        from cpctl.lab.kubelet import Inotify
+        from cpctl_lab.kubelet import Inotify
         self.name = name
         self._arrivals = Inotify.CREATE | Inotify.MOVED_TO
         inotify = Inotify.open()

@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional
 
 import pytest
 
-from cpctl.lab.control import LabHandle, start_lab
+from cpctl_lab.control import LabHandle, start_lab
 
 FAST = {
     "start_lag": 0.05,

@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterator, List, Optional
 
 import pytest
 
-from cpctl.lab.httpserve import free_port
+from cpctl_lab.httpserve import free_port
 
 SSHD = "/usr/sbin/sshd"
 SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"
@@ -142,7 +142,7 @@ class SSHServer:
 
     def options(self, **overrides: Any) -> Any:
         """SSHOptions that use only this server's files (never ~/.ssh, never an ssh-agent)."""
-        from cpctl.remote.ssh import SSHOptions
+        from cpctl.host.ssh import SSHOptions
         base = dict(ssh_config=self.ssh_config, identity_files=[self.client_key],
                     known_hosts=[self.known_hosts], global_known_hosts=[], use_agent=False,
                     look_for_keys=False, connect_timeout=5.0)
@@ -150,7 +150,7 @@ class SSHServer:
         return SSHOptions(**base)
 
     def connect(self, target: Optional[str] = None, **overrides: Any) -> Any:
-        from cpctl.remote.ssh import connect
+        from cpctl.host.ssh import connect
         return connect(target or self.target(), self.options(**overrides))
 
     def log_text(self) -> str:
@@ -353,7 +353,7 @@ def keeper_dir(monkeypatch: Any) -> Iterator[str]:
     """A private keeper dir for this test, in $CPCTL_KEEPER_DIR (short: a Unix socket path has
     ~100 bytes); the keeper started in it is stopped afterwards (killed if it does not answer)."""
     from cpctl.errors import CpctlError
-    from cpctl.remote import keeper
+    from cpctl.host import keeper
     directory = tempfile.mkdtemp(prefix="cpk-")
     monkeypatch.setenv(keeper.ENV_DIR, directory)
     yield directory

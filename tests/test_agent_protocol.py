@@ -21,10 +21,12 @@ from typing import Iterator, List
 
 import pytest
 
-from cpctl import app, drift, hostops
-from cpctl import host as host_module
 from cpctl.errors import CpctlError, ExitCode
-from cpctl.host import LocalHost, SubprocessAgentHost
+from cpctl.host import base as host_module
+from cpctl.host import ops as hostops
+from cpctl.host.base import LocalHost, SubprocessAgentHost
+from cpctl.ops import drift
+from cpctl.ops import lifecycle as app
 from tests.coreutil import NODE, NodeDirs, echo_server
 
 pytestmark = pytest.mark.timeout(60)
@@ -242,7 +244,7 @@ CODEC_VALUES = [
 
 def test_agent_codec_writes_and_reads_what_json_does() -> None:
     loads, dumps = hostops._json_codec()
-    assert getattr(loads, "__module__", None) == "cpctl.hostops"    # the accelerator, not the fallback
+    assert getattr(loads, "__module__", None) == "cpctl.host.ops"    # the accelerator, not the fallback
     for value in CODEC_VALUES:
         text = dumps(value)
         assert text == json.dumps(value)

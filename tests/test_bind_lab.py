@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from cpctl.lab.httpserve import free_port
+from cpctl_lab.httpserve import free_port
 from tests.labfixture import kubectl, lab  # noqa: F401
 from tests.labfixture import run_cpctl as cpctl
 

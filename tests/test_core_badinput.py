@@ -92,13 +92,14 @@ import os, sys
 # unprivileged user cannot read, so this process drops to uid/gid 65534 only afterwards.
 import base64, calendar, errno, fcntl, hashlib, json, pwd, re, secrets, socket, stat, subprocess, time
 import click, yaml
-import cpctl.cli, cpctl.app, cpctl.node, cpctl.state, cpctl.manifests, cpctl.render, cpctl.durations
-import cpctl.probes, cpctl.host, cpctl.hostops, cpctl.errors
+import cpctl.cli.main, cpctl.ops.lifecycle, cpctl.core.node, cpctl.core.state, cpctl.core.manifests
+import cpctl.cli.render, cpctl.timeutil
+import cpctl.probes.base, cpctl.host.base, cpctl.host.ops, cpctl.errors
 os.setgroups([])
 os.setgid(65534)
 os.setuid(65534)
 assert os.geteuid() == 65534
-sys.exit(cpctl.cli.run(sys.argv[1:]))
+sys.exit(cpctl.cli.main.run(sys.argv[1:]))
 """
 
 

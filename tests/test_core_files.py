@@ -10,7 +10,7 @@ import stat
 
 import pytest
 
-from cpctl import hostops
+from cpctl.host import ops as hostops
 from tests.coreutil import MANIFESTS, NODE, NodeDirs, assert_settled, sha, snapshot, temp_files, tmpfs_fixture
 
 tmpfs = pytest.fixture(tmpfs_fixture)

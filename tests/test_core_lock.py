@@ -17,8 +17,8 @@ from tests.coreutil import NodeDirs, assert_settled, check_result, sha
 
 HOLDER = """
 import sys, time
-from cpctl.host import LocalHost
-from cpctl.state import StateDir
+from cpctl.host.base import LocalHost
+from cpctl.core.state import StateDir
 state = StateDir(LocalHost(), sys.argv[1])
 state.ensure(create=True)
 with state.locked(5, "cpctl stop scheduler (test holder)"):

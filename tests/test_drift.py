@@ -10,9 +10,10 @@ from typing import Any, Optional
 
 import pytest
 
-from cpctl import app, drift
-from cpctl.cli import run
-from cpctl.probes import NoWait, PodTarget, Waiter
+from cpctl.cli.main import run
+from cpctl.ops import drift
+from cpctl.ops import lifecycle as app
+from cpctl.probes.base import NoWait, PodTarget, Waiter
 from tests.coreutil import MANIFESTS, NODE, NodeDirs, sha
 
 POD = MANIFESTS["kube-scheduler.yaml"]
@@ -393,7 +394,7 @@ def test_textfile_metrics_parse_back(capsys: Any, node: NodeDirs, tmp_path: Any)
 
 
 def test_label_values_are_escaped() -> None:
-    from cpctl import metrics
+    from cpctl.ops import metrics
     text = metrics.check_metrics(True, 1.5, None, {'we"ird\\comp\nonent': 12.25})
     fams = parse_exposition(text)
     assert fams["cpctl_component_parked_seconds"]["samples"] == [({"component": 'we"ird\\comp\nonent'}, 12.25)]

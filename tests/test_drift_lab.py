@@ -9,7 +9,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from cpctl.lab.control import LabHandle, start_lab
+from cpctl_lab.control import LabHandle, start_lab
 from tests.coreutil import CLI
 from tests.labfixture import FAST, wait_for
 

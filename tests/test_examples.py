@@ -29,11 +29,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from cpctl import cli
-from cpctl.cli import main
-from cpctl.lab.control import LabHandle, start_lab
-from cpctl.remote.inventory import load_inventory
-from cpctl.remote.sshconfig import parse_target, resolve
+from cpctl.cli.main import main
+from cpctl.cli import main as cli
+from cpctl.fleet.inventory import load_inventory
+from cpctl.host.sshconfig import parse_target, resolve
+from cpctl_lab.control import LabHandle, start_lab
 from tests.labfixture import FAST, kubectl, wait_for
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -199,7 +199,7 @@ class Result:
 
 @pytest.fixture
 def cpctl_in(lab: LabHandle, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> Callable:
-    """Run ``cpctl ARGV`` in-process (``cpctl.cli.run``, the console entry point) as the lab's
+    """Run ``cpctl ARGV`` in-process (``cpctl.cli.main.run``, the console entry point) as the lab's
     node agent: the lab's environment, exit code and output as a subprocess would see them."""
     for key, value in lab.env.items():
         monkeypatch.setenv(key, value)
@@ -236,7 +236,7 @@ def test_inventory_loads_with_cpctl() -> None:
 
 
 def test_ssh_config_resolves_every_master_through_the_bastion() -> None:
-    from cpctl.remote.ssh import SSHOptions, load_ssh_config
+    from cpctl.host.ssh import SSHOptions, load_ssh_config
     config = load_ssh_config(str(EXAMPLES / "ssh_config"))
     home = os.path.expanduser("~")
     for host in load_inventory(str(EXAMPLES / "inventory.yaml")).select("masters"):
@@ -247,7 +247,7 @@ def test_ssh_config_resolves_every_master_through_the_bastion() -> None:
         assert ep.identity_files == [home + "/.ssh/cluster2_ed25519"]
         assert ep.known_hosts == [home + "/.ssh/known_hosts.cluster2"]
         chain, hop = [], ep
-        while hop.proxy_jump:   # follow the ProxyJump chain like cpctl.remote.ssh.open_chain does
+        while hop.proxy_jump:   # follow the ProxyJump chain like cpctl.host.ssh.open_chain does
             assert len(chain) < 5, "ProxyJump loop: %s" % chain
             hop = resolve(parse_target(hop.proxy_jump[0]), config.lookup, SSHOptions())
             chain.append(hop)

@@ -10,9 +10,9 @@ from typing import Any, List
 import pytest
 
 from cpctl.errors import CpctlError, ExitCode
-from cpctl.host import LockBusy
-from cpctl.remote.fleet import ConnectionPool, HostResult, recap, recap_json, run_parallel, run_rolling
-from cpctl.remote.inventory import HostSpec, load_inventory
+from cpctl.fleet.inventory import HostSpec, load_inventory
+from cpctl.fleet.runner import ConnectionPool, HostResult, recap, recap_json, run_parallel, run_rolling
+from cpctl.host.base import LockBusy
 from tests.sshfixture import *  # noqa: F403
 from tests.sshfixture import SSHServer, free_port
 

@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from cpctl.errors import CpctlError, ExitCode
-from cpctl.remote.inventory import Inventory, load_inventory
+from cpctl.fleet.inventory import Inventory, load_inventory
 
 pytestmark = pytest.mark.timeout(20)
 

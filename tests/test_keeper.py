@@ -24,9 +24,9 @@ from typing import Any, Optional
 import pytest
 
 from cpctl.errors import CpctlError, ExitCode
-from cpctl.host import LockBusy
-from cpctl.remote import keeper
-from cpctl.remote.sshconfig import SSHOptions
+from cpctl.host import keeper
+from cpctl.host.base import LockBusy
+from cpctl.host.sshconfig import SSHOptions
 from tests.coreutil import NODE, NodeDirs, check_result, snapshot
 from tests.sshfixture import SSHServer, free_port, keygen, locked_key
 from tests.test_remote_util import CLI, REPO, Cli, accepted, clean_env, wait_until
@@ -199,8 +199,8 @@ def test_a_run_gone_mid_request_takes_its_agent_along(sshd: SSHServer, keeper_di
 
 
 KILLED_RUN = """import sys, time
-from cpctl.remote import keeper
-from cpctl.remote.sshconfig import SSHOptions
+from cpctl.host import keeper
+from cpctl.host.sshconfig import SSHOptions
 host = keeper.attach(sys.argv[1], SSHOptions(**__import__("json").loads(sys.argv[2])))
 host.lock(sys.argv[3], 0, "doomed run")
 print("locked", flush=True)
@@ -300,7 +300,7 @@ def test_changed_ssh_config_is_read_again(rig: Rig, tmp_path: Any) -> None:
 
 def test_config_digest_is_cached_only_when_a_stat_can_vouch_for_it(tmp_path: Any,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    from cpctl.remote import keeperd
+    from cpctl.host import keeperd
     reads: list = []
     real = keeperd.read_config_text
     monkeypatch.setattr(keeperd, "read_config_text", lambda *a, **kw: reads.append(a[0]) or real(*a, **kw))

@@ -8,7 +8,7 @@ import subprocess
 import time
 import urllib.request
 
-from cpctl.lab.control import start_lab
+from cpctl_lab.control import start_lab
 from tests.labfixture import FAST, KUBECTL, api, get_pod, kubectl, lab, wait_for  # noqa: F401
 
 AGG_ACCEPT = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"

@@ -15,8 +15,8 @@ import urllib.request
 
 import yaml
 
-from cpctl.lab.control import package_root, read_state
-from cpctl.lab.httpserve import free_port
+from cpctl_lab.control import package_root, read_state
+from cpctl_lab.httpserve import free_port
 from tests.labfixture import api, get_pod, is_ready, kubectl, lab, lab3, mirror, wait_for  # noqa: F401
 
 
@@ -200,7 +200,7 @@ def test_three_masters(lab3, tmp_path):
 def test_cli_up_env_down(tmp_path):
     d = tmp_path / "cli"
     env = dict(os.environ, PYTHONPATH=package_root())
-    cmd = [sys.executable, "-m", "cpctl.lab"]
+    cmd = [sys.executable, "-m", "cpctl_lab"]
     fast = ["--start-lag", "0.05", "--ready-lag", "0.05", "--stop-lag", "0.05"]
     up = subprocess.run(
         [*cmd, "up", "--dir", str(d), *fast], capture_output=True, text=True, env=env, timeout=30
@@ -251,7 +251,7 @@ def test_cli_up_env_down(tmp_path):
 def test_free_ports_are_distinct_and_below_the_ephemeral_range() -> None:
     """The lab binds its ports well after choosing them: a port of the ephemeral range could
     meanwhile be some outgoing connection's local port (seen in CI: the API port held for 20 s)."""
-    from cpctl.lab import httpserve
+    from cpctl_lab import httpserve
     low = httpserve._ephemeral_low()
     ports = [free_port() for _ in range(40)]
     assert len(set(ports)) == len(ports)

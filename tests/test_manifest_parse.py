@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from cpctl import manifests
+from cpctl.core import manifests
 from tests.coreutil import MANIFESTS
 
 

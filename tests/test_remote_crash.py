@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from cpctl.remote import keeper
+from cpctl.host import keeper
 from tests.coreutil import NODE, NodeDirs, assert_bytes_safe, assert_settled, check_result, temp_files
 from tests.sshfixture import SSHServer
 from tests.test_remote_util import Cli, clean_env, lock_is_free

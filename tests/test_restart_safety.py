@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cpctl.lab.control import start_lab
+from cpctl_lab.control import start_lab
 from tests.labfixture import FAST, kubectl
 from tests.labfixture import run_cpctl as cpctl
 

@@ -15,10 +15,11 @@ from typing import Optional
 import pytest
 import yaml
 
-from cpctl import manifests, secondsched
-from cpctl.host import LocalHost
-from cpctl.probes import PodTarget
-from cpctl.verify import lease_name, uses_lease
+from cpctl.core import manifests
+from cpctl.host.base import LocalHost
+from cpctl.ops import scheduler as secondsched
+from cpctl.probes.base import PodTarget
+from cpctl.probes.waiter import lease_name, uses_lease
 from tests.coreutil import NodeDirs, check_result, snapshot
 
 SCHEDULER = """\

@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-pytest.importorskip("cpctl.lab.control")
-from cpctl.lab.control import start_lab  # noqa: E402
+pytest.importorskip("cpctl_lab.control")
+from cpctl_lab.control import start_lab  # noqa: E402
 from tests.coreutil import CLI, check_result  # noqa: E402
 from tests.labfixture import FAST, KUBECTL, get_pod, kubectl, wait_for  # noqa: E402
 

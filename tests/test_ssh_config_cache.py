@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from cpctl.remote import ssh
-from cpctl.remote.sshconfig import LOGIN_NAME_VARS, remember_login_name
+from cpctl.host import ssh
+from cpctl.host.sshconfig import LOGIN_NAME_VARS, remember_login_name
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -61,7 +61,7 @@ def test_match_exec_is_asked_every_time(tmp_path: Any) -> None:
     path.write_text('Match host master exec "test -e %s"\n  Port 2222\nHost *\n  Port 22\n' % flag)
     code = textwrap.dedent("""
         import pathlib, sys
-        from cpctl.remote import ssh
+        from cpctl.host import ssh
         config = ssh.load_ssh_config(%r)
         before = config.lookup("master")["port"]
         pathlib.Path(%r).write_text("")

@@ -68,7 +68,7 @@ def test_alias_from_ssh_config(sshd: SSHServer) -> None:
 def test_passphrase_prompted_once_per_run(sshd: SSHServer, ssh_session, tmp_path) -> None:
     key, prompt, calls = locked_key(ssh_session, str(tmp_path))
     options = sshd.options(identity_files=[key], prompt=prompt)
-    from cpctl.remote.ssh import connect
+    from cpctl.host.ssh import connect
     for _ in range(2):
         connect(sshd.target(), options).close()
     assert calls == [("Enter passphrase for key '%s': " % key, True)]

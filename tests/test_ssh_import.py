@@ -1,4 +1,4 @@
-"""cpctl.remote.ssh keeps invoke (paramiko's optional ``Match exec`` helper) out of its import."""
+"""cpctl.host.ssh keeps invoke (paramiko's optional ``Match exec`` helper) out of its import."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def test_import_skips_invoke_and_leaves_it_importable():
     pytest.importorskip("invoke")
     out = _run("""
         import sys
-        import cpctl.remote.ssh
+        import cpctl.host.ssh
         print("invoke" in sys.modules)
         import invoke                      # not poisoned for later importers
         print(invoke.__name__)
@@ -34,7 +34,7 @@ def test_match_exec_config_still_works(tmp_path):
     config.write_text('Match host master exec "true"\n  Port 2222\nHost other\n  Port 2223\n')
     out = _run("""
         import sys
-        from cpctl.remote.ssh import load_ssh_config
+        from cpctl.host.ssh import load_ssh_config
         config = load_ssh_config(%r)
         print(config.lookup("master").get("port"), config.lookup("other").get("port"))
     """ % str(config))
@@ -46,7 +46,7 @@ def test_config_without_match_exec_does_not_load_invoke(tmp_path):
     config.write_text("Host master\n  Port 2222\n  # exec in a comment is harmless\n")
     out = _run("""
         import sys
-        from cpctl.remote.ssh import load_ssh_config
+        from cpctl.host.ssh import load_ssh_config
         print(load_ssh_config(%r).lookup("master").get("port"), "invoke" in sys.modules)
     """ % str(config))
     assert out == "2222 False"

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from cpctl.host import Host, LocalHost, LockBusy
+from cpctl.host.base import Host, LocalHost, LockBusy
 from tests.coreutil import echo_server
 from tests.sshfixture import *  # noqa: F403
 from tests.sshfixture import SSHServer
@@ -140,7 +140,7 @@ def test_lock_held_by_remote_agent_and_released_on_close(sshd: SSHServer, tmp_pa
 _CHILD = """
 import json, sys, time
 sys.path.insert(0, %(repo)r)
-from cpctl.remote.ssh import SSHOptions, connect
+from cpctl.host.ssh import SSHOptions, connect
 host = connect(%(target)r, SSHOptions(**json.loads(%(opts)r)))
 host.lock(%(path)r, 5, "child")
 print("locked", flush=True)

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from cpctl.errors import CpctlError, ExitCode
-from cpctl.remote.sshconfig import Target, parse_target, read_config_text, resolve
+from cpctl.host.sshconfig import Target, parse_target, read_config_text, resolve
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -88,7 +88,7 @@ def test_missing_config_is_one_line_error(tmp_path) -> None:
 
 
 def test_remote_package_does_not_import_paramiko() -> None:
-    code = ("import sys, cpctl.remote, cpctl.remote.sshconfig, cpctl.remote.inventory, cpctl.remote.fleet;"
+    code = ("import sys, cpctl.fleet.targets, cpctl.host.sshconfig, cpctl.fleet.inventory, cpctl.fleet.runner;"
             "print('paramiko' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

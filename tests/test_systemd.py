@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from cpctl.cli import run
-from cpctl.commands import systemd as units
+from cpctl.cli.commands import systemd as units
+from cpctl.cli.main import run
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ANALYZE = "/usr/bin/systemd-analyze"

@@ -1,4 +1,4 @@
-"""Issue #3: kubeconfig parsing in cpctl.kubeapi (unit tests on real files, no cluster).
+"""Issue #3: kubeconfig parsing in cpctl.probes.kubeapi (unit tests on real files, no cluster).
 
 Every way a kubeconfig can be unusable must end in a ``CpctlError`` (exit 7, one clear line),
 never in a raw OSError/KeyError/UnicodeError that the CLI would report as an internal error.
@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from cpctl.errors import CpctlError, ExitCode
-from cpctl.host import LocalHost
-from cpctl.kubeapi import ApiError, ApiUnreachable, KubeClient, load_kubeconfig
+from cpctl.host.base import LocalHost
+from cpctl.probes.kubeapi import ApiError, ApiUnreachable, KubeClient, load_kubeconfig
 
 CERT = b"-----BEGIN CERTIFICATE-----\nMIIB...\n-----END CERTIFICATE-----\n"
 KEY = b"-----BEGIN PRIVATE KEY-----\nMIIE...\n-----END PRIVATE KEY-----\n"

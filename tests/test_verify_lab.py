@@ -13,8 +13,8 @@ import socket
 import subprocess
 from pathlib import Path
 
-from cpctl.lab.control import start_lab
-from cpctl.lab.httpserve import free_port
+from cpctl_lab.control import start_lab
+from cpctl_lab.httpserve import free_port
 from tests.labfixture import FAST, kubectl, lab, mirror, wait_for  # noqa: F401
 from tests.labfixture import run_cpctl as cpctl
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cpctl.lab.control import LabHandle, start_lab
+from cpctl_lab.control import LabHandle, start_lab
 from tests.labfixture import mirror, wait_for
 from tests.labfixture import run_cpctl as cpctl
 

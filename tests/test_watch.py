@@ -16,8 +16,8 @@ from typing import Any, Callable, Optional
 
 import pytest
 
-from cpctl import watch as watchmod
-from cpctl.probes import PodTarget, Waiter
+from cpctl.ops import watch as watchmod
+from cpctl.probes.base import PodTarget, Waiter
 from tests.coreutil import CLI, MANIFESTS, NODE, NodeDirs
 
 POD = MANIFESTS["kube-scheduler.yaml"]

@@ -7,7 +7,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from cpctl.lab.control import LabHandle, start_lab
+from cpctl_lab.control import LabHandle, start_lab
 from tests.coreutil import NodeDirs
 from tests.labfixture import FAST
 from tests.test_watch import WatchProc

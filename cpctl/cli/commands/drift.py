@@ -1,0 +1,164 @@
+"""``cpctl baseline`` and ``cpctl check``: thin click layer over :mod:`cpctl.ops.drift`.
+
+Exit codes follow the monitoring-plugin convention so a timer, node-problem-detector or a
+Nagios-style runner can use them directly: 0 clean, 1 drift found (after --fix, what remains),
+and the usual cpctl codes when the check itself could not run (2 usage, 4 refused, 5 locked,
+7 environment, ...). With --prometheus-textfile the metrics file is written in every case,
+``cpctl_check_success 0`` when the check failed.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Optional
+
+import click
+
+from cpctl.cli.main import execute
+
+
+@click.command()
+@click.option("--accept", is_flag=True, help="Replace an existing baseline with the current state "
+              "(e.g. after kubeadm upgrade).")
+@click.pass_context
+def baseline(ctx: click.Context, accept: bool) -> None:
+    """Record the expected manifests (files, pod names, content) in STATE/baseline.json.
+
+    Without --accept an existing baseline is kept and the differences are shown.
+    """
+    from cpctl.ops import drift
+    execute(ctx, lambda node: drift.record(node, accept), baseline_text, changing=True, probe="none")
+
+
+def baseline_text(result: dict) -> str:
+    files = result["baseline"]["manifests"]
+    listed = ", ".join("%s%s" % (f, " (parked)" if e["state"] == "parked" else "") for f, e in files.items())
+    diffs = result["differences"]
+    if not result["recorded"]:
+        lines = ["baseline %s exists (recorded %s by %s): %d manifests: %s"
+                 % (result["path"], result["baseline"]["created"], result["baseline"]["by"], len(files), listed)]
+        if diffs:
+            lines.append("the current state differs: %s" % "; ".join(diffs))
+            lines.append("run cpctl baseline --accept to make the current state the baseline")
+        else:
+            lines.append("the current state matches it")
+        return "\n".join(lines)
+    verb = "replaced" if result.get("replaced") else "recorded"
+    text = "baseline %s in %s: %d manifests: %s" % (verb, result["path"], len(files), listed or "none")
+    return text + ("\nchanges: %s" % "; ".join(diffs) if result.get("replaced") and diffs else "")
+
+
+@click.command()
+@click.option("--fix", is_flag=True, help="Restore parks past their --for deadline and finish interrupted "
+              "operations.")
+@click.option("--remove-strays", is_flag=True, help="With --fix: move strays to STATE/strays/<time>/ (never "
+              "deletes).")
+@click.option("--max-parked", default=None, metavar="DURATION", help="Also report parks older than this "
+              "(e.g. 4h).")
+@click.option("--prometheus-textfile", default=None, metavar="PATH",
+              help="Write node_exporter textfile metrics to PATH (*.prom, atomically).")
+@click.option("--timeout", type=click.FloatRange(0.1, 3600), default=60.0, show_default=True,
+              help="Seconds --fix waits for a restored pod.")
+@click.option("--dry-run", is_flag=True, help="With --fix: print what would be repaired; change nothing.")
+@click.pass_context
+def check(ctx: click.Context, fix: bool, remove_strays: bool, max_parked: Optional[str],
+          prometheus_textfile: Optional[str], timeout: float, dry_run: bool) -> None:
+    """Find drift: overdue parks, missing/changed/unexpected manifests, strays, duplicates,
+    interrupted operations, loose state dir permissions and (with a probe) mirror pods.
+
+    Exit 0 clean, 1 drift found, other codes when the check could not run.
+    """
+    from cpctl.errors import CpctlError, ExitCode
+    from cpctl.timeutil import parse_duration
+    if remove_strays and not fix:
+        raise CpctlError("--remove-strays only works together with --fix", ExitCode.USAGE)
+    if dry_run and not fix:
+        raise CpctlError("--dry-run goes with --fix (check alone changes nothing)", ExitCode.USAGE)
+    max_seconds = parse_duration(max_parked, "--max-parked") if max_parked else None
+
+    def action(node: Any) -> dict:
+        try:
+            result = _run_check(node, fix, remove_strays, max_seconds, timeout, dry_run)
+        except CpctlError:
+            _write_metrics(node.host, prometheus_textfile, None)
+            raise
+        _write_metrics(node.host, prometheus_textfile, result["final"])
+        data = _check_data(result)
+        data.update(summary=check_text(result), problems=len(result["final"].problems),
+                    changed=bool(result["actions"]) and not dry_run, dry_run=dry_run)
+        return data
+
+    reports = execute(ctx, action, lambda data: data["summary"], changing=fix and not dry_run)
+    problems = sum(data["problems"] for data in reports)
+    if problems:
+        raise CpctlError("drift found: %d problem%s" % (problems, "" if problems == 1 else "s"), ExitCode.DRIFT)
+
+
+def _run_check(node: Any, fix: bool, remove_strays: bool, max_seconds: Optional[float], timeout: float,
+               dry_run: bool = False) -> dict:
+    from cpctl.ops import drift
+    report = drift.check(node, max_seconds)
+    result = {"report": report, "final": report, "actions": None, "dry_run": dry_run}
+    if fix and dry_run:
+        result["actions"] = drift.plan_fix(node, report, remove_strays)
+    elif fix:
+        result["actions"] = drift.fix(node, report, remove_strays, timeout)
+        result["final"] = drift.check(node, max_seconds)
+    return result
+
+
+def _write_metrics(host: Any, path: Optional[str], report: Any) -> None:
+    """The textfile is written on the node checked (where its node_exporter runs)."""
+    if not path:
+        return
+    from cpctl.errors import CpctlError, ExitCode
+    from cpctl.ops import metrics
+    if report is None:
+        text = metrics.check_metrics(False, time.time())
+    else:
+        text = metrics.check_metrics(True, report.time, report.counts(), report.components)
+    try:
+        metrics.write_textfile(host, path, text)
+    except OSError as exc:
+        raise CpctlError("cannot write --prometheus-textfile %s: %s" % (path, exc.strerror or exc),
+                         ExitCode.ENVIRONMENT) from None
+
+
+def _check_data(result: dict) -> dict:
+    data = result["report"].to_dict()
+    if result["actions"] is not None:
+        final = result["final"]
+        data.update(drift=final.drift, actions=result["actions"],
+                    remaining=[f.to_dict() for f in final.findings])
+    return data
+
+
+def _finding_lines(findings: list) -> list:
+    lines = []
+    for f in findings:
+        lines.append("%-8s %-16s %s" % (f.severity.upper(), f.kind, f.message))
+        if f.diff:
+            lines.extend("    " + line for line in f.diff.rstrip("\n").split("\n"))
+    return lines
+
+
+def check_text(result: dict) -> str:
+    report, final = result["report"], result["final"]
+    lines = _finding_lines(report.findings)
+    if result["actions"] is not None:
+        for a in result["actions"]:
+            label = "WOULD" if result.get("dry_run") else ("FIXED" if a["ok"] else "NOT-FIXED")
+            lines.append("%-8s %-16s %s%s" % (label, a["action"],
+                                              a["file"] + ": " if a["file"] else "", a["message"]))
+        if final.problems and not result.get("dry_run"):
+            lines.append("after --fix:")
+            lines.extend(_finding_lines(final.problems))
+    problems = final.problems
+    if not problems:
+        lines.append("OK: no drift on %s" % final.node)
+    else:
+        critical = sum(1 for f in problems if f.severity == "critical")
+        lines.append("DRIFT: %d problem%s on %s (%d critical, %d warning)"
+                     % (len(problems), "" if len(problems) == 1 else "s", final.node, critical,
+                        len(problems) - critical))
+    return "\n".join(lines)

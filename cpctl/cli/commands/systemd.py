@@ -1,0 +1,201 @@
+"""``cpctl systemd install|show``: the periodic drift check and the watch as systemd units.
+
+The unit texts are rendered here from one template (the repo's ``systemd/`` directory holds
+the same texts rendered for /usr/local/bin/cpctl, and a test keeps both identical), so an
+installed package never needs data files to find them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+from typing import Optional
+
+import click
+
+from cpctl.cli.main import emit, note
+
+DEFAULT_CPCTL = "/usr/local/bin/cpctl"
+DEFAULT_PREFIX = "/etc/systemd/system"
+TEXTFILE = "/var/lib/node_exporter/textfile_collector/cpctl.prom"
+PLACEHOLDER = "@CPCTL@"
+
+# Sandbox shared by both services. ProtectSystem=strict makes the whole tree read-only, so the
+# check unit lists the three places --fix and the metrics write to; the "-" prefix keeps a
+# missing textfile dir from failing the unit (the check then reports that as an error).
+_HARDENING = """\
+ProtectSystem=strict
+ProtectHome=yes
+PrivateTmp=yes
+PrivateDevices=yes
+NoNewPrivileges=yes
+ProtectKernelTunables=yes
+ProtectKernelModules=yes
+ProtectKernelLogs=yes
+ProtectControlGroups=yes
+ProtectClock=yes
+ProtectHostname=yes
+RestrictNamespaces=yes
+RestrictRealtime=yes
+RestrictSUIDSGID=yes
+LockPersonality=yes
+MemoryDenyWriteExecute=yes
+SystemCallArchitectures=native
+SystemCallFilter=@system-service
+# inotify needs no socket; the probes talk HTTPS to the API server and crictl uses a unix socket.
+RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6
+CapabilityBoundingSet=CAP_DAC_OVERRIDE CAP_DAC_READ_SEARCH CAP_CHOWN CAP_FOWNER
+UMask=0077
+"""
+
+CHECK_SERVICE = """\
+[Unit]
+Description=cpctl drift check of the control-plane static pod manifests
+After=kubelet.service
+ConditionPathIsDirectory=/etc/kubernetes/manifests
+
+[Service]
+Type=oneshot
+ExecStart=@CPCTL@ check --prometheus-textfile """ + TEXTFILE + """
+# 1 = drift found: reported through the metrics and the journal, the check itself worked.
+# Any other non-zero code (7 environment, 5 locked, ...) still marks the unit failed.
+SuccessExitStatus=1
+StateDirectory=cpctl
+StateDirectoryMode=0700
+ReadWritePaths=/etc/kubernetes/manifests /var/lib/cpctl -/var/lib/node_exporter/textfile_collector
+TimeoutStartSec=15min
+""" + _HARDENING
+
+CHECK_TIMER = """\
+[Unit]
+Description=Run the cpctl drift check every 5 minutes
+
+[Timer]
+OnBootSec=2min
+# OnCalendar (not OnUnitActiveSec) so that Persistent= applies: a run missed while the node
+# was down happens right after boot.
+OnCalendar=*:0/5
+Persistent=true
+RandomizedDelaySec=30s
+AccuracySec=1s
+
+[Install]
+WantedBy=timers.target
+"""
+
+WATCH_SERVICE = """\
+[Unit]
+Description=cpctl watch: log what the kubelet will do with each manifests dir change
+After=kubelet.service
+
+[Service]
+Type=simple
+ExecStart=@CPCTL@ -o json watch
+Restart=on-failure
+RestartSec=5s
+""" + _HARDENING + """
+[Install]
+WantedBy=multi-user.target
+"""
+
+UNITS = {"cpctl-check.service": CHECK_SERVICE, "cpctl-check.timer": CHECK_TIMER,
+         "cpctl-watch.service": WATCH_SERVICE}
+
+_SAFE_PATH = re.compile(r"^/[A-Za-z0-9._+/-]+$")
+
+
+def render(cpctl_path: str = DEFAULT_CPCTL) -> dict:
+    """unit file name -> text with ExecStart pointing at ``cpctl_path``."""
+    return {name: text.replace(PLACEHOLDER, cpctl_path) for name, text in UNITS.items()}
+
+
+def enable_commands(prefix: str = DEFAULT_PREFIX) -> list:
+    commands = ["systemctl daemon-reload", "systemctl enable --now cpctl-check.timer"]
+    return commands if prefix == DEFAULT_PREFIX else ["# units written to %s (not systemd's search path?)"
+                                                      % prefix] + commands
+
+
+def default_cpctl_path() -> Optional[str]:
+    """The cpctl executable running now (console script), else the one on PATH."""
+    argv0 = os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    if os.path.basename(argv0) == "cpctl" and os.access(argv0, os.X_OK):
+        return argv0
+    return shutil.which("cpctl")
+
+
+def check_cpctl_path(path: Optional[str]) -> str:
+    """systemd wants an absolute path; refuse characters systemd would interpret (%, $, spaces)."""
+    from cpctl.errors import CpctlError, ExitCode
+    if not path:
+        raise CpctlError("cannot tell where the cpctl executable is: pass --cpctl-path", ExitCode.USAGE)
+    if not _SAFE_PATH.match(path):
+        raise CpctlError("--cpctl-path %r: use an absolute path of letters, digits and ._+/- only" % path,
+                         ExitCode.USAGE)
+    return path
+
+
+_cpctl_path_option = click.option("--cpctl-path", default=None, metavar="PATH",
+                                  help="cpctl executable for ExecStart [default: this one].")
+
+
+@click.group()
+def systemd() -> None:
+    """Install or show the systemd units: cpctl-check.service/.timer (drift check every 5 min,
+    node_exporter metrics) and cpctl-watch.service."""
+
+
+@systemd.command()
+@click.option("--prefix", default=DEFAULT_PREFIX, show_default=True, help="Directory to write the units to.")
+@_cpctl_path_option
+@click.option("--enable", is_flag=True, help="Also run systemctl daemon-reload and enable --now the timer.")
+@click.pass_context
+def install(ctx: click.Context, prefix: str, cpctl_path: Optional[str], enable: bool) -> None:
+    """Write the units (atomically, 0644) and print the systemctl commands to enable them."""
+    from cpctl.host.base import LocalHost
+    path = check_cpctl_path(cpctl_path or default_cpctl_path())
+    host = LocalHost()
+    if not os.path.isdir(prefix):
+        host.makedirs(prefix, 0o755)
+    written = []
+    for name, text in render(path).items():
+        host.write_atomic(os.path.join(prefix, name), text.encode("utf-8"), 0o644)
+        written.append(os.path.join(prefix, name))
+    ran = _enable(host) if enable else []
+    commands = enable_commands(prefix)
+    text = "\n".join(["wrote %s" % w for w in written] +
+                     (ran or ["enable the periodic check with:", "  " + " && ".join(c for c in commands
+                                                                                  if not c.startswith("#")),
+                              "optional, the watch log: systemctl enable --now cpctl-watch.service"]))
+    emit(ctx, {"written": written, "cpctl": path, "commands": commands, "ran": ran}, text)
+
+
+def _enable(host: object) -> list:
+    from cpctl.errors import CpctlError, ExitCode
+    ran = []
+    for command in enable_commands():
+        result = host.run(command.split(), timeout=120)  # type: ignore[attr-defined]
+        if not result.ok:
+            raise CpctlError("%s failed (exit %d): %s" % (command, result.rc,
+                                                         result.stderr.decode("utf-8", "replace").strip()),
+                             ExitCode.ENVIRONMENT)
+        ran.append("ran: %s" % command)
+    return ran
+
+
+@systemd.command()
+@_cpctl_path_option
+@click.argument("unit", required=False, type=click.Choice(sorted(UNITS)))
+@click.pass_context
+def show(ctx: click.Context, cpctl_path: Optional[str], unit: Optional[str]) -> None:
+    """Print the unit files (or one UNIT) and the commands that enable them."""
+    path = cpctl_path or default_cpctl_path() or DEFAULT_CPCTL
+    if cpctl_path is None and path != DEFAULT_CPCTL:
+        note("ExecStart uses %s (pass --cpctl-path to change it)" % path)
+    units = render(check_cpctl_path(path))
+    if unit:
+        units = {unit: units[unit]}
+    text = "\n".join("# %s\n%s" % (name, body) for name, body in units.items())
+    text += "\n# then:\n# " + "\n# ".join(c.lstrip("# ") for c in enable_commands())
+    emit(ctx, {"units": units, "commands": enable_commands()}, text)

@@ -1,0 +1,52 @@
+"""``cpctl watch``: thin click layer over :mod:`cpctl.ops.watch` (runs on the node itself)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Callable
+
+import click
+
+from cpctl.cli.main import node_for, settings
+
+
+def _writer(output: str) -> Callable[[dict], None]:
+    """One line per record, flushed at once: the reader may be a pipe (journald, a test, jq)."""
+    from cpctl.ops.watch import format_text
+
+    def write(record: dict) -> None:
+        line = json.dumps(record, sort_keys=True) if output == "json" else format_text(record)
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+    return write
+
+
+def _waiter(ctx: click.Context) -> Any:
+    """The configured probe when it can describe pods; None skips the mirror pod follow-ups."""
+    from cpctl.ops.drift import can_describe
+    node = node_for(ctx)
+    return node, (node.waiter if can_describe(node.waiter) else None)
+
+
+@click.command()
+@click.option("--timeout", type=click.FloatRange(0.1, 3600), default=30.0, show_default=True,
+              help="Seconds to wait for the mirror pod to follow a change (needs --probe api/crictl).")
+@click.option("--debounce", type=click.IntRange(0, 10000), default=50, show_default=True, metavar="MS",
+              help="Quiet time per file before its verdict, so an editor save gives one line.")
+@click.pass_context
+def watch(ctx: click.Context, timeout: float, debounce: int) -> None:
+    """Say, for every change in the manifests dir, what the kubelet will do.
+
+    One line per burst of changes to a file: load, reload, stop, ignore, reject or duplicate;
+    with a probe that can describe pods, a second line when the mirror pod followed (or not).
+    Runs on the node itself (inotify is local). SIGTERM/SIGINT end it with exit status 0.
+    """
+    from cpctl.ops.watch import Watch, run_watch
+    opts = settings(ctx)
+    node, waiter = _waiter(ctx)
+    runner = Watch(opts.manifests_dir, _writer(opts.output), waiter=waiter, node_name=node.node_name,
+                   timeout=timeout, debounce=debounce / 1000.0, host=node.host)
+    status = run_watch(runner)
+    if status:
+        ctx.exit(status)

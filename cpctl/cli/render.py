@@ -1,0 +1,69 @@
+"""Text renderings of cpctl's results (JSON output needs none: it is the data itself)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+
+def table(headers: list, rows: list) -> str:
+    """Left-aligned columns separated by two spaces, like kubectl's tables."""
+    cells = [[str(c) for c in headers]] + [["" if c is None else str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells)
+
+
+def _pod_column(pod: Optional[dict]) -> str:
+    if not pod:
+        return "-"
+    if not pod.get("present"):
+        return "absent"
+    parts = [pod.get("phase") or "?", "ready" if pod.get("ready") else "not-ready"]
+    if pod.get("age") is not None:
+        from cpctl.timeutil import format_duration
+        parts.append(format_duration(pod["age"]))
+    return " ".join(parts)
+
+
+def status_text(data: dict) -> str:
+    rows = []
+    for c in data["components"]:
+        detail = ""
+        if c["state"] == "parked":
+            detail = "since %s by %s" % (c.get("since") or "?", c.get("by") or "?")
+            if c.get("until"):
+                detail += ", until %s%s" % (c["until"], " (OVERDUE)" if c.get("overdue") else "")
+            if c.get("reason"):
+                detail += ": %s" % c["reason"]
+        elif c["state"] == "invalid":
+            detail = c.get("error") or ""
+        rows.append([c["component"], c["state"], c["file"], _pod_column(c.get("pod_state")),
+                     (c.get("checksum") or "")[:12], detail])
+    lines = ["node %s  manifests %s" % (data["node"], data["manifests_dir"])]
+    lines.append(table(["COMPONENT", "STATE", "FILE", "POD", "SHA256", "DETAIL"], rows) if rows
+                 else "(no static pod manifests and nothing parked)")
+    lines += ["warning: %s" % w for w in data.get("warnings", [])]
+    lines += ["recovered: %s" % r for r in data.get("recovered", [])]
+    return "\n".join(lines)
+
+
+def history_text(records: list) -> str:
+    if not records:
+        return "(no history)"
+    rows = [[r.get("time"), r.get("user"), r.get("host"), r.get("action"), r.get("component"),
+             (r.get("checksum") or "")[:12], (r.get("reason") or "") + (" [recovered]" if r.get("recovered") else "")]
+            for r in records]
+    return table(["TIME", "USER", "HOST", "ACTION", "COMPONENT", "SHA256", "REASON"], rows)
+
+
+def plan_text(data: dict) -> str:
+    """A dry run: the moves in order, then the manifests-dir listing before/after as a diff."""
+    lines = ["dry run on node %s (nothing changed):" % data["node"]]
+    for n, step in enumerate(data["plan"], 1):
+        if step.get("move"):
+            lines.append("  %d. %s %s: move %s -> %s" % (n, step["action"], step["component"], step["move"][0],
+                                                       step["move"][1]))
+        else:
+            lines.append("  %d. %s %s: %s" % (n, step["action"], step["component"], step["note"]))
+    if data.get("diff"):
+        lines.append(data["diff"].rstrip("\n"))
+    return "\n".join(lines)

@@ -1,1 +1,0 @@
-"""Click commands that are imported lazily by cpctl.cli (see LAZY_COMMANDS)."""

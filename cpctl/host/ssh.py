@@ -1,0 +1,583 @@
+"""``SSHHost``: a master reached over one paramiko SSH connection, agentless and strict.
+
+``connect(target, options)`` resolves TARGET through ssh_config (ProxyJump hops included),
+verifies the server's host key like OpenSSH before authenticating (so nothing can run on a
+server we have not identified), authenticates with agent / IdentityFile / default keys, then
+execs the hostops agent (``python3 -c <loader>``, under ``sudo`` when the login user is not
+root) on one channel and speaks the agent protocol over it. The agent on the master holds the
+node lock; when the connection drops it reads EOF and exits, which releases the lock.
+
+This is the only cpctl module that imports paramiko (~0.45 s): import it lazily.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import re
+import shlex
+import socket
+import sys
+import threading
+from typing import Any, Dict, Iterator, List, Optional
+
+# paramiko.config imports invoke at module level, used only for ``Match exec`` in ssh_config.
+# Where invoke is installed (Fabric brings it) that adds ~0.3 s to every remote cpctl run, so it
+# is kept out of paramiko's import here; load_ssh_config() loads it when a config needs it.
+_HIDE_INVOKE = "invoke" not in sys.modules and "paramiko" not in sys.modules
+if _HIDE_INVOKE:
+    sys.modules["invoke"] = None  # type: ignore[assignment]  # `import invoke` -> ImportError
+try:
+    import paramiko
+    import paramiko.config
+    from paramiko.auth_strategy import AuthFailure, AuthStrategy, InMemoryPrivateKey
+finally:
+    if _HIDE_INVOKE and "invoke" in sys.modules and sys.modules["invoke"] is None:
+        del sys.modules["invoke"]
+
+from cpctl.errors import CpctlError, ExitCode  # noqa: E402  (after the paramiko import above)
+from cpctl.host.base import AgentHost, agent_bootstrap, agent_payload, check_hello  # noqa: E402
+from cpctl.host.sshconfig import (  # noqa: E402
+    DEFAULT_IDENTITIES,
+    DEFAULT_PORT,
+    Endpoint,
+    Prompt,
+    SSHOptions,
+    Target,
+    parse_target,
+    read_config_text,
+    resolve,
+    ssh_config_path,
+)
+
+# paramiko logs transport failures at ERROR; without a handler Python would print them raw.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
+
+MAX_JUMP_DEPTH = 8
+PASSPHRASE_TRIES = 3
+_KNOWN_HOSTS_WRITE = threading.Lock()
+
+
+class KeyRing:
+    """Private keys loaded once per run: an encrypted key's passphrase is asked only once,
+    even when many hosts connect in parallel (the lock also serialises the prompts)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._keys: dict = {}
+
+    def load(self, path: str, prompt: Optional[Prompt]) -> Optional[paramiko.PKey]:
+        with self._lock:
+            if path not in self._keys:
+                self._keys[path] = _load_key(path, prompt)
+            return self._keys[path]
+
+
+_KEYRING_INIT = threading.Lock()
+
+
+def keyring_of(options: SSHOptions) -> KeyRing:
+    """The options' KeyRing, made on first use (SSHOptions itself must not import paramiko)."""
+    with _KEYRING_INIT:
+        if options.keyring is None:
+            options.keyring = KeyRing()
+        return options.keyring
+
+
+def _load_key(path: str, prompt: Optional[Prompt]) -> Optional[paramiko.PKey]:
+    """The decrypted key, or None when unusable (unreadable, unknown type, no passphrase)."""
+    try:
+        return paramiko.PKey.from_path(path)
+    except TypeError:            # cryptography: "password-protected, but password was not provided"
+        pass
+    except (OSError, ValueError, paramiko.SSHException):
+        return None
+    if prompt is None:
+        return None
+    for _ in range(PASSPHRASE_TRIES):
+        secret = prompt("Enter passphrase for key '%s': " % path, secret=True)
+        if not secret:
+            return None
+        try:
+            return paramiko.PKey.from_path(path, secret.encode("utf-8"))
+        except (ValueError, TypeError):
+            continue
+        except (OSError, paramiko.SSHException):
+            return None
+    return None
+
+
+class _ChannelReader:
+    """readline() over a channel in O(n): paramiko's ChannelFile re-scans long lines."""
+
+    def __init__(self, channel: paramiko.Channel) -> None:
+        self._channel = channel
+        self._buf = bytearray()
+
+    def unread(self, data: bytes) -> None:
+        """Put ``data`` back in front of what the channel sends next."""
+        self._buf[:0] = data
+
+    def readline(self) -> bytes:
+        start = 0
+        while True:
+            end = self._buf.find(b"\n", start)
+            if end >= 0:
+                line = bytes(self._buf[:end + 1])
+                del self._buf[:end + 1]
+                return line
+            start = len(self._buf)
+            chunk = self._channel.recv(1 << 18)
+            if not chunk:
+                line = bytes(self._buf)
+                self._buf.clear()
+                return line
+            self._buf += chunk
+
+
+class _ChannelWriter:
+    def __init__(self, channel: paramiko.Channel) -> None:
+        self._channel = channel
+
+    def write(self, data: bytes) -> None:
+        self._channel.sendall(data)
+
+    def flush(self) -> None:
+        """sendall already handed everything to the transport."""
+
+
+class SSHHost(AgentHost):
+    """A master behind one SSH connection (plus its jump hosts), serving the Host interface.
+
+    ``channel`` runs an agent whose ready line has been read already (``open_agent_channel``);
+    it is replayed to AgentHost, which checks it.
+    """
+
+    def __init__(self, name: str, clients: List[paramiko.SSHClient], channel: paramiko.Channel,
+                 hello: bytes) -> None:
+        self._clients, self._channel = clients, channel
+        reader = _ChannelReader(channel)
+        reader.unread(hello)
+        super().__init__(name, reader, _ChannelWriter(channel))
+
+    @property
+    def transport(self) -> paramiko.Transport:
+        """The authenticated transport: more channels can be opened on it for parallel work."""
+        return self._clients[-1].get_transport()
+
+    def close(self) -> None:
+        """Close the agent channel (the agent exits, releasing its locks), then every hop."""
+        try:
+            self._channel.close()
+        finally:
+            for client in reversed(self._clients):
+                client.close()
+
+
+def _unreachable(name: str, reason: str) -> CpctlError:
+    return CpctlError("%s: unreachable: %s" % (name, reason), ExitCode.UNREACHABLE)
+
+
+def _socket_reason(exc: BaseException, timeout: float) -> str:
+    if isinstance(exc, socket.gaierror):
+        return "cannot resolve host name (%s)" % (exc.strerror or exc)
+    if isinstance(exc, (socket.timeout, TimeoutError)):
+        return "connection timed out after %gs" % timeout
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror.lower()
+    return str(exc) or type(exc).__name__
+
+
+def _open_socket(ep: Endpoint) -> socket.socket:
+    """TCP to the server with Nagle off: the handshake and the agent's request/answer pattern are
+    small writes, and Nagle + delayed ACK stalled each connect by ~40 ms (as OpenSSH, we set NODELAY)."""
+    try:
+        sock = socket.create_connection((ep.hostname, ep.port), timeout=ep.connect_timeout)
+    except OSError as exc:
+        raise _unreachable(ep.name, _socket_reason(exc, ep.connect_timeout)) from None
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def _tunnel(via: paramiko.SSHClient, ep: Endpoint) -> paramiko.Channel:
+    """A direct-tcpip channel from the previous hop to ``ep`` (what ssh -J does)."""
+    try:
+        return via.get_transport().open_channel("direct-tcpip", (ep.hostname, ep.port), ("127.0.0.1", 0),
+                                                timeout=ep.connect_timeout)
+    except paramiko.ChannelException as exc:
+        raise _unreachable(ep.name, "jump host could not connect: %s" % exc.text.lower()) from None
+    except (paramiko.SSHException, OSError, EOFError) as exc:
+        raise _unreachable(ep.name, "through jump host: %s" % (str(exc) or type(exc).__name__)) from None
+
+
+def _key_desc(key: paramiko.PKey) -> str:
+    return "%s %s" % (key.get_name(), key.fingerprint)
+
+
+class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
+    """Unknown host keys: refused unless accept-new (or an explicit config ``no``), then recorded."""
+
+    def __init__(self, ep: Endpoint) -> None:
+        self._ep = ep
+
+    def missing_host_key(self, client: Any, hostname: str, key: paramiko.PKey) -> None:
+        ep = self._ep
+        if ep.strict == "yes":
+            keyscan = "ssh-keyscan%s %s" % ("" if ep.port == 22 else " -p %d" % ep.port, ep.hostname)
+            raise CpctlError(
+                "%s: unknown host key for %s (%s): verify it, then rerun with --accept-new-host-key "
+                "or add it with `%s >> %s`" % (ep.name, ep.known_hosts_name, _key_desc(key), keyscan,
+                                                _home_short(ep.known_hosts[0])), ExitCode.UNREACHABLE)
+        record_host_key(ep.known_hosts[0], ep.known_hosts_name, key)
+
+
+def _home_short(path: str) -> str:
+    home = os.path.expanduser("~")
+    return "~" + path[len(home):] if path.startswith(home + os.sep) else path
+
+
+def record_host_key(path: str, name: str, key: paramiko.PKey) -> None:
+    """Append one known_hosts line (never rewrite the file: comments and hashes stay intact)."""
+    with _KNOWN_HOSTS_WRITE:
+        directory = os.path.dirname(path)
+        if directory and not os.path.isdir(directory):
+            os.makedirs(directory, 0o700)
+        line = "%s %s %s\n" % (name, key.get_name(), key.get_base64())
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, line.encode("ascii"))
+        finally:
+            os.close(fd)
+
+
+def _changed(ep: Endpoint, exc: paramiko.BadHostKeyException) -> CpctlError:
+    return CpctlError(
+        "%s: REMOTE HOST IDENTIFICATION HAS CHANGED for %s: got %s, known_hosts has %s; someone "
+        "could be eavesdropping, or the host key was replaced: check it, then fix %s"
+        % (ep.name, ep.known_hosts_name, _key_desc(exc.key), _key_desc(exc.expected_key),
+           _home_short(ep.known_hosts[0])), ExitCode.UNREACHABLE)
+
+
+class _KeyAuth(AuthStrategy):
+    """Public-key auth in OpenSSH's order: agent keys, then IdentityFile (or default) keys."""
+
+    def __init__(self, ep: Endpoint, options: SSHOptions) -> None:
+        super().__init__(ssh_config=None)
+        self._ep, self._options = ep, options
+        self.agent: Optional[paramiko.Agent] = None
+        self.tried: List[str] = []
+
+    def _paths(self) -> List[str]:
+        paths = list(self._ep.identity_files)
+        if not paths and self._options.look_for_keys:
+            paths = [os.path.expanduser(p) for p in DEFAULT_IDENTITIES]
+        return [p for p in dict.fromkeys(paths) if os.path.isfile(p)]
+
+    def get_sources(self) -> Iterator[InMemoryPrivateKey]:
+        user = self._ep.user
+        if self._options.use_agent and not self._ep.identities_only and os.environ.get("SSH_AUTH_SOCK"):
+            self.agent = paramiko.Agent()
+            for key in self.agent.get_keys():
+                self.tried.append("agent " + key.get_name())
+                yield InMemoryPrivateKey(user, key)
+        for path in self._paths():
+            key = keyring_of(self._options).load(path, self._options.prompt)
+            if key is None:
+                self.tried.append(_home_short(path) + " (unusable)")
+                continue
+            self.tried.append(_home_short(path))
+            yield InMemoryPrivateKey(user, key)
+
+
+def _auth_failed(ep: Endpoint, auth: _KeyAuth) -> CpctlError:
+    tried = ", ".join(auth.tried) or "no key found (no agent, no IdentityFile, no ~/.ssh/id_*)"
+    return _unreachable(ep.name, "authentication failed as %s (tried: %s)" % (ep.user, tried))
+
+
+def _client_for(ep: Endpoint, options: SSHOptions) -> paramiko.SSHClient:
+    client = paramiko.SSHClient()
+    for path in list(options.global_known_hosts) + ep.known_hosts:
+        if os.path.isfile(path):
+            try:
+                client.load_system_host_keys(path)
+            except (OSError, UnicodeDecodeError):
+                continue        # OpenSSH too ignores an unreadable known_hosts file
+    client.set_missing_host_key_policy(_HostKeyPolicy(ep))
+    return client
+
+
+def connect_endpoint(ep: Endpoint, options: SSHOptions, sock: Any = None) -> paramiko.SSHClient:
+    """Handshake, verify the host key (paramiko does it before any auth), then authenticate."""
+    sock = sock if sock is not None else _open_socket(ep)
+    client = _client_for(ep, options)
+    auth = _KeyAuth(ep, options)
+    connected = False
+    try:
+        # With ``sock`` given, paramiko uses hostname/port only to name the key in known_hosts.
+        client.connect(ep.host_key_alias or ep.hostname, port=DEFAULT_PORT if ep.host_key_alias else ep.port,
+                       username=ep.user, sock=sock,
+                       timeout=ep.connect_timeout, banner_timeout=ep.connect_timeout,
+                       auth_timeout=ep.connect_timeout, auth_strategy=auth)
+        connected = True
+    except (paramiko.SSHException, OSError, EOFError) as exc:
+        raise _connect_error(ep, auth, exc) from None
+    finally:
+        if auth.agent is not None:
+            auth.agent.close()
+        if not connected:
+            client.close()
+            sock.close()
+    client.get_transport().set_keepalive(30)
+    return client
+
+
+def _connect_error(ep: Endpoint, auth: _KeyAuth, exc: BaseException) -> CpctlError:
+    if isinstance(exc, paramiko.BadHostKeyException):
+        return _changed(ep, exc)
+    if isinstance(exc, (AuthFailure, paramiko.AuthenticationException)):
+        return _auth_failed(ep, auth)
+    if isinstance(exc, paramiko.SSHException):
+        return _unreachable(ep.name, "SSH handshake failed: %s" % (str(exc).strip() or type(exc).__name__))
+    if isinstance(exc, (OSError, EOFError)):
+        return _unreachable(ep.name, _socket_reason(exc, ep.connect_timeout))
+    return _unreachable(ep.name, "%s: %s" % (type(exc).__name__, exc))
+
+
+_MATCH_EXEC = re.compile(r"^[ \t]*match[ \t=].*\bexec\b", re.IGNORECASE | re.MULTILINE)
+
+
+def _load_invoke() -> None:
+    """Give paramiko the invoke it needs to run ``Match exec`` commands (see the import above)."""
+    if paramiko.config.invoke is not None:
+        return
+    try:
+        import invoke
+    except ImportError as exc:
+        paramiko.config.invoke_import_error = exc
+        return
+    paramiko.config.invoke = invoke
+
+
+class SSHConfigLookups:
+    """A parsed ssh_config that remembers its lookups, when their answers cannot change.
+
+    paramiko walks every Host/Match block twice per lookup and asks the login name for each
+    block (an NSS lookup when LOGNAME and USER are unset, as under cron or systemd); a fan-out
+    resolves each master twice. 20 masters behind a 20-block config made ~1,700 such calls per
+    run. A config with ``Match exec`` is looked up afresh every time: a command decides.
+    """
+
+    def __init__(self, parsed: paramiko.SSHConfig, remember: bool) -> None:
+        self._parsed, self._remember = parsed, remember
+        self._answers: Dict[str, dict] = {}
+
+    def lookup(self, host: str) -> dict:
+        found = self._answers.get(host) if self._remember else None
+        if found is None:
+            found = dict(self._parsed.lookup(host))
+            if self._remember:
+                self._answers[host] = found
+        return {key: list(value) if isinstance(value, list) else value for key, value in found.items()}
+
+
+_CONFIGS: Dict[str, SSHConfigLookups] = {}     # ssh_config text -> its parse, for this process
+_CONFIGS_MAX = 8
+
+
+def load_ssh_config(path: Optional[str]) -> Optional[SSHConfigLookups]:
+    """The parsed ssh_config (Include inlined), or None when there is none to read. Read on
+    every call (the keeper lives long: an edit counts at once), parsed once per distinct text."""
+    path = ssh_config_path(path)
+    if path is None:
+        return None
+    text = read_config_text(path)
+    known = _CONFIGS.get(text)
+    if known is not None:
+        return known
+    match_exec = bool(_MATCH_EXEC.search(text))
+    if match_exec:
+        _load_invoke()
+    try:
+        known = SSHConfigLookups(paramiko.SSHConfig.from_text(text), remember=not match_exec)
+    except paramiko.ssh_exception.ConfigParseError as exc:
+        raise CpctlError("ssh_config %s: %s" % (path, exc), ExitCode.USAGE) from None
+    if len(_CONFIGS) >= _CONFIGS_MAX:
+        _CONFIGS.clear()
+    _CONFIGS[text] = known
+    return known
+
+
+def _hop_options(options: SSHOptions) -> SSHOptions:
+    """Jump hosts use their own config entries: -l/-p/-J apply to the final target only."""
+    return dataclasses.replace(options, user=None, port=None, proxy_jump=None)
+
+
+def open_chain(target: Target, options: SSHOptions, config: Any, depth: int = 0) -> List[paramiko.SSHClient]:
+    """Connected clients for every ProxyJump hop then ``target``, each hop through the previous."""
+    if depth > MAX_JUMP_DEPTH:
+        raise CpctlError("%s: ProxyJump nested too deeply (a loop?)" % target.raw, ExitCode.USAGE)
+    ep = resolve(target, config.lookup if config else None, options)
+    clients: List[paramiko.SSHClient] = []
+    try:
+        _open_hops(ep.proxy_jump, clients, options, config, depth)
+    except BaseException as exc:
+        for client in reversed(clients):
+            client.close()
+        if isinstance(exc, CpctlError):      # name the final target first, then the failing hop
+            raise CpctlError("%s: via %s" % (target.raw, exc.message), exc.code, exc.hint) from None
+        raise
+    try:
+        clients.append(connect_endpoint(ep, options, _tunnel(clients[-1], ep) if clients else None))
+    except BaseException:
+        for client in reversed(clients):
+            client.close()
+        raise
+    return clients
+
+
+def _open_hops(hops: List[str], clients: List[paramiko.SSHClient], options: SSHOptions, config: Any,
+               depth: int) -> None:
+    """Connect the ProxyJump hops into ``clients``; the first hop honours its own ProxyJump."""
+    lookup = config.lookup if config else None
+    for index, hop in enumerate(hops):
+        hop_target = parse_target(hop)
+        if index == 0:
+            clients += open_chain(hop_target, _hop_options(options), config, depth + 1)
+            continue
+        hop_ep = resolve(hop_target, lookup, dataclasses.replace(_hop_options(options), proxy_jump="none"))
+        clients.append(connect_endpoint(hop_ep, options, _tunnel(clients[-1], hop_ep)))
+
+
+def _exec_status(transport: paramiko.Transport, argv: List[str], timeout: float, stdin: bytes = b"") -> tuple:
+    """Run a short command on its own channel; (rc, stderr). Used only for the sudo probes."""
+    chan = transport.open_session(timeout=timeout)
+    try:
+        chan.settimeout(timeout)
+        chan.exec_command(shlex.join(argv))
+        if stdin:
+            chan.sendall(stdin)
+        chan.shutdown_write()
+        err = b""
+        while True:
+            chunk = chan.recv_stderr(4096)
+            if not chunk:
+                break
+            err += chunk
+        return chan.recv_exit_status(), err.decode("utf-8", "replace")
+    finally:
+        chan.close()
+
+
+def _agent_argv(transport: paramiko.Transport, name: str, ep: Endpoint, options: SSHOptions) -> tuple:
+    """(argv, password_line): sudo only for non-root logins; the password travels on stdin.
+
+    With a become password, two probes first: ``sudo -n true`` (is a password needed at all? if
+    not, it must not be sent, python would read it) and ``sudo -S true`` with the password and
+    EOF, so a wrong password fails in one attempt instead of sudo eating the agent's source.
+    """
+    argv = agent_bootstrap(options.python)
+    if not options.become or ep.user == "root":
+        return argv, b""
+    if options.become_password is None:
+        return ["sudo", "-n", "--"] + argv, b""
+    rc, _err = _exec_status(transport, ["sudo", "-n", "true"], ep.connect_timeout)
+    if rc == 0:
+        return ["sudo", "-n", "--"] + argv, b""
+    line = options.become_password.encode("utf-8") + b"\n"
+    sudo_s = ["sudo", "-S", "-p", "", "--"]
+    rc, err = _exec_status(transport, sudo_s + ["true"], max(ep.connect_timeout, 15.0), line)
+    if rc != 0:
+        raise _agent_failure(name, ep, options, err or "sudo: incorrect password")
+    return sudo_s + argv, line
+
+
+def _read_stderr(chan: paramiko.Channel, wait: float = 5.0) -> str:
+    chan.status_event.wait(wait)
+    err = b""
+    while chan.recv_stderr_ready() and len(err) < 8192:
+        err += chan.recv_stderr(4096)
+    return err.decode("utf-8", "replace")
+
+
+def _agent_failure(name: str, ep: Endpoint, options: SSHOptions, stderr: str) -> CpctlError:
+    """Turn the agent's death rattle into one actionable line (never echoing the password)."""
+    if options.become_password:
+        stderr = stderr.replace(options.become_password, "***")
+    low = stderr.lower()
+    if "password is required" in low:
+        return CpctlError("sudo on %s needs a password: use --ask-become-pass or NOPASSWD" % name,
+                          ExitCode.ENVIRONMENT)
+    if "incorrect password" in low or "sorry, try again" in low:
+        return CpctlError("sudo on %s: the become password was rejected" % name, ExitCode.ENVIRONMENT)
+    if "sudoers" in low or "not allowed to execute" in low:
+        return CpctlError("sudo on %s: %s may not run %s as root" % (name, ep.user, options.python),
+                          ExitCode.ENVIRONMENT)
+    if "not found" in low or "no such file" in low:
+        return CpctlError("%s: %s not found on the node (cpctl needs python3 >= 3.8 there)"
+                          % (name, options.python), ExitCode.ENVIRONMENT)
+    last = [line for line in stderr.strip().splitlines() if line.strip()]
+    return CpctlError("%s: agent did not start: %s" % (name, last[-1] if last else "no answer"),
+                      ExitCode.ENVIRONMENT)
+
+
+def read_line(chan: paramiko.Channel, limit: int = 512) -> bytes:
+    """One line from the agent (at most ``limit`` bytes), read byte by byte so nothing after it
+    is consumed: its ready line."""
+    line = b""
+    while not line.endswith(b"\n") and len(line) < limit:
+        byte = chan.recv(1)
+        if not byte:
+            break
+        line += byte
+    return line
+
+
+def open_agent_channel(name: str, transport: paramiko.Transport, ep: Endpoint,
+                       options: SSHOptions) -> tuple:
+    """Exec the agent on a new channel of ``transport``, send (password line and) its program and
+    wait for its ready line: (channel, ready line). The connection keeper uses it directly."""
+    argv, password_line = _agent_argv(transport, name, ep, options)
+    chan = transport.open_session(timeout=ep.connect_timeout)
+    chan.exec_command(shlex.join(argv))
+    try:
+        chan.settimeout(max(3 * ep.connect_timeout, 30.0))   # a wedged sudo must not hang us
+        chan.sendall(password_line + agent_payload())
+        hello = read_line(chan)
+        check_hello(name, hello)
+        chan.settimeout(None)
+        return chan, hello
+    except (CpctlError, OSError) as exc:
+        stderr = _read_stderr(chan)
+        chan.close()
+        if not stderr and isinstance(exc, CpctlError):
+            raise
+        raise _agent_failure(name, ep, options, stderr) from None
+
+
+def start_agent(name: str, clients: List[paramiko.SSHClient], ep: Endpoint, options: SSHOptions) -> SSHHost:
+    """The agent on the last client's connection, as a Host."""
+    chan, hello = open_agent_channel(name, clients[-1].get_transport(), ep, options)
+    return SSHHost(name, clients, chan, hello)
+
+
+def open_connection(target: str, options: SSHOptions) -> tuple:
+    """(clients, endpoint): the authenticated chain to ``target`` (ProxyJump hops first)."""
+    parsed = parse_target(target)
+    config = load_ssh_config(options.ssh_config)
+    clients = open_chain(parsed, options, config)
+    return clients, resolve(parsed, config.lookup if config else None, options)
+
+
+def connect(target: str, options: Optional[SSHOptions] = None) -> SSHHost:
+    """Open the SSH connection to ``target`` and start the agent there; the caller closes it."""
+    options = options or SSHOptions()
+    clients, ep = open_connection(target, options)
+    try:
+        return start_agent(target, clients, ep, options)
+    except BaseException as exc:
+        for client in reversed(clients):
+            client.close()
+        if isinstance(exc, (paramiko.SSHException, OSError, EOFError)):
+            raise _unreachable(target, "cannot start the agent: %s" % exc) from None
+        raise

@@ -1,6 +1,0 @@
-"""``python -m cpctl.lab``: the lab CLI without going through cpctl's main entry point."""
-
-from .cli import lab
-
-if __name__ == "__main__":
-    lab(prog_name="cpctl lab")

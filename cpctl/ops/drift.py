@@ -1,0 +1,533 @@
+"""Drift between what a control-plane node should run and what its manifests dir holds.
+
+A *baseline* (``STATE/baseline.json``) records the expected manifests with their content, so a
+later ``check`` can show a unified diff of an out-of-band edit instead of a bare checksum
+mismatch. ``check`` then looks for everything that silently breaks a control plane: a parked
+manifest nobody restored, a manifest that vanished, a backup copy the kubelet runs as a second
+apiserver, an interrupted cpctl operation, a state dir others can write to, and (with a probe
+that can describe pods) mirror pods that do not match the files.
+
+``fix`` repairs only what is safe and reversible: restoring parks past their own deadline (via
+``Node.start`` inside a session, so lock, journal and history apply), finishing an interrupted
+journal entry, and - only when asked - moving strays into ``STATE/strays/<timestamp>/``.
+Nothing is ever deleted. No click here: the command layer lives in ``cpctl.cli.commands.drift``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+import time
+from typing import TYPE_CHECKING, Any, Optional
+
+from cpctl.core import manifests
+from cpctl.core.state import iso, parse_iso, user_label
+from cpctl.errors import CpctlError, ExitCode
+from cpctl.probes.base import PodTarget, Waiter
+
+if TYPE_CHECKING:  # node imports drift (for note_change); avoid the import cycle at runtime
+    from cpctl.core.manifests import DirScan
+    from cpctl.core.node import Node
+
+BASELINE = "baseline.json"
+STRAYS = "strays"
+BASELINE_VERSION = 1
+MAX_DIFF_LINES = 200
+
+CRITICAL, WARNING, INFO = "critical", "warning", "info"
+
+# Every finding kind, so metrics can export zeros (an absent series cannot be alerted on).
+KINDS = {
+    "overdue_park": "parked past its --for deadline or longer than --max-parked",
+    "missing": "baseline manifest neither in the manifests dir nor parked by cpctl",
+    "changed": "manifest content differs from the baseline (edited out of band)",
+    "unexpected": "valid manifest that is not in the baseline",
+    "stray": "loadable file that is a backup/editor leftover or not a valid Pod",
+    "duplicate": "several files define the same pod (the kubelet runs only one)",
+    "mirror_not_ready": "manifest present but its mirror pod is missing or not Ready",
+    "mirror_of_parked": "component parked but its mirror pod still exists",
+    "interrupted": "a cpctl operation was interrupted (STATE/journal.json present)",
+    "permissions": "state dir is a symlink, group/world accessible or owned by someone else",
+    "editor_swap": "an editor swap file: someone is editing a manifest or an editor crashed",
+    "no_baseline": "no baseline recorded: missing/changed/unexpected checks skipped",
+    "check_skipped": "mirror pod checks skipped: no probe that can describe pods",
+}
+
+# Names editors, package managers and humans give copies. Matched on the whole name's end, so
+# a real component name never matches by accident.
+_BACKUP_RE = re.compile(r"(~|\.bak\d*|\.backup|\.orig|\.old|\.save|\.sw[a-p]|\.tmp|\.rej|\.dpkg-(old|new|dist|bak)"
+                        r"|\.rpm(save|new|orig)|\.ucf-(old|dist))$", re.IGNORECASE)
+_VIM_WRITE_TEST = "4913"
+_SWAP_RE = re.compile(r"^\..+\.sw[a-p]$")
+
+
+class Finding:
+    """One problem (or info note) found by ``check``."""
+
+    def __init__(self, kind: str, severity: str, message: str, file: Optional[str] = None,
+                 component: Optional[str] = None, diff: Optional[str] = None, **extra: Any) -> None:
+        assert kind in KINDS, kind
+        self.kind = kind
+        self.severity = severity
+        self.message = message
+        self.file = file
+        self.component = component
+        self.diff = diff
+        self.extra = extra
+
+    def to_dict(self) -> dict:
+        data = {"kind": self.kind, "severity": self.severity, "file": self.file, "component": self.component,
+                "message": self.message, "diff": self.diff}
+        data.update(self.extra)
+        return data
+
+
+class Report:
+    """Findings of one check plus the parked inventory the metrics need."""
+
+    def __init__(self, node_name: str, now: float) -> None:
+        self.node = node_name
+        self.time = now
+        self.findings: list = []
+        self.components: dict = {}     # component -> seconds parked (0 when running)
+
+    def add(self, finding: Finding) -> None:
+        self.findings.append(finding)
+
+    @property
+    def problems(self) -> list:
+        return [f for f in self.findings if f.severity != INFO]
+
+    @property
+    def drift(self) -> bool:
+        return bool(self.problems)
+
+    def counts(self) -> dict:
+        counts = dict.fromkeys(KINDS, 0)
+        for f in self.findings:
+            counts[f.kind] += 1
+        return counts
+
+    def of_kind(self, kind: str) -> list:
+        return [f for f in self.findings if f.kind == kind]
+
+    def to_dict(self) -> dict:
+        return {"node": self.node, "time": iso(self.time), "drift": self.drift,
+                "findings": [f.to_dict() for f in self.findings],
+                "parked": {c: round(s, 3) for c, s in sorted(self.components.items()) if s}}
+
+
+# --- baseline ---------------------------------------------------------------------------------
+
+def baseline_path(node: "Node") -> str:
+    return node.state.path + "/" + BASELINE
+
+
+def read_baseline(node: "Node") -> Optional[dict]:
+    """The recorded baseline, None when there is none; a corrupt file is an environment error."""
+    path = baseline_path(node)
+    repair = "inspect it, or replace it with cpctl baseline --accept"
+    value = node.state.read_json(path, repair)
+    if value is not None and not isinstance(value.get("manifests"), dict):
+        raise CpctlError("%s is corrupt (no manifests): %s" % (path, repair), ExitCode.ENVIRONMENT)
+    return value
+
+
+def write_baseline(node: "Node", baseline: dict) -> None:
+    data = (json.dumps(baseline, indent=2, sort_keys=True) + "\n").encode("utf-8")
+    node.host.write_atomic(baseline_path(node), data, 0o600)
+
+
+def _entry(pod: dict, data: bytes, state: str) -> dict:
+    meta = pod["metadata"]
+    return {"pod": meta["name"], "namespace": meta.get("namespace") or "default",
+            "checksum": manifests.checksum(data), "content": data.decode("utf-8"), "state": state}
+
+
+def _read_parked(node: "Node", filename: str) -> Optional[bytes]:
+    path = node.state.parked_path(filename)
+    info = node.host.lstat(path)
+    if info is None or info["kind"] != "file" or info["size"] > manifests.MAX_MANIFEST_BYTES:
+        return None
+    return node.host.read_file(path, manifests.MAX_MANIFEST_BYTES)
+
+
+def snapshot(node: "Node") -> dict:
+    """The current manifests (running and parked by cpctl) as a baseline.
+
+    Refuses when the dir holds strays or duplicates: blessing a backup copy as "expected" would
+    hide exactly the trap the baseline exists to catch.
+    """
+    scan, parked = node.scan(), node.parked()
+    report = Report(node.node_name, time.time())
+    _check_strays(report, scan, None, parked)
+    if report.problems:
+        listed = "; ".join("%s: %s" % (f.file, f.message) for f in report.problems)
+        raise CpctlError("refusing to record a baseline while the manifests dir has strays (%s)" % listed,
+                         ExitCode.REFUSED, hint="move them away first (cpctl check --fix --remove-strays)")
+    entries = {m.file: _entry(m.pod, m.data, "present") for m in scan.valid}
+    for filename in parked:
+        data = _read_parked(node, filename)
+        if data is None or filename in entries:
+            continue
+        try:
+            entries[filename] = _entry(manifests.parse_pod(data), data, "parked")
+        except manifests.InvalidManifest:
+            continue
+    now = iso()
+    return {"version": BASELINE_VERSION, "created": now, "updated": now, "by": user_label(node.host),
+            "node": node.node_name, "manifests_dir": node.manifests_dir, "manifests": entries}
+
+
+def compare(old: Optional[dict], new: dict) -> list:
+    """Human lines saying how ``new`` differs from ``old`` (added, removed, changed files)."""
+    before = (old or {}).get("manifests", {})
+    after = new["manifests"]
+    lines = ["added %s (pod %s)" % (f, after[f]["pod"]) for f in sorted(set(after) - set(before))]
+    lines += ["removed %s (pod %s)" % (f, before[f].get("pod")) for f in sorted(set(before) - set(after))]
+    lines += ["changed %s" % f for f in sorted(set(before) & set(after))
+              if before[f].get("checksum") != after[f]["checksum"]]
+    return lines
+
+
+def record(node: "Node", accept: bool) -> dict:
+    """Record the baseline (first time, or with ``accept`` to replace it); under the node lock."""
+    with node.session("cpctl baseline"):
+        old = read_baseline(node)
+        new = snapshot(node)
+        changes = compare(old, new)
+        if old is not None and not accept:
+            return {"recorded": False, "path": baseline_path(node), "baseline": _summary(old),
+                    "differences": changes}
+        if old is not None:
+            new["created"] = old.get("created", new["created"])
+        write_baseline(node, new)
+        return {"recorded": True, "replaced": old is not None, "path": baseline_path(node),
+                "baseline": _summary(new), "differences": changes}
+
+
+def _summary(baseline: dict) -> dict:
+    return {"created": baseline.get("created"), "updated": baseline.get("updated"), "by": baseline.get("by"),
+            "manifests": {f: {"pod": e.get("pod"), "state": e.get("state"), "checksum": e.get("checksum")}
+                          for f, e in sorted(baseline["manifests"].items())}}
+
+
+def note_change(node: "Node", action: str, filename: str, checksum: Optional[str]) -> None:
+    """Keep the baseline current after cpctl itself moved a manifest (stop/start/add/remove).
+
+    Called by ``Node._apply`` after the history record. A no-op (one lstat) without a baseline.
+    Never raises: the move already happened and is journaled; a stale baseline only produces a
+    finding later, which is better than failing a completed stop/start.
+    """
+    try:
+        baseline = read_baseline(node)
+        if baseline is None:
+            return
+        if _apply_change(node, baseline, action, filename, checksum):
+            baseline["updated"] = iso()
+            write_baseline(node, baseline)
+    except (CpctlError, OSError, ValueError, UnicodeDecodeError) as exc:
+        node.log("baseline not updated after %s of %s: %s" % (action, filename, getattr(exc, "message", exc)))
+
+
+def _apply_change(node: "Node", baseline: dict, action: str, filename: str, checksum: Optional[str]) -> bool:
+    entries = baseline["manifests"]
+    if action == "remove":
+        return entries.pop(filename, None) is not None
+    state = "parked" if action == "stop" else "present"
+    entry = entries.get(filename)
+    if entry is not None:
+        changed = entry.get("state") != state
+        entry["state"] = state
+        return changed
+    # A manifest cpctl moved but the baseline does not know: cpctl handled it, so it is expected.
+    path = node.state.parked_path(filename) if state == "parked" else node.manifests_dir + "/" + filename
+    data = node.host.read_file(path, manifests.MAX_MANIFEST_BYTES)
+    if checksum and manifests.checksum(data) != checksum:
+        return False
+    entries[filename] = _entry(manifests.parse_pod(data), data, state)
+    return True
+
+
+# --- check ------------------------------------------------------------------------------------
+
+def can_describe(waiter: Waiter) -> bool:
+    """True when the waiter overrides ``describe`` (NoWait and friends cannot tell pod state)."""
+    return type(waiter).describe is not Waiter.describe
+
+
+def check(node: "Node", max_parked: Optional[float] = None, now: Optional[float] = None) -> Report:
+    """Look for every kind of drift; read-only (takes no lock, creates nothing)."""
+    now = time.time() if now is None else now
+    reads = node.view_reads() + [node.state.read_call(p) for p in (node.state.journal_path, baseline_path(node))]
+    with node.host.prefetched(reads):
+        report = Report(node.node_name, now)
+        _check_permissions(report, node)
+        _check_journal(report, node)
+        scan, parked = node.scan(), node.parked()
+        baseline = read_baseline(node)
+    _check_parked(report, parked, now, max_parked)
+    _check_strays(report, scan, baseline, parked)
+    if baseline is None:
+        report.add(Finding("no_baseline", INFO, "no baseline recorded: run cpctl baseline to enable the "
+                           "missing/changed/unexpected checks"))
+    else:
+        _check_baseline(report, node, scan, parked, baseline)
+    _check_mirrors(report, node, scan, parked)
+    _inventory(report, scan, parked, baseline, now)
+    return report
+
+
+def _check_permissions(report: Report, node: "Node") -> None:
+    """What ``StateDir.ensure`` would refuse, reported as findings instead of raised."""
+    euid = node.host.info()["euid"]
+    for path in (node.state.path, node.state.parked_dir, node.state.meta_dir):
+        info = node.host.lstat(path)
+        if info is None:
+            continue
+        problem = None
+        if info["kind"] == "symlink":
+            problem = "is a symlink (cpctl refuses to use it)"
+        elif info["kind"] != "dir":
+            problem = "is not a directory"
+        elif info["mode"] & 0o077:
+            problem = "has loose permissions %04o (cpctl refuses to use it): run chmod 700 %s" % (info["mode"], path)
+        elif info["uid"] != euid:
+            problem = "is owned by uid %d, not by uid %d running cpctl" % (info["uid"], euid)
+        if problem:
+            report.add(Finding("permissions", CRITICAL if info["kind"] == "symlink" else WARNING,
+                               "state dir %s %s" % (path, problem), file=path))
+
+
+def _check_journal(report: Report, node: "Node") -> None:
+    try:
+        entry = node.state.read_journal()
+    except CpctlError as exc:
+        report.add(Finding("interrupted", CRITICAL, exc.message, file=node.state.journal_path))
+        return
+    if entry is None:
+        return
+    report.add(Finding("interrupted", CRITICAL,
+                       "interrupted %s of %s (started %s by pid %s): the next cpctl command completes or rolls "
+                       "it back; cpctl check --fix does it now" % (entry.get("action"), entry.get("component"),
+                                                                  entry.get("started"), entry.get("pid")),
+                       file=entry.get("file"), component=entry.get("component")))
+
+
+def _parked_since(meta: dict) -> Optional[float]:
+    try:
+        return parse_iso(meta["parked_at"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _check_parked(report: Report, parked: dict, now: float, max_parked: Optional[float]) -> None:
+    for filename, meta in sorted(parked.items()):
+        component = meta.get("component") or manifests.file_stem(filename)
+        since = _parked_since(meta)
+        who = "parked %s by %s%s" % (meta.get("parked_at", "at an unknown time"), meta.get("parked_by", "?"),
+                                     ": %s" % meta["reason"] if meta.get("reason") else "")
+        until = meta.get("until")
+        if until and parse_iso(until) < now:
+            report.add(Finding("overdue_park", CRITICAL, "%s is past its deadline %s (%s)" % (component, until, who),
+                               file=filename, component=component, deadline=True))
+        elif max_parked and since is not None and now - since > max_parked:
+            from cpctl.timeutil import format_duration
+            report.add(Finding("overdue_park", WARNING, "%s parked for %s, longer than --max-parked (%s)"
+                               % (component, format_duration(now - since), who),
+                               file=filename, component=component, deadline=False))
+
+
+def stray_reason(name: str, known_files: set) -> Optional[str]:
+    """Why a loadable file name looks like a leftover copy (None: it looks like a real manifest)."""
+    if name == _VIM_WRITE_TEST:
+        return "vim's write-test file 4913"
+    if _BACKUP_RE.search(name):
+        return "a backup/editor leftover name"
+    for other in known_files:
+        if other != name and name.startswith(other) and len(name) > len(other):
+            return "a copy of %s" % other
+    return None
+
+
+def _check_strays(report: Report, scan: "DirScan", baseline: Optional[dict], parked: dict) -> None:
+    """Strays: copies and leftovers by name, invalid files, and unknown duplicates of known pods."""
+    expected = set((baseline or {}).get("manifests", {}))
+    known = {m.file for m in scan.valid} | set(parked) | expected
+    strays = set()
+    for m in scan.manifests:
+        reason = None if m.valid else "not a valid Pod (%s)" % m.error
+        reason = reason or stray_reason(m.file, known - {m.file})
+        if reason:
+            strays.add(m.file)
+            _add_stray(report, m, reason)
+    for (namespace, name), files in sorted(scan.duplicates().items()):
+        extra = [f for f in files if f not in expected] if expected else []
+        for f in extra:
+            if f not in strays and len(extra) < len(files):
+                strays.add(f)
+                m = next(x for x in scan.manifests if x.file == f)
+                _add_stray(report, m, "a second definition of pod %s/%s, not in the baseline" % (namespace, name))
+        report.add(Finding("duplicate", CRITICAL, "pod %s/%s is defined by %s: the kubelet runs only one of them"
+                           % (namespace, name, " and ".join(files)), file=files[-1], component=name, files=files))
+    for name in scan.ignored:
+        if _SWAP_RE.match(name):
+            report.add(Finding("editor_swap", INFO, "%s: vim swap file for %s (being edited, or the editor crashed)"
+                               % (name, name[1:-4]), file=name))
+
+
+def _add_stray(report: Report, m: manifests.Manifest, reason: str) -> None:
+    if m.valid:
+        severity = CRITICAL
+        effect = "the kubelet RUNS it as pod %s/%s" % (m.namespace, m.pod_name)
+    else:
+        severity = WARNING
+        effect = "the kubelet skips it and logs an error on every resync"
+    report.add(Finding("stray", severity, "%s is %s: %s" % (m.file, reason, effect), file=m.file,
+                       component=m.pod_name, removable=True))
+
+
+def _check_baseline(report: Report, node: "Node", scan: "DirScan", parked: dict, baseline: dict) -> None:
+    present = {m.file: m for m in scan.manifests}
+    stray_files = {f.file for f in report.of_kind("stray")}
+    for filename, entry in sorted(baseline["manifests"].items()):
+        m = present.get(filename)
+        if m is not None:
+            if m.data is not None and m.checksum != entry.get("checksum"):
+                _add_changed(report, filename, entry, m.data, m.path)
+        elif filename in parked:
+            data = _read_parked(node, filename)
+            if data is not None and manifests.checksum(data) != entry.get("checksum"):
+                _add_changed(report, filename, entry, data, node.state.parked_path(filename))
+        else:
+            report.add(Finding("missing", CRITICAL, "%s (pod %s) is in the baseline but neither in %s nor parked "
+                               "by cpctl" % (filename, entry.get("pod"), node.manifests_dir),
+                               file=filename, component=entry.get("pod")))
+    for m in scan.valid:
+        if m.file not in baseline["manifests"] and m.file not in stray_files:
+            report.add(Finding("unexpected", WARNING, "%s (pod %s) is not in the baseline: if it is intended, run "
+                               "cpctl baseline --accept" % (m.file, m.pod_name), file=m.file, component=m.pod_name))
+
+
+def unified_diff(old: str, new: str, old_name: str, new_name: str) -> str:
+    lines = list(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                      old_name, new_name))
+    if len(lines) > MAX_DIFF_LINES:
+        lines = lines[:MAX_DIFF_LINES] + ["... (%d more diff lines)\n" % (len(lines) - MAX_DIFF_LINES)]
+    return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+
+
+def _add_changed(report: Report, filename: str, entry: dict, data: bytes, path: str) -> None:
+    text = data.decode("utf-8", "replace")
+    diff = unified_diff(entry.get("content", ""), text, "baseline/" + filename, path)
+    report.add(Finding("changed", WARNING, "%s differs from the baseline (changed out of band; cpctl baseline "
+                       "--accept makes it the new truth)" % path, file=filename, component=entry.get("pod"),
+                       diff=diff))
+
+
+def _check_mirrors(report: Report, node: "Node", scan: "DirScan", parked: dict) -> None:
+    """Mirror pods must follow the files; needs a waiter that can describe pods."""
+    if not can_describe(node.waiter):
+        report.add(Finding("check_skipped", INFO, "mirror pod checks skipped: probe %r cannot describe pods "
+                           "(use --probe api or crictl)" % getattr(node.waiter, "name", "none")))
+        return
+    dupes = {f for files in scan.duplicates().values() for f in files}
+    for m in scan.valid:
+        if m.file in dupes:
+            continue
+        state = node.waiter.describe(node.target_for(m.pod, m.file))
+        if state is not None and not (state.get("present") and state.get("ready")):
+            what = "missing" if not state.get("present") else "not Ready (phase %s)" % state.get("phase")
+            report.add(Finding("mirror_not_ready", CRITICAL, "%s: mirror pod %s-%s is %s"
+                               % (m.file, m.pod_name, node.node_name, what), file=m.file, component=m.pod_name))
+    for filename, meta in sorted(parked.items()):
+        component = meta.get("component") or manifests.file_stem(filename)
+        target = PodTarget(component, meta.get("namespace") or "kube-system", node.node_name, None, filename)
+        state = node.waiter.describe(target)
+        if state is not None and state.get("present"):
+            report.add(Finding("mirror_of_parked", WARNING, "%s is parked but mirror pod %s still exists (phase %s)"
+                               % (component, target.pod_name, state.get("phase")), file=filename,
+                               component=component))
+
+
+def _inventory(report: Report, scan: "DirScan", parked: dict, baseline: Optional[dict], now: float) -> None:
+    for entry in (baseline or {}).get("manifests", {}).values():
+        report.components.setdefault(entry.get("pod") or "?", 0.0)
+    for m in scan.valid:
+        report.components[m.pod_name] = 0.0
+    for filename, meta in parked.items():
+        since = _parked_since(meta)
+        component = meta.get("component") or manifests.file_stem(filename)
+        report.components[component] = max(now - since, 1e-3) if since is not None else 1e-3
+
+
+# --- fix --------------------------------------------------------------------------------------
+
+def fix(node: "Node", report: Report, remove_strays: bool, timeout: float = 60.0) -> list:
+    """Repair what is safe; every action is reported as {action, file, component, ok, message}."""
+    if report.of_kind("permissions"):
+        return [_action("skip", None, None, False, "not fixing anything: the state dir's permissions must be "
+                        "repaired by hand first (see the permissions finding)")]
+    actions = []
+    with node.session("cpctl check --fix"):
+        actions += [_action("recover", None, None, True, m) for m in node.recovered]
+        for finding in report.of_kind("overdue_park"):
+            actions.append(_restore(node, finding, timeout))
+        if remove_strays:
+            actions += _move_strays(node, report)
+    return actions
+
+
+def plan_fix(node: "Node", report: Report, remove_strays: bool) -> list:
+    """What ``fix`` would do, without the lock and without touching anything (--dry-run)."""
+    if report.of_kind("permissions"):
+        return [_action("skip", None, None, False, "would fix nothing: the state dir's permissions come first")]
+    actions = [_action("recover", f.file, f.component, True, "would complete or roll back: %s" % f.message)
+               for f in report.of_kind("interrupted")]
+    for finding in report.of_kind("overdue_park"):
+        if finding.extra.get("deadline"):
+            actions.append(_action("start", finding.file, finding.component, True,
+                                   "would restore %s (past its --for deadline)" % finding.component))
+    if remove_strays:
+        actions += [_action("move-stray", f.file, f.component, True,
+                            "would move %s/%s to %s/%s/<time>/" % (node.manifests_dir, f.file, node.state.path, STRAYS))
+                    for f in report.of_kind("stray") if f.file]
+    return actions
+
+
+def _action(action: str, file: Optional[str], component: Optional[str], ok: bool, message: str) -> dict:
+    return {"action": action, "file": file, "component": component, "ok": ok, "message": message}
+
+
+def _restore(node: "Node", finding: Finding, timeout: float) -> dict:
+    if not finding.extra.get("deadline"):
+        return _action("start", finding.file, finding.component, False,
+                       "not restored: no --for deadline was set, so it may be parked on purpose (cpctl start %s)"
+                       % finding.component)
+    try:
+        outcome = node.start(finding.component or manifests.file_stem(finding.file or ""), wait=True,
+                             timeout=timeout)
+    except CpctlError as exc:
+        return _action("start", finding.file, finding.component, False, "not restored: %s" % exc.message)
+    wait = outcome.extra.get("wait")
+    detail = " - %s" % wait.detail if wait is not None and getattr(wait, "detail", "") else ""
+    return _action("start", finding.file, outcome.component, True, "%s%s" % (outcome.message, detail))
+
+
+def _move_strays(node: "Node", report: Report) -> list:
+    strays = [f for f in report.of_kind("stray") if f.file]
+    if not strays:
+        return []
+    target_dir = "%s/%s/%s" % (node.state.path, STRAYS, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(report.time)))
+    node.host.makedirs(target_dir, 0o700)
+    actions = []
+    for finding in strays:
+        src, dst = node.manifests_dir + "/" + finding.file, target_dir + "/" + finding.file
+        try:
+            node.host.move(src, dst)
+            actions.append(_action("move_stray", finding.file, finding.component, True, "moved to %s" % dst))
+        except OSError as exc:
+            actions.append(_action("move_stray", finding.file, finding.component, False,
+                                   "not moved: %s" % (exc.strerror or exc)))
+    return actions

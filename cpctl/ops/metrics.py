@@ -1,0 +1,74 @@
+"""node_exporter textfile metrics for ``cpctl check`` (Prometheus text exposition format 0.0.4).
+
+The file is written with ``Host.write_atomic`` (dot-temp sibling + rename, mode 0644) because
+node_exporter reads the collector dir at any moment: a half-written file would make it drop
+the whole file with a parse error, and alerts on ``cpctl_check_success`` would flap.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, Optional
+
+from cpctl.host.base import Host
+
+Sample = tuple  # (labels: dict, value: float)
+
+
+def escape_label(value: str) -> str:
+    """Label value escaping of the exposition format: backslash, double quote and newline."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def escape_help(text: str) -> str:
+    """HELP text escaping: only backslash and newline."""
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def format_value(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if float(value).is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return repr(float(value))
+
+
+def family(name: str, help_text: str, kind: str, samples: Iterable[Sample]) -> str:
+    """One metric family: # HELP, # TYPE and its samples, sorted by labels for stable diffs."""
+    lines = ["# HELP %s %s" % (name, escape_help(help_text)), "# TYPE %s %s" % (name, kind)]
+    for labels, value in sorted(samples, key=lambda s: sorted(s[0].items())):
+        label_text = ",".join('%s="%s"' % (k, escape_label(str(v))) for k, v in sorted(labels.items()))
+        lines.append("%s%s %s" % (name, "{%s}" % label_text if label_text else "", format_value(value)))
+    return "\n".join(lines) + "\n"
+
+
+def check_metrics(success: bool, now: float, counts: Optional[dict] = None,
+                  components: Optional[dict] = None) -> str:
+    """All cpctl check metrics; ``counts``/``components`` are absent when the check failed."""
+    from cpctl.ops.drift import KINDS
+    counts = counts if counts is not None else dict.fromkeys(KINDS, 0)
+    components = components or {}
+    parts = [
+        family("cpctl_drift_findings", "Findings of the last cpctl check, by kind (info kinds included).",
+               "gauge", [({"kind": k}, counts.get(k, 0)) for k in KINDS]),
+        family("cpctl_component_parked", "1 when the static pod's manifest is parked by cpctl, else 0.",
+               "gauge", [({"component": c}, 1 if s > 0 else 0) for c, s in components.items()]),
+        family("cpctl_component_parked_seconds", "Seconds since the component was parked (0 when running).",
+               "gauge", [({"component": c}, round(s, 3)) for c, s in components.items()]),
+        family("cpctl_last_check_timestamp_seconds", "Unix time of the last cpctl check run.", "gauge",
+               [({}, round(now, 3))]),
+        family("cpctl_check_success", "1 when the last cpctl check could run (drift or not), 0 when it failed.",
+               "gauge", [({}, 1 if success else 0)]),
+    ]
+    return "".join(parts)
+
+
+def write_textfile(host: Host, path: str, text: str) -> None:
+    """Atomically replace ``path``; 0644 so node_exporter (often not root) can read it."""
+    if not path.endswith(".prom"):
+        from cpctl.errors import CpctlError, ExitCode
+        raise CpctlError("--prometheus-textfile %s: node_exporter only reads files ending in .prom" % path,
+                         ExitCode.USAGE)
+    host.write_atomic(path, text.encode("utf-8"), 0o644)

@@ -1,0 +1,573 @@
+"""A second kube-scheduler as a static pod, generated from the node's own kube-scheduler manifest.
+
+Since Kubernetes 1.22 ``--scheduler-name`` is gone: a scheduler's name lives in a
+``KubeSchedulerConfiguration`` file (``profiles[].schedulerName``). A second scheduler on a
+master therefore needs three things the default one does not: its own config file, its own
+leader-election Lease (or it fights the default scheduler for ``kube-system/kube-scheduler``)
+and its own ``--secure-port`` (hostNetwork: 10259 is taken). This module derives all of that
+from the existing manifest so image, kubeconfig, volumes and security settings stay exactly
+what kubeadm wrote, and writes the two files crash-safely through the ``Host``:
+
+* config first, then manifest: the kubelet never runs a pod whose ``--config`` is missing;
+* both with ``write_atomic`` (dot-temp + fsync + rename): the kubelet never sees half a file;
+* removal moves both into ``STATE/removed/<timestamp>/`` (never a plain delete).
+
+No click here: the command module only parses options and prints.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import os
+import re
+import secrets
+import time
+from typing import Optional
+
+from cpctl.core import manifests
+from cpctl.core.manifests import DirScan
+from cpctl.core.node import Node
+from cpctl.errors import CpctlError, ExitCode
+from cpctl.host.base import Host
+from cpctl.probes.base import PodTarget, WaitResult
+
+GENERATED_BY = "cpctl.io/generated-by"
+GENERATED_VALUE = "scheduler-add"
+CONFIG_ANNOTATION = "cpctl.io/scheduler-config"
+SOURCE_ANNOTATION = "cpctl.io/source-manifest"
+DEFAULT_CONFIG_DIR = "/etc/kubernetes"
+DEFAULT_SOURCE = "kube-scheduler"
+DEFAULT_KUBECONFIG = "/etc/kubernetes/scheduler.conf"
+FIRST_PORT = 10260
+# Ports of kubeadm's control plane even when a manifest does not spell them out (flag defaults).
+WELL_KNOWN_PORTS = {2379, 2380, 2381, 6443, 10250, 10256, 10257, 10259}
+# The config file holds no secret (only the path of the kubeconfig, which stays 0600); 0644 is
+# what kubeadm uses for non-secret config such as /var/lib/kubelet/config.yaml and lets
+# unprivileged auditing read it. The manifest keeps kubeadm's 0600.
+CONFIG_MODE = 0o644
+MANIFEST_MODE = 0o600
+MAX_CONFIG_BYTES = 1 << 20
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
+# Flags the config file replaces (or that no longer exist); --config/--secure-port are re-added.
+_DROPPED = ("--kubeconfig", "--leader-elect", "--scheduler-name", "--lock-object-", "--config",
+            "--secure-port")
+_PROBES = ("livenessProbe", "readinessProbe", "startupProbe")
+
+
+# --- names and versions -------------------------------------------------------------------------
+def reserved_names() -> set:
+    """Names a second scheduler may not take: the default's and every core alias (``cpctl stop
+    scheduler`` must keep meaning kube-scheduler)."""
+    return {"default-scheduler"} | set(manifests.ALIASES) | set(manifests.ALIASES.values())
+
+
+def validate_name(name: str) -> str:
+    """NAME is a pod name, a container name, a Lease name and a file stem: a DNS-1123 label fits all."""
+    if len(name) > 63 or not _DNS1123_LABEL.match(name):
+        shown = name if name.isprintable() else repr(name)
+        raise CpctlError("invalid scheduler name %r: use a DNS-1123 label (lowercase letters, digits and '-', "
+                         "at most 63 characters, starting and ending with a letter or digit)" % shown,
+                         ExitCode.USAGE)
+    if name in reserved_names():
+        raise CpctlError("scheduler name %r is reserved (default scheduler or a cpctl component alias)" % name,
+                         ExitCode.REFUSED)
+    return name
+
+
+def image_version(image: str) -> tuple:
+    """(major, minor) from ``registry.k8s.io/kube-scheduler:v1.X.Y`` (a registry port or a digest
+    does not confuse it); REFUSED when the tag says nothing, since the config API depends on it."""
+    ref = image.split("@", 1)[0].rsplit("/", 1)[-1]
+    tag = ref.split(":", 1)[1] if ":" in ref else ""
+    match = _VERSION.match(tag)
+    if not match:
+        raise CpctlError("cannot tell the Kubernetes version from image %r (want a tag like v1.30.4)" % image,
+                         ExitCode.REFUSED)
+    return int(match.group(1)), int(match.group(2))
+
+
+def config_api_version(version: tuple) -> str:
+    """v1 since 1.25, v1beta3 for 1.23-1.24; older releases have no profiles API cpctl targets."""
+    if version < (1, 23):
+        raise CpctlError("kube-scheduler v%d.%d is too old: a second scheduler needs "
+                         "KubeSchedulerConfiguration v1beta3 (1.23+) or v1 (1.25+)" % version, ExitCode.REFUSED)
+    return "kubescheduler.config.k8s.io/%s" % ("v1" if version >= (1, 25) else "v1beta3")
+
+
+# --- command-line flags -------------------------------------------------------------------------
+def flag_value(args: list, flag: str) -> Optional[str]:
+    """Value of ``--flag=value`` or ``--flag value`` (last one wins, as in pflag)."""
+    found = None
+    for i, arg in enumerate(args):
+        if not isinstance(arg, str):
+            continue
+        if arg.startswith(flag + "="):
+            found = arg.split("=", 1)[1]
+        elif arg == flag and i + 1 < len(args) and not str(args[i + 1]).startswith("-"):
+            found = str(args[i + 1])
+    return found
+
+
+def _dropped(arg: str) -> bool:
+    name = arg.split("=", 1)[0]
+    return any(name == d or (d.endswith("-") and name.startswith(d)) or name.startswith(d + "-")
+               for d in _DROPPED)
+
+
+def drop_flags(args: list) -> list:
+    """``args`` without the flags the config file replaces (two-token forms included)."""
+    kept: list = []
+    skip_value = False
+    for arg in args:
+        if skip_value:
+            skip_value = False
+            if not str(arg).startswith("-"):
+                continue
+        if isinstance(arg, str) and _dropped(arg):
+            skip_value = "=" not in arg and arg != "--leader-elect"
+            continue
+        kept.append(arg)
+    return kept
+
+
+def container_args(container: dict) -> list:
+    return list(container.get("command") or []) + list(container.get("args") or [])
+
+
+def scheduler_container(pod: dict) -> dict:
+    """The kube-scheduler container (by binary or name), else the first one."""
+    containers = pod["spec"]["containers"]
+    for container in containers:
+        command = container.get("command") or []
+        if (command and os.path.basename(str(command[0])) == "kube-scheduler") or \
+                container.get("name") == "kube-scheduler":
+            return container
+    return containers[0]
+
+
+# --- generation ---------------------------------------------------------------------------------
+def build_config(name: str, kubeconfig: str, api_version: str) -> bytes:
+    """The KubeSchedulerConfiguration: one profile named NAME, its own Lease in kube-system."""
+    import yaml
+    config = {"apiVersion": api_version, "kind": "KubeSchedulerConfiguration",
+              "clientConnection": {"kubeconfig": kubeconfig},
+              "leaderElection": {"leaderElect": True, "resourceName": name, "resourceNamespace": "kube-system"},
+              "profiles": [{"schedulerName": name}]}
+    header = ("# Generated by `cpctl scheduler add %s`; remove with `cpctl scheduler remove %s`.\n"
+              "# Pods opt in with spec.schedulerName: %s\n" % (name, name, name))
+    return (header + yaml.safe_dump(config, sort_keys=False, default_flow_style=False)).encode("utf-8")
+
+
+def _volume_name(pod: dict) -> str:
+    taken = {v.get("name") for v in pod["spec"].get("volumes") or []}
+    for candidate in ("scheduler-config", "cpctl-scheduler-config"):
+        if candidate not in taken:
+            return candidate
+    return "cpctl-scheduler-config-%s" % secrets.token_hex(3)
+
+
+def _retarget_probes(container: dict, port: int) -> None:
+    """Every httpGet probe (and a declared containerPort) to the new secure port."""
+    old_ports = set()
+    for kind in _PROBES:
+        get = (container.get(kind) or {}).get("httpGet")
+        if isinstance(get, dict):
+            old_ports.add(get.get("port"))
+            get["port"] = port
+    for entry in container.get("ports") or []:
+        if entry.get("containerPort") in old_ports or entry.get("name") in old_ports:
+            entry["containerPort"] = port
+            entry.pop("hostPort", None)
+
+
+def build_pod(source: dict, name: str, port: int, config_path: str, source_file: str) -> dict:
+    """The second scheduler's Pod: the source manifest with name, flags, probes and volume changed."""
+    pod = copy.deepcopy(source)
+    pod.pop("status", None)
+    old = pod["metadata"]
+    annotations = {k: v for k, v in (old.get("annotations") or {}).items() if not k.startswith("kubeadm.")}
+    annotations.update({GENERATED_BY: GENERATED_VALUE, CONFIG_ANNOTATION: config_path,
+                        SOURCE_ANNOTATION: source_file})
+    pod["metadata"] = dict({"annotations": annotations,
+                            "labels": dict(old.get("labels") or {}, component=name, tier="control-plane"),
+                            "name": name, "namespace": old.get("namespace") or "kube-system"},
+                           **{k: v for k, v in old.items() if k not in ("annotations", "labels", "name", "namespace")})
+    container = scheduler_container(pod)
+    args = container_args(container)
+    binary = args[0] if args and not str(args[0]).startswith("-") else "kube-scheduler"
+    flags = drop_flags(args[1:] if args and args[0] == binary else args)
+    container["command"] = [binary] + sorted(flags + ["--config=%s" % config_path, "--secure-port=%d" % port])
+    container.pop("args", None)
+    container["name"] = name
+    _retarget_probes(container, port)
+    volume = _volume_name(pod)
+    pod["spec"].setdefault("volumes", []).append({"hostPath": {"path": config_path, "type": "File"},
+                                                 "name": volume})
+    container.setdefault("volumeMounts", []).append({"mountPath": config_path, "name": volume, "readOnly": True})
+    return pod
+
+
+def dump_pod(pod: dict) -> bytes:
+    import yaml
+    return yaml.safe_dump(pod, sort_keys=False, default_flow_style=False).encode("utf-8")
+
+
+# --- ports --------------------------------------------------------------------------------------
+def pod_ports(pod: dict) -> set:
+    """Ports a manifest's pod will listen on: --secure-port/--port flags, probes, containerPorts."""
+    ports = set()
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        args = container_args(container)
+        for flag in ("--secure-port", "--port"):
+            value = flag_value(args, flag)
+            if value and value.isdigit():
+                ports.add(int(value))
+        for kind in _PROBES:
+            port = ((container.get(kind) or {}).get("httpGet") or {}).get("port")
+            if isinstance(port, int):
+                ports.add(port)
+        ports.update(p["containerPort"] for p in container.get("ports") or [] if isinstance(
+            p.get("containerPort"), int))
+    return ports
+
+
+def ports_in_use(node: Node, scan: DirScan) -> dict:
+    """port -> owner for every manifest in the dir and every parked one (it will come back)."""
+    owners: dict = {port: "kubeadm default" for port in WELL_KNOWN_PORTS}
+    for m in scan.valid:
+        for port in pod_ports(m.pod):
+            owners[port] = m.file
+    for filename in node.state.parked_files():
+        pod = _read_pod(node.host, node.state.parked_path(filename))
+        for port in pod_ports(pod or {}):
+            owners[port] = "parked %s" % filename
+    return owners
+
+
+def probe_address(bind: Optional[str]) -> str:
+    """Where a listener on ``--bind-address`` can be reached from the node itself."""
+    if not bind or bind in ("0.0.0.0", "::", "[::]"):
+        return "127.0.0.1"
+    return "[%s]" % bind if ":" in bind else bind
+
+
+def listening(host: Host, address: str, port: int) -> bool:
+    """True unless a connection to ``address:port`` on the node is refused.
+
+    One plain-HTTP request through the Host (so it runs on the master, also over SSH): a refused
+    connection means free; any answer, a TLS/protocol error or a timeout means something is there
+    (timeouts are counted as taken: better skip a port than collide).
+    """
+    try:
+        host.http("GET", "http://%s:%d/" % (address, port), timeout=1.0)
+    except ConnectionRefusedError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def choose_port(node: Node, scan: DirScan, bind: Optional[str], explicit: Optional[int]) -> int:
+    """The explicit --port (REFUSED when taken), else the first free port from 10260 up."""
+    owners = ports_in_use(node, scan)
+    address = probe_address(bind)
+    if explicit is not None:
+        if explicit in owners:
+            raise CpctlError("port %d is used by %s" % (explicit, owners[explicit]), ExitCode.REFUSED)
+        if listening(node.host, address, explicit):
+            raise CpctlError("port %d is already listening on %s" % (explicit, address), ExitCode.REFUSED)
+        return explicit
+    for port in range(FIRST_PORT, 65536):
+        if port not in owners and not listening(node.host, address, port):
+            return port
+    raise CpctlError("no free port from %d up" % FIRST_PORT, ExitCode.REFUSED)
+
+
+# --- reading the node ---------------------------------------------------------------------------
+def _read_pod(host: Host, path: str) -> Optional[dict]:
+    try:
+        return manifests.parse_pod(host.read_file(path, manifests.MAX_MANIFEST_BYTES))
+    except (OSError, manifests.InvalidManifest):
+        return None
+
+
+def is_generated(pod: Optional[dict]) -> bool:
+    annotations = ((pod or {}).get("metadata") or {}).get("annotations") or {}
+    return annotations.get(GENERATED_BY) == GENERATED_VALUE
+
+
+def find_source(node: Node, scan: DirScan, wanted: str) -> tuple:
+    """(pod, file name, bytes) of the manifest to copy: in the dir, else parked (still a template)."""
+    present, parked_hits = node.resolve(wanted, scan, node.parked())
+    valid = [m for m in present if m.valid]
+    if len(present) > 1 or len(parked_hits) > 1 or (present and parked_hits):
+        files = [m.file for m in present] + ["parked " + f for f in parked_hits]
+        raise CpctlError("%r matches several manifests (%s): remove the stray copy first"
+                         % (wanted, ", ".join(files)), ExitCode.REFUSED)
+    if valid:
+        return valid[0].pod, valid[0].file, valid[0].data
+    if present:
+        raise CpctlError("%s: %s" % (present[0].path, present[0].error), ExitCode.REFUSED)
+    if parked_hits:
+        path = node.state.parked_path(parked_hits[0])
+        data = node.host.read_file(path, manifests.MAX_MANIFEST_BYTES)
+        try:
+            return manifests.parse_pod(data), parked_hits[0], data
+        except manifests.InvalidManifest as exc:
+            raise CpctlError("%s: %s" % (path, exc), ExitCode.REFUSED) from None
+    raise CpctlError("no %s manifest in %s and none parked" % (wanted, node.manifests_dir), ExitCode.NOT_FOUND)
+
+
+def check_clash(node: Node, scan: DirScan, name: str) -> None:
+    """REFUSED when NAME is already a pod or a file in the manifests dir, or parked."""
+    filename = name + ".yaml"
+    for m in scan.manifests:
+        if name in (m.pod_name, manifests.file_stem(m.file)) or m.file == filename:
+            raise CpctlError("%s already defines %r: pick another scheduler name" % (m.path, name),
+                             ExitCode.REFUSED)
+    for parked_file, meta in node.parked().items():
+        if name in (meta.get("component"), manifests.file_stem(parked_file)):
+            raise CpctlError("%r is parked (%s): pick another name or `cpctl start %s`"
+                             % (name, node.state.parked_path(parked_file), name), ExitCode.REFUSED)
+
+
+def check_config_path(host: Host, path: str, data: bytes) -> bool:
+    """True when ``path`` is absent; False when it already holds exactly ``data`` (a re-run after
+    an interrupted add). REFUSED for anything else: never overwrite someone's file."""
+    info = host.lstat(path)
+    if info is None:
+        parent = host.lstat(os.path.dirname(path))
+        if parent is None or parent["kind"] != "dir":
+            raise CpctlError("config dir %s does not exist" % os.path.dirname(path), ExitCode.ENVIRONMENT)
+        return True
+    if info["kind"] == "file" and host.read_file(path, MAX_CONFIG_BYTES + 1) == data:
+        return False
+    raise CpctlError("%s already exists with other content: move it away or use --config-dir" % path,
+                     ExitCode.REFUSED)
+
+
+# --- add ----------------------------------------------------------------------------------------
+class Plan:
+    """Everything ``add`` would write, computed without changing anything (``--dry-run`` prints it)."""
+
+    def __init__(self, name: str, source_file: str, source_data: bytes, version: tuple, api_version: str,
+                 port: int, kubeconfig: str, config_path: str, config: bytes, manifest_path: str,
+                 pod: dict) -> None:
+        self.name, self.source_file, self.source_data = name, source_file, source_data
+        self.version, self.api_version, self.port = version, api_version, port
+        self.kubeconfig, self.config_path, self.config = kubeconfig, config_path, config
+        self.manifest_path, self.pod = manifest_path, pod
+        self.manifest = dump_pod(pod)
+
+    def diff(self) -> str:
+        """Unified diff of the source manifest against the generated one."""
+        old = self.source_data.decode("utf-8", "replace").splitlines(keepends=True)
+        new = self.manifest.decode("utf-8").splitlines(keepends=True)
+        return "".join(difflib.unified_diff(old, new, self.source_file, os.path.basename(self.manifest_path)))
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "source": self.source_file, "version": "%d.%d" % self.version,
+                "config_api": self.api_version, "port": self.port, "kubeconfig": self.kubeconfig,
+                "config_file": self.config_path, "manifest_file": self.manifest_path,
+                "config": self.config.decode("utf-8"), "manifest": self.manifest.decode("utf-8"),
+                "diff": self.diff()}
+
+
+def plan_add(node: Node, name: str, source: str = DEFAULT_SOURCE, port: Optional[int] = None,
+             config_dir: str = DEFAULT_CONFIG_DIR) -> Plan:
+    """Validate everything and compute both files; raises before any side effect."""
+    validate_name(name)
+    manifests.validate_component_name(source)
+    scan = node.scan()
+    pod, source_file, data = find_source(node, scan, source)
+    check_clash(node, scan, name)
+    container = scheduler_container(pod)
+    version = image_version(str(container.get("image") or ""))
+    api_version = config_api_version(version)
+    args = container_args(container)
+    kubeconfig = flag_value(args, "--kubeconfig") or flag_value(args, "--authentication-kubeconfig") \
+        or DEFAULT_KUBECONFIG
+    chosen = choose_port(node, scan, flag_value(args, "--bind-address"), port)
+    config_path = os.path.join(config_dir.rstrip("/") or "/", "%s-config.yaml" % name)
+    new_pod = build_pod(pod, name, chosen, config_path, source_file)
+    return Plan(name, source_file, data, version, api_version, chosen, kubeconfig, config_path,
+                build_config(name, kubeconfig, api_version), node.manifests_dir + "/" + name + ".yaml", new_pod)
+
+
+def add(node: Node, name: str, source: str = DEFAULT_SOURCE, port: Optional[int] = None,
+        config_dir: str = DEFAULT_CONFIG_DIR, wait: bool = True, timeout: float = 120.0,
+        dry_run: bool = False) -> dict:
+    """Write config then manifest under the node lock, record history, wait for the mirror pod."""
+    # Plan read-only first: a refusal or --dry-run leaves no trace (not even the state dir); the
+    # plan is recomputed under the lock, where it counts.
+    plan = plan_add(node, name, source, port, config_dir)
+    check_config_path(node.host, plan.config_path, plan.config)
+    if dry_run:
+        return dict(plan.to_dict(), dry_run=True, changed=False)
+    with node.session("cpctl scheduler add %s" % name):
+        plan = plan_add(node, name, source, port, config_dir)
+        write_config = check_config_path(node.host, plan.config_path, plan.config)
+        target = node.target_for(plan.pod, name + ".yaml")
+        before = node.waiter.before(target) if wait else None
+        if write_config:
+            node.host.write_atomic(plan.config_path, plan.config, mode=CONFIG_MODE)
+        node.host.write_atomic(plan.manifest_path, plan.manifest, mode=MANIFEST_MODE)
+        # Node has no public history hook; _record is its one writer of history lines.
+        node._record("scheduler-add", name, name + ".yaml", manifests.checksum(plan.manifest),
+                     secrets.token_hex(8), config=plan.config_path, port=plan.port, source=plan.source_file)
+        _note_drift(node, "add", name + ".yaml", manifests.checksum(plan.manifest))
+        result = node.waiter.wait_started(target, before, timeout) if wait else _not_waited()
+    return dict(plan.to_dict(), dry_run=False, changed=True, wait=result.to_dict())
+
+
+def _note_drift(node: Node, action: str, filename: str, digest: Optional[str]) -> None:
+    """Keep a recorded drift baseline current: cpctl's own files are expected, not strays."""
+    from cpctl.ops import drift
+    drift.note_change(node, action, filename, digest)
+
+
+def _not_waited(why: str = "not waited (--no-wait)") -> WaitResult:
+    return WaitResult(False, why)
+
+
+# --- remove -------------------------------------------------------------------------------------
+def _generated_manifest(node: Node, scan: DirScan, name: str) -> tuple:
+    """(path, pod, 'present'|'parked') of the generated scheduler NAME; REFUSED if not cpctl's."""
+    manifests.validate_component_name(name)
+    for m in scan.manifests:
+        if name in (m.pod_name, manifests.file_stem(m.file)):
+            if not is_generated(m.pod):
+                raise CpctlError("%s was not created by `cpctl scheduler add` (no %s annotation): refusing to "
+                                 "remove it" % (m.path, GENERATED_BY), ExitCode.REFUSED)
+            return m.path, m.pod, "present"
+    for filename, meta in node.parked().items():
+        if name in (meta.get("component"), manifests.file_stem(filename)):
+            path = node.state.parked_path(filename)
+            pod = _read_pod(node.host, path)
+            if not is_generated(pod):
+                raise CpctlError("parked %s was not created by `cpctl scheduler add`: refusing to remove it"
+                                 % path, ExitCode.REFUSED)
+            return path, pod, "parked"
+    return None, None, None
+
+
+def _last_config(node: Node, name: str) -> Optional[str]:
+    """The config file the last ``scheduler-add`` of NAME wrote (for a remove whose manifest is gone)."""
+    for record in reversed(node.state.read_history()):
+        if record.get("component") == name and record.get("action") in ("scheduler-add", "scheduler-remove"):
+            return record.get("config") if record["action"] == "scheduler-add" else None
+    return None
+
+
+def _removed_dir(node: Node) -> str:
+    """A fresh STATE/removed/<UTC timestamp>/ (0700), never a symlink."""
+    base = node.state.path + "/removed"
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    for suffix in [""] + ["-%d" % i for i in range(1, 100)]:
+        path = "%s/%s%s" % (base, stamp, suffix)
+        if node.host.lstat(path) is None:
+            node.host.makedirs(path, 0o700)
+            info = node.host.lstat(path)
+            if info is None or info["kind"] != "dir":
+                raise CpctlError("%s is not a directory" % path, ExitCode.ENVIRONMENT)
+            return path
+    raise CpctlError("too many removals in one second under %s" % base, ExitCode.ENVIRONMENT)
+
+
+def plan_remove(node: Node, name: str) -> dict:
+    """Which files ``remove`` would move (the manifest, its parking metadata, the config)."""
+    scan = node.scan()
+    path, pod, where = _generated_manifest(node, scan, name)
+    config = ((pod or {}).get("metadata", {}).get("annotations") or {}).get(CONFIG_ANNOTATION) if pod \
+        else _last_config(node, name)
+    files = [p for p in (path,) if p]
+    if where == "parked":
+        meta = node.state.meta_path(os.path.basename(path))
+        files += [meta] if node.host.lstat(meta) else []
+    config_info = node.host.lstat(config) if config else None
+    if config and config_info and config_info["kind"] == "file":
+        files.append(config)
+    if not files:
+        raise CpctlError("no scheduler %r generated by cpctl on this node" % name, ExitCode.NOT_FOUND)
+    return {"name": name, "manifest": path, "state": where or "gone", "config_file": config, "files": files,
+            "pod": pod}
+
+
+def remove(node: Node, name: str, wait: bool = True, timeout: float = 120.0, dry_run: bool = False) -> dict:
+    """Move the generated manifest (then its config) into STATE/removed/<ts>/ and wait for the pod."""
+    plan = plan_remove(node, name)   # read-only: refuse (or answer --dry-run) before the session
+    if dry_run:
+        return {"name": name, "dry_run": True, "changed": False, "files": plan["files"], "state": plan["state"]}
+    with node.session("cpctl scheduler remove %s" % name):
+        plan = plan_remove(node, name)
+        running = plan["state"] == "present"
+        target = node.target_for(plan["pod"], os.path.basename(plan["manifest"])) if running else None
+        before = node.waiter.before(target) if (wait and target) else None
+        dest = _removed_dir(node)
+        moved = {}
+        for src in plan["files"]:   # manifest first: the pod stops before its config goes
+            moved[src] = dest + "/" + os.path.basename(src)
+            node.host.move(src, moved[src])
+        digest = manifests.checksum(node.host.read_file(moved[plan["manifest"]], manifests.MAX_MANIFEST_BYTES)) \
+            if plan["manifest"] else None
+        node._record("scheduler-remove", name, name + ".yaml", digest, secrets.token_hex(8),
+                     config=plan["config_file"], moved_to=dest)
+        if plan["manifest"]:
+            _note_drift(node, "remove", os.path.basename(plan["manifest"]), digest)
+        if wait and target:
+            result = node.waiter.wait_stopped(target, before, timeout)
+        else:
+            result = _not_waited("not waited (--no-wait)" if running else "pod was not running")
+    return {"name": name, "dry_run": False, "changed": True, "moved": moved, "removed_dir": dest,
+            "wait": result.to_dict()}
+
+
+# --- list ---------------------------------------------------------------------------------------
+def _row(node: Node, pod: dict, filename: str, state: str) -> dict:
+    container = scheduler_container(pod)
+    args = container_args(container)
+    config = (pod["metadata"].get("annotations") or {}).get(CONFIG_ANNOTATION)
+    port = flag_value(args, "--secure-port")
+    row = {"name": pod["metadata"]["name"], "file": filename, "state": state,
+           "port": int(port) if port and port.isdigit() else None, "config": config,
+           "config_present": bool(config and node.host.lstat(config)), "image": container.get("image")}
+    if state == "running":
+        target = PodTarget(row["name"], pod["metadata"].get("namespace") or "default", node.node_name, pod, filename)
+        row["pod_state"] = node.waiter.describe(target)
+    return row
+
+
+def list_schedulers(node: Node) -> list:
+    """Every scheduler cpctl generated on this node, running (in the dir) or parked."""
+    rows = [_row(node, m.pod, m.file, "running") for m in node.scan().valid if is_generated(m.pod)]
+    if node.state.ensure(create=False):
+        for filename in node.state.parked_files():
+            pod = _read_pod(node.host, node.state.parked_path(filename))
+            if is_generated(pod):
+                rows.append(_row(node, pod or {}, filename, "parked"))
+    return rows
+
+
+# --- help text ----------------------------------------------------------------------------------
+def usage_example(name: str) -> str:
+    """A pod that opts in to the new scheduler, to print after ``add``."""
+    return ("apiVersion: v1\nkind: Pod\nmetadata:\n  name: hello-%s\nspec:\n  schedulerName: %s\n"
+            "  containers:\n  - name: hello\n    image: registry.k8s.io/pause:3.9\n" % (name, name))
+
+
+def rbac_yaml(name: str) -> str:
+    """Role + RoleBinding letting system:kube-scheduler renew Lease NAME.
+
+    kubeadm's ClusterRole system:kube-scheduler allows get/update only on the Lease named
+    kube-scheduler; a second scheduler using scheduler.conf can create its Lease but not renew
+    it without this.
+    """
+    return ("apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: cpctl:%s-lease\n"
+            "  namespace: kube-system\nrules:\n- apiGroups: [coordination.k8s.io]\n  resources: [leases]\n"
+            "  resourceNames: [%s]\n  verbs: [get, update]\n---\n"
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: cpctl:%s-lease\n"
+            "  namespace: kube-system\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: Role\n"
+            "  name: cpctl:%s-lease\nsubjects:\n- apiGroup: rbac.authorization.k8s.io\n  kind: User\n"
+            "  name: system:kube-scheduler\n" % (name, name, name, name))

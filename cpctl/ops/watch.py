@@ -1,0 +1,454 @@
+"""Watch the manifests dir and say, for every change, what the kubelet will do about it.
+
+Runs ON the node: inotify (through watchdog) only sees the local filesystem, so ``cpctl watch``
+is the one command that cannot act over SSH (remote runs are limited to the read-only checks
+of ``cpctl check``). File contents are still read through a ``Host`` (a ``LocalHost``), so the
+verdict logic is the same code the other commands use to see the dir "the kubelet's way".
+
+Threads: watchdog's emitter and dispatcher threads, one short-lived thread per mirror pod
+follow-up, and the main thread, which owns all state and all output. Everything reaches the
+main thread through one ``queue.SimpleQueue`` - also from the signal handlers, which is why
+it is a SimpleQueue (its ``put`` is reentrant). The main thread blocks on that queue with no
+timeout unless a debounce deadline is pending, so an idle watch uses no CPU.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import stat
+import threading
+import time
+from typing import Any, Callable, Optional
+
+from cpctl.core import manifests
+from cpctl.errors import CpctlError
+from cpctl.host.base import Host, LocalHost
+from cpctl.probes.base import PodTarget, Waiter
+
+LOAD, RELOAD, STOP, IGNORE, REJECT, DUPLICATE = "load", "reload", "stop", "ignore", "reject", "duplicate"
+FOLLOWED, NOT_FOLLOWED = "followed", "not_followed"
+POLL_INTERVAL = 0.2
+# watchdog holds an unpaired IN_MOVED_FROM for 0.5 s hoping for its IN_MOVED_TO. A rename inside
+# one directory delivers both in the same read(), so 25 ms keeps pairing and makes "moved out"
+# (cpctl stop parks by rename) reach the first verdict within the 100 ms target.
+MOVE_PAIRING_DELAY = 0.025
+
+_EVENT_KINDS = {"created": "created", "modified": "modified", "closed": "modified", "deleted": "deleted"}
+
+
+def _shorten_move_pairing() -> None:
+    try:
+        from watchdog.observers.inotify_move_event_grouper import InotifyMoveEventGrouper
+    except ImportError:  # other watchdog versions: keep their default (only latency changes)
+        return
+    InotifyMoveEventGrouper.delay = MOVE_PAIRING_DELAY
+
+
+class _Pending:
+    """A burst of events for one file, flushed as one verdict after the debounce delay."""
+
+    def __init__(self, deadline: float) -> None:
+        self.kinds: list = []
+        self.deadline = deadline
+
+    def add(self, kind: str, deadline: float) -> None:
+        if kind not in self.kinds:
+            self.kinds.append(kind)
+        self.deadline = deadline
+
+
+def transient_detail(name: str) -> str:
+    """Why a file that came and went within one burst did not matter to the kubelet."""
+    if name == "4913":
+        what = "vim's write-test file"
+    elif name.endswith("~"):
+        what = "an editor backup"
+    else:
+        what = "a temporary file"
+    return "%s (%s) appeared and vanished: nothing for the kubelet to load" % (name, what)
+
+
+def dot_detail(name: str) -> str:
+    if name.endswith((".swp", ".swo", ".swx")):
+        return "vim swap file for %s: the kubelet ignores dot files" % name[1:-4]
+    return "dot file: the kubelet ignores it"
+
+
+class Watch:
+    """The watch loop: debounce per file, one verdict per burst, optional mirror pod follow-up."""
+
+    def __init__(self, manifests_dir: str, emit: Callable[[dict], None], waiter: Optional[Waiter] = None,
+                 node_name: str = "", timeout: float = 30.0, debounce: float = 0.05,
+                 host: Optional[Host] = None) -> None:
+        self.dir = os.path.normpath(manifests_dir)
+        self.parent = os.path.dirname(self.dir) or "/"
+        self.emit_record = emit
+        self.waiter = waiter
+        self.node_name = node_name
+        self.timeout = timeout
+        self.debounce = debounce
+        self.host = host or LocalHost()
+        self.events: Any = queue.SimpleQueue()
+        self.pending: dict = {}
+        self.loaded: dict = {}          # file -> (namespace, pod name, checksum) as the kubelet has it
+        self.verdicts = 0
+        self._observer: Any = None
+        self._handler: Any = None
+        self._watch: Any = None
+        self._ident: Optional[tuple] = None
+        self._stopping = threading.Event()
+
+    # --- output ---------------------------------------------------------------------------------
+    def _emit(self, event: str, file: Optional[str], verdict: str, pod: Optional[str], detail: str,
+              **extra: Any) -> None:
+        record = {"time": _now_iso(), "event": event, "file": file, "verdict": verdict, "pod": pod,
+                  "detail": detail}
+        record.update(extra)
+        if verdict not in ("watching", "exit", FOLLOWED, NOT_FOLLOWED):
+            self.verdicts += 1
+        self.emit_record(record)
+
+    def mirror_name(self, pod_name: str) -> str:
+        return "%s-%s" % (pod_name, self.node_name) if self.node_name else pod_name
+
+    # --- setup ----------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Arm the watches, then read the dir: a change between the two is still seen as an event."""
+        manifests.check_manifests_dir(self.host, self.dir)
+        _shorten_move_pairing()
+        self._observer = _make_observer()
+        self._handler = _Handler(self.events)
+        _schedule(self._observer, self._handler, self.parent, dirs_only=True)
+        self._arm()
+        self._observer.start()
+        scan = manifests.scan(self.host, self.dir)
+        self.loaded = {m.file: (m.namespace, m.pod_name, m.checksum) for m in scan.valid}
+        names = ", ".join(sorted(m.file for m in scan.valid)) or "none"
+        self._emit("start", None, "watching", None, "watching %s: the kubelet runs %d manifest%s (%s)"
+                   % (self.dir, len(self.loaded), "" if len(self.loaded) == 1 else "s", names))
+
+    def _arm(self) -> None:
+        self._ident = _dir_identity(self.dir)
+        self._watch = _schedule(self._observer, self._handler, self.dir, dirs_only=False)
+
+    def _disarm(self) -> None:
+        if self._watch is not None:
+            try:
+                self._observer.unschedule(self._watch)
+            except (KeyError, ValueError):
+                pass  # watchdog already dropped the watch of a deleted dir
+            self._watch = None
+
+    def stop(self, reason: str) -> None:
+        self.events.put(("stop", reason))
+
+    def close(self) -> None:
+        self._stopping.set()
+        if self._observer is not None:
+            self._observer.stop()
+            self._observer.join(timeout=5)
+
+    # --- main loop --------------------------------------------------------------------------------
+    def run(self) -> int:
+        """Block until stop(); returns the exit status (0)."""
+        while True:
+            item = self._next_item()
+            if item is not None and item[0] == "stop":
+                self._flush(force=True)
+                self._emit("exit", None, "exit", None, "stopped (%s) after %d verdict%s"
+                           % (item[1], self.verdicts, "" if self.verdicts == 1 else "s"))
+                return 0
+            if item is not None:
+                self._handle(item)
+            self._flush()
+
+    def _next_item(self) -> Optional[tuple]:
+        if not self.pending:
+            return self.events.get()
+        wait = min(p.deadline for p in self.pending.values()) - time.monotonic()
+        try:
+            return self.events.get(timeout=max(wait, 0.0)) if wait > 0 else self.events.get_nowait()
+        except queue.Empty:
+            return None
+
+    def _handle(self, item: tuple) -> None:
+        if item[0] == "follow":
+            self._emit(**item[1])
+            return
+        _, kind, src, dest = item
+        if kind == "moved":
+            self._path_event(src, "moved_out")
+            self._path_event(dest, "moved_in")
+        else:
+            self._path_event(src, kind)
+
+    def _path_event(self, path: str, kind: str) -> None:
+        if not path:
+            return
+        if path == self.dir:
+            self._check_dir()
+        elif os.path.dirname(path) == self.dir:
+            self._touch(os.path.basename(path), kind)
+
+    def _touch(self, name: str, kind: str) -> None:
+        deadline = time.monotonic() + self.debounce
+        self.pending.setdefault(name, _Pending(deadline)).add(kind, deadline)
+
+    # --- the manifests dir itself -------------------------------------------------------------------
+    def _check_dir(self) -> None:
+        """Re-arm when the dir was removed/replaced; driven by what is there, not by event order."""
+        ident = _dir_identity(self.dir)
+        if ident == self._ident:
+            return
+        self._disarm()
+        if self._ident is not None and ident is None:
+            self._ident = None
+            self._dir_gone()
+            return
+        if ident is not None:
+            self._arm()
+            self._emit("dir_created", None, "watching", None, "manifests dir %s is back: watching it again"
+                       % self.dir)
+            for name in self._listdir():
+                self._touch(name, "created")
+
+    def _dir_gone(self) -> None:
+        for name in sorted(self.loaded):
+            namespace, pod, _ = self.loaded[name]
+            self._emit("dir_removed", name, STOP, self.mirror_name(pod), "manifests dir removed: the kubelet "
+                       "stops pod %s/%s" % (namespace, pod))
+        self.loaded.clear()
+        self.pending.clear()
+        self._emit("dir_removed", None, STOP, None, "manifests dir %s removed: the kubelet runs no static pods "
+                   "from it; waiting for it to come back" % self.dir)
+
+    def _listdir(self) -> list:
+        try:
+            return sorted(self.host.listdir(self.dir))
+        except OSError:
+            return []
+
+    # --- verdicts ------------------------------------------------------------------------------------
+    def _flush(self, force: bool = False) -> None:
+        now = time.monotonic()
+        # In the order the bursts ended, which is the order the kubelet saw the files settle.
+        due = sorted((n for n, p in self.pending.items() if force or p.deadline <= now),
+                     key=lambda n: (self.pending[n].deadline, n))
+        if not due:
+            return
+        scan = self._scan()
+        for name in due:
+            burst = self.pending.pop(name, None)
+            if scan is not None and burst is not None:
+                self._verdict(name, "+".join(burst.kinds), scan)
+
+    def _scan(self) -> Optional[manifests.DirScan]:
+        try:
+            return manifests.scan(self.host, self.dir)
+        except CpctlError:
+            self._check_dir()
+            return None
+
+    def _verdict(self, name: str, event: str, scan: manifests.DirScan) -> None:
+        if name.startswith("."):
+            self._emit(event, name, IGNORE, None, dot_detail(name))
+            return
+        if name in scan.ignored:
+            self._emit(event, name, IGNORE, None, "directory: the kubelet does not descend into it")
+            return
+        entry = next((m for m in scan.manifests if m.file == name), None)
+        if entry is None:
+            self._gone(name, event, scan)
+        elif not entry.valid:
+            self._rejected(entry, event)
+        else:
+            self._valid(entry, event, scan)
+
+    def _gone(self, name: str, event: str, scan: manifests.DirScan) -> None:
+        prev = self.loaded.pop(name, None)
+        if prev is None:
+            self._emit(event, name, IGNORE, None, transient_detail(name))
+            return
+        namespace, pod, _ = prev
+        others = [m.file for m in scan.valid if (m.namespace, m.pod_name) == (namespace, pod)]
+        if others:
+            self._emit(event, name, IGNORE, self.mirror_name(pod), "pod %s/%s stays: still defined by %s"
+                       % (namespace, pod, ", ".join(others)))
+            return
+        how = "moved out" if "moved_out" in event else "deleted"
+        self._emit(event, name, STOP, self.mirror_name(pod), "file %s: the kubelet stops pod %s/%s"
+                   % (how, namespace, pod))
+        self._follow(STOP, PodTarget(pod, namespace, self.node_name, None, name))
+
+    def _rejected(self, entry: manifests.Manifest, event: str) -> None:
+        prev = self.loaded.pop(entry.file, None)
+        detail = "the kubelet rejects it: %s" % entry.error
+        pod = None
+        if prev is not None:
+            pod = self.mirror_name(prev[1])
+            detail += "; it stops pod %s/%s when it next re-lists the dir (about every 20 s)" % prev[:2]
+        self._emit(event, entry.file, REJECT, pod, detail)
+
+    def _valid(self, entry: manifests.Manifest, event: str, scan: manifests.DirScan) -> None:
+        key = (entry.namespace, entry.pod_name)
+        prev = self.loaded.get(entry.file)
+        self.loaded[entry.file] = (entry.namespace, entry.pod_name, entry.checksum)
+        pod = self.mirror_name(entry.pod_name or "")
+        target = PodTarget(entry.pod_name or "", entry.namespace, self.node_name, entry.pod, entry.file)
+        others = [f for f in scan.duplicates().get(key, []) if f != entry.file]
+        if others:
+            self._emit(event, entry.file, DUPLICATE, pod, "pod %s/%s is also defined by %s: the kubelet runs only "
+                       "one of them (a backup copy may run as a second %s)"
+                       % (key[0], key[1], " and ".join(others), key[1]), files=[entry.file] + others)
+        elif prev is None:
+            self._emit(event, entry.file, LOAD, pod, "the kubelet starts pod %s/%s" % key)
+            self._follow(LOAD, target)
+        elif prev[2] == entry.checksum:
+            self._emit(event, entry.file, IGNORE, pod, "content unchanged: the kubelet keeps pod %s/%s" % key)
+        else:
+            was = "" if prev[:2] == key else " (was pod %s/%s)" % prev[:2]
+            self._emit(event, entry.file, RELOAD, pod, "content changed: the kubelet recreates pod %s/%s%s"
+                       % (key[0], key[1], was))
+            self._follow(RELOAD, target)
+
+    # --- mirror pod follow-up -------------------------------------------------------------------------
+    def _follow(self, verdict: str, target: PodTarget) -> None:
+        if self.waiter is None:
+            return
+        thread = threading.Thread(target=self._follow_thread, args=(verdict, target, time.monotonic()),
+                                  name="cpctl-follow-%s" % target.component, daemon=True)
+        thread.start()
+
+    def _follow_thread(self, verdict: str, target: PodTarget, started: float) -> None:
+        assert self.waiter is not None
+        before = self._describe(target)
+        while not self._stopping.is_set():
+            elapsed = time.monotonic() - started
+            state = before if elapsed < POLL_INTERVAL / 2 else self._describe(target)
+            if followed(verdict, state, before, elapsed):
+                self._report_follow(verdict, target, True, elapsed)
+                return
+            if elapsed >= self.timeout:
+                self._report_follow(verdict, target, False, elapsed)
+                return
+            self._stopping.wait(POLL_INTERVAL)
+
+    def _describe(self, target: PodTarget) -> Optional[dict]:
+        try:
+            return self.waiter.describe(target) if self.waiter is not None else None
+        except (CpctlError, OSError):
+            return None  # the API may be down right now (it may be the pod being replaced)
+
+    def _report_follow(self, verdict: str, target: PodTarget, ok: bool, elapsed: float) -> None:
+        mirror = "mirror pod %s" % target.pod_name
+        if ok:
+            what = {STOP: "gone", LOAD: "appeared and Ready", RELOAD: "recreated and Ready"}[verdict]
+            detail = "%s %s after %.1fs" % (mirror, what, elapsed)
+        else:
+            what = {STOP: "still present after", LOAD: "did not appear (Ready) within",
+                    RELOAD: "was not recreated (Ready) within"}[verdict]
+            detail = "%s %s %ds" % (mirror, what, round(self.timeout))
+        record = {"event": "mirror", "file": target.file, "verdict": FOLLOWED if ok else NOT_FOLLOWED,
+                  "pod": target.pod_name, "detail": detail, "elapsed": round(elapsed, 3)}
+        self.events.put(("follow", record))
+
+
+def followed(verdict: str, state: Optional[dict], before: Optional[dict], elapsed: float) -> bool:
+    """Whether the mirror pod did what the verdict said the kubelet would do."""
+    if state is None:
+        return False
+    if verdict == STOP:
+        return not state.get("present")
+    if not (state.get("present") and state.get("ready")):
+        return False
+    if verdict == LOAD or not before or not before.get("present"):
+        return True
+    if state.get("uid") and before.get("uid"):
+        return state["uid"] != before["uid"]
+    age = state.get("age")
+    return age is not None and age <= elapsed + 1.0
+
+
+# --- watchdog glue ---------------------------------------------------------------------------------
+
+class _Handler:
+    """watchdog handler that only forwards (kind, src, dest) tuples to the main thread."""
+
+    def __init__(self, events: Any) -> None:
+        self.events = events
+
+    def dispatch(self, event: Any) -> None:
+        kind = event.event_type
+        if kind == "moved":
+            src, dest = _text(event.src_path), _text(event.dest_path)
+            if src and not dest:
+                kind, dest = "moved_out", ""
+            elif dest and not src:
+                kind, src, dest = "moved_in", dest, ""
+            self.events.put(("fs", kind, src, dest))
+        elif kind in _EVENT_KINDS or (event.is_directory and kind in ("created", "deleted")):
+            self.events.put(("fs", _EVENT_KINDS.get(kind, kind), _text(event.src_path), ""))
+
+
+def _text(path: Any) -> str:
+    return os.fsdecode(path) if path else ""
+
+
+def _make_observer() -> Any:
+    """inotify observer reporting unpaired moves as moves (moved in / out), else watchdog's default."""
+    try:
+        from watchdog.observers.inotify import InotifyObserver
+        return InotifyObserver(generate_full_events=True)
+    except (ImportError, TypeError):
+        from watchdog.observers import Observer
+        return Observer()
+
+
+def _schedule(observer: Any, handler: Any, path: str, dirs_only: bool) -> Any:
+    from watchdog import events as ev
+    wanted = [ev.DirCreatedEvent, ev.DirDeletedEvent, ev.DirMovedEvent]
+    if not dirs_only:
+        wanted += [ev.FileCreatedEvent, ev.FileModifiedEvent, ev.FileDeletedEvent, ev.FileMovedEvent,
+                   ev.FileClosedEvent]
+    try:
+        return observer.schedule(handler, path, recursive=False, event_filter=wanted)
+    except TypeError:  # watchdog < 4: no event filter, the handler drops what it does not need
+        return observer.schedule(handler, path, recursive=False)
+
+
+def _dir_identity(path: str) -> Optional[tuple]:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
+
+
+def _now_iso() -> str:
+    now = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + ".%03dZ" % int((now % 1) * 1000)
+
+
+def format_text(record: dict) -> str:
+    """One human line: time, verdict, file and what the kubelet does."""
+    clock = record["time"][11:23]
+    where = "%s: " % record["file"] if record.get("file") else ""
+    return "%s %-9s %s%s" % (clock, record["verdict"].upper() if record["verdict"] in
+                             (LOAD, RELOAD, STOP, REJECT, DUPLICATE) else record["verdict"], where, record["detail"])
+
+
+def run_watch(watch: Watch) -> int:
+    """Run ``watch`` until SIGTERM/SIGINT; the handlers only enqueue, the loop prints the last line."""
+    names = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT"}
+    previous = {}
+    for signum, name in names.items():
+        previous[signum] = signal.signal(signum, lambda _s, _f, n=name: watch.stop(n))
+    try:
+        watch.start()
+        return watch.run()
+    finally:
+        watch.close()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

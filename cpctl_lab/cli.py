@@ -1,0 +1,255 @@
+"""``cpctl lab``: run a simulated kubeadm control plane (N masters + 1 worker) on 127.0.0.1.
+
+Mounted into cpctl's main CLI as ``lab`` through the ``cpctl.commands`` entry point group (see
+setup.cfg; cpctl itself never imports this package); also runnable as ``python -m cpctl_lab``.
+Errors are one line on stderr with a non-zero exit code.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import click
+
+from . import control
+
+LAG_OPTIONS: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
+    click.option(
+        "--dir",
+        "directory",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=control.DEFAULT_DIR,
+        show_default=True,
+        help="Lab directory.",
+    ),
+    click.option(
+        "--masters",
+        type=click.IntRange(1, 9),
+        default=1,
+        show_default=True,
+        help="Number of control-plane nodes.",
+    ),
+    click.option("--node-name", default=None, help="Name of the master (single-master lab only)."),
+    click.option(
+        "--port",
+        type=click.IntRange(0, 65535),
+        default=0,
+        help="API port (0: reuse the previous one or pick a free port).",
+    ),
+    click.option(
+        "--start-lag",
+        type=float,
+        default=0.3,
+        show_default=True,
+        help="Seconds from pod admission to containers running.",
+    ),
+    click.option(
+        "--ready-lag", type=float, default=0.3, show_default=True, help="Seconds from running to Ready."
+    ),
+    click.option(
+        "--stop-lag",
+        type=float,
+        default=0.2,
+        show_default=True,
+        help="Seconds from stop request to containers exited.",
+    ),
+    click.option(
+        "--file-check-frequency",
+        type=float,
+        default=20.0,
+        show_default=True,
+        help="Seconds between full re-lists of the manifests dirs.",
+    ),
+    click.option(
+        "--lease-renew",
+        type=float,
+        default=2.0,
+        show_default=True,
+        help="Seconds between leader Lease renewals.",
+    ),
+    click.option(
+        "--gc-after",
+        type=float,
+        default=60.0,
+        show_default=True,
+        hidden=True,
+        help="Seconds exited containers stay listed in crictl ps -a.",
+    ),
+    click.option(
+        "--legacy-discovery",
+        is_flag=True,
+        hidden=True,
+        help="Serve only legacy discovery (to test kubectl's fallback).",
+    ),
+]
+
+
+def lab_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    for opt in reversed(LAG_OPTIONS):
+        fn = opt(fn)
+    return fn
+
+
+def fail(msg: str, code: int = 1) -> None:
+    click.echo(f"cpctl lab: {msg}", err=True)
+    sys.exit(code)
+
+
+@click.group(name="lab")
+def lab() -> None:
+    """Simulated kubeadm control-plane node(s) plus a worker, for newcomers and CI (not a real cluster)."""
+
+
+@lab.command("run")
+@lab_options
+def run_cmd(
+    directory: Path,
+    masters: int,
+    node_name: str | None,
+    port: int,
+    start_lag: float,
+    ready_lag: float,
+    stop_lag: float,
+    file_check_frequency: float,
+    lease_renew: float,
+    gc_after: float,
+    legacy_discovery: bool,
+) -> None:
+    """Run the lab in the foreground until SIGTERM/SIGINT."""
+    from .cluster import Lab
+
+    directory = directory.expanduser().resolve()
+    if control.running_state(directory):
+        fail(f"a lab is already running in {directory}")
+    try:
+        the_lab = Lab(
+            directory,
+            masters=masters,
+            node_name=node_name,
+            port=port,
+            start_lag=start_lag,
+            ready_lag=ready_lag,
+            stop_lag=stop_lag,
+            file_check_frequency=file_check_frequency,
+            lease_renew=lease_renew,
+            gc_after=gc_after,
+            aggregated_discovery=not legacy_discovery,
+        )
+    except ValueError as exc:
+        fail(str(exc), 2)
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        the_lab.request_stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        the_lab.run()
+    except OSError as exc:
+        fail(f"cannot run the lab in {directory}: {exc}")
+
+
+@lab.command("up")
+@lab_options
+@click.option("--timeout", type=float, default=30.0, show_default=True, help="Seconds to wait for the API.")
+def up_cmd(
+    directory: Path,
+    masters: int,
+    node_name: str | None,
+    port: int,
+    start_lag: float,
+    ready_lag: float,
+    stop_lag: float,
+    file_check_frequency: float,
+    lease_renew: float,
+    gc_after: float,
+    legacy_discovery: bool,
+    timeout: float,
+) -> None:
+    """Start the lab in the background (log: DIR/lab.log) and print its environment."""
+    directory = directory.expanduser().resolve()
+    if control.running_state(directory):
+        fail(f"a lab is already running in {directory} (use `cpctl lab down --dir {directory}` first)")
+    args = [
+        "--masters",
+        str(masters),
+        *control.lag_args(
+            node_name=node_name,
+            port=port or None,
+            start_lag=start_lag,
+            ready_lag=ready_lag,
+            stop_lag=stop_lag,
+            file_check_frequency=file_check_frequency,
+            lease_renew=lease_renew,
+            gc_after=gc_after,
+            aggregated_discovery=not legacy_discovery,
+        ),
+    ]
+    try:
+        proc = control.spawn(directory, args)
+        info = control.wait_ready(directory, proc, timeout)
+    except (control.LabError, OSError) as exc:
+        fail(str(exc))
+    click.echo(control.env_text(info, 1), nl=False)
+
+
+@lab.command("down")
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=control.DEFAULT_DIR,
+    show_default=True,
+)
+def down_cmd(directory: Path) -> None:
+    """Stop a lab started with `up` (or `run`)."""
+    directory = directory.expanduser().resolve()
+    info = control.read_state(directory)
+    if not info or not control.pid_alive(info.get("pid")):
+        fail(f"no lab is running in {directory}")
+    try:
+        control.stop_process(info)
+    except OSError as exc:
+        fail(f"cannot stop the lab: {exc}")
+    deadline = time.monotonic() + 5
+    while control.pid_alive(info.get("pid")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    click.echo(f"lab in {directory} stopped")
+
+
+@lab.command("env")
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=control.DEFAULT_DIR,
+    show_default=True,
+)
+@click.option("--master", type=int, default=1, show_default=True, help="Which master (1-based).")
+def env_cmd(directory: Path, master: int) -> None:
+    """Print `export` lines that point cpctl at master N of the lab."""
+    directory = directory.expanduser().resolve()
+    info = control.read_state(directory)
+    if not info:
+        fail(f"no lab state in {directory} (start one with `cpctl lab up --dir {directory}`)")
+    try:
+        click.echo(control.env_text(info, master), nl=False)
+    except control.LabError as exc:
+        fail(str(exc), 2)
+
+
+@lab.command("demo")
+@click.option("--dir", "directory", type=click.Path(file_okay=False), default=None,
+              help="Lab dir for the demo [default: a fresh temp dir].")
+@click.option("--keep", is_flag=True, help="Leave the lab running afterwards.")
+def demo_cmd(directory: Optional[str], keep: bool) -> None:
+    """Replay the CKA manual-scheduling task against a fresh lab, step by step."""
+    from .demo import DemoFailed, demo_in_lab
+    try:
+        demo_in_lab(directory, echo=click.echo, keep=keep)
+    except DemoFailed as exc:
+        fail(str(exc))

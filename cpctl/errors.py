@@ -1,8 +1,12 @@
-"""cpctl's error type and its documented exit codes (README "Exit codes" mirrors this table)."""
+"""cpctl's error type, its documented exit codes (README "Exit codes" mirrors this table) and the
+one mapping from any exception to a code and a line of text."""
 
 from __future__ import annotations
 
 import enum
+from typing import NamedTuple
+
+from cpctl.host.ops import LockBusy
 
 
 class ExitCode(enum.IntEnum):
@@ -28,3 +32,24 @@ class CpctlError(Exception):
         self.message = message
         self.code = code
         self.hint = hint
+
+
+class Failure(NamedTuple):
+    """How a failure is reported: its documented exit code, one line of text, an optional hint."""
+
+    code: ExitCode
+    message: str
+    hint: str = ""
+
+
+def failure_of(exc: BaseException) -> Failure:
+    """The exit code and message for any exception that reaches the top of a command or of a
+    host's run in a fan-out: the one place that maps exceptions to documented codes."""
+    if isinstance(exc, CpctlError):
+        return Failure(exc.code, exc.message, exc.hint)
+    if isinstance(exc, LockBusy):
+        return Failure(ExitCode.LOCKED, "node locked by %s" % exc.holder, "wait for it, or raise --lock-timeout")
+    if isinstance(exc, OSError):
+        where = ": %s" % exc.filename if exc.filename else ""
+        return Failure(ExitCode.ENVIRONMENT, "%s%s" % (exc.strerror or exc, where))
+    return Failure(ExitCode.INTERNAL, "internal error: %s: %s" % (type(exc).__name__, exc))

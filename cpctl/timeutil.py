@@ -1,8 +1,17 @@
-"""Human durations for ``--for`` and friends: ``90s``, ``30m``, ``1h30m``, ``2d``."""
+"""Times and durations, one parser and one formatter per kind.
+
+* durations for ``--for``, ``--persist`` and friends: ``90s``, ``30m``, ``1h30m``, ``2d``;
+* ``iso``: the UTC seconds timestamp of every record cpctl writes (history, metadata, journal);
+* ``iso_millis``: watch's event times; ``stamp``: names of directories made per change;
+* ``parse_rfc3339``: Kubernetes timestamps (fractions optional), never raising on garbage.
+"""
 
 from __future__ import annotations
 
+import calendar
 import re
+import time
+from typing import Optional
 
 from cpctl.errors import CpctlError, ExitCode
 
@@ -37,3 +46,48 @@ def format_duration(seconds: float) -> str:
             rest = (seconds % size) // subsize
             return "%d%s%s" % (seconds // size, unit, "%d%s" % (rest, sub) if rest else "")
     return "%ds" % seconds
+
+
+ISO_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+
+def iso(ts: Optional[float] = None) -> str:
+    """UTC timestamp as RFC 3339 with seconds, the format of every record cpctl writes."""
+    return time.strftime(ISO_FORMAT, time.gmtime(time.time() if ts is None else ts))
+
+
+def parse_iso(text: str) -> float:
+    """Epoch seconds of an ``iso`` timestamp; ValueError for anything else (state files are input)."""
+    if not isinstance(text, str):
+        raise ValueError("not a timestamp: %r" % (text,))
+    return float(calendar.timegm(time.strptime(text, ISO_FORMAT)))
+
+
+def iso_millis(ts: Optional[float] = None) -> str:
+    """UTC timestamp with milliseconds (watch's event lines)."""
+    now = time.time() if ts is None else ts
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + ".%03dZ" % int((now % 1) * 1000)
+
+
+def stamp(ts: Optional[float] = None) -> str:
+    """Compact UTC time for directory names (``STATE/strays/20261203T101500Z``)."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if ts is None else ts))
+
+
+def parse_rfc3339(text: Optional[str]) -> Optional[float]:
+    """A Kubernetes RFC 3339 time (optional fraction) as epoch seconds; None for None or garbage."""
+    if not text or not isinstance(text, str):
+        return None
+    main, _, frac = text.rstrip("Z").partition(".")
+    try:
+        seconds = calendar.timegm(time.strptime(main, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+    return seconds + (float("0." + frac) if frac.isdigit() else 0.0)
+
+
+def parse_persist(text: Optional[str]) -> float:
+    """``--persist``: a duration in seconds, or 0 for ``0``/``off``/``no``/``none`` (the default)."""
+    if text is None or text.strip().lower() in ("", "0", "off", "no", "none"):
+        return 0.0
+    return float(parse_duration(text, "--persist"))

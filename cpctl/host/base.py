@@ -8,18 +8,31 @@ subprocess in tests). Both raise the same exceptions, so the core cannot tell th
 
 from __future__ import annotations
 
-import functools
-import json
-import os
-import sys
-import threading
 from contextlib import contextmanager
-from typing import IO, Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Protocol
 
-from cpctl.errors import CpctlError, ExitCode
 from cpctl.host import ops as hostops
 
 LockBusy = hostops.LockBusy
+
+# Threads that mostly wait on sockets and hand small answers around (a fan-out's host threads, the
+# keeper's relays) wait up to the GIL switch interval at each hand-over: 5 ms by default; measured
+# -25% on 20 hosts with this one. Entry points set it (process-wide state is not a library's).
+FAST_SWITCH = 0.0005
+
+
+class LineReader(Protocol):
+    """What the agent protocol reads from: a pipe, an SSH channel, a keeper's socket."""
+
+    def readline(self) -> bytes: ...
+
+
+class ByteWriter(Protocol):
+    """What the agent protocol writes to."""
+
+    def write(self, data: bytes) -> Any: ...
+
+    def flush(self) -> Any: ...
 
 
 class RunResult:
@@ -58,11 +71,25 @@ class Host:
     def read_file(self, path: str, limit: int) -> bytes:
         return self._call("read_file", path=path, limit=limit)
 
-    def write_atomic(self, path: str, data: bytes, mode: int = 0o600,
-                     uid: Optional[int] = None, gid: Optional[int] = None) -> None:
-        self._call("write_atomic", path=path, data=data, mode=mode, uid=uid, gid=gid)
+    def read_tail(self, path: str, limit: int) -> bytes:
+        """The last ``limit`` bytes of a regular file."""
+        return self._call("read_tail", path=path, limit=limit)
+
+    def compress(self, src: str, dst: str) -> None:
+        """gzip ``src`` into the new file ``dst`` on the node (``src`` stays)."""
+        self._call("compress", src=src, dst=dst)
+
+    def write_atomic(self, path: str, data: bytes, mode: int = 0o600, uid: Optional[int] = None,
+                     gid: Optional[int] = None, expect: Optional[str] = None) -> None:
+        """Replace ``path`` by ``data`` through a dot-temp file and rename; with ``expect`` (sha256
+        hex or "absent") only if ``path`` still holds that (OSError EEXIST/ESTALE otherwise)."""
+        if expect is None:
+            self._call("write_atomic", path=path, data=data, mode=mode, uid=uid, gid=gid)
+        else:
+            self._call("write_atomic", path=path, data=data, mode=mode, uid=uid, gid=gid, expect=expect)
 
     def move(self, src: str, dst: str) -> str:
+        """Move a regular file; never replaces ``dst`` (OSError EEXIST). "rename" or "copy"."""
         return self._call("move", src=src, dst=dst)
 
     def unlink(self, path: str, missing_ok: bool = True) -> bool:
@@ -79,6 +106,10 @@ class Host:
 
     def lock(self, path: str, timeout: float, holder: str) -> None:
         self._call("lock", path=path, timeout=timeout, holder=holder)
+
+    def lock_dir(self, path: str, timeout: float) -> None:
+        """flock the directory ``path`` itself (``LockBusy`` after ``timeout`` s); ``unlock`` frees it."""
+        self._call("lock_dir", path=path, timeout=timeout)
 
     def unlock(self, path: str) -> None:
         self._call("unlock", path=path)
@@ -123,164 +154,3 @@ class Host:
 
     def close(self) -> None:
         """Release the connection, if any (and with it every lock the agent holds)."""
-
-
-class LocalHost(Host):
-    """This machine: the primitives run in-process."""
-
-    def _call(self, op: str, **args: Any) -> Any:
-        return hostops.OPS[op](**args)
-
-
-def raise_remote_error(response: dict) -> None:
-    """Re-raise an agent's error response as the exception the local call would raise."""
-    kind = response.get("kind")
-    if kind == "lock":
-        raise LockBusy(response["holder"])
-    if kind == "os":
-        raise OSError(response["errno"], response["strerror"], response.get("filename"))
-    raise CpctlError("agent error: %s" % response.get("message"), ExitCode.INTERNAL)
-
-
-class AgentHost(Host):
-    """A node reached through a byte stream to ``python3 -c <hostops source>``.
-
-    Requests are serialised with a lock so one stream can serve threads (parallel probes).
-    The agent holds the node lock; when the stream closes the agent exits and releases it.
-    """
-
-    is_remote = True
-
-    def __init__(self, name: str, reader: IO[bytes], writer: IO[bytes]) -> None:
-        self.name = name
-        self._reader, self._writer = reader, writer
-        self._mutex = threading.Lock()
-        self._prefetched: dict = {}
-        check_hello(name, self._reader.readline())
-
-    def _prefetch(self, calls: list) -> None:
-        """Ask every call in one ``batch`` round trip. The answers are a snapshot: served again
-        to repeated reads, and dropped at the first call that is not a read (it may change what
-        they saw), so no read is answered with what it was before this run's own change."""
-        requests = [{"op": op, "args": args} for op, args in calls if op in hostops.READ_OPS]
-        answers = self._request("batch", {"requests": requests}) if requests else []
-        with self._mutex:
-            self._prefetched = {_call_key(r["op"], r["args"]): a for r, a in zip(requests, answers)}
-
-    def _call(self, op: str, **args: Any) -> Any:
-        if self._prefetched:
-            with self._mutex:
-                if op in hostops.READ_OPS:
-                    response = self._prefetched.get(_call_key(op, args))
-                else:
-                    response, self._prefetched = None, {}
-            if response is not None:
-                return _result(response)
-        return self._request(op, args)
-
-    def _request(self, op: str, args: dict) -> Any:
-        line = json.dumps({"op": op, "args": hostops.encode(args)}).encode("utf-8") + b"\n"
-        with self._mutex:
-            try:
-                self._writer.write(line)
-                self._writer.flush()
-                answer = self._reader.readline()
-            except (OSError, EOFError) as exc:
-                raise CpctlError("%s: connection lost: %s" % (self.name, exc), ExitCode.UNREACHABLE) from None
-        if not answer:
-            raise CpctlError("%s: connection lost (agent exited)" % self.name, ExitCode.UNREACHABLE)
-        return _result(hostops.decode(json.loads(answer.decode("utf-8"))))
-
-
-def _call_key(op: str, args: dict) -> str:
-    return json.dumps([op, hostops.encode(args)], sort_keys=True)
-
-
-def _result(response: dict) -> Any:
-    """An agent's (decoded) answer: its result, or its error raised as the local call would."""
-    if not response.get("ok"):
-        raise_remote_error(response)
-    return response["result"]
-
-
-def check_hello(name: str, line: bytes) -> None:
-    """The agent's first line says it runs; anything else (a shell error, sudo's prompt) is reported."""
-    if not line.startswith(b'{"ready"'):
-        raise CpctlError("%s: agent did not start: %s" % (name, line[:200].decode("utf-8", "replace")
-                                                       or "no answer"), ExitCode.UNREACHABLE)
-
-
-def agent_source() -> bytes:
-    """The agent program shipped to remote nodes: hostops.py itself."""
-    with open(hostops.__file__, "rb") as handle:
-        return handle.read()
-
-
-@functools.cache
-def agent_payload() -> bytes:
-    """What a new agent reads first on stdin: ``"SRC_LEN CODE_LEN MAGIC\n"``, the source, then
-    the same program compiled (marshal), which it runs instead of compiling the source when
-    its Python's bytecode magic number is ours. Compiling hostops costs ~5.5 ms of the
-    master's CPU per agent start, about a quarter of it; ~30 KB more on the wire is cheaper.
-    Built once per process, from hostops' own .pyc when that is current."""
-    import marshal
-    from importlib.util import MAGIC_NUMBER
-    src = agent_source()
-    code = _current_pyc_code() or marshal.dumps(compile(src, "cpctl-agent", "exec"))
-    return b"%d %d %s\n" % (len(src), len(code), MAGIC_NUMBER.hex().encode("ascii")) + src + code
-
-
-def _current_pyc_code() -> Optional[bytes]:
-    """hostops' compiled code from its timestamp-checked .pyc, when it matches the source now."""
-    from importlib.util import MAGIC_NUMBER, cache_from_source
-    try:
-        with open(cache_from_source(hostops.__file__, optimization=""), "rb") as handle:
-            data = handle.read()
-        info = os.stat(hostops.__file__)
-    except (OSError, NotImplementedError):
-        return None
-    header = (MAGIC_NUMBER + (0).to_bytes(4, "little") + (int(info.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little")
-              + (info.st_size & 0xFFFFFFFF).to_bytes(4, "little"))
-    return data[16:] if len(data) > 16 and data[:16] == header else None
-
-
-def agent_bootstrap(python: str = "python3") -> list:
-    """argv that starts an agent reading its program first, then requests, from stdin.
-
-    The first stdin line gives the lengths of the source and of the compiled code, and the
-    client's bytecode magic number (see ``agent_payload``): a master whose Python differs
-    compiles the source. Nothing is written to the node's disk.
-    """
-    loader = ("import sys;r=sys.stdin.buffer;h=r.readline().split();s=r.read(int(h[0]));c=r.read(int(h[1]));"
-              "m=getattr(sys.modules.get('_frozen_importlib_external'),'MAGIC_NUMBER',b'').hex().encode();"
-              "co=__import__('marshal').loads(c) if h[2:]==[m] else compile(s,'cpctl-agent','exec');"
-              "g={'__name__':'cpctl_agent'};exec(co,g);"
-              "g['agent_main']();sys.stdout.flush();import os;os._exit(0)")
-    # -S: the agent is standard-library only, so skip site (and any .pth hooks) on the master.
-    # os._exit once served (locks released, answers flushed): interpreter teardown is CPU the
-    # master spends per run for nothing.
-    return [python, "-S", "-c", loader]
-
-
-class SubprocessAgentHost(AgentHost):
-    """An agent in a local child process: the remote protocol without SSH (tests, sudo)."""
-
-    def __init__(self, argv_prefix: Optional[list] = None) -> None:
-        argv = list(argv_prefix or []) + agent_bootstrap(sys.executable)
-        import subprocess  # not at module level: remote runs import this module, and never need it
-        self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      env=dict(os.environ))
-        assert self._proc.stdin is not None and self._proc.stdout is not None
-        self._proc.stdin.write(agent_payload())
-        self._proc.stdin.flush()
-        super().__init__("agent:%d" % self._proc.pid, self._proc.stdout, self._proc.stdin)
-
-    def close(self) -> None:
-        import subprocess
-        if self._proc.poll() is None:
-            assert self._proc.stdin is not None
-            self._proc.stdin.close()
-            try:
-                self._proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()

@@ -36,11 +36,12 @@ import stat
 import struct
 import sys
 import time
-from typing import IO, Any, Optional
+from typing import Any, Optional
 
 from cpctl import __version__
 from cpctl.errors import CpctlError, ExitCode
-from cpctl.host.base import AgentHost
+from cpctl.host.agent import AgentHost
+from cpctl.host.base import ByteWriter, LineReader
 
 ENV_DIR = "CPCTL_KEEPER_DIR"
 
@@ -129,12 +130,12 @@ def error_from_wire(wire: dict) -> CpctlError:
                       ExitCode(wire.get("code", ExitCode.UNREACHABLE)), wire.get("hint") or "")
 
 
-def send_message(writer: IO[bytes], message: dict) -> None:
+def send_message(writer: ByteWriter, message: dict) -> None:
     writer.write(json.dumps(message).encode("utf-8") + b"\n")
     writer.flush()
 
 
-def read_message(reader: IO[bytes]) -> Optional[dict]:
+def read_message(reader: LineReader) -> Optional[dict]:
     """The next JSON line, or None at EOF."""
     line = reader.readline()
     if not line:
@@ -252,7 +253,7 @@ def wire_options(options: Any) -> dict:
 class KeeperHost(AgentHost):
     """A master's agent reached through the keeper: the agent protocol over the Unix socket."""
 
-    def __init__(self, name: str, sock: socket.socket, reader: IO[bytes], writer: IO[bytes]) -> None:
+    def __init__(self, name: str, sock: socket.socket, reader: LineReader, writer: ByteWriter) -> None:
         self._sock = sock
         super().__init__(name, reader, writer)
 
@@ -264,7 +265,7 @@ class KeeperHost(AgentHost):
             pass
         for stream in (self._reader, self._writer):
             try:
-                stream.close()
+                getattr(stream, "close", lambda: None)()
             except OSError:
                 pass
         self._sock.close()

@@ -26,9 +26,14 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from cpctl.errors import CpctlError, ExitCode
-from cpctl.fleet.runner import FAST_SWITCH
 from cpctl.host import keeper
-from cpctl.host.sshconfig import SSHOptions, read_config_text, remember_login_name, ssh_config_path
+from cpctl.host.base import FAST_SWITCH
+from cpctl.host.sshconfig import (
+    SSHOptions,
+    read_config_text,
+    remember_login_name,
+    ssh_config_path,
+)
 
 ACCEPT_POLL = 0.5
 PING_TIMEOUT = 5.0

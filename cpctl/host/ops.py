@@ -22,7 +22,7 @@ import time
 # run starts this agent on every master, and each of them adds to its start-up (see _json_codec).
 
 TEMP_MARK = ".cpctl-tmp"
-_HELD_LOCKS = {}
+_HELD_LOCKS = {}  # type: dict
 
 
 class LockBusy(Exception):
@@ -101,6 +101,64 @@ def read_file(path, limit):
         os.close(fd)
 
 
+def read_tail(path, limit):
+    """The last ``limit`` bytes of a regular file (never through a symlink): a log's newest lines
+    without reading all of it."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        start = max(0, st.st_size - limit)
+        chunks = []
+        while True:
+            chunk = os.pread(fd, min(1 << 20, limit), start)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            start += len(chunk)
+            if sum(len(c) for c in chunks) >= limit:
+                break
+        return b"".join(chunks)[:limit]
+    finally:
+        os.close(fd)
+
+
+def compress(src, dst):
+    """gzip ``src`` into a new file ``dst`` (dot-temp + fsync + no-replace rename, 0600); ``src``
+    stays. Runs where the file is, so a large log never travels over SSH to be compressed."""
+    import zlib
+    tmp = temp_name(dst)
+    _unlink_quiet(tmp)
+    packer = zlib.compressobj(6, zlib.DEFLATED, 31)   # 31: gzip container
+    fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            while True:
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    break
+                _write_all(out, packer.compress(chunk))
+            _write_all(out, packer.flush())
+            os.fsync(out)
+        finally:
+            os.close(out)
+        rename_noreplace(tmp, dst)
+    except BaseException:
+        _unlink_quiet(tmp)
+        raise
+    finally:
+        os.close(fd)
+    fsync_dir(os.path.dirname(dst) or ".")
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def fsync_dir(path):
     """Make a rename or unlink in ``path`` durable."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -145,15 +203,19 @@ def _unlink_quiet(path):
         pass
 
 
-def write_atomic(path, data, mode=0o600, uid=None, gid=None):
+def write_atomic(path, data, mode=0o600, uid=None, gid=None, expect=None):
     """Write ``data`` to a dot-temp sibling, fsync it, rename it over ``path``, fsync the dir.
 
     A reader (the kubelet) sees either the old file or the complete new one, never a part.
+    ``expect`` (a sha256 hex digest, or "absent") is what ``path`` must hold right before the
+    rename: a file someone else changed meanwhile is never overwritten (EEXIST/ESTALE).
     """
     tmp = temp_name(path)
     _unlink_quiet(tmp)
     _write_new(tmp, data, mode, uid, gid)
     try:
+        if expect is not None:
+            _check_current(path, expect)
         os.rename(tmp, path)
     except BaseException:
         _unlink_quiet(tmp)
@@ -161,37 +223,98 @@ def write_atomic(path, data, mode=0o600, uid=None, gid=None):
     fsync_dir(os.path.dirname(path) or ".")
 
 
-def move(src, dst):
-    """Move a regular file without ever clobbering ``dst``; return "rename" or "copy".
+def _check_current(path, expect):
+    """Raise unless ``path`` holds the bytes whose sha256 is ``expect`` ("absent": no file)."""
+    import hashlib
+    info = lstat(path)
+    if expect == "absent":
+        if info is not None:
+            raise OSError(errno.EEXIST, "appeared meanwhile", path)
+        return
+    if info is None or info["kind"] != "file":
+        raise OSError(errno.ESTALE, "changed meanwhile (gone or not a file)", path)
+    if hashlib.sha256(read_file(path, info["size"] + 1)).hexdigest() != expect:
+        raise OSError(errno.ESTALE, "changed meanwhile", path)
 
-    Same filesystem: one atomic rename(2). Across filesystems (EXDEV): copy to a dot-temp in
-    the target dir keeping bytes, mode and owner, fsync, rename into place, fsync, then remove
-    the source. At every instant the bytes exist completely in at least one of the two places.
+
+def move(src, dst):
+    """Move a regular file, never replacing ``dst``; return "rename" or "copy".
+
+    Same filesystem: one atomic no-replace rename. Across filesystems (EXDEV): ``move_across``.
+    At every instant the bytes exist completely in at least one of the two places, and a name
+    that exists at ``dst`` (another cpctl's, an operator's) is never overwritten: EEXIST instead.
     """
     info = lstat(src)
     if info is None:
         raise OSError(errno.ENOENT, "no such file", src)
     if info["kind"] != "file":
         raise OSError(errno.EINVAL, "refusing to move a %s" % info["kind"], src)
-    if lstat(dst) is not None:
-        raise OSError(errno.EEXIST, "target already exists", dst)
     try:
-        os.rename(src, dst)
-        fsync_dir(os.path.dirname(dst) or ".")
-        fsync_dir(os.path.dirname(src) or ".")
-        return "rename"
+        rename_noreplace(src, dst)
     except OSError as exc:
         if exc.errno != errno.EXDEV:
             raise
+        return move_across(src, dst)
+    fsync_dir(os.path.dirname(dst) or ".")
+    fsync_dir(os.path.dirname(src) or ".")
+    return "rename"
+
+
+def move_across(src, dst):
+    """The EXDEV half of ``move``: copy to a dot-temp in the target dir keeping bytes, mode and
+    owner, fsync, no-replace rename into place, fsync, then remove the source; return "copy"."""
+    info = lstat(src)
+    if info is None or info["kind"] != "file":
+        raise OSError(errno.ENOENT, "no such file", src)
     data = read_file(src, info["size"] + 1)
     tmp = temp_name(dst)
     _unlink_quiet(tmp)
     _write_new(tmp, data, info["mode"], info["uid"], info["gid"])
-    os.rename(tmp, dst)
+    try:
+        rename_noreplace(tmp, dst)
+    except BaseException:
+        _unlink_quiet(tmp)
+        raise
     fsync_dir(os.path.dirname(dst) or ".")
     os.unlink(src)
     fsync_dir(os.path.dirname(src) or ".")
     return "copy"
+
+
+_AT_FDCWD = -100
+_RENAME_NOREPLACE = 1
+# [the C function, or None], looked up on the first move (ctypes costs the agent ~2 ms)
+_RENAMEAT2 = []  # type: list
+
+
+def _renameat2():
+    if not _RENAMEAT2:
+        try:
+            import ctypes
+            libc = ctypes.CDLL(None, use_errno=True)
+            _RENAMEAT2.append(getattr(libc, "renameat2", None))
+        except (OSError, AttributeError, ImportError):
+            _RENAMEAT2.append(None)
+    return _RENAMEAT2[0]
+
+
+def rename_noreplace(src, dst):
+    """rename(2) that fails with EEXIST instead of replacing ``dst``.
+
+    renameat2(RENAME_NOREPLACE) where the C library and the filesystem have it; else link(2) then
+    unlink(2) of the source, which never replaces either (both names exist for a moment; the
+    journal's recovery treats "same bytes in both places" as a finished move).
+    """
+    function = _renameat2()
+    if function is not None:
+        if function(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE) == 0:
+            return
+        import ctypes
+        code = ctypes.get_errno()
+        if code not in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+            raise OSError(code, os.strerror(code), dst)
+    os.link(src, dst)
+    os.unlink(src)
 
 
 def unlink(path, missing_ok=True):
@@ -243,19 +366,10 @@ def lock(path, timeout, holder):
     if path in _HELD_LOCKS:
         return
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    deadline = time.monotonic() + timeout
-    delay = 0.005
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                current = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
-                os.close(fd)
-                raise LockBusy(current or "another process") from None
-            time.sleep(delay)
-            delay = min(delay * 2, 0.1)
+    if not _flock_within(fd, timeout):
+        current = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
+        os.close(fd)
+        raise LockBusy(current or "another process")
     os.ftruncate(fd, 0)
     os.pwrite(fd, holder.encode("utf-8"), 0)
     _HELD_LOCKS[path] = fd
@@ -264,8 +378,45 @@ def lock(path, timeout, holder):
 def unlock(path):
     fd = _HELD_LOCKS.pop(path, None)
     if fd is not None:
-        os.ftruncate(fd, 0)
+        if path not in _DIR_LOCKS:
+            os.ftruncate(fd, 0)
+        _DIR_LOCKS.discard(path)
         os.close(fd)
+
+
+_DIR_LOCKS = set()  # type: set
+
+
+def lock_dir(path, timeout):
+    """Take an exclusive flock on the directory ``path`` itself, waiting at most ``timeout`` s.
+
+    It covers the manifests dir whatever state dir a cpctl run uses: two runs with different
+    state dirs must not move files into the same manifests dir at once. Nothing is written into
+    the directory (the kubelet would see it), and flock does not touch it: no inotify event.
+    """
+    if path in _HELD_LOCKS:
+        return
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    if not _flock_within(fd, timeout):
+        os.close(fd)
+        raise LockBusy("another cpctl run working in %s (its --state-dir may differ)" % path)
+    _HELD_LOCKS[path] = fd
+    _DIR_LOCKS.add(path)
+
+
+def _flock_within(fd, timeout):
+    """Exclusive flock on ``fd``, retried until ``timeout``; False when still busy then."""
+    deadline = time.monotonic() + timeout
+    delay = 0.005
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
 
 
 def run(argv, timeout=60.0, stdin=b"", env=None):
@@ -313,7 +464,7 @@ def _ssl_context(tls):
     return ctx
 
 
-_CONNECTIONS = {}
+_CONNECTIONS = {}  # type: dict
 
 
 def http(method, url, headers=None, body=None, timeout=5.0, tls=None):
@@ -392,7 +543,7 @@ def reset():
 
 
 # Operations that change nothing on the node: the only ones a ``batch`` may carry.
-READ_OPS = ("lstat", "listdir", "scan_dir", "read_file", "info")
+READ_OPS = ("lstat", "listdir", "scan_dir", "read_file", "read_tail", "info")
 
 
 def batch(requests):
@@ -411,10 +562,12 @@ def batch(requests):
     return answers
 
 
-OPS = {
-    "lstat": lstat, "listdir": listdir, "scan_dir": scan_dir, "read_file": read_file,
+OPS = {  # type: dict
+    "lstat": lstat, "listdir": listdir, "scan_dir": scan_dir, "read_file": read_file, "read_tail": read_tail,
+    "compress": compress,
     "write_atomic": write_atomic, "move": move, "unlink": unlink, "makedirs": makedirs,
-    "chmod": chmod, "append": append, "lock": lock, "unlock": unlock, "run": run, "http": http,
+    "chmod": chmod, "append": append, "lock": lock, "lock_dir": lock_dir, "unlock": unlock, "run": run,
+    "http": http,
     "info": info, "fsync_dir": fsync_dir, "batch": batch, "reset": reset,
 }
 

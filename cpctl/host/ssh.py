@@ -18,26 +18,18 @@ import os
 import re
 import shlex
 import socket
-import sys
 import threading
 from typing import Any, Dict, Iterator, List, Optional
 
-# paramiko.config imports invoke at module level, used only for ``Match exec`` in ssh_config.
-# Where invoke is installed (Fabric brings it) that adds ~0.3 s to every remote cpctl run, so it
-# is kept out of paramiko's import here; load_ssh_config() loads it when a config needs it.
-_HIDE_INVOKE = "invoke" not in sys.modules and "paramiko" not in sys.modules
-if _HIDE_INVOKE:
-    sys.modules["invoke"] = None  # type: ignore[assignment]  # `import invoke` -> ImportError
-try:
-    import paramiko
-    import paramiko.config
-    from paramiko.auth_strategy import AuthFailure, AuthStrategy, InMemoryPrivateKey
-finally:
-    if _HIDE_INVOKE and "invoke" in sys.modules and sys.modules["invoke"] is None:
-        del sys.modules["invoke"]
+from cpctl.host.sshconfig import import_paramiko_without_invoke
 
-from cpctl.errors import CpctlError, ExitCode  # noqa: E402  (after the paramiko import above)
-from cpctl.host.base import AgentHost, agent_bootstrap, agent_payload, check_hello  # noqa: E402
+import_paramiko_without_invoke()   # before paramiko's first import (see there)
+import paramiko  # noqa: E402
+import paramiko.config  # noqa: E402
+from paramiko.auth_strategy import AuthFailure, AuthStrategy, InMemoryPrivateKey  # noqa: E402
+
+from cpctl.errors import CpctlError, ExitCode  # noqa: E402
+from cpctl.host.agent import AgentHost, agent_bootstrap, agent_payload, check_hello  # noqa: E402
 from cpctl.host.sshconfig import (  # noqa: E402
     DEFAULT_IDENTITIES,
     DEFAULT_PORT,
@@ -100,7 +92,7 @@ def _load_key(path: str, prompt: Optional[Prompt]) -> Optional[paramiko.PKey]:
         if not secret:
             return None
         try:
-            return paramiko.PKey.from_path(path, secret.encode("utf-8"))
+            return paramiko.PKey.from_path(path, secret.encode("utf-8"))  # type: ignore[arg-type]  # bytes work
         except (ValueError, TypeError):
             continue
         except (OSError, paramiko.SSHException):
@@ -164,7 +156,7 @@ class SSHHost(AgentHost):
     @property
     def transport(self) -> paramiko.Transport:
         """The authenticated transport: more channels can be opened on it for parallel work."""
-        return self._clients[-1].get_transport()
+        return transport_of(self._clients[-1])
 
     def close(self) -> None:
         """Close the agent channel (the agent exits, releasing its locks), then every hop."""
@@ -173,6 +165,14 @@ class SSHHost(AgentHost):
         finally:
             for client in reversed(self._clients):
                 client.close()
+
+
+def transport_of(client: paramiko.SSHClient) -> paramiko.Transport:
+    """The transport of a connected client (paramiko types it as optional: None before connect)."""
+    transport = client.get_transport()
+    if transport is None:
+        raise CpctlError("SSH connection is not open", ExitCode.UNREACHABLE)
+    return transport
 
 
 def _unreachable(name: str, reason: str) -> CpctlError:
@@ -203,8 +203,8 @@ def _open_socket(ep: Endpoint) -> socket.socket:
 def _tunnel(via: paramiko.SSHClient, ep: Endpoint) -> paramiko.Channel:
     """A direct-tcpip channel from the previous hop to ``ep`` (what ssh -J does)."""
     try:
-        return via.get_transport().open_channel("direct-tcpip", (ep.hostname, ep.port), ("127.0.0.1", 0),
-                                                timeout=ep.connect_timeout)
+        return transport_of(via).open_channel("direct-tcpip", (ep.hostname, ep.port), ("127.0.0.1", 0),
+                                              timeout=ep.connect_timeout)
     except paramiko.ChannelException as exc:
         raise _unreachable(ep.name, "jump host could not connect: %s" % exc.text.lower()) from None
     except (paramiko.SSHException, OSError, EOFError) as exc:
@@ -263,7 +263,7 @@ class _KeyAuth(AuthStrategy):
     """Public-key auth in OpenSSH's order: agent keys, then IdentityFile (or default) keys."""
 
     def __init__(self, ep: Endpoint, options: SSHOptions) -> None:
-        super().__init__(ssh_config=None)
+        super().__init__(ssh_config=None)  # type: ignore[arg-type]  # paramiko only stores it
         self._ep, self._options = ep, options
         self.agent: Optional[paramiko.Agent] = None
         self.tried: List[str] = []
@@ -278,9 +278,9 @@ class _KeyAuth(AuthStrategy):
         user = self._ep.user
         if self._options.use_agent and not self._ep.identities_only and os.environ.get("SSH_AUTH_SOCK"):
             self.agent = paramiko.Agent()
-            for key in self.agent.get_keys():
-                self.tried.append("agent " + key.get_name())
-                yield InMemoryPrivateKey(user, key)
+            for agent_key in self.agent.get_keys():
+                self.tried.append("agent " + agent_key.get_name())
+                yield InMemoryPrivateKey(user, agent_key)
         for path in self._paths():
             key = keyring_of(self._options).load(path, self._options.prompt)
             if key is None:
@@ -328,7 +328,7 @@ def connect_endpoint(ep: Endpoint, options: SSHOptions, sock: Any = None) -> par
         if not connected:
             client.close()
             sock.close()
-    client.get_transport().set_keepalive(30)
+    transport_of(client).set_keepalive(30)
     return client
 
 
@@ -349,14 +349,15 @@ _MATCH_EXEC = re.compile(r"^[ \t]*match[ \t=].*\bexec\b", re.IGNORECASE | re.MUL
 
 def _load_invoke() -> None:
     """Give paramiko the invoke it needs to run ``Match exec`` commands (see the import above)."""
-    if paramiko.config.invoke is not None:
+    config: Any = paramiko.config      # ``invoke`` is an optional attribute its stubs do not name
+    if config.invoke is not None:
         return
     try:
         import invoke
     except ImportError as exc:
-        paramiko.config.invoke_import_error = exc
+        config.invoke_import_error = exc
         return
-    paramiko.config.invoke = invoke
+    config.invoke = invoke
 
 
 class SSHConfigLookups:
@@ -557,7 +558,7 @@ def open_agent_channel(name: str, transport: paramiko.Transport, ep: Endpoint,
 
 def start_agent(name: str, clients: List[paramiko.SSHClient], ep: Endpoint, options: SSHOptions) -> SSHHost:
     """The agent on the last client's connection, as a Host."""
-    chan, hello = open_agent_channel(name, clients[-1].get_transport(), ep, options)
+    chan, hello = open_agent_channel(name, transport_of(clients[-1]), ep, options)
     return SSHHost(name, clients, chan, hello)
 
 

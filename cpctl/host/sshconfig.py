@@ -181,7 +181,7 @@ def split_jumps(value: Optional[str]) -> List[str]:
     return [hop.strip() for hop in value.split(",") if hop.strip()]
 
 
-def resolve(target: Target, lookup: Callable[[str], dict], opts: Any) -> Endpoint:
+def resolve(target: Target, lookup: Optional[Callable[[str], dict]], opts: Any) -> Endpoint:
     """Merge TARGET, ssh_config (``lookup``) and explicit options into an :class:`Endpoint`.
 
     ``opts`` provides user, port, identity_files, known_hosts, accept_new_host_key,
@@ -232,6 +232,27 @@ def remember_login_name() -> None:
         os.environ["LOGNAME"] = pwd.getpwuid(os.getuid()).pw_name
     except KeyError:
         pass                     # no passwd entry: getuser() fails later exactly as it would have
+
+
+def import_paramiko_without_invoke() -> None:
+    """Import paramiko with ``invoke`` hidden, once per process (``cpctl.host.ssh`` calls it first).
+
+    paramiko.config imports invoke at module level, used only for ``Match exec`` in ssh_config;
+    where invoke is installed (Fabric brings it) that adds ~0.3 s to every remote run.
+    ``cpctl.host.ssh.load_ssh_config`` loads invoke itself when a config needs it. ``sys.modules``
+    is left as it was found (a later ``import invoke`` works): no lasting change to the process.
+    """
+    import sys
+    if "paramiko" in sys.modules:
+        return
+    hide = "invoke" not in sys.modules
+    if hide:
+        sys.modules["invoke"] = None  # type: ignore[assignment]  # `import invoke` -> ImportError
+    try:
+        import paramiko.config  # noqa: F401
+    finally:
+        if hide and sys.modules.get("invoke", False) is None:
+            del sys.modules["invoke"]
 
 
 Prompt = Callable[..., str]

@@ -1,0 +1,27 @@
+"""The one way cpctl opens a ``Host`` on a master: through the keeper, or a direct SSH connection.
+
+With ``--persist`` (and no become password, which the keeper must never hold) the keeper hands
+over an agent it keeps ready; this process then never imports paramiko. Otherwise one paramiko
+connection is made for this run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+from cpctl.host.base import Host
+
+
+def open_host(target: str, options: Any, become: Optional[bool] = None, python: Optional[str] = None) -> Host:
+    """A connected ``Host`` for ``target`` (an ssh_config alias or [user@]host[:port]).
+
+    ``become``/``python`` override the options per host (inventory vars)."""
+    if become is not None or python is not None:
+        options = dataclasses.replace(options, become=options.become if become is None else become,
+                                      python=python or options.python)
+    if options.persist > 0 and options.become_password is None:
+        from cpctl.host import keeper  # no paramiko in this process: the keeper has it
+        return keeper.attach(target, options)
+    from cpctl.host import ssh
+    return ssh.connect(target, options)

@@ -1,0 +1,15 @@
+"""``LocalHost``: this machine, the node primitives of :mod:`cpctl.host.ops` run in-process."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cpctl.host import ops as hostops
+from cpctl.host.base import Host
+
+
+class LocalHost(Host):
+    """This machine: the primitives run in-process."""
+
+    def _call(self, op: str, **args: Any) -> Any:
+        return hostops.OPS[op](**args)

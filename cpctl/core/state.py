@@ -2,41 +2,66 @@
 
 Layout (all 0700/0600, owned by the user running cpctl, normally root)::
 
-    STATE/parked/<file>        the parked manifest, original bytes, mode and owner
-    STATE/meta/<file>.json     who parked it, when, why, until when, checksum
-    STATE/journal.json         the one operation in flight (write-ahead), absent when idle
-    STATE/history.jsonl        append-only record of every change
-    STATE/lock                 flock target; its content names the holder
+    STATE/parked/<file>          the parked manifest, original bytes, mode and owner
+    STATE/meta/<file>.json       who parked it, when, why, until when, checksum
+    STATE/staged/<op>.<n>.*      bytes a change in flight writes, replaces or removes (see journal)
+    STATE/journal.json           the one change in flight (write-ahead), absent when idle
+    STATE/history.jsonl          the newest change records, one JSON object a line
+    STATE/history.<time>.jsonl.gz  older records (rotated at HISTORY_ROTATE_BYTES, HISTORY_SEGMENTS kept)
+    STATE/lock                   flock target; its content names the holder
+
+Everything read from here is treated as untrusted input: a file that is not what cpctl writes is
+one clear error (exit 7), never a crash, and paths found in it are checked before any use.
 """
 
 from __future__ import annotations
 
 import json
-import time
 from contextlib import contextmanager
-from typing import Iterator, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host.base import Host, LockBusy
+from cpctl.timeutil import iso, parse_iso, stamp
 
 JOURNAL = "journal.json"
 HISTORY = "history.jsonl"
+HISTORY_SEGMENT_PREFIX = "history."
 LOCK = "lock"
 MAX_STATE_FILE = 64 << 20
+HISTORY_ROTATE_BYTES = 4 << 20        # the current history file never grows past this
+HISTORY_SEGMENTS = 20                 # compressed older segments kept (about 80 MiB of records)
+HISTORY_TAIL_BYTES = 256 << 10        # what recovery reads to find a record it may have written
+MAX_SEGMENT_BYTES = 16 << 20          # a decompressed segment larger than this is not cpctl's
+SUBDIRS = ("parked", "meta", "staged")
+META_TEXT = ("file", "component", "namespace", "checksum", "parked_at", "parked_by", "host", "reason",
+             "until", "manifests_dir", "node")
+META_NUMBERS = ("mode", "uid", "gid")
 
 
-def iso(ts: Optional[float] = None) -> str:
-    """UTC timestamp as RFC 3339 with seconds, the format of every record cpctl writes."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if ts is None else ts))
-
-
-def parse_iso(text: str) -> float:
-    import calendar
-    return float(calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ")))
-
-
-def _json_bytes(value: dict) -> bytes:
+def _json_bytes(value: Dict[str, Any]) -> bytes:
     return (json.dumps(value, indent=2, sort_keys=True) + "\n").encode("utf-8")
+
+
+def check_meta(path: str, value: Dict[str, Any]) -> Dict[str, Any]:
+    """A parked manifest's metadata as cpctl writes it; anything else is a corrupt-file error."""
+    problem = None
+    for key in META_TEXT:
+        if value.get(key) is not None and not isinstance(value[key], str):
+            problem = "%s is not text" % key
+    for key in META_NUMBERS:
+        number = value.get(key)
+        if number is not None and (not isinstance(number, int) or isinstance(number, bool) or number < 0):
+            problem = "%s is not a number" % key
+    for key in ("parked_at", "until"):
+        if problem is None and isinstance(value.get(key), str):
+            try:
+                parse_iso(value[key])
+            except ValueError:
+                problem = "%s is not a time like 2026-01-31T12:00:00Z" % key
+    if problem:
+        raise CpctlError("%s is corrupt (%s): inspect it by hand" % (path, problem), ExitCode.ENVIRONMENT)
+    return value
 
 
 class StateDir:
@@ -47,6 +72,7 @@ class StateDir:
         self.path = path.rstrip("/") or "/"
         self.parked_dir = self._join("parked")
         self.meta_dir = self._join("meta")
+        self.staged_dir = self._join("staged")
 
     def _join(self, *parts: str) -> str:
         return "/".join([self.path] + list(parts))
@@ -68,7 +94,7 @@ class StateDir:
                                  ExitCode.ENVIRONMENT) from None
             info = self.host.lstat(self.path)
         self._check_dir(self.path, info)
-        for sub in (self.parked_dir, self.meta_dir):
+        for sub in (self._join(name) for name in SUBDIRS):
             sub_info = self.host.lstat(sub)
             if sub_info is None:
                 if not create:
@@ -100,12 +126,15 @@ class StateDir:
     def meta_path(self, filename: str) -> str:
         return self._join("meta", filename + ".json")
 
+    def staged_path(self, name: str) -> str:
+        return self._join("staged", name)
+
     def view_reads(self) -> list:
         """The state dir reads of every view (``ensure``, the journal check, ``parked_files``,
         ``read_metas``), for ``Host.prefetched``."""
-        return [("lstat", {"path": self.path}), ("lstat", {"path": self.parked_dir}),
-                ("lstat", {"path": self.meta_dir}), ("listdir", {"path": self.path}),
-                ("listdir", {"path": self.parked_dir}),
+        return [("lstat", {"path": self.path})] + [("lstat", {"path": self._join(name)}) for name in SUBDIRS] + [
+                ("listdir", {"path": self.path}),
+                ("listdir", {"path": self.parked_dir}), ("listdir", {"path": self.staged_dir}),
                 ("scan_dir", {"path": self.meta_dir, "limit": MAX_STATE_FILE})]
 
     @staticmethod
@@ -136,7 +165,8 @@ class StateDir:
         return value
 
     def read_meta(self, filename: str) -> Optional[dict]:
-        return self.read_json(self.meta_path(filename))
+        value = self.read_json(self.meta_path(filename))
+        return None if value is None else check_meta(self.meta_path(filename), value)
 
     def read_metas(self, filenames: list) -> dict:
         """``read_meta`` for many parked files in one read of the meta dir (one round trip
@@ -160,14 +190,13 @@ class StateDir:
             if "data" not in entry:
                 why = entry.get("error") or ("a %s" % entry["kind"] if entry["kind"] != "file" else "too large")
                 raise CpctlError("cannot read %s: %s" % (path, why), ExitCode.ENVIRONMENT)
-            found[name] = self._parse_json(path, entry["data"], "inspect it by hand")
+            found[name] = check_meta(path, self._parse_json(path, entry["data"], "inspect it by hand"))
         return found
 
-    def write_meta(self, filename: str, meta: dict) -> None:
-        self.host.write_atomic(self.meta_path(filename), _json_bytes(meta))
-
-    def remove_meta(self, filename: str) -> None:
-        self.host.unlink(self.meta_path(filename))
+    @staticmethod
+    def meta_bytes(meta: Dict[str, Any]) -> bytes:
+        """The exact bytes of a metadata file (the change path writes and checks them)."""
+        return _json_bytes(meta)
 
     def parked_files(self) -> list:
         """Names of parked manifests (dot temp files from interrupted copies excluded)."""
@@ -190,49 +219,131 @@ class StateDir:
         self.host.unlink(self.journal_path)
 
     # --- history ----------------------------------------------------------------------------
-    def append_history(self, record: dict) -> None:
-        line = json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n"
-        self.host.append(self.history_path, line.encode("utf-8"))
-
     @property
     def history_path(self) -> str:
         return self._join(HISTORY)
 
-    def read_history(self) -> list:
+    def append_history(self, record: Dict[str, Any]) -> None:
+        """Append one record durably; first rotate the file when it would grow past its bound."""
+        line = (json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n").encode("utf-8")
+        info = self.host.lstat(self.history_path)
+        if info is not None and info["size"] + len(line) > HISTORY_ROTATE_BYTES:
+            self.rotate_history()
+        self.host.append(self.history_path, line)
+
+    def rotate_history(self) -> None:
+        """Move the current file aside (one no-replace rename), compress it on the node, keep the
+        newest ``HISTORY_SEGMENTS``. Each step leaves every record complete somewhere."""
+        segment = self._join("%s%s.jsonl" % (HISTORY_SEGMENT_PREFIX, stamp()))
+        if self.host.lstat(segment) is not None:
+            segment = segment[:-len(".jsonl")] + "-%d.jsonl" % self.host.info()["pid"]
+        self.host.move(self.history_path, segment)
+        self.host.compress(segment, segment + ".gz")
+        self.host.unlink(segment)
+        for old in self.history_segments()[:-HISTORY_SEGMENTS]:
+            self.host.unlink(self._join(old))
+
+    def history_segments(self) -> List[str]:
+        """Names of the older history files, oldest first (time-stamped names sort in order)."""
+        return sorted(n for n in self.host.listdir(self.path)
+                      if n.startswith(HISTORY_SEGMENT_PREFIX) and n.endswith((".jsonl.gz", ".jsonl"))
+                      and n != HISTORY)
+
+    def read_history_tail(self) -> List[Dict[str, Any]]:
+        """The newest records only (recovery looks for one it may have written just before)."""
         try:
-            data = self.host.read_file(**self.read_call(self.history_path)[1])
+            data = self.host.read_tail(self.history_path, HISTORY_TAIL_BYTES)
         except FileNotFoundError:
             return []
-        records = []
-        for line in data.decode("utf-8", "replace").splitlines():
-            try:
-                records.append(json.loads(line))
-            except ValueError:
-                continue  # a torn last line after a crash: the record before it stands
-        return records
+        except OSError as exc:
+            raise CpctlError("cannot read %s: %s" % (self.history_path, exc.strerror or exc),
+                             ExitCode.ENVIRONMENT) from None
+        return parse_records(data)[1:] if len(data) == HISTORY_TAIL_BYTES else parse_records(data)
+
+    def read_history(self, limit: int = 0,
+                     keep: Optional[Callable[[Dict[str, Any]], bool]] = None) -> List[Dict[str, Any]]:
+        """Records oldest first that ``keep`` accepts: the newest ``limit`` of them (0: all), older
+        segments read only as far as needed."""
+        def wanted(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+            return [r for r in records if keep is None or keep(r)]
+        records = wanted(self._read_records(self.history_path, compressed=False))
+        for name in reversed(self.history_segments() if self.host.lstat(self.path) else []):
+            if limit and len(records) >= limit:
+                break
+            records = wanted(self._read_records(self._join(name), compressed=name.endswith(".gz"))) + records
+        return records[-limit:] if limit else records
+
+    def _read_records(self, path: str, compressed: bool) -> List[Dict[str, Any]]:
+        try:
+            data = self.host.read_file(path, MAX_STATE_FILE)
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise CpctlError("cannot read %s: %s" % (path, exc.strerror or exc), ExitCode.ENVIRONMENT) from None
+        if compressed:
+            data = _gunzip(path, data)
+        return parse_records(data)
 
     # --- lock -------------------------------------------------------------------------------
     @contextmanager
-    def locked(self, timeout: float, what: str) -> Iterator[None]:
-        """Hold the node lock; a second cpctl waits ``timeout`` s, then fails naming the holder."""
+    def locked(self, timeout: float, what: str, manifests_dir: str) -> Iterator[None]:
+        """Hold the node lock: this state dir's lock file, then the manifests dir itself (another
+        cpctl run with another --state-dir must not change the same manifests dir at the same
+        time). A second cpctl waits ``timeout`` s, then fails naming the holder."""
         who = self.host.info()
         holder = "pid %d since %s (%s by %s@%s)" % (who["pid"], iso(), what, who.get("sudo_user") or who["user"],
                                                    who["hostname"])
         path = self._join(LOCK)
+        self._take(lambda: self.host.lock(path, timeout, holder), path)
         try:
-            self.host.lock(path, timeout, holder)
+            self._take(lambda: self.host.lock_dir(manifests_dir, timeout), manifests_dir)
+        except BaseException:
+            self.host.unlock(path)
+            raise
+        try:
+            yield
+        finally:
+            self.host.unlock(manifests_dir)
+            self.host.unlock(path)
+
+    @staticmethod
+    def _take(lock: Any, path: str) -> None:
+        try:
+            lock()
         except LockBusy as exc:
             raise CpctlError("locked by %s" % exc.holder, ExitCode.LOCKED,
                              hint="wait for it, or raise --lock-timeout") from None
         except OSError as exc:
             raise CpctlError("cannot lock %s: %s" % (path, exc.strerror or exc), ExitCode.ENVIRONMENT) from None
-        try:
-            yield
-        finally:
-            self.host.unlock(path)
 
 
 def user_label(host: Host) -> str:
     who = host.info()
     return who.get("sudo_user") or who["user"]
 
+
+def parse_records(data: bytes) -> List[Dict[str, Any]]:
+    """History lines as records; a torn or foreign line is skipped (the records around it stand)."""
+    records = []
+    for line in data.decode("utf-8", "replace").splitlines():
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            records.append(value)
+    return records
+
+
+def _gunzip(path: str, data: bytes) -> bytes:
+    """Decompress a history segment, refusing anything that inflates past MAX_SEGMENT_BYTES."""
+    import zlib
+    unpacker = zlib.decompressobj(31)
+    try:
+        out = unpacker.decompress(data, MAX_SEGMENT_BYTES + 1)
+    except zlib.error:
+        raise CpctlError("%s is corrupt (not gzip): inspect it by hand" % path, ExitCode.ENVIRONMENT) from None
+    if len(out) > MAX_SEGMENT_BYTES:
+        raise CpctlError("%s is corrupt (decompresses past %d bytes)" % (path, MAX_SEGMENT_BYTES),
+                         ExitCode.ENVIRONMENT)
+    return out

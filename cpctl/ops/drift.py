@@ -19,19 +19,19 @@ import difflib
 import json
 import re
 import time
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
-from cpctl.core import manifests
-from cpctl.core.state import iso, parse_iso, user_label
+from cpctl.core import journal, manifests
+from cpctl.core.manifests import DirScan
+from cpctl.core.node import Node
+from cpctl.core.state import user_label
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.probes.base import PodTarget, Waiter
-
-if TYPE_CHECKING:  # node imports drift (for note_change); avoid the import cycle at runtime
-    from cpctl.core.manifests import DirScan
-    from cpctl.core.node import Node
+from cpctl.timeutil import format_duration, iso, parse_iso, stamp
 
 BASELINE = "baseline.json"
 STRAYS = "strays"
+MOVE_STRAY = "move-stray"
 BASELINE_VERSION = 1
 MAX_DIFF_LINES = 200
 
@@ -120,11 +120,11 @@ class Report:
 
 # --- baseline ---------------------------------------------------------------------------------
 
-def baseline_path(node: "Node") -> str:
+def baseline_path(node: Node) -> str:
     return node.state.path + "/" + BASELINE
 
 
-def read_baseline(node: "Node") -> Optional[dict]:
+def read_baseline(node: Node) -> Optional[dict]:
     """The recorded baseline, None when there is none; a corrupt file is an environment error."""
     path = baseline_path(node)
     repair = "inspect it, or replace it with cpctl baseline --accept"
@@ -134,7 +134,7 @@ def read_baseline(node: "Node") -> Optional[dict]:
     return value
 
 
-def write_baseline(node: "Node", baseline: dict) -> None:
+def write_baseline(node: Node, baseline: dict) -> None:
     data = (json.dumps(baseline, indent=2, sort_keys=True) + "\n").encode("utf-8")
     node.host.write_atomic(baseline_path(node), data, 0o600)
 
@@ -145,7 +145,7 @@ def _entry(pod: dict, data: bytes, state: str) -> dict:
             "checksum": manifests.checksum(data), "content": data.decode("utf-8"), "state": state}
 
 
-def _read_parked(node: "Node", filename: str) -> Optional[bytes]:
+def _read_parked(node: Node, filename: str) -> Optional[bytes]:
     path = node.state.parked_path(filename)
     info = node.host.lstat(path)
     if info is None or info["kind"] != "file" or info["size"] > manifests.MAX_MANIFEST_BYTES:
@@ -153,7 +153,7 @@ def _read_parked(node: "Node", filename: str) -> Optional[bytes]:
     return node.host.read_file(path, manifests.MAX_MANIFEST_BYTES)
 
 
-def snapshot(node: "Node") -> dict:
+def snapshot(node: Node) -> dict:
     """The current manifests (running and parked by cpctl) as a baseline.
 
     Refuses when the dir holds strays or duplicates: blessing a backup copy as "expected" would
@@ -191,7 +191,7 @@ def compare(old: Optional[dict], new: dict) -> list:
     return lines
 
 
-def record(node: "Node", accept: bool) -> dict:
+def record(node: Node, accept: bool) -> dict:
     """Record the baseline (first time, or with ``accept`` to replace it); under the node lock."""
     with node.session("cpctl baseline"):
         old = read_baseline(node)
@@ -213,35 +213,43 @@ def _summary(baseline: dict) -> dict:
                           for f, e in sorted(baseline["manifests"].items())}}
 
 
-def note_change(node: "Node", action: str, filename: str, checksum: Optional[str]) -> None:
-    """Keep the baseline current after cpctl itself moved a manifest (stop/start/add/remove).
+# What each kind of change cpctl records means for the baseline's entry of that file.
+BASELINE_EFFECT = {"stop": "parked", "start": "present", "scheduler-add": "content", "apply": "content",
+                   "rollback": "content", "scheduler-remove": "forget"}
 
-    Called by ``Node._apply`` after the history record. A no-op (one lstat) without a baseline.
-    Never raises: the move already happened and is journaled; a stale baseline only produces a
-    finding later, which is better than failing a completed stop/start.
+
+def note_change(node: Node, action: str, filename: str, checksum: Optional[str]) -> None:
+    """Keep the baseline current after cpctl itself changed a manifest: what cpctl did through its
+    journal is expected, not drift. A no-op (one read) without a baseline.
+
+    A change listener (see ``cpctl.ops.wiring``): it never raises - the change already happened and
+    is recorded; a stale baseline only produces a finding later, which is better than failing it.
     """
+    effect = BASELINE_EFFECT.get(action)
+    if effect is None:
+        return
     try:
         baseline = read_baseline(node)
         if baseline is None:
             return
-        if _apply_change(node, baseline, action, filename, checksum):
+        if _apply_change(node, baseline, effect, filename, checksum):
             baseline["updated"] = iso()
             write_baseline(node, baseline)
     except (CpctlError, OSError, ValueError, UnicodeDecodeError) as exc:
         node.log("baseline not updated after %s of %s: %s" % (action, filename, getattr(exc, "message", exc)))
 
 
-def _apply_change(node: "Node", baseline: dict, action: str, filename: str, checksum: Optional[str]) -> bool:
+def _apply_change(node: Node, baseline: dict, effect: str, filename: str, checksum: Optional[str]) -> bool:
     entries = baseline["manifests"]
-    if action == "remove":
+    if effect == "forget":
         return entries.pop(filename, None) is not None
-    state = "parked" if action == "stop" else "present"
+    state = "parked" if effect == "parked" else "present"
     entry = entries.get(filename)
-    if entry is not None:
+    if entry is not None and (effect != "content" or entry.get("checksum") == checksum):
         changed = entry.get("state") != state
         entry["state"] = state
         return changed
-    # A manifest cpctl moved but the baseline does not know: cpctl handled it, so it is expected.
+    # New content, or a manifest the baseline does not know: cpctl made it so, so it is expected.
     path = node.state.parked_path(filename) if state == "parked" else node.manifests_dir + "/" + filename
     data = node.host.read_file(path, manifests.MAX_MANIFEST_BYTES)
     if checksum and manifests.checksum(data) != checksum:
@@ -257,7 +265,7 @@ def can_describe(waiter: Waiter) -> bool:
     return type(waiter).describe is not Waiter.describe
 
 
-def check(node: "Node", max_parked: Optional[float] = None, now: Optional[float] = None) -> Report:
+def check(node: Node, max_parked: Optional[float] = None, now: Optional[float] = None) -> Report:
     """Look for every kind of drift; read-only (takes no lock, creates nothing)."""
     now = time.time() if now is None else now
     reads = node.view_reads() + [node.state.read_call(p) for p in (node.state.journal_path, baseline_path(node))]
@@ -279,7 +287,7 @@ def check(node: "Node", max_parked: Optional[float] = None, now: Optional[float]
     return report
 
 
-def _check_permissions(report: Report, node: "Node") -> None:
+def _check_permissions(report: Report, node: Node) -> None:
     """What ``StateDir.ensure`` would refuse, reported as findings instead of raised."""
     euid = node.host.info()["euid"]
     for path in (node.state.path, node.state.parked_dir, node.state.meta_dir):
@@ -300,7 +308,7 @@ def _check_permissions(report: Report, node: "Node") -> None:
                                "state dir %s %s" % (path, problem), file=path))
 
 
-def _check_journal(report: Report, node: "Node") -> None:
+def _check_journal(report: Report, node: Node) -> None:
     try:
         entry = node.state.read_journal()
     except CpctlError as exc:
@@ -333,7 +341,6 @@ def _check_parked(report: Report, parked: dict, now: float, max_parked: Optional
             report.add(Finding("overdue_park", CRITICAL, "%s is past its deadline %s (%s)" % (component, until, who),
                                file=filename, component=component, deadline=True))
         elif max_parked and since is not None and now - since > max_parked:
-            from cpctl.timeutil import format_duration
             report.add(Finding("overdue_park", WARNING, "%s parked for %s, longer than --max-parked (%s)"
                                % (component, format_duration(now - since), who),
                                file=filename, component=component, deadline=False))
@@ -351,7 +358,7 @@ def stray_reason(name: str, known_files: set) -> Optional[str]:
     return None
 
 
-def _check_strays(report: Report, scan: "DirScan", baseline: Optional[dict], parked: dict) -> None:
+def _check_strays(report: Report, scan: DirScan, baseline: Optional[dict], parked: dict) -> None:
     """Strays: copies and leftovers by name, invalid files, and unknown duplicates of known pods."""
     expected = set((baseline or {}).get("manifests", {}))
     known = {m.file for m in scan.valid} | set(parked) | expected
@@ -388,7 +395,7 @@ def _add_stray(report: Report, m: manifests.Manifest, reason: str) -> None:
                        component=m.pod_name, removable=True))
 
 
-def _check_baseline(report: Report, node: "Node", scan: "DirScan", parked: dict, baseline: dict) -> None:
+def _check_baseline(report: Report, node: Node, scan: DirScan, parked: dict, baseline: dict) -> None:
     present = {m.file: m for m in scan.manifests}
     stray_files = {f.file for f in report.of_kind("stray")}
     for filename, entry in sorted(baseline["manifests"].items()):
@@ -426,7 +433,7 @@ def _add_changed(report: Report, filename: str, entry: dict, data: bytes, path: 
                        diff=diff))
 
 
-def _check_mirrors(report: Report, node: "Node", scan: "DirScan", parked: dict) -> None:
+def _check_mirrors(report: Report, node: Node, scan: DirScan, parked: dict) -> None:
     """Mirror pods must follow the files; needs a waiter that can describe pods."""
     if not can_describe(node.waiter):
         report.add(Finding("check_skipped", INFO, "mirror pod checks skipped: probe %r cannot describe pods "
@@ -451,7 +458,7 @@ def _check_mirrors(report: Report, node: "Node", scan: "DirScan", parked: dict) 
                                component=component))
 
 
-def _inventory(report: Report, scan: "DirScan", parked: dict, baseline: Optional[dict], now: float) -> None:
+def _inventory(report: Report, scan: DirScan, parked: dict, baseline: Optional[dict], now: float) -> None:
     for entry in (baseline or {}).get("manifests", {}).values():
         report.components.setdefault(entry.get("pod") or "?", 0.0)
     for m in scan.valid:
@@ -464,7 +471,7 @@ def _inventory(report: Report, scan: "DirScan", parked: dict, baseline: Optional
 
 # --- fix --------------------------------------------------------------------------------------
 
-def fix(node: "Node", report: Report, remove_strays: bool, timeout: float = 60.0) -> list:
+def fix(node: Node, report: Report, remove_strays: bool, timeout: float = 60.0) -> list:
     """Repair what is safe; every action is reported as {action, file, component, ok, message}."""
     if report.of_kind("permissions"):
         return [_action("skip", None, None, False, "not fixing anything: the state dir's permissions must be "
@@ -479,7 +486,7 @@ def fix(node: "Node", report: Report, remove_strays: bool, timeout: float = 60.0
     return actions
 
 
-def plan_fix(node: "Node", report: Report, remove_strays: bool) -> list:
+def plan_fix(node: Node, report: Report, remove_strays: bool) -> list:
     """What ``fix`` would do, without the lock and without touching anything (--dry-run)."""
     if report.of_kind("permissions"):
         return [_action("skip", None, None, False, "would fix nothing: the state dir's permissions come first")]
@@ -490,7 +497,7 @@ def plan_fix(node: "Node", report: Report, remove_strays: bool) -> list:
             actions.append(_action("start", finding.file, finding.component, True,
                                    "would restore %s (past its --for deadline)" % finding.component))
     if remove_strays:
-        actions += [_action("move-stray", f.file, f.component, True,
+        actions += [_action(MOVE_STRAY, f.file, f.component, True,
                             "would move %s/%s to %s/%s/<time>/" % (node.manifests_dir, f.file, node.state.path, STRAYS))
                     for f in report.of_kind("stray") if f.file]
     return actions
@@ -500,7 +507,7 @@ def _action(action: str, file: Optional[str], component: Optional[str], ok: bool
     return {"action": action, "file": file, "component": component, "ok": ok, "message": message}
 
 
-def _restore(node: "Node", finding: Finding, timeout: float) -> dict:
+def _restore(node: Node, finding: Finding, timeout: float) -> dict:
     if not finding.extra.get("deadline"):
         return _action("start", finding.file, finding.component, False,
                        "not restored: no --for deadline was set, so it may be parked on purpose (cpctl start %s)"
@@ -511,23 +518,34 @@ def _restore(node: "Node", finding: Finding, timeout: float) -> dict:
     except CpctlError as exc:
         return _action("start", finding.file, finding.component, False, "not restored: %s" % exc.message)
     wait = outcome.extra.get("wait")
-    detail = " - %s" % wait.detail if wait is not None and getattr(wait, "detail", "") else ""
+    detail = " - %s" % wait.detail if wait is not None and wait.detail else ""
     return _action("start", finding.file, outcome.component, True, "%s%s" % (outcome.message, detail))
 
 
-def _move_strays(node: "Node", report: Report) -> list:
+def _move_strays(node: Node, report: Report) -> list:
+    """Each stray moves to STATE/strays/<time>/ as its own journaled change (never deleted)."""
     strays = [f for f in report.of_kind("stray") if f.file]
     if not strays:
         return []
-    target_dir = "%s/%s/%s" % (node.state.path, STRAYS, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(report.time)))
+    target_dir = "%s/%s/%s" % (node.state.path, STRAYS, stamp(report.time))
     node.host.makedirs(target_dir, 0o700)
-    actions = []
-    for finding in strays:
-        src, dst = node.manifests_dir + "/" + finding.file, target_dir + "/" + finding.file
-        try:
-            node.host.move(src, dst)
-            actions.append(_action("move_stray", finding.file, finding.component, True, "moved to %s" % dst))
-        except OSError as exc:
-            actions.append(_action("move_stray", finding.file, finding.component, False,
-                                   "not moved: %s" % (exc.strerror or exc)))
-    return actions
+    return [_move_stray(node, finding, target_dir) for finding in strays]
+
+
+def _move_stray(node: Node, finding: Finding, target_dir: str) -> dict:
+    filename = finding.file or ""
+    src, dst = node.manifests_dir + "/" + filename, target_dir + "/" + filename
+    info = node.host.lstat(src)
+    if info is None or info["kind"] != "file":
+        what = "it is gone" if info is None else "it is a %s, not a regular file" % info["kind"]
+        return _action(MOVE_STRAY, finding.file, finding.component, False, "not moved: %s" % what)
+    try:
+        digest = manifests.checksum(node.host.read_file(src, info["size"] + 1))
+        node.apply(journal.Change(MOVE_STRAY, finding.component or manifests.file_stem(filename), filename,
+                                  digest, [journal.move(src, dst, digest)], commit=0,
+                                  record={"moved_to": dst, "reason": finding.message}))
+    except CpctlError as exc:
+        return _action(MOVE_STRAY, finding.file, finding.component, False, "not moved: %s" % exc.message)
+    except OSError as exc:
+        return _action(MOVE_STRAY, finding.file, finding.component, False, "not moved: %s" % (exc.strerror or exc))
+    return _action(MOVE_STRAY, finding.file, finding.component, True, "moved to %s" % dst)

@@ -1,68 +1,14 @@
-"""Wiring between the command line and the core: settings, node construction, ordering.
-
-Nothing here parses arguments or prints; ``cli.py`` does both. Keeping this layer free of
-click lets the remote fan-out and the tests drive whole commands as plain function calls.
-"""
+"""Stop, start and restart of control-plane components on one node, in kubeadm's order, and the
+dry-run plan of each. The moves themselves are the core's (``Node.stop``/``Node.start``)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+import difflib
+from typing import Optional
 
 from cpctl.core import manifests
 from cpctl.core.node import Node, Outcome
-from cpctl.core.state import JOURNAL
 from cpctl.errors import CpctlError, ExitCode
-from cpctl.host import ops as hostops
-from cpctl.host.base import Host, LocalHost
-from cpctl.probes.base import make_waiter
-
-DEFAULT_MANIFESTS_DIR = "/etc/kubernetes/manifests"
-DEFAULT_STATE_DIR = "/var/lib/cpctl"
-DEFAULT_KUBECONFIG = "/etc/kubernetes/admin.conf"
-
-
-class Settings:
-    """Global options, already validated; paths are paths on the node being acted on."""
-
-    def __init__(self, manifests_dir: str = DEFAULT_MANIFESTS_DIR, state_dir: str = DEFAULT_STATE_DIR,
-                 node_name: Optional[str] = None, kubeconfig: str = DEFAULT_KUBECONFIG,
-                 probe: str = "auto", lock_timeout: float = 10.0, crictl: str = "crictl",
-                 output: str = "text", canary: bool = False) -> None:
-        self.manifests_dir = manifests_dir
-        self.state_dir = state_dir
-        self.node_name = node_name
-        self.kubeconfig = kubeconfig
-        self.probe = probe
-        self.lock_timeout = lock_timeout
-        self.crictl = crictl
-        self.output = output
-        self.canary = canary
-
-    def with_overrides(self, **overrides: Any) -> "Settings":
-        """A copy with per-host values (inventory vars) applied."""
-        copy = Settings(**self.__dict__)
-        for key, value in overrides.items():
-            if value is not None and hasattr(copy, key):
-                setattr(copy, key, value)
-        return copy
-
-
-def open_node(settings: Settings, host: Optional[Host] = None, probe: Optional[str] = None,
-              log: Optional[Callable[[str], None]] = None,
-              progress: Optional[Callable[[str], None]] = None) -> Node:
-    """A ``Node`` for ``host`` (default: this machine) with the configured waiter."""
-    host = host or LocalHost()
-    node = Node(host, settings.manifests_dir, settings.state_dir, settings.node_name,
-                lock_timeout=settings.lock_timeout, log=log)
-    node.waiter = make_waiter(probe or settings.probe, host=host, kubeconfig=settings.kubeconfig,
-                              crictl=settings.crictl, progress=progress, canary=settings.canary)
-    return node
-
-
-def kube_client(settings: Settings, host: Optional[Host] = None) -> Any:
-    """An API client from the kubeconfig on ``host`` (``--kubeconfig`` is a path there)."""
-    from cpctl.probes.kubeapi import client_for
-    return client_for(host or LocalHost(), settings.kubeconfig)
 
 
 def order_components(names: list, reverse: bool = False) -> list:
@@ -110,7 +56,6 @@ def restart(node: Node, components: list, reason: Optional[str], timeout: float)
 
 def plan(node: Node, verb: str, components: list) -> dict:
     """What stop/start/restart would do, checked like the real run, changing nothing."""
-    import difflib
     scan, parked = node.scan(), node.parked()
     before = [m.file for m in scan.manifests]
     after = list(before)
@@ -152,28 +97,3 @@ def _stop_for_restart(node: Node, component: str, reason: str, timeout: float) -
         node.start(component, wait=False, reason="restart aborted: %s" % exc.message)
         raise CpctlError("restart of %s aborted, manifest restored: %s" % (component, exc.message),
                          ExitCode.TIMEOUT, hint=exc.hint) from None
-
-
-def status(node: Node, components: Optional[list] = None) -> dict:
-    """Read-only view; still finishes an interrupted operation when it can take the lock."""
-    with node.host.prefetched(node.view_reads()):
-        if node.state.ensure(create=False) and _journal_pending(node):
-            with node.session("cpctl status"):
-                pass
-        return node.status(components)
-
-
-def history(node: Node, component: Optional[str], limit: int) -> list:
-    if component:
-        manifests.validate_component_name(component)
-    with node.host.prefetched(node.state.view_reads() + [("info", {}), node.state.read_call(node.state.history_path)]):
-        if not node.state.ensure(create=False):
-            return []
-        return node.history(component, limit)
-
-
-def _journal_pending(node: Node) -> bool:
-    """A journal awaits recovery, or a kill tore the journal's own write (its dot temp is left)."""
-    return any(n == JOURNAL or hostops.is_temp_name(n)
-               for n in node.host.listdir(node.state.path))
-

@@ -22,21 +22,20 @@ import difflib
 import os
 import re
 import secrets
-import time
 from typing import Optional
 
-from cpctl.core import manifests
+from cpctl.core import journal, manifests
 from cpctl.core.manifests import DirScan
 from cpctl.core.node import Node
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host.base import Host
 from cpctl.probes.base import PodTarget, WaitResult
+from cpctl.timeutil import stamp
 
 GENERATED_BY = "cpctl.io/generated-by"
 GENERATED_VALUE = "scheduler-add"
 CONFIG_ANNOTATION = "cpctl.io/scheduler-config"
 SOURCE_ANNOTATION = "cpctl.io/source-manifest"
-DEFAULT_CONFIG_DIR = "/etc/kubernetes"
 DEFAULT_SOURCE = "kube-scheduler"
 DEFAULT_KUBECONFIG = "/etc/kubernetes/scheduler.conf"
 FIRST_PORT = 10260
@@ -375,8 +374,21 @@ class Plan:
                 "diff": self.diff()}
 
 
+def config_dir_for(node: Node, config_dir: Optional[str]) -> str:
+    """Where the config goes: ``--config-dir``, by default the directory holding the manifests dir
+    (/etc/kubernetes on kubeadm). It must lie below that directory: cpctl's journal changes only
+    files in the manifests dir, next to it and in its own state dir."""
+    parent = os.path.dirname(node.manifests_dir.rstrip("/")) or "/"
+    chosen = os.path.normpath(config_dir) if config_dir else parent
+    probe = os.path.join(chosen, "x-config.yaml")
+    if not journal.path_allowed(probe, journal.allowed_roots(node.manifests_dir, node.state.path)):
+        raise CpctlError("--config-dir %s: the config must live in %s or below it (next to the manifests dir)"
+                         % (config_dir, parent), ExitCode.USAGE)
+    return chosen
+
+
 def plan_add(node: Node, name: str, source: str = DEFAULT_SOURCE, port: Optional[int] = None,
-             config_dir: str = DEFAULT_CONFIG_DIR) -> Plan:
+             config_dir: Optional[str] = None) -> Plan:
     """Validate everything and compute both files; raises before any side effect."""
     validate_name(name)
     manifests.validate_component_name(source)
@@ -390,14 +402,14 @@ def plan_add(node: Node, name: str, source: str = DEFAULT_SOURCE, port: Optional
     kubeconfig = flag_value(args, "--kubeconfig") or flag_value(args, "--authentication-kubeconfig") \
         or DEFAULT_KUBECONFIG
     chosen = choose_port(node, scan, flag_value(args, "--bind-address"), port)
-    config_path = os.path.join(config_dir.rstrip("/") or "/", "%s-config.yaml" % name)
+    config_path = os.path.join(config_dir_for(node, config_dir), "%s-config.yaml" % name)
     new_pod = build_pod(pod, name, chosen, config_path, source_file)
     return Plan(name, source_file, data, version, api_version, chosen, kubeconfig, config_path,
                 build_config(name, kubeconfig, api_version), node.manifests_dir + "/" + name + ".yaml", new_pod)
 
 
 def add(node: Node, name: str, source: str = DEFAULT_SOURCE, port: Optional[int] = None,
-        config_dir: str = DEFAULT_CONFIG_DIR, wait: bool = True, timeout: float = 120.0,
+        config_dir: Optional[str] = None, wait: bool = True, timeout: float = 120.0,
         dry_run: bool = False) -> dict:
     """Write config then manifest under the node lock, record history, wait for the mirror pod."""
     # Plan read-only first: a refusal or --dry-run leaves no trace (not even the state dir); the
@@ -411,21 +423,20 @@ def add(node: Node, name: str, source: str = DEFAULT_SOURCE, port: Optional[int]
         write_config = check_config_path(node.host, plan.config_path, plan.config)
         target = node.target_for(plan.pod, name + ".yaml")
         before = node.waiter.before(target) if wait else None
-        if write_config:
-            node.host.write_atomic(plan.config_path, plan.config, mode=CONFIG_MODE)
-        node.host.write_atomic(plan.manifest_path, plan.manifest, mode=MANIFEST_MODE)
-        # Node has no public history hook; _record is its one writer of history lines.
-        node._record("scheduler-add", name, name + ".yaml", manifests.checksum(plan.manifest),
-                     secrets.token_hex(8), config=plan.config_path, port=plan.port, source=plan.source_file)
-        _note_drift(node, "add", name + ".yaml", manifests.checksum(plan.manifest))
+        node.apply(add_change(plan, write_config))
         result = node.waiter.wait_started(target, before, timeout) if wait else _not_waited()
     return dict(plan.to_dict(), dry_run=False, changed=True, wait=result.to_dict())
 
 
-def _note_drift(node: Node, action: str, filename: str, digest: Optional[str]) -> None:
-    """Keep a recorded drift baseline current: cpctl's own files are expected, not strays."""
-    from cpctl.ops import drift
-    drift.note_change(node, action, filename, digest)
+def add_change(plan: Plan, write_config: bool) -> journal.Change:
+    """Config first (unless an identical one is there), then the manifest: the kubelet never runs a
+    pod whose --config is missing. Writing the manifest is the commit step."""
+    files = ([(plan.config_path, plan.config, CONFIG_MODE)] if write_config else []) + \
+        [(plan.manifest_path, plan.manifest, MANIFEST_MODE)]
+    steps = [journal.write(path, manifests.checksum(data), mode) for path, data, mode in files]
+    return journal.Change("scheduler-add", plan.name, plan.name + ".yaml", manifests.checksum(plan.manifest),
+                          steps, commit=len(steps) - 1, data={i: data for i, (_, data, _) in enumerate(files)},
+                          record={"config": plan.config_path, "port": plan.port, "source": plan.source_file})
 
 
 def _not_waited(why: str = "not waited (--no-wait)") -> WaitResult:
@@ -464,9 +475,9 @@ def _last_config(node: Node, name: str) -> Optional[str]:
 def _removed_dir(node: Node) -> str:
     """A fresh STATE/removed/<UTC timestamp>/ (0700), never a symlink."""
     base = node.state.path + "/removed"
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    now = stamp()
     for suffix in [""] + ["-%d" % i for i in range(1, 100)]:
-        path = "%s/%s%s" % (base, stamp, suffix)
+        path = "%s/%s%s" % (base, now, suffix)
         if node.host.lstat(path) is None:
             node.host.makedirs(path, 0o700)
             info = node.host.lstat(path)
@@ -499,29 +510,37 @@ def remove(node: Node, name: str, wait: bool = True, timeout: float = 120.0, dry
     """Move the generated manifest (then its config) into STATE/removed/<ts>/ and wait for the pod."""
     plan = plan_remove(node, name)   # read-only: refuse (or answer --dry-run) before the session
     if dry_run:
-        return {"name": name, "dry_run": True, "changed": False, "files": plan["files"], "state": plan["state"]}
+        return {"name": name, "dry_run": True, "changed": False, "files": plan["files"], "state": plan["state"],
+                "state_dir": node.state.path}
     with node.session("cpctl scheduler remove %s" % name):
         plan = plan_remove(node, name)
         running = plan["state"] == "present"
         target = node.target_for(plan["pod"], os.path.basename(plan["manifest"])) if running else None
         before = node.waiter.before(target) if (wait and target) else None
         dest = _removed_dir(node)
-        moved = {}
-        for src in plan["files"]:   # manifest first: the pod stops before its config goes
-            moved[src] = dest + "/" + os.path.basename(src)
-            node.host.move(src, moved[src])
-        digest = manifests.checksum(node.host.read_file(moved[plan["manifest"]], manifests.MAX_MANIFEST_BYTES)) \
-            if plan["manifest"] else None
-        node._record("scheduler-remove", name, name + ".yaml", digest, secrets.token_hex(8),
-                     config=plan["config_file"], moved_to=dest)
-        if plan["manifest"]:
-            _note_drift(node, "remove", os.path.basename(plan["manifest"]), digest)
+        change = remove_change(node, name, plan, dest)
+        node.apply(change)
         if wait and target:
             result = node.waiter.wait_stopped(target, before, timeout)
         else:
             result = _not_waited("not waited (--no-wait)" if running else "pod was not running")
+    moved = {step.src: step.path for step in change.steps}
     return {"name": name, "dry_run": False, "changed": True, "moved": moved, "removed_dir": dest,
             "wait": result.to_dict()}
+
+
+def remove_change(node: Node, name: str, plan: dict, dest: str) -> journal.Change:
+    """Every file of the scheduler moves to ``dest``, the manifest first (the commit step: the pod
+    stops before its config goes); nothing is deleted."""
+    steps = []
+    for src in plan["files"]:
+        info = node.host.lstat(src)
+        digest = manifests.checksum(node.host.read_file(src, (info or {}).get("size", 0) + 1))
+        steps.append(journal.move(src, dest + "/" + os.path.basename(src), digest))
+    filename = os.path.basename(plan["manifest"]) if plan["manifest"] else name + ".yaml"
+    return journal.Change("scheduler-remove", name, filename, steps[0].checksum if plan["manifest"] else None,
+                          steps, commit=0,
+                          record={"config": plan["config_file"], "moved_to": dest})
 
 
 # --- list ---------------------------------------------------------------------------------------

@@ -8,10 +8,15 @@ that the user gets a precise message instead of a raw 404/409.
 from __future__ import annotations
 
 import time
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from cpctl.errors import CpctlError, ExitCode
-from cpctl.probes.kubeapi import ApiError, KubeClient
+from cpctl.probes.kubeapi import ApiError, KubeClient, client_for
+
+
+def client_of(node: Any) -> KubeClient:
+    """An API client from the node's kubeconfig (a path on that node, read through its Host)."""
+    return client_for(node.host, node.kubeconfig)
 
 
 def bind(client: KubeClient, namespace: str, pod_name: str, node_name: str, dry_run: bool = False) -> dict:

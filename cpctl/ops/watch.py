@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import queue
-import signal
 import stat
 import threading
 import time
@@ -24,8 +23,10 @@ from typing import Any, Callable, Optional
 
 from cpctl.core import manifests
 from cpctl.errors import CpctlError
-from cpctl.host.base import Host, LocalHost
+from cpctl.host.base import Host
+from cpctl.host.local import LocalHost
 from cpctl.probes.base import PodTarget, Waiter
+from cpctl.timeutil import iso_millis
 
 LOAD, RELOAD, STOP, IGNORE, REJECT, DUPLICATE = "load", "reload", "stop", "ignore", "reject", "duplicate"
 FOLLOWED, NOT_FOLLOWED = "followed", "not_followed"
@@ -103,7 +104,7 @@ class Watch:
     # --- output ---------------------------------------------------------------------------------
     def _emit(self, event: str, file: Optional[str], verdict: str, pod: Optional[str], detail: str,
               **extra: Any) -> None:
-        record = {"time": _now_iso(), "event": event, "file": file, "verdict": verdict, "pod": pod,
+        record = {"time": iso_millis(), "event": event, "file": file, "verdict": verdict, "pod": pod,
                   "detail": detail}
         record.update(extra)
         if verdict not in ("watching", "exit", FOLLOWED, NOT_FOLLOWED):
@@ -426,29 +427,9 @@ def _dir_identity(path: str) -> Optional[tuple]:
     return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
 
 
-def _now_iso() -> str:
-    now = time.time()
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + ".%03dZ" % int((now % 1) * 1000)
-
-
 def format_text(record: dict) -> str:
     """One human line: time, verdict, file and what the kubelet does."""
     clock = record["time"][11:23]
     where = "%s: " % record["file"] if record.get("file") else ""
     return "%s %-9s %s%s" % (clock, record["verdict"].upper() if record["verdict"] in
                              (LOAD, RELOAD, STOP, REJECT, DUPLICATE) else record["verdict"], where, record["detail"])
-
-
-def run_watch(watch: Watch) -> int:
-    """Run ``watch`` until SIGTERM/SIGINT; the handlers only enqueue, the loop prints the last line."""
-    names = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT"}
-    previous = {}
-    for signum, name in names.items():
-        previous[signum] = signal.signal(signum, lambda _s, _f, n=name: watch.stop(n))
-    try:
-        watch.start()
-        return watch.run()
-    finally:
-        watch.close()
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)

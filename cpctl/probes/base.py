@@ -1,13 +1,18 @@
-"""How cpctl learns that the kubelet really stopped or started a static pod.
+"""How cpctl learns that the kubelet really stopped or started a static pod: the shared types.
 
-The core calls a ``Waiter`` after every park or restore. ``NoWait`` trusts the file move
-alone (``--no-wait`` / ``--probe none``); the verifying waiters live in :mod:`cpctl.probes.waiter`
-and are chosen by name through ``make_waiter`` so the core never imports them.
+A ``Probe`` looks at one static pod from one side (the mirror pod in the API, the runtime through
+crictl, the component's health endpoint) and returns a ``PodState``, or raises ``Unavailable``
+when it cannot look right now. The core calls a ``Waiter`` after every change: ``NoWait`` trusts
+the file move alone (``--no-wait`` / ``--probe none``); ``cpctl.probes.waiter.VerifyingWaiter``
+polls the probes. ``cpctl.probes.registry`` builds them by name, so the core never imports them.
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import time
+from typing import Any, Optional, Protocol
+
+API_LESS = ("kube-apiserver", "etcd")   # the API cannot watch these go away and come back
 
 
 class PodTarget:
@@ -70,9 +75,45 @@ class NoWait(Waiter):
         return WaitResult(False, "not verified (no probe)")
 
 
-def make_waiter(kind: str, **options: Any) -> Waiter:
-    """Build the waiter named ``kind`` (none, auto, api, crictl, health)."""
-    if kind == "none":
-        return NoWait()
-    from cpctl.probes import waiter as verify
-    return verify.make(kind, **options)
+class Unavailable(Exception):
+    """The probe cannot look right now (API down, crictl missing, no endpoint)."""
+
+
+class PodState:
+    """One observation of a static pod."""
+
+    def __init__(self, present: bool, ready: bool = False, phase: str = "", uid: str = "",
+                 containers: tuple = (), started: Optional[float] = None, created: Optional[float] = None,
+                 source: str = "") -> None:
+        self.present = present
+        self.ready = ready
+        self.phase = phase
+        self.uid = uid
+        self.containers = containers
+        self.started = started
+        self.created = created
+        self.source = source
+
+    def is_new_since(self, before: Optional["PodState"]) -> bool:
+        """True when this pod cannot be the one observed in ``before``."""
+        if before is None or not before.present:
+            return True
+        if self.uid and before.uid and self.uid != before.uid:
+            return True
+        if self.containers and before.containers and not set(self.containers) & set(before.containers):
+            return True
+        return bool(self.started and before.started and self.started > before.started)
+
+    def to_dict(self) -> dict:
+        age = time.time() - self.created if self.created else None
+        return {"present": self.present, "ready": self.ready, "phase": self.phase, "uid": self.uid,
+                "age": age, "source": self.source}
+
+
+class Probe(Protocol):
+    """One way of looking at a static pod; ``name`` is its ``--probe`` name."""
+
+    name: str
+
+    def observe(self, target: PodTarget) -> PodState:
+        """The pod as this probe sees it now; ``Unavailable`` when it cannot look."""

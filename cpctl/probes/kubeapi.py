@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import time
 from typing import Any, Optional
 from urllib.parse import quote, urlencode
 
@@ -77,9 +76,9 @@ def load_kubeconfig(host: Host, path: str, context: Optional[str] = None) -> Acc
     ctx_name = context or config.get("current-context")
     if not ctx_name:
         raise CpctlError("kubeconfig %s has no current-context" % path, ExitCode.ENVIRONMENT)
-    ctx = _named(config.get("contexts"), ctx_name, "context", path)
-    cluster = _named(config.get("clusters"), ctx.get("cluster"), "cluster", path)
-    user = _named(config.get("users"), ctx.get("user"), "user", path) if ctx.get("user") else {}
+    ctx = _named(config.get("contexts"), str(ctx_name), "context", path)
+    cluster = _named(config.get("clusters"), str(ctx.get("cluster") or ""), "cluster", path)
+    user = _named(config.get("users"), str(ctx["user"]), "user", path) if ctx.get("user") else {}
     server = cluster.get("server")
     if not server or not str(server).startswith(("http://", "https://")):
         raise CpctlError("kubeconfig %s: cluster has no http(s) server" % path, ExitCode.ENVIRONMENT)
@@ -234,16 +233,3 @@ class KubeClient:
 
 def client_for(host: Host, kubeconfig: str) -> KubeClient:
     return KubeClient(host, load_kubeconfig(host, kubeconfig))
-
-
-def parse_time(text: Optional[str]) -> Optional[float]:
-    """RFC 3339 (with optional fraction) to epoch seconds; None for None/garbage."""
-    if not text:
-        return None
-    import calendar
-    main, _, frac = text.rstrip("Z").partition(".")
-    try:
-        seconds = calendar.timegm(time.strptime(main, "%Y-%m-%dT%H:%M:%S"))
-    except ValueError:
-        return None
-    return seconds + (float("0." + frac) if frac.isdigit() else 0.0)

@@ -17,190 +17,22 @@ their Lease, the API server and etcd must answer /readyz.
 
 from __future__ import annotations
 
-import re
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host.base import Host
-from cpctl.probes.base import PodTarget, Waiter, WaitResult
-from cpctl.probes.kubeapi import ApiError, ApiUnreachable, KubeClient, load_kubeconfig, parse_time
+from cpctl.probes.api import ApiProbe
+from cpctl.probes.base import API_LESS, PodState, PodTarget, Unavailable, Waiter, WaitResult
+from cpctl.probes.crictl import CrictlProbe
+from cpctl.probes.health import HealthProbe, health_url
+from cpctl.probes.lease import lease_name, uses_lease
+from cpctl.timeutil import parse_rfc3339
 
-API_LESS = ("kube-apiserver", "etcd")   # the API cannot watch these go away and come back
-LEASE_COMPONENTS = ("kube-scheduler", "kube-controller-manager")
 BLIND_GRACE = 10.0   # seconds to keep polling when every probe that worked before the change is blind
-DEFAULT_HEALTH = {
-    "kube-apiserver": ("https", 6443, "/readyz"),
-    "kube-controller-manager": ("https", 10257, "/healthz"),
-    "kube-scheduler": ("https", 10259, "/healthz"),
-    "etcd": ("http", 2381, "/readyz"),
-}
 
 
-class Unavailable(Exception):
-    """The probe cannot look right now (API down, crictl missing, no endpoint)."""
 
-
-class PodState:
-    """One observation of a static pod."""
-
-    def __init__(self, present: bool, ready: bool = False, phase: str = "", uid: str = "",
-                 containers: tuple = (), started: Optional[float] = None, created: Optional[float] = None,
-                 source: str = "") -> None:
-        self.present = present
-        self.ready = ready
-        self.phase = phase
-        self.uid = uid
-        self.containers = containers
-        self.started = started
-        self.created = created
-        self.source = source
-
-    def is_new_since(self, before: Optional["PodState"]) -> bool:
-        """True when this pod cannot be the one observed in ``before``."""
-        if before is None or not before.present:
-            return True
-        if self.uid and before.uid and self.uid != before.uid:
-            return True
-        if self.containers and before.containers and not set(self.containers) & set(before.containers):
-            return True
-        return bool(self.started and before.started and self.started > before.started)
-
-    def to_dict(self) -> dict:
-        age = time.time() - self.created if self.created else None
-        return {"present": self.present, "ready": self.ready, "phase": self.phase, "uid": self.uid,
-                "age": age, "source": self.source}
-
-
-# --- probes -------------------------------------------------------------------------------------
-class ApiProbe:
-    name = "api"
-
-    def __init__(self, host: Host, kubeconfig: str) -> None:
-        self.host = host
-        self.kubeconfig = kubeconfig
-        self._client: Optional[KubeClient] = None
-
-    @property
-    def client(self) -> KubeClient:
-        if self._client is None:
-            try:
-                self._client = KubeClient(self.host, load_kubeconfig(self.host, self.kubeconfig), timeout=3.0)
-            except CpctlError as exc:
-                raise Unavailable(exc.message) from None
-        return self._client
-
-    def observe(self, target: PodTarget) -> PodState:
-        try:
-            pod = self.client.get_pod(target.namespace, target.pod_name)
-        except ApiUnreachable as exc:
-            raise Unavailable(exc.message) from None
-        except ApiError as exc:
-            if exc.status >= 500:
-                raise Unavailable(exc.message) from None
-            raise
-        if pod is None:
-            return PodState(False, source=self.name)
-        if pod.get("metadata", {}).get("deletionTimestamp"):
-            return PodState(False, phase="Terminating", uid=pod["metadata"].get("uid", ""), source=self.name)
-        return pod_state(pod, self.name)
-
-
-def pod_state(pod: dict, source: str) -> PodState:
-    status = pod.get("status") or {}
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-    statuses = status.get("containerStatuses") or []
-    ids = tuple(c["containerID"] for c in statuses if c.get("containerID"))
-    starts = [parse_time((c.get("state") or {}).get("running", {}).get("startedAt")) for c in statuses]
-    started = max((s for s in starts if s), default=None)
-    meta = pod.get("metadata") or {}
-    return PodState(True, ready, status.get("phase", ""), meta.get("uid", ""), ids, started,
-                    parse_time(meta.get("creationTimestamp")), source)
-
-
-class CrictlProbe:
-    name = "crictl"
-
-    def __init__(self, host: Host, crictl: str) -> None:
-        self.host = host
-        self.crictl = crictl
-
-    def _json(self, *args: str) -> dict:
-        import json
-        res = self.host.run([self.crictl, *args, "-o", "json"], timeout=10)
-        if res.rc == 127:
-            raise Unavailable("%s not found" % self.crictl)
-        if not res.ok:
-            raise Unavailable("crictl %s failed: %s" % (args[0], res.stderr.decode("utf-8", "replace").strip()[:200]))
-        try:
-            return json.loads(res.stdout.decode("utf-8"))
-        except ValueError:
-            raise Unavailable("crictl %s printed no JSON" % args[0]) from None
-
-    def observe(self, target: PodTarget) -> PodState:
-        # --name/--namespace are regexes: anchor them, or kube-apiserver would match more.
-        sandboxes = self._json("pods", "--name", "^%s$" % re.escape(target.pod_name),
-                               "--namespace", "^%s$" % re.escape(target.namespace)).get("items") or []
-        live = [s for s in sandboxes if s.get("state") == "SANDBOX_READY"]
-        if not live:
-            return PodState(False, source=self.name)
-        sandbox = max(live, key=lambda s: int(s.get("createdAt") or 0))
-        containers = self._json("ps", "--pod", sandbox["id"]).get("containers") or []
-        running = [c for c in containers if c.get("state") == "CONTAINER_RUNNING"]
-        created = [int(c.get("createdAt") or 0) / 1e9 for c in running]
-        return PodState(True, bool(running) and len(running) == len(containers), "Running" if running else "Pending",
-                        (sandbox.get("metadata") or {}).get("uid", ""), tuple(c["id"] for c in running),
-                        max(created, default=None), int(sandbox.get("createdAt") or 0) / 1e9, self.name)
-
-
-class HealthProbe:
-    name = "health"
-
-    def __init__(self, host: Host) -> None:
-        self.host = host
-
-    def observe(self, target: PodTarget) -> PodState:
-        url = health_url(target)
-        if url is None:
-            raise Unavailable("no health endpoint known for %s" % target.component)
-        try:
-            resp = self.host.http("GET", url, timeout=2.0, tls={"insecure": True})
-        except OSError:
-            return PodState(False, source=self.name)
-        ok = resp["status"] == 200
-        return PodState(True, ok, "Running", source=self.name)
-
-
-def health_url(target: PodTarget) -> Optional[str]:
-    """The endpoint the kubelet would probe (readiness first), else kubeadm's default."""
-    containers = (target.pod.get("spec") or {}).get("containers") or []
-    for container in containers:
-        for kind in ("readinessProbe", "startupProbe", "livenessProbe"):
-            get = (container.get(kind) or {}).get("httpGet")
-            if not get:
-                continue
-            port = _port(get.get("port"), container)
-            if port is None:
-                continue
-            path = get.get("path") or "/"
-            if target.component in API_LESS and path == "/livez":
-                path = "/readyz"
-            host = get.get("host") or "127.0.0.1"
-            return "%s://%s:%d%s" % ((get.get("scheme") or "HTTP").lower(), host, port, path)
-    default = DEFAULT_HEALTH.get(target.component)
-    return "%s://127.0.0.1:%d%s" % default if default else None
-
-
-def _port(value: Any, container: dict) -> Optional[int]:
-    if isinstance(value, int):
-        return value
-    for port in container.get("ports") or []:
-        if port.get("name") == value:
-            return port.get("containerPort")
-    return int(value) if isinstance(value, str) and value.isdigit() else None
-
-
-# --- the waiter -----------------------------------------------------------------------------------
 class VerifyingWaiter(Waiter):
     """Polls the probes (every ``poll`` seconds) until the pod is gone or new and Ready."""
 
@@ -218,8 +50,9 @@ class VerifyingWaiter(Waiter):
         self._dead: dict = {}
         self._last_error = ""
 
-    def probes_for(self, target: PodTarget) -> list:
-        chosen = {"api": [self.api], "crictl": [self.crictl], "health": [self.health]}.get(self.mode)
+    def probes_for(self, target: PodTarget) -> List[Any]:
+        by_name: Dict[str, List[Any]] = {"api": [self.api], "crictl": [self.crictl], "health": [self.health]}
+        chosen = by_name.get(self.mode)
         if chosen:
             return chosen
         if target.component in API_LESS:
@@ -357,12 +190,12 @@ class VerifyingWaiter(Waiter):
 
     def _lease_gate(self, target: PodTarget, old: Optional[dict], start: float, timeout: float) -> str:
         name = lease_name(target, self.api.host)
-        old_renew = parse_time((old or {}).get("renewTime")) or 0.0
+        old_renew = parse_rfc3339((old or {}).get("renewTime")) or 0.0
         while True:
             spec = self._lease(target)
             if spec is None:
                 return ", lease not checked (API unavailable)"
-            renew = parse_time(spec.get("renewTime")) or 0.0
+            renew = parse_rfc3339(spec.get("renewTime")) or 0.0
             holder = spec.get("holderIdentity") or ""
             if renew > old_renew and holder:
                 if holder.startswith(target.node.lower() + "_") or holder.startswith(target.node + "_"):
@@ -411,38 +244,3 @@ class VerifyingWaiter(Waiter):
             if state.ready:
                 return ", %s answers 200" % url
             self._tick(start, timeout, target, "%s not ready" % url)
-
-
-def uses_lease(target: PodTarget) -> bool:
-    """Scheduler/controller-manager, or a second scheduler from `cpctl scheduler add` (own Lease)."""
-    annotations = (target.pod.get("metadata") or {}).get("annotations") or {}
-    return target.component in LEASE_COMPONENTS or annotations.get("cpctl.io/generated-by") == "scheduler-add"
-
-
-def lease_name(target: PodTarget, host: Optional[Host] = None) -> str:
-    """The leader-election Lease: --leader-elect-resource-name, else leaderElection.resourceName
-    of the --config file (read on the node through ``host``), else the component name."""
-    config = None
-    for container in (target.pod.get("spec") or {}).get("containers") or []:
-        for arg in (container.get("command") or []) + (container.get("args") or []):
-            if isinstance(arg, str) and arg.startswith("--leader-elect-resource-name="):
-                return arg.split("=", 1)[1]
-            if isinstance(arg, str) and arg.startswith("--config="):
-                config = arg.split("=", 1)[1]
-    return (_config_lease(host, config) if host and config else None) or target.component
-
-
-def _config_lease(host: Host, path: str) -> Optional[str]:
-    import yaml
-    try:
-        config = yaml.safe_load(host.read_file(path, 1 << 20))
-    except (OSError, yaml.YAMLError):
-        return None
-    name = ((config or {}).get("leaderElection") or {}).get("resourceName") if isinstance(config, dict) else None
-    return name if isinstance(name, str) and name else None
-
-
-def make(kind: str, host: Host, kubeconfig: str, crictl: str = "crictl", **options: Any) -> Waiter:
-    if kind not in ("auto", "api", "crictl", "health"):
-        raise CpctlError("unknown probe %r" % kind, ExitCode.USAGE)
-    return VerifyingWaiter(host, kubeconfig, crictl, kind, **options)

@@ -1,0 +1,537 @@
+"""The one journaled change path: every change to the manifests dir, or to a file next to it.
+
+A ``Change`` is a short list of file ``Step``s (move, write, remove, touch). Exactly one of them
+is the *commit* step: the one after which the change has happened (for a stop, the manifest moving
+out of the manifests dir). ``ChangePath.apply`` runs every change the same way::
+
+    stage new bytes in the state dir -> journal (write-ahead) -> steps -> history -> listeners
+    -> clear the journal and the staged bytes
+
+Each step is idempotent and can tell whether it is done by looking at the files (a checksum at
+its path), so after a SIGKILL at any instant ``recover`` decides from the filesystem alone: the
+commit step done -> finish the later steps and record the history (roll forward); not done ->
+undo the earlier steps (roll back). Nothing is ever half-written in the manifests dir: moves are
+one no-replace rename (or a dot-temp copy renamed into place), writes a dot-temp file renamed
+into place.
+
+A failure while applying:
+
+* before or at the commit step: the steps done are undone, nothing changed ("rolled back");
+* the history record cannot be written (disk full): the change is rolled back too - a change that
+  is not on record is not allowed to stand;
+* a later step fails (a metadata file that cannot be removed, a config file left behind): the
+  change stands, is recorded with ``unfinished`` and the caller is told what is left.
+
+When even the roll-back fails, the journal stays and the error says where every file is now; the
+next cpctl run tries again. A journal is input like any file in the state dir: every path in it
+must lie in the manifests dir, the state dir, or directly next to the manifests dir.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from cpctl.core import manifests
+from cpctl.errors import CpctlError, ExitCode
+from cpctl.host.base import Host
+from cpctl.timeutil import iso
+
+MOVE, WRITE, REMOVE, TOUCH = "move", "write", "remove", "touch"
+STEP_KINDS = (MOVE, WRITE, REMOVE, TOUCH)
+JOURNAL_VERSION = 2
+
+
+@dataclass
+class Step:
+    """One idempotent file operation of a change.
+
+    ``path`` is the file the step creates, replaces or removes (a move's destination). A write's
+    new bytes wait in ``staged`` (state dir) so that recovery can redo it; when it replaces a
+    file, ``before`` is that file's sha256 and ``kept`` a copy of it, so that it can be undone.
+    """
+
+    kind: str
+    path: str
+    src: str = ""
+    checksum: str = ""
+    staged: str = ""
+    before: str = ""
+    kept: str = ""
+    mode: int = 0o600
+    uid: Optional[int] = None
+    gid: Optional[int] = None
+
+    def to_wire(self) -> Dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v not in ("", None)}
+
+    @classmethod
+    def from_wire(cls, wire: Any) -> "Step":
+        """A step from a journal; ``CorruptJournal`` for anything that is not one."""
+        if not isinstance(wire, dict) or wire.get("kind") not in STEP_KINDS:
+            raise CorruptJournal("a step is not one of %s" % ", ".join(STEP_KINDS))
+        fields: Dict[str, Any] = {}
+        for name in ("kind", "path", "src", "checksum", "staged", "before", "kept"):
+            value = wire.get(name, "")
+            if not isinstance(value, str):
+                raise CorruptJournal("step field %s is not text" % name)
+            fields[name] = value
+        for name in ("mode", "uid", "gid"):
+            value = wire.get(name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+                raise CorruptJournal("step field %s is not a number" % name)
+            if value is not None:
+                fields[name] = value
+        if not fields["path"] or (fields["kind"] == MOVE and not fields["src"]):
+            raise CorruptJournal("a %s step without its paths" % fields["kind"])
+        return cls(**fields)
+
+    def paths(self) -> List[str]:
+        return [p for p in (self.path, self.src, self.staged, self.kept) if p]
+
+
+def move(src: str, dst: str, checksum: str) -> Step:
+    """Move the file holding ``checksum`` from ``src`` to ``dst`` (never replacing ``dst``)."""
+    return Step(MOVE, dst, src=src, checksum=checksum)
+
+
+def write(path: str, checksum: str, mode: int = 0o600, before: str = "") -> Step:
+    """Write new bytes (given to ``Change.data``) to ``path``; ``before`` is the sha256 of the file
+    it replaces ("" when ``path`` does not exist yet)."""
+    return Step(WRITE, path, checksum=checksum, mode=mode, before=before)
+
+
+def remove(path: str) -> Step:
+    """Remove a bookkeeping file: it is moved aside into the state dir until the change is over,
+    so that undoing the change can put it back."""
+    return Step(REMOVE, path)
+
+
+def touch(path: str) -> Step:
+    """chmod ``path`` to its own mode: the kubelet re-reads it at once (inotify IN_ATTRIB)."""
+    return Step(TOUCH, path)
+
+
+@dataclass
+class Change:
+    """What one cpctl action does to the files, and how it is recorded in ``history``."""
+
+    action: str                      # history "action": stop, start, scheduler-add, move-stray, apply...
+    component: str
+    file: str                        # the manifest file it concerns
+    checksum: Optional[str]          # sha256 of those manifest bytes
+    steps: List[Step]
+    commit: int                      # index of the step after which the change has happened
+    record: Dict[str, Any] = field(default_factory=dict)   # extra history fields
+    data: Dict[int, bytes] = field(default_factory=dict)   # new bytes of the write steps, by index
+    op: str = field(default_factory=lambda: secrets.token_hex(8))
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.commit < len(self.steps):
+            raise ValueError("commit step %d out of range" % self.commit)
+
+
+@dataclass
+class Applied:
+    """What ``apply`` or ``recover`` did: ``completed`` or ``rolled_back``, plus what is left."""
+
+    change: Change
+    completed: bool
+    unfinished: List[str] = field(default_factory=list)
+    message: str = ""
+
+
+class CorruptJournal(ValueError):
+    """The journal is not something cpctl wrote (the text says why)."""
+
+
+Listener = Callable[[Change, bool], None]      # (change, recovered): after its history record
+
+
+class ChangePath:
+    """Applies and recovers ``Change``s for one node (``state`` is its ``StateDir``)."""
+
+    def __init__(self, host: Host, state: Any, manifests_dir: str, who: Callable[[], Dict[str, Any]],
+                 log: Callable[[str], None]) -> None:
+        self.host = host
+        self.state = state
+        self.manifests_dir = manifests_dir
+        self.who = who
+        self.log = log
+        self.listeners: List[Listener] = []
+
+    # --- apply ---------------------------------------------------------------------------------
+    def apply(self, change: Change) -> Applied:
+        """Run ``change`` under the write-ahead protocol (the caller holds the node lock)."""
+        missing = [i for i, s in enumerate(change.steps) if s.kind == WRITE and i not in change.data]
+        if missing:
+            raise ValueError("write steps %s of %s have no data" % (missing, change.action))
+        try:
+            self._check_paths(change.steps)
+        except CorruptJournal as exc:
+            raise CpctlError("%s of %s refused: %s" % (change.action, change.component, exc),
+                             ExitCode.REFUSED) from None
+        self._stage(change)
+        self.state.write_journal(self._entry(change))
+        done: List[int] = []
+        for index, step in enumerate(change.steps):
+            try:
+                self._do(step, change.data.get(index))
+            except OSError as exc:
+                if index <= change.commit:
+                    return self._abort(change, done, "%s: %s" % (_describe(step), _strerror(exc)))
+                return self._finish_with_leftovers(change, index, exc)
+            done.append(index)
+        return self._close(change, [], recovered=False)
+
+    def _stage(self, change: Change) -> None:
+        """Keep the new bytes of each write (and the bytes it replaces) in the state dir first, and
+        name the place a removed file waits until the change is over."""
+        try:
+            for index, step in enumerate(change.steps):
+                if step.kind == REMOVE:
+                    step.kept = self.state.staged_path("%s.%d.removed" % (change.op, index))
+                if step.kind != WRITE:
+                    continue
+                step.staged = self.state.staged_path("%s.%d.new" % (change.op, index))
+                self.host.write_atomic(step.staged, change.data[index])
+                if step.before:
+                    step.kept = self.state.staged_path("%s.%d.old" % (change.op, index))
+                    old = self.host.read_file(step.path, manifests.MAX_MANIFEST_BYTES)
+                    if manifests.checksum(old) != step.before:
+                        raise CpctlError("%s changed while cpctl was preparing to replace it: nothing changed, "
+                                         "try again" % step.path, ExitCode.CONFLICT)
+                    self.host.write_atomic(step.kept, old)
+        except (OSError, CpctlError) as exc:
+            self._drop_staged(change)
+            if isinstance(exc, CpctlError):
+                raise
+            raise CpctlError("%s of %s: cannot keep its files in %s: %s (nothing changed)"
+                             % (change.action, change.component, self.state.path, _strerror(exc)),
+                             ExitCode.ENVIRONMENT) from None
+
+    def _entry(self, change: Change) -> Dict[str, Any]:
+        return {"version": JOURNAL_VERSION, "op": change.op, "action": change.action,
+                "component": change.component, "file": change.file, "checksum": change.checksum,
+                "commit": change.commit, "steps": [s.to_wire() for s in change.steps], "record": change.record,
+                "started": iso(), "pid": self.who()["pid"]}
+
+    def _abort(self, change: Change, done: List[int], why: str) -> Applied:
+        """A step up to the commit failed: undo what was done, then fail with the reason."""
+        left = self._undo(change, done)
+        if left:
+            raise CpctlError("%s of %s failed (%s) and could not be rolled back: %s; journal kept at %s, the "
+                             "next cpctl run tries again" % (change.action, change.component, why, "; ".join(left),
+                                                             self.state.journal_path), ExitCode.ENVIRONMENT)
+        self._forget(change)
+        raise CpctlError("%s of %s failed: %s (nothing changed)" % (change.action, change.component, why),
+                         ExitCode.ENVIRONMENT)
+
+    def _finish_with_leftovers(self, change: Change, failed: int, exc: OSError) -> Applied:
+        """The commit step is done and a later one failed: try the rest, then record what is left."""
+        left = ["%s: %s" % (_describe(change.steps[failed]), _strerror(exc))]
+        for step, data in [(s, change.data.get(i)) for i, s in enumerate(change.steps) if i > failed]:
+            try:
+                self._do(step, data)
+            except OSError as later:
+                left.append("%s: %s" % (_describe(step), _strerror(later)))
+        return self._close(change, left, recovered=False)
+
+    def _close(self, change: Change, unfinished: List[str], recovered: bool) -> Applied:
+        """History, listeners, then forget the journal. No history -> no change: roll back."""
+        try:
+            if not (recovered and self._history_has(change.op)):
+                self._record(change, unfinished, recovered)
+        except OSError as exc:
+            return self._unrecordable(change, exc)
+        for listener in self.listeners:
+            try:
+                listener(change, recovered)
+            except Exception as exc:  # noqa: BLE001 - a listener never undoes a recorded change
+                self.log("after %s of %s: %s" % (change.action, change.component, getattr(exc, "message", exc)))
+        self._forget(change)
+        for item in unfinished:
+            self.log("%s of %s done, but not all of it: %s" % (change.action, change.component, item))
+        return Applied(change, True, unfinished)
+
+    def _unrecordable(self, change: Change, exc: OSError) -> Applied:
+        why = "cannot write the history record (%s)" % _strerror(exc)
+        left = self._undo(change, list(range(len(change.steps))))
+        if left:
+            raise CpctlError("%s of %s is done but %s, and undoing it failed: %s; journal kept at %s"
+                             % (change.action, change.component, why, "; ".join(left), self.state.journal_path),
+                             ExitCode.ENVIRONMENT)
+        self._forget(change)
+        raise CpctlError("%s of %s rolled back: %s; %s" % (change.action, change.component, why,
+                                                          self._where(change)), ExitCode.ENVIRONMENT)
+
+    def _record(self, change: Change, unfinished: List[str], recovered: bool) -> None:
+        who = self.who()
+        record = {"time": iso(), "user": who.get("sudo_user") or who.get("user"), "host": who.get("hostname"),
+                  "node": who.get("node"), "action": change.action, "component": change.component,
+                  "file": change.file, "checksum": change.checksum, "op": change.op}
+        record.update({k: v for k, v in change.record.items() if v is not None})
+        if recovered:
+            record["recovered"] = True
+        if unfinished:
+            record["unfinished"] = unfinished
+        self.state.append_history(record)
+
+    def _history_has(self, op: str) -> bool:
+        return any(r.get("op") == op for r in self.state.read_history_tail())
+
+    def _forget(self, change: Change) -> None:
+        self.state.clear_journal()
+        self._drop_staged(change)
+
+    def _drop_staged(self, change: Change) -> None:
+        for step in change.steps:
+            for path in (step.staged, step.kept):
+                if path:
+                    self.host.unlink(path)
+
+    def _where(self, change: Change) -> str:
+        commit = change.steps[change.commit]
+        if commit.kind == MOVE:
+            return "the manifest is at %s" % commit.src
+        return "%s holds its previous content" % commit.path
+
+    # --- steps ---------------------------------------------------------------------------------
+    def _do(self, step: Step, data: Optional[bytes]) -> None:
+        if step.kind == MOVE:
+            if self._holds(step.path, step.checksum) and self._holds(step.src, step.checksum):
+                self.host.unlink(step.src)     # a copy across filesystems had finished but its unlink
+            elif not self._holds(step.path, step.checksum):
+                self.host.move(step.src, step.path)
+        elif step.kind == WRITE:
+            if not self._holds(step.path, step.checksum):
+                payload = data if data is not None else self._read(step.staged)
+                self.host.write_atomic(step.path, payload, step.mode, step.uid, step.gid,
+                                       expect=step.before or "absent")
+        elif step.kind == REMOVE:
+            if self.host.lstat(step.path) is None:
+                return
+            if step.kept:
+                self.host.unlink(step.kept)
+                self.host.move(step.path, step.kept)
+            else:                               # a 0.1 journal: no place was set aside
+                self.host.unlink(step.path)
+        elif step.kind == TOUCH:
+            info = self.host.lstat(step.path)
+            if info is not None and info["kind"] == "file":
+                self.host.chmod(step.path, info["mode"])
+
+    def _is_done(self, step: Step) -> bool:
+        if step.kind in (MOVE, WRITE):
+            return self._holds(step.path, step.checksum)
+        if step.kind == REMOVE:
+            return self.host.lstat(step.path) is None
+        return False
+
+    def _undo_step(self, step: Step) -> None:
+        if step.kind == MOVE and self._holds(step.path, step.checksum):
+            if self._holds(step.src, step.checksum):
+                self.host.unlink(step.path)    # both copies exist (interrupted copy): drop the new one
+            else:
+                self.host.move(step.path, step.src)
+        elif step.kind == WRITE and self._holds(step.path, step.checksum):
+            if step.before:
+                self.host.write_atomic(step.path, self._read(step.kept), step.mode, step.uid, step.gid,
+                                       expect=step.checksum)
+            else:
+                self.host.unlink(step.path)
+        elif step.kind == REMOVE and self.host.lstat(step.path) is None and self.host.lstat(step.kept) is not None:
+            self.host.move(step.kept, step.path)
+
+    def _undo(self, change: Change, indexes: List[int]) -> List[str]:
+        """Undo these steps in reverse order; what could not be undone, as text."""
+        left = []
+        for index in sorted(indexes, reverse=True):
+            step = change.steps[index]
+            try:
+                self._undo_step(step)
+            except (OSError, CpctlError) as exc:
+                left.append("%s not undone: %s" % (_describe(step), _strerror(exc)))
+        return left
+
+    def _holds(self, path: str, checksum: str) -> bool:
+        info = self.host.lstat(path)
+        if info is None or info["kind"] != "file" or not checksum:
+            return False
+        return manifests.checksum(self.host.read_file(path, info["size"] + 1)) == checksum
+
+    def _read(self, path: str) -> bytes:
+        try:
+            return self.host.read_file(path, manifests.MAX_MANIFEST_BYTES)
+        except OSError as exc:
+            raise CpctlError("cannot read %s kept by cpctl: %s" % (path, _strerror(exc)),
+                             ExitCode.ENVIRONMENT) from None
+
+    # --- recovery ------------------------------------------------------------------------------
+    def recover(self, entry: Dict[str, Any]) -> Applied:
+        """Finish or roll back the change a killed cpctl left in the journal ``entry``."""
+        if entry.get("version") != JOURNAL_VERSION:
+            return self._recover_v1(entry)
+        change = self.change_from_journal(entry)
+        started = "started %s by pid %s" % (entry.get("started"), entry.get("pid"))
+        if self._is_done(change.steps[change.commit]):
+            return self._roll_forward(change, started)
+        if not self._before_state(change.steps[change.commit]):
+            raise self._nowhere(change, started)
+        left = self._undo(change, list(range(change.commit)))
+        if left:
+            raise CpctlError("interrupted %s of %s (%s) can be neither completed nor rolled back: %s; journal kept "
+                             "at %s" % (change.action, change.component, started, "; ".join(left),
+                                        self.state.journal_path), ExitCode.ENVIRONMENT)
+        self._forget(change)
+        return Applied(change, False, message="rolled back interrupted %s of %s (%s; %s)"
+                       % (change.action, change.component, started, self._where(change)))
+
+    def _roll_forward(self, change: Change, started: str) -> Applied:
+        """The commit step is done: redo every step that is not (all are idempotent: this finishes an
+        interrupted copy across filesystems too), record the history, say so."""
+        left = []
+        for index, step in enumerate(change.steps):
+            try:
+                if index == change.commit or not self._is_done(step):
+                    self._do(step, change.data.get(index))
+            except (OSError, CpctlError) as exc:
+                left.append("%s: %s" % (_describe(step), _strerror(exc)))
+        outcome = self._close(change, left, recovered=True)
+        outcome.message = "completed interrupted %s of %s (%s)" % (change.action, change.component, started)
+        return outcome
+
+    def _before_state(self, step: Step) -> bool:
+        """The commit step's starting point is still there (so rolling back loses nothing)."""
+        if step.kind == MOVE:
+            return self._holds(step.src, step.checksum)
+        if step.kind == WRITE:
+            return self._holds(step.path, step.before) if step.before else self.host.lstat(step.path) is None
+        return True
+
+    def _nowhere(self, change: Change, started: str) -> CpctlError:
+        commit = change.steps[change.commit]
+        where = "in neither %s nor %s" % (commit.src, commit.path) if commit.kind == MOVE else \
+            "not at %s in either its old or its new form" % commit.path
+        return CpctlError("interrupted %s of %s (%s): %s is %s; journal kept at %s: find the file, then remove "
+                          "the journal by hand" % (change.action, change.component, started, change.file, where,
+                                                   self.state.journal_path), ExitCode.ENVIRONMENT)
+
+    def _recover_v1(self, entry: Dict[str, Any]) -> Applied:
+        """A journal of cpctl 0.1 (one move, metadata written before a stop and removed after a
+        start): finish or roll back exactly as 0.1 itself would have."""
+        change = self.change_from_journal(entry)
+        started = "started %s by pid %s" % (entry.get("started"), entry.get("pid"))
+        moved = change.steps[0]
+        meta_path = self.state.meta_path(change.file)
+        if self._holds(moved.path, moved.checksum):
+            self._do(moved, None)                          # drops a finished copy's source
+            if change.action == "stop" and self.host.lstat(meta_path) is None:
+                self.host.write_atomic(meta_path, self.state.meta_bytes(entry.get("meta") or {}))
+            elif change.action == "start":
+                self.host.unlink(meta_path)
+            outcome = self._close(Change(change.action, change.component, change.file, change.checksum, [moved],
+                                         0, change.record, {}, change.op), [], recovered=True)
+            outcome.message = "completed interrupted %s of %s (%s)" % (change.action, change.component, started)
+            return outcome
+        if not self._holds(moved.src, moved.checksum):
+            raise self._nowhere(change, started)
+        if change.action == "stop":
+            self.host.unlink(meta_path)
+        self.state.clear_journal()
+        where = "still running" if change.action == "stop" else "still parked"
+        return Applied(change, False, message="rolled back interrupted %s of %s (%s)"
+                       % (change.action, change.component, where))
+
+    def change_from_journal(self, entry: Dict[str, Any]) -> Change:
+        """Rebuild and check a journaled change; ``CpctlError`` (exit 7) for a corrupt journal."""
+        try:
+            return self._parse(entry)
+        except (CorruptJournal, ValueError, TypeError) as exc:
+            raise CpctlError("%s is corrupt (%s): cpctl did not write it; inspect it and remove it by hand"
+                             % (self.state.journal_path, exc), ExitCode.ENVIRONMENT) from None
+
+    def _parse(self, entry: Dict[str, Any]) -> Change:
+        if entry.get("version") != JOURNAL_VERSION:
+            return self._parse_v1(entry)
+        for name in ("op", "action", "component", "file"):
+            if not isinstance(entry.get(name), str) or not entry[name]:
+                raise CorruptJournal("%s is missing or not text" % name)
+        steps = entry.get("steps")
+        commit = entry.get("commit")
+        if not isinstance(steps, list) or not steps or not isinstance(commit, int) or isinstance(commit, bool):
+            raise CorruptJournal("no steps or no commit step")
+        parsed = [Step.from_wire(s) for s in steps]
+        if not 0 <= commit < len(parsed):
+            raise CorruptJournal("commit step %d out of range" % commit)
+        record: Dict[str, Any] = entry["record"] if isinstance(entry.get("record"), dict) else {}
+        checksum = entry["checksum"] if isinstance(entry.get("checksum"), str) else None
+        change = Change(entry["action"], entry["component"], entry["file"], checksum, parsed, commit, record,
+                        {}, entry["op"])      # write steps are redone from their staged copies
+        self._check_paths(change.steps)
+        return change
+
+    def _parse_v1(self, entry: Dict[str, Any]) -> Change:
+        """A journal written by cpctl 0.1 (stop/start only): one move, metadata around it."""
+        for name in ("op", "action", "component", "file", "src", "dst", "checksum"):
+            if not isinstance(entry.get(name), str) or not entry[name]:
+                raise CorruptJournal("%s is missing or not text" % name)
+        if entry["action"] not in ("stop", "start"):
+            raise CorruptJournal("unknown action %r" % entry["action"])
+        meta: Dict[str, Any] = entry["meta"] if isinstance(entry.get("meta"), dict) else {}
+        change = Change(entry["action"], entry["component"], entry["file"], entry["checksum"],
+                        [move(entry["src"], entry["dst"], entry["checksum"])], 0, {"reason": meta.get("reason")},
+                        {}, entry["op"])
+        self._check_paths(change.steps)
+        return change
+
+    def _check_paths(self, steps: List[Step]) -> None:
+        """Every path a change touches lies in the manifests dir, the state dir, or next to the
+        manifests dir (its parent directory): never anywhere a crafted journal says."""
+        roots = allowed_roots(self.manifests_dir, self.state.path)
+        for step in steps:
+            for path in step.paths():
+                if not path_allowed(path, roots):
+                    raise CorruptJournal("path %r is outside the manifests dir, the state dir and the "
+                                         "directory holding the manifests dir" % (path,))
+
+
+def allowed_roots(manifests_dir: str, state_dir: str) -> Tuple[str, str, str]:
+    """(manifests dir, state dir, the directory holding the manifests dir - kubeadm's /etc/kubernetes)."""
+    return (os.path.normpath(manifests_dir), os.path.normpath(state_dir),
+            os.path.dirname(os.path.normpath(manifests_dir)) or "/")
+
+
+def path_allowed(path: str, roots: Tuple[str, str, str]) -> bool:
+    """``path`` is absolute, has no ``.``/``..`` parts, and lies directly in the manifests dir, below
+    the state dir, or below the manifests dir's parent (config files next to the manifests dir, e.g.
+    /etc/kubernetes/NAME-config.yaml) - unless that parent is ``/``."""
+    if not isinstance(path, str) or not path.startswith("/") or "\0" in path:
+        return False
+    if any(part in (".", "..") for part in path.split("/")):
+        return False
+    norm = os.path.normpath(path)
+    manifests_dir, state_dir, parent = roots
+    if os.path.dirname(norm) == manifests_dir or _below(norm, state_dir):
+        return True
+    return parent != "/" and _below(norm, parent) and not _below(norm, manifests_dir)
+
+
+def _below(path: str, directory: str) -> bool:
+    return path.startswith(directory.rstrip("/") + "/")
+
+
+def _describe(step: Step) -> str:
+    if step.kind == MOVE:
+        return "move %s to %s" % (step.src, step.path)
+    return "%s %s" % (step.kind, step.path)
+
+
+def _strerror(exc: BaseException) -> str:
+    if isinstance(exc, CpctlError):
+        return exc.message
+    if isinstance(exc, OSError):
+        return exc.strerror or str(exc)
+    return str(exc)

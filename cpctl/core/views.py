@@ -1,0 +1,109 @@
+"""Read-only views of a node: ``status`` and ``history``.
+
+A view reads everything it needs in one prefetched batch (one round trip over SSH). It takes the
+node lock only to finish a change a killed cpctl left in the journal, so that what it shows is
+never a half-done change.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+from cpctl.core import manifests
+from cpctl.core.manifests import DirScan, Manifest
+from cpctl.core.node import Node
+from cpctl.core.state import JOURNAL
+from cpctl.host import ops as hostops
+from cpctl.probes.base import PodTarget
+from cpctl.timeutil import parse_iso
+
+
+def status(node: Node, wanted: Optional[List[str]] = None) -> Dict[str, Any]:
+    """Per component: file, running/parked/invalid, parking details, checksum, pod state."""
+    with node.host.prefetched(node.view_reads()):
+        if node.state.ensure(create=False) and journal_pending(node):
+            with node.session("cpctl status"):
+                pass
+        scan, parked = node.scan(), node.parked()
+    rows = [_present_row(m) for m in scan.manifests] + [_parked_row(f, meta) for f, meta in parked.items()]
+    if wanted:
+        rows = _filter_rows(node, rows, wanted, scan, parked)
+    for row in rows:
+        if row["state"] == "running" and row.get("pod"):
+            target = PodTarget(row["component"], row["namespace"], node.node_name, None, row["file"])
+            row["pod_state"] = node.waiter.describe(target)
+    return {"node": node.node_name, "manifests_dir": node.manifests_dir, "state_dir": node.state.path,
+            "components": rows, "warnings": warnings(scan), "recovered": list(node.recovered)}
+
+
+def history(node: Node, component: Optional[str] = None, limit: int = 50) -> List[Dict[str, Any]]:
+    """The change records (oldest first), the newest ``limit``, of one component or all."""
+    if component:
+        manifests.validate_component_name(component)
+    calls = node.state.view_reads() + [("info", {}), node.state.read_call(node.state.history_path)]
+    with node.host.prefetched(calls):
+        if not node.state.ensure(create=False):
+            return []
+        return node.state.read_history(limit, keep=_about(component) if component else None)
+
+
+def _about(component: str) -> Any:
+    target = manifests.ALIASES.get(component, component)
+
+    def keep(record: Dict[str, Any]) -> bool:
+        names = (record.get("component"), manifests.file_stem(str(record.get("file") or "")))
+        return target in names or component in names
+    return keep
+
+
+def journal_pending(node: Node) -> bool:
+    """A journal awaits recovery, a kill tore the journal's own write (its dot temp is left), or
+    one came before the journal was written (staged bytes no journal refers to)."""
+    if any(n == JOURNAL or hostops.is_temp_name(n) for n in node.host.listdir(node.state.path)):
+        return True
+    return node.host.lstat(node.state.staged_dir) is not None and bool(node.host.listdir(node.state.staged_dir))
+
+
+def _present_row(m: Manifest) -> Dict[str, Any]:
+    if m.valid:
+        return {"component": m.pod_name, "namespace": m.namespace, "file": m.file, "state": "running",
+                "checksum": m.checksum, "pod": True}
+    return {"component": manifests.file_stem(m.file), "file": m.file, "state": "invalid", "error": m.error,
+            "checksum": m.checksum}
+
+
+def _parked_row(filename: str, meta: Dict[str, Any]) -> Dict[str, Any]:
+    import time
+    row = {"component": meta.get("component") or manifests.file_stem(filename),
+           "namespace": meta.get("namespace"), "file": filename, "state": "parked",
+           "since": meta.get("parked_at"), "by": meta.get("parked_by"), "reason": meta.get("reason"),
+           "until": meta.get("until"), "checksum": meta.get("checksum")}
+    if row["until"]:
+        row["overdue"] = parse_iso(row["until"]) < time.time()
+    return row
+
+
+def _filter_rows(node: Node, rows: List[Dict[str, Any]], wanted: List[str], scan: DirScan,
+                 parked: Dict[str, Dict[str, Any]]) -> List[Dict[str, Any]]:
+    keep: List[Dict[str, Any]] = []
+    for name in wanted:
+        present, parked_hits = node.resolve(name, scan, parked)
+        files = {m.file for m in present} | set(parked_hits)
+        if not files:
+            raise node.not_found(name)
+        keep.extend(r for r in rows if r["file"] in files and r not in keep)
+    return keep
+
+
+def warnings(scan: DirScan) -> List[str]:
+    """What the kubelet does with this dir that an operator would not expect."""
+    found = []
+    for (namespace, name), files in scan.duplicates().items():
+        found.append("pod %s/%s is defined by several files (%s): the kubelet runs only one"
+                     % (namespace, name, ", ".join(files)))
+    for m in scan.manifests:
+        if m.kind == "symlink":
+            found.append("%s is a symlink: the kubelet follows it, cpctl will not move it" % m.file)
+        elif not m.valid:
+            found.append("%s is not a valid Pod manifest (%s): the kubelet skips it" % (m.file, m.error))
+    return found

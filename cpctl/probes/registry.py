@@ -1,0 +1,36 @@
+"""The probes by name: what ``--probe`` accepts, and how a waiter is built from it.
+
+Adding a probe: write its module (a class with ``name`` and ``observe``, see ``base.Probe``) and add
+one line to ``PROBES``. The CLI reads its choices from ``CHOICES``; nothing else changes.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Dict
+
+from cpctl.errors import CpctlError, ExitCode
+from cpctl.probes.base import NoWait, Waiter
+
+# --probe name -> "module:class" (imported only when used: `cpctl --help` reads this table).
+PROBES: Dict[str, str] = {
+    "api": "cpctl.probes.api:ApiProbe",
+    "crictl": "cpctl.probes.crictl:CrictlProbe",
+    "health": "cpctl.probes.health:HealthProbe",
+}
+CHOICES = ("auto",) + tuple(PROBES) + ("none",)
+
+
+def probe_class(name: str) -> Any:
+    module, attr = PROBES[name].split(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def make_waiter(kind: str, **options: Any) -> Waiter:
+    """The waiter for ``--probe kind``: ``none`` trusts the file move; the others poll probes."""
+    if kind == "none":
+        return NoWait()
+    if kind not in CHOICES:
+        raise CpctlError("unknown probe %r (one of %s)" % (kind, ", ".join(CHOICES)), ExitCode.USAGE)
+    from cpctl.probes.waiter import VerifyingWaiter
+    return VerifyingWaiter(mode=kind, **options)

@@ -55,6 +55,17 @@ def history_text(records: list) -> str:
     return table(["TIME", "USER", "HOST", "ACTION", "COMPONENT", "SHA256", "REASON"], rows)
 
 
+def outcomes_text(data: dict) -> str:
+    """stop/start/restart: one line per component with what the waits established."""
+    lines = ["recovered: %s" % r for r in data.get("recovered", [])]
+    for result in data["results"]:
+        line = "%s: %s" % (result["component"], result["message"])
+        waits = [result.get("wait")] + [(result.get(step) or {}).get("wait") for step in ("stop", "start")]
+        details = [w["detail"] for w in waits if isinstance(w, dict) and w.get("detail")]
+        lines.append(line + "".join(" - %s" % d for d in details))
+    return "\n".join(lines)
+
+
 def plan_text(data: dict) -> str:
     """A dry run: the moves in order, then the manifests-dir listing before/after as a diff."""
     lines = ["dry run on node %s (nothing changed):" % data["node"]]

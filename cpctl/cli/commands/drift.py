@@ -10,11 +10,12 @@ and the usual cpctl codes when the check itself could not run (2 usage, 4 refuse
 from __future__ import annotations
 
 import time
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 import click
 
-from cpctl.cli.main import execute
+from cpctl.cli.context import note
+from cpctl.cli.fanout import execute
 
 
 @click.command()
@@ -98,7 +99,7 @@ def _run_check(node: Any, fix: bool, remove_strays: bool, max_seconds: Optional[
                dry_run: bool = False) -> dict:
     from cpctl.ops import drift
     report = drift.check(node, max_seconds)
-    result = {"report": report, "final": report, "actions": None, "dry_run": dry_run}
+    result: Dict[str, Any] = {"report": report, "final": report, "actions": None, "dry_run": dry_run}
     if fix and dry_run:
         result["actions"] = drift.plan_fix(node, report, remove_strays)
     elif fix:
@@ -108,11 +109,20 @@ def _run_check(node: Any, fix: bool, remove_strays: bool, max_seconds: Optional[
 
 
 def _write_metrics(host: Any, path: Optional[str], report: Any) -> None:
-    """The textfile is written on the node checked (where its node_exporter runs)."""
+    """The textfile is written on the node checked (where its node_exporter runs). A node without
+    node_exporter's textfile directory is not a failed check: the metrics are skipped with a note."""
     if not path:
         return
+    import os
+
     from cpctl.errors import CpctlError, ExitCode
     from cpctl.ops import metrics
+    directory = os.path.dirname(path) or "/"
+    info = host.lstat(directory)
+    if info is None or info["kind"] != "dir":
+        note("skipped the metrics: %s %s (node_exporter's textfile collector is not set up here)"
+             % (directory, "does not exist" if info is None else "is not a directory"))
+        return
     if report is None:
         text = metrics.check_metrics(False, time.time())
     else:

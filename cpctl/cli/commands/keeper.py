@@ -6,7 +6,7 @@ import time
 
 import click
 
-from cpctl.cli.main import emit
+from cpctl.cli.context import emit
 
 
 @click.group()

@@ -6,7 +6,7 @@ from typing import Optional
 
 import click
 
-from cpctl.cli.main import emit, node_for, settings
+from cpctl.cli.fanout import execute
 
 
 @click.group()
@@ -23,22 +23,23 @@ def scheduler() -> None:
               help="Manifest to copy (file stem or pod name); a parked one works too.")
 @click.option("--port", type=click.IntRange(1, 65535), default=None,
               help="--secure-port of the new scheduler [default: first free from 10260].")
-@click.option("--config-dir", default="/etc/kubernetes", show_default=True,
-              help="Where to write NAME-config.yaml (a path on the node).")
+@click.option("--config-dir", default=None,
+              help="Where to write NAME-config.yaml, on the node [default: the directory holding the "
+                   "manifests dir, /etc/kubernetes on kubeadm].")
 @click.option("--no-wait", is_flag=True, help="Do not wait for the mirror pod.")
 @click.option("--timeout", type=click.FloatRange(0.1, 3600), default=120.0, show_default=True,
               help="Seconds to wait for the kubelet.")
 @click.option("--dry-run", is_flag=True, help="Print the files and a diff; change nothing.")
 @click.pass_context
-def add(ctx: click.Context, name: str, source: str, port: Optional[int], config_dir: str, no_wait: bool,
+def add(ctx: click.Context, name: str, source: str, port: Optional[int], config_dir: Optional[str], no_wait: bool,
         timeout: float, dry_run: bool) -> None:
     """Run a second scheduler NAME as a static pod generated from the kube-scheduler manifest."""
     from cpctl.ops import scheduler as secondsched
     secondsched.validate_name(name)   # before touching the node
-    node = node_for(ctx, probe="none" if no_wait or dry_run else None)
-    data = secondsched.add(node, name, source, port, config_dir, wait=not no_wait, timeout=timeout,
-                           dry_run=dry_run)
-    emit(ctx, data, _dry_run_text(data) if dry_run else _added_text(data))
+    execute(ctx, lambda node: secondsched.add(node, name, source, port, config_dir, wait=not no_wait,
+                                              timeout=timeout, dry_run=dry_run),
+            _dry_run_text if dry_run else _added_text, changing=not dry_run,
+            probe="none" if no_wait or dry_run else None)
 
 
 def _dry_run_text(data: dict) -> str:
@@ -70,25 +71,31 @@ def remove(ctx: click.Context, name: str, no_wait: bool, timeout: float, dry_run
     """Remove a scheduler `scheduler add` created: its files move to STATE/removed/<time>/."""
     from cpctl.ops import scheduler as secondsched
     secondsched.validate_name(name)
-    node = node_for(ctx, probe="none" if no_wait or dry_run else None)
-    data = secondsched.remove(node, name, wait=not no_wait, timeout=timeout, dry_run=dry_run)
-    if dry_run:
-        text = "dry run: nothing changed. Would move to %s/removed/<time>/:\n%s" % (
-            settings(ctx).state_dir, "\n".join("  " + f for f in data["files"]))
-    else:
-        text = "%s: removed (moved to %s) - %s" % (name, data["removed_dir"], data["wait"]["detail"])
-    emit(ctx, data, text)
+    execute(ctx, lambda node: secondsched.remove(node, name, wait=not no_wait, timeout=timeout, dry_run=dry_run),
+            _removed_text, changing=not dry_run, probe="none" if no_wait or dry_run else None)
+
+
+def _removed_text(data: dict) -> str:
+    if data["dry_run"]:
+        return "dry run: nothing changed. Would move to %s/removed/<time>/:\n%s" % (
+            data["state_dir"], "\n".join("  " + f for f in data["files"]))
+    return "%s: removed (moved to %s) - %s" % (data["name"], data["removed_dir"], data["wait"]["detail"])
 
 
 @scheduler.command(name="list")
 @click.pass_context
 def list_(ctx: click.Context) -> None:
     """List the schedulers cpctl generated on this node: name, port, config, state."""
-    from cpctl.cli.render import table
     from cpctl.ops import scheduler as secondsched
-    node = node_for(ctx)
-    rows = secondsched.list_schedulers(node)
-    text = table(["NAME", "STATE", "PORT", "CONFIG", "FILE"],
+    execute(ctx, lambda node: {"node": node.node_name, "schedulers": secondsched.list_schedulers(node)},
+            _list_text)
+
+
+def _list_text(data: dict) -> str:
+    from cpctl.cli.render import table
+    rows = data["schedulers"]
+    if not rows:
+        return "(no schedulers added by cpctl)"
+    return table(["NAME", "STATE", "PORT", "CONFIG", "FILE"],
                  [[r["name"], r["state"] + ("" if r["config_present"] else " (config missing)"), r["port"],
-                   r["config"], r["file"]] for r in rows]) if rows else "(no schedulers added by cpctl)"
-    emit(ctx, {"node": node.node_name, "schedulers": rows}, text)
+                   r["config"], r["file"]] for r in rows])

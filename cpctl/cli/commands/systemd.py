@@ -15,7 +15,8 @@ from typing import Optional
 
 import click
 
-from cpctl.cli.main import emit, note
+from cpctl.cli.context import emit, note
+from cpctl.cli.fanout import local_host
 
 DEFAULT_CPCTL = "/usr/local/bin/cpctl"
 DEFAULT_PREFIX = "/etc/systemd/system"
@@ -153,9 +154,8 @@ def systemd() -> None:
 @click.pass_context
 def install(ctx: click.Context, prefix: str, cpctl_path: Optional[str], enable: bool) -> None:
     """Write the units (atomically, 0644) and print the systemctl commands to enable them."""
-    from cpctl.host.base import LocalHost
     path = check_cpctl_path(cpctl_path or default_cpctl_path())
-    host = LocalHost()
+    host = local_host(ctx)
     if not os.path.isdir(prefix):
         host.makedirs(prefix, 0o755)
     written = []

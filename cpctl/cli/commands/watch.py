@@ -8,7 +8,8 @@ from typing import Any, Callable
 
 import click
 
-from cpctl.cli.main import node_for, settings
+from cpctl.cli.context import state
+from cpctl.cli.fanout import local_node
 
 
 def _writer(output: str) -> Callable[[dict], None]:
@@ -25,7 +26,7 @@ def _writer(output: str) -> Callable[[dict], None]:
 def _waiter(ctx: click.Context) -> Any:
     """The configured probe when it can describe pods; None skips the mirror pod follow-ups."""
     from cpctl.ops.drift import can_describe
-    node = node_for(ctx)
+    node = local_node(ctx)
     return node, (node.waiter if can_describe(node.waiter) else None)
 
 
@@ -42,11 +43,27 @@ def watch(ctx: click.Context, timeout: float, debounce: int) -> None:
     with a probe that can describe pods, a second line when the mirror pod followed (or not).
     Runs on the node itself (inotify is local). SIGTERM/SIGINT end it with exit status 0.
     """
-    from cpctl.ops.watch import Watch, run_watch
-    opts = settings(ctx)
+    from cpctl.ops.watch import Watch
     node, waiter = _waiter(ctx)
-    runner = Watch(opts.manifests_dir, _writer(opts.output), waiter=waiter, node_name=node.node_name,
+    runner = Watch(node.manifests_dir, _writer(state(ctx).output), waiter=waiter, node_name=node.node_name,
                    timeout=timeout, debounce=debounce / 1000.0, host=node.host)
-    status = run_watch(runner)
+    status = run_until_signalled(runner)
     if status:
         ctx.exit(status)
+
+
+def run_until_signalled(runner: Any) -> int:
+    """Run the watch until SIGTERM/SIGINT: the handlers only enqueue a stop, the loop prints the last
+    line (the process's signal handlers are the command's business, not the feature module's)."""
+    import signal
+    def stopper(name: str) -> Callable[[int, Any], None]:
+        return lambda _signum, _frame: runner.stop(name)
+    names = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT"}
+    previous = {signum: signal.signal(signum, stopper(name)) for signum, name in names.items()}
+    try:
+        runner.start()
+        return int(runner.run())
+    finally:
+        runner.close()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

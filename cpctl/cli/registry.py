@@ -1,0 +1,95 @@
+"""Every cpctl command, where its code lives and how it runs when hosts are given: the one table.
+
+``-H``/``--inventory`` select masters. Each command declares here, and only here, what it does with
+them; the CLI enforces it before the command runs (a local-only command refuses hosts with exit 2),
+and ``cli.fanout.execute`` is the only way a command reaches a node, local or remote. The README's
+fan-out table is generated from ``COMMANDS`` (a test keeps the two identical).
+
+Only the standard library is imported here: ``cpctl --help`` reads this table.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Dict, Optional, Tuple
+
+
+class Mode(enum.Enum):
+    """How a command treats the selected masters."""
+
+    READ = "parallel read"              # on every selected master at once (--forks), changes nothing
+    CHANGE = "rolling change"           # --serial masters at a time, stops at the first that fails
+    READ_OR_CHANGE = "read; rolling change with --fix"
+    ONE = "one master"                  # a cluster-wide API call made once, through the one selected master
+    LOCAL = "local only"                # this machine only: refused with -H/--inventory
+
+
+@dataclass(frozen=True)
+class CommandSpec:
+    """One command (``path`` is the words after ``cpctl``, e.g. ``scheduler add``). A group of
+    subcommands has no mode of its own; a top-level command names its module (``entry``) and its
+    one-line help (``summary``), so ``cpctl --help`` imports nothing."""
+
+    path: str
+    mode: Optional[Mode]
+    why: str = ""                       # shown in the README table and in a refusal
+    entry: str = ""
+    summary: str = ""
+
+
+_SPECS: Tuple[CommandSpec, ...] = (
+    CommandSpec("status", Mode.READ, "each master's manifests, parked files and pods",
+                "cpctl.cli.commands.views:status",
+                "Show each static pod: running or parked (since, by, why, until), checksum, mirror pod."),
+    CommandSpec("history", Mode.READ, "each master's change log", "cpctl.cli.commands.views:history",
+                "Show the append-only record of every change cpctl made on this node."),
+    CommandSpec("stop", Mode.CHANGE, "parks manifests on each master", "cpctl.cli.commands.lifecycle:stop",
+                "Park a component's manifest outside the manifests dir and wait until its pod is gone."),
+    CommandSpec("start", Mode.CHANGE, "restores parked manifests on each master",
+                "cpctl.cli.commands.lifecycle:start",
+                "Restore a parked manifest and wait until a new pod is Running and Ready."),
+    CommandSpec("restart", Mode.CHANGE, "stop then start on each master", "cpctl.cli.commands.lifecycle:restart",
+                "Stop, wait until gone, start, wait until back and Ready - one component at a time."),
+    CommandSpec("pending", Mode.READ, "pods waiting for a scheduler, through each master's kubeconfig",
+                "cpctl.cli.commands.scheduling:pending", "List pods that wait for a scheduler (no node assigned yet)."),
+    CommandSpec("bind", Mode.ONE, "binds a pod once, cluster-wide, through the selected master's kubeconfig",
+                "cpctl.cli.commands.scheduling:bind",
+                "Be the scheduler: bind a Pending pod to a node through pods/binding."),
+    CommandSpec("baseline", Mode.CHANGE, "records each master's drift baseline",
+                "cpctl.cli.commands.drift:baseline", "Record (or accept) the expected manifests for drift checks."),
+    CommandSpec("check", Mode.READ_OR_CHANGE, "checks each master; --fix repairs them one batch at a time",
+                "cpctl.cli.commands.drift:check", "Find drift: overdue parks, strays, changed or missing manifests."),
+    CommandSpec("scheduler", None, "", "cpctl.cli.commands.scheduler:scheduler",
+                "Add or remove a second scheduler static pod."),
+    CommandSpec("scheduler add", Mode.CHANGE, "writes the second scheduler on each master"),
+    CommandSpec("scheduler remove", Mode.CHANGE, "removes it from each master"),
+    CommandSpec("scheduler list", Mode.READ, "each master's second schedulers"),
+    CommandSpec("watch", Mode.LOCAL, "inotify sees only this machine's filesystem; use `check` over SSH",
+                "cpctl.cli.commands.watch:watch", "Watch the manifests dir and say what the kubelet will do."),
+    CommandSpec("systemd", None, "", "cpctl.cli.commands.systemd:systemd",
+                "Install or show the systemd units for checks and watch."),
+    CommandSpec("systemd install", Mode.LOCAL, "writes unit files on this machine"),
+    CommandSpec("systemd show", Mode.LOCAL, "prints the unit files"),
+    CommandSpec("keeper", None, "", "cpctl.cli.commands.keeper:keeper",
+                "Show or stop the keeper of persistent SSH connections (--persist)."),
+    CommandSpec("keeper status", Mode.LOCAL, "the keeper runs on this machine"),
+    CommandSpec("keeper stop", Mode.LOCAL, "the keeper runs on this machine"),
+)
+
+COMMANDS: Dict[str, CommandSpec] = {spec.path: spec for spec in _SPECS}
+
+# Commands of other installed packages (entry point group ``cpctl.commands``, e.g. the lab
+# simulator) run on this machine: cpctl cannot know what they would do on a master.
+PLUGIN_MODE = Mode.LOCAL
+PLUGIN_WHY = "a command of another package (%s): it runs on this machine only"
+
+
+def lazy_commands() -> Dict[str, CommandSpec]:
+    """Top-level commands whose module is imported only when they run (or show their help)."""
+    return {path: spec for path, spec in COMMANDS.items() if spec.entry}
+
+
+def spec_for(path: str) -> Optional[CommandSpec]:
+    """The declared spec of a command path such as ``scheduler add`` (None: not declared)."""
+    return COMMANDS.get(path)

@@ -21,12 +21,15 @@ from typing import Iterator, List
 
 import pytest
 
+from cpctl.core import views
+from cpctl.core.settings import Settings
 from cpctl.errors import CpctlError, ExitCode
-from cpctl.host import base as host_module
+from cpctl.host import agent as host_module
 from cpctl.host import ops as hostops
-from cpctl.host.base import LocalHost, SubprocessAgentHost
+from cpctl.host.agent import SubprocessAgentHost
+from cpctl.host.local import LocalHost
 from cpctl.ops import drift
-from cpctl.ops import lifecycle as app
+from cpctl.ops.wiring import open_node
 from tests.coreutil import NODE, NodeDirs, echo_server
 
 pytestmark = pytest.mark.timeout(60)
@@ -51,15 +54,15 @@ def agent() -> Iterator[CountingAgent]:
     host.close()
 
 
-def _settings(node: NodeDirs) -> app.Settings:
-    return app.Settings(manifests_dir=node.manifests, state_dir=node.state, node_name=NODE, probe="none")
+def _settings(node: NodeDirs) -> Settings:
+    return Settings(manifests_dir=node.manifests, state_dir=node.state, node_name=NODE, probe="none")
 
 
 def _views(host, node: NodeDirs) -> dict:  # type: ignore[no-untyped-def]
     """status, check and history of ``node`` through ``host`` (times taken out)."""
-    status = app.status(app.open_node(_settings(node), host=host))
-    report = drift.check(app.open_node(_settings(node), host=host), now=0.0)
-    history = app.history(app.open_node(_settings(node), host=host), None, 0)
+    status = views.status(open_node(_settings(node), host=host))
+    report = drift.check(open_node(_settings(node), host=host), now=0.0)
+    history = views.history(open_node(_settings(node), host=host), None, 0)
     for row in status["components"]:
         row.pop("since", None)
     return {"status": status, "check": report.to_dict(),
@@ -75,13 +78,13 @@ def _node_with_parked(tmp_path) -> NodeDirs:  # type: ignore[no-untyped-def]
 
 def test_views_make_one_round_trip_each(agent: CountingAgent, tmp_path) -> None:
     node = _node_with_parked(tmp_path)
-    app.status(app.open_node(_settings(node), host=agent))
+    views.status(open_node(_settings(node), host=agent))
     assert agent.requests == ["batch"]
     del agent.requests[:]
-    drift.check(app.open_node(_settings(node), host=agent))
+    drift.check(open_node(_settings(node), host=agent))
     assert agent.requests == ["batch"]        # --probe none: no mirror pods asked for
     del agent.requests[:]
-    app.history(app.open_node(_settings(node), host=agent), "scheduler", 10)
+    views.history(open_node(_settings(node), host=agent), "scheduler", 10)
     assert agent.requests == ["batch"]
 
 
@@ -98,7 +101,7 @@ def test_views_over_the_agent_match_localhost(agent: CountingAgent, tmp_path) ->
 
 def test_a_fresh_node_is_one_round_trip_and_creates_nothing(agent: CountingAgent, tmp_path) -> None:
     node = NodeDirs(str(tmp_path))
-    status = app.status(app.open_node(_settings(node), host=agent))
+    status = views.status(open_node(_settings(node), host=agent))
     assert agent.requests == ["batch"]
     assert len(status["components"]) == 4 and not os.path.exists(node.state)
 
@@ -156,7 +159,7 @@ def test_a_bad_parked_meta_is_one_clear_error(agent: CountingAgent, tmp_path, da
         os.symlink("/etc/hostname", meta)
     for host in (agent, LocalHost()):
         with pytest.raises(CpctlError) as err:
-            app.status(app.open_node(_settings(node), host=host))
+            views.status(open_node(_settings(node), host=host))
         assert err.value.code == ExitCode.ENVIRONMENT and meta in err.value.message
 
 
@@ -283,7 +286,7 @@ def test_agent_info_is_what_the_local_host_says() -> None:
 def test_agent_serving_the_views_imports_no_json_re_or_socket(tmp_path) -> None:
     """What the agent imports is CPU every master pays at every agent start: json (with re and
     enum) was a third of it. The reads of status, check and history go through it here."""
-    view = app.open_node(_settings(NodeDirs(str(tmp_path))), host=LocalHost())
+    view = open_node(_settings(NodeDirs(str(tmp_path))), host=LocalHost())
     reads = view.view_reads() + [view.state.read_call(p) for p in (view.state.history_path, view.state.journal_path)]
     request = json.dumps({"op": "batch", "args": hostops.encode(
         {"requests": [{"op": op, "args": args} for op, args in reads]})}).encode() + b"\n"

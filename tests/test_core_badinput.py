@@ -92,8 +92,10 @@ import os, sys
 # unprivileged user cannot read, so this process drops to uid/gid 65534 only afterwards.
 import base64, calendar, errno, fcntl, hashlib, json, pwd, re, secrets, socket, stat, subprocess, time
 import click, yaml
-import cpctl.cli.main, cpctl.ops.lifecycle, cpctl.core.node, cpctl.core.state, cpctl.core.manifests
-import cpctl.cli.render, cpctl.timeutil
+import cpctl.cli.main, cpctl.cli.context, cpctl.cli.fanout, cpctl.cli.registry, cpctl.cli.render, cpctl.timeutil
+import cpctl.cli.commands.lifecycle, cpctl.cli.commands.views, cpctl.ops.lifecycle, cpctl.ops.wiring
+import cpctl.core.node, cpctl.core.state, cpctl.core.manifests, cpctl.core.journal, cpctl.core.views
+import cpctl.core.settings, cpctl.probes.registry, cpctl.host.local
 import cpctl.probes.base, cpctl.host.base, cpctl.host.ops, cpctl.errors
 os.setgroups([])
 os.setgid(65534)

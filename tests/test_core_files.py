@@ -16,11 +16,6 @@ from tests.coreutil import MANIFESTS, NODE, NodeDirs, assert_settled, sha, snaps
 tmpfs = pytest.fixture(tmpfs_fixture)
 
 
-@pytest.fixture
-def node(tmp_path):
-    return NodeDirs(str(tmp_path))
-
-
 def _mode(path: str) -> int:
     return stat.S_IMODE(os.lstat(path).st_mode)
 

@@ -11,30 +11,23 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 from tests.coreutil import NodeDirs, assert_settled, check_result, sha
 
 HOLDER = """
 import sys, time
-from cpctl.host.base import LocalHost
+from cpctl.host.local import LocalHost
 from cpctl.core.state import StateDir
 state = StateDir(LocalHost(), sys.argv[1])
 state.ensure(create=True)
-with state.locked(5, "cpctl stop scheduler (test holder)"):
+with state.locked(5, "cpctl stop scheduler (test holder)", sys.argv[3]):
     print("locked", flush=True)
     time.sleep(float(sys.argv[2]))
 """
 
 
-@pytest.fixture
-def node(tmp_path):
-    return NodeDirs(str(tmp_path))
-
-
 def _hold(node: NodeDirs, seconds: float) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, node.state, str(seconds)], stdout=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, node.state, str(seconds), node.manifests],
+                            stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
     return proc
 

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 
-from cpctl.probes.kubeapi import parse_time
+from cpctl.timeutil import parse_rfc3339 as parse_time
 from tests.labfixture import kubectl, lab, wait_for  # noqa: F401
 from tests.labfixture import run_cpctl as cpctl
 

@@ -11,17 +11,14 @@ from typing import Any, Optional
 import pytest
 
 from cpctl.cli.main import run
-from cpctl.ops import drift
+from cpctl.core.settings import Settings
+from cpctl.host.local import LocalHost
+from cpctl.ops import drift, wiring
 from cpctl.ops import lifecycle as app
 from cpctl.probes.base import NoWait, PodTarget, Waiter
 from tests.coreutil import MANIFESTS, NODE, NodeDirs, sha
 
 POD = MANIFESTS["kube-scheduler.yaml"]
-
-
-@pytest.fixture
-def node(tmp_path: Any) -> NodeDirs:
-    return NodeDirs(str(tmp_path))
 
 
 def cli(capsys: Any, node: NodeDirs, *args: str) -> tuple:
@@ -59,8 +56,8 @@ def edit_meta(node: NodeDirs, filename: str, **changes: Any) -> None:
 
 
 def open_node(node: NodeDirs, waiter: Optional[Waiter] = None) -> Any:
-    settings = app.Settings(manifests_dir=node.manifests, state_dir=node.state, node_name=NODE, probe="none")
-    opened = app.open_node(settings)
+    settings = Settings(manifests_dir=node.manifests, state_dir=node.state, node_name=NODE, probe="none")
+    opened = wiring.open_node(settings, LocalHost())
     opened.waiter = waiter or NoWait()
     return opened
 
@@ -270,13 +267,13 @@ def test_remove_strays_moves_them_and_never_deletes(capsys: Any, node: NodeDirs)
     write(node, "junk", b"key: [unclosed\n")
     write(node, ".kube-apiserver.yaml.swp", b"swap")
     rc, data, _ = check_json(capsys, node, "--fix")
-    assert rc == 1 and not [a for a in data["actions"] if a["action"] == "move_stray"]
+    assert rc == 1 and not [a for a in data["actions"] if a["action"] == "move-stray"]
     assert os.path.exists(os.path.join(node.manifests, "junk")), "nothing moved without --remove-strays"
     rc, out, err = cli(capsys, node, "check", "--remove-strays")
     assert rc == 2 and "--fix" in err
     rc, data, _ = check_json(capsys, node, "--fix", "--remove-strays")
     assert rc == 0, data
-    moved = [a for a in data["actions"] if a["action"] == "move_stray"]
+    moved = [a for a in data["actions"] if a["action"] == "move-stray"]
     assert sorted(a["file"] for a in moved) == ["junk", "kube-apiserver.yaml.bak"] and all(a["ok"] for a in moved)
     (stamp,) = os.listdir(os.path.join(node.state, "strays"))
     assert re.match(r"^\d{8}T\d{6}Z$", stamp)
@@ -326,7 +323,7 @@ def test_note_change_keeps_the_baseline_current(node: NodeDirs) -> None:
     drift.note_change(opened, "start", "kube-scheduler-b.yaml", sha(new))
     assert drift.read_baseline(opened)["manifests"]["kube-scheduler-b.yaml"]["pod"] == "kube-scheduler-b"
     assert not drift.check(opened).drift
-    drift.note_change(opened, "remove", "kube-scheduler-b.yaml", None)
+    drift.note_change(opened, "scheduler-remove", "kube-scheduler-b.yaml", None)
     assert "kube-scheduler-b.yaml" not in drift.read_baseline(opened)["manifests"]
 
 

@@ -29,8 +29,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from cpctl.cli.main import main
 from cpctl.cli import main as cli
+from cpctl.cli.main import main
 from cpctl.fleet.inventory import load_inventory
 from cpctl.host.sshconfig import parse_target, resolve
 from cpctl_lab.control import LabHandle, start_lab

@@ -11,8 +11,10 @@ import pytest
 
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.fleet.inventory import HostSpec, load_inventory
-from cpctl.fleet.runner import ConnectionPool, HostResult, recap, recap_json, run_parallel, run_rolling
+from cpctl.fleet.pool import ConnectionPool
+from cpctl.fleet.runner import HostResult, recap, recap_json, run_parallel, run_rolling
 from cpctl.host.base import LockBusy
+from cpctl.host.connect import open_host
 from tests.sshfixture import *  # noqa: F403
 from tests.sshfixture import SSHServer, free_port
 
@@ -135,8 +137,12 @@ def fleet_inventory(sshd_many: List[SSHServer], tmp_path) -> Any:
     return load_inventory(str(path))
 
 
+def _connector(options: Any) -> Any:
+    return lambda spec: open_host(spec.target, options, become=spec.become, python=spec.python)
+
+
 def _pool(sshd_many: List[SSHServer]) -> ConnectionPool:
-    return ConnectionPool(sshd_many[0].options(ssh_config="none"))
+    return ConnectionPool(_connector(sshd_many[0].options(ssh_config="none")))
 
 
 def _accepted(server: SSHServer) -> int:
@@ -179,7 +185,7 @@ def test_rolling_over_real_masters(sshd_many: List[SSHServer], fleet_inventory: 
         def step(spec: HostSpec) -> dict:
             host = pool.get(spec)
             if spec.name == "master2":
-                other = ConnectionPool(sshd_many[0].options(ssh_config="none"))
+                other = ConnectionPool(_connector(sshd_many[0].options(ssh_config="none")))
                 try:
                     other.get(spec).lock(lock, 0.2, spec.name)
                 finally:

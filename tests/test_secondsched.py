@@ -16,10 +16,10 @@ import pytest
 import yaml
 
 from cpctl.core import manifests
-from cpctl.host.base import LocalHost
+from cpctl.host.local import LocalHost
 from cpctl.ops import scheduler as secondsched
 from cpctl.probes.base import PodTarget
-from cpctl.probes.waiter import lease_name, uses_lease
+from cpctl.probes.lease import lease_name, uses_lease
 from tests.coreutil import NodeDirs, check_result, snapshot
 
 SCHEDULER = """\

@@ -15,7 +15,8 @@ from typing import Any, Iterator
 
 import pytest
 
-from cpctl.host.base import Host, LocalHost, LockBusy
+from cpctl.host.base import Host, LockBusy
+from cpctl.host.local import LocalHost
 from tests.coreutil import echo_server
 from tests.sshfixture import *  # noqa: F403
 from tests.sshfixture import SSHServer

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from cpctl.errors import CpctlError, ExitCode
-from cpctl.host.base import LocalHost
+from cpctl.host.local import LocalHost
 from cpctl.probes.kubeapi import ApiError, ApiUnreachable, KubeClient, load_kubeconfig
 
 CERT = b"-----BEGIN CERTIFICATE-----\nMIIB...\n-----END CERTIFICATE-----\n"

@@ -88,11 +88,6 @@ class WatchProc:
 
 
 @pytest.fixture
-def node(tmp_path: Any) -> NodeDirs:
-    return NodeDirs(str(tmp_path))
-
-
-@pytest.fixture
 def watcher(node: NodeDirs) -> Any:
     proc = WatchProc(node)
     yield proc

@@ -1,0 +1,128 @@
+"""The dependency rule of cpctl's layers, checked on the source (README "Architecture").
+
+    cli -> ops -> core -> probes | fleet -> host -> host.ops (the agent), errors, timeutil
+
+A module may import modules of a lower layer, or of its own package; never upwards, never across
+between probes and fleet, and no import cycle anywhere - lazy imports inside functions included.
+``cpctl.host.ops`` is shipped to the masters as the agent: standard library only. The simulator
+``cpctl_lab`` and the product never import each other.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+from typing import Dict, List, Set, Tuple
+
+ROOT = Path(__file__).resolve().parent.parent
+LAYERS: List[Tuple[str, int]] = [      # longest prefix wins
+    ("cpctl.__main__", 70),
+    ("cpctl.cli", 60),
+    ("cpctl.ops", 50),
+    ("cpctl.core", 40),
+    ("cpctl.probes", 30),
+    ("cpctl.fleet", 30),
+    ("cpctl.host.ops", 5),
+    ("cpctl.host", 20),
+    ("cpctl.errors", 8),
+    ("cpctl.timeutil", 10),
+    ("cpctl", 0),                      # the package itself: its version string
+]
+
+
+def modules(package: str) -> Dict[str, Path]:
+    base = ROOT / package
+    found = {}
+    for path in base.rglob("*.py"):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join(parts)] = path
+    return found
+
+
+def imports_of(path: Path, name: str, known: Set[str]) -> Set[str]:
+    """Every module ``name`` imports, at any depth of the file (lazy imports count)."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: Set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            for alias in node.names:
+                full = "%s.%s" % (base, alias.name)
+                out.add(full if full in known else base)
+    return out
+
+
+def layer(module: str) -> Tuple[str, int]:
+    return max(((prefix, rank) for prefix, rank in LAYERS if module == prefix or module.startswith(prefix + ".")),
+               key=lambda item: len(item[0]))
+
+
+def graph() -> Dict[str, Set[str]]:
+    known = modules("cpctl")
+    return {name: {m for m in imports_of(path, name, set(known)) if m in known and m != name}
+            for name, path in known.items()}
+
+
+def test_imports_point_down() -> None:
+    wrong = []
+    for name, deps in sorted(graph().items()):
+        here, rank = layer(name)
+        for dep in sorted(deps):
+            there, dep_rank = layer(dep)
+            if dep_rank > rank or (dep_rank == rank and there != here):
+                wrong.append("%s (%s, layer %d) imports %s (%s, layer %d)" % (name, here, rank, dep, there, dep_rank))
+    assert not wrong, "imports against the layer rule:\n" + "\n".join(wrong)
+
+
+def test_no_import_cycles() -> None:
+    deps = graph()
+    cycles = []
+    state: Dict[str, int] = {}
+    stack: List[str] = []
+
+    def visit(name: str) -> None:
+        state[name] = 1
+        stack.append(name)
+        for dep in sorted(deps.get(name, ())):
+            if state.get(dep) == 1:
+                cycles.append(" -> ".join(stack[stack.index(dep):] + [dep]))
+            elif dep not in state:
+                visit(dep)
+        stack.pop()
+        state[name] = 2
+
+    for name in sorted(deps):
+        if name not in state:
+            visit(name)
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def test_agent_is_standard_library_only() -> None:
+    path = ROOT / "cpctl" / "host" / "ops.py"
+    imported = imports_of(path, "cpctl.host.ops", set())
+    foreign = sorted(m for m in imported if m.split(".")[0] not in sys.stdlib_module_names)
+    assert not foreign, "the agent shipped to masters imports non-stdlib modules: %s" % foreign
+
+
+def test_simulator_and_product_are_separate() -> None:
+    product = modules("cpctl")
+    lab = modules("cpctl_lab")
+    for name, path in product.items():
+        assert not any(m.split(".")[0] == "cpctl_lab" for m in imports_of(path, name, set(product))), name
+        assert "cpctl_lab" not in path.read_text(), "%s names the simulator" % name
+    for name, path in lab.items():
+        assert not any(m.split(".")[0] == "cpctl" for m in imports_of(path, name, set(lab))), name
+
+
+def test_every_module_has_a_layer() -> None:
+    for name in modules("cpctl"):
+        assert layer(name)[0] != "cpctl" or name == "cpctl", "%s has no layer in LAYERS" % name

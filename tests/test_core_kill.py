@@ -1,0 +1,200 @@
+"""SIGKILL at every step of every kind of change, then recovery: the crash-safety invariants hold.
+
+Each kind of change (stop, start, scheduler-add, scheduler-remove, move-stray) runs in a forked
+child on a ``MockHost`` that kills the process just before its Nth host call, for every N from
+the first call to the last - every instant between two file operations is a kill point. The next
+cpctl command (``status``, in-process) must then find the node in one of the two states the change
+goes between, completed or rolled back, say which, and leave no journal, no staged or temp file,
+and never two loadable files for one pod in the manifests dir.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from typing import Any, Callable, Dict, List, Tuple
+
+import pytest
+
+from cpctl.core import views
+from cpctl.core.settings import Settings
+from cpctl.host.local import LocalHost
+from cpctl.host.mock import Fault, MockHost
+from cpctl.ops import drift, lifecycle
+from cpctl.ops import scheduler as secondsched
+from cpctl.ops.wiring import open_node
+from tests.coreutil import NODE, NodeDirs
+
+SCHEDULER = b"""apiVersion: v1
+kind: Pod
+metadata:
+  name: kube-scheduler
+  namespace: kube-system
+spec:
+  containers:
+  - command:
+    - kube-scheduler
+    - --kubeconfig=/etc/kubernetes/scheduler.conf
+    - --leader-elect=true
+    image: registry.k8s.io/kube-scheduler:v1.30.4
+    name: kube-scheduler
+  hostNetwork: true
+"""
+STRAY = b"not a pod: an editor's leftover\n"
+
+
+def _run(node: NodeDirs, kind: str, kill_at: int) -> Tuple[int, int]:
+    """Run one change in a forked child on a MockHost that SIGKILLs itself before its ``kill_at``-th
+    host call (0: never). Returns (wait status, number of host calls when it finished)."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                          # the child: no pytest teardown, ever
+        code = 1
+        try:
+            os.close(read_end)
+            host = MockHost([Fault("*", "SIGKILL", at=kill_at)] if kill_at else [])
+            settings = Settings(manifests_dir=node.manifests, state_dir=node.state, node_name=NODE, probe="none",
+                                lock_timeout=1)
+            CHANGES[kind](open_node(settings, host))
+            os.write(write_end, str(len(host.calls)).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    _, status = os.waitpid(pid, 0)
+    with os.fdopen(read_end, "rb") as pipe:
+        calls = pipe.read()
+    return status, int(calls or 0)
+
+
+CHANGES: Dict[str, Callable[[Any], Any]] = {
+    "stop": lambda node: lifecycle.stop(node, ["scheduler"], "kill test", None, False, 1),
+    "start": lambda node: lifecycle.start(node, ["scheduler"], False, 1),
+    "scheduler-add": lambda node: secondsched.add(node, "my-scheduler", wait=False),
+    "scheduler-remove": lambda node: secondsched.remove(node, "my-scheduler", wait=False),
+    "move-stray": lambda node: drift.fix(node, drift.check(node), remove_strays=True),
+}
+
+
+def _prepare(kind: str, root: str) -> NodeDirs:
+    """A node in the state the change starts from (set up without faults)."""
+    if kind in ("scheduler-add", "scheduler-remove"):
+        node = NodeDirs(root, files={"kube-scheduler.yaml": SCHEDULER})
+    else:
+        node = NodeDirs(root)
+    if kind == "start":
+        _done(_run(node, "stop", 0))
+    if kind == "scheduler-remove":
+        _done(_run(node, "scheduler-add", 0))
+    if kind == "move-stray":
+        with open(os.path.join(node.manifests, "kube-scheduler.yaml.orig"), "wb") as handle:
+            handle.write(STRAY)
+    return node
+
+
+def _done(result: Tuple[int, int]) -> int:
+    status, calls = result
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, "the change failed without a fault"
+    return calls
+
+
+def _recover(node: NodeDirs) -> Dict[str, Any]:
+    """What the next cpctl command does first: finish or roll back, then show the node."""
+    settings = Settings(manifests_dir=node.manifests, state_dir=node.state, node_name=NODE, probe="none")
+    return views.status(open_node(settings, LocalHost()))
+
+
+def _files(directory: str) -> Dict[str, bytes]:
+    out = {}
+    for base, _, names in os.walk(directory):
+        for name in names:
+            with open(os.path.join(base, name), "rb") as handle:
+                out[os.path.relpath(os.path.join(base, name), directory)] = handle.read()
+    return out
+
+
+def _actions(node: NodeDirs) -> List[str]:
+    return [r["action"] for r in node.history()]
+
+
+def _common(node: NodeDirs, status: Dict[str, Any]) -> None:
+    """No journal, nothing staged, no dot-temp file, no pod defined twice in the manifests dir."""
+    assert not os.path.exists(node.journal)
+    staged = os.path.join(node.state, "staged")
+    assert not (os.path.isdir(staged) and os.listdir(staged))
+    for directory in (node.manifests, node.state):
+        leftovers = [p for p in _files(directory) if ".cpctl-tmp" in p]
+        assert not leftovers, leftovers
+    assert not [w for w in status["warnings"] if "several files" in w]
+
+
+def _check_stop_or_start(node: NodeDirs, kind: str, status: Dict[str, Any]) -> str:
+    scheduler = [b for b in [*_files(node.manifests).values(), *_files(node.parked).values()]
+                 if b == node.files["kube-scheduler.yaml"]]
+    assert len(scheduler) == 1, "the scheduler's bytes must exist exactly once"
+    parked = os.path.exists(os.path.join(node.parked, "kube-scheduler.yaml"))
+    meta = os.path.exists(os.path.join(node.state, "meta", "kube-scheduler.yaml.json"))
+    assert parked == meta, "a parked manifest has its metadata, a running one none"
+    expected = (["stop"] if kind == "stop" else ["stop", "start"])
+    if (kind == "stop") == parked:
+        assert _actions(node) == expected
+        return "completed"
+    assert _actions(node) == expected[:-1]
+    return "rolled back"
+
+
+def _check_scheduler_add(node: NodeDirs, status: Dict[str, Any]) -> str:
+    manifest = os.path.exists(os.path.join(node.manifests, "my-scheduler.yaml"))
+    config = os.path.exists(os.path.join(node.root, "my-scheduler-config.yaml"))
+    assert manifest == config, "never a scheduler manifest without its config, nor a config left alone"
+    assert _actions(node) == (["scheduler-add"] if manifest else [])
+    return "completed" if manifest else "rolled back"
+
+
+def _check_scheduler_remove(node: NodeDirs, status: Dict[str, Any]) -> str:
+    manifest = os.path.exists(os.path.join(node.manifests, "my-scheduler.yaml"))
+    config = os.path.exists(os.path.join(node.root, "my-scheduler-config.yaml"))
+    removed = _files(os.path.join(node.state, "removed")) if os.path.isdir(os.path.join(node.state, "removed")) else {}
+    if manifest:
+        assert config and not removed and _actions(node) == ["scheduler-add"]
+        return "rolled back"
+    assert not config, "the config goes with the manifest"
+    assert sorted(os.path.basename(p) for p in removed) == ["my-scheduler-config.yaml", "my-scheduler.yaml"]
+    assert _actions(node) == ["scheduler-add", "scheduler-remove"]
+    return "completed"
+
+
+def _check_move_stray(node: NodeDirs, status: Dict[str, Any]) -> str:
+    here = os.path.exists(os.path.join(node.manifests, "kube-scheduler.yaml.orig"))
+    strays = os.path.join(node.state, "strays")
+    moved = [b for b in (_files(strays).values() if os.path.isdir(strays) else []) if b == STRAY]
+    assert here + len(moved) == 1, "the stray's bytes exist exactly once"
+    assert _actions(node) == ([] if here else ["move-stray"])
+    return "rolled back" if here else "completed"
+
+
+CHECKS: Dict[str, Callable[..., str]] = {
+    "stop": lambda node, status: _check_stop_or_start(node, "stop", status),
+    "start": lambda node, status: _check_stop_or_start(node, "start", status),
+    "scheduler-add": _check_scheduler_add,
+    "scheduler-remove": _check_scheduler_remove,
+    "move-stray": _check_move_stray,
+}
+
+
+@pytest.mark.parametrize("kind", sorted(CHECKS))
+def test_sigkill_before_every_host_call(kind: str, tmp_path: Any) -> None:
+    calls = _done(_run(_prepare(kind, str(tmp_path / "count")), kind, 0))
+    seen = {"completed": 0, "rolled back": 0}
+    for kill_at in range(1, calls + 1):
+        root = str(tmp_path / ("k%d" % kill_at))
+        node = _prepare(kind, root)      # afresh: generated manifests name absolute paths of their node
+        status, _ = _run(node, kind, kill_at)
+        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, \
+            "kill point %d of %d not reached" % (kill_at, calls)
+        view = _recover(node)
+        _common(node, view)
+        seen[CHECKS[kind](node, view)] += 1
+        shutil.rmtree(root)
+    assert seen["completed"] and seen["rolled back"], seen

@@ -93,3 +93,14 @@ def lazy_commands() -> Dict[str, CommandSpec]:
 def spec_for(path: str) -> Optional[CommandSpec]:
     """The declared spec of a command path such as ``scheduler add`` (None: not declared)."""
     return COMMANDS.get(path)
+
+
+def markdown_table() -> str:
+    """The README's fan-out table, made from ``COMMANDS`` (a test keeps the README in step)."""
+    lines = ["| command | with `-H`/`-i` | why |", "|---|---|---|"]
+    for spec in COMMANDS.values():
+        if spec.mode is not None:
+            lines.append("| `cpctl %s` | %s | %s |" % (spec.path, spec.mode.value, spec.why))
+    lines.append("| `cpctl lab ...` and other packages' commands | %s | %s |"
+                 % (PLUGIN_MODE.value, PLUGIN_WHY % "the simulator"))
+    return "\n".join(lines)

@@ -60,6 +60,31 @@ def _yaml_loader() -> Any:
     return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+# --- names editors, package managers and humans leave next to a manifest -----------------------
+# Matched on the whole name's end, so a real component name never matches by accident.
+VIM_WRITE_TEST = "4913"     # vim writes and deletes this non-dot file to test the directory
+_LEFTOVER_RE = re.compile(r"(~|\.bak\d*|\.backup|\.orig|\.old|\.save|\.sw[a-px]|\.tmp|\.rej"
+                          r"|\.dpkg-(old|new|dist|bak)|\.rpm(save|new|orig)|\.ucf-(old|dist))$", re.IGNORECASE)
+_SWAP_RE = re.compile(r"^\.(.+)\.sw[a-px]$")   # vim: .swp, then .swo ... .swa; .swx while testing
+
+
+def leftover_kind(name: str) -> Optional[str]:
+    """What kind of leftover copy a file name looks like, or None for an ordinary name."""
+    if name == VIM_WRITE_TEST:
+        return "vim's write-test file"
+    if name.endswith("~"):
+        return "an editor backup"
+    if _LEFTOVER_RE.search(name):
+        return "a backup/editor leftover name"
+    return None
+
+
+def swap_file_of(name: str) -> Optional[str]:
+    """The file a vim swap file (``.kube-apiserver.yaml.swp``) belongs to, None for other names."""
+    match = _SWAP_RE.match(name)
+    return match.group(1) if match else None
+
+
 class InvalidManifest(ValueError):
     """The file is not something the kubelet would run (the message says why)."""
 
@@ -212,15 +237,20 @@ class DirScan:
         return [m for m in self.manifests if m.matches(wanted)]
 
 
+def require_directory(info: Optional[Dict[str, Any]], what: str, path: str, missing: str = "does not exist") -> None:
+    """Fail with one clear line unless ``info`` (an lstat) is a real directory: absent (exit 7), a
+    symlink (refused: cpctl uses real paths only, exit 4) or another kind of file (exit 7)."""
+    if info is None:
+        raise CpctlError("%s %s %s" % (what, path, missing), ExitCode.ENVIRONMENT)
+    if info["kind"] == "symlink":
+        raise CpctlError("%s %s is a symlink: pass the real directory" % (what, path), ExitCode.REFUSED)
+    if info["kind"] != "dir":
+        raise CpctlError("%s %s is not a directory" % (what, path), ExitCode.ENVIRONMENT)
+
+
 def check_manifests_dir(host: Host, path: str) -> None:
     """Fail with one clear line when the manifests dir cannot be used."""
-    info = host.lstat(path)
-    if info is None:
-        raise CpctlError("manifests dir %s does not exist" % path, ExitCode.ENVIRONMENT)
-    if info["kind"] == "symlink":
-        raise CpctlError("manifests dir %s is a symlink: pass the real directory" % path, ExitCode.REFUSED)
-    if info["kind"] != "dir":
-        raise CpctlError("manifests dir %s is not a directory" % path, ExitCode.ENVIRONMENT)
+    require_directory(host.lstat(path), "manifests dir", path)
 
 
 def scan(host: Host, path: str) -> DirScan:

@@ -20,6 +20,7 @@ import json
 from contextlib import contextmanager
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
+from cpctl.core.manifests import require_directory
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host.base import Host, LockBusy
 from cpctl.timeutil import iso, parse_iso, stamp
@@ -105,12 +106,8 @@ class StateDir:
         return True
 
     def _check_dir(self, path: str, info: Optional[dict]) -> None:
-        if info is None:
-            raise CpctlError("state dir %s vanished" % path, ExitCode.ENVIRONMENT)
-        if info["kind"] == "symlink":
-            raise CpctlError("state dir %s is a symlink: refusing (use the real path)" % path, ExitCode.REFUSED)
-        if info["kind"] != "dir":
-            raise CpctlError("state dir %s is not a directory" % path, ExitCode.ENVIRONMENT)
+        require_directory(info, "state dir", path, missing="vanished")
+        assert info is not None
         if info["mode"] & 0o077:
             raise CpctlError("state dir %s has loose permissions %04o: run chmod 700 %s"
                              % (path, info["mode"], path), ExitCode.REFUSED)

@@ -30,7 +30,7 @@ def status(node: Node, wanted: Optional[List[str]] = None) -> Dict[str, Any]:
         rows = _filter_rows(node, rows, wanted, scan, parked)
     for row in rows:
         if row["state"] == "running" and row.get("pod"):
-            target = PodTarget(row["component"], row["namespace"], node.node_name, None, row["file"])
+            target = PodTarget(row["component"], row["namespace"], node.node_name, file=row["file"])
             row["pod_state"] = node.waiter.describe(target)
     return {"node": node.node_name, "manifests_dir": node.manifests_dir, "state_dir": node.state.path,
             "components": rows, "warnings": warnings(scan), "recovered": list(node.recovered)}

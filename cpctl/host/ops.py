@@ -646,7 +646,7 @@ def _json_codec():
     """
     try:
         import _json
-        scan = _json.make_scanner(_ScanContext())
+        scan = _json.make_scanner(_ScanContext())  # type: ignore[arg-type]  # duck-typed like JSONDecoder
         write = _json.make_encoder(None, _unencodable, _json.encode_basestring_ascii, None, ": ", ", ",
                                    False, False, True)
 

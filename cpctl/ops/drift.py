@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import re
 import time
 from typing import Any, Optional
 
@@ -54,12 +53,6 @@ KINDS = {
     "check_skipped": "mirror pod checks skipped: no probe that can describe pods",
 }
 
-# Names editors, package managers and humans give copies. Matched on the whole name's end, so
-# a real component name never matches by accident.
-_BACKUP_RE = re.compile(r"(~|\.bak\d*|\.backup|\.orig|\.old|\.save|\.sw[a-p]|\.tmp|\.rej|\.dpkg-(old|new|dist|bak)"
-                        r"|\.rpm(save|new|orig)|\.ucf-(old|dist))$", re.IGNORECASE)
-_VIM_WRITE_TEST = "4913"
-_SWAP_RE = re.compile(r"^\..+\.sw[a-p]$")
 
 
 class Finding:
@@ -348,10 +341,9 @@ def _check_parked(report: Report, parked: dict, now: float, max_parked: Optional
 
 def stray_reason(name: str, known_files: set) -> Optional[str]:
     """Why a loadable file name looks like a leftover copy (None: it looks like a real manifest)."""
-    if name == _VIM_WRITE_TEST:
-        return "vim's write-test file 4913"
-    if _BACKUP_RE.search(name):
-        return "a backup/editor leftover name"
+    kind = manifests.leftover_kind(name)
+    if kind:
+        return "%s %s" % (kind, name) if name == manifests.VIM_WRITE_TEST else kind
     for other in known_files:
         if other != name and name.startswith(other) and len(name) > len(other):
             return "a copy of %s" % other
@@ -379,9 +371,10 @@ def _check_strays(report: Report, scan: DirScan, baseline: Optional[dict], parke
         report.add(Finding("duplicate", CRITICAL, "pod %s/%s is defined by %s: the kubelet runs only one of them"
                            % (namespace, name, " and ".join(files)), file=files[-1], component=name, files=files))
     for name in scan.ignored:
-        if _SWAP_RE.match(name):
+        edited = manifests.swap_file_of(name)
+        if edited:
             report.add(Finding("editor_swap", INFO, "%s: vim swap file for %s (being edited, or the editor crashed)"
-                               % (name, name[1:-4]), file=name))
+                               % (name, edited), file=name))
 
 
 def _add_stray(report: Report, m: manifests.Manifest, reason: str) -> None:
@@ -450,7 +443,7 @@ def _check_mirrors(report: Report, node: Node, scan: DirScan, parked: dict) -> N
                                % (m.file, m.pod_name, node.node_name, what), file=m.file, component=m.pod_name))
     for filename, meta in sorted(parked.items()):
         component = meta.get("component") or manifests.file_stem(filename)
-        target = PodTarget(component, meta.get("namespace") or "kube-system", node.node_name, None, filename)
+        target = PodTarget(component, meta.get("namespace") or "kube-system", node.node_name, file=filename)
         state = node.waiter.describe(target)
         if state is not None and state.get("present"):
             report.add(Finding("mirror_of_parked", WARNING, "%s is parked but mirror pod %s still exists (phase %s)"

@@ -62,18 +62,14 @@ class _Pending:
 
 def transient_detail(name: str) -> str:
     """Why a file that came and went within one burst did not matter to the kubelet."""
-    if name == "4913":
-        what = "vim's write-test file"
-    elif name.endswith("~"):
-        what = "an editor backup"
-    else:
-        what = "a temporary file"
+    what = manifests.leftover_kind(name) or "a temporary file"
     return "%s (%s) appeared and vanished: nothing for the kubelet to load" % (name, what)
 
 
 def dot_detail(name: str) -> str:
-    if name.endswith((".swp", ".swo", ".swx")):
-        return "vim swap file for %s: the kubelet ignores dot files" % name[1:-4]
+    edited = manifests.swap_file_of(name)
+    if edited:
+        return "vim swap file for %s: the kubelet ignores dot files" % edited
     return "dot file: the kubelet ignores it"
 
 
@@ -281,7 +277,7 @@ class Watch:
         how = "moved out" if "moved_out" in event else "deleted"
         self._emit(event, name, STOP, self.mirror_name(pod), "file %s: the kubelet stops pod %s/%s"
                    % (how, namespace, pod))
-        self._follow(STOP, PodTarget(pod, namespace, self.node_name, None, name))
+        self._follow(STOP, PodTarget(pod, namespace, self.node_name, file=name))
 
     def _rejected(self, entry: manifests.Manifest, event: str) -> None:
         prev = self.loaded.pop(entry.file, None)
@@ -297,7 +293,7 @@ class Watch:
         prev = self.loaded.get(entry.file)
         self.loaded[entry.file] = (entry.namespace, entry.pod_name, entry.checksum)
         pod = self.mirror_name(entry.pod_name or "")
-        target = PodTarget(entry.pod_name or "", entry.namespace, self.node_name, entry.pod, entry.file)
+        target = PodTarget(entry.pod_name or "", entry.namespace, self.node_name, entry.pod or {}, entry.file)
         others = [f for f in scan.duplicates().get(key, []) if f != entry.file]
         if others:
             self._emit(event, entry.file, DUPLICATE, pod, "pod %s/%s is also defined by %s: the kubelet runs only "

@@ -10,21 +10,21 @@ polls the probes. ``cpctl.probes.registry`` builds them by name, so the core nev
 from __future__ import annotations
 
 import time
-from typing import Any, Optional, Protocol
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional, Protocol, Tuple
 
 API_LESS = ("kube-apiserver", "etcd")   # the API cannot watch these go away and come back
 
 
+@dataclass
 class PodTarget:
     """The static pod a manifest defines on a node, as the kubelet names it."""
 
-    def __init__(self, component: str, namespace: str, node: str, pod: Optional[dict] = None,
-                 file: str = "") -> None:
-        self.component = component          # metadata.name in the manifest
-        self.namespace = namespace
-        self.node = node
-        self.pod = pod or {}
-        self.file = file
+    component: str                          # metadata.name in the manifest
+    namespace: str
+    node: str
+    pod: Dict[str, Any] = field(default_factory=dict)   # the manifest's pod ({} when unknown)
+    file: str = ""
 
     @property
     def pod_name(self) -> str:
@@ -32,14 +32,14 @@ class PodTarget:
         return "%s-%s" % (self.component, self.node.lower())
 
 
+@dataclass
 class WaitResult:
     """What a wait established; ``verified`` is False when nothing was actually observed."""
 
-    def __init__(self, verified: bool, detail: str, elapsed: float = 0.0, state: Any = None) -> None:
-        self.verified = verified
-        self.detail = detail
-        self.elapsed = elapsed
-        self.state = state
+    verified: bool
+    detail: str
+    elapsed: float = 0.0
+    state: Any = None
 
     def to_dict(self) -> dict:
         return {"verified": self.verified, "detail": self.detail, "elapsed": round(self.elapsed, 3)}
@@ -79,20 +79,18 @@ class Unavailable(Exception):
     """The probe cannot look right now (API down, crictl missing, no endpoint)."""
 
 
+@dataclass
 class PodState:
     """One observation of a static pod."""
 
-    def __init__(self, present: bool, ready: bool = False, phase: str = "", uid: str = "",
-                 containers: tuple = (), started: Optional[float] = None, created: Optional[float] = None,
-                 source: str = "") -> None:
-        self.present = present
-        self.ready = ready
-        self.phase = phase
-        self.uid = uid
-        self.containers = containers
-        self.started = started
-        self.created = created
-        self.source = source
+    present: bool
+    ready: bool = False
+    phase: str = ""
+    uid: str = ""
+    containers: Tuple[str, ...] = field(default_factory=tuple)
+    started: Optional[float] = None
+    created: Optional[float] = None
+    source: str = ""
 
     def is_new_since(self, before: Optional["PodState"]) -> bool:
         """True when this pod cannot be the one observed in ``before``."""

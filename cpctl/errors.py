@@ -22,16 +22,49 @@ class ExitCode(enum.IntEnum):
     API = 9            # the Kubernetes API answered with an error or is unreachable
     CONFLICT = 10      # the API refused because of the object's state (e.g. pod already bound)
     INTERNAL = 70      # a bug in cpctl: please report it
+    INTERRUPTED = 130  # SIGINT (Ctrl-C) or SIGTERM: the message says where each component was left
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived (the entry point turns the signal into this): unwinds like Ctrl-C does, so
+    every change on the way puts back what it must. A BaseException: no ``except Exception`` eats it."""
 
 
 class CpctlError(Exception):
-    """A failure the user can act on: printed as one line on stderr, exits with ``code``."""
+    """A failure the user can act on: printed as one line on stderr, exits with ``code``.
 
-    def __init__(self, message: str, code: ExitCode = ExitCode.ENVIRONMENT, hint: str = "") -> None:
+    ``where`` says where a change left things when the failure came after it (e.g. "its manifest
+    stays parked at ..."): printed after the message, kept apart so a caller that puts things back
+    (restart) can say so instead."""
+
+    def __init__(self, message: str, code: ExitCode = ExitCode.ENVIRONMENT, hint: str = "", where: str = "") -> None:
         super().__init__(message)
         self.message = message
         self.code = code
         self.hint = hint
+        self.where = where
+
+    @property
+    def full_message(self) -> str:
+        """The message and, when set, where things were left."""
+        return "%s; %s" % (self.message, self.where) if self.where else self.message
+
+
+class Interrupted(CpctlError):
+    """SIGINT or SIGTERM arrived while a command waited; the message says where things were left."""
+
+    def __init__(self, signal: str, message: str, where: str = "") -> None:
+        super().__init__(message, ExitCode.INTERRUPTED, where=where)
+        self.signal = signal
+
+
+def interrupted_by(exc: BaseException) -> str:
+    """"SIGINT"/"SIGTERM" when ``exc`` is an interruption (raw or reported), else ""."""
+    if isinstance(exc, KeyboardInterrupt):
+        return "SIGINT"
+    if isinstance(exc, Terminated):
+        return "SIGTERM"
+    return exc.signal if isinstance(exc, Interrupted) else ""
 
 
 class Failure(NamedTuple):
@@ -46,7 +79,7 @@ def failure_of(exc: BaseException) -> Failure:
     """The exit code and message for any exception that reaches the top of a command or of a
     host's run in a fan-out: the one place that maps exceptions to documented codes."""
     if isinstance(exc, CpctlError):
-        return Failure(exc.code, exc.message, exc.hint)
+        return Failure(exc.code, exc.full_message, exc.hint)
     if isinstance(exc, LockBusy):
         return Failure(ExitCode.LOCKED, "node locked by %s" % exc.holder, "wait for it, or raise --lock-timeout")
     if isinstance(exc, OSError):

@@ -79,12 +79,14 @@ def _command_words(name: Optional[str], command: Any, rest: List[str]) -> str:
 
 @click.group(cls=CpctlGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
              epilog=EXIT_CODES_HELP)
-@click.option("--manifests-dir", envvar="CPCTL_MANIFESTS_DIR", default="/etc/kubernetes/manifests",
-              show_default=True, help="Static pod manifests dir (kubelet staticPodPath).")
+@click.option("--manifests-dir", envvar="CPCTL_MANIFESTS_DIR", default=None,
+              help="Static pod manifests dir [default: the kubelet's staticPodPath, else /etc/kubernetes/manifests].")
+@click.option("--kubelet-dir", envvar="CPCTL_KUBELET_DIR", default="/var/lib/kubelet", show_default=True,
+              help="The kubelet's dir (kubeadm-flags.env, config.yaml): node name and staticPodPath come from it.")
 @click.option("--state-dir", envvar="CPCTL_STATE_DIR", default="/var/lib/cpctl", show_default=True,
               help="Parked manifests, journal, lock and history (created 0700).")
 @click.option("--node-name", envvar="CPCTL_NODE_NAME", default=None,
-              help="Kubernetes node name [default: the host name].")
+              help="Kubernetes node name [default: the kubelet's --hostname-override, else the full host name].")
 @click.option("--kubeconfig", envvar="KUBECONFIG", default="/etc/kubernetes/admin.conf", show_default=True,
               help="kubeconfig used to watch mirror pods.")
 @click.option("--probe", envvar="CPCTL_PROBE", type=click.Choice(["auto", "api", "crictl", "health", "none"]),
@@ -116,7 +118,8 @@ def _command_words(name: Optional[str], command: Any, rest: List[str]) -> str:
                                       "[default: 60 for read-only commands, none for changes].")
 @click.version_option(package_name="cpctl", message="cpctl %(version)s")
 @click.pass_context
-def main(ctx: click.Context, manifests_dir: str, state_dir: str, node_name: Optional[str], kubeconfig: str,
+def main(ctx: click.Context, manifests_dir: Optional[str], kubelet_dir: str, state_dir: str, node_name: Optional[str],
+         kubeconfig: str,
          probe: str, crictl: str, lock_timeout: float, output: str, hosts: tuple, inventory: Optional[str],
          ssh_config: Optional[str], known_hosts: Optional[str], accept_new_host_key: bool, ask_become_pass: bool,
          persist: Optional[str], forks: int, serial: str, keep_going: bool, host_timeout: Optional[float]) -> None:
@@ -129,7 +132,8 @@ def main(ctx: click.Context, manifests_dir: str, state_dir: str, node_name: Opti
     from cpctl.fleet.runner import parse_serial
     from cpctl.timeutil import parse_persist
     settings = Settings(manifests_dir=manifests_dir, state_dir=state_dir, node_name=node_name,
-                        kubeconfig=kubeconfig, probe=probe, lock_timeout=lock_timeout, crictl=crictl)
+                        kubeconfig=kubeconfig, probe=probe, lock_timeout=lock_timeout, crictl=crictl,
+                        kubelet_dir=kubelet_dir)
     persist_seconds = parse_persist(persist)         # checked even when unused
     serial_value = parse_serial(serial)
     ctx.obj = CliState(settings, output)
@@ -168,11 +172,8 @@ def _prompt(text: str, secret: bool = True) -> str:
     return str(click.prompt(text.rstrip(": "), hide_input=secret, default="", show_default=False))
 
 
-class Terminated(Exception):
-    """SIGTERM arrived: unwind like Ctrl-C does, so every change puts back what it must."""
-
-
 def _on_sigterm(signum: int, frame: Any) -> None:
+    from cpctl.errors import Terminated
     raise Terminated()
 
 
@@ -200,11 +201,17 @@ def run(argv: Optional[List[str]] = None) -> int:
     except click.ClickException as exc:
         note(exc.format_message())
         return int(exc.exit_code)
-    except (KeyboardInterrupt, Terminated) as exc:
-        note("interrupted (%s)" % ("SIGTERM" if isinstance(exc, Terminated) else "SIGINT"))
-        return 130 if isinstance(exc, KeyboardInterrupt) else 143
+    except KeyboardInterrupt:
+        note("interrupted (SIGINT)")
+        return int(ExitCode.INTERRUPTED)
     except Exception as exc:  # noqa: BLE001 - the one place every failure is turned into a line
         return _failure(exc)
+    except BaseException as exc:  # noqa: BLE001 - SIGTERM (errors.Terminated); anything else goes on
+        from cpctl.errors import Terminated
+        if not isinstance(exc, Terminated):
+            raise
+        note("interrupted (SIGTERM)")
+        return int(ExitCode.INTERRUPTED)
 
 
 def _global_option_names() -> set:

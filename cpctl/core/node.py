@@ -14,9 +14,10 @@ import os
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from cpctl.core import journal, manifests
+from cpctl.core.identity import NodeIdentity
 from cpctl.core.manifests import DirScan, Manifest
 from cpctl.core.state import StateDir, user_label
-from cpctl.errors import CpctlError, ExitCode
+from cpctl.errors import CpctlError, ExitCode, Interrupted, Terminated, interrupted_by
 from cpctl.host import ops as hostops
 from cpctl.host.base import Host
 from cpctl.probes.base import NoWait, PodTarget, Waiter, WaitResult
@@ -48,9 +49,11 @@ class Node:
 
     def __init__(self, host: Host, manifests_dir: str, state_dir: str, node_name: Optional[str] = None,
                  waiter: Optional[Waiter] = None, lock_timeout: float = 10.0,
-                 log: Optional[Callable[[str], None]] = None, kubeconfig: str = "/etc/kubernetes/admin.conf") -> None:
+                 log: Optional[Callable[[str], None]] = None, kubeconfig: str = "/etc/kubernetes/admin.conf",
+                 identity: Optional[NodeIdentity] = None) -> None:
         self.host = host
         self.kubeconfig = kubeconfig          # API credentials, a path on this node
+        self.identity = identity              # where node name and manifests dir came from
         self.manifests_dir = manifests_dir.rstrip("/") or "/"
         self.state = StateDir(host, state_dir)
         self._node_name = node_name
@@ -66,8 +69,9 @@ class Node:
 
     @property
     def node_name(self) -> str:
+        """The kubelet's node name: given, or by its rule (the FULL host name, lowercased)."""
         if not self._node_name:
-            self._node_name = self.host.info()["hostname"].split(".")[0].lower()
+            self._node_name = str(self.host.info()["hostname"]).lower()
         return self._node_name
 
     def who(self) -> Dict[str, Any]:
@@ -87,9 +91,36 @@ class Node:
                              % (self.state.path, self.manifests_dir), ExitCode.USAGE)
 
     # --- sessions and changes ------------------------------------------------------------------
-    def session(self, what: str) -> "_Session":
-        """Lock the node (state dir and manifests dir) and finish any interrupted change first."""
-        return _Session(self, what)
+    def session(self, what: str, changing: bool = True) -> "_Session":
+        """Lock the node (state dir and manifests dir) and finish any interrupted change first.
+
+        A session that will change something (``changing``) first makes sure, when the API
+        answers, that this node is a registered Node: with a wrong node name every mirror-pod
+        lookup is a 404 that reads exactly like "pod gone"."""
+        return _Session(self, what, changing)
+
+    def check_registered(self) -> None:
+        """Refuse (exit 3) when the API answers and knows no Node of this name, naming those it knows.
+
+        Nothing is refused when the API cannot be asked (no kubeconfig, API down, forbidden): the
+        waits then say what they could not verify."""
+        from cpctl.probes.kubeapi import KubeClient, load_kubeconfig
+        try:
+            if self.host.lstat(self.kubeconfig) is None:
+                return
+            client = KubeClient(self.host, load_kubeconfig(self.host, self.kubeconfig), timeout=3.0)
+            if client.get_node(self.node_name) is not None:
+                return
+            items = client.request("GET", "/api/v1/nodes").get("items")
+            names = [str((n.get("metadata") or {}).get("name")) for n in items if isinstance(n, dict)] \
+                if isinstance(items, list) else []
+        except (CpctlError, OSError):
+            return
+        source = self.identity.node_name.source if self.identity else "--node-name"
+        raise CpctlError("node %r (from %s) is not a registered Node; the API knows %s: pass --node-name "
+                         "(or fix the kubelet's --hostname-override)" % (self.node_name, source,
+                                                                        ", ".join(sorted(names)) or "no nodes"),
+                         ExitCode.NOT_FOUND)
 
     def apply(self, change: journal.Change) -> journal.Applied:
         """Apply ``change`` through the node's one change path (inside a ``session``)."""
@@ -181,7 +212,8 @@ class Node:
                 "reason": reason, "until": iso(until) if until else None,
                 "manifests_dir": self.manifests_dir, "node": self.node_name}
         self.apply(self.park_change(manifest, meta, reason))
-        result = self._wait(self.waiter.wait_stopped, target, before, wait, timeout)
+        result = self._wait(self.waiter.wait_stopped, target, before, wait, timeout,
+                            "its manifest stays parked at %s" % self.state.parked_path(manifest.file))
         return Outcome(target.component, "stop", True, "stopped (manifest parked)", file=manifest.file,
                        checksum=manifest.checksum, until=meta["until"], wait=result,
                        parked=self.state.parked_path(manifest.file))
@@ -239,7 +271,8 @@ class Node:
             [journal.move(self.state.parked_path(filename), self.manifests_dir + "/" + filename, digest),
              journal.remove(self.state.meta_path(filename))],
             commit=0, record={"reason": reason}))
-        result = self._wait(self.waiter.wait_started, target, before, wait, timeout)
+        result = self._wait(self.waiter.wait_started, target, before, wait, timeout,
+                            "its manifest stays restored at %s/%s" % (self.manifests_dir, filename))
         return Outcome(target.component, "start", True, "started (manifest restored)", file=filename,
                        checksum=digest, wait=result)
 
@@ -269,10 +302,20 @@ class Node:
         return pod, data
 
     def _wait(self, step: Callable[..., WaitResult], target: PodTarget, before: Any, wait: bool,
-              timeout: float) -> WaitResult:
+              timeout: float, where: str) -> WaitResult:
+        """Wait for the kubelet after a committed change; a failed or interrupted wait says where
+        the manifest was left (the change itself stands and is recorded)."""
         if not wait:
             return WaitResult(False, "not waited (--no-wait)")
-        return step(target, before, timeout)
+        try:
+            return step(target, before, timeout)
+        except CpctlError as exc:
+            raise CpctlError(exc.message, exc.code, hint=exc.hint, where=where) from None
+        except (KeyboardInterrupt, Terminated) as exc:
+            signal = interrupted_by(exc)
+            raise Interrupted(signal, "interrupted (%s) while waiting for pod %s (the change is recorded, the "
+                                      "kubelet's reaction not verified)" % (signal, target.pod_name),
+                              where=where) from None
 
 
 def check_storable(filename: str) -> None:
@@ -288,9 +331,10 @@ def check_storable(filename: str) -> None:
 class _Session:
     """Context manager: state dir checked, node locked, interrupted work finished."""
 
-    def __init__(self, node: Node, what: str) -> None:
+    def __init__(self, node: Node, what: str, changing: bool = True) -> None:
         self.node = node
         self.what = what
+        self.changing = changing
         self._lock: Any = None
 
     def __enter__(self) -> Node:
@@ -301,6 +345,8 @@ class _Session:
         try:
             for message in self.node.recover():
                 self.node.log(message)
+            if self.changing:
+                self.node.check_registered()
         except BaseException:
             self._lock.__exit__(None, None, None)
             raise

@@ -22,7 +22,7 @@ def status(node: Node, wanted: Optional[List[str]] = None) -> Dict[str, Any]:
     """Per component: file, running/parked/invalid, parking details, checksum, pod state."""
     with node.host.prefetched(node.view_reads()):
         if node.state.ensure(create=False) and journal_pending(node):
-            with node.session("cpctl status"):
+            with node.session("cpctl status", changing=False):
                 pass
         scan, parked = node.scan(), node.parked()
     rows = [_present_row(m) for m in scan.manifests] + [_parked_row(f, meta) for f, meta in parked.items()]
@@ -32,8 +32,13 @@ def status(node: Node, wanted: Optional[List[str]] = None) -> Dict[str, Any]:
         if row["state"] == "running" and row.get("pod"):
             target = PodTarget(row["component"], row["namespace"], node.node_name, file=row["file"])
             row["pod_state"] = node.waiter.describe(target)
-    return {"node": node.node_name, "manifests_dir": node.manifests_dir, "state_dir": node.state.path,
-            "components": rows, "warnings": warnings(scan), "recovered": list(node.recovered)}
+    found = warnings(scan) + (["kubelet configuration: %s" % p for p in node.identity.problems]
+                              if node.identity else [])
+    data: Dict[str, Any] = {"node": node.node_name, "manifests_dir": node.manifests_dir, "state_dir": node.state.path,
+            "components": rows, "warnings": found, "recovered": list(node.recovered)}
+    if node.identity is not None:
+        data["identity"] = node.identity.to_dict()
+    return data
 
 
 def history(node: Node, component: Optional[str] = None, limit: int = 50) -> List[Dict[str, Any]]:

@@ -24,7 +24,7 @@ Simple form (flat groups listing host names)::
       masters: [master1, master2]
 
 Per-host keys: ``host`` (address or ssh_config alias; defaults to the inventory name), ``port``,
-``user``, ``become``, ``python``, ``node_name``, ``manifests_dir``, ``state_dir``, ``kubeconfig``,
+``user``, ``become``, ``python``, ``node_name``, ``manifests_dir``, ``kubelet_dir``, ``state_dir``, ``kubeconfig``,
 ``crictl``. ``ansible_host``/``ansible_port``/``ansible_user``/``ansible_become``/
 ``ansible_python_interpreter`` are read as their short names; other ``ansible_*`` keys are
 ignored; any other key is an error (a typo must not silently fall back to a default).
@@ -41,8 +41,9 @@ from typing import Any, Dict, Iterable, List, Optional, Union
 
 from cpctl.errors import CpctlError, ExitCode
 
-STR_KEYS = ("host", "user", "python", "node_name", "manifests_dir", "state_dir", "kubeconfig", "crictl")
-PATH_KEYS = ("manifests_dir", "state_dir", "kubeconfig")
+STR_KEYS = ("host", "user", "python", "node_name", "manifests_dir", "kubelet_dir", "state_dir", "kubeconfig",
+            "crictl")
+PATH_KEYS = ("manifests_dir", "kubelet_dir", "state_dir", "kubeconfig")
 ANSIBLE_ALIASES = {"ansible_host": "host", "ansible_port": "port", "ansible_user": "user",
                    "ansible_become": "become", "ansible_python_interpreter": "python"}
 KNOWN_KEYS = set(STR_KEYS) | {"port", "become"}
@@ -67,6 +68,10 @@ class HostSpec:
     @property
     def manifests_dir(self) -> Optional[str]:
         return self.vars.get("manifests_dir")
+
+    @property
+    def kubelet_dir(self) -> Optional[str]:
+        return self.vars.get("kubelet_dir")
 
     @property
     def state_dir(self) -> Optional[str]:

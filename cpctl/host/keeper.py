@@ -122,7 +122,7 @@ def peer_uid(sock: socket.socket) -> Optional[int]:
 
 def error_to_wire(exc: CpctlError) -> dict:
     """A CpctlError as JSON, to cross the socket (keeper to run, or a refused prompt back)."""
-    return {"message": exc.message, "code": int(exc.code), "hint": exc.hint}
+    return {"message": exc.full_message, "code": int(exc.code), "hint": exc.hint}
 
 
 def error_from_wire(wire: dict) -> CpctlError:

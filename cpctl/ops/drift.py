@@ -509,7 +509,7 @@ def _restore(node: Node, finding: Finding, timeout: float) -> dict:
         outcome = node.start(finding.component or manifests.file_stem(finding.file or ""), wait=True,
                              timeout=timeout)
     except CpctlError as exc:
-        return _action("start", finding.file, finding.component, False, "not restored: %s" % exc.message)
+        return _action("start", finding.file, finding.component, False, "not restored: %s" % exc.full_message)
     wait = outcome.extra.get("wait")
     detail = " - %s" % wait.detail if wait is not None and wait.detail else ""
     return _action("start", finding.file, outcome.component, True, "%s%s" % (outcome.message, detail))

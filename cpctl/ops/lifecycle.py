@@ -4,11 +4,12 @@ dry-run plan of each. The moves themselves are the core's (``Node.stop``/``Node.
 from __future__ import annotations
 
 import difflib
+import time
 from typing import Optional
 
 from cpctl.core import manifests
 from cpctl.core.node import Node, Outcome
-from cpctl.errors import CpctlError, ExitCode
+from cpctl.errors import CpctlError, ExitCode, Terminated, interrupted_by
 
 
 def order_components(names: list, reverse: bool = False) -> list:
@@ -41,17 +42,64 @@ def start(node: Node, components: list, wait: bool, timeout: float) -> list:
 
 
 def restart(node: Node, components: list, reason: Optional[str], timeout: float) -> list:
-    """Stop and start each component in turn, waiting for the kubelet at both steps."""
+    """Stop and start each component in turn, waiting for the kubelet at both steps.
+
+    A restart never leaves a component parked: whatever stops its stop phase (a timeout, an API
+    or probe failure, Ctrl-C, SIGTERM) puts the manifest back before cpctl exits, and says so. Its
+    park carries a deadline (twice the timeout and a minute), so that even a SIGKILLed restart
+    shows up in ``cpctl check`` as an overdue park, which ``check --fix`` restores."""
     outcomes: list = []
     ordered = order_components(components)  # validate names before any side effect
     with node.session("cpctl restart %s" % " ".join(components)):
         for component in ordered:
             stopped = _stop_for_restart(node, component, reason or "restart", timeout)
-            started = node.start(component, wait=True, timeout=timeout, reason=reason or "restart")
+            try:
+                started = node.start(component, wait=True, timeout=timeout, reason=reason or "restart")
+            except BaseException as exc:  # noqa: BLE001 - every failure gets where the manifest is
+                raise _where_left(node, component, "start", exc) from None
             outcomes.append(Outcome(started.component, "restart", stopped.changed or started.changed,
                                     "restarted" if stopped.changed else "started (was stopped)",
                                     stop=stopped.to_dict(), start=started.to_dict()))
     return outcomes
+
+
+def _stop_for_restart(node: Node, component: str, reason: str, timeout: float) -> Outcome:
+    """The stop half of a restart: on any failure or interruption, the manifest goes back first."""
+    until = time.time() + 2 * timeout + 60
+    try:
+        return node.stop(component, reason=reason, until=until, wait=True, timeout=timeout)
+    except BaseException as exc:  # noqa: BLE001 - whatever stops the stop phase, the manifest goes back
+        why = _why(exc)
+        try:
+            node.start(component, wait=False, reason="restart aborted: %s" % why)
+        except BaseException as again:  # noqa: BLE001 - reported loudly with where it stays
+            raise CpctlError("restart of %s aborted (%s) and its manifest could NOT be put back (%s): it stays "
+                             "parked in %s; run: cpctl start %s" % (component, why, _why(again), node.state.parked_dir,
+                                                                   component), ExitCode.ENVIRONMENT) from None
+        code = exc.code if isinstance(exc, CpctlError) else \
+            ExitCode.INTERRUPTED if interrupted_by(exc) else ExitCode.ENVIRONMENT
+        raise CpctlError("restart of %s aborted, manifest restored to %s: %s" % (component, node.manifests_dir, why),
+                         code, hint=getattr(exc, "hint", "")) from None
+
+
+def _where_left(node: Node, component: str, step: str, exc: BaseException) -> BaseException:
+    """Re-raise a failure of a restart's start phase with where the manifest is now."""
+    if not isinstance(exc, (CpctlError, KeyboardInterrupt, Terminated)):
+        return exc
+    parked = any(meta.get("component") == component or component in f for f, meta in node.parked().items())
+    where = "still parked in %s (cpctl start %s)" % (node.state.parked_dir, component) if parked \
+        else "back in %s" % node.manifests_dir
+    code = exc.code if isinstance(exc, CpctlError) else ExitCode.INTERRUPTED
+    return CpctlError("restart of %s: %s failed (%s); the manifest is %s" % (component, step, _why(exc), where),
+                      code, hint=getattr(exc, "hint", ""))
+
+
+def _why(exc: BaseException) -> str:
+    """Why a restart step stopped, short enough for a history record's reason."""
+    signal = interrupted_by(exc)
+    if signal:
+        return "interrupted (%s)" % signal
+    return getattr(exc, "message", None) or str(exc) or type(exc).__name__
 
 
 def plan(node: Node, verb: str, components: list) -> dict:
@@ -84,16 +132,3 @@ def plan(node: Node, verb: str, components: list) -> dict:
     diff = "".join(difflib.unified_diff([f + "\n" for f in before], [f + "\n" for f in sorted(after)],
                                         node.manifests_dir + " (now)", node.manifests_dir + " (after)"))
     return {"node": node.node_name, "dry_run": True, "changed": False, "plan": steps, "diff": diff}
-
-
-def _stop_for_restart(node: Node, component: str, reason: str, timeout: float) -> Outcome:
-    """The stop half of a restart; if the old pod does not go away in time, put the manifest
-    back before failing, so that a restart never leaves a component parked."""
-    try:
-        return node.stop(component, reason=reason, wait=True, timeout=timeout)
-    except CpctlError as exc:
-        if exc.code != ExitCode.TIMEOUT:
-            raise
-        node.start(component, wait=False, reason="restart aborted: %s" % exc.message)
-        raise CpctlError("restart of %s aborted, manifest restored: %s" % (component, exc.message),
-                         ExitCode.TIMEOUT, hint=exc.hint) from None

@@ -1,0 +1,211 @@
+"""Who the kubelet on this node thinks it is, and where it reads static pods: the kubelet's rules.
+
+The kubelet's node name is ``--hostname-override`` when given, else the FULL host name
+(``os.Hostname()``, i.e. uname's nodename) lowercased: an FQDN stays an FQDN. kubeadm writes the
+override into ``/var/lib/kubelet/kubeadm-flags.env`` (``KUBELET_KUBEADM_ARGS``) only when the node
+name differs from the host name; operators add flags in ``/etc/default/kubelet`` (Debian) or
+``/etc/sysconfig/kubelet`` (RPM) as ``KUBELET_EXTRA_ARGS``, which the systemd drop-in passes after
+kubeadm's (pflag: the last occurrence wins). ``staticPodPath`` and ``fileCheckFrequency`` (default
+20 s) live in the kubelet's config file, ``/var/lib/kubelet/config.yaml`` unless ``--config``
+names another (relative paths in it are relative to the file). Sources:
+real-node-facts.md "Node identity and the kubelet's configuration"; kubeadm buildKubeletArgs,
+cmd/kubeadm/app/componentconfigs/kubelet.go.
+
+Every value cpctl uses comes with where it came from (``Sourced``): ``status -o json`` shows it,
+and a wrong guess is visible instead of silently turning every mirror-pod lookup into a 404.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from cpctl.host.base import Host
+
+DEFAULT_KUBELET_DIR = "/var/lib/kubelet"
+DEFAULT_MANIFESTS_DIR = "/etc/kubernetes/manifests"
+DEFAULT_FILE_CHECK_FREQUENCY = 20.0
+KUBEADM_FLAGS = "kubeadm-flags.env"
+KUBELET_CONFIG = "config.yaml"
+EXTRA_ARGS_FILES = ("/etc/default/kubelet", "/etc/sysconfig/kubelet")
+MAX_FILE = 1 << 20
+_GO_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+@dataclass(frozen=True)
+class Sourced:
+    """A value and where it came from (an option, a file and its field, a default)."""
+
+    value: Any
+    source: str
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"value": self.value, "source": self.source}
+
+
+@dataclass
+class KubeletView:
+    """What the node's kubelet configuration says (each field None when it says nothing)."""
+
+    hostname_override: Optional[Sourced] = None
+    config_path: Optional[str] = None
+    static_pod_path: Optional[Sourced] = None
+    file_check_frequency: Optional[Sourced] = None
+    problems: List[str] = field(default_factory=list)
+
+
+def identity_reads(kubelet_dir: str,
+                   extra_args_files: Tuple[str, ...] = EXTRA_ARGS_FILES) -> List[Tuple[str, Dict[str, Any]]]:
+    """The reads ``discover`` makes (for ``Host.prefetched``: one round trip over SSH)."""
+    paths = [os.path.join(kubelet_dir, KUBEADM_FLAGS), *extra_args_files, os.path.join(kubelet_dir, KUBELET_CONFIG)]
+    return [("info", {})] + [("read_file", {"path": path, "limit": MAX_FILE}) for path in paths]
+
+
+def read_kubelet(host: Host, kubelet_dir: str, extra_args_files: Tuple[str, ...] = EXTRA_ARGS_FILES) -> KubeletView:
+    """Read the kubelet's flags files and config file on ``host``; unreadable or odd files become
+    ``problems`` (the caller shows them), never an exception."""
+    view = KubeletView()
+    flags_files = [(os.path.join(kubelet_dir, KUBEADM_FLAGS), "KUBELET_KUBEADM_ARGS")]
+    flags_files += [(path, "KUBELET_EXTRA_ARGS") for path in extra_args_files]
+    config = Sourced(os.path.join(kubelet_dir, KUBELET_CONFIG), "default")
+    for path, variable in flags_files:        # later files win, as the drop-in passes them later
+        text = _read_text(host, path, view.problems)
+        if text is None:
+            continue
+        for flag, value in _flags(_env_value(text, variable)):
+            where = "%s (%s %s)" % (path, variable, flag)
+            if flag == "--hostname-override" and value:
+                view.hostname_override = Sourced(value.strip().lower(), where)
+            elif flag == "--config" and value:
+                config = Sourced(value, where)
+    view.config_path = config.value
+    _read_config(host, config.value, view)
+    return view
+
+
+def _read_text(host: Host, path: str, problems: List[str]) -> Optional[str]:
+    try:
+        return host.read_file(path, MAX_FILE).decode("utf-8", "replace")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        problems.append("cannot read %s: %s" % (path, exc.strerror or exc))
+        return None
+
+
+def _env_value(text: str, variable: str) -> str:
+    """The value of ``VARIABLE=...`` in a systemd EnvironmentFile (quotes removed), "" if absent."""
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith(variable + "="):
+            value = line[len(variable) + 1:].strip()
+            if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+                value = value[1:-1]
+            return value
+    return ""
+
+
+def _flags(text: str) -> List[Tuple[str, str]]:
+    """``--flag=value`` and ``--flag value`` pairs of a kubelet command line, in order."""
+    try:
+        words = shlex.split(text)
+    except ValueError:
+        words = text.split()
+    pairs = []
+    for index, word in enumerate(words):
+        if not word.startswith("--"):
+            continue
+        if "=" in word:
+            name, _, value = word.partition("=")
+        else:
+            name = word
+            following = words[index + 1] if index + 1 < len(words) else ""
+            value = following if not following.startswith("-") else ""
+        pairs.append((name, value))
+    return pairs
+
+
+def _read_config(host: Host, path: str, view: KubeletView) -> None:
+    text = _read_text(host, path, view.problems)
+    if text is None:
+        return
+    import yaml
+    try:
+        config = yaml.safe_load(text)
+    except yaml.YAMLError:
+        view.problems.append("%s is not valid YAML" % path)
+        return
+    if not isinstance(config, dict):
+        view.problems.append("%s is not a KubeletConfiguration" % path)
+        return
+    static = config.get("staticPodPath")
+    if isinstance(static, str) and static:
+        resolved = static if static.startswith("/") else os.path.join(os.path.dirname(path), static)
+        view.static_pod_path = Sourced(os.path.normpath(resolved), "%s (staticPodPath)" % path)
+    frequency = config.get("fileCheckFrequency")
+    if frequency is not None:
+        seconds = go_duration(frequency)
+        if seconds is None or seconds <= 0:
+            view.problems.append("%s: fileCheckFrequency %r is not a duration" % (path, frequency))
+        else:
+            view.file_check_frequency = Sourced(seconds, "%s (fileCheckFrequency)" % path)
+
+
+def go_duration(value: Any) -> Optional[float]:
+    """Seconds of a Go duration string (``20s``, ``1m30s``, ``500ms``); None when it is not one."""
+    if not isinstance(value, str) or not value:
+        return None
+    total, position = 0.0, 0
+    for match in _GO_DURATION.finditer(value):
+        if match.start() != position:
+            return None
+        total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+        position = match.end()
+    return total if position == len(value) else None
+
+
+@dataclass
+class NodeIdentity:
+    """The node name, manifests dir and re-list period cpctl works with, each with its source."""
+
+    node_name: Sourced
+    manifests_dir: Sourced
+    file_check_frequency: Sourced
+    kubelet_dir: str
+    problems: List[str] = field(default_factory=list)
+
+    def to_dict(self) -> Dict[str, Any]:
+        data: Dict[str, Any] = {name: getattr(self, name).to_dict()
+                                for name in ("node_name", "manifests_dir", "file_check_frequency")}
+        data["kubelet_dir"] = self.kubelet_dir
+        if self.problems:
+            data["problems"] = list(self.problems)
+        return data
+
+
+def discover(host: Host, node_name: Optional[str] = None, manifests_dir: Optional[str] = None,
+             kubelet_dir: str = DEFAULT_KUBELET_DIR,
+             extra_args_files: Tuple[str, ...] = EXTRA_ARGS_FILES) -> NodeIdentity:
+    """The identity by the kubelet's rules; explicit options win (they say ``--node-name`` etc.).
+
+    The kubelet's files are always read: its re-list period matters to waits even when both the
+    node name and the manifests dir are given."""
+    view = read_kubelet(host, kubelet_dir, extra_args_files)
+    if node_name:
+        name = Sourced(node_name, "--node-name / CPCTL_NODE_NAME")
+    elif view.hostname_override is not None:
+        name = view.hostname_override
+    else:
+        name = Sourced(str(host.info()["hostname"]).lower(), "host name (the kubelet's default)")
+    if manifests_dir:
+        where = Sourced(manifests_dir.rstrip("/") or "/", "--manifests-dir / CPCTL_MANIFESTS_DIR")
+    elif view.static_pod_path is not None:
+        where = view.static_pod_path
+    else:
+        where = Sourced(DEFAULT_MANIFESTS_DIR, "default (no staticPodPath in %s)" % (view.config_path or "-"))
+    frequency = view.file_check_frequency or Sourced(DEFAULT_FILE_CHECK_FREQUENCY, "kubelet default")
+    return NodeIdentity(name, where, frequency, kubelet_dir, view.problems)

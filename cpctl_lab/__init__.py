@@ -1,8 +1,9 @@
 """cpctl lab -- a SIMULATOR of a kubeadm control plane, for newcomers, tests and CI. Not a cluster.
 
 One process plays N kubeadm masters (``lab-master1..N``) plus one worker (``lab-worker1``) on
-127.0.0.1 only. It is an independent counterpart of the real kubelet and API server: it never
-imports the rest of cpctl, so cpctl's core can be tested against it.
+127.0.0.1 (or ::1) only. It is an independent counterpart of the real kubelet and API server: it
+never imports the rest of cpctl, so cpctl's core can be tested against it. A *profile* decides what
+the nodes look like, so a test can fail where cpctl gets a real node's behaviour wrong.
 
 What it simulates
   * A kube-apiserver subset over plain HTTP that the real kubectl uses through ``DIR/admin.conf``:
@@ -21,14 +22,63 @@ What it simulates
     self-signed certificate made once per lab dir by ``openssl``; plain HTTP if openssl is missing).
   * A scheduler that binds pods only while a kube-scheduler static pod runs and holds its Lease,
     honouring ``spec.schedulerName`` and ``--config`` KubeSchedulerConfiguration profiles;
-    leader Leases renewed every ``--lease-renew`` s; a ``crictl`` shim in ``DIR/bin``.
+    leader Leases renewed every ``--lease-renew`` s; a ``crictl`` shim in ``DIR/bin``
+    (``pods``, ``ps``, ``inspect``, ``inspectp``, ``logs``, ``version``).
+  * Per master: ``DIR/kubelet-<node>/`` (config.yaml, kubeadm-flags.env), ``DIR/root-<node>/``
+    (the node's ``/``: pki, kubeconfigs, mounted dirs; every seeded hostPath points in here), its
+    own API listener and ``DIR/admin-<node>.conf``; ``DIR/admin.conf`` is the load balancer.
 
-Deviations from the real thing (on purpose): no authentication/RBAC, no admission beyond pod
-defaults, all nodes share 127.0.0.1, config.hash is sha256-based (not FNV-128a), no containers
-really run, strategic merge patch is applied as JSON merge patch (lists replaced), ``limit`` and
-``continue`` are ignored on lists.
+Profiles (``start_lab(..., profile=NAME)``, ``cpctl lab up|run --profile NAME``, list with
+``cpctl lab profiles``; every setting is also an option of its own, see :mod:`cpctl_lab.profiles`;
+lab.json records them under ``"profile"``):
+  default        the lab's original behaviour: short node names, IPv4, fixed fast lags, the classic
+                 seeds (v1.30.4 images with the v1.31+ etcd probes); CPCTL_NODE_NAME and
+                 CPCTL_MANIFESTS_DIR are exported.
+  kubeadm-1.30 .. kubeadm-1.34
+                 kubeadm's manifests of that release (etcd probes, named probe port, etcd 3.6 flags).
+  fqdn           the node name is the host's FQDN (``lab-master1.cpctl.test``; the simulated host
+                 name is the same FQDN in mixed case); CPCTL_NODE_NAME/CPCTL_MANIFESTS_DIR not set.
+  override       node name != host name, ``--hostname-override`` in kubeadm-flags.env; same env.
+  ipv6           single-stack IPv6: advertise ``::1``, probes ``host: ::1``, ``https://[::1]:PORT``.
+  ha             3 masters, v1.33, local-mode kubelets, stacked etcd, RBAC.
+  realistic      v1.33, RBAC, realistic timing (scale it with ``time_scale``).
 
-Python API: ``start_lab(dir, masters=1, **lags) -> LabHandle`` (see :mod:`cpctl_lab.control`).
+Facts the lab models, and where they come from (``real-node-facts.md`` and ``kubelet-kubeadm.md``
+are /work/shared/reference/; source paths are in kubernetes/kubernetes):
+  * Static pod file source: glob ``[^.]*``, symlinks followed, no extension filter, first YAML
+    document only, inotify per file plus a full re-list every fileCheckFrequency (20 s); Remove/Rename
+    drops the pod key even if another file defines it, Chmod re-parses; a parse error on an event
+    leaves the pod, the re-list drops it; last file in sorted order wins
+    (pkg/kubelet/config/file.go, file_linux.go, common.go; real-node-facts "What the kubelet loads").
+  * A static pod removed and added back at once is killed and started again (kubernetes#104847).
+  * Mirror pods: copy of the static pod's annotations plus config.mirror and a Node owner; deleted
+    only once the pod finished terminating, by housekeeping every 2 s (pkg/kubelet/kubelet.go,
+    pod/mirror_client.go; real-node-facts "Mirror pods and timing").
+  * Node identity: full lowercased host name or ``--hostname-override`` (kubeadm buildKubeletArgs);
+    Lease holders are ``<kernel host name>_<uuid>`` (real-node-facts "Node identity", "HA").
+  * kubeadm manifests by release: probes, ports, etcd flags and images
+    (cmd/kubeadm/app/phases/controlplane/manifests.go, phases/etcd/local.go,
+    util/staticpod/utils.go, constants/constants.go; kubernetes#110744, #124465, #132776).
+  * IPv6 single stack (manifests.go ``GetAPIServerProbeAddress``, local.go ``GetEtcdProbeEndpoint``).
+  * HA: ControlPlaneKubeletLocalMode (v1.33 beta, kubernetes#129956), stacked etcd with only the local
+    member in --etcd-servers; an apiserver without its etcd fails /readyz (real-node-facts "HA").
+  * Timing: startup probes with initialDelaySeconds 10, readiness probes, terminationGracePeriodSeconds
+    (30), SIGTERM ignored by a PID 1 without handlers (:mod:`cpctl_lab.timing`).
+  * Crash loops: flags each binary knows (:mod:`cpctl_lab.componentflags`), their errors and log
+    formats (component-base/cli/run.go, etcdmain/config.go; :mod:`cpctl_lab.componentlogs`),
+    CrashLoopBackOff 10 s doubling to 300 s (pkg/kubelet/kubelet.go ``MaxContainerBackOff``).
+  * hostPath types: missing ``File``/``Directory`` -> FailedMount, pod stays ContainerCreating;
+    ``*OrCreate`` paths are created (pkg/volume/hostpath).
+
+Deviations from the real thing (on purpose): no authentication (RBAC only for the components'
+identities, with the ``rbac`` setting), no admission beyond pod defaults, all nodes share one
+loopback address, config.hash is sha256-based (not FNV-128a), no containers really run, strategic
+merge patch is applied as JSON merge patch (lists replaced), ``limit`` and ``continue`` are ignored
+on lists, the API is plain HTTP, kubeconfigs carry no credentials, certificates are fake PEM
+blocks, liveness probes never kill a container, the lab only creates files inside its own dir.
+
+Python API: ``start_lab(dir, masters=None, profile=None, **options) -> LabHandle`` (see
+:mod:`cpctl_lab.control`).
 """
 
 from __future__ import annotations

@@ -6,13 +6,22 @@ asks for first) and legacy (APIVersions/APIGroupList/APIResourceList) by content
 Lists and gets are rendered as ``meta.k8s.io/v1 Table`` when the client asks ``as=Table`` (that is
 how ``kubectl get`` prints columns), and as JSON otherwise. ``/openapi/v2`` and ``/openapi/v3`` are
 served as empty documents: kubectl then skips client-side schema validation (see the lab docstring).
+
+Every request is made by admin.conf's identity (``kubernetes-admin``, group ``kubeadm:cluster-admins``)
+unless it impersonates someone (``Impersonate-User``/``Impersonate-Group``, ``kubectl --as``). With
+the lab's ``rbac`` setting every request is authorized by RBAC (:mod:`cpctl_lab.rbac`: the bootstrap
+policy is stored at start, Roles and bindings are served, SubjectAccessReviews answered); without
+it the authorizer is AlwaysAllow. Bindings follow the pod registry (404/400/409/201, scheduling
+gates). Fault rules (:mod:`cpctl_lab.faults`) may claim any request on any API listener first.
 """
 
 from __future__ import annotations
 
 import copy
+import io
 import json
 import random
+import re
 import string
 import time
 import urllib.parse
@@ -22,6 +31,7 @@ from typing import Any, Optional
 
 import yaml
 
+from . import faults, rbac
 from .store import (
     ApiError,
     Obj,
@@ -33,6 +43,7 @@ from .store import (
     not_found,
     now_rfc3339,
     parse_time,
+    precondition_failed,
     selector_pred,
 )
 
@@ -48,8 +59,10 @@ K8S_VERSION = {
     "platform": "linux/amd64",
 }
 
-VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
+CREATE_ONLY = ("create",)
 MIRROR_ANN = "kubernetes.io/config.mirror"
+SCHEDULING_GATED = "SchedulingGated"
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 
@@ -65,6 +78,7 @@ class Res:
     short: tuple[str, ...] = ()
     subresources: tuple[str, ...] = ()
     categories: tuple[str, ...] = ()
+    verbs: tuple[str, ...] = VERBS
 
     @property
     def api_version(self) -> str:
@@ -83,9 +97,20 @@ RESOURCES = [
     Res("configmaps", "ConfigMap", "", "v1", True, ("cm",)),
     Res("leases", "Lease", "coordination.k8s.io", "v1", True),
     Res("daemonsets", "DaemonSet", "apps", "v1", True, ("ds",), ("status",), ("all",)),
+    Res("bindings", "Binding", "", "v1", True, verbs=CREATE_ONLY),
+    Res("roles", "Role", rbac.RBAC_GROUP, "v1", True),
+    Res("rolebindings", "RoleBinding", rbac.RBAC_GROUP, "v1", True),
+    Res("clusterroles", "ClusterRole", rbac.RBAC_GROUP, "v1", False),
+    Res("clusterrolebindings", "ClusterRoleBinding", rbac.RBAC_GROUP, "v1", False),
+    Res("subjectaccessreviews", "SubjectAccessReview", rbac.AUTHZ_GROUP, "v1", False, verbs=CREATE_ONLY),
+    Res("selfsubjectaccessreviews", "SelfSubjectAccessReview", rbac.AUTHZ_GROUP, "v1", False, verbs=CREATE_ONLY),
+    Res("localsubjectaccessreviews", "LocalSubjectAccessReview", rbac.AUTHZ_GROUP, "v1", True, verbs=CREATE_ONLY),
+    Res("selfsubjectrulesreviews", "SelfSubjectRulesReview", rbac.AUTHZ_GROUP, "v1", False, verbs=CREATE_ONLY),
 ]
 BY_GV = {(r.group, r.version, r.plural): r for r in RESOURCES}
-GROUPS = ["coordination.k8s.io", "apps"]
+BY_PLURAL = {r.plural: r for r in RESOURCES}
+GROUPS = ["coordination.k8s.io", "apps", rbac.RBAC_GROUP, rbac.AUTHZ_GROUP]
+REVIEW_KINDS = {r.plural: r.kind for r in RESOURCES if r.group == rbac.AUTHZ_GROUP}
 
 POD_FIELDS = [
     "metadata.name",
@@ -134,7 +159,7 @@ def _legacy_resource_list(group: str, version: str) -> Obj:
             "singularName": r.singular,
             "namespaced": r.namespaced,
             "kind": r.kind,
-            "verbs": VERBS,
+            "verbs": list(r.verbs),
             "storageVersionHash": "",
         }
         if r.short:
@@ -171,7 +196,7 @@ def _aggregated(core: bool, api_version: str) -> Obj:
                 "responseKind": {"group": g, "version": r.version, "kind": r.kind},
                 "scope": "Namespaced" if r.namespaced else "Cluster",
                 "singularResource": r.singular,
-                "verbs": VERBS,
+                "verbs": list(r.verbs),
             }
             if r.short:
                 entry["shortNames"] = list(r.short)
@@ -219,7 +244,7 @@ def openapi_v3(gv_path: str) -> Optional[Obj]:
         for n in ("dryRun", "fieldManager", "fieldValidation", "force")
     ]
     paths: Obj = {}
-    for r in RESOURCES:
+    for r in RESOURCES:  # create-only kinds too (Binding): kubectl's probe only looks at PATCH operations
         if r.group != group or r.version != version:
             continue
         base = (
@@ -274,6 +299,10 @@ def pod_status_text(pod: Obj) -> str:
     reason = st.get("phase") or "Pending"
     if st.get("reason"):
         reason = st["reason"]
+    if any(
+        c.get("type") == "PodScheduled" and c.get("reason") == SCHEDULING_GATED for c in st.get("conditions") or []
+    ):
+        reason = SCHEDULING_GATED
     for cs in st.get("containerStatuses") or []:
         state = cs.get("state") or {}
         if "waiting" in state and state["waiting"].get("reason"):
@@ -397,12 +426,31 @@ def lease_row(obj: Obj) -> list[Any]:
     ]
 
 
+ROLE_COLUMNS = [_col("Name", fmt="name"), _col("Created At", "date")]
+BINDING_COLUMNS = [
+    _col("Name", fmt="name"),
+    _col("Role"),
+    _col("Age"),
+    _col("Users", priority=1),
+    _col("Groups", priority=1),
+    _col("ServiceAccounts", priority=1),
+]
+
+
+def binding_row(obj: Obj) -> list[Any]:
+    return rbac.binding_row(obj, human_age)
+
+
 TABLES: dict[str, tuple[list[Obj], Any]] = {
     "pods": (POD_COLUMNS, pod_row),
     "nodes": (NODE_COLUMNS, node_row),
     "events": (EVENT_COLUMNS, event_row),
     "namespaces": ([_col("Name", fmt="name"), _col("Status"), _col("Age")], namespace_row),
     "leases": ([_col("Name", fmt="name"), _col("Holder"), _col("Age")], lease_row),
+    "roles": (ROLE_COLUMNS, rbac.role_row),
+    "clusterroles": (ROLE_COLUMNS, rbac.role_row),
+    "rolebindings": (BINDING_COLUMNS, binding_row),
+    "clusterrolebindings": (BINDING_COLUMNS, binding_row),
 }
 
 
@@ -477,6 +525,64 @@ def default_pod(pod: Obj) -> Obj:
     return pod
 
 
+QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+QUALIFIED_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def apply_scheduling_gated_condition(pod: Obj) -> None:
+    """On create, a pod with scheduling gates gets PodScheduled=False/SchedulingGated
+    (pkg/registry/core/pod/strategy.go, applySchedulingGatedCondition)."""
+    if not (pod.get("spec") or {}).get("schedulingGates"):
+        return
+    conds = pod.setdefault("status", {}).setdefault("conditions", [])
+    if any(c.get("type") == "PodScheduled" for c in conds):
+        return
+    conds.append(
+        {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": SCHEDULING_GATED,
+            "message": "Scheduling is blocked due to non-empty scheduling gates",
+            "lastProbeTime": None,
+            "lastTransitionTime": now_rfc3339(),
+        }
+    )
+
+
+def _qualified_name_error(name: str) -> Optional[str]:
+    """ValidateQualifiedName: ``[prefix/]name``, as for label keys and scheduling gate names."""
+    prefix, _, part = name.rpartition("/")
+    if not part:
+        return "name part must be non-empty"
+    if not QUALIFIED_NAME.match(part) or len(part) > 63:
+        return (
+            "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end "
+            "with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for "
+            "validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
+        )
+    if "/" in name and not QUALIFIED_PREFIX.match(prefix):
+        return "prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters"
+    return None
+
+
+def validate_scheduling_gates(spec: Obj) -> list[tuple[str, str]]:
+    """Gate names are qualified names without duplicates; a gated pod may not name its node yet."""
+    causes: list[tuple[str, str]] = []
+    gates = spec.get("schedulingGates") or []
+    seen: set[str] = set()
+    for i, gate in enumerate(gates):
+        name = str((gate or {}).get("name") or "")
+        err = _qualified_name_error(name)
+        if err:
+            causes.append((f"spec.schedulingGates[{i}].name", f'Invalid value: "{name}": {err}'))
+        if name in seen:
+            causes.append((f"spec.schedulingGates[{i}]", f'Duplicate value: "{name}"'))
+        seen.add(name)
+    if gates and spec.get("nodeName"):
+        causes.append(("spec.nodeName", "Forbidden: cannot be set until all schedulingGates have been cleared"))
+    return causes
+
+
 def validate_pod(pod: Obj) -> list[tuple[str, str]]:
     causes = []
     name = pod["metadata"].get("name", "")
@@ -501,12 +607,12 @@ def validate_pod(pod: Obj) -> list[tuple[str, str]]:
             causes.append((f"spec.containers[{i}].name", "Required value"))
         if not c.get("image"):
             causes.append((f"spec.containers[{i}].image", "Required value"))
-    return causes
+    return causes + validate_scheduling_gates(pod.get("spec") or {})
 
 
 def _mask_mutable(spec: Obj) -> Obj:
     s = copy.deepcopy(spec)
-    for key in ("activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds"):
+    for key in ("activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds", "schedulingGates"):
         s.pop(key, None)
     for lst in ("containers", "initContainers"):
         for c in s.get(lst) or []:
@@ -523,6 +629,22 @@ def validate_pod_update(old: Obj, new: Obj) -> None:
         raise invalid("Pod", name, [(f"metadata.annotations[{MIRROR_ANN}]", f'Invalid value: "{na}": {msg}')])
     if _mask_mutable(old.get("spec") or {}) != _mask_mutable(new.get("spec") or {}):
         raise invalid("Pod", name, [("spec", "Forbidden: " + POD_UPDATE_FORBIDDEN)])
+    old_gates = {(g or {}).get("name") for g in (old.get("spec") or {}).get("schedulingGates") or []}
+    added = [
+        (i, (g or {}).get("name"))
+        for i, g in enumerate((new.get("spec") or {}).get("schedulingGates") or [])
+        if (g or {}).get("name") not in old_gates
+    ]
+    if added:
+        raise invalid(
+            "Pod",
+            name,
+            [
+                (f"spec.schedulingGates[{i}].name", f"Forbidden: only deletion is allowed, but found new scheduling "
+                 f"gate '{gate}'")
+                for i, gate in added
+            ],
+        )
 
 
 # --------------------------------------------------------------------------- request handling
@@ -534,6 +656,9 @@ class Api:
     def __init__(self, store: Store, lab: Any) -> None:
         self.store = store
         self.lab = lab
+        self.authz = rbac.Authorizer(store, lambda: bool(getattr(lab, "rbac", False)))
+        self.faults = faults.FaultInjector()
+        rbac.seed(store)  # the apiserver's rbac/bootstrap-roles post-start hook
 
     def _check_ns(self, res: Res, ns: str) -> None:
         if res.namespaced and self.store.get("namespaces", "", ns) is None:
@@ -545,7 +670,7 @@ class Api:
             meta["name"] = meta["generateName"] + _rand_suffix()
         if not meta.get("name"):
             raise invalid(
-                res.kind, "", [("metadata.name", "Required value: name or generateName is required")]
+                res.kind, "", [("metadata.name", "Required value: name or generateName is required")], res.group
             )
         if res.namespaced and meta.get("namespace") and meta["namespace"] != ns:
             raise ApiError(
@@ -562,6 +687,8 @@ class Api:
             causes = validate_pod(obj)
             if causes:
                 raise invalid("Pod", meta["name"], causes)
+            apply_scheduling_gated_condition(obj)
+        rbac.validate(res.plural, res.kind, obj)
         if res.plural == "namespaces":
             obj.setdefault("spec", {"finalizers": ["kubernetes"]})
             obj["status"] = {"phase": "Active"}
@@ -590,6 +717,7 @@ class Api:
         if res.plural == "pods" and sub != "status":
             default_pod(obj)
             validate_pod_update(old, obj)
+        rbac.validate(res.plural, res.kind, obj, old)
         if res.plural == "daemonsets" and obj.get("spec") != old.get("spec"):
             meta["generation"] = int(old["metadata"].get("generation", 1)) + 1
         return self.store.update(res.plural, ns, obj)
@@ -612,24 +740,7 @@ class Api:
         old = self.store.get(res.plural, ns, name)
         if old is None:
             raise not_found(res.plural, name, res.group)
-        pre = opts.get("preconditions") or {}
-        if pre.get("uid") and pre["uid"] != old["metadata"]["uid"]:
-            raise conflict(
-                res.plural,
-                name,
-                f"Precondition failed: UID in precondition: {pre['uid']}, "
-                f"UID in object meta: {old['metadata']['uid']}",
-                res.group,
-            )
-        if pre.get("resourceVersion") and pre["resourceVersion"] != old["metadata"]["resourceVersion"]:
-            raise conflict(
-                res.plural,
-                name,
-                "Precondition failed: ResourceVersion in precondition: "
-                f"{pre['resourceVersion']}, ResourceVersion in object meta: "
-                f"{old['metadata']['resourceVersion']}",
-                res.group,
-            )
+        check_preconditions(res, ns, old, opts.get("preconditions") or {})
         if res.plural == "namespaces" and name in SYSTEM_NAMESPACES:
             raise ApiError(
                 403,
@@ -652,27 +763,54 @@ class Api:
                 return self.store.update("pods", ns, old, check_rv=False)
         return self.store.delete(res.plural, ns, name)
 
-    def bind(self, ns: str, name: str, binding: Obj) -> Obj:
+    def bind_request(self, ns: str, url_name: str, binding: Obj, dry_run: bool = False) -> Obj:
+        """A Binding as a client posts it: ``pods/NAME/binding`` (``url_name``) or the legacy
+        ``bindings`` collection (``url_name`` empty: the pod is the body's metadata.name)."""
+        meta = binding.get("metadata") or {}
+        if meta.get("namespace") and meta["namespace"] != ns:
+            raise ApiError(
+                400,
+                "BadRequest",
+                "the namespace of the provided object does not match the namespace sent on the request",
+            )
+        name = str(meta.get("name") or "")
+        if url_name and name != url_name:
+            raise ApiError(400, "BadRequest", "name in URL does not match name in Binding object")
+        if not name:
+            raise ApiError(400, "BadRequest", "Name parameter required.")
+        return self.bind(ns, name, binding, dry_run)
+
+    def bind(self, ns: str, name: str, binding: Obj, dry_run: bool = False) -> Obj:
+        """Bind pod ``name`` as BindingREST does (pkg/registry/core/pod/storage/storage.go).
+
+        The target node is not checked. Validation errors are not StatusErrors there, so they come
+        back as 500; a failed precondition is a storage error (409 on ``pods``); the refusals of the
+        update itself are 409 Conflicts on ``pods/binding``."""
+        target = binding.get("target") or {}
+        errors = []
+        if target.get("kind") and target["kind"] != "Node":
+            errors.append(f'target.kind: Unsupported value: "{target["kind"]}": supported values: "Node", "<empty>"')
+        if not target.get("name"):
+            errors.append("target.name: Required value")
+        if errors:
+            raise ApiError(500, "", errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]")
         pod = self.store.get("pods", ns, name)
         if pod is None:
             raise not_found("pods", name)
-        target = (binding.get("target") or {}).get("name", "")
-        if not target:
-            raise invalid("Binding", name, [("target.name", "Required value")])
-        uid = (binding.get("metadata") or {}).get("uid")
-        if uid and uid != pod["metadata"]["uid"]:
-            raise conflict("pods/binding", name, "Precondition failed: UID mismatch")
+        check_preconditions(BY_PLURAL["pods"], ns, pod, binding.get("metadata") or {})
+        spec = pod.setdefault("spec", {})
         if pod["metadata"].get("deletionTimestamp"):
             raise conflict("pods/binding", name, f"pod {name} is being deleted, cannot be assigned to a host")
-        if (pod.get("spec") or {}).get("nodeName"):
-            raise conflict(
-                "pods/binding", name, f'pod {name} is already assigned to node "{pod["spec"]["nodeName"]}"'
-            )
-        pod["spec"]["nodeName"] = target
+        if spec.get("nodeName"):
+            raise conflict("pods/binding", name, f'pod {name} is already assigned to node "{spec["nodeName"]}"')
+        if spec.get("schedulingGates"):
+            raise conflict("pods/binding", name, f"pod {name} has non-empty .spec.schedulingGates")
+        spec["nodeName"] = target["name"]
         anns = (binding.get("metadata") or {}).get("annotations") or {}
         if anns:
             pod["metadata"].setdefault("annotations", {}).update(anns)
-        conds = [c for c in pod["status"].get("conditions") or [] if c.get("type") != "PodScheduled"]
+        status = pod.setdefault("status", {})
+        conds = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
         conds.append(
             {
                 "type": "PodScheduled",
@@ -681,9 +819,38 @@ class Api:
                 "lastTransitionTime": now_rfc3339(),
             }
         )
-        pod["status"]["conditions"] = conds
-        self.store.update("pods", ns, pod, check_rv=False)
+        status["conditions"] = conds
+        if not dry_run:
+            self.store.update("pods", ns, pod, check_rv=False)
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
+    def review(self, res: Res, ns: str, body: Obj, requester: rbac.UserInfo) -> Obj:
+        """Answer a (Self|Local)SubjectAccessReview or SelfSubjectRulesReview (nothing is stored)."""
+        if res.kind == "SelfSubjectRulesReview":
+            return rbac.rules_review(self.authz, body, requester)
+        return rbac.review(self.authz, res.kind, body, requester, ns if res.namespaced else "")
+
+
+def check_preconditions(res: Res, ns: str, obj: Obj, pre: Obj) -> None:
+    """UID and resourceVersion preconditions (DeleteOptions.preconditions, a Binding's metadata)."""
+    meta = obj["metadata"]
+    if pre.get("uid") and pre["uid"] != meta.get("uid"):
+        detail = f"Precondition failed: UID in precondition: {pre['uid']}, UID in object meta: {meta.get('uid')}"
+        raise precondition_failed(res.plural, ns, meta["name"], detail, res.group)
+    if pre.get("resourceVersion") and pre["resourceVersion"] != meta.get("resourceVersion"):
+        detail = (
+            f"Precondition failed: ResourceVersion in precondition: {pre['resourceVersion']}, "
+            f"ResourceVersion in object meta: {meta.get('resourceVersion')}"
+        )
+        raise precondition_failed(res.plural, ns, meta["name"], detail, res.group)
+
+
+def method_not_allowed(method: str) -> ApiError:
+    return ApiError(
+        405,
+        "MethodNotAllowed",
+        f"the server does not allow this method on the requested resource ({method})",
+    )
 
 
 def parse_path(path: str) -> Optional[tuple[Res, str, str, str]]:
@@ -711,7 +878,9 @@ def parse_path(path: str) -> Optional[tuple[Res, str, str, str]]:
 
 
 class ApiHandler(BaseHTTPRequestHandler):
-    """HTTP front end; ``self.server.context`` is the Lab."""
+    """HTTP front end; ``self.server.context`` is the Lab (or a view of it with its own ``etcd_ok``).
+
+    Per request: fault rules first, then the requester's identity and authorization, then routing."""
 
     protocol_version = "HTTP/1.1"
     server_version = "cpctl-lab-apiserver"
@@ -746,6 +915,8 @@ class ApiHandler(BaseHTTPRequestHandler):
         if not raw:
             return {}
         ctype = self.headers.get("Content-Type", "")
+        if "protobuf" in ctype:
+            return rbac.decode_protobuf(raw)
         try:
             data = yaml.safe_load(raw) if "yaml" in ctype else json.loads(raw)
         except (ValueError, yaml.YAMLError) as exc:
@@ -772,11 +943,48 @@ class ApiHandler(BaseHTTPRequestHandler):
     def do_DELETE(self) -> None:
         self._dispatch("DELETE")
 
+    def _stopping(self) -> bool:
+        return bool(getattr(self.server, "stopping", False))
+
     def _dispatch(self, method: str) -> None:
+        """Serve one request, unless an injected fault rule claims it first."""
         url = urllib.parse.urlsplit(self.path)
         query = {k: v[-1] for k, v in urllib.parse.parse_qs(url.query, keep_blank_values=True).items()}
+        path = url.path.rstrip("/") or "/"
+        injector: faults.FaultInjector = self.lab.api.faults
+        rule = injector.match(method, url.path, url.query)
+        if rule is None:
+            self._serve(method, path, query)
+            return
+        self.lab.log(f"apiserver: fault rule {rule.ident} ({rule.action}) applied to {method} {self.path}")
+        server = faults.FaultServer(
+            self,
+            injector,
+            self._stopping,
+            replay=lambda: self._capture(method, path, query),
+            serve_normally=lambda: self._serve(method, path, query),
+        )
         try:
-            self._route(method, url.path.rstrip("/") or "/", query)
+            server.apply(rule)
+        except OSError:
+            self.close_connection = True
+
+    def _capture(self, method: str, path: str, query: dict[str, str]) -> bytes:
+        """The raw HTTP response the API would send for this request (a watch ends after its
+        initial events), for faults that replay it slowly or truncated."""
+        if query.get("watch") in ("1", "true", "True"):
+            query = dict(query, timeoutSeconds="0")
+        real, buffer = self.wfile, io.BytesIO()
+        self.wfile = buffer
+        try:
+            self._serve(method, path, query)
+        finally:
+            self.wfile = real
+        return buffer.getvalue()
+
+    def _serve(self, method: str, path: str, query: dict[str, str]) -> None:
+        try:
+            self._route(method, path, query)
         except ApiError as err:
             self._error(err)
         except (BrokenPipeError, ConnectionResetError):
@@ -787,6 +995,9 @@ class ApiHandler(BaseHTTPRequestHandler):
 
     def _route(self, method: str, path: str, q: dict[str, str]) -> None:
         accept = self.headers.get("Accept", "")
+        api: Api = self.lab.api
+        user = rbac.identity(self.headers)
+        api.authz.check(rbac.request_attributes(user, method, path, q))
         if path in ("/healthz", "/livez", "/readyz"):
             if self.lab.etcd_ok():
                 self._send(200, b"ok", "text/plain; charset=utf-8")
@@ -827,11 +1038,22 @@ class ApiHandler(BaseHTTPRequestHandler):
         route = parse_path(path)
         if route is None:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        res, ns, name, sub = route
+        if res.plural in REVIEW_KINDS:
+            if method != "POST" or name:
+                raise method_not_allowed(method)
+            self._send(201, api.review(res, ns, self._json_body(), user))
+            return
         if not self.lab.etcd_ok():
             time.sleep(0.05)
             raise ApiError(500, "", "etcdserver: request timed out")
-        res, ns, name, sub = route
-        api: Api = self.lab.api
+        if res.plural == "bindings":
+            if method != "POST" or name:
+                raise method_not_allowed(method)
+            out = api.bind_request(ns, "", self._json_body(), q.get("dryRun") == "All")
+            self.lab.kick()
+            self._send(201, out)
+            return
         if method == "GET" and not name:
             if q.get("watch") in ("1", "true", "True"):
                 self._watch(res, ns, q, accept)
@@ -845,8 +1067,7 @@ class ApiHandler(BaseHTTPRequestHandler):
             self._send_obj(res, obj, accept, q)
             return
         if method == "POST" and sub == "binding":
-            body = self._json_body()
-            out = api.bind(ns, name, body)
+            out = api.bind_request(ns, name, self._json_body(), q.get("dryRun") == "All")
             self.lab.kick()
             self._send(201, out)
             return
@@ -886,11 +1107,7 @@ class ApiHandler(BaseHTTPRequestHandler):
             self.lab.kick()
             self._send(200, out)
             return
-        raise ApiError(
-            405,
-            "MethodNotAllowed",
-            f"the server does not allow this method on the requested resource ({method})",
-        )
+        raise method_not_allowed(method)
 
     def _discovery(self, path: str, accept: str) -> None:
         core = path == "/api"

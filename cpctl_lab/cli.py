@@ -11,11 +11,11 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NoReturn, Optional
 
 import click
 
-from . import control
+from . import control, profiles
 
 LAG_OPTIONS: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
     click.option(
@@ -29,9 +29,8 @@ LAG_OPTIONS: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
     click.option(
         "--masters",
         type=click.IntRange(1, 9),
-        default=1,
-        show_default=True,
-        help="Number of control-plane nodes.",
+        default=None,
+        help="Number of control-plane nodes [default: the profile's, 1 for most].",
     ),
     click.option("--node-name", default=None, help="Name of the master (single-master lab only)."),
     click.option(
@@ -60,9 +59,9 @@ LAG_OPTIONS: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
     click.option(
         "--file-check-frequency",
         type=float,
-        default=20.0,
-        show_default=True,
-        help="Seconds between full re-lists of the manifests dirs.",
+        default=None,
+        help="Seconds between full re-lists of the manifests dirs [default: 20, times --time-scale "
+        "with realistic timing].",
     ),
     click.option(
         "--lease-renew",
@@ -87,14 +86,45 @@ LAG_OPTIONS: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
     ),
 ]
 
+#: The profile and the settings it bundles; each setting option overrides the profile's value.
+PROFILE_OPTIONS: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
+    click.option("--profile", type=click.Choice(list(profiles.PROFILES)), default=None,
+                 help="What the nodes look like (see `cpctl lab profiles`) [default: default]."),
+    click.option("--k8s-version", type=click.Choice(list(profiles.RELEASES)), default=None,
+                 help="kubeadm release of the manifests, images and node versions."),
+    click.option("--ip-family", type=click.Choice(profiles.IP_FAMILIES), default=None,
+                 help="ipv6: single-stack IPv6, everything on ::1."),
+    click.option("--node-naming", type=click.Choice(profiles.NODE_NAMINGS), default=None,
+                 help="short names, FQDN node names, or names from --hostname-override."),
+    click.option("--local-mode/--no-local-mode", default=None,
+                 help="Control-plane kubelets talk to their own node's apiserver (kubeadm v1.33+)."),
+    click.option("--stacked-etcd/--no-stacked-etcd", default=None,
+                 help="Each apiserver uses only its own node's etcd."),
+    click.option("--realistic-timing/--no-realistic-timing", default=None,
+                 help="Real grace periods, probe delays, housekeeping and re-list periods."),
+    click.option("--time-scale", type=click.FloatRange(min=0.001), default=None,
+                 help="Factor on every real-world duration (probe delays, CrashLoopBackOff...) [default: 1]."),
+    click.option("--rbac/--no-rbac", default=None, help="Enforce RBAC for the components' identities."),
+    click.option("--component-checks/--no-component-checks", default=None,
+                 help="Crash-loop control-plane containers whose command line the real binary rejects."),
+]
+SETTING_NAMES = ("k8s_version", "ip_family", "node_naming", "local_mode", "stacked_etcd", "realistic_timing",
+                 "time_scale", "rbac", "component_checks")
+
 
 def lab_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    for opt in reversed(LAG_OPTIONS):
+    for opt in reversed(LAG_OPTIONS + PROFILE_OPTIONS):
         fn = opt(fn)
     return fn
 
 
-def fail(msg: str, code: int = 1) -> None:
+def settings_from(options: dict[str, Any]) -> profiles.LabSettings:
+    """The lab settings for the command-line options (profile plus overrides); ValueError if bad."""
+    overrides = {name: options.get(name) for name in SETTING_NAMES}
+    return profiles.resolve(options.get("profile"), masters=options.get("masters"), **overrides)
+
+
+def fail(msg: str, code: int = 1) -> NoReturn:
     click.echo(f"cpctl lab: {msg}", err=True)
     sys.exit(code)
 
@@ -106,19 +136,7 @@ def lab() -> None:
 
 @lab.command("run")
 @lab_options
-def run_cmd(
-    directory: Path,
-    masters: int,
-    node_name: str | None,
-    port: int,
-    start_lag: float,
-    ready_lag: float,
-    stop_lag: float,
-    file_check_frequency: float,
-    lease_renew: float,
-    gc_after: float,
-    legacy_discovery: bool,
-) -> None:
+def run_cmd(directory: Path, legacy_discovery: bool, **options: Any) -> None:
     """Run the lab in the foreground until SIGTERM/SIGINT."""
     from .cluster import Lab
 
@@ -128,16 +146,16 @@ def run_cmd(
     try:
         the_lab = Lab(
             directory,
-            masters=masters,
-            node_name=node_name,
-            port=port,
-            start_lag=start_lag,
-            ready_lag=ready_lag,
-            stop_lag=stop_lag,
-            file_check_frequency=file_check_frequency,
-            lease_renew=lease_renew,
-            gc_after=gc_after,
+            node_name=options["node_name"],
+            port=options["port"],
+            start_lag=options["start_lag"],
+            ready_lag=options["ready_lag"],
+            stop_lag=options["stop_lag"],
+            file_check_frequency=options["file_check_frequency"],
+            lease_renew=options["lease_renew"],
+            gc_after=options["gc_after"],
             aggregated_discovery=not legacy_discovery,
+            settings=settings_from(options),
         )
     except ValueError as exc:
         fail(str(exc), 2)
@@ -156,45 +174,30 @@ def run_cmd(
 @lab.command("up")
 @lab_options
 @click.option("--timeout", type=float, default=30.0, show_default=True, help="Seconds to wait for the API.")
-def up_cmd(
-    directory: Path,
-    masters: int,
-    node_name: str | None,
-    port: int,
-    start_lag: float,
-    ready_lag: float,
-    stop_lag: float,
-    file_check_frequency: float,
-    lease_renew: float,
-    gc_after: float,
-    legacy_discovery: bool,
-    timeout: float,
-) -> None:
+def up_cmd(directory: Path, legacy_discovery: bool, timeout: float, **options: Any) -> None:
     """Start the lab in the background (log: DIR/lab.log) and print its environment."""
     directory = directory.expanduser().resolve()
     if control.running_state(directory):
         fail(f"a lab is already running in {directory} (use `cpctl lab down --dir {directory}` first)")
-    args = [
-        "--masters",
-        str(masters),
-        *control.lag_args(
-            node_name=node_name,
-            port=port or None,
-            start_lag=start_lag,
-            ready_lag=ready_lag,
-            stop_lag=stop_lag,
-            file_check_frequency=file_check_frequency,
-            lease_renew=lease_renew,
-            gc_after=gc_after,
-            aggregated_discovery=not legacy_discovery,
-        ),
-    ]
     try:
-        proc = control.spawn(directory, args)
+        profiles.node_names(settings_from(options), options["node_name"])
+    except ValueError as exc:
+        fail(str(exc), 2)
+    options["port"] = options["port"] or None
+    try:
+        proc = control.spawn(directory, control.lag_args(aggregated_discovery=not legacy_discovery, **options))
         info = control.wait_ready(directory, proc, timeout)
     except (control.LabError, OSError) as exc:
         fail(str(exc))
     click.echo(control.env_text(info, 1), nl=False)
+
+
+@lab.command("profiles")
+def profiles_cmd() -> None:
+    """List the profiles and the settings each one changes."""
+    for name, values in profiles.PROFILES.items():
+        changes = ", ".join(f"{k}={v}" for k, v in values.items()) or "(nothing: the lab's defaults)"
+        click.echo(f"{name:14} {profiles.PROFILE_HELP.get(name, '')}\n{'':14} {changes}")
 
 
 @lab.command("down")

@@ -1,5 +1,9 @@
 """The lab process: nodes, kubelets, API availability, health listeners, scheduler, leases, control channel.
 
+API availability: a "load balancer" listener (admin.conf) that works while any master's apiserver
+can reach etcd, and one listener per master (admin-<node>.conf) that works while that master's
+apiserver runs and one of the etcd members its --etcd-servers name runs, with quorum.
+
 Everything runs in one process. One re-entrant lock (the store's) guards all state; a single loop
 thread runs timers and a level-triggered ``reconcile`` whenever something changed (file event,
 API write, timer), so idle CPU stays near zero (no polling except the optional 50 ms stat poll
@@ -26,12 +30,17 @@ from typing import Any, Callable, Optional
 
 import yaml
 
-from . import control, seeds
-from .apiserver import RESOURCES, Api, ApiHandler, Res
+from . import componentlogs, control, faults, nodefiles, profiles, rbac, seeds
+from .apiserver import K8S_VERSION, RESOURCES, Api, ApiHandler, Res
 from .httpserve import LabHTTPServer, free_port, serve
-from .kubelet import Container, Kubelet, Worker
+from .kubelet import Container, Kubelet, Worker, host_path
+from .profiles import LabSettings, go_duration
 from .store import ApiError, Obj, Store, now_micro, now_rfc3339, parse_time
+from .timing import Timing
 
+TEXT = "text/plain; charset=utf-8"
+Answer = tuple[int, str, str]
+PORT_KEYS = ("apiserver", "controller-manager", "scheduler", "etcd-client", "etcd-peer", "etcd-metrics", "api")
 ROLES_LEASE_DEFAULT = {
     "kube-scheduler": "kube-scheduler",
     "kube-controller-manager": "kube-controller-manager",
@@ -56,21 +65,12 @@ def _flags(args: list[str]) -> dict[str, str]:
     return out
 
 
-def host_path(pod: Obj, container: Obj, path: str) -> str:
-    """Translate a path inside the container to the host path through its hostPath volume mounts."""
-    best: Optional[Obj] = None
-    for m in container.get("volumeMounts") or []:
-        mp = m.get("mountPath", "").rstrip("/")
-        if path == mp or path.startswith(mp + "/"):
-            if best is None or len(mp) > len(best.get("mountPath", "")):
-                best = m
-    if best is None:
-        return path
-    for v in (pod.get("spec") or {}).get("volumes") or []:
-        if v.get("name") == best.get("name") and v.get("hostPath"):
-            rest = path[len(best["mountPath"].rstrip("/")) :]
-            return v["hostPath"]["path"].rstrip("/") + rest if rest else v["hostPath"]["path"]
-    return path
+def probe_port(spec: Obj, http_get: Obj) -> Optional[int]:
+    """The port number of an httpGet probe; a named port is looked up in the container's ``ports``."""
+    port = http_get.get("port")
+    if isinstance(port, str) and not port.isdigit():
+        port = next((p.get("containerPort") for p in spec.get("ports") or [] if p.get("name") == port), None)
+    return int(port) if port is not None else None
 
 
 def _tolerates(tols: list[Obj], taint: Obj) -> bool:
@@ -86,7 +86,7 @@ def _tolerates(tols: list[Obj], taint: Obj) -> bool:
 
 
 class HealthHandler(BaseHTTPRequestHandler):
-    """Health endpoints of one running control-plane container (context: lab, worker, role, paths)."""
+    """Health endpoints of one running container (context: lab, node, container, probe paths)."""
 
     protocol_version = "HTTP/1.1"
 
@@ -94,31 +94,53 @@ class HealthHandler(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self) -> None:
-        lab, w, role, paths = self.server.context  # type: ignore[attr-defined]
-        path = self.path.split("?", 1)[0].rstrip("/") or "/"
+        lab, node, c, paths = self.server.context  # type: ignore[attr-defined]
         with lab.lock:
-            running = w.state in ("running", "stopping")
-            ready = w.ready and (role != "kube-apiserver" or lab.etcd_ok())
-        base = "/" + path.strip("/").split("/", 1)[0]
-        if base == "/livez":
-            ok = running
-        elif base in ("/readyz", "/healthz") or path in paths:
-            ok = ready
-        else:
+            answer = lab.health_answer(node, c, self.path, paths)
+        if answer is None:
             self._reply(404, "404 page not found\n")
-            return
-        if ok:
-            self._reply(200, "ok")
         else:
-            self._reply(500, f"[-]{role or 'component'} not ready\n{base[1:]} check failed\n")
+            self._reply(*answer)
 
-    def _reply(self, code: int, text: str) -> None:
+    def _reply(self, code: int, text: str, ctype: str = "text/plain; charset=utf-8") -> None:
         data = text.encode()
         self.send_response(code)
-        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+
+class LabApiHandler(ApiHandler):
+    """The API handler with the lab's Kubernetes version on ``/version`` (the rest is ApiHandler's)."""
+
+    def _route(self, method: str, path: str, q: dict[str, str]) -> None:
+        if path == "/version":
+            self._send(200, self.lab.version_info())
+            return
+        super()._route(method, path, q)
+
+
+class ApiView:
+    """What one API listener sees: the lab, with ``etcd_ok()`` answering for that endpoint.
+
+    A master's own listener works while that master's apiserver can reach its etcd backends and
+    etcd has quorum; the load balancer's (``node`` None) while any master's apiserver does.
+    Everything else is the lab's own attribute.
+    """
+
+    def __init__(self, lab: "Lab", node: Optional[str]) -> None:
+        self._lab = lab
+        self.node = node
+
+    def etcd_ok(self) -> bool:
+        with self._lab.lock:  # handler threads: the loop thread changes the containers meanwhile
+            if self.node is None:
+                return self._lab.any_apiserver_serves()
+            return self._lab.apiserver_serves(self.node)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._lab, name)
 
 
 class ControlHandler(BaseHTTPRequestHandler):
@@ -142,6 +164,16 @@ class ControlHandler(BaseHTTPRequestHandler):
         if self.path == "/shutdown":
             self._json(200, {"ok": True})
             lab.request_stop()
+        elif self.path == "/faults":
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self._json(*faults.control(lab.api.faults, "POST", body))
+        else:
+            self._json(404, {"error": "not found"})
+
+    def do_DELETE(self) -> None:
+        lab: Lab = self.server.context  # type: ignore[attr-defined]
+        if self.path == "/faults":
+            self._json(*faults.control(lab.api.faults, "DELETE", b""))
         else:
             self._json(404, {"error": "not found"})
 
@@ -149,6 +181,9 @@ class ControlHandler(BaseHTTPRequestHandler):
         lab: Lab = self.server.context  # type: ignore[attr-defined]
         url = urllib.parse.urlsplit(self.path)
         q = {k: v[-1] for k, v in urllib.parse.parse_qs(url.query).items()}
+        if url.path == "/faults":
+            self._json(*faults.control(lab.api.faults, "GET", b""))
+            return
         with lab.lock:
             if url.path == "/ready":
                 self._json(
@@ -187,36 +222,62 @@ class ControlHandler(BaseHTTPRequestHandler):
                     )
                 else:
                     self._json(200, hits[0].inspect())
+            elif url.path == "/cri/logs":
+                self._json(*container_logs(k, q.get("id", ""), q.get("previous") in ("1", "true")))
             else:
                 self._json(404, {"error": "not found"})
 
 
+def container_logs(k: Kubelet, ident: str, previous: bool) -> tuple[int, Obj]:
+    """``crictl logs [--previous] ID``: the log lines of a container (or of its previous attempt)."""
+    hits = [c for i, c in k.containers.items() if ident and i.startswith(ident)]
+    if len(hits) != 1:
+        why = "ambiguous id" if hits else (
+            f'rpc error: code = NotFound desc = an error occurred when try to find container "{ident}": not found'
+        )
+        return 404, {"error": why}
+    c = hits[0]
+    if previous:
+        before = [o for o in k.containers.values()
+                  if o.sandbox.uid == c.sandbox.uid and o.name == c.name and o.attempt == c.attempt - 1]
+        if not before:
+            path = c.log_path.rsplit("/", 1)[0] + f"/{c.attempt - 1}.log"
+            return 404, {"error": f'failed to try resolving symlinks in path "{path}": lstat {path}: '
+                                  "no such file or directory"}
+        c = before[0]
+    return 200, {"id": c.id, "state": c.state, "lines": [list(line) for line in c.logs]}
+
+
 class Lab:
-    """One simulated cluster: N masters plus one worker, on 127.0.0.1."""
+    """One simulated cluster: N masters plus one worker, on 127.0.0.1 (or ::1)."""
 
     def __init__(
         self,
         directory: Path,
-        masters: int = 1,
+        masters: Optional[int] = None,
         node_name: Optional[str] = None,
         port: int = 0,
         start_lag: float = 0.3,
         ready_lag: float = 0.3,
         stop_lag: float = 0.2,
-        file_check_frequency: float = 20.0,
+        file_check_frequency: Optional[float] = None,
         lease_renew: float = 2.0,
         gc_after: float = 60.0,
         aggregated_discovery: bool = True,
+        settings: Optional[LabSettings] = None,
     ) -> None:
         self.dir = Path(directory).expanduser().resolve()
-        if masters < 1:
-            raise ValueError("--masters must be >= 1")
-        if node_name and masters != 1:
-            raise ValueError("--node-name only applies to a single-master lab")
-        self.masters = [node_name] if node_name else [f"lab-master{i}" for i in range(1, masters + 1)]
+        self.settings = settings or profiles.resolve(masters=masters)
+        self.release = self.settings.release
+        self.masters = profiles.node_names(self.settings, node_name)
+        self.hostnames = {n: profiles.host_name(self.settings, n, i) for i, n in enumerate(self.masters, 1)}
         self.worker = "lab-worker1"
+        self.rbac = self.settings.rbac
+        self.node_ip = self.settings.loopback
+        self.pause_image = f"registry.k8s.io/pause:{self.release.pause_image}"
         self.start_lag, self.ready_lag, self.stop_lag = start_lag, ready_lag, stop_lag
-        self.file_check_frequency = file_check_frequency
+        self.timing = Timing(self.settings, start_lag, ready_lag, stop_lag, file_check_frequency)
+        self.file_check_frequency = self.timing.relist
         self.lease_renew = lease_renew
         self.gc_after = gc_after
         self.aggregated_discovery = aggregated_discovery
@@ -226,9 +287,12 @@ class Lab:
         self.api = Api(self.store, self)
         self.port = port
         self.kubelets: dict[str, Kubelet] = {}
+        #: The load balancer's listener (admin.conf): open while any master's apiserver runs.
         self.api_srv: Optional[LabHTTPServer] = None
+        #: Each master's own API listener (admin-<node>.conf): open while its apiserver runs.
+        self.node_api: dict[str, LabHTTPServer] = {}
         self.control_srv: Optional[LabHTTPServer] = None
-        self.health: dict[tuple[str, int, str], tuple[LabHTTPServer, Worker]] = {}
+        self.health: dict[tuple[str, int, str], tuple[LabHTTPServer, Container]] = {}
         self.tls: Optional[ssl.SSLContext] = None
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
@@ -236,7 +300,7 @@ class Lab:
         self._stop = threading.Event()
         self._pending_events: list[Obj] = []
         self._unschedulable: set[str] = set()
-        self._bind_failed: float = 0.0
+        self._bind_failed: dict[str, float] = {}
         self.ports: dict[str, dict[str, int]] = {}
 
     # ------------------------------------------------------------------ utilities
@@ -262,20 +326,50 @@ class Lab:
         self.kick()
 
     # ------------------------------------------------------------------ availability
-    def _running(self, role: str) -> list[Container]:
+    def _running(self, role: str, node: Optional[str] = None) -> list[Container]:
+        """Containers of ``role`` that run and work (a crash-looping attempt does not count)."""
         return [
             c
             for k in self.kubelets.values()
+            if node is None or k.node == node
             for c in k.containers.values()
-            if c.role == role and c.state == "CONTAINER_RUNNING"
+            if c.role == role and c.healthy
         ]
 
     def etcd_ok(self) -> bool:
         """etcd answers while a quorum of the masters' etcd members runs."""
         return len(self._running("etcd")) > len(self.masters) // 2
 
+    def apiserver_serves(self, node: str) -> bool:
+        """Whether ``node``'s kube-apiserver answers requests: it runs, etcd has quorum and one of
+        the etcd members named by its --etcd-servers runs (with stacked etcd: its own node's)."""
+        if not self.etcd_ok():
+            return False
+        running = {n for n in self.masters if self._running("etcd", n)}
+        return any(running.intersection(c.etcd_backends) for c in self._running("kube-apiserver", node))
+
+    def any_apiserver_serves(self) -> bool:
+        return any(self.apiserver_serves(n) for n in self.masters)
+
     def api_available(self) -> bool:
-        return self.api_srv is not None and self.etcd_ok()
+        """The load balancer (admin.conf) answers: some apiserver runs and can reach etcd."""
+        return self.api_srv is not None and self.any_apiserver_serves()
+
+    def kubelet_api_ok(self, node: str) -> bool:
+        """Whether ``node``'s kubelet reaches an apiserver that serves: its own in local mode
+        (ControlPlaneKubeletLocalMode, control-plane nodes only), else the load balancer."""
+        if self.settings.local_mode and node in self.masters:
+            return node in self.node_api and self.apiserver_serves(node)
+        return self.api_available()
+
+    def component_api_ok(self, node: str) -> bool:
+        """Whether a controller-manager or scheduler on ``node`` reaches a serving apiserver. kubeadm's
+        controller-manager.conf and scheduler.conf name the node's own apiserver; the lab models that
+        in local mode only, so the other profiles keep their historical behaviour (the load balancer)."""
+        return self.kubelet_api_ok(node)
+
+    def _node_of(self, c: Container) -> str:
+        return next((k.node for k in self.kubelets.values() if k.containers.get(c.id) is c), "")
 
     def is_ready(self) -> bool:
         if not self.api_available():
@@ -283,7 +377,7 @@ class Lab:
         for k in self.kubelets.values():
             for pod, _path in k.static.values():
                 w = k.workers.get(pod["metadata"]["uid"])
-                if w is None or not w.ready:
+                if w is None or not k.worker_ready(w):
                     return False
                 m = self.store.get("pods", pod["metadata"]["namespace"], pod["metadata"]["name"])
                 if m is None or not any(
@@ -306,34 +400,25 @@ class Lab:
             except ValueError:
                 ports = {}
         for node in self.masters:
-            if node not in ports:
-                ports[node] = {
-                    k: free_port()
-                    for k in (
-                        "apiserver",
-                        "controller-manager",
-                        "scheduler",
-                        "etcd-client",
-                        "etcd-peer",
-                        "etcd-metrics",
-                    )
-                }
+            mine = ports.setdefault(node, {})
+            for key in PORT_KEYS:
+                if key not in mine:
+                    mine[key] = free_port(self.node_ip)
         self.ports = {n: ports[n] for n in self.masters}
         ports_file.write_text(json.dumps(ports, indent=2))
-        for node in self.masters:
-            if seeds.write_seeds(d / f"manifests-{node}", node, self.ports[node], self.ports):
-                self.log(f"lab: seeded {d / f'manifests-{node}'}")
-            # not created here: cpctl creates its state dir itself, 0700, on first change
-        self.tls = self._tls_context()
         if not self.port:
             prev = control.read_state(d) or {}
-            self.port = int((prev.get("api") or {}).get("port") or 0) or free_port()
+            self.port = int((prev.get("api") or {}).get("port") or 0) or free_port(self.node_ip)
+        self.tls = self._tls_context()
+        for i, node in enumerate(self.masters):
+            self._prepare_master(node, i == 0)
+            # not created here: cpctl creates its state dir itself, 0700, on first change
         self._write_kubeconfig()
         self._write_crictl()
         self._seed_objects()
         for i, node in enumerate(self.masters + [self.worker]):
             mdir = d / f"manifests-{node}" if node in self.masters else None
-            k = Kubelet(self, node, mdir)
+            k = Kubelet(self, node, mdir, hostname=self.hostnames.get(node, node))
             k.index = i
             self.kubelets[node] = k
 
@@ -365,7 +450,7 @@ class Lab:
                         "-subj",
                         "/CN=cpctl-lab",
                         "-addext",
-                        "subjectAltName=IP:127.0.0.1,DNS:localhost",
+                        "subjectAltName=IP:127.0.0.1,IP:::1,DNS:localhost",
                     ],
                     check=True,
                     capture_output=True,
@@ -378,22 +463,52 @@ class Lab:
         ctx.load_cert_chain(str(crt), str(key))
         return ctx
 
+    def _prepare_master(self, node: str, init_node: bool) -> None:
+        """The master's node files (root, kubelet dir) and its seeded manifests dir."""
+        d = self.dir
+        root = nodefiles.root_dir(d, node)
+        local = self.url(self.ports[node]["api"])
+        servers = {"lb": self.url(self.port), "local": local,
+                   "kubelet": local if self.settings.local_mode else self.url(self.port)}
+        if nodefiles.write_root(root, servers, init_node):
+            self.log(f"lab: node files of {node} in {root}")
+        mdir = d / f"manifests-{node}"
+        spec = seeds.SeedSpec(node=node, ports=self.ports[node], members=self.ports, root=root,
+                              release=self.release, loopback=self.node_ip,
+                              stacked_etcd=self.settings.stacked_etcd)
+        if seeds.write_seeds(mdir, spec):
+            self.log(f"lab: seeded {mdir}")
+        override = node if self.settings.node_naming == "override" else ""
+        config = nodefiles.kubelet_config(str(mdir), go_duration(self.timing.relist),
+                                          nodefiles.on_node(root, "/etc/kubernetes/pki/ca.crt"),
+                                          ipv6=":" in self.node_ip)
+        nodefiles.write_kubelet_dir(nodefiles.kubelet_dir(d, node), config,
+                                    nodefiles.kubeadm_flags(self.release.pause_image, override))
+
+    def url(self, port: int) -> str:
+        """``http://HOST:PORT`` on the nodes' loopback (bracketed for IPv6)."""
+        host = f"[{self.node_ip}]" if ":" in self.node_ip else self.node_ip
+        return f"http://{host}:{port}"
+
     def _write_kubeconfig(self) -> None:
-        cfg = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "current-context": "kubernetes-admin@cpctl-lab",
-            "clusters": [{"name": "cpctl-lab", "cluster": {"server": f"http://127.0.0.1:{self.port}"}}],
-            "contexts": [
-                {
-                    "name": "kubernetes-admin@cpctl-lab",
-                    "context": {"cluster": "cpctl-lab", "user": "kubernetes-admin"},
-                }
-            ],
-            "users": [{"name": "kubernetes-admin", "user": {}}],
-            "preferences": {},
-        }
-        control.atomic_write(self.dir / "admin.conf", yaml.safe_dump(cfg, sort_keys=False))
+        """admin.conf (the load balancer, what KUBECONFIG points at) and admin-<node>.conf per master."""
+        targets = [("admin.conf", self.port)] + [(f"admin-{n}.conf", self.ports[n]["api"]) for n in self.masters]
+        for name, port in targets:
+            cfg = {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "kubernetes-admin@cpctl-lab",
+                "clusters": [{"name": "cpctl-lab", "cluster": {"server": self.url(port)}}],
+                "contexts": [
+                    {
+                        "name": "kubernetes-admin@cpctl-lab",
+                        "context": {"cluster": "cpctl-lab", "user": "kubernetes-admin"},
+                    }
+                ],
+                "users": [{"name": "kubernetes-admin", "user": {}}],
+                "preferences": {},
+            }
+            control.atomic_write(self.dir / name, yaml.safe_dump(cfg, sort_keys=False))
 
     def _write_crictl(self) -> None:
         bindir = self.dir / "bin"
@@ -427,7 +542,7 @@ class Lab:
             if master:
                 labels["node-role.kubernetes.io/control-plane"] = ""
                 labels["node.kubernetes.io/exclude-from-external-load-balancers"] = ""
-            obj = {
+            obj: Obj = {
                 "apiVersion": "v1",
                 "kind": "Node",
                 "metadata": {
@@ -439,18 +554,21 @@ class Lab:
                     },
                 },
                 "spec": {
-                    "podCIDR": f"10.244.{len(self.store.list('nodes'))}.0/24",
+                    "podCIDR": self._pod_cidr(len(self.store.list("nodes"))),
                     "taints": [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]
                     if master
                     else [],
                 },
-                "status": self._node_status(),
+                "status": self._node_status(node),
             }
             if not master:
                 obj["spec"].pop("taints")
             self.store.create("nodes", "", obj)
 
-    def _node_status(self) -> Obj:
+    def _pod_cidr(self, index: int) -> str:
+        return f"fd00:10:244:{index:x}::/64" if ":" in self.node_ip else f"10.244.{index}.0/24"
+
+    def _node_status(self, node: str) -> Obj:
         now = now_rfc3339()
         conds = [
             (t, "False", r, m)
@@ -462,7 +580,7 @@ class Lab:
         ]
         conds.append(("Ready", "True", "KubeletReady", "kubelet is posting ready status"))
         return {
-            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+            "addresses": [{"type": "InternalIP", "address": self.node_ip}, {"type": "Hostname", "address": node}],
             "allocatable": {"cpu": "2", "memory": "3912Mi", "pods": "110", "ephemeral-storage": "50Gi"},
             "capacity": {"cpu": "2", "memory": "4012Mi", "pods": "110", "ephemeral-storage": "50Gi"},
             "conditions": [
@@ -482,8 +600,8 @@ class Lab:
                 "bootID": str(uuid.uuid4()),
                 "containerRuntimeVersion": "containerd://1.7.20",
                 "kernelVersion": os.uname().release,
-                "kubeProxyVersion": "v1.30.4",
-                "kubeletVersion": "v1.30.4",
+                "kubeProxyVersion": self.release.version,
+                "kubeletVersion": self.release.version,
                 "machineID": uuid.uuid4().hex,
                 "operatingSystem": "linux",
                 "osImage": "cpctl lab (simulated)",
@@ -492,27 +610,20 @@ class Lab:
         }
 
     def summary(self) -> Obj:
+        """What lab.json and the control channel's /state report (ports, paths, profile)."""
         return {
             "pid": os.getpid(),
             "dir": str(self.dir),
+            "profile": self.settings.to_json(),
             "api": {
                 "port": self.port,
-                "url": f"http://127.0.0.1:{self.port}",
+                "url": self.url(self.port),
                 "up": self.api_srv is not None,
             },
             "control": {
                 "url": f"http://127.0.0.1:{self.control_srv.server_address[1]}" if self.control_srv else None
             },
-            "masters": [
-                {
-                    "name": n,
-                    "manifests_dir": str(self.dir / f"manifests-{n}"),
-                    "state_dir": str(self.dir / f"state-{n}"),
-                    "ports": self.ports.get(n, {}),
-                    "crictl": str(self.dir / "bin" / ("crictl" if i == 0 else f"crictl-{n}")),
-                }
-                for i, n in enumerate(self.masters)
-            ],
+            "masters": [self._master_summary(i, n) for i, n in enumerate(self.masters)],
             "worker": self.worker,
             "nodes": self.masters + [self.worker],
             "kubeconfig": str(self.dir / "admin.conf"),
@@ -527,6 +638,32 @@ class Lab:
                 "lease_renew": self.lease_renew,
             },
         }
+
+    def _master_summary(self, index: int, node: str) -> Obj:
+        # Master 1 keeps the node-agnostic bin/crictl (it follows CPCTL_NODE_NAME) where the
+        # environment names the node; where cpctl must find the node itself, a per-node shim.
+        shim = "crictl" if index == 0 and self.settings.node_naming == "short" else f"crictl-{node}"
+        return {
+            "name": node,
+            "hostname": self.hostnames[node],
+            "manifests_dir": str(self.dir / f"manifests-{node}"),
+            "state_dir": str(self.dir / f"state-{node}"),
+            "kubelet_dir": str(nodefiles.kubelet_dir(self.dir, node)),
+            "root_dir": str(nodefiles.root_dir(self.dir, node)),
+            "kubeconfig": str(self.dir / f"admin-{node}.conf"),
+            "ports": self.ports.get(node, {}),
+            "api": {
+                "port": self.ports.get(node, {}).get("api"),
+                "url": self.url(self.ports[node]["api"]) if node in self.ports else None,
+                "up": node in self.node_api,
+            },
+            "crictl": str(self.dir / "bin" / shim),
+        }
+
+    def version_info(self) -> Obj:
+        """``/version`` of the lab's apiservers: the profile's Kubernetes release."""
+        minor = str(self.release.minor)
+        return {**K8S_VERSION, "minor": minor, "gitVersion": f"{self.release.version}-lab"}
 
     # ------------------------------------------------------------------ main loop
     def run(self) -> None:
@@ -545,7 +682,8 @@ class Lab:
                 threading.Thread(target=k.watch_forever, name=f"files-{k.node}", daemon=True).start()
         self.call_later(self.lease_renew, self._renew_tick)
         self.log(
-            f"lab: running in {self.dir}; API http://127.0.0.1:{self.port} (opens when kube-apiserver runs)"
+            f"lab: running in {self.dir} (profile {self.settings.profile}, {self.release.version}); "
+            f"API {self.url(self.port)} (opens when kube-apiserver runs)"
         )
         self.kick()
         try:
@@ -578,9 +716,12 @@ class Lab:
         for k in self.kubelets.values():
             k.stop()
         with self.lock:
-            for srv, _w in self.health.values():
+            for srv, _c in self.health.values():
                 srv.stop()
             self.health.clear()
+            for srv in self.node_api.values():
+                srv.stop()
+            self.node_api.clear()
             if self.api_srv:
                 self.api_srv.stop()
                 self.api_srv = None
@@ -601,78 +742,138 @@ class Lab:
             self._sync_listeners()
             if self.api_available():
                 self._flush_events()
-                for k in self.kubelets.values():
+            for k in self.kubelets.values():
+                if self.kubelet_api_ok(k.node):
                     k.sync_api()
+            if self.api_available():
                 self._sync_leases(renew=False)
                 self._schedule()
             if not self._kicked:
                 break
 
     def _sync_listeners(self) -> None:
-        api_up = bool(self._running("kube-apiserver"))
-        if api_up and self.api_srv is None and time.monotonic() - self._bind_failed > 0.5:
+        self._sync_api_listener(None, bool(self._running("kube-apiserver")))
+        for node in self.masters:
+            self._sync_api_listener(node, bool(self._running("kube-apiserver", node)))
+        self._sync_health_listeners()
+
+    def _sync_api_listener(self, node: Optional[str], wanted: bool) -> None:
+        """Open or close the load balancer's (``node`` None) or one master's API listener."""
+        current = self.api_srv if node is None else self.node_api.get(node)
+        port = self.port if node is None else self.ports[node]["api"]
+        label = "API (load balancer)" if node is None else f"API of {node}"
+        if wanted and current is None and time.monotonic() - self._bind_failed.get(node or "", 0.0) > 0.5:
             try:
-                self.api_srv = serve("127.0.0.1", self.port, ApiHandler, context=self)
-                self.log(f"lab: API listening on 127.0.0.1:{self.port}")
-                self._kicked = True
+                srv = serve(self.node_ip, port, LabApiHandler, context=ApiView(self, node))
             except OSError as exc:
-                self._bind_failed = time.monotonic()
-                self.log(f"lab: cannot listen on API port {self.port}: {exc}; retrying")
+                self._bind_failed[node or ""] = time.monotonic()
+                self.log(f"lab: cannot listen for the {label} on port {port}: {exc}; retrying")
                 self.call_later(0.6, lambda: None)
-        elif not api_up and self.api_srv is not None:
-            self.api_srv.stop()
-            self.api_srv = None
-            self.log("lab: no kube-apiserver running: API listener closed")
-        want: dict[tuple[str, int, str], tuple[Worker, str, set[str]]] = {}
+                return
+            if node is None:
+                self.api_srv = srv
+            else:
+                self.node_api[node] = srv
+            self.log(f"lab: {label} listening on {self.url(port)}")
+            self._kicked = True
+        elif not wanted and current is not None:
+            current.stop()
+            if node is None:
+                self.api_srv = None
+            else:
+                del self.node_api[node]
+            self.log(f"lab: no kube-apiserver running{'' if node is None else ' on ' + node}: {label} closed")
+
+    def _wanted_health(self) -> dict[tuple[str, int, str], tuple[str, Container, set[str]]]:
+        """Every (host, port, scheme) a running container's httpGet probes name (named ports resolved)."""
+        want: dict[tuple[str, int, str], tuple[str, Container, set[str]]] = {}
         for k in self.kubelets.values():
             for w in k.workers.values():
                 if w.state not in ("running", "stopping"):
                     continue
                 for c in w.containers:
-                    if c.state != "CONTAINER_RUNNING":
-                        continue
+                    if not c.healthy:
+                        continue  # a crash-looping component never binds its port
                     for pk in ("livenessProbe", "readinessProbe", "startupProbe"):
                         hg = (c.spec.get(pk) or {}).get("httpGet")
-                        if not hg:
+                        port = probe_port(c.spec, hg) if hg else None
+                        if hg is None or port is None:
                             continue
-                        port = hg.get("port")
-                        if isinstance(port, str) and not port.isdigit():
-                            port = next(
-                                (
-                                    p.get("containerPort")
-                                    for p in c.spec.get("ports") or []
-                                    if p.get("name") == port
-                                ),
-                                None,
-                            )
-                        if port is None:
-                            continue
-                        key = (hg.get("host") or "127.0.0.1", int(port), (hg.get("scheme") or "HTTP").upper())
-                        entry = want.setdefault(key, (w, c.role, set()))
+                        key = (hg.get("host") or self.node_ip, port, (hg.get("scheme") or "HTTP").upper())
+                        entry = want.setdefault(key, (k.node, c, set()))
                         entry[2].add(hg.get("path") or "/")
+        return want
+
+    def _sync_health_listeners(self) -> None:
+        want = self._wanted_health()
         for key in list(self.health):
-            srv, w = self.health[key]
-            if key not in want or want[key][0] is not w:
+            srv, c = self.health[key]
+            if key not in want or want[key][1] is not c:
                 srv.stop()
                 del self.health[key]
-        for key, (w, role, paths) in want.items():
+        for key, (node, c, paths) in want.items():
             if key in self.health:
                 continue
             host, port, scheme = key
             try:
-                srv = serve(
-                    host,
-                    port,
-                    HealthHandler,
-                    tls=self.tls if scheme == "HTTPS" else None,
-                    context=(self, w, role, paths),
-                )
-                self.health[key] = (srv, w)
+                srv = serve(host, port, HealthHandler, tls=self.tls if scheme == "HTTPS" else None,
+                            context=(self, node, c, paths))
+                self.health[key] = (srv, c)
             except OSError as exc:
-                self.log(
-                    f"lab: health endpoint {scheme.lower()}://{host}:{port} for "
-                    f"{w.full_name[1]} cannot listen: {exc}"
-                )
+                self.log(f"lab: health endpoint {scheme.lower()}://{host}:{port} for "
+                         f"{c.sandbox.name} cannot listen: {exc}")
+
+    # ------------------------------------------------------------------ health endpoints
+    def health_answer(self, node: str, c: Container, raw_path: str, probe_paths: set[str]) -> Optional[Answer]:
+        """(code, body, content type) of GET ``raw_path`` on ``c``'s health port; None for a 404.
+
+        kube-apiserver: /livez while it runs, /readyz and /healthz also need its etcd
+        (:meth:`apiserver_serves`). etcd: /livez; /readyz and /health need quorum, except
+        ``/health?serializable=true`` (a local read). Controller-manager and scheduler: /healthz,
+        /livez, /readyz. Any other container answers the paths of its own probes.
+        """
+        path, _, query = raw_path.partition("?")
+        path = path.rstrip("/") or "/"
+        alive = c.healthy and (c.booted or not self.timing.realistic)
+        up = c.healthy and c.booted
+        if c.role == "etcd":
+            return self._etcd_answer(path, query, alive, up)
+        if c.role == "kube-apiserver":
+            checks = {"/livez": alive, "/readyz": up and self.apiserver_serves(node),
+                      "/healthz": up and self.apiserver_serves(node)}
+        elif c.role in ("kube-controller-manager", "kube-scheduler"):
+            checks = {"/livez": alive, "/readyz": up, "/healthz": up}
+        else:
+            checks = {p.split("?", 1)[0]: up for p in probe_paths}
+        base = "/" + path.strip("/").split("/", 1)[0]
+        if base not in checks:
+            return None
+        if checks[base]:
+            return 200, "ok", TEXT
+        what = "etcd" if c.role == "kube-apiserver" and base != "/livez" else (c.role or "component")
+        return 500, f"[-]{what} failed: reason withheld\n{base[1:]} check failed\n", TEXT
+
+    def _etcd_answer(self, path: str, query: str, alive: bool, up: bool) -> Optional[Answer]:
+        quorum = self.etcd_ok()
+        if path == "/livez":
+            return (200, "ok", TEXT) if alive else (503, "[-]serializable_read failed: etcdserver: not ready\n", TEXT)
+        if path == "/readyz":
+            ok = up and quorum
+            return (200, "ok", TEXT) if ok else (503, "[-]linearizable_read failed: etcdserver: leader changed\n", TEXT)
+        if path == "/health":
+            serializable = "serializable=true" in query
+            ok = up and (serializable or quorum)
+            body = json.dumps({"health": "true" if ok else "false", "reason": "" if ok else "RAFT NO LEADER"})
+            return 200 if ok else 503, body, "application/json"
+        return None
+
+    def probe_passes(self, node: str, c: Container, probe: Obj) -> bool:
+        """Whether an httpGet probe of ``c`` succeeds now (other probe kinds always do)."""
+        hg = probe.get("httpGet")
+        if not hg:
+            return True
+        answer = self.health_answer(node, c, str(hg.get("path") or "/"), {str(hg.get("path") or "/")})
+        return answer is not None and answer[0] == 200
 
     # ------------------------------------------------------------------ components
     def configure_component(self, kubelet: Kubelet, w: Worker, c: Container) -> None:
@@ -681,12 +882,14 @@ class Lab:
         elect = flags.get("leader-elect", "true").lower() != "false"
         name = flags.get("leader-elect-resource-name", ROLES_LEASE_DEFAULT.get(c.role, ""))
         ns = flags.get("leader-elect-resource-namespace", "kube-system")
+        kubeconfig = flags.get("kubeconfig", "")
         if c.role == "kube-scheduler":
             c.serves = ["default-scheduler"]
             if "config" in flags:
                 path = host_path(w.pod, c.spec, flags["config"])
                 try:
                     cfg = yaml.safe_load(Path(path).read_text()) or {}
+                    kubeconfig = (cfg.get("clientConnection") or {}).get("kubeconfig") or kubeconfig
                     profiles = cfg.get("profiles") or [{}]
                     c.serves = [p.get("schedulerName") or "default-scheduler" for p in profiles]
                     le = cfg.get("leaderElection") or {}
@@ -698,6 +901,37 @@ class Lab:
                     c.serves = []
         if c.role in ROLES_LEASE_DEFAULT and elect:
             c.lease = (ns, name)
+        if kubeconfig:
+            kubeconfig = host_path(w.pod, c.spec, kubeconfig)
+        self.api.authz.identify(c.id, rbac.component_identity(c.role, kubeconfig))
+
+    def component_started(self, kubelet: Kubelet, w: Worker, c: Container) -> None:
+        """A healthy component starts: what it reaches (an apiserver's etcd) and its first log lines."""
+        flags = _flags(c.command[1:] + [str(a) for a in c.spec.get("args") or []])
+        if c.role == "kube-apiserver":
+            c.etcd_backends = self._etcd_members(flags.get("etcd-servers", ""))
+        secure = flags.get("secure-port", "")
+        bind = "[::]" if c.role == "kube-apiserver" else flags.get("bind-address", "0.0.0.0")
+        addresses = {"advertise": flags.get("advertise-address", self.node_ip), "serving": f"{bind}:{secure}"}
+        if c.role == "etcd":
+            client = urllib.parse.urlsplit(flags.get("listen-client-urls", "").split(",")[0])
+            addresses["serving"] = client.netloc
+            addresses["peer"] = flags.get("listen-peer-urls", "")
+        c.logs = componentlogs.startup_lines(c.role, self.release.version, c.command, addresses)
+
+    def _etcd_members(self, servers: str) -> tuple[str, ...]:
+        """The masters whose etcd client port a --etcd-servers list names (on the nodes' loopback)."""
+        by_port = {p["etcd-client"]: n for n, p in self.ports.items()}
+        members = []
+        for url in filter(None, servers.split(",")):
+            parts = urllib.parse.urlsplit(url.strip())
+            try:
+                port = parts.port
+            except ValueError:
+                continue
+            if parts.hostname in (self.node_ip, "localhost", "127.0.0.1", "::1") and port in by_port:
+                members.append(by_port[port])
+        return tuple(members)
 
     def component_stopped(self, kubelet: Kubelet, c: Container) -> None:
         """A stopping leader releases its Lease (ReleaseOnCancel) when the API is reachable."""
@@ -721,15 +955,23 @@ class Lab:
             return
         cands: dict[tuple[str, str], list[Container]] = {}
         for k in self.kubelets.values():
+            if not self.component_api_ok(k.node):
+                continue
             for c in k.containers.values():
                 if c.state == "CONTAINER_RUNNING" and c.lease:
                     cands.setdefault(c.lease, []).append(c)
-        for (ns, name), cs in cands.items():
+        for (ns, name), everyone in cands.items():
+            # client-go's leader election begins each try with a Get of its Lease and gives up when
+            # that is forbidden; it then creates a missing Lease, or updates one to renew or take over.
+            cs = [c for c in everyone if self._lease_allowed(c, "get")]
             cs.sort(key=lambda c: c.started)
             ids = {c.identity for c in cs}
             now, stamp = time.time(), now_micro()
-            lease = self.store.get("leases", ns, name)
+            lease = self.store.get("leases", ns, name) if cs else None
             if lease is None:
+                cs = [c for c in cs if self._lease_allowed(c, "create")]
+                if not cs:
+                    continue
                 self.store.create(
                     "leases",
                     ns,
@@ -750,12 +992,16 @@ class Lab:
             spec = lease.setdefault("spec", {})
             holder = spec.get("holderIdentity") or ""
             if holder in ids:
-                if renew:
+                leader = next(c for c in cs if c.identity == holder)
+                if renew and self._lease_allowed(leader, "update"):
                     spec["renewTime"] = stamp
                     self.store.update("leases", ns, lease, check_rv=False)
                 continue
             last = parse_time(spec["renewTime"]) if spec.get("renewTime") else 0.0
             if holder and last + float(spec.get("leaseDurationSeconds") or 15) > now:
+                continue
+            cs = [c for c in cs if self._lease_allowed(c, "update")]
+            if not cs:
                 continue
             spec.update(
                 {
@@ -769,6 +1015,26 @@ class Lab:
             )
             self.store.update("leases", ns, lease, check_rv=False)
 
+    def _lease_allowed(self, c: Container, verb: str) -> bool:
+        """Whether RBAC lets the component ``verb`` its leader-election Lease (always, without RBAC).
+
+        A new denial goes to the container's log as client-go's leaderelection.go logs it, to the lab
+        log, and is recorded as a Warning event on the component's pod, once until it changes (the
+        real component logs it on every retry)."""
+        if c.lease is None:
+            return True
+        ns, name = c.lease
+        denial = self.api.authz.component_denial(c.id, c.role, verb, ns, name)
+        if self.api.authz.first_report((c.id, verb), denial) and denial is not None:
+            text = rbac.leader_election_error(verb, ns, name, denial)
+            line = componentlogs.klog_plain("E", "leaderelection.go:332", text)
+            c.logs.append(line)
+            self.log(f"{c.sandbox.namespace}/{c.sandbox.name}: {line[2]}")
+            self.record_event(
+                c.sandbox.namespace, c.sandbox.name, "Warning", "LeaderElection", text, c.role, instance=c.identity
+            )
+        return denial is None
+
     def _holds(self, c: Container) -> bool:
         if c.lease is None:
             return True
@@ -778,7 +1044,7 @@ class Lab:
     def _schedule(self) -> None:
         served: dict[str, Container] = {}
         for c in sorted(self._running("kube-scheduler"), key=lambda c: c.started):
-            if self._holds(c):
+            if self._holds(c) and self.component_api_ok(self._node_of(c)):
                 for n in c.serves:
                     served.setdefault(n, c)
         if not served:
@@ -791,6 +1057,7 @@ class Lab:
             lambda p: (
                 not (p.get("spec") or {}).get("nodeName")
                 and not p["metadata"].get("deletionTimestamp")
+                and not (p.get("spec") or {}).get("schedulingGates")  # PreEnqueue: gated pods wait
                 and (p.get("spec") or {}).get("schedulerName", "default-scheduler") in served
             ),
         )
@@ -799,19 +1066,19 @@ class Lab:
             sched = served[spec.get("schedulerName", "default-scheduler")]
             sname = spec.get("schedulerName", "default-scheduler")
             fit = None
-            for n in nodes:
-                labels = n["metadata"].get("labels") or {}
-                if (n.get("spec") or {}).get("unschedulable"):
+            for node_obj in nodes:
+                labels = node_obj["metadata"].get("labels") or {}
+                if (node_obj.get("spec") or {}).get("unschedulable"):
                     continue
                 if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
                     continue
                 if not all(
                     _tolerates(spec.get("tolerations") or [], t)
-                    for t in (n.get("spec") or {}).get("taints") or []
+                    for t in (node_obj.get("spec") or {}).get("taints") or []
                     if t.get("effect") in ("NoSchedule", "NoExecute")
                 ):
                     continue
-                fit = n["metadata"]["name"]
+                fit = node_obj["metadata"]["name"]
                 break
             if fit is None:
                 if meta["uid"] not in self._unschedulable:

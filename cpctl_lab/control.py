@@ -1,8 +1,9 @@
 """Client side of the lab: state file helpers, env rendering, and ``start_lab()`` for tests.
 
-``start_lab(dir, masters=1, **lags)`` launches ``python -m cpctl_lab run`` as a subprocess (so the
-code under test talks to it exactly as to a remote cluster: over sockets and files) and returns
-a :class:`LabHandle` once the API answers and every static pod's mirror is Running and Ready.
+``start_lab(dir, masters=1, profile=None, **options)`` launches ``python -m cpctl_lab run`` as a
+subprocess (so the code under test talks to it exactly as to a remote cluster: over sockets and
+files) and returns a :class:`LabHandle` once the API answers and every static pod's mirror is
+Running and Ready. Profiles and their settings: :mod:`cpctl_lab.profiles`.
 """
 
 from __future__ import annotations
@@ -59,31 +60,55 @@ def pid_alive(pid: Optional[int]) -> bool:
 
 
 def env_vars(info: dict[str, Any], master: int = 1) -> dict[str, str]:
-    """The environment cpctl needs to act as the node agent of master ``master`` (1-based)."""
+    """The environment cpctl needs to act as the node agent of master ``master`` (1-based).
+
+    CPCTL_KUBELET_DIR (the node's /var/lib/kubelet: config.yaml, kubeadm-flags.env) is always set.
+    With FQDN or --hostname-override node names, CPCTL_NODE_NAME and CPCTL_MANIFESTS_DIR are left
+    out on purpose: cpctl must find the node name (the override flag, else the full lowercased host
+    name) and the manifests dir (the kubelet's staticPodPath) itself, as on a real node.
+    """
     masters = info["masters"]
     if not 1 <= master <= len(masters):
         raise LabError(f"--master must be between 1 and {len(masters)}")
     m = masters[master - 1]
-    return {
-        "CPCTL_MANIFESTS_DIR": m["manifests_dir"],
-        "CPCTL_STATE_DIR": m["state_dir"],
-        "CPCTL_NODE_NAME": m["name"],
-        "KUBECONFIG": info["kubeconfig"],
-        "CPCTL_CRICTL": m["crictl"],
-    }
+    named = (info.get("profile") or {}).get("node_naming", "short") == "short"
+    env = {"CPCTL_MANIFESTS_DIR": m["manifests_dir"]} if named else {}
+    env["CPCTL_STATE_DIR"] = m["state_dir"]
+    if named:
+        env["CPCTL_NODE_NAME"] = m["name"]
+    env["KUBECONFIG"] = info["kubeconfig"]
+    env["CPCTL_CRICTL"] = m["crictl"]
+    if m.get("kubelet_dir"):
+        env["CPCTL_KUBELET_DIR"] = m["kubelet_dir"]
+    return env
 
 
 def env_text(info: dict[str, Any], master: int = 1) -> str:
     return "".join(f"export {k}={v}\n" for k, v in env_vars(info, master).items())
 
 
-def control_call(info: dict[str, Any], path: str, method: str = "GET", timeout: float = 2.0) -> Any:
+def control_call(
+    info: dict[str, Any], path: str, method: str = "GET", timeout: float = 2.0, body: Any = None
+) -> Any:
+    """One request on the lab's control channel; ``body`` (any JSON value) is sent as JSON.
+
+    A 4xx answer raises LabError with the channel's ``error`` text."""
     url = (info.get("control") or {}).get("url")
     if not url:
         raise LabError("lab state has no control channel")
-    req = urllib.request.Request(url + path, method=method, data=b"" if method == "POST" else None)
-    with urllib.request.urlopen(req, timeout=timeout) as resp:
-        return json.loads(resp.read() or b"null")
+    data = json.dumps(body).encode() if body is not None else (b"" if method == "POST" else None)
+    req = urllib.request.Request(url + path, method=method, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        if 400 <= exc.code < 500:
+            try:
+                why = json.loads(exc.read() or b"null").get("error")
+            except (ValueError, AttributeError):
+                why = None
+            raise LabError(f"lab control {method} {path}: {why or exc}") from None
+        raise
 
 
 def running_state(directory: PathLike) -> Optional[dict[str, Any]]:
@@ -99,8 +124,8 @@ def running_state(directory: PathLike) -> Optional[dict[str, Any]]:
 
 
 def package_root() -> str:
-    """The directory that contains the ``cpctl`` package (put on PYTHONPATH for the child)."""
-    return str(Path(__file__).resolve().parents[2])
+    """The directory that contains the ``cpctl_lab`` package (put on PYTHONPATH for the child)."""
+    return str(Path(__file__).resolve().parents[1])
 
 
 def spawn(directory: Path, args: list[str], log: Optional[Path] = None) -> subprocess.Popen:
@@ -146,17 +171,28 @@ def wait_ready(directory: Path, proc: subprocess.Popen, timeout: float) -> dict[
     raise LabError(f"lab in {directory} not ready after {timeout:.0f}s (see {directory / 'lab.log'})")
 
 
+VALUE_OPTIONS = {
+    "start_lag": "--start-lag",
+    "ready_lag": "--ready-lag",
+    "stop_lag": "--stop-lag",
+    "file_check_frequency": "--file-check-frequency",
+    "lease_renew": "--lease-renew",
+    "port": "--port",
+    "node_name": "--node-name",
+    "gc_after": "--gc-after",
+    "masters": "--masters",
+    "profile": "--profile",
+    "k8s_version": "--k8s-version",
+    "ip_family": "--ip-family",
+    "node_naming": "--node-naming",
+    "time_scale": "--time-scale",
+}
+#: Settings that are on/off switches: ``--NAME`` / ``--no-NAME``, left out when None (profile decides).
+SWITCHES = ("local_mode", "stacked_etcd", "realistic_timing", "rbac", "component_checks")
+
+
 def lag_args(**opts: Any) -> list[str]:
-    names = {
-        "start_lag": "--start-lag",
-        "ready_lag": "--ready-lag",
-        "stop_lag": "--stop-lag",
-        "file_check_frequency": "--file-check-frequency",
-        "lease_renew": "--lease-renew",
-        "port": "--port",
-        "node_name": "--node-name",
-        "gc_after": "--gc-after",
-    }
+    """The ``cpctl lab run`` options for start_lab()'s keyword options (None: the default)."""
     out: list[str] = []
     for k, v in opts.items():
         if v is None:
@@ -165,9 +201,12 @@ def lag_args(**opts: Any) -> list[str]:
             if not v:
                 out.append("--legacy-discovery")
             continue
-        if k not in names:
+        if k in SWITCHES:
+            out.append(f"--{'' if v else 'no-'}{k.replace('_', '-')}")
+            continue
+        if k not in VALUE_OPTIONS:
             raise TypeError(f"start_lab() got an unexpected option {k!r}")
-        out += [names[k], str(v)]
+        out += [VALUE_OPTIONS[k], str(v)]
     return out
 
 
@@ -178,7 +217,7 @@ def stop_process(
     try:
         control_call(info, "/shutdown", method="POST", timeout=1.0)
     except (OSError, ValueError, LabError):
-        if pid_alive(pid):
+        if pid and pid_alive(pid):
             os.kill(int(pid), signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -188,7 +227,7 @@ def stop_process(
         elif not pid_alive(pid):
             return
         time.sleep(0.02)
-    if pid_alive(pid):
+    if pid and pid_alive(pid):
         os.kill(int(pid), signal.SIGKILL)
     if proc is not None:
         proc.wait(5)
@@ -239,6 +278,31 @@ class LabHandle:
     def manifests_dir(self, master: int = 1) -> Path:
         return Path(self.info["masters"][master - 1]["manifests_dir"])
 
+    @property
+    def profile(self) -> dict[str, Any]:
+        """The lab's settings as recorded in lab.json (profile name, k8s_version, ip_family, ...)."""
+        return dict(self.info.get("profile") or {})
+
+    def kubelet_dir(self, master: int = 1) -> Path:
+        """The master's /var/lib/kubelet: config.yaml and kubeadm-flags.env."""
+        return Path(self.info["masters"][master - 1]["kubelet_dir"])
+
+    def root_dir(self, master: int = 1) -> Path:
+        """The directory that plays the master's ``/`` (etc/kubernetes/pki, kubeconfigs, ...)."""
+        return Path(self.info["masters"][master - 1]["root_dir"])
+
+    def hostname(self, master: int = 1) -> str:
+        """The master's simulated kernel host name (what os.Hostname() would return there)."""
+        return str(self.info["masters"][master - 1]["hostname"])
+
+    def api_url_for(self, master: int) -> str:
+        """The URL of master ``master``'s own apiserver (the load balancer is :attr:`api_url`)."""
+        return str(self.info["masters"][master - 1]["api"]["url"])
+
+    def kubeconfig_for(self, master: int) -> str:
+        """admin-<node>.conf: a kubeconfig for master ``master``'s own apiserver."""
+        return str(self.info["masters"][master - 1]["kubeconfig"])
+
     def state_dir(self, master: int = 1) -> Path:
         return Path(self.info["masters"][master - 1]["state_dir"])
 
@@ -262,6 +326,20 @@ class LabHandle:
             time.sleep(0.02)
         raise LabError("lab did not settle in time")
 
+    def inject_faults(self, rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Install fault rules on every API listener, replacing earlier ones (see :mod:`cpctl_lab.faults`).
+
+        Returns the installed rules with their ids; a malformed rule raises LabError."""
+        return list(control_call(self.info, "/faults", method="POST", body=rules)["rules"])
+
+    def clear_faults(self) -> list[dict[str, Any]]:
+        """Remove every fault rule (hung requests are then served); returns them with final hit counts."""
+        return list(control_call(self.info, "/faults", method="DELETE")["rules"])
+
+    def faults(self) -> list[dict[str, Any]]:
+        """The installed fault rules with their hit counts."""
+        return list(control_call(self.info, "/faults")["rules"])
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             stop_process(self.info, self.proc)
@@ -273,16 +351,26 @@ class LabHandle:
         self.stop()
 
 
-def start_lab(directory: PathLike, masters: int = 1, timeout: float = 20.0, **opts: Any) -> LabHandle:
+def start_lab(
+    directory: PathLike,
+    masters: Optional[int] = None,
+    timeout: float = 20.0,
+    profile: Optional[str] = None,
+    **opts: Any,
+) -> LabHandle:
     """Start ``python -m cpctl_lab run`` in ``directory`` and wait until it is settled.
 
+    ``masters``: number of control-plane nodes (default: the profile's, 1 for most).
+    ``profile``: a name from :data:`cpctl_lab.profiles.PROFILES` (default "default").
     ``opts``: start_lag, ready_lag, stop_lag, file_check_frequency, lease_renew, port, node_name,
-    gc_after, aggregated_discovery (False serves legacy discovery only).
+    gc_after, aggregated_discovery (False serves legacy discovery only), and the profile settings
+    k8s_version, ip_family, node_naming, time_scale, local_mode, stacked_etcd, realistic_timing,
+    rbac, component_checks (each overrides the profile's value).
     """
     d = Path(directory).expanduser().resolve()
     if running_state(d):
         raise LabError(f"a lab is already running in {d}")
-    proc = spawn(d, ["--masters", str(masters), *lag_args(**opts)])
+    proc = spawn(d, lag_args(masters=masters, profile=profile, **opts))
     try:
         info = wait_ready(d, proc, timeout)
     except BaseException:

@@ -2,8 +2,9 @@
 
 This file is copied verbatim into ``<lab dir>/bin/crictl`` (with ``LAB_JSON``/``NODE`` set above it),
 so it must stay standard-library only. It prints what real crictl prints for the subcommands cpctl
-uses: ``pods``, ``ps``, ``inspect``, ``inspectp``, ``version``. ``--name``/``--namespace`` are
-unanchored regexes, like the real ones.
+uses: ``pods``, ``ps``, ``inspect``, ``inspectp``, ``logs``, ``version``. ``--name``/``--namespace``
+are unanchored regexes, like the real ones. ``logs`` writes each line to the stream the container
+wrote it to (the control-plane components log to stderr), as the real crictl does.
 """
 
 import argparse
@@ -11,6 +12,7 @@ import http.client
 import json
 import os
 import re
+import sys
 import time
 import urllib.parse
 
@@ -192,6 +194,34 @@ def cmd_inspect(a, lab_json, node, kind):
     return 0
 
 
+def _stamp(ns):
+    secs, frac = divmod(int(ns), 1_000_000_000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)) + f".{frac:09d}Z"
+
+
+def _print_lines(lines, timestamps):
+    for ns, stream, text in lines:
+        out = sys.stderr if stream == "stderr" else sys.stdout
+        out.write((_stamp(ns) + " " if timestamps else "") + text + "\n")
+        out.flush()
+
+
+def cmd_logs(a, lab_json, node):
+    params = {"id": a.id, "previous": "1" if a.previous else "0"}
+    data = _fetch(lab_json, node, "/cri/logs", **params)
+    lines = data["lines"]
+    if a.tail >= 0:
+        lines = lines[len(lines) - a.tail:] if a.tail else []
+    _print_lines(lines, a.timestamps)
+    seen = len(data["lines"])
+    while a.follow and data.get("state") == "CONTAINER_RUNNING":
+        time.sleep(0.5)
+        data = _fetch(lab_json, node, "/cri/logs", **params)
+        _print_lines(data["lines"][seen:], a.timestamps)
+        seen = len(data["lines"])
+    return 0
+
+
 def main(argv, lab_json, node=None):
     node = node or os.environ.get("CPCTL_LAB_NODE") or os.environ.get("CPCTL_NODE_NAME") or None
     p = argparse.ArgumentParser(prog="crictl", description="crictl look-alike for the cpctl lab (simulated)")
@@ -232,6 +262,12 @@ def main(argv, lab_json, node=None):
         ip = sub.add_parser(name)
         ip.add_argument("ids", nargs="+")
         ip.add_argument("-o", "--output", default="json", choices=["json", "yaml", "go-template", "table"])
+    lg = sub.add_parser("logs")
+    lg.add_argument("id")
+    lg.add_argument("--tail", type=int, default=-1)
+    lg.add_argument("-p", "--previous", action="store_true")
+    lg.add_argument("-t", "--timestamps", action="store_true")
+    lg.add_argument("-f", "--follow", action="store_true")
     sub.add_parser("version")
     a = p.parse_args(argv)
     if a.cmd == "pods":
@@ -242,6 +278,8 @@ def main(argv, lab_json, node=None):
         return cmd_inspect(a, lab_json, node, "inspect")
     if a.cmd == "inspectp":
         return cmd_inspect(a, lab_json, node, "inspectp")
+    if a.cmd == "logs":
+        return cmd_logs(a, lab_json, node)
     if a.cmd == "version":
         _fetch(lab_json, node, "/state")
         print(

@@ -31,6 +31,8 @@ class LabHTTPServer(ThreadingHTTPServer):
         tls: Optional[ssl.SSLContext] = None,
         context: Any = None,
     ) -> None:
+        # Instance attribute read by TCPServer.__init__: an IPv6 literal needs an AF_INET6 socket.
+        self.address_family = family_of(addr[0])
         super().__init__(addr, handler)
         self.tls = tls
         self.context = context
@@ -82,7 +84,7 @@ class LabHTTPServer(ThreadingHTTPServer):
         t = threading.Thread(target=self.shutdown, daemon=True)
         t.start()
         try:  # wake the select() in serve_forever
-            with socket.create_connection(("127.0.0.1", self.server_address[1]), timeout=0.5):
+            with socket.create_connection((str(self.server_address[0]), self.server_address[1]), timeout=0.5):
                 pass
         except OSError:
             pass
@@ -95,6 +97,11 @@ class LabHTTPServer(ThreadingHTTPServer):
                 c.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+
+
+def family_of(host: str) -> socket.AddressFamily:
+    """AF_INET6 for an IPv6 literal such as ``::1``, else AF_INET."""
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
 
 
 def serve(
@@ -113,7 +120,7 @@ _LOWEST = 10000
 
 
 def free_port(address: str = "127.0.0.1") -> int:
-    """A currently free TCP port on ``address``, below the kernel's ephemeral port range.
+    """A currently free TCP port on ``address`` (IPv4 or IPv6), below the kernel's ephemeral port range.
 
     The lab chooses its ports well before it binds them (the API port when the apiserver pod
     starts). A port from the ephemeral range can meanwhile become the local port of some
@@ -127,14 +134,14 @@ def free_port(address: str = "127.0.0.1") -> int:
         port = rng.randrange(_LOWEST, ceiling)
         if port in _HANDED_OUT:
             continue
-        with socket.socket() as s:
+        with socket.socket(family_of(address)) as s:
             try:
                 s.bind((address, port))
             except OSError:
                 continue
         _HANDED_OUT.add(port)
         return port
-    with socket.socket() as s:       # an unusual ephemeral range: let the kernel choose
+    with socket.socket(family_of(address)) as s:       # an unusual ephemeral range: let the kernel choose
         s.bind((address, 0))
         return int(s.getsockname()[1])
 

@@ -11,7 +11,19 @@ Faithful to the points cpctl depends on (see /work/shared/reference/kubelet-kube
 * a content change is a delete plus an add; the new pod starts only after the old one with the same
   full name has stopped;
 * mirror pods are written through the API only: while no apiserver/etcd runs they can be neither
-  created nor deleted, and the kubelet reconciles when the API is back.
+  created nor deleted, and the kubelet reconciles when the API is back (in local mode: while its
+  own node's apiserver serves); orphaned mirrors go once the pod has finished terminating (with
+  realistic timing: at the next housekeeping pass, every 2 s);
+* hostPath volumes: ``*OrCreate`` paths are created (inside the lab dir only), a missing
+  ``File``/``Directory`` keeps the pod in ContainerCreating with a FailedMount event;
+* a control-plane container whose command line the real binary rejects (see
+  :mod:`cpctl_lab.componentflags`) exits and is restarted with CrashLoopBackOff: immediately, then
+  after 10 s, 20 s, 40 s ... (times ``time_scale``), each attempt a new container in the same
+  sandbox with ``metadata.attempt`` = restartCount;
+* Ready follows the probes (:mod:`cpctl_lab.timing`) and, for containers with a readiness probe,
+  what their health endpoint answers now.
+
+The runtime objects (sandboxes, containers, workers) live in :mod:`cpctl_lab.runtime`.
 """
 
 from __future__ import annotations
@@ -24,32 +36,41 @@ import json
 import os
 import random
 import select
+import stat as stat_module
 import struct
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import yaml
 
+from .componentflags import HostFile, check_command
+from .profiles import go_duration
+from .runtime import (
+    EXITED,
+    ROLES,
+    RUNNING,
+    SANDBOX_NOTREADY,
+    SANDBOX_READY,
+    Container,
+    Sandbox,
+    Worker,
+    new_id,
+    rfc3339_nano,
+)
 from .store import ApiError, Obj, now_micro, now_rfc3339
+from .timing import Timing
+
+__all__ = ["Container", "Inotify", "Kubelet", "ManifestError", "Sandbox", "Worker", "parse_manifest",
+           "rfc3339_nano", "static_pod_hash"]
 
 MAX_MANIFEST = 10 << 20
 MIRROR = "kubernetes.io/config.mirror"
 HASH = "kubernetes.io/config.hash"
 SEEN = "kubernetes.io/config.seen"
 SOURCE = "kubernetes.io/config.source"
-
-
-def _hex(n: int = 64) -> str:
-    return "".join(random.choice("0123456789abcdef") for _ in range(n))
-
-
-def rfc3339_nano(ns: int) -> str:
-    secs, frac = divmod(ns, 1_000_000_000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)) + f".{frac:09d}Z"
 
 
 def static_pod_hash(pod: Obj, node: str, path: str) -> str:
@@ -109,196 +130,6 @@ def parse_manifest(path: str, node: str) -> Obj:
     return out
 
 
-# --------------------------------------------------------------------------- runtime objects
-
-
-@dataclass
-class Sandbox:
-    id: str
-    name: str
-    namespace: str
-    uid: str
-    attempt: int
-    created: int
-    labels: dict[str, str]
-    annotations: dict[str, str]
-    ip: str
-    host_network: bool
-    state: str = "SANDBOX_READY"
-    pid: int = field(default_factory=lambda: random.randint(1000, 99999))
-
-    def cri(self) -> Obj:
-        return {
-            "id": self.id,
-            "metadata": {
-                "name": self.name,
-                "uid": self.uid,
-                "namespace": self.namespace,
-                "attempt": self.attempt,
-            },
-            "state": self.state,
-            "createdAt": str(self.created),
-            "labels": dict(self.labels),
-            "annotations": dict(self.annotations),
-            "runtimeHandler": "",
-        }
-
-    def inspect(self) -> Obj:
-        return {
-            "status": {
-                "id": self.id,
-                "metadata": self.cri()["metadata"],
-                "state": self.state,
-                "createdAt": rfc3339_nano(self.created),
-                "network": {"additionalIps": [], "ip": self.ip},
-                "linux": {
-                    "namespaces": {
-                        "options": {
-                            "ipc": "POD",
-                            "network": "NODE" if self.host_network else "POD",
-                            "pid": "CONTAINER",
-                            "targetId": "",
-                            "usernsOptions": None,
-                        }
-                    }
-                },
-                "labels": dict(self.labels),
-                "annotations": dict(self.annotations),
-                "runtimeHandler": "",
-            },
-            "info": {
-                "pid": self.pid if self.state == "SANDBOX_READY" else 0,
-                "processStatus": "running" if self.state == "SANDBOX_READY" else "stopped",
-                "netNamespaceClosed": self.state != "SANDBOX_READY",
-                "image": "registry.k8s.io/pause:3.9",
-                "snapshotter": "overlayfs",
-                "runtimeHandler": "",
-                "runtimeType": "io.containerd.runc.v2",
-            },
-        }
-
-
-@dataclass
-class Container:
-    id: str
-    name: str
-    image: str
-    sandbox: Sandbox
-    command: list[str]
-    spec: Obj
-    created: int
-    started: int = 0
-    finished: int = 0
-    pid: int = 0
-    state: str = "CONTAINER_CREATED"
-    exit_code: int = 0
-    role: str = ""
-    identity: str = ""
-    serves: list[str] = field(default_factory=list)
-    lease: Optional[tuple[str, str]] = None
-
-    @property
-    def labels(self) -> dict[str, str]:
-        return {
-            "io.kubernetes.container.name": self.name,
-            "io.kubernetes.pod.name": self.sandbox.name,
-            "io.kubernetes.pod.namespace": self.sandbox.namespace,
-            "io.kubernetes.pod.uid": self.sandbox.uid,
-        }
-
-    @property
-    def annotations(self) -> dict[str, str]:
-        return {
-            "io.kubernetes.container.hash": hashlib.sha1(
-                json.dumps(self.spec, sort_keys=True).encode()
-            ).hexdigest()[:8],
-            "io.kubernetes.container.restartCount": "0",
-            "io.kubernetes.container.terminationMessagePath": "/dev/termination-log",
-            "io.kubernetes.container.terminationMessagePolicy": "File",
-            "io.kubernetes.pod.terminationGracePeriod": "30",
-        }
-
-    def image_ref(self) -> str:
-        return "sha256:" + hashlib.sha256(self.image.encode()).hexdigest()
-
-    def cri(self) -> Obj:
-        return {
-            "id": self.id,
-            "podSandboxId": self.sandbox.id,
-            "metadata": {"name": self.name, "attempt": self.sandbox.attempt},
-            "image": {"image": self.image, "annotations": {}, "userSpecifiedImage": self.image},
-            "imageRef": self.image_ref(),
-            "state": self.state,
-            "createdAt": str(self.created),
-            "labels": self.labels,
-            "annotations": self.annotations,
-        }
-
-    def inspect(self) -> Obj:
-        zero = "1970-01-01T00:00:00Z"
-        return {
-            "status": {
-                "id": self.id,
-                "metadata": {"name": self.name, "attempt": self.sandbox.attempt},
-                "state": self.state,
-                "createdAt": rfc3339_nano(self.created),
-                "startedAt": rfc3339_nano(self.started) if self.started else zero,
-                "finishedAt": rfc3339_nano(self.finished) if self.finished else zero,
-                "exitCode": self.exit_code,
-                "image": {"image": self.image},
-                "imageRef": self.image_ref(),
-                "reason": "Completed" if self.state == "CONTAINER_EXITED" else "",
-                "message": "",
-                "labels": self.labels,
-                "annotations": self.annotations,
-                "mounts": [],
-                "logPath": f"/var/log/pods/{self.sandbox.namespace}_{self.sandbox.name}_"
-                f"{self.sandbox.uid}/{self.name}/{self.sandbox.attempt}.log",
-                "resources": None,
-            },
-            "info": {
-                "sandboxID": self.sandbox.id,
-                "pid": self.pid if self.state == "CONTAINER_RUNNING" else 0,
-                "removing": False,
-                "snapshotKey": self.id,
-                "snapshotter": "overlayfs",
-                "runtimeType": "io.containerd.runc.v2",
-                "config": {
-                    "metadata": {"name": self.name},
-                    "image": {"image": self.image},
-                    "command": self.spec.get("command") or [],
-                    "args": self.spec.get("args") or [],
-                },
-            },
-        }
-
-
-@dataclass
-class Worker:
-    """One pod as the kubelet runs it; uid is config.hash for static pods, metadata.uid otherwise."""
-
-    uid: str
-    pod: Obj
-    source: str
-    path: str = ""
-    state: str = "waiting"  # waiting -> starting -> running -> stopping -> stopped
-    seen: float = field(default_factory=time.time)
-    started: float = 0.0
-    ready: bool = False
-    sandbox: Optional[Sandbox] = None
-    containers: list[Container] = field(default_factory=list)
-    transitions: dict[str, str] = field(default_factory=dict)
-    ip: str = ""
-
-    @property
-    def full_name(self) -> tuple[str, str]:
-        return self.pod["metadata"]["namespace"], self.pod["metadata"]["name"]
-
-    @property
-    def running(self) -> bool:
-        return self.state in ("running", "stopping")
-
-
 # --------------------------------------------------------------------------- inotify
 
 
@@ -349,10 +180,19 @@ class Inotify:
 class Kubelet:
     """Per-node kubelet; all methods except the watcher thread run under the lab lock."""
 
-    def __init__(self, lab: Any, node: str, manifests_dir: Optional[Path]) -> None:
+    def __init__(self, lab: Any, node: str, manifests_dir: Optional[Path], hostname: str = "") -> None:
         self.lab = lab
         self.node = node
+        #: The simulated kernel host name (Lease holder identities are ``<hostname>_<uuid>``).
+        self.hostname = hostname or node
         self.dir = manifests_dir
+        #: Static pods that finished terminating -> when housekeeping may delete their mirror
+        #: (time.monotonic(); with realistic timing the next 2 s housekeeping pass after that).
+        self.orphan_gate: dict[tuple[str, str], float] = {}
+        self._parsed: dict[str, tuple[tuple[int, int, int, int], Obj]] = {}
+        self._epoch = time.monotonic()
+        #: UIDs of static pods an inotify Remove/Rename dropped since the last worker sync.
+        self.removed: set[str] = set()
         self.static: dict[tuple[str, str], tuple[Obj, str]] = {}
         self.file_keys: dict[str, tuple[str, str]] = {}
         self.seen: dict[str, str] = {}
@@ -368,7 +208,15 @@ class Kubelet:
 
     # ----------------------------------------------------------- file source
     def _decode(self, path: str) -> Obj:
-        pod = parse_manifest(path, self.node)
+        """parse_manifest, re-decoding only a file whose stat changed (frequent re-lists stay cheap)."""
+        st = os.stat(path)
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
+        hit = self._parsed.get(path)
+        if hit is not None and hit[0] == stamp:
+            pod = copy.deepcopy(hit[1])
+        else:
+            pod = parse_manifest(path, self.node)
+            self._parsed[path] = (stamp, copy.deepcopy(pod))
         uid = pod["metadata"]["uid"]
         pod["metadata"]["annotations"][SEEN] = self.seen.setdefault(uid, now_micro())
         return pod
@@ -404,6 +252,7 @@ class Kubelet:
             self.static, self.file_keys = new, keys
             self.lab.kick()
         self.file_keys = keys
+        self._parsed = {path: hit for path, hit in self._parsed.items() if path in keys}
 
     def report_duplicate(self, key: tuple[str, str], old_path: str, new_path: str) -> None:
         msg = (
@@ -421,7 +270,9 @@ class Kubelet:
         if kind == "delete":
             key = self.file_keys.pop(path, None)
             if key is not None and key in self.static:
-                del self.static[key]
+                # A REMOVE reaches the pod workers even if the same pod is added back at once: the
+                # pod is killed and then started again (UID reuse, kubernetes#104847).
+                self.removed.add(self.static.pop(key)[0]["metadata"]["uid"])
                 self.lab.kick()
             return
         try:
@@ -446,7 +297,7 @@ class Kubelet:
         """Watcher thread: inotify when available, else a 50 ms stat poll; plus the periodic re-list."""
         assert self.dir is not None
         ino = Inotify.open()
-        period = self.lab.file_check_frequency
+        period = self.lab.timing.relist
         next_relist = time.monotonic() + period
         snapshot: dict[str, tuple[int, int, int]] = {}
         wd = -1
@@ -525,6 +376,11 @@ class Kubelet:
 
     def sync_workers(self) -> None:
         want = self.desired()
+        removed, self.removed = self.removed, set()
+        for uid in removed:
+            gone = self.workers.get(uid)
+            if gone is not None and gone.state not in ("stopping", "stopped"):
+                self._stop_worker(gone)
         for uid, (src, pod, path) in want.items():
             w = self.workers.get(uid)
             if w is None:
@@ -554,22 +410,33 @@ class Kubelet:
                 )
                 if not blocked:
                     w.state = "starting"
-                    self.lab.call_later(self.lab.start_lag, lambda w=w: self._start_worker(w))
+                    self.lab.call_later(self.lab.timing.start_delay(), lambda w=w: self._start_worker(w))
 
     def _start_worker(self, w: Worker) -> None:
+        """Mount the volumes, create the sandbox and start every container (or retry the mounts)."""
         if w.state != "starting" or self.workers.get(w.uid) is not w:
             return
-        now_ns = time.time_ns()
+        problem = self._mount_problem(w)
+        if problem:
+            self._mount_failed(w, problem)
+            return
+        w.mount_error = ""
         spec = w.pod.get("spec") or {}
+        w.sandbox = self._new_sandbox(w, spec)
+        w.containers = []
+        for c in spec.get("containers") or []:
+            self._start_container(w, c)
+        w.state = "running"
+        w.started = time.time()
+        meta = w.pod["metadata"]
+        self.log(f"started pod {meta['namespace']}/{meta['name']} uid={w.uid}")
+        self.lab.kick()
+
+    def _new_sandbox(self, w: Worker, spec: Obj) -> Sandbox:
         host_net = bool(spec.get("hostNetwork"))
         if not w.ip:
-            if host_net:
-                w.ip = "127.0.0.1"
-            else:
-                w.ip = f"10.244.{self.index}.{self._ip_next}"
-                self._ip_next = self._ip_next % 250 + 2
+            w.ip = self.lab.node_ip if host_net else self._pod_ip()
         meta = w.pod["metadata"]
-        attempt = sum(1 for s in self.sandboxes.values() if s.uid == w.uid)
         labels = dict(meta.get("labels") or {})
         labels.update(
             {
@@ -583,55 +450,201 @@ class Kubelet:
             anns.setdefault(SEEN, now_micro(w.seen))
             anns.setdefault(SOURCE, "api")
         sb = Sandbox(
-            id=_hex(),
+            id=new_id(),
             name=meta["name"],
             namespace=meta["namespace"],
             uid=w.uid,
-            attempt=attempt,
-            created=now_ns,
+            attempt=sum(1 for s in self.sandboxes.values() if s.uid == w.uid),
+            created=time.time_ns(),
             labels=labels,
             annotations=anns,
             ip=w.ip,
             host_network=host_net,
+            pause_image=self.lab.pause_image,
         )
         self.sandboxes[sb.id] = sb
-        w.sandbox = sb
-        w.containers = []
-        for c in spec.get("containers") or []:
-            cmd = list(c.get("command") or [])
-            ctr = Container(
-                id=_hex(),
-                name=c["name"],
-                image=c["image"],
-                sandbox=sb,
-                command=cmd,
-                spec=c,
-                created=now_ns,
-                started=time.time_ns(),
-                pid=random.randint(1000, 4000000),
-                state="CONTAINER_RUNNING",
-            )
-            base = os.path.basename(cmd[0]) if cmd else c["name"]
-            ctr.role = (
-                base
-                if base in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd")
-                else ""
-            )
-            ctr.identity = f"{self.node}_{uuid.uuid4()}"
-            if ctr.role:
-                self.lab.configure_component(self, w, ctr)
-            self.containers[ctr.id] = ctr
-            w.containers.append(ctr)
-        w.state = "running"
-        w.started = time.time()
-        self.log(f"started pod {meta['namespace']}/{meta['name']} uid={w.uid}")
-        self.lab.call_later(self.lab.ready_lag, lambda: self._ready(w))
+        return sb
+
+    def _pod_ip(self) -> str:
+        n = self._ip_next
+        self._ip_next = self._ip_next % 250 + 2
+        if ":" in self.lab.node_ip:
+            return f"fd00:10:244:{self.index:x}::{n:x}"
+        return f"10.244.{self.index}.{n}"
+
+    # ----------------------------------------------------------- volumes
+    def _mount_problem(self, w: Worker) -> str:
+        """The kubelet's error for the first hostPath volume that cannot be set up ('' if none).
+
+        ``DirectoryOrCreate``/``FileOrCreate`` paths are created when missing -- only inside the lab
+        dir, the lab never writes elsewhere; ``Directory``/``File``/``Socket`` must already exist with
+        that type (pkg/volume/hostpath: "hostPath type check failed: PATH is not a directory").
+        """
+        for vol in (w.pod.get("spec") or {}).get("volumes") or []:
+            hp = vol.get("hostPath")
+            if not hp:
+                continue
+            path, typ = str(hp.get("path") or ""), hp.get("type") or ""
+            if typ in ("DirectoryOrCreate", "FileOrCreate"):
+                self._create_in_lab(path, directory=typ == "DirectoryOrCreate")
+                continue
+            wanted = {"Directory": (os.path.isdir, "a directory"), "File": (os.path.isfile, "a file"),
+                      "Socket": (_is_socket, "a socket file")}.get(typ)
+            if wanted is not None and not wanted[0](path):
+                return (f'MountVolume.SetUp failed for volume "{vol.get("name")}" : hostPath type check '
+                        f"failed: {path} is not {wanted[1]}")
+        return ""
+
+    def _create_in_lab(self, path: str, directory: bool) -> None:
+        if os.path.exists(path) or not self._in_lab(path):
+            return
+        try:
+            if directory:
+                os.makedirs(path, mode=0o755, exist_ok=True)
+            else:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "a"):
+                    pass
+                os.chmod(path, 0o644)
+        except OSError as exc:
+            self.log(f"cannot create hostPath {path}: {exc}")
+
+    def _in_lab(self, path: str) -> bool:
+        lab_dir = str(self.lab.dir)
+        real = os.path.realpath(path)
+        return real == lab_dir or real.startswith(lab_dir + os.sep)
+
+    def _mount_failed(self, w: Worker, problem: str) -> None:
+        if problem != w.mount_error:
+            w.mount_error = problem
+            ns, name = w.full_name
+            self.log(f"pod {ns}/{name}: {problem}")
+            self.lab.record_event(ns, name, "Warning", "FailedMount", problem, "kubelet", uid=w.uid,
+                                  instance=self.node)
+        self.lab.call_later(self.lab.timing.mount_retry(), lambda: self._start_worker(w))
         self.lab.kick()
 
-    def _ready(self, w: Worker) -> None:
-        if w.state == "running" and self.workers.get(w.uid) is w:
-            w.ready = True
+    def lookup(self, w: Worker, spec: Obj) -> Callable[[str], HostFile]:
+        """What a path inside container ``spec`` of ``w`` is on the node, through its volume mounts."""
+
+        def find(path: str) -> HostFile:
+            host = mounted_host_path(w.pod, spec, path)
+            if host is None:
+                return HostFile("missing")
+            try:
+                st = os.stat(host)
+            except OSError:
+                return self._would_be_created(w, host)
+            return HostFile("dir") if stat_is_dir(st.st_mode) else HostFile("file", st.st_size)
+
+        return find
+
+    @staticmethod
+    def _would_be_created(w: Worker, host: str) -> HostFile:
+        """A missing *OrCreate hostPath outside the lab: the kubelet would have created it empty."""
+        for vol in (w.pod.get("spec") or {}).get("volumes") or []:
+            hp = vol.get("hostPath") or {}
+            if str(hp.get("path") or "").rstrip("/") == host.rstrip("/"):
+                if hp.get("type") == "FileOrCreate":
+                    return HostFile("file", 0)
+                if hp.get("type") == "DirectoryOrCreate":
+                    return HostFile("dir")
+        return HostFile("missing")
+
+    # ----------------------------------------------------------- containers
+    def _start_container(self, w: Worker, spec: Obj) -> Container:
+        """Start the next attempt of container ``spec``: a healthy component, or one about to crash."""
+        assert w.sandbox is not None
+        now_ns = time.time_ns()
+        name = spec["name"]
+        cmd = list(spec.get("command") or [])
+        base = os.path.basename(cmd[0]) if cmd else ""
+        grace = (w.pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+        c = Container(
+            id=new_id(),
+            name=name,
+            image=spec["image"],
+            sandbox=w.sandbox,
+            command=cmd,
+            spec=spec,
+            created=now_ns,
+            started=now_ns,
+            pid=random.randint(1000, 4000000),
+            state=RUNNING,
+            role=base if base in ROLES else "",
+            attempt=w.sandbox.attempt + w.restarts.get(name, 0),
+            grace=30 if grace is None else int(grace),
+        )
+        c.identity = f"{self.hostname}_{uuid.uuid4()}"
+        if c.role and self.lab.settings.component_checks:
+            argv = cmd[1:] + [str(a) for a in spec.get("args") or []]
+            c.fault = check_command(c.role, argv, c.image, self.lookup(w, spec))
+        self.containers[c.id] = c
+        w.containers = [c if old.name == name else old for old in w.containers]
+        if w.current(name) is not c:
+            w.containers.append(c)
+        if c.fault is not None:
+            c.logs = list(c.fault.lines)
+            self.log(f"container {name} of {w.full_name[1]} cannot start (exit {c.fault.exit_code}): "
+                     f"{c.fault.summary}")
+            self.lab.call_later(self.lab.timing.crash_after(), lambda: self._crash(w, c))
+            return c
+        if c.role:
+            self.lab.configure_component(self, w, c)
+            self.lab.component_started(self, w, c)
+        timing = self.lab.timing
+        self.lab.call_later(timing.boot_delay(c.role), lambda: self._booted(w, c))
+        self.lab.call_later(timing.startup_delay(spec, c.role), lambda: self._started(w, c))
+        return c
+
+    def _is_current(self, w: Worker, c: Container) -> bool:
+        return c.state == RUNNING and w.current(c.name) is c and self.workers.get(w.uid) is w
+
+    def _booted(self, w: Worker, c: Container) -> None:
+        if self._is_current(w, c):
+            c.booted = True
             self.lab.kick()
+
+    def _started(self, w: Worker, c: Container) -> None:
+        if self._is_current(w, c):
+            c.startup_done = True
+            self.lab.call_later(self.lab.timing.readiness_delay(c.spec), lambda: self._readied(w, c))
+            self.lab.kick()
+
+    def _readied(self, w: Worker, c: Container) -> None:
+        if self._is_current(w, c):
+            c.ready_gate = True
+            self.lab.kick()
+
+    def _crash(self, w: Worker, c: Container) -> None:
+        """The attempt exits on its own; schedule the restart after CrashLoopBackOff."""
+        if c.state != RUNNING or c.fault is None:
+            return
+        c.state, c.finished, c.exit_code = EXITED, time.time_ns(), c.fault.exit_code
+        w.previous[c.name] = c
+        if w.state != "running" or self.workers.get(w.uid) is not w:
+            self.lab.kick()
+            return
+        nominal = Timing.backoff_nominal(c.attempt - c.sandbox.attempt + 1)
+        delay = self.lab.timing.scaled(nominal)
+        w.backoff[c.name] = (time.time() + delay, nominal)
+        ns, pod = w.full_name
+        if nominal:
+            self.lab.record_event(
+                ns, pod, "Warning", "BackOff",
+                f"Back-off restarting failed container {c.name} in pod {pod}_{ns}({w.uid})",
+                "kubelet", uid=w.uid, instance=self.node,
+            )
+        self.lab.call_later(delay, lambda: self._restart(w, c))
+        self.lab.kick()
+
+    def _restart(self, w: Worker, prev: Container) -> None:
+        if w.state != "running" or self.workers.get(w.uid) is not w or w.current(prev.name) is not prev:
+            return
+        w.backoff.pop(prev.name, None)
+        w.restarts[prev.name] = w.restarts.get(prev.name, 0) + 1
+        self._start_container(w, prev.spec)
+        self.lab.kick()
 
     def _stop_worker(self, w: Worker) -> None:
         meta = w.pod["metadata"]
@@ -641,19 +654,27 @@ class Kubelet:
             self.lab.kick()
             return
         w.state = "stopping"
-        w.ready = False
         self.log(f"stopping pod {meta['namespace']}/{meta['name']} uid={w.uid}")
-        self.lab.call_later(self.lab.stop_lag, lambda: self._stopped(w))
+        pod_spec = w.pod.get("spec") or {}
+        delay = max(
+            (self.lab.timing.stop_delay(pod_spec, c.spec) for c in w.containers if c.state == RUNNING),
+            default=0.0,
+        )
+        self.lab.call_later(delay, lambda: self._stopped(w))
 
     def _stopped(self, w: Worker) -> None:
         now_ns = time.time_ns()
         for c in w.containers:
-            if c.state == "CONTAINER_RUNNING":
-                c.state, c.finished, c.exit_code = "CONTAINER_EXITED", now_ns, 0
-                self.lab.component_stopped(self, c)
+            if c.state == RUNNING:
+                killed = self.lab.timing.sigkilled(c.spec)
+                c.state, c.finished, c.exit_code = EXITED, now_ns, 137 if killed else 0
+                if c.fault is None:
+                    self.lab.component_stopped(self, c)
         if w.sandbox is not None:
-            w.sandbox.state = "SANDBOX_NOTREADY"
+            w.sandbox.state = SANDBOX_NOTREADY
         w.state = "stopped"
+        if w.source == "file":
+            self._terminated(w.full_name)
         if self.workers.get(w.uid) is w:
             del self.workers[w.uid]
         self.log(f"pod {w.full_name[0]}/{w.full_name[1]} uid={w.uid} stopped")
@@ -661,35 +682,59 @@ class Kubelet:
         self.lab.kick()
 
     def _gc(self) -> None:
-        """Forget exited containers and dead sandboxes after a while (they stay in ``ps -a`` meanwhile)."""
+        """Forget exited containers and dead sandboxes after a while (they stay in ``ps -a`` meanwhile).
+
+        Like the kubelet's container GC (MaxPerPodContainer=1), the newest exited attempt of each
+        container of a live pod is kept, so ``crictl logs --previous`` keeps working.
+        """
         limit = time.time_ns() - int(self.lab.gc_after * 1e9) + 1
+        keep = {id(prev) for w in self.workers.values() for prev in w.previous.values()}
         for cid, c in list(self.containers.items()):
-            if c.state == "CONTAINER_EXITED" and c.finished < limit:
+            if c.state == EXITED and c.finished < limit and id(c) not in keep:
                 del self.containers[cid]
         live = {c.sandbox.id for c in self.containers.values()}
         for sid, s in list(self.sandboxes.items()):
-            if s.state != "SANDBOX_READY" and sid not in live:
+            if s.state != SANDBOX_READY and sid not in live:
                 del self.sandboxes[sid]
 
+    # ----------------------------------------------------------- readiness
+    def container_ready(self, w: Worker, c: Container) -> bool:
+        """containerStatuses[].ready: started, readiness passed once, and its readiness probe passes now."""
+        if not c.healthy or not c.ready_gate:
+            return False
+        probe = c.spec.get("readinessProbe")
+        return probe is None or self.lab.probe_passes(self.node, c, probe)
+
+    def worker_ready(self, w: Worker) -> bool:
+        """The pod's Ready condition: every container of the spec is ready."""
+        names = [c.get("name") for c in (w.pod.get("spec") or {}).get("containers") or []]
+        return w.state == "running" and all(
+            (c := w.current(str(n))) is not None and self.container_ready(w, c) for n in names
+        )
+
     # ----------------------------------------------------------- status and mirrors
-    def _cond(self, w: Worker, ctype: str, ok: bool) -> Obj:
+    def _cond(self, w: Worker, ctype: str, ok: bool, reason: str = "", message: str = "") -> Obj:
         status = "True" if ok else "False"
         key = f"{ctype}={status}"
         if key not in w.transitions:
             w.transitions[key] = now_rfc3339()
-        return {
+        out: Obj = {
             "type": ctype,
             "status": status,
             "lastProbeTime": None,
             "lastTransitionTime": w.transitions[key],
         }
+        if reason:
+            out["reason"], out["message"] = reason, message
+        return out
 
     def pod_status(self, w: Worker, old: Obj) -> Obj:
         spec = w.pod.get("spec") or {}
+        ip = self.lab.node_ip
         st: Obj = {
             "phase": "Running" if w.running else "Pending",
-            "hostIP": "127.0.0.1",
-            "hostIPs": [{"ip": "127.0.0.1"}],
+            "hostIP": ip,
+            "hostIPs": [{"ip": ip}],
             "startTime": now_rfc3339(w.seen)
             if w.source == "file"
             else (old.get("startTime") or now_rfc3339(w.seen)),
@@ -698,59 +743,61 @@ class Kubelet:
         if w.ip:
             st["podIP"] = w.ip
             st["podIPs"] = [{"ip": w.ip}]
+        statuses = [self._container_status(w, c) for c in spec.get("containers") or []]
+        unready = [s["name"] for s in statuses if not s["ready"]]
+        ready = w.state == "running" and not unready
+        why = ("ContainersNotReady", f"containers with unready status: [{' '.join(unready)}]") if unready else ("", "")
         st["conditions"] = [
             self._cond(w, "PodReadyToStartContainers", w.running),
             self._cond(w, "Initialized", True),
-            self._cond(w, "Ready", w.ready),
-            self._cond(w, "ContainersReady", w.ready),
+            self._cond(w, "Ready", ready, *why),
+            self._cond(w, "ContainersReady", ready, *why),
             self._cond(w, "PodScheduled", True),
         ]
-        by_name = {c.name: c for c in w.containers}
-        statuses = []
-        for c in spec.get("containers") or []:
-            ctr = by_name.get(c["name"])
-            entry: Obj = {
-                "name": c["name"],
-                "image": c["image"],
-                "restartCount": 0,
-                "ready": False,
-                "started": False,
-                "imageID": "",
-                "containerID": "",
-            }
-            if ctr is not None and ctr.state == "CONTAINER_RUNNING":
-                entry.update(
-                    {
-                        "state": {"running": {"startedAt": now_rfc3339(ctr.started / 1e9)}},
-                        "ready": w.ready,
-                        "started": True,
-                        "imageID": ctr.image_ref(),
-                        "containerID": f"containerd://{ctr.id}",
-                    }
-                )
-            elif ctr is not None and ctr.state == "CONTAINER_EXITED":
-                entry.update(
-                    {
-                        "state": {
-                            "terminated": {
-                                "exitCode": 0,
-                                "reason": "Completed",
-                                "startedAt": now_rfc3339(ctr.started / 1e9),
-                                "finishedAt": now_rfc3339(ctr.finished / 1e9),
-                                "containerID": f"containerd://{ctr.id}",
-                            }
-                        },
-                        "containerID": f"containerd://{ctr.id}",
-                    }
-                )
-            else:
-                entry["state"] = {"waiting": {"reason": "ContainerCreating"}}
-            statuses.append(entry)
         st["containerStatuses"] = statuses
         return st
 
+    def _container_status(self, w: Worker, spec: Obj) -> Obj:
+        name = spec["name"]
+        cur = w.current(name)
+        prev = w.previous.get(name)
+        entry: Obj = {
+            "name": name,
+            "image": spec["image"],
+            "restartCount": w.restarts.get(name, 0),
+            "ready": False,
+            "started": False,
+            "imageID": "",
+            "containerID": "",
+            "lastState": {},
+        }
+        if cur is None:
+            reason = "ContainerCreating"
+            entry["state"] = {"waiting": {"reason": reason}}
+            return entry
+        entry["imageID"] = cur.image_ref()
+        entry["containerID"] = f"containerd://{cur.id}"
+        if cur.state == RUNNING:
+            entry["state"] = {"running": {"startedAt": now_rfc3339(cur.started / 1e9)}}
+            entry["ready"] = self.container_ready(w, cur)
+            entry["started"] = cur.startup_done or (cur.fault is not None and not cur.spec.get("startupProbe"))
+        elif name in w.backoff and w.state == "running":
+            until, nominal = w.backoff[name]
+            entry["state"] = {"waiting": {
+                "reason": "CrashLoopBackOff",
+                "message": f"back-off {go_duration(nominal)} restarting failed container={name} "
+                           f"pod={w.full_name[1]}_{w.full_name[0]}({w.uid})",
+            }}
+        else:
+            entry["state"] = {"terminated": _terminated(cur)}
+        if prev is not None and prev is not cur:
+            entry["lastState"] = {"terminated": _terminated(prev)}
+        elif "waiting" in entry["state"]:
+            entry["lastState"] = {"terminated": _terminated(cur)}
+        return entry
+
     def sync_api(self) -> None:
-        """Mirror pods and status (API reachable only)."""
+        """Mirror pods and status (only while this kubelet's apiserver serves)."""
         api = self.lab.api
         store = self.lab.store
         node = store.get("nodes", "", self.node)
@@ -798,8 +845,28 @@ class Kubelet:
                     self.log(f"failed creating mirror pod {ns}/{name}: {exc.message}")
                     continue
             self._push_status(mirror, w)
-        # orphaned mirrors: static pod gone and its worker fully terminated
-        for m in store.list(
+        self._delete_orphaned_mirrors(active_static)
+        self._sync_api_pods()
+
+    def _terminated(self, key: tuple[str, str]) -> None:
+        """A static pod finished terminating: its mirror may go at the next housekeeping pass.
+
+        Housekeeping runs every 2 s on a real kubelet; the lab computes the next pass instead of
+        waking up for every one (an idle lab stays idle) and only wakes when that pass is due.
+        """
+        period = self.lab.timing.housekeeping
+        now = time.monotonic()
+        if period is None:
+            self.orphan_gate[key] = now
+            return
+        passes = int((now - self._epoch) // period) + 1
+        gate = self._epoch + passes * period
+        self.orphan_gate[key] = gate
+        self.lab.call_later(gate - now, self.lab.kick)
+
+    def _delete_orphaned_mirrors(self, active_static: dict[tuple[str, str], Worker]) -> None:
+        """Mirror pods whose static pod is gone and has finished terminating (pod_manager.go)."""
+        for m in self.lab.store.list(
             "pods",
             None,
             lambda o: (
@@ -810,12 +877,18 @@ class Kubelet:
             key = (m["metadata"]["namespace"], m["metadata"]["name"])
             if key in self.static or key in active_static:
                 continue
+            if time.monotonic() < self.orphan_gate.get(key, 0.0):
+                continue
             try:
-                store.delete("pods", key[0], key[1], uid=m["metadata"]["uid"])
+                self.lab.store.delete("pods", key[0], key[1], uid=m["metadata"]["uid"])
                 self.log(f"Deleted orphaned mirror pod {key[0]}/{key[1]}")
             except ApiError:
                 pass
-        # API pods: status, and final deletion once terminated
+            self.orphan_gate.pop(key, None)
+
+    def _sync_api_pods(self) -> None:
+        """API pods: status, and final deletion once terminated."""
+        store = self.lab.store
         for pod in store.list(
             "pods",
             None,
@@ -847,3 +920,49 @@ class Kubelet:
                 self.lab.store.update("pods", obj["metadata"]["namespace"], obj, check_rv=False)
             except ApiError:
                 pass
+
+
+def _terminated(c: Container) -> Obj:
+    return {
+        "exitCode": c.exit_code,
+        "reason": c.exit_reason,
+        "startedAt": now_rfc3339(c.started / 1e9),
+        "finishedAt": now_rfc3339(c.finished / 1e9),
+        "containerID": f"containerd://{c.id}",
+    }
+
+
+def _is_socket(path: str) -> bool:
+    try:
+        return stat_module.S_ISSOCK(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def stat_is_dir(mode: int) -> bool:
+    return stat_module.S_ISDIR(mode)
+
+
+def mounted_host_path(pod: Obj, container: Obj, path: str) -> Optional[str]:
+    """The host path behind ``path`` inside ``container``, through its hostPath volume mounts.
+
+    None when no hostPath mount covers the path: it then lives in the container image.
+    """
+    best: Optional[Obj] = None
+    for m in container.get("volumeMounts") or []:
+        mp = str(m.get("mountPath", "")).rstrip("/")
+        if path == mp or path.startswith(mp + "/"):
+            if best is None or len(mp) > len(str(best.get("mountPath", "")).rstrip("/")):
+                best = m
+    if best is None:
+        return None
+    for v in (pod.get("spec") or {}).get("volumes") or []:
+        if v.get("name") == best.get("name") and v.get("hostPath"):
+            rest = path[len(str(best["mountPath"]).rstrip("/")):]
+            return str(v["hostPath"]["path"]).rstrip("/") + rest if rest else str(v["hostPath"]["path"])
+    return None
+
+
+def host_path(pod: Obj, container: Obj, path: str) -> str:
+    """Like :func:`mounted_host_path`, falling back to ``path`` itself (the lab's own lookups)."""
+    return mounted_host_path(pod, container, path) or path

@@ -9,6 +9,7 @@ render as ``kind: Status`` objects with the real reasons and codes.
 
 from __future__ import annotations
 
+import builtins
 import collections
 import copy
 import datetime as _dt
@@ -64,7 +65,14 @@ class ApiError(Exception):
         }
 
 
-GROUP_OF = {"daemonsets": "apps", "leases": "coordination.k8s.io"}
+GROUP_OF = {
+    "daemonsets": "apps",
+    "leases": "coordination.k8s.io",
+    "roles": "rbac.authorization.k8s.io",
+    "rolebindings": "rbac.authorization.k8s.io",
+    "clusterroles": "rbac.authorization.k8s.io",
+    "clusterrolebindings": "rbac.authorization.k8s.io",
+}
 
 
 def not_found(kind_plural: str, name: str, group: str = "") -> ApiError:
@@ -98,18 +106,34 @@ def conflict(kind_plural: str, name: str, why: str, group: str = "") -> ApiError
 
 
 def invalid(kind: str, name: str, causes: list[tuple[str, str]], group: str = "") -> ApiError:
-    """422 Invalid; causes are (field, message) pairs, rendered like apimachinery does."""
+    """422 Invalid; causes are (field, message) pairs, rendered like apimachinery does.
+
+    The message names the group-qualified kind (``Role.rbac.authorization.k8s.io "x" is invalid``),
+    as ``NewInvalid`` does; core kinds stay bare (``Pod "x" is invalid``)."""
     text = ", ".join(f"{f}: {m}" for f, m in causes)
+    qualified = f"{kind}.{group}" if group else kind
     return ApiError(
         422,
         "Invalid",
-        f'{kind} "{name}" is invalid: {text}',
+        f'{qualified} "{name}" is invalid: {text}',
         {
             "name": name,
             "group": group,
             "kind": kind,
             "causes": [{"reason": "FieldValueInvalid", "message": m, "field": f} for f, m in causes],
         },
+    )
+
+
+def precondition_failed(kind_plural: str, ns: str, name: str, detail: str, group: str = "") -> ApiError:
+    """409 for a failed UID/resourceVersion precondition, worded as etcd3's storage error comes back
+    through ``InterpretUpdateError``/``InterpretDeleteError`` (``NewConflict`` wrapping a StorageError)."""
+    key = "/".join(p for p in ("/registry", kind_plural, ns, name) if p)
+    return conflict(
+        kind_plural,
+        name,
+        f"StorageError: invalid object, Code: 4, Key: {key}, ResourceVersion: 0, AdditionalErrorMsg: {detail}",
+        group,
     )
 
 
@@ -137,28 +161,42 @@ def _split_top(text: str) -> list[str]:
 _SET_RE = re.compile(r"^([^\s!=()]+)\s+(in|notin)\s+\(([^)]*)\)$")
 
 
+LabelTest = Callable[[dict[str, str]], bool]
+
+
+def _label_test(op: str, key: str, values: frozenset[str]) -> LabelTest:
+    """One compiled label requirement (typed closures, so mypy can check them)."""
+    if op == "in":
+        return lambda labels: labels.get(key) in values
+    if op == "notin":
+        return lambda labels: labels.get(key) not in values
+    if op == "!=":
+        return lambda labels: labels.get(key) not in values
+    if op == "=":
+        return lambda labels: labels.get(key) in values
+    if op == "!":
+        return lambda labels: key not in labels
+    return lambda labels: key in labels
+
+
 def label_matcher(selector: str) -> Callable[[dict[str, str]], bool]:
     """Compile a label selector (=, ==, !=, in, notin, exists, !exists)."""
-    tests: list[Callable[[dict[str, str]], bool]] = []
+    tests: list[LabelTest] = []
     for req in _split_top(selector or ""):
         m = _SET_RE.match(req)
         if m:
-            key, op, vals = m.group(1), m.group(2), {v.strip() for v in m.group(3).split(",")}
-            if op == "in":
-                tests.append(lambda lb, k=key, vs=vals: lb.get(k) in vs)
-            else:
-                tests.append(lambda lb, k=key, vs=vals: lb.get(k) not in vs)
+            vals = frozenset(v.strip() for v in m.group(3).split(","))
+            tests.append(_label_test(m.group(2), m.group(1), vals))
         elif "!=" in req:
             k, v = (s.strip() for s in req.split("!=", 1))
-            tests.append(lambda lb, k=k, v=v: lb.get(k) != v)
+            tests.append(_label_test("!=", k, frozenset([v])))
         elif "=" in req:
             k, v = (s.strip() for s in req.replace("==", "=").split("=", 1))
-            tests.append(lambda lb, k=k, v=v: lb.get(k) == v)
+            tests.append(_label_test("=", k, frozenset([v])))
         elif req.startswith("!"):
-            absent = req[1:].strip()
-            tests.append(lambda lb, k=absent: k not in lb)
+            tests.append(_label_test("!", req[1:].strip(), frozenset()))
         elif re.match(r"^[A-Za-z0-9./_-]+$", req):
-            tests.append(lambda lb, k=req: k in lb)
+            tests.append(_label_test("exists", req, frozenset()))
         else:
             raise ApiError(400, "BadRequest", f"unable to parse requirement: {req!r}")
     return lambda labels: all(t(labels) for t in tests)
@@ -192,11 +230,15 @@ def field_matcher(selector: str, allowed: Optional[Iterable[str]] = None) -> Cal
         k, v = k.strip(), v.strip()
         if allowed_set is not None and k not in allowed_set:
             raise ApiError(400, "BadRequest", f"field label not supported: {k}")
-        if neg:
-            tests.append(lambda o, k=k, v=v: field_value(o, k) != v)
-        else:
-            tests.append(lambda o, k=k, v=v: field_value(o, k) == v)
+        tests.append(_field_test(k, v, neg))
     return lambda obj: all(t(obj) for t in tests)
+
+
+def _field_test(path: str, value: str, negate: bool) -> Callable[[Obj], bool]:
+    """One compiled field requirement (``path=value`` or ``path!=value``)."""
+    if negate:
+        return lambda obj: field_value(obj, path) != value
+    return lambda obj: field_value(obj, path) == value
 
 
 # --------------------------------------------------------------------------- store
@@ -321,7 +363,7 @@ class Store:
             self._emit(resource, "DELETED", gone)
             return gone
 
-    def events_since(self, since: int, timeout: float) -> tuple[list[WatchEvent], bool]:
+    def events_since(self, since: int, timeout: float) -> tuple[builtins.list[WatchEvent], bool]:
         """Events with rv > since; waits up to timeout for one. Returns (events, too_old)."""
         with self.lock:
             if self.history and since < self.history[0].rv - 1 and since < self.rv:

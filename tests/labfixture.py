@@ -122,3 +122,25 @@ def is_ready(pod: Optional[dict[str, Any]]) -> bool:
         c["type"] == "Ready" and c["status"] == "True"
         for c in (pod or {}).get("status", {}).get("conditions", [])
     )
+
+
+@pytest.fixture
+def lab_factory(tmp_path: Path) -> Iterator[Callable[..., LabHandle]]:
+    """Start labs with any profile or option (FAST lags unless overridden); all stop at teardown.
+
+    ``start(name="lab", **opts)`` -> LabHandle, e.g. ``start(profile="ha", time_scale=0.05)``."""
+    started: list[LabHandle] = []
+
+    def start(name: str = "lab", **opts: Any) -> LabHandle:
+        handle = start_lab(tmp_path / name, **{**FAST, **opts})
+        started.append(handle)
+        return handle
+
+    yield start
+    for handle in started:
+        handle.stop()
+
+
+def crictl(path: str, *args: str, timeout: float = 10) -> subprocess.CompletedProcess:
+    """Run a lab crictl shim (``handle.crictl`` or ``handle.env["CPCTL_CRICTL"]``)."""
+    return subprocess.run([path, *args], capture_output=True, text=True, timeout=timeout)

@@ -214,6 +214,7 @@ def test_cli_up_env_down(tmp_path):
             "export CPCTL_NODE_NAME",
             "export KUBECONFIG",
             "export CPCTL_CRICTL",
+            "export CPCTL_KUBELET_DIR",
         ]
         assert f"export CPCTL_STATE_DIR={d}/state-lab-master1" in lines
         assert (d / "env").read_text() == up.stdout

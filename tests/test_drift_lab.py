@@ -54,3 +54,32 @@ def test_mirror_pod_checks(slow_lab: LabHandle) -> None:
     rc, found = check(slow_lab)
     assert rc == 1 and found["mirror_not_ready"]["component"] == "kube-scheduler"
     wait_for(lambda: check(slow_lab)[0] == 0, timeout=20, what="the scheduler back and Ready")
+
+
+def test_a_stray_defining_a_running_pod_is_moved_only_with_allow_restart(tmp_path: Any) -> None:
+    """Moving kube-scheduler.yaml.bak (a copy of the manifest) makes the kubelet drop the scheduler
+    until its next full re-list; check --fix --remove-strays must not do that unannounced."""
+    from tests.labfixture import is_ready, mirror
+    with start_lab(tmp_path / "lab", masters=1, **dict(FAST, file_check_frequency=60.0)) as handle:
+        manifests = str(handle.manifests_dir())
+        with open(os.path.join(manifests, "kube-scheduler.yaml"), "rb") as src:
+            data = src.read()
+        with open(os.path.join(manifests, "kube-scheduler.yaml.bak"), "wb") as copy:
+            copy.write(data)
+        refused = cpctl(handle, "-o", "json", "check", "--fix", "--remove-strays")
+        assert refused.returncode == 1, refused.stderr
+        [action] = [a for a in json.loads(refused.stdout)["actions"] if a["action"] == "move-stray"]
+        assert not action["ok"] and "--allow-restart" in action["message"]
+        assert "until its next full re-list (up to 60s)" in action["message"]
+        assert os.path.exists(os.path.join(manifests, "kube-scheduler.yaml.bak"))
+
+        before = mirror(handle, "kube-scheduler")
+        moved = cpctl(handle, "-o", "json", "check", "--fix", "--remove-strays", "--allow-restart", "--timeout", "20")
+        [action] = [a for a in json.loads(moved.stdout)["actions"] if a["action"] == "move-stray"]
+        assert action["ok"] and "Running and Ready" in action["message"], action
+        assert not os.path.exists(os.path.join(manifests, "kube-scheduler.yaml.bak"))
+        back = mirror(handle, "kube-scheduler")
+        # Back well before the 60 s re-list: the kubelet re-read kube-scheduler.yaml at once.
+        assert is_ready(back) and back["metadata"]["uid"] != before["metadata"]["uid"]
+        records = json.loads(cpctl(handle, "-o", "json", "history").stdout)["history"]
+        assert [r["action"] for r in records] == ["move-stray"]

@@ -171,6 +171,18 @@ def test_duplicate_pod_names_both_files(node: NodeDirs, watcher: WatchProc) -> N
     assert "kube-apiserver.yaml" in rec["detail"]
 
 
+def test_removing_either_duplicate_stops_the_pod_until_the_relist(node: NodeDirs, watcher: WatchProc) -> None:
+    """The kubelet forgets the pod key of the file removed although the other file defines the same
+    pod (file_linux.go: Remove/Rename delete fileKeyMapping[file]): the pod stops until the next
+    full re-list brings it back. Today's verdict must not be "the pod stays"."""
+    shutil.copy(path(node, "kube-apiserver.yaml"), path(node, "kube-apiserver.yaml.bak"))
+    assert watcher.verdict("kube-apiserver.yaml.bak")["verdict"] == "duplicate"
+    os.unlink(path(node, "kube-apiserver.yaml.bak"))
+    rec = watcher.verdict("kube-apiserver.yaml.bak")
+    assert rec["verdict"] == "stop" and rec.get("bounce") is True, rec
+    assert "although kube-apiserver.yaml still defines it" in rec["detail"] and "next full re-list" in rec["detail"]
+
+
 def test_vim_save_gives_one_verdict_for_the_file(node: NodeDirs, watcher: WatchProc) -> None:
     """vim's default write: write-test 4913, rename x -> x~, write new x, delete x~, swap file."""
     target = path(node, "kube-scheduler.yaml")

@@ -385,7 +385,7 @@ def _add_stray(report: Report, m: manifests.Manifest, reason: str) -> None:
         severity = WARNING
         effect = "the kubelet skips it and logs an error on every resync"
     report.add(Finding("stray", severity, "%s is %s: %s" % (m.file, reason, effect), file=m.file,
-                       component=m.pod_name, removable=True))
+                       component=m.pod_name, removable=True, runs_pod=m.valid))
 
 
 def _check_baseline(report: Report, node: Node, scan: DirScan, parked: dict, baseline: dict) -> None:
@@ -464,8 +464,12 @@ def _inventory(report: Report, scan: DirScan, parked: dict, baseline: Optional[d
 
 # --- fix --------------------------------------------------------------------------------------
 
-def fix(node: Node, report: Report, remove_strays: bool, timeout: float = 60.0) -> list:
-    """Repair what is safe; every action is reported as {action, file, component, ok, message}."""
+def fix(node: Node, report: Report, remove_strays: bool, timeout: float = 60.0, allow_restart: bool = False) -> list:
+    """Repair what is safe; every action is reported as {action, file, component, ok, message}.
+
+    A stray that defines a pod the kubelet runs is moved only with ``allow_restart``: moving it
+    stops that pod (and, when another file defines the same pod, the kubelet starts it again
+    only at its next full re-list - cpctl then makes it re-read that file at once and waits)."""
     if report.of_kind("permissions"):
         return [_action("skip", None, None, False, "not fixing anything: the state dir's permissions must be "
                         "repaired by hand first (see the permissions finding)")]
@@ -475,7 +479,7 @@ def fix(node: Node, report: Report, remove_strays: bool, timeout: float = 60.0) 
         for finding in report.of_kind("overdue_park"):
             actions.append(_restore(node, finding, timeout))
         if remove_strays:
-            actions += _move_strays(node, report)
+            actions += _move_strays(node, report, allow_restart, timeout)
     return actions
 
 
@@ -491,7 +495,10 @@ def plan_fix(node: Node, report: Report, remove_strays: bool) -> list:
                                    "would restore %s (past its --for deadline)" % finding.component))
     if remove_strays:
         actions += [_action(MOVE_STRAY, f.file, f.component, True,
-                            "would move %s/%s to %s/%s/<time>/" % (node.manifests_dir, f.file, node.state.path, STRAYS))
+                            "would move %s/%s to %s/%s/<time>/%s" % (
+                                node.manifests_dir, f.file, node.state.path, STRAYS,
+                                " (it defines a running pod: only with --allow-restart)" if f.extra.get("runs_pod")
+                                else ""))
                     for f in report.of_kind("stray") if f.file]
     return actions
 
@@ -515,30 +522,59 @@ def _restore(node: Node, finding: Finding, timeout: float) -> dict:
     return _action("start", finding.file, outcome.component, True, "%s%s" % (outcome.message, detail))
 
 
-def _move_strays(node: Node, report: Report) -> list:
+def _move_strays(node: Node, report: Report, allow_restart: bool, timeout: float) -> list:
     """Each stray moves to STATE/strays/<time>/ as its own journaled change (never deleted)."""
     strays = [f for f in report.of_kind("stray") if f.file]
     if not strays:
         return []
     target_dir = "%s/%s/%s" % (node.state.path, STRAYS, stamp(report.time))
     node.host.makedirs(target_dir, 0o700)
-    return [_move_stray(node, finding, target_dir) for finding in strays]
+    return [_move_stray(node, finding, target_dir, allow_restart, timeout) for finding in strays]
 
 
-def _move_stray(node: Node, finding: Finding, target_dir: str) -> dict:
+def _move_stray(node: Node, finding: Finding, target_dir: str, allow_restart: bool, timeout: float) -> dict:
     filename = finding.file or ""
     src, dst = node.manifests_dir + "/" + filename, target_dir + "/" + filename
-    info = node.host.lstat(src)
-    if info is None or info["kind"] != "file":
-        what = "it is gone" if info is None else "it is a %s, not a regular file" % info["kind"]
+    scan = node.scan()                      # under the lock: the dir as it is now, not as it was checked
+    stray = next((m for m in scan.manifests if m.file == filename), None)
+    if stray is None or stray.kind != "file":
+        what = "it is gone" if stray is None else "it is a %s, not a regular file" % stray.kind
         return _action(MOVE_STRAY, finding.file, finding.component, False, "not moved: %s" % what)
+    others = [m for m in scan.valid if m.file != filename and stray.valid
+              and (m.namespace, m.pod_name) == (stray.namespace, stray.pod_name)]
+    if stray.valid and not allow_restart:
+        return _action(MOVE_STRAY, filename, stray.pod_name, False, "not moved: %s" % _stop_effect(node, stray, others))
     try:
-        digest = manifests.checksum(node.host.read_file(src, info["size"] + 1))
-        node.apply(journal.Change(MOVE_STRAY, finding.component or manifests.file_stem(filename), filename,
-                                  digest, [journal.move(src, dst, digest)], commit=0,
-                                  record={"moved_to": dst, "reason": finding.message}))
+        data = stray.data if stray.data is not None else node.host.read_file(src, stray.size + 1)
+        digest = manifests.checksum(data)
+        target = node.target_for(others[0].pod or {}, filename) if others else \
+            node.target_for(stray.pod, filename) if stray.pod else None
+        before = node.waiter.before(target) if target is not None else None
+        node.apply(journal.Change(MOVE_STRAY, stray.pod_name or manifests.file_stem(filename), filename, digest,
+                                  [journal.move(src, dst, digest)] + [journal.touch(m.path) for m in others],
+                                  commit=0, record={"moved_to": dst, "reason": finding.message}))
+        waited = _wait_after_stray(node, target, before, bool(others), timeout) if target is not None else ""
     except CpctlError as exc:
-        return _action(MOVE_STRAY, finding.file, finding.component, False, "not moved: %s" % exc.message)
+        return _action(MOVE_STRAY, finding.file, finding.component, False, "not moved: %s" % exc.full_message)
     except OSError as exc:
         return _action(MOVE_STRAY, finding.file, finding.component, False, "not moved: %s" % (exc.strerror or exc))
-    return _action(MOVE_STRAY, finding.file, finding.component, True, "moved to %s" % dst)
+    return _action(MOVE_STRAY, finding.file, finding.component, True, "moved to %s%s" % (dst, waited))
+
+
+def _stop_effect(node: Node, stray: manifests.Manifest, others: list) -> str:
+    key = "%s/%s" % (stray.namespace, stray.pod_name)
+    if others:
+        relist = node.identity.file_check_frequency.value if node.identity else 20.0
+        return ("it defines pod %s, which %s also defines: moving it makes the kubelet stop that pod until its "
+                "next full re-list (up to %gs); add --allow-restart to move it, make the kubelet re-read %s at "
+                "once and wait until the pod is back" % (key, " and ".join(m.file for m in others), relist,
+                                                         others[0].file))
+    return ("it defines pod %s, which the kubelet runs: moving it stops that pod; add --allow-restart to move it "
+            "and wait until the pod is gone" % key)
+
+
+def _wait_after_stray(node: Node, target: PodTarget, before: Any, bounced: bool, timeout: float) -> str:
+    """The pod a valid stray defined: back and Ready from the remaining file, or gone."""
+    result = node.waiter.wait_started(target, before, timeout) if bounced else \
+        node.waiter.wait_stopped(target, before, timeout)
+    return " - %s" % result.detail

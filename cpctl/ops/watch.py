@@ -78,13 +78,14 @@ class Watch:
 
     def __init__(self, manifests_dir: str, emit: Callable[[dict], None], waiter: Optional[Waiter] = None,
                  node_name: str = "", timeout: float = 30.0, debounce: float = 0.05,
-                 host: Optional[Host] = None) -> None:
+                 host: Optional[Host] = None, relist: float = 20.0) -> None:
         self.dir = os.path.normpath(manifests_dir)
         self.parent = os.path.dirname(self.dir) or "/"
         self.emit_record = emit
         self.waiter = waiter
         self.node_name = node_name
         self.timeout = timeout
+        self.relist = relist            # the kubelet's fileCheckFrequency: its full re-list period
         self.debounce = debounce
         self.host = host or LocalHost()
         self.events: Any = queue.SimpleQueue()
@@ -269,15 +270,21 @@ class Watch:
             self._emit(event, name, IGNORE, None, transient_detail(name))
             return
         namespace, pod, _ = prev
+        how = "moved out" if "moved_out" in event else "deleted"
+        target = PodTarget(pod, namespace, self.node_name, file=name)
         others = [m.file for m in scan.valid if (m.namespace, m.pod_name) == (namespace, pod)]
         if others:
-            self._emit(event, name, IGNORE, self.mirror_name(pod), "pod %s/%s stays: still defined by %s"
-                       % (namespace, pod, ", ".join(others)))
+            # The kubelet forgets the pod key that file defined, even though another file defines
+            # the same pod: the pod stops now and comes back at the next full re-list.
+            self._emit(event, name, STOP, self.mirror_name(pod), "file %s: the kubelet stops pod %s/%s although %s "
+                       "still defines it; its next full re-list (every %gs) starts it again from there"
+                       % (how, namespace, pod, " and ".join(others), self.relist), bounce=True)
+            self._follow(STOP, target)
+            self._follow(RELOAD, target, self.relist + self.timeout)
             return
-        how = "moved out" if "moved_out" in event else "deleted"
         self._emit(event, name, STOP, self.mirror_name(pod), "file %s: the kubelet stops pod %s/%s"
                    % (how, namespace, pod))
-        self._follow(STOP, PodTarget(pod, namespace, self.node_name, file=name))
+        self._follow(STOP, target)
 
     def _rejected(self, entry: manifests.Manifest, event: str) -> None:
         prev = self.loaded.pop(entry.file, None)
@@ -285,7 +292,8 @@ class Watch:
         pod = None
         if prev is not None:
             pod = self.mirror_name(prev[1])
-            detail += "; it stops pod %s/%s when it next re-lists the dir (about every 20 s)" % prev[:2]
+            detail += "; it stops pod %s/%s when it next re-lists the dir (every %gs)" % (prev[0], prev[1],
+                                                                                            self.relist)
         self._emit(event, entry.file, REJECT, pod, detail)
 
     def _valid(self, entry: manifests.Manifest, event: str, scan: manifests.DirScan) -> None:
@@ -311,24 +319,25 @@ class Watch:
             self._follow(RELOAD, target)
 
     # --- mirror pod follow-up -------------------------------------------------------------------------
-    def _follow(self, verdict: str, target: PodTarget) -> None:
+    def _follow(self, verdict: str, target: PodTarget, timeout: Optional[float] = None) -> None:
         if self.waiter is None:
             return
-        thread = threading.Thread(target=self._follow_thread, args=(verdict, target, time.monotonic()),
+        thread = threading.Thread(target=self._follow_thread,
+                                  args=(verdict, target, time.monotonic(), timeout or self.timeout),
                                   name="cpctl-follow-%s" % target.component, daemon=True)
         thread.start()
 
-    def _follow_thread(self, verdict: str, target: PodTarget, started: float) -> None:
+    def _follow_thread(self, verdict: str, target: PodTarget, started: float, timeout: float) -> None:
         assert self.waiter is not None
         before = self._describe(target)
         while not self._stopping.is_set():
             elapsed = time.monotonic() - started
             state = before if elapsed < POLL_INTERVAL / 2 else self._describe(target)
             if followed(verdict, state, before, elapsed):
-                self._report_follow(verdict, target, True, elapsed)
+                self._report_follow(verdict, target, True, elapsed, timeout)
                 return
-            if elapsed >= self.timeout:
-                self._report_follow(verdict, target, False, elapsed)
+            if elapsed >= timeout:
+                self._report_follow(verdict, target, False, elapsed, timeout)
                 return
             self._stopping.wait(POLL_INTERVAL)
 
@@ -338,7 +347,7 @@ class Watch:
         except (CpctlError, OSError):
             return None  # the API may be down right now (it may be the pod being replaced)
 
-    def _report_follow(self, verdict: str, target: PodTarget, ok: bool, elapsed: float) -> None:
+    def _report_follow(self, verdict: str, target: PodTarget, ok: bool, elapsed: float, timeout: float) -> None:
         mirror = "mirror pod %s" % target.pod_name
         if ok:
             what = {STOP: "gone", LOAD: "appeared and Ready", RELOAD: "recreated and Ready"}[verdict]
@@ -346,7 +355,7 @@ class Watch:
         else:
             what = {STOP: "still present after", LOAD: "did not appear (Ready) within",
                     RELOAD: "was not recreated (Ready) within"}[verdict]
-            detail = "%s %s %ds" % (mirror, what, round(self.timeout))
+            detail = "%s %s %ds" % (mirror, what, round(timeout))
         record = {"event": "mirror", "file": target.file, "verdict": FOLLOWED if ok else NOT_FOLLOWED,
                   "pod": target.pod_name, "detail": detail, "elapsed": round(elapsed, 3)}
         self.events.put(("follow", record))

@@ -54,6 +54,9 @@ def baseline_text(result: dict) -> str:
               "operations.")
 @click.option("--remove-strays", is_flag=True, help="With --fix: move strays to STATE/strays/<time>/ (never "
               "deletes).")
+@click.option("--allow-restart", is_flag=True, help="With --remove-strays: also move a stray that defines a pod "
+              "the kubelet runs (its pod stops; when another file defines it too, cpctl makes the kubelet re-read "
+              "that file at once and waits until the pod is back).")
 @click.option("--max-parked", default=None, metavar="DURATION", help="Also report parks older than this "
               "(e.g. 4h).")
 @click.option("--prometheus-textfile", default=None, metavar="PATH",
@@ -62,7 +65,7 @@ def baseline_text(result: dict) -> str:
               help="Seconds --fix waits for a restored pod.")
 @click.option("--dry-run", is_flag=True, help="With --fix: print what would be repaired; change nothing.")
 @click.pass_context
-def check(ctx: click.Context, fix: bool, remove_strays: bool, max_parked: Optional[str],
+def check(ctx: click.Context, fix: bool, remove_strays: bool, allow_restart: bool, max_parked: Optional[str],
           prometheus_textfile: Optional[str], timeout: float, dry_run: bool) -> None:
     """Find drift: overdue parks, missing/changed/unexpected manifests, strays, duplicates,
     interrupted operations, loose state dir permissions and (with a probe) mirror pods.
@@ -73,13 +76,15 @@ def check(ctx: click.Context, fix: bool, remove_strays: bool, max_parked: Option
     from cpctl.timeutil import parse_duration
     if remove_strays and not fix:
         raise CpctlError("--remove-strays only works together with --fix", ExitCode.USAGE)
+    if allow_restart and not remove_strays:
+        raise CpctlError("--allow-restart only works together with --fix --remove-strays", ExitCode.USAGE)
     if dry_run and not fix:
         raise CpctlError("--dry-run goes with --fix (check alone changes nothing)", ExitCode.USAGE)
     max_seconds = parse_duration(max_parked, "--max-parked") if max_parked else None
 
     def action(node: Any) -> dict:
         try:
-            result = _run_check(node, fix, remove_strays, max_seconds, timeout, dry_run)
+            result = _run_check(node, fix, remove_strays, max_seconds, timeout, dry_run, allow_restart)
         except CpctlError:
             _write_metrics(node.host, prometheus_textfile, None)
             raise
@@ -96,14 +101,14 @@ def check(ctx: click.Context, fix: bool, remove_strays: bool, max_parked: Option
 
 
 def _run_check(node: Any, fix: bool, remove_strays: bool, max_seconds: Optional[float], timeout: float,
-               dry_run: bool = False) -> dict:
+               dry_run: bool = False, allow_restart: bool = False) -> dict:
     from cpctl.ops import drift
     report = drift.check(node, max_seconds)
     result: Dict[str, Any] = {"report": report, "final": report, "actions": None, "dry_run": dry_run}
     if fix and dry_run:
         result["actions"] = drift.plan_fix(node, report, remove_strays)
     elif fix:
-        result["actions"] = drift.fix(node, report, remove_strays, timeout)
+        result["actions"] = drift.fix(node, report, remove_strays, timeout, allow_restart)
         result["final"] = drift.check(node, max_seconds)
     return result
 

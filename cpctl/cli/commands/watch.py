@@ -45,8 +45,9 @@ def watch(ctx: click.Context, timeout: float, debounce: int) -> None:
     """
     from cpctl.ops.watch import Watch
     node, waiter = _waiter(ctx)
+    relist = node.identity.file_check_frequency.value if node.identity else 20.0
     runner = Watch(node.manifests_dir, _writer(state(ctx).output), waiter=waiter, node_name=node.node_name,
-                   timeout=timeout, debounce=debounce / 1000.0, host=node.host)
+                   timeout=timeout, debounce=debounce / 1000.0, host=node.host, relist=relist)
     status = run_until_signalled(runner)
     if status:
         ctx.exit(status)

@@ -123,12 +123,12 @@ def run_on_hosts(ctx: click.Context, specs: List[Any], action: Action, changing:
 
 
 def census(ctx: click.Context) -> List[Any]:
-    """``status`` of every inventory master (no probes), for the fleet safety rules."""
-    from cpctl.core import views
+    """What every inventory master runs (no probes), for the fleet safety rules."""
     from cpctl.fleet.targets import all_inventory_specs
+    from cpctl.ops.fleetsafety import census_of
     remote = state(ctx).remote
     assert remote is not None
-    return run_on_hosts(ctx, all_inventory_specs(remote), lambda node: views.status(node), False, probe="none")
+    return run_on_hosts(ctx, all_inventory_specs(remote), census_of, False, probe="none")
 
 
 def _connector(options: Any) -> Callable[[Any], Any]:

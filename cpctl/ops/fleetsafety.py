@@ -1,22 +1,31 @@
 """Fleet safety: refuse a stop or restart of etcd or the API server that would take the cluster down.
 
-The caller takes a census (``status`` of every inventory master, not only the targeted ones) and
-hands it here; unreachable masters count as members that do not run the component. The rules:
+The caller takes a census (``census_of`` on every inventory master, not only the targeted ones)
+and hands it here; unreachable masters count as members that run nothing. The rules:
 
 * etcd keeps quorum only while a majority of its members run;
-* at least one API server must keep running.
+* at least one API server must keep serving. With stacked etcd (kubeadm's default) an API server
+  talks to its own node's etcd only (``--etcd-servers=https://127.0.0.1:2379``): it is not serving
+  while that etcd is parked, so stopping etcd on a master also takes that master's API server
+  out (real-node-facts.md "kubeadm manifests by version", "HA control planes").
 """
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence, Set
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Set
 
 from cpctl.core import manifests
+from cpctl.core.node import Node
+from cpctl.core.views import status
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.fleet.runner import HostResult, Serial
 
-QUORUM_RULES = {"etcd": "etcd keeps quorum only while a majority of its members run",
-                "kube-apiserver": "at least one API server must keep running"}
+APISERVER, ETCD = "kube-apiserver", "etcd"
+QUORUM_RULES = {ETCD: "etcd keeps quorum only while a majority of its members run",
+                APISERVER: "at least one API server must keep serving (an API server whose stacked etcd "
+                           "is down is not serving)"}
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]", "::1")
 
 
 def guarded(components: Sequence[str]) -> List[str]:
@@ -24,10 +33,72 @@ def guarded(components: Sequence[str]) -> List[str]:
     return [manifests.ALIASES.get(c, c) for c in components if manifests.ALIASES.get(c, c) in QUORUM_RULES]
 
 
+def census_of(node: Node) -> Dict[str, Any]:
+    """What one master runs, for the rules: each component's state and whether its API server uses
+    only its own node's etcd (stacked)."""
+    view = status(node)
+    states = {row["component"]: row["state"] for row in view["components"]}
+    stacked = any(_uses_local_etcd(m.pod) for m in node.scan().valid if m.pod_name == APISERVER)
+    return {"components": states, "apiserver_stacked": stacked}
+
+
+def _uses_local_etcd(pod: Optional[Dict[str, Any]]) -> bool:
+    """True when the API server's --etcd-servers are all on the node itself."""
+    for container in ((pod or {}).get("spec") or {}).get("containers") or []:
+        args = [a for a in (container.get("command") or []) + (container.get("args") or []) if isinstance(a, str)]
+        for arg in args:
+            if arg.startswith("--etcd-servers="):
+                urls = [u for u in arg.split("=", 1)[1].split(",") if u]
+                return bool(urls) and all(_host_of(u) in LOCAL_HOSTS for u in urls)
+    return False
+
+
+def _host_of(url: str) -> str:
+    rest = url.split("://", 1)[-1].split("/", 1)[0]
+    if rest.startswith("["):
+        return rest[: rest.index("]") + 1] if "]" in rest else rest
+    return rest.rsplit(":", 1)[0] if rest.count(":") == 1 else rest
+
+
+@dataclass
+class Member:
+    """One master in the census."""
+
+    host: str
+    reachable: bool
+    states: Dict[str, str] = field(default_factory=dict)
+    stacked: bool = False
+
+    def runs(self, component: str, stopped: Set[str]) -> bool:
+        """Whether ``component`` keeps running here once ``stopped`` components are stopped."""
+        if not self.reachable or component in stopped or self.states.get(component) != "running":
+            return False
+        if component == APISERVER and self.stacked:
+            return self.runs(ETCD, stopped)
+        return True
+
+
+def members(census: List[HostResult]) -> List[Member]:
+    out = []
+    for result in census:
+        if result.failed or not isinstance(result.data, dict):
+            out.append(Member(result.host, False))
+        else:
+            out.append(Member(result.host, True, dict(result.data.get("components") or {}),
+                              bool(result.data.get("apiserver_stacked"))))
+    return out
+
+
 def preflight(census: List[HostResult], targets: Set[str], verb: str, components: Sequence[str], serial: Serial,
               force: bool, reason: Optional[str]) -> Optional[str]:
     """Refuse (exit 4) what the rules forbid; return the reason to record (marked when forced)."""
-    problems = [p for p in (_problem(c, verb, census, targets, serial) for c in guarded(components)) if p]
+    stopping = set(guarded(components))
+    if not stopping:
+        return reason
+    fleet = members(census)
+    hit = [m.host for m in fleet if m.host in targets]
+    at_once = hit if verb == "stop" else hit[: serial.batch(len(targets))]
+    problems = [p for p in (_problem(c, verb, fleet, set(at_once), stopping) for c in (ETCD, APISERVER)) if p]
     if problems and not force:
         raise CpctlError("refused: %s (use --force to override; it is recorded)" % "; ".join(problems),
                          ExitCode.REFUSED)
@@ -36,32 +107,20 @@ def preflight(census: List[HostResult], targets: Set[str], verb: str, components
     return reason
 
 
-def _problem(component: str, verb: str, census: List[HostResult], targets: Set[str], serial: Serial) -> str:
-    running, members, dark = _count(component, census)
-    hit = [h for h in running if h in targets]
-    down_at_once = len(hit) if verb == "stop" else min(len(hit), serial.batch(len(targets)))
-    left = len(running) - down_at_once
-    need = len(members) // 2 + 1 if component == "etcd" else 1
-    if left >= need:
+def _problem(component: str, verb: str, fleet: List[Member], down: Set[str], stopping: Set[str]) -> str:
+    """What would be left of ``component`` when ``stopping`` components are down on ``down`` hosts."""
+    if component == ETCD and ETCD not in stopping:
         return ""
-    return "%s %s on %s would leave %d of %d running (%s%s)" % (
-        verb, component, ",".join(hit) or "-", left, len(members), QUORUM_RULES[component],
+    if component == APISERVER and not stopping & {APISERVER, ETCD}:
+        return ""
+    is_member = [m for m in fleet if not m.reachable or component in m.states]
+    running_now = [m for m in fleet if m.runs(component, set())]
+    left = [m for m in fleet if m.runs(component, stopping if m.host in down else set())]
+    need = len(is_member) // 2 + 1 if component == ETCD else 1
+    if len(left) >= need:
+        return ""
+    dark = [m.host for m in fleet if not m.reachable]
+    what = "%s %s on %s" % (verb, ",".join(sorted(stopping)), ",".join(sorted(down)) or "-")
+    return "%s would leave %d of %d %s running, %d now (%s%s)" % (
+        what, len(left), len(is_member), component, len(running_now), QUORUM_RULES[component],
         "; unreachable: %s" % ",".join(dark) if dark else "")
-
-
-def _count(component: str, census: List[HostResult]) -> Any:
-    """(masters running it, masters that are members, masters that could not be asked)."""
-    running: List[str] = []
-    members: List[str] = []
-    dark: List[str] = []
-    for result in census:
-        if result.failed:
-            dark.append(result.host)
-            members.append(result.host)
-            continue
-        rows = [r for r in result.data["components"] if r["component"] == component]
-        if rows:
-            members.append(result.host)
-        if any(r["state"] == "running" for r in rows):
-            running.append(result.host)
-    return running, members, dark

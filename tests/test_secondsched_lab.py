@@ -105,3 +105,37 @@ def test_remove_stops_the_pod_and_its_pods_stay_pending(lab):
     assert stays_pending(lab, "orphan")
     run_pod(lab, "normal")
     wait_for(lambda: running(lab, "normal"), timeout=10, what="default scheduler still works")
+
+
+@pytest.fixture
+def rbac_lab(tmp_path):
+    """A lab that enforces RBAC on the components' identities, as a kubeadm cluster does."""
+    with start_lab(tmp_path / "lab", masters=1, rbac=True, **FAST) as handle:
+        yield handle
+
+
+def test_add_is_refused_before_writing_anything_when_the_lease_is_forbidden(rbac_lab):
+    """kubeadm's RBAC lets system:kube-scheduler get/update only the Lease named kube-scheduler: a
+    second scheduler would never take its own Lease (it used to be written anyway and time out)."""
+    before = sorted(os.listdir(rbac_lab.manifests_dir()))
+    dry = json.loads(cpctl(rbac_lab, "-o", "json", "scheduler", "add", "my-scheduler", "--dry-run").stdout)
+    assert dry["rbac"]["allowed"] is False and dry["rbac"]["identity"] == "system:kube-scheduler"
+    assert sorted(dry["rbac"]["denied"]) == ["get", "update"]
+    refused = cpctl(rbac_lab, "scheduler", "add", "my-scheduler", rc=4)
+    assert "system:kube-scheduler may not get and update Lease kube-system/my-scheduler" in refused.stderr
+    assert "kind: RoleBinding" in refused.stdout and "name: cpctl:my-scheduler-lease" in refused.stdout
+    assert sorted(os.listdir(rbac_lab.manifests_dir())) == before
+    assert not (rbac_lab.dir / "my-scheduler-config.yaml").exists()
+    assert cpctl(rbac_lab, "-o", "json", "history").stdout.count('"action"') == 0
+
+
+def test_grant_rbac_creates_the_role_and_the_scheduler_takes_its_lease(rbac_lab):
+    out = cpctl(rbac_lab, "scheduler", "add", "my-scheduler", "--grant-rbac", "--timeout", "30").stdout
+    assert "Lease RBAC granted" in out and "lease my-scheduler renewed" in out, out
+    can = kubectl(rbac_lab, "auth", "can-i", "--as", "system:kube-scheduler", "update", "leases/my-scheduler",
+                  "-n", "kube-system", check=False)
+    assert can.stdout.strip() == "yes"
+    run_pod(rbac_lab, "mine", "my-scheduler")
+    wait_for(lambda: running(rbac_lab, "mine"), timeout=10, what="pod mine Running")
+    record = json.loads(cpctl(rbac_lab, "-o", "json", "history").stdout)["history"][-1]
+    assert (record["action"], record["rbac"]) == ("scheduler-add", "granted")

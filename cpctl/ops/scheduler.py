@@ -26,9 +26,11 @@ from typing import Optional
 
 from cpctl.core import journal, manifests
 from cpctl.core.manifests import DirScan
+from cpctl.core.mounts import host_path_of
 from cpctl.core.node import Node
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host.base import Host
+from cpctl.ops import schedrbac
 from cpctl.probes.base import PodTarget, WaitResult
 from cpctl.timeutil import stamp
 
@@ -410,22 +412,36 @@ def plan_add(node: Node, name: str, source: str = DEFAULT_SOURCE, port: Optional
 
 def add(node: Node, name: str, source: str = DEFAULT_SOURCE, port: Optional[int] = None,
         config_dir: Optional[str] = None, wait: bool = True, timeout: float = 120.0,
-        dry_run: bool = False) -> dict:
-    """Write config then manifest under the node lock, record history, wait for the mirror pod."""
+        dry_run: bool = False, grant_rbac: bool = False) -> dict:
+    """Check the Lease RBAC, write config then manifest under the node lock, record history, wait
+    for the mirror pod."""
     # Plan read-only first: a refusal or --dry-run leaves no trace (not even the state dir); the
     # plan is recomputed under the lock, where it counts.
     plan = plan_add(node, name, source, port, config_dir)
     check_config_path(node.host, plan.config_path, plan.config)
+    kubeconfig = scheduler_kubeconfig_on_node(plan)
     if dry_run:
-        return dict(plan.to_dict(), dry_run=True, changed=False)
+        access = schedrbac.check(node, name, schedrbac.identity_of(node, kubeconfig))
+        return dict(plan.to_dict(), dry_run=True, changed=False,
+                    rbac=dict(access.to_dict(), yaml=schedrbac.as_yaml(name, access.identity)))
+    access = schedrbac.ensure(node, name, kubeconfig, grant_rbac)
     with node.session("cpctl scheduler add %s" % name):
         plan = plan_add(node, name, source, port, config_dir)
         write_config = check_config_path(node.host, plan.config_path, plan.config)
         target = node.target_for(plan.pod, name + ".yaml")
         before = node.waiter.before(target) if wait else None
-        node.apply(add_change(plan, write_config))
+        change = add_change(plan, write_config)
+        change.record["rbac"] = "granted" if access.granted else "allowed" if access.allowed else \
+            "not checked: %s" % access.why
+        node.apply(change)
         result = node.waiter.wait_started(target, before, timeout) if wait else _not_waited()
-    return dict(plan.to_dict(), dry_run=False, changed=True, wait=result.to_dict())
+    return dict(plan.to_dict(), dry_run=False, changed=True, wait=result.to_dict(),
+                rbac=dict(access.to_dict(), yaml=schedrbac.as_yaml(name, access.identity)))
+
+
+def scheduler_kubeconfig_on_node(plan: Plan) -> str:
+    """The node path of the kubeconfig the scheduler uses (its flag names a container path)."""
+    return host_path_of(plan.pod, scheduler_container(plan.pod), plan.kubeconfig) or plan.kubeconfig
 
 
 def add_change(plan: Plan, write_config: bool) -> journal.Change:
@@ -574,19 +590,3 @@ def usage_example(name: str) -> str:
     """A pod that opts in to the new scheduler, to print after ``add``."""
     return ("apiVersion: v1\nkind: Pod\nmetadata:\n  name: hello-%s\nspec:\n  schedulerName: %s\n"
             "  containers:\n  - name: hello\n    image: registry.k8s.io/pause:3.9\n" % (name, name))
-
-
-def rbac_yaml(name: str) -> str:
-    """Role + RoleBinding letting system:kube-scheduler renew Lease NAME.
-
-    kubeadm's ClusterRole system:kube-scheduler allows get/update only on the Lease named
-    kube-scheduler; a second scheduler using scheduler.conf can create its Lease but not renew
-    it without this.
-    """
-    return ("apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: cpctl:%s-lease\n"
-            "  namespace: kube-system\nrules:\n- apiGroups: [coordination.k8s.io]\n  resources: [leases]\n"
-            "  resourceNames: [%s]\n  verbs: [get, update]\n---\n"
-            "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: cpctl:%s-lease\n"
-            "  namespace: kube-system\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: Role\n"
-            "  name: cpctl:%s-lease\nsubjects:\n- apiGroup: rbac.authorization.k8s.io\n  kind: User\n"
-            "  name: system:kube-scheduler\n" % (name, name, name, name))

@@ -29,17 +29,30 @@ def scheduler() -> None:
 @click.option("--no-wait", is_flag=True, help="Do not wait for the mirror pod.")
 @click.option("--timeout", type=click.FloatRange(0.1, 3600), default=120.0, show_default=True,
               help="Seconds to wait for the kubelet.")
-@click.option("--dry-run", is_flag=True, help="Print the files and a diff; change nothing.")
+@click.option("--dry-run", is_flag=True, help="Print the files, a diff and the Lease RBAC check; change nothing.")
+@click.option("--grant-rbac", is_flag=True,
+              help="When the scheduler's identity may not get/update its Lease, create the Role and RoleBinding "
+                   "that allow it (through the API) instead of refusing.")
 @click.pass_context
 def add(ctx: click.Context, name: str, source: str, port: Optional[int], config_dir: Optional[str], no_wait: bool,
-        timeout: float, dry_run: bool) -> None:
-    """Run a second scheduler NAME as a static pod generated from the kube-scheduler manifest."""
+        timeout: float, dry_run: bool, grant_rbac: bool) -> None:
+    """Run a second scheduler NAME as a static pod generated from the kube-scheduler manifest.
+
+    Before writing anything, cpctl asks the API (SubjectAccessReview) whether the scheduler's
+    identity may get and update its Lease kube-system/NAME: without that it would never take the
+    Lease and never schedule. Refused (exit 4, the Role and RoleBinding printed) unless --grant-rbac.
+    """
+    from cpctl.ops import schedrbac
     from cpctl.ops import scheduler as secondsched
     secondsched.validate_name(name)   # before touching the node
-    execute(ctx, lambda node: secondsched.add(node, name, source, port, config_dir, wait=not no_wait,
-                                              timeout=timeout, dry_run=dry_run),
-            _dry_run_text if dry_run else _added_text, changing=not dry_run,
-            probe="none" if no_wait or dry_run else None)
+    try:
+        execute(ctx, lambda node: secondsched.add(node, name, source, port, config_dir, wait=not no_wait,
+                                                  timeout=timeout, dry_run=dry_run, grant_rbac=grant_rbac),
+                _dry_run_text if dry_run else _added_text, changing=not dry_run,
+                probe="none" if no_wait or dry_run else None)
+    except schedrbac.LeaseForbidden as refused:
+        click.echo(refused.yaml, nl=False)    # what to apply (kubectl apply -f -), then the one stderr line
+        raise
 
 
 def _dry_run_text(data: dict) -> str:
@@ -47,17 +60,33 @@ def _dry_run_text(data: dict) -> str:
             "  1. %(config_file)s (mode 0644)\n  2. %(manifest_file)s (mode 0600)\n"
             "kube-scheduler v%(version)s -> %(config_api)s, --secure-port=%(port)d, kubeconfig %(kubeconfig)s\n"
             "\n--- %(config_file)s\n%(config)s\n--- %(manifest_file)s\n%(manifest)s\n"
-            "--- diff against %(source)s\n%(diff)s" % data)
+            "--- diff against %(source)s\n%(diff)s" % data) + "\n" + _rbac_text(data["rbac"], data["name"])
+
+
+def _rbac_text(rbac: dict, name: str) -> str:
+    lease = "Lease kube-system/%s" % name
+    if rbac["allowed"]:
+        return "RBAC: %s may get and update %s." % (rbac["identity"], lease)
+    if rbac["allowed"] is None:
+        return "RBAC: not checked (%s); if %s may not get and update %s, apply:\n\n%s" % (
+            rbac["why"], rbac["identity"], lease, rbac["yaml"])
+    return ("RBAC: %s may NOT %s %s: the add would be refused unless --grant-rbac creates (or you apply):\n\n%s"
+            % (rbac["identity"], " and ".join(rbac["denied"]), lease, rbac["yaml"]))
 
 
 def _added_text(data: dict) -> str:
     from cpctl.ops import scheduler as secondsched
     wait = data.get("wait") or {}
-    return ("%s: added (config %s, manifest %s, --secure-port=%d) - %s\n\n"
-            "Use it by setting spec.schedulerName in a pod, e.g.:\n\n%s\n"
-            "If RBAC is enforced, let system:kube-scheduler renew its Lease (kubectl apply -f -):\n\n%s"
-            % (data["name"], data["config_file"], data["manifest_file"], data["port"], wait.get("detail", ""),
-               secondsched.usage_example(data["name"]), secondsched.rbac_yaml(data["name"])))
+    rbac = data["rbac"]
+    lease = "granted (Role and RoleBinding cpctl:%s-lease)" % data["name"] if rbac["granted"] else \
+        "allowed" if rbac["allowed"] else "not checked: %s" % rbac["why"]
+    text = ("%s: added (config %s, manifest %s, --secure-port=%d; Lease RBAC %s) - %s\n\n"
+            "Use it by setting spec.schedulerName in a pod, e.g.:\n\n%s"
+            % (data["name"], data["config_file"], data["manifest_file"], data["port"], lease, wait.get("detail", ""),
+               secondsched.usage_example(data["name"])))
+    if rbac["allowed"] is None:
+        text += "\n" + _rbac_text(rbac, data["name"])
+    return text
 
 
 @scheduler.command()

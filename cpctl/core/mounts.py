@@ -1,0 +1,35 @@
+"""Where a path a container sees lives on the node: through its volumeMounts and hostPath volumes.
+
+kubeadm mounts every file a control-plane component reads (certificates, kubeconfigs, configs) with
+a hostPath volume whose mountPath is usually the same path, but not always (and not in every
+setup): to look at the file a flag like ``--kubeconfig=/etc/kubernetes/scheduler.conf`` names, cpctl
+translates the container path the way the kubelet mounts it. The longest mountPath that contains
+the path wins.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+
+def host_path_of(pod: Dict[str, Any], container: Dict[str, Any], path: str) -> Optional[str]:
+    """The node path behind ``path`` inside ``container``; None when no hostPath volume holds it."""
+    best: Optional[Dict[str, Any]] = None
+    for mount in container.get("volumeMounts") or []:
+        if not isinstance(mount, dict) or not isinstance(mount.get("mountPath"), str):
+            continue
+        mount_path = mount["mountPath"].rstrip("/") or "/"
+        if path == mount_path or path.startswith(mount_path.rstrip("/") + "/"):
+            if best is None or len(mount_path) > len(best["mountPath"].rstrip("/")):
+                best = mount
+    if best is None:
+        return None
+    for volume in (pod.get("spec") or {}).get("volumes") or []:
+        if not isinstance(volume, dict) or volume.get("name") != best.get("name"):
+            continue
+        host = (volume.get("hostPath") or {}).get("path")
+        if not isinstance(host, str) or not host:
+            return None
+        rest = path[len(best["mountPath"].rstrip("/")):]
+        return host.rstrip("/") + rest if rest else host
+    return None

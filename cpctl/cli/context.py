@@ -35,8 +35,27 @@ def state(ctx: click.Context) -> CliState:
     return found
 
 
+def printable(value: Any) -> Any:
+    """``value`` with every string made safe for a terminal: control and format characters (a
+    newline that would fake a table row, an ESC sequence, a bidi override) become visible escapes.
+    Text renderers get this; JSON output keeps the exact values."""
+    if isinstance(value, str):
+        return value if value.isprintable() else "".join(c if c.isprintable() else _escape(c) for c in value)
+    if isinstance(value, dict):
+        return {printable(k): printable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [printable(v) for v in value]
+    return value
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    return "\\x%02x" % code if code < 0x100 else "\\u%04x" % code if code < 0x10000 else "\\U%08x" % code
+
+
 def emit(ctx: click.Context, data: Any, text: str) -> None:
-    """The command's result: ``data`` as JSON with ``-o json``, else ``text``."""
+    """The command's result: ``data`` as JSON with ``-o json``, else ``text`` (which the caller
+    built from ``printable(data)``)."""
     if state(ctx).output == "json":
         click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
     elif text:
@@ -44,8 +63,9 @@ def emit(ctx: click.Context, data: Any, text: str) -> None:
 
 
 def note(message: str) -> None:
-    """One line on stderr, prefixed like every cpctl message."""
-    click.echo("cpctl: %s" % message, err=True)
+    """One line on stderr, prefixed like every cpctl message; whatever the message quotes (a file or
+    pod name, an API's words) cannot break the line or send escape sequences."""
+    click.echo("cpctl: %s" % printable(message), err=True)
 
 
 class Spinner:

@@ -9,13 +9,14 @@ given: no command can quietly run locally then.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from typing import Any, Callable, Dict, List, Optional
 
 import click
 
 from cpctl.cli import registry
-from cpctl.cli.context import emit, note, progress_for, state
+from cpctl.cli.context import emit, note, printable, progress_for, state
 from cpctl.errors import CpctlError, ExitCode
 
 Action = Callable[[Any], Dict[str, Any]]
@@ -71,7 +72,7 @@ def execute(ctx: click.Context, action: Action, text_of: Callable[[Dict[str, Any
         from cpctl.host.local import LocalHost
         from cpctl.ops.wiring import open_node
         data = action(open_node(cli_state.settings, LocalHost(), probe=probe, log=note, progress=progress_for(ctx)))
-        emit(ctx, data, text_of(data))
+        emit(ctx, data, text_of(printable(data)))
         return [data]
     return _fan_out(ctx, mode, action, text_of, changing, probe)
 
@@ -89,7 +90,8 @@ def _fan_out(ctx: click.Context, mode: registry.Mode, action: Action, text_of: C
     results = run_on_hosts(ctx, specs, action, changing or mode is registry.Mode.ONE, probe)
     data = {"hosts": [{"host": r.host, "status": r.status, "error": r.error, "elapsed": round(r.elapsed, 3),
                        "data": r.data} for r in results], "recap": stats(results)}
-    emit(ctx, data, _hosts_text(results, text_of) + "\n\n" + recap(results))
+    shown = [dataclasses.replace(r, host=printable(r.host), error=printable(r.error)) for r in results]
+    emit(ctx, data, _hosts_text(printable(data)["hosts"], text_of) + "\n\n" + recap(shown))
     code = exit_code(results)
     if code:
         note(failure_line(results))
@@ -154,11 +156,11 @@ def prepare_process_for_fanout(ssh_options: Any) -> None:
     sys.setswitchinterval(min(sys.getswitchinterval(), FAST_SWITCH))
 
 
-def _hosts_text(results: List[Any], text_of: Callable[[Dict[str, Any]], str]) -> str:
+def _hosts_text(hosts: List[Dict[str, Any]], text_of: Callable[[Dict[str, Any]], str]) -> str:
     blocks = []
-    for r in results:
-        body = text_of(r.data) if isinstance(r.data, dict) else ""
-        if r.error:
-            body = (body + "\n" if body else "") + "error: %s" % r.error
-        blocks.append("== %s: %s ==\n%s" % (r.host, r.status, body or "(nothing to report)"))
+    for host in hosts:
+        body = text_of(host["data"]) if isinstance(host["data"], dict) else ""
+        if host["error"]:
+            body = (body + "\n" if body else "") + "error: %s" % host["error"]
+        blocks.append("== %s: %s ==\n%s" % (host["host"], host["status"], body or "(nothing to report)"))
     return "\n".join(blocks)

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import click
 
-from cpctl.cli.context import state
+from cpctl.cli.context import printable, state
 from cpctl.cli.fanout import local_node
 
 
@@ -17,7 +17,7 @@ def _writer(output: str) -> Callable[[dict], None]:
     from cpctl.ops.watch import format_text
 
     def write(record: dict) -> None:
-        line = json.dumps(record, sort_keys=True) if output == "json" else format_text(record)
+        line = json.dumps(record, sort_keys=True) if output == "json" else format_text(printable(record))
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
     return write

@@ -22,6 +22,9 @@ from cpctl.cli.context import CliState, note
 EXIT_CODES_HELP = ("Exit codes: 0 ok, 1 drift found, 2 usage, 3 not found, 4 refused, 5 locked, "
                    "6 timeout, 7 environment, 8 unreachable, 9 API error, 10 conflict, 70 internal error.")
 PLUGIN_GROUP = "cpctl.commands"
+# Global options' environment variables: set but empty is an error, never a silent default.
+ENV_VARS = ("CPCTL_MANIFESTS_DIR", "CPCTL_KUBELET_DIR", "CPCTL_STATE_DIR", "CPCTL_NODE_NAME", "CPCTL_PROBE",
+            "CPCTL_CRICTL", "CPCTL_INVENTORY", "CPCTL_PERSIST", "CPCTL_HOST_TIMEOUT")
 _PATH_KEY = "cpctl.command_path"
 
 
@@ -130,7 +133,9 @@ def main(ctx: click.Context, manifests_dir: Optional[str], kubelet_dir: str, sta
     """
     from cpctl.core.settings import Settings
     from cpctl.fleet.runner import parse_serial
+    from cpctl.inputs import refuse_empty
     from cpctl.timeutil import parse_persist
+    refuse_empty(ENV_VARS)
     settings = Settings(manifests_dir=manifests_dir, state_dir=state_dir, node_name=node_name,
                         kubeconfig=kubeconfig, probe=probe, lock_timeout=lock_timeout, crictl=crictl,
                         kubelet_dir=kubelet_dir)

@@ -301,14 +301,9 @@ def _checked_target(name: str, values: dict) -> str:
 def load_inventory(path: str) -> Inventory:
     """Read and validate an inventory; every problem is one CpctlError line, never a traceback."""
     import yaml
-    try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except FileNotFoundError:
-        raise CpctlError("inventory %s: no such file" % path, ExitCode.ENVIRONMENT) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CpctlError("inventory %s: cannot read: %s" % (path, getattr(exc, "strerror", None) or exc),
-                         ExitCode.ENVIRONMENT) from None
+
+    from cpctl.inputs import read_input_file
+    text = read_input_file(path, "inventory")
     try:
         doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # C loader: ~10x faster
     except yaml.YAMLError as exc:

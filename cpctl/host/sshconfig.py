@@ -125,12 +125,8 @@ def read_config_text(path: str, depth: int = 0, sources: Optional[List[str]] = N
     cannot be watched that way)."""
     if depth > MAX_INCLUDE_DEPTH:
         raise CpctlError("ssh_config %s: Include nested too deeply" % path, ExitCode.USAGE)
-    try:
-        with open(path, encoding="utf-8") as handle:
-            lines = handle.read().splitlines()
-    except OSError as exc:
-        raise CpctlError("cannot read ssh_config %s: %s" % (path, exc.strerror),
-                         ExitCode.ENVIRONMENT) from None
+    from cpctl.inputs import read_input_file
+    lines = read_input_file(path, "ssh_config").splitlines()
     if sources is not None:
         sources.append(path)
     out = []

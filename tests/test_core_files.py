@@ -123,8 +123,9 @@ def test_idempotent_stop_start_and_not_found(node):
     assert snapshot(node.manifests, node.parked, os.path.join(node.state, "meta"), node.history_file) == snap
     node.run("start", "scheduler")
     snap = snapshot(node.manifests, node.parked, os.path.join(node.state, "meta"), node.history_file)
-    assert "already running" in node.run("start", "scheduler").stdout
-    assert "already running" in node.run("start", "etcd").stdout
+    # With no probe nothing saw the pods: the file is in place, and that is all cpctl may say.
+    assert "manifest already in place - not verified (no probe)" in node.run("start", "scheduler").stdout
+    assert "manifest already in place" in node.run("start", "etcd").stdout
     assert snapshot(node.manifests, node.parked, os.path.join(node.state, "meta"), node.history_file) == snap
     err = node.run("start", "cloud-controller-manager", rc=3).stderr
     assert "no static pod 'cloud-controller-manager'" in err and "none parked" in err
@@ -160,7 +161,7 @@ def test_static_pod_by_stem_or_by_pod_name_when_they_differ(tmp_path):
         assert [(r["component"], r["file"], r["state"]) for r in rows] == [("haproxy", "haproxy-lb.yaml", "parked")]
         node.run("start", start_name)
         assert "haproxy-lb.yaml" in node.present()
-    assert "already running" in node.run("start", "haproxy").stdout
+    assert "manifest already in place" in node.run("start", "haproxy").stdout
     text = node.run("status", "haproxy").stdout
     assert "haproxy-lb.yaml" in text and "running" in text and "kube-scheduler" not in text
     assert_settled(node)
@@ -214,3 +215,12 @@ def test_history_survives_a_torn_last_line(node):
     node.run("start", "scheduler")
     records = json.loads(node.run("-o", "json", "history").stdout)["history"]
     assert [r["action"] for r in records] == ["stop", "start"]
+
+
+@pytest.mark.parametrize("content", [b"", b"\x00\x01binary", b"kind: Pod\nmetadata: [", b"apiVersion: v1\nkind: Service\n"])
+def test_start_refuses_a_present_file_the_kubelet_does_not_run(node, content):
+    """It said "already running" from the file alone (exit 0) while status showed it invalid."""
+    with open(os.path.join(node.manifests, "kube-scheduler.yaml"), "wb") as handle:
+        handle.write(content)
+    err = node.run("start", "scheduler", rc=4).stderr
+    assert "the kubelet does not run it, so it cannot be started" in err

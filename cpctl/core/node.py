@@ -197,7 +197,7 @@ class Node:
                                "already stopped (parked since %s by %s)" % (meta.get("parked_at", "?"),
                                                                            meta.get("parked_by", "?")))
             raise self.not_found(wanted)
-        manifest = self._single(wanted, present)
+        manifest = self._single(wanted, present, "there is nothing to stop")
         if manifest.file in parked:
             raise CpctlError("%s is in %s and also parked since %s: compare the two and remove one by hand"
                              % (manifest.file, self.manifests_dir, parked[manifest.file].get("parked_at", "?")),
@@ -234,7 +234,9 @@ class Node:
             return ""
         return manifests.checksum(self.host.read_file(path, info["size"] + 1))
 
-    def _single(self, wanted: str, present: List[Manifest]) -> Manifest:
+    def _single(self, wanted: str, present: List[Manifest], consequence: str) -> Manifest:
+        """The one valid manifest ``wanted`` names in the dir; refused when several files match (the
+        kubelet runs only one) or the file is not something the kubelet runs."""
         valid = [m for m in present if m.valid]
         if len(present) > 1:
             raise CpctlError("%r matches several files in %s (%s): the kubelet runs only one of them; "
@@ -243,8 +245,8 @@ class Node:
                              ExitCode.REFUSED)
         if not valid:
             bad = present[0]
-            raise CpctlError("%s: %s; the kubelet does not run it, so there is nothing to stop"
-                             % (bad.path, bad.error), ExitCode.REFUSED)
+            raise CpctlError("%s: %s; the kubelet does not run it, so %s"
+                             % (bad.path, bad.error, consequence), ExitCode.REFUSED)
         return valid[0]
 
     # --- start ------------------------------------------------------------------------------
@@ -252,8 +254,7 @@ class Node:
         scan, parked = self.scan(), self.parked()
         present, parked_hits = self.resolve(wanted, scan, parked)
         if present and not parked_hits:
-            manifest = present[0]
-            return Outcome(manifest.pod_name or wanted, "start", False, "already running", file=manifest.file)
+            return self._already_in_place(wanted, present, wait, timeout)
         # Present *and* parked (e.g. a kube-scheduler.yaml.bak appeared while parked): the
         # restore checks below refuse it when the kubelet would then see the pod twice.
         if not parked_hits:
@@ -275,6 +276,27 @@ class Node:
                             "its manifest stays restored at %s/%s" % (self.manifests_dir, filename))
         return Outcome(target.component, "start", True, "started (manifest restored)", file=filename,
                        checksum=digest, wait=result)
+
+    def _already_in_place(self, wanted: str, present: List[Manifest], wait: bool, timeout: float) -> Outcome:
+        """``start`` of a component whose manifest is already in the dir: the file alone says
+        nothing about the pod (it may crash-loop, or a restore may just have happened), so wait for
+        the pod like a restore does; never claim it runs without having seen it."""
+        manifest = self._single(wanted, present, "it cannot be started: fix or remove the file")
+        target = self.target_for(manifest.pod or {}, manifest.file)
+        if not wait:
+            seen = self.waiter.describe(target)
+            if seen is None:
+                message = "manifest already in place (pod not checked: --no-wait)"
+            elif seen.get("present") and seen.get("ready"):
+                message = "already running (pod %s %s and Ready)" % (target.pod_name, seen.get("phase") or "Running")
+            else:
+                message = "manifest already in place, but pod %s is not running and Ready (%s)" % (
+                    target.pod_name, "absent" if not seen.get("present") else "phase %s" % (seen.get("phase") or "?"))
+            return Outcome(target.component, "start", False, message, file=manifest.file)
+        result = self._wait(self.waiter.wait_started, target, None, True, timeout,
+                            "its manifest is in %s" % manifest.path)
+        message = "already running" if result.verified else "manifest already in place"
+        return Outcome(target.component, "start", False, message, file=manifest.file, wait=result)
 
     def check_restorable(self, filename: str, scan: DirScan) -> Tuple[Dict[str, Any], bytes]:
         """Refuse a restore that would run something broken or a second copy of a pod."""

@@ -186,6 +186,15 @@ class Node:
         return PodTarget(meta["name"], meta.get("namespace") or "default", self.node_name, pod, filename)
 
     # --- stop -------------------------------------------------------------------------------
+    def check_parkable(self, components: List[str]) -> None:
+        """Read-only preflight before a session: refuse a manifest cpctl could not park before the
+        state dir is even created, so a refusal leaves the node exactly as it was."""
+        manifests.check_manifests_dir(self.host, self.manifests_dir)
+        scan = self.scan()
+        for wanted in components:
+            for manifest in scan.find(wanted):
+                check_storable(manifest.file)
+
     def stop(self, wanted: str, reason: Optional[str] = None, until: Optional[float] = None,
              wait: bool = True, timeout: float = 120.0) -> Outcome:
         scan, parked = self.scan(), self.parked()

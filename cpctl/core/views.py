@@ -13,6 +13,7 @@ from cpctl.core import manifests
 from cpctl.core.manifests import DirScan, Manifest
 from cpctl.core.node import Node
 from cpctl.core.state import JOURNAL
+from cpctl.errors import CpctlError, ExitCode
 from cpctl.host import ops as hostops
 from cpctl.probes.base import PodTarget
 from cpctl.timeutil import parse_iso
@@ -20,10 +21,16 @@ from cpctl.timeutil import parse_iso
 
 def status(node: Node, wanted: Optional[List[str]] = None) -> Dict[str, Any]:
     """Per component: file, running/parked/invalid, parking details, checksum, pod state."""
+    stuck = []
     with node.host.prefetched(node.view_reads()):
         if node.state.ensure(create=False) and journal_pending(node):
-            with node.session("cpctl status", changing=False):
-                pass
+            try:
+                with node.session("cpctl status", changing=False):
+                    pass
+            except CpctlError as exc:
+                if exc.code != ExitCode.ENVIRONMENT:
+                    raise
+                stuck.append(exc.full_message)   # a view still shows the node; changes refuse until fixed
         scan, parked = node.scan(), node.parked()
     rows = [_present_row(m) for m in scan.manifests] + [_parked_row(f, meta) for f, meta in parked.items()]
     if wanted:
@@ -32,12 +39,14 @@ def status(node: Node, wanted: Optional[List[str]] = None) -> Dict[str, Any]:
         if row["state"] == "running" and row.get("pod"):
             target = PodTarget(row["component"], row["namespace"], node.node_name, file=row["file"])
             row["pod_state"] = node.waiter.describe(target)
-    found = warnings(scan) + (["kubelet configuration: %s" % p for p in node.identity.problems]
-                              if node.identity else [])
+    found = stuck + warnings(scan) + (["kubelet configuration: %s" % p for p in node.identity.problems]
+                                      if node.identity else [])
     data: Dict[str, Any] = {"node": node.node_name, "manifests_dir": node.manifests_dir, "state_dir": node.state.path,
             "components": rows, "warnings": found, "recovered": list(node.recovered)}
     if node.identity is not None:
         data["identity"] = node.identity.to_dict()
+    if stuck:
+        data["unrecovered"] = stuck[0]
     return data
 
 

@@ -31,6 +31,7 @@ def order_components(names: list, reverse: bool = False) -> list:
 def stop(node: Node, components: list, reason: Optional[str], until: Optional[float], wait: bool,
          timeout: float) -> list:
     ordered = order_components(components, reverse=True)  # validate names before any side effect
+    node.check_parkable(ordered)
     with node.session("cpctl stop %s" % " ".join(components)):
         return [node.stop(c, reason=reason, until=until, wait=wait, timeout=timeout) for c in ordered]
 
@@ -50,6 +51,7 @@ def restart(node: Node, components: list, reason: Optional[str], timeout: float)
     shows up in ``cpctl check`` as an overdue park, which ``check --fix`` restores."""
     outcomes: list = []
     ordered = order_components(components)  # validate names before any side effect
+    node.check_parkable(ordered)
     with node.session("cpctl restart %s" % " ".join(components)):
         for component in ordered:
             stopped = _stop_for_restart(node, component, reason or "restart", timeout)

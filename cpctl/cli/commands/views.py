@@ -16,7 +16,11 @@ from cpctl.cli.render import history_text, status_text
 def status(ctx: click.Context, components: tuple) -> None:
     """Show each static pod: running or parked (since, by, why, until), checksum, mirror pod."""
     from cpctl.core import views
-    execute(ctx, lambda node: views.status(node, list(components) or None), status_text)
+    from cpctl.errors import CpctlError, ExitCode
+    shown = execute(ctx, lambda node: views.status(node, list(components) or None), status_text)
+    broken = [data["unrecovered"] for data in shown if data.get("unrecovered")]
+    if broken:   # everything that could be shown was; the exit code says the node needs a hand
+        raise CpctlError(broken[0], ExitCode.ENVIRONMENT)
 
 
 @click.command()

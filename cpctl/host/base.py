@@ -9,7 +9,7 @@ subprocess in tests). Both raise the same exceptions, so the core cannot tell th
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Any, Iterator, Optional, Protocol
+from typing import Any, Dict, Iterator, Optional, Protocol
 
 from cpctl.host import ops as hostops
 
@@ -122,10 +122,14 @@ class Host:
 
     def http(self, method: str, url: str, headers: Optional[dict] = None,
              body: Optional[bytes] = None, timeout: float = 5.0,
-             tls: Optional[dict] = None) -> dict:
-        """An HTTP request made from the node itself (health endpoints bind to 127.0.0.1)."""
-        return self._call("http", method=method, url=url, headers=headers, body=body,
-                          timeout=timeout, tls=tls)
+             tls: Optional[dict] = None, limit: Optional[int] = None) -> dict:
+        """An HTTP request made from the node itself (health endpoints bind to 127.0.0.1), within
+        ``timeout`` seconds in total; an answer over ``limit`` bytes is an OSError (EFBIG)."""
+        args: Dict[str, Any] = {"method": method, "url": url, "headers": headers, "body": body, "timeout": timeout,
+                                "tls": tls}
+        if limit is not None:
+            args["limit"] = limit
+        return self._call("http", **args)
 
     @contextmanager
     def prefetched(self, calls: list) -> Iterator[None]:

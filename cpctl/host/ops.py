@@ -61,8 +61,13 @@ def listdir(path):
 
 
 def scan_dir(path, limit):
-    """One round trip for a whole directory: each entry's lstat and, for small regular files,
-    its bytes. Remote status and drift checks need the whole manifests dir at once."""
+    """One round trip for a whole directory: each entry's lstat and, for regular files of at most
+    ``limit`` bytes, its bytes. Remote status and drift checks need the whole manifests dir at once.
+
+    A symlink is read the way the kubelet reads it (it follows links): the entry stays the
+    link's own lstat ("kind": "symlink", so that nobody moves or writes through it) and gains
+    "target" (the link's text), "target_kind" (None when dangling or looping, with "error") and
+    "target_size", plus the target's bytes when that is a regular file of at most ``limit`` bytes."""
     entries = []
     for name in listdir(path):
         full = os.path.join(path, name)
@@ -70,18 +75,38 @@ def scan_dir(path, limit):
         if info is None:
             continue
         info["name"] = name
-        if info["kind"] == "file" and info["size"] <= limit:
+        size = info["size"]
+        if info["kind"] == "symlink":
+            size = _link_target(full, info)
+        if info.get("target_kind", info["kind"]) == "file" and size <= limit:
             try:
-                info["data"] = read_file(full, limit)
+                info["data"] = read_file(full, limit, follow=info["kind"] == "symlink")
             except OSError as exc:
                 info["error"] = exc.strerror or str(exc)
         entries.append(info)
     return entries
 
 
-def read_file(path, limit):
-    """Read a regular file, never through a symlink; refuse files over ``limit`` bytes."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+def _link_target(path, info):
+    """Add what the symlink ``path`` points to (its text, kind and size) to its ``info``; the
+    target's size."""
+    try:
+        info["target"] = os.fsdecode(os.readlink(path))
+        st = os.stat(path)
+    except OSError as exc:
+        info["target_kind"] = None
+        info["error"] = exc.strerror or str(exc)
+        return 0
+    info["target_kind"] = _kind(st.st_mode)
+    info["target_size"] = st.st_size
+    return st.st_size
+
+
+def read_file(path, limit, follow=False):
+    """Read a regular file, never through a symlink unless ``follow``; refuse files over ``limit``
+    bytes. Opened non-blocking, so that a FIFO put in its place is refused instead of waited on."""
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW)
+    fd = os.open(path, flags)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -437,83 +462,317 @@ def run(argv, timeout=60.0, stdin=b"", env=None):
 
 
 def _ssl_context(tls):
+    """The TLS context for kubeconfig material ``tls`` (see ``cpctl.probes.kubeapi``).
+
+    Errors are ``_HttpError`` texts that name the kind of material, never its bytes. A client key
+    protected by a passphrase is refused: OpenSSL would otherwise prompt for it on the terminal (or
+    hang an agent that has none).
+    """
     import ssl
     import tempfile
-    if tls.get("insecure"):
-        # No CA bundle to load when nothing is verified (health endpoints use self-signed
-        # certificates); create_default_context() would spend ~40 ms loading system CAs.
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-    elif tls.get("ca_data"):
-        ctx = ssl.create_default_context(cadata=tls["ca_data"].decode("ascii", "replace"))
-    else:
-        ctx = ssl.create_default_context(cafile=tls.get("ca_file"))
-    cert_file, key_file = tls.get("cert_file"), tls.get("key_file")
-    if tls.get("cert_data") or tls.get("key_data"):
-        # ssl wants files: write the inline credentials to a private temp file, then drop it.
-        with tempfile.NamedTemporaryFile(prefix=".cpctl-cred-", suffix=".pem") as handle:
-            os.chmod(handle.name, 0o600)
-            handle.write(tls.get("cert_data") or b"")
-            handle.write(b"\n")
-            handle.write(tls.get("key_data") or b"")
-            handle.flush()
-            ctx.load_cert_chain(handle.name)
-    elif cert_file:
-        ctx.load_cert_chain(cert_file, key_file)
+    try:
+        if tls.get("insecure"):
+            # No CA bundle to load when nothing is verified (health endpoints use self-signed
+            # certificates); create_default_context() would spend ~40 ms loading system CAs.
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        elif tls.get("ca_data"):
+            ctx = ssl.create_default_context(cadata=tls["ca_data"].decode("ascii", "replace"))
+        else:
+            ctx = ssl.create_default_context(cafile=tls.get("ca_file"))
+    except (ssl.SSLError, ValueError, UnicodeError):
+        raise _HttpError(errno.EINVAL, "certificate authority: not a valid PEM certificate") from None
+    except OSError as exc:
+        raise _HttpError(exc.errno, "certificate authority %s: %s" % (tls.get("ca_file"), exc.strerror)) from None
+    asked = []
+
+    def no_passphrase():
+        asked.append(True)
+        return b""
+
+    try:
+        if tls.get("cert_data") or tls.get("key_data"):
+            # ssl wants files: write the inline credentials to a private temp file, then drop it.
+            with tempfile.NamedTemporaryFile(prefix=".cpctl-cred-", suffix=".pem") as handle:
+                os.chmod(handle.name, 0o600)
+                handle.write(tls.get("cert_data") or b"")
+                handle.write(b"\n")
+                handle.write(tls.get("key_data") or b"")
+                handle.flush()
+                ctx.load_cert_chain(handle.name, password=no_passphrase)
+        elif tls.get("cert_file"):
+            ctx.load_cert_chain(tls["cert_file"], tls.get("key_file"), password=no_passphrase)
+    except OSError as exc:
+        if not isinstance(exc, ssl.SSLError):
+            raise _HttpError(exc.errno, "client certificate %s or key %s: %s" % (
+                tls.get("cert_file"), tls.get("key_file"), exc.strerror)) from None
+        if asked:
+            raise _HttpError(errno.EINVAL, "client key: protected by a passphrase (not supported)") from None
+        raise _HttpError(errno.EINVAL, "client certificate/key: not valid PEM, or the key does not "
+                                        "match the certificate") from None
+    except (ValueError, UnicodeError):
+        raise _HttpError(errno.EINVAL, "client certificate/key: not valid PEM") from None
     return ctx
 
 
+class _HttpError(OSError):
+    """An ``http`` failure raised by cpctl's own code, with cpctl's own words: it never quotes a
+    header, a body, a server's words or TLS material (tokens, passwords and keys must not reach a
+    message). ``http`` re-raises it as a plain ``OSError`` with the same errno and text."""
+
+
+HTTP_BODY_LIMIT = 32 << 20   # default cap on an answer's body (callers pass their own ``limit``)
 _CONNECTIONS = {}  # type: dict
 
 
-def http(method, url, headers=None, body=None, timeout=5.0, tls=None):
-    """One HTTP(S) request with a kept-alive connection per (scheme, host, port).
+class _DeadlineSocket(object):
+    """A connected (TLS) socket for ``http.client`` whose every send and receive ends by one
+    ``deadline`` (``time.monotonic()``): each call gets the time that is left as its timeout, so
+    a server that drips one byte a second cannot stretch a request past its deadline.
 
-    Returns status, headers and body; a transport failure is an OSError (connection refused,
-    timeout) so that callers can tell "API down" from an HTTP error.
+    ``makefile`` keeps the io reference count that ``http.client`` relies on: a ``Connection:
+    close`` answer closes the connection before its body is read, and the socket must stay open
+    until the response's reader is closed too.
     """
-    import http.client
-    import json
+
+    def __init__(self, sock):
+        self.sock = sock
+        self.deadline = 0.0
+        self._io_refs = 0
+        self._closed = False
+
+    def _arm(self):
+        self.sock.settimeout(_time_left(self.deadline))
+
+    def sendall(self, data):
+        self._arm()
+        return self.sock.sendall(data)
+
+    def recv_into(self, buffer, nbytes=0):
+        self._arm()
+        return self.sock.recv_into(buffer, nbytes)
+
+    def fileno(self):
+        return self.sock.fileno()
+
+    def makefile(self, mode="rb"):
+        import io
+        import socket
+        self._io_refs += 1
+        return io.BufferedReader(socket.SocketIO(self, "rb"))  # type: ignore[arg-type]  # a duck-typed socket
+
+    def _decref_socketios(self):
+        self._io_refs -= 1
+        if self._closed and self._io_refs <= 0:
+            self.sock.close()
+
+    def close(self):
+        self._closed = True
+        if self._io_refs <= 0:
+            self.sock.close()
+
+
+def _time_left(deadline):
+    """Seconds until ``deadline``; a timeout error once it has passed."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise _HttpError(errno.ETIMEDOUT, "deadline reached")
+    return left
+
+
+def http(method, url, headers=None, body=None, timeout=5.0, tls=None, limit=None):
+    """One HTTP(S) request with a kept-alive connection per (scheme, host, port, TLS material).
+
+    ``timeout`` bounds the whole request - connect, TLS handshake, send, status, headers and
+    body - not each socket operation; ``limit`` (default ``HTTP_BODY_LIMIT``) bounds the body: a
+    larger answer is an EFBIG error, never read into memory. Returns status, headers and body.
+    Every failure is an ``OSError`` (refused, reset, timed out, TLS, a malformed answer) so that
+    callers can tell "no usable answer" from an HTTP error status; its text never quotes a header,
+    a body or TLS material. An IPv6 literal needs brackets: ``http://[::1]:2381/readyz``.
+    """
+    deadline = time.monotonic() + timeout
+    try:
+        target = _http_target(url)
+        lines = _http_headers(headers)
+        return _http_exchange(method, target, lines, body, tls, deadline,
+                              HTTP_BODY_LIMIT if limit is None else limit)
+    except Exception as exc:  # noqa: BLE001 - every failure leaves as an OSError with cpctl's own text
+        raise _http_failure(exc, timeout) from None
+
+
+def _http_target(url):
+    """(scheme, host, port, path with query) of ``url``; EINVAL for anything but http(s)://host."""
     from urllib.parse import urlsplit
     parts = urlsplit(url)
-    key = (parts.scheme, parts.hostname, parts.port, json.dumps(_tls_key(tls), sort_keys=True))
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise _HttpError(errno.EINVAL, "not an http(s) URL with a host (an IPv6 address needs brackets)")
+    try:
+        port = parts.port
+    except ValueError:
+        raise _HttpError(errno.EINVAL, "invalid port in URL (an IPv6 address needs brackets: "
+                                        "http://[::1]:2381/)") from None
     path = parts.path or "/"
     if parts.query:
         path += "?" + parts.query
+    return parts.scheme, parts.hostname, port or (443 if parts.scheme == "https" else 80), path
+
+
+_HEADER_NAME_CHARS = frozenset(b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+
+
+def _http_headers(headers):
+    """``headers`` with UTF-8 values, checked as Go's net/http checks them (no control character
+    but tab): an invalid one is refused by NAME, its value (a token?) is never quoted."""
+    checked = {}
+    for name, value in (headers or {}).items():
+        if not name or not set(name.encode("ascii", "replace")) <= _HEADER_NAME_CHARS:
+            raise _HttpError(errno.EINVAL, "invalid HTTP header name")
+        data = value if isinstance(value, bytes) else str(value).encode("utf-8", "replace")
+        if any((byte < 0x20 and byte != 0x09) or byte == 0x7F for byte in bytearray(data)):
+            raise _HttpError(errno.EINVAL, "HTTP header %s: its value has a control character (not sent)" % name)
+        checked[name] = data
+    return checked
+
+
+def _http_exchange(method, target, headers, body, tls, deadline, limit):
+    """Send on a kept-alive connection (checked out of the pool while in use); a reused one the
+    server closed meanwhile is replaced once, within the same deadline."""
+    scheme, host, port, path = target
+    key = (scheme, host, port, _tls_pool_key(tls))
     for attempt in (0, 1):
-        conn = _CONNECTIONS.get(key)
-        if conn is None:
-            if parts.scheme == "https":
-                conn = http.client.HTTPSConnection(parts.hostname, parts.port or 443,
-                                                   timeout=timeout, context=_ssl_context(tls or {}))
-            else:
-                conn = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
-            _CONNECTIONS[key] = conn
-        conn.timeout = timeout
-        if conn.sock is not None:
-            conn.sock.settimeout(timeout)
+        conn = _CONNECTIONS.pop(key, None)
+        reused = conn is not None and conn.sock is not None
+        if not reused:
+            if conn is not None:
+                conn.close()
+            conn = _http_connect(scheme, host, port, tls, deadline)
+        resp = None
         try:
-            conn.request(method, path, body=body, headers=headers or {})
+            conn.sock.deadline = deadline
+            conn.request(method, path, body=body, headers=headers)
             resp = conn.getresponse()
-            data = resp.read()
-            return {"status": resp.status, "headers": dict(resp.getheaders()), "body": data}
-        except (http.client.HTTPException, OSError) as exc:
+            data = _read_body(resp, limit)
+        except Exception as exc:
+            _discard(conn, resp)
+            if attempt == 0 and reused and _closed_while_idle(exc) and deadline > time.monotonic():
+                continue
+            raise
+        if conn.sock is not None and not resp.will_close:
+            old = _CONNECTIONS.pop(key, None)
+            if old is not None:
+                old.close()
+            _CONNECTIONS[key] = conn
+        else:
             conn.close()
-            _CONNECTIONS.pop(key, None)
-            reused = attempt == 0 and isinstance(exc, (http.client.RemoteDisconnected,
-                                                       ConnectionResetError, BrokenPipeError))
-            if not reused:
-                if isinstance(exc, OSError):
-                    raise
-                raise OSError(errno.EPROTO, str(exc) or type(exc).__name__) from None
-    raise OSError(errno.EPROTO, "connection closed")
+        return {"status": resp.status, "headers": dict(resp.getheaders()), "body": data}
+    raise _HttpError(errno.ECONNRESET, "connection closed without an answer")
+
+
+def _discard(conn, resp):
+    """Close a connection that failed mid-request, its socket at once (not when the response's
+    reader is collected)."""
+    if resp is not None:
+        resp.close()
+    sock = conn.sock
+    conn.close()
+    if isinstance(sock, _DeadlineSocket):
+        sock.sock.close()
+
+
+def _http_connect(scheme, host, port, tls, deadline):
+    """A new connection whose connect and TLS handshake end by ``deadline``."""
+    import http.client
+    import socket
+    sock = socket.create_connection((host, port), _time_left(deadline))
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if scheme == "https":
+            context = _ssl_context(tls or {})
+            sock.settimeout(_time_left(deadline))   # CPython bounds the whole handshake by it
+            sock = context.wrap_socket(sock, server_hostname=host)
+    except BaseException:
+        sock.close()
+        raise
+    conn = http.client.HTTPConnection(host, port)
+    conn.auto_open = 0   # never reconnect behind our back (plain, without TLS or deadline)
+    conn.sock = _DeadlineSocket(sock)
+    return conn
+
+
+def _read_body(resp, limit):
+    """The whole body, refused (EFBIG) as soon as it is known to be over ``limit`` bytes."""
+    declared = (resp.getheader("Content-Length") or "").strip()
+    if declared.isdigit() and int(declared) > limit:
+        raise _HttpError(errno.EFBIG, "answer of %s bytes is over the limit of %d bytes" % (declared, limit))
+    chunks = []  # type: list
+    total = 0
+    while True:
+        chunk = resp.read(min(1 << 16, limit + 1 - total))
+        if not chunk:
+            if resp.length:   # read(amt) returns b"" at an early end instead of raising IncompleteRead
+                raise _HttpError(errno.EPROTO, "answer cut short (%d bytes of its body missing)" % resp.length)
+            return b"".join(chunks)
+        total += len(chunk)
+        if total > limit:
+            raise _HttpError(errno.EFBIG, "answer larger than the limit of %d bytes" % limit)
+        chunks.append(chunk)
+
+
+def _closed_while_idle(exc):
+    """True for the failures of a kept-alive connection the server had closed while it was idle."""
+    import http.client
+    return isinstance(exc, (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError,
+                            ConnectionAbortedError))
+
+
+def _http_failure(exc, timeout):
+    """``exc`` as a plain ``OSError`` (of the errno's subclass: ConnectionRefusedError...) with
+    cpctl's own words or the system's errno text (see ``_HttpError``)."""
+    import http.client
+    import socket
+    if isinstance(exc, (socket.timeout, TimeoutError)) or getattr(exc, "errno", None) == errno.ETIMEDOUT:
+        return OSError(errno.ETIMEDOUT, "no complete answer within %.3gs" % timeout)
+    if isinstance(exc, _HttpError):
+        return OSError(exc.errno, exc.strerror)
+    ssl = sys.modules.get("ssl")
+    if ssl is not None and isinstance(exc, ssl.SSLCertVerificationError):
+        return OSError(errno.EPROTO, "TLS: server certificate not accepted (%s)"
+                       % _printable(getattr(exc, "verify_message", "") or "verification failed"))
+    if ssl is not None and isinstance(exc, ssl.SSLError):
+        return OSError(errno.EPROTO, "TLS error (%s)" % _printable(getattr(exc, "reason", "") or "handshake"))
+    if isinstance(exc, http.client.RemoteDisconnected):
+        return OSError(errno.ECONNRESET, "connection closed without an answer")
+    if isinstance(exc, http.client.IncompleteRead):
+        return OSError(errno.EPROTO, "answer cut short (%d bytes of its body missing)" % (exc.expected or 0))
+    if isinstance(exc, http.client.InvalidURL):
+        return OSError(errno.EINVAL, "invalid URL (a control character or space in it?)")
+    if isinstance(exc, http.client.LineTooLong):
+        return OSError(errno.EPROTO, "malformed HTTP answer (a line too long)")
+    if isinstance(exc, http.client.HTTPException):
+        return OSError(errno.EPROTO, "malformed HTTP answer (%s)" % type(exc).__name__)
+    if isinstance(exc, socket.gaierror):
+        return OSError(errno.EHOSTUNREACH, "host name not resolved")
+    if isinstance(exc, OSError) and exc.errno:
+        return OSError(exc.errno, os.strerror(exc.errno))
+    return OSError(errno.EPROTO, "HTTP request failed (%s)" % type(exc).__name__)
+
+
+def _printable(text):
+    """At most 120 printable ASCII characters of ``text`` (OpenSSL's fixed reason words)."""
+    return "".join(c if " " <= c <= "~" else "?" for c in str(text))[:120]
 
 
 def _tls_key(tls):
     if not tls:
         return None
     return {k: (_b64(v) if isinstance(v, bytes) else v) for k, v in tls.items()}
+
+
+def _tls_pool_key(tls):
+    """``tls`` as a hashable pool key (the same material reuses the same connection); without
+    ``json``, whose import the agent avoids."""
+    return tuple(sorted((_tls_key(tls) or {}).items()))
 
 
 def info():

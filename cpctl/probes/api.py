@@ -1,18 +1,28 @@
-"""The ``api`` probe: the mirror pod ``<pod>-<node>`` in the API server."""
+"""The ``api`` probe: the mirror pod ``<pod>-<node>`` in the API server.
+
+Only a real "not found" (a 404 with a Kubernetes Status) means "gone". Every other failure - an
+error status (403, 429, 5xx...), no answer, an answer that is not a pod - is "could not look"
+(``Unavailable``): a blind probe must never read as a stopped pod.
+"""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Dict, Optional
 
-from cpctl.errors import CpctlError
+from cpctl.errors import CpctlError, ExitCode
 from cpctl.host.base import Host
-from cpctl.probes.base import PodState, PodTarget, Unavailable
-from cpctl.probes.kubeapi import ApiError, ApiUnreachable, KubeClient, load_kubeconfig
+from cpctl.probes.base import PodState, PodTarget, ProbeMissing, Unavailable
+from cpctl.probes.kubeapi import ApiFailure, KubeClient, load_kubeconfig
+from cpctl.probes.shape import ShapeError, get_object, get_objects, get_str
 from cpctl.timeutil import parse_rfc3339
+
+DEFAULT_TIMEOUT = 3.0   # at most this long per request, however long the wait has left
+MIN_CALL = 0.2          # the least time one request gets, even at the very end of a wait
 
 
 class ApiProbe:
     name = "api"
+    max_call = DEFAULT_TIMEOUT
 
     def __init__(self, host: Host, kubeconfig: str) -> None:
         self.host = host
@@ -21,36 +31,45 @@ class ApiProbe:
 
     @property
     def client(self) -> KubeClient:
+        """The API client; ``ProbeMissing`` when the kubeconfig is unusable (it stays so this run)."""
         if self._client is None:
             try:
-                self._client = KubeClient(self.host, load_kubeconfig(self.host, self.kubeconfig), timeout=3.0)
+                self._client = KubeClient(self.host, load_kubeconfig(self.host, self.kubeconfig),
+                                          timeout=DEFAULT_TIMEOUT)
             except CpctlError as exc:
-                raise Unavailable(exc.message) from None
+                if exc.code != ExitCode.ENVIRONMENT:   # e.g. the connection to the master is lost
+                    raise
+                raise ProbeMissing(exc.message) from None
         return self._client
 
-    def observe(self, target: PodTarget) -> PodState:
+    def observe(self, target: PodTarget, timeout: Optional[float] = None) -> PodState:
+        budget = DEFAULT_TIMEOUT if timeout is None else max(MIN_CALL, min(DEFAULT_TIMEOUT, timeout))
         try:
-            pod = self.client.get_pod(target.namespace, target.pod_name)
-        except ApiUnreachable as exc:
+            pod = self.client.get_pod(target.namespace, target.pod_name, timeout=budget)
+        except ApiFailure as exc:
             raise Unavailable(exc.message) from None
-        except ApiError as exc:
-            if exc.status >= 500:
-                raise Unavailable(exc.message) from None
-            raise
         if pod is None:
             return PodState(False, source=self.name)
-        if pod.get("metadata", {}).get("deletionTimestamp"):
-            return PodState(False, phase="Terminating", uid=pod["metadata"].get("uid", ""), source=self.name)
-        return pod_state(pod, self.name)
+        try:
+            return pod_state(pod, self.name)
+        except ShapeError as exc:
+            raise Unavailable("API answered a malformed pod %s: %s" % (target.pod_name, exc)) from None
 
 
-def pod_state(pod: dict, source: str) -> PodState:
-    status = pod.get("status") or {}
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-    statuses = status.get("containerStatuses") or []
-    ids = tuple(c["containerID"] for c in statuses if c.get("containerID"))
-    starts = [parse_rfc3339((c.get("state") or {}).get("running", {}).get("startedAt")) for c in statuses]
+def pod_state(pod: Dict[str, Any], source: str) -> PodState:
+    """The observation a pod object gives; a pod being deleted counts as gone (its phase says
+    Terminating). Fields of the wrong type raise ``ShapeError``."""
+    meta = get_object(pod, "metadata", "pod")
+    uid = get_str(meta, "uid", "pod.metadata")
+    if get_str(meta, "deletionTimestamp", "pod.metadata"):
+        return PodState(False, phase="Terminating", uid=uid, source=source)
+    status = get_object(pod, "status", "pod")
+    ready = any(get_str(c, "type", "condition") == "Ready" and get_str(c, "status", "condition") == "True"
+                for c in get_objects(status, "conditions", "pod.status"))
+    statuses = get_objects(status, "containerStatuses", "pod.status")
+    ids = tuple(get_str(c, "containerID", "containerStatus") for c in statuses)
+    starts = [parse_rfc3339(get_str(get_object(get_object(c, "state", "containerStatus"), "running", "state"),
+                                    "startedAt", "state.running")) for c in statuses]
     started = max((s for s in starts if s), default=None)
-    meta = pod.get("metadata") or {}
-    return PodState(True, ready, status.get("phase", ""), meta.get("uid", ""), ids, started,
-                    parse_rfc3339(meta.get("creationTimestamp")), source)
+    return PodState(True, ready, get_str(status, "phase", "pod.status"), uid, tuple(i for i in ids if i), started,
+                    parse_rfc3339(get_str(meta, "creationTimestamp", "pod.metadata")), source)

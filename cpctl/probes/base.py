@@ -2,9 +2,10 @@
 
 A ``Probe`` looks at one static pod from one side (the mirror pod in the API, the runtime through
 crictl, the component's health endpoint) and returns a ``PodState``, or raises ``Unavailable``
-when it cannot look right now. The core calls a ``Waiter`` after every change: ``NoWait`` trusts
-the file move alone (``--no-wait`` / ``--probe none``); ``cpctl.probes.waiter.VerifyingWaiter``
-polls the probes. ``cpctl.probes.registry`` builds them by name, so the core never imports them.
+when it cannot look right now (``ProbeMissing`` when it cannot look at all in this run). The
+core calls a ``Waiter`` after every change: ``NoWait`` trusts the file move alone (``--no-wait`` /
+``--probe none``); ``cpctl.probes.waiter.VerifyingWaiter`` polls the probes.
+``cpctl.probes.registry`` builds them by name, so the core never imports them.
 """
 
 from __future__ import annotations
@@ -18,13 +19,21 @@ API_LESS = ("kube-apiserver", "etcd")   # the API cannot watch these go away and
 
 @dataclass
 class PodTarget:
-    """The static pod a manifest defines on a node, as the kubelet names it."""
+    """The static pod a manifest defines on a node, as the kubelet names it.
+
+    ``stale_api``: the API's view of this node's pods cannot be trusted right now - this node's
+    apiserver or its etcd is parked, or the kubelet runs in local mode (ControlPlaneKubeletLocalMode,
+    kubeadm 1.33+) and its own apiserver is down - so its mirror pods are frozen while the other
+    apiservers keep serving them. A verifying waiter then judges this pod by the runtime and the
+    health endpoint only, and ``describe`` marks an API view as stale.
+    """
 
     component: str                          # metadata.name in the manifest
     namespace: str
     node: str
     pod: Dict[str, Any] = field(default_factory=dict)   # the manifest's pod ({} when unknown)
     file: str = ""
+    stale_api: bool = False
 
     @property
     def pod_name(self) -> str:
@@ -46,9 +55,14 @@ class WaitResult:
 
 
 class Waiter:
-    """Observe a target before a change, then wait for the kubelet to act on it."""
+    """Observe a target before a change, then wait for the kubelet to act on it.
+
+    ``stale_api``: set (by the core) when the API's view of every pod of this node is stale (see
+    ``PodTarget.stale_api``, the same hint for one target); waiters that use the API honour it.
+    """
 
     name = "none"
+    stale_api: bool = False
 
     def before(self, target: PodTarget) -> Any:
         """A snapshot taken before the file moves, so "came back" can mean "is new"."""
@@ -76,7 +90,13 @@ class NoWait(Waiter):
 
 
 class Unavailable(Exception):
-    """The probe cannot look right now (API down, crictl missing, no endpoint)."""
+    """The probe cannot look right now (API down or answering errors or garbage, crictl failing,
+    an endpoint timing out): this observation is missing, the next one may work."""
+
+
+class ProbeMissing(Unavailable):
+    """The probe cannot look at this pod at all in this run (crictl not installed, no health
+    endpoint known, no usable kubeconfig): a waiter stops asking it instead of polling it."""
 
 
 @dataclass
@@ -91,6 +111,7 @@ class PodState:
     started: Optional[float] = None
     created: Optional[float] = None
     source: str = ""
+    stale: bool = False         # the API's view of a node whose API view is stale (PodTarget.stale_api)
 
     def is_new_since(self, before: Optional["PodState"]) -> bool:
         """True when this pod cannot be the one observed in ``before``."""
@@ -105,13 +126,15 @@ class PodState:
     def to_dict(self) -> dict:
         age = time.time() - self.created if self.created else None
         return {"present": self.present, "ready": self.ready, "phase": self.phase, "uid": self.uid,
-                "age": age, "source": self.source}
+                "age": age, "source": self.source, "stale": self.stale}
 
 
 class Probe(Protocol):
     """One way of looking at a static pod; ``name`` is its ``--probe`` name."""
 
     name: str
+    max_call: float     # seconds one observation takes at most, whatever ``timeout`` allows
 
-    def observe(self, target: PodTarget) -> PodState:
-        """The pod as this probe sees it now; ``Unavailable`` when it cannot look."""
+    def observe(self, target: PodTarget, timeout: Optional[float] = None) -> PodState:
+        """The pod as this probe sees it now, within ``timeout`` seconds (None: the probe's own
+        default); ``Unavailable`` when it cannot look, ``ProbeMissing`` when it never can."""

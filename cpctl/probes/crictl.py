@@ -1,43 +1,100 @@
-"""The ``crictl`` probe: the runtime's sandbox and containers (works while the API server is down)."""
+"""The ``crictl`` probe: the runtime's sandbox and containers (works while the API server is down).
+
+Only "crictl is not installed" (exit 127, ENOENT) is ``ProbeMissing`` - it will not appear
+mid-run. Every other failure (the runtime socket busy or refused, permission denied, a timeout,
+output that is not the JSON crictl prints) is ``Unavailable`` for this one call: the next poll
+asks again.
+"""
 
 from __future__ import annotations
 
+import errno
+import json
 import re
+import time
+from typing import Any, Dict, Optional
 
 from cpctl.host.base import Host
-from cpctl.probes.base import PodState, PodTarget, Unavailable
+from cpctl.probes.base import PodState, PodTarget, ProbeMissing, Unavailable
+from cpctl.probes.shape import ShapeError, get_object, get_objects, get_str
+
+DEFAULT_TIMEOUT = 10.0
+MIN_CALL = 0.2      # the least time one crictl run gets, even at the very end of a wait
+
+
+def _one_line(data: bytes) -> str:
+    """crictl's stderr as one printable line of at most 200 characters."""
+    text = data.decode("utf-8", "replace")
+    return " ".join("".join(c if c.isprintable() else " " for c in text).split())[:200]
+
+
+def _nanos(value: Any) -> int:
+    """A crictl ``createdAt`` (nanoseconds, a string in JSON; 0 when it is not a number)."""
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return value
+    return int(value) if isinstance(value, str) and value.isdigit() else 0
 
 
 class CrictlProbe:
     name = "crictl"
+    max_call = DEFAULT_TIMEOUT
 
     def __init__(self, host: Host, crictl: str) -> None:
         self.host = host
         self.crictl = crictl
 
-    def _json(self, *args: str) -> dict:
-        import json
-        res = self.host.run([self.crictl, *args, "-o", "json"], timeout=10)
-        if res.rc == 127:
-            raise Unavailable("%s not found" % self.crictl)
-        if not res.ok:
-            raise Unavailable("crictl %s failed: %s" % (args[0], res.stderr.decode("utf-8", "replace").strip()[:200]))
+    def _json(self, args: tuple, deadline: float) -> Dict[str, Any]:
+        """``crictl ARGS -o json`` as an object, within ``deadline`` (time.monotonic())."""
+        timeout = max(MIN_CALL, deadline - time.monotonic())
         try:
-            return json.loads(res.stdout.decode("utf-8"))
-        except ValueError:
+            res = self.host.run([self.crictl, *args, "-o", "json"], timeout=timeout)
+        except OSError as exc:   # e.g. EACCES: the binary is not executable
+            if exc.errno == errno.ENOENT:
+                raise ProbeMissing("%s not found" % self.crictl) from None
+            raise Unavailable("cannot run %s: %s" % (self.crictl, exc.strerror or exc)) from None
+        if res.rc == 127:
+            raise ProbeMissing("%s not found" % self.crictl)
+        if res.rc == 124 and res.stderr.strip() == b"timed out":
+            raise Unavailable("crictl %s timed out after %.1fs" % (args[0], timeout))
+        if not res.ok:
+            raise Unavailable("crictl %s failed (exit %d): %s" % (args[0], res.rc, _one_line(res.stderr)))
+        try:
+            value = json.loads(res.stdout.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError, RecursionError):
             raise Unavailable("crictl %s printed no JSON" % args[0]) from None
+        if not isinstance(value, dict):
+            raise Unavailable("crictl %s printed JSON that is not an object" % args[0])
+        return value
 
-    def observe(self, target: PodTarget) -> PodState:
+    def observe(self, target: PodTarget, timeout: Optional[float] = None) -> PodState:
+        deadline = time.monotonic() + (DEFAULT_TIMEOUT if timeout is None else timeout)
+        try:
+            return self._observe(target, deadline)
+        except ShapeError as exc:
+            raise Unavailable("crictl printed malformed JSON: %s" % exc) from None
+
+    def _observe(self, target: PodTarget, deadline: float) -> PodState:
         # --name/--namespace are regexes: anchor them, or kube-apiserver would match more.
-        sandboxes = self._json("pods", "--name", "^%s$" % re.escape(target.pod_name),
-                               "--namespace", "^%s$" % re.escape(target.namespace)).get("items") or []
-        live = [s for s in sandboxes if s.get("state") == "SANDBOX_READY"]
+        listing = self._json(("pods", "--name", "^%s$" % re.escape(target.pod_name),
+                              "--namespace", "^%s$" % re.escape(target.namespace)), deadline)
+        if "items" not in listing:
+            raise Unavailable("crictl pods printed no items list")
+        live = [s for s in get_objects(listing, "items", "pods") if get_str(s, "state", "sandbox") == "SANDBOX_READY"]
         if not live:
             return PodState(False, source=self.name)
-        sandbox = max(live, key=lambda s: int(s.get("createdAt") or 0))
-        containers = self._json("ps", "--pod", sandbox["id"]).get("containers") or []
-        running = [c for c in containers if c.get("state") == "CONTAINER_RUNNING"]
-        created = [int(c.get("createdAt") or 0) / 1e9 for c in running]
+        sandbox = max(live, key=lambda s: _nanos(s.get("createdAt")))
+        sandbox_id = get_str(sandbox, "id", "sandbox")
+        if not sandbox_id:
+            raise Unavailable("crictl pods printed a sandbox without an id")
+        found = self._json(("ps", "--pod", sandbox_id), deadline)
+        if "containers" not in found:
+            raise Unavailable("crictl ps printed no containers list")
+        containers = get_objects(found, "containers", "ps")
+        running = [c for c in containers if get_str(c, "state", "container") == "CONTAINER_RUNNING"]
+        created = [_nanos(c.get("createdAt")) / 1e9 for c in running]
         return PodState(True, bool(running) and len(running) == len(containers), "Running" if running else "Pending",
-                        (sandbox.get("metadata") or {}).get("uid", ""), tuple(c["id"] for c in running),
-                        max(created, default=None), int(sandbox.get("createdAt") or 0) / 1e9, self.name)
+                        get_str(get_object(sandbox, "metadata", "sandbox"), "uid", "sandbox.metadata"),
+                        tuple(get_str(c, "id", "container") for c in running), max(created, default=None),
+                        _nanos(sandbox.get("createdAt")) / 1e9, self.name)

@@ -1,11 +1,18 @@
-"""The ``health`` probe: the component's own health endpoint, taken from the manifest's probes."""
+"""The ``health`` probe: the component's own health endpoint, taken from the manifest's probes.
+
+The URL is the one the kubelet probes: scheme, host (an IPv6 literal gets its brackets:
+``http://[::1]:2381/readyz``), port (a number, or a name such as kubeadm 1.34's ``probe-port``
+resolved through the container's ``ports``) and path. "Connection refused" means nothing listens:
+the pod is gone. Any other failure (a timeout, a reset, a TLS error) is "could not look".
+"""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 from cpctl.host.base import Host
-from cpctl.probes.base import API_LESS, PodState, PodTarget, Unavailable
+from cpctl.probes.base import API_LESS, PodState, PodTarget, ProbeMissing, Unavailable
+from cpctl.probes.kubeapi import node_http
 
 DEFAULT_HEALTH = {
     "kube-apiserver": ("https", 6443, "/readyz"),
@@ -13,50 +20,103 @@ DEFAULT_HEALTH = {
     "kube-scheduler": ("https", 10259, "/healthz"),
     "etcd": ("http", 2381, "/readyz"),
 }
+DEFAULT_TIMEOUT = 2.0
+MIN_CALL = 0.2          # the least time one request gets, even at the very end of a wait
+HEALTH_LIMIT = 1 << 20  # a health answer is a few bytes ("ok"); /readyz?verbose a few KiB
 
 
 class HealthProbe:
     name = "health"
+    max_call = DEFAULT_TIMEOUT
 
     def __init__(self, host: Host) -> None:
         self.host = host
 
-    def observe(self, target: PodTarget) -> PodState:
+    def observe(self, target: PodTarget, timeout: Optional[float] = None) -> PodState:
         url = health_url(target)
         if url is None:
-            raise Unavailable("no health endpoint known for %s" % target.component)
+            raise ProbeMissing("no health endpoint known for %s" % target.component)
+        budget = DEFAULT_TIMEOUT if timeout is None else min(DEFAULT_TIMEOUT, timeout)
         try:
-            resp = self.host.http("GET", url, timeout=2.0, tls={"insecure": True})
-        except OSError:
+            resp = node_http(self.host, "GET", url, max(budget, MIN_CALL), HEALTH_LIMIT, tls={"insecure": True})
+        except ConnectionRefusedError:
             return PodState(False, source=self.name)
-        ok = resp["status"] == 200
-        return PodState(True, ok, "Running", source=self.name)
+        except OSError as exc:
+            raise Unavailable("%s: %s" % (url, exc.strerror or exc)) from None
+        return PodState(True, resp["status"] == 200, "Running", source=self.name)
 
 
 def health_url(target: PodTarget) -> Optional[str]:
     """The endpoint the kubelet would probe (readiness first), else kubeadm's default."""
-    containers = (target.pod.get("spec") or {}).get("containers") or []
-    for container in containers:
+    containers = (target.pod.get("spec") or {}).get("containers") if isinstance(target.pod, dict) else None
+    for container in containers if isinstance(containers, list) else []:
+        if not isinstance(container, dict):
+            continue
         for kind in ("readinessProbe", "startupProbe", "livenessProbe"):
-            get = (container.get(kind) or {}).get("httpGet")
-            if not get:
+            probe = container.get(kind)
+            get = probe.get("httpGet") if isinstance(probe, dict) else None
+            if not isinstance(get, dict):
                 continue
             port = _port(get.get("port"), container)
-            if port is None:
+            scheme = _text(get.get("scheme"), "HTTP").lower()
+            if port is None or scheme not in ("http", "https"):
                 continue
-            path = get.get("path") or "/"
+            path = _text(get.get("path"), "/")
             if target.component in API_LESS and path == "/livez":
                 path = "/readyz"
-            host = get.get("host") or "127.0.0.1"
-            return "%s://%s:%d%s" % ((get.get("scheme") or "HTTP").lower(), host, port, path)
+            return url_for(scheme, _text(get.get("host"), "") or default_host(target), port, path)
     default = DEFAULT_HEALTH.get(target.component)
-    return "%s://127.0.0.1:%d%s" % default if default else None
+    if default is None:
+        return None
+    scheme, port, path = default
+    return url_for(scheme, default_host(target), port, path)
 
 
-def _port(value: Any, container: dict) -> Optional[int]:
-    if isinstance(value, int):
-        return value
-    for port in container.get("ports") or []:
-        if port.get("name") == value:
-            return port.get("containerPort")
-    return int(value) if isinstance(value, str) and value.isdigit() else None
+def url_for(scheme: str, host: str, port: int, path: str) -> str:
+    """``scheme://host:port/path`` with an IPv6 literal in brackets (``http://[::1]:2381/readyz``)."""
+    if ":" in host and not host.startswith("["):
+        host = "[%s]" % host
+    return "%s://%s:%d%s" % (scheme, host, port, path if path.startswith("/") else "/" + path)
+
+
+def default_host(target: PodTarget) -> str:
+    """Where a probe without ``host`` goes: the kubelet uses the pod IP, which for a host-network
+    apiserver is its ``--advertise-address``; 127.0.0.1 otherwise."""
+    if target.component == "kube-apiserver":
+        for arg in _command(target):
+            if arg.startswith("--advertise-address=") and arg.split("=", 1)[1]:
+                return arg.split("=", 1)[1]
+    return "127.0.0.1"
+
+
+def _command(target: PodTarget) -> list:
+    containers = (target.pod.get("spec") or {}).get("containers") if isinstance(target.pod, dict) else None
+    args: list = []
+    for container in containers if isinstance(containers, list) else []:
+        if isinstance(container, dict):
+            for key in ("command", "args"):
+                value = container.get(key)
+                args += [a for a in value if isinstance(a, str)] if isinstance(value, list) else []
+    return args
+
+
+def _text(value: Any, default: str) -> str:
+    return value if isinstance(value, str) and value else default
+
+
+def _port(value: Any, container: Dict[str, Any]) -> Optional[int]:
+    """A probe's port: a number, or the name of one of the container's ``ports`` (as the kubelet
+    resolves it: the ``containerPort`` of the entry with that name)."""
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value if 0 < value < 65536 else None
+    if not isinstance(value, str) or not value:
+        return None
+    ports = container.get("ports")
+    for port in ports if isinstance(ports, list) else []:
+        if isinstance(port, dict) and port.get("name") == value:
+            number = port.get("containerPort")
+            if isinstance(number, int) and not isinstance(number, bool) and 0 < number < 65536:
+                return number
+    return None

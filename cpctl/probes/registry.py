@@ -1,7 +1,7 @@
 """The probes by name: what ``--probe`` accepts, and how a waiter is built from it.
 
-Adding a probe: write its module (a class with ``name`` and ``observe``, see ``base.Probe``) and add
-one line to ``PROBES``. The CLI reads its choices from ``CHOICES``; nothing else changes.
+Adding a probe: write its module (a class with ``name``, ``max_call`` and ``observe``, see
+``base.Probe``) and add one line to ``PROBES``. The CLI reads its choices from ``CHOICES``; nothing else changes.
 """
 
 from __future__ import annotations

@@ -13,24 +13,93 @@ Restoring identical content brings back the same config.hash, so "it came back" 
 that is Ready *and new*: a different mirror uid, different container IDs, or a later start.
 After a start, components get a health gate: scheduler and controller-manager must renew
 their Lease, the API server and etcd must answer /readyz.
+
+A wait fails only as a wait. Every probe error - an API answering 403/429/5xx, HTML or garbage, a
+reset, a server that hangs or drips - is "this probe could not look" for that one poll; the
+waiter asks the next probe and keeps polling. Each probe call gets at most the time left (so a
+wait ends within ``timeout`` plus a fraction of a second), and the verdict follows the last
+observation: seen gone or new and Ready -> verified; seen still there -> the TIMEOUT error; seen
+by nobody for BLIND_GRACE seconds or at the deadline -> "not verified: <why>", never "gone" nor
+"still present" for a pod no probe could see. A probe that can never look in this run (crictl not
+installed, no health endpoint, no usable kubeconfig) is not asked again.
+
+HA and local mode: when the API's view of this node is stale (``Waiter.stale_api`` or
+``PodTarget.stale_api``: this node's apiserver or etcd is parked, or its local-mode kubelet lost
+its own apiserver), the mirror pods of this node are frozen while the other apiservers keep
+serving them. The api probe is then not used for this node's pods (crictl, then health), the Lease
+gate becomes the component's own health endpoint, and ``describe`` marks an API view as stale.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host.base import Host
 from cpctl.probes.api import ApiProbe
-from cpctl.probes.base import API_LESS, PodState, PodTarget, Unavailable, Waiter, WaitResult
+from cpctl.probes.base import API_LESS, PodState, PodTarget, ProbeMissing, Unavailable, Waiter, WaitResult
 from cpctl.probes.crictl import CrictlProbe
 from cpctl.probes.health import HealthProbe, health_url
+from cpctl.probes.kubeapi import ApiError, ApiFailure, KubeClient
 from cpctl.probes.lease import lease_name, uses_lease
+from cpctl.probes.shape import ShapeError, get_object, get_str
 from cpctl.timeutil import parse_rfc3339
 
-BLIND_GRACE = 10.0   # seconds to keep polling when every probe that worked before the change is blind
+BLIND_GRACE = 10.0      # seconds of "no probe can look" after which a wait says "not verified"
+BEFORE_BUDGET = 5.0     # seconds the snapshot before a change may take (a hanging API costs ~3 s)
+DESCRIBE_BUDGET = 5.0   # seconds one ``describe`` may take
+HINT_BUDGET = 1.0       # seconds the events of a timeout's hint may take
+CLEANUP_BUDGET = 2.0    # seconds the canary's deletion may take
+MIN_CALL = 0.2          # the least time one probe call gets, even at the very end of a wait
+API_CALL = 3.0          # the most one API request of a gate (Lease, canary) may take
+SLOW_CALL = 1.0         # a call that failed after its whole budget, and this long at least, hung
+SLOW_PAUSE = 2.0        # a hanging probe is asked again only this often by a wait...
+SLOW_RETRY = 1.0        # ...and then gets this long (an API that recovered answers in milliseconds)
+SLOW_SKIP = 30.0        # ``describe`` (many pods in a row: status, watch) skips it this long
 
+
+class _TryAgain(Unavailable):
+    """The API answered "try again later" (429, 5xx)."""
+
+
+class _Clock:
+    """One wait's deadline: what is elapsed and left, and how long the next call may take."""
+
+    def __init__(self, timeout: float) -> None:
+        self.start = time.monotonic()
+        self.timeout = timeout
+        self.deadline = self.start + timeout
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    def left(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+    def expired(self) -> bool:
+        return time.monotonic() >= self.deadline
+
+    def budget(self) -> float:
+        """The time one probe call may take: what is left, but at least MIN_CALL."""
+        return max(MIN_CALL, self.left())
+
+
+class _Blindness:
+    """How long, without a break, no probe (or no API call of a gate) could look."""
+
+    def __init__(self) -> None:
+        self.since: Optional[float] = None
+
+    def seconds(self) -> float:
+        """Blind now: how long it has lasted (0 at its first moment)."""
+        now = time.monotonic()
+        if self.since is None:
+            self.since = now
+        return now - self.since
+
+    def end(self) -> None:
+        self.since = None
 
 
 class VerifyingWaiter(Waiter):
@@ -38,19 +107,29 @@ class VerifyingWaiter(Waiter):
 
     def __init__(self, host: Host, kubeconfig: str, crictl: str = "crictl", mode: str = "auto",
                  poll: float = 0.05, progress: Optional[Callable[[str], None]] = None, canary: bool = False,
-                 **_: Any) -> None:
+                 stale_api: bool = False, **_: Any) -> None:
         self.name = mode
         self.canary = canary
         self.mode = mode
         self.poll = poll
+        self.stale_api = stale_api
         self.progress = progress or (lambda text: None)
         self.api = ApiProbe(host, kubeconfig)
         self.crictl = CrictlProbe(host, crictl)
         self.health = HealthProbe(host)
-        self._dead: dict = {}
-        self._last_error = ""
+        self._missing: Dict[Tuple[str, str], str] = {}   # (probe, pod) -> why it can never look
+        self._errors: Dict[str, str] = {}                 # probe -> why its last call could not look
+        self._slow: Dict[str, float] = {}                 # hanging probe -> when its last call hung
+
+    # --- which probes, and one look through one of them --------------------------------------
+    def is_stale(self, target: PodTarget) -> bool:
+        """True when the API's view of the target's node must not be trusted (see the module doc)."""
+        return self.stale_api or target.stale_api
 
     def probes_for(self, target: PodTarget) -> List[Any]:
+        if self.is_stale(target):
+            stale: Dict[str, List[Any]] = {"api": [], "crictl": [self.crictl], "health": [self.health]}
+            return stale.get(self.mode, [self.crictl, self.health])
         by_name: Dict[str, List[Any]] = {"api": [self.api], "crictl": [self.crictl], "health": [self.health]}
         chosen = by_name.get(self.mode)
         if chosen:
@@ -59,167 +138,292 @@ class VerifyingWaiter(Waiter):
             return [self.crictl, self.health]
         return [self.api, self.crictl, self.health]
 
-    def _observe(self, probe: Any, target: PodTarget) -> Optional[PodState]:
-        """One probe's view, or None when it cannot look (a missing crictl is remembered)."""
-        if probe.name in self._dead:
+    def _look(self, probe: Any, target: PodTarget, clock: _Clock) -> Optional[PodState]:
+        """One probe's view within the clock's budget, or None when it cannot look.
+
+        A probe whose last call hung (failed after its whole budget, SLOW_CALL seconds or more) is
+        asked again only every SLOW_PAUSE seconds and for SLOW_RETRY seconds, so that a hanging API
+        server does not hold up the probes after it at every poll."""
+        key = (probe.name, target.pod_name)
+        if key in self._missing:
             return None
+        budget = min(clock.budget(), probe.max_call)
+        if probe.name in self._slow:
+            if time.monotonic() < self._slow[probe.name] + SLOW_PAUSE:
+                return None
+            budget = min(budget, SLOW_RETRY)
+        started = time.monotonic()
         try:
-            return probe.observe(target)
-        except Unavailable as exc:
-            if probe is self.crictl:
-                self._dead[probe.name] = str(exc)   # a missing crictl will not appear mid-run
-            self._last_error = "%s: %s" % (probe.name, exc)
+            state = probe.observe(target, timeout=budget)
+        except ProbeMissing as exc:
+            self._missing[key] = self._errors[probe.name] = str(exc)
             return None
+        except Unavailable as exc:
+            self._errors[probe.name] = str(exc)
+            if probe.name in self._slow or time.monotonic() - started >= max(SLOW_CALL, 0.9 * budget):
+                self._slow[probe.name] = time.monotonic()
+            return None
+        self._errors.pop(probe.name, None)
+        self._slow.pop(probe.name, None)
+        return state
 
-    def _first(self, target: PodTarget, probes: Optional[list] = None) -> tuple:
-        """(probe, state) of the first probe that can look; (None, None) when none can."""
-        for probe in probes or self.probes_for(target):
-            state = self._observe(probe, target)
+    def _round(self, target: PodTarget, clock: _Clock, probes: Optional[List[Any]] = None
+               ) -> Tuple[Any, Optional[PodState], List[Any]]:
+        """(probe, state) of the first probe that can look, and the probes after it (not asked yet);
+        (None, None, []) when none can."""
+        chosen = self.probes_for(target) if probes is None else probes
+        for n, probe in enumerate(chosen):
+            state = self._look(probe, target, clock)
             if state is not None:
-                return probe, state
-        return None, None
+                return probe, state, chosen[n + 1:]
+        return None, None, []
 
+    def _never_looks(self, target: PodTarget) -> bool:
+        """True when no probe for this target can look at all in this run."""
+        return all((p.name, target.pod_name) in self._missing for p in self.probes_for(target))
+
+    # --- the waiter interface -----------------------------------------------------------------
     def before(self, target: PodTarget) -> Any:
-        probe, state = self._first(target)
-        lease = self._lease(target) if uses_lease(target) else None
+        clock = _Clock(BEFORE_BUDGET)
+        probe, state, _ = self._round(target, clock)
+        lease = self._lease_before(target, clock) if uses_lease(target) and not self.is_stale(target) else None
         return {"probe": probe.name if probe else None, "state": state, "lease": lease}
 
+    def _lease_before(self, target: PodTarget, clock: _Clock) -> Optional[Tuple[float, str]]:
+        """The Lease before the change; None when the API cannot say. An API that answers "try
+        again" (429, 5xx) is asked up to three times: a None here makes the gate give up at once."""
+        for _attempt in range(3):
+            try:
+                return self._lease(target, clock)
+            except _TryAgain:
+                if clock.expired():
+                    return None
+                time.sleep(min(self.poll, clock.left()))
+            except Unavailable:
+                return None
+        return None
+
     def describe(self, target: PodTarget) -> Optional[dict]:
-        """For status: the mirror pod when the API answers, else the runtime's view."""
-        probe, state = self._first(target, [self.api, self.crictl])
-        if probe is self.api and not state.present and target.component in API_LESS:
+        """For status: the mirror pod when the API answers, else the runtime's view. When the API's
+        view of this node is stale: the runtime's or the health endpoint's view, else the API's
+        marked ``stale``. A probe that hung before is not asked again (a status lists many pods)."""
+        clock = _Clock(DESCRIBE_BUDGET)
+        if self.is_stale(target):
+            probe, state, _ = self._round(target, clock, self._quick([self.crictl, self.health]))
+            if state is None:
+                probe, state, _ = self._round(target, clock, self._quick([self.api]))
+                if state is not None:
+                    state.stale = True
+            return state.to_dict() if state is not None else None
+        probe, state, _ = self._round(target, clock, self._quick([self.api, self.crictl]))
+        if state is not None and probe is self.api and not state.present and target.component in API_LESS:
             # the API server's own stale mirror may be gone while the runtime still runs it
-            state = self._observe(self.crictl, target) or state
+            state = self._look(self.crictl, target, clock) or state
         return state.to_dict() if state is not None else None
 
-    def _blind(self, start: float, timeout: float, target: PodTarget, before: Any, starting: bool = False) -> bool:
-        """No probe can look right now. Keep polling for a while when one could look before the
-        change, or when the API itself is what is being started (it answers a moment after its
-        own restore); otherwise give up at once and say "not verified"."""
-        could_see = bool((before or {}).get("probe")) or (starting and target.component in API_LESS)
-        if could_see and time.monotonic() - start < min(timeout, BLIND_GRACE):
-            self._tick(start, timeout, target, "no probe can observe %s yet" % target.pod_name)
-            return True
-        return False
-
-    def _unverified(self) -> WaitResult:
-        reasons = "; ".join("%s: %s" % kv for kv in self._dead.items()) or self._last_error
-        return WaitResult(False, "not verified: no probe could observe the pod (%s)" % reasons)
+    def _quick(self, probes: List[Any]) -> List[Any]:
+        """``probes`` without those that hung in the last SLOW_SKIP seconds."""
+        now = time.monotonic()
+        return [p for p in probes if now >= self._slow.get(p.name, -SLOW_SKIP) + SLOW_SKIP]
 
     def wait_stopped(self, target: PodTarget, before: Any, timeout: float) -> WaitResult:
         """Poll the first usable probe until the pod is gone, then confirm with the others."""
-        start = time.monotonic()
+        clock, blind = _Clock(timeout), _Blindness()
         while True:
-            probe, state = self._first(target)
-            if probe is None:
-                if self._blind(start, timeout, target, before):
-                    continue
-                return self._unverified()
+            probe, state, rest = self._round(target, clock)
+            if probe is None or state is None:
+                verdict = self._blind_verdict(target, clock, blind)
+                if verdict is not None:
+                    return verdict
+                continue
+            blind.end()
             if not state.present:
-                others = [p for p in self.probes_for(target) if p is not probe]
-                still = [p.name for p in others if (self._observe(p, target) or PodState(False)).present]
+                still = [p.name for p in rest if (self._look(p, target, clock) or PodState(False)).present]
                 if not still:
-                    elapsed = time.monotonic() - start
-                    return WaitResult(True, "pod %s gone (%s) after %.1fs" % (target.pod_name, probe.name, elapsed),
-                                      elapsed)
+                    return WaitResult(True, "pod %s gone (%s) after %.1fs%s" % (
+                        target.pod_name, probe.name, clock.elapsed(), self._blind_note(target, probe)), clock.elapsed())
                 waiting = "pod %s gone for %s, still seen by %s" % (target.pod_name, probe.name, ",".join(still))
             else:
                 waiting = "pod %s still present (%s)" % (target.pod_name, probe.name)
-            self._tick(start, timeout, target, waiting)
+            self._tick(clock, target, waiting)
 
     def wait_started(self, target: PodTarget, before: Any, timeout: float) -> WaitResult:
         """Poll until a Ready pod that is not the one seen before the change, then the gate."""
-        start = time.monotonic()
+        clock, blind = _Clock(timeout), _Blindness()
         earlier = before or {}
         gone_seen: set = set()
         while True:
-            probe, state = self._first(target)
-            if probe is None:
-                if self._blind(start, timeout, target, before, starting=True):
-                    continue
-                return self._unverified()
+            probe, state, _ = self._round(target, clock)
+            if probe is None or state is None:
+                verdict = self._blind_verdict(target, clock, blind)
+                if verdict is not None:
+                    return verdict
+                continue
+            blind.end()
             if not state.present:
                 # Seen gone after the restore: whatever this probe sees next is a new pod. The
                 # health probe has no uid or container IDs, so this is its only proof of "new".
                 gone_seen.add(probe.name)
             old = earlier.get("state") if earlier.get("probe") == probe.name and probe.name not in gone_seen else None
             if state.present and state.ready and state.is_new_since(old):
-                gate = self._gate(target, before, start, timeout)
-                elapsed = time.monotonic() - start
-                return WaitResult(True, "pod %s Running and Ready (%s)%s after %.1fs"
-                                  % (target.pod_name, probe.name, gate, elapsed), elapsed, state.to_dict())
+                gate, verified = self._gate(target, before, clock)
+                return WaitResult(verified, "pod %s Running and Ready (%s)%s after %.1fs"
+                                  % (target.pod_name, probe.name, gate, clock.elapsed()), clock.elapsed(),
+                                  state.to_dict())
             what = "not yet created" if not state.present else ("not Ready" if not state.ready else "still the old pod")
-            self._tick(start, timeout, target, "pod %s %s (%s)" % (target.pod_name, what, probe.name))
+            self._tick(clock, target, "pod %s %s (%s)" % (target.pod_name, what, probe.name))
 
-    def _tick(self, start: float, timeout: float, target: PodTarget, waiting_for: str) -> None:
-        elapsed = time.monotonic() - start
-        if elapsed >= timeout:
-            raise CpctlError("timed out after %.0fs: %s" % (timeout, waiting_for), ExitCode.TIMEOUT,
+    # --- blindness, ticks, hints --------------------------------------------------------------
+    def _blind_verdict(self, target: PodTarget, clock: _Clock, blind: _Blindness) -> Optional[WaitResult]:
+        """No probe could look this round: "not verified" when none ever can, when the deadline
+        passed or when it lasted BLIND_GRACE seconds; else None after a pause (poll again)."""
+        if self._never_looks(target):
+            return self._unverified(target, clock)
+        if clock.expired() or blind.seconds() >= min(clock.timeout, BLIND_GRACE):
+            return self._unverified(target, clock)
+        self._pause(clock, "no probe can observe %s yet" % target.pod_name)
+        return None
+
+    def _unverified(self, target: PodTarget, clock: _Clock) -> WaitResult:
+        reasons = []
+        for probe in self.probes_for(target):
+            why = self._missing.get((probe.name, target.pod_name)) or self._errors.get(probe.name)
+            if why:
+                reasons.append("%s: %s" % (probe.name, why))
+        if self.is_stale(target) and not self.probes_for(target):
+            reasons.append("the API's view of node %s is stale and --probe %s uses only the API"
+                           % (target.node, self.mode))
+        return WaitResult(False, "not verified: no probe could observe the pod (%s)" % "; ".join(reasons),
+                          clock.elapsed())
+
+    def _blind_note(self, target: PodTarget, seen_by: Any) -> str:
+        """", api could not look" when a probe before the deciding one was blind (not missing)."""
+        blind = [p.name for p in self.probes_for(target) if p is not seen_by and p.name in self._errors
+                 and (p.name, target.pod_name) not in self._missing]
+        return ", %s could not look" % ",".join(blind) if blind else ""
+
+    def _tick(self, clock: _Clock, target: PodTarget, waiting_for: str) -> None:
+        """The TIMEOUT error once the deadline passed, else a pause before the next poll."""
+        if clock.expired():
+            raise CpctlError("timed out after %.0fs: %s" % (clock.timeout, waiting_for), ExitCode.TIMEOUT,
                              hint=self._hints(target))
-        self.progress("%s, %.1fs" % (waiting_for, elapsed))
-        time.sleep(self.poll)
+        self._pause(clock, waiting_for)
+
+    def _pause(self, clock: _Clock, waiting_for: str) -> None:
+        self.progress("%s, %.1fs" % (waiting_for, clock.elapsed()))
+        time.sleep(max(0.0, min(self.poll, clock.left())))
 
     def _hints(self, target: PodTarget) -> str:
         hints = ["journalctl -u kubelet -n 50", "crictl ps -a --name '^%s$'" % target.component]
-        if target.component not in API_LESS:
+        if target.component not in API_LESS and not self.is_stale(target) and "api" not in self._errors:
             try:
-                events = self.api.client.events_for(target.namespace, target.pod_name, limit=3)
+                events = self.api.client.events_for(target.namespace, target.pod_name, limit=3, timeout=HINT_BUDGET)
             except Unavailable:
                 events = []
             for event in events:
-                hints.append("event %s: %s" % (event.get("reason"), (event.get("message") or "")[:120]))
+                reason, message = (self.api.client.clean(v if isinstance(v, str) else "")
+                                   for v in (event.get("reason"), event.get("message")))
+                hints.append("event %s: %s" % (reason, message[:120]))
         return "; ".join(hints)
 
     # --- health gates -------------------------------------------------------------------------
-    def _gate(self, target: PodTarget, before: Any, start: float, timeout: float) -> str:
+    def _gate(self, target: PodTarget, before: Any, clock: _Clock) -> Tuple[str, bool]:
+        """(text, verified) of the component's health gate after its pod is Ready."""
         if uses_lease(target):
-            gate = self._lease_gate(target, (before or {}).get("lease"), start, timeout)
+            text, verified = self._lease_gate(target, before, clock)
             if self.canary and target.component != "kube-controller-manager":
-                gate += self._canary_gate(target, start, timeout)
-            return gate
+                more, canary_ok = self._canary_gate(target, clock)
+                text, verified = text + more, verified and canary_ok
+            return text, verified
         if target.component in API_LESS:
-            return self._readyz_gate(target, start, timeout)
-        return ""
+            return self._own_health_gate(target, clock, "")
+        return "", True
 
-    def _lease(self, target: PodTarget) -> Optional[dict]:
+    def _lease(self, target: PodTarget, clock: _Clock) -> Tuple[float, str]:
+        """(renewTime as epoch seconds or 0, holderIdentity) of the target's Lease; (0, "") when it
+        does not exist; ``Unavailable`` when the API cannot say."""
         try:
-            lease = self.api.client.get_lease("kube-system", lease_name(target, self.api.host))
-        except (Unavailable, CpctlError):
-            return None
-        return (lease or {}).get("spec") or {}
+            lease = self.api.client.get_lease("kube-system", lease_name(target, self.api.host),
+                                              timeout=min(API_CALL, clock.budget()))
+        except ApiError as exc:
+            if exc.status == 429 or exc.status >= 500:
+                raise _TryAgain(exc.message) from None
+            raise Unavailable(exc.message) from None
+        except ApiFailure as exc:
+            raise Unavailable(exc.message) from None
+        try:
+            spec = get_object(lease or {}, "spec", "lease")
+            return parse_rfc3339(get_str(spec, "renewTime", "lease.spec")) or 0.0, get_str(
+                spec, "holderIdentity", "lease.spec")
+        except ShapeError as exc:
+            raise Unavailable("API answered a malformed Lease: %s" % exc) from None
 
-    def _lease_gate(self, target: PodTarget, old: Optional[dict], start: float, timeout: float) -> str:
+    def _lease_gate(self, target: PodTarget, before: Any, clock: _Clock) -> Tuple[str, bool]:
+        if self.is_stale(target):
+            return self._own_health_gate(target, clock, ", lease not checked (the API's view of node %s is stale)"
+                                         % target.node)
         name = lease_name(target, self.api.host)
-        old_renew = parse_rfc3339((old or {}).get("renewTime")) or 0.0
+        old = (before or {}).get("lease")
+        old_renew = old[0] if isinstance(old, tuple) else 0.0
+        read_before = before is None or isinstance(old, tuple)
+        blind = _Blindness()
         while True:
-            spec = self._lease(target)
-            if spec is None:
-                return ", lease not checked (API unavailable)"
-            renew = parse_rfc3339(spec.get("renewTime")) or 0.0
-            holder = spec.get("holderIdentity") or ""
+            try:
+                renew, holder = self._lease(target, clock)
+            except Unavailable:
+                # The API could not be read before the change either: do not wait for it now.
+                if not read_before or clock.expired() or blind.seconds() >= min(clock.timeout, BLIND_GRACE):
+                    return ", lease not checked (API unavailable)", True
+                self._pause(clock, "lease kube-system/%s: API unavailable" % name)
+                continue
+            blind.end()
             if renew > old_renew and holder:
-                if holder.startswith(target.node.lower() + "_") or holder.startswith(target.node + "_"):
-                    return ", lease %s renewed by %s (this node)" % (name, holder)
-                return self._standby_gate(target, name, holder, start, timeout)
-            self._tick(start, timeout, target, "lease kube-system/%s not renewed yet" % name)
+                if self._holds(holder, target):
+                    return ", lease %s renewed by %s (this node)" % (name, holder), True
+                return self._standby_gate(target, name, holder, clock)
+            self._tick(clock, target, "lease kube-system/%s not renewed yet" % name)
 
-    def _standby_gate(self, target: PodTarget, lease: str, holder: str, start: float, timeout: float) -> str:
+    def _holds(self, holder: str, target: PodTarget) -> bool:
+        """Whether ``holder`` (``<kernel host name>_<uuid>``) is an instance on this node: the
+        host name may differ from the node name in case, or entirely (--hostname-override)."""
+        prefix = holder.rsplit("_", 1)[0].lower() if "_" in holder else ""
+        names = {target.node.lower(), str(self.api.host.info().get("hostname") or "").lower()}
+        return bool(prefix) and prefix in names
+
+    def _standby_gate(self, target: PodTarget, lease: str, holder: str, clock: _Clock) -> Tuple[str, bool]:
         """Another master leads: a renewed Lease says nothing about *this* instance, so its own
         health endpoint must answer (a standby never renews the Lease)."""
         if health_url(target) is None:
-            return ", lease %s held by %s on another node; this instance is a standby (no health endpoint)" % (
-                lease, holder)
-        while True:
-            if self.health.observe(target).ready:
-                return ", standby (lease %s held by %s), %s answers 200" % (lease, holder, health_url(target))
-            self._tick(start, timeout, target, "standby %s: %s not ready" % (target.component, health_url(target)))
+            return (", lease %s held by %s on another node; this instance is a standby (no health endpoint)"
+                    % (lease, holder), True)
+        return self._own_health_gate(target, clock, ", standby (lease %s held by %s)" % (lease, holder),
+                                     "standby %s: %s not ready" % (target.component, health_url(target)))
 
-    def _canary_gate(self, target: PodTarget, start: float, timeout: float) -> str:
+    def _own_health_gate(self, target: PodTarget, clock: _Clock, prefix: str, waiting: str = "") -> Tuple[str, bool]:
+        """The component's own endpoint must answer 200: TIMEOUT (saying ``waiting``) when it
+        answers otherwise until the deadline, "not verified" when it could not be read then."""
+        url = health_url(target)
+        if url is None:
+            return prefix + " (no health endpoint)", True
+        while True:
+            try:
+                state = self.health.observe(target, timeout=clock.budget())
+            except Unavailable as exc:
+                if clock.expired():
+                    return prefix + ", but not verified: %s could not be read (%s)" % (url, exc), False
+                self._pause(clock, "%s could not be read" % url)
+                continue
+            if state.ready:
+                return prefix + ", %s answers 200" % url, True
+            self._tick(clock, target, waiting or "%s not ready" % url)
+
+    def _canary_gate(self, target: PodTarget, clock: _Clock) -> Tuple[str, bool]:
         """--verify: a throw-away pod must get a node from this scheduler; always deleted.
 
         A cpctl-generated second scheduler serves the schedulerName equal to its pod name."""
         import secrets
-        client = self.api.client
+        if self.is_stale(target):
+            return ", canary not run (the API's view of node %s is stale)" % target.node, False
         name = "cpctl-canary-%s" % secrets.token_hex(4)
         pod = {"apiVersion": "v1", "kind": "Pod",
                "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "cpctl"}},
@@ -227,20 +431,39 @@ class VerifyingWaiter(Waiter):
                         "restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
                         "schedulerName": "default-scheduler" if target.component == "kube-scheduler"
                         else target.component}}
-        client.create_pod("default", pod)
         try:
-            while True:
-                node = ((client.get_pod("default", name) or {}).get("spec") or {}).get("nodeName")
-                if node:
-                    return ", canary pod %s scheduled to %s" % (name, node)
-                self._tick(start, timeout, target, "canary pod default/%s not scheduled yet" % name)
+            client = self.api.client
+            client.create_pod("default", pod, timeout=min(API_CALL, clock.budget()))
+        except (Unavailable, ApiFailure) as exc:
+            return ", canary not verified: pod default/%s not created (%s)" % (name, _why(exc)), False
+        try:
+            text, verified = self._canary_scheduled(client, name, target, clock)
         finally:
-            client.delete_pod("default", name)
+            cleanup = self._delete_canary(client, name)
+        return text + cleanup, verified
 
-    def _readyz_gate(self, target: PodTarget, start: float, timeout: float) -> str:
-        url = health_url(target)
+    def _canary_scheduled(self, client: KubeClient, name: str, target: PodTarget, clock: _Clock) -> Tuple[str, bool]:
         while True:
-            state = self.health.observe(target)
-            if state.ready:
-                return ", %s answers 200" % url
-            self._tick(start, timeout, target, "%s not ready" % url)
+            try:
+                pod = client.get_pod("default", name, timeout=min(API_CALL, clock.budget()))
+                node = get_str(get_object(pod or {}, "spec", "pod"), "nodeName", "pod.spec")
+            except (ApiFailure, ShapeError) as exc:
+                if clock.expired():
+                    return ", canary not verified: pod default/%s could not be read (%s)" % (name, _why(exc)), False
+                self._pause(clock, "canary pod default/%s could not be read" % name)
+                continue
+            if node:
+                return ", canary pod %s scheduled to %s" % (name, node), True
+            self._tick(clock, target, "canary pod default/%s not scheduled yet" % name)
+
+    @staticmethod
+    def _delete_canary(client: KubeClient, name: str) -> str:
+        try:
+            client.delete_pod("default", name, timeout=CLEANUP_BUDGET)
+        except ApiFailure as exc:
+            return " (canary pod default/%s NOT deleted: %s; delete it by hand)" % (name, exc.message)
+        return ""
+
+
+def _why(exc: Exception) -> str:
+    return exc.message if isinstance(exc, CpctlError) else str(exc)

@@ -70,5 +70,6 @@ def _pending_text(data: Dict[str, Any]) -> str:
     rows = data["pending"]
     if not rows:
         return "(no pending pods)"
-    return table(["NAMESPACE", "NAME", "SCHEDULER", "CREATED"],
-                 [[r["namespace"], r["name"], r["scheduler"], r["created"]] for r in rows])
+    return table(["NAMESPACE", "NAME", "WAITING FOR", "CREATED"],
+                 [[r["namespace"], r["name"], r.get("waiting_for") or "scheduler %s" % r["scheduler"], r["created"]]
+                  for r in rows])

@@ -112,7 +112,7 @@ def test_unreadable_manifests_dir_as_unprivileged_user():
         node = NodeDirs(root)
         os.chmod(node.manifests, 0)
         before = snapshot(root)
-        for args, needle in ((["status"], "cannot read manifests dir"), (["stop", "scheduler"], "state dir")):
+        for args, needle in ((["status"], "cannot read manifests dir"), (["stop", "scheduler"], "manifests dir")):
             proc = subprocess.run([sys.executable, "-c", DROP_PRIVILEGES] + args, env=node.env(),
                                   capture_output=True, text=True, timeout=60)
             check_result(proc, 7)
@@ -130,7 +130,7 @@ INVALID = {
                      b"  - name: x\n    image: x\n",
     "empty.yaml": b"",
     "blob.yaml": bytes(range(256)) * 4,
-    "huge.yaml": MANIFESTS["kube-scheduler.yaml"] + b"#" * (5 << 20),
+    "huge.yaml": MANIFESTS["kube-scheduler.yaml"] + b"#" * (10 << 20),     # the kubelet reads at most 10 MiB
 }
 
 

@@ -56,7 +56,7 @@ def test_dot_file_copy_is_not_a_duplicate(parked):
 
 TAMPERED = {
     "invalid-yaml": b"apiVersion: v1\nkind: Pod\nmetadata: {name: [unclosed\n",
-    "multi-doc": DATA + b"---\n" + DATA,
+    "multi-doc": b"---\n---\n" + DATA,      # the kubelet reads the first document: here an empty one
     "deployment": DATA.replace(b"kind: Pod", b"kind: Deployment").replace(b"apiVersion: v1", b"apiVersion: apps/v1"),
     "empty": b"",
     "whitespace": b"\n   \n",
@@ -85,5 +85,5 @@ def test_parked_file_replaced_by_symlink_or_too_big(parked):
     _refused(parked, "not a regular file")
     os.unlink(path)
     with open(path, "wb") as handle:
-        handle.write(DATA + b"#" * (2 << 20))
+        handle.write(DATA + b"#" * (10 << 20))       # the kubelet reads at most 10 MiB
     _refused(parked, "too large")

@@ -115,9 +115,13 @@ def test_load_reload_stop_and_unchanged(node: NodeDirs, watcher: WatchProc) -> N
     rec = watcher.verdict("extra.yaml")
     assert rec["verdict"] == "load" and rec["pod"] == "extra-" + NODE and "created" in rec["event"]
     touch(node, "extra.yaml", POD.replace(b"name: kube-scheduler", b"name: extra") + b"# v2\n")
+    rec = watcher.verdict("extra.yaml")     # a comment: the kubelet decodes the same pod (same config hash)
+    assert rec["verdict"] == "ignore" and "only comments or formatting changed" in rec["detail"], rec
+    changed = POD.replace(b"name: kube-scheduler", b"name: extra").replace(b"tier: control-plane", b"tier: x")
+    touch(node, "extra.yaml", changed)
     assert watcher.verdict("extra.yaml")["verdict"] == "reload"
     os.utime(path(node, "extra.yaml"))
-    touch(node, "extra.yaml", POD.replace(b"name: kube-scheduler", b"name: extra") + b"# v2\n")
+    touch(node, "extra.yaml", changed)
     rec = watcher.verdict("extra.yaml")
     assert rec["verdict"] == "ignore" and "unchanged" in rec["detail"]
     os.unlink(path(node, "extra.yaml"))
@@ -138,7 +142,7 @@ REJECTS = {
     "invalid YAML": b"apiVersion: v1\nkind: Pod\nmetadata: {name: [x\n",
     "not a v1 Pod": b"apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\n",
     "binary": b"\x00\x01binary",
-    "too large": b"# " + b"x" * (1 << 20) + b"\n",
+    "too large": b"# " + b"x" * (10 << 20) + b"\n",    # the kubelet reads at most 10 MiB
 }
 
 
@@ -204,10 +208,10 @@ def test_vim_save_gives_one_verdict_for_the_file(node: NodeDirs, watcher: WatchP
 
 
 def test_atomic_rename_save(node: NodeDirs, watcher: WatchProc) -> None:
-    touch(node, ".kube-scheduler.yaml.tmp", POD + b"# new\n")
+    touch(node, ".kube-scheduler.yaml.tmp", POD.replace(b"tier: control-plane", b"tier: new"))
     os.rename(path(node, ".kube-scheduler.yaml.tmp"), path(node, "kube-scheduler.yaml"))
     # sed -i: a non-dot temp file, renamed over the target
-    touch(node, "sedX1y2Z3", MANIFESTS["kube-apiserver.yaml"] + b"# sed\n")
+    touch(node, "sedX1y2Z3", MANIFESTS["kube-apiserver.yaml"].replace(b"tier: control-plane", b"tier: sed"))
     os.rename(path(node, "sedX1y2Z3"), path(node, "kube-apiserver.yaml"))
     seen = watcher.marker(node, "m2")
     verdicts = {r["file"]: (r["verdict"], r["event"]) for r in seen}

@@ -90,7 +90,7 @@ class Watch:
         self.host = host or LocalHost()
         self.events: Any = queue.SimpleQueue()
         self.pending: dict = {}
-        self.loaded: dict = {}          # file -> (namespace, pod name, checksum) as the kubelet has it
+        self.loaded: dict = {}          # file -> (namespace, pod, checksum, decoded digest) as the kubelet has it
         self.verdicts = 0
         self._observer: Any = None
         self._handler: Any = None
@@ -122,7 +122,7 @@ class Watch:
         self._arm()
         self._observer.start()
         scan = manifests.scan(self.host, self.dir)
-        self.loaded = {m.file: (m.namespace, m.pod_name, m.checksum) for m in scan.valid}
+        self.loaded = {m.file: (m.namespace, m.pod_name, m.checksum, m.digest) for m in scan.valid}
         names = ", ".join(sorted(m.file for m in scan.valid)) or "none"
         self._emit("start", None, "watching", None, "watching %s: the kubelet runs %d manifest%s (%s)"
                    % (self.dir, len(self.loaded), "" if len(self.loaded) == 1 else "s", names))
@@ -214,7 +214,7 @@ class Watch:
 
     def _dir_gone(self) -> None:
         for name in sorted(self.loaded):
-            namespace, pod, _ = self.loaded[name]
+            namespace, pod = self.loaded[name][:2]
             self._emit("dir_removed", name, STOP, self.mirror_name(pod), "manifests dir removed: the kubelet "
                        "stops pod %s/%s" % (namespace, pod))
         self.loaded.clear()
@@ -269,7 +269,7 @@ class Watch:
         if prev is None:
             self._emit(event, name, IGNORE, None, transient_detail(name))
             return
-        namespace, pod, _ = prev
+        namespace, pod = prev[:2]
         how = "moved out" if "moved_out" in event else "deleted"
         target = PodTarget(pod, namespace, self.node_name, file=name)
         others = [m.file for m in scan.valid if (m.namespace, m.pod_name) == (namespace, pod)]
@@ -299,7 +299,7 @@ class Watch:
     def _valid(self, entry: manifests.Manifest, event: str, scan: manifests.DirScan) -> None:
         key = (entry.namespace, entry.pod_name)
         prev = self.loaded.get(entry.file)
-        self.loaded[entry.file] = (entry.namespace, entry.pod_name, entry.checksum)
+        self.loaded[entry.file] = (entry.namespace, entry.pod_name, entry.checksum, entry.digest)
         pod = self.mirror_name(entry.pod_name or "")
         target = PodTarget(entry.pod_name or "", entry.namespace, self.node_name, entry.pod or {}, entry.file)
         others = [f for f in scan.duplicates().get(key, []) if f != entry.file]
@@ -312,6 +312,9 @@ class Watch:
             self._follow(LOAD, target)
         elif prev[2] == entry.checksum:
             self._emit(event, entry.file, IGNORE, pod, "content unchanged: the kubelet keeps pod %s/%s" % key)
+        elif prev[:2] == key and prev[3] == entry.digest:
+            self._emit(event, entry.file, IGNORE, pod, "only comments or formatting changed: the kubelet sees the "
+                       "same pod and keeps pod %s/%s running" % key)
         else:
             was = "" if prev[:2] == key else " (was pod %s/%s)" % prev[:2]
             self._emit(event, entry.file, RELOAD, pod, "content changed: the kubelet recreates pod %s/%s%s"

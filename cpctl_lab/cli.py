@@ -124,8 +124,13 @@ def settings_from(options: dict[str, Any]) -> profiles.LabSettings:
     return profiles.resolve(options.get("profile"), masters=options.get("masters"), **overrides)
 
 
-def fail(msg: str, code: int = 1) -> NoReturn:
+def note(msg: str) -> None:
+    """One line on stderr (not on stdout, which `eval "$(cpctl lab up)"` reads)."""
     click.echo(f"cpctl lab: {msg}", err=True)
+
+
+def fail(msg: str, code: int = 1) -> NoReturn:
+    note(msg)
     sys.exit(code)
 
 
@@ -177,8 +182,14 @@ def run_cmd(directory: Path, legacy_discovery: bool, **options: Any) -> None:
 def up_cmd(directory: Path, legacy_discovery: bool, timeout: float, **options: Any) -> None:
     """Start the lab in the background (log: DIR/lab.log) and print its environment."""
     directory = directory.expanduser().resolve()
-    if control.running_state(directory):
-        fail(f"a lab is already running in {directory} (use `cpctl lab down --dir {directory}` first)")
+    running = control.running_state(directory)
+    if running:
+        # Like `systemctl start` of a running unit: nothing to do, exit 0; the environment is
+        # printed again so that `eval "$(cpctl lab up)"` works as often as it is run.
+        note(f"a lab is already running in {directory} (pid {running.get('pid')}): its environment follows; "
+             f"options given now are not applied (`cpctl lab down --dir {directory}` first to change them)")
+        click.echo(control.env_text(running, 1), nl=False)
+        return
     try:
         profiles.node_names(settings_from(options), options["node_name"])
     except ValueError as exc:
@@ -213,7 +224,9 @@ def down_cmd(directory: Path) -> None:
     directory = directory.expanduser().resolve()
     info = control.read_state(directory)
     if not info or not control.pid_alive(info.get("pid")):
-        fail(f"no lab is running in {directory}")
+        # Like `systemctl stop` of a stopped unit: the wanted state holds already, exit 0.
+        click.echo(f"no lab running in {directory}: nothing to stop")
+        return
     try:
         control.stop_process(info)
     except OSError as exc:
@@ -250,9 +263,24 @@ def env_cmd(directory: Path, master: int) -> None:
               help="Lab dir for the demo [default: a fresh temp dir].")
 @click.option("--keep", is_flag=True, help="Leave the lab running afterwards.")
 def demo_cmd(directory: Optional[str], keep: bool) -> None:
-    """Replay the CKA manual-scheduling task against a fresh lab, step by step."""
-    from .demo import DemoFailed, demo_in_lab
+    """Replay the CKA manual-scheduling task against a fresh lab, step by step.
+
+    Needs kubectl on PATH (checked before anything starts: exit 7). The temp dir it makes is
+    removed at the end, also after a failure or Ctrl-C (unless --keep).
+    """
+    from .demo import KUBECTL_MISSING, DemoFailed, demo_in_lab, kubectl_path
+    if kubectl_path() is None:
+        fail(KUBECTL_MISSING, 7)
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):   # run as `python -m cpctl_lab`
+        signal.signal(signal.SIGTERM, _interrupt)
     try:
         demo_in_lab(directory, echo=click.echo, keep=keep)
     except DemoFailed as exc:
         fail(str(exc))
+    except KeyboardInterrupt:
+        fail("demo interrupted: its lab is stopped%s" % ("" if directory else " and its temp dir removed"), 130)
+
+
+def _interrupt(_signum: int, _frame: Any) -> None:
+    """SIGTERM unwinds the demo like Ctrl-C does: the lab stops and the temp dir goes."""
+    raise KeyboardInterrupt

@@ -101,21 +101,49 @@ def run_demo(env: dict, master: str, worker: str, echo: Callable[[str], None] = 
 
     step.title("Everything cpctl changed is on record")
     step.run(["cpctl", "history"])
-    echo("\nDemo complete: stop -> Pending -> manual bind -> start -> scheduled on %s." % worker)
+    echo("\nThat was the CKA task: stop -> Pending -> manual bind -> start -> scheduled on %s." % worker)
+    echo(NEXT_STEPS)
+
+
+KUBECTL_MISSING = ("cpctl lab demo needs kubectl (the demo runs it against the lab), and there is none on PATH: "
+                   "install it (https://kubernetes.io/docs/tasks/tools/#kubectl, e.g. apt-get install kubectl from "
+                   "pkgs.k8s.io) and run the demo again")
+
+NEXT_STEPS = """
+Next, try it yourself in a lab of your own:
+  eval "$(cpctl lab up)"         # start a lab in the background; cpctl and kubectl now talk to it
+  cpctl status                   # the static pods: file, parked or not, mirror pod
+  cpctl stop scheduler --reason "my first park" && kubectl run web --image=nginx
+  ...the rest of the task, step by step: examples/cka-manual-scheduling.md
+  cpctl lab down                 # when done"""
+
+
+def kubectl_path() -> Optional[str]:
+    """The kubectl the demo's steps will run (None: not installed)."""
+    import shutil
+    return shutil.which("kubectl")
 
 
 def demo_in_lab(directory: Optional[str], echo: Callable[[str], None] = print, keep: bool = False) -> None:
-    """Start a fresh lab (in ``directory`` or a temp dir), run the demo, stop the lab."""
+    """Start a fresh lab (in ``directory`` or a temp dir), run the demo, stop the lab.
+
+    A temp dir the demo made (``cpctl-demo-*``) is removed afterwards, also when a step fails or
+    the demo is interrupted; ``keep`` leaves the lab running in it instead."""
+    import shutil
     import tempfile
 
     from cpctl_lab import start_lab
     workdir = directory or tempfile.mkdtemp(prefix="cpctl-demo-")
-    lab = start_lab(workdir)
+    lab = None
     try:
+        lab = start_lab(workdir)
         echo("lab running in %s (API %s)" % (workdir, lab.api_url))
         run_demo(lab.env, lab.node_name(1), lab.worker, echo)
     finally:
-        if keep:
+        if keep and lab is not None:
             echo("lab left running: cpctl lab down --dir %s" % workdir)
         else:
-            lab.stop()
+            if lab is not None:
+                lab.stop()
+            if directory is None:
+                shutil.rmtree(workdir, ignore_errors=True)

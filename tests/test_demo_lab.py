@@ -9,28 +9,32 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
+from typing import Dict, List
 
 from cpctl.timeutil import parse_rfc3339 as parse_time
+from cpctl_lab.control import LabHandle
 from tests.labfixture import kubectl, lab, wait_for  # noqa: F401
 from tests.labfixture import run_cpctl as cpctl
 
 
-def jsonpath(handle, *args: str) -> str:
+def jsonpath(handle: LabHandle, *args: str) -> str:
     *what, path = args
     return kubectl(handle, "get", *what, "-o", "jsonpath={%s}" % path).stdout.strip()
 
 
-def lease_renew(handle) -> float:
+def lease_renew(handle: LabHandle) -> float:
     text = jsonpath(handle, "-n", "kube-system", "lease", "kube-scheduler", ".spec.renewTime")
     value = parse_time(text)
     assert value, "unparsable renewTime %r" % text
     return value
 
 
-def test_manual_scheduling_step_by_step(lab):
+def test_manual_scheduling_step_by_step(lab: LabHandle) -> None:
     master, worker = lab.node_name(1), lab.worker
     mirror = "kube-scheduler-%s" % master
     old_uid = jsonpath(lab, "-n", "kube-system", "pod", mirror, ".metadata.uid")
@@ -103,14 +107,52 @@ def test_manual_scheduling_step_by_step(lab):
     assert actions == [("stop", "kube-scheduler"), ("start", "kube-scheduler")]
 
 
-def test_lab_demo_command(tmp_path):
+def demo_env(tmp_path: Path, **extra: str) -> Dict[str, str]:
+    """No lab settings from the caller's shell; HOME (kubectl's cache) and TMPDIR in the test dir."""
     env = dict(os.environ)
     for key in ("KUBECONFIG", "CPCTL_MANIFESTS_DIR", "CPCTL_STATE_DIR", "CPCTL_NODE_NAME", "CPCTL_CRICTL",
-                "CPCTL_PROBE"):
+                "CPCTL_PROBE", "CPCTL_KUBELET_DIR"):
         env.pop(key, None)
-    env["HOME"] = str(tmp_path)   # kubectl's discovery cache stays in the test dir
-    proc = subprocess.run([sys.executable, "-m", "cpctl", "lab", "demo", "--dir", str(tmp_path / "demo")],
-                          capture_output=True, text=True, env=env, timeout=240)
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    env.update(HOME=str(tmp_path), TMPDIR=str(tmp_path / "tmp"), **extra)
+    return env
+
+
+def demo_dirs(tmp_path: Path) -> List[str]:
+    return [name for name in os.listdir(tmp_path / "tmp") if name.startswith("cpctl-demo-")]
+
+
+def test_lab_demo_command(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "cpctl", "lab", "demo"],
+                          capture_output=True, text=True, env=demo_env(tmp_path), timeout=240)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
-    assert "Demo complete" in proc.stdout
-    assert "manual-schedule2" in proc.stdout
+    assert "manual-schedule2" in proc.stdout and "Demo complete" not in proc.stdout
+    # it ends with what to try next, and leaves no temp dir behind
+    tail = proc.stdout.rstrip().splitlines()[-6:]
+    assert tail[0] == "Next, try it yourself in a lab of your own:"
+    assert tail[1].split("#")[0].strip() == 'eval "$(cpctl lab up)"' and tail[2].startswith("  cpctl status")
+    assert tail[-1].split("#")[0].strip() == "cpctl lab down"
+    assert demo_dirs(tmp_path) == []
+
+
+def test_lab_demo_needs_kubectl_and_says_so_first(tmp_path: Path) -> None:
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "cpctl", "lab", "demo"], capture_output=True, text=True,
+                          env=demo_env(tmp_path, PATH=str(bare)), timeout=60)
+    assert proc.returncode == 7 and proc.stdout == "", proc
+    (line,) = proc.stderr.splitlines()
+    assert "needs kubectl" in line and "https://kubernetes.io/docs/tasks/tools/" in line
+    assert demo_dirs(tmp_path) == []          # nothing was started
+
+
+def test_lab_demo_interrupted_cleans_up(tmp_path: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "cpctl", "lab", "demo"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=demo_env(tmp_path))
+    wait_for(lambda: any((tmp_path / "tmp" / d / "lab.json").exists() for d in demo_dirs(tmp_path)), 60,
+             "the demo's lab")
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out[-2000:] + err
+    assert "demo interrupted: its lab is stopped and its temp dir removed" in err and "Traceback" not in err
+    assert demo_dirs(tmp_path) == []

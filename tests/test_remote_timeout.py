@@ -45,7 +45,7 @@ def test_stuck_master_is_given_up_on(sshd: SSHServer, tmp_path: Any, keeper_dir:
     assert "good  : ok=1 changed=0 unreachable=0 failed=0" in proc.stdout
     assert "stuck : ok=0 changed=0 unreachable=0 failed=1" in proc.stdout
     assert proc.stderr.strip() == ("cpctl: stuck: timed out after 3s (1 of 2 hosts failed or unreachable; "
-                                   "see the recap)")
+                                   "see above)")
     # The good master's answer is complete, and nothing changed on the node.
     assert "kube-scheduler" in proc.stdout
     assert sorted(os.listdir(node.manifests)) == sorted(node.files)

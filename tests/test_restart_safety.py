@@ -47,13 +47,6 @@ def test_standby_scheduler_is_checked_by_its_health_endpoint(lab3) -> None:
     assert "(this node)" in proc.stdout or "standby (lease kube-scheduler held by" in proc.stdout
 
 
-def test_global_option_after_the_command_word_gets_a_hint(tmp_path: Path) -> None:
-    proc = cpctl({"CPCTL_MANIFESTS_DIR": str(tmp_path)}, "restart", "etcd", "--serial", "1")
-    assert proc.returncode == 2
-    assert proc.stderr.strip() == ("cpctl: --serial is a global option: put it before the command word "
-                                   "(cpctl --serial ... restart ...)")
-
-
 def _interrupt_restart_while_waiting(tmp_path: Path, signum: int) -> None:
     import os
     import signal as signals

@@ -56,20 +56,36 @@ def test_systemd_analyze_verify(tmp_path: Any) -> None:
     assert proc.returncode == 0 and not ours, proc.stdout + proc.stderr
 
 
-def test_install_writes_units_and_prints_commands(tmp_path: Any, capsys: Any) -> None:
+@pytest.fixture
+def tmp_is_visible(monkeypatch: Any) -> None:
+    """The tests' files live under /tmp, which PrivateTmp hides from the real units: for these
+    tests only, /tmp and /var/tmp count as visible (every other hidden place still counts)."""
+    monkeypatch.setattr(units, "HIDDEN_FROM_UNITS", {root: setting for root, setting in units.HIDDEN_FROM_UNITS.items()
+                                                     if root not in ("/tmp", "/var/tmp")})
+
+
+def executable(path: Any, text: str = "#!/bin/sh\nexit 0\n") -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_install_writes_units_and_prints_commands(tmp_path: Any, capsys: Any, tmp_is_visible: None) -> None:
     prefix = tmp_path / "system"
-    rc = run(["systemd", "install", "--prefix", str(prefix), "--cpctl-path", "/opt/cpctl/bin/cpctl"])
+    cpctl = executable(tmp_path / "opt" / "cpctl" / "bin" / "cpctl")
+    rc = run(["systemd", "install", "--prefix", str(prefix), "--cpctl-path", cpctl])
     out, err = capsys.readouterr()
     assert rc == 0, err
     assert sorted(os.listdir(prefix)) == sorted(units.UNITS)
     for name in units.UNITS:
         assert os.stat(prefix / name).st_mode & 0o777 == 0o644
-        assert (prefix / name).read_text() == units.render("/opt/cpctl/bin/cpctl")[name]
+        assert (prefix / name).read_text() == units.render(cpctl)[name]
     assert "systemctl daemon-reload && systemctl enable --now cpctl-check.timer" in out
     assert not [n for n in os.listdir(prefix) if n.startswith(".")]
 
 
-def test_install_json_and_default_path(tmp_path: Any, capsys: Any, monkeypatch: Any) -> None:
+def test_install_json_and_default_path(tmp_path: Any, capsys: Any, monkeypatch: Any, tmp_is_visible: None) -> None:
     fake = tmp_path / "bin" / "cpctl"
     fake.parent.mkdir()
     shutil.copy(sys.executable, fake)
@@ -85,6 +101,62 @@ def test_install_refuses_unsafe_paths(tmp_path: Any, capsys: Any, bad: str) -> N
     rc = run(["systemd", "install", "--prefix", str(tmp_path), "--cpctl-path", bad])
     assert rc == 2 and "--cpctl-path" in capsys.readouterr().err
     assert os.listdir(tmp_path) == []
+
+
+INSTALL_HINT = ("python3 -m venv /opt/cpctl", "--cpctl-path /opt/cpctl/bin/cpctl",
+                "PIPX_HOME=/opt/pipx PIPX_BIN_DIR=/usr/local/bin pipx install")
+
+
+def _refused(tmp_path: Any, capsys: Any, cpctl: str, why: str) -> None:
+    """``systemd install`` refuses ``cpctl`` as ExecStart: exit 4, one line saying ``why`` and how
+    to install cpctl properly; no unit written."""
+    prefix = tmp_path / "units"
+    rc = run(["systemd", "install", "--prefix", str(prefix), "--cpctl-path", cpctl])
+    err = capsys.readouterr().err
+    assert rc == 4 and len(err.splitlines()) == 1, err
+    assert err.startswith("cpctl: refusing to install units with ExecStart=%s: " % cpctl) and why in err, err
+    assert all(hint in err for hint in INSTALL_HINT), err
+    assert not prefix.exists()
+
+
+@pytest.mark.parametrize("where, why", [("/tmp", "is under /tmp, which PrivateTmp=yes hides from the unit"),
+                                        ("/var/tmp", "is under /var/tmp, which PrivateTmp=yes hides from the unit"),
+                                        ("/home/ops/.local/bin", "ProtectHome=yes hides from the unit"),
+                                        ("/root/.local/bin", "is under /root, which ProtectHome=yes hides"),
+                                        ("/opt/no-such-dir/bin", "/opt/no-such-dir/bin/cpctl does not exist")])
+def test_install_refuses_paths_the_sandbox_cannot_run(tmp_path: Any, capsys: Any, where: str, why: str) -> None:
+    _refused(tmp_path, capsys, where + "/cpctl", why)
+
+
+def test_install_refuses_an_existing_cpctl_in_tmp(tmp_path: Any, capsys: Any) -> None:
+    cpctl = executable(tmp_path / "bin" / "cpctl")
+    _refused(tmp_path, capsys, cpctl, "which PrivateTmp=yes hides from the unit")
+
+
+def test_install_refuses_what_it_cannot_execute(tmp_path: Any, capsys: Any, tmp_is_visible: None) -> None:
+    plain = tmp_path / "bin" / "cpctl"
+    executable(plain)
+    plain.chmod(0o644)
+    _refused(tmp_path, capsys, str(plain), "is not an executable file")
+    _refused(tmp_path, capsys, str(tmp_path), "is not an executable file")
+
+
+def test_install_refuses_a_venv_the_sandbox_hides(tmp_path: Any, capsys: Any, tmp_is_visible: None) -> None:
+    """A console script outside the hidden dirs whose interpreter (its venv's python) is inside:
+    the unit would fail with 203/EXEC all the same."""
+    script = executable(tmp_path / "usr" / "local" / "bin" / "cpctl", "#!/root/venv/bin/python3\nimport cpctl\n")
+    _refused(tmp_path, capsys, script, "its interpreter (#!/root/venv/bin/python3): /root/venv/bin/python3 is "
+                                       "under /root, which ProtectHome=yes hides from the unit")
+
+
+def test_install_refuses_a_symlink_into_a_hidden_dir(tmp_path: Any, capsys: Any, monkeypatch: Any) -> None:
+    home = tmp_path / "home"
+    target = executable(home / "ops" / "venv" / "bin" / "cpctl")
+    link = tmp_path / "usr" / "local" / "bin" / "cpctl"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(target)
+    monkeypatch.setattr(units, "HIDDEN_FROM_UNITS", {str(home): "ProtectHome=yes"})
+    _refused(tmp_path, capsys, str(link), "%s (symlink target) is under %s, which ProtectHome=yes" % (target, home))
 
 
 def test_show(capsys: Any) -> None:

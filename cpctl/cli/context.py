@@ -6,9 +6,11 @@ Only click and the standard library are imported here (``cpctl --help`` imports 
 from __future__ import annotations
 
 import json
+import re
 import sys
+import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
 
 import click
 
@@ -35,16 +37,26 @@ def state(ctx: click.Context) -> CliState:
     return found
 
 
-def printable(value: Any) -> Any:
+# Values that are blocks of text (a file, a diff, a rendered report): their newlines are the
+# block's own lines and stay; every other control character is escaped like anywhere else.
+BLOCK_KEYS = frozenset({"diff", "config", "manifest", "summary", "yaml"})
+
+
+def printable(value: Any, block: bool = False) -> Any:
     """``value`` with every string made safe for a terminal: control and format characters (a
     newline that would fake a table row, an ESC sequence, a bidi override) become visible escapes.
-    Text renderers get this; JSON output keeps the exact values."""
+    Text renderers get this; JSON output keeps the exact values. The strings of a dict key in
+    ``BLOCK_KEYS`` (or all strings, with ``block``) keep their newlines: they are shown as blocks."""
     if isinstance(value, str):
-        return value if value.isprintable() else "".join(c if c.isprintable() else _escape(c) for c in value)
+        if value.isprintable():
+            return value
+        if block:
+            return "\n".join(printable(line) for line in value.split("\n"))
+        return "".join(c if c.isprintable() else _escape(c) for c in value)
     if isinstance(value, dict):
-        return {printable(k): printable(v) for k, v in value.items()}
+        return {printable(k): printable(v, block or k in BLOCK_KEYS) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [printable(v) for v in value]
+        return [printable(v, block) for v in value]
     return value
 
 
@@ -55,7 +67,8 @@ def _escape(char: str) -> str:
 
 def emit(ctx: click.Context, data: Any, text: str) -> None:
     """The command's result: ``data`` as JSON with ``-o json``, else ``text`` (which the caller
-    built from ``printable(data)``)."""
+    built from ``printable(data)``). A progress line on the terminal is cleared first."""
+    clear_progress()
     if state(ctx).output == "json":
         click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
     elif text:
@@ -64,37 +77,86 @@ def emit(ctx: click.Context, data: Any, text: str) -> None:
 
 def note(message: str) -> None:
     """One line on stderr, prefixed like every cpctl message; whatever the message quotes (a file or
-    pod name, an API's words) cannot break the line or send escape sequences."""
+    pod name, an API's words) cannot break the line or send escape sequences. A progress line on
+    the terminal is cleared first, so the message never lands after a half-drawn spinner."""
+    clear_progress()
     click.echo("cpctl: %s" % printable(message), err=True)
 
 
-class Spinner:
-    """One self-overwriting progress line on stderr, only for a terminal in text mode."""
+HEARTBEAT = 5.0                       # seconds between "still waiting" lines when stderr is no terminal
+_ELAPSED = re.compile(r"^(?P<what>.*), (?P<seconds>\d+(?:\.\d+)?)s$", re.DOTALL)
+_SHOWN: List["Progress"] = []         # progress lines drawn now (cleared before any output)
+
+
+def clear_progress() -> None:
+    """Erase every progress line drawn on the terminal (before a result, a message or an error)."""
+    for progress in list(_SHOWN):
+        progress.clear()
+
+
+class Progress:
+    """What a long wait is waiting for, how long it has waited and how long it may (``timeout``).
+
+    The waiter calls it with text like ``pod X still present (api), 3.2s`` (the seconds that wait
+    has lasted) at every poll. On a terminal: one self-overwriting line, erased before anything
+    else is written. Otherwise (a pipe, a log, a CI job): a heartbeat line on stderr every
+    ``interval`` seconds of waiting, so a silent wait never looks like a hang."""
 
     FRAMES = "|/-\\"
 
-    def __init__(self) -> None:
+    def __init__(self, tty: bool, timeout: Optional[float] = None, interval: float = HEARTBEAT) -> None:
+        self.tty = tty
+        self.timeout = timeout
+        self.interval = interval
         self.count = 0
-        self.shown = False
+        self.started: Optional[float] = None
+        self.next_beat: Optional[float] = None
+
+    def line(self, text: str) -> str:
+        """``waiting: <what>: 12s of 120s`` for the waiter's ``text``."""
+        now = time.monotonic()
+        if self.started is None:
+            self.started = now
+        match = _ELAPSED.match(text)
+        what, elapsed = (match.group("what"), float(match.group("seconds"))) if match else (text, now - self.started)
+        of = " of %gs" % self.timeout if self.timeout else ""
+        return "waiting: %s: %ds%s" % (what, elapsed, of)
 
     def __call__(self, text: str) -> None:
+        line = self.line(text)
+        if self.tty:
+            self._draw(line)
+            return
+        now = time.monotonic()
+        if self.next_beat is None:
+            self.next_beat = now + self.interval
+        elif now >= self.next_beat:
+            self.next_beat = now + self.interval
+            note(line)
+
+    def _draw(self, line: str) -> None:
         self.count += 1
         frame = self.FRAMES[self.count % len(self.FRAMES)]
-        sys.stderr.write("\r\033[K%s %s" % (frame, text[:150]))
+        sys.stderr.write("\r\033[K%s %s" % (frame, printable(line)[:150]))
         sys.stderr.flush()
-        self.shown = True
+        if self not in _SHOWN:
+            _SHOWN.append(self)
 
     def clear(self) -> None:
-        if self.shown:
+        """Erase the line (a no-op unless it is drawn)."""
+        if self in _SHOWN:
+            _SHOWN.remove(self)
             sys.stderr.write("\r\033[K")
             sys.stderr.flush()
-            self.shown = False
 
 
-def progress_for(ctx: click.Context) -> Optional[Spinner]:
-    """A progress line for long waits, or None (JSON output, or stderr not a terminal)."""
-    if state(ctx).output != "text" or not sys.stderr.isatty():
+def progress_for(ctx: click.Context) -> Optional[Progress]:
+    """The progress of long waits for a person: None with ``-o json`` (stdout is for the data and
+    stderr for errors); a terminal line on a TTY, else a heartbeat every few seconds. The timeout
+    shown is the command's ``--timeout`` (the wait's own limit)."""
+    if state(ctx).output != "text":
         return None
-    spinner = Spinner()
-    ctx.call_on_close(spinner.clear)
-    return spinner
+    timeout = ctx.params.get("timeout")
+    progress = Progress(sys.stderr.isatty(), float(timeout) if isinstance(timeout, (int, float)) else None)
+    ctx.call_on_close(progress.clear)
+    return progress

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from typing import Any, Callable, Dict, List, Optional
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import click
 
 from cpctl.cli import registry
 from cpctl.cli.context import emit, note, printable, progress_for, state
-from cpctl.errors import CpctlError, ExitCode
+from cpctl.errors import CpctlError, ExitCode, interrupted_by
 
 Action = Callable[[Any], Dict[str, Any]]
 
@@ -87,21 +89,47 @@ def _fan_out(ctx: click.Context, mode: registry.Mode, action: Action, text_of: C
     if mode is registry.Mode.ONE and len(specs) != 1:
         raise CpctlError("cpctl %s acts on the cluster once: select exactly one master (-H NAME), not %d"
                          % (state(ctx).command, len(specs)), ExitCode.USAGE)
-    results = run_on_hosts(ctx, specs, action, changing or mode is registry.Mode.ONE, probe)
+    results, interrupted = _run_tracked(ctx, specs, action, changing or mode is registry.Mode.ONE, probe)
     data = {"hosts": [{"host": r.host, "status": r.status, "error": r.error, "elapsed": round(r.elapsed, 3),
                        "data": r.data} for r in results], "recap": stats(results)}
-    shown = [dataclasses.replace(r, host=printable(r.host), error=printable(r.error)) for r in results]
-    emit(ctx, data, _hosts_text(printable(data)["hosts"], text_of) + "\n\n" + recap(shown))
-    code = exit_code(results)
+    code = int(ExitCode.INTERRUPTED) if interrupted else exit_code(results)
+    line = failure_line(results) if code else ""
+    if interrupted and not line.startswith("interrupted") and interrupted not in line:
+        line = "interrupted (%s)%s" % (interrupted, "; " + line if line else "")
+    # Each error is printed once: in its host's block, or - for the one the last line reports - there.
+    reported = _reported_host(results, line)
+    counts_only = [dataclasses.replace(r, host=printable(r.host), error=None) for r in results]
+    emit(ctx, data, _hosts_text(printable(data)["hosts"], text_of, printable(reported)) + "\n\n" + recap(counts_only))
     if code:
-        note(failure_line(results))
+        note(line)
         ctx.exit(code)
     return [r.data for r in results if isinstance(r.data, dict)]
 
 
+def _reported_host(results: List[Any], line: str) -> Optional[str]:
+    """The host whose error the final stderr line quotes (its block then does not repeat it)."""
+    for result in results:
+        if result.failed and result.error and result.error in line:
+            return str(result.host)
+    return None
+
+
 def run_on_hosts(ctx: click.Context, specs: List[Any], action: Action, changing: bool,
                  probe: Optional[str] = None) -> List[Any]:
-    """Apply ``action`` to a Node on each host; connections are reused for the whole run."""
+    """Apply ``action`` to a Node on each host; connections are reused for the whole run. A Ctrl-C
+    or SIGTERM is passed on to every host's run (see ``_Interruption``), then raised again here:
+    a caller that asked the masters something (``census``) must not go on with half the answers."""
+    results, interrupted = _run_tracked(ctx, specs, action, changing, probe)
+    if interrupted:
+        raise CpctlError("interrupted (%s) while cpctl %s was asking the masters" % (interrupted, state(ctx).command),
+                         ExitCode.INTERRUPTED)
+    return results
+
+
+def _run_tracked(ctx: click.Context, specs: List[Any], action: Action, changing: bool,
+                 probe: Optional[str] = None) -> Tuple[List[Any], str]:
+    """``run_on_hosts`` and the signal that interrupted it ("SIGINT"/"SIGTERM", "" if none)."""
+    from cpctl.errors import Terminated
     from cpctl.fleet.runner import run_parallel, run_rolling
     from cpctl.fleet.targets import READ_ONLY_HOST_TIMEOUT
     from cpctl.ops.wiring import open_node
@@ -110,18 +138,106 @@ def run_on_hosts(ctx: click.Context, specs: List[Any], action: Action, changing:
     assert remote is not None
     prepare_process_for_fanout(remote.ssh_options)
     pool = remote.pool(_connector(remote.ssh_options))
+    interruption = _Interruption()
 
     def on_host(spec: Any) -> Dict[str, Any]:
         settings = cli_state.settings.with_overrides(
             manifests_dir=spec.manifests_dir, kubelet_dir=spec.kubelet_dir, state_dir=spec.state_dir,
             node_name=spec.node_name, kubeconfig=spec.kubeconfig, crictl=spec.crictl)
-        return action(open_node(settings, pool.get(spec), probe=probe))
+        return action(open_node(settings, pool.get(spec), probe=probe, progress=interruption.check))
 
-    if changing:
-        return run_rolling(specs, on_host, serial=remote.serial, keep_going=remote.keep_going,
-                           timeout=remote.host_timeout, on_timeout=pool.abandon)
-    timeout = remote.host_timeout if remote.host_timeout is not None else READ_ONLY_HOST_TIMEOUT
-    return run_parallel(specs, on_host, forks=remote.forks, timeout=timeout, on_timeout=pool.abandon)
+    tracked = interruption.track(on_host)
+    try:
+        if changing:
+            return run_rolling(specs, tracked, serial=remote.serial, keep_going=remote.keep_going,
+                               timeout=remote.host_timeout, on_timeout=pool.abandon), ""
+        timeout = remote.host_timeout if remote.host_timeout is not None else READ_ONLY_HOST_TIMEOUT
+        return run_parallel(specs, tracked, forks=remote.forks, timeout=timeout, on_timeout=pool.abandon), ""
+    except (KeyboardInterrupt, Terminated) as exc:
+        return interruption.stop(exc, specs), interrupted_by(exc)
+
+
+class _Interruption:
+    """Ctrl-C or SIGTERM during a fan-out: Python delivers it to the main thread, which waits for
+    the hosts' threads; each host's run must still unwind like a local run does (a restart puts
+    its manifest back, a stop says where its manifest stays). So the main thread raises a flag,
+    every host's waiter sees it at its next poll (``check`` is their progress callback) and raises
+    the same interruption in its own thread, and the main thread waits (``GRACE`` seconds, or
+    until a second signal) for each running host to report where it left things."""
+
+    GRACE = 20.0
+
+    def __init__(self) -> None:
+        self.signal: Optional[BaseException] = None
+        self.changed = threading.Condition()
+        self.running: Dict[str, float] = {}
+        self.results: Dict[str, Any] = {}
+
+    def check(self, _text: str = "") -> None:
+        """A host's progress callback: raise the interruption in that host's thread once it came."""
+        if self.signal is not None:
+            raise type(self.signal)()
+
+    def track(self, on_host: Action) -> Action:
+        """``on_host`` recording each host's result (the runner's results are lost when the main
+        thread is interrupted) and turning a raw interruption into that host's failure."""
+        from cpctl.fleet.runner import host_name, run_one
+
+        def run(spec: Any) -> Dict[str, Any]:
+            name = host_name(spec)
+            with self.changed:
+                if self.signal is not None:       # reported "skipped" by ``stop``
+                    raise CpctlError("not run: interrupted", ExitCode.INTERRUPTED)
+                self.running[name] = time.monotonic()
+            result = run_one(spec, _interruptions_reported(on_host))
+            with self.changed:
+                self.results[name] = result
+                self.running.pop(name, None)
+                self.changed.notify_all()
+            if not result.failed:
+                return result.data
+            raise CpctlError(result.error or result.status, ExitCode(result.code or ExitCode.INTERNAL))
+        return run
+
+    def stop(self, exc: BaseException, specs: List[Any]) -> List[Any]:
+        """Pass the interruption on, wait for the running hosts, and the result of every host."""
+        from cpctl.errors import Terminated
+        from cpctl.fleet.runner import HostResult, host_name
+        signal = interrupted_by(exc)
+        deadline = time.monotonic() + self.GRACE
+        try:
+            with self.changed:
+                self.signal = exc
+                while self.running and time.monotonic() < deadline:
+                    self.changed.wait(0.1)
+        except (KeyboardInterrupt, Terminated):
+            pass                          # a second signal: report what is known now
+        results = []
+        with self.changed:
+            for spec in specs:
+                name = host_name(spec)
+                if name in self.results:
+                    results.append(self.results[name])
+                elif name in self.running:
+                    results.append(HostResult(name, "failed", None, "interrupted (%s) while it ran; it did not say "
+                                              "where it left things: check with cpctl -H %s status" % (signal, name),
+                                              time.monotonic() - self.running[name], int(ExitCode.INTERRUPTED)))
+                else:
+                    results.append(HostResult(name, "skipped", None, "not run: interrupted (%s)" % signal))
+        return results
+
+
+def _interruptions_reported(on_host: Action) -> Action:
+    """A host's run whose raw Ctrl-C/SIGTERM (outside a wait) ends as that host's failure (exit 130)."""
+    def run(spec: Any) -> Dict[str, Any]:
+        try:
+            return on_host(spec)
+        except BaseException as exc:  # noqa: BLE001 - only the two interruptions are turned into a failure
+            signal = interrupted_by(exc)
+            if not signal or isinstance(exc, CpctlError):
+                raise
+            raise CpctlError("interrupted (%s)" % signal, ExitCode.INTERRUPTED) from None
+    return run
 
 
 def census(ctx: click.Context) -> List[Any]:
@@ -156,11 +272,20 @@ def prepare_process_for_fanout(ssh_options: Any) -> None:
     sys.setswitchinterval(min(sys.getswitchinterval(), FAST_SWITCH))
 
 
-def _hosts_text(hosts: List[Dict[str, Any]], text_of: Callable[[Dict[str, Any]], str]) -> str:
+def _hosts_text(hosts: List[Dict[str, Any]], text_of: Callable[[Dict[str, Any]], str],
+                reported: Optional[str] = None) -> str:
+    """One block per host: its status, its result, and its error unless the final line reports it."""
     blocks = []
     for host in hosts:
         body = text_of(host["data"]) if isinstance(host["data"], dict) else ""
-        if host["error"]:
-            body = (body + "\n" if body else "") + "error: %s" % host["error"]
-        blocks.append("== %s: %s ==\n%s" % (host["host"], host["status"], body or "(nothing to report)"))
+        status = host["status"]
+        if host["error"] and host["host"] == reported:
+            status += ", error below"
+        elif host["error"]:
+            error = host["error"]          # connect errors start with the host name: not twice
+            error = error[len(host["host"]) + 2:] if error.startswith(host["host"] + ": ") else error
+            body = (body + "\n" if body else "") + "error: %s" % error
+        if not body and not host["error"]:
+            body = "(nothing to report)"
+        blocks.append("== %s: %s ==%s" % (host["host"], status, "\n" + body if body else ""))
     return "\n".join(blocks)

@@ -22,6 +22,7 @@ from cpctl.cli.context import CliState, note
 EXIT_CODES_HELP = ("Exit codes: 0 ok, 1 drift found, 2 usage, 3 not found, 4 refused, 5 locked, "
                    "6 timeout, 7 environment, 8 unreachable, 9 API error, 10 conflict, 70 internal error.")
 PLUGIN_GROUP = "cpctl.commands"
+COMPLETE_VAR = "_CPCTL_COMPLETE"    # click's shell completion protocol (see cli.completion)
 # Global options' environment variables: set but empty is an error, never a silent default.
 ENV_VARS = ("CPCTL_MANIFESTS_DIR", "CPCTL_KUBELET_DIR", "CPCTL_STATE_DIR", "CPCTL_NODE_NAME", "CPCTL_PROBE",
             "CPCTL_CRICTL", "CPCTL_INVENTORY", "CPCTL_PERSIST", "CPCTL_HOST_TIMEOUT")
@@ -130,6 +131,11 @@ def main(ctx: click.Context, manifests_dir: Optional[str], kubelet_dir: str, sta
 
     Parks manifests outside the kubelet's manifests dir (atomically, journaled, locked) and
     waits until the kubelet's mirror pod is gone / back and Ready.
+
+    The options below are global: they go before or after the command word, like kubectl's
+    (cpctl status -o json, cpctl stop scheduler -H m1). A command's own option of the same
+    name wins after its word; nothing after a literal -- is taken as an option.
+    Shell completion: cpctl completion bash|zsh|fish.
     """
     from cpctl.core.settings import Settings
     from cpctl.fleet.runner import parse_serial
@@ -185,6 +191,17 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 def run(argv: Optional[List[str]] = None) -> int:
     """Run one command: one line on stderr and a documented exit code for every failure."""
     from cpctl.errors import ExitCode
+    if os.environ.get(COMPLETE_VAR):
+        from cpctl.cli.completion import respond
+        return respond(main, os.environ[COMPLETE_VAR], hoist_global_options)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        click.echo(_main_help())          # bare `cpctl`: the help, on stdout, like `cpctl --help`
+        return 0
+    argv, dangling = hoist_global_options(argv)
+    if dangling is not None:              # `cpctl status -o`: moved in front, it would eat the command word
+        note("option %s requires a value (see: cpctl --help)" % "/".join(dangling.opts))
+        return int(ExitCode.USAGE)
     try:
         # With standalone_mode off, ctx.exit(n) comes back as the return value.
         return int(main.main(args=argv, prog_name="cpctl", standalone_mode=False) or 0)
@@ -193,13 +210,6 @@ def run(argv: Optional[List[str]] = None) -> int:
     except click.Abort:
         note("aborted")
         return 130
-    except click.NoSuchOption as exc:
-        if exc.option_name in _global_option_names():
-            note("%s is a global option: put it before the command word (cpctl %s ... %s...)"
-                 % (exc.option_name, exc.option_name, _usage_path(exc)))
-        else:
-            note("%s (see: cpctl %s--help)" % (exc.format_message(), _usage_path(exc)))
-        return int(ExitCode.USAGE)
     except click.UsageError as exc:
         note("%s (see: cpctl %s--help)" % (exc.format_message(), _usage_path(exc)))
         return int(ExitCode.USAGE)
@@ -219,8 +229,108 @@ def run(argv: Optional[List[str]] = None) -> int:
         return int(ExitCode.INTERRUPTED)
 
 
-def _global_option_names() -> set:
-    return {opt for param in main.params for opt in param.opts}
+def _main_help() -> str:
+    with main.make_context("cpctl", [], resilient_parsing=True) as ctx:
+        return main.get_help(ctx)
+
+
+# --- global options after the command word ------------------------------------------------------
+
+Spellings = Dict[str, click.Option]
+
+
+def _spellings(command: click.Command, ctx: click.Context) -> Spellings:
+    """Every spelling of ``command``'s options (``-o``, ``--output``, ``--no-x``...) -> the option."""
+    return {name: param for param in command.get_params(ctx) if isinstance(param, click.Option)
+            for name in param.opts + param.secondary_opts}
+
+
+def _global_spellings() -> Spellings:
+    """The spellings of the top-level group's own options (not --help: every command has one)."""
+    return {name: param for param in main.params if isinstance(param, click.Option)
+            for name in param.opts + param.secondary_opts}
+
+
+def _takes_value(option: click.Option) -> bool:
+    return not (option.is_flag or option.count)
+
+
+def _option_span(argv: List[str], index: int, spellings: Spellings) -> Tuple[int, Optional[click.Option]]:
+    """(how many words the option at ``argv[index]`` takes, the option) when it is one of
+    ``spellings``: ``--opt=value`` and ``-ovalue`` are one word, ``--opt value`` two (fewer when
+    the value is missing at the end); (0, None) otherwise."""
+    word = argv[index]
+    if word.startswith("--") and "=" in word:
+        option = spellings.get(word.split("=", 1)[0])
+        return (1, option) if option is not None else (0, None)
+    option = spellings.get(word)
+    if option is not None:
+        takes = max(1, option.nargs) if _takes_value(option) else 0
+        return 1 + min(takes, len(argv) - index - 1), option
+    short = spellings.get(word[:2]) if not word.startswith("--") and len(word) > 2 else None
+    if short is not None and _takes_value(short):
+        return 1, short
+    return 0, None
+
+
+def hoist_global_options(argv: List[str]) -> Tuple[List[str], Optional[click.Option]]:
+    """``argv`` with the global options found after the command word moved in front of it, as
+    click wants them: ``status -o json`` -> ``-o json status``. Only up to a literal ``--``, and
+    never a spelling the command itself (or its subcommand) defines - that one stays the
+    command's. Also the global option left waiting for its value at the very end, if any (shell
+    completion then completes that value). Anything unexpected: ``argv`` unchanged, and click
+    reports it as usual."""
+    globals_ = _global_spellings()
+    index = 0
+    while index < len(argv) and argv[index].startswith("-") and argv[index] != "--":
+        span, _ = _option_span(argv, index, globals_)
+        if not span:
+            return argv, None
+        index += span
+    after = argv[index + 1:]
+    if index >= len(argv) or argv[index] == "--" or not any(
+            _option_span(after, n, globals_)[0] for n in range(len(after)) if after[n].startswith("-")):
+        return argv, None
+    try:
+        return _hoisted(argv, index, globals_)
+    except Exception:  # noqa: BLE001 - a command that cannot be loaded is click's to report
+        return argv, None
+
+
+def _hoisted(argv: List[str], index: int, globals_: Spellings) -> Tuple[List[str], Optional[click.Option]]:
+    ctx = click.Context(main, info_name="cpctl")
+    command: Optional[click.Command] = main.get_command(ctx, argv[index])
+    if command is None:
+        return argv, None
+    local = _spellings(command, click.Context(command))
+    moved: List[str] = []
+    kept = [argv[index]]
+    dangling: Optional[click.Option] = None
+    position = index + 1
+    while position < len(argv):
+        word = argv[position]
+        if word == "--" or command.ignore_unknown_options:
+            kept += argv[position:]
+            break
+        span = 0
+        if word.startswith("-") and word != "-":
+            span, _ = _option_span(argv, position, local)
+            if span:
+                kept += argv[position:position + span]
+            else:
+                span, option = _option_span(argv, position, globals_)
+                moved += argv[position:position + span]
+                if option is not None and word in globals_ and span == 1 and _takes_value(option):
+                    dangling = option         # only at the very end: its value is still to come
+        if not span:
+            kept.append(word)
+            span = 1
+            if isinstance(command, click.Group) and not word.startswith("-"):
+                sub = command.get_command(click.Context(command), word)
+                if sub is not None:
+                    command, local = sub, _spellings(sub, click.Context(sub))
+        position += span
+    return argv[:index] + moved + kept, dangling
 
 
 def _usage_path(exc: click.UsageError) -> str:

@@ -21,6 +21,8 @@ def _pod_column(pod: Optional[dict]) -> str:
     if pod.get("age") is not None:
         from cpctl.timeutil import format_duration
         parts.append(format_duration(pod["age"]))
+    if pod.get("stale"):
+        parts.append("(stale: this node's API server is parked)")
     return " ".join(parts)
 
 
@@ -58,6 +60,8 @@ def history_text(records: list) -> str:
 def outcomes_text(data: dict) -> str:
     """stop/start/restart: one line per component with what the waits established."""
     lines = ["recovered: %s" % r for r in data.get("recovered", [])]
+    if not data["results"] and data.get("all_parked"):
+        lines.append("nothing parked on node %s" % data["node"])
     for result in data["results"]:
         line = "%s: %s" % (result["component"], result["message"])
         waits = [result.get("wait")] + [(result.get(step) or {}).get("wait") for step in ("stop", "start")]
@@ -69,6 +73,8 @@ def outcomes_text(data: dict) -> str:
 def plan_text(data: dict) -> str:
     """A dry run: the moves in order, then the manifests-dir listing before/after as a diff."""
     lines = ["dry run on node %s (nothing changed):" % data["node"]]
+    if not data["plan"]:
+        lines.append("  nothing parked" if data.get("all_parked") else "  nothing to do")
     for n, step in enumerate(data["plan"], 1):
         if step.get("move"):
             lines.append("  %d. %s %s: move %s -> %s" % (n, step["action"], step["component"], step["move"][0],

@@ -93,6 +93,6 @@ def failure_line(results: List[HostResult]) -> str:
     text = error if error.startswith(first.host + ":") else "%s: %s" % (first.host, error)
     if len(results) > 1:
         skipped = sum(r.status == "skipped" for r in results)
-        text += " (%d of %d hosts failed or unreachable%s; see the recap)" % (
+        text += " (%d of %d hosts failed or unreachable%s; see above)" % (
             len(bad), len(results), ", %d skipped" % skipped if skipped else "")
     return text

@@ -42,6 +42,18 @@ def start(node: Node, components: list, wait: bool, timeout: float) -> list:
         return [node.start(c, wait=wait, timeout=timeout) for c in ordered]
 
 
+def parked_components(node: Node) -> list:
+    """Every parked component (by file stem), in start order: what ``start --all-parked`` starts."""
+    return order_components([manifests.file_stem(filename) for filename in sorted(node.parked())])
+
+
+def start_all_parked(node: Node, wait: bool, timeout: float) -> list:
+    """Start every parked manifest, etcd first and the scheduler last (then any other static pod);
+    no outcome at all when nothing is parked."""
+    components = parked_components(node)
+    return start(node, components, wait, timeout) if components else []
+
+
 def restart(node: Node, components: list, reason: Optional[str], timeout: float) -> list:
     """Stop and start each component in turn, waiting for the kubelet at both steps.
 

@@ -90,11 +90,12 @@ def check(ctx: click.Context, fix: bool, remove_strays: bool, allow_restart: boo
             raise
         _write_metrics(node.host, prometheus_textfile, result["final"])
         data = _check_data(result)
-        data.update(summary=check_text(result), problems=len(result["final"].problems),
-                    changed=bool(result["actions"]) and not dry_run, dry_run=dry_run)
+        data.update(problems=len(result["final"].problems), changed=bool(result["actions"]) and not dry_run,
+                    dry_run=dry_run)
+        data["summary"] = check_text(data)
         return data
 
-    reports = execute(ctx, action, lambda data: data["summary"], changing=fix and not dry_run)
+    reports = execute(ctx, action, check_text, changing=fix and not dry_run)
     problems = sum(data["problems"] for data in reports)
     if problems:
         raise CpctlError("drift found: %d problem%s" % (problems, "" if problems == 1 else "s"), ExitCode.DRIFT)
@@ -151,29 +152,42 @@ def _check_data(result: dict) -> dict:
 def _finding_lines(findings: list) -> list:
     lines = []
     for f in findings:
-        lines.append("%-8s %-16s %s" % (f.severity.upper(), f.kind, f.message))
-        if f.diff:
-            lines.extend("    " + line for line in f.diff.rstrip("\n").split("\n"))
+        lines.append("%-8s %-16s %s" % (f["severity"].upper(), f["kind"], f["message"]))
+        if f.get("diff"):
+            lines.extend("    " + line for line in f["diff"].rstrip("\n").split("\n"))
     return lines
 
 
-def check_text(result: dict) -> str:
-    report, final = result["report"], result["final"]
-    lines = _finding_lines(report.findings)
-    if result["actions"] is not None:
-        for a in result["actions"]:
-            label = "WOULD" if result.get("dry_run") else ("FIXED" if a["ok"] else "NOT-FIXED")
-            lines.append("%-8s %-16s %s%s" % (label, a["action"],
-                                              a["file"] + ": " if a["file"] else "", a["message"]))
-        if final.problems and not result.get("dry_run"):
-            lines.append("after --fix:")
-            lines.extend(_finding_lines(final.problems))
-    problems = final.problems
+def _finding_key(finding: dict) -> tuple:
+    """What makes two reports' findings the same problem (a message may say more the second time)."""
+    if finding.get("file") or finding.get("component"):
+        return finding["kind"], finding.get("file"), finding.get("component")
+    return finding["kind"], finding["message"]
+
+
+def check_text(data: dict) -> str:
+    """The check's report for a person, each finding once: the findings, then (with --fix) what was
+    done, the findings the fix itself brought up, and what remains in the last line."""
+    lines = _finding_lines(data["findings"])
+    actions = data.get("actions")
+    fixed = actions is not None and not data.get("dry_run")
+    for a in actions or []:
+        label = "WOULD" if data.get("dry_run") else ("FIXED" if a["ok"] else "NOT-FIXED")
+        lines.append("%-8s %-16s %s%s" % (label, a["action"], a["file"] + ": " if a["file"] else "", a["message"]))
+    final = data["remaining"] if fixed else data["findings"]
+    if fixed:
+        seen = {_finding_key(f) for f in data["findings"]}
+        new = [f for f in final if _finding_key(f) not in seen]
+        if new:
+            lines.append("new after --fix:")
+            lines.extend(_finding_lines(new))
+    problems = [f for f in final if f["severity"] != "info"]
     if not problems:
-        lines.append("OK: no drift on %s" % final.node)
+        lines.append("OK: no drift on %s%s" % (data["node"], " after --fix" if fixed else ""))
     else:
-        critical = sum(1 for f in problems if f.severity == "critical")
-        lines.append("DRIFT: %d problem%s on %s (%d critical, %d warning)"
-                     % (len(problems), "" if len(problems) == 1 else "s", final.node, critical,
-                        len(problems) - critical))
+        critical = sum(1 for f in problems if f["severity"] == "critical")
+        lines.append("DRIFT: %d problem%s %s on %s%s (%d critical, %d warning)"
+                     % (len(problems), "" if len(problems) == 1 else "s",
+                        "remain" if fixed and len(problems) != 1 else "remains" if fixed else "found",
+                        data["node"], " after --fix" if fixed else "", critical, len(problems) - critical))
     return "\n".join(lines)

@@ -37,7 +37,7 @@ def guarded_reason(ctx: click.Context, verb: str, components: List[str], force: 
     """With an inventory, refuse what would take etcd or the API server down fleet-wide (a dry run
     is refused exactly like the real one); the reason to record, marked when ``--force``d."""
     remote = state(ctx).remote
-    if remote is None or not remote.inventory or verb not in ("stop", "restart"):
+    if remote is None or not remote.inventory or verb not in ("stop", "restart", "apply"):
         return reason
     from cpctl.fleet.targets import select_specs
     from cpctl.ops import fleetsafety
@@ -47,16 +47,67 @@ def guarded_reason(ctx: click.Context, verb: str, components: List[str], force: 
     return fleetsafety.preflight(census(ctx), targets, verb, components, remote.serial, force, reason)
 
 
+Names = Callable[[Any], List[str]]
+RunAction = Callable[[Any, List[str], Optional[str]], List[Any]]
+
+
 def change(ctx: click.Context, verb: str, components: List[str], dry_run: bool, force: bool, reason: Optional[str],
-           run_action: Callable[[Any, Optional[str]], List[Any]]) -> None:
-    """Shared path of stop/start/restart: dry run, fleet safety, then the change itself."""
+           run_action: RunAction, names_of: Optional[Names] = None) -> None:
+    """Shared path of stop/start/restart: dry run, fleet safety, then the change itself.
+
+    ``names_of(node)`` gives the components on each node (default: ``components``, for
+    ``start --all-parked`` the ones parked there); ``run_action(node, names, reason)`` changes them.
+    A Ctrl-C or SIGTERM ends with where each of them was left (``interrupted_where``)."""
     from cpctl.ops import lifecycle
     lifecycle.order_components(components)   # validate names before anything connects or moves
     reason = guarded_reason(ctx, verb, components, force, reason)
+    names = names_of or (lambda node: list(components))
+    marked = {"all_parked": True} if names_of is not None else {}
     if dry_run:
-        execute(ctx, lambda node: lifecycle.plan(node, verb, components), plan_text)
+        execute(ctx, lambda node: dict(lifecycle.plan(node, verb, names(node)), **marked), plan_text)
         return
-    execute(ctx, lambda node: outcomes_data(node, run_action(node, reason)), outcomes_text, changing=True)
+
+    def action(node: Any) -> Dict[str, Any]:
+        wanted = names(node)
+        try:
+            outcomes = run_action(node, wanted, reason)
+        except BaseException as exc:  # noqa: BLE001 - only an interruption is re-raised with more to say
+            where = interrupted_where(node, verb, wanted, exc)
+            if where is exc:
+                raise
+            raise where from None
+        return dict(outcomes_data(node, outcomes), **marked)
+    execute(ctx, action, outcomes_text, changing=True)
+
+
+def interrupted_where(node: Any, verb: str, components: List[str], exc: BaseException) -> BaseException:
+    """``exc`` itself, or - for a Ctrl-C/SIGTERM - an exit-130 error that says where each of
+    ``components`` was left: its manifest in the manifests dir or parked (read back from the node,
+    so it is what is true now, whichever step the interruption cut short)."""
+    from cpctl.errors import CpctlError, ExitCode, interrupted_by
+    signal = interrupted_by(exc)
+    if not (signal or getattr(exc, "code", None) == ExitCode.INTERRUPTED) or not components:
+        return exc
+    try:
+        scan, parked = node.scan(), node.parked()
+        places = [_where_is(node, verb, name, scan, parked) for name in components]
+    except Exception:  # noqa: BLE001 - the node cannot be read now: the original message must do
+        return exc
+    message = exc.message if isinstance(exc, CpctlError) else "interrupted (%s)" % signal
+    return CpctlError(message, ExitCode.INTERRUPTED, hint=getattr(exc, "hint", ""),
+                      where="left: " + "; ".join(places))
+
+
+def _where_is(node: Any, verb: str, name: str, scan: Any, parked: Dict[str, Any]) -> str:
+    present, parked_hits = node.resolve(name, scan, parked)
+    if parked_hits and not present:
+        return "%s parked at %s%s" % (name, node.state.parked_path(parked_hits[0]),
+                                      " (not started)" if verb == "start" else "")
+    if present and not parked_hits:
+        return "%s in %s%s" % (name, node.manifests_dir, " (not stopped)" if verb == "stop" else "")
+    if present:
+        return "%s in %s and parked at %s" % (name, node.manifests_dir, node.state.parked_path(parked_hits[0]))
+    return "%s neither in %s nor parked" % (name, node.manifests_dir)
 
 
 @click.command()
@@ -82,22 +133,35 @@ def stop(ctx: click.Context, components: tuple, reason: Optional[str], duration:
     until = time.time() + parse_duration(duration) if duration is not None else None
     check_reason(reason)
     change(ctx, "stop", list(components), dry_run, force, reason,
-           lambda node, why: lifecycle.stop(node, list(components), why, until, not no_wait, timeout))
+           lambda node, names, why: lifecycle.stop(node, names, why, until, not no_wait, timeout))
 
 
 @click.command()
-@click.argument("components", nargs=-1, required=True)
+@click.argument("components", nargs=-1)
+@click.option("--all-parked", is_flag=True,
+              help="Start every parked manifest: etcd, apiserver, controller-manager, scheduler, then the others.")
 @wait_option
 @timeout_option
 @dry_run_option
 @verify_option
 @click.pass_context
-def start(ctx: click.Context, components: tuple, no_wait: bool, timeout: float, dry_run: bool, verify: bool) -> None:
-    """Restore COMPONENT's parked manifest and wait until a new pod is Running and Ready."""
+def start(ctx: click.Context, components: tuple, all_parked: bool, no_wait: bool, timeout: float, dry_run: bool,
+          verify: bool) -> None:
+    """Restore COMPONENT's parked manifest and wait until a new pod is Running and Ready.
+
+    With --all-parked (and no COMPONENT): every parked manifest, in kubeadm's start order;
+    "nothing parked" is no error.
+    """
+    from cpctl.errors import CpctlError, ExitCode
     from cpctl.ops import lifecycle
+    if all_parked and components:
+        raise CpctlError("--all-parked starts every parked manifest: name no COMPONENT with it", ExitCode.USAGE)
+    if not all_parked and not components:
+        raise CpctlError("name the COMPONENT(s) to start, or --all-parked", ExitCode.USAGE)
     state(ctx).settings.canary = verify
     change(ctx, "start", list(components), dry_run, False, None,
-           lambda node, why: lifecycle.start(node, list(components), not no_wait, timeout))
+           lambda node, names, why: lifecycle.start(node, names, not no_wait, timeout),
+           lifecycle.parked_components if all_parked else None)
 
 
 @click.command()
@@ -115,4 +179,4 @@ def restart(ctx: click.Context, components: tuple, reason: Optional[str], timeou
     state(ctx).settings.canary = verify
     check_reason(reason)
     change(ctx, "restart", list(components), dry_run, force, reason,
-           lambda node, why: lifecycle.restart(node, list(components), why, timeout))
+           lambda node, names, why: lifecycle.restart(node, names, why, timeout))

@@ -137,6 +137,59 @@ def check_cpctl_path(path: Optional[str]) -> str:
     return path
 
 
+# What the units' sandbox hides from ExecStart: ProtectHome=yes makes /home, /root and /run/user
+# inaccessible, PrivateTmp=yes gives the service its own empty /tmp and /var/tmp.
+HIDDEN_FROM_UNITS = {"/home": "ProtectHome=yes", "/root": "ProtectHome=yes", "/run/user": "ProtectHome=yes",
+                     "/tmp": "PrivateTmp=yes", "/var/tmp": "PrivateTmp=yes"}
+GOOD_INSTALL = ("install cpctl where the units can run it, e.g. python3 -m venv /opt/cpctl && /opt/cpctl/bin/pip "
+                "install <cpctl wheel or source> (then --cpctl-path /opt/cpctl/bin/cpctl), or PIPX_HOME=/opt/pipx "
+                "PIPX_BIN_DIR=/usr/local/bin pipx install <cpctl wheel or source>")
+
+
+def unrunnable(path: str, hidden: Optional[dict] = None) -> Optional[str]:
+    """Why the hardened units could not run ``path`` (None: they can): it must exist, be an
+    executable file, and neither it, the file a symlink leads to, nor a script's interpreter
+    (its ``#!`` line: a venv's python) may lie where the sandbox hides files."""
+    hidden = HIDDEN_FROM_UNITS if hidden is None else hidden
+    for what, candidate in (("", path), (" (symlink target)", os.path.realpath(path))):
+        for root, setting in hidden.items():
+            if candidate == root or candidate.startswith(root.rstrip("/") + "/"):
+                return "%s%s is under %s, which %s hides from the unit" % (candidate, what, root, setting)
+    if not os.path.exists(path):
+        return "%s does not exist" % path
+    if not os.path.isfile(path) or not os.access(path, os.X_OK):
+        return "%s is not an executable file" % path
+    interpreter = _interpreter(path)
+    if interpreter:
+        why = unrunnable(interpreter, hidden)
+        if why:
+            return "its interpreter (#!%s): %s" % (interpreter, why)
+    return None
+
+
+def _interpreter(path: str) -> Optional[str]:
+    """The absolute interpreter path of a ``#!`` script (a console script's python), else None."""
+    try:
+        with open(path, "rb") as handle:
+            first = handle.readline(4096)
+    except OSError:
+        return None
+    if not first.startswith(b"#!"):
+        return None
+    words = first[2:].decode("utf-8", "replace").split()
+    return words[0] if words and words[0].startswith("/") else None
+
+
+def check_runnable(path: str) -> None:
+    """Refuse (exit 4) to write units whose ExecStart the sandbox cannot run: they would fail at
+    every timer tick with status 203/EXEC, and nothing else would say why."""
+    from cpctl.errors import CpctlError, ExitCode
+    why = unrunnable(path)
+    if why:
+        raise CpctlError("refusing to install units with ExecStart=%s: %s" % (path, why), ExitCode.REFUSED,
+                         hint=GOOD_INSTALL)
+
+
 _cpctl_path_option = click.option("--cpctl-path", default=None, metavar="PATH",
                                   help="cpctl executable for ExecStart [default: this one].")
 
@@ -153,9 +206,15 @@ def systemd() -> None:
 @click.option("--enable", is_flag=True, help="Also run systemctl daemon-reload and enable --now the timer.")
 @click.pass_context
 def install(ctx: click.Context, prefix: str, cpctl_path: Optional[str], enable: bool) -> None:
-    """Write the units (atomically, 0644) and print the systemctl commands to enable them."""
+    """Write the units (atomically, 0644) and print the systemctl commands to enable them.
+
+    Refused (exit 4) when the cpctl executable is somewhere the units' sandbox hides (/tmp,
+    /var/tmp, /home, /root: PrivateTmp, ProtectHome), missing or not executable - including a
+    script whose interpreter (a venv's python) lies there. Install cpctl under /opt or /usr/local.
+    """
     path = check_cpctl_path(cpctl_path or default_cpctl_path())
     host = local_host(ctx)
+    check_runnable(path)
     if not os.path.isdir(prefix):
         host.makedirs(prefix, 0o755)
     written = []

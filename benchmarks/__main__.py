@@ -1,4 +1,4 @@
-"""Run the benchmarks: ``python -m benchmarks [startup|roundtrip|watch|drift|fanout|all]``."""
+"""Run the benchmarks: ``python -m benchmarks [startup|roundtrip|watch|drift|fanout|apply|all]``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import importlib
 import os
 import sys
 
-NAMES = ["startup", "roundtrip", "watch", "drift", "fanout"]
+NAMES = ["startup", "roundtrip", "watch", "drift", "fanout", "apply"]
 
 
 def compile_like_installed() -> None:

@@ -21,6 +21,8 @@ class ExitCode(enum.IntEnum):
     UNREACHABLE = 8    # a remote host could not be reached or its connection broke
     API = 9            # the Kubernetes API answered with an error or is unreachable
     CONFLICT = 10      # the API refused because of the object's state (e.g. pod already bound)
+    ROLLED_BACK = 11   # apply/edit/flags/rollback: the new version did not become healthy and was rolled back
+    ROLLBACK_FAILED = 12  # ... and the rolled-back version did not become healthy either: act now
     INTERNAL = 70      # a bug in cpctl: please report it
     INTERRUPTED = 130  # SIGINT (Ctrl-C) or SIGTERM: the message says where each component was left
 

@@ -27,6 +27,8 @@ def read_input_file(path: str, what: str, limit: int = MAX_INPUT_FILE) -> str:
         raise CpctlError("%s %s: cannot read: %s" % (what, path, exc.strerror or exc), ExitCode.ENVIRONMENT) from None
     try:
         info = os.fstat(fd)
+        if _is_null_device(info):
+            return ""                   # ``-F /dev/null``: the ssh idiom for "no config at all"
         if not stat.S_ISREG(info.st_mode):
             raise CpctlError("%s %s: not a regular file" % (what, path), ExitCode.ENVIRONMENT)
         if info.st_size > limit:
@@ -42,6 +44,15 @@ def read_input_file(path: str, what: str, limit: int = MAX_INPUT_FILE) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         raise CpctlError("%s %s: not UTF-8 text" % (what, path), ExitCode.ENVIRONMENT) from None
+
+
+def _is_null_device(info: os.stat_result) -> bool:
+    if not stat.S_ISCHR(info.st_mode):
+        return False
+    try:
+        return os.stat(os.devnull).st_rdev == info.st_rdev
+    except OSError:
+        return False
 
 
 def refuse_empty(names: Iterable[str], environ: Mapping[str, str] = os.environ) -> None:

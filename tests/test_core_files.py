@@ -217,7 +217,8 @@ def test_history_survives_a_torn_last_line(node):
     assert [r["action"] for r in records] == ["stop", "start"]
 
 
-@pytest.mark.parametrize("content", [b"", b"\x00\x01binary", b"kind: Pod\nmetadata: [", b"apiVersion: v1\nkind: Service\n"])
+@pytest.mark.parametrize("content", [b"", b"\x00\x01binary", b"kind: Pod\nmetadata: [",
+                                     b"apiVersion: v1\nkind: Service\n"])
 def test_start_refuses_a_present_file_the_kubelet_does_not_run(node, content):
     """It said "already running" from the file alone (exit 0) while status showed it invalid."""
     with open(os.path.join(node.manifests, "kube-scheduler.yaml"), "wb") as handle:

@@ -1,6 +1,6 @@
 """SIGKILL at every step of every kind of change, then recovery: the crash-safety invariants hold.
 
-Each kind of change (stop, start, scheduler-add, scheduler-remove, move-stray) runs in a forked
+Each kind of change (stop, start, scheduler-add, scheduler-remove, move-stray, apply, rollback) runs in a forked
 child on a ``MockHost`` that kills the process just before its Nth host call, for every N from
 the first call to the last - every instant between two file operations is a kill point. The next
 cpctl command (``status``, in-process) must then find the node in one of the two states the change
@@ -21,7 +21,7 @@ from cpctl.core import views
 from cpctl.core.settings import Settings
 from cpctl.host.local import LocalHost
 from cpctl.host.mock import Fault, MockHost
-from cpctl.ops import drift, lifecycle
+from cpctl.ops import drift, edits, lifecycle
 from cpctl.ops import scheduler as secondsched
 from cpctl.ops.wiring import open_node
 from tests.coreutil import NODE, NodeDirs
@@ -42,6 +42,8 @@ spec:
   hostNetwork: true
 """
 STRAY = b"not a pod: an editor's leftover\n"
+NEW_SCHEDULER = SCHEDULER.replace(b"    - --leader-elect=true\n", b"    - --leader-elect=true\n    - --v=4\n")
+EDIT_OPTIONS = edits.ApplyOptions(timeout=1, settle=0)
 
 
 def _run(node: NodeDirs, kind: str, kill_at: int) -> Tuple[int, int]:
@@ -74,12 +76,14 @@ CHANGES: Dict[str, Callable[[Any], Any]] = {
     "scheduler-add": lambda node: secondsched.add(node, "my-scheduler", wait=False),
     "scheduler-remove": lambda node: secondsched.remove(node, "my-scheduler", wait=False),
     "move-stray": lambda node: drift.fix(node, drift.check(node), remove_strays=True),
+    "apply": lambda node: edits.replace(node, "scheduler", NEW_SCHEDULER, "test", "apply", EDIT_OPTIONS),
+    "rollback": lambda node: edits.replace(node, "scheduler", SCHEDULER, "revision 1", "rollback", EDIT_OPTIONS),
 }
 
 
 def _prepare(kind: str, root: str) -> NodeDirs:
     """A node in the state the change starts from (set up without faults)."""
-    if kind in ("scheduler-add", "scheduler-remove"):
+    if kind in ("scheduler-add", "scheduler-remove", "apply", "rollback"):
         node = NodeDirs(root, files={"kube-scheduler.yaml": SCHEDULER})
     else:
         node = NodeDirs(root)
@@ -87,6 +91,8 @@ def _prepare(kind: str, root: str) -> NodeDirs:
         _done(_run(node, "stop", 0))
     if kind == "scheduler-remove":
         _done(_run(node, "scheduler-add", 0))
+    if kind == "rollback":
+        _done(_run(node, "apply", 0))
     if kind == "move-stray":
         with open(os.path.join(node.manifests, "kube-scheduler.yaml.orig"), "wb") as handle:
             handle.write(STRAY)
@@ -174,12 +180,36 @@ def _check_move_stray(node: NodeDirs, status: Dict[str, Any]) -> str:
     return "rolled back" if here else "completed"
 
 
+def _check_replace(node: NodeDirs, kind: str, status: Dict[str, Any]) -> str:
+    """Old or new bytes complete in the manifests dir, the other kept as a revision when new."""
+    now = _files(node.manifests)["kube-scheduler.yaml"]
+    revisions = os.path.join(node.state, "revisions")
+    kept = sorted(n for n in (os.listdir(revisions) if os.path.isdir(revisions) else []) if not n.startswith("."))
+    before, after = (SCHEDULER, NEW_SCHEDULER) if kind == "apply" else (NEW_SCHEDULER, SCHEDULER)
+    earlier = ["apply"] if kind == "rollback" else []
+    assert now in (before, after), "the manifest holds one version, complete"
+    assert len(_files(node.manifests)) == 1, "no second file for the pod"
+    if now == after:
+        assert _actions(node) == earlier + [kind]
+        number = len(earlier) + 1
+        assert kept == sorted(["kube-scheduler.yaml.%d%s" % (n, suffix) for n in range(1, number + 1)
+                               for suffix in ("", ".json")])
+        with open(os.path.join(revisions, "kube-scheduler.yaml.%d" % number), "rb") as handle:
+            assert handle.read() == before, "the replaced bytes are kept"
+        return "completed"
+    assert _actions(node) == earlier
+    assert len(kept) == 2 * len(earlier), "a rolled-back change keeps no revision"
+    return "rolled back"
+
+
 CHECKS: Dict[str, Callable[..., str]] = {
     "stop": lambda node, status: _check_stop_or_start(node, "stop", status),
     "start": lambda node, status: _check_stop_or_start(node, "start", status),
     "scheduler-add": _check_scheduler_add,
     "scheduler-remove": _check_scheduler_remove,
     "move-stray": _check_move_stray,
+    "apply": lambda node, status: _check_replace(node, "apply", status),
+    "rollback": lambda node, status: _check_replace(node, "rollback", status),
 }
 
 

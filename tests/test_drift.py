@@ -129,15 +129,29 @@ def test_missing_changed_unexpected(capsys: Any, node: NodeDirs) -> None:
     assert "+    - --leader-elect=false" in out and out.rstrip().endswith("(1 critical, 2 warning)")
 
 
+def test_a_comment_only_edit_is_an_info_note_not_drift(capsys: Any, node: NodeDirs) -> None:
+    """The kubelet decodes the same pod (same config hash): no drift (exit 0), but it is shown."""
+    assert cli(capsys, node, "baseline")[0] == 0
+    write(node, "kube-scheduler.yaml", b"# reviewed 2026-12-03\n" + POD.replace(b"kind: Pod", b"kind: 'Pod'"))
+    rc, data, _ = check_json(capsys, node)
+    assert rc == 0, data
+    [finding] = kinds(data)["changed"]
+    assert finding["severity"] == "info" and "only in comments or formatting" in finding["message"]
+    assert "+# reviewed 2026-12-03" in finding["diff"]
+
+
 def test_parked_by_cpctl_is_not_missing_and_parked_content_is_compared(capsys: Any, node: NodeDirs) -> None:
     assert cli(capsys, node, "baseline")[0] == 0
     assert cli(capsys, node, "stop", "etcd", "--no-wait")[0] == 0
     assert check_json(capsys, node)[0] == 0
-    with open(os.path.join(node.parked, "etcd.yaml"), "ab") as handle:
-        handle.write(b"# tampered\n")
+    with open(os.path.join(node.parked, "etcd.yaml"), "r+b") as handle:
+        tampered = handle.read().replace(b"data-dir=/var/lib/etcd", b"data-dir=/tmp/etcd")
+        handle.seek(0)
+        handle.write(tampered)
+        handle.truncate()
     rc, data, _ = check_json(capsys, node)
     assert rc == 1 and kinds(data)["changed"][0]["file"] == "etcd.yaml"
-    assert "+# tampered" in kinds(data)["changed"][0]["diff"]
+    assert "+    - --data-dir=/tmp/etcd" in kinds(data)["changed"][0]["diff"]
 
 
 @pytest.mark.parametrize("name,data,severity", [
@@ -272,14 +286,19 @@ def test_remove_strays_moves_them_and_never_deletes(capsys: Any, node: NodeDirs)
     rc, out, err = cli(capsys, node, "check", "--remove-strays")
     assert rc == 2 and "--fix" in err
     rc, data, _ = check_json(capsys, node, "--fix", "--remove-strays")
+    moved = {a["file"]: a for a in data["actions"] if a["action"] == "move-stray"}
+    assert rc == 1 and moved["junk"]["ok"], data        # the .bak runs a pod: not without --allow-restart
+    assert not moved["kube-apiserver.yaml.bak"]["ok"] and "--allow-restart" in moved["kube-apiserver.yaml.bak"][
+        "message"]
+    rc, data, _ = check_json(capsys, node, "--fix", "--remove-strays", "--allow-restart")
     assert rc == 0, data
-    moved = [a for a in data["actions"] if a["action"] == "move-stray"]
-    assert sorted(a["file"] for a in moved) == ["junk", "kube-apiserver.yaml.bak"] and all(a["ok"] for a in moved)
-    (stamp,) = os.listdir(os.path.join(node.state, "strays"))
-    assert re.match(r"^\d{8}T\d{6}Z$", stamp)
-    kept = os.path.join(node.state, "strays", stamp)
-    assert sorted(os.listdir(kept)) == ["junk", "kube-apiserver.yaml.bak"]
-    with open(os.path.join(kept, "kube-apiserver.yaml.bak"), "rb") as handle:
+    moved = {a["file"]: a for a in data["actions"] if a["action"] == "move-stray"}
+    assert list(moved) == ["kube-apiserver.yaml.bak"] and moved["kube-apiserver.yaml.bak"]["ok"]
+    kept = [os.path.join(node.state, "strays", s) for s in os.listdir(os.path.join(node.state, "strays"))]
+    assert all(re.match(r"^\d{8}T\d{6}Z", os.path.basename(k)) for k in kept)
+    assert sorted(n for k in kept for n in os.listdir(k)) == ["junk", "kube-apiserver.yaml.bak"]
+    kept_bak = next(k for k in kept if "kube-apiserver.yaml.bak" in os.listdir(k))
+    with open(os.path.join(kept_bak, "kube-apiserver.yaml.bak"), "rb") as handle:
         assert handle.read() == MANIFESTS["kube-apiserver.yaml"]
     assert node.present() == sorted(MANIFESTS), "real manifests untouched"
     assert os.path.exists(os.path.join(node.manifests, ".kube-apiserver.yaml.swp")), "dot files are not strays"

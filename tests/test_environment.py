@@ -48,3 +48,10 @@ def test_ssh_config_fifo_and_oversized_inventory(node: NodeDirs, tmp_path: Any) 
     proc = _quick(node, "-i", str(big), "status")
     check_result(proc, 7)
     assert "larger than" in proc.stderr
+
+
+def test_ssh_config_dev_null_means_no_config(node: NodeDirs) -> None:
+    """``-F /dev/null`` is ssh's idiom for "read no config": accepted, the host is then unreachable."""
+    proc = _quick(node, "--ssh-config", "/dev/null", "-H", "root@127.0.0.1:1", "status")
+    check_result(proc, 8)
+    assert "ssh_config" not in proc.stderr

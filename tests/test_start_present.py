@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -29,8 +30,20 @@ def test_start_of_a_crash_looping_component_is_not_already_running(lab: Any) -> 
     waited = run_cpctl(lab, "start", "scheduler", "--timeout", "2")
     assert waited.returncode == 6, waited.stdout + waited.stderr
     assert "its manifest is in %s/kube-scheduler.yaml" % lab.manifests_dir() in waited.stderr
+    assert "last log lines: Error: unknown flag: --no-such-flag" in waited.stderr, "the container's own words"
 
 
 def test_start_of_a_running_component_says_so_after_seeing_it(lab: Any) -> None:
     proc = run_cpctl(lab, "start", "scheduler")
     assert proc.returncode == 0 and proc.stdout.startswith("kube-scheduler: already running - pod "), proc.stdout
+
+
+def test_a_crictl_that_is_not_crictl_falls_back_to_the_api(lab: Any) -> None:
+    """CPCTL_CRICTL=/etc/passwd (issue #16 item 10): not executable - status still shows the pods
+    through the API, a change still verifies through the API; one note at most, never a failure."""
+    status = run_cpctl(lab, "-o", "json", "status", CPCTL_CRICTL="/etc/passwd")
+    assert status.returncode == 0, status.stderr
+    rows = {r["component"]: r for r in json.loads(status.stdout)["components"]}
+    assert rows["kube-scheduler"]["pod_state"]["present"] and rows["kube-scheduler"]["pod_state"]["source"] == "api"
+    restart = run_cpctl(lab, "restart", "scheduler", CPCTL_CRICTL="/etc/passwd")
+    assert restart.returncode == 0, restart.stdout + restart.stderr

@@ -21,9 +21,11 @@ from cpctl.errors import CpctlError, ExitCode, Interrupted, Terminated, interrup
 from cpctl.host import ops as hostops
 from cpctl.host.base import Host
 from cpctl.probes.base import NoWait, PodTarget, Waiter, WaitResult
+from cpctl.probes.diagnose import why_not_running
 from cpctl.timeutil import iso
 
 NAME_MAX = 255          # bytes in one file name on Linux filesystems
+LOCAL_API = ("kube-apiserver", "etcd")
 META_SUFFIX = ".json"
 
 
@@ -53,7 +55,10 @@ class Node:
                  identity: Optional[NodeIdentity] = None) -> None:
         self.host = host
         self.kubeconfig = kubeconfig          # API credentials, a path on this node
-        self.identity = identity              # where node name and manifests dir came from
+        self.crictl = "crictl"                # the runtime's CLI on this node (for diagnoses and logs)
+        self._identity = identity             # where node name and manifests dir came from
+        self._identity_loader: Optional[Callable[[], NodeIdentity]] = None
+        self._identity_reads: List[Tuple[str, Dict[str, Any]]] = []
         self.manifests_dir = manifests_dir.rstrip("/") or "/"
         self.state = StateDir(host, state_dir)
         self._node_name = node_name
@@ -66,6 +71,20 @@ class Node:
 
     def _log(self, message: str) -> None:
         self.log(message)
+
+    @property
+    def identity(self) -> Optional[NodeIdentity]:
+        """Where the node name and the manifests dir came from (and the kubelet's re-list period)."""
+        if self._identity is None and self._identity_loader is not None:
+            self._identity = self._identity_loader()
+            self._identity_loader = None
+        return self._identity
+
+    def defer_identity(self, loader: Callable[[], NodeIdentity], reads: List[Tuple[str, Dict[str, Any]]]) -> None:
+        """Read the kubelet's files only when asked (both the node name and the manifests dir were
+        given, so nothing else waits for them); until then ``view_reads`` includes ``reads``, so a
+        view over SSH still costs one round trip."""
+        self._identity, self._identity_loader, self._identity_reads = None, loader, list(reads)
 
     @property
     def node_name(self) -> str:
@@ -138,7 +157,8 @@ class Node:
 
     def _remove_leftovers(self) -> None:
         """Dot-temp files of killed writers, and staged files no journal refers to any more."""
-        for directory in (self.manifests_dir, self.state.parked_dir, self.state.meta_dir, self.state.path):
+        for directory in (self.manifests_dir, self.state.parked_dir, self.state.meta_dir, self.state.path,
+                          self.state.path + "/revisions"):
             if self.host.lstat(directory) is None:
                 continue
             for name in self.host.listdir(directory):
@@ -162,7 +182,8 @@ class Node:
         """The reads every view of this node starts with (state dir checks, journal, manifests
         dir, parked manifests and their metadata), as ``Host.prefetched`` wants them: over SSH
         they then cost one round trip instead of one each."""
-        return self.state.view_reads() + [
+        pending = self._identity_reads if self._identity_loader is not None else []
+        return pending + self.state.view_reads() + [
             ("info", {}), ("lstat", {"path": self.manifests_dir}),
             ("scan_dir", {"path": self.manifests_dir, "limit": manifests.MAX_MANIFEST_BYTES})]
 
@@ -181,9 +202,27 @@ class Node:
         return CpctlError("no static pod %r in %s and none parked" % (wanted, self.manifests_dir),
                           ExitCode.NOT_FOUND)
 
-    def target_for(self, pod: Dict[str, Any], filename: str) -> PodTarget:
+    def target_for(self, pod: Dict[str, Any], filename: str,
+                   parked: Optional[Dict[str, Dict[str, Any]]] = None) -> PodTarget:
+        """The static pod ``pod`` (from ``filename``) on this node, marked ``stale_api`` while this
+        node's API server or etcd is parked (``parked``: already read, else read now)."""
         meta = pod.get("metadata", {})
-        return PodTarget(meta["name"], meta.get("namespace") or "default", self.node_name, pod, filename)
+        return PodTarget(meta["name"], meta.get("namespace") or "default", self.node_name, pod, filename,
+                         stale_api=self.local_api_parked(parked, besides=filename))
+
+    def local_api_parked(self, parked: Optional[Dict[str, Dict[str, Any]]] = None, besides: str = "") -> bool:
+        """True while this node's kube-apiserver or etcd is parked: a kubelet in local mode
+        (ControlPlaneKubeletLocalMode, on by default from v1.33) then cannot update its mirror pods,
+        while the other API servers keep serving the frozen ones. Waits for this node's pods then
+        believe the runtime and the health endpoints only (whatever the kubelet's mode: those two
+        are always this node's truth). ``besides``: the file being started itself does not count
+        (the API server coming back is what ends the staleness)."""
+        try:
+            found = self.parked() if parked is None else parked
+        except CpctlError:
+            return False
+        return any((meta.get("component") or manifests.file_stem(name)) in LOCAL_API
+                   for name, meta in found.items() if name != besides)
 
     # --- stop -------------------------------------------------------------------------------
     def check_parkable(self, components: List[str]) -> None:
@@ -194,6 +233,7 @@ class Node:
         for wanted in components:
             for manifest in scan.find(wanted):
                 check_storable(manifest.file)
+                manifests.refuse_link(manifest, "stop")
 
     def stop(self, wanted: str, reason: Optional[str] = None, until: Optional[float] = None,
              wait: bool = True, timeout: float = 120.0) -> Outcome:
@@ -206,7 +246,8 @@ class Node:
                                "already stopped (parked since %s by %s)" % (meta.get("parked_at", "?"),
                                                                            meta.get("parked_by", "?")))
             raise self.not_found(wanted)
-        manifest = self._single(wanted, present, "there is nothing to stop")
+        manifest = self.single(wanted, present, "there is nothing to stop")
+        manifests.refuse_link(manifest, "stop")
         if manifest.file in parked:
             raise CpctlError("%s is in %s and also parked since %s: compare the two and remove one by hand"
                              % (manifest.file, self.manifests_dir, parked[manifest.file].get("parked_at", "?")),
@@ -243,7 +284,7 @@ class Node:
             return ""
         return manifests.checksum(self.host.read_file(path, info["size"] + 1))
 
-    def _single(self, wanted: str, present: List[Manifest], consequence: str) -> Manifest:
+    def single(self, wanted: str, present: List[Manifest], consequence: str) -> Manifest:
         """The one valid manifest ``wanted`` names in the dir; refused when several files match (the
         kubelet runs only one) or the file is not something the kubelet runs."""
         valid = [m for m in present if m.valid]
@@ -290,7 +331,7 @@ class Node:
         """``start`` of a component whose manifest is already in the dir: the file alone says
         nothing about the pod (it may crash-loop, or a restore may just have happened), so wait for
         the pod like a restore does; never claim it runs without having seen it."""
-        manifest = self._single(wanted, present, "it cannot be started: fix or remove the file")
+        manifest = self.single(wanted, present, "it cannot be started: fix or remove the file")
         target = self.target_for(manifest.pod or {}, manifest.file)
         if not wait:
             seen = self.waiter.describe(target)
@@ -341,7 +382,11 @@ class Node:
         try:
             return step(target, before, timeout)
         except CpctlError as exc:
-            raise CpctlError(exc.message, exc.code, hint=exc.hint, where=where) from None
+            message = exc.message
+            if exc.code == ExitCode.TIMEOUT and step == self.waiter.wait_started:
+                found = why_not_running(self.host, self.crictl, self.kubeconfig, target)
+                message += " (%s)" % "; ".join(found) if found else ""
+            raise CpctlError(message, exc.code, hint=exc.hint, where=where) from None
         except (KeyboardInterrupt, Terminated) as exc:
             signal = interrupted_by(exc)
             raise Interrupted(signal, "interrupted (%s) while waiting for pod %s (the change is recorded, the "

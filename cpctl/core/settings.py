@@ -46,10 +46,18 @@ def open_node(settings: Settings, host: Host, probe: Optional[str] = None,
     """A ``Node`` on ``host`` with the configured waiter (``probe`` overrides ``settings.probe``).
 
     The node name and the manifests dir follow the kubelet's own configuration unless given."""
-    with host.prefetched(identity.identity_reads(settings.kubelet_dir)):
-        found = identity.discover(host, settings.node_name, settings.manifests_dir, settings.kubelet_dir)
-    node = Node(host, found.manifests_dir.value, settings.state_dir, found.node_name.value,
-                lock_timeout=settings.lock_timeout, log=log, kubeconfig=settings.kubeconfig, identity=found)
+    if settings.manifests_dir and settings.node_name:       # nothing waits for the kubelet's files
+        node = Node(host, settings.manifests_dir, settings.state_dir, settings.node_name,
+                    lock_timeout=settings.lock_timeout, log=log, kubeconfig=settings.kubeconfig)
+        node.defer_identity(lambda: identity.discover(host, settings.node_name, settings.manifests_dir,
+                                                      settings.kubelet_dir),
+                            identity.identity_reads(settings.kubelet_dir))
+    else:
+        with host.prefetched(identity.identity_reads(settings.kubelet_dir)):
+            found = identity.discover(host, settings.node_name, settings.manifests_dir, settings.kubelet_dir)
+        node = Node(host, found.manifests_dir.value, settings.state_dir, found.node_name.value,
+                    lock_timeout=settings.lock_timeout, log=log, kubeconfig=settings.kubeconfig, identity=found)
+    node.crictl = settings.crictl
     node.waiter = make_waiter(probe or settings.probe, host=host, kubeconfig=settings.kubeconfig,
                               crictl=settings.crictl, progress=progress, canary=settings.canary)
     return node

@@ -34,7 +34,7 @@ HISTORY_ROTATE_BYTES = 4 << 20        # the current history file never grows pas
 HISTORY_SEGMENTS = 20                 # compressed older segments kept (about 80 MiB of records)
 HISTORY_TAIL_BYTES = 256 << 10        # what recovery reads to find a record it may have written
 MAX_SEGMENT_BYTES = 16 << 20          # a decompressed segment larger than this is not cpctl's
-SUBDIRS = ("parked", "meta", "staged")
+SUBDIRS = ("parked", "meta", "staged", "revisions")
 META_TEXT = ("file", "component", "namespace", "checksum", "parked_at", "parked_by", "host", "reason",
              "until", "manifests_dir", "node")
 META_NUMBERS = ("mode", "uid", "gid")
@@ -132,6 +132,7 @@ class StateDir:
         return [("lstat", {"path": self.path})] + [("lstat", {"path": self._join(name)}) for name in SUBDIRS] + [
                 ("listdir", {"path": self.path}),
                 ("listdir", {"path": self.parked_dir}), ("listdir", {"path": self.staged_dir}),
+                ("listdir", {"path": self._join("revisions")}),
                 ("scan_dir", {"path": self.meta_dir, "limit": MAX_STATE_FILE})]
 
     @staticmethod

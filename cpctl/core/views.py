@@ -32,19 +32,21 @@ def status(node: Node, wanted: Optional[List[str]] = None) -> Dict[str, Any]:
                     raise
                 stuck.append(exc.full_message)   # a view still shows the node; changes refuse until fixed
         scan, parked = node.scan(), node.parked()
+        known = node.identity                      # read in the same round trip when deferred
     rows = [_present_row(m) for m in scan.manifests] + [_parked_row(f, meta) for f, meta in parked.items()]
     if wanted:
         rows = _filter_rows(node, rows, wanted, scan, parked)
+    stale = node.local_api_parked(parked)
     for row in rows:
         if row["state"] == "running" and row.get("pod"):
-            target = PodTarget(row["component"], row["namespace"], node.node_name, file=row["file"])
+            target = PodTarget(row["component"], row["namespace"], node.node_name, file=row["file"],
+                               stale_api=stale)
             row["pod_state"] = node.waiter.describe(target)
-    found = stuck + warnings(scan) + (["kubelet configuration: %s" % p for p in node.identity.problems]
-                                      if node.identity else [])
+    found = stuck + warnings(scan) + (["kubelet configuration: %s" % p for p in known.problems] if known else [])
     data: Dict[str, Any] = {"node": node.node_name, "manifests_dir": node.manifests_dir, "state_dir": node.state.path,
             "components": rows, "warnings": found, "recovered": list(node.recovered)}
-    if node.identity is not None:
-        data["identity"] = node.identity.to_dict()
+    if known is not None:
+        data["identity"] = known.to_dict()
     if stuck:
         data["unrecovered"] = stuck[0]
     return data

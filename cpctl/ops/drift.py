@@ -208,7 +208,7 @@ def _summary(baseline: dict) -> dict:
 
 # What each kind of change cpctl records means for the baseline's entry of that file.
 BASELINE_EFFECT = {"stop": "parked", "start": "present", "scheduler-add": "content", "apply": "content",
-                   "rollback": "content", "scheduler-remove": "forget"}
+                   "edit": "content", "flags": "content", "rollback": "content", "scheduler-remove": "forget"}
 
 
 def note_change(node: Node, action: str, filename: str, checksum: Optional[str]) -> None:
@@ -419,8 +419,16 @@ def unified_diff(old: str, new: str, old_name: str, new_name: str) -> str:
 
 
 def _add_changed(report: Report, filename: str, entry: dict, data: bytes, path: str) -> None:
+    """A manifest edited out of band; only an info note when the kubelet decodes the same pod from
+    it (comments, blank lines, key order, quoting: same config hash, the pod keeps running)."""
     text = data.decode("utf-8", "replace")
-    diff = unified_diff(entry.get("content", ""), text, "baseline/" + filename, path)
+    expected = entry.get("content", "")
+    diff = unified_diff(expected, text, "baseline/" + filename, path)
+    if isinstance(expected, str) and manifests.same_pod(expected.encode("utf-8"), data):
+        report.add(Finding("changed", INFO, "%s differs from the baseline only in comments or formatting: the kubelet "
+                           "runs the same pod (cpctl baseline --accept records it)" % path, file=filename,
+                           component=entry.get("pod"), diff=diff))
+        return
     report.add(Finding("changed", WARNING, "%s differs from the baseline (changed out of band; cpctl baseline "
                        "--accept makes it the new truth)" % path, file=filename, component=entry.get("pod"),
                        diff=diff))
@@ -436,7 +444,7 @@ def _check_mirrors(report: Report, node: Node, scan: DirScan, parked: dict) -> N
     for m in scan.valid:
         if m.file in dupes:
             continue
-        state = node.waiter.describe(node.target_for(m.pod, m.file))
+        state = node.waiter.describe(node.target_for(m.pod, m.file, parked))
         if state is not None and not (state.get("present") and state.get("ready")):
             what = "missing" if not state.get("present") else "not Ready (phase %s)" % state.get("phase")
             report.add(Finding("mirror_not_ready", CRITICAL, "%s: mirror pod %s-%s is %s"

@@ -468,6 +468,7 @@ def _generated_manifest(node: Node, scan: DirScan, name: str) -> tuple:
             if not is_generated(m.pod):
                 raise CpctlError("%s was not created by `cpctl scheduler add` (no %s annotation): refusing to "
                                  "remove it" % (m.path, GENERATED_BY), ExitCode.REFUSED)
+            manifests.refuse_link(m, "remove")
             return m.path, m.pod, "present"
     for filename, meta in node.parked().items():
         if name in (meta.get("component"), manifests.file_stem(filename)):

@@ -1,0 +1,306 @@
+"""``cpctl apply|edit|flags|rollback|revisions``: change a static pod's manifest, verified, with rollback.
+
+Each change runs on one master at a time (rolling) and stops at the first master whose new version
+does not become healthy; etcd and the API server honour the fleet quorum guard like ``stop``.
+The flow itself is :mod:`cpctl.ops.edits`; this module parses, runs the editor, asks, prints.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import click
+
+from cpctl.cli.commands.lifecycle import check_reason, force_option, guarded_reason, reason_option
+from cpctl.cli.context import note, printable
+from cpctl.cli.fanout import execute
+from cpctl.errors import CpctlError, ExitCode
+
+MAX_NEW_MANIFEST = 10 << 20
+EDIT_MARK = "# cpctl: "
+
+
+def _change_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    """The options every manifest change shares."""
+    for option in reversed([
+        click.option("--timeout", type=click.FloatRange(1, 3600), default=120.0, show_default=True,
+                     help="Seconds the new version has to become Running, Ready and healthy (and the "
+                          "previous one, after a rollback)."),
+        click.option("--no-rollback", is_flag=True, help="Leave a new version that does not become healthy in "
+                                                         "place; only report."),
+        click.option("--dry-run", is_flag=True, help="Validate and show the diff; change nothing."),
+        reason_option,
+        click.option("--keep-revisions", type=click.IntRange(1, 100), default=10, show_default=True,
+                     envvar="CPCTL_KEEP_REVISIONS",
+                     help="Previous versions kept per manifest (env CPCTL_KEEP_REVISIONS)."),
+        click.option("--settle", type=click.FloatRange(0, 600), default=5.0, show_default=True,
+                     help="Seconds the new pod must stay Ready after it first is."),
+        force_option,
+    ]):
+        function = option(function)
+    return function
+
+
+def _options(ctx: click.Context, component: str, timeout: float, no_rollback: bool, dry_run: bool,
+             reason: Optional[str], keep_revisions: int, settle: float, force: bool) -> Any:
+    from cpctl.core import manifests
+    from cpctl.ops.edits import ApplyOptions
+    manifests.validate_component_name(component)
+    check_reason(reason)
+    reason = guarded_reason(ctx, "apply", [component], force, reason)
+    return ApplyOptions(timeout=timeout, rollback=not no_rollback, dry_run=dry_run, reason=reason,
+                        keep=keep_revisions, settle=settle)
+
+
+def change_text(data: Dict[str, Any]) -> str:
+    lines = ["%s: %s" % (data.get("component"), data.get("message"))]
+    lines += ["  %s" % line for line in data.get("flags") or []]
+    lines += ["  warning: %s" % w for w in data.get("warnings") or []]
+    if data.get("diff"):
+        lines.append(data["diff"])
+    return "\n".join(lines)
+
+
+def _read_new(source: str) -> bytes:
+    """The new manifest's bytes from FILE or stdin (``-``), bounded."""
+    from cpctl.inputs import read_input_file
+    if source != "-":
+        return read_input_file(source, "manifest", MAX_NEW_MANIFEST).encode("utf-8")
+    data = sys.stdin.buffer.read(MAX_NEW_MANIFEST + 1)
+    if len(data) > MAX_NEW_MANIFEST:
+        raise CpctlError("manifest on stdin: larger than %d bytes" % MAX_NEW_MANIFEST, ExitCode.USAGE)
+    return data
+
+
+@click.command()
+@click.argument("component")
+@click.option("-f", "--filename", "source", required=True, help="The new manifest (- reads stdin).")
+@_change_options
+@click.pass_context
+def apply(ctx: click.Context, component: str, source: str, timeout: float, no_rollback: bool, dry_run: bool,
+          reason: Optional[str], keep_revisions: int, settle: float, force: bool) -> None:
+    """Replace COMPONENT's manifest with FILE, verify the new pod, roll back if it does not come up.
+
+    Validates first (a pod the kubelet would run, same name, no duplicated flag, the files its flags
+    name exist, no port taken), keeps the previous version as a revision, writes atomically, then
+    waits for the NEW pod to be Running, Ready and healthy. Exit 11: rolled back; 12: the rollback
+    did not come back healthy either.
+    """
+    from cpctl.ops import edits
+    options = _options(ctx, component, timeout, no_rollback, dry_run, reason, keep_revisions, settle, force)
+    new = _read_new(source)
+    where = "stdin" if source == "-" else source
+    execute(ctx, lambda node: edits.replace(node, component, new, where, "apply", options), change_text,
+            changing=not dry_run)
+
+
+@click.command()
+@click.argument("component")
+@click.option("--set", "sets", multiple=True, metavar="NAME=VALUE", help="Set --NAME=VALUE (repeatable).")
+@click.option("--unset", "unsets", multiple=True, metavar="NAME", help="Remove --NAME (repeatable).")
+@click.option("--container", default=None, help="The container (default: the only one, or the one named like the pod).")
+@_change_options
+@click.pass_context
+def flags(ctx: click.Context, component: str, sets: Tuple[str, ...], unsets: Tuple[str, ...], container: Optional[str],
+          timeout: float, no_rollback: bool, dry_run: bool, reason: Optional[str], keep_revisions: int, settle: float,
+          force: bool) -> None:
+    """Set or remove --NAME=VALUE flags of COMPONENT's container, then apply like `cpctl apply`.
+
+    Without --set/--unset: list the container's flags. The file is changed in place (comments and
+    layout kept) and checked to decode to exactly the intended command.
+    """
+    from cpctl.core import flags as flagtools
+    from cpctl.ops import edits
+    if not sets and not unsets:
+        _list_flags(ctx, component, container)
+        return
+    wanted = [flagtools.parse_assignment(s) for s in sets]
+    removed = [flagtools.parse_name(u) for u in unsets]
+    options = _options(ctx, component, timeout, no_rollback, dry_run, reason, keep_revisions, settle, force)
+
+    def action(node: Any) -> Dict[str, Any]:
+        from cpctl.core.manifests import checksum
+        _, data = edits.read_current(node, component, "flags")
+        new, said = edits.flags_version(data, component, container, wanted, removed)
+        result = edits.replace(node, component, new, "flags", "flags", options, {"flags": said}, expect=checksum(data))
+        return dict(result, flags=said)
+    execute(ctx, action, change_text, changing=not dry_run)
+
+
+def _list_flags(ctx: click.Context, component: str, container: Optional[str]) -> None:
+    from cpctl.core import flags as flagtools
+    from cpctl.ops import edits
+
+    def action(node: Any) -> Dict[str, Any]:
+        _, data = edits.read_current(node, component, "flags")
+        from cpctl.core.checks import parse_new
+        pod = parse_new(data, component)
+        _, chosen = flagtools.pick_container(pod, container)
+        found = [{"name": f.name, "value": f.value, "in": f.where} for f in flagtools.flags_of(chosen)]
+        return {"node": node.node_name, "component": component, "container": chosen.get("name"), "flags": found}
+
+    def text(data: Dict[str, Any]) -> str:
+        items = ["--%s" % f["name"] if f["value"] is None else "--%s=%s" % (f["name"], f["value"])
+                 for f in data["flags"]]
+        return flagtools.redact("\n".join(items))
+    execute(ctx, action, text)
+
+
+@click.command()
+@click.argument("component")
+@click.option("--to", "to", type=click.IntRange(1), default=None,
+              help="The revision to go back to (default: the newest earlier one that did not fail).")
+@_change_options
+@click.pass_context
+def rollback(ctx: click.Context, component: str, to: Optional[int], timeout: float, no_rollback: bool, dry_run: bool,
+             reason: Optional[str], keep_revisions: int, settle: float, force: bool) -> None:
+    """Put a kept revision of COMPONENT's manifest back: an apply of its bytes (verified, rolled back)."""
+    from cpctl.ops import edits
+    options = _options(ctx, component, timeout, no_rollback, dry_run, reason, keep_revisions, settle, force)
+
+    def action(node: Any) -> Dict[str, Any]:
+        revision, data, expect = edits.rollback_target(node, component, to)
+        return edits.replace(node, component, data, "revision %d" % revision.number, "rollback", options,
+                             {"to_revision": revision.number}, expect=expect)
+    execute(ctx, action, change_text, changing=not dry_run)
+
+
+@click.command()
+@click.argument("component")
+@click.pass_context
+def revisions(ctx: click.Context, component: str) -> None:
+    """List the kept previous versions of COMPONENT's manifest (newest last)."""
+    from cpctl.ops import edits
+    execute(ctx, lambda node: edits.list_revisions(node, component), revisions_text, probe="none")
+
+
+def revisions_text(data: Dict[str, Any]) -> str:
+    rows = data.get("revisions") or []
+    if not rows:
+        return "%s: no revisions kept (%s)" % (data.get("component"), data.get("file"))
+    out = ["%-4s %-20s %-10s %-9s %-12s %s" % ("REV", "REPLACED AT", "BY", "ACTION", "CHECKSUM", "NOTE")]
+    for row in rows:
+        notes = [n for n in ("current" if row.get("current") else "", "failed" if row.get("failed") else "") if n]
+        if row.get("reason"):
+            notes.append(str(row["reason"]))
+        out.append("%-4s %-20s %-10s %-9s %-12s %s" % (row["number"], row["saved_at"], row["saved_by"], row["action"],
+                                                        row["checksum"][:12], "; ".join(notes)))
+    return "\n".join(out)
+
+
+# --- edit ---------------------------------------------------------------------------------------------
+@click.command()
+@click.argument("component")
+@click.option("-y", "--yes", is_flag=True, help="Apply without asking after the diff.")
+@_change_options
+@click.pass_context
+def edit(ctx: click.Context, component: str, yes: bool, timeout: float, no_rollback: bool, dry_run: bool,
+         reason: Optional[str], keep_revisions: int, settle: float, force: bool) -> None:
+    """Edit COMPONENT's manifest in $VISUAL/$EDITOR on a private copy, then apply it like `cpctl apply`.
+
+    The copy lives outside the manifests dir (no swap or backup file can land there). An invalid
+    result re-opens the editor with the problem on top; a valid one shows the diff and asks
+    (--yes skips the question). With several masters, each one's manifest is edited in turn.
+    """
+    options = _options(ctx, component, timeout, no_rollback, dry_run, reason, keep_revisions, settle, force)
+    if not yes and not dry_run and not sys.stdin.isatty():
+        raise CpctlError("cpctl edit asks before it applies: without a terminal, pass --yes", ExitCode.USAGE)
+    execute(ctx, lambda node: _edit_node(node, component, options, yes), change_text, changing=not dry_run)
+
+
+def _edit_node(node: Any, component: str, options: Any, yes: bool) -> Dict[str, Any]:
+    from cpctl.core.manifests import checksum
+    from cpctl.ops import edits
+    filename, data = edits.read_current(node, component, "edit")
+    workdir = tempfile.mkdtemp(prefix="cpctl-edit-")
+    path = os.path.join(workdir, "%s-%s" % (node.node_name, filename))
+    keep_copy = False
+    try:
+        new, checked = _edit_until_valid(node, component, path, data)
+        if new is None:
+            return {"node": node.node_name, "component": component, "changed": False,
+                    "message": "edit cancelled, no changes made"}
+        if options.dry_run:
+            return checked
+        if checked.get("diff"):
+            click.echo(printable(checked["diff"]), err=True)
+        for warning in checked.get("warnings") or []:
+            note("%s: warning: %s" % (component, warning))
+        if not yes and not click.confirm("Apply this change to %s on %s?" % (component, node.node_name), err=True):
+            keep_copy = True
+            return {"node": node.node_name, "component": component, "changed": False,
+                    "message": "not applied; your edited copy is at %s" % path}
+        keep_copy = True
+        result = edits.replace(node, component, new, "your edit", "edit", options, expect=checksum(data))
+        keep_copy = False
+        return result
+    except CpctlError as exc:
+        if keep_copy:
+            exc.where = (exc.where + "; " if exc.where else "") + "your edited copy is at %s" % path
+        raise
+    finally:
+        if not keep_copy:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _edit_until_valid(node: Any, component: str, path: str, data: bytes) -> Tuple[Optional[bytes], Dict[str, Any]]:
+    """Open the editor until the result is valid: (new bytes or None when unchanged, the plan)."""
+    from cpctl.ops import edits
+    problems: List[str] = []
+    last_invalid: Optional[bytes] = None
+    text = data
+    while True:
+        header = "".join("%s%s\n" % (EDIT_MARK, line) for line in problems)
+        if problems:
+            header += EDIT_MARK + "fix the problems above and save, or quit without saving to cancel (these lines go)\n"
+        _write_private(path, header.encode("utf-8") + text)
+        _run_editor(path)
+        with open(path, "rb") as handle:
+            edited = _strip_marks(handle.read(MAX_NEW_MANIFEST + 1))
+        if edited == data:
+            return None, {}
+        if last_invalid is not None and edited == last_invalid:
+            raise CpctlError("edit of %s: still invalid (%s)" % (component, "; ".join(problems)), ExitCode.REFUSED)
+        try:
+            return edited, edits.plan(node, component, edited, "your edit", "edit")
+        except CpctlError as exc:
+            if exc.code is not ExitCode.REFUSED:
+                raise
+            problems, last_invalid, text = [exc.message], edited, edited
+
+
+def _write_private(path: str, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+
+
+def _strip_marks(data: bytes) -> bytes:
+    lines = data.splitlines(keepends=True)
+    while lines and lines[0].startswith(EDIT_MARK.encode()):
+        lines.pop(0)
+    return b"".join(lines)
+
+
+def _run_editor(path: str) -> None:
+    """$VISUAL, else $EDITOR, else vi, on ``path``; a failing editor cancels the edit."""
+    command = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:
+        raise CpctlError("cannot parse the editor command %r: %s" % (command, exc), ExitCode.USAGE) from None
+    if not argv:
+        raise CpctlError("the editor command is empty (set VISUAL or EDITOR)", ExitCode.USAGE)
+    try:
+        code = subprocess.call(argv + [path])
+    except OSError as exc:
+        raise CpctlError("cannot run the editor %r: %s (set VISUAL or EDITOR)" % (argv[0], exc.strerror or exc),
+                         ExitCode.ENVIRONMENT) from None
+    if code != 0:
+        raise CpctlError("the editor %r exited with status %d: nothing changed" % (argv[0], code), ExitCode.ENVIRONMENT)

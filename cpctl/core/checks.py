@@ -1,0 +1,214 @@
+"""What a careful reviewer checks before a new version of a static pod's manifest goes in.
+
+``review`` runs before ``apply`` (and ``edit``, ``flags``, ``rollback``) touches anything:
+
+* the bytes are a manifest the kubelet would run (one v1 Pod, checked as the kubelet's file source
+  and the API server's validation would) and name the same pod (name and namespace) as the file
+  they replace -- a rename would leave the old mirror pod and start a second component;
+* no flag is given twice where the component takes it once (the last one silently wins);
+* every file a flag names (``--tls-cert-file``, ``--kubeconfig``, ``--encryption-provider-config``...)
+  exists on the node behind the container's volume mounts, and every hostPath volume whose type
+  says the path must exist (``File``, ``Directory``, ``Socket``...) does: otherwise the container
+  crash-loops or never starts;
+* the ports it listens on (hostNetwork: its container ports and the port flags of the known
+  components) are not taken by another static pod in the manifests dir.
+
+Problems refuse the change (exit 4, every problem listed). A file flag whose path no hostPath volume
+mounts is a problem too: the control-plane images are distroless and hold no configuration files,
+so the component would not find it. Only what the change brings refuses it: a problem the running
+version has too (it runs, so something makes it work) is a warning.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import urllib.parse
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+from cpctl.core import flags, manifests, mounts
+from cpctl.core.manifests import DirScan, Manifest
+from cpctl.errors import CpctlError, ExitCode
+from cpctl.host.base import Host
+
+_FILE_FLAG = re.compile(r"(-file|kubeconfig|^config|-config)$")
+_MUST_EXIST = {"File": "file", "Directory": "dir", "Socket": "socket", "CharDevice": "char",
+               "BlockDevice": "block"}
+#: The ports kubeadm's components listen on when no flag says otherwise.
+DEFAULT_PORTS = {"kube-apiserver": ("secure-port", 6443), "kube-controller-manager": ("secure-port", 10257),
+                 "kube-scheduler": ("secure-port", 10259)}
+_URL_PORT_FLAGS = ("listen-client-urls", "listen-peer-urls", "listen-metrics-urls")
+_HOSTPORT_FLAGS = ("bind-address", "metrics-bind-address", "healthz-bind-address")
+
+
+@dataclass
+class Review:
+    """The verdict on a new manifest: the decoded pod, and what only looks odd."""
+
+    pod: Dict[str, Any]
+    warnings: List[str] = field(default_factory=list)
+    problems: List[str] = field(default_factory=list)
+
+    def refuse_if_bad(self, what: str) -> None:
+        if self.problems:
+            raise CpctlError("%s refused: %s (nothing changed)" % (what, "; ".join(self.problems)), ExitCode.REFUSED)
+
+
+def parse_new(data: bytes, source: str) -> Dict[str, Any]:
+    """The pod the kubelet would run from ``data``; refused (exit 4) when it would run none."""
+    try:
+        return manifests.parse_pod(data)
+    except manifests.InvalidManifest as exc:
+        raise CpctlError("%s is not a manifest the kubelet would run: %s (nothing changed)" % (source, exc),
+                         ExitCode.REFUSED) from None
+
+
+def review(host: Host, current: Manifest, data: bytes, scan: DirScan, source: str) -> Review:
+    """Every check of the module docstring for ``data`` replacing ``current``."""
+    pod = parse_new(data, source)
+    verdict = Review(pod)
+    meta = pod["metadata"]
+    new_key = (meta.get("namespace") or "default", meta["name"])
+    old_key = (current.namespace, current.pod_name)
+    if new_key != old_key:
+        verdict.problems.append("it defines pod %s/%s, not %s/%s (a rename would start a second pod: write a new "
+                                "file for a new pod)" % (new_key + old_key))
+    already = set(pod_problems(host, current.pod)) if current.pod else set()
+    for problem in pod_problems(host, pod):
+        if problem in already:      # the running version has it too: not this change's doing
+            verdict.warnings.append("%s (so does the current version)" % problem)
+        else:
+            verdict.problems.append(problem)
+    _check_ports(pod, current, scan, verdict)
+    return verdict
+
+
+def pod_problems(host: Host, pod: Dict[str, Any]) -> List[str]:
+    """What is wrong with ``pod`` on its own: duplicated flags, missing files, missing hostPaths."""
+    found: List[str] = []
+    for container in _containers(pod):
+        name = container.get("name")
+        for flag in flags.duplicated(container):
+            found.append("container %s gives --%s more than once (only the last one counts)" % (name, flag))
+        found += _file_flag_problems(host, pod, container)
+    return found + _host_path_problems(host, pod)
+
+
+def _containers(pod: Dict[str, Any]) -> List[Dict[str, Any]]:
+    spec = pod.get("spec") or {}
+    return [c for c in (spec.get("initContainers") or []) + (spec.get("containers") or []) if isinstance(c, dict)]
+
+
+def _file_flag_problems(host: Host, pod: Dict[str, Any], container: Dict[str, Any]) -> List[str]:
+    found = []
+    for flag in flags.flags_of(container):
+        if not flag.value or not flag.value.startswith("/") or not _FILE_FLAG.search(flag.name):
+            continue
+        node_path = mounts.host_path_of(pod, container, flag.value)
+        if node_path is None:
+            found.append("--%s names %s, which no hostPath volume mounts into container %s (control-plane images "
+                         "hold no such files: add a volume and a volumeMount for it)"
+                         % (flag.name, flag.value, container.get("name")))
+        elif host.lstat(node_path) is None:
+            shown = flag.value if node_path == flag.value else "%s (on the node: %s)" % (flag.value, node_path)
+            found.append("--%s names %s, which does not exist on the node" % (flag.name, shown))
+    return found
+
+
+def _host_path_problems(host: Host, pod: Dict[str, Any]) -> List[str]:
+    found = []
+    for volume in (pod.get("spec") or {}).get("volumes") or []:
+        host_path = volume.get("hostPath") if isinstance(volume, dict) else None
+        if not isinstance(host_path, dict) or host_path.get("type") not in _MUST_EXIST:
+            continue
+        info = host.lstat(host_path["path"])
+        wanted = _MUST_EXIST[host_path["type"]]
+        if info is None:
+            found.append("hostPath volume %s: %s (type %s) does not exist on the node (the pod would never start)"
+                         % (volume.get("name"), host_path["path"], host_path["type"]))
+        elif info["kind"] != wanted and info["kind"] != "symlink":
+            found.append("hostPath volume %s: %s is a %s, not a %s" % (
+                volume.get("name"), host_path["path"], info["kind"], host_path["type"]))
+    return found
+
+
+# --- ports ---------------------------------------------------------------------------------------
+Listener = Tuple[str, int]           # (address, port); "" is every address
+
+
+def listeners(pod: Dict[str, Any]) -> List[Listener]:
+    """Where a hostNetwork pod listens on the node: container ports, and for the known components
+    their port flags (or kubeadm's defaults); a pod on the pod network only by its hostPorts."""
+    spec = pod.get("spec") or {}
+    host_network = bool(spec.get("hostNetwork"))
+    found: List[Listener] = []
+    for container in spec.get("containers") or []:
+        if not isinstance(container, dict):
+            continue
+        for port in container.get("ports") or []:
+            if isinstance(port, dict) and port.get("protocol", "TCP") == "TCP":
+                number = port.get("hostPort") or (port.get("containerPort") if host_network else 0)
+                if isinstance(number, int) and number:
+                    found.append((str(port.get("hostIP") or ""), number))
+        if host_network:
+            found += list(_flag_listeners(container))
+    return sorted(set(found))
+
+
+def _flag_listeners(container: Dict[str, Any]) -> Iterator[Listener]:
+    given = {f.name: f.value for f in flags.flags_of(container) if f.value is not None}
+    binary = _binary(container)
+    default = DEFAULT_PORTS.get(binary)
+    if default is not None:
+        port = _port(given.get(default[0])) if default[0] in given else default[1]
+        if port:
+            yield (_address(given.get("bind-address")), port)
+    for name in _URL_PORT_FLAGS:
+        for url in (given.get(name) or "").split(","):
+            parsed = urllib.parse.urlsplit(url.strip())
+            try:
+                if parsed.port:
+                    yield (_address(parsed.hostname), parsed.port)
+            except ValueError:
+                continue
+    for name in _HOSTPORT_FLAGS:
+        value = given.get(name) or ""
+        host, _, port_text = value.rpartition(":")
+        if host and _port(port_text):
+            yield (_address(host.strip("[]")), int(port_text))
+
+
+def _binary(container: Dict[str, Any]) -> str:
+    command = container.get("command") or []
+    first = command[0] if command and isinstance(command[0], str) else ""
+    return first.rsplit("/", 1)[-1]
+
+
+def _port(text: Optional[str]) -> int:
+    return int(text) if text and text.isdigit() and 0 < int(text) < 65536 else 0
+
+
+def _address(text: Optional[str]) -> str:
+    """"" for every address (unset, 0.0.0.0, ::), else the address as written."""
+    if not text:
+        return ""
+    try:
+        return "" if ipaddress.ip_address(text).is_unspecified else text
+    except ValueError:
+        return text
+
+
+def _overlap(a: Listener, b: Listener) -> bool:
+    return a[1] == b[1] and (not a[0] or not b[0] or a[0] == b[0])
+
+
+def _check_ports(pod: Dict[str, Any], current: Manifest, scan: DirScan, verdict: Review) -> None:
+    mine, before = listeners(pod), listeners(current.pod or {})
+    for other in scan.valid:
+        if other.file == current.file or other.pod is None:
+            continue
+        for theirs in listeners(other.pod):
+            clash = next((m for m in mine if _overlap(m, theirs)), None)
+            if clash is not None and not any(_overlap(b, theirs) for b in before):   # only a clash it brings
+                verdict.problems.append("port %d is also used by %s (%s)" % (clash[1], other.pod_name, other.file))

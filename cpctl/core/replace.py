@@ -1,0 +1,74 @@
+"""Replacing a manifest's content: the one ``Change`` behind apply, edit, flags and rollback.
+
+The change keeps the bytes it replaces as the next revision (:mod:`cpctl.core.revisions`), then
+writes the new bytes over the manifest -- a dot-temp file in the manifests dir, fsynced, renamed
+over the old name, with the old file's mode and owner -- and last drops revisions beyond the kept
+count. The manifest write is the commit step and checks that the file still holds the bytes the
+caller read (a concurrent edit makes it a conflict, nothing changed). After a SIGKILL anywhere,
+the next command completes it (the new bytes and the revision stand) or rolls it back (the old
+bytes stand, no revision was added): the manifests dir never holds a partial file.
+"""
+
+from __future__ import annotations
+
+import difflib
+import secrets
+from typing import Any, Dict, Optional, Tuple
+
+from cpctl.core import journal, manifests
+from cpctl.core.flags import redact
+from cpctl.core.manifests import Manifest
+from cpctl.core.node import NAME_MAX, Node
+from cpctl.core.revisions import RevisionStore
+from cpctl.core.state import user_label
+from cpctl.errors import CpctlError, ExitCode
+from cpctl.timeutil import iso
+
+DIFF_LINES = 200            # a history record's diff is cut here (the revision keeps the whole file)
+ACTIONS = ("apply", "edit", "flags", "rollback")
+
+
+def revisions_of(node: Node) -> RevisionStore:
+    return RevisionStore(node.host, node.state.path)
+
+
+def check_revisable(filename: str) -> None:
+    """Refuse, before anything changes, a manifest name too long to keep revisions for."""
+    longest = len(filename.encode("utf-8", "surrogateescape")) + len(".999999999.json")
+    if longest > NAME_MAX:
+        raise CpctlError("%s: file name too long for cpctl to keep its revisions (rename it first)"
+                         % (filename[:60] + "..."), ExitCode.REFUSED)
+
+
+def text_diff(old: bytes, new: bytes, filename: str, limit: int = 0) -> str:
+    """A unified diff of the two versions (credentials in flags redacted), ``limit`` lines at most."""
+    lines = list(difflib.unified_diff(old.decode("utf-8", "replace").splitlines(),
+                                      new.decode("utf-8", "replace").splitlines(),
+                                      "a/" + filename, "b/" + filename, lineterm=""))
+    if limit and len(lines) > limit:
+        lines = lines[:limit] + ["... (%d more lines)" % (len(lines) - limit)]
+    return redact("\n".join(lines))
+
+
+def replace_change(node: Node, manifest: Manifest, new: bytes, action: str, reason: Optional[str], keep: int,
+                   record: Optional[Dict[str, Any]] = None, replaced_failed: bool = False
+                   ) -> Tuple[journal.Change, int]:
+    """(the change, the number of the revision it keeps) that writes ``new`` over ``manifest``."""
+    if action not in ACTIONS:
+        raise ValueError("unknown replace action %r" % action)
+    assert manifest.data is not None and manifest.pod_name is not None
+    store = revisions_of(node)
+    old, new_sum = manifest.data, manifests.checksum(new)
+    op = secrets.token_hex(8)
+    meta = {"saved_at": iso(), "saved_by": user_label(node.host), "host": str(node.host.info()["hostname"]),
+            "action": action, "reason": reason, "replaced_by": new_sum, "failed": replaced_failed, "op": op}
+    before, data, after, number = store.keep_steps(manifest.file, old, manifest.mode, meta, keep,
+                                                   store.list(manifest.file))
+    write = journal.write(manifest.path, new_sum, mode=manifest.mode, before=manifests.checksum(old))
+    write.uid, write.gid = manifest.uid, manifest.gid
+    data[len(before)] = new
+    history = dict(record or {}, reason=reason, revision=number, previous=manifests.checksum(old),
+                   diff=text_diff(old, new, manifest.file, DIFF_LINES))
+    change = journal.Change(action, manifest.pod_name, manifest.file, new_sum, before + [write] + after,
+                            commit=len(before), record=history, data=data, op=op)
+    return change, number

@@ -1,0 +1,285 @@
+"""Change a static pod's manifest safely: apply, flags, rollback and the revisions they keep.
+
+``replace`` is the one flow behind ``apply``, ``edit``, ``flags`` and ``rollback``, kubeadm's
+upgrade recipe for an operator's own change:
+
+1. validate before touching anything (:func:`cpctl.core.checks.review`); identical bytes are
+   "unchanged";
+2. write the new bytes through the journaled change path, keeping the old ones as a revision;
+3. wait for the **new** pod: a pod that is not the one running before (new config hash, new
+   container), Running and Ready, past the component's health gate, and still so after a short
+   settle time;
+4. when it does not come: say why (container state, exit code, restarts, its last log lines), put
+   the previous bytes back through the same path, wait until the old version is healthy again and
+   fail with ``ROLLED_BACK`` (11) -- or with ``ROLLBACK_FAILED`` (12) when even that does not come
+   back, both versions kept. ``--no-rollback`` leaves the new version and only reports.
+   SIGINT/SIGTERM during the wait puts the previous bytes back at once.
+
+A change that only touches comments or formatting decodes to the same pod: the kubelet keeps the
+running pod (same config hash), so it is written and not waited for.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from cpctl.core import checks, flags, manifests, revisions
+from cpctl.core.manifests import Manifest
+from cpctl.core.node import Node
+from cpctl.core.replace import check_revisable, replace_change, revisions_of, text_diff
+from cpctl.errors import CpctlError, ExitCode, Interrupted, Terminated, interrupted_by
+from cpctl.probes.base import NoWait, PodTarget, WaitResult
+from cpctl.probes.diagnose import why_not_running
+
+SETTLE_POLL = 1.0
+
+
+@dataclass
+class ApplyOptions:
+    """How a replacement runs (the command line's --timeout, --no-rollback, --dry-run, ...)."""
+
+    timeout: float = 120.0
+    rollback: bool = True
+    dry_run: bool = False
+    reason: Optional[str] = None
+    keep: int = revisions.DEFAULT_KEEP
+    settle: float = 5.0
+
+
+# --- what is there now -------------------------------------------------------------------------
+def current(node: Node, component: str, action: str) -> Manifest:
+    """The one valid manifest of ``component`` in the manifests dir, one cpctl may rewrite."""
+    scan, parked = node.scan(), node.parked()
+    present, parked_hits = node.resolve(component, scan, parked)
+    if not present:
+        if parked_hits:
+            raise CpctlError("%s is parked (%s): start it first (cpctl start %s), then %s it"
+                             % (component, node.state.parked_path(parked_hits[0]), component, action),
+                             ExitCode.REFUSED)
+        raise node.not_found(component)
+    manifest = node.single(component, present, "it cannot be %s: fix or remove the file by hand" % _done(action))
+    manifests.refuse_link(manifest, action)
+    return manifest
+
+
+def _done(action: str) -> str:
+    return {"apply": "replaced", "edit": "edited", "flags": "changed", "rollback": "rolled back"}.get(action, action)
+
+
+def read_current(node: Node, component: str, action: str) -> Tuple[str, bytes]:
+    """(file name, bytes) of the component's manifest now (for edit and flags, no lock held)."""
+    manifest = current(node, component, action)
+    assert manifest.data is not None
+    return manifest.file, manifest.data
+
+
+# --- the flow --------------------------------------------------------------------------------------
+def replace(node: Node, component: str, new: bytes, source: str, action: str, options: ApplyOptions,
+            record: Optional[Dict[str, Any]] = None, expect: Optional[str] = None) -> Dict[str, Any]:
+    """Validate ``new`` for ``component``, then apply, verify and roll back as the module says.
+
+    ``expect`` (edit, flags): the checksum of the bytes the new version was made from; a manifest
+    changed since is a conflict (exit 10) and nothing changes."""
+    manifests.validate_component_name(component)
+    if options.dry_run:
+        return plan(node, component, new, source, action)
+    with node.session("cpctl %s %s" % (action, component)):
+        manifest = current(node, component, action)
+        if expect is not None and manifest.checksum != expect:
+            raise CpctlError("%s changed while you prepared the new version (someone else edited it): nothing "
+                             "changed; start again from its current content" % manifest.path, ExitCode.CONFLICT)
+        return _replace_locked(node, manifest, new, source, action, options, record or {})
+
+
+def plan(node: Node, component: str, new: bytes, source: str, action: str) -> Dict[str, Any]:
+    """What ``replace`` would do, checked the same way, changing nothing (no lock, no state dir)."""
+    manifest = current(node, component, action)
+    assert manifest.data is not None
+    result = _result(node, manifest, action, changed=False, dry_run=True)
+    if new == manifest.data:
+        return dict(result, message="unchanged (the file already holds these bytes)")
+    check_revisable(manifest.file)
+    verdict = checks.review(node.host, manifest, new, node.scan(), source)
+    verdict.refuse_if_bad("%s of %s" % (action, component))
+    same = manifests.same_pod(manifest.data, new)
+    effect = "the kubelet would keep the running pod (same pod spec)" if same else \
+        "the kubelet would replace pod %s" % node.target_for(manifest.pod or {}, manifest.file).pod_name
+    return dict(result, message="would %s %s: %s" % (action, manifest.path, effect), warnings=verdict.warnings,
+                diff=text_diff(manifest.data, new, manifest.file))
+
+
+def _result(node: Node, manifest: Manifest, action: str, changed: bool, **extra: Any) -> Dict[str, Any]:
+    return dict({"node": node.node_name, "component": manifest.pod_name, "file": manifest.file, "action": action,
+                 "changed": changed, "recovered": list(node.recovered)}, **extra)
+
+
+def _replace_locked(node: Node, manifest: Manifest, new: bytes, source: str, action: str, options: ApplyOptions,
+                    record: Dict[str, Any]) -> Dict[str, Any]:
+    assert manifest.data is not None and manifest.pod is not None
+    component = manifest.pod_name or manifest.file
+    if new == manifest.data:
+        return _result(node, manifest, action, False, message="unchanged (the file already holds these bytes)")
+    check_revisable(manifest.file)
+    verdict = checks.review(node.host, manifest, new, node.scan(), source)
+    verdict.refuse_if_bad("%s of %s" % (action, component))
+    same = manifests.same_pod(manifest.data, new)
+    target = node.target_for(manifest.pod, manifest.file)
+    before = None if same else node.waiter.before(target)
+    change, number = replace_change(node, manifest, new, action, options.reason, options.keep, record)
+    node.apply(change)
+    done = _result(node, manifest, action, True, revision=number, checksum=change.checksum,
+                   previous=manifests.checksum(manifest.data), warnings=verdict.warnings)
+    if same:
+        return dict(done, message="%s: same pod spec (only comments or formatting changed): the kubelet keeps the "
+                                  "running pod; previous version kept as revision %d" % (_past(action), number))
+    try:
+        result = _verify(node, target, before, options)
+    except (KeyboardInterrupt, Terminated) as exc:
+        raise _put_back_now(node, component, manifest.data, options, exc) from None
+    except CpctlError as exc:
+        return _failed(node, target, manifest.data, number, options, exc.message, exc)
+    if result.verified or isinstance(node.waiter, NoWait):
+        return dict(done, wait=result.to_dict(), message="%s: %s; previous version kept as revision %d"
+                    % (_past(action), result.detail, number))
+    raise CpctlError("%s of %s is in place but NOT verified: %s; not rolled back (nothing showed it failing): check "
+                     "with cpctl status, undo with cpctl rollback %s" % (action, component, result.detail, component),
+                     ExitCode.TIMEOUT)
+
+
+def _past(action: str) -> str:
+    return {"apply": "applied", "edit": "edited", "flags": "flags changed", "rollback": "rolled back"}[action]
+
+
+def _verify(node: Node, target: PodTarget, before: Any, options: ApplyOptions) -> WaitResult:
+    """The new pod Running, Ready and past its gate, then still the same and Ready for ``settle``."""
+    result = node.waiter.wait_started(target, before, options.timeout)
+    if not result.verified or options.settle <= 0:
+        return result
+    seen = node.waiter.describe(target)
+    uid = (seen or {}).get("uid")
+    deadline = time.monotonic() + options.settle
+    while time.monotonic() < deadline:
+        time.sleep(min(SETTLE_POLL, max(0.0, deadline - time.monotonic())))
+        now = node.waiter.describe(target)
+        if now is None:
+            continue                       # nothing could look this time: the wait already verified
+        if not now.get("present") or not now.get("ready"):
+            raise CpctlError("pod %s was Ready, then %s within %.0fs" % (
+                target.pod_name, "gone" if not now.get("present") else "not Ready", options.settle), ExitCode.TIMEOUT)
+        if uid and now.get("uid") and now.get("uid") != uid:
+            raise CpctlError("pod %s was replaced again within %.0fs" % (target.pod_name, options.settle),
+                             ExitCode.TIMEOUT)
+    return WaitResult(True, "%s, stable for %.0fs" % (result.detail, options.settle), result.elapsed, result.state)
+
+
+# --- when the new version does not come up -------------------------------------------------------------
+def _why_failed(node: Node, target: PodTarget, message: str) -> str:
+    found = why_not_running(node.host, node.crictl, node.kubeconfig, target)
+    return flags.redact("%s (%s)" % (message, "; ".join(found)) if found else message)
+
+
+def _failed(node: Node, target: PodTarget, old: bytes, number: int, options: ApplyOptions, message: str,
+            exc: CpctlError) -> Dict[str, Any]:
+    component = target.component
+    why = _why_failed(node, target, message)
+    if not options.rollback:
+        raise CpctlError("new version of %s did not become healthy: %s; left in place (--no-rollback); the previous "
+                         "version is revision %d: cpctl rollback %s" % (component, why, number, component),
+                         exc.code, hint=exc.hint)
+    before = node.waiter.before(target)          # the failed pod: what the old one must not be taken for
+    failed_number = _restore(node, component, old, "automatic rollback: %s" % message, options)
+    try:
+        back = _verify(node, target, before, options)
+    except (KeyboardInterrupt, Terminated) as stop:
+        raise Interrupted(interrupted_by(stop), "rollback of %s interrupted while waiting" % component,
+                          where="the previous version is back in place (not verified)") from None
+    except CpctlError as again:
+        back = WaitResult(False, again.message)
+    if back.verified or isinstance(node.waiter, NoWait):
+        raise CpctlError("new version of %s did not become healthy: %s; ROLLED BACK to the previous version (%s); the "
+                         "failed version is kept as revision %d" % (component, why, back.detail, failed_number),
+                         ExitCode.ROLLED_BACK)
+    raise CpctlError("new version of %s did not become healthy: %s; the previous version was put back but is NOT "
+                     "healthy either (%s): both versions are kept (previous: in place and revision %d; failed: "
+                     "revision %d); act now" % (component, why, back.detail, number, failed_number),
+                     ExitCode.ROLLBACK_FAILED)
+
+
+def _restore(node: Node, component: str, old: bytes, reason: str, options: ApplyOptions) -> int:
+    """Write ``old`` back over the failed version (kept as a revision marked failed)."""
+    manifest = current(node, component, "rollback")
+    change, number = replace_change(node, manifest, old, "rollback", reason, options.keep,
+                                    {"automatic": True}, replaced_failed=True)
+    node.apply(change)
+    return number
+
+
+def _put_back_now(node: Node, component: str, old: bytes, options: ApplyOptions, exc: BaseException) -> CpctlError:
+    """SIGINT/SIGTERM while waiting for the new version: the previous bytes go back, not waited for."""
+    signal = interrupted_by(exc) or "interrupted"
+    try:
+        number = _restore(node, component, old, "interrupted (%s) while waiting for the new version" % signal, options)
+    except BaseException as again:  # noqa: BLE001 - reported with where the manifest stands
+        return Interrupted(signal, "%s interrupted while waiting for the new version of %s, and putting the previous "
+                           "version back failed: %s" % (signal, component, getattr(again, "message", again)),
+                           where="the new version is still in place: cpctl rollback %s" % component)
+    return Interrupted(signal, "%s while waiting for the new version of %s" % (signal, component),
+                       where="the previous version is back in place (not waited for); the new one is revision %d"
+                       % number)
+
+
+# --- flags, rollback, revisions ----------------------------------------------------------------------
+def flags_version(data: bytes, component: str, container: Optional[str], sets: Sequence[Tuple[str, str]],
+                  unsets: Sequence[str]) -> Tuple[bytes, List[str]]:
+    """The manifest ``data`` with the flags changed, and one line per effect (re-formatting noted)."""
+    pod = checks.parse_new(data, "the current manifest of %s" % component)
+    index, chosen = flags.pick_container(pod, container)
+    lists, said = flags.new_lists(chosen, sets, unsets)
+    if lists == {where: list(chosen.get(where) or []) for where in flags.LISTS}:
+        return data, said
+    new, rewritten = flags.set_flags(data, pod, index, lists)
+    if rewritten:
+        said.append("the file was re-written as a whole (its layout allows no in-place edit): comments are lost")
+    return new, said
+
+
+def rollback_target(node: Node, component: str, to: Optional[int]) -> Tuple[revisions.Revision, bytes, str]:
+    """The revision ``rollback`` applies, its verified bytes, and the checksum of the manifest now:
+    ``to``, or the newest revision that differs from the manifest now and is not known to have failed."""
+    manifest = current(node, component, "rollback")
+    kept = revisions_of(node).list(manifest.file)
+    if not kept:
+        raise CpctlError("%s has no revisions: cpctl keeps one each time apply, edit, flags or rollback changes it"
+                         % component, ExitCode.NOT_FOUND)
+    if to is not None:
+        chosen = next((r for r in kept if r.number == to), None)
+        if chosen is None:
+            numbers = ", ".join(str(r.number) for r in kept)
+            raise CpctlError("%s has no revision %d (it has %s)" % (component, to, numbers), ExitCode.NOT_FOUND)
+    else:
+        usable = [r for r in kept if r.checksum != manifest.checksum and not r.failed]
+        if not usable:
+            raise CpctlError("%s has no earlier healthy revision to roll back to (see cpctl revisions %s; choose one "
+                             "with --to)" % (component, component), ExitCode.NOT_FOUND)
+        chosen = usable[-1]
+    return chosen, revisions_of(node).read(chosen), manifest.checksum or ""
+
+
+def list_revisions(node: Node, component: str) -> Dict[str, Any]:
+    """The kept revisions of ``component``, oldest first, and which one the file holds now."""
+    manifests.validate_component_name(component)
+    scan, parked = node.scan(), node.parked()
+    present, parked_hits = node.resolve(component, scan, parked)
+    if present:
+        manifest = node.single(component, present, "it has no current version")
+        filename, checksum = manifest.file, manifest.checksum
+    elif parked_hits:
+        filename, checksum = parked_hits[0], None
+    else:
+        raise node.not_found(component)
+    kept = revisions_of(node).list(filename) if node.state.ensure(create=False) else []
+    rows = [dict(r.to_dict(), current=(r.checksum == checksum)) for r in kept]
+    return {"node": node.node_name, "component": component, "file": filename, "checksum": checksum,
+            "parked": not present, "revisions": rows}

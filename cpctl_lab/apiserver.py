@@ -90,7 +90,7 @@ class Res:
 
 
 RESOURCES = [
-    Res("pods", "Pod", "", "v1", True, ("po",), ("binding", "status"), ("all",)),
+    Res("pods", "Pod", "", "v1", True, ("po",), ("binding", "log", "status"), ("all",)),
     Res("nodes", "Node", "", "v1", False, ("no",), ("status",)),
     Res("namespaces", "Namespace", "", "v1", False, ("ns",), ("status",)),
     Res("events", "Event", "", "v1", True, ("ev",)),
@@ -149,6 +149,17 @@ POD_UPDATE_FORBIDDEN = (
 # --------------------------------------------------------------------------- discovery
 
 
+def subresource_kind_verbs(r: Res, sub: str) -> tuple[str, list[str]]:
+    """The kind and verbs discovery lists for subresource ``sub`` of ``r``: ``pods/binding`` is a
+    Binding one creates, ``pods/log`` is read only (its answer is text, the kind says Pod as on a
+    real API server), ``status`` is read and written."""
+    if sub == "binding":
+        return "Binding", ["create"]
+    if sub == "log":
+        return r.kind, ["get"]
+    return r.kind, ["get", "patch", "update"]
+
+
 def _legacy_resource_list(group: str, version: str) -> Obj:
     items = []
     for r in RESOURCES:
@@ -168,8 +179,7 @@ def _legacy_resource_list(group: str, version: str) -> Obj:
             entry["categories"] = list(r.categories)
         items.append(entry)
         for sub in r.subresources:
-            kind = "Binding" if sub == "binding" else r.kind
-            verbs = ["create"] if sub == "binding" else ["get", "patch", "update"]
+            kind, verbs = subresource_kind_verbs(r, sub)
             items.append(
                 {
                     "name": f"{r.plural}/{sub}",
@@ -204,12 +214,12 @@ def _aggregated(core: bool, api_version: str) -> Obj:
                 entry["categories"] = list(r.categories)
             subs = []
             for sub in r.subresources:
-                kind = "Binding" if sub == "binding" else r.kind
+                kind, verbs = subresource_kind_verbs(r, sub)
                 subs.append(
                     {
                         "subresource": sub,
                         "responseKind": {"group": g, "version": r.version, "kind": kind},
-                        "verbs": ["create"] if sub == "binding" else ["get", "patch", "update"],
+                        "verbs": verbs,
                     }
                 )
             if subs:
@@ -853,6 +863,79 @@ def method_not_allowed(method: str) -> ApiError:
     )
 
 
+TRUE_WORDS = ("1", "t", "T", "TRUE", "true", "True")   # what Go's strconv.ParseBool reads as true
+
+
+def pod_log(lab: Any, ns: str, name: str, q: dict[str, str]) -> bytes:
+    """GET pods/NAME/log as the API server answers it (registry/core/pod LogLocation, then the
+    kubelet's /containerLogs through the proxy): the pod must exist; ``container`` may be left out
+    only when the pod has one container; a pod not bound to a node has no log yet (an empty
+    answer); the kubelet's refusals come back as 400 BadRequest with its words, its 404s as a
+    NotFound about ``pods/log``. ``tailLines`` and ``timestamps`` are honoured."""
+    tail = _tail_lines(name, q.get("tailLines"))
+    pod = lab.store.get("pods", ns, name)
+    if pod is None:
+        raise not_found("pods", name)
+    container = _log_container(pod, name, q.get("container", ""))
+    node = (pod.get("spec") or {}).get("nodeName") or ""
+    if not node:
+        return b""
+    answer = lab.container_log(node, ns, name, container, q.get("previous", "") in TRUE_WORDS)
+    if answer is None:
+        raise not_found("nodes", node)
+    code, text, lines = answer
+    if code == 400:
+        raise ApiError(400, "BadRequest", text)
+    if code == 404:
+        message = f"the server could not find the requested resource ( pods/log {name})"
+        raise ApiError(404, "NotFound", message, {"name": name, "kind": "pods/log"})
+    if code != 200:
+        raise ApiError(500, "InternalError", f"Internal error occurred: {text}")
+    if tail is not None:
+        lines = lines[len(lines) - tail:] if tail else []
+    stamps = q.get("timestamps", "") in TRUE_WORDS
+    return "".join((_log_stamp(at) + " " if stamps else "") + text + "\n" for at, _stream, text in lines).encode()
+
+
+def _tail_lines(name: str, raw: Optional[str]) -> Optional[int]:
+    """``tailLines`` (None: every line); not a number is a 400, a negative number a 422 like the real one."""
+    if raw is None or raw == "":
+        return None
+    try:
+        tail = int(raw)
+    except ValueError:
+        raise ApiError(400, "BadRequest", f'strconv.ParseInt: parsing "{raw}": invalid syntax') from None
+    if tail < 0:
+        why = f"Invalid value: {tail}: must be greater than or equal to 0"
+        raise invalid("PodLogOptions", name, [("tailLines", why)])
+    return tail
+
+
+def _log_container(pod: Obj, name: str, container: str) -> str:
+    """The container whose log is asked for: given and valid, or the pod's only one (LogLocation)."""
+    spec = pod.get("spec") or {}
+    names = [str(c.get("name")) for c in spec.get("containers") or []]
+    init_names = [str(c.get("name")) for c in spec.get("initContainers") or []]
+    if container:
+        if container not in names + init_names:
+            raise ApiError(400, "BadRequest", f"container {container} is not valid for pod {name}")
+        return container
+    if len(names) == 1:
+        return names[0]
+    if not names:
+        raise ApiError(400, "BadRequest", f"a container name must be specified for pod {name}")
+    message = f"a container name must be specified for pod {name}, choose one of: [{' '.join(names)}]"
+    if init_names:
+        message += f" or one of the init containers: [{' '.join(init_names)}]"
+    raise ApiError(400, "BadRequest", message)
+
+
+def _log_stamp(at_ns: int) -> str:
+    """The kubelet's timestamp of a log line (RFC 3339 with nanoseconds, fixed width, UTC)."""
+    secs, frac = divmod(int(at_ns), 1_000_000_000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)) + f".{frac:09d}Z"
+
+
 def parse_path(path: str) -> Optional[tuple[Res, str, str, str]]:
     """Map a REST path to (resource, namespace, name, subresource); None if it is not a resource path."""
     parts = [p for p in path.split("/") if p]
@@ -1047,6 +1130,11 @@ class ApiHandler(BaseHTTPRequestHandler):
         if not self.lab.etcd_ok():
             time.sleep(0.05)
             raise ApiError(500, "", "etcdserver: request timed out")
+        if sub == "log":
+            if method != "GET":
+                raise method_not_allowed(method)
+            self._send(200, pod_log(self.lab, ns, name, q), "text/plain")
+            return
         if res.plural == "bindings":
             if method != "POST" or name:
                 raise method_not_allowed(method)

@@ -248,6 +248,64 @@ def container_logs(k: Kubelet, ident: str, previous: bool) -> tuple[int, Obj]:
     return 200, {"id": c.id, "state": c.state, "lines": [list(line) for line in c.logs]}
 
 
+def kubelet_container_logs(
+    k: Kubelet, namespace: str, pod: str, container: str, previous: bool
+) -> tuple[int, str, list[componentlogs.LogLine]]:
+    """What a kubelet answers on ``/containerLogs/NS/POD/CONTAINER[?previous=true]``: (200, "", the
+    lines, both streams in the order they were written) or (an HTTP status, its error text, []).
+
+    As the real one: an unknown pod or container is a 404 (server.go); then the container is picked
+    from the pod's status (kubelet_pods.go ``validateContainerLogStatus``): ``previous`` wants
+    ``lastState.terminated``; otherwise the running attempt, else the terminated one, else the last
+    terminated one (a container in CrashLoopBackOff shows the attempt that crashed), else a 400
+    saying it is waiting to start. The lines are the container's own log, as ``crictl logs`` shows it.
+    """
+    known = [(uid, p) for uid, (_src, p, _path) in k.desired().items()
+             if (p["metadata"]["namespace"], p["metadata"]["name"]) == (namespace, pod)]
+    if not known:
+        return 404, f'pod "{pod}" does not exist', []
+    uid, spec_pod = known[0]
+    spec = spec_pod.get("spec") or {}
+    wanted = [c for c in (spec.get("containers") or []) + (spec.get("initContainers") or [])
+              if c.get("name") == container]
+    if not wanted:
+        return 404, f'container "{container}" not found in pod "{pod}"', []
+    w = k.workers.get(uid)
+    status: Obj = (k._container_status(w, wanted[0]) if w is not None
+                   else {"state": {"waiting": {"reason": "ContainerCreating"}}, "lastState": {}})
+    cid, why = _log_container_id(status, pod, container, previous)
+    if why:
+        return 400, why, []
+    c = k.containers.get(cid)
+    if c is None:
+        return 400, (f'failed to get container status "containerd://{cid}": rpc error: code = NotFound '
+                     f'desc = an error occurred when try to find container "{cid}": not found'), []
+    return 200, "", list(c.logs)
+
+
+def _log_container_id(status: Obj, pod: str, container: str, previous: bool) -> tuple[str, str]:
+    """(runtime container ID, "") of the attempt whose log to show, or ("", the kubelet's refusal)."""
+    def cid(terminated: Optional[Obj]) -> str:
+        return str((terminated or {}).get("containerID") or "").split("://", 1)[-1]
+
+    state, last = status.get("state") or {}, (status.get("lastState") or {}).get("terminated")
+    if previous:
+        if not cid(last):
+            return "", f'previous terminated container "{container}" in pod "{pod}" not found'
+        return cid(last), ""
+    if "running" in state:
+        return str(status.get("containerID") or "").split("://", 1)[-1], ""
+    if "terminated" in state:
+        found = cid(state["terminated"]) or cid(last)
+        return (found, "") if found else ("", f'container "{container}" in pod "{pod}" is terminated')
+    if last is not None:
+        return (cid(last), "") if cid(last) else ("", f'container "{container}" in pod "{pod}" is terminated')
+    if "waiting" in state:
+        reason = (state["waiting"] or {}).get("reason") or ""
+        return "", f'container "{container}" in pod "{pod}" is waiting to start: {reason}'
+    return "", f'container "{container}" in pod "{pod}" is waiting to start - no logs yet'
+
+
 class Lab:
     """One simulated cluster: N masters plus one worker, on 127.0.0.1 (or ::1)."""
 
@@ -367,6 +425,15 @@ class Lab:
         controller-manager.conf and scheduler.conf name the node's own apiserver; the lab models that
         in local mode only, so the other profiles keep their historical behaviour (the load balancer)."""
         return self.kubelet_api_ok(node)
+
+    def container_log(
+        self, node: str, namespace: str, pod: str, container: str, previous: bool
+    ) -> Optional[tuple[int, str, list[componentlogs.LogLine]]]:
+        """``node``'s kubelet answering ``/containerLogs`` (see ``kubelet_container_logs``), as the API
+        server's pods/log proxies it; None when the lab has no kubelet of that name."""
+        with self.lock:
+            k = self.kubelets.get(node)
+            return None if k is None else kubelet_container_logs(k, namespace, pod, container, previous)
 
     def _node_of(self, c: Container) -> str:
         return next((k.node for k in self.kubelets.values() if k.containers.get(c.id) is c), "")

@@ -29,7 +29,10 @@ ARGS: Dict[str, List[str]] = {        # the arguments each command needs to get 
     "pending": [], "bind": ["p1", "--node", "n1"], "baseline": [], "check": ["--fix"],
     "scheduler add": ["my-scheduler"], "scheduler remove": ["my-scheduler"], "scheduler list": [],
     "watch": [], "systemd install": ["--prefix", "/nonexistent/units"], "systemd show": [],
-    "keeper status": [], "keeper stop": [],
+    "apply": ["scheduler", "-f", os.path.abspath(__file__)], "edit": ["scheduler", "--yes"],
+    "flags": ["scheduler", "--set", "v=2"], "rollback": ["scheduler"], "revisions": ["scheduler"],
+    "logs": ["scheduler"],
+    "keeper status": [], "keeper stop": [], "completion": ["bash"],
 }
 
 

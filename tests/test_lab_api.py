@@ -206,6 +206,6 @@ def test_discovery_both_ways(tmp_path):
             assert "as=APIGroupDiscoveryList" in resp.headers["Content-Type"]
             doc = json.loads(resp.read())
         pods = [r for r in doc["items"][0]["versions"][0]["resources"] if r["resource"] == "pods"][0]
-        assert {s["subresource"] for s in pods["subresources"]} == {"binding", "status"}
+        assert {s["subresource"] for s in pods["subresources"]} == {"binding", "log", "status"}
         assert "HOLDER" in kubectl(agg, "get", "leases", "-n", "kube-system").stdout
         assert "kube-scheduler" in kubectl(agg, "get", "leases", "-A").stdout

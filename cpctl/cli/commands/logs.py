@@ -1,0 +1,46 @@
+"""``cpctl logs COMPONENT``: what a static pod's container wrote, on this machine or on each master.
+
+A parallel read with ``-H``/``-i`` (one block per master). The flow is :mod:`cpctl.ops.logs`:
+crictl first (it answers while the API server is down), else the API server's ``pods/log``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+import click
+
+from cpctl.cli.context import note
+from cpctl.cli.fanout import execute
+
+
+@click.command()
+@click.argument("component")
+@click.option("-p", "--previous", is_flag=True,
+              help="The attempt before the newest one (why did it crash?). Through the API: the kubelet's "
+                   "last terminated one, like kubectl logs --previous.")
+@click.option("--tail", type=click.IntRange(0), default=50, show_default=True,
+              help="Lines from the end of the log (0: all of them).")
+@click.option("-c", "--container", default=None, help="The container (default: the pod's only one).")
+@click.pass_context
+def logs(ctx: click.Context, component: str, previous: bool, tail: int, container: Optional[str]) -> None:
+    """Show the log lines of COMPONENT's container (stdout and stderr, in the order written).
+
+    From crictl on the node first: its newest sandbox, the newest attempt of the container. When
+    crictl is missing or cannot answer, from the API server (pods/log, through the node's
+    kubeconfig). Which one answered is said on stderr and in the JSON's "source". Control
+    characters in the lines are escaped in text output; -o json keeps them exact.
+
+    Exit 3: nothing to show (parked - "not running: parked since ..." -, unknown, not started yet, no
+    previous attempt); 2: no such container; 7/9: crictl could not answer and the API neither.
+    """
+    from cpctl.core import manifests
+    from cpctl.ops.logs import LogRequest, component_logs
+    manifests.validate_component_name(component)
+    request = LogRequest(component, tail, previous, container)
+    execute(ctx, lambda node: component_logs(node, request, note), logs_text, probe="none")
+
+
+def logs_text(data: Dict[str, Any]) -> str:
+    """The lines themselves, one per line (already made printable by the caller)."""
+    return "\n".join(str(line) for line in data.get("lines") or [])

@@ -66,7 +66,7 @@ def _cpctl(argv: List[str], env: dict) -> Tuple[float, float]:
     if proc.returncode != 0:
         raise RuntimeError("cpctl %s failed (%d): %s" % (" ".join(argv), proc.returncode,
                                                           proc.stderr.decode(errors="replace")[-400:]))
-    return took, float(json.loads(proc.stdout)["wait"]["elapsed"])
+    return took, float(json.loads(proc.stdout)["wait"]["elapsed_seconds"])
 
 
 def _manual(env: dict, new: str) -> Tuple[float, float]:

@@ -48,7 +48,7 @@ def _run(argv: list, env: dict) -> float:
         return 0.0
     result = json.loads(proc.stdout)["results"][0]
     waits = [result.get("wait")] + [(result.get(step) or {}).get("wait") for step in ("stop", "start")]
-    return sum(w["elapsed"] for w in waits if isinstance(w, dict))
+    return sum(w["elapsed_seconds"] for w in waits if isinstance(w, dict))
 
 
 def _variants(env: dict, park: str) -> dict:

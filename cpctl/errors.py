@@ -11,7 +11,7 @@ from cpctl.host.ops import LockBusy
 
 class ExitCode(enum.IntEnum):
     OK = 0
-    DRIFT = 1          # `cpctl check` found drift (monitoring-plugin style)
+    DRIFT = 1          # `cpctl check` found drift (monitoring-plugin style); `is-running`: not all run
     USAGE = 2          # bad command line: unknown option, bad component name, bad --for value
     NOT_FOUND = 3      # component neither in the manifests dir nor parked; pod/node not found
     REFUSED = 4        # a safety rule refused the change (duplicate pod, invalid manifest, symlink, ...)

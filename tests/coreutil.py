@@ -126,6 +126,18 @@ class NodeDirs:
         return sorted(n for n in os.listdir(self.parked) if not n.startswith("."))
 
 
+def failure_line(line: str, code: int) -> bool:
+    """True when ``line`` is how cpctl reports a failure with exit ``code``: ``cpctl: ...``, or
+    with ``-o json`` one JSON object ``{"error": {"code": code, "reason": ..., "message": ...}}``."""
+    if line.startswith("cpctl: "):
+        return True
+    try:
+        error = json.loads(line)["error"]
+    except (ValueError, KeyError, TypeError):
+        return False
+    return error["code"] == code and bool(error["message"]) and isinstance(error["reason"], str)
+
+
 def check_result(proc: subprocess.CompletedProcess, rc: Optional[int]) -> None:
     what = "%s\nstdout: %s\nstderr: %s" % (proc.args, proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr + proc.stdout, what
@@ -133,7 +145,7 @@ def check_result(proc: subprocess.CompletedProcess, rc: Optional[int]) -> None:
         assert proc.returncode == rc, what
     if proc.returncode != 0:
         lines = proc.stderr.splitlines()
-        assert len(lines) == 1 and lines[0].startswith("cpctl: "), "want one stderr line: " + what
+        assert len(lines) == 1 and failure_line(lines[0], proc.returncode), "want one stderr line: " + what
 
 
 def snapshot(*roots: str) -> dict:

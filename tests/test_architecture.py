@@ -1,4 +1,4 @@
-"""The dependency rule of cpctl's layers, checked on the source (README "Architecture").
+"""The dependency rule of cpctl's layers, checked on the source (docs/architecture.md).
 
     cli -> ops -> core -> probes | fleet -> host -> host.ops (the agent), errors, timeutil
 

@@ -13,6 +13,7 @@ import subprocess
 import pytest
 
 from cpctl_lab.httpserve import free_port
+from tests.coreutil import failure_line
 from tests.labfixture import kubectl, lab  # noqa: F401
 from tests.labfixture import run_cpctl as cpctl
 
@@ -26,7 +27,7 @@ def ok(proc: subprocess.CompletedProcess) -> str:
 def fails(proc: subprocess.CompletedProcess, code: int) -> str:
     assert proc.returncode == code, "rc %d (want %d): %s%s" % (proc.returncode, code, proc.stdout, proc.stderr)
     lines = proc.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("cpctl: "), proc.stderr
+    assert len(lines) == 1 and failure_line(lines[0], proc.returncode), proc.stderr
     assert "Traceback" not in proc.stderr and proc.stdout == ""
     return lines[0]
 

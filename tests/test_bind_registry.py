@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from cpctl.errors import CpctlError, ExitCode
+from tests.coreutil import failure_line
 from tests.labfixture import api, get_pod, lab  # noqa: F401
 from tests.labfixture import run_cpctl as cpctl
 
@@ -27,7 +28,8 @@ PODS = "/api/v1/namespaces/default/pods"
 def refused(proc: subprocess.CompletedProcess, code: int) -> str:
     assert proc.returncode == code, "rc %d (want %d): %s%s" % (proc.returncode, code, proc.stdout, proc.stderr)
     lines = proc.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("cpctl: ") and "Traceback" not in proc.stderr, proc.stderr
+    assert len(lines) == 1 and failure_line(lines[0], proc.returncode), proc.stderr
+    assert "Traceback" not in proc.stderr
     return lines[0]
 
 

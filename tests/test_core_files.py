@@ -163,7 +163,7 @@ def test_static_pod_by_stem_or_by_pod_name_when_they_differ(tmp_path):
         assert "haproxy-lb.yaml" in node.present()
     assert "manifest already in place" in node.run("start", "haproxy").stdout
     text = node.run("status", "haproxy").stdout
-    assert "haproxy-lb.yaml" in text and "running" in text and "kube-scheduler" not in text
+    assert "haproxy-lb.yaml" in text and "present" in text and "kube-scheduler" not in text
     assert_settled(node)
 
 
@@ -177,7 +177,7 @@ def test_status_all_and_unknown(node):
     rows = {r["file"]: r for r in json.loads(node.run("-o", "json", "status").stdout)["components"]}
     assert rows["etcd.yaml"]["state"] == "parked" and rows["etcd.yaml"]["reason"] == "defrag"
     assert rows["etcd.yaml"]["checksum"] == sha(MANIFESTS["etcd.yaml"])
-    assert rows["kube-scheduler.yaml"]["state"] == "running"
+    assert rows["kube-scheduler.yaml"]["state"] == "present"
     node.run("status", "nope", rc=3)
 
 
@@ -198,7 +198,8 @@ def test_history_records_every_change(node):
         assert r["checksum"] == sha(MANIFESTS[r["file"]])
     assert records[0]["reason"] == "maintenance window" and records[2]["reason"] == "rotate certs"
     text = node.run("history").stdout.splitlines()
-    assert text[0].split() == ["TIME", "USER", "HOST", "ACTION", "COMPONENT", "SHA256", "REASON"]
+    assert text[0].split() == ["TIME", "USER", "HOST", "ACTION", "COMPONENT", "SHA256", "ORIGIN", "REASON"]
+    assert [r["origin"] for r in records][:2] == ["cpctl stop scheduler", "cpctl start scheduler"]
     assert len(text) == 6 and "maintenance window" in text[1] and records[0]["time"] in text[1]
     sched = json.loads(node.run("-o", "json", "history", "scheduler").stdout)["history"]
     assert [(r["action"], r["component"]) for r in sched] == [("stop", "kube-scheduler"), ("start", "kube-scheduler")]

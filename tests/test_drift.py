@@ -104,7 +104,8 @@ def test_overdue_park_past_deadline_and_max_parked(capsys: Any, node: NodeDirs) 
     edit_meta(node, "kube-scheduler.yaml", until="2000-01-01T00:00:00Z")
     edit_meta(node, "kube-controller-manager.yaml", parked_at="2000-01-01T00:00:00Z")
     rc, data, err = check_json(capsys, node, "--max-parked", "4h")
-    assert rc == 1 and err.startswith("cpctl: drift found")
+    assert rc == 1 and json.loads(err)["error"] == {"code": 1, "reason": "drift", "message": "drift found: 2 problems",
+                                                     "hint": ""}
     overdue = {f["component"]: f for f in kinds(data)["overdue_park"]}
     assert overdue["kube-scheduler"]["severity"] == "critical" and "deadline" in overdue["kube-scheduler"]["message"]
     assert overdue["kube-controller-manager"]["severity"] == "warning"
@@ -242,7 +243,7 @@ class FakeWaiter(Waiter):
 def test_mirror_checks_with_fake_waiter(node: NodeDirs) -> None:
     opened = open_node(node)
     app.stop(opened, ["scheduler"], None, None, False, 1)
-    ready = {"present": True, "phase": "Running", "ready": True, "age": 100}
+    ready = {"present": True, "phase": "Running", "ready": True, "age_seconds": 100}
     fake = FakeWaiter({"etcd-cp-1": ready, "kube-apiserver-cp-1": {"present": False},
                        "kube-controller-manager-cp-1": dict(ready, ready=False),
                        "kube-scheduler-cp-1": dict(ready, phase="Running")})
@@ -274,6 +275,8 @@ def test_fix_restores_only_parks_past_their_deadline(capsys: Any, node: NodeDirs
     assert "kube-scheduler.yaml" in node.present() and node.parked_files() == ["etcd.yaml"]
     assert [f["component"] for f in data["remaining"] if f["kind"] == "overdue_park"] == ["etcd"]
     assert node.history()[-1]["action"] == "start" and node.history()[-1]["component"] == "kube-scheduler"
+    assert node.history()[-1]["origin"] == "cpctl check --fix"           # where the change came from
+    assert node.history()[-1]["reason"] == "its --for deadline passed"
 
 
 def test_remove_strays_moves_them_and_never_deletes(capsys: Any, node: NodeDirs) -> None:

@@ -25,7 +25,8 @@ from tests.test_remote_util import REPO, Cli, clean_env
 
 UNREACHABLE = "root@127.0.0.1:1"      # nothing listens on port 1: connection refused at once
 ARGS: Dict[str, List[str]] = {        # the arguments each command needs to get as far as it can
-    "status": [], "history": [], "stop": ["scheduler"], "start": ["scheduler"], "restart": ["scheduler"],
+    "status": [], "is-running": ["scheduler"], "history": [], "stop": ["scheduler"], "start": ["scheduler"],
+    "restart": ["scheduler"],
     "pending": [], "bind": ["p1", "--node", "n1"], "baseline": [], "check": ["--fix"],
     "scheduler add": ["my-scheduler"], "scheduler remove": ["my-scheduler"], "scheduler list": [],
     "watch": [], "systemd install": ["--prefix", "/nonexistent/units"], "systemd show": [],

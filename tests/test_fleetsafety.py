@@ -11,7 +11,7 @@ from cpctl.errors import CpctlError, ExitCode
 from cpctl.fleet.runner import HostResult, parse_serial
 from cpctl.ops.fleetsafety import _uses_local_etcd, preflight
 
-RUNNING = {"etcd": "running", "kube-apiserver": "running"}
+RUNNING = {"etcd": "present", "kube-apiserver": "present"}
 
 
 def census(*hosts: Tuple[str, Dict[str, str], bool]) -> List[HostResult]:
@@ -23,7 +23,7 @@ def test_stopping_the_last_serving_apiservers_etcd_is_refused() -> None:
     # m1's etcd is parked already: its stacked API server does not serve. Stopping m2's etcd
     # leaves etcd 1 of 3 (quorum) and m3's API server as the only one; stopping m3's apiserver
     # would leave none, although "kube-apiserver running" is still true on m1.
-    fleet = census(("m1", {"etcd": "parked", "kube-apiserver": "running"}, True),
+    fleet = census(("m1", {"etcd": "parked", "kube-apiserver": "present"}, True),
                    ("m2", dict(RUNNING), True), ("m3", dict(RUNNING), True))
     with pytest.raises(CpctlError) as err:
         preflight(fleet, {"m2", "m3"}, "stop", ["apiserver"], parse_serial(1), False, None)
@@ -35,13 +35,13 @@ def test_stopping_the_last_serving_apiservers_etcd_is_refused() -> None:
 
 
 def test_without_stacked_etcd_an_apiserver_serves_while_etcd_is_elsewhere() -> None:
-    fleet = census(("m1", {"etcd": "parked", "kube-apiserver": "running"}, False),
+    fleet = census(("m1", {"etcd": "parked", "kube-apiserver": "present"}, False),
                    ("m2", dict(RUNNING), False), ("m3", dict(RUNNING), False))
     assert preflight(fleet, {"m2", "m3"}, "stop", ["apiserver"], parse_serial(1), False, None) is None
 
 
 def test_stopping_etcd_on_every_stacked_master_takes_the_api_down_too() -> None:
-    fleet = census(("m1", dict(RUNNING), True), ("m2", dict(RUNNING), True), ("m3", {"etcd": "running"}, True))
+    fleet = census(("m1", dict(RUNNING), True), ("m2", dict(RUNNING), True), ("m3", {"etcd": "present"}, True))
     with pytest.raises(CpctlError) as err:
         preflight(fleet, {"m1", "m2"}, "stop", ["etcd"], parse_serial(1), False, None)
     assert "kube-apiserver" in err.value.message

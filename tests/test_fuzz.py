@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator, List, Tuple
 import pytest
 
 from cpctl.errors import ExitCode
-from tests.coreutil import CLI, NodeDirs, sha
+from tests.coreutil import CLI, NodeDirs, failure_line, sha
 
 SECRET = "s3cr3t-fuzz-token-0f1e2d3c4b5a"
 DOCUMENTED = {int(code) for code in ExitCode if code is not ExitCode.INTERNAL}
@@ -256,7 +256,7 @@ def _run_case(tmp: str, seed: int, api: Tuple[str, type]) -> None:
     assert "Traceback" not in out + err, detail
     if proc.returncode != 0:
         lines = [line for line in err.splitlines() if not line.startswith("cpctl: waiting: ")]
-        assert len(lines) == 1 and lines[0].startswith("cpctl: "), detail
+        assert len(lines) == 1 and failure_line(lines[0], proc.returncode), detail
     assert took < WAIT * 3 + BOUND, "too slow: " + detail    # restart has up to three waits
     assert SECRET not in out + err, "secret printed: " + detail
     _assert_no_secret_in_files(node.state, detail)

@@ -28,7 +28,7 @@ def test_a_parked_local_api_server_makes_cpctl_trust_the_runtime(lab_factory: An
     assert mirror(lab, "kube-scheduler", 2) is not None, "the other API servers still serve the frozen mirror"
     status = json.loads(run_cpctl(env, "-o", "json", "status").stdout)
     rows = {r["component"]: r for r in status["components"]}
-    manager = rows["kube-controller-manager"]["pod_state"]
+    manager = rows["kube-controller-manager"]["observed"]
     assert manager and (manager["source"] != "api" or manager["stale"]), manager
     start = run_cpctl(env, "start", "scheduler", "--timeout", "30")
     assert start.returncode == 0, start.stdout + start.stderr

@@ -127,7 +127,7 @@ def test_fqdn_host_name_in_mixed_case(lab_factory: Any) -> None:
     assert status.returncode == 0, status.stderr
     data = json.loads(status.stdout)
     assert data["node"] == "lab-master1.cpctl.test"
-    assert all(row.get("pod_state", {}).get("present") for row in data["components"]), data["components"]
+    assert all((row.get("observed") or {}).get("present") for row in data["components"]), data["components"]
     stop = cpctl("stop", "scheduler", "--timeout", "30")
     assert stop.returncode == 0 and "gone (api)" in stop.stdout, stop.stdout + stop.stderr
     start = cpctl("start", "scheduler", "--timeout", "30")

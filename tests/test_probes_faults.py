@@ -157,7 +157,7 @@ def test_cli_stop_start_and_status_survive_a_hostile_api(lab):
     proc = cpctl(lab, "-o", "json", "status")
     assert proc.returncode == 0, proc.stderr   # was: exit 70, AttributeError on a list
     rows = {c["component"]: c for c in json.loads(proc.stdout)["components"]}
-    assert rows["kube-controller-manager"]["pod_state"]["source"] == "crictl"
+    assert rows["kube-controller-manager"]["observed"]["source"] == "crictl"
     proc = cpctl(lab, "start", "scheduler")
     assert proc.returncode == 0 and "Running and Ready (crictl)" in proc.stdout, proc.stderr
     lab.inject_faults([mirror_rule(lab, action="drip", interval=0.5)])

@@ -47,7 +47,7 @@ def _one_host(doc: dict, status: str = "ok") -> dict:
     assert set(doc) == {"hosts", "recap"}
     assert [h["host"] for h in doc["hosts"]] == ["master"]
     host = doc["hosts"][0]
-    assert set(host) == {"host", "status", "error", "elapsed", "data"}
+    assert set(host) == {"host", "status", "error", "elapsed_seconds", "data"}
     assert (host["status"], host["error"]) == (status, None)
     assert doc["recap"] == {"master": {"ok": 1, "changed": int(status == "changed"), "unreachable": 0,
                                        "failed": 0, "skipped": 0}}
@@ -127,7 +127,7 @@ def test_host_keys_unknown_changed_accept_new(rig: Rig) -> None:
         assert handle.read() == changed_text        # a changed key is never "accepted"
 
     doc = cli.json("--accept-new-host-key", "-H", "master", "status", "scheduler", known_hosts=unknown)
-    assert _rows(_one_host(doc))[0][:2] == ("kube-scheduler", "running")
+    assert _rows(_one_host(doc))[0][:2] == ("kube-scheduler", "present")
     with open(unknown) as handle:
         recorded = handle.read().split()
     assert recorded == rig.sshd.known_hosts_line.split()
@@ -168,7 +168,7 @@ def test_unreachable_closed_port(rig: Rig) -> None:
     host = doc["hosts"][0]
     assert (host["host"], host["status"], host["data"]) == (target, "unreachable", None)
     assert "connection refused" in host["error"]
-    assert host["elapsed"] < 8        # refused at once, not after the 10 s connect timeout
+    assert host["elapsed_seconds"] < 8        # refused at once, not after the 10 s connect timeout
     assert doc["recap"] == {target: {"ok": 0, "changed": 0, "unreachable": 1, "failed": 0, "skipped": 0}}
     proc = rig.cli.run("-H", target, "stop", "scheduler", rc=8)
     assert "unreachable=1" in proc.stdout and "connection refused" in proc.stderr

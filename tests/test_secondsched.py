@@ -380,11 +380,11 @@ def test_list_and_remove_a_parked_scheduler(node):
     node.add()
     node.add("batch-scheduler", "--no-wait")
     _, data = node.cli("list")
-    assert [(r["name"], r["state"]) for r in data["schedulers"]] == [("batch-scheduler", "running"),
-                                                                    ("my-scheduler", "running")]
+    assert [(r["name"], r["state"]) for r in data["schedulers"]] == [("batch-scheduler", "present"),
+                                                                    ("my-scheduler", "present")]
     node.run("stop", "my-scheduler")
     _, data = node.cli("list")
-    assert {r["name"]: r["state"] for r in data["schedulers"]} == {"batch-scheduler": "running",
+    assert {r["name"]: r["state"] for r in data["schedulers"]} == {"batch-scheduler": "present",
                                                                  "my-scheduler": "parked"}
     _, removed = node.cli("remove", "my-scheduler")
     assert sorted(os.listdir(removed["removed_dir"])) == ["my-scheduler-config.yaml", "my-scheduler.yaml",

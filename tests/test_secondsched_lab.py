@@ -63,7 +63,7 @@ def stays_pending(handle, name: str, seconds: float = 1.5) -> bool:
 
 
 def test_second_scheduler_schedules_its_pods_only(lab):
-    config_dir = lab.dir / "etc-kubernetes"
+    config_dir = lab.manifests_dir().parent / "second-schedulers"   # below the node's /etc/kubernetes
     config_dir.mkdir()
     out = cpctl(lab, "scheduler", "add", "my-scheduler", "--config-dir", str(config_dir), "--timeout", "30").stdout
     assert "Running and Ready" in out and "lease my-scheduler renewed" in out, out
@@ -88,12 +88,12 @@ def test_second_scheduler_schedules_its_pods_only(lab):
     wait_for(lambda: running(lab, "default-pod"), timeout=10, what="default-pod Running")
 
     listing = json.loads(cpctl(lab, "-o", "json", "scheduler", "list").stdout)["schedulers"]
-    assert [(r["name"], r["state"]) for r in listing] == [("my-scheduler", "running")]
-    assert (listing[0]["pod_state"] or {}).get("ready") is True
+    assert [(r["name"], r["state"]) for r in listing] == [("my-scheduler", "present")]
+    assert (listing[0]["observed"] or {}).get("ready") is True and listing[0]["pod_state"] == "running"
 
 
 def test_remove_stops_the_pod_and_its_pods_stay_pending(lab):
-    config_dir = lab.dir / "etc-kubernetes"
+    config_dir = lab.manifests_dir().parent / "second-schedulers"   # below the node's /etc/kubernetes
     config_dir.mkdir()
     before = sorted(os.listdir(lab.manifests_dir()))
     cpctl(lab, "scheduler", "add", "my-scheduler", "--config-dir", str(config_dir), "--timeout", "30")
@@ -125,7 +125,7 @@ def test_add_is_refused_before_writing_anything_when_the_lease_is_forbidden(rbac
     assert "system:kube-scheduler may not get and update Lease kube-system/my-scheduler" in refused.stderr
     assert "kind: RoleBinding" in refused.stdout and "name: cpctl:my-scheduler-lease" in refused.stdout
     assert sorted(os.listdir(rbac_lab.manifests_dir())) == before
-    assert not (rbac_lab.dir / "my-scheduler-config.yaml").exists()
+    assert not (rbac_lab.manifests_dir().parent / "my-scheduler-config.yaml").exists()
     assert cpctl(rbac_lab, "-o", "json", "history").stdout.count('"action"') == 0
 
 

@@ -44,6 +44,6 @@ def test_a_crictl_that_is_not_crictl_falls_back_to_the_api(lab: Any) -> None:
     status = run_cpctl(lab, "-o", "json", "status", CPCTL_CRICTL="/etc/passwd")
     assert status.returncode == 0, status.stderr
     rows = {r["component"]: r for r in json.loads(status.stdout)["components"]}
-    assert rows["kube-scheduler"]["pod_state"]["present"] and rows["kube-scheduler"]["pod_state"]["source"] == "api"
+    assert rows["kube-scheduler"]["observed"]["present"] and rows["kube-scheduler"]["observed"]["source"] == "api"
     restart = run_cpctl(lab, "restart", "scheduler", CPCTL_CRICTL="/etc/passwd")
     assert restart.returncode == 0, restart.stdout + restart.stderr

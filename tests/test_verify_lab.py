@@ -15,10 +15,11 @@ from pathlib import Path
 
 from cpctl_lab.control import start_lab
 from cpctl_lab.httpserve import free_port
+from tests.coreutil import failure_line
 from tests.labfixture import FAST, kubectl, lab, mirror, wait_for  # noqa: F401
 from tests.labfixture import run_cpctl as cpctl
 
-POD_COLUMN = re.compile(r"\bRunning ready \d+[smhd]")
+POD_COLUMN = re.compile(r" running \(Running, \d+[smhd], via (api|crictl)\)")
 
 
 def ok(proc: subprocess.CompletedProcess) -> str:
@@ -32,7 +33,7 @@ def one_line_error(proc: subprocess.CompletedProcess, code: int) -> str:
     """The documented failure shape: exit ``code``, exactly one ``cpctl:`` line on stderr."""
     assert proc.returncode == code, "rc %d (want %d): %s%s" % (proc.returncode, code, proc.stdout, proc.stderr)
     lines = proc.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("cpctl: "), proc.stderr
+    assert len(lines) == 1 and failure_line(lines[0], proc.returncode), proc.stderr
     assert "Traceback" not in proc.stderr
     return lines[0]
 
@@ -106,7 +107,8 @@ def test_apiserver_stop_start_via_crictl_while_api_refuses(lab):
     data = json.loads(ok(cpctl(lab, "-o", "json", "status")))
     rows = {c["component"]: c for c in data["components"]}
     assert rows["kube-apiserver"]["state"] == "parked" and rows["kube-apiserver"].get("pod_state") is None
-    assert rows["etcd"]["pod_state"]["source"] == "crictl" and rows["etcd"]["pod_state"]["ready"] is True
+    assert rows["kube-apiserver"].get("observed") is None
+    assert rows["etcd"]["observed"]["source"] == "crictl" and rows["etcd"]["observed"]["ready"] is True
     out = ok(cpctl(lab, "start", "apiserver"))
     assert ("pod kube-apiserver-%s Running and Ready (crictl), https://127.0.0.1:%d/readyz answers 200"
             % (lab.node_name(), lab.ports()["apiserver"])) in out
@@ -165,7 +167,7 @@ def test_probe_none_and_no_wait_say_so(lab):
     out = ok(cpctl(lab, "start", "scheduler", "--no-wait"))
     assert out.strip() == "kube-scheduler: started (manifest restored) - not waited (--no-wait)"
     data = json.loads(ok(cpctl(lab, "-o", "json", "stop", "--no-wait", "scheduler")))
-    assert data["results"][0]["wait"] == {"verified": False, "detail": "not waited (--no-wait)", "elapsed": 0.0}
+    assert data["results"][0]["wait"] == {"verified": False, "detail": "not waited (--no-wait)", "elapsed_seconds": 0.0}
     data = json.loads(ok(cpctl(lab, "-o", "json", "--probe", "none", "start", "scheduler")))
     assert data["results"][0]["wait"]["verified"] is False
     assert (lab.manifests_dir() / "kube-scheduler.yaml").is_file()
@@ -192,12 +194,12 @@ def test_status_without_api(lab, tmp_path):
     assert "tokenFile" in token_file.read_text()
     for kubeconfig in (missing, str(garbage), closed_port_kubeconfig(tmp_path), str(token_file)):
         data = json.loads(ok(cpctl(lab, "-o", "json", "status", "scheduler", KUBECONFIG=kubeconfig)))
-        (state,) = [c["pod_state"] for c in data["components"]]
+        (state,) = [c["observed"] for c in data["components"]]
         assert state["source"] == "crictl" and state["present"] and state["ready"], state
-    # neither API nor crictl: the pod column says "-" rather than guessing
+    # neither API nor crictl: the pod column says "unknown (not observed)" rather than guessing
     out = ok(cpctl(lab, "--crictl", "/nonexistent", "status", KUBECONFIG=missing))
     rows = out.splitlines()[2:]
-    assert len(rows) == 4 and all(r.split()[3] == "-" for r in rows), out
+    assert len(rows) == 4 and all(" present  unknown (not observed) " in r for r in rows), out
 
 
 def test_stop_start_scheduler_with_api_unreachable_uses_health(lab, tmp_path):
@@ -230,21 +232,23 @@ def test_status_mirror_pod_column_and_json(lab):
     out = ok(cpctl(lab, "status"))
     header, table_head, *rows = out.splitlines()
     assert header == "node %s  manifests %s" % (lab.node_name(), lab.manifests_dir())
-    assert table_head.split() == ["COMPONENT", "STATE", "FILE", "POD", "SHA256", "DETAIL"]
+    assert table_head.split() == ["COMPONENT", "FILE", "STATE", "POD", "SHA256", "DETAIL"]
     seen = {r.split()[0]: r for r in rows}
     assert set(seen) == {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"}
     for row in seen.values():
-        assert " running " in row and POD_COLUMN.search(row), row
+        assert " present " in row and POD_COLUMN.search(row), row
     data = json.loads(ok(cpctl(lab, "-o", "json", "status")))
     for c in data["components"]:
-        state = c["pod_state"]
+        state = c["observed"]
+        assert c["state"] == "present" and c["pod_state"] == "running" and c["pod"] == "%s-%s" % (
+            c["component"], lab.node_name())
         assert state["present"] is True and state["phase"] == "Running" and state["ready"] is True, c
-        assert state["source"] == "api" and state["uid"] and state["age"] >= 0
+        assert state["source"] == "api" and state["uid"] and state["age_seconds"] >= 0
     # a parked component has no pod column; after the stop the others are unchanged
     ok(cpctl(lab, "stop", "scheduler"))
     out = ok(cpctl(lab, "status", "scheduler"))
     row = out.splitlines()[2]
-    assert row.split()[:4] == ["kube-scheduler", "parked", "kube-scheduler.yaml", "-"], row
+    assert row.split()[:4] == ["kube-scheduler", "kube-scheduler.yaml", "parked", "-"], row
 
 
 def test_health_probe_sees_the_new_pod_after_a_slow_stop(tmp_path):

@@ -280,20 +280,20 @@ class FakeWaiter(Waiter):
     name = "fake"
 
     def __init__(self) -> None:
-        self.state: Optional[dict] = {"present": True, "ready": True, "phase": "Running", "uid": "a", "age": 50}
+        self.state: Optional[dict] = {"present": True, "ready": True, "phase": "Running", "uid": "a", "age_seconds": 50}
 
     def describe(self, target: PodTarget) -> Optional[dict]:
         return self.state
 
 
 def test_followed() -> None:
-    up = {"present": True, "ready": True, "uid": "b", "age": 0.1}
+    up = {"present": True, "ready": True, "uid": "b", "age_seconds": 0.1}
     assert watchmod.followed("stop", {"present": False}, up, 0.5)
     assert not watchmod.followed("stop", None, up, 0.5)
     assert watchmod.followed("load", up, {"present": False}, 0.5)
     assert not watchmod.followed("reload", up, up, 0.5), "same uid: not recreated yet"
     assert watchmod.followed("reload", up, dict(up, uid="a"), 0.5)
-    assert watchmod.followed("reload", {"present": True, "ready": True, "age": 1.0}, {"present": True}, 0.5)
+    assert watchmod.followed("reload", {"present": True, "ready": True, "age_seconds": 1.0}, {"present": True}, 0.5)
 
 
 def test_follow_up_lines_with_fake_waiter(node: NodeDirs) -> None:

@@ -83,6 +83,30 @@ def note(message: str) -> None:
     click.echo("cpctl: %s" % printable(message), err=True)
 
 
+_ERRORS_AS_JSON: List[bool] = []      # set by the entry point when the run asked for -o json
+
+
+def errors_as_json(on: bool) -> None:
+    """With ``-o json`` a failure is a JSON object on stderr (one line), not a ``cpctl:`` line."""
+    _ERRORS_AS_JSON[:] = [on]
+
+
+def fail(message: str, code: int, hint: str = "") -> None:
+    """The one line on stderr that ends a failed run: ``cpctl: message (hint: ...)``, or with
+    ``-o json`` ``{"error": {"code": 4, "reason": "refused", "message": ..., "hint": ...}}``."""
+    if not (_ERRORS_AS_JSON and _ERRORS_AS_JSON[0]):
+        note(message + (" (hint: %s)" % hint if hint else ""))
+        return
+    from cpctl.errors import ExitCode
+    try:
+        reason = ExitCode(code).name.lower()
+    except ValueError:
+        reason = "unknown"
+    clear_progress()
+    click.echo(json.dumps({"error": {"code": int(code), "reason": reason, "message": message, "hint": hint}},
+                          sort_keys=True), err=True)
+
+
 HEARTBEAT = 5.0                       # seconds between "still waiting" lines when stderr is no terminal
 _ELAPSED = re.compile(r"^(?P<what>.*), (?P<seconds>\d+(?:\.\d+)?)s$", re.DOTALL)
 _SHOWN: List["Progress"] = []         # progress lines drawn now (cleared before any output)

@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import click
 
 from cpctl.cli import registry
-from cpctl.cli.context import emit, note, printable, progress_for, state
+from cpctl.cli.context import emit, fail, note, printable, progress_for, state
 from cpctl.errors import CpctlError, ExitCode, interrupted_by
 
 Action = Callable[[Any], Dict[str, Any]]
@@ -90,7 +90,7 @@ def _fan_out(ctx: click.Context, mode: registry.Mode, action: Action, text_of: C
         raise CpctlError("cpctl %s acts on the cluster once: select exactly one master (-H NAME), not %d"
                          % (state(ctx).command, len(specs)), ExitCode.USAGE)
     results, interrupted = _run_tracked(ctx, specs, action, changing or mode is registry.Mode.ONE, probe)
-    data = {"hosts": [{"host": r.host, "status": r.status, "error": r.error, "elapsed": round(r.elapsed, 3),
+    data = {"hosts": [{"host": r.host, "status": r.status, "error": r.error, "elapsed_seconds": round(r.elapsed, 3),
                        "data": r.data} for r in results], "recap": stats(results)}
     code = int(ExitCode.INTERRUPTED) if interrupted else exit_code(results)
     line = failure_line(results) if code else ""
@@ -101,7 +101,7 @@ def _fan_out(ctx: click.Context, mode: registry.Mode, action: Action, text_of: C
     counts_only = [dataclasses.replace(r, host=printable(r.host), error=None) for r in results]
     emit(ctx, data, _hosts_text(printable(data)["hosts"], text_of, printable(reported)) + "\n\n" + recap(counts_only))
     if code:
-        note(line)
+        fail(line, code)
         ctx.exit(code)
     return [r.data for r in results if isinstance(r.data, dict)]
 

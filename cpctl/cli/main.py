@@ -17,10 +17,11 @@ from typing import Any, Dict, List, Optional, Tuple
 import click
 
 from cpctl.cli import registry
-from cpctl.cli.context import CliState, note
+from cpctl.cli.context import CliState, errors_as_json, fail, note
 
-EXIT_CODES_HELP = ("Exit codes: 0 ok, 1 drift found, 2 usage, 3 not found, 4 refused, 5 locked, "
-                   "6 timeout, 7 environment, 8 unreachable, 9 API error, 10 conflict, 70 internal error.")
+EXIT_CODES_HELP = ("Exit codes: 0 ok, 1 drift found / not running, 2 usage, 3 not found, 4 refused, 5 locked, "
+                   "6 timeout, 7 environment, 8 unreachable, 9 API error, 10 conflict, 11 rolled back, "
+                   "12 rollback failed, 70 internal error, 130 interrupted.")
 PLUGIN_GROUP = "cpctl.commands"
 COMPLETE_VAR = "_CPCTL_COMPLETE"    # click's shell completion protocol (see cli.completion)
 # Global options' environment variables: set but empty is an error, never a silent default.
@@ -199,8 +200,9 @@ def run(argv: Optional[List[str]] = None) -> int:
         click.echo(_main_help())          # bare `cpctl`: the help, on stdout, like `cpctl --help`
         return 0
     argv, dangling = hoist_global_options(argv)
+    errors_as_json(_output_of(argv) == "json")
     if dangling is not None:              # `cpctl status -o`: moved in front, it would eat the command word
-        note("option %s requires a value (see: cpctl --help)" % "/".join(dangling.opts))
+        fail("option %s requires a value (see: cpctl --help)" % "/".join(dangling.opts), ExitCode.USAGE)
         return int(ExitCode.USAGE)
     try:
         # With standalone_mode off, ctx.exit(n) comes back as the return value.
@@ -208,16 +210,16 @@ def run(argv: Optional[List[str]] = None) -> int:
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
     except click.Abort:
-        note("aborted")
+        fail("aborted", ExitCode.INTERRUPTED)
         return 130
     except click.UsageError as exc:
-        note("%s (see: cpctl %s--help)" % (exc.format_message(), _usage_path(exc)))
+        fail("%s (see: cpctl %s--help)" % (exc.format_message(), _usage_path(exc)), ExitCode.USAGE)
         return int(ExitCode.USAGE)
     except click.ClickException as exc:
-        note(exc.format_message())
+        fail(exc.format_message(), exc.exit_code)
         return int(exc.exit_code)
     except KeyboardInterrupt:
-        note("interrupted (SIGINT)")
+        fail("interrupted (SIGINT)", ExitCode.INTERRUPTED)
         return int(ExitCode.INTERRUPTED)
     except Exception as exc:  # noqa: BLE001 - the one place every failure is turned into a line
         return _failure(exc)
@@ -225,8 +227,26 @@ def run(argv: Optional[List[str]] = None) -> int:
         from cpctl.errors import Terminated
         if not isinstance(exc, Terminated):
             raise
-        note("interrupted (SIGTERM)")
+        fail("interrupted (SIGTERM)", ExitCode.INTERRUPTED)
         return int(ExitCode.INTERRUPTED)
+
+
+def _output_of(argv: List[str]) -> str:
+    """The -o/--output value among the global options in front of the command word (after
+    hoisting, all of them are there); "text" when not given."""
+    spellings = _global_spellings()
+    index = 0
+    while index < len(argv) and argv[index].startswith("-") and argv[index] != "--":
+        word = argv[index]
+        if word.startswith("--output="):
+            return word.split("=", 1)[1]
+        if word.startswith("-o") and len(word) > 2 and not word.startswith("--"):
+            return word[2:]
+        if word in ("-o", "--output") and index + 1 < len(argv):
+            return argv[index + 1]
+        option = spellings.get(word.split("=", 1)[0])
+        index += 2 if option is not None and _takes_value(option) and "=" not in word else 1
+    return "text"
 
 
 def _main_help() -> str:
@@ -345,9 +365,9 @@ def _failure(exc: Exception) -> int:
     if failure.code == ExitCode.INTERNAL:
         if os.environ.get("CPCTL_DEBUG"):
             raise exc
-        note("%s (set CPCTL_DEBUG=1 for a traceback, and please report it)" % failure.message)
+        fail("%s (set CPCTL_DEBUG=1 for a traceback, and please report it)" % failure.message, failure.code)
     else:
-        note(failure.message + (" (hint: %s)" % failure.hint if failure.hint else ""))
+        fail(failure.message, failure.code, failure.hint)
     return int(failure.code)
 
 

@@ -12,18 +12,21 @@ def table(headers: list, rows: list) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells)
 
 
-def _pod_column(pod: Optional[dict]) -> str:
-    if not pod:
+def _pod_column(word: Optional[str], pod: Optional[dict]) -> str:
+    """The pod as systemctl's "active" column: running / not-ready / absent / unknown, then what
+    was seen (phase, age, which probe saw it, and whether that view is stale)."""
+    if not word:
         return "-"
-    if not pod.get("present"):
-        return "absent"
-    parts = [pod.get("phase") or "?", "ready" if pod.get("ready") else "not-ready"]
-    if pod.get("age") is not None:
+    if not pod:
+        return word if word != "unknown" else "unknown (not observed)"
+    seen = [pod.get("phase") or ""] if pod.get("present") else []
+    if pod.get("present") and pod.get("age_seconds") is not None:
         from cpctl.timeutil import format_duration
-        parts.append(format_duration(pod["age"]))
+        seen.append(format_duration(pod["age_seconds"]))
+    seen.append("via %s" % (pod.get("source") or "?"))
     if pod.get("stale"):
-        parts.append("(stale: this node's API server is parked)")
-    return " ".join(parts)
+        seen.append("stale: this node's API server is parked")
+    return "%s (%s)" % (word, ", ".join(s for s in seen if s))
 
 
 def status_text(data: dict) -> str:
@@ -38,10 +41,10 @@ def status_text(data: dict) -> str:
                 detail += ": %s" % c["reason"]
         elif c["state"] == "invalid":
             detail = c.get("error") or ""
-        rows.append([c["component"], c["state"], c["file"], _pod_column(c.get("pod_state")),
+        rows.append([c["component"], c["file"], c["state"], _pod_column(c.get("pod_state"), c.get("observed")),
                      (c.get("checksum") or "")[:12], detail])
     lines = ["node %s  manifests %s" % (data["node"], data["manifests_dir"])]
-    lines.append(table(["COMPONENT", "STATE", "FILE", "POD", "SHA256", "DETAIL"], rows) if rows
+    lines.append(table(["COMPONENT", "FILE", "STATE", "POD", "SHA256", "DETAIL"], rows) if rows
                  else "(no static pod manifests and nothing parked)")
     lines += ["warning: %s" % w for w in data.get("warnings", [])]
     lines += ["recovered: %s" % r for r in data.get("recovered", [])]
@@ -52,9 +55,10 @@ def history_text(records: list) -> str:
     if not records:
         return "(no history)"
     rows = [[r.get("time"), r.get("user"), r.get("host"), r.get("action"), r.get("component"),
-             (r.get("checksum") or "")[:12], (r.get("reason") or "") + (" [recovered]" if r.get("recovered") else "")]
+             (r.get("checksum") or "")[:12], r.get("origin") or "-",
+             (r.get("reason") or "") + (" [recovered]" if r.get("recovered") else "")]
             for r in records]
-    return table(["TIME", "USER", "HOST", "ACTION", "COMPONENT", "SHA256", "REASON"], rows)
+    return table(["TIME", "USER", "HOST", "ACTION", "COMPONENT", "SHA256", "ORIGIN", "REASON"], rows)
 
 
 def outcomes_text(data: dict) -> str:

@@ -273,6 +273,8 @@ class ChangePath:
                   "node": who.get("node"), "action": change.action, "component": change.component,
                   "file": change.file, "checksum": change.checksum, "op": change.op}
         record.update({k: v for k, v in change.record.items() if v is not None})
+        if who.get("origin"):
+            record["origin"] = ("recovered by %s" % who["origin"]) if recovered else who["origin"]
         if recovered:
             record["recovered"] = True
         if unfinished:

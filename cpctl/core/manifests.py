@@ -60,6 +60,14 @@ def validate_component_name(name: str) -> str:
     return name
 
 
+def close_names(wanted: str, known: Any) -> List[str]:
+    """Up to three of ``known`` that ``wanted`` is probably a typo of (``schedular``)."""
+    import difflib
+    close = difflib.get_close_matches(wanted, sorted(set(known)), n=4, cutoff=0.6)
+    short = [n for n in close if not any(ALIASES.get(other) == n and other != n for other in close)]
+    return short[:3]                  # "scheduler", not also "kube-scheduler"
+
+
 def file_stem(filename: str) -> str:
     for suffix in _FILE_SUFFIXES:
         if filename.endswith(suffix):
@@ -689,9 +697,11 @@ class Manifest:
         return self._parsed.digest if self._parsed is not None else None
 
     def matches(self, wanted: str) -> bool:
-        """True when ``wanted`` names this manifest by pod name, alias or file stem."""
+        """True when ``wanted`` names this manifest by pod name, alias, file stem or file name
+        (``kube-scheduler.yaml``: what an operator sees in ``ls``)."""
         target = ALIASES.get(wanted, wanted)
-        return target in (self.pod_name, file_stem(self.file)) or wanted in (self.pod_name, file_stem(self.file))
+        names = (self.pod_name, file_stem(self.file), self.file)
+        return target in names or wanted in names
 
 
 def refuse_link(manifest: Manifest, action: str) -> None:

@@ -66,6 +66,7 @@ class Node:
         self.lock_timeout = lock_timeout
         self.log = log or (lambda message: None)
         self.recovered: List[str] = []
+        self.origin = "cpctl"                 # the command in whose session changes happen (history)
         self.changes = journal.ChangePath(host, self.state, self.manifests_dir, self.who, self._log)
         self._check_layout()
 
@@ -94,8 +95,9 @@ class Node:
         return self._node_name
 
     def who(self) -> Dict[str, Any]:
-        """Who acts on this node, for history records: the host's info plus the node name."""
-        return dict(self.host.info(), node=self.node_name)
+        """Who acts on this node, for history records: the host's info, the node name, and the
+        command the change came from (``cpctl check --fix``, ``cpctl apply kube-apiserver``...)."""
+        return dict(self.host.info(), node=self.node_name, origin=self.origin)
 
     @property
     def listeners(self) -> List[journal.Listener]:
@@ -123,9 +125,9 @@ class Node:
 
         Nothing is refused when the API cannot be asked (no kubeconfig, API down, forbidden): the
         waits then say what they could not verify."""
-        from cpctl.probes.kubeapi import KubeClient, load_kubeconfig
+        from cpctl.probes.kubeapi import KubeClient, any_kubeconfig, load_kubeconfig
         try:
-            if self.host.lstat(self.kubeconfig) is None:
+            if not any_kubeconfig(self.host, self.kubeconfig):
                 return
             client = KubeClient(self.host, load_kubeconfig(self.host, self.kubeconfig), timeout=3.0)
             if client.get_node(self.node_name) is not None:
@@ -193,13 +195,25 @@ class Node:
         present = scan.find(wanted)
         target = manifests.ALIASES.get(wanted, wanted)
         parked_hits = [f for f, meta in parked.items()
-                       if target in (meta.get("component"), manifests.file_stem(f))
-                       or wanted in (meta.get("component"), manifests.file_stem(f))]
+                       if target in (meta.get("component"), manifests.file_stem(f), f)
+                       or wanted in (meta.get("component"), manifests.file_stem(f), f)]
         return present, parked_hits
 
     def not_found(self, wanted: str) -> CpctlError:
-        """The error for a component neither in the manifests dir nor parked (exit 3)."""
-        return CpctlError("no static pod %r in %s and none parked" % (wanted, self.manifests_dir),
+        """The error for a component neither in the manifests dir nor parked (exit 3), with the
+        names it was probably meant to be and the ones this node has."""
+        known = list(manifests.ALIASES)
+        try:
+            scan, parked = self.scan(), self.parked()
+            known += [m.pod_name for m in scan.valid if m.pod_name] + [manifests.file_stem(m.file) for m in scan.valid]
+            known += [str(meta.get("component") or manifests.file_stem(f)) for f, meta in parked.items()]
+        except CpctlError:
+            pass
+        close = manifests.close_names(wanted, known)
+        hint = "did you mean %s? " % " or ".join(repr(n) for n in close) if close else ""
+        ours = sorted(set(known) - set(manifests.ALIASES.values()) - set(manifests.ALIASES))
+        return CpctlError("no static pod %r in %s and none parked (%sknown: %s)"
+                          % (wanted, self.manifests_dir, hint, ", ".join(list(manifests.ALIASES) + ours)),
                           ExitCode.NOT_FOUND)
 
     def target_for(self, pod: Dict[str, Any], filename: str,
@@ -414,6 +428,7 @@ class _Session:
         self._lock: Any = None
 
     def __enter__(self) -> Node:
+        self.node.origin = self.what
         manifests.check_manifests_dir(self.node.host, self.node.manifests_dir)
         self.node.state.ensure(create=True)
         self._lock = self.node.state.locked(self.node.lock_timeout, self.what, self.node.manifests_dir)

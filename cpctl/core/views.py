@@ -38,10 +38,13 @@ def status(node: Node, wanted: Optional[List[str]] = None) -> Dict[str, Any]:
         rows = _filter_rows(node, rows, wanted, scan, parked)
     stale = node.local_api_parked(parked)
     for row in rows:
-        if row["state"] == "running" and row.get("pod"):
+        if row.get("namespace") and row["state"] != "invalid":
+            row["pod"] = "%s-%s" % (row["component"], node.node_name.lower())
+        if row["state"] == "present":
             target = PodTarget(row["component"], row["namespace"], node.node_name, file=row["file"],
                                stale_api=stale)
-            row["pod_state"] = node.waiter.describe(target)
+            row["observed"] = node.waiter.describe(target)
+            row["pod_state"] = pod_state(row["observed"])
     found = stuck + warnings(scan) + (["kubelet configuration: %s" % p for p in known.problems] if known else [])
     data: Dict[str, Any] = {"node": node.node_name, "manifests_dir": node.manifests_dir, "state_dir": node.state.path,
             "components": rows, "warnings": found, "recovered": list(node.recovered)}
@@ -80,12 +83,23 @@ def journal_pending(node: Node) -> bool:
     return node.host.lstat(node.state.staged_dir) is not None and bool(node.host.listdir(node.state.staged_dir))
 
 
+def pod_state(observed: Optional[Dict[str, Any]]) -> str:
+    """One word for what was seen of a present manifest's pod: running (and Ready), not-ready,
+    absent, or unknown (nothing could look: no probe, API down, crictl missing)."""
+    if observed is None:
+        return "unknown"
+    if not observed.get("present"):
+        return "absent"
+    return "running" if observed.get("ready") else "not-ready"
+
+
 def _present_row(m: Manifest) -> Dict[str, Any]:
+    """A manifest in the dir: ``state`` is the file's (present/invalid), ``pod_state`` the pod's."""
     if m.valid:
-        return {"component": m.pod_name, "namespace": m.namespace, "file": m.file, "state": "running",
-                "checksum": m.checksum, "pod": True}
+        return {"component": m.pod_name, "namespace": m.namespace, "file": m.file, "state": "present",
+                "checksum": m.checksum}
     return {"component": manifests.file_stem(m.file), "file": m.file, "state": "invalid", "error": m.error,
-            "checksum": m.checksum}
+            "checksum": m.checksum, "pod": None, "pod_state": None}
 
 
 def _parked_row(filename: str, meta: Dict[str, Any]) -> Dict[str, Any]:
@@ -93,7 +107,7 @@ def _parked_row(filename: str, meta: Dict[str, Any]) -> Dict[str, Any]:
     row = {"component": meta.get("component") or manifests.file_stem(filename),
            "namespace": meta.get("namespace"), "file": filename, "state": "parked",
            "since": meta.get("parked_at"), "by": meta.get("parked_by"), "reason": meta.get("reason"),
-           "until": meta.get("until"), "checksum": meta.get("checksum")}
+           "until": meta.get("until"), "checksum": meta.get("checksum"), "pod_state": None}
     if row["until"]:
         row["overdue"] = parse_iso(row["until"]) < time.time()
     return row

@@ -208,7 +208,7 @@ def recap_json(results: Sequence[HostResult]) -> str:
         "ok": not any(r.failed for r in results),
         "stats": stats(results),
         "hosts": [{"host": r.host, "status": r.status, "data": r.data, "error": r.error, "code": r.code,
-                   "elapsed": round(r.elapsed, 3)} for r in results],
+                   "elapsed_seconds": round(r.elapsed, 3)} for r in results],
     }
     return json.dumps(doc, indent=2, sort_keys=True, default=_json_default)
 

@@ -522,7 +522,7 @@ def _restore(node: Node, finding: Finding, timeout: float) -> dict:
                        % finding.component)
     try:
         outcome = node.start(finding.component or manifests.file_stem(finding.file or ""), wait=True,
-                             timeout=timeout)
+                             timeout=timeout, reason="its --for deadline passed")
     except CpctlError as exc:
         return _action("start", finding.file, finding.component, False, "not restored: %s" % exc.full_message)
     wait = outcome.extra.get("wait")

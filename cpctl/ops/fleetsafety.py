@@ -71,7 +71,7 @@ class Member:
 
     def runs(self, component: str, stopped: Set[str]) -> bool:
         """Whether ``component`` keeps running here once ``stopped`` components are stopped."""
-        if not self.reachable or component in stopped or self.states.get(component) != "running":
+        if not self.reachable or component in stopped or self.states.get(component) != "present":
             return False
         if component == APISERVER and self.stacked:
             return self.runs(ETCD, stopped)

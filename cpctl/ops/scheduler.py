@@ -24,14 +24,14 @@ import re
 import secrets
 from typing import Optional
 
-from cpctl.core import journal, manifests
+from cpctl.core import journal, manifests, views
 from cpctl.core.manifests import DirScan
 from cpctl.core.mounts import host_path_of
 from cpctl.core.node import Node
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host.base import Host
 from cpctl.ops import schedrbac
-from cpctl.probes.base import PodTarget, WaitResult
+from cpctl.probes.base import WaitResult
 from cpctl.timeutil import stamp
 
 GENERATED_BY = "cpctl.io/generated-by"
@@ -569,15 +569,18 @@ def _row(node: Node, pod: dict, filename: str, state: str) -> dict:
     row = {"name": pod["metadata"]["name"], "file": filename, "state": state,
            "port": int(port) if port and port.isdigit() else None, "config": config,
            "config_present": bool(config and node.host.lstat(config)), "image": container.get("image")}
-    if state == "running":
-        target = PodTarget(row["name"], pod["metadata"].get("namespace") or "default", node.node_name, pod, filename)
-        row["pod_state"] = node.waiter.describe(target)
+    row["pod"] = "%s-%s" % (row["name"], node.node_name.lower())
+    row["pod_state"] = None
+    if state == "present":
+        target = node.target_for(pod, filename)
+        row["observed"] = node.waiter.describe(target)
+        row["pod_state"] = views.pod_state(row["observed"])
     return row
 
 
 def list_schedulers(node: Node) -> list:
     """Every scheduler cpctl generated on this node, running (in the dir) or parked."""
-    rows = [_row(node, m.pod, m.file, "running") for m in node.scan().valid if is_generated(m.pod)]
+    rows = [_row(node, m.pod, m.file, "present") for m in node.scan().valid if is_generated(m.pod)]
     if node.state.ensure(create=False):
         for filename in node.state.parked_files():
             pod = _read_pod(node.host, node.state.parked_path(filename))

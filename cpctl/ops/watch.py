@@ -360,7 +360,7 @@ class Watch:
                     RELOAD: "was not recreated (Ready) within"}[verdict]
             detail = "%s %s %ds" % (mirror, what, round(timeout))
         record = {"event": "mirror", "file": target.file, "verdict": FOLLOWED if ok else NOT_FOLLOWED,
-                  "pod": target.pod_name, "detail": detail, "elapsed": round(elapsed, 3)}
+                  "pod": target.pod_name, "detail": detail, "elapsed_seconds": round(elapsed, 3)}
         self.events.put(("follow", record))
 
 
@@ -376,7 +376,7 @@ def followed(verdict: str, state: Optional[dict], before: Optional[dict], elapse
         return True
     if state.get("uid") and before.get("uid"):
         return state["uid"] != before["uid"]
-    age = state.get("age")
+    age = state.get("age_seconds")
     return age is not None and age <= elapsed + 1.0
 
 

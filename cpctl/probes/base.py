@@ -51,7 +51,7 @@ class WaitResult:
     state: Any = None
 
     def to_dict(self) -> dict:
-        return {"verified": self.verified, "detail": self.detail, "elapsed": round(self.elapsed, 3)}
+        return {"verified": self.verified, "detail": self.detail, "elapsed_seconds": round(self.elapsed, 3)}
 
 
 class Waiter:
@@ -126,7 +126,7 @@ class PodState:
     def to_dict(self) -> dict:
         age = time.time() - self.created if self.created else None
         return {"present": self.present, "ready": self.ready, "phase": self.phase, "uid": self.uid,
-                "age": age, "source": self.source, "stale": self.stale}
+                "age_seconds": age, "source": self.source, "stale": self.stale}
 
 
 class Probe(Protocol):

@@ -137,15 +137,72 @@ class Access:
         return text
 
 
+def kubeconfig_files(value: str) -> List[str]:
+    """The files a ``--kubeconfig``/``KUBECONFIG`` value names: one path, or kubectl's
+    colon-separated list (empty entries ignored)."""
+    return [part for part in value.split(":") if part] or [value]
+
+
+def any_kubeconfig(host: Host, value: str) -> bool:
+    """True when at least one of the files ``value`` names exists on ``host``."""
+    return any(host.lstat(path) is not None for path in kubeconfig_files(value))
+
+
 def load_kubeconfig(host: Host, path: str, context: Optional[str] = None) -> Access:
-    """Parse a kubeconfig the way kubectl does for the fields cpctl needs.
+    """Parse a kubeconfig the way kubectl does for the fields cpctl needs: one file, or a
+    ``KUBECONFIG``-style list merged by kubectl's rule (missing files are skipped, the first file
+    to set a value or a named entry wins, relative paths are relative to the file that has them).
 
     Every failure is a ``CpctlError`` (exit 7) naming the file and the field, never a value."""
-    config = _read_kubeconfig(host, path)
+    files = kubeconfig_files(path)
     try:
-        return _access(host, config, path, context)
+        if len(files) == 1:
+            return _access(host, _read_kubeconfig(host, files[0]), files[0], context)
+        return _access(host, _merged(host, files, path), path, context)
     except ShapeError as exc:
         raise _env_error("kubeconfig %s: %s" % (path, exc)) from None
+
+
+_PATH_FIELDS = {"clusters": ("cluster", ("certificate-authority",)),
+                "users": ("user", ("client-certificate", "client-key", "tokenFile"))}
+
+
+def _merged(host: Host, files: List[str], value: str) -> Dict[str, Any]:
+    """One kubeconfig from a list of files: the first to set a key or a named entry wins."""
+    merged: Dict[str, Any] = {"clusters": [], "users": [], "contexts": []}
+    found = 0
+    for path in files:
+        if host.lstat(path) is None:
+            continue                        # kubectl skips a listed file that does not exist
+        config = _read_kubeconfig(host, path)
+        found += 1
+        if not merged.get("current-context") and get_str(config, "current-context", "kubeconfig"):
+            merged["current-context"] = config["current-context"]
+        for section in ("clusters", "users", "contexts"):
+            known = {item.get("name") for item in merged[section]}
+            for item in get_list(config, section, "kubeconfig"):
+                if isinstance(item, dict) and item.get("name") not in known:
+                    merged[section].append(_absolute(section, item, os.path.dirname(path)))
+                    known.add(item.get("name"))
+    if not found:
+        raise _env_error("none of the kubeconfig files in %s exists" % value,
+                         hint="pass --kubeconfig or set KUBECONFIG")
+    return merged
+
+
+def _absolute(section: str, item: Dict[str, Any], base: str) -> Dict[str, Any]:
+    """``item`` with the relative file paths of its cluster/user made absolute (from ``base``)."""
+    if section not in _PATH_FIELDS:
+        return item
+    kind, fields = _PATH_FIELDS[section]
+    inner = item.get(kind)
+    if not isinstance(inner, dict):
+        return item
+    fixed = dict(inner)
+    for field in fields:
+        if isinstance(fixed.get(field), str) and fixed[field]:
+            fixed[field] = _rel(base, fixed[field])
+    return dict(item, **{kind: fixed})
 
 
 def _read_kubeconfig(host: Host, path: str) -> Dict[str, Any]:

@@ -189,8 +189,9 @@ def revisions_text(data: Dict[str, Any]) -> str:
         notes = [n for n in ("current" if row.get("current") else "", "failed" if row.get("failed") else "") if n]
         if row.get("reason"):
             notes.append(str(row["reason"]))
-        out.append("%-4s %-20s %-10s %-9s %-12s %s" % (row["number"], row["saved_at"], row["saved_by"], row["action"],
-                                                        row["checksum"][:12], "; ".join(notes)))
+        line = "%-4s %-20s %-10s %-9s %-12s %s" % (row["number"], row["saved_at"], row["saved_by"], row["action"],
+                                                    row["checksum"][:12], "; ".join(notes))
+        out.append(line.rstrip())
     return "\n".join(out)
 
 

@@ -125,6 +125,6 @@ def _list_text(data: dict) -> str:
     rows = data["schedulers"]
     if not rows:
         return "(no schedulers added by cpctl)"
-    return table(["NAME", "STATE", "PORT", "CONFIG", "FILE"],
-                 [[r["name"], r["state"] + ("" if r["config_present"] else " (config missing)"), r["port"],
-                   r["config"], r["file"]] for r in rows])
+    return table(["NAME", "FILE", "POD", "PORT", "CONFIG"],
+                 [[r["name"], "%s (%s)" % (r["file"], r["state"]), r.get("pod_state") or "-", r["port"],
+                   "%s%s" % (r["config"], "" if r["config_present"] else " (missing)")] for r in rows])

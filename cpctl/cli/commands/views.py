@@ -35,3 +35,30 @@ def history(ctx: click.Context, component: Optional[str], limit: int) -> None:
     def action(node: Any) -> Dict[str, Any]:
         return {"node": node.node_name, "history": views.history(node, component, limit)}
     execute(ctx, action, lambda data: history_text(data["history"]), probe="none")
+
+
+@click.command("is-running")
+@click.argument("components", nargs=-1, required=True)
+@click.pass_context
+def is_running(ctx: click.Context, components: tuple) -> None:
+    """Exit 0 when every COMPONENT's pod is running and Ready (on every selected master), else 1.
+
+    For scripts, like `systemctl is-active`: one word per component - running, not-ready, absent,
+    unknown (nothing could look), parked or invalid - and the exit code says whether all run.
+    """
+    from cpctl.core import views
+    from cpctl.errors import CpctlError, ExitCode
+
+    def action(node: Any) -> Dict[str, Any]:
+        rows = views.status(node, list(components))["components"]
+        words = {row["component"]: row.get("pod_state") or row["state"] for row in rows}
+        return {"node": node.node_name, "components": words, "running": all(w == "running" for w in words.values())}
+
+    def text(data: Dict[str, Any]) -> str:
+        return "\n".join("%s: %s" % (name, word) for name, word in data["components"].items())
+
+    shown = execute(ctx, action, text)
+    down = ["%s%s (%s)" % ("%s: " % data["node"] if len(shown) > 1 else "", name, word)
+            for data in shown for name, word in data["components"].items() if word != "running"]
+    if down:
+        raise CpctlError("not running: %s" % ", ".join(down), ExitCode.DRIFT)

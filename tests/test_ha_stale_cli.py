@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tests.labfixture import lab_factory, mirror, run_cpctl  # noqa: F401
+from tests.labfixture import lab_factory, mirror, run_cpctl, wait_for  # noqa: F401
 
 
 def test_a_parked_local_api_server_makes_cpctl_trust_the_runtime(lab_factory: Any) -> None:
@@ -35,3 +35,31 @@ def test_a_parked_local_api_server_makes_cpctl_trust_the_runtime(lab_factory: An
     assert "(crictl)" in start.stdout or "(health)" in start.stdout, start.stdout
     up = run_cpctl(env, "start", "apiserver", "--timeout", "60")
     assert up.returncode == 0, up.stdout + up.stderr
+
+
+def test_a_crash_looping_local_api_server_also_makes_the_api_view_stale(lab_factory: Any) -> None:
+    """Nothing parked: master2's API server crash-loops after a hand edit. Its local-mode kubelet
+    (kubelet.conf names the node's own API server) cannot update the mirror pods: cpctl sees that
+    nothing answers there and believes the runtime."""
+    lab = lab_factory(profile="ha")
+    env = lab.env_for(2)
+    path = lab.manifests_dir(2) / "kube-apiserver.yaml"
+    text = path.read_text()
+    broken = path.parent / ".kube-apiserver.yaml.tmp"
+    broken.write_text(text.replace("- kube-apiserver\n", "- kube-apiserver\n    - --no-such-flag=1\n", 1))
+    broken.rename(path)
+    wait_for(lambda: _refused(lab.api_url_for(2)), 20, "master2's own API server down")
+    stop = run_cpctl(env, "stop", "scheduler", "--timeout", "20")
+    assert stop.returncode == 0 and "gone (crictl)" in stop.stdout, stop.stdout + stop.stderr
+    status = json.loads(run_cpctl(env, "-o", "json", "status", "controller-manager").stdout)
+    (row,) = status["components"]
+    assert row["observed"]["source"] != "api" or row["observed"]["stale"], row
+
+
+def _refused(url: str) -> bool:
+    import urllib.request
+    try:
+        urllib.request.urlopen(url + "/healthz", timeout=2)
+    except OSError as exc:
+        return "refused" in str(exc).lower()
+    return False

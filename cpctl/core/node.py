@@ -14,6 +14,7 @@ import os
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from cpctl.core import journal, manifests
+from cpctl.core.apiview import LocalApiCheck
 from cpctl.core.identity import NodeIdentity
 from cpctl.core.manifests import DirScan, Manifest
 from cpctl.core.state import StateDir, user_label
@@ -66,6 +67,7 @@ class Node:
         self.lock_timeout = lock_timeout
         self.log = log or (lambda message: None)
         self.recovered: List[str] = []
+        self._local_api = LocalApiCheck(host, self.manifests_dir)
         self.origin = "cpctl"                 # the command in whose session changes happen (history)
         self.changes = journal.ChangePath(host, self.state, self.manifests_dir, self.who, self._log)
         self._check_layout()
@@ -185,7 +187,7 @@ class Node:
         dir, parked manifests and their metadata), as ``Host.prefetched`` wants them: over SSH
         they then cost one round trip instead of one each."""
         pending = self._identity_reads if self._identity_loader is not None else []
-        return pending + self.state.view_reads() + [
+        return pending + self.state.view_reads() + [self._local_api.read_call(),
             ("info", {}), ("lstat", {"path": self.manifests_dir}),
             ("scan_dir", {"path": self.manifests_dir, "limit": manifests.MAX_MANIFEST_BYTES})]
 
@@ -221,8 +223,20 @@ class Node:
         """The static pod ``pod`` (from ``filename``) on this node, marked ``stale_api`` while this
         node's API server or etcd is parked (``parked``: already read, else read now)."""
         meta = pod.get("metadata", {})
+        stale = self.local_api_parked(parked, besides=filename) or (
+            meta["name"] not in LOCAL_API and bool(self.local_api_down()))
         return PodTarget(meta["name"], meta.get("namespace") or "default", self.node_name, pod, filename,
-                         stale_api=self.local_api_parked(parked, besides=filename))
+                         stale_api=stale)
+
+    def local_api_down(self) -> str:
+        """Why this node's kubelet cannot update its mirror pods although nothing is parked (local
+        mode, its own API server not answering: crash-looping, or its etcd down); "" otherwise."""
+        def apiserver() -> Optional[Dict[str, Any]]:
+            try:
+                return next((m.pod for m in self.scan().valid if m.pod_name == "kube-apiserver"), None)
+            except CpctlError:
+                return None
+        return self._local_api.down(apiserver)
 
     def local_api_parked(self, parked: Optional[Dict[str, Dict[str, Any]]] = None, besides: str = "") -> bool:
         """True while this node's kube-apiserver or etcd is parked: a kubelet in local mode

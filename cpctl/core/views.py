@@ -33,10 +33,10 @@ def status(node: Node, wanted: Optional[List[str]] = None) -> Dict[str, Any]:
                 stuck.append(exc.full_message)   # a view still shows the node; changes refuse until fixed
         scan, parked = node.scan(), node.parked()
         known = node.identity                      # read in the same round trip when deferred
+        stale = node.local_api_parked(parked) or bool(node.local_api_down())
     rows = [_present_row(m) for m in scan.manifests] + [_parked_row(f, meta) for f, meta in parked.items()]
     if wanted:
         rows = _filter_rows(node, rows, wanted, scan, parked)
-    stale = node.local_api_parked(parked)
     for row in rows:
         if row.get("namespace") and row["state"] != "invalid":
             row["pod"] = "%s-%s" % (row["component"], node.node_name.lower())

@@ -1,0 +1,122 @@
+"""Is the API's view of this node's pods current? (HA control planes, issue #13 item 5)
+
+From kubeadm 1.33 the feature ControlPlaneKubeletLocalMode is on: a control-plane kubelet talks
+to its own node's API server (its ``kubelet.conf`` names that server's address, not the load
+balancer). When that API server is down - parked by cpctl, crash-looping, or without its stacked
+etcd - the kubelet cannot update its mirror pods, while the other API servers keep serving the
+frozen ones through the load balancer. Waits for this node's pods must then believe the runtime
+and the health endpoints only.
+
+``LocalApiCheck`` finds the kubelet's server in ``kubelet.conf`` (next to the manifests dir, as
+kubeadm lays out /etc/kubernetes), decides whether it is this node's own API server (its
+``--advertise-address``, or a loopback address), and if so whether anything
+answers there. The answer is cached for a few seconds: a status of many pods asks once.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import time
+import urllib.parse
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from cpctl.host.base import Host
+
+KUBELET_CONF = "kubelet.conf"
+CACHE_SECONDS = 5.0
+PROBE_TIMEOUT = 1.5
+MAX_CONF_BYTES = 1 << 20
+
+
+class LocalApiCheck:
+    """Whether this node's kubelet runs in local mode and its own API server does not answer."""
+
+    def __init__(self, host: Host, manifests_dir: str) -> None:
+        self.host = host
+        self.conf_path = os.path.join(os.path.dirname(manifests_dir.rstrip("/")) or "/", KUBELET_CONF)
+        self._cached: Optional[Tuple[float, str]] = None
+
+    def down(self, apiserver_pod: Callable[[], Optional[Dict[str, Any]]]) -> str:
+        """Why the API's view of this node is stale ("" when it is not, or cannot be told);
+        ``apiserver_pod`` gives this node's API server manifest when it is needed."""
+        now = time.monotonic()
+        if self._cached is not None and now - self._cached[0] < CACHE_SECONDS:
+            return self._cached[1]
+        reason = self._check(apiserver_pod)
+        self._cached = (now, reason)
+        return reason
+
+    def read_call(self) -> Tuple[str, Dict[str, Any]]:
+        """The read ``down`` makes first, for ``Host.prefetched``."""
+        return ("read_file", {"path": self.conf_path, "limit": MAX_CONF_BYTES})
+
+    def _check(self, apiserver_pod: Callable[[], Optional[Dict[str, Any]]]) -> str:
+        server = self._kubelet_server()
+        if not server or not _is_own(server, apiserver_pod()):
+            return ""
+        try:
+            self.host.http("GET", server.rstrip("/") + "/healthz", timeout=PROBE_TIMEOUT, tls={"insecure": True},
+                           limit=4096)
+        except OSError as exc:
+            return "the kubelet talks to this node's own API server (local mode) and %s does not answer (%s)" % (
+                server, exc.strerror or type(exc).__name__)
+        return ""
+
+    def _kubelet_server(self) -> str:
+        """The server URL of the kubelet's kubeconfig ("" when it cannot be read)."""
+        import yaml
+        try:
+            data = self.host.read_file(self.conf_path, MAX_CONF_BYTES)
+            config = yaml.safe_load(data.decode("utf-8", "replace"))
+        except (OSError, yaml.YAMLError, ValueError, RecursionError):
+            return ""
+        if not isinstance(config, dict):
+            return ""
+        cluster_name = ""
+        for context in _items(config.get("contexts")):
+            if context.get("name") == config.get("current-context") and isinstance(context.get("context"), dict):
+                cluster_name = str(context["context"].get("cluster") or "")
+        for cluster in _items(config.get("clusters")):
+            inner = cluster.get("cluster")
+            if isinstance(inner, dict) and (cluster.get("name") == cluster_name or not cluster_name):
+                server = inner.get("server")
+                return server if isinstance(server, str) else ""
+        return ""
+
+
+def _items(value: Any) -> List[Dict[str, Any]]:
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def _is_own(server: str, apiserver_pod: Optional[Dict[str, Any]]) -> bool:
+    """True when ``server`` is on this node: the address its API server advertises, or a loopback
+    address when no manifest says. (A load balancer on this node's address would count too: then
+    the runtime is asked instead of the API, which is never wrong, only less detailed.)"""
+    try:
+        host = urllib.parse.urlsplit(server).hostname or ""
+    except ValueError:
+        return False
+    advertised = _advertised(apiserver_pod)
+    if advertised:
+        return _same_address(host, advertised)
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def _same_address(a: str, b: str) -> bool:
+    try:
+        return ipaddress.ip_address(a) == ipaddress.ip_address(b)
+    except ValueError:
+        return a.lower() == b.lower()
+
+
+def _advertised(pod: Optional[Dict[str, Any]]) -> str:
+    """The --advertise-address of the API server's manifest ("" when unknown)."""
+    for container in ((pod or {}).get("spec") or {}).get("containers") or []:
+        for item in (container.get("command") or []) + (container.get("args") or []):
+            if isinstance(item, str) and item.startswith("--advertise-address="):
+                return item.split("=", 1)[1]
+    return ""

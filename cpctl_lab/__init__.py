@@ -25,8 +25,10 @@ What it simulates
     leader Leases renewed every ``--lease-renew`` s; a ``crictl`` shim in ``DIR/bin``
     (``pods``, ``ps``, ``inspect``, ``inspectp``, ``logs``, ``version``).
   * Per master: ``DIR/kubelet-<node>/`` (config.yaml, kubeadm-flags.env), ``DIR/root-<node>/``
-    (the node's ``/``: pki, kubeconfigs, mounted dirs; every seeded hostPath points in here), its
-    own API listener and ``DIR/admin-<node>.conf``; ``DIR/admin.conf`` is the load balancer.
+    (the node's ``/``: pki, kubeconfigs, mounted dirs, and the manifests dir
+    ``etc/kubernetes/manifests``, so each master has its own /etc/kubernetes; every seeded hostPath
+    points in here), ``DIR/state-<node>/`` (cpctl's state dir), its own API listener and
+    ``DIR/admin-<node>.conf``; ``DIR/admin.conf`` is the load balancer.
 
 Profiles (``start_lab(..., profile=NAME)``, ``cpctl lab up|run --profile NAME``, list with
 ``cpctl lab profiles``; every setting is also an option of its own, see :mod:`cpctl_lab.profiles`;

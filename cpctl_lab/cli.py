@@ -149,6 +149,10 @@ def run_cmd(directory: Path, legacy_discovery: bool, **options: Any) -> None:
     if control.running_state(directory):
         fail(f"a lab is already running in {directory}")
     try:
+        control.check_layout(directory)
+    except control.LabError as exc:
+        fail(str(exc))
+    try:
         the_lab = Lab(
             directory,
             node_name=options["node_name"],
@@ -194,6 +198,10 @@ def up_cmd(directory: Path, legacy_discovery: bool, timeout: float, **options: A
         profiles.node_names(settings_from(options), options["node_name"])
     except ValueError as exc:
         fail(str(exc), 2)
+    try:
+        control.check_layout(directory)
+    except control.LabError as exc:
+        fail(str(exc))
     options["port"] = options["port"] or None
     try:
         proc = control.spawn(directory, control.lag_args(aggregated_discovery=not legacy_discovery, **options))

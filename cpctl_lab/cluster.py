@@ -484,7 +484,7 @@ class Lab:
         self._write_crictl()
         self._seed_objects()
         for i, node in enumerate(self.masters + [self.worker]):
-            mdir = d / f"manifests-{node}" if node in self.masters else None
+            mdir = nodefiles.manifests_dir(d, node) if node in self.masters else None
             k = Kubelet(self, node, mdir, hostname=self.hostnames.get(node, node))
             k.index = i
             self.kubelets[node] = k
@@ -539,7 +539,7 @@ class Lab:
                    "kubelet": local if self.settings.local_mode else self.url(self.port)}
         if nodefiles.write_root(root, servers, init_node):
             self.log(f"lab: node files of {node} in {root}")
-        mdir = d / f"manifests-{node}"
+        mdir = nodefiles.manifests_dir(d, node)
         spec = seeds.SeedSpec(node=node, ports=self.ports[node], members=self.ports, root=root,
                               release=self.release, loopback=self.node_ip,
                               stacked_etcd=self.settings.stacked_etcd)
@@ -713,7 +713,7 @@ class Lab:
         return {
             "name": node,
             "hostname": self.hostnames[node],
-            "manifests_dir": str(self.dir / f"manifests-{node}"),
+            "manifests_dir": str(nodefiles.manifests_dir(self.dir, node)),
             "state_dir": str(self.dir / f"state-{node}"),
             "kubelet_dir": str(nodefiles.kubelet_dir(self.dir, node)),
             "root_dir": str(nodefiles.root_dir(self.dir, node)),

@@ -20,6 +20,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Optional, Union
 
+from . import nodefiles
+
 DEFAULT_DIR = Path("~/.cache/cpctl-lab").expanduser()
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -41,6 +43,22 @@ def read_state(directory: PathLike) -> Optional[dict[str, Any]]:
         return json.loads((Path(directory) / "lab.json").read_text())
     except (OSError, ValueError):
         return None
+
+
+def check_layout(directory: PathLike) -> None:
+    """Raise LabError if ``directory`` holds a lab laid out by an older cpctl lab.
+
+    Older labs kept every master's manifests dir in the lab dir itself (``DIR/manifests-<node>``), so
+    all masters shared one parent directory; now each lives in its node's root
+    (:func:`cpctl_lab.nodefiles.manifests_dir`). Such a dir is not migrated: its state dirs, parked
+    manifests and shell environments point at the old paths, and starting over beside them would
+    leave two sets of manifests that disagree."""
+    old = nodefiles.legacy_manifests_dirs(Path(directory))
+    if old:
+        raise LabError(
+            f"{directory} was laid out by an older cpctl lab ({old[0].name}; each master's manifests dir is "
+            f"now root-<node>/etc/kubernetes/manifests): remove {directory} or use another --dir"
+        )
 
 
 def pid_alive(pid: Optional[int]) -> bool:
@@ -370,6 +388,7 @@ def start_lab(
     d = Path(directory).expanduser().resolve()
     if running_state(d):
         raise LabError(f"a lab is already running in {d}")
+    check_layout(d)
     proc = spawn(d, lag_args(masters=masters, profile=profile, **opts))
     try:
         info = wait_ready(d, proc, timeout)

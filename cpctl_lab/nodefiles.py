@@ -2,14 +2,16 @@
 
 * ``DIR/root-<node>/`` stands for the node's ``/``: ``etc/kubernetes/pki/...`` (fake PEM
   certificates and keys under kubeadm's names, cmd/kubeadm/app/constants/constants.go),
-  ``etc/kubernetes/{admin,super-admin,controller-manager,scheduler,kubelet}.conf`` and the
+  ``etc/kubernetes/{admin,super-admin,controller-manager,scheduler,kubelet}.conf``,
+  ``etc/kubernetes/manifests`` (the node's static pod manifests dir, so its parent is the node's own
+  ``/etc/kubernetes`` as on a kubeadm node, not a directory all masters share) and the
   directories the seeds mount (``etc/ssl/certs``, ``var/lib/etcd``, ...). Every hostPath volume of
   the seeded manifests points in here, so ``--tls-cert-file=/etc/kubernetes/pki/apiserver.crt``
   maps, through volumeMounts and hostPath, to an existing file. ``super-admin.conf`` exists only on
   the first master (the ``kubeadm init`` node, real-node-facts.md).
 * ``DIR/kubelet-<node>/`` stands for ``/var/lib/kubelet``: ``config.yaml`` (a KubeletConfiguration
   as kubeadm writes it, cmd/kubeadm/app/componentconfigs/kubelet.go, with ``staticPodPath`` = the
-  lab's manifests dir and ``fileCheckFrequency`` = the lab's re-list period) and
+  node's manifests dir above and ``fileCheckFrequency`` = the lab's re-list period) and
   ``kubeadm-flags.env``, which carries ``--hostname-override`` only when the node name differs from
   the host name (kubeadm ``buildKubeletArgs``; real-node-facts.md, "Node identity").
 
@@ -40,6 +42,20 @@ CONTAINERD_SOCKET = "unix:///var/run/containerd/containerd.sock"
 def root_dir(lab_dir: Path, node: str) -> Path:
     """The directory that plays the node's ``/``."""
     return lab_dir / f"root-{node}"
+
+
+def manifests_dir(lab_dir: Path, node: str) -> Path:
+    """The node's static pod manifests dir (kubeadm's ``/etc/kubernetes/manifests``) inside its root.
+
+    Its parent is the node's own ``/etc/kubernetes``: tools that keep files next to the manifests dir
+    (``cpctl scheduler add`` writes its config there) then see one such directory per master."""
+    return root_dir(lab_dir, node) / "etc/kubernetes/manifests"
+
+
+def legacy_manifests_dirs(lab_dir: Path) -> list[Path]:
+    """``DIR/manifests-<node>`` dirs an older lab left in ``lab_dir`` (before the manifests dir moved
+    into each node's root); such a lab dir is not migrated."""
+    return sorted(p for p in lab_dir.glob("manifests-*") if p.is_dir())
 
 
 def kubelet_dir(lab_dir: Path, node: str) -> Path:

@@ -66,4 +66,6 @@ cpctl scheduler list || exit 93
     assert "\\x0a" not in proc.stdout and "\nkind: KubeSchedulerConfiguration\n" in proc.stdout
     assert "\n+    - --config=" in proc.stdout
     assert "(no schedulers added by cpctl)" in proc.stdout
-    assert not os.path.exists(os.path.join(lab_dir, "my-scheduler-config.yaml"))
+    node_etc = os.path.join(lab_dir, "root-lab-master1", "etc", "kubernetes")   # the default config dir
+    assert os.path.isfile(os.path.join(node_etc, "scheduler.conf"))
+    assert not os.path.exists(os.path.join(node_etc, "my-scheduler-config.yaml"))

@@ -59,8 +59,8 @@ def test_manual_scheduling_step_by_step(lab: LabHandle) -> None:
     proc = cpctl(lab, "pending")
     assert proc.returncode == 0, proc.stderr
     header, *rows = proc.stdout.splitlines()
-    assert header.split() == ["NAMESPACE", "NAME", "SCHEDULER", "CREATED"]
-    assert [r.split()[:3] for r in rows] == [["default", "manual-schedule", "default-scheduler"]]
+    assert header.split() == ["NAMESPACE", "NAME", "WAITING", "FOR", "CREATED"]
+    assert [r.split()[:4] for r in rows] == [["default", "manual-schedule", "scheduler", "default-scheduler"]]
     proc = cpctl(lab, "-o", "json", "pending")
     assert proc.returncode == 0, proc.stderr
     (row,) = json.loads(proc.stdout)["pending"]

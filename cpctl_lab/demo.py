@@ -20,6 +20,7 @@ class DemoFailed(Exception):
 
 
 CONFLICT = 10   # cpctl's documented exit code for "the API refused: e.g. the pod is already bound"
+ROLLED_BACK = 11  # ... for "the new version did not become healthy and was rolled back"
 
 
 class Step:
@@ -99,9 +100,16 @@ def run_demo(env: dict, master: str, worker: str, echo: Callable[[str], None] = 
     if node != worker:
         raise DemoFailed("demo: manual-schedule2 landed on %r, expected the worker %s" % (node, worker))
 
+    step.title("Change a flag safely: the new pod is verified, a typo is rolled back automatically")
+    step.run(["cpctl", "flags", "scheduler", "--set", "v=2", "--settle", "1", "--reason", "more logs"])
+    step.run(["cpctl", "flags", "scheduler", "--set", "profiling=maybe", "--timeout", "8", "--settle", "1"],
+             expect_rc=ROLLED_BACK)
+    step.run(["cpctl", "revisions", "scheduler"])
+
     step.title("Everything cpctl changed is on record")
     step.run(["cpctl", "history"])
-    echo("\nThat was the CKA task: stop -> Pending -> manual bind -> start -> scheduled on %s." % worker)
+    echo("\nThat was the CKA task: stop -> Pending -> manual bind -> start -> scheduled on %s; then a flag "
+         "change verified, and a broken one rolled back by itself." % worker)
     echo(NEXT_STEPS)
 
 

@@ -240,7 +240,7 @@ def assert_settled(node: NodeDirs) -> dict:
         last[rec["file"]] = rec["action"]
     for name in node.files:
         assert (last.get(name) == "stop") == (name in parked), (name, last.get(name), parked)
-    return {n: ("parked" if n in parked else "running") for n in node.files}
+    return {n: ("parked" if n in parked else "present") for n in node.files}
 
 
 class Tmpfs:

@@ -113,4 +113,4 @@ def test_sigkill_local_cpctl_over_ssh(sshd: SSHServer, tmp_path: Any, keeper_dir
     # Leave the node running, and make sure the whole thing still works end to end.
     if node.parked_files():
         cli.run("--probe", "none", "-H", "master", "start", "scheduler")
-    assert assert_settled(node) == {n: "running" for n in node.files}
+    assert assert_settled(node) == {n: "present" for n in node.files}

@@ -247,7 +247,7 @@ def test_recovery_of_each_crash_point(tmp_path, request, scenario):
     assert "recovered: %s" % word in proc.stdout
     final = assert_settled(node)   # journal gone, temps gone, one copy, meta and history consistent
     parked_now = (action == "stop") == (outcome == "completed")
-    assert final[NAME] == ("parked" if parked_now else "running")
+    assert final[NAME] == ("parked" if parked_now else "present")
     history = node.history()
     if outcome == "completed" and not history_written:
         assert len(history) == before + 1

@@ -9,6 +9,7 @@ Open connections (watch streams) are cut too, as they would be when the real pro
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 import ssl
@@ -127,11 +128,17 @@ def free_port(address: str = "127.0.0.1") -> int:
     outgoing connection, and a long-lived one (an SSH connection, a keeper's) holds it: the
     bind then fails for good. Ports below that range are never handed out that way. A port is
     handed out once per process, so the ports of one lab differ.
+
+    ``CPCTL_LAB_PORTS=LOW-HIGH`` confines the choice to that range (both ends included), so labs
+    run side by side (parallel test workers) never pick a port another one is about to bind.
     """
-    ceiling = _ephemeral_low()
+    low, ceiling = _port_range()
     rng = random.SystemRandom()
-    for _ in range(200 if ceiling - _LOWEST > 1000 else 0):
-        port = rng.randrange(_LOWEST, ceiling)
+    if ceiling - low <= 400:
+        candidates = rng.sample(range(low, ceiling), ceiling - low)
+    else:
+        candidates = [rng.randrange(low, ceiling) for _ in range(200)]
+    for port in candidates:
         if port in _HANDED_OUT:
             continue
         with socket.socket(family_of(address)) as s:
@@ -141,9 +148,25 @@ def free_port(address: str = "127.0.0.1") -> int:
                 continue
         _HANDED_OUT.add(port)
         return port
+    if os.environ.get("CPCTL_LAB_PORTS"):
+        raise OSError("no free port left in CPCTL_LAB_PORTS=%s" % os.environ["CPCTL_LAB_PORTS"])
     with socket.socket(family_of(address)) as s:       # an unusual ephemeral range: let the kernel choose
         s.bind((address, 0))
         return int(s.getsockname()[1])
+
+
+def _port_range() -> tuple[int, int]:
+    """[low, ceiling) to choose lab ports from: ``CPCTL_LAB_PORTS`` or 10000 up to the ephemeral range."""
+    spec = os.environ.get("CPCTL_LAB_PORTS", "")
+    if spec:
+        try:
+            low, high = (int(part) for part in spec.split("-", 1))
+        except ValueError:
+            raise ValueError("CPCTL_LAB_PORTS must be LOW-HIGH, got %r" % spec) from None
+        if not 1024 <= low <= high <= 65535:
+            raise ValueError("CPCTL_LAB_PORTS must lie within 1024-65535, got %r" % spec)
+        return low, high + 1
+    return _LOWEST, _ephemeral_low()
 
 
 def _ephemeral_low() -> int:

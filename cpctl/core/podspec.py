@@ -29,6 +29,8 @@ import re
 from decimal import Decimal
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
+from cpctl.probes.shape import kind_of
+
 # --- errors --------------------------------------------------------------------------------------
 
 MAX_REPORTED_ERRORS = 5
@@ -59,22 +61,8 @@ def path_key(key: str) -> str:
 
 
 def type_name(value: Any) -> str:
-    """How a message names the type of a decoded value."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "a mapping"
-    return type(value).__name__
+    """How a message about a manifest names the type of a decoded value (YAML's words)."""
+    return kind_of(value, yaml=True)
 
 
 def _required(path: str, detail: str = "") -> str:

@@ -18,18 +18,24 @@ class ShapeError(ValueError):
     """A field is not of the type its reader expects; the message names the field, not its value."""
 
 
-def kind_of(value: Any) -> str:
-    """What a JSON value is, for messages: "an object", "a list", "a string", ..."""
+def kind_of(value: Any, yaml: bool = False) -> str:
+    """What a decoded value is, for messages: "an object", "a list", "a string", ...
+
+    ``yaml=True`` uses YAML's words, as a manifest's author knows them: "a mapping", and
+    "an integer" apart from "a number".
+    """
     if value is None:
         return "null"
     if isinstance(value, bool):
         return "a boolean"
     if isinstance(value, dict):
-        return "an object"
+        return "a mapping" if yaml else "an object"
     if isinstance(value, list):
         return "a list"
     if isinstance(value, str):
         return "a string"
+    if yaml and isinstance(value, int):
+        return "an integer"
     if isinstance(value, (int, float)):
         return "a number"
     return "a %s" % type(value).__name__

@@ -92,11 +92,12 @@ import os, sys
 # unprivileged user cannot read, so this process drops to uid/gid 65534 only afterwards.
 import base64, calendar, errno, fcntl, hashlib, json, pwd, re, secrets, socket, stat, subprocess, time
 import click, yaml
-import cpctl.cli.main, cpctl.cli.context, cpctl.cli.fanout, cpctl.cli.registry, cpctl.cli.render, cpctl.timeutil
-import cpctl.cli.commands.lifecycle, cpctl.cli.commands.views, cpctl.ops.lifecycle, cpctl.ops.wiring
-import cpctl.core.node, cpctl.core.state, cpctl.core.manifests, cpctl.core.journal, cpctl.core.views
-import cpctl.core.settings, cpctl.probes.registry, cpctl.host.local
-import cpctl.probes.base, cpctl.host.base, cpctl.host.ops, cpctl.errors
+import importlib, pkgutil
+import cpctl, cpctl.cli.main
+# every module of the package (lazy imports included; a checkout may sit in a 0700 dir too)
+for info in pkgutil.walk_packages(cpctl.__path__, "cpctl."):
+    if not info.name.endswith("__main__"):
+        importlib.import_module(info.name)
 os.setgroups([])
 os.setgid(65534)
 os.setuid(65534)

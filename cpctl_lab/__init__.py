@@ -52,6 +52,9 @@ are /work/shared/reference/; source paths are in kubernetes/kubernetes):
     drops the pod key even if another file defines it, Chmod re-parses; a parse error on an event
     leaves the pod, the re-list drops it; last file in sorted order wins
     (pkg/kubelet/config/file.go, file_linux.go, common.go; real-node-facts "What the kubelet loads").
+  * A hostile file is one invalid manifest, never a stuck kubelet: an anchor that contains itself or
+    aliases expanding past 400,000 nodes are refused as go-yaml refuses them (yaml.v2 decode.go
+    ``allowedAliasRatio``); nesting is capped at libyaml's 1000 levels (go-yaml allows 10,000).
   * A static pod removed and added back at once is killed and started again (kubernetes#104847).
   * Mirror pods: copy of the static pod's annotations plus config.mirror and a Node owner; deleted
     only once the pod finished terminating, by housekeeping every 2 s (pkg/kubelet/kubelet.go,

@@ -67,6 +67,9 @@ __all__ = ["Container", "Inotify", "Kubelet", "ManifestError", "Sandbox", "Worke
            "rfc3339_nano", "static_pod_hash"]
 
 MAX_MANIFEST = 10 << 20
+# go-yaml refuses a document that expands aliases past its decode budget (400,000 nodes for
+# a small document: yaml.v2 decode.go allowedAliasRatio); the lab uses that count as a plain cap.
+MAX_DECODED_NODES = 400_000
 MIRROR = "kubernetes.io/config.mirror"
 HASH = "kubernetes.io/config.hash"
 SEEN = "kubernetes.io/config.seen"
@@ -75,7 +78,7 @@ SOURCE = "kubernetes.io/config.source"
 
 def static_pod_hash(pod: Obj, node: str, path: str) -> str:
     """Stand-in for kubelet's FNV-128a over (pod, host:<node>, file:<path>): 32 hex chars."""
-    h = hashlib.sha256(json.dumps(pod, sort_keys=True, separators=(",", ":")).encode())
+    h = hashlib.sha256(json.dumps(pod, sort_keys=True, separators=(",", ":"), default=str).encode())
     h.update(f"host:{node}".encode())
     h.update(f"file:{path}".encode())
     return h.hexdigest()[:32]
@@ -83,6 +86,53 @@ def static_pod_hash(pod: Obj, node: str, path: str) -> str:
 
 class ManifestError(Exception):
     """The file is not a usable static pod (kubelet logs and skips it)."""
+
+
+def _first_document(raw: bytes) -> Any:
+    """The first YAML document of ``raw``, decoded, after checking its alias expansion."""
+    # libyaml when PyYAML has it: fast, and it caps nesting at 1000 levels itself (PyYAML's pure
+    # Python scanner is quadratic in the nesting depth: a minute for 12,000 brackets).
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(raw)
+    try:
+        if not loader.check_node():
+            return None
+        root = loader.get_node()
+        if root is None:
+            return None
+        _check_aliasing(root)
+        return loader.construct_document(root)
+    finally:
+        loader.dispose()
+
+
+def _check_aliasing(root: yaml.Node) -> None:
+    """Refuse a node graph that contains itself or expands past MAX_DECODED_NODES (go-yaml's errors)."""
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in active:
+            raise ManifestError("yaml: anchor value contains itself")
+        active.add(key)
+        if isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            children = [part for pair in node.value for part in pair]
+        else:
+            children = []
+        total = 1
+        for child in children:
+            total += size(child)
+            if total > MAX_DECODED_NODES:
+                raise ManifestError("yaml: document contains excessive aliasing")
+        active.discard(key)
+        sizes[key] = total
+        return total
+
+    size(root)
 
 
 def parse_manifest(path: str, node: str) -> Obj:
@@ -93,10 +143,14 @@ def parse_manifest(path: str, node: str) -> Obj:
     with open(path, "rb") as fh:
         raw = fh.read(MAX_MANIFEST)
     try:
-        docs = yaml.safe_load_all(raw)
-        pod = next(iter(docs), None)
+        pod = _first_document(raw)
     except yaml.YAMLError as exc:
-        raise ManifestError(f"yaml: {str(exc).splitlines()[0]}") from None
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ManifestError(f"yaml: {problem}") from None
+    except RecursionError:
+        raise ManifestError("yaml: exceeded max depth") from None
+    except ValueError as exc:           # e.g. an integer past Python's digit limit
+        raise ManifestError(f"yaml: {str(exc).splitlines()[0][:200]}") from None
     if not isinstance(pod, dict):
         raise ManifestError("invalid pod: not an object")
     if pod.get("kind") != "Pod" or pod.get("apiVersion") != "v1":
@@ -111,7 +165,10 @@ def parse_manifest(path: str, node: str) -> Obj:
         or not all(isinstance(c, dict) and c.get("name") and c.get("image") for c in containers)
     ):
         raise ManifestError("invalid pod: spec.containers: Required value (name and image)")
-    uid = meta.get("uid") or static_pod_hash(pod, node, path)
+    try:
+        uid = meta.get("uid") or static_pod_hash(pod, node, path)
+    except (TypeError, ValueError) as exc:     # keys of mixed types, values JSON cannot hold
+        raise ManifestError(f"invalid pod: cannot be converted to JSON: {exc}") from None
     out = copy.deepcopy(pod)
     meta = out["metadata"]
     meta["name"] = f"{meta['name']}-{node.lower()}"

@@ -482,6 +482,29 @@ def test_a_parse_error_on_write_keeps_the_pod_until_the_relist_drops_it(lab_fact
     wait_for(lambda: not running_ids(lab, "kube-scheduler"), timeout=5, what="re-list dropped it")
 
 
+BOMB = "".join("%s: &%s [%s]\n" % (name, name, ",".join([prev] * 9))
+               for prev, name in zip(["x", "*a", "*b", "*c", "*d", "*e", "*f", "*g", "*h"], "abcdefghi"))
+
+
+@pytest.mark.parametrize("text, error", [
+    ("x: &a [*a]\n", "anchor value contains itself"),
+    (BOMB, "document contains excessive aliasing"),
+    ("apiVersion: v1\nkind: Pod\nmetadata: {name: big}\nspec: {priority: %s}\n" % ("9" * 5000), "yaml: "),
+    ("[" * 12000 + "]" * 12000, "yaml: exceeded maximum nesting depth"),
+    ("apiVersion: v1\nkind: Pod\nmetadata: {name: m, labels: {1: a, b: c}}\n"
+     "spec: {containers: [{name: a, image: b}]}\n", "cannot be converted to JSON"),
+])
+def test_a_hostile_file_is_one_invalid_manifest_for_the_lab_kubelet(lab_factory, text, error):
+    """Like the real kubelet (go-yaml's alias and depth limits), the lab's skips such a file and
+    goes on: the other static pods keep running and re-lists keep happening."""
+    lab = lab_factory(file_check_frequency=1.0)
+    (lab.manifests_dir() / "hostile.yaml").write_text(text)
+    relisted(lab, "hostile.yaml: ")
+    assert error in (lab.dir / "lab.log").read_text()
+    relisted(lab, "Could not process manifest file %s/hostile.yaml" % lab.manifests_dir())
+    assert running_ids(lab, "kube-scheduler")
+
+
 def test_the_last_file_in_sorted_order_wins_on_relist(lab_factory):
     lab = lab_factory(file_check_frequency=1.0)
     m = lab.manifests_dir()

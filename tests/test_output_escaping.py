@@ -48,3 +48,13 @@ def test_an_error_quoting_a_hostile_name_is_still_one_line(node: NodeDirs) -> No
     proc = node.run("stop", "scheduler", rc=4)        # run() also checks: exactly one stderr line
     assert "\x1b" not in proc.stderr and "matches several files" in proc.stderr
     assert "evil\\x1b[31m\\x0akube-fake" in proc.stderr
+
+
+def test_log_lines_and_other_blocks_keep_their_tabs_and_nothing_else() -> None:
+    """A Go stack trace indents with tabs: in log lines (and diffs, manifests) a tab is layout.
+    In a table cell it could shift columns, so there it is escaped like every control character."""
+    from cpctl.cli.context import printable
+    data = {"lines": ["goroutine 1 [running]:", "\tmain.go:12 +0x1d\x1b[2J", "a\x0bb"],
+            "diff": "-\told\n+\tnew\x07", "pod": "a\tb", "reason": "x\ny"}
+    assert printable(data) == {"lines": ["goroutine 1 [running]:", "\tmain.go:12 +0x1d\\x1b[2J", "a\\x0bb"],
+                               "diff": "-\told\n+\tnew\\x07", "pod": "a\\x09b", "reason": "x\\x0ay"}

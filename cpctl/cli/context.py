@@ -37,27 +37,34 @@ def state(ctx: click.Context) -> CliState:
     return found
 
 
-# Values that are blocks of text (a file, a diff, a rendered report): their newlines are the
-# block's own lines and stay; every other control character is escaped like anywhere else.
-BLOCK_KEYS = frozenset({"diff", "config", "manifest", "summary", "yaml"})
+# Values that are blocks of text (a file, a diff, a rendered report, a container's log lines):
+# their newlines and tabs are the block's own layout and stay (a Go stack trace indents with
+# tabs); every other control character is escaped like anywhere else.
+BLOCK_KEYS = frozenset({"diff", "config", "manifest", "summary", "yaml", "lines"})
 
 
 def printable(value: Any, block: bool = False) -> Any:
     """``value`` with every string made safe for a terminal: control and format characters (a
     newline that would fake a table row, an ESC sequence, a bidi override) become visible escapes.
     Text renderers get this; JSON output keeps the exact values. The strings of a dict key in
-    ``BLOCK_KEYS`` (or all strings, with ``block``) keep their newlines: they are shown as blocks."""
+    ``BLOCK_KEYS`` (or all strings, with ``block``) keep their newlines and tabs: they are shown
+    as blocks."""
     if isinstance(value, str):
         if value.isprintable():
             return value
         if block:
-            return "\n".join(printable(line) for line in value.split("\n"))
-        return "".join(c if c.isprintable() else _escape(c) for c in value)
+            return "\n".join(_escaped(line, keep="\t") for line in value.split("\n"))
+        return _escaped(value)
     if isinstance(value, dict):
         return {printable(k): printable(v, block or k in BLOCK_KEYS) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [printable(v, block) for v in value]
     return value
+
+
+def _escaped(text: str, keep: str = "") -> str:
+    """``text`` with every non-printable character except those in ``keep`` as a visible escape."""
+    return "".join(c if c.isprintable() or c in keep else _escape(c) for c in text)
 
 
 def _escape(char: str) -> str:

@@ -29,7 +29,7 @@ def logs(ctx: click.Context, component: str, previous: bool, tail: int, containe
     From crictl on the node first: its newest sandbox, the newest attempt of the container. When
     crictl is missing or cannot answer, from the API server (pods/log, through the node's
     kubeconfig). Which one answered is said on stderr and in the JSON's "source". Control
-    characters in the lines are escaped in text output; -o json keeps them exact.
+    characters in the lines (but tabs) are escaped in text output; -o json keeps them exact.
 
     Exit 3: nothing to show (parked - "not running: parked since ..." -, unknown, not started yet, no
     previous attempt); 2: no such container; 7/9: crictl could not answer and the API neither.

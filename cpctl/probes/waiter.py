@@ -33,7 +33,7 @@ gate becomes the component's own health endpoint, and ``describe`` marks an API 
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host.base import Host
@@ -230,13 +230,12 @@ class VerifyingWaiter(Waiter):
         """Poll the first usable probe until the pod is gone, then confirm with the others."""
         clock, blind = _Clock(timeout), _Blindness()
         while True:
-            probe, state, rest = self._round(target, clock)
-            if probe is None or state is None:
-                verdict = self._blind_verdict(target, clock, blind)
-                if verdict is not None:
-                    return verdict
+            seen = self._sight(target, clock, blind)
+            if isinstance(seen, WaitResult):
+                return seen
+            if seen is None:
                 continue
-            blind.end()
+            probe, state, rest = seen
             if not state.present:
                 still = [p.name for p in rest if (self._look(p, target, clock) or PodState(False)).present]
                 if not still:
@@ -253,13 +252,12 @@ class VerifyingWaiter(Waiter):
         earlier = before or {}
         gone_seen: set = set()
         while True:
-            probe, state, _ = self._round(target, clock)
-            if probe is None or state is None:
-                verdict = self._blind_verdict(target, clock, blind)
-                if verdict is not None:
-                    return verdict
+            seen = self._sight(target, clock, blind)
+            if isinstance(seen, WaitResult):
+                return seen
+            if seen is None:
                 continue
-            blind.end()
+            probe, state, _ = seen
             if not state.present:
                 # Seen gone after the restore: whatever this probe sees next is a new pod. The
                 # health probe has no uid or container IDs, so this is its only proof of "new".
@@ -274,6 +272,16 @@ class VerifyingWaiter(Waiter):
             self._tick(clock, target, "pod %s %s (%s)" % (target.pod_name, what, probe.name))
 
     # --- blindness, ticks, hints --------------------------------------------------------------
+    def _sight(self, target: PodTarget, clock: _Clock,
+               blind: _Blindness) -> Union[WaitResult, Tuple[Any, PodState, List[Any]], None]:
+        """One round of a wait: (probe, what it saw, the other probes) when a probe could look; the
+        "not verified" WaitResult when the wait must end blind; None to poll again."""
+        probe, state, rest = self._round(target, clock)
+        if probe is None or state is None:
+            return self._blind_verdict(target, clock, blind)
+        blind.end()
+        return probe, state, rest
+
     def _blind_verdict(self, target: PodTarget, clock: _Clock, blind: _Blindness) -> Optional[WaitResult]:
         """No probe could look this round: "not verified" when none ever can, when the deadline
         passed or when it lasted BLIND_GRACE seconds; else None after a pause (poll again)."""

@@ -131,50 +131,6 @@ def test_lab_demo_command(tmp_path: Path) -> None:
     assert 'invalid argument \\"maybe\\" for \\"--profiling\\"' in proc.stdout or \
         'invalid argument "maybe" for "--profiling"' in proc.stdout, proc.stdout[-3000:]
     assert "ROLLED BACK to the previous version" in proc.stdout
-    # the broken flag is the component's own words, then the rollback (exit 11, expected by the demo)
-    assert 'invalid argument \\"maybe\\" for \\"--profiling\\"' in proc.stdout or \
-        'invalid argument "maybe" for "--profiling"' in proc.stdout, proc.stdout[-3000:]
-    assert "ROLLED BACK to the previous version" in proc.stdout
-    # the broken flag is the component's own words, then the rollback (exit 11, expected by the demo)
-    assert 'invalid argument \\"maybe\\" for \\"--profiling\\"' in proc.stdout or \
-        'invalid argument "maybe" for "--profiling"' in proc.stdout, proc.stdout[-3000:]
-    assert "ROLLED BACK to the previous version" in proc.stdout
-    # the broken flag is the component's own words, then the rollback (exit 11, expected by the demo)
-    assert 'invalid argument \\"maybe\\" for \\"--profiling\\"' in proc.stdout or \
-        'invalid argument "maybe" for "--profiling"' in proc.stdout, proc.stdout[-3000:]
-    assert "ROLLED BACK to the previous version" in proc.stdout
-    # the broken flag is the component's own words, then the rollback (exit 11, expected by the demo)
-    assert 'invalid argument \\"maybe\\" for \\"--profiling\\"' in proc.stdout or \
-        'invalid argument "maybe" for "--profiling"' in proc.stdout, proc.stdout[-3000:]
-    assert "ROLLED BACK to the previous version" in proc.stdout
-    # the broken flag is the component's own words, then the rollback (exit 11, expected by the demo)
-    assert 'invalid argument \\"maybe\\" for \\"--profiling\\"' in proc.stdout or \
-        'invalid argument "maybe" for "--profiling"' in proc.stdout, proc.stdout[-3000:]
-    assert "ROLLED BACK to the previous version" in proc.stdout
-    # the broken flag is the component's own words, then the rollback (exit 11, expected by the demo)
-    assert 'invalid argument \\"maybe\\" for \\"--profiling\\"' in proc.stdout or \
-        'invalid argument "maybe" for "--profiling"' in proc.stdout, proc.stdout[-3000:]
-    assert "ROLLED BACK to the previous version" in proc.stdout
-    # the broken flag is the component's own words, then the rollback (exit 11, expected by the demo)
-    assert 'invalid argument \\"maybe\\" for \\"--profiling\\"' in proc.stdout or \
-        'invalid argument "maybe" for "--profiling"' in proc.stdout, proc.stdout[-3000:]
-    assert "ROLLED BACK to the previous version" in proc.stdout
-    # the broken flag is the component's own words, then the rollback (exit 11, expected by the demo)
-    assert 'invalid argument \\"maybe\\" for \\"--profiling\\"' in proc.stdout or \
-        'invalid argument "maybe" for "--profiling"' in proc.stdout, proc.stdout[-3000:]
-    assert "ROLLED BACK to the previous version" in proc.stdout
-    # the broken flag is the component's own words, then the rollback (exit 11, expected by the demo)
-    assert 'invalid argument \\"maybe\\" for \\"--profiling\\"' in proc.stdout or \
-        'invalid argument "maybe" for "--profiling"' in proc.stdout, proc.stdout[-3000:]
-    assert "ROLLED BACK to the previous version" in proc.stdout
-    # the broken flag is the component's own words, then the rollback (exit 11, expected by the demo)
-    assert 'invalid argument \\"maybe\\" for \\"--profiling\\"' in proc.stdout or \
-        'invalid argument "maybe" for "--profiling"' in proc.stdout, proc.stdout[-3000:]
-    assert "ROLLED BACK to the previous version" in proc.stdout
-    # the broken flag is the component's own words, then the rollback (exit 11, expected by the demo)
-    assert 'invalid argument \\"maybe\\" for \\"--profiling\\"' in proc.stdout or \
-        'invalid argument "maybe" for "--profiling"' in proc.stdout, proc.stdout[-3000:]
-    assert "ROLLED BACK to the previous version" in proc.stdout
     # it ends with what to try next, and leaves no temp dir behind
     tail = proc.stdout.rstrip().splitlines()[-6:]
     assert tail[0] == "Next, try it yourself in a lab of your own:"

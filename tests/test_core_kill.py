@@ -24,23 +24,9 @@ from cpctl.host.mock import Fault, MockHost
 from cpctl.ops import drift, edits, lifecycle
 from cpctl.ops import scheduler as secondsched
 from cpctl.ops.wiring import open_node
-from tests.coreutil import NODE, NodeDirs
+from tests.coreutil import MANIFESTS, NODE, NodeDirs
 
-SCHEDULER = b"""apiVersion: v1
-kind: Pod
-metadata:
-  name: kube-scheduler
-  namespace: kube-system
-spec:
-  containers:
-  - command:
-    - kube-scheduler
-    - --kubeconfig=/etc/kubernetes/scheduler.conf
-    - --leader-elect=true
-    image: registry.k8s.io/kube-scheduler:v1.30.4
-    name: kube-scheduler
-  hostNetwork: true
-"""
+SCHEDULER = MANIFESTS["kube-scheduler.yaml"]
 STRAY = b"not a pod: an editor's leftover\n"
 NEW_SCHEDULER = SCHEDULER.replace(b"    - --leader-elect=true\n", b"    - --leader-elect=true\n    - --v=4\n")
 EDIT_OPTIONS = edits.ApplyOptions(timeout=1, settle=0)

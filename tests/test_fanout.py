@@ -20,7 +20,7 @@ import pytest
 from cpctl.cli import main as cli
 from cpctl.cli import registry
 from cpctl.host.local import LocalHost
-from tests.coreutil import NODE, NodeDirs, snapshot
+from tests.coreutil import MANIFESTS, NODE, NodeDirs, snapshot
 from tests.test_remote_util import REPO, Cli, clean_env
 
 UNREACHABLE = "root@127.0.0.1:1"      # nothing listens on port 1: connection refused at once
@@ -108,21 +108,7 @@ def test_readme_fanout_table_is_the_registry() -> None:
 
 # --- commands that used to run locally only, now over a real sshd ------------------------------
 
-SCHEDULER = b"""apiVersion: v1
-kind: Pod
-metadata:
-  name: kube-scheduler
-  namespace: kube-system
-spec:
-  containers:
-  - command:
-    - kube-scheduler
-    - --kubeconfig=/etc/kubernetes/scheduler.conf
-    - --leader-elect=true
-    image: registry.k8s.io/kube-scheduler:v1.30.4
-    name: kube-scheduler
-  hostNetwork: true
-"""
+SCHEDULER = MANIFESTS["kube-scheduler.yaml"]
 
 
 def test_second_scheduler_over_ssh(sshd: Any, tmp_path: Any) -> None:

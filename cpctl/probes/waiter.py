@@ -228,36 +228,22 @@ class VerifyingWaiter(Waiter):
 
     def wait_stopped(self, target: PodTarget, before: Any, timeout: float) -> WaitResult:
         """Poll the first usable probe until the pod is gone, then confirm with the others."""
-        clock, blind = _Clock(timeout), _Blindness()
-        while True:
-            seen = self._sight(target, clock, blind)
-            if isinstance(seen, WaitResult):
-                return seen
-            if seen is None:
-                continue
-            probe, state, rest = seen
-            if not state.present:
-                still = [p.name for p in rest if (self._look(p, target, clock) or PodState(False)).present]
-                if not still:
-                    return WaitResult(True, "pod %s gone (%s) after %.1fs%s" % (
-                        target.pod_name, probe.name, clock.elapsed(), self._blind_note(target, probe)), clock.elapsed())
-                waiting = "pod %s gone for %s, still seen by %s" % (target.pod_name, probe.name, ",".join(still))
-            else:
-                waiting = "pod %s still present (%s)" % (target.pod_name, probe.name)
-            self._tick(clock, target, waiting)
+        def judge(clock: _Clock, probe: Any, state: PodState, rest: List[Any]) -> Union[WaitResult, str]:
+            if state.present:
+                return "pod %s still present (%s)" % (target.pod_name, probe.name)
+            still = [p.name for p in rest if (self._look(p, target, clock) or PodState(False)).present]
+            if still:
+                return "pod %s gone for %s, still seen by %s" % (target.pod_name, probe.name, ",".join(still))
+            return WaitResult(True, "pod %s gone (%s) after %.1fs%s" % (
+                target.pod_name, probe.name, clock.elapsed(), self._blind_note(target, probe)), clock.elapsed())
+        return self._poll(target, timeout, judge)
 
     def wait_started(self, target: PodTarget, before: Any, timeout: float) -> WaitResult:
         """Poll until a Ready pod that is not the one seen before the change, then the gate."""
-        clock, blind = _Clock(timeout), _Blindness()
         earlier = before or {}
         gone_seen: set = set()
-        while True:
-            seen = self._sight(target, clock, blind)
-            if isinstance(seen, WaitResult):
-                return seen
-            if seen is None:
-                continue
-            probe, state, _ = seen
+
+        def judge(clock: _Clock, probe: Any, state: PodState, rest: List[Any]) -> Union[WaitResult, str]:
             if not state.present:
                 # Seen gone after the restore: whatever this probe sees next is a new pod. The
                 # health probe has no uid or container IDs, so this is its only proof of "new".
@@ -269,19 +255,30 @@ class VerifyingWaiter(Waiter):
                                   % (target.pod_name, probe.name, gate, clock.elapsed()), clock.elapsed(),
                                   state.to_dict())
             what = "not yet created" if not state.present else ("not Ready" if not state.ready else "still the old pod")
-            self._tick(clock, target, "pod %s %s (%s)" % (target.pod_name, what, probe.name))
+            return "pod %s %s (%s)" % (target.pod_name, what, probe.name)
+        return self._poll(target, timeout, judge)
+
+    def _poll(self, target: PodTarget, timeout: float,
+              judge: Callable[[_Clock, Any, PodState, List[Any]], Union[WaitResult, str]]) -> WaitResult:
+        """The polling loop of both waits. Each round the first usable probe looks; ``judge`` gets
+        what it saw (and the probes after it) and returns the result, or what is still awaited (the
+        progress line, and the TIMEOUT message once the deadline passed). A round in which no probe
+        can look is the blindness rule's (``_blind_verdict``)."""
+        clock, blind = _Clock(timeout), _Blindness()
+        while True:
+            probe, state, rest = self._round(target, clock)
+            if probe is None or state is None:
+                verdict = self._blind_verdict(target, clock, blind)
+                if verdict is not None:
+                    return verdict
+                continue
+            blind.end()
+            outcome = judge(clock, probe, state, rest)
+            if isinstance(outcome, WaitResult):
+                return outcome
+            self._tick(clock, target, outcome)
 
     # --- blindness, ticks, hints --------------------------------------------------------------
-    def _sight(self, target: PodTarget, clock: _Clock,
-               blind: _Blindness) -> Union[WaitResult, Tuple[Any, PodState, List[Any]], None]:
-        """One round of a wait: (probe, what it saw, the other probes) when a probe could look; the
-        "not verified" WaitResult when the wait must end blind; None to poll again."""
-        probe, state, rest = self._round(target, clock)
-        if probe is None or state is None:
-            return self._blind_verdict(target, clock, blind)
-        blind.end()
-        return probe, state, rest
-
     def _blind_verdict(self, target: PodTarget, clock: _Clock, blind: _Blindness) -> Optional[WaitResult]:
         """No probe could look this round: "not verified" when none ever can, when the deadline
         passed or when it lasted BLIND_GRACE seconds; else None after a pause (poll again)."""

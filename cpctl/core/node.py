@@ -11,6 +11,7 @@ moves, edits) build their own ``Change``s and apply them through ``Node.apply``.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from cpctl.core import journal, manifests
@@ -47,6 +48,26 @@ class Outcome:
         return data
 
 
+@dataclass
+class Placement:
+    """Where a component's manifest is: files of it in the manifests dir, parked paths."""
+
+    component: str
+    manifests_dir: str
+    present: List[str]
+    parked: List[str]
+
+    def describe(self) -> str:
+        """``scheduler parked at /var/lib/cpctl/parked/kube-scheduler.yaml`` and the like."""
+        if self.parked and not self.present:
+            return "%s parked at %s" % (self.component, self.parked[0])
+        if self.present and not self.parked:
+            return "%s in %s" % (self.component, self.manifests_dir)
+        if self.present:
+            return "%s in %s and parked at %s" % (self.component, self.manifests_dir, self.parked[0])
+        return "%s neither in %s nor parked" % (self.component, self.manifests_dir)
+
+
 class Node:
     """One node's manifests dir and cpctl state, through a ``Host``."""
 
@@ -70,6 +91,11 @@ class Node:
         self._local_api = LocalApiCheck(host, self.manifests_dir)
         self.origin = "cpctl"                 # the command in whose session changes happen (history)
         self.changes = journal.ChangePath(host, self.state, self.manifests_dir, self.who, self._log)
+        # Dry run: the same decisions, every Change recorded in ``planned`` instead of applied,
+        # and the node's view (scan, parked) as it would be after them (``_planned_paths``).
+        self.dry_run = False
+        self.planned: List[journal.Change] = []
+        self._planned_paths: Dict[str, Optional[str]] = {}   # path -> where its bytes are now (None: gone)
         self._check_layout()
 
     def _log(self, message: str) -> None:
@@ -146,8 +172,27 @@ class Node:
                          ExitCode.NOT_FOUND)
 
     def apply(self, change: journal.Change) -> journal.Applied:
-        """Apply ``change`` through the node's one change path (inside a ``session``)."""
+        """Apply ``change`` through the node's one change path (inside a ``session``); in a dry
+        run, record it in ``planned`` instead and let later decisions see the files where it
+        would put them."""
+        if self.dry_run:
+            self.planned.append(change)
+            self._plan_moves(change)
+            return journal.Applied(change, True, message="planned (dry run)")
         return self.changes.apply(change)
+
+    def _plan_moves(self, change: journal.Change) -> None:
+        for step in change.steps:
+            if step.kind == journal.MOVE:
+                self._planned_paths[step.path] = self._planned_paths.pop(step.src, step.src)
+                self._planned_paths[step.src] = None
+            elif step.kind == journal.REMOVE:
+                self._planned_paths[step.path] = None
+
+    def real_path(self, path: str) -> Optional[str]:
+        """Where the bytes that ``path`` would hold are now: ``path`` itself outside a dry run;
+        in one, the source of a planned move to it, or None when a planned step took it away."""
+        return self._planned_paths.get(path, path) if self.dry_run else path
 
     def recover(self) -> List[str]:
         """Complete or roll back a change a killed cpctl left in the journal; drop its leftovers."""
@@ -174,13 +219,38 @@ class Node:
 
     # --- inventory ----------------------------------------------------------------------------
     def scan(self) -> DirScan:
-        return manifests.scan(self.host, self.manifests_dir)
+        """The manifests dir as the kubelet would load it (in a dry run: after the planned moves;
+        a manifest planned into the dir from elsewhere is not listed, no decision needs it)."""
+        found = manifests.scan(self.host, self.manifests_dir)
+        if self.dry_run and self._planned_paths:
+            found.manifests = [m for m in found.manifests if self.real_path(m.path) == m.path]
+        return found
 
     def parked(self) -> Dict[str, Dict[str, Any]]:
-        """file name -> metadata for every parked manifest."""
-        metas = self.state.read_metas(self.state.parked_files())
+        """file name -> metadata for every parked manifest (in a dry run: after the planned moves)."""
+        names = self.state.parked_files()
+        if self.dry_run:
+            names = [n for n in names if self.real_path(self.state.parked_path(n)) is not None]
+            names += [n for n in self._planned_parks() if n not in names]
+        metas = self.state.read_metas(names)
+        if self.dry_run:
+            metas.update(self._planned_parks())
         return {filename: meta or {"file": filename, "component": manifests.file_stem(filename)}
                 for filename, meta in metas.items()}
+
+    def _planned_parks(self) -> Dict[str, Dict[str, Any]]:
+        """file name -> metadata of the manifests a dry run's planned changes park."""
+        parks: Dict[str, Dict[str, Any]] = {}
+        for change in self.planned:
+            for step in change.steps:
+                if step.kind == journal.MOVE and os.path.dirname(step.path) == self.state.parked_dir:
+                    name = os.path.basename(step.path)
+                    meta = self.state.meta_path(name)
+                    data = next((change.data.get(i) for i, s in enumerate(change.steps)
+                                 if s.kind == journal.WRITE and s.path == meta), None)
+                    parks[name] = _json_object(data) or {"file": name}
+        return {name: meta for name, meta in parks.items()
+                if self.real_path(self.state.parked_path(name)) not in (None, self.state.parked_path(name))}
 
     def view_reads(self) -> List[Tuple[str, Dict[str, Any]]]:
         """The reads every view of this node starts with (state dir checks, journal, manifests
@@ -200,6 +270,13 @@ class Node:
                        if target in (meta.get("component"), manifests.file_stem(f), f)
                        or wanted in (meta.get("component"), manifests.file_stem(f), f)]
         return present, parked_hits
+
+    def placement(self, wanted: str) -> "Placement":
+        """Where ``wanted``'s manifest is now, read back from the node: the one answer to "where
+        was it left" after an interruption or a failed step (restart, Ctrl-C, SIGTERM)."""
+        present, parked_hits = self.resolve(wanted, self.scan(), self.parked())
+        return Placement(wanted, self.manifests_dir, [m.file for m in present],
+                         [self.state.parked_path(f) for f in parked_hits])
 
     def not_found(self, wanted: str) -> CpctlError:
         """The error for a component neither in the manifests dir nor parked (exit 3), with the
@@ -283,6 +360,7 @@ class Node:
         check_storable(manifest.file)
         assert manifest.pod is not None and manifest.data is not None
         target = self.target_for(manifest.pod, manifest.file)
+        wait = wait and not self.dry_run
         before = self.waiter.before(target) if wait else None
         meta = {"file": manifest.file, "component": manifest.pod_name, "namespace": manifest.namespace,
                 "checksum": manifest.checksum, "mode": manifest.mode, "uid": manifest.uid, "gid": manifest.gid,
@@ -343,6 +421,7 @@ class Node:
         filename = parked_hits[0]
         pod, data = self.check_restorable(filename, scan)
         target = self.target_for(pod, filename)
+        wait = wait and not self.dry_run
         before = self.waiter.before(target) if wait else None
         digest = manifests.checksum(data)
         self.apply(journal.Change(
@@ -361,7 +440,7 @@ class Node:
         the pod like a restore does; never claim it runs without having seen it."""
         manifest = self.single(wanted, present, "it cannot be started: fix or remove the file")
         target = self.target_for(manifest.pod or {}, manifest.file)
-        if not wait:
+        if not wait or self.dry_run:
             seen = self.waiter.describe(target)
             if seen is None:
                 message = "manifest already in place (pod not checked: --no-wait)"
@@ -378,7 +457,7 @@ class Node:
 
     def check_restorable(self, filename: str, scan: DirScan) -> Tuple[Dict[str, Any], bytes]:
         """Refuse a restore that would run something broken or a second copy of a pod."""
-        path = self.state.parked_path(filename)
+        path = self.real_path(self.state.parked_path(filename)) or self.state.parked_path(filename)
         info = self.host.lstat(path)
         if info is None or info["kind"] != "file":
             raise CpctlError("parked manifest %s is not a regular file" % path, ExitCode.REFUSED)
@@ -406,7 +485,7 @@ class Node:
         """Wait for the kubelet after a committed change; a failed or interrupted wait says where
         the manifest was left (the change itself stands and is recorded)."""
         if not wait:
-            return WaitResult(False, "not waited (--no-wait)")
+            return WaitResult(False, "not waited (%s)" % ("--dry-run" if self.dry_run else "--no-wait"))
         try:
             return step(target, before, timeout)
         except CpctlError as exc:
@@ -420,6 +499,16 @@ class Node:
             raise Interrupted(signal, "interrupted (%s) while waiting for pod %s (the change is recorded, the "
                                       "kubelet's reaction not verified)" % (signal, target.pod_name),
                               where=where) from None
+
+
+def _json_object(data: Optional[bytes]) -> Optional[Dict[str, Any]]:
+    """``data`` decoded as a JSON object (cpctl's own metadata bytes), else None."""
+    import json
+    try:
+        value = json.loads(data) if data is not None else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def check_storable(filename: str) -> None:
@@ -444,6 +533,8 @@ class _Session:
     def __enter__(self) -> Node:
         self.node.origin = self.what
         manifests.check_manifests_dir(self.node.host, self.node.manifests_dir)
+        if self.node.dry_run:
+            return self._enter_dry_run()
         self.node.state.ensure(create=True)
         self._lock = self.node.state.locked(self.node.lock_timeout, self.what, self.node.manifests_dir)
         self._lock.__enter__()
@@ -457,5 +548,16 @@ class _Session:
             raise
         return self.node
 
+    def _enter_dry_run(self) -> Node:
+        """A dry run takes no lock and creates nothing; an interrupted change is named, since the
+        real run would finish or undo it first."""
+        if self.node.state.ensure(create=False) and self.node.state.read_journal() is not None:
+            self.node.recovered.append("an interrupted change is pending: the real run finishes or undoes it "
+                                       "first (cpctl status shows it)")
+        if self.changing:
+            self.node.check_registered()
+        return self.node
+
     def __exit__(self, *exc: Any) -> None:
-        self._lock.__exit__(*exc)
+        if self._lock is not None:
+            self._lock.__exit__(*exc)

@@ -4,10 +4,11 @@ dry-run plan of each. The moves themselves are the core's (``Node.stop``/``Node.
 from __future__ import annotations
 
 import difflib
+import os
 import time
 from typing import Optional
 
-from cpctl.core import manifests
+from cpctl.core import journal, manifests
 from cpctl.core.node import Node, Outcome
 from cpctl.errors import CpctlError, ExitCode, Terminated, interrupted_by
 
@@ -47,13 +48,6 @@ def parked_components(node: Node) -> list:
     return order_components([manifests.file_stem(filename) for filename in sorted(node.parked())])
 
 
-def start_all_parked(node: Node, wait: bool, timeout: float) -> list:
-    """Start every parked manifest, etcd first and the scheduler last (then any other static pod);
-    no outcome at all when nothing is parked."""
-    components = parked_components(node)
-    return start(node, components, wait, timeout) if components else []
-
-
 def restart(node: Node, components: list, reason: Optional[str], timeout: float) -> list:
     """Stop and start each component in turn, waiting for the kubelet at both steps.
 
@@ -78,11 +72,14 @@ def restart(node: Node, components: list, reason: Optional[str], timeout: float)
 
 
 def _stop_for_restart(node: Node, component: str, reason: str, timeout: float) -> Outcome:
-    """The stop half of a restart: on any failure or interruption, the manifest goes back first."""
+    """The stop half of a restart: on any failure or interruption after the manifest was parked,
+    the manifest goes back first; a stop refused before anything moved is reported as it is."""
     until = time.time() + 2 * timeout + 60
     try:
         return node.stop(component, reason=reason, until=until, wait=True, timeout=timeout)
     except BaseException as exc:  # noqa: BLE001 - whatever stops the stop phase, the manifest goes back
+        if not _parked_now(node, component):
+            raise
         why = _why(exc)
         try:
             node.start(component, wait=False, reason="restart aborted: %s" % why)
@@ -96,13 +93,22 @@ def _stop_for_restart(node: Node, component: str, reason: str, timeout: float) -
                          code, hint=getattr(exc, "hint", "")) from None
 
 
+def _parked_now(node: Node, component: str) -> bool:
+    """True when ``component`` is parked now (read back); True too when that cannot be read, so
+    that a restart then still tries to put its manifest back."""
+    try:
+        return bool(node.placement(component).parked)
+    except CpctlError:
+        return True
+
+
 def _where_left(node: Node, component: str, step: str, exc: BaseException) -> BaseException:
     """Re-raise a failure of a restart's start phase with where the manifest is now."""
     if not isinstance(exc, (CpctlError, KeyboardInterrupt, Terminated)):
         return exc
-    parked = any(meta.get("component") == component or component in f for f, meta in node.parked().items())
-    where = "still parked in %s (cpctl start %s)" % (node.state.parked_dir, component) if parked \
-        else "back in %s" % node.manifests_dir
+    placement = node.placement(component)
+    where = "still parked in %s (cpctl start %s)" % (node.state.parked_dir, component) \
+        if placement.parked and not placement.present else "back in %s" % node.manifests_dir
     code = exc.code if isinstance(exc, CpctlError) else ExitCode.INTERRUPTED
     return CpctlError("restart of %s: %s failed (%s); the manifest is %s" % (component, step, _why(exc), where),
                       code, hint=getattr(exc, "hint", ""))
@@ -116,33 +122,32 @@ def _why(exc: BaseException) -> str:
     return getattr(exc, "message", None) or str(exc) or type(exc).__name__
 
 
-def plan(node: Node, verb: str, components: list) -> dict:
-    """What stop/start/restart would do, checked like the real run, changing nothing."""
-    scan, parked = node.scan(), node.parked()
-    before = [m.file for m in scan.manifests]
-    after = list(before)
+def plan(node: Node, verb: str, components: list, reason: Optional[str] = None, until: Optional[float] = None,
+         timeout: float = 120.0) -> dict:
+    """What stop/start/restart would do: the real run itself, on a node in dry-run mode (every
+    check and refusal the same; its journal ``Change``s recorded instead of applied), printed as
+    the moves in order and the manifests dir's listing before and after."""
+    before = sorted(m.file for m in node.scan().manifests)
+    node.dry_run = True
+    if verb == "stop":
+        outcomes = stop(node, components, reason, until, False, timeout)
+    elif verb == "start":
+        outcomes = start(node, components, False, timeout)
+    else:
+        outcomes = restart(node, components, reason, timeout)
     steps = []
-    for component in order_components(components, reverse=(verb == "stop")):
-        present, parked_hits = node.resolve(component, scan, parked)
-        if verb in ("stop", "restart") and present:
-            manifest = present[0]
-            steps.append({"action": "stop", "component": manifest.pod_name or component,
-                          "move": [manifest.path, node.state.parked_path(manifest.file)]})
-            if verb == "restart":
-                steps.append({"action": "start", "component": manifest.pod_name or component,
-                              "move": [node.state.parked_path(manifest.file), manifest.path]})
-            else:
-                after.remove(manifest.file)
-        elif verb in ("start", "restart") and parked_hits and not present:
-            node.check_restorable(parked_hits[0], scan)
-            steps.append({"action": "start", "component": component,
-                          "move": [node.state.parked_path(parked_hits[0]), node.manifests_dir + "/" + parked_hits[0]]})
-            after.append(parked_hits[0])
-        elif present or parked_hits:
-            steps.append({"action": verb, "component": component,
-                          "note": "nothing to do (already %s)" % ("stopped" if verb == "stop" else "running")})
-        else:
-            raise node.not_found(component)
-    diff = "".join(difflib.unified_diff([f + "\n" for f in before], [f + "\n" for f in sorted(after)],
+    for outcome in outcomes:
+        if not outcome.changed:
+            steps.append({"action": verb, "component": outcome.component,
+                          "note": "nothing to do (%s)" % outcome.message})
+    for change in node.planned:
+        steps += [{"action": change.action, "component": change.component, "move": [step.src, step.path]}
+                  for step in change.steps if step.kind == journal.MOVE]
+    after = sorted(set(before) - {os.path.basename(s["move"][0]) for s in steps if "move" in s
+                                  and os.path.dirname(s["move"][0]) == node.manifests_dir}
+                   | {os.path.basename(s["move"][1]) for s in steps if "move" in s
+                      and os.path.dirname(s["move"][1]) == node.manifests_dir})
+    diff = "".join(difflib.unified_diff([f + "\n" for f in before], [f + "\n" for f in after],
                                         node.manifests_dir + " (now)", node.manifests_dir + " (after)"))
-    return {"node": node.node_name, "dry_run": True, "changed": False, "plan": steps, "diff": diff}
+    return {"node": node.node_name, "dry_run": True, "changed": False, "recovered": list(node.recovered),
+            "plan": steps, "diff": diff}

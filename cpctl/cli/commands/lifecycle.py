@@ -89,8 +89,7 @@ def interrupted_where(node: Any, verb: str, components: List[str], exc: BaseExce
     if not (signal or getattr(exc, "code", None) == ExitCode.INTERRUPTED) or not components:
         return exc
     try:
-        scan, parked = node.scan(), node.parked()
-        places = [_where_is(node, verb, name, scan, parked) for name in components]
+        places = [_where_is(node.placement(name), verb) for name in components]
     except Exception:  # noqa: BLE001 - the node cannot be read now: the original message must do
         return exc
     message = exc.message if isinstance(exc, CpctlError) else "interrupted (%s)" % signal
@@ -98,16 +97,11 @@ def interrupted_where(node: Any, verb: str, components: List[str], exc: BaseExce
                       where="left: " + "; ".join(places))
 
 
-def _where_is(node: Any, verb: str, name: str, scan: Any, parked: Dict[str, Any]) -> str:
-    present, parked_hits = node.resolve(name, scan, parked)
-    if parked_hits and not present:
-        return "%s parked at %s%s" % (name, node.state.parked_path(parked_hits[0]),
-                                      " (not started)" if verb == "start" else "")
-    if present and not parked_hits:
-        return "%s in %s%s" % (name, node.manifests_dir, " (not stopped)" if verb == "stop" else "")
-    if present:
-        return "%s in %s and parked at %s" % (name, node.manifests_dir, node.state.parked_path(parked_hits[0]))
-    return "%s neither in %s nor parked" % (name, node.manifests_dir)
+def _where_is(placement: Any, verb: str) -> str:
+    """The node's one answer (``Node.placement``), with what the interrupted verb did not do."""
+    unfinished = " (not started)" if verb == "start" and placement.parked and not placement.present else \
+        " (not stopped)" if verb == "stop" and placement.present and not placement.parked else ""
+    return placement.describe() + unfinished
 
 
 @click.command()

@@ -22,7 +22,6 @@ from cpctl.cli.context import CliState, errors_as_json, fail, note
 EXIT_CODES_HELP = ("Exit codes: 0 ok, 1 drift found / not running, 2 usage, 3 not found, 4 refused, 5 locked, "
                    "6 timeout, 7 environment, 8 unreachable, 9 API error, 10 conflict, 11 rolled back, "
                    "12 rollback failed, 70 internal error, 130 interrupted.")
-PLUGIN_GROUP = "cpctl.commands"
 COMPLETE_VAR = "_CPCTL_COMPLETE"    # click's shell completion protocol (see cli.completion)
 # Global options' environment variables: set but empty is an error, never a silent default.
 ENV_VARS = ("CPCTL_MANIFESTS_DIR", "CPCTL_KUBELET_DIR", "CPCTL_STATE_DIR", "CPCTL_NODE_NAME", "CPCTL_PROBE",
@@ -33,13 +32,8 @@ _PATH_KEY = "cpctl.command_path"
 def plugin_entry_points() -> Dict[str, Any]:
     """name -> entry point of the commands other installed packages add (the lab simulator is
     one): cpctl finds them through package metadata and never imports such a package by name."""
-    from importlib.metadata import entry_points
-    found: Any = entry_points()
-    if hasattr(found, "select"):
-        points = found.select(group=PLUGIN_GROUP)
-    else:  # Python 3.9: a dict of groups
-        points = found.get(PLUGIN_GROUP, [])
-    return {point.name: point for point in points if point.name not in registry.COMMANDS}
+    from cpctl.cli import plugins
+    return {name: plugin for name, plugin in plugins.find().items() if name not in registry.COMMANDS}
 
 
 class CpctlGroup(click.Group):
@@ -55,7 +49,8 @@ class CpctlGroup(click.Group):
             module_name, attr = spec.entry.split(":")
             return getattr(importlib.import_module(module_name), attr)
         point = plugin_entry_points().get(name)
-        return point.load() if point is not None else None
+        loaded = point.load() if point is not None else None
+        return loaded if isinstance(loaded, click.Command) else None
 
     def resolve_command(self, ctx: click.Context, args: List[str]) -> Tuple[Any, Any, List[str]]:
         name, command, rest = super().resolve_command(ctx, args)
@@ -65,10 +60,9 @@ class CpctlGroup(click.Group):
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, spec.summary) for name, spec in registry.lazy_commands().items()]
-        for name in plugin_entry_points():
-            command = self.get_command(ctx, name)
-            if command is not None and not command.hidden:
-                rows.append((name, command.get_short_help_str(formatter.width - 20)))
+        # A plugin is not imported for the listing (its module may be heavy): its package is named.
+        rows += [(name, "A command of package %s (cpctl %s --help)" % (plugin.package, name))
+                 for name, plugin in plugin_entry_points().items()]
         with formatter.section("Commands"):
             formatter.write_dl(sorted(rows))
 

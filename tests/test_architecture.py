@@ -27,6 +27,7 @@ LAYERS: List[Tuple[str, int]] = [      # longest prefix wins
     ("cpctl.host", 20),
     ("cpctl.errors", 8),
     ("cpctl.timeutil", 10),
+    ("cpctl.catalogue", 10),
     ("cpctl.inputs", 10),
     ("cpctl", 0),                      # the package itself: its version string
 ]

@@ -113,7 +113,7 @@ def manifests_dir(params: Dict[str, Any]) -> str:
 
 
 def _names_in(directory: str) -> Set[str]:
-    from cpctl.core.manifests import ALIASES
+    from cpctl.catalogue import ALIASES
     short = {target: alias for alias, target in ALIASES.items()}
     names: Set[str] = set()
     try:

@@ -27,6 +27,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
+from cpctl import catalogue
 from cpctl.core import flags, manifests, mounts
 from cpctl.core.manifests import DirScan, Manifest
 from cpctl.errors import CpctlError, ExitCode
@@ -35,9 +36,6 @@ from cpctl.host.base import Host
 _FILE_FLAG = re.compile(r"(-file|kubeconfig|^config|-config)$")
 _MUST_EXIST = {"File": "file", "Directory": "dir", "Socket": "socket", "CharDevice": "char",
                "BlockDevice": "block"}
-#: The ports kubeadm's components listen on when no flag says otherwise.
-DEFAULT_PORTS = {"kube-apiserver": ("secure-port", 6443), "kube-controller-manager": ("secure-port", 10257),
-                 "kube-scheduler": ("secure-port", 10259)}
 _URL_PORT_FLAGS = ("listen-client-urls", "listen-peer-urls", "listen-metrics-urls")
 _HOSTPORT_FLAGS = ("bind-address", "metrics-bind-address", "healthz-bind-address")
 
@@ -159,9 +157,9 @@ def listeners(pod: Dict[str, Any]) -> List[Listener]:
 def _flag_listeners(container: Dict[str, Any]) -> Iterator[Listener]:
     given = {f.name: f.value for f in flags.flags_of(container) if f.value is not None}
     binary = _binary(container)
-    default = DEFAULT_PORTS.get(binary)
-    if default is not None:
-        port = _port(given.get(default[0])) if default[0] in given else default[1]
+    entry = catalogue.BY_NAME.get(binary)
+    if entry is not None and entry.port_flag is not None:
+        port = _port(given.get(entry.port_flag)) if entry.port_flag in given else entry.health.port
         if port:
             yield (_address(given.get("bind-address")), port)
     for name in _URL_PORT_FLAGS:

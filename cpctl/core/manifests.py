@@ -26,6 +26,7 @@ import time
 from decimal import Decimal
 from typing import Any, Dict, List, Optional, Tuple, Union
 
+from cpctl.catalogue import ALIASES
 from cpctl.core import podspec
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host.base import Host
@@ -34,14 +35,6 @@ from cpctl.host.base import Host
 # a larger file is one it cannot load.
 MAX_MANIFEST_BYTES = 10 << 20
 
-ALIASES = {
-    "scheduler": "kube-scheduler",
-    "controller-manager": "kube-controller-manager",
-    "apiserver": "kube-apiserver",
-    "etcd": "etcd",
-}
-# kubeadm's order for bringing a control plane up; stopping goes the other way.
-START_ORDER = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"]
 
 _COMPONENT_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$")
 _FILE_SUFFIXES = (".yaml", ".yml", ".json")

@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from cpctl import catalogue
 from cpctl.core import journal, manifests
 from cpctl.core.apiview import LocalApiCheck
 from cpctl.core.identity import NodeIdentity
@@ -27,7 +28,6 @@ from cpctl.probes.diagnose import why_not_running
 from cpctl.timeutil import iso
 
 NAME_MAX = 255          # bytes in one file name on Linux filesystems
-LOCAL_API = ("kube-apiserver", "etcd")
 META_SUFFIX = ".json"
 
 
@@ -265,7 +265,7 @@ class Node:
         """(present manifests, parked file names) that ``wanted`` names."""
         manifests.validate_component_name(wanted)
         present = scan.find(wanted)
-        target = manifests.ALIASES.get(wanted, wanted)
+        target = catalogue.canonical(wanted)
         parked_hits = [f for f, meta in parked.items()
                        if target in (meta.get("component"), manifests.file_stem(f), f)
                        or wanted in (meta.get("component"), manifests.file_stem(f), f)]
@@ -281,7 +281,7 @@ class Node:
     def not_found(self, wanted: str) -> CpctlError:
         """The error for a component neither in the manifests dir nor parked (exit 3), with the
         names it was probably meant to be and the ones this node has."""
-        known = list(manifests.ALIASES)
+        known = list(catalogue.ALIASES)
         try:
             scan, parked = self.scan(), self.parked()
             known += [m.pod_name for m in scan.valid if m.pod_name] + [manifests.file_stem(m.file) for m in scan.valid]
@@ -290,9 +290,9 @@ class Node:
             pass
         close = manifests.close_names(wanted, known)
         hint = "did you mean %s? " % " or ".join(repr(n) for n in close) if close else ""
-        ours = sorted(set(known) - set(manifests.ALIASES.values()) - set(manifests.ALIASES))
+        ours = sorted(set(known) - set(catalogue.ALIASES.values()) - set(catalogue.ALIASES))
         return CpctlError("no static pod %r in %s and none parked (%sknown: %s)"
-                          % (wanted, self.manifests_dir, hint, ", ".join(list(manifests.ALIASES) + ours)),
+                          % (wanted, self.manifests_dir, hint, ", ".join(list(catalogue.ALIASES) + ours)),
                           ExitCode.NOT_FOUND)
 
     def target_for(self, pod: Dict[str, Any], filename: str,
@@ -301,7 +301,7 @@ class Node:
         node's API server or etcd is parked (``parked``: already read, else read now)."""
         meta = pod.get("metadata", {})
         stale = self.local_api_parked(parked, besides=filename) or (
-            meta["name"] not in LOCAL_API and bool(self.local_api_down()))
+            not catalogue.carries_api(meta["name"]) and bool(self.local_api_down()))
         return PodTarget(meta["name"], meta.get("namespace") or "default", self.node_name, pod, filename,
                          stale_api=stale)
 
@@ -310,7 +310,7 @@ class Node:
         mode, its own API server not answering: crash-looping, or its etcd down); "" otherwise."""
         def apiserver() -> Optional[Dict[str, Any]]:
             try:
-                return next((m.pod for m in self.scan().valid if m.pod_name == "kube-apiserver"), None)
+                return next((m.pod for m in self.scan().valid if m.pod_name == catalogue.KUBE_APISERVER), None)
             except CpctlError:
                 return None
         return self._local_api.down(apiserver)
@@ -326,7 +326,7 @@ class Node:
             found = self.parked() if parked is None else parked
         except CpctlError:
             return False
-        return any((meta.get("component") or manifests.file_stem(name)) in LOCAL_API
+        return any(catalogue.carries_api(str(meta.get("component") or manifests.file_stem(name)))
                    for name, meta in found.items() if name != besides)
 
     # --- stop -------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
+from cpctl import catalogue
 from cpctl.core import manifests
 from cpctl.core.manifests import DirScan, Manifest
 from cpctl.core.node import Node
@@ -67,7 +68,7 @@ def history(node: Node, component: Optional[str] = None, limit: int = 50) -> Lis
 
 
 def _about(component: str) -> Any:
-    target = manifests.ALIASES.get(component, component)
+    target = catalogue.canonical(component)
 
     def keep(record: Dict[str, Any]) -> bool:
         names = (record.get("component"), manifests.file_stem(str(record.get("file") or "")))

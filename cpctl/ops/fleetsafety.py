@@ -15,22 +15,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Set
 
-from cpctl.core import manifests
+from cpctl import catalogue
+from cpctl.catalogue import ETCD
+from cpctl.catalogue import KUBE_APISERVER as APISERVER
 from cpctl.core.node import Node
 from cpctl.core.views import status
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.fleet.runner import HostResult, Serial
 
-APISERVER, ETCD = "kube-apiserver", "etcd"
-QUORUM_RULES = {ETCD: "etcd keeps quorum only while a majority of its members run",
-                APISERVER: "at least one API server must keep serving (an API server whose stacked etcd "
-                           "is down is not serving)"}
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]", "::1")
 
 
 def guarded(components: Sequence[str]) -> List[str]:
     """The components of ``components`` whose loss a fleet can feel (etcd, the API server)."""
-    return [manifests.ALIASES.get(c, c) for c in components if manifests.ALIASES.get(c, c) in QUORUM_RULES]
+    return [catalogue.canonical(c) for c in components if catalogue.quorum_guarded(c)]
 
 
 def census_of(node: Node) -> Dict[str, Any]:
@@ -122,5 +120,5 @@ def _problem(component: str, verb: str, fleet: List[Member], down: Set[str], sto
     dark = [m.host for m in fleet if not m.reachable]
     what = "%s %s on %s" % (verb, ",".join(sorted(stopping)), ",".join(sorted(down)) or "-")
     return "%s would leave %d of %d %s running, %d now (%s%s)" % (
-        what, len(left), len(is_member), component, len(running_now), QUORUM_RULES[component],
+        what, len(left), len(is_member), component, len(running_now), catalogue.BY_NAME[component].quorum_rule,
         "; unreachable: %s" % ",".join(dark) if dark else "")

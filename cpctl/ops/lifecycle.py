@@ -8,6 +8,7 @@ import os
 import time
 from typing import Optional
 
+from cpctl import catalogue
 from cpctl.core import journal, manifests
 from cpctl.core.node import Node, Outcome
 from cpctl.errors import CpctlError, ExitCode, Terminated, interrupted_by
@@ -17,15 +18,15 @@ def order_components(names: list, reverse: bool = False) -> list:
     """Control-plane order (etcd, apiserver, controller-manager, scheduler) for starts,
     the reverse for stops; other components keep the user's order, after those."""
     def rank(name: str) -> int:
-        target = manifests.ALIASES.get(name, name)
-        return manifests.START_ORDER.index(target) if target in manifests.START_ORDER else len(manifests.START_ORDER)
+        entry = catalogue.get(name)
+        return entry.start_rank if entry is not None else len(catalogue.COMPONENTS)
     unique = list(dict.fromkeys(names))
     for name in unique:
         manifests.validate_component_name(name)
     ordered = sorted(unique, key=rank)
     if reverse:
-        known = [n for n in ordered if rank(n) < len(manifests.START_ORDER)][::-1]
-        ordered = known + [n for n in ordered if rank(n) == len(manifests.START_ORDER)]
+        known = [n for n in ordered if catalogue.get(n) is not None][::-1]
+        ordered = known + [n for n in ordered if catalogue.get(n) is None]
     return ordered
 
 

@@ -24,6 +24,7 @@ import re
 import secrets
 from typing import Optional
 
+from cpctl import catalogue
 from cpctl.core import journal, manifests, views
 from cpctl.core.manifests import DirScan
 from cpctl.core.mounts import host_path_of
@@ -38,11 +39,10 @@ GENERATED_BY = "cpctl.io/generated-by"
 GENERATED_VALUE = "scheduler-add"
 CONFIG_ANNOTATION = "cpctl.io/scheduler-config"
 SOURCE_ANNOTATION = "cpctl.io/source-manifest"
-DEFAULT_SOURCE = "kube-scheduler"
+DEFAULT_SOURCE = catalogue.KUBE_SCHEDULER
 DEFAULT_KUBECONFIG = "/etc/kubernetes/scheduler.conf"
 FIRST_PORT = 10260
-# Ports of kubeadm's control plane even when a manifest does not spell them out (flag defaults).
-WELL_KNOWN_PORTS = {2379, 2380, 2381, 6443, 10250, 10256, 10257, 10259}
+WELL_KNOWN_PORTS = catalogue.WELL_KNOWN_PORTS
 # The config file holds no secret (only the path of the kubeconfig, which stays 0600); 0644 is
 # what kubeadm uses for non-secret config such as /var/lib/kubelet/config.yaml and lets
 # unprivileged auditing read it. The manifest keeps kubeadm's 0600.
@@ -61,7 +61,7 @@ _PROBES = ("livenessProbe", "readinessProbe", "startupProbe")
 def reserved_names() -> set:
     """Names a second scheduler may not take: the default's and every core alias (``cpctl stop
     scheduler`` must keep meaning kube-scheduler)."""
-    return {"default-scheduler"} | set(manifests.ALIASES) | set(manifests.ALIASES.values())
+    return {catalogue.DEFAULT_SCHEDULER_NAME} | set(catalogue.ALIASES) | set(catalogue.ALIASES.values())
 
 
 def validate_name(name: str) -> str:
@@ -142,8 +142,8 @@ def scheduler_container(pod: dict) -> dict:
     containers = pod["spec"]["containers"]
     for container in containers:
         command = container.get("command") or []
-        if (command and os.path.basename(str(command[0])) == "kube-scheduler") or \
-                container.get("name") == "kube-scheduler":
+        if (command and os.path.basename(str(command[0])) == catalogue.KUBE_SCHEDULER) or \
+                container.get("name") == catalogue.KUBE_SCHEDULER:
             return container
     return containers[0]
 
@@ -197,7 +197,7 @@ def build_pod(source: dict, name: str, port: int, config_path: str, source_file:
                            **{k: v for k, v in old.items() if k not in ("annotations", "labels", "name", "namespace")})
     container = scheduler_container(pod)
     args = container_args(container)
-    binary = args[0] if args and not str(args[0]).startswith("-") else "kube-scheduler"
+    binary = args[0] if args and not str(args[0]).startswith("-") else catalogue.KUBE_SCHEDULER
     flags = drop_flags(args[1:] if args and args[0] == binary else args)
     container["command"] = [binary] + sorted(flags + ["--config=%s" % config_path, "--secure-port=%d" % port])
     container.pop("args", None)

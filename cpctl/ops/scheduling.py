@@ -13,6 +13,7 @@ import re
 import time
 from typing import Any, Callable, Dict, List, Optional
 
+from cpctl import catalogue
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.probes.kubeapi import ApiError, ApiFailure, KubeClient, client_for
 from cpctl.probes.shape import ShapeError, get_object, get_objects, get_str
@@ -127,7 +128,7 @@ def _pending_row(pod: Dict[str, Any]) -> List[Dict[str, Any]]:
     if get_str(spec, "nodeName", "pod.spec") or get_str(meta, "deletionTimestamp", "pod.metadata"):
         return []
     gates = scheduling_gates(pod)
-    scheduler = get_str(spec, "schedulerName", "pod.spec") or "default-scheduler"
+    scheduler = get_str(spec, "schedulerName", "pod.spec") or catalogue.DEFAULT_SCHEDULER_NAME
     return [{"namespace": get_str(meta, "namespace", "pod.metadata"), "name": get_str(meta, "name", "pod.metadata"),
              "scheduler": scheduler, "gated": bool(gates), "gates": gates,
              "waiting_for": "scheduling gates: %s" % ", ".join(gates) if gates else "scheduler %s" % scheduler,

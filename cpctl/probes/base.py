@@ -14,8 +14,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Protocol, Tuple
 
-API_LESS = ("kube-apiserver", "etcd")   # the API cannot watch these go away and come back
-
 
 @dataclass
 class PodTarget:

@@ -10,16 +10,11 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
+from cpctl import catalogue
 from cpctl.host.base import Host
-from cpctl.probes.base import API_LESS, PodState, PodTarget, ProbeMissing, Unavailable
+from cpctl.probes.base import PodState, PodTarget, ProbeMissing, Unavailable
 from cpctl.probes.kubeapi import node_http
 
-DEFAULT_HEALTH = {
-    "kube-apiserver": ("https", 6443, "/readyz"),
-    "kube-controller-manager": ("https", 10257, "/healthz"),
-    "kube-scheduler": ("https", 10259, "/healthz"),
-    "etcd": ("http", 2381, "/readyz"),
-}
 DEFAULT_TIMEOUT = 2.0
 MIN_CALL = 0.2          # the least time one request gets, even at the very end of a wait
 HEALTH_LIMIT = 1 << 20  # a health answer is a few bytes ("ok"); /readyz?verbose a few KiB
@@ -62,14 +57,13 @@ def health_url(target: PodTarget) -> Optional[str]:
             if port is None or scheme not in ("http", "https"):
                 continue
             path = _text(get.get("path"), "/")
-            if target.component in API_LESS and path == "/livez":
+            if catalogue.carries_api(target.component) and path == "/livez":
                 path = "/readyz"
             return url_for(scheme, _text(get.get("host"), "") or default_host(target), port, path)
-    default = DEFAULT_HEALTH.get(target.component)
-    if default is None:
+    entry = catalogue.get(target.component)
+    if entry is None:
         return None
-    scheme, port, path = default
-    return url_for(scheme, default_host(target), port, path)
+    return url_for(entry.health.scheme, default_host(target), entry.health.port, entry.health.path)
 
 
 def url_for(scheme: str, host: str, port: int, path: str) -> str:
@@ -82,7 +76,7 @@ def url_for(scheme: str, host: str, port: int, path: str) -> str:
 def default_host(target: PodTarget) -> str:
     """Where a probe without ``host`` goes: the kubelet uses the pod IP, which for a host-network
     apiserver is its ``--advertise-address``; 127.0.0.1 otherwise."""
-    if target.component == "kube-apiserver":
+    if target.component == catalogue.KUBE_APISERVER:
         for arg in _command(target):
             if arg.startswith("--advertise-address=") and arg.split("=", 1)[1]:
                 return arg.split("=", 1)[1]

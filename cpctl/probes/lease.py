@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
+from cpctl import catalogue
 from cpctl.host.base import Host
 from cpctl.probes.base import PodTarget
 
-LEASE_COMPONENTS = ("kube-scheduler", "kube-controller-manager")
 FALSE_WORDS = ("false", "0", "f", "no")   # what Go's strconv.ParseBool reads as false (and "no")
 
 
@@ -30,7 +30,7 @@ def uses_lease(target: PodTarget) -> bool:
     meta = target.pod.get("metadata") if isinstance(target.pod, dict) else None
     annotations = meta.get("annotations") if isinstance(meta, dict) else None
     generated = isinstance(annotations, dict) and annotations.get("cpctl.io/generated-by") == "scheduler-add"
-    if target.component not in LEASE_COMPONENTS and not generated:
+    if not catalogue.leader_elected(target.component) and not generated:
         return False
     elect = [a.split("=", 1)[1].strip().lower() for a in _args(target) if a.startswith("--leader-elect=")]
     return not (elect and elect[-1] in FALSE_WORDS)

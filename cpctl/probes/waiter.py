@@ -35,10 +35,11 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
+from cpctl import catalogue
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host.base import Host
 from cpctl.probes.api import ApiProbe
-from cpctl.probes.base import API_LESS, PodState, PodTarget, ProbeMissing, Unavailable, Waiter, WaitResult
+from cpctl.probes.base import PodState, PodTarget, ProbeMissing, Unavailable, Waiter, WaitResult
 from cpctl.probes.crictl import CrictlProbe
 from cpctl.probes.health import HealthProbe, health_url
 from cpctl.probes.kubeapi import ApiError, ApiFailure, KubeClient
@@ -134,7 +135,7 @@ class VerifyingWaiter(Waiter):
         chosen = by_name.get(self.mode)
         if chosen:
             return chosen
-        if target.component in API_LESS:
+        if catalogue.carries_api(target.component):
             return [self.crictl, self.health]
         return [self.api, self.crictl, self.health]
 
@@ -216,7 +217,7 @@ class VerifyingWaiter(Waiter):
                     state.stale = True
             return state.to_dict() if state is not None else None
         probe, state, _ = self._round(target, clock, self._quick([self.api, self.crictl]))
-        if state is not None and probe is self.api and not state.present and target.component in API_LESS:
+        if state is not None and probe is self.api and not state.present and catalogue.carries_api(target.component):
             # the API server's own stale mirror may be gone while the runtime still runs it
             state = self._look(self.crictl, target, clock) or state
         return state.to_dict() if state is not None else None
@@ -320,7 +321,7 @@ class VerifyingWaiter(Waiter):
 
     def _hints(self, target: PodTarget) -> str:
         hints = ["journalctl -u kubelet -n 50", "crictl ps -a --name '^%s$'" % target.component]
-        if target.component not in API_LESS and not self.is_stale(target) and "api" not in self._errors:
+        if not catalogue.carries_api(target.component) and not self.is_stale(target) and "api" not in self._errors:
             try:
                 events = self.api.client.events_for(target.namespace, target.pod_name, limit=3, timeout=HINT_BUDGET)
             except Unavailable:
@@ -336,11 +337,11 @@ class VerifyingWaiter(Waiter):
         """(text, verified) of the component's health gate after its pod is Ready."""
         if uses_lease(target):
             text, verified = self._lease_gate(target, before, clock)
-            if self.canary and target.component != "kube-controller-manager":
+            if self.canary and target.component != catalogue.KUBE_CONTROLLER_MANAGER:
                 more, canary_ok = self._canary_gate(target, clock)
                 text, verified = text + more, verified and canary_ok
             return text, verified
-        if target.component in API_LESS:
+        if catalogue.carries_api(target.component):
             return self._own_health_gate(target, clock, "")
         return "", True
 
@@ -434,8 +435,8 @@ class VerifyingWaiter(Waiter):
                "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "cpctl"}},
                "spec": {"containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.9"}],
                         "restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
-                        "schedulerName": "default-scheduler" if target.component == "kube-scheduler"
-                        else target.component}}
+                        "schedulerName": catalogue.DEFAULT_SCHEDULER_NAME
+                        if target.component == catalogue.KUBE_SCHEDULER else target.component}}
         try:
             client = self.api.client
             client.create_pod("default", pod, timeout=min(API_CALL, clock.budget()))

@@ -6,6 +6,7 @@ from typing import Optional
 
 import click
 
+from cpctl import catalogue
 from cpctl.cli.fanout import execute
 
 
@@ -19,7 +20,7 @@ def scheduler() -> None:
 
 @scheduler.command()
 @click.argument("name")
-@click.option("--from", "source", default="kube-scheduler", show_default=True,
+@click.option("--from", "source", default=catalogue.KUBE_SCHEDULER, show_default=True,
               help="Manifest to copy (file stem or pod name); a parked one works too.")
 @click.option("--port", type=click.IntRange(1, 65535), default=None,
               help="--secure-port of the new scheduler [default: first free from 10260].")

@@ -1,0 +1,103 @@
+"""Every fact cpctl relies on about kubeadm's control-plane components, one entry per component.
+
+kubeadm keeps the same facts in its ``constants`` package and writes them into the manifests it
+generates (cmd/kubeadm/app/constants/constants.go; phases/controlplane/manifests.go;
+phases/etcd/local.go; see shared reference "kubeadm manifests by version"). Every layer reads
+them from here; a test fails when a component's name, port or rule is written anywhere else.
+A manifest's own probes and flags always win over these defaults: they are what cpctl falls back
+on when a manifest does not say.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+ETCD = "etcd"
+KUBE_APISERVER = "kube-apiserver"
+KUBE_CONTROLLER_MANAGER = "kube-controller-manager"
+KUBE_SCHEDULER = "kube-scheduler"
+DEFAULT_SCHEDULER_NAME = "default-scheduler"     # a pod's spec.schedulerName when none is set
+
+
+@dataclass(frozen=True)
+class Health:
+    """Where kubeadm's probes look when a manifest does not say: scheme, port, path."""
+
+    scheme: str
+    port: int
+    path: str
+
+
+@dataclass(frozen=True)
+class Component:
+    """One kubeadm control-plane component.
+
+    ``name`` is its pod name, file stem and binary (``kube-scheduler``); ``alias`` the short
+    name accepted on the command line. ``start_rank``: kubeadm brings components up in this
+    order (etcd first), stops go the other way. ``health``: kubeadm's probe endpoint.
+    ``port_flag``: the flag that moves the serving port (None: etcd's ports are URLs).
+    ``leader_elected``: takes a Lease in kube-system (``--leader-elect``, on by default).
+    ``carries_api``: the API itself depends on it (the API server, its stacked etcd): while
+    it is down the API cannot watch it go and come back, and the node's API view is stale.
+    ``quorum_rule``: the fleet guard's rule for it (None: stopping it on every master is
+    allowed)."""
+
+    name: str
+    alias: str
+    start_rank: int
+    health: Health
+    port_flag: Optional[str]
+    leader_elected: bool
+    carries_api: bool
+    quorum_rule: Optional[str]
+
+
+COMPONENTS: Tuple[Component, ...] = (
+    Component(ETCD, "etcd", 0, Health("http", 2381, "/readyz"), None, False, True,
+              "etcd keeps quorum only while a majority of its members run"),
+    Component(KUBE_APISERVER, "apiserver", 1, Health("https", 6443, "/readyz"), "secure-port", False, True,
+              "at least one API server must keep serving (an API server whose stacked etcd is down is not "
+              "serving)"),
+    Component(KUBE_CONTROLLER_MANAGER, "controller-manager", 2, Health("https", 10257, "/healthz"), "secure-port",
+              True, False, None),
+    Component(KUBE_SCHEDULER, "scheduler", 3, Health("https", 10259, "/healthz"), "secure-port", True, False, None),
+)
+
+#: Ports kubeadm's control plane and the node's agents listen on even when no manifest spells them
+#: out (flag defaults): etcd client 2379 and peer 2380, the kubelet 10250, kube-proxy's health 10256,
+#: and every component's health port. A new port of cpctl's own (a second scheduler) avoids them.
+WELL_KNOWN_PORTS = frozenset({2379, 2380, 10250, 10256} | {c.health.port for c in COMPONENTS})
+
+BY_NAME: Dict[str, Component] = {c.name: c for c in COMPONENTS}
+#: Command-line short names -> pod names (``etcd`` is its own alias).
+ALIASES: Dict[str, str] = {c.alias: c.name for c in COMPONENTS}
+#: kubeadm's order for bringing a control plane up; stopping goes the other way.
+START_ORDER: List[str] = [c.name for c in sorted(COMPONENTS, key=lambda c: c.start_rank)]
+
+
+def canonical(name: str) -> str:
+    """The pod name a command-line name stands for (``scheduler`` -> ``kube-scheduler``)."""
+    return ALIASES.get(name, name)
+
+
+def get(name: str) -> Optional[Component]:
+    """The catalogue entry of a pod name or alias; None for any other static pod."""
+    return BY_NAME.get(canonical(name))
+
+
+def carries_api(name: str) -> bool:
+    """True for the API server and etcd (see ``Component.carries_api``)."""
+    entry = get(name)
+    return entry is not None and entry.carries_api
+
+
+def leader_elected(name: str) -> bool:
+    entry = get(name)
+    return entry is not None and entry.leader_elected
+
+
+def quorum_guarded(name: str) -> bool:
+    """True for the components the fleet guard protects (etcd, the API server)."""
+    entry = get(name)
+    return entry is not None and entry.quorum_rule is not None

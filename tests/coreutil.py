@@ -266,16 +266,38 @@ def tmpfs_fixture(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-
         mount.close()
 
 
-def journal_for(node: NodeDirs, action: str, name: str, op: str = "feedc0de00000001", pid: int = 424242) -> dict:
-    """The journal entry cpctl writes before moving ``name`` (as node._apply builds it)."""
+def meta_bytes(meta: dict) -> bytes:
+    """A parked manifest's metadata file, byte for byte as cpctl writes it."""
+    return (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode()
+
+
+def journal_for(node: NodeDirs, action: str, name: str, op: str = "feedc0de00000001", pid: int = 424242,
+                meta: Optional[dict] = None) -> dict:
+    """The journal entry cpctl writes before a stop or start of ``name`` (as ``Node.park_change``
+    and ``Node.start`` build it), with the staged metadata bytes a stop's write step redoes from.
+    Besides the journal's own fields: ``src``, ``dst`` (the manifest's move) and ``meta``."""
     data = node.files[name]
-    meta = {"file": name, "component": POD_OF[name], "namespace": "kube-system", "checksum": sha(data),
-            "mode": 0o600, "uid": 0, "gid": 0, "parked_at": "2024-01-01T00:00:00Z", "parked_by": "root",
-            "host": "test", "reason": "crash test", "until": None, "manifests_dir": node.manifests, "node": NODE}
+    meta = meta or {"file": name, "component": POD_OF[name], "namespace": "kube-system", "checksum": sha(data),
+                    "mode": 0o600, "uid": 0, "gid": 0, "parked_at": "2024-01-01T00:00:00Z", "parked_by": "root",
+                    "host": "test", "reason": "crash test", "until": None, "manifests_dir": node.manifests,
+                    "node": NODE}
     in_dir, parked = os.path.join(node.manifests, name), os.path.join(node.parked, name)
-    src, dst = (in_dir, parked) if action == "stop" else (parked, in_dir)
-    return {"op": op, "action": action, "component": POD_OF[name], "file": name, "src": src, "dst": dst,
-            "checksum": sha(data), "meta": meta, "started": "2024-01-01T00:00:00Z", "pid": pid}
+    meta_path, staged = os.path.join(node.state, "meta", name + ".json"), os.path.join(node.state, "staged")
+    move = {"kind": "move", "src": in_dir if action == "stop" else parked,
+            "path": parked if action == "stop" else in_dir, "checksum": sha(data)}
+    if action == "stop":
+        os.makedirs(staged, mode=0o700, exist_ok=True)
+        new = os.path.join(staged, "%s.0.new" % op)
+        with open(new, "wb") as handle:
+            handle.write(meta_bytes(meta))
+        steps, commit = [{"kind": "write", "path": meta_path, "checksum": sha(meta_bytes(meta)), "staged": new,
+                          "mode": 0o600}, move], 1
+    else:
+        steps, commit = [move, {"kind": "remove", "path": meta_path,
+                                "kept": os.path.join(staged, "%s.1.removed" % op)}], 0
+    return {"version": 2, "op": op, "action": action, "component": POD_OF[name], "file": name,
+            "checksum": sha(data), "commit": commit, "steps": steps, "record": {"reason": meta.get("reason")},
+            "src": move["src"], "dst": move["path"], "meta": meta, "started": "2024-01-01T00:00:00Z", "pid": pid}
 
 
 def write_json(path: str, value: dict) -> None:

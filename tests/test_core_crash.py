@@ -28,6 +28,7 @@ from tests.coreutil import (
     check_result,
     complete_history_records,
     journal_for,
+    meta_bytes,
     sha,
     temp_files,
     tmpfs_fixture,
@@ -219,11 +220,12 @@ def test_recovery_of_each_crash_point(tmp_path, request, scenario):
     state = os.path.join(request.getfixturevalue("tmpfs"), "state") if scenario.startswith("exdev") else None
     node = NodeDirs(str(tmp_path), state=state)
     _mkstate(node)
-    entry = journal_for(node, action, NAME)
     if action == "start":      # it was parked by a real cpctl first
         node.run("stop", "scheduler")
         with open(os.path.join(node.state, "meta", NAME + ".json")) as handle:
-            entry["meta"] = json.load(handle)
+            entry = journal_for(node, action, NAME, meta=json.load(handle))
+    else:
+        entry = journal_for(node, action, NAME)
     src, dst = entry["src"], entry["dst"]
     if where == "dst":
         os.rename(src, dst) if not state else (_copy(src, dst), os.unlink(src))
@@ -233,7 +235,9 @@ def test_recovery_of_each_crash_point(tmp_path, request, scenario):
         _copy(src, os.path.join(os.path.dirname(dst), ".%s.cpctl-tmp-%d" % (NAME, entry["pid"])), partial=True)
     meta_path = os.path.join(node.state, "meta", NAME + ".json")
     if meta_present and not os.path.exists(meta_path):
-        write_json(meta_path, entry["meta"])
+        with open(meta_path, "wb") as handle:
+            handle.write(meta_bytes(entry["meta"]))
+        os.chmod(meta_path, 0o600)
     if not meta_present and os.path.exists(meta_path):
         os.unlink(meta_path)
     if history_written:

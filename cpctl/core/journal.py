@@ -84,7 +84,8 @@ class Step:
                 raise CorruptJournal("step field %s is not a number" % name)
             if value is not None:
                 fields[name] = value
-        if not fields["path"] or (fields["kind"] == MOVE and not fields["src"]):
+        if not fields["path"] or (fields["kind"] == MOVE and not fields["src"]) or \
+                (fields["kind"] == REMOVE and not fields["kept"]):
             raise CorruptJournal("a %s step without its paths" % fields["kind"])
         return cls(**fields)
 
@@ -315,11 +316,8 @@ class ChangePath:
         elif step.kind == REMOVE:
             if self.host.lstat(step.path) is None:
                 return
-            if step.kept:
-                self.host.unlink(step.kept)
-                self.host.move(step.path, step.kept)
-            else:                               # a 0.1 journal: no place was set aside
-                self.host.unlink(step.path)
+            self.host.unlink(step.kept)
+            self.host.move(step.path, step.kept)
         elif step.kind == TOUCH:
             info = self.host.lstat(step.path)
             if info is not None and info["kind"] == "file":
@@ -374,8 +372,6 @@ class ChangePath:
     # --- recovery ------------------------------------------------------------------------------
     def recover(self, entry: Dict[str, Any]) -> Applied:
         """Finish or roll back the change a killed cpctl left in the journal ``entry``."""
-        if entry.get("version") != JOURNAL_VERSION:
-            return self._recover_v1(entry)
         change = self.change_from_journal(entry)
         started = "started %s by pid %s" % (entry.get("started"), entry.get("pid"))
         if self._is_done(change.steps[change.commit]):
@@ -421,32 +417,6 @@ class ChangePath:
                           "the journal by hand" % (change.action, change.component, started, change.file, where,
                                                    self.state.journal_path), ExitCode.ENVIRONMENT)
 
-    def _recover_v1(self, entry: Dict[str, Any]) -> Applied:
-        """A journal of cpctl 0.1 (one move, metadata written before a stop and removed after a
-        start): finish or roll back exactly as 0.1 itself would have."""
-        change = self.change_from_journal(entry)
-        started = "started %s by pid %s" % (entry.get("started"), entry.get("pid"))
-        moved = change.steps[0]
-        meta_path = self.state.meta_path(change.file)
-        if self._holds(moved.path, moved.checksum):
-            self._do(moved, None)                          # drops a finished copy's source
-            if change.action == "stop" and self.host.lstat(meta_path) is None:
-                self.host.write_atomic(meta_path, self.state.meta_bytes(entry.get("meta") or {}))
-            elif change.action == "start":
-                self.host.unlink(meta_path)
-            outcome = self._close(Change(change.action, change.component, change.file, change.checksum, [moved],
-                                         0, change.record, {}, change.op), [], recovered=True)
-            outcome.message = "completed interrupted %s of %s (%s)" % (change.action, change.component, started)
-            return outcome
-        if not self._holds(moved.src, moved.checksum):
-            raise self._nowhere(change, started)
-        if change.action == "stop":
-            self.host.unlink(meta_path)
-        self.state.clear_journal()
-        where = "still running" if change.action == "stop" else "still parked"
-        return Applied(change, False, message="rolled back interrupted %s of %s (%s)"
-                       % (change.action, change.component, where))
-
     def change_from_journal(self, entry: Dict[str, Any]) -> Change:
         """Rebuild and check a journaled change; ``CpctlError`` (exit 7) for a corrupt journal."""
         try:
@@ -457,7 +427,7 @@ class ChangePath:
 
     def _parse(self, entry: Dict[str, Any]) -> Change:
         if entry.get("version") != JOURNAL_VERSION:
-            return self._parse_v1(entry)
+            raise CorruptJournal("version %r is not %d" % (entry.get("version"), JOURNAL_VERSION))
         for name in ("op", "action", "component", "file"):
             if not isinstance(entry.get(name), str) or not entry[name]:
                 raise CorruptJournal("%s is missing or not text" % name)
@@ -472,20 +442,6 @@ class ChangePath:
         checksum = entry["checksum"] if isinstance(entry.get("checksum"), str) else None
         change = Change(entry["action"], entry["component"], entry["file"], checksum, parsed, commit, record,
                         {}, entry["op"])      # write steps are redone from their staged copies
-        self._check_paths(change.steps)
-        return change
-
-    def _parse_v1(self, entry: Dict[str, Any]) -> Change:
-        """A journal written by cpctl 0.1 (stop/start only): one move, metadata around it."""
-        for name in ("op", "action", "component", "file", "src", "dst", "checksum"):
-            if not isinstance(entry.get(name), str) or not entry[name]:
-                raise CorruptJournal("%s is missing or not text" % name)
-        if entry["action"] not in ("stop", "start"):
-            raise CorruptJournal("unknown action %r" % entry["action"])
-        meta: Dict[str, Any] = entry["meta"] if isinstance(entry.get("meta"), dict) else {}
-        change = Change(entry["action"], entry["component"], entry["file"], entry["checksum"],
-                        [move(entry["src"], entry["dst"], entry["checksum"])], 0, {"reason": meta.get("reason")},
-                        {}, entry["op"])
         self._check_paths(change.steps)
         return change
 

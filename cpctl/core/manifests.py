@@ -72,11 +72,6 @@ def checksum(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _yaml_loader() -> Any:
-    import yaml
-    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
 # --- names editors, package managers and humans leave next to a manifest -----------------------
 # Matched on the whole name's end, so a real component name never matches by accident.
 VIM_WRITE_TEST = "4913"     # vim writes and deletes this non-dot file to test the directory
@@ -410,14 +405,6 @@ def _c_parser() -> Any:
     except ImportError:
         return None
     return CParser
-
-
-def _scalar_value(event: Any) -> Any:
-    """A scalar event's value: plain text resolved, quoted text kept, explicit tags applied."""
-    tag = event.tag
-    if tag is None:
-        return _plain_scalar(event.value) if not event.style else event.value
-    return event.value if tag == "!" else _tagged_scalar(tag, event.value)
 
 
 def _one_line(text: str) -> str:

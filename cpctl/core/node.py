@@ -160,9 +160,7 @@ class Node:
             client = KubeClient(self.host, load_kubeconfig(self.host, self.kubeconfig), timeout=3.0)
             if client.get_node(self.node_name) is not None:
                 return
-            items = client.request("GET", "/api/v1/nodes").get("items")
-            names = [str((n.get("metadata") or {}).get("name")) for n in items if isinstance(n, dict)] \
-                if isinstance(items, list) else []
+            names = [str((n.get("metadata") or {}).get("name")) for n in client.list_nodes()]
         except (CpctlError, OSError):
             return
         source = self.identity.node_name.source if self.identity else "--node-name"

@@ -162,12 +162,8 @@ class StateDir:
             raise CpctlError("%s is corrupt (not an object): %s" % (path, repair), ExitCode.ENVIRONMENT)
         return value
 
-    def read_meta(self, filename: str) -> Optional[dict]:
-        value = self.read_json(self.meta_path(filename))
-        return None if value is None else check_meta(self.meta_path(filename), value)
-
     def read_metas(self, filenames: list) -> dict:
-        """``read_meta`` for many parked files in one read of the meta dir (one round trip
+        """The metadata of many parked files in one read of the meta dir (one round trip
         over SSH, however many components are parked): file name -> meta, None when absent."""
         wanted = {name + ".json": name for name in filenames}
         found: dict = {name: None for name in filenames}

@@ -6,7 +6,6 @@ Adding a probe: write its module (a class with ``name``, ``max_call`` and ``obse
 
 from __future__ import annotations
 
-import importlib
 from typing import Any, Dict
 
 from cpctl.errors import CpctlError, ExitCode
@@ -19,11 +18,6 @@ PROBES: Dict[str, str] = {
     "health": "cpctl.probes.health:HealthProbe",
 }
 CHOICES = ("auto",) + tuple(PROBES) + ("none",)
-
-
-def probe_class(name: str) -> Any:
-    module, attr = PROBES[name].split(":")
-    return getattr(importlib.import_module(module), attr)
 
 
 def make_waiter(kind: str, **options: Any) -> Waiter:

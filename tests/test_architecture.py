@@ -11,6 +11,7 @@ between probes and fleet, and no import cycle anywhere - lazy imports inside fun
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 from typing import Dict, List, Set, Tuple
@@ -128,3 +129,17 @@ def test_simulator_and_product_are_separate() -> None:
 def test_every_module_has_a_layer() -> None:
     for name in modules("cpctl"):
         assert layer(name)[0] != "cpctl" or name == "cpctl", "%s has no layer in LAYERS" % name
+
+
+def test_module_map_lists_every_module() -> None:
+    """docs/architecture.md's module map names every product module, and only modules that exist
+    (``cli/commands/*.py`` stands for the command modules)."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    section = text.split("## Module map", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^\| `(cpctl/[^`]+)` \|", section, re.M))
+    actual = {str(path.relative_to(ROOT)) for path in (ROOT / "cpctl").rglob("*.py")
+              if path.name != "__init__.py" or path.parent == ROOT / "cpctl"}
+    commands = {p for p in actual if p.startswith("cpctl/cli/commands/")}
+    assert commands and "cpctl/cli/commands/*.py" in listed
+    assert sorted(actual - commands - listed) == [], "modules missing from the module map"
+    assert sorted(listed - actual - {"cpctl/cli/commands/*.py"}) == [], "the map names modules that do not exist"

@@ -18,6 +18,7 @@ import click
 
 from cpctl.cli import registry
 from cpctl.cli.context import CliState, errors_as_json, fail, note
+from cpctl.probes.registry import CHOICES as PROBE_CHOICES
 
 EXIT_CODES_HELP = ("Exit codes: 0 ok, 1 drift found / not running, 2 usage, 3 not found, 4 refused, 5 locked, "
                    "6 timeout, 7 environment, 8 unreachable, 9 API error, 10 conflict, 11 rolled back, "
@@ -88,7 +89,7 @@ def _command_words(name: Optional[str], command: Any, rest: List[str]) -> str:
               help="Kubernetes node name [default: the kubelet's --hostname-override, else the full host name].")
 @click.option("--kubeconfig", envvar="KUBECONFIG", default="/etc/kubernetes/admin.conf", show_default=True,
               help="kubeconfig used to watch mirror pods.")
-@click.option("--probe", envvar="CPCTL_PROBE", type=click.Choice(["auto", "api", "crictl", "health", "none"]),
+@click.option("--probe", envvar="CPCTL_PROBE", type=click.Choice(PROBE_CHOICES),
               default="auto", show_default=True, help="How to verify the kubelet acted.")
 @click.option("--crictl", envvar="CPCTL_CRICTL", default="crictl", show_default=True, help="crictl binary.")
 @click.option("--lock-timeout", type=click.FloatRange(0, 3600), default=10.0, show_default=True,

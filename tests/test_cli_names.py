@@ -9,9 +9,9 @@ from tests.coreutil import NodeDirs
 def test_a_typo_gets_did_you_mean_and_the_known_names(node: NodeDirs) -> None:
     proc = node.run("stop", "schedular", rc=3)
     assert "did you mean 'scheduler'?" in proc.stderr
-    assert "known: scheduler, controller-manager, apiserver, etcd" in proc.stderr
+    assert "known: etcd, apiserver, controller-manager, scheduler" in proc.stderr
     far = node.run("stop", "zzz", rc=3)
-    assert "did you mean" not in far.stderr and "known: scheduler" in far.stderr
+    assert "did you mean" not in far.stderr and "known: etcd, apiserver" in far.stderr
 
 
 def test_the_file_name_names_the_component_present_or_parked(node: NodeDirs) -> None:

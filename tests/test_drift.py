@@ -16,7 +16,7 @@ from cpctl.host.local import LocalHost
 from cpctl.ops import drift, wiring
 from cpctl.ops import lifecycle as app
 from cpctl.probes.base import NoWait, PodTarget, Waiter
-from tests.coreutil import MANIFESTS, NODE, NodeDirs, sha
+from tests.coreutil import MANIFESTS, NODE, NodeDirs, journal_for, sha
 
 POD = MANIFESTS["kube-scheduler.yaml"]
 
@@ -195,12 +195,8 @@ def _fake_interrupted_stop(node: NodeDirs) -> None:
     os.makedirs(node.parked, mode=0o700)
     os.makedirs(os.path.join(node.state, "meta"), mode=0o700)
     os.chmod(node.state, 0o700)
-    src, dst = os.path.join(node.manifests, "kube-scheduler.yaml"), os.path.join(node.parked, "kube-scheduler.yaml")
-    os.rename(src, dst)
-    entry = {"op": "0123456789abcdef", "action": "stop", "component": "kube-scheduler", "file": "kube-scheduler.yaml",
-             "src": src, "dst": dst, "checksum": sha(POD), "started": "2024-01-01T00:00:00Z", "pid": 1,
-             "meta": {"file": "kube-scheduler.yaml", "component": "kube-scheduler", "namespace": "kube-system",
-                      "parked_at": "2024-01-01T00:00:00Z", "parked_by": "root", "until": None}}
+    entry = journal_for(node, "stop", "kube-scheduler.yaml", op="0123456789abcdef", pid=1)
+    os.rename(entry["src"], entry["dst"])
     with open(node.journal, "w") as handle:
         json.dump(entry, handle)
 

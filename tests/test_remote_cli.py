@@ -197,10 +197,10 @@ def test_dry_run_local_and_remote(rig: Rig) -> None:
     cli.run("stop", "scheduler", ssh=False)
     stopped = rig.snap()
     plan = _one_host(cli.json("-H", "master", "start", "scheduler", "--dry-run"))
-    assert plan["plan"] == [{"action": "start", "component": "scheduler", "move": [parked, in_dir]}]
+    assert plan["plan"] == [{"action": "start", "component": "kube-scheduler", "move": [parked, in_dir]}]
     assert "+kube-scheduler.yaml" in plan["diff"]
     local = cli.run("start", "scheduler", "--dry-run", ssh=False).stdout
-    assert "+kube-scheduler.yaml" in local and "start scheduler: move %s -> %s" % (parked, in_dir) in local
+    assert "+kube-scheduler.yaml" in local and "start kube-scheduler: move %s -> %s" % (parked, in_dir) in local
     assert rig.snap() == stopped
     assert accepted(rig.sshd) == logins + 3          # one SSH connection per remote run
     cli.run("start", "scheduler", ssh=False)

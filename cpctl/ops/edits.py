@@ -46,6 +46,7 @@ class ApplyOptions:
     reason: Optional[str] = None
     keep: int = revisions.DEFAULT_KEEP
     settle: float = 5.0
+    force: bool = False              # go ahead despite flag-sanity doubts (lists may be out of date)
 
 
 # --- what is there now -------------------------------------------------------------------------
@@ -84,7 +85,7 @@ def replace(node: Node, component: str, new: bytes, source: str, action: str, op
     changed since is a conflict (exit 10) and nothing changes."""
     manifests.validate_component_name(component)
     if options.dry_run:
-        return plan(node, component, new, source, action)
+        return plan(node, component, new, source, action, options.force)
     with node.session("cpctl %s %s" % (action, component)):
         manifest = current(node, component, action)
         if expect is not None and manifest.checksum != expect:
@@ -93,7 +94,7 @@ def replace(node: Node, component: str, new: bytes, source: str, action: str, op
         return _replace_locked(node, manifest, new, source, action, options, record or {})
 
 
-def plan(node: Node, component: str, new: bytes, source: str, action: str) -> Dict[str, Any]:
+def plan(node: Node, component: str, new: bytes, source: str, action: str, force: bool = False) -> Dict[str, Any]:
     """What ``replace`` would do, checked the same way, changing nothing (no lock, no state dir)."""
     manifest = current(node, component, action)
     assert manifest.data is not None
@@ -102,7 +103,7 @@ def plan(node: Node, component: str, new: bytes, source: str, action: str) -> Di
         return dict(result, message="unchanged (the file already holds these bytes)")
     check_revisable(manifest.file)
     verdict = checks.review(node.host, manifest, new, node.scan(), source)
-    verdict.refuse_if_bad("%s of %s" % (action, component))
+    verdict.refuse_if_bad("%s of %s" % (action, component), force)
     same = manifests.same_pod(manifest.data, new)
     effect = "the kubelet would keep the running pod (same pod spec)" if same else \
         "the kubelet would replace pod %s" % node.target_for(manifest.pod or {}, manifest.file).pod_name
@@ -123,7 +124,7 @@ def _replace_locked(node: Node, manifest: Manifest, new: bytes, source: str, act
         return _result(node, manifest, action, False, message="unchanged (the file already holds these bytes)")
     check_revisable(manifest.file)
     verdict = checks.review(node.host, manifest, new, node.scan(), source)
-    verdict.refuse_if_bad("%s of %s" % (action, component))
+    verdict.refuse_if_bad("%s of %s" % (action, component), options.force)
     same = manifests.same_pod(manifest.data, new)
     target = node.target_for(manifest.pod, manifest.file)
     before = None if same else node.waiter.before(target)

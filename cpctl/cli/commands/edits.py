@@ -17,13 +17,20 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import click
 
-from cpctl.cli.commands.lifecycle import check_reason, force_option, guarded_reason, reason_option
+from cpctl.cli.commands.lifecycle import check_reason, guarded_reason, reason_option
 from cpctl.cli.context import note, printable
 from cpctl.cli.fanout import execute
 from cpctl.errors import CpctlError, ExitCode
 
 MAX_NEW_MANIFEST = 10 << 20
 EDIT_MARK = "# cpctl: "
+
+
+change_force_option = click.option(
+    "--force", is_flag=True,
+    help="Go ahead although a flag name, an admission plugin, a probe port or a written path looks wrong by "
+         "cpctl's lists (they may be out of date; shown as warnings), and override the fleet quorum check for "
+         "etcd/apiserver (recorded in history).")
 
 
 def _change_options(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -41,7 +48,7 @@ def _change_options(function: Callable[..., Any]) -> Callable[..., Any]:
                      help="Previous versions kept per manifest (env CPCTL_KEEP_REVISIONS)."),
         click.option("--settle", type=click.FloatRange(0, 600), default=5.0, show_default=True,
                      help="Seconds the new pod must stay Ready after it first is."),
-        force_option,
+        change_force_option,
     ]):
         function = option(function)
     return function
@@ -55,7 +62,7 @@ def _options(ctx: click.Context, component: str, timeout: float, no_rollback: bo
     check_reason(reason)
     reason = guarded_reason(ctx, "apply", [component], force, reason)
     return ApplyOptions(timeout=timeout, rollback=not no_rollback, dry_run=dry_run, reason=reason,
-                        keep=keep_revisions, settle=settle)
+                        keep=keep_revisions, settle=settle, force=force)
 
 
 def change_text(data: Dict[str, Any]) -> str:
@@ -223,7 +230,7 @@ def _edit_node(node: Any, component: str, options: Any, yes: bool) -> Dict[str, 
     path = os.path.join(workdir, "%s-%s" % (node.node_name, filename))
     keep_copy = False
     try:
-        new, checked = _edit_until_valid(node, component, path, data)
+        new, checked = _edit_until_valid(node, component, path, data, options.force)
         if new is None:
             return {"node": node.node_name, "component": component, "changed": False,
                     "message": "edit cancelled, no changes made"}
@@ -250,7 +257,8 @@ def _edit_node(node: Any, component: str, options: Any, yes: bool) -> Dict[str, 
             shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _edit_until_valid(node: Any, component: str, path: str, data: bytes) -> Tuple[Optional[bytes], Dict[str, Any]]:
+def _edit_until_valid(node: Any, component: str, path: str, data: bytes,
+                      force: bool = False) -> Tuple[Optional[bytes], Dict[str, Any]]:
     """Open the editor until the result is valid: (new bytes or None when unchanged, the plan)."""
     from cpctl.ops import edits
     problems: List[str] = []
@@ -269,7 +277,7 @@ def _edit_until_valid(node: Any, component: str, path: str, data: bytes) -> Tupl
         if last_invalid is not None and edited == last_invalid:
             raise CpctlError("edit of %s: still invalid (%s)" % (component, "; ".join(problems)), ExitCode.REFUSED)
         try:
-            return edited, edits.plan(node, component, edited, "your edit", "edit")
+            return edited, edits.plan(node, component, edited, "your edit", "edit", force)
         except CpctlError as exc:
             if exc.code is not ExitCode.REFUSED:
                 raise

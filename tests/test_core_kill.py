@@ -1,8 +1,8 @@
 """SIGKILL at every step of every kind of change, then recovery: the crash-safety invariants hold.
 
-Each kind of change (stop, start, scheduler-add, scheduler-remove, move-stray, apply, rollback) runs in a forked
-child on a ``MockHost`` that kills the process just before its Nth host call, for every N from
-the first call to the last - every instant between two file operations is a kill point. The next
+Each kind of change (stop, start, scheduler-add, scheduler-remove, move-stray, restore-missing, apply,
+rollback) runs in a forked child on a ``MockHost`` that kills the process just before its Nth host call, for every
+N from the first call to the last - every instant between two file operations is a kill point. The next
 cpctl command (``status``, in-process) must then find the node in one of the two states the change
 goes between, completed or rolled back, say which, and leave no journal, no staged or temp file,
 and never two loadable files for one pod in the manifests dir.
@@ -62,6 +62,8 @@ CHANGES: Dict[str, Callable[[Any], Any]] = {
     "scheduler-add": lambda node: secondsched.add(node, "my-scheduler", wait=False),
     "scheduler-remove": lambda node: secondsched.remove(node, "my-scheduler", wait=False),
     "move-stray": lambda node: drift.fix(node, drift.check(node), remove_strays=True),
+    "restore-missing": lambda node: drift.fix(node, drift.check(node), remove_strays=False, timeout=1,
+                                              restore_missing=True),
     "apply": lambda node: edits.replace(node, "scheduler", NEW_SCHEDULER, "test", "apply", EDIT_OPTIONS),
     "rollback": lambda node: edits.replace(node, "scheduler", SCHEDULER, "revision 1", "rollback", EDIT_OPTIONS),
 }
@@ -82,6 +84,10 @@ def _prepare(kind: str, root: str) -> NodeDirs:
     if kind == "move-stray":
         with open(os.path.join(node.manifests, "kube-scheduler.yaml.orig"), "wb") as handle:
             handle.write(STRAY)
+    if kind == "restore-missing":
+        settings = Settings(manifests_dir=node.manifests, state_dir=node.state, node_name=NODE, probe="none")
+        drift.record(open_node(settings, LocalHost()), accept=False)
+        os.unlink(os.path.join(node.manifests, "kube-scheduler.yaml"))
     return node
 
 
@@ -166,6 +172,18 @@ def _check_move_stray(node: NodeDirs, status: Dict[str, Any]) -> str:
     return "rolled back" if here else "completed"
 
 
+def _check_restore_missing(node: NodeDirs, status: Dict[str, Any]) -> str:
+    """The manifest is back with the baseline's exact bytes (and on record), or still missing."""
+    here = _files(node.manifests).get("kube-scheduler.yaml")
+    row = next(r for r in status["components"] if r["file"] == "kube-scheduler.yaml")
+    if here is None:
+        assert row["state"] == "missing" and _actions(node) == []
+        return "rolled back"
+    assert here == node.files["kube-scheduler.yaml"], "the baseline's bytes, complete"
+    assert row["state"] == "present" and _actions(node) == ["restore-missing"]
+    return "completed"
+
+
 def _check_replace(node: NodeDirs, kind: str, status: Dict[str, Any]) -> str:
     """Old or new bytes complete in the manifests dir, the other kept as a revision when new."""
     now = _files(node.manifests)["kube-scheduler.yaml"]
@@ -194,6 +212,7 @@ CHECKS: Dict[str, Callable[..., str]] = {
     "scheduler-add": _check_scheduler_add,
     "scheduler-remove": _check_scheduler_remove,
     "move-stray": _check_move_stray,
+    "restore-missing": _check_restore_missing,
     "apply": lambda node, status: _check_replace(node, "apply", status),
     "rollback": lambda node, status: _check_replace(node, "rollback", status),
 }

@@ -41,6 +41,8 @@ def status_text(data: dict) -> str:
                 detail += ": %s" % c["reason"]
         elif c["state"] == "invalid":
             detail = c.get("error") or ""
+        elif c["state"] == "missing":
+            detail = "in the baseline, but neither here nor parked: %s" % c.get("fix")
         rows.append([c["component"], c["file"], c["state"], _pod_column(c.get("pod_state"), c.get("observed")),
                      (c.get("checksum") or "")[:12], detail])
     lines = ["node %s  manifests %s" % (data["node"], data["manifests_dir"])]

@@ -26,6 +26,7 @@ from cpctl.host.base import Host, LockBusy
 from cpctl.timeutil import iso, parse_iso, stamp
 
 JOURNAL = "journal.json"
+BASELINE = "baseline.json"          # the drift baseline (cpctl.ops.drift); status reads it for "missing"
 HISTORY = "history.jsonl"
 HISTORY_SEGMENT_PREFIX = "history."
 LOCK = "lock"
@@ -215,6 +216,10 @@ class StateDir:
 
     def clear_journal(self) -> None:
         self.host.unlink(self.journal_path)
+
+    @property
+    def baseline_path(self) -> str:
+        return self._join(BASELINE)
 
     # --- history ----------------------------------------------------------------------------
     @property

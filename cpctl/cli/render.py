@@ -85,6 +85,8 @@ def plan_text(data: dict) -> str:
         if step.get("move"):
             lines.append("  %d. %s %s: move %s -> %s" % (n, step["action"], step["component"], step["move"][0],
                                                        step["move"][1]))
+            if step.get("note"):
+                lines.append("     note: %s" % step["note"])
         else:
             lines.append("  %d. %s %s: %s" % (n, step["action"], step["component"], step["note"]))
     if data.get("diff"):

@@ -37,7 +37,7 @@ HISTORY_TAIL_BYTES = 256 << 10        # what recovery reads to find a record it 
 MAX_SEGMENT_BYTES = 16 << 20          # a decompressed segment larger than this is not cpctl's
 SUBDIRS = ("parked", "meta", "staged", "revisions")
 META_TEXT = ("file", "component", "namespace", "checksum", "parked_at", "parked_by", "host", "reason",
-             "until", "manifests_dir", "node")
+             "until", "manifests_dir", "node", "content")   # content: the bytes cpctl parked (or last wrote)
 META_NUMBERS = ("mode", "uid", "gid")
 
 

@@ -272,6 +272,9 @@ def _apply_change(node: Node, baseline: dict, effect: str, filename: str, checks
     if effect == "forget":
         return entries.pop(filename, None) is not None
     state = "parked" if effect == "parked" else "present"
+    if effect == "content" and node.host.lstat(node.manifests_dir + "/" + filename) is None \
+            and node.host.lstat(node.state.parked_path(filename)) is not None:
+        state = "parked"                  # flags/apply/edit --parked changed the parked copy
     entry = entries.get(filename)
     if entry is not None and (effect != "content" or entry.get("checksum") == checksum):
         changed = entry.get("state") != state

@@ -8,7 +8,7 @@ import time
 from typing import Optional
 
 from cpctl.core import manifests
-from cpctl.core.node import Node, Outcome
+from cpctl.core.node import Node, Outcome, hand_edit
 from cpctl.errors import CpctlError, ExitCode, Terminated, interrupted_by
 
 
@@ -134,9 +134,12 @@ def plan(node: Node, verb: str, components: list) -> dict:
             else:
                 after.remove(manifest.file)
         elif verb in ("start", "restart") and parked_hits and not present:
-            node.check_restorable(parked_hits[0], scan)
+            _, data = node.check_restorable(parked_hits[0], scan)
             steps.append({"action": "start", "component": component,
                           "move": [node.state.parked_path(parked_hits[0]), node.manifests_dir + "/" + parked_hits[0]]})
+            edited = hand_edit(parked[parked_hits[0]], manifests.checksum(data))
+            if edited:
+                steps[-1]["note"] = "%s: what cpctl parked would be kept as a revision" % edited
             after.append(parked_hits[0])
         elif present or parked_hits:
             steps.append({"action": verb, "component": component,

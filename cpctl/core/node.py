@@ -369,8 +369,9 @@ class Node:
         if edited:
             message = "started (manifest restored; %s%s)" % (edited, "; what cpctl parked is kept as revision %d"
                                                              % record["revision"] if record.get("revision") else "")
+        extra: Dict[str, Any] = {"hand_edited": True, "revision": record.get("revision")} if edited else {}
         return Outcome(target.component, "start", True, message, file=filename, checksum=digest, wait=result,
-                       hand_edited=bool(edited), revision=record.get("revision"))
+                       **extra)
 
     def _keep_parked_original(self, filename: str, meta: Dict[str, Any], digest: str,
                               op: str) -> Tuple[List[journal.Step], Dict[int, bytes], List[journal.Step],

@@ -1081,7 +1081,7 @@ class ApiHandler(BaseHTTPRequestHandler):
         api: Api = self.lab.api
         user = rbac.identity(self.headers)
         api.authz.check(rbac.request_attributes(user, method, path, q))
-        if path in ("/healthz", "/livez", "/readyz"):
+        if path in ("/healthz", "/livez", "/readyz", "/healthz/etcd", "/livez/etcd", "/readyz/etcd"):
             if self.lab.etcd_ok():
                 self._send(200, b"ok", "text/plain; charset=utf-8")
             else:

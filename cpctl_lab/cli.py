@@ -266,6 +266,74 @@ def env_cmd(directory: Path, master: int) -> None:
         fail(str(exc), 2)
 
 
+@lab.group("etcdctl")
+def etcdctl_group() -> None:
+    """etcdctl's snapshot save/restore on a lab master's files (the lab has no etcdctl binary).
+
+    Node paths (--data-dir) are paths on the master, as on a real node: they live under its root
+    directory (`root_dir` in lab.json). See docs/etcd-restore.md.
+    """
+
+
+def _master_root(directory: Path, master: int) -> Path:
+    info = control.read_state(directory.expanduser().resolve())
+    if not info:
+        fail(f"no lab state in {directory} (start one with `cpctl lab up --dir {directory}`)")
+    masters = info.get("masters") or []
+    if not 1 <= master <= len(masters):
+        fail(f"the lab has masters 1..{len(masters)}, not {master}", 2)
+    return Path(masters[master - 1]["root_dir"])
+
+
+def _on_node(root: Path, node_path: str) -> Path:
+    if not node_path.startswith("/") or ".." in node_path.split("/"):
+        fail(f"--data-dir {node_path}: give an absolute path on the master", 2)
+    return root / node_path.lstrip("/")
+
+
+_dir_option = click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
+                           default=control.DEFAULT_DIR, show_default=True)
+_master_option = click.option("--master", type=int, default=1, show_default=True, help="Which master (1-based).")
+
+
+@etcdctl_group.command("snapshot-save")
+@click.argument("snapshot", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--data-dir", default="/var/lib/etcd", show_default=True, help="The running member's data dir.")
+@_dir_option
+@_master_option
+def snapshot_save_cmd(snapshot: Path, data_dir: str, directory: Path, master: int) -> None:
+    """Like `etcdctl snapshot save SNAPSHOT`: a snapshot of master N's etcd member."""
+    from .etcddata import EtcdDataError, snapshot_save
+    try:
+        taken = snapshot_save(_on_node(_master_root(directory, master), data_dir), snapshot)
+    except EtcdDataError as exc:
+        fail(str(exc))
+    click.echo(f"Snapshot saved at {snapshot} (cluster-id {taken['snapshot_of']})")
+
+
+@etcdctl_group.command("snapshot-restore")
+@click.argument("snapshot", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--data-dir", required=True, help="The NEW data dir on the master (must not exist or be empty).")
+@click.option("--name", default="default", show_default=True, help="This member's name (--name of its etcd).")
+@click.option("--initial-cluster", default="default=http://localhost:2380", show_default=True,
+              help="Every member as NAME=PEER-URL (the same on every member).")
+@click.option("--initial-cluster-token", default="etcd-cluster", show_default=True)
+@click.option("--initial-advertise-peer-urls", default="http://localhost:2380", show_default=True)
+@_dir_option
+@_master_option
+def snapshot_restore_cmd(snapshot: Path, data_dir: str, name: str, initial_cluster: str, initial_cluster_token: str,
+                         initial_advertise_peer_urls: str, directory: Path, master: int) -> None:
+    """Like `etcdctl snapshot restore SNAPSHOT --data-dir DIR`: a new data dir on master N."""
+    from .etcddata import EtcdDataError, snapshot_restore
+    del initial_advertise_peer_urls            # accepted like etcdctl; the lab's members need no peer URL
+    try:
+        db = snapshot_restore(snapshot, _on_node(_master_root(directory, master), data_dir), name, initial_cluster,
+                              initial_cluster_token)
+    except EtcdDataError as exc:
+        fail(str(exc))
+    click.echo(f"restored snapshot {snapshot} to {data_dir} (member {name}, cluster-id {db['cluster_id']})")
+
+
 @lab.command("demo")
 @click.option("--dir", "directory", type=click.Path(file_okay=False), default=None,
               help="Lab dir for the demo [default: a fresh temp dir].")

@@ -30,7 +30,7 @@ from typing import Any, Callable, Optional
 
 import yaml
 
-from . import componentlogs, control, faults, nodefiles, profiles, rbac, seeds
+from . import componentlogs, control, etcddata, faults, nodefiles, profiles, rbac, seeds
 from .apiserver import K8S_VERSION, RESOURCES, Api, ApiHandler, Res
 from .httpserve import LabHTTPServer, free_port, serve
 from .kubelet import Container, Kubelet, Worker, host_path
@@ -985,6 +985,19 @@ class Lab:
             addresses["serving"] = client.netloc
             addresses["peer"] = flags.get("listen-peer-urls", "")
         c.logs = componentlogs.startup_lines(c.role, self.release.version, c.command, addresses)
+        if c.role == "etcd":
+            c.logs.append(self._etcd_member_line(w, c, flags, kubelet.node))
+
+    def _etcd_member_line(self, w: Worker, c: Container, flags: dict[str, str], node: str) -> componentlogs.LogLine:
+        """etcd opens its data dir on the node (through the pod's mounts): the member and cluster it finds
+        there (:mod:`cpctl_lab.etcddata`), as its "starting local member" line says."""
+        data_dir = flags.get("data-dir", "default.etcd")
+        found, db = etcddata.open_member(Path(host_path(w.pod, c.spec, data_dir)), flags.get("name", node))
+        fields = {"data-dir": data_dir, "local-member-name": db.get("member"), "cluster-id": db["cluster_id"],
+                  "db": "opened existing" if found == "opened" else "new member, empty data dir"}
+        if db.get("restored_from"):
+            fields["restored-from-cluster-id"] = db["restored_from"]
+        return componentlogs.zap("info", "etcdserver/server.go:532", "starting local member", fields)
 
     def _etcd_members(self, servers: str) -> tuple[str, ...]:
         """The masters whose etcd client port a --etcd-servers list names (on the nodes' loopback)."""

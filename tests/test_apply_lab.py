@@ -88,7 +88,8 @@ def test_bad_apply_is_rolled_back_to_the_identical_bytes(lab: Any, tmp_path: Any
     old = _read(_path(lab))
     old_hash = _hash(_healthy(lab))
     bad = _with_flag(old, BAD_FLAG)
-    proc = run_cpctl(lab, "apply", "scheduler", "-f", _write(tmp_path, bad), "--timeout", "6", "--settle", "1")
+    proc = run_cpctl(lab, "apply", "scheduler", "-f", _write(tmp_path, bad), "--timeout", "6", "--settle", "1",
+                     "--force")                  # past cpctl's own flag-name check: the kubelet must fail it
     assert proc.returncode == 11, proc.stdout + proc.stderr
     assert "ROLLED BACK to the previous version" in proc.stderr
     assert "unknown flag: --no-such-flag" in proc.stderr, "the failing container's own words"
@@ -107,7 +108,8 @@ def test_no_rollback_leaves_the_new_version_then_rollback_restores(lab: Any, tmp
     old = _read(_path(lab))
     _healthy(lab)
     bad = _with_flag(old, BAD_FLAG)
-    proc = run_cpctl(lab, "apply", "scheduler", "-f", _write(tmp_path, bad), "--timeout", "4", "--no-rollback")
+    proc = run_cpctl(lab, "apply", "scheduler", "-f", _write(tmp_path, bad), "--timeout", "4", "--no-rollback",
+                     "--force")
     assert proc.returncode == 6, proc.stdout + proc.stderr
     assert "left in place (--no-rollback)" in proc.stderr and "cpctl rollback kube-scheduler" in proc.stderr
     assert _read(_path(lab)) == bad

@@ -33,7 +33,7 @@ def test_sigterm_while_waiting_puts_the_previous_version_back(lab: Any, tmp_path
     old = _read(_path(lab))
     wait_for(lambda: is_ready(mirror(lab, "kube-scheduler")), 20, "scheduler Ready")
     bad = _with_flag(old, BAD_FLAG)
-    proc = _popen(lab, "apply", "scheduler", "-f", _write(tmp_path, bad), "--timeout", "120")
+    proc = _popen(lab, "apply", "scheduler", "-f", _write(tmp_path, bad), "--timeout", "120", "--force")
     wait_for(lambda: _read(_path(lab)) == bad, 20, "the new version written")
     time.sleep(0.5)                                  # well inside the wait
     proc.send_signal(signal.SIGTERM)

@@ -1,15 +1,17 @@
 """SIGKILL at every step of every kind of change, then recovery: the crash-safety invariants hold.
 
-Each kind of change (stop, start, scheduler-add, scheduler-remove, move-stray, apply, rollback) runs in a forked
-child on a ``MockHost`` that kills the process just before its Nth host call, for every N from
-the first call to the last - every instant between two file operations is a kill point. The next
-cpctl command (``status``, in-process) must then find the node in one of the two states the change
-goes between, completed or rolled back, say which, and leave no journal, no staged or temp file,
-and never two loadable files for one pod in the manifests dir.
+Each kind of change (stop, start, start-edited, scheduler-add, scheduler-remove, move-stray,
+restore-missing, apply, apply-parked, rollback) runs in a forked child on a ``MockHost`` that kills
+the process just before its Nth host call, for every N from the first call to the last - every
+instant between two file operations is a kill point. The next cpctl command (``status``, in-process)
+must then find the node in one of the two states the change goes between, completed or rolled back,
+say which, and leave no journal, no staged or temp file, and never two loadable files for one pod in
+the manifests dir.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -24,7 +26,7 @@ from cpctl.host.mock import Fault, MockHost
 from cpctl.ops import drift, edits, lifecycle
 from cpctl.ops import scheduler as secondsched
 from cpctl.ops.wiring import open_node
-from tests.coreutil import MANIFESTS, NODE, NodeDirs
+from tests.coreutil import MANIFESTS, NODE, NodeDirs, sha
 
 SCHEDULER = MANIFESTS["kube-scheduler.yaml"]
 STRAY = b"not a pod: an editor's leftover\n"
@@ -62,8 +64,13 @@ CHANGES: Dict[str, Callable[[Any], Any]] = {
     "scheduler-add": lambda node: secondsched.add(node, "my-scheduler", wait=False),
     "scheduler-remove": lambda node: secondsched.remove(node, "my-scheduler", wait=False),
     "move-stray": lambda node: drift.fix(node, drift.check(node), remove_strays=True),
+    "restore-missing": lambda node: drift.fix(node, drift.check(node), remove_strays=False, timeout=1,
+                                              restore_missing=True),
     "apply": lambda node: edits.replace(node, "scheduler", NEW_SCHEDULER, "test", "apply", EDIT_OPTIONS),
     "rollback": lambda node: edits.replace(node, "scheduler", SCHEDULER, "revision 1", "rollback", EDIT_OPTIONS),
+    "apply-parked": lambda node: edits.replace(node, "scheduler", NEW_SCHEDULER, "test", "apply",
+                                               edits.ApplyOptions(timeout=1, settle=0, parked=True)),
+    "start-edited": lambda node: lifecycle.start(node, ["scheduler"], False, 1),
 }
 
 
@@ -73,8 +80,11 @@ def _prepare(kind: str, root: str) -> NodeDirs:
         node = NodeDirs(root, files={"kube-scheduler.yaml": SCHEDULER})
     else:
         node = NodeDirs(root)
-    if kind == "start":
+    if kind in ("start", "start-edited", "apply-parked"):
         _done(_run(node, "stop", 0))
+    if kind == "start-edited":                  # the parked copy changed by hand
+        with open(os.path.join(node.parked, "kube-scheduler.yaml"), "wb") as handle:
+            handle.write(NEW_SCHEDULER)
     if kind == "scheduler-remove":
         _done(_run(node, "scheduler-add", 0))
     if kind == "rollback":
@@ -82,6 +92,10 @@ def _prepare(kind: str, root: str) -> NodeDirs:
     if kind == "move-stray":
         with open(os.path.join(node.manifests, "kube-scheduler.yaml.orig"), "wb") as handle:
             handle.write(STRAY)
+    if kind == "restore-missing":
+        settings = Settings(manifests_dir=node.manifests, state_dir=node.state, node_name=NODE, probe="none")
+        drift.record(open_node(settings, LocalHost()), accept=False)
+        os.unlink(os.path.join(node.manifests, "kube-scheduler.yaml"))
     return node
 
 
@@ -166,6 +180,61 @@ def _check_move_stray(node: NodeDirs, status: Dict[str, Any]) -> str:
     return "rolled back" if here else "completed"
 
 
+def _check_restore_missing(node: NodeDirs, status: Dict[str, Any]) -> str:
+    """The manifest is back with the baseline's exact bytes (and on record), or still missing."""
+    here = _files(node.manifests).get("kube-scheduler.yaml")
+    row = next(r for r in status["components"] if r["file"] == "kube-scheduler.yaml")
+    if here is None:
+        assert row["state"] == "missing" and _actions(node) == []
+        return "rolled back"
+    assert here == node.files["kube-scheduler.yaml"], "the baseline's bytes, complete"
+    assert row["state"] == "present" and _actions(node) == ["restore-missing"]
+    return "completed"
+
+
+def _revision_files(node: NodeDirs) -> List[str]:
+    revisions = os.path.join(node.state, "revisions")
+    return sorted(n for n in (os.listdir(revisions) if os.path.isdir(revisions) else []) if not n.startswith("."))
+
+
+def _parked_meta_checksum(node: NodeDirs) -> str:
+    with open(os.path.join(node.state, "meta", "kube-scheduler.yaml.json")) as handle:
+        return str(json.load(handle)["checksum"])
+
+
+def _check_apply_parked(node: NodeDirs, status: Dict[str, Any]) -> str:
+    """The parked copy holds the old or the new bytes, its metadata says which; the old kept when new."""
+    assert "kube-scheduler.yaml" not in _files(node.manifests), "a parked change never runs the pod"
+    now = _files(node.parked)["kube-scheduler.yaml"]
+    assert now in (SCHEDULER, NEW_SCHEDULER)
+    assert _parked_meta_checksum(node) == sha(now), "the metadata follows the parked bytes"
+    if now == NEW_SCHEDULER:
+        assert _actions(node) == ["stop", "apply"] and node.history()[-1]["parked"] is True
+        assert _revision_files(node) == ["kube-scheduler.yaml.1", "kube-scheduler.yaml.1.json"]
+        with open(os.path.join(node.state, "revisions", "kube-scheduler.yaml.1"), "rb") as handle:
+            assert handle.read() == SCHEDULER
+        return "completed"
+    assert _actions(node) == ["stop"] and _revision_files(node) == []
+    return "rolled back"
+
+
+def _check_start_edited(node: NodeDirs, status: Dict[str, Any]) -> str:
+    """The hand-edited bytes run and what cpctl parked is a revision, or all is still parked."""
+    here = _files(node.manifests).get("kube-scheduler.yaml")
+    parked = _files(node.parked).get("kube-scheduler.yaml")
+    assert (here is None) != (parked is None), "the bytes are in exactly one place"
+    if here is not None:
+        assert here == NEW_SCHEDULER and _actions(node) == ["stop", "start"]
+        assert node.history()[-1]["revision"] == 1 and node.history()[-1]["hand_edited"]
+        assert not os.path.exists(os.path.join(node.state, "meta", "kube-scheduler.yaml.json"))
+        with open(os.path.join(node.state, "revisions", "kube-scheduler.yaml.1"), "rb") as handle:
+            assert handle.read() == SCHEDULER, "what cpctl parked, kept"
+        return "completed"
+    assert parked == NEW_SCHEDULER and _actions(node) == ["stop"] and _revision_files(node) == []
+    assert _parked_meta_checksum(node) == sha(SCHEDULER), "still says what cpctl parked"
+    return "rolled back"
+
+
 def _check_replace(node: NodeDirs, kind: str, status: Dict[str, Any]) -> str:
     """Old or new bytes complete in the manifests dir, the other kept as a revision when new."""
     now = _files(node.manifests)["kube-scheduler.yaml"]
@@ -194,6 +263,9 @@ CHECKS: Dict[str, Callable[..., str]] = {
     "scheduler-add": _check_scheduler_add,
     "scheduler-remove": _check_scheduler_remove,
     "move-stray": _check_move_stray,
+    "restore-missing": _check_restore_missing,
+    "apply-parked": _check_apply_parked,
+    "start-edited": _check_start_edited,
     "apply": lambda node, status: _check_replace(node, "apply", status),
     "rollback": lambda node, status: _check_replace(node, "rollback", status),
 }

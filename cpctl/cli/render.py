@@ -41,6 +41,8 @@ def status_text(data: dict) -> str:
                 detail += ": %s" % c["reason"]
         elif c["state"] == "invalid":
             detail = c.get("error") or ""
+        elif c["state"] == "missing":
+            detail = "in the baseline, but neither here nor parked: %s" % c.get("fix")
         rows.append([c["component"], c["file"], c["state"], _pod_column(c.get("pod_state"), c.get("observed")),
                      (c.get("checksum") or "")[:12], detail])
     lines = ["node %s  manifests %s" % (data["node"], data["manifests_dir"])]
@@ -83,6 +85,8 @@ def plan_text(data: dict) -> str:
         if step.get("move"):
             lines.append("  %d. %s %s: move %s -> %s" % (n, step["action"], step["component"], step["move"][0],
                                                        step["move"][1]))
+            if step.get("note"):
+                lines.append("     note: %s" % step["note"])
         else:
             lines.append("  %d. %s %s: %s" % (n, step["action"], step["component"], step["note"]))
     if data.get("diff"):

@@ -13,6 +13,14 @@
 * the ports it listens on (hostNetwork: its container ports and the port flags of the known
   components) are not taken by another static pod in the manifests dir.
 
+Flag sanity (``sanity_doubts``): every flag name is one the component's binary knows in its release
+(:mod:`cpctl.core.knownflags`), every admission plugin is a known one, the probes' ports are ports
+the component listens on (``--secure-port=64430`` with probes on 6443 would be killed as
+unhealthy), and every path a flag *writes* (``--audit-log-path``, etcd's ``--data-dir``) is on a
+writable hostPath volume (else what is written is lost with the container). These rely on lists
+that may be out of date for a newer release, so they refuse the change unless ``--force`` is
+given, which turns them into warnings.
+
 Problems refuse the change (exit 4, every problem listed). A file flag whose path no hostPath volume
 mounts is a problem too: the control-plane images are distroless and hold no configuration files,
 so the component would not find it. Only what the change brings refuses it: a problem the running
@@ -25,10 +33,10 @@ import ipaddress
 import re
 import urllib.parse
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 from cpctl import catalogue
-from cpctl.core import flags, manifests, mounts
+from cpctl.core import flags, knownflags, manifests, mounts
 from cpctl.core.manifests import DirScan, Manifest
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host.base import Host
@@ -47,10 +55,20 @@ class Review:
     pod: Dict[str, Any]
     warnings: List[str] = field(default_factory=list)
     problems: List[str] = field(default_factory=list)
+    doubts: List[str] = field(default_factory=list)      # refused unless --force (then warnings)
 
-    def refuse_if_bad(self, what: str) -> None:
+    def refuse_if_bad(self, what: str, force: bool = False) -> None:
+        """Refuse (exit 4) for any problem, and for any doubt unless ``force``; forced doubts become
+        warnings, so the output still says what was overridden."""
         if self.problems:
-            raise CpctlError("%s refused: %s (nothing changed)" % (what, "; ".join(self.problems)), ExitCode.REFUSED)
+            raise CpctlError("%s refused: %s (nothing changed)" % (what, "; ".join(self.problems + self.doubts)),
+                             ExitCode.REFUSED)
+        if self.doubts and not force:
+            raise CpctlError("%s refused: %s (nothing changed)" % (what, "; ".join(self.doubts)), ExitCode.REFUSED,
+                             hint="if cpctl's list is out of date for this release, pass --force to go ahead")
+        if self.doubts:
+            self.warnings.extend("%s (--force)" % doubt for doubt in self.doubts)
+            self.doubts = []
 
 
 def parse_new(data: bytes, source: str) -> Dict[str, Any]:
@@ -79,7 +97,81 @@ def review(host: Host, current: Manifest, data: bytes, scan: DirScan, source: st
         else:
             verdict.problems.append(problem)
     _check_ports(pod, current, scan, verdict)
+    already = set(sanity_doubts(current.pod)) if current.pod else set()
+    for doubt in sanity_doubts(pod):
+        if doubt in already:
+            verdict.warnings.append("%s (so does the current version)" % doubt)
+        else:
+            verdict.doubts.append(doubt)
     return verdict
+
+
+# --- flag sanity ---------------------------------------------------------------------------------
+def sanity_doubts(pod: Dict[str, Any]) -> List[str]:
+    """What looks wrong in the flags of ``pod``'s containers by cpctl's lists (module docstring)."""
+    found: List[str] = []
+    for container in _containers(pod):
+        binary = _binary(container)
+        known = knownflags.known_flags(binary, str(container.get("image") or ""))
+        if known is None:
+            continue
+        given = flags.flags_of(container)
+        for flag in given:
+            if flag.name not in known:
+                close = manifests.close_names(flag.name, sorted(known))
+                found.append("%s has no flag --%s%s" % (binary, flag.name, " (did you mean --%s?)" % close[0]
+                                                         if close else ""))
+            elif flag.name in knownflags.ADMISSION_FLAGS:
+                found += _plugin_doubts(flag.name, flag.value or "")
+        found += _write_path_doubts(pod, container, binary, given)
+        found += _probe_port_doubts(pod, container, binary)
+    return found
+
+
+def _plugin_doubts(name: str, value: str) -> List[str]:
+    found = []
+    for plugin in filter(None, (p.strip() for p in value.split(","))):
+        if plugin not in knownflags.ADMISSION_PLUGINS:
+            close = manifests.close_names(plugin, sorted(knownflags.ADMISSION_PLUGINS))
+            found.append("--%s: unknown admission plugin %s%s (the API server would not start)"
+                         % (name, plugin, " (did you mean %s?)" % close[0] if close else ""))
+    return found
+
+
+def _write_path_doubts(pod: Dict[str, Any], container: Dict[str, Any], binary: str,
+                       given: List[flags.Flag]) -> List[str]:
+    """Every path a flag writes lies on a hostPath volume mounted writable into the container."""
+    found = []
+    for flag in given:
+        if flag.name not in knownflags.WRITE_PATH_FLAGS.get(binary, ()) or not (flag.value or "").startswith("/"):
+            continue
+        mount = mounts.mount_of(container, flag.value or "")
+        if mounts.host_path_of(pod, container, flag.value or "") is None:
+            found.append("--%s=%s is on no hostPath volume mounted into container %s: what it writes would be "
+                         "lost with the container (add a hostPath volume and a volumeMount for its directory)"
+                         % (flag.name, flag.value, container.get("name")))
+        elif mount is not None and mount.get("readOnly"):
+            found.append("--%s=%s is on the read-only mount %s of container %s: the component cannot write there"
+                         % (flag.name, flag.value, mount.get("mountPath"), container.get("name")))
+    return found
+
+
+def _probe_port_doubts(pod: Dict[str, Any], container: Dict[str, Any], binary: str) -> List[str]:
+    """The probes of a known component on a hostNetwork pod check a port it listens on."""
+    if not (pod.get("spec") or {}).get("hostNetwork") or binary not in catalogue.BY_NAME:
+        return []
+    listening: Set[Any] = {port for _, port in _flag_listeners(container)}
+    listening |= {p.get("containerPort") for p in container.get("ports") or [] if isinstance(p, dict)}
+    found = []
+    for kind in ("startupProbe", "livenessProbe", "readinessProbe"):
+        probe = container.get(kind)
+        port = ((probe or {}).get("httpGet") or {}).get("port") if isinstance(probe, dict) else None
+        if isinstance(port, int) and port not in listening:
+            found.append("the %s of container %s checks port %d, where %s does not listen (it listens on %s): the "
+                         "kubelet would kill it as unhealthy (change the probes too: cpctl apply/edit)"
+                         % (kind, container.get("name"), port, binary,
+                            ", ".join(str(p) for p in sorted(p for p in listening if isinstance(p, int))) or "none"))
+    return found
 
 
 def pod_problems(host: Host, pod: Dict[str, Any]) -> List[str]:

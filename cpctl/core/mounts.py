@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any, Dict, Optional
 
 
-def host_path_of(pod: Dict[str, Any], container: Dict[str, Any], path: str) -> Optional[str]:
-    """The node path behind ``path`` inside ``container``; None when no hostPath volume holds it."""
+def mount_of(container: Dict[str, Any], path: str) -> Optional[Dict[str, Any]]:
+    """The volumeMount of ``container`` that holds ``path`` (the longest mountPath containing it)."""
     best: Optional[Dict[str, Any]] = None
     for mount in container.get("volumeMounts") or []:
         if not isinstance(mount, dict) or not isinstance(mount.get("mountPath"), str):
@@ -22,6 +22,12 @@ def host_path_of(pod: Dict[str, Any], container: Dict[str, Any], path: str) -> O
         if path == mount_path or path.startswith(mount_path.rstrip("/") + "/"):
             if best is None or len(mount_path) > len(best["mountPath"].rstrip("/")):
                 best = mount
+    return best
+
+
+def host_path_of(pod: Dict[str, Any], container: Dict[str, Any], path: str) -> Optional[str]:
+    """The node path behind ``path`` inside ``container``; None when no hostPath volume holds it."""
+    best = mount_of(container, path)
     if best is None:
         return None
     for volume in (pod.get("spec") or {}).get("volumes") or []:

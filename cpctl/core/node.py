@@ -11,6 +11,7 @@ moves, edits) build their own ``Change``s and apply them through ``Node.apply``.
 from __future__ import annotations
 
 import os
+import secrets
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -19,6 +20,7 @@ from cpctl.core import journal, manifests
 from cpctl.core.apiview import LocalApiCheck
 from cpctl.core.identity import NodeIdentity
 from cpctl.core.manifests import DirScan, Manifest
+from cpctl.core.revisions import DEFAULT_KEEP, RevisionStore
 from cpctl.core.state import StateDir, user_label
 from cpctl.errors import CpctlError, ExitCode, Interrupted, Terminated, interrupted_by
 from cpctl.host import ops as hostops
@@ -364,7 +366,8 @@ class Node:
                 "checksum": manifest.checksum, "mode": manifest.mode, "uid": manifest.uid, "gid": manifest.gid,
                 "parked_at": iso(), "parked_by": user_label(self.host), "host": self.host.info()["hostname"],
                 "reason": reason, "until": iso(until) if until else None,
-                "manifests_dir": self.manifests_dir, "node": self.node_name}
+                "manifests_dir": self.manifests_dir, "node": self.node_name,
+                "content": parked_content(manifest.data)}
         self.apply(self.park_change(manifest, meta, reason))
         result = self._wait(self.waiter.wait_stopped, target, before, wait, timeout,
                             "its manifest stays parked at %s" % self.state.parked_path(manifest.file))
@@ -376,13 +379,14 @@ class Node:
         """Write the metadata, then move the manifest into the parked area (the commit step)."""
         meta_path = self.state.meta_path(manifest.file)
         meta_bytes = self.state.meta_bytes(meta)
-        step = journal.write(meta_path, manifests.checksum(meta_bytes), before=self._checksum_of(meta_path))
+        step = journal.write(meta_path, manifests.checksum(meta_bytes), before=self.checksum_of(meta_path))
         return journal.Change("stop", manifest.pod_name or manifest.file, manifest.file, manifest.checksum,
                               [step, journal.move(manifest.path, self.state.parked_path(manifest.file),
                                                   manifest.checksum or "")],
                               commit=1, record={"reason": reason, "until": meta["until"]}, data={0: meta_bytes})
 
-    def _checksum_of(self, path: str) -> str:
+    def checksum_of(self, path: str) -> str:
+        """sha256 of the regular file at ``path``, "" when there is none (a write step's ``before``)."""
         info = self.host.lstat(path)
         if info is None or info["kind"] != "file":
             return ""
@@ -422,15 +426,48 @@ class Node:
         wait = wait and not self.dry_run
         before = self.waiter.before(target) if wait else None
         digest = manifests.checksum(data)
-        self.apply(journal.Change(
-            "start", target.component, filename, digest,
-            [journal.move(self.state.parked_path(filename), self.manifests_dir + "/" + filename, digest),
-             journal.remove(self.state.meta_path(filename))],
-            commit=0, record={"reason": reason}))
+        edited = hand_edit(parked[filename], digest)
+        op = secrets.token_hex(8)
+        before_steps: List[journal.Step] = []
+        after_steps: List[journal.Step] = []
+        data_by_step: Dict[int, bytes] = {}
+        record: Dict[str, Any] = {"reason": reason}
+        if edited:                       # what cpctl parked becomes a revision, then the edited copy goes in
+            record["hand_edited"] = edited
+            before_steps, data_by_step, after_steps, record["revision"] = self._keep_parked_original(
+                filename, parked[filename], digest, op)
+        steps = before_steps + [journal.move(self.state.parked_path(filename), self.manifests_dir + "/" + filename,
+                                             digest), journal.remove(self.state.meta_path(filename))] + after_steps
+        self.apply(journal.Change("start", target.component, filename, digest, steps, commit=len(before_steps),
+                                  record=record, data=data_by_step, op=op))
         result = self._wait(self.waiter.wait_started, target, before, wait, timeout,
                             "its manifest stays restored at %s/%s" % (self.manifests_dir, filename))
-        return Outcome(target.component, "start", True, "started (manifest restored)", file=filename,
-                       checksum=digest, wait=result)
+        message = "started (manifest restored)"
+        if edited:
+            message = "started (manifest restored; %s%s)" % (edited, "; what cpctl parked is kept as revision %d"
+                                                             % record["revision"] if record.get("revision") else "")
+        extra: Dict[str, Any] = {"hand_edited": True, "revision": record.get("revision")} if edited else {}
+        return Outcome(target.component, "start", True, message, file=filename, checksum=digest, wait=result,
+                       **extra)
+
+    def _keep_parked_original(self, filename: str, meta: Dict[str, Any], digest: str,
+                              op: str) -> Tuple[List[journal.Step], Dict[int, bytes], List[journal.Step],
+                                                Optional[int]]:
+        """The steps that keep what cpctl parked (its copy in the metadata) as the next revision of
+        ``filename``, before a hand-edited parked copy is restored; none when the metadata holds no
+        usable copy (parked by an older cpctl, or changed outside cpctl too)."""
+        content = meta.get("content")
+        original = content.encode("utf-8") if isinstance(content, str) else b""
+        if not original or manifests.checksum(original) != meta.get("checksum"):
+            return [], {}, [], None
+        store = RevisionStore(self.host, self.state.path)
+        record = {"saved_at": iso(), "saved_by": user_label(self.host), "host": str(self.host.info()["hostname"]),
+                  "action": "start", "reason": "what cpctl parked; the parked copy was edited by hand before start",
+                  "replaced_by": digest, "failed": False, "op": op}
+        mode = meta["mode"] if isinstance(meta.get("mode"), int) else 0o600
+        before, data, after, number = store.keep_steps(filename, original, mode, record, DEFAULT_KEEP,
+                                                       store.list(filename))
+        return before, data, after, number
 
     def _already_in_place(self, wanted: str, present: List[Manifest], wait: bool, timeout: float) -> Outcome:
         """``start`` of a component whose manifest is already in the dir: the file alone says
@@ -507,6 +544,25 @@ def _json_object(data: Optional[bytes]) -> Optional[Dict[str, Any]]:
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
+
+
+def parked_content(data: Optional[bytes]) -> Optional[str]:
+    """The parked bytes as text for the metadata (so ``start`` can keep them as a revision if the
+    parked copy is edited by hand); None when they are not UTF-8 (the kubelet reads YAML/JSON text)."""
+    try:
+        return data.decode("utf-8") if data is not None else None
+    except UnicodeDecodeError:
+        return None
+
+
+def hand_edit(meta: Dict[str, Any], digest: str) -> str:
+    """Why the parked bytes (sha256 ``digest``) are not what cpctl parked or last wrote ("" when they
+    are, or when the metadata does not say: a manifest parked by hand has none)."""
+    recorded = meta.get("checksum")
+    if not isinstance(recorded, str) or not recorded or recorded == digest:
+        return ""
+    return "the parked copy was changed outside cpctl since it was parked (sha256 %s, cpctl parked %s)" % (
+        digest[:12], recorded[:12])
 
 
 def check_storable(filename: str) -> None:

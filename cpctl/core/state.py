@@ -26,6 +26,7 @@ from cpctl.host.base import Host, LockBusy
 from cpctl.timeutil import iso, parse_iso, stamp
 
 JOURNAL = "journal.json"
+BASELINE = "baseline.json"          # the drift baseline (cpctl.ops.drift); status reads it for "missing"
 HISTORY = "history.jsonl"
 HISTORY_SEGMENT_PREFIX = "history."
 LOCK = "lock"
@@ -36,7 +37,7 @@ HISTORY_TAIL_BYTES = 256 << 10        # what recovery reads to find a record it 
 MAX_SEGMENT_BYTES = 16 << 20          # a decompressed segment larger than this is not cpctl's
 SUBDIRS = ("parked", "meta", "staged", "revisions")
 META_TEXT = ("file", "component", "namespace", "checksum", "parked_at", "parked_by", "host", "reason",
-             "until", "manifests_dir", "node")
+             "until", "manifests_dir", "node", "content")   # content: the bytes cpctl parked (or last wrote)
 META_NUMBERS = ("mode", "uid", "gid")
 
 
@@ -211,6 +212,10 @@ class StateDir:
 
     def clear_journal(self) -> None:
         self.host.unlink(self.journal_path)
+
+    @property
+    def baseline_path(self) -> str:
+        return self._join(BASELINE)
 
     # --- history ----------------------------------------------------------------------------
     @property

@@ -23,7 +23,7 @@ from cpctl.timeutil import parse_iso
 def status(node: Node, wanted: Optional[List[str]] = None) -> Dict[str, Any]:
     """Per component: file, running/parked/invalid, parking details, checksum, pod state."""
     stuck = []
-    with node.host.prefetched(node.view_reads()):
+    with node.host.prefetched(node.view_reads() + [node.state.read_call(node.state.baseline_path)]):
         if node.state.ensure(create=False) and journal_pending(node):
             try:
                 with node.session("cpctl status", changing=False):
@@ -33,9 +33,11 @@ def status(node: Node, wanted: Optional[List[str]] = None) -> Dict[str, Any]:
                     raise
                 stuck.append(exc.full_message)   # a view still shows the node; changes refuse until fixed
         scan, parked = node.scan(), node.parked()
+        missing = _missing_rows(node, scan, parked)
         known = node.identity                      # read in the same round trip when deferred
         stale = node.local_api_parked(parked) or bool(node.local_api_down())
     rows = [_present_row(m) for m in scan.manifests] + [_parked_row(f, meta) for f, meta in parked.items()]
+    rows += missing
     if wanted:
         rows = _filter_rows(node, rows, wanted, scan, parked)
     for row in rows:
@@ -114,12 +116,39 @@ def _parked_row(filename: str, meta: Dict[str, Any]) -> Dict[str, Any]:
     return row
 
 
+def _missing_rows(node: Node, scan: DirScan, parked: Dict[str, Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """A row (state ``missing``) for each manifest the drift baseline expects that is neither in the
+    manifests dir nor parked: it vanished. No baseline, or one that cannot be read: no rows (status
+    is a view; ``cpctl check`` reports a corrupt baseline)."""
+    try:
+        baseline = node.state.read_json(node.state.baseline_path) if node.state.ensure(create=False) else None
+    except CpctlError:
+        return []
+    entries = (baseline or {}).get("manifests")
+    if not isinstance(entries, dict):
+        return []
+    here = {m.file for m in scan.manifests} | set(parked)
+    rows = []
+    for filename, entry in sorted(entries.items()):
+        if filename in here or not isinstance(entry, dict):
+            continue
+        rows.append({"component": str(entry.get("pod") or manifests.file_stem(filename)),
+                     "namespace": entry.get("namespace"), "file": filename, "state": "missing",
+                     "checksum": entry.get("checksum"), "pod_state": None,
+                     "fix": "cpctl check --fix --restore-missing"})
+    return rows
+
+
 def _filter_rows(node: Node, rows: List[Dict[str, Any]], wanted: List[str], scan: DirScan,
                  parked: Dict[str, Dict[str, Any]]) -> List[Dict[str, Any]]:
     keep: List[Dict[str, Any]] = []
     for name in wanted:
         present, parked_hits = node.resolve(name, scan, parked)
         files = {m.file for m in present} | set(parked_hits)
+        if not files:
+            target = manifests.ALIASES.get(name, name)
+            files = {r["file"] for r in rows if r["state"] == "missing"
+                     and (target in (r["component"], manifests.file_stem(r["file"])) or name == r["file"])}
         if not files:
             raise node.not_found(name)
         keep.extend(r for r in rows if r["file"] in files and r not in keep)

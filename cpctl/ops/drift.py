@@ -7,10 +7,14 @@ manifest nobody restored, a manifest that vanished, a backup copy the kubelet ru
 apiserver, an interrupted cpctl operation, a state dir others can write to, and (with a probe
 that can describe pods) mirror pods that do not match the files.
 
+Every finding carries ``fix``: the command (or the step) that repairs it, in text and JSON.
+
 ``fix`` repairs only what is safe and reversible: restoring parks past their own deadline (via
 ``Node.start`` inside a session, so lock, journal and history apply), finishing an interrupted
-journal entry, and - only when asked - moving strays into ``STATE/strays/<timestamp>/``.
-Nothing is ever deleted. No click here: the command layer lives in ``cpctl.cli.commands.drift``.
+journal entry, and - only when asked - moving strays into ``STATE/strays/<timestamp>/`` and
+writing a vanished manifest back from the baseline's copy (``--restore-missing``, a journaled
+``restore-missing`` change). Nothing is ever deleted. No click here: the command layer lives in
+``cpctl.cli.commands.drift``.
 """
 
 from __future__ import annotations
@@ -23,14 +27,16 @@ from typing import Any, Optional
 from cpctl.core import journal, manifests
 from cpctl.core.manifests import DirScan
 from cpctl.core.node import Node
+from cpctl.core.state import BASELINE as BASELINE_FILE
 from cpctl.core.state import user_label
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.probes.base import PodTarget, Waiter
 from cpctl.timeutil import format_duration, iso, parse_iso, stamp
 
-BASELINE = "baseline.json"
+BASELINE = BASELINE_FILE
 STRAYS = "strays"
 MOVE_STRAY = "move-stray"
+RESTORE_MISSING = "restore-missing"
 BASELINE_VERSION = 1
 MAX_DIFF_LINES = 200
 
@@ -56,10 +62,11 @@ KINDS = {
 
 
 class Finding:
-    """One problem (or info note) found by ``check``."""
+    """One problem (or info note) found by ``check``, with ``fix``: how to repair it."""
 
     def __init__(self, kind: str, severity: str, message: str, file: Optional[str] = None,
-                 component: Optional[str] = None, diff: Optional[str] = None, **extra: Any) -> None:
+                 component: Optional[str] = None, diff: Optional[str] = None, fix: Optional[str] = None,
+                 **extra: Any) -> None:
         assert kind in KINDS, kind
         self.kind = kind
         self.severity = severity
@@ -68,12 +75,38 @@ class Finding:
         self.component = component
         self.diff = diff
         self.extra = extra
+        self.fix = fix or how_to_fix(kind, file, component, extra)
 
     def to_dict(self) -> dict:
         data = {"kind": self.kind, "severity": self.severity, "file": self.file, "component": self.component,
-                "message": self.message, "diff": self.diff}
+                "message": self.message, "diff": self.diff, "fix": self.fix}
         data.update(self.extra)
         return data
+
+
+def how_to_fix(kind: str, file: Optional[str], component: Optional[str], extra: dict) -> str:
+    """The command (or step) that repairs a finding of ``kind``: every finding says how to act on it."""
+    name = component or manifests.file_stem(file or "") or "COMPONENT"
+    if kind == "overdue_park":
+        return "cpctl start %s%s" % (name, " (or cpctl check --fix)" if extra.get("deadline") else "")
+    if kind == "stray":
+        return "cpctl check --fix --remove-strays%s" % (" --allow-restart" if extra.get("runs_pod") else "")
+    fixes = {
+        "missing": "cpctl check --fix --restore-missing (writes it back from the baseline's copy)",
+        "changed": "cpctl baseline --accept (if the change is intended; otherwise put the baseline content shown in "
+                   "the diff back with cpctl apply %s -f FILE)" % name,
+        "unexpected": "cpctl baseline --accept (if it is intended; otherwise cpctl stop %s parks it)" % name,
+        "duplicate": "cpctl check --fix --remove-strays --allow-restart",
+        "mirror_not_ready": "cpctl logs %s --previous (why it does not run), then cpctl rollback %s or fix the "
+                            "manifest" % (name, name),
+        "mirror_of_parked": "wait for the kubelet to drop it, else check the kubelet (journalctl -u kubelet)",
+        "interrupted": "cpctl check --fix",
+        "permissions": "chown root: %s && chmod 700 %s (a symlink: replace it with a directory)" % (file, file),
+        "editor_swap": "finish the edit, or remove %s if the editor crashed" % file,
+        "no_baseline": "cpctl baseline",
+        "check_skipped": "cpctl check --probe api (or --probe crictl)",
+    }
+    return fixes[kind]
 
 
 class Report:
@@ -83,7 +116,8 @@ class Report:
         self.node = node_name
         self.time = now
         self.findings: list = []
-        self.components: dict = {}     # component -> seconds parked (0 when running)
+        self.components: dict = {}     # component -> seconds parked (0 when not parked)
+        self.missing: set = set()      # components whose baselined manifest is neither present nor parked
 
     def add(self, finding: Finding) -> None:
         self.findings.append(finding)
@@ -114,7 +148,7 @@ class Report:
 # --- baseline ---------------------------------------------------------------------------------
 
 def baseline_path(node: Node) -> str:
-    return node.state.path + "/" + BASELINE
+    return node.state.baseline_path
 
 
 def read_baseline(node: Node) -> Optional[dict]:
@@ -208,7 +242,8 @@ def _summary(baseline: dict) -> dict:
 
 # What each kind of change cpctl records means for the baseline's entry of that file.
 BASELINE_EFFECT = {"stop": "parked", "start": "present", "scheduler-add": "content", "apply": "content",
-                   "edit": "content", "flags": "content", "rollback": "content", "scheduler-remove": "forget"}
+                   "edit": "content", "flags": "content", "rollback": "content", "scheduler-remove": "forget",
+                   RESTORE_MISSING: "present"}
 
 
 def note_change(node: Node, action: str, filename: str, checksum: Optional[str]) -> None:
@@ -237,6 +272,9 @@ def _apply_change(node: Node, baseline: dict, effect: str, filename: str, checks
     if effect == "forget":
         return entries.pop(filename, None) is not None
     state = "parked" if effect == "parked" else "present"
+    if effect == "content" and node.host.lstat(node.manifests_dir + "/" + filename) is None \
+            and node.host.lstat(node.state.parked_path(filename)) is not None:
+        state = "parked"                  # flags/apply/edit --parked changed the parked copy
     entry = entries.get(filename)
     if entry is not None and (effect != "content" or entry.get("checksum") == checksum):
         changed = entry.get("state") != state
@@ -468,11 +506,13 @@ def _inventory(report: Report, scan: DirScan, parked: dict, baseline: Optional[d
         since = _parked_since(meta)
         component = meta.get("component") or manifests.file_stem(filename)
         report.components[component] = max(now - since, 1e-3) if since is not None else 1e-3
+    report.missing = {f.component or manifests.file_stem(f.file or "") for f in report.of_kind("missing")}
 
 
 # --- fix --------------------------------------------------------------------------------------
 
-def fix(node: Node, report: Report, remove_strays: bool, timeout: float = 60.0, allow_restart: bool = False) -> list:
+def fix(node: Node, report: Report, remove_strays: bool, timeout: float = 60.0, allow_restart: bool = False,
+        restore_missing: bool = False) -> list:
     """Repair what is safe; every action is reported as {action, file, component, ok, message}.
 
     A stray that defines a pod the kubelet runs is moved only with ``allow_restart``: moving it
@@ -488,10 +528,12 @@ def fix(node: Node, report: Report, remove_strays: bool, timeout: float = 60.0, 
             actions.append(_restore(node, finding, timeout))
         if remove_strays:
             actions += _move_strays(node, report, allow_restart, timeout)
+        if restore_missing:
+            actions += [_restore_missing(node, finding, timeout) for finding in report.of_kind("missing")]
     return actions
 
 
-def plan_fix(node: Node, report: Report, remove_strays: bool) -> list:
+def plan_fix(node: Node, report: Report, remove_strays: bool, restore_missing: bool = False) -> list:
     """What ``fix`` would do, without the lock and without touching anything (--dry-run)."""
     if report.of_kind("permissions"):
         return [_action("skip", None, None, False, "would fix nothing: the state dir's permissions come first")]
@@ -508,6 +550,18 @@ def plan_fix(node: Node, report: Report, remove_strays: bool) -> list:
                                 " (it defines a running pod: only with --allow-restart)" if f.extra.get("runs_pod")
                                 else ""))
                     for f in report.of_kind("stray") if f.file]
+    if restore_missing:
+        baseline = read_baseline(node) or {"manifests": {}}
+        for finding in report.of_kind("missing"):
+            try:
+                data, _ = _missing_bytes(node, baseline, finding.file or "")
+            except CpctlError as exc:
+                actions.append(_action(RESTORE_MISSING, finding.file, finding.component, False,
+                                       "would not restore: %s" % exc.message))
+                continue
+            actions.append(_action(RESTORE_MISSING, finding.file, finding.component, True,
+                                   "would write %s/%s back from the baseline's copy (%d bytes)"
+                                   % (node.manifests_dir, finding.file, len(data))))
     return actions
 
 
@@ -586,3 +640,56 @@ def _wait_after_stray(node: Node, target: PodTarget, before: Any, bounced: bool,
     result = node.waiter.wait_started(target, before, timeout) if bounced else \
         node.waiter.wait_stopped(target, before, timeout)
     return " - %s" % result.detail
+
+
+# --- restore a vanished manifest from the baseline ------------------------------------------------
+
+def _missing_bytes(node: Node, baseline: dict, filename: str) -> tuple:
+    """(bytes, pod) of the baseline's copy of ``filename``, checked: the baseline is input like any
+    state file, so its copy must match its own checksum, be a Pod, and not define a pod another file
+    in the manifests dir defines already (the kubelet would run only one)."""
+    entry = baseline["manifests"].get(filename)
+    if not isinstance(entry, dict) or not isinstance(entry.get("content"), str):
+        raise CpctlError("the baseline holds no copy of %s" % filename, ExitCode.NOT_FOUND)
+    data = entry["content"].encode("utf-8")
+    if manifests.checksum(data) != entry.get("checksum"):
+        raise CpctlError("the baseline's copy of %s does not match its recorded checksum (changed outside cpctl)"
+                         % filename, ExitCode.REFUSED)
+    try:
+        pod = manifests.parse_pod(data)
+    except manifests.InvalidManifest as exc:
+        raise CpctlError("the baseline's copy of %s is not a valid Pod: %s" % (filename, exc),
+                         ExitCode.REFUSED) from None
+    scan = node.scan()
+    key = (pod["metadata"].get("namespace") or "default", pod["metadata"]["name"])
+    clash = [m.file for m in scan.valid if (m.namespace, m.pod_name) == key]
+    if clash or any(m.file == filename for m in scan.manifests) or filename in node.parked():
+        raise CpctlError("%s is back or its pod is defined again (%s): nothing to restore"
+                         % (filename, ", ".join(clash) or filename), ExitCode.CONFLICT)
+    return data, pod
+
+
+def _restore_missing(node: Node, finding: Finding, timeout: float) -> dict:
+    """Write a vanished manifest back from the baseline's copy (a journaled ``restore-missing``
+    change: the write is its commit step, never replacing a file), then wait for its pod."""
+    filename = finding.file or ""
+    try:
+        if "/" in filename or filename in ("", ".", ".."):
+            raise CpctlError("the baseline names %r, not a file name" % filename, ExitCode.REFUSED)
+        data, pod = _missing_bytes(node, read_baseline(node) or {"manifests": {}}, filename)
+        digest = manifests.checksum(data)
+        target = node.target_for(pod, filename)
+        before = node.waiter.before(target)
+        path = node.manifests_dir + "/" + filename
+        node.apply(journal.Change(RESTORE_MISSING, pod["metadata"]["name"], filename, digest,
+                                  [journal.write(path, digest, mode=0o600)], commit=0,
+                                  record={"reason": "restored from the baseline (%s)" % finding.message},
+                                  data={0: data}))
+        result = node.waiter.wait_started(target, before, timeout)
+    except CpctlError as exc:
+        return _action(RESTORE_MISSING, filename, finding.component, False, "not restored: %s" % exc.full_message)
+    except OSError as exc:
+        return _action(RESTORE_MISSING, filename, finding.component, False,
+                       "not restored: %s" % (exc.strerror or exc))
+    return _action(RESTORE_MISSING, filename, finding.component, True,
+                   "written back from the baseline - %s" % result.detail)

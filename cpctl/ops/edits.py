@@ -17,6 +17,11 @@ upgrade recipe for an operator's own change:
 
 A change that only touches comments or formatting decodes to the same pod: the kubelet keeps the
 running pod (same config hash), so it is written and not waited for.
+
+``--parked`` (``ApplyOptions.parked``) changes the PARKED copy of a stopped component instead (an
+etcd restore needs a new ``--data-dir`` while etcd is stopped): validated the same way, kept as a
+revision, written through the same journaled change together with the parked metadata (so that
+``start`` can tell cpctl's change from a hand edit), and not waited for: nothing runs it.
 """
 
 from __future__ import annotations
@@ -25,9 +30,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from cpctl.core import checks, flags, manifests, revisions
+from cpctl.core import checks, flags, journal, manifests, revisions
 from cpctl.core.manifests import Manifest
-from cpctl.core.node import Node
+from cpctl.core.node import Node, parked_content
 from cpctl.core.replace import check_revisable, replace_change, revisions_of, text_diff
 from cpctl.errors import CpctlError, ExitCode, Interrupted, Terminated, interrupted_by
 from cpctl.probes.base import NoWait, PodTarget, WaitResult
@@ -46,6 +51,8 @@ class ApplyOptions:
     reason: Optional[str] = None
     keep: int = revisions.DEFAULT_KEEP
     settle: float = 5.0
+    force: bool = False              # go ahead despite flag-sanity doubts (lists may be out of date)
+    parked: bool = False             # change the parked copy of a stopped component (not waited for)
 
 
 # --- what is there now -------------------------------------------------------------------------
@@ -55,8 +62,9 @@ def current(node: Node, component: str, action: str) -> Manifest:
     present, parked_hits = node.resolve(component, scan, parked)
     if not present:
         if parked_hits:
-            raise CpctlError("%s is parked (%s): start it first (cpctl start %s), then %s it"
-                             % (component, node.state.parked_path(parked_hits[0]), component, action),
+            raise CpctlError("%s is parked (%s): start it first (cpctl start %s), then %s it; or %s the parked "
+                             "copy: cpctl %s %s --parked" % (component, node.state.parked_path(parked_hits[0]),
+                                                             component, action, action, action, component),
                              ExitCode.REFUSED)
         raise node.not_found(component)
     manifest = node.single(component, present, "it cannot be %s: fix or remove the file by hand" % _done(action))
@@ -68,11 +76,47 @@ def _done(action: str) -> str:
     return {"apply": "replaced", "edit": "edited", "flags": "changed", "rollback": "rolled back"}.get(action, action)
 
 
-def read_current(node: Node, component: str, action: str) -> Tuple[str, bytes]:
-    """(file name, bytes) of the component's manifest now (for edit and flags, no lock held)."""
-    manifest = current(node, component, action)
+def parked_current(node: Node, component: str, action: str) -> Tuple[Manifest, Dict[str, Any]]:
+    """The parked copy of ``component`` as a ``Manifest`` (its path in the parked dir), and its
+    parking metadata: what ``--parked`` changes. Refused when the component is not parked."""
+    scan, parked = node.scan(), node.parked()
+    present, parked_hits = node.resolve(component, scan, parked)
+    if not parked_hits:
+        if present:
+            raise CpctlError("%s is not parked (it is in %s): drop --parked to %s the running manifest"
+                             % (component, node.manifests_dir, action), ExitCode.REFUSED)
+        raise node.not_found(component)
+    if len(parked_hits) > 1:
+        raise CpctlError("%r matches several parked manifests (%s)" % (component, ", ".join(parked_hits)),
+                         ExitCode.REFUSED)
+    filename = parked_hits[0]
+    path = node.state.parked_path(filename)
+    info = node.host.lstat(path)
+    if info is None or info["kind"] != "file" or info["size"] > manifests.MAX_MANIFEST_BYTES:
+        raise CpctlError("parked manifest %s is not a regular file of at most %d bytes" % (
+            path, manifests.MAX_MANIFEST_BYTES), ExitCode.REFUSED)
+    manifest = Manifest(filename, path, dict(info, data=node.host.read_file(path, manifests.MAX_MANIFEST_BYTES)))
+    if not manifest.valid:
+        raise CpctlError("parked manifest %s: %s; it cannot be %s: fix it by hand" % (path, manifest.error,
+                                                                                      _done(action)),
+                         ExitCode.REFUSED)
+    return manifest, parked[filename]
+
+
+def read_current(node: Node, component: str, action: str, parked: bool = False) -> Tuple[str, bytes]:
+    """(file name, bytes) of the component's manifest now, or of its parked copy (for edit and flags,
+    no lock held)."""
+    manifest = parked_current(node, component, action)[0] if parked else current(node, component, action)
     assert manifest.data is not None
     return manifest.file, manifest.data
+
+
+def read_any(node: Node, component: str) -> Tuple[str, bytes, bool]:
+    """(file name, bytes, parked?): the manifest in the dir, else the parked copy (to list flags)."""
+    present, parked_hits = node.resolve(component, node.scan(), node.parked())
+    if not present and parked_hits:
+        return read_current(node, component, "flags", parked=True) + (True,)
+    return read_current(node, component, "flags") + (False,)
 
 
 # --- the flow --------------------------------------------------------------------------------------
@@ -84,7 +128,9 @@ def replace(node: Node, component: str, new: bytes, source: str, action: str, op
     changed since is a conflict (exit 10) and nothing changes."""
     manifests.validate_component_name(component)
     if options.dry_run:
-        return plan(node, component, new, source, action)
+        return plan(node, component, new, source, action, options.force, options.parked)
+    if options.parked:
+        return _replace_parked(node, component, new, source, action, options, record or {}, expect)
     with node.session("cpctl %s %s" % (action, component)):
         manifest = current(node, component, action)
         if expect is not None and manifest.checksum != expect:
@@ -93,19 +139,22 @@ def replace(node: Node, component: str, new: bytes, source: str, action: str, op
         return _replace_locked(node, manifest, new, source, action, options, record or {})
 
 
-def plan(node: Node, component: str, new: bytes, source: str, action: str) -> Dict[str, Any]:
+def plan(node: Node, component: str, new: bytes, source: str, action: str, force: bool = False,
+         parked: bool = False) -> Dict[str, Any]:
     """What ``replace`` would do, checked the same way, changing nothing (no lock, no state dir)."""
-    manifest = current(node, component, action)
+    manifest = parked_current(node, component, action)[0] if parked else current(node, component, action)
     assert manifest.data is not None
-    result = _result(node, manifest, action, changed=False, dry_run=True)
+    result = _result(node, manifest, action, changed=False, dry_run=True, parked=parked)
     if new == manifest.data:
         return dict(result, message="unchanged (the file already holds these bytes)")
     check_revisable(manifest.file)
     verdict = checks.review(node.host, manifest, new, node.scan(), source)
-    verdict.refuse_if_bad("%s of %s" % (action, component))
+    verdict.refuse_if_bad("%s of %s" % (action, component), force)
     same = manifests.same_pod(manifest.data, new)
     effect = "the kubelet would keep the running pod (same pod spec)" if same else \
         "the kubelet would replace pod %s" % node.target_for(manifest.pod or {}, manifest.file).pod_name
+    if parked:
+        effect = "it is parked: nothing runs it until cpctl start %s" % component
     return dict(result, message="would %s %s: %s" % (action, manifest.path, effect), warnings=verdict.warnings,
                 diff=text_diff(manifest.data, new, manifest.file))
 
@@ -123,7 +172,7 @@ def _replace_locked(node: Node, manifest: Manifest, new: bytes, source: str, act
         return _result(node, manifest, action, False, message="unchanged (the file already holds these bytes)")
     check_revisable(manifest.file)
     verdict = checks.review(node.host, manifest, new, node.scan(), source)
-    verdict.refuse_if_bad("%s of %s" % (action, component))
+    verdict.refuse_if_bad("%s of %s" % (action, component), options.force)
     same = manifests.same_pod(manifest.data, new)
     target = node.target_for(manifest.pod, manifest.file)
     before = None if same else node.waiter.before(target)
@@ -146,6 +195,36 @@ def _replace_locked(node: Node, manifest: Manifest, new: bytes, source: str, act
     raise CpctlError("%s of %s is in place but NOT verified: %s; not rolled back (nothing showed it failing): check "
                      "with cpctl status, undo with cpctl rollback %s" % (action, component, result.detail, component),
                      ExitCode.TIMEOUT)
+
+
+def _replace_parked(node: Node, component: str, new: bytes, source: str, action: str, options: ApplyOptions,
+                    record: Dict[str, Any], expect: Optional[str]) -> Dict[str, Any]:
+    """``replace`` for the parked copy: validated, the old bytes kept as a revision, the new ones and
+    the parked metadata written by one journaled change; no wait (nothing runs a parked manifest)."""
+    with node.session("cpctl %s --parked %s" % (action, component)):
+        manifest, meta = parked_current(node, component, action)
+        assert manifest.data is not None
+        if expect is not None and manifest.checksum != expect:
+            raise CpctlError("%s changed while you prepared the new version (someone else edited it): nothing "
+                             "changed; start again from its current content" % manifest.path, ExitCode.CONFLICT)
+        if new == manifest.data:
+            return _result(node, manifest, action, False, parked=True,
+                           message="unchanged (the parked copy already holds these bytes)")
+        check_revisable(manifest.file)
+        verdict = checks.review(node.host, manifest, new, node.scan(), source)
+        verdict.refuse_if_bad("%s of the parked %s" % (action, component), options.force)
+        change, number = replace_change(node, manifest, new, action, options.reason, options.keep,
+                                        dict(record, parked=True))
+        meta_path = node.state.meta_path(manifest.file)
+        meta_bytes = node.state.meta_bytes(dict(meta, checksum=change.checksum, content=parked_content(new)))
+        change.steps.append(journal.write(meta_path, manifests.checksum(meta_bytes),
+                                          before=node.checksum_of(meta_path)))
+        change.data[len(change.steps) - 1] = meta_bytes
+        node.apply(change)
+    return _result(node, manifest, action, True, parked=True, revision=number, checksum=change.checksum,
+                   previous=manifests.checksum(manifest.data), warnings=verdict.warnings,
+                   message="%s in the parked copy %s (not running: nothing to wait for; cpctl start %s runs it); "
+                           "previous version kept as revision %d" % (_past(action), manifest.path, component, number))
 
 
 def _past(action: str) -> str:

@@ -142,8 +142,12 @@ def plan(node: Node, verb: str, components: list, reason: Optional[str] = None, 
             steps.append({"action": verb, "component": outcome.component,
                           "note": "nothing to do (%s)" % outcome.message})
     for change in node.planned:
-        steps += [{"action": change.action, "component": change.component, "move": [step.src, step.path]}
-                  for step in change.steps if step.kind == journal.MOVE]
+        for step in change.steps:
+            if step.kind == journal.MOVE:
+                steps.append({"action": change.action, "component": change.component, "move": [step.src, step.path]})
+                if change.record.get("hand_edited"):
+                    steps[-1]["note"] = "%s: what cpctl parked would be kept as a revision" % \
+                        change.record["hand_edited"]
     after = sorted(set(before) - {os.path.basename(s["move"][0]) for s in steps if "move" in s
                                   and os.path.dirname(s["move"][0]) == node.manifests_dir}
                    | {os.path.basename(s["move"][1]) for s in steps if "move" in s

@@ -45,17 +45,27 @@ def family(name: str, help_text: str, kind: str, samples: Iterable[Sample]) -> s
 
 
 def check_metrics(success: bool, now: float, counts: Optional[dict] = None,
-                  components: Optional[dict] = None) -> str:
-    """All cpctl check metrics; ``counts``/``components`` are absent when the check failed."""
+                  components: Optional[dict] = None, missing: Optional[set] = None) -> str:
+    """All cpctl check metrics; ``counts``/``components``/``missing`` are absent when the check failed.
+
+    A component is in one of three states: its manifest in the manifests dir, parked by cpctl, or
+    missing (in the baseline, neither present nor parked): ``cpctl_component_parked`` and
+    ``cpctl_component_missing`` tell them apart (0 in both: the manifest is in place, which says
+    nothing about its pod)."""
     from cpctl.ops.drift import KINDS
     counts = counts if counts is not None else dict.fromkeys(KINDS, 0)
     components = components or {}
+    missing = missing or set()
     parts = [
         family("cpctl_drift_findings", "Findings of the last cpctl check, by kind (info kinds included).",
                "gauge", [({"kind": k}, counts.get(k, 0)) for k in KINDS]),
         family("cpctl_component_parked", "1 when the static pod's manifest is parked by cpctl, else 0.",
                "gauge", [({"component": c}, 1 if s > 0 else 0) for c, s in components.items()]),
-        family("cpctl_component_parked_seconds", "Seconds since the component was parked (0 when running).",
+        family("cpctl_component_missing", "1 when the static pod's manifest is in the baseline but neither in the "
+               "manifests dir nor parked (it vanished), else 0.",
+               "gauge", [({"component": c}, 1 if c in missing else 0) for c in components]),
+        family("cpctl_component_parked_seconds", "Seconds since the component was parked (0 when not parked: its "
+               "manifest in place, or missing - see cpctl_component_missing).",
                "gauge", [({"component": c}, round(s, 3)) for c, s in components.items()]),
         family("cpctl_last_check_timestamp_seconds", "Unix time of the last cpctl check run.", "gauge",
                [({}, round(now, 3))]),

@@ -57,6 +57,8 @@ def baseline_text(result: dict) -> str:
 @click.option("--allow-restart", is_flag=True, help="With --remove-strays: also move a stray that defines a pod "
               "the kubelet runs (its pod stops; when another file defines it too, cpctl makes the kubelet re-read "
               "that file at once and waits until the pod is back).")
+@click.option("--restore-missing", is_flag=True, help="With --fix: write a manifest that vanished (in the baseline, "
+              "neither in the manifests dir nor parked) back from the baseline's copy, and wait for its pod.")
 @click.option("--max-parked", default=None, metavar="DURATION", help="Also report parks older than this "
               "(e.g. 4h).")
 @click.option("--prometheus-textfile", default=None, metavar="PATH",
@@ -65,10 +67,11 @@ def baseline_text(result: dict) -> str:
               help="Seconds --fix waits for a restored pod.")
 @click.option("--dry-run", is_flag=True, help="With --fix: print what would be repaired; change nothing.")
 @click.pass_context
-def check(ctx: click.Context, fix: bool, remove_strays: bool, allow_restart: bool, max_parked: Optional[str],
-          prometheus_textfile: Optional[str], timeout: float, dry_run: bool) -> None:
+def check(ctx: click.Context, fix: bool, remove_strays: bool, allow_restart: bool, restore_missing: bool,
+          max_parked: Optional[str], prometheus_textfile: Optional[str], timeout: float, dry_run: bool) -> None:
     """Find drift: overdue parks, missing/changed/unexpected manifests, strays, duplicates,
-    interrupted operations, loose state dir permissions and (with a probe) mirror pods.
+    interrupted operations, loose state dir permissions and (with a probe) mirror pods. Each
+    finding says how to fix it.
 
     Exit 0 clean, 1 drift found, other codes when the check could not run.
     """
@@ -76,6 +79,8 @@ def check(ctx: click.Context, fix: bool, remove_strays: bool, allow_restart: boo
     from cpctl.timeutil import parse_duration
     if remove_strays and not fix:
         raise CpctlError("--remove-strays only works together with --fix", ExitCode.USAGE)
+    if restore_missing and not fix:
+        raise CpctlError("--restore-missing only works together with --fix", ExitCode.USAGE)
     if allow_restart and not remove_strays:
         raise CpctlError("--allow-restart only works together with --fix --remove-strays", ExitCode.USAGE)
     if dry_run and not fix:
@@ -84,7 +89,8 @@ def check(ctx: click.Context, fix: bool, remove_strays: bool, allow_restart: boo
 
     def action(node: Any) -> dict:
         try:
-            result = _run_check(node, fix, remove_strays, max_seconds, timeout, dry_run, allow_restart)
+            result = _run_check(node, fix, remove_strays, max_seconds, timeout, dry_run, allow_restart,
+                                restore_missing)
         except CpctlError:
             _write_metrics(node.host, prometheus_textfile, None)
             raise
@@ -102,14 +108,14 @@ def check(ctx: click.Context, fix: bool, remove_strays: bool, allow_restart: boo
 
 
 def _run_check(node: Any, fix: bool, remove_strays: bool, max_seconds: Optional[float], timeout: float,
-               dry_run: bool = False, allow_restart: bool = False) -> dict:
+               dry_run: bool = False, allow_restart: bool = False, restore_missing: bool = False) -> dict:
     from cpctl.ops import drift
     report = drift.check(node, max_seconds)
     result: Dict[str, Any] = {"report": report, "final": report, "actions": None, "dry_run": dry_run}
     if fix and dry_run:
-        result["actions"] = drift.plan_fix(node, report, remove_strays)
+        result["actions"] = drift.plan_fix(node, report, remove_strays, restore_missing)
     elif fix:
-        result["actions"] = drift.fix(node, report, remove_strays, timeout, allow_restart)
+        result["actions"] = drift.fix(node, report, remove_strays, timeout, allow_restart, restore_missing)
         result["final"] = drift.check(node, max_seconds)
     return result
 
@@ -132,7 +138,7 @@ def _write_metrics(host: Any, path: Optional[str], report: Any) -> None:
     if report is None:
         text = metrics.check_metrics(False, time.time())
     else:
-        text = metrics.check_metrics(True, report.time, report.counts(), report.components)
+        text = metrics.check_metrics(True, report.time, report.counts(), report.components, report.missing)
     try:
         metrics.write_textfile(host, path, text)
     except OSError as exc:
@@ -155,6 +161,8 @@ def _finding_lines(findings: list) -> list:
         lines.append("%-8s %-16s %s" % (f["severity"].upper(), f["kind"], f["message"]))
         if f.get("diff"):
             lines.extend("    " + line for line in f["diff"].rstrip("\n").split("\n"))
+        if f.get("fix"):
+            lines.append("    how to fix: %s" % f["fix"])
     return lines
 
 

@@ -17,13 +17,20 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import click
 
-from cpctl.cli.commands.lifecycle import check_reason, force_option, guarded_reason, reason_option
+from cpctl.cli.commands.lifecycle import check_reason, guarded_reason, reason_option
 from cpctl.cli.context import note, printable
 from cpctl.cli.fanout import execute
 from cpctl.errors import CpctlError, ExitCode
 
 MAX_NEW_MANIFEST = 10 << 20
 EDIT_MARK = "# cpctl: "
+
+
+change_force_option = click.option(
+    "--force", is_flag=True,
+    help="Go ahead although a flag name, an admission plugin, a probe port or a written path looks wrong by "
+         "cpctl's lists (they may be out of date; shown as warnings), and override the fleet quorum check for "
+         "etcd/apiserver (recorded in history).")
 
 
 def _change_options(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -41,21 +48,28 @@ def _change_options(function: Callable[..., Any]) -> Callable[..., Any]:
                      help="Previous versions kept per manifest (env CPCTL_KEEP_REVISIONS)."),
         click.option("--settle", type=click.FloatRange(0, 600), default=5.0, show_default=True,
                      help="Seconds the new pod must stay Ready after it first is."),
-        force_option,
+        change_force_option,
     ]):
         function = option(function)
     return function
 
 
+parked_option = click.option(
+    "--parked", is_flag=True,
+    help="Change the PARKED copy of a stopped component (e.g. etcd's --data-dir for a restore): validated and "
+         "kept as a revision like any change, not waited for (nothing runs it until cpctl start).")
+
+
 def _options(ctx: click.Context, component: str, timeout: float, no_rollback: bool, dry_run: bool,
-             reason: Optional[str], keep_revisions: int, settle: float, force: bool) -> Any:
+             reason: Optional[str], keep_revisions: int, settle: float, force: bool, parked: bool = False) -> Any:
     from cpctl.core import manifests
     from cpctl.ops.edits import ApplyOptions
     manifests.validate_component_name(component)
     check_reason(reason)
-    reason = guarded_reason(ctx, "apply", [component], force, reason)
+    if not parked:        # a parked copy runs nowhere: changing it takes nothing down
+        reason = guarded_reason(ctx, "apply", [component], force, reason)
     return ApplyOptions(timeout=timeout, rollback=not no_rollback, dry_run=dry_run, reason=reason,
-                        keep=keep_revisions, settle=settle)
+                        keep=keep_revisions, settle=settle, force=force, parked=parked)
 
 
 def change_text(data: Dict[str, Any]) -> str:
@@ -81,19 +95,20 @@ def _read_new(source: str) -> bytes:
 @click.command()
 @click.argument("component")
 @click.option("-f", "--filename", "source", required=True, help="The new manifest (- reads stdin).")
+@parked_option
 @_change_options
 @click.pass_context
-def apply(ctx: click.Context, component: str, source: str, timeout: float, no_rollback: bool, dry_run: bool,
-          reason: Optional[str], keep_revisions: int, settle: float, force: bool) -> None:
+def apply(ctx: click.Context, component: str, source: str, parked: bool, timeout: float, no_rollback: bool,
+          dry_run: bool, reason: Optional[str], keep_revisions: int, settle: float, force: bool) -> None:
     """Replace COMPONENT's manifest with FILE, verify the new pod, roll back if it does not come up.
 
     Validates first (a pod the kubelet would run, same name, no duplicated flag, the files its flags
     name exist, no port taken), keeps the previous version as a revision, writes atomically, then
     waits for the NEW pod to be Running, Ready and healthy. Exit 11: rolled back; 12: the rollback
-    did not come back healthy either.
+    did not come back healthy either. --parked: replace the parked copy of a stopped component.
     """
     from cpctl.ops import edits
-    options = _options(ctx, component, timeout, no_rollback, dry_run, reason, keep_revisions, settle, force)
+    options = _options(ctx, component, timeout, no_rollback, dry_run, reason, keep_revisions, settle, force, parked)
     new = _read_new(source)
     where = "stdin" if source == "-" else source
     execute(ctx, lambda node: edits.replace(node, component, new, where, "apply", options), change_text,
@@ -105,45 +120,55 @@ def apply(ctx: click.Context, component: str, source: str, timeout: float, no_ro
 @click.option("--set", "sets", multiple=True, metavar="NAME=VALUE", help="Set --NAME=VALUE (repeatable).")
 @click.option("--unset", "unsets", multiple=True, metavar="NAME", help="Remove --NAME (repeatable).")
 @click.option("--container", default=None, help="The container (default: the only one, or the one named like the pod).")
+@parked_option
 @_change_options
 @click.pass_context
 def flags(ctx: click.Context, component: str, sets: Tuple[str, ...], unsets: Tuple[str, ...], container: Optional[str],
-          timeout: float, no_rollback: bool, dry_run: bool, reason: Optional[str], keep_revisions: int, settle: float,
-          force: bool) -> None:
+          parked: bool, timeout: float, no_rollback: bool, dry_run: bool, reason: Optional[str], keep_revisions: int,
+          settle: float, force: bool) -> None:
     """Set or remove --NAME=VALUE flags of COMPONENT's container, then apply like `cpctl apply`.
 
-    Without --set/--unset: list the container's flags. The file is changed in place (comments and
-    layout kept) and checked to decode to exactly the intended command.
+    Without --set/--unset: list the container's flags (of the parked copy when it is parked). The
+    file is changed in place (comments and layout kept) and checked to decode to exactly the
+    intended command. --parked: change the parked copy of a stopped component.
     """
     from cpctl.core import flags as flagtools
     from cpctl.ops import edits
     if not sets and not unsets:
-        _list_flags(ctx, component, container)
+        _list_flags(ctx, component, container, parked)
         return
     wanted = [flagtools.parse_assignment(s) for s in sets]
     removed = [flagtools.parse_name(u) for u in unsets]
-    options = _options(ctx, component, timeout, no_rollback, dry_run, reason, keep_revisions, settle, force)
+    options = _options(ctx, component, timeout, no_rollback, dry_run, reason, keep_revisions, settle, force, parked)
 
     def action(node: Any) -> Dict[str, Any]:
         from cpctl.core.manifests import checksum
-        _, data = edits.read_current(node, component, "flags")
+        _, data = edits.read_current(node, component, "flags", parked)
         new, said = edits.flags_version(data, component, container, wanted, removed)
         result = edits.replace(node, component, new, "flags", "flags", options, {"flags": said}, expect=checksum(data))
         return dict(result, flags=said)
     execute(ctx, action, change_text, changing=not dry_run)
 
 
-def _list_flags(ctx: click.Context, component: str, container: Optional[str]) -> None:
+def _list_flags(ctx: click.Context, component: str, container: Optional[str], parked: bool) -> None:
+    """The flags of the manifest in the dir, or of the parked copy (``--parked``, or when parked)."""
     from cpctl.core import flags as flagtools
     from cpctl.ops import edits
 
     def action(node: Any) -> Dict[str, Any]:
-        _, data = edits.read_current(node, component, "flags")
+        if parked:
+            _, data = edits.read_current(node, component, "flags", parked=True)
+            is_parked = True
+        else:
+            _, data, is_parked = edits.read_any(node, component)
+        if is_parked and not parked:
+            note("%s is parked: the flags of its parked copy" % component)
         from cpctl.core.checks import parse_new
         pod = parse_new(data, component)
         _, chosen = flagtools.pick_container(pod, container)
         found = [{"name": f.name, "value": f.value, "in": f.where} for f in flagtools.flags_of(chosen)]
-        return {"node": node.node_name, "component": component, "container": chosen.get("name"), "flags": found}
+        return {"node": node.node_name, "component": component, "container": chosen.get("name"), "flags": found,
+                "parked": is_parked}
 
     def text(data: Dict[str, Any]) -> str:
         items = ["--%s" % f["name"] if f["value"] is None else "--%s=%s" % (f["name"], f["value"])
@@ -199,17 +224,19 @@ def revisions_text(data: Dict[str, Any]) -> str:
 @click.command()
 @click.argument("component")
 @click.option("-y", "--yes", is_flag=True, help="Apply without asking after the diff.")
+@parked_option
 @_change_options
 @click.pass_context
-def edit(ctx: click.Context, component: str, yes: bool, timeout: float, no_rollback: bool, dry_run: bool,
-         reason: Optional[str], keep_revisions: int, settle: float, force: bool) -> None:
+def edit(ctx: click.Context, component: str, yes: bool, parked: bool, timeout: float, no_rollback: bool,
+         dry_run: bool, reason: Optional[str], keep_revisions: int, settle: float, force: bool) -> None:
     """Edit COMPONENT's manifest in $VISUAL/$EDITOR on a private copy, then apply it like `cpctl apply`.
 
     The copy lives outside the manifests dir (no swap or backup file can land there). An invalid
     result re-opens the editor with the problem on top; a valid one shows the diff and asks
     (--yes skips the question). With several masters, each one's manifest is edited in turn.
+    --parked: edit the parked copy of a stopped component.
     """
-    options = _options(ctx, component, timeout, no_rollback, dry_run, reason, keep_revisions, settle, force)
+    options = _options(ctx, component, timeout, no_rollback, dry_run, reason, keep_revisions, settle, force, parked)
     if not yes and not dry_run and not sys.stdin.isatty():
         raise CpctlError("cpctl edit asks before it applies: without a terminal, pass --yes", ExitCode.USAGE)
     execute(ctx, lambda node: _edit_node(node, component, options, yes), change_text, changing=not dry_run)
@@ -218,12 +245,12 @@ def edit(ctx: click.Context, component: str, yes: bool, timeout: float, no_rollb
 def _edit_node(node: Any, component: str, options: Any, yes: bool) -> Dict[str, Any]:
     from cpctl.core.manifests import checksum
     from cpctl.ops import edits
-    filename, data = edits.read_current(node, component, "edit")
+    filename, data = edits.read_current(node, component, "edit", options.parked)
     workdir = tempfile.mkdtemp(prefix="cpctl-edit-")
     path = os.path.join(workdir, "%s-%s" % (node.node_name, filename))
     keep_copy = False
     try:
-        new, checked = _edit_until_valid(node, component, path, data)
+        new, checked = _edit_until_valid(node, component, path, data, options.force, options.parked)
         if new is None:
             return {"node": node.node_name, "component": component, "changed": False,
                     "message": "edit cancelled, no changes made"}
@@ -250,7 +277,8 @@ def _edit_node(node: Any, component: str, options: Any, yes: bool) -> Dict[str, 
             shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _edit_until_valid(node: Any, component: str, path: str, data: bytes) -> Tuple[Optional[bytes], Dict[str, Any]]:
+def _edit_until_valid(node: Any, component: str, path: str, data: bytes, force: bool = False,
+                      parked: bool = False) -> Tuple[Optional[bytes], Dict[str, Any]]:
     """Open the editor until the result is valid: (new bytes or None when unchanged, the plan)."""
     from cpctl.ops import edits
     problems: List[str] = []
@@ -269,7 +297,7 @@ def _edit_until_valid(node: Any, component: str, path: str, data: bytes) -> Tupl
         if last_invalid is not None and edited == last_invalid:
             raise CpctlError("edit of %s: still invalid (%s)" % (component, "; ".join(problems)), ExitCode.REFUSED)
         try:
-            return edited, edits.plan(node, component, edited, "your edit", "edit")
+            return edited, edits.plan(node, component, edited, "your edit", "edit", force, parked)
         except CpctlError as exc:
             if exc.code is not ExitCode.REFUSED:
                 raise

@@ -1,0 +1,92 @@
+"""etcd's data dir in the lab: what a starting etcd reads, and ``etcdctl snapshot save|restore``.
+
+The lab's etcd keeps no keys, but its data dir is real: a starting etcd opens
+``<data-dir>/member/snap/db`` on the node (through the pod's hostPath volume) and logs the cluster
+ID it holds, like etcd's "starting local member" line; an empty data dir becomes a new member with a
+fresh cluster ID. ``snapshot restore`` (``cpctl lab etcdctl snapshot restore``) writes a NEW data
+dir the way etcdctl/etcdutl do: refused when the dir exists and is not empty, and the cluster ID is
+derived from ``--initial-cluster`` and ``--initial-cluster-token``, so every member of an HA
+cluster restored with the same values agrees on it (and it differs from the old cluster's). So an
+etcd restore drill shows whether the restored dir is the one etcd really runs on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+DB = ("member", "snap", "db")
+WAL = ("member", "wal")
+DEFAULT_CLUSTER_TOKEN = "etcd-cluster"
+
+
+class EtcdDataError(Exception):
+    """What etcdctl would refuse (the text is its message)."""
+
+
+def db_path(data_dir: Path) -> Path:
+    return data_dir.joinpath(*DB)
+
+
+def read_db(data_dir: Path) -> dict[str, Any]:
+    """The db a member of ``data_dir`` holds; EtcdDataError when there is none."""
+    try:
+        value = json.loads(db_path(data_dir).read_text())
+    except (OSError, ValueError) as exc:
+        raise EtcdDataError(f"no etcd db in {data_dir}: {exc}") from None
+    if not isinstance(value, dict) or not isinstance(value.get("cluster_id"), str):
+        raise EtcdDataError(f"{db_path(data_dir)} is not an etcd db")
+    return value
+
+
+def open_member(data_dir: Path, name: str) -> tuple[str, dict[str, Any]]:
+    """What a starting etcd finds in ``data_dir`` (on the node): ("opened", db) for an existing
+    member, ("new", db) after writing a new member's db into an empty or absent dir."""
+    try:
+        return "opened", read_db(data_dir)
+    except EtcdDataError:
+        pass
+    db = {"cluster_id": secrets.token_hex(8), "member": name, "origin": "new member", "created": _now()}
+    _write_db(data_dir, db)
+    return "new", db
+
+
+def snapshot_save(data_dir: Path, out: Path) -> dict[str, Any]:
+    """A snapshot of the member in ``data_dir`` written to ``out`` (what ``etcdctl snapshot save`` gets)."""
+    db = read_db(data_dir)
+    snapshot = {"snapshot_of": db["cluster_id"], "taken": _now(), "db": db}
+    out.write_text(json.dumps(snapshot, indent=2) + "\n")
+    return snapshot
+
+
+def snapshot_restore(snapshot_file: Path, data_dir: Path, name: str, initial_cluster: str,
+                     token: str = DEFAULT_CLUSTER_TOKEN) -> dict[str, Any]:
+    """``etcdctl snapshot restore``: a new data dir holding the snapshot as a new cluster."""
+    try:
+        snapshot = json.loads(snapshot_file.read_text())
+    except (OSError, ValueError) as exc:
+        raise EtcdDataError(f"cannot read snapshot {snapshot_file}: {exc}") from None
+    if not isinstance(snapshot, dict) or "snapshot_of" not in snapshot:
+        raise EtcdDataError(f"{snapshot_file} is not an etcd snapshot")
+    if data_dir.exists() and any(data_dir.iterdir()):
+        raise EtcdDataError(f'data-dir "{data_dir}" not empty or could not be read')
+    cluster_id = hashlib.sha256(f"{initial_cluster}|{token}".encode()).hexdigest()[:16]
+    db = {"cluster_id": cluster_id, "member": name, "origin": "restored", "restored_from": snapshot["snapshot_of"],
+          "snapshot_taken": snapshot.get("taken"), "initial_cluster": initial_cluster, "created": _now()}
+    _write_db(data_dir, db)
+    return db
+
+
+def _write_db(data_dir: Path, db: dict[str, Any]) -> None:
+    data_dir.joinpath(*WAL).mkdir(parents=True, exist_ok=True)
+    path = db_path(data_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(db, indent=2) + "\n")
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

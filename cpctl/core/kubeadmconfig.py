@@ -32,6 +32,30 @@ API_VERSIONS = ("kubeadm.k8s.io/v1beta3", "kubeadm.k8s.io/v1beta4")
 SECTIONS = {"kube-apiserver": "apiServer", "kube-controller-manager": "controllerManager",
             "kube-scheduler": "scheduler", "etcd": "etcd"}
 KEEP_TARGETS = ("kubeadm-config", "patches")
+#: The flags kubeadm itself writes into each manifest from the rest of its configuration
+#: (cmd/kubeadm/app/phases/controlplane/manifests.go, phases/etcd/local.go): an upgrade renders
+#: them again, so a manifest that has them loses nothing - unless cpctl changed their value.
+KUBEADM_FLAGS = {
+    "kube-apiserver": frozenset("""advertise-address allow-privileged authorization-mode client-ca-file
+        enable-admission-plugins enable-bootstrap-token-auth etcd-cafile etcd-certfile etcd-keyfile etcd-servers
+        kubelet-client-certificate kubelet-client-key kubelet-preferred-address-types proxy-client-cert-file
+        proxy-client-key-file requestheader-allowed-names requestheader-client-ca-file
+        requestheader-extra-headers-prefix requestheader-group-headers requestheader-username-headers secure-port
+        service-account-issuer service-account-key-file service-account-signing-key-file service-cluster-ip-range
+        tls-cert-file tls-private-key-file feature-gates""".split()),
+    "kube-controller-manager": frozenset("""allocate-node-cidrs authentication-kubeconfig authorization-kubeconfig
+        bind-address client-ca-file cluster-cidr cluster-name cluster-signing-cert-file cluster-signing-key-file
+        controllers kubeconfig leader-elect requestheader-client-ca-file root-ca-file secure-port
+        service-account-private-key-file service-cluster-ip-range use-service-account-credentials
+        feature-gates""".split()),
+    "kube-scheduler": frozenset("""authentication-kubeconfig authorization-kubeconfig bind-address kubeconfig
+        leader-elect secure-port feature-gates""".split()),
+    "etcd": frozenset("""advertise-client-urls cert-file client-cert-auth data-dir experimental-initial-corrupt-check
+        experimental-watch-progress-notify-interval feature-gates watch-progress-notify-interval
+        initial-advertise-peer-urls initial-cluster initial-cluster-state key-file listen-client-urls
+        listen-metrics-urls listen-peer-urls name peer-cert-file peer-client-cert-auth peer-key-file
+        peer-trusted-ca-file snapshot-count trusted-ca-file""".split()),
+}
 DEFAULT_PATCHES = "patches"          # below the manifests dir's parent: /etc/kubernetes/patches
 
 
@@ -184,16 +208,18 @@ def config_diff(old: str, new: str) -> str:
 
 
 def missing_flags(container: Dict[str, Any], config: Dict[str, Any], component: str,
-                  defaults: Sequence[str] = ()) -> List[str]:
-    """``--name=value`` items of the manifest that the ClusterConfiguration's extraArgs do not give (with that
-    value): what the next ``kubeadm upgrade`` drops, unless kubeadm sets them itself (``defaults``)."""
+                  changed_by_cpctl: Sequence[str] = ()) -> List[str]:
+    """``--name=value`` items of the manifest the next ``kubeadm upgrade`` would drop or reset: not in
+    the ClusterConfiguration's extraArgs with that value, and not one kubeadm writes itself
+    (KUBEADM_FLAGS) - unless cpctl changed that one (``changed_by_cpctl``: kubeadm puts its own value back)."""
     kept = dict(extra_args(config, section_of(component)))
+    ours = KUBEADM_FLAGS.get(component, frozenset())
     out = []
     for f in flagtools.flags_of(container):
-        if f.name in defaults:
+        value = f.value if f.value is not None else "true"
+        if kept.get(f.name) == value or (f.name in ours and f.name not in kept and f.name not in changed_by_cpctl):
             continue
-        if kept.get(f.name) != (f.value if f.value is not None else "true"):
-            out.append("--%s" % f.name if f.value is None else "--%s=%s" % (f.name, f.value))
+        out.append("--%s" % f.name if f.value is None else "--%s=%s" % (f.name, f.value))
     return out
 
 

@@ -116,6 +116,13 @@ def _read_configmap(client: KubeClient) -> Dict[str, Any]:
     return found
 
 
+def read_cluster_config(node: Node) -> Dict[str, Any]:
+    """The ClusterConfiguration in kube-system/kubeadm-config (REFUSED when missing or unparsable)."""
+    cm = _read_configmap(_client(node))
+    data = cm.get("data") if isinstance(cm.get("data"), dict) else {}
+    return kc.parse_config(data.get(kc.KEY) if isinstance(data, dict) else None)
+
+
 def _config_plan(client: KubeClient, section: str, change: kc.FlagChange) -> ConfigPlan:
     cm = _read_configmap(client)
     data = cm.get("data") if isinstance(cm.get("data"), dict) else {}

@@ -55,7 +55,7 @@ def _options(ctx: click.Context, component: str, timeout: float, no_rollback: bo
     check_reason(reason)
     reason = guarded_reason(ctx, "apply", [component], force, reason)
     return ApplyOptions(timeout=timeout, rollback=not no_rollback, dry_run=dry_run, reason=reason,
-                        keep=keep_revisions, settle=settle)
+                        keep=keep_revisions, settle=settle, force=force)
 
 
 keep_in_option = click.option(
@@ -241,8 +241,11 @@ def revisions(ctx: click.Context, component: str) -> None:
 
 def revisions_text(data: Dict[str, Any]) -> str:
     rows = data.get("revisions") or []
+    found = data.get("outside")
+    tail = ["-    %-20s %-10s %-9s %-12s current; %s" % ("-", "not cpctl", "outside", str(found["current"])[:12],
+                                                        found["note"])] if found else []
     if not rows:
-        return "%s: no revisions kept (%s)" % (data.get("component"), data.get("file"))
+        return "\n".join(["%s: no revisions kept (%s)" % (data.get("component"), data.get("file"))] + tail)
     out = ["%-4s %-20s %-10s %-9s %-12s %s" % ("REV", "REPLACED AT", "BY", "ACTION", "CHECKSUM", "NOTE")]
     for row in rows:
         notes = [n for n in ("current" if row.get("current") else "", "failed" if row.get("failed") else "") if n]
@@ -251,7 +254,7 @@ def revisions_text(data: Dict[str, Any]) -> str:
         line = "%-4s %-20s %-10s %-9s %-12s %s" % (row["number"], row["saved_at"], row["saved_by"], row["action"],
                                                     row["checksum"][:12], "; ".join(notes))
         out.append(line.rstrip())
-    return "\n".join(out)
+    return "\n".join(out + tail)
 
 
 # --- edit ---------------------------------------------------------------------------------------------

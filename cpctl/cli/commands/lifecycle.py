@@ -17,7 +17,8 @@ dry_run_option = click.option("--dry-run", is_flag=True, help="Print the plan (m
 verify_option = click.option("--verify", is_flag=True,
                              help="For the scheduler: also check a canary pod gets scheduled (then delete it).")
 force_option = click.option("--force", is_flag=True,
-                            help="Override the fleet quorum check for etcd/apiserver (recorded in history).")
+                            help="Override the fleet quorum check for etcd/apiserver (recorded in history); for "
+                                 "apply/edit/flags/rollback also the refusal while a kubeadm upgrade is in flight.")
 reason_option = click.option("--reason", default=None, help="Why (recorded in status and history).")
 
 

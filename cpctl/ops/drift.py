@@ -295,9 +295,10 @@ def _check_outside(report: Report, node: Node, scan: DirScan, now: float) -> Non
     if staging:
         report.add(Finding("upgrade_in_flight", WARNING, "a kubeadm upgrade is in flight (new manifests in %s): "
                            "cpctl refuses changes until it is done (or --force)" % staging, file=staging))
-    records = outside.history(node)
-    if not records:
-        return
+    try:
+        records = outside.history(node)
+    except CpctlError:
+        return                      # an unreadable or unsafe state dir is reported by _check_permissions
     for m in scan.manifests:
         if m.pod is None:
             continue
@@ -316,7 +317,10 @@ def _check_kubeadm(report: Report, node: Node, scan: DirScan) -> None:
     """``check --kubeadm``: per kubeadm component, the flags not kept in the ClusterConfiguration."""
     from cpctl.ops import keepin
     config = keepin.read_cluster_config(node)
-    records = outside.history(node)
+    try:
+        records = outside.history(node)
+    except CpctlError:
+        records = []
     for m in scan.manifests:
         if m.pod is None or m.pod_name not in kc.SECTIONS:
             continue

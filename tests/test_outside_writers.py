@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from cpctl_lab.control import LabHandle
-from tests.labfixture import lab_factory, run_cpctl  # noqa: F401
+from tests.labfixture import kubectl, lab_factory, run_cpctl  # noqa: F401
 
 
 def upgrade(handle: LabHandle, *args: str) -> subprocess.CompletedProcess:
@@ -95,6 +95,10 @@ def test_change_during_upgrade_in_flight_refused(lab_factory: Any) -> None:
     assert (handle.manifests_dir() / "kube-scheduler.yaml").read_bytes() == before
     proc = run_cpctl(handle, "flags", "scheduler", "--set", "v=4", "--dry-run")
     assert proc.returncode == 4
+    cm_before = kubectl(handle, "-n", "kube-system", "get", "cm", "kubeadm-config", "-o", "yaml").stdout
+    proc = run_cpctl(handle, "flags", "scheduler", "--set", "v=4", "--keep-in", "kubeadm-config")
+    assert proc.returncode == 4 and "kubeadm upgrade is in flight" in proc.stderr, proc.stderr
+    assert kubectl(handle, "-n", "kube-system", "get", "cm", "kubeadm-config", "-o", "yaml").stdout == cm_before
     code, found = findings(handle)
     assert code == 1 and [f for f in found if f["kind"] == "upgrade_in_flight"]
     cpctl_ok(handle, "flags", "scheduler", "--set", "v=4", "--force", "--timeout", "30")

@@ -23,7 +23,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from cpctl.core import checks, journal, manifests
+from cpctl.core import checks, journal, manifests, outside
 from cpctl.core import kubeadmconfig as kc
 from cpctl.core.node import Node
 from cpctl.core.replace import text_diff
@@ -220,10 +220,13 @@ def write_patch(node: Node, keep: KeepPlan, reason: Optional[str]) -> None:
 
 
 def run(node: Node, keep: Optional[KeepPlan], dry_run: bool, apply: Callable[[], Dict[str, Any]],
-        show: Callable[[str], None], reason: Optional[str]) -> Dict[str, Any]:
-    """The manifest change ``apply`` with ``keep``: diff shown, ConfigMap first, patch file after."""
+        show: Callable[[str], None], reason: Optional[str], force: bool = False) -> Dict[str, Any]:
+    """The manifest change ``apply`` with ``keep``: diff shown, ConfigMap first, patch file after
+    (nothing written while a kubeadm upgrade is in flight, unless ``force``)."""
     if keep is None:
         return apply()
+    if not force:
+        outside.refuse_in_flight(node, "changing %s" % keep.component)
     diff = keep.diffs()
     if dry_run:
         return dict(apply(), keep_in=keep.to_dict())

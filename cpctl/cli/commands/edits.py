@@ -148,7 +148,8 @@ def apply(ctx: click.Context, component: str, source: str, keep_in: Tuple[str, .
         _, data = edits.read_current(node, component, "apply")
         keep = _kept(node, component, data, new, targets)
         return keepin.run(node, keep, dry_run, lambda: edits.replace(node, component, new, where, "apply", options,
-                                                                     expect=checksum(data)), _show_diff, reason)
+                                                                     expect=checksum(data)), _show_diff, reason,
+                          options.force)
     execute(ctx, action, change_text, changing=not dry_run)
 
 
@@ -187,7 +188,7 @@ def flags(ctx: click.Context, component: str, sets: Tuple[str, ...], unsets: Tup
         keep = _kept(node, component, data, new, targets, wanted, removed, container)
         result = keepin.run(node, keep, dry_run, lambda: edits.replace(
             node, component, new, "flags", "flags", options, {"flags": said}, expect=checksum(data)),
-            _show_diff, reason)
+            _show_diff, reason, options.force)
         return dict(result, flags=said)
     execute(ctx, action, change_text, changing=not dry_run)
 
@@ -309,7 +310,7 @@ def _edit_node(node: Any, component: str, options: Any, yes: bool, targets: Opti
         keep_copy = True
         result = keepin.run(node, keep, False, lambda: edits.replace(
             node, component, new, "your edit", "edit", options, expect=checksum(data)), lambda _diff: None,
-            options.reason)
+            options.reason, options.force)
         keep_copy = False
         return result
     except CpctlError as exc:

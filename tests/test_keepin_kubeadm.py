@@ -62,6 +62,16 @@ def test_with_flags_keeps_each_api_versions_shape() -> None:
     assert bad.value.code == kc.ExitCode.REFUSED and "does not parse" in bad.value.message
 
 
+def test_hostile_cluster_configuration_is_refused_in_bounded_time() -> None:
+    """The ConfigMap comes from the cluster: an alias bomb is one refusal, not a hang or a memory blow-up."""
+    lines = ["kind: ClusterConfiguration", "apiVersion: kubeadm.k8s.io/v1beta3",
+             "a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += ["a%d: &a%d [%s]" % (i, i, ", ".join(["*a%d" % (i - 1)] * 10)) for i in range(1, 10)]
+    with pytest.raises(kc.CpctlError) as bad:
+        kc.parse_config("\n".join(lines) + "\n")
+    assert bad.value.code == kc.ExitCode.REFUSED and "alias" in bad.value.message
+
+
 def test_generated_json_patch_gives_the_command_cpctl_wrote() -> None:
     """RFC 6902 by the `jsonpatch` package (a real implementation, not cpctl's): add, replace, remove."""
     old_pod = {"spec": {"containers": [{"name": "kube-apiserver", "command": [
@@ -101,6 +111,17 @@ def test_flag_kept_in_kubeadm_config_survives_upgrade(lab_factory: Any, api_vers
     cmd = command(handle, "kube-scheduler")
     assert "--v=4" in cmd                     # kept in the ClusterConfiguration: survives
     assert "--profiling=false" not in cmd     # only in the manifest: kubeadm dropped it
+
+
+def test_failed_change_undoes_its_configmap_change(lab_factory: Any) -> None:
+    handle = lab_factory()
+    text = configmap(handle)["data"]["ClusterConfiguration"]
+    proc = run_cpctl(handle, "flags", "scheduler", "--set", "bind-adress=0.0.0.0", "--keep-in", "kubeadm-config",
+                     "--timeout", "10")
+    assert proc.returncode == 11, proc.stderr
+    assert "ROLLED BACK" in proc.stderr and "its change to kube-system/kubeadm-config was undone" in proc.stderr
+    cfg = yaml.safe_load(configmap(handle)["data"]["ClusterConfiguration"])
+    assert kc.extra_args(cfg, "scheduler") == [] and cfg == yaml.safe_load(text)
 
 
 def test_keep_in_dry_run_shows_diff_changes_nothing(lab_factory: Any) -> None:

@@ -24,6 +24,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import yaml
 
 from cpctl.core import flags as flagtools
+from cpctl.core import manifests
 from cpctl.errors import CpctlError, ExitCode
 
 NAMESPACE, NAME, KEY = "kube-system", "kubeadm-config", "ClusterConfiguration"
@@ -117,12 +118,11 @@ def parse_config(text: Any) -> Dict[str, Any]:
     if not isinstance(text, str):
         raise CpctlError("%s/%s has no %s key: not a kubeadm cluster, or not one cpctl can keep a change in"
                          % (NAMESPACE, NAME, KEY), ExitCode.REFUSED)
-    try:
-        config = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    try:       # bounded like a manifest: the ConfigMap comes from the cluster, untrusted
+        config, _ = manifests.decode(text.encode("utf-8", "surrogateescape"))
+    except manifests.InvalidManifest as exc:
         raise CpctlError("the ClusterConfiguration in %s/%s does not parse (%s): nothing changed"
-                         % (NAMESPACE, NAME, first), ExitCode.REFUSED) from None
+                         % (NAMESPACE, NAME, flagtools.redact(str(exc))), ExitCode.REFUSED) from None
     if not isinstance(config, dict) or config.get("kind") != "ClusterConfiguration":
         raise CpctlError("the ClusterConfiguration in %s/%s does not parse (not a kind: ClusterConfiguration "
                          "object): nothing changed" % (NAMESPACE, NAME), ExitCode.REFUSED)
@@ -232,14 +232,12 @@ def patch_file_name(component: str) -> str:
 
 def parse_patch(data: Optional[bytes], path: str) -> List[Dict[str, Any]]:
     """The operations of an existing patch file ([] when there is none); REFUSED when it is no JSON patch."""
-    if not data:
+    if not data or not data.strip():
         return []
     try:
-        ops = yaml.safe_load(data.decode("utf-8"))
-    except (UnicodeDecodeError, yaml.YAMLError):
+        ops, _ = manifests.decode(data)
+    except manifests.InvalidManifest:
         ops = None
-    if ops is None and not data.strip():
-        return []
     if not isinstance(ops, list) or not all(isinstance(o, dict) and isinstance(o.get("op"), str) for o in ops):
         raise CpctlError("%s is not a JSON patch (a list of operations): fix or move it first; nothing changed"
                          % path, ExitCode.REFUSED)

@@ -99,6 +99,9 @@ def test_change_during_upgrade_in_flight_refused(lab_factory: Any) -> None:
     proc = run_cpctl(handle, "flags", "scheduler", "--set", "v=4", "--keep-in", "kubeadm-config")
     assert proc.returncode == 4 and "kubeadm upgrade is in flight" in proc.stderr, proc.stderr
     assert kubectl(handle, "-n", "kube-system", "get", "cm", "kubeadm-config", "-o", "yaml").stdout == cm_before
+    proc = run_cpctl(handle, "stop", "scheduler")
+    assert proc.returncode == 4 and "kubeadm upgrade is in flight" in proc.stderr, proc.stderr
+    assert (handle.manifests_dir() / "kube-scheduler.yaml").read_bytes() == before
     code, found = findings(handle)
     assert code == 1 and [f for f in found if f["kind"] == "upgrade_in_flight"]
     cpctl_ok(handle, "flags", "scheduler", "--set", "v=4", "--force", "--timeout", "30")

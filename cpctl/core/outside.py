@@ -78,8 +78,13 @@ def history(node: Any) -> List[Dict[str, Any]]:
 def last_written(node: Any, filename: str, records: Optional[List[Dict[str, Any]]] = None
                  ) -> Optional[Dict[str, Any]]:
     """cpctl's newest history record after which ``filename`` held its ``checksum`` (None: never wrote it)."""
-    found = [r for r in (history(node) if records is None else records)
-             if r.get("file") == filename and r.get("action") in WRITES and isinstance(r.get("checksum"), str)]
+    def wanted(r: Dict[str, Any]) -> bool:
+        return r.get("file") == filename and r.get("action") in WRITES and isinstance(r.get("checksum"), str)
+    if records is None:           # the newest match only: older history segments are read only as far as needed
+        if not node.state.ensure(create=False):
+            return None
+        records = node.state.read_history(limit=1, keep=wanted)
+    found = [r for r in records if wanted(r)]
     return found[-1] if found else None
 
 

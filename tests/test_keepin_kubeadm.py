@@ -206,3 +206,31 @@ def test_keep_in_patches_writes_a_json_patch_through_the_journal(lab_factory: An
     assert jsonpatch.apply_patch(old, ops) == new
     history = run_cpctl(handle, "history", "-o", "json")
     assert '"keep-in"' in history.stdout and "kube-scheduler+json.yaml" in history.stdout
+
+
+EDITOR = """#!%s
+import sys
+path = sys.argv[1]
+text = open(path).read()
+open(path, "w").write(text.replace("    - --leader-elect=true\\n", "    - --leader-elect=true\\n    - --v=5\\n", 1))
+"""
+
+
+def test_apply_and_edit_keep_the_flags_that_differ(lab_factory: Any, tmp_path: Any) -> None:
+    """apply/edit keep the flags that differ between the old and the new manifest (v1beta3: a map)."""
+    handle = lab_factory(kubeadm_api="v1beta3")
+    pod = yaml.safe_load((handle.manifests_dir() / "kube-scheduler.yaml").read_text())
+    pod["spec"]["containers"][0]["command"].append("--profiling=false")
+    new = tmp_path / "kube-scheduler.yaml"
+    new.write_text(yaml.safe_dump(pod, sort_keys=False))
+    proc = run_cpctl(handle, "apply", "scheduler", "-f", str(new), "--keep-in", "kubeadm-config", "--timeout", "30")
+    assert proc.returncode == 0, proc.stderr
+    assert cluster_config(handle)["scheduler"]["extraArgs"] == {"profiling": "false"}
+    script = tmp_path / "editor"
+    script.write_text(EDITOR % sys.executable)
+    script.chmod(0o755)
+    proc = run_cpctl(handle, "edit", "scheduler", "--yes", "--keep-in", "kubeadm-config", "--timeout", "30",
+                     EDITOR=str(script), VISUAL="")
+    assert proc.returncode == 0, proc.stderr
+    assert "--v=5" in command(handle, "kube-scheduler")
+    assert cluster_config(handle)["scheduler"]["extraArgs"] == {"profiling": "false", "v": "5"}

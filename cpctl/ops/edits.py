@@ -278,9 +278,15 @@ def _refuse_crossing(node: Node, component: str, manifest: Manifest, kept: List[
     found = outside.detect(node, manifest.file, manifest.checksum)
     later = [r for r in kept if r.number >= chosen.number]
     gaps = [r for r, after in zip(later, later[1:]) if r.replaced_by != after.checksum]
-    if found is None and not gaps:
+    kept_outside = [r for r in later if r.action == "outside"]      # cpctl's bytes an outside writer replaced
+    if found is None and not gaps and not kept_outside:
         return
-    what = found.note if found is not None else "replaced outside cpctl after revision %d" % gaps[0].number
+    if found is not None:
+        what = found.note
+    elif kept_outside:
+        what = "%s, after revision %d" % (kept_outside[-1].reason or "replaced outside cpctl", kept_outside[-1].number)
+    else:
+        what = "replaced outside cpctl after revision %d" % gaps[0].number
     raise CpctlError("%s was changed by a writer other than cpctl (%s) since revision %d was replaced: rolling back to "
                      "it would undo that change too; nothing changed. Choose the revision with --to N (see cpctl "
                      "revisions %s)" % (component, what, chosen.number, component), ExitCode.REFUSED)

@@ -230,6 +230,8 @@ def upgrade(info: Obj, directory: Path, to: Optional[str], halt: bool, timeout: 
     wait = wait or (lambda node, comp, old, t: wait_mirror(info, node, comp, old, t))
     cm = _api(info, "GET")
     cfg = parse((cm.get("data") or {}).get(KEY, ""))
+    for spec in node_specs(info, directory):
+        manifest_health(spec)
     old = release_of(str(cfg.get("kubernetesVersion", "")))
     new = profiles.RELEASES[to] if to else next_release(old)
     outcomes = []
@@ -241,6 +243,18 @@ def upgrade(info: Obj, directory: Path, to: Optional[str], halt: bool, timeout: 
     cm["data"][KEY] = yaml.safe_dump(cfg, sort_keys=True, default_flow_style=False)
     _api(info, "PUT", cm)
     return old.version, new.version, outcomes
+
+
+def manifest_health(spec: NodeSpec) -> None:
+    """kubeadm's preflight check StaticPodManifest (phases/upgrade/health.go): every control-plane
+    manifest but etcd's must be on disk (a parked one is not), else the upgrade does not start."""
+    mdir = spec.root / "etc/kubernetes/manifests"
+    missing = [f"/etc/kubernetes/manifests/{c}.yaml" for c in COMPONENTS[1:] if not (mdir / f"{c}.yaml").exists()]
+    if missing:
+        raise ConfigError("[ERROR StaticPodManifest]: The control plane seems to be Static Pod-hosted, but some of "
+                          "the manifests don't seem to exist on disk. This probably means you're running 'kubeadm "
+                          "upgrade' on a remote machine, which is not supported for a Static Pod-hosted cluster. "
+                          f"Manifest files not found: [{' '.join(missing)}]")
 
 
 def _upgrade_node(cfg: Obj, spec: NodeSpec, release: profiles.KubeRelease, halt: bool, timeout: float,

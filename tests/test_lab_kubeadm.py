@@ -116,3 +116,14 @@ def test_upgrade_refuses_a_configuration_that_does_not_parse(lab_factory: Any) -
     assert proc.stderr.strip().startswith("cpctl lab: kubeadm upgrade: ClusterConfiguration does not parse")
     assert command(handle, "kube-apiserver") == before
     assert not (handle.root_dir() / "etc/kubernetes/tmp").exists()
+
+
+def test_upgrade_refused_while_a_component_is_parked(lab_factory: Any) -> None:
+    """kubeadm's StaticPodManifest preflight: no upgrade while the scheduler's manifest is not on disk."""
+    handle = lab_factory()
+    parked = handle.dir / "parked-scheduler.yaml"
+    (handle.manifests_dir() / "kube-scheduler.yaml").rename(parked)
+    proc = upgrade(handle)
+    assert proc.returncode == 1
+    assert "[ERROR StaticPodManifest]" in proc.stderr and "kube-scheduler.yaml" in proc.stderr
+    assert not (handle.root_dir() / "etc/kubernetes/tmp").exists()

@@ -62,6 +62,16 @@ def test_with_flags_keeps_each_api_versions_shape() -> None:
     assert bad.value.code == kc.ExitCode.REFUSED and "does not parse" in bad.value.message
 
 
+def test_config_diff_redacts_credentials() -> None:
+    v3 = {"apiVersion": "kubeadm.k8s.io/v1beta3", "kind": "ClusterConfiguration", "apiServer": {}}
+    v4 = dict(v3, apiVersion="kubeadm.k8s.io/v1beta4")
+    change = kc.FlagChange([("oidc-client-secret", "hunter2"), ("v", "4")])
+    for cfg in (v3, v4):
+        diff = kc.config_diff(kc.dump_config(cfg), kc.dump_config(kc.with_flags(cfg, "apiServer", change)))
+        assert "hunter2" not in diff and "<redacted>" in diff and "oidc-client-secret" in diff
+        assert ("v: '4'" in diff) or ("value: '4'" in diff), diff
+
+
 def test_hostile_cluster_configuration_is_refused_in_bounded_time() -> None:
     """The ConfigMap comes from the cluster: an alias bomb is one refusal, not a hang or a memory blow-up."""
     lines = ["kind: ClusterConfiguration", "apiVersion: kubeadm.k8s.io/v1beta3",

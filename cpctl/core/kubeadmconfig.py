@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import difflib
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -200,11 +201,25 @@ def dump_config(config: Dict[str, Any]) -> str:
     return yaml.safe_dump(config, sort_keys=False, default_flow_style=False)
 
 
+_SECRET_KEY = re.compile(r"(?i)^(?P<head>[+ -]?\s*(?:-\s+)?(?P<key>[A-Za-z0-9._-]+):\s*)(?P<value>\S.*)$")
+_SECRET_WORD = re.compile(r"(?i)token|password|passwd|secret|credential")
+
+
 def config_diff(old: str, new: str) -> str:
-    """A unified diff of the ClusterConfiguration, credential-looking values redacted."""
-    lines = difflib.unified_diff(old.splitlines(), new.splitlines(), "a/%s/%s:%s" % (NAMESPACE, NAME, KEY),
-                                 "b/%s/%s:%s" % (NAMESPACE, NAME, KEY), lineterm="")
-    return flagtools.redact("\n".join(lines))
+    """A unified diff of the ClusterConfiguration, credential-looking values redacted: ``NAME: VALUE``
+    (v1beta3) and the ``value:`` after ``name: NAME`` (v1beta4) when NAME looks like a credential."""
+    lines = list(difflib.unified_diff(old.splitlines(), new.splitlines(), "a/%s/%s:%s" % (NAMESPACE, NAME, KEY),
+                                      "b/%s/%s:%s" % (NAMESPACE, NAME, KEY), lineterm=""))
+    out, secret_name = [], False
+    for line in lines:
+        match = _SECRET_KEY.match(line)
+        if match and not line.startswith(("+++", "---")):
+            key, value = match.group("key"), match.group("value")
+            if (key == "value" and secret_name) or (key != "name" and _SECRET_WORD.search(key)):
+                line = match.group("head") + "<redacted>"
+            secret_name = key == "name" and bool(_SECRET_WORD.search(value))
+        out.append(line)
+    return flagtools.redact("\n".join(out))
 
 
 def missing_flags(container: Dict[str, Any], config: Dict[str, Any], component: str,

@@ -41,7 +41,8 @@ class Component:
     ``carries_api``: the API itself depends on it (the API server, its stacked etcd): while
     it is down the API cannot watch it go and come back, and the node's API view is stale.
     ``quorum_rule``: the fleet guard's rule for it (None: stopping it on every master is
-    allowed)."""
+    allowed). ``kubeadm_section``: where kubeadm's ClusterConfiguration holds its ``extraArgs``
+    (dotted: ``etcd.local``), which ``kubeadm upgrade`` renders the manifest from."""
 
     name: str
     alias: str
@@ -51,17 +52,19 @@ class Component:
     leader_elected: bool
     carries_api: bool
     quorum_rule: Optional[str]
+    kubeadm_section: str
 
 
 COMPONENTS: Tuple[Component, ...] = (
     Component(ETCD, "etcd", 0, Health("http", 2381, "/readyz"), None, False, True,
-              "etcd keeps quorum only while a majority of its members run"),
+              "etcd keeps quorum only while a majority of its members run", "etcd.local"),
     Component(KUBE_APISERVER, "apiserver", 1, Health("https", 6443, "/readyz"), "secure-port", False, True,
               "at least one API server must keep serving (an API server whose stacked etcd is down is not "
-              "serving)"),
+              "serving)", "apiServer"),
     Component(KUBE_CONTROLLER_MANAGER, "controller-manager", 2, Health("https", 10257, "/healthz"), "secure-port",
-              True, False, None),
-    Component(KUBE_SCHEDULER, "scheduler", 3, Health("https", 10259, "/healthz"), "secure-port", True, False, None),
+              True, False, None, "controllerManager"),
+    Component(KUBE_SCHEDULER, "scheduler", 3, Health("https", 10259, "/healthz"), "secure-port", True, False, None,
+              "scheduler"),
 )
 
 #: Ports kubeadm's control plane and the node's agents listen on even when no manifest spells them

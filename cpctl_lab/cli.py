@@ -107,9 +107,11 @@ PROFILE_OPTIONS: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
     click.option("--rbac/--no-rbac", default=None, help="Enforce RBAC for the components' identities."),
     click.option("--component-checks/--no-component-checks", default=None,
                  help="Crash-loop control-plane containers whose command line the real binary rejects."),
+    click.option("--kubeadm-api", type=click.Choice(profiles.KUBEADM_APIS), default=None,
+                 help="ClusterConfiguration version in kube-system/kubeadm-config (auto: v1beta4 from v1.31).")
 ]
 SETTING_NAMES = ("k8s_version", "ip_family", "node_naming", "local_mode", "stacked_etcd", "realistic_timing",
-                 "time_scale", "rbac", "component_checks")
+                 "time_scale", "rbac", "component_checks", "kubeadm_api")
 
 
 def lab_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -360,3 +362,36 @@ def demo_cmd(directory: Optional[str], keep: bool) -> None:
 def _interrupt(_signum: int, _frame: Any) -> None:
     """SIGTERM unwinds the demo like Ctrl-C does: the lab stops and the temp dir goes."""
     raise KeyboardInterrupt
+
+
+@lab.command("kubeadm-upgrade")
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
+              default=control.DEFAULT_DIR, show_default=True)
+@click.option("--to", "to", type=click.Choice(list(profiles.RELEASES)), default=None,
+              help="Release to upgrade to [default: the lab release after kubernetesVersion].")
+@click.option("--halt", is_flag=True,
+              help="Stop half-way: new manifests staged in /etc/kubernetes/tmp, nothing moved (an upgrade in flight).")
+@click.option("--timeout", type=float, default=60.0, show_default=True,
+              help="Seconds to wait for each upgraded component's new pod.")
+def kubeadm_upgrade_cmd(directory: Path, to: Optional[str], halt: bool, timeout: float) -> None:
+    """Do to the manifests what `kubeadm upgrade apply` does: render each one from the
+    ClusterConfiguration in kube-system/kubeadm-config (hand-made flags not in it disappear), back
+    the old one up under /etc/kubernetes/tmp/kubeadm-backup-manifests-<time>/ and move the new one in."""
+    from .kubeadmconfig import ConfigError, upgrade
+    directory = directory.expanduser().resolve()
+    info = control.running_state(directory)
+    if not info:
+        fail(f"no lab running in {directory}")
+    try:
+        old, new, outcomes = upgrade(info, directory, to, halt, timeout)
+    except (ConfigError, OSError, ValueError) as exc:
+        fail(f"kubeadm upgrade: {exc}")
+    for out in outcomes:
+        if out.halted:
+            click.echo(f"{out.node}: halted with new manifests staged in {out.staged_dir} (upgrade in flight)")
+            continue
+        click.echo(f"{out.node}: upgraded {', '.join(out.upgraded) or 'nothing'}"
+                   + (f"; unchanged {', '.join(out.skipped)}" if out.skipped else "")
+                   + f"; backup in {out.backup_dir}")
+    if not halt:
+        click.echo(f"kubeadm upgrade: {old} -> {new}")

@@ -30,7 +30,7 @@ from typing import Any, Callable, Optional
 
 import yaml
 
-from . import componentlogs, control, etcddata, faults, nodefiles, profiles, rbac, seeds
+from . import componentlogs, control, etcddata, faults, kubeadmconfig, nodefiles, profiles, rbac, seeds
 from .apiserver import K8S_VERSION, RESOURCES, Api, ApiHandler, Res
 from .httpserve import LabHTTPServer, free_port, serve
 from .kubelet import Container, Kubelet, Worker, host_path
@@ -631,6 +631,9 @@ class Lab:
             if not master:
                 obj["spec"].pop("taints")
             self.store.create("nodes", "", obj)
+        endpoint = f"[{self.node_ip}]:{self.port}" if ":" in self.node_ip else f"{self.node_ip}:{self.port}"
+        self.store.create("configmaps", "kube-system",
+                          kubeadmconfig.configmap(kubeadmconfig.cluster_configuration(self.settings, endpoint)))
 
     def _pod_cidr(self, index: int) -> str:
         return f"fd00:10:244:{index:x}::/64" if ":" in self.node_ip else f"10.244.{index}.0/24"

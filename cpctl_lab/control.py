@@ -201,6 +201,7 @@ VALUE_OPTIONS = {
     "masters": "--masters",
     "profile": "--profile",
     "k8s_version": "--k8s-version",
+    "kubeadm_api": "--kubeadm-api",
     "ip_family": "--ip-family",
     "node_naming": "--node-naming",
     "time_scale": "--time-scale",

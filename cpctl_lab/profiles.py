@@ -18,6 +18,7 @@ from typing import Any, Optional
 
 IP_FAMILIES = ("ipv4", "ipv6")
 NODE_NAMINGS = ("short", "fqdn", "override")
+KUBEADM_APIS = ("auto", "v1beta3", "v1beta4")
 FQDN_DOMAIN = "cpctl.test"
 
 
@@ -85,6 +86,9 @@ class LabSettings:
     #: Control-plane containers whose command line the real binary rejects (unknown flag, bad
     #: value, missing file) crash-loop (cpctl_lab.componentflags).
     component_checks: bool = True
+    #: The ClusterConfiguration in the kubeadm-config ConfigMap: v1beta3 (extraArgs maps), v1beta4
+    #: (name/value lists), or auto (v1beta4 from kubeadm v1.31 on, as kubeadm writes it).
+    kubeadm_api: str = "auto"
 
     @property
     def release(self) -> KubeRelease:
@@ -155,6 +159,8 @@ def check(settings: LabSettings) -> None:
         raise ValueError(f"ip_family must be one of {', '.join(IP_FAMILIES)}")
     if settings.node_naming not in NODE_NAMINGS:
         raise ValueError(f"node_naming must be one of {', '.join(NODE_NAMINGS)}")
+    if settings.kubeadm_api not in KUBEADM_APIS:
+        raise ValueError(f"kubeadm_api must be one of {', '.join(KUBEADM_APIS)}")
     if settings.masters < 1:
         raise ValueError("--masters must be >= 1")
     if not settings.time_scale > 0:

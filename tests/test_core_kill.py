@@ -1,8 +1,8 @@
 """SIGKILL at every step of every kind of change, then recovery: the crash-safety invariants hold.
 
 Each kind of change (stop, start, start-edited, scheduler-add, scheduler-remove, move-stray,
-restore-missing, apply, apply-parked, rollback) runs in a forked child on a ``MockHost`` that kills
-the process just before its Nth host call, for every N from the first call to the last - every
+restore-missing, apply, apply-parked, rollback, keep-in) runs in a forked child on a ``MockHost`` that
+kills the process just before its Nth host call, for every N from the first call to the last - every
 instant between two file operations is a kill point. The next cpctl command (``status``, in-process)
 must then find the node in one of the two states the change goes between, completed or rolled back,
 say which, and leave no journal, no staged or temp file, and never two loadable files for one pod in
@@ -19,11 +19,11 @@ from typing import Any, Callable, Dict, List, Tuple
 
 import pytest
 
-from cpctl.core import views
+from cpctl.core import kubeadmconfig, views
 from cpctl.core.settings import Settings
 from cpctl.host.local import LocalHost
 from cpctl.host.mock import Fault, MockHost
-from cpctl.ops import drift, edits, lifecycle
+from cpctl.ops import drift, edits, keepin, lifecycle
 from cpctl.ops import scheduler as secondsched
 from cpctl.ops.wiring import open_node
 from tests.coreutil import MANIFESTS, NODE, NodeDirs, sha
@@ -71,12 +71,15 @@ CHANGES: Dict[str, Callable[[Any], Any]] = {
     "apply-parked": lambda node: edits.replace(node, "scheduler", NEW_SCHEDULER, "test", "apply",
                                                edits.ApplyOptions(timeout=1, settle=0, parked=True)),
     "start-edited": lambda node: lifecycle.start(node, ["scheduler"], False, 1),
+    "keep-in": lambda node: keepin.write_patch(node, keepin.plan(
+        node, "kube-scheduler", SCHEDULER, NEW_SCHEDULER, kubeadmconfig.FlagChange([("v", "4")]),
+        [kubeadmconfig.KeepIn("patches")]), None),
 }
 
 
 def _prepare(kind: str, root: str) -> NodeDirs:
     """A node in the state the change starts from (set up without faults)."""
-    if kind in ("scheduler-add", "scheduler-remove", "apply", "rollback"):
+    if kind in ("scheduler-add", "scheduler-remove", "apply", "rollback", "keep-in"):
         node = NodeDirs(root, files={"kube-scheduler.yaml": SCHEDULER})
     else:
         node = NodeDirs(root)
@@ -257,6 +260,18 @@ def _check_replace(node: NodeDirs, kind: str, status: Dict[str, Any]) -> str:
     return "rolled back"
 
 
+def _check_keep_in(node: NodeDirs, status: Dict[str, Any]) -> str:
+    """The kubeadm patch file is absent (rolled back, no record) or complete (recorded)."""
+    path = os.path.join(node.root, "patches", "kube-scheduler+json.yaml")
+    if not os.path.exists(path):
+        assert _actions(node) == []
+        return "rolled back"
+    with open(path, "rb") as handle:
+        assert handle.read() == b'- {"op": "add", "path": "/spec/containers/0/command/-", "value": "--v=4"}\n'
+    assert _actions(node) == ["keep-in"]
+    return "completed"
+
+
 CHECKS: Dict[str, Callable[..., str]] = {
     "stop": lambda node, status: _check_stop_or_start(node, "stop", status),
     "start": lambda node, status: _check_stop_or_start(node, "start", status),
@@ -268,6 +283,7 @@ CHECKS: Dict[str, Callable[..., str]] = {
     "start-edited": _check_start_edited,
     "apply": lambda node, status: _check_replace(node, "apply", status),
     "rollback": lambda node, status: _check_replace(node, "rollback", status),
+    "keep-in": _check_keep_in,
 }
 
 

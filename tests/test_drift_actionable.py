@@ -113,3 +113,11 @@ def test_restore_missing_refuses_a_tampered_baseline_copy(capsys: Any, tmp_path:
     action = data["actions"][0]
     assert not action["ok"] and "does not match its recorded checksum" in action["message"]
     assert not os.path.exists(os.path.join(node.manifests, "kube-scheduler.yaml"))
+
+
+def test_every_finding_kind_has_a_fix() -> None:
+    """Each kind the check can report (its documented list) has its fix command: a new kind
+    without one would end a check in an internal error."""
+    from cpctl.ops import drift
+    for kind in drift.KINDS:
+        assert drift.how_to_fix(kind, "x.yaml", "x", {}), kind

@@ -24,7 +24,8 @@ import json
 import time
 from typing import Any, Optional
 
-from cpctl.core import journal, manifests
+from cpctl.core import flags, journal, manifests, outside
+from cpctl.core import kubeadmconfig as kc
 from cpctl.core.manifests import DirScan
 from cpctl.core.node import Node
 from cpctl.core.state import BASELINE as BASELINE_FILE
@@ -57,6 +58,9 @@ KINDS = {
     "editor_swap": "an editor swap file: someone is editing a manifest or an editor crashed",
     "no_baseline": "no baseline recorded: missing/changed/unexpected checks skipped",
     "check_skipped": "mirror pod checks skipped: no probe that can describe pods",
+    "lost_change": "flags cpctl set are gone: a writer other than cpctl (kubeadm upgrade) replaced the manifest",
+    "upgrade_in_flight": "a kubeadm upgrade is in flight (fresh manifests in /etc/kubernetes/tmp): changes refused",
+    "kubeadm_drops": "check --kubeadm: manifest flags the next kubeadm upgrade drops (not in ClusterConfiguration)",
 }
 
 
@@ -105,6 +109,10 @@ def how_to_fix(kind: str, file: Optional[str], component: Optional[str], extra: 
         "editor_swap": "finish the edit, or remove %s if the editor crashed" % file,
         "no_baseline": "cpctl baseline",
         "check_skipped": "cpctl check --probe api (or --probe crictl)",
+        "lost_change": "cpctl revisions %s, then set them again with cpctl flags %s --set ... --keep-in "
+                       "kubeadm-config (so the next upgrade keeps them)" % (name, name),
+        "upgrade_in_flight": "let kubeadm upgrade finish (or clean up after a failed one), then retry",
+        "kubeadm_drops": "cpctl flags %s --set NAME=VALUE --keep-in kubeadm-config (for each flag listed)" % name,
     }
     return fixes[kind]
 
@@ -296,8 +304,10 @@ def can_describe(waiter: Waiter) -> bool:
     return type(waiter).describe is not Waiter.describe
 
 
-def check(node: Node, max_parked: Optional[float] = None, now: Optional[float] = None) -> Report:
-    """Look for every kind of drift; read-only (takes no lock, creates nothing)."""
+def check(node: Node, max_parked: Optional[float] = None, now: Optional[float] = None, kubeadm: bool = False
+          ) -> Report:
+    """Look for every kind of drift; read-only (takes no lock, creates nothing). ``kubeadm``: also
+    the flags the next ``kubeadm upgrade`` would drop (reads the ClusterConfiguration from the API)."""
     now = time.time() if now is None else now
     reads = node.view_reads() + [node.state.read_call(p) for p in (node.state.journal_path, baseline_path(node))]
     with node.host.prefetched(reads):
@@ -314,8 +324,57 @@ def check(node: Node, max_parked: Optional[float] = None, now: Optional[float] =
     else:
         _check_baseline(report, node, scan, parked, baseline)
     _check_mirrors(report, node, scan, parked)
+    _check_outside(report, node, scan, now)
+    if kubeadm:
+        _check_kubeadm(report, node, scan)
     _inventory(report, scan, parked, baseline, now)
     return report
+
+
+def _check_outside(report: Report, node: Node, scan: DirScan, now: float) -> None:
+    """Flags cpctl set that a writer other than cpctl dropped, and a kubeadm upgrade in flight."""
+    staging = outside.in_flight(node, now)
+    if staging:
+        report.add(Finding("upgrade_in_flight", WARNING, "a kubeadm upgrade is in flight (new manifests in %s): "
+                           "cpctl refuses changes until it is done (or --force)" % staging, file=staging))
+    try:
+        records = outside.history(node)
+    except CpctlError:
+        return                      # an unreadable or unsafe state dir is reported by _check_permissions
+    for m in scan.manifests:
+        if m.pod is None:
+            continue
+        found = outside.detect(node, m.file, m.checksum, records)
+        if found is None:
+            continue
+        containers = (m.pod.get("spec") or {}).get("containers") or [{}]
+        lost = outside.lost_flags(node, m.file, containers[0] if isinstance(containers[0], dict) else {}, records)
+        if lost:
+            report.add(Finding("lost_change", WARNING, "%s was replaced outside cpctl (%s): flags cpctl set are gone: "
+                               "%s" % (m.file, found.note, " ".join(flags.redact(x) for x in lost)), file=m.file,
+                               component=m.pod_name, lost=lost, replaced=found.to_dict()))
+
+
+def _check_kubeadm(report: Report, node: Node, scan: DirScan) -> None:
+    """``check --kubeadm``: per kubeadm component, the flags not kept in the ClusterConfiguration."""
+    from cpctl.ops import keepin
+    config = keepin.read_cluster_config(node)
+    try:
+        records = outside.history(node)
+    except CpctlError:
+        records = []
+    for m in scan.manifests:
+        if m.pod is None or m.pod_name not in kc.SECTIONS:
+            continue
+        containers = (m.pod.get("spec") or {}).get("containers") or [{}]
+        first = containers[0] if isinstance(containers[0], dict) else {}
+        changed = list(outside.flags_set_by_cpctl(node, m.file, records))
+        drops = kc.missing_flags(first, config, m.pod_name, changed)
+        if drops:
+            report.add(Finding("kubeadm_drops", WARNING, "%s: the next kubeadm upgrade drops or resets %s (not in the "
+                               "ClusterConfiguration's %s extraArgs; keep them with --keep-in kubeadm-config)"
+                               % (m.file, " ".join(flags.redact(d) for d in drops), kc.SECTIONS[m.pod_name]),
+                               file=m.file, component=m.pod_name, flags=drops))
 
 
 def _check_permissions(report: Report, node: Node) -> None:

@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from cpctl.core import checks, flags, journal, manifests, revisions
+from cpctl.core import checks, flags, journal, manifests, outside, revisions
 from cpctl.core.manifests import Manifest
 from cpctl.core.node import Node, parked_content
 from cpctl.core.replace import check_revisable, replace_change, revisions_of, text_diff
@@ -51,7 +51,7 @@ class ApplyOptions:
     reason: Optional[str] = None
     keep: int = revisions.DEFAULT_KEEP
     settle: float = 5.0
-    force: bool = False              # go ahead despite flag-sanity doubts (lists may be out of date)
+    force: bool = False              # go ahead despite flag-sanity doubts, and while a kubeadm upgrade is in flight
     parked: bool = False             # change the parked copy of a stopped component (not waited for)
 
 
@@ -127,6 +127,8 @@ def replace(node: Node, component: str, new: bytes, source: str, action: str, op
     ``expect`` (edit, flags): the checksum of the bytes the new version was made from; a manifest
     changed since is a conflict (exit 10) and nothing changes."""
     manifests.validate_component_name(component)
+    if not options.force:
+        outside.refuse_in_flight(node, "%s of %s" % (action, component))
     if options.dry_run:
         return plan(node, component, new, source, action, options.force, options.parked)
     if options.parked:
@@ -343,7 +345,29 @@ def rollback_target(node: Node, component: str, to: Optional[int]) -> Tuple[revi
             raise CpctlError("%s has no earlier healthy revision to roll back to (see cpctl revisions %s; choose one "
                              "with --to)" % (component, component), ExitCode.NOT_FOUND)
         chosen = usable[-1]
+        _refuse_crossing(node, component, manifest, kept, chosen)
     return chosen, revisions_of(node).read(chosen), manifest.checksum or ""
+
+
+def _refuse_crossing(node: Node, component: str, manifest: Manifest, kept: List[revisions.Revision],
+                     chosen: revisions.Revision) -> None:
+    """A rollback without --to never undoes what a writer other than cpctl did (a kubeadm upgrade):
+    REFUSED, naming it, when the manifest was replaced outside cpctl after ``chosen`` was replaced."""
+    found = outside.detect(node, manifest.file, manifest.checksum)
+    later = [r for r in kept if r.number >= chosen.number]
+    gaps = [r for r, after in zip(later, later[1:]) if r.replaced_by != after.checksum]
+    kept_outside = [r for r in later if r.action == "outside"]      # cpctl's bytes an outside writer replaced
+    if found is None and not gaps and not kept_outside:
+        return
+    if found is not None:
+        what = found.note
+    elif kept_outside:
+        what = "%s, after revision %d" % (kept_outside[-1].reason or "replaced outside cpctl", kept_outside[-1].number)
+    else:
+        what = "replaced outside cpctl after revision %d" % gaps[0].number
+    raise CpctlError("%s was changed by a writer other than cpctl (%s) since revision %d was replaced: rolling back to "
+                     "it would undo that change too; nothing changed. Choose the revision with --to N (see cpctl "
+                     "revisions %s)" % (component, what, chosen.number, component), ExitCode.REFUSED)
 
 
 def list_revisions(node: Node, component: str) -> Dict[str, Any]:
@@ -360,5 +384,6 @@ def list_revisions(node: Node, component: str) -> Dict[str, Any]:
         raise node.not_found(component)
     kept = revisions_of(node).list(filename) if node.state.ensure(create=False) else []
     rows = [dict(r.to_dict(), current=(r.checksum == checksum)) for r in kept]
+    found = outside.detect(node, filename, checksum) if present else None
     return {"node": node.node_name, "component": component, "file": filename, "checksum": checksum,
-            "parked": not present, "revisions": rows}
+            "parked": not present, "revisions": rows, "outside": found.to_dict() if found else None}

@@ -518,6 +518,17 @@ class KubeClient:
         return self._get("/apis/coordination.k8s.io/v1/namespaces/%s/leases/%s"
                          % (quote(namespace, safe=""), quote(name, safe="")), "Lease", name, namespace, timeout)
 
+    def get_configmap(self, namespace: str, name: str, timeout: Optional[float] = None) -> Optional[Dict[str, Any]]:
+        """The ConfigMap, or None when it does not exist."""
+        return self._get("/api/v1/namespaces/%s/configmaps/%s" % (quote(namespace, safe=""), quote(name, safe="")),
+                         "ConfigMap", name, namespace, timeout)
+
+    def update_configmap(self, namespace: str, name: str, obj: dict, timeout: Optional[float] = None
+                         ) -> Dict[str, Any]:
+        """PUT the ConfigMap; its ``metadata.resourceVersion`` makes a concurrent change a 409 Conflict."""
+        return self.request("PUT", "/api/v1/namespaces/%s/configmaps/%s" % (quote(namespace, safe=""),
+                                                                           quote(name, safe="")), obj, timeout=timeout)
+
     def events_for(self, namespace: str, name: str, limit: int = 5, timeout: Optional[float] = None) -> list:
         """The newest events about one object (for timeout hints); [] when they cannot be read."""
         try:

@@ -66,9 +66,12 @@ def baseline_text(result: dict) -> str:
 @click.option("--timeout", type=click.FloatRange(0.1, 3600), default=60.0, show_default=True,
               help="Seconds --fix waits for a restored pod.")
 @click.option("--dry-run", is_flag=True, help="With --fix: print what would be repaired; change nothing.")
+@click.option("--kubeadm", is_flag=True, help="Also list the flags the next `kubeadm upgrade` would drop: in a "
+              "manifest, not in the ClusterConfiguration of kube-system/kubeadm-config.")
 @click.pass_context
 def check(ctx: click.Context, fix: bool, remove_strays: bool, allow_restart: bool, restore_missing: bool,
-          max_parked: Optional[str], prometheus_textfile: Optional[str], timeout: float, dry_run: bool) -> None:
+          max_parked: Optional[str], prometheus_textfile: Optional[str], timeout: float, dry_run: bool,
+          kubeadm: bool) -> None:
     """Find drift: overdue parks, missing/changed/unexpected manifests, strays, duplicates,
     interrupted operations, loose state dir permissions and (with a probe) mirror pods. Each
     finding says how to fix it.
@@ -90,7 +93,7 @@ def check(ctx: click.Context, fix: bool, remove_strays: bool, allow_restart: boo
     def action(node: Any) -> dict:
         try:
             result = _run_check(node, fix, remove_strays, max_seconds, timeout, dry_run, allow_restart,
-                                restore_missing)
+                                restore_missing, kubeadm)
         except CpctlError:
             _write_metrics(node.host, prometheus_textfile, None)
             raise
@@ -108,15 +111,16 @@ def check(ctx: click.Context, fix: bool, remove_strays: bool, allow_restart: boo
 
 
 def _run_check(node: Any, fix: bool, remove_strays: bool, max_seconds: Optional[float], timeout: float,
-               dry_run: bool = False, allow_restart: bool = False, restore_missing: bool = False) -> dict:
+               dry_run: bool = False, allow_restart: bool = False, restore_missing: bool = False,
+               kubeadm: bool = False) -> dict:
     from cpctl.ops import drift
-    report = drift.check(node, max_seconds)
+    report = drift.check(node, max_seconds, kubeadm=kubeadm)
     result: Dict[str, Any] = {"report": report, "final": report, "actions": None, "dry_run": dry_run}
     if fix and dry_run:
         result["actions"] = drift.plan_fix(node, report, remove_strays, restore_missing)
     elif fix:
         result["actions"] = drift.fix(node, report, remove_strays, timeout, allow_restart, restore_missing)
-        result["final"] = drift.check(node, max_seconds)
+        result["final"] = drift.check(node, max_seconds, kubeadm=kubeadm)
     return result
 
 

@@ -72,12 +72,56 @@ def _options(ctx: click.Context, component: str, timeout: float, no_rollback: bo
                         keep=keep_revisions, settle=settle, force=force, parked=parked)
 
 
+keep_in_option = click.option(
+    "--keep-in", "keep_in", multiple=True, metavar="TARGET",
+    help="Also keep the flag change where the next `kubeadm upgrade` looks: kubeadm-config (the "
+         "ClusterConfiguration's extraArgs in kube-system/kubeadm-config) or patches[=DIR] (a kubeadm JSON "
+         "patch DIR/<component>+json.yaml, default /etc/kubernetes/patches). Repeatable.")
+
+
+def _keep_targets(keep_in: Tuple[str, ...], parked: bool = False) -> List[Any]:
+    """The parsed --keep-in targets (usage error for an unknown one, before anything is read)."""
+    from cpctl.core.kubeadmconfig import parse_keep_in
+    if keep_in and parked:
+        raise CpctlError("--keep-in goes with a change of the running manifest, not with --parked: keep the "
+                         "change in kubeadm's config when the component is started again", ExitCode.USAGE)
+    return [parse_keep_in(t) for t in keep_in]
+
+
+def _kept(node: Any, component: str, data: bytes, new: bytes, targets: List[Any], sets: Any = None,
+          unsets: Any = None, container: Optional[str] = None) -> Any:
+    """The --keep-in plan (None without targets): the flags --set/--unset, else those that differ."""
+    if not targets:
+        return None
+    from cpctl.core import kubeadmconfig as kc
+    from cpctl.core.checks import parse_new
+    from cpctl.core.flags import pick_container
+    from cpctl.ops import edits, keepin
+    pod_name = edits.current(node, component, "flags").pod_name or component
+    if sets is not None:
+        change = kc.FlagChange(list(sets), list(unsets or []))
+    else:
+        change = kc.flag_change(pick_container(parse_new(data, component), container)[1],
+                                pick_container(parse_new(new, component), container)[1])
+    return keepin.plan(node, pod_name, data, new, change, targets, container)
+
+
+def _show_diff(text: str) -> None:
+    click.echo(printable(text), err=True)
+
+
 def change_text(data: Dict[str, Any]) -> str:
     lines = ["%s: %s" % (data.get("component"), data.get("message"))]
     lines += ["  %s" % line for line in data.get("flags") or []]
     lines += ["  warning: %s" % w for w in data.get("warnings") or []]
+    keep = data.get("keep_in") or {}
+    if keep:
+        lines.append("  kept in: %s" % (", ".join(keep.get("done") or []) or "nothing to change there"
+                                         if not data.get("dry_run") else "(dry run)"))
     if data.get("diff"):
         lines.append(data["diff"])
+    if keep.get("diff") and data.get("dry_run"):
+        lines.append(keep["diff"])
     return "\n".join(lines)
 
 
@@ -96,10 +140,12 @@ def _read_new(source: str) -> bytes:
 @click.argument("component")
 @click.option("-f", "--filename", "source", required=True, help="The new manifest (- reads stdin).")
 @parked_option
+@keep_in_option
 @_change_options
 @click.pass_context
-def apply(ctx: click.Context, component: str, source: str, parked: bool, timeout: float, no_rollback: bool,
-          dry_run: bool, reason: Optional[str], keep_revisions: int, settle: float, force: bool) -> None:
+def apply(ctx: click.Context, component: str, source: str, parked: bool, keep_in: Tuple[str, ...], timeout: float,
+          no_rollback: bool, dry_run: bool, reason: Optional[str], keep_revisions: int, settle: float,
+          force: bool) -> None:
     """Replace COMPONENT's manifest with FILE, verify the new pod, roll back if it does not come up.
 
     Validates first (a pod the kubelet would run, same name, no duplicated flag, the files its flags
@@ -107,12 +153,22 @@ def apply(ctx: click.Context, component: str, source: str, parked: bool, timeout
     waits for the NEW pod to be Running, Ready and healthy. Exit 11: rolled back; 12: the rollback
     did not come back healthy either. --parked: replace the parked copy of a stopped component.
     """
-    from cpctl.ops import edits
+    from cpctl.ops import edits, keepin
+    targets = _keep_targets(keep_in, parked)
     options = _options(ctx, component, timeout, no_rollback, dry_run, reason, keep_revisions, settle, force, parked)
     new = _read_new(source)
     where = "stdin" if source == "-" else source
-    execute(ctx, lambda node: edits.replace(node, component, new, where, "apply", options), change_text,
-            changing=not dry_run)
+
+    def action(node: Any) -> Dict[str, Any]:
+        if not targets:
+            return edits.replace(node, component, new, where, "apply", options)
+        from cpctl.core.manifests import checksum
+        _, data = edits.read_current(node, component, "apply")
+        keep = _kept(node, component, data, new, targets)
+        return keepin.run(node, keep, dry_run, lambda: edits.replace(node, component, new, where, "apply", options,
+                                                                     expect=checksum(data)), _show_diff, reason,
+                          options.force)
+    execute(ctx, action, change_text, changing=not dry_run)
 
 
 @click.command()
@@ -121,11 +177,12 @@ def apply(ctx: click.Context, component: str, source: str, parked: bool, timeout
 @click.option("--unset", "unsets", multiple=True, metavar="NAME", help="Remove --NAME (repeatable).")
 @click.option("--container", default=None, help="The container (default: the only one, or the one named like the pod).")
 @parked_option
+@keep_in_option
 @_change_options
 @click.pass_context
 def flags(ctx: click.Context, component: str, sets: Tuple[str, ...], unsets: Tuple[str, ...], container: Optional[str],
-          parked: bool, timeout: float, no_rollback: bool, dry_run: bool, reason: Optional[str], keep_revisions: int,
-          settle: float, force: bool) -> None:
+          parked: bool, keep_in: Tuple[str, ...], timeout: float, no_rollback: bool, dry_run: bool,
+          reason: Optional[str], keep_revisions: int, settle: float, force: bool) -> None:
     """Set or remove --NAME=VALUE flags of COMPONENT's container, then apply like `cpctl apply`.
 
     Without --set/--unset: list the container's flags (of the parked copy when it is parked). The
@@ -133,8 +190,11 @@ def flags(ctx: click.Context, component: str, sets: Tuple[str, ...], unsets: Tup
     intended command. --parked: change the parked copy of a stopped component.
     """
     from cpctl.core import flags as flagtools
-    from cpctl.ops import edits
+    from cpctl.ops import edits, keepin
+    targets = _keep_targets(keep_in, parked)
     if not sets and not unsets:
+        if targets:
+            raise CpctlError("--keep-in needs --set or --unset", ExitCode.USAGE)
         _list_flags(ctx, component, container, parked)
         return
     wanted = [flagtools.parse_assignment(s) for s in sets]
@@ -145,7 +205,10 @@ def flags(ctx: click.Context, component: str, sets: Tuple[str, ...], unsets: Tup
         from cpctl.core.manifests import checksum
         _, data = edits.read_current(node, component, "flags", parked)
         new, said = edits.flags_version(data, component, container, wanted, removed)
-        result = edits.replace(node, component, new, "flags", "flags", options, {"flags": said}, expect=checksum(data))
+        keep = _kept(node, component, data, new, targets, wanted, removed, container)
+        result = keepin.run(node, keep, dry_run, lambda: edits.replace(
+            node, component, new, "flags", "flags", options, {"flags": said}, expect=checksum(data)),
+            _show_diff, reason, options.force)
         return dict(result, flags=said)
     execute(ctx, action, change_text, changing=not dry_run)
 
@@ -207,8 +270,11 @@ def revisions(ctx: click.Context, component: str) -> None:
 
 def revisions_text(data: Dict[str, Any]) -> str:
     rows = data.get("revisions") or []
+    found = data.get("outside")
+    tail = ["-    %-20s %-10s %-9s %-12s current; %s" % ("-", "not cpctl", "outside", str(found["current"])[:12],
+                                                        found["note"])] if found else []
     if not rows:
-        return "%s: no revisions kept (%s)" % (data.get("component"), data.get("file"))
+        return "\n".join(["%s: no revisions kept (%s)" % (data.get("component"), data.get("file"))] + tail)
     out = ["%-4s %-20s %-10s %-9s %-12s %s" % ("REV", "REPLACED AT", "BY", "ACTION", "CHECKSUM", "NOTE")]
     for row in rows:
         notes = [n for n in ("current" if row.get("current") else "", "failed" if row.get("failed") else "") if n]
@@ -217,7 +283,7 @@ def revisions_text(data: Dict[str, Any]) -> str:
         line = "%-4s %-20s %-10s %-9s %-12s %s" % (row["number"], row["saved_at"], row["saved_by"], row["action"],
                                                     row["checksum"][:12], "; ".join(notes))
         out.append(line.rstrip())
-    return "\n".join(out)
+    return "\n".join(out + tail)
 
 
 # --- edit ---------------------------------------------------------------------------------------------
@@ -225,10 +291,12 @@ def revisions_text(data: Dict[str, Any]) -> str:
 @click.argument("component")
 @click.option("-y", "--yes", is_flag=True, help="Apply without asking after the diff.")
 @parked_option
+@keep_in_option
 @_change_options
 @click.pass_context
-def edit(ctx: click.Context, component: str, yes: bool, parked: bool, timeout: float, no_rollback: bool,
-         dry_run: bool, reason: Optional[str], keep_revisions: int, settle: float, force: bool) -> None:
+def edit(ctx: click.Context, component: str, yes: bool, parked: bool, keep_in: Tuple[str, ...], timeout: float,
+         no_rollback: bool, dry_run: bool, reason: Optional[str], keep_revisions: int, settle: float,
+         force: bool) -> None:
     """Edit COMPONENT's manifest in $VISUAL/$EDITOR on a private copy, then apply it like `cpctl apply`.
 
     The copy lives outside the manifests dir (no swap or backup file can land there). An invalid
@@ -236,13 +304,15 @@ def edit(ctx: click.Context, component: str, yes: bool, parked: bool, timeout: f
     (--yes skips the question). With several masters, each one's manifest is edited in turn.
     --parked: edit the parked copy of a stopped component.
     """
+    targets = _keep_targets(keep_in, parked)
     options = _options(ctx, component, timeout, no_rollback, dry_run, reason, keep_revisions, settle, force, parked)
     if not yes and not dry_run and not sys.stdin.isatty():
         raise CpctlError("cpctl edit asks before it applies: without a terminal, pass --yes", ExitCode.USAGE)
-    execute(ctx, lambda node: _edit_node(node, component, options, yes), change_text, changing=not dry_run)
+    execute(ctx, lambda node: _edit_node(node, component, options, yes, targets), change_text, changing=not dry_run)
 
 
-def _edit_node(node: Any, component: str, options: Any, yes: bool) -> Dict[str, Any]:
+def _edit_node(node: Any, component: str, options: Any, yes: bool, targets: Optional[List[Any]] = None
+               ) -> Dict[str, Any]:
     from cpctl.core.manifests import checksum
     from cpctl.ops import edits
     filename, data = edits.read_current(node, component, "edit", options.parked)
@@ -254,10 +324,14 @@ def _edit_node(node: Any, component: str, options: Any, yes: bool) -> Dict[str, 
         if new is None:
             return {"node": node.node_name, "component": component, "changed": False,
                     "message": "edit cancelled, no changes made"}
+        from cpctl.ops import keepin
+        keep = _kept(node, component, data, new, targets or [])
         if options.dry_run:
-            return checked
+            return dict(checked, keep_in=keep.to_dict()) if keep else checked
         if checked.get("diff"):
             click.echo(printable(checked["diff"]), err=True)
+        if keep is not None and keep.diffs():
+            _show_diff(keep.diffs())
         for warning in checked.get("warnings") or []:
             note("%s: warning: %s" % (component, warning))
         if not yes and not click.confirm("Apply this change to %s on %s?" % (component, node.node_name), err=True):
@@ -265,7 +339,9 @@ def _edit_node(node: Any, component: str, options: Any, yes: bool) -> Dict[str, 
             return {"node": node.node_name, "component": component, "changed": False,
                     "message": "not applied; your edited copy is at %s" % path}
         keep_copy = True
-        result = edits.replace(node, component, new, "your edit", "edit", options, expect=checksum(data))
+        result = keepin.run(node, keep, False, lambda: edits.replace(
+            node, component, new, "your edit", "edit", options, expect=checksum(data)), lambda _diff: None,
+            options.reason, options.force)
         keep_copy = False
         return result
     except CpctlError as exc:

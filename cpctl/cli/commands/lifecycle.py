@@ -17,7 +17,8 @@ dry_run_option = click.option("--dry-run", is_flag=True, help="Print the plan (m
 verify_option = click.option("--verify", is_flag=True,
                              help="For the scheduler: also check a canary pod gets scheduled (then delete it).")
 force_option = click.option("--force", is_flag=True,
-                            help="Override the fleet quorum check for etcd/apiserver (recorded in history).")
+                            help="Override the fleet quorum check for etcd/apiserver (recorded in history) and the "
+                                 "refusal while a kubeadm upgrade is in flight.")
 reason_option = click.option("--reason", default=None, help="Why (recorded in status and history).")
 
 
@@ -63,12 +64,22 @@ def change(ctx: click.Context, verb: str, components: List[str], dry_run: bool, 
     reason = guarded_reason(ctx, verb, components, force, reason)
     names = names_of or (lambda node: list(components))
     marked = {"all_parked": True} if names_of is not None else {}
+
+    def refuse_in_flight(node: Any) -> None:
+        """stop/restart race a kubeadm upgrade in flight (it moves manifests itself); start only puts back."""
+        if verb != "start" and not force:
+            from cpctl.core import outside
+            outside.refuse_in_flight(node, "%s of %s" % (verb, ", ".join(names(node))))
     if dry_run:
-        execute(ctx, lambda node: dict(lifecycle.plan(node, verb, names(node)), **marked), plan_text)
+        def planned(node: Any) -> Dict[str, Any]:
+            refuse_in_flight(node)
+            return dict(lifecycle.plan(node, verb, names(node)), **marked)
+        execute(ctx, planned, plan_text)
         return
 
     def action(node: Any) -> Dict[str, Any]:
         wanted = names(node)
+        refuse_in_flight(node)
         try:
             outcomes = run_action(node, wanted, reason)
         except BaseException as exc:  # noqa: BLE001 - only an interruption is re-raised with more to say

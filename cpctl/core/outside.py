@@ -1,0 +1,185 @@
+"""Writers that are not cpctl: ``kubeadm upgrade``, an editor, configuration management.
+
+cpctl's history says which bytes cpctl last wrote to each manifest (the ``checksum`` of its newest
+content-changing record). When the file in place holds other bytes, something else replaced it:
+
+* when ``/etc/kubernetes/tmp/kubeadm-backup-manifests-*/<file>`` (next to the manifests dir) holds
+  the bytes cpctl wrote, it was ``kubeadm upgrade`` (which moves the old manifest there), and the
+  image tags of the two versions give the version change;
+* otherwise it was "replaced outside cpctl", by whom cpctl cannot know.
+
+While ``kubeadm upgrade`` runs, its new manifests wait in ``/etc/kubernetes/tmp/kubeadm-upgraded-
+manifests*``; kubeadm removes that dir when it is done. Such a dir with files younger than
+``IN_FLIGHT_SECONDS`` means an upgrade is in flight: a change now would race it (kubeadm moves its
+own version in over cpctl's, or moves cpctl's to its backup dir).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
+
+import yaml
+
+from cpctl.core import manifests
+from cpctl.errors import CpctlError, ExitCode
+
+TMP = "tmp"
+BACKUP_PREFIX = "kubeadm-backup-manifests"
+UPGRADED_PREFIX = "kubeadm-upgraded-manifests"
+#: kubeadm waits up to 5 minutes for each of the four components.
+IN_FLIGHT_SECONDS = 20 * 60
+#: History actions after which the manifest holds the bytes the record's checksum names.
+WRITES = ("apply", "edit", "flags", "rollback", "start", "scheduler-add")
+_FLAG_LINE = re.compile(r"^(?P<sign>[+-])\s*-\s+['\"]?--(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?:=(?P<value>[^'\"]*))?")
+
+
+@dataclass
+class Outside:
+    """The manifest in place is not what cpctl last wrote."""
+
+    file: str
+    written: str                      # checksum of the bytes cpctl last wrote
+    current: str                      # checksum of the bytes there now
+    note: str                         # "kubeadm upgrade v1.30.4 -> v1.31.12" or "replaced outside cpctl"
+    previous: Optional[bytes] = None  # cpctl's bytes, when kubeadm's backup dir still holds them
+    backup: str = ""                  # where
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"file": self.file, "written_by_cpctl": self.written, "current": self.current, "note": self.note,
+                "backup": self.backup or None}
+
+
+def tmp_dir(manifests_dir: str) -> str:
+    """kubeadm's ``/etc/kubernetes/tmp``: ``tmp`` next to the manifests dir."""
+    return os.path.join(os.path.dirname(manifests_dir.rstrip("/")), TMP)
+
+
+def _subdirs(host: Any, manifests_dir: str, prefix: str) -> List[str]:
+    root = tmp_dir(manifests_dir)
+    try:
+        names = host.listdir(root)
+    except OSError:
+        return []
+    return sorted(os.path.join(root, n) for n in names if n.startswith(prefix))
+
+
+def history(node: Any) -> List[Dict[str, Any]]:
+    """cpctl's history on this node, oldest first ([] before cpctl ever changed anything here)."""
+    if not node.state.ensure(create=False):
+        return []
+    records: List[Dict[str, Any]] = node.state.read_history()
+    return records
+
+
+def last_written(node: Any, filename: str, records: Optional[List[Dict[str, Any]]] = None
+                 ) -> Optional[Dict[str, Any]]:
+    """cpctl's newest history record after which ``filename`` held its ``checksum`` (None: never wrote it)."""
+    def wanted(r: Dict[str, Any]) -> bool:
+        return r.get("file") == filename and r.get("action") in WRITES and isinstance(r.get("checksum"), str)
+    if records is None:           # the newest match only: older history segments are read only as far as needed
+        if not node.state.ensure(create=False):
+            return None
+        records = node.state.read_history(limit=1, keep=wanted)
+    found = [r for r in records if wanted(r)]
+    return found[-1] if found else None
+
+
+def detect(node: Any, filename: str, current: Optional[str], records: Optional[List[Dict[str, Any]]] = None
+           ) -> Optional[Outside]:
+    """An ``Outside`` when ``filename`` (checksum ``current``) is not what cpctl last wrote to it."""
+    record = last_written(node, filename, records)
+    if record is None or current is None or record["checksum"] == current:
+        return None
+    written = str(record["checksum"])
+    for directory in reversed(_subdirs(node.host, node.manifests_dir, BACKUP_PREFIX)):
+        path = os.path.join(directory, filename)
+        try:
+            data = node.host.read_file(path, manifests.MAX_MANIFEST_BYTES)
+        except OSError:
+            continue
+        if manifests.checksum(data) == written:
+            return Outside(filename, written, current, _upgrade_note(node, filename, data), data, path)
+    return Outside(filename, written, current, "replaced outside cpctl")
+
+
+def _upgrade_note(node: Any, filename: str, old: bytes) -> str:
+    """``kubeadm upgrade OLD -> NEW`` from the image tags of the backed-up and the current manifest."""
+    try:
+        new = node.host.read_file(os.path.join(node.manifests_dir, filename), manifests.MAX_MANIFEST_BYTES)
+    except OSError:
+        return "kubeadm upgrade"
+    before, after = _image_tag(old), _image_tag(new)
+    if before and after and before != after:
+        return "kubeadm upgrade %s -> %s" % (before, after)
+    return "kubeadm upgrade"
+
+
+def _image_tag(data: bytes) -> str:
+    try:
+        pod = yaml.safe_load(data)
+        image = str(pod["spec"]["containers"][0]["image"])
+    except (yaml.YAMLError, KeyError, IndexError, TypeError):
+        return ""
+    return image.rpartition(":")[2] if ":" in image.rpartition("/")[2] else ""
+
+
+def in_flight(node: Any, now: Optional[float] = None) -> Optional[str]:
+    """The kubeadm staging dir of an upgrade in flight (files younger than IN_FLIGHT_SECONDS), or None."""
+    now = time.time() if now is None else now
+    for directory in reversed(_subdirs(node.host, node.manifests_dir, UPGRADED_PREFIX)):
+        try:
+            names = node.host.listdir(directory)
+        except OSError:
+            continue
+        for name in names:
+            info = node.host.lstat(os.path.join(directory, name))
+            if info and now - float(info.get("mtime") or 0) < IN_FLIGHT_SECONDS:
+                return directory
+    return None
+
+
+def refuse_in_flight(node: Any, what: str) -> None:
+    """REFUSED (exit 4) while a kubeadm upgrade is in flight on this node (``--force`` skips this)."""
+    staging = in_flight(node)
+    if staging:
+        raise CpctlError("a kubeadm upgrade is in flight on %s (its new manifests in %s are fresh): %s now would "
+                         "race it; nothing changed (wait until kubeadm is done, or --force)"
+                         % (node.node_name, staging, what), ExitCode.REFUSED)
+
+
+def flags_set_by_cpctl(node: Any, filename: str, records: Optional[List[Dict[str, Any]]] = None) -> Dict[str, str]:
+    """The ``--name=value`` items cpctl's changes of ``filename`` added or changed, and that no later
+    cpctl change removed (from the diffs its history records keep)."""
+    out: Dict[str, str] = {}
+    for record in (history(node) if records is None else records):
+        if record.get("file") != filename or record.get("action") not in ("apply", "edit", "flags", "rollback"):
+            continue
+        added: Dict[str, str] = {}
+        removed = set()
+        for line in str(record.get("diff") or "").splitlines():
+            match = _FLAG_LINE.match(line)
+            if match is None or line.startswith(("+++", "---")):
+                continue
+            if match.group("sign") == "+":
+                added[match.group("name")] = match.group("value") or ""
+            else:
+                removed.add(match.group("name"))
+        for name in removed - set(added):
+            out.pop(name, None)
+        out.update(added)
+    return out
+
+
+def lost_flags(node: Any, filename: str, container: Dict[str, Any], records: List[Dict[str, Any]]) -> List[str]:
+    """Flags cpctl set in ``filename`` that the container in place no longer has (with that value)."""
+    from cpctl.core.flags import flags_of
+    now = {f.name: f.value or "" for f in flags_of(container)}
+    lost = []
+    for name, value in sorted(flags_set_by_cpctl(node, filename, records).items()):
+        if name not in now or (value != now[name] and "<redacted>" not in value):
+            lost.append("--%s=%s" % (name, value) if value else "--%s" % name)
+    return lost

@@ -1,0 +1,248 @@
+"""``--keep-in kubeadm-config`` and ``--keep-in patches``: a flag change that survives ``kubeadm upgrade``
+(issue 24, item 2), against the lab's real kubeadm-config ConfigMap and `cpctl lab kubeadm-upgrade`."""
+
+# ruff: noqa: F811  (pytest fixtures are imported by name and then used as parameters)
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+import threading
+from typing import Any
+
+import jsonpatch
+import pytest
+import yaml
+
+from cpctl.core import kubeadmconfig as kc
+from cpctl_lab.control import LabHandle
+from tests.labfixture import kubectl, lab_factory, run_cpctl, wait_for  # noqa: F401
+
+
+def upgrade(handle: LabHandle, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cpctl", "lab", "kubeadm-upgrade", "--dir", str(handle.dir), *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def configmap(handle: LabHandle) -> dict[str, Any]:
+    cm: dict[str, Any] = yaml.safe_load(
+        kubectl(handle, "-n", "kube-system", "get", "cm", "kubeadm-config", "-o", "yaml").stdout)
+    return cm
+
+
+def cluster_config(handle: LabHandle) -> dict[str, Any]:
+    cfg: dict[str, Any] = yaml.safe_load(configmap(handle)["data"]["ClusterConfiguration"])
+    return cfg
+
+
+def command(handle: LabHandle, comp: str) -> list[str]:
+    pod = yaml.safe_load((handle.manifests_dir() / f"{comp}.yaml").read_text())
+    return list(pod["spec"]["containers"][0]["command"])
+
+
+def snapshot(handle: LabHandle) -> tuple[dict[str, bytes], str]:
+    files = {p.name: p.read_bytes() for p in handle.manifests_dir().iterdir()}
+    return files, configmap(handle)["data"]["ClusterConfiguration"]
+
+
+# --- pure parts ------------------------------------------------------------------------------------------
+def test_with_flags_keeps_each_api_versions_shape() -> None:
+    v3 = {"apiVersion": "kubeadm.k8s.io/v1beta3", "kind": "ClusterConfiguration",
+          "apiServer": {"extraArgs": {"profiling": "true", "v": "2"}}}
+    v4 = {"apiVersion": "kubeadm.k8s.io/v1beta4", "kind": "ClusterConfiguration",
+          "etcd": {"local": {"dataDir": "/var/lib/etcd"}}}
+    change = kc.FlagChange([("profiling", "false"), ("audit-log-maxage", "7")], ["v"])
+    out3 = kc.with_flags(v3, "apiServer", change)
+    assert out3["apiServer"]["extraArgs"] == {"profiling": "false", "audit-log-maxage": "7"}
+    out4 = kc.with_flags(v4, "etcd.local", kc.FlagChange([("snapshot-count", "5")]))
+    assert out4["etcd"]["local"]["extraArgs"] == [{"name": "snapshot-count", "value": "5"}]
+    assert v3["apiServer"]["extraArgs"] == {"profiling": "true", "v": "2"}        # the input is not changed
+    with pytest.raises(kc.CpctlError) as bad:
+        kc.parse_config("kind: [unclosed")
+    assert bad.value.code == kc.ExitCode.REFUSED and "does not parse" in bad.value.message
+
+
+def test_config_diff_redacts_credentials() -> None:
+    v3 = {"apiVersion": "kubeadm.k8s.io/v1beta3", "kind": "ClusterConfiguration", "apiServer": {}}
+    v4 = dict(v3, apiVersion="kubeadm.k8s.io/v1beta4")
+    change = kc.FlagChange([("oidc-client-secret", "hunter2"), ("v", "4")])
+    for cfg in (v3, v4):
+        diff = kc.config_diff(kc.dump_config(cfg), kc.dump_config(kc.with_flags(cfg, "apiServer", change)))
+        assert "hunter2" not in diff and "<redacted>" in diff and "oidc-client-secret" in diff
+        assert ("v: '4'" in diff) or ("value: '4'" in diff), diff
+
+
+def test_hostile_cluster_configuration_is_refused_in_bounded_time() -> None:
+    """The ConfigMap comes from the cluster: an alias bomb is one refusal, not a hang or a memory blow-up."""
+    lines = ["kind: ClusterConfiguration", "apiVersion: kubeadm.k8s.io/v1beta3",
+             "a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += ["a%d: &a%d [%s]" % (i, i, ", ".join(["*a%d" % (i - 1)] * 10)) for i in range(1, 10)]
+    with pytest.raises(kc.CpctlError) as bad:
+        kc.parse_config("\n".join(lines) + "\n")
+    assert bad.value.code == kc.ExitCode.REFUSED and "alias" in bad.value.message
+
+
+def test_generated_json_patch_gives_the_command_cpctl_wrote() -> None:
+    """RFC 6902 by the `jsonpatch` package (a real implementation, not cpctl's): add, replace, remove."""
+    old_pod = {"spec": {"containers": [{"name": "kube-apiserver", "command": [
+        "kube-apiserver", "--advertise-address=10.0.0.1", "--profiling=true", "--v=2", "--secure-port=6443"]}]}}
+    change = kc.FlagChange([("profiling", "false"), ("audit-log-maxage", "7")], ["v"])
+    new_pod = copy.deepcopy(old_pod)
+    new_pod["spec"]["containers"][0]["command"] = [
+        "kube-apiserver", "--advertise-address=10.0.0.1", "--profiling=false", "--secure-port=6443",
+        "--audit-log-maxage=7"]
+    ops = yaml.safe_load(kc.dump_patch(kc.patch_ops([], 0, old_pod["spec"]["containers"][0],
+                                                    new_pod["spec"]["containers"][0], change)))
+    assert {"op": "add", "path": "/spec/containers/0/command/-", "value": "--audit-log-maxage=7"} in ops
+    assert {"op": "replace", "path": "/spec/containers/0/command/2", "value": "--profiling=false"} in ops
+    assert jsonpatch.apply_patch(old_pod, ops) == new_pod
+
+
+def test_unknown_keep_in_target_is_a_usage_error() -> None:
+    with pytest.raises(kc.CpctlError) as bad:
+        kc.parse_keep_in("kubeadm-conf")
+    assert bad.value.code == kc.ExitCode.USAGE
+
+
+# --- against the lab -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("api_version", ["v1beta3", "v1beta4"])
+def test_flag_kept_in_kubeadm_config_survives_upgrade(lab_factory: Any, api_version: str) -> None:
+    handle = lab_factory(kubeadm_api=api_version)
+    proc = run_cpctl(handle, "flags", "scheduler", "--set", "v=4", "--keep-in", "kubeadm-config", "--timeout", "30")
+    assert proc.returncode == 0, proc.stderr
+    assert "+    v:" in proc.stderr or "+  - name: v" in proc.stderr or "+    - name: v" in proc.stderr, proc.stderr
+    assert "kept in: kube-system/kubeadm-config" in proc.stdout
+    assert kc.extra_args(cluster_config(handle), "scheduler") == [("v", "4")]
+    proc = run_cpctl(handle, "flags", "scheduler", "--set", "profiling=false", "--timeout", "30")
+    assert proc.returncode == 0, proc.stderr
+
+    proc = upgrade(handle, "--to", "1.31")
+    assert proc.returncode == 0, proc.stderr
+    cmd = command(handle, "kube-scheduler")
+    assert "--v=4" in cmd                     # kept in the ClusterConfiguration: survives
+    assert "--profiling=false" not in cmd     # only in the manifest: kubeadm dropped it
+
+
+def test_failed_change_undoes_its_configmap_change(lab_factory: Any) -> None:
+    handle = lab_factory()
+    text = configmap(handle)["data"]["ClusterConfiguration"]
+    # --force: past flag sanity (which would refuse the typo before anything is written), so that
+    # the new pod really crash-loops and the change is rolled back
+    proc = run_cpctl(handle, "flags", "scheduler", "--set", "bind-adress=0.0.0.0", "--keep-in", "kubeadm-config",
+                     "--timeout", "10", "--force")
+    assert proc.returncode == 11, proc.stderr
+    assert "ROLLED BACK" in proc.stderr and "its change to kube-system/kubeadm-config was undone" in proc.stderr
+    cfg = yaml.safe_load(configmap(handle)["data"]["ClusterConfiguration"])
+    assert kc.extra_args(cfg, "scheduler") == [] and cfg == yaml.safe_load(text)
+
+
+def test_keep_in_dry_run_shows_diff_changes_nothing(lab_factory: Any) -> None:
+    handle = lab_factory(kubeadm_api="v1beta4")
+    before = snapshot(handle)
+    proc = run_cpctl(handle, "flags", "apiserver", "--set", "audit-log-maxage=7", "--keep-in", "kubeadm-config",
+                     "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert "+  - name: audit-log-maxage" in proc.stdout or "+    - name: audit-log-maxage" in proc.stdout, proc.stdout
+    assert snapshot(handle) == before
+
+
+def test_unparsable_cluster_configuration_refused_nothing_changed(lab_factory: Any) -> None:
+    handle = lab_factory()
+    kubectl(handle, "-n", "kube-system", "patch", "cm", "kubeadm-config", "--type", "merge",
+            "-p", '{"data": {"ClusterConfiguration": "kind: [unclosed"}}')
+    before = snapshot(handle)
+    proc = run_cpctl(handle, "flags", "scheduler", "--set", "v=4", "--keep-in", "kubeadm-config")
+    assert proc.returncode == 4, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "does not parse" in proc.stderr and "nothing changed" in proc.stderr
+    assert snapshot(handle) == before
+
+
+def test_unknown_keep_in_target_refused_before_anything(lab_factory: Any) -> None:
+    handle = lab_factory()
+    before = snapshot(handle)
+    proc = run_cpctl(handle, "flags", "scheduler", "--set", "v=4", "--keep-in", "kubeadm")
+    assert proc.returncode == 2 and "unknown target" in proc.stderr
+    assert snapshot(handle) == before
+
+
+def _race(handle: LabHandle, times: int) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """Run `flags --keep-in kubeadm-config` while another writer changes the ConfigMap during each of
+    the first ``times`` PUTs (each held back 1.5 s by a lab fault rule before the API serves it)."""
+    handle.inject_faults([{"method": "PUT", "path": "/configmaps/kubeadm-config$", "times": times,
+                           "delay": 1.5, "action": "body"}])
+    out: list[subprocess.CompletedProcess] = []
+    worker = threading.Thread(target=lambda: out.append(run_cpctl(
+        handle, "flags", "scheduler", "--set", "v=4", "--keep-in", "kubeadm-config", "--timeout", "30")))
+    worker.start()
+    others = []
+    for n in range(1, times + 1):
+        wait_for(lambda n=n: handle.faults()[0].get("hits", 0) >= n, timeout=30)
+        others.append(f"other-{n}")
+        kubectl(handle, "-n", "kube-system", "annotate", "cm", "kubeadm-config", f"{others[-1]}=x")
+    worker.join(60)
+    handle.clear_faults()
+    return out[0], others
+
+
+def test_configmap_changed_between_read_and_write_retried_once(lab_factory: Any) -> None:
+    handle = lab_factory()
+    proc, others = _race(handle, 1)
+    assert proc.returncode == 0, proc.stderr
+    cm = configmap(handle)
+    assert set(others) <= set(cm["metadata"].get("annotations") or {})       # the other writer's change stays
+    assert kc.extra_args(yaml.safe_load(cm["data"]["ClusterConfiguration"]), "scheduler") == [("v", "4")]
+    assert "--v=4" in command(handle, "kube-scheduler")
+
+
+def test_configmap_changed_twice_refused_nothing_changed(lab_factory: Any) -> None:
+    handle = lab_factory()
+    files, text = snapshot(handle)
+    proc, _ = _race(handle, 2)
+    assert proc.returncode == 10, proc.stderr
+    assert "changed between cpctl's read and write, twice" in proc.stderr and "nothing changed" in proc.stderr
+    assert snapshot(handle) == (files, text)
+
+
+def test_keep_in_patches_writes_a_json_patch_through_the_journal(lab_factory: Any) -> None:
+    handle = lab_factory()
+    old = yaml.safe_load((handle.manifests_dir() / "kube-scheduler.yaml").read_text())
+    proc = run_cpctl(handle, "flags", "scheduler", "--set", "v=4", "--set", "bind-address=0.0.0.0",
+                     "--keep-in", "patches", "--timeout", "30")
+    assert proc.returncode == 0, proc.stderr
+    patch = handle.root_dir() / "etc/kubernetes/patches/kube-scheduler+json.yaml"
+    ops = yaml.safe_load(patch.read_text())
+    index = old["spec"]["containers"][0]["command"].index("--bind-address=127.0.0.1")
+    assert ops == [{"op": "add", "path": "/spec/containers/0/command/-", "value": "--v=4"},
+                   {"op": "replace", "path": f"/spec/containers/0/command/{index}", "value": "--bind-address=0.0.0.0"}]
+    new = yaml.safe_load((handle.manifests_dir() / "kube-scheduler.yaml").read_text())
+    assert jsonpatch.apply_patch(old, ops) == new
+    history = run_cpctl(handle, "history", "-o", "json")
+    assert '"keep-in"' in history.stdout and "kube-scheduler+json.yaml" in history.stdout
+
+
+EDITOR = """#!%s
+import sys
+path = sys.argv[1]
+text = open(path).read()
+open(path, "w").write(text.replace("    - --leader-elect=true\\n", "    - --leader-elect=true\\n    - --v=5\\n", 1))
+"""
+
+
+def test_apply_and_edit_keep_the_flags_that_differ(lab_factory: Any, tmp_path: Any) -> None:
+    """apply/edit keep the flags that differ between the old and the new manifest (v1beta3: a map)."""
+    handle = lab_factory(kubeadm_api="v1beta3")
+    pod = yaml.safe_load((handle.manifests_dir() / "kube-scheduler.yaml").read_text())
+    pod["spec"]["containers"][0]["command"].append("--profiling=false")
+    new = tmp_path / "kube-scheduler.yaml"
+    new.write_text(yaml.safe_dump(pod, sort_keys=False))
+    proc = run_cpctl(handle, "apply", "scheduler", "-f", str(new), "--keep-in", "kubeadm-config", "--timeout", "30")
+    assert proc.returncode == 0, proc.stderr
+    assert cluster_config(handle)["scheduler"]["extraArgs"] == {"profiling": "false"}
+    script = tmp_path / "editor"
+    script.write_text(EDITOR % sys.executable)
+    script.chmod(0o755)
+    proc = run_cpctl(handle, "edit", "scheduler", "--yes", "--keep-in", "kubeadm-config", "--timeout", "30",
+                     EDITOR=str(script), VISUAL="")
+    assert proc.returncode == 0, proc.stderr
+    assert "--v=5" in command(handle, "kube-scheduler")
+    assert cluster_config(handle)["scheduler"]["extraArgs"] == {"profiling": "false", "v": "5"}

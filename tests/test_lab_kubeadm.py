@@ -1,0 +1,129 @@
+"""The lab's kubeadm-config ConfigMap and `cpctl lab kubeadm-upgrade` (real-node-facts.md, "kubeadm
+upgrade and the manifests dir"): the ClusterConfiguration renders the lab's own manifests, an upgrade
+drops hand-made flags and keeps extraArgs, backs up under /etc/kubernetes/tmp, and can halt half-way."""
+
+# ruff: noqa: F811  (pytest fixtures are imported by name and then used as parameters)
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from cpctl_lab import kubeadmconfig
+from cpctl_lab.control import LabHandle
+from tests.labfixture import kubectl, lab_factory, wait_for  # noqa: F401
+
+
+def upgrade(handle: LabHandle, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cpctl", "lab", "kubeadm-upgrade", "--dir", str(handle.dir), *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def cluster_config(handle: LabHandle) -> dict[str, Any]:
+    cm = yaml.safe_load(kubectl(handle, "-n", "kube-system", "get", "configmap", "kubeadm-config", "-o", "yaml").stdout)
+    cfg: dict[str, Any] = yaml.safe_load(cm["data"]["ClusterConfiguration"])
+    return cfg
+
+
+def command(handle: LabHandle, comp: str) -> list[str]:
+    pod = yaml.safe_load((handle.manifests_dir() / f"{comp}.yaml").read_text())
+    return list(pod["spec"]["containers"][0]["command"])
+
+
+def test_extra_args_shapes_and_merge() -> None:
+    v3 = {"kind": "ClusterConfiguration", "apiVersion": "kubeadm.k8s.io/v1beta3",
+          "apiServer": {"extraArgs": {"audit-log-maxage": "7"}}}
+    v4 = {"kind": "ClusterConfiguration", "apiVersion": "kubeadm.k8s.io/v1beta4",
+          "etcd": {"local": {"extraArgs": [{"name": "snapshot-count", "value": "5"}]}}}
+    assert kubeadmconfig.extra_args(v3, "apiServer") == [("audit-log-maxage", "7")]
+    assert kubeadmconfig.extra_args(v4, "etcd") == [("snapshot-count", "5")]
+    extras = [("snapshot-count", "5"), ("a", "x")]
+    merged = kubeadmconfig.merge_command(["etcd", "--b=1", "--snapshot-count=10000"], extras)
+    assert merged == ["etcd", "--a=x", "--b=1", "--snapshot-count=5"]
+    with pytest.raises(kubeadmconfig.ConfigError, match="does not parse"):
+        kubeadmconfig.parse("kind: [unclosed")
+    with pytest.raises(kubeadmconfig.ConfigError, match="apiVersion"):
+        kubeadmconfig.parse("kind: ClusterConfiguration\napiVersion: kubeadm.k8s.io/v1beta2\n")
+
+
+@pytest.mark.parametrize("api_version", ["v1beta3", "v1beta4"])
+def test_configmap_renders_the_seeded_manifests(lab_factory: Any, api_version: str, tmp_path: Path) -> None:
+    handle = lab_factory(kubeadm_api=api_version)
+    cfg = cluster_config(handle)
+    assert cfg["apiVersion"] == f"kubeadm.k8s.io/{api_version}"
+    assert cfg["kubernetesVersion"] == handle.profile["kubernetes_version"]
+    # Upgrading to the same release changes nothing: the ClusterConfiguration renders the seeds.
+    before = {c: (handle.manifests_dir() / f"{c}.yaml").read_bytes() for c in kubeadmconfig.COMPONENTS}
+    proc = upgrade(handle, "--to", "classic")
+    assert proc.returncode == 0, proc.stderr
+    assert "upgraded nothing" in proc.stdout
+    assert before == {c: (handle.manifests_dir() / f"{c}.yaml").read_bytes() for c in kubeadmconfig.COMPONENTS}
+
+
+def test_upgrade_drops_hand_made_flags_keeps_extra_args(lab_factory: Any) -> None:
+    handle = lab_factory(kubeadm_api="v1beta4")
+    # extraArgs through the API (as `kubectl edit cm kubeadm-config` would), a flag by hand in the file.
+    cm = yaml.safe_load(kubectl(handle, "-n", "kube-system", "get", "cm", "kubeadm-config", "-o", "yaml").stdout)
+    cfg = yaml.safe_load(cm["data"]["ClusterConfiguration"])
+    cfg["scheduler"]["extraArgs"] = [{"name": "v", "value": "3"}]
+    cm["data"]["ClusterConfiguration"] = yaml.safe_dump(cfg)
+    (handle.dir / "cm.yaml").write_text(yaml.safe_dump(cm))
+    kubectl(handle, "replace", "-f", str(handle.dir / "cm.yaml"))
+    path = handle.manifests_dir() / "kube-scheduler.yaml"
+    pod = yaml.safe_load(path.read_text())
+    pod["spec"]["containers"][0]["command"].append("--profiling=false")
+    path.write_text(yaml.safe_dump(pod, sort_keys=False))
+    handed = path.read_bytes()
+    wait_for(lambda: handle.ready(), timeout=20)
+
+    proc = upgrade(handle, "--to", "1.31")
+    assert proc.returncode == 0, proc.stderr
+    assert "kubeadm upgrade: v1.30.4 -> v1.31.12" in proc.stdout
+    cmd = command(handle, "kube-scheduler")
+    assert "--v=3" in cmd and "--profiling=false" not in cmd
+    pod = yaml.safe_load(path.read_text())
+    assert pod["spec"]["containers"][0]["image"] == "registry.k8s.io/kube-scheduler:v1.31.12"
+    tmp = handle.root_dir() / "etc/kubernetes/tmp"
+    backups = sorted(tmp.glob("kubeadm-backup-manifests-*"))
+    assert len(backups) == 1 and (backups[0] / "kube-scheduler.yaml").read_bytes() == handed
+    assert not list(tmp.glob("kubeadm-upgraded-manifests-*"))  # staged dir removed after success
+    assert cluster_config(handle)["kubernetesVersion"] == "v1.31.12"
+    wait_for(lambda: handle.ready(), timeout=30)
+
+
+def test_upgrade_halted_half_way_leaves_manifests_and_fresh_tmp(lab_factory: Any) -> None:
+    handle = lab_factory()
+    before = command(handle, "kube-apiserver")
+    proc = upgrade(handle, "--halt")
+    assert proc.returncode == 0, proc.stderr
+    assert "upgrade in flight" in proc.stdout
+    staged = list((handle.root_dir() / "etc/kubernetes/tmp").glob("kubeadm-upgraded-manifests-*/kube-apiserver.yaml"))
+    assert len(staged) == 1 and command(handle, "kube-apiserver") == before
+    assert cluster_config(handle)["kubernetesVersion"] == handle.profile["kubernetes_version"]
+
+
+def test_upgrade_refuses_a_configuration_that_does_not_parse(lab_factory: Any) -> None:
+    handle = lab_factory()
+    kubectl(handle, "-n", "kube-system", "patch", "cm", "kubeadm-config", "--type", "merge",
+            "-p", '{"data": {"ClusterConfiguration": "kind: [unclosed"}}')
+    before = command(handle, "kube-apiserver")
+    proc = upgrade(handle)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().startswith("cpctl lab: kubeadm upgrade: ClusterConfiguration does not parse")
+    assert command(handle, "kube-apiserver") == before
+    assert not (handle.root_dir() / "etc/kubernetes/tmp").exists()
+
+
+def test_upgrade_refused_while_a_component_is_parked(lab_factory: Any) -> None:
+    """kubeadm's StaticPodManifest preflight: no upgrade while the scheduler's manifest is not on disk."""
+    handle = lab_factory()
+    parked = handle.dir / "parked-scheduler.yaml"
+    (handle.manifests_dir() / "kube-scheduler.yaml").rename(parked)
+    proc = upgrade(handle)
+    assert proc.returncode == 1
+    assert "[ERROR StaticPodManifest]" in proc.stderr and "kube-scheduler.yaml" in proc.stderr
+    assert not (handle.root_dir() / "etc/kubernetes/tmp").exists()

@@ -1,0 +1,123 @@
+"""Writers that are not cpctl (issue 24, item 1), against the lab's `cpctl lab kubeadm-upgrade`: cpctl sees
+that kubeadm replaced a manifest, records it, never rolls back across it without --to, reports the flags it
+dropped, and refuses changes while an upgrade is in flight; `check --kubeadm` lists what the next upgrade drops."""
+
+# ruff: noqa: F811  (pytest fixtures are imported by name and then used as parameters)
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import yaml
+
+from cpctl_lab.control import LabHandle
+from tests.labfixture import kubectl, lab_factory, run_cpctl  # noqa: F401
+
+
+def upgrade(handle: LabHandle, *args: str) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "cpctl", "lab", "kubeadm-upgrade", "--dir", str(handle.dir), *args],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def command(handle: LabHandle, comp: str = "kube-scheduler") -> list[str]:
+    pod = yaml.safe_load((handle.manifests_dir() / f"{comp}.yaml").read_text())
+    return list(pod["spec"]["containers"][0]["command"])
+
+
+def findings(handle: LabHandle, *args: str) -> tuple[int, list[dict[str, Any]]]:
+    proc = run_cpctl(handle, "check", "-o", "json", *args)
+    assert proc.returncode in (0, 1), proc.stderr
+    data = json.loads(proc.stdout)
+    items = data if isinstance(data, list) else [data]
+    return proc.returncode, [f for item in items for f in item["findings"]]
+
+
+def cpctl_ok(handle: LabHandle, *args: str) -> subprocess.CompletedProcess:
+    proc = run_cpctl(handle, *args)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def test_flag_dropped_by_upgrade_reported_kept_one_survives(lab_factory: Any) -> None:
+    handle = lab_factory()
+    cpctl_ok(handle, "flags", "scheduler", "--set", "v=4", "--keep-in", "kubeadm-config", "--timeout", "30")
+    cpctl_ok(handle, "flags", "scheduler", "--set", "profiling=false", "--timeout", "30")
+    code, before = findings(handle)
+    assert not [f for f in before if f["kind"] == "lost_change"]
+    upgrade(handle, "--to", "1.31")
+    assert "--v=4" in command(handle) and "--profiling=false" not in command(handle)
+    code, found = findings(handle)
+    lost = [f for f in found if f["kind"] == "lost_change"]
+    assert code == 1 and len(lost) == 1, found
+    assert lost[0]["lost"] == ["--profiling=false"]
+    assert "kubeadm upgrade v1.30.4 -> v1.31.12" in lost[0]["message"]
+
+
+def test_rollback_after_upgrade_needs_to(lab_factory: Any) -> None:
+    handle = lab_factory()
+    original = (handle.manifests_dir() / "kube-scheduler.yaml").read_bytes()
+    cpctl_ok(handle, "flags", "scheduler", "--set", "v=4", "--timeout", "30")
+    ours = (handle.manifests_dir() / "kube-scheduler.yaml").read_bytes()
+    upgrade(handle, "--to", "1.31")
+    upgraded = (handle.manifests_dir() / "kube-scheduler.yaml").read_bytes()
+
+    proc = run_cpctl(handle, "rollback", "scheduler", "--timeout", "30")
+    assert proc.returncode == 4, proc.stderr
+    assert "kubeadm upgrade v1.30.4 -> v1.31.12" in proc.stderr and "--to N" in proc.stderr
+    assert proc.stderr.count("\n") == 1
+    assert (handle.manifests_dir() / "kube-scheduler.yaml").read_bytes() == upgraded
+
+    listed = cpctl_ok(handle, "revisions", "scheduler").stdout
+    assert "outside" in listed and "kubeadm upgrade v1.30.4 -> v1.31.12" in listed
+
+    cpctl_ok(handle, "rollback", "scheduler", "--to", "1", "--timeout", "30")
+    assert (handle.manifests_dir() / "kube-scheduler.yaml").read_bytes() == original
+    rows = json.loads(cpctl_ok(handle, "revisions", "scheduler", "-o", "json").stdout)
+    rows = rows[0] if isinstance(rows, list) else rows
+    by_number = {r["number"]: r for r in rows["revisions"]}
+    assert by_number[2]["action"] == "outside" and by_number[2]["reason"] == "kubeadm upgrade v1.30.4 -> v1.31.12"
+    assert by_number[3]["action"] == "rollback"
+    kept = handle.state_dir() / "revisions"
+    assert (kept / "kube-scheduler.yaml.2").read_bytes() == ours          # cpctl's version, from kubeadm's backup
+    assert (kept / "kube-scheduler.yaml.3").read_bytes() == upgraded
+
+
+def test_change_during_upgrade_in_flight_refused(lab_factory: Any) -> None:
+    handle = lab_factory()
+    upgrade(handle, "--halt")
+    before = (handle.manifests_dir() / "kube-scheduler.yaml").read_bytes()
+    proc = run_cpctl(handle, "flags", "scheduler", "--set", "v=4", "--timeout", "30")
+    assert proc.returncode == 4 and "kubeadm upgrade is in flight" in proc.stderr, proc.stderr
+    assert (handle.manifests_dir() / "kube-scheduler.yaml").read_bytes() == before
+    proc = run_cpctl(handle, "flags", "scheduler", "--set", "v=4", "--dry-run")
+    assert proc.returncode == 4
+    cm_before = kubectl(handle, "-n", "kube-system", "get", "cm", "kubeadm-config", "-o", "yaml").stdout
+    proc = run_cpctl(handle, "flags", "scheduler", "--set", "v=4", "--keep-in", "kubeadm-config")
+    assert proc.returncode == 4 and "kubeadm upgrade is in flight" in proc.stderr, proc.stderr
+    assert kubectl(handle, "-n", "kube-system", "get", "cm", "kubeadm-config", "-o", "yaml").stdout == cm_before
+    proc = run_cpctl(handle, "stop", "scheduler")
+    assert proc.returncode == 4 and "kubeadm upgrade is in flight" in proc.stderr, proc.stderr
+    assert (handle.manifests_dir() / "kube-scheduler.yaml").read_bytes() == before
+    code, found = findings(handle)
+    assert code == 1 and [f for f in found if f["kind"] == "upgrade_in_flight"]
+    cpctl_ok(handle, "flags", "scheduler", "--set", "v=4", "--force", "--timeout", "30")
+    assert "--v=4" in command(handle)
+
+
+def test_check_kubeadm_lists_what_the_next_upgrade_drops(lab_factory: Any) -> None:
+    handle = lab_factory(kubeadm_api="v1beta4")
+    code, found = findings(handle, "--kubeadm")
+    assert not [f for f in found if f["kind"] == "kubeadm_drops"], found      # kubeadm's own flags only
+    cpctl_ok(handle, "flags", "scheduler", "--set", "v=4", "--keep-in", "kubeadm-config", "--timeout", "30")
+    cpctl_ok(handle, "flags", "scheduler", "--set", "profiling=false", "--set", "bind-address=0.0.0.0",
+             "--timeout", "30")
+    code, found = findings(handle, "--kubeadm")
+    drops = [f for f in found if f["kind"] == "kubeadm_drops"]
+    assert code == 1 and len(drops) == 1 and drops[0]["component"] == "kube-scheduler"
+    assert sorted(drops[0]["flags"]) == ["--bind-address=0.0.0.0", "--profiling=false"]
+    upgrade(handle, "--to", "classic")
+    assert "--bind-address=127.0.0.1" in command(handle) and "--profiling=false" not in command(handle)

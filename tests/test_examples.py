@@ -6,8 +6,9 @@
   command line (types, choices, arguments) and every option used is in ``--help``; the cpctl
   commands of the certs runbook run against the lab with the SSH options stripped; the CKA
   walkthrough is replayed against the lab (node names mapped to the lab's).
-* the Ansible playbook: YAML structure, its cpctl command lines rendered and parsed, and
-  ``ansible-playbook --syntax-check`` when Ansible is installed.
+* the Ansible playbooks: rolling structure, the cpctl.controlplane modules they use, and
+  ``ansible-playbook --syntax-check`` with the repository's collection (they run against the lab in
+  tests/test_ansible_fleet.py).
 * the DaemonSet: ``kubectl apply --dry-run=client`` against the lab, plus structure.
 """
 
@@ -39,7 +40,9 @@ from tests.labfixture import FAST, kubectl, wait_for
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 CERTS = EXAMPLES / "runbook-certs-renew.md"
 CKA = EXAMPLES / "cka-manual-scheduling.md"
-PLAYBOOK = EXAMPLES / "ansible" / "cpctl-restart.yml"
+PLAYBOOK = EXAMPLES / "ansible" / "certs-renew-restart.yml"
+ADMISSION = EXAMPLES / "ansible" / "admission-plugins.yml"
+PLAYBOOKS = [PLAYBOOK, ADMISSION]
 HOSTS_INI = EXAMPLES / "ansible" / "hosts.ini"
 DAEMONSET = EXAMPLES / "daemonset-cpctl.yaml"
 MASTERS = ["cluster2-master1", "cluster2-master2", "cluster2-master3"]
@@ -386,76 +389,45 @@ def test_ansible_inventory() -> None:
     assert [line.split()[0] for line in sections["masters"]] == MASTERS
     variables = dict(line.split("=", 1) for line in sections["masters:vars"])
     assert variables["ansible_user"] == "ubuntu"
-    config = shlex.split(variables["ansible_ssh_common_args"])
-    assert config[0] == "-F" and (HOSTS_INI.parent / config[1]).resolve() == EXAMPLES / "ssh_config"
+    assert (HOSTS_INI.parent / variables["cpctl_ssh_config"]).resolve() == EXAMPLES / "ssh_config"
     parser = configparser.ConfigParser(allow_no_value=True, delimiters=("=",))
     parser.read(HOSTS_INI)   # also plain INI, as Ansible's parser expects
     assert "masters" in parser.sections()
 
 
-def _render(template: str, variables: dict) -> str:
-    import jinja2
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
-    env.filters["quote"] = shlex.quote
-    return env.from_string(template).render(**variables)
-
-
-def test_ansible_playbook_structure_and_commands() -> None:
-    plays = yaml.safe_load(PLAYBOOK.read_text())
+def _tasks(path: Path) -> Tuple[dict, List[dict]]:
+    plays = yaml.safe_load(path.read_text())
     assert isinstance(plays, list) and len(plays) == 1
-    play = plays[0]
-    assert play["hosts"] == "masters" and play["serial"] == 1 and play["become"] is True
-    assert play["max_fail_percentage"] == 0
-    tasks = {t["name"].split(" - ")[0].split(" (")[0]: t for t in play["tasks"]}
-    restart = tasks["Restart"]
-    command = restart["ansible.builtin.command"]
-    assert " -o json" in play["vars"]["cpctl_global"] and " restart " in command
-    assert "from_json" in restart["changed_when"] and "results" in restart["changed_when"]
-    assert "changed" in restart["changed_when"]
-    assert restart["failed_when"] == "cpctl_restart.rc != 0"
-    assert restart["register"] == "cpctl_restart"
-    # Render the cpctl command lines (Ansible's quote filter is shlex.quote) and parse them.
-    pytest.importorskip("jinja2", reason="jinja2 is needed to render the playbook's command lines")
-    host_line = next(line for line in _ini_hosts(HOSTS_INI)["masters"] if line.startswith("cluster2-master2 "))
-    host_vars = dict(word.split("=", 1) for word in host_line.split()[1:])
-    variables = dict(play["vars"], inventory_hostname="cluster2-master2", **host_vars)
-    for _ in range(3):   # vars refer to vars
-        variables = {k: _render(v, variables) if isinstance(v, str) else v for k, v in variables.items()}
-    rendered = []
-    for task in play["tasks"]:
-        template = task.get("ansible.builtin.command")
-        if template:
-            argv = shlex.split(_render(template, variables))
-            assert argv[0] == "/usr/local/bin/cpctl"
-            check_commands([Command(" ".join(argv), argv[1:], 0)])
-            rendered.append(argv[1:])
-    restart_argv = next(a for a in rendered if "restart" in a and "--dry-run" not in a)
-    assert restart_argv[:5] == ["--node-name", "cluster2-master2", "-o", "json", "restart"]
-    assert restart_argv[restart_argv.index("--reason") + 1] == "kubeadm certs renew all"
+    return plays[0], plays[0]["tasks"]
 
 
-def test_changed_when_matches_cpctl_json(cpctl_in: Callable) -> None:
-    """The playbook's changed_when against real ``cpctl -o json restart`` output from the lab."""
-    pytest.importorskip("jinja2", reason="jinja2 is needed to evaluate changed_when")
-    import jinja2
-    restart = next(t for t in yaml.safe_load(PLAYBOOK.read_text())[0]["tasks"] if t["name"].startswith("Restart"))
-    env = jinja2.Environment()
-    env.filters["from_json"] = json.loads
-    changed_when = env.compile_expression(" ".join(restart["changed_when"].split()))
-    proc = cpctl_in(["-o", "json", "restart", "scheduler"])
-    assert proc.returncode == 0, proc.stderr
-    assert changed_when(cpctl_restart={"rc": 0, "stdout": proc.stdout}) is True
-    unchanged = json.dumps({"results": [{"changed": False}], "changed": False})
-    assert changed_when(cpctl_restart={"rc": 0, "stdout": unchanged}) is False
-    assert changed_when(cpctl_restart={"rc": 6, "stdout": ""}) is False   # no JSON needed on failure
+def test_ansible_playbooks_use_the_collection_rolling() -> None:
+    """Both playbooks roll one master at a time, stop at the first failure, and change the masters
+    only through the collection's modules (no command: wrapper left)."""
+    for path in PLAYBOOKS:
+        play, tasks = _tasks(path)
+        assert play["hosts"] == "masters" and play["serial"] == 1 and play["max_fail_percentage"] == 0
+        modules = [next(k for k in t if "." in k) for t in tasks]
+        assert all(m.startswith(("cpctl.controlplane.", "ansible.builtin.assert")) for m in modules), modules
+        assert "command" not in path.read_text().split("#")[0]
+    _, tasks = _tasks(PLAYBOOK)
+    restart = next(t["cpctl.controlplane.static_pod"] for t in tasks if "cpctl.controlplane.static_pod" in t)
+    assert restart["state"] == "restarted" and restart["reason"] == "{{ cpctl_reason }}"
+    play, _ = _tasks(PLAYBOOK)
+    assert play["vars"]["cpctl_reason"] == "kubeadm certs renew all"
+    assert play["vars"]["cpctl_components"] == ["etcd", "apiserver", "controller-manager", "scheduler"]
+    _, tasks = _tasks(ADMISSION)
+    flags = tasks[0]["cpctl.controlplane.static_pod_flags"]
+    assert flags["component"] == "apiserver" and "enable-admission-plugins" in flags["set"]
 
 
-def test_ansible_syntax_check() -> None:
-    ansible = shutil.which("ansible-playbook")
-    if ansible is None:
-        pytest.skip("ansible-playbook is not on PATH: --syntax-check not run (the YAML structure is tested)")
-    proc = subprocess.run([ansible, "-i", str(HOSTS_INI), "--syntax-check", str(PLAYBOOK)], capture_output=True,
-                          text=True, timeout=120, cwd=str(PLAYBOOK.parent))
+@pytest.mark.parametrize("path", PLAYBOOKS, ids=lambda p: p.name)
+def test_ansible_syntax_check(path: Path) -> None:
+    ansible = shutil.which("ansible-playbook", path=os.path.dirname(sys.executable)) or shutil.which("ansible-playbook")
+    assert ansible, "ansible-playbook is not installed (ansible-core is a test dependency)"
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(EXAMPLES.parent), ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run([ansible, "-i", str(HOSTS_INI), "--syntax-check", str(path)], capture_output=True,
+                          text=True, timeout=120, cwd=str(path.parent), env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 

@@ -249,6 +249,49 @@ def census(ctx: click.Context) -> List[Any]:
     return run_on_hosts(ctx, all_inventory_specs(remote), census_of, False, probe="none")
 
 
+def cluster_census(ctx: click.Context) -> Tuple[List[Any], Any, str]:
+    """``--census cluster``: each selected master's own census and its API server's view of the
+    other control-plane nodes (``fleetsafety.cluster_census_of``), merged for the rules."""
+    from cpctl.fleet.targets import select_specs
+    from cpctl.ops.fleetsafety import cluster_census_of, cluster_results
+    remote = state(ctx).remote
+    assert remote is not None
+    return cluster_results(run_on_hosts(ctx, select_specs(remote), cluster_census_of, False, probe="none"))
+
+
+CLUSTER_LOCK_WAIT = 3600.0     # seconds: another run's guarded change is bounded by its own --timeout waits
+
+
+def hold_cluster_lock(ctx: click.Context, cluster: str) -> bool:
+    """Take this machine's lock for ``cluster`` (kube-system's uid) until the run ends; waits for
+    another cpctl run holding it. False when the cluster has no name to lock by."""
+    import fcntl
+    import hashlib
+    import os
+    if not cluster:
+        return False
+    base = os.environ.get("XDG_RUNTIME_DIR") or os.path.join(os.path.expanduser("~"), ".cache")
+    directory = os.path.join(base, "cpctl")
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    path = os.path.join(directory, "cluster-%s.lock" % hashlib.sha256(cluster.encode()).hexdigest()[:16])
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    ctx.call_on_close(lambda: os.close(fd))
+    deadline = time.monotonic() + CLUSTER_LOCK_WAIT
+    waiting = False
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise CpctlError("another cpctl run on this machine kept changing the same cluster's etcd/API "
+                                 "servers for %ds (lock %s)" % (CLUSTER_LOCK_WAIT, path), ExitCode.LOCKED) from None
+            if not waiting and state(ctx).output == "text":
+                note("waiting for another cpctl run on this machine that changes the same cluster")
+            waiting = True
+            time.sleep(0.2)
+
+
 def _connector(options: Any) -> Callable[[Any], Any]:
     def connect(spec: Any) -> Any:
         from cpctl.host.connect import open_host

@@ -113,6 +113,10 @@ def _command_words(name: Optional[str], command: Any, rest: List[str]) -> str:
               help="Hosts queried in parallel by read-only commands.")
 @click.option("--serial", default="1", show_default=True, help="Hosts changed at a time (N or N%).")
 @click.option("--keep-going", is_flag=True, help="Continue a rolling change after a host failed.")
+@click.option("--census", type=click.Choice(["inventory", "cluster"]), default="inventory", show_default=True,
+              help="Where the etcd/API server quorum check counts: every inventory master, or the cluster "
+                   "itself through the selected master's API server (mirror pods), for callers that see one "
+                   "master at a time (Ansible's serial); cluster also serialises such changes per cluster.")
 @click.option("--host-timeout", envvar="CPCTL_HOST_TIMEOUT", type=click.FloatRange(0.1, 86400), default=None,
               metavar="SECONDS", help="Give up on a host whose run takes longer (its connection is closed) "
                                       "[default: 60 for read-only commands, none for changes].")
@@ -122,7 +126,8 @@ def main(ctx: click.Context, manifests_dir: Optional[str], kubelet_dir: str, sta
          kubeconfig: str,
          probe: str, crictl: str, lock_timeout: float, output: str, hosts: tuple, inventory: Optional[str],
          ssh_config: Optional[str], known_hosts: Optional[str], accept_new_host_key: bool, ask_become_pass: bool,
-         persist: Optional[str], forks: int, serial: str, keep_going: bool, host_timeout: Optional[float]) -> None:
+         persist: Optional[str], forks: int, serial: str, keep_going: bool, census: str,
+         host_timeout: Optional[float]) -> None:
     """cpctl: stop, start and watch kubeadm control-plane static pods safely.
 
     Parks manifests outside the kubelet's manifests dir (atomically, journaled, locked) and
@@ -147,6 +152,11 @@ def main(ctx: click.Context, manifests_dir: Optional[str], kubelet_dir: str, sta
     if hosts or inventory:
         ctx.obj.remote = _remote(ctx, list(hosts), inventory, ssh_config, known_hosts, accept_new_host_key,
                                  ask_become_pass, persist_seconds, forks, serial_value, keep_going, host_timeout)
+        ctx.obj.remote.census = census
+    elif census != "inventory":
+        from cpctl.errors import CpctlError, ExitCode
+        raise CpctlError("--census cluster counts through a master's API server: select it with -H or --inventory",
+                         ExitCode.USAGE)
     path, plugin, asks_help = ctx.meta.get(_PATH_KEY, ("", False, False))
     if not asks_help:
         from cpctl.cli.fanout import enforce

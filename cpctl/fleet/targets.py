@@ -27,6 +27,7 @@ class RemoteOptions:
     serial: Serial = field(default_factory=lambda: parse_serial(1))
     keep_going: bool = False
     host_timeout: Optional[float] = None
+    census: str = "inventory"          # where the quorum check counts: "inventory" or "cluster"
     _pool: Optional[ConnectionPool] = field(default=None, repr=False)
 
     def pool(self, connector: Callable[[Any], Any]) -> ConnectionPool:

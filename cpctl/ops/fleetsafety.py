@@ -13,7 +13,7 @@ and hands it here; unreachable masters count as members that run nothing. The ru
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Set
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from cpctl import catalogue
 from cpctl.catalogue import ETCD
@@ -122,3 +122,108 @@ def _problem(component: str, verb: str, fleet: List[Member], down: Set[str], sto
     return "%s would leave %d of %d %s running, %d now (%s%s)" % (
         what, len(left), len(is_member), component, len(running_now), catalogue.BY_NAME[component].quorum_rule,
         "; unreachable: %s" % ",".join(dark) if dark else "")
+
+
+# --------------------------------------------------------------------------- the cluster's own view
+
+CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+CLUSTER_COMPONENTS = (APISERVER, ETCD)
+
+
+def cluster_census_of(node: Node) -> Dict[str, Any]:
+    """This master's census (exact: read from its own files) and the cluster's view of every other
+    control-plane node, asked through the master's own kubeconfig (``--census cluster``).
+
+    For a caller that sees one master at a time (Ansible's ``serial``): every control-plane Node is
+    a member; an etcd or API server counts as running there while its mirror pod exists and is
+    Ready (kubeadm's stacked etcd: a control-plane node is an etcd member once any etcd mirror pod
+    exists). ``cluster`` names the cluster (kube-system's uid) for the caller's lock. An API that
+    cannot be asked is reported in ``api_error``: the caller refuses a guarded change then."""
+    own = census_of(node)
+    view: Dict[str, Any] = {"node": node.node_name, "own": own, "members": {}, "cluster": "", "api_error": ""}
+    try:
+        from cpctl.probes.kubeapi import client_for
+        client = client_for(node.host, node.kubeconfig)
+        namespace = client.request("GET", "/api/v1/namespaces/kube-system")
+        view["cluster"] = str((namespace.get("metadata") or {}).get("uid") or "")
+        masters = [n for n in client.list_nodes() if CONTROL_PLANE_LABEL in _labels(n)]
+        mirrors = [p for p in client.list_pods("kube-system") if MIRROR_ANNOTATION in _annotations(p)]
+    except CpctlError as exc:
+        view["api_error"] = exc.message
+        return view
+    stacked_etcd = any(_component_of(p) == ETCD for p in mirrors)
+    for master in masters:
+        name = str((master.get("metadata") or {}).get("name") or "")
+        if name and name != node.node_name:
+            view["members"][name] = _member_view(name, mirrors, stacked_etcd)
+    return view
+
+
+def _member_view(name: str, mirrors: List[Dict[str, Any]], stacked_etcd: bool) -> Dict[str, Any]:
+    """One other control-plane node as the API shows it, in ``census_of``'s shape."""
+    states: Dict[str, str] = {APISERVER: "not running"}
+    if stacked_etcd:
+        states[ETCD] = "not running"
+    stacked = False
+    for pod in mirrors:
+        component = _component_of(pod)
+        if component not in CLUSTER_COMPONENTS or (pod.get("spec") or {}).get("nodeName") != name:
+            continue
+        if _ready(pod):
+            states[component] = "present"
+        if component == APISERVER:
+            stacked = _uses_local_etcd(pod)
+    return {"components": states, "apiserver_stacked": stacked}
+
+
+def _labels(obj: Dict[str, Any]) -> Dict[str, Any]:
+    labels = (obj.get("metadata") or {}).get("labels")
+    return labels if isinstance(labels, dict) else {}
+
+
+def _annotations(obj: Dict[str, Any]) -> Dict[str, Any]:
+    annotations = (obj.get("metadata") or {}).get("annotations")
+    return annotations if isinstance(annotations, dict) else {}
+
+
+def _component_of(pod: Dict[str, Any]) -> str:
+    """kubeadm's ``component`` label (kube-apiserver, etcd, ...)."""
+    value = _labels(pod).get("component")
+    return value if isinstance(value, str) else ""
+
+
+def _ready(pod: Dict[str, Any]) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions")
+    return isinstance(conditions, list) and any(
+        isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def cluster_results(views: List[HostResult]) -> Tuple[List[HostResult], Set[str], str]:
+    """The census ``preflight`` takes, built from ``cluster_census_of`` on the selected masters:
+    each selected master from its own files, every other control-plane node as the API shows it.
+    Returns the census, the selected masters' node names, and the cluster's name.
+
+    A master that could not be asked, or an API that did not answer, refuses (exit 4): the rules
+    cannot be checked, and a guarded change without them is what ``--force`` is for."""
+    census: Dict[str, HostResult] = {}
+    targets: Set[str] = set()
+    cluster = ""
+    for result in views:
+        if result.failed or not isinstance(result.data, dict):
+            raise CpctlError("refused: cannot check etcd quorum and the serving API servers: %s: %s (use --force "
+                             "to override; it is recorded)" % (result.host, result.error or result.status),
+                             ExitCode.REFUSED)
+        view = result.data
+        if view.get("api_error"):
+            raise CpctlError("refused: cannot count etcd members and API servers through %s's API server: %s "
+                             "(use --force to override; it is recorded)" % (result.host, view["api_error"]),
+                             ExitCode.REFUSED)
+        cluster = cluster or str(view.get("cluster") or "")
+        for name, member in (view.get("members") or {}).items():
+            census.setdefault(name, HostResult(name, "ok", member))
+    for result in views:
+        name = str(result.data["node"])
+        targets.add(name)
+        census[name] = HostResult(name, "ok", result.data["own"])
+    return [census[name] for name in sorted(census)], targets, cluster

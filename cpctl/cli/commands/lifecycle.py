@@ -38,14 +38,40 @@ def guarded_reason(ctx: click.Context, verb: str, components: List[str], force: 
     """With an inventory, refuse what would take etcd or the API server down fleet-wide (a dry run
     is refused exactly like the real one); the reason to record, marked when ``--force``d."""
     remote = state(ctx).remote
-    if remote is None or not remote.inventory or verb not in ("stop", "restart", "apply"):
+    if remote is None or verb not in ("stop", "restart", "apply"):
         return reason
     from cpctl.fleet.targets import select_specs
     from cpctl.ops import fleetsafety
     if not fleetsafety.guarded(components):
         return reason
+    if remote.census == "cluster":
+        return cluster_guarded_reason(ctx, verb, components, force, reason)
+    if not remote.inventory:
+        return reason
     targets = {spec.name for spec in select_specs(remote)}
     return fleetsafety.preflight(census(ctx), targets, verb, components, remote.serial, force, reason)
+
+
+def cluster_guarded_reason(ctx: click.Context, verb: str, components: List[str], force: bool,
+                           reason: Optional[str]) -> Optional[str]:
+    """``--census cluster``: the same rules, counted through the selected masters' API server, under
+    this machine's lock for that cluster (held until the run ends), so that runs which each see one
+    master (Ansible's ``serial: 3`` runs three cpctl at once) take turns and each counts what the
+    one before it left. The census is taken again once the lock is held."""
+    from cpctl.cli.fanout import cluster_census, hold_cluster_lock
+    from cpctl.errors import CpctlError, ExitCode
+    from cpctl.ops import fleetsafety
+    remote = state(ctx).remote
+    assert remote is not None
+    try:
+        results, targets, cluster = cluster_census(ctx)
+        if hold_cluster_lock(ctx, cluster):
+            results, targets, cluster = cluster_census(ctx)
+    except CpctlError as exc:
+        if exc.code != ExitCode.REFUSED or not force:
+            raise
+        return "[forced past: %s] %s" % (exc.message, reason or "")
+    return fleetsafety.preflight(results, targets, verb, components, remote.serial, force, reason)
 
 
 Names = Callable[[Any], List[str]]

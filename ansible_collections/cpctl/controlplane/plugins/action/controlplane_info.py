@@ -1,0 +1,28 @@
+# -*- coding: utf-8 -*-
+# Apache-2.0 (see the cpctl repository's license)
+"""cpctl.controlplane.controlplane_info: ``cpctl status``, ``check`` and ``revisions`` as the fact ``cpctl``."""
+
+from __future__ import annotations
+
+from ansible_collections.cpctl.controlplane.plugins.modules.controlplane_info import ARGUMENT_SPEC
+from ansible_collections.cpctl.controlplane.plugins.plugin_utils.cpctl import CpctlAction
+
+
+class ActionModule(CpctlAction):
+    ARGUMENT_SPEC = ARGUMENT_SPEC
+
+    def act(self, args, task_vars):
+        facts = {"revisions": {}}
+        steps = [("status", ["status"], (0,))]
+        if args["drift"]:
+            steps.append(("drift", ["check"], (0, 1)))          # 1: drift found (reported, not a failure)
+        steps += [(name, ["revisions", name], (0,)) for name in args["revisions"]]
+        for key, argv, ok in steps:
+            rc, data, error = self.cpctl(task_vars, argv, ok_codes=ok)
+            if rc not in ok:
+                return self.failed(rc, error, data)
+            if argv[0] == "revisions":
+                facts["revisions"][key] = data
+            else:
+                facts[key] = data
+        return {"changed": False, "ansible_facts": {"cpctl": facts}}

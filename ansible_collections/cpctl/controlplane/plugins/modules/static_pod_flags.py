@@ -1,0 +1,123 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Apache-2.0 (see the cpctl repository's license)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: static_pod_flags
+short_description: Set or remove command-line flags of a kubeadm static pod, verified, with rollback
+version_added: "0.1.0"
+description:
+  - Changes C(--NAME=VALUE) flags of a static pod's container in place (comments and layout kept),
+    validates the result like C(cpctl flags), keeps the previous version as a revision, waits for
+    the new pod to be Running, Ready and healthy, and puts the previous version back when it is not
+    (O(rollback)).
+  - Idempotent - flags that already have these values change nothing and report no change.
+  - Runs on the controller (action plugin) with the cpctl installed there; the master needs only
+    C(python3). etcd and the API server keep cpctl's quorum guard, counted through the cluster.
+author:
+  - cpctl maintainers
+options:
+  component:
+    description: The static pod (V(apiserver), V(etcd), ... or a file stem / C(metadata.name)).
+    type: str
+    required: true
+  set:
+    description: Flags to set, C(NAME) (without the dashes) to C(VALUE).
+    type: dict
+    default: {}
+  unset:
+    description: Flags to remove (names without the dashes).
+    type: list
+    elements: str
+    default: []
+  container:
+    description: The container (default - the only one, or the one named like the pod).
+    type: str
+  reason:
+    description: Why (recorded in the history).
+    type: str
+  timeout:
+    description: Seconds the new version has to become Running, Ready and healthy.
+    type: float
+    default: 120
+  settle:
+    description: Seconds the new pod must stay Ready after it first is.
+    type: float
+    default: 5
+  rollback:
+    description: Put the previous version back when the new one does not become healthy.
+    type: bool
+    default: true
+  keep_revisions:
+    description: Previous versions kept per manifest.
+    type: int
+    default: 10
+  force:
+    description: Override the etcd quorum / last API server guard (recorded in the history).
+    type: bool
+    default: false
+attributes:
+  check_mode:
+    support: full
+    details: cpctl's C(--dry-run) - validated, the diff shown, nothing changed.
+  diff_mode:
+    support: full
+    details: The manifest's unified diff.
+notes:
+  - Reads the same host variables as M(cpctl.controlplane.static_pod).
+  - A failure that cpctl rolled back fails the task (rc 11); a rollback that did not come back
+    healthy either is rc 12.
+seealso:
+  - module: cpctl.controlplane.static_pod_manifest
+"""
+
+EXAMPLES = r"""
+- name: Enable an admission plugin on every API server, one master at a time
+  cpctl.controlplane.static_pod_flags:
+    component: apiserver
+    set:
+      enable-admission-plugins: NodeRestriction,PodSecurity
+    reason: CIS 1.2.x
+"""
+
+RETURN = r"""
+cpctl:
+  description: cpctl's answer for this master (component, file, revision, checksum, message, flags).
+  returned: success
+  type: dict
+msg:
+  description: What happened, or why it failed.
+  returned: always
+  type: str
+rc:
+  description: cpctl's exit code on failure (11 rolled back, 12 rollback failed, 4 refused).
+  returned: failed
+  type: int
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+ARGUMENT_SPEC = dict(
+    component=dict(type="str", required=True),
+    set=dict(type="dict", default={}),
+    unset=dict(type="list", elements="str", default=[]),
+    container=dict(type="str"),
+    reason=dict(type="str"),
+    timeout=dict(type="float", default=120.0),
+    settle=dict(type="float", default=5.0),
+    rollback=dict(type="bool", default=True),
+    keep_revisions=dict(type="int", default=10, no_log=False),
+    force=dict(type="bool", default=False),
+)
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    module.fail_json(msg="cpctl.controlplane.static_pod_flags runs on the controller through its action plugin")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Apache-2.0 (see the cpctl repository's license)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: static_pod_manifest
+short_description: Replace a kubeadm static pod's manifest, or roll it back to a kept revision
+version_added: "0.1.0"
+description:
+  - With O(src) or O(content), replaces the static pod's manifest like C(cpctl apply) - validated
+    (a pod the kubelet would run, the same name, no duplicated flag, the files its flags name exist,
+    no port taken), the previous version kept as a revision, written atomically, the new pod
+    verified Running, Ready and healthy, and rolled back automatically when it is not.
+  - With O(rollback_to), puts kept revision N back (C(cpctl rollback --to N)), verified the same way.
+  - The same bytes as the file already holds change nothing (no change reported).
+  - Runs on the controller (action plugin) with the cpctl installed there; the master needs only
+    C(python3). etcd and the API server keep cpctl's quorum guard, counted through the cluster.
+author:
+  - cpctl maintainers
+options:
+  component:
+    description: The static pod (V(apiserver), V(etcd), ... or a file stem / C(metadata.name)).
+    type: str
+    required: true
+  src:
+    description: The new manifest, a file on the controller (searched in the role's or play's C(files/)).
+    type: path
+  content:
+    description: The new manifest's text.
+    type: str
+  rollback_to:
+    description: Put this kept revision back (see C(cpctl revisions) or M(cpctl.controlplane.controlplane_info)).
+    type: int
+  reason:
+    description: Why (recorded in the history).
+    type: str
+  timeout:
+    description: Seconds the new version has to become Running, Ready and healthy.
+    type: float
+    default: 120
+  settle:
+    description: Seconds the new pod must stay Ready after it first is.
+    type: float
+    default: 5
+  rollback:
+    description: Put the previous version back when the new one does not become healthy.
+    type: bool
+    default: true
+  keep_revisions:
+    description: Previous versions kept per manifest.
+    type: int
+    default: 10
+  force:
+    description: Override the etcd quorum / last API server guard (recorded in the history).
+    type: bool
+    default: false
+attributes:
+  check_mode:
+    support: full
+    details: cpctl's C(--dry-run) - validated, the diff shown, nothing changed.
+  diff_mode:
+    support: full
+    details: The manifest's unified diff.
+notes:
+  - Exactly one of O(src), O(content) and O(rollback_to).
+  - Reads the same host variables as M(cpctl.controlplane.static_pod).
+seealso:
+  - module: cpctl.controlplane.static_pod_flags
+"""
+
+EXAMPLES = r"""
+- name: Apply a reviewed scheduler manifest
+  cpctl.controlplane.static_pod_manifest:
+    component: scheduler
+    src: kube-scheduler.yaml
+    reason: CHANGE-1234
+
+- name: Put revision 3 of the API server back
+  cpctl.controlplane.static_pod_manifest:
+    component: apiserver
+    rollback_to: 3
+"""
+
+RETURN = r"""
+cpctl:
+  description: cpctl's answer for this master (component, file, revision, checksum, previous, message).
+  returned: success
+  type: dict
+msg:
+  description: What happened, or why it failed.
+  returned: always
+  type: str
+rc:
+  description: cpctl's exit code on failure (11 rolled back, 12 rollback failed, 4 refused, 3 no such revision).
+  returned: failed
+  type: int
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+ARGUMENT_SPEC = dict(
+    component=dict(type="str", required=True),
+    src=dict(type="path"),
+    content=dict(type="str"),
+    rollback_to=dict(type="int"),
+    reason=dict(type="str"),
+    timeout=dict(type="float", default=120.0),
+    settle=dict(type="float", default=5.0),
+    rollback=dict(type="bool", default=True),
+    keep_revisions=dict(type="int", default=10, no_log=False),
+    force=dict(type="bool", default=False),
+)
+MUTUALLY_EXCLUSIVE = [["src", "content", "rollback_to"]]
+REQUIRED_ONE_OF = [["src", "content", "rollback_to"]]
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, mutually_exclusive=MUTUALLY_EXCLUSIVE,
+                           required_one_of=REQUIRED_ONE_OF, supports_check_mode=True)
+    module.fail_json(msg="cpctl.controlplane.static_pod_manifest runs on the controller through its action plugin")
+
+
+if __name__ == "__main__":
+    main()

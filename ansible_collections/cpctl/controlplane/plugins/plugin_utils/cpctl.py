@@ -1,0 +1,223 @@
+# -*- coding: utf-8 -*-
+# Apache-2.0 (see the cpctl repository's license)
+"""The controller side of every cpctl.controlplane module: run cpctl against one master.
+
+Each task runs the cpctl installed on the controller (``python -m cpctl`` in the Python that runs
+Ansible, or ``cpctl_command``) with a one-host inventory made from the task's host variables, and
+``--census cluster``: cpctl reaches the master over its own SSH transport with its
+standard-library agent (nothing is installed on the master), and its etcd/API server quorum rules
+count through the cluster, since under ``serial`` a task sees only its own host. Check mode is
+cpctl's ``--dry-run``; cpctl's JSON answer becomes the task's result.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from ansible.errors import AnsibleActionFail
+from ansible.module_utils.common.text.converters import to_text
+from ansible.plugins.action import ActionBase
+
+# cpctl's exit codes (README "Exit codes"): the reason words of a failure.
+EXIT_WORDS = {1: "drift found", 2: "usage", 3: "not found", 4: "refused", 5: "locked", 6: "timeout",
+              7: "environment", 8: "unreachable", 9: "API error", 10: "conflict", 11: "rolled back",
+              12: "rollback failed", 70: "internal error", 130: "interrupted"}
+# Host variables that become the one-host cpctl inventory (cpctl key: Ansible variables, first set wins).
+HOST_KEYS = (
+    ("host", ("ansible_host",)),
+    ("port", ("ansible_port", "ansible_ssh_port")),
+    ("user", ("ansible_user", "ansible_ssh_user")),
+    ("node_name", ("cpctl_node_name",)),
+    ("manifests_dir", ("cpctl_manifests_dir",)),
+    ("state_dir", ("cpctl_state_dir",)),
+    ("kubelet_dir", ("cpctl_kubelet_dir",)),
+    ("kubeconfig", ("cpctl_kubeconfig",)),
+    ("crictl", ("cpctl_crictl",)),
+)
+# Leave the master's paths to the inventory: a controller's CPCTL_* or KUBECONFIG must not leak in.
+DROPPED_ENV = ("KUBECONFIG",)
+
+
+class CpctlAction(ActionBase):
+    """Base of the collection's action plugins: argument validation, the cpctl run, its result."""
+
+    TRANSFERS_FILES = False
+    _requires_connection = False       # cpctl opens its own SSH connection (or takes the keeper's)
+    ARGUMENT_SPEC = {}                  # the module's (plugins/modules/NAME.py), set by each plugin
+    MUTUALLY_EXCLUSIVE = []
+    REQUIRED_ONE_OF = []
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        del tmp
+        _validated, args = self.validate_argument_spec(argument_spec=self.ARGUMENT_SPEC,
+                                                       mutually_exclusive=self.MUTUALLY_EXCLUSIVE,
+                                                       required_one_of=self.REQUIRED_ONE_OF)
+        self._workdir = tempfile.mkdtemp(prefix="cpctl-ansible-")
+        try:
+            result.update(self.act(args, task_vars or {}))
+        finally:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+        return result
+
+    def act(self, args, task_vars):
+        """The module's work: a dict merged into the task's result."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ running cpctl
+
+    def _var(self, task_vars, names):
+        for name in names:
+            if task_vars.get(name) not in (None, ""):
+                return self._templar.template(task_vars[name])
+        return None
+
+    def _inventory(self, task_vars):
+        """The one-host cpctl inventory file for this task's host; its host name."""
+        name = to_text(task_vars.get("inventory_hostname"))
+        entry = {}
+        for key, names in HOST_KEYS:
+            value = self._var(task_vars, names)
+            if value is not None:
+                entry[key] = int(value) if key == "port" else to_text(value)
+        python = self._var(task_vars, ("ansible_python_interpreter",))
+        if python and to_text(python).startswith("/"):
+            entry["python"] = to_text(python)      # "auto" and friends: cpctl's own default (python3)
+        entry["become"] = bool(self._play_context.become)
+        path = os.path.join(self._workdir, "inventory.json")
+        with open(path, "w") as handle:
+            json.dump({"all": {"hosts": {name: entry}}}, handle)
+        return path, name
+
+    def _base_argv(self, task_vars):
+        command = self._var(task_vars, ("cpctl_command",))
+        if isinstance(command, str):
+            argv = command.split()
+        elif isinstance(command, (list, tuple)):
+            argv = [to_text(word) for word in command]
+        else:
+            argv = [sys.executable, "-m", "cpctl"]
+        inventory, name = self._inventory(task_vars)
+        argv += ["-i", inventory, "-H", name, "--census", "cluster", "-o", "json"]
+        for option, var in (("--ssh-config", "cpctl_ssh_config"), ("--known-hosts", "cpctl_known_hosts"),
+                            ("--persist", "cpctl_persist")):
+            value = self._var(task_vars, (var,))
+            if value not in (None, ""):
+                argv += [option, to_text(value)]
+        if self._var(task_vars, ("cpctl_accept_new_host_key",)) in (True, "true", "yes", "1"):
+            argv.append("--accept-new-host-key")
+        return argv
+
+    def cpctl(self, task_vars, args, ok_codes=(0,), timeout=None):
+        """Run ``cpctl ARGS`` for this host: (exit code, the host's data or None, error message)."""
+        argv = self._base_argv(task_vars) + list(args)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CPCTL_") and k not in DROPPED_ENV}
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout,
+                                  stdin=subprocess.DEVNULL)
+        except FileNotFoundError as exc:
+            raise AnsibleActionFail("cpctl not found on the controller (%s): install it in the Python that runs "
+                                    "Ansible, or set cpctl_command" % exc)
+        except subprocess.TimeoutExpired:
+            raise AnsibleActionFail("cpctl did not finish within %ss" % timeout)
+        data, error = None, ""
+        try:
+            doc = json.loads(proc.stdout) if proc.stdout.strip() else {}
+        except ValueError:
+            doc = {}
+        hosts = doc.get("hosts") if isinstance(doc, dict) else None
+        if hosts:
+            data = hosts[0].get("data")
+            error = hosts[0].get("error") or ""
+        if proc.returncode not in ok_codes and not error:
+            error = _error_line(proc.stderr) or "cpctl exited %d" % proc.returncode
+        return proc.returncode, data, error
+
+    def failed(self, rc, error, data=None):
+        """The task's result for a failed cpctl run (``rc`` is cpctl's documented exit code)."""
+        result = {"failed": True, "changed": False, "rc": rc,
+                  "msg": "cpctl: %s (exit %d: %s)" % (error, rc, EXIT_WORDS.get(rc, "error"))}
+        if isinstance(data, dict):
+            result["cpctl"] = data
+            result["changed"] = bool(data.get("changed"))
+        return result
+
+    def diff_of(self, text):
+        """Ansible's diff for cpctl's unified diff text."""
+        return {"prepared": text} if text else {}
+
+    def write_private(self, name, content):
+        """A file only this user reads, removed after the task."""
+        path = os.path.join(self._workdir, name)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(content)
+        return path
+
+
+def _error_line(stderr):
+    """cpctl's one failure line on stderr (a JSON object with -o json), as text."""
+    for line in reversed((stderr or "").strip().splitlines()):
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(doc, dict) and isinstance(doc.get("error"), dict):
+            error = doc["error"]
+            return "%s%s" % (error.get("message", ""), " (hint: %s)" % error["hint"] if error.get("hint") else "")
+    lines = (stderr or "").strip().splitlines()
+    return lines[-1] if lines else ""
+
+
+def change_options(args):
+    """The options every verified manifest change shares (cpctl apply/flags/rollback)."""
+    argv = ["--timeout", str(args["timeout"]), "--settle", str(args["settle"]),
+            "--keep-revisions", str(args["keep_revisions"])]
+    if args.get("reason"):
+        argv += ["--reason", args["reason"]]
+    if not args["rollback"]:
+        argv.append("--no-rollback")
+    if args["force"]:
+        argv.append("--force")
+    return argv
+
+
+CHANGE_SPEC = dict(
+    reason=dict(type="str"),
+    timeout=dict(type="float", default=120.0),
+    settle=dict(type="float", default=5.0),
+    rollback=dict(type="bool", default=True),
+    keep_revisions=dict(type="int", default=10),
+    force=dict(type="bool", default=False),
+)
+
+
+def manifest_change(action, task_vars, argv):
+    """apply/flags/rollback: check mode is cpctl's --dry-run; with --diff a dry run first gives the
+    diff; the real run's answer says whether anything changed (the same bytes: changed=false)."""
+    if action._play_context.check_mode:
+        rc, data, error = action.cpctl(task_vars, argv + ["--dry-run"])
+        if rc != 0:
+            return action.failed(rc, error, data)
+        changed = bool(data.get("diff"))
+        result = {"changed": changed, "msg": data.get("message", ""), "cpctl": data}
+        if action._task.diff and changed:
+            result["diff"] = action.diff_of(data["diff"])
+        return result
+    planned = None
+    if action._task.diff:
+        rc, planned, error = action.cpctl(task_vars, argv + ["--dry-run"])
+        if rc != 0:
+            return action.failed(rc, error, planned)
+    rc, data, error = action.cpctl(task_vars, argv)
+    if rc != 0:
+        return action.failed(rc, error, data)
+    result = {"changed": bool(data.get("changed")), "msg": data.get("message", ""), "cpctl": data}
+    if planned and result["changed"] and planned.get("diff"):
+        result["diff"] = action.diff_of(planned["diff"])
+    return result

@@ -242,3 +242,49 @@ def test_census_cluster_on_the_command_line(play: Play) -> None:
     finally:
         cli.run("-i", inv, "--probe", "none", "start", "etcd", rc=None)
     assert all(os.path.exists(play.manifest(i, "etcd.yaml")) for i in (1, 2, 3))
+
+
+MANIFEST = """
+- hosts: master1
+  gather_facts: false
+  tasks:
+    - cpctl.controlplane.static_pod_manifest:
+        component: scheduler
+        content: "{{ lookup('ansible.builtin.file', '%s') }}\\n"
+        reason: reviewed
+        settle: 0.5
+"""
+ROLLBACK = """
+- hosts: master1
+  gather_facts: false
+  tasks:
+    - cpctl.controlplane.static_pod_manifest:
+        component: scheduler
+        rollback_to: 1
+        settle: 0.5
+"""
+
+
+def test_manifest_content_apply_is_idempotent_and_rollback_to_puts_a_revision_back(play: Play) -> None:
+    path = play.manifest(1, "kube-scheduler.yaml")
+    with open(path) as handle:
+        original = handle.read()
+    new = original.replace("- --bind-address=127.0.0.1", "- --bind-address=127.0.0.1\n    - --v=2")
+    assert new != original
+    source = os.path.join(play.tmp, "kube-scheduler.yaml")
+    with open(source, "w") as handle:
+        handle.write(new.rstrip("\n"))
+    playbook = play.playbook("manifest.yml", MANIFEST % source)
+    before = play.snap()
+    proc = play.run(playbook, "--check", "--diff")
+    assert play.snap() == before and "+    - --v=2" in proc.stdout and recap(proc)["master1"][1] == 1
+    proc = play.run(playbook)
+    assert recap(proc)["master1"] == (1, 1, 0, 0, 0)
+    with open(path) as handle:
+        assert handle.read() == new
+    assert recap(play.run(playbook))["master1"] == (1, 0, 0, 0, 0)          # the same bytes: no change
+    proc = play.run(play.playbook("rollback.yml", ROLLBACK), "--diff")
+    assert recap(proc)["master1"] == (1, 1, 0, 0, 0) and "-    - --v=2" in proc.stdout
+    with open(path) as handle:
+        assert handle.read() == original
+    assert read_history(play.state(1))[-1]["action"] == "rollback"

@@ -39,8 +39,11 @@ HOST_KEYS = (
     ("kubeconfig", ("cpctl_kubeconfig",)),
     ("crictl", ("cpctl_crictl",)),
 )
-# Leave the master's paths to the inventory: a controller's CPCTL_* or KUBECONFIG must not leak in.
-DROPPED_ENV = ("KUBECONFIG",)
+# Leave the master's paths and the run's options to the inventory and the task: the controller's
+# environment variables for cpctl's global options must not leak in (CPCTL_KEEPER_DIR may).
+DROPPED_ENV = ("KUBECONFIG", "CPCTL_MANIFESTS_DIR", "CPCTL_KUBELET_DIR", "CPCTL_STATE_DIR", "CPCTL_NODE_NAME",
+               "CPCTL_PROBE", "CPCTL_CRICTL", "CPCTL_INVENTORY", "CPCTL_PERSIST", "CPCTL_HOST_TIMEOUT",
+               "CPCTL_KEEP_REVISIONS")
 
 
 class CpctlAction(ActionBase):
@@ -105,7 +108,7 @@ class CpctlAction(ActionBase):
         inventory, name = self._inventory(task_vars)
         argv += ["-i", inventory, "-H", name, "--census", "cluster", "-o", "json"]
         for option, var in (("--ssh-config", "cpctl_ssh_config"), ("--known-hosts", "cpctl_known_hosts"),
-                            ("--persist", "cpctl_persist")):
+                            ("--persist", "cpctl_persist"), ("--probe", "cpctl_probe")):
             value = self._var(task_vars, (var,))
             if value not in (None, ""):
                 argv += [option, to_text(value)]
@@ -116,7 +119,7 @@ class CpctlAction(ActionBase):
     def cpctl(self, task_vars, args, ok_codes=(0,), timeout=None):
         """Run ``cpctl ARGS`` for this host: (exit code, the host's data or None, error message)."""
         argv = self._base_argv(task_vars) + list(args)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CPCTL_") and k not in DROPPED_ENV}
+        env = {k: v for k, v in os.environ.items() if k not in DROPPED_ENV}
         try:
             proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout,
                                   stdin=subprocess.DEVNULL)

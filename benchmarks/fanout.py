@@ -33,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Optional, Tuple
+from typing import Any, Optional, Tuple
 
 from benchmarks.harness import load_average, machine_info, median, table, write_section
 from benchmarks.sshd import Fleet, FleetError, require, start_fleet
@@ -41,6 +41,7 @@ from benchmarks.sshd import Fleet, FleetError, require, start_fleet
 COUNTS = (1, 5, 20)
 PERSISTED = "cpctl status --persist 60s"
 PNG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fanout.png")
+LATENCY_PNG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fanout-latency.png")
 
 PSSH = """import sys
 from pssh.clients import ParallelSSHClient
@@ -399,3 +400,297 @@ def _plot(medians: dict) -> str:
     series = {"%s (%s)" % key: per for key, per in medians.items()}
     plot_fanout(series, COUNTS, PNG)
     return "![fan-out time vs hosts](fanout.png)"
+
+
+# --------------------------------------------------------------------------- where latency rules
+
+LATENCY_COUNTS = (1, 50)            # CPCTL_BENCH_COUNTS=1,10,50 for more points (a round takes minutes)
+PERSISTED_LONG = "cpctl status --persist 600s"
+ONE_WAY = 0.025                      # seconds each way: a 50 ms round trip
+OLD_PLAYBOOK = """- hosts: all
+  gather_facts: false
+  tasks:
+    - name: cpctl installed on the master, run by command (the old examples/ansible/cpctl-restart.yml way)
+      ansible.builtin.command: >-
+        {{ cpctl_bin }} --node-name {{ cpctl_node_name }} --manifests-dir {{ cpctl_manifests_dir }}
+        --state-dir {{ cpctl_state_dir }} --probe none -o json status
+      register: cpctl_status
+      changed_when: false
+      failed_when: cpctl_status.rc != 0 or 'kube-scheduler.yaml' not in cpctl_status.stdout
+"""
+COLLECTION_PLAYBOOK = """- hosts: all
+  gather_facts: false
+  tasks:
+    - name: The same status through the cpctl.controlplane collection (cpctl on the controller)
+      cpctl.controlplane.controlplane_info:
+        drift: false
+      register: info
+      failed_when: info.failed or info.ansible_facts.cpctl.status.components | length != 4
+"""
+
+
+def _serve_proxies(routes: list, delay: float, ready: Any) -> None:
+    """The delaying TCP proxies (one process, one asyncio loop): each ``(address, listen_port,
+    upstream_port)`` accepts on ``address:listen_port`` and relays to ``address:upstream_port``,
+    every chunk delivered ``delay`` s after it arrived, in order, in both directions; a new
+    connection waits one round trip before its first byte flows (the TCP handshake's)."""
+    import asyncio
+    import signal
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))     # connections still open die with the process
+
+    async def pipe(loop: Any, src: Any, dst: Any) -> None:
+        queue: asyncio.Queue = asyncio.Queue()
+
+        async def deliver() -> None:
+            while True:
+                due, data = await queue.get()
+                wait = due - loop.time()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                if not data:
+                    if dst.can_write_eof():
+                        dst.write_eof()
+                    return
+                dst.write(data)
+                await dst.drain()
+
+        task = loop.create_task(deliver())
+        try:
+            while True:
+                data = await src.read(1 << 16)
+                queue.put_nowait((loop.time() + delay, data))
+                if not data:
+                    break
+            await task
+        except (ConnectionError, OSError):
+            task.cancel()
+            dst.close()                   # the other direction ends too
+
+    live: set = set()                     # running connections: a pending task must stay referenced
+
+    def handler(address: str, upstream: int) -> Any:
+        async def handle(reader: Any, writer: Any) -> None:
+            loop = asyncio.get_running_loop()
+            me = asyncio.current_task()
+            live.add(me)
+            try:
+                await asyncio.sleep(2 * delay)
+                up_reader, up_writer = await asyncio.open_connection(address, upstream)
+            except OSError:
+                writer.close()
+                live.discard(me)
+                return
+            try:
+                await asyncio.gather(pipe(loop, reader, up_writer), pipe(loop, up_reader, writer))
+            finally:
+                for w in (writer, up_writer):
+                    w.close()
+                live.discard(me)
+        return handle
+
+    async def main() -> None:
+        servers = [await asyncio.start_server(handler(address, upstream), address, port, backlog=256)
+                   for address, port, upstream in routes]
+        ready.set()
+        await asyncio.gather(*(s.serve_forever() for s in servers))
+
+    asyncio.run(main())
+
+
+def start_proxies(fleet: Fleet, work: str) -> Tuple[Any, str, str]:
+    """One delaying proxy per sshd (its own port, the same address), and an ssh_config and
+    known_hosts that reach the masters through them; the proxy process."""
+    import multiprocessing
+
+    from benchmarks.sshd import _pick_port
+    port = _pick_port(fleet.addresses)
+    ready = multiprocessing.Event()
+    proc = multiprocessing.Process(target=_serve_proxies, daemon=True,
+                                   args=([(a, port, fleet.port) for a in fleet.addresses], ONE_WAY, ready))
+    proc.start()
+    if not ready.wait(30):
+        proc.terminate()
+        raise RuntimeError("the delaying proxies did not start")
+    config = os.path.join(work, "ssh_config-latency")
+    known = os.path.join(work, "known_hosts-latency")
+    with open(fleet.ssh_config) as handle:
+        text = handle.read().replace("Port %d\n" % fleet.port, "Port %d\n" % port)
+    with open(config, "w") as handle:
+        handle.write(text.replace(fleet.known_hosts, known))
+    with open(fleet.known_hosts) as handle:
+        lines = handle.read().replace("]:%d " % fleet.port, "]:%d " % port)
+    with open(known, "w") as handle:
+        handle.write(lines)
+    return proc, config, known
+
+
+def latency_tools(fleet: Fleet, count: int, work: str, config: str, known: str) -> list:
+    """Every contender, doing cpctl's read-only status of ``count`` masters through the proxies."""
+    py = sys.executable
+    inventory = os.path.join(work, "latency-%d.yaml" % count)
+    lines = ["all:", "  hosts:"]
+    for alias, address in zip(fleet.aliases(count), fleet.addresses):
+        lines.append("    %s: {node_name: %s, manifests_dir: %s, state_dir: %s}"
+                     % (alias, alias, fleet.manifests_dir(address), fleet.state_dir(address)))
+    with open(inventory, "w") as handle:
+        handle.write("\n".join(lines) + "\n")
+    ini = os.path.join(work, "latency-%d.ini" % count)
+    with open(ini, "w") as handle:
+        handle.write("[all]\n" + "".join(
+            "%s cpctl_node_name=%s cpctl_manifests_dir=%s cpctl_state_dir=%s\n"
+            % (alias, alias, fleet.manifests_dir(address), fleet.state_dir(address))
+            for alias, address in zip(fleet.aliases(count), fleet.addresses)))
+        handle.write("[all:vars]\nansible_user=root\nansible_python_interpreter=/usr/bin/python3\n"
+                     "cpctl_bin=%s -m cpctl\ncpctl_ssh_config=%s\ncpctl_known_hosts=%s\ncpctl_probe=none\n"
+                     % (py, config, known))
+    base_env = dict(os.environ, LC_ALL="C.UTF-8")
+    cpctl = [py, "-m", "cpctl", "-i", inventory, "--ssh-config", config, "--known-hosts", known,
+             "--forks", str(max(LATENCY_COUNTS)), "--probe", "none", "-o", "json"]
+    keeper_env = dict(base_env, CPCTL_KEEPER_DIR=os.path.join(work, "keeper-latency"))
+    persist = cpctl + ["--persist", "600s", "status"]        # outlives a round of every tool at 50 hosts
+    out = [Tool("cpctl status", cpctl + ["status"], base_env),
+           Tool(PERSISTED_LONG, persist, keeper_env, "warm", before=lambda: _keeper_ready(keeper_env, count))]
+
+    ansible_cfg = os.path.join(work, "ansible.cfg")
+    if not os.path.exists(ansible_cfg):
+        with open(ansible_cfg, "w") as handle:
+            handle.write("[defaults]\n")
+    playbooks = {}
+    for name, text in (("old", OLD_PLAYBOOK), ("collection", COLLECTION_PLAYBOOK)):
+        playbooks[name] = os.path.join(work, "latency-%s.yml" % name)
+        with open(playbooks[name], "w") as handle:
+            handle.write(text)
+    tuned = dict(base_env, ANSIBLE_CONFIG=ansible_cfg, ANSIBLE_SSH_COMMON_ARGS="-F %s" % config,
+                 ANSIBLE_LOCAL_TEMP=os.path.join(work, "ansible-local"), ANSIBLE_NOCOLOR="1",
+                 ANSIBLE_HOST_KEY_CHECKING="True", ANSIBLE_FORKS=str(count), ANSIBLE_PIPELINING="True",
+                 ANSIBLE_SSH_ARGS="-o ControlMaster=auto -o ControlPersist=900s",
+                 ANSIBLE_COLLECTIONS_PATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    cold_dir = os.path.join(work, "cp-latency-cold")
+    warm_dir = os.path.join(work, "cp-latency-warm-%d" % count)
+    cold = dict(tuned, ANSIBLE_SSH_CONTROL_PATH_DIR=cold_dir)
+    warm = dict(tuned, ANSIBLE_SSH_CONTROL_PATH_DIR=warm_dir)
+    ping = [_bin("ansible"), "all", "-i", ini, "-m", "ping"]
+    playbook = [_bin("ansible-playbook"), "-i", ini]
+    collection_warm = dict(warm, CPCTL_KEEPER_DIR=os.path.join(work, "keeper-collection"))
+    out += [
+        Tool("ansible -m ping", ping, cold, "cold", after=lambda: _close_masters(cold_dir)),
+        Tool("ansible -m ping", ping, warm, "warm"),
+        Tool("ansible + collection", playbook + [playbooks["collection"]], cold, "cold"),
+        Tool("ansible + collection", playbook + [playbooks["collection"], "-e", "cpctl_persist=600s"],
+             collection_warm, "warm", before=lambda: _keeper_ready(collection_warm, count)),
+        Tool("ansible + command: playbook", playbook + [playbooks["old"]], cold, "cold",
+             after=lambda: _close_masters(cold_dir)),
+        Tool("ansible + command: playbook", playbook + [playbooks["old"]], warm, "warm"),
+    ]
+    return out
+
+
+def _latency_once(tool: Tool, count: int, warmup: bool = False) -> float:
+    """One timed run (``before``/``after`` untimed; the warm-up round skips ``before``: it is the
+    run that opens what the warm runs then find)."""
+    if tool.before and not warmup:
+        tool.before()
+    start = time.perf_counter()
+    proc = subprocess.run(tool.argv, env=tool.env, stdin=subprocess.DEVNULL, capture_output=True, timeout=600)
+    elapsed = time.perf_counter() - start
+    if tool.after:
+        tool.after()
+    if proc.returncode != 0:
+        tail = (proc.stdout[-1500:] + proc.stderr[-600:]).decode(errors="replace")
+        raise RuntimeError("%s %s (%d hosts) failed (%d): %s" % (tool.name, tool.state, count, proc.returncode, tail))
+    return elapsed
+
+
+def run_latency(runs: int = 3) -> str:
+    """cpctl (cold, warm), tuned Ansible with the collection, with the old command: playbook, and
+    a plain ``ansible -m ping``, side by side over the same masters behind a 50 ms round trip."""
+    try:
+        require()
+    except FleetError as exc:
+        raise SystemExit("fanout latency benchmark: %s" % exc) from None
+    counts = tuple(int(n) for n in os.environ.get("CPCTL_BENCH_COUNTS", "").split(",") if n) or LATENCY_COUNTS
+    load_before = load_average()
+    work = tempfile.mkdtemp(prefix="cpctl-bench-latency-")
+    fleet, proxies = None, None
+    results: dict = {}
+    chosen: dict = {}
+    try:
+        fleet = start_fleet(os.path.join(work, "fleet"), max(counts))
+        proxies, config, known = start_proxies(fleet, work)
+        chosen = {n: latency_tools(fleet, n, work, config, known) for n in counts}
+        for n in counts:                            # warm-up: opens the warm masters and keepers
+            for tool in chosen[n]:
+                _latency_once(tool, n, warmup=True)
+        for _ in range(runs):
+            for n in counts:
+                for tool in chosen[n]:
+                    results.setdefault((tool.name, tool.state), {}).setdefault(n, []).append(_latency_once(tool, n))
+    finally:
+        for n in chosen:
+            for tool in chosen[n]:
+                if tool.state == "warm" and "ANSIBLE_SSH_CONTROL_PATH_DIR" in tool.env:
+                    _close_masters(tool.env["ANSIBLE_SSH_CONTROL_PATH_DIR"])
+                if tool.state == "warm" and "CPCTL_KEEPER_DIR" in tool.env:
+                    subprocess.run([sys.executable, "-m", "cpctl", "keeper", "stop"], env=tool.env,
+                                   capture_output=True, timeout=30)
+        if proxies is not None:
+            proxies.terminate()
+            proxies.join(10)
+        if fleet is not None:
+            fleet.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    return _latency_report(results, counts, runs, load_before, load_average())
+
+
+def _latency_report(results: dict, counts: tuple, runs: int, load_before: str, load_after: str) -> str:
+    medians = {key: {n: median(v) for n, v in per.items()} for key, per in results.items()}
+    top, one = counts[-1], counts[0]
+    cold = medians[("cpctl status", "cold")]
+    headers = (["tool"] + ["%d host%s" % (n, "" if n == 1 else "s") for n in counts] + ["%d / %d" % (top, one)]
+               + ["÷ cpctl cold @%d" % n for n in (one, top)])
+    rows = [["%s (%s)" % key] + ["%.2f s" % per[n] for n in counts] + ["%.2f×" % (per[top] / per[one])]
+            + ["%.1f×" % (per[n] / cold[n]) for n in (one, top)] for key, per in medians.items()]
+    verdicts = []
+    for key, goal in ((("cpctl status", "cold"), 2.0), ((PERSISTED_LONG, "warm"), 1.5)):
+        scaling = medians[key][top] / medians[key][one]
+        verdicts.append("%s (%s): %d hosts / %d = %.2f× (goal ≤ %g×: %s)"
+                        % (key[0], key[1], top, one, scaling, goal, "met" if scaling <= goal else "MISSED"))
+    for state in ("cold", "warm"):
+        ours, ping = medians[("ansible + collection", state)], medians[("ansible -m ping", state)]
+        old = medians[("ansible + command: playbook", state)]
+        verdicts.append("the collection's playbook ÷ `ansible -m ping` (%s): %.2f× at %d hosts, %.2f× at 1 (goal ≤ "
+                        "1.5×: %s); the old command: playbook ÷ ping: %.2f× at %d" % (
+                            state, ours[top] / ping[top], top, ours[one] / ping[one],
+                            "met" if ours[top] / ping[top] <= 1.5 else "MISSED", old[top] / ping[top], top))
+    plot_note = ""
+    try:
+        from benchmarks.plot import plot_fanout
+        plot_fanout({"%s (%s)" % key: per for key, per in medians.items()}, counts, LATENCY_PNG,
+                    title="cpctl status of N masters behind a 50 ms round trip (lower is better)",
+                    xlabel="hosts (sshd on loopback behind a 25 ms-each-way proxy)")
+        plot_note = "![fan-out behind a 50 ms round trip](fanout-latency.png)"
+    except ImportError:
+        plot_note = "Plot skipped: matplotlib is not installed (`bash benchmarks/run.sh` installs it)."
+    body = ("Machine: %s. Load average before: %s, after: %s. Median of %d runs per cell after a warm-up "
+            "round; every round runs every tool at every host count.\n\n%s\n\n%s.\n\n"
+            "Notes:\n\n"
+            "* Every master is an sshd on its own loopback address behind its own asyncio TCP proxy "
+            "(`benchmarks/fanout.py`, `_serve_proxies`) that delivers each chunk 25 ms after it arrived, "
+            "in both directions, and holds a new connection one round trip before its first byte (the TCP "
+            "handshake): a 50 ms round trip, as between regions. This machine has no netem.\n"
+            "* The job is the same everywhere: cpctl's read-only `status` of each master (`--probe none`). "
+            "cpctl: one process, its own SSH fan-out (forks %d); *warm* = `--persist 600s` with the keeper's "
+            "agents ready (a round of every tool at 50 hosts outlasts 60 s here). Ansible: tuned (forks = "
+            "hosts, pipelining, ControlPersist 900 s, interpreter given); *cold* = a fresh ControlPath dir, "
+            "*warm* = the masters of the previous run. `ansible -m "
+            "ping` is Ansible's own floor. *+ collection*: `cpctl.controlplane.controlplane_info` — one cpctl "
+            "process per host on the controller with its own SSH connection (*warm*: `cpctl_persist=600s`, "
+            "through the keeper; Ansible's ControlPersist does not apply to it). *+ command: playbook*: the "
+            "old way, `ansible.builtin.command` running cpctl installed on each master.\n"
+            "* The hosts, the proxies, Ansible's forks and the client share this machine's 2 cores (and "
+            "other jobs: see the load average), so CPU-heavy contenders pay for it here in a way a real "
+            "fleet spreads over its masters.\n\n%s\n"
+            % (machine_info(), load_before, load_after, runs, table(headers, rows), "; ".join(verdicts),
+               max(LATENCY_COUNTS), plot_note))
+    write_section("8. Fan-out where latency rules (50 ms round trip)", body)
+    return body

@@ -29,7 +29,9 @@ def _spread(values: Sequence[float], gap: float) -> list:
     return placed
 
 
-def plot_fanout(series: Dict[str, Dict[int, float]], counts: Sequence[int], path: str) -> None:
+def plot_fanout(series: Dict[str, Dict[int, float]], counts: Sequence[int], path: str,
+                title: str = "Read the manifests dir of N masters over SSH (lower is better)",
+                xlabel: str = "hosts (sshd on loopback, same machine)") -> None:
     """Median wall time (s) against host count, one line per tool, log-scaled time axis."""
     fig, ax = plt.subplots(figsize=(8.5, 5.2), dpi=120)
     ordered = sorted(series.items(), key=lambda item: -max(item[1].values()))
@@ -56,9 +58,9 @@ def plot_fanout(series: Dict[str, Dict[int, float]], counts: Sequence[int], path
     ax.set_xticklabels([str(n) for n in counts])
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlim(min(counts) * 0.85, max(counts) * 1.6)
-    ax.set_xlabel("hosts (sshd on loopback, same machine)")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("median wall time per run (s, log scale)")
-    ax.set_title("Read the manifests dir of N masters over SSH (lower is better)")
+    ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", framealpha=0.9)
     fig.tight_layout()

@@ -13,13 +13,16 @@ import dataclasses
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple
 
 import click
 
 from cpctl.cli import registry
 from cpctl.cli.context import emit, fail, note, printable, progress_for, state
 from cpctl.errors import CpctlError, ExitCode, interrupted_by
+
+if TYPE_CHECKING:
+    from cpctl.fleet.runner import HostResult
 
 Action = Callable[[Any], Dict[str, Any]]
 
@@ -249,14 +252,15 @@ def census(ctx: click.Context) -> List[Any]:
     return run_on_hosts(ctx, all_inventory_specs(remote), census_of, False, probe="none")
 
 
-def cluster_census(ctx: click.Context) -> Tuple[List[Any], Any, str]:
+def cluster_census(ctx: click.Context) -> Tuple[List["HostResult"], Set[str], str]:
     """``--census cluster``: each selected master's own census and its API server's view of the
     other control-plane nodes (``fleetsafety.cluster_census_of``), merged for the rules."""
     from cpctl.fleet.targets import select_specs
     from cpctl.ops.fleetsafety import cluster_census_of, cluster_results
     remote = state(ctx).remote
     assert remote is not None
-    return cluster_results(run_on_hosts(ctx, select_specs(remote), cluster_census_of, False, probe="none"))
+    return cluster_results(run_on_hosts(ctx, select_specs(remote), lambda node: dict(cluster_census_of(node)), False,
+                                        probe="none"))
 
 
 CLUSTER_LOCK_WAIT = 3600.0     # seconds: another run's guarded change is bounded by its own --timeout waits

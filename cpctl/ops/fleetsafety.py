@@ -13,7 +13,7 @@ and hands it here; unreachable masters count as members that run nothing. The ru
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple, TypedDict
 
 from cpctl import catalogue
 from cpctl.catalogue import ETCD
@@ -131,7 +131,25 @@ MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 CLUSTER_COMPONENTS = (APISERVER, ETCD)
 
 
-def cluster_census_of(node: Node) -> Dict[str, Any]:
+class MemberCensus(TypedDict):
+    """One master in a census: each guarded component's state, and whether its API server uses only
+    its own node's etcd (``census_of``'s shape)."""
+
+    components: Dict[str, str]
+    apiserver_stacked: bool
+
+
+class ClusterView(TypedDict):
+    """``cluster_census_of``'s answer from one master."""
+
+    node: str
+    own: MemberCensus
+    members: Dict[str, MemberCensus]
+    cluster: str
+    api_error: str
+
+
+def cluster_census_of(node: Node) -> ClusterView:
     """This master's census (exact: read from its own files) and the cluster's view of every other
     control-plane node, asked through the master's own kubeconfig (``--census cluster``).
 
@@ -141,62 +159,66 @@ def cluster_census_of(node: Node) -> Dict[str, Any]:
     exists). ``cluster`` names the cluster (kube-system's uid) for the caller's lock. An API that
     cannot be asked is reported in ``api_error``: the caller refuses a guarded change then."""
     own = census_of(node)
-    view: Dict[str, Any] = {"node": node.node_name, "own": own, "members": {}, "cluster": "", "api_error": ""}
+    view = ClusterView(node=node.node_name, members={}, cluster="", api_error="",
+                       own=MemberCensus(components=dict(own["components"]),
+                                        apiserver_stacked=bool(own["apiserver_stacked"])))
     try:
         from cpctl.probes.kubeapi import client_for
         client = client_for(node.host, node.kubeconfig)
-        namespace = client.request("GET", "/api/v1/namespaces/kube-system")
-        view["cluster"] = str((namespace.get("metadata") or {}).get("uid") or "")
-        masters = [n for n in client.list_nodes() if CONTROL_PLANE_LABEL in _labels(n)]
-        mirrors = [p for p in client.list_pods("kube-system") if MIRROR_ANNOTATION in _annotations(p)]
+        uid = _value(_field(client.request("GET", "/api/v1/namespaces/kube-system"), "metadata"), "uid")
+        view["cluster"] = uid if isinstance(uid, str) else ""
+        masters = [n for n in client.list_nodes() if CONTROL_PLANE_LABEL in _field(_field(n, "metadata"), "labels")]
+        mirrors = [p for p in client.list_pods("kube-system")
+                   if MIRROR_ANNOTATION in _field(_field(p, "metadata"), "annotations")]
     except CpctlError as exc:
         view["api_error"] = exc.message
         return view
     stacked_etcd = any(_component_of(p) == ETCD for p in mirrors)
     for master in masters:
-        name = str((master.get("metadata") or {}).get("name") or "")
-        if name and name != node.node_name:
+        name = _value(_field(master, "metadata"), "name")
+        if isinstance(name, str) and name and name != node.node_name:
             view["members"][name] = _member_view(name, mirrors, stacked_etcd)
     return view
 
 
-def _member_view(name: str, mirrors: List[Dict[str, Any]], stacked_etcd: bool) -> Dict[str, Any]:
+def _member_view(name: str, mirrors: Sequence[Mapping[str, object]], stacked_etcd: bool) -> MemberCensus:
     """One other control-plane node as the API shows it, in ``census_of``'s shape."""
-    states: Dict[str, str] = {APISERVER: "not running"}
+    states = {APISERVER: "not running"}
     if stacked_etcd:
         states[ETCD] = "not running"
     stacked = False
     for pod in mirrors:
         component = _component_of(pod)
-        if component not in CLUSTER_COMPONENTS or (pod.get("spec") or {}).get("nodeName") != name:
+        if component not in CLUSTER_COMPONENTS or _value(_field(pod, "spec"), "nodeName") != name:
             continue
         if _ready(pod):
             states[component] = "present"
         if component == APISERVER:
-            stacked = _uses_local_etcd(pod)
-    return {"components": states, "apiserver_stacked": stacked}
+            stacked = _uses_local_etcd(dict(pod))
+    return MemberCensus(components=states, apiserver_stacked=stacked)
 
 
-def _labels(obj: Dict[str, Any]) -> Dict[str, Any]:
-    labels = (obj.get("metadata") or {}).get("labels")
-    return labels if isinstance(labels, dict) else {}
+def _field(obj: object, key: str) -> Mapping[str, object]:
+    """``obj[key]`` when both are JSON objects, else an empty one: an API answer is untrusted."""
+    value = _value(obj, key)
+    return value if isinstance(value, Mapping) else {}
 
 
-def _annotations(obj: Dict[str, Any]) -> Dict[str, Any]:
-    annotations = (obj.get("metadata") or {}).get("annotations")
-    return annotations if isinstance(annotations, dict) else {}
+def _value(obj: object, key: str) -> object:
+    """``obj[key]`` when ``obj`` is a JSON object, else None; the caller checks its type."""
+    return obj.get(key) if isinstance(obj, Mapping) else None
 
 
-def _component_of(pod: Dict[str, Any]) -> str:
+def _component_of(pod: Mapping[str, object]) -> str:
     """kubeadm's ``component`` label (kube-apiserver, etcd, ...)."""
-    value = _labels(pod).get("component")
+    value = _field(_field(pod, "metadata"), "labels").get("component")
     return value if isinstance(value, str) else ""
 
 
-def _ready(pod: Dict[str, Any]) -> bool:
-    conditions = (pod.get("status") or {}).get("conditions")
+def _ready(pod: Mapping[str, object]) -> bool:
+    conditions = _value(_field(pod, "status"), "conditions")
     return isinstance(conditions, list) and any(
-        isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+        isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
 def cluster_results(views: List[HostResult]) -> Tuple[List[HostResult], Set[str], str]:

@@ -288,3 +288,25 @@ def test_manifest_content_apply_is_idempotent_and_rollback_to_puts_a_revision_ba
     with open(path) as handle:
         assert handle.read() == original
     assert read_history(play.state(1))[-1]["action"] == "rollback"
+
+
+def test_ansible_ssh_private_key_file_is_the_key_cpctl_uses(play: Play) -> None:
+    """An ssh_config without IdentityFile (and no ~/.ssh, no ssh-agent): the modules log in only with
+    the inventory's ansible_ssh_private_key_file."""
+    with open(play.ssh_config) as handle:
+        text = handle.read()
+    keyless = os.path.join(play.tmp, "ssh_config-keyless")
+    with open(keyless, "w") as handle:
+        handle.write("".join(line + "\n" for line in text.splitlines() if "IdentityFile" not in line))
+    key = next(line.split()[1] for line in text.splitlines() if "IdentityFile" in line)
+    info = play.playbook("info-key.yml", "- hosts: masters\n  gather_facts: false\n  tasks:\n"
+                                          "    - cpctl.controlplane.controlplane_info:\n        drift: false\n")
+    without = play.write_inventory("keyless.ini", **{n: {"ssh_config": keyless} for n in NAMES})
+    proc = play.run(info, inventory=without, rc=2)
+    assert all(recap(proc)[n][3] == 1 for n in NAMES) and "exit 8" in proc.stdout
+    with open(without) as handle:
+        text = handle.read().replace("[masters:vars]", "[masters:vars]\nansible_ssh_private_key_file=%s" % key)
+    with_key = os.path.join(play.tmp, "key.ini")
+    with open(with_key, "w") as handle:
+        handle.write(text)
+    assert recap(play.run(info, inventory=with_key)) == {n: (1, 0, 0, 0, 0) for n in NAMES}

@@ -107,7 +107,10 @@ class CpctlAction(ActionBase):
             argv = [sys.executable, "-m", "cpctl"]
         inventory, name = self._inventory(task_vars)
         argv += ["-i", inventory, "-H", name, "--census", "cluster", "-o", "json"]
-        for option, var in (("--ssh-config", "cpctl_ssh_config"), ("--known-hosts", "cpctl_known_hosts"),
+        config = self._ssh_config(task_vars)
+        if config:
+            argv += ["--ssh-config", config]
+        for option, var in (("--known-hosts", "cpctl_known_hosts"),
                             ("--persist", "cpctl_persist"), ("--probe", "cpctl_probe")):
             value = self._var(task_vars, (var,))
             if value not in (None, ""):
@@ -115,6 +118,19 @@ class CpctlAction(ActionBase):
         if self._var(task_vars, ("cpctl_accept_new_host_key",)) in (True, "true", "yes", "1"):
             argv.append("--accept-new-host-key")
         return argv
+
+    def _ssh_config(self, task_vars):
+        """cpctl's --ssh-config: ``cpctl_ssh_config``; with ``ansible_ssh_private_key_file``, a private
+        config that includes it (or ~/.ssh/config) and adds that key for every host."""
+        config = self._var(task_vars, ("cpctl_ssh_config",))
+        config = os.path.abspath(os.path.expanduser(to_text(config))) if config else None
+        key = self._var(task_vars, ("ansible_ssh_private_key_file", "ansible_private_key_file"))
+        if not key:
+            return config
+        base = config or os.path.expanduser("~/.ssh/config")
+        lines = ["Include %s" % base] if os.path.exists(base) else []
+        lines += ["Host *", "  IdentityFile %s" % os.path.abspath(os.path.expanduser(to_text(key)))]
+        return self.write_private("ssh_config", "\n".join(lines) + "\n")
 
     def cpctl(self, task_vars, args, ok_codes=(0,), timeout=None):
         """Run ``cpctl ARGS`` for this host: (exit code, the host's data or None, error message)."""

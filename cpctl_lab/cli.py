@@ -336,6 +336,39 @@ def snapshot_restore_cmd(snapshot: Path, data_dir: str, name: str, initial_clust
     click.echo(f"restored snapshot {snapshot} to {data_dir} (member {name}, cluster-id {db['cluster_id']})")
 
 
+@lab.command("certs-renew")
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=control.DEFAULT_DIR,
+    show_default=True,
+)
+@click.option("--node", "nodes", multiple=True, help="Only this master (repeatable) [default: every master].")
+def certs_renew_cmd(directory: Path, nodes: tuple[str, ...]) -> None:
+    """Renew the certificates like `kubeadm certs renew all` on each master (running components
+    keep the old ones until they restart)."""
+    from . import pki
+    directory = directory.expanduser().resolve()
+    roots = sorted(p for p in directory.glob("root-*") if (p / "etc/kubernetes/pki/ca.key").is_file())
+    found = {p.name[len("root-"):]: p for p in roots}
+    wanted = list(nodes) or list(found)
+    unknown = [n for n in wanted if n not in found]
+    if unknown:
+        fail(f"no master named {', '.join(unknown)} with a pki in {directory}", 2)
+    if not found:
+        fail(f"no master with a pki in {directory}")
+    for node in wanted:
+        try:
+            renewed = pki.renew_all(found[node] / "etc/kubernetes", node)
+        except (OSError, ValueError) as exc:
+            fail(f"{node}: cannot renew: {exc}")
+        for name in renewed:
+            click.echo(f"{node}: {name} renewed")
+    click.echo("Done renewing certificates. You must restart the kube-apiserver, kube-controller-manager, "
+               "kube-scheduler and etcd, so that they can use the new certificates.")
+
+
 @lab.command("demo")
 @click.option("--dir", "directory", type=click.Path(file_okay=False), default=None,
               help="Lab dir for the demo [default: a fresh temp dir].")

@@ -30,7 +30,7 @@ from typing import Any, Callable, Optional
 
 import yaml
 
-from . import componentlogs, control, etcddata, faults, kubeadmconfig, nodefiles, profiles, rbac, seeds
+from . import componentlogs, control, etcddata, faults, kubeadmconfig, nodefiles, pki, profiles, rbac, seeds
 from .apiserver import K8S_VERSION, RESOURCES, Api, ApiHandler, Res
 from .httpserve import LabHTTPServer, free_port, serve
 from .kubelet import Container, Kubelet, Worker, host_path
@@ -45,6 +45,16 @@ ROLES_LEASE_DEFAULT = {
     "kube-scheduler": "kube-scheduler",
     "kube-controller-manager": "kube-controller-manager",
 }
+
+
+def _port_of(value: str) -> Optional[int]:
+    """The port of a ``--secure-port`` value or of the first URL of a ``--listen-*-urls`` list."""
+    if value.isdigit():
+        return int(value)
+    try:
+        return urllib.parse.urlsplit(value.split(",")[0].strip()).port
+    except ValueError:
+        return None
 
 
 def _flags(args: list[str]) -> dict[str, str]:
@@ -352,6 +362,7 @@ class Lab:
         self.control_srv: Optional[LabHTTPServer] = None
         self.health: dict[tuple[str, int, str], tuple[LabHTTPServer, Container]] = {}
         self.tls: Optional[ssl.SSLContext] = None
+        self._cas: Optional[dict[str, pki.Issued]] = None
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
         self._kicked = False
@@ -530,6 +541,17 @@ class Lab:
         ctx.load_cert_chain(str(crt), str(key))
         return ctx
 
+    def _shared_cas(self) -> Optional[dict[str, pki.Issued]]:
+        """The cluster's CAs (every master has the same three, as kubeadm copies them when a
+        master joins): those made for the first master, else read from its pki; None: make them."""
+        if self._cas is None and self.masters:
+            first = nodefiles.root_dir(self.dir, self.masters[0]) / "etc/kubernetes/pki"
+            try:
+                self._cas = {name: pki.load_pair(first, name) for name in pki.CAS}
+            except (OSError, ValueError):
+                return None
+        return self._cas
+
     def _prepare_master(self, node: str, init_node: bool) -> None:
         """The master's node files (root, kubelet dir) and its seeded manifests dir."""
         d = self.dir
@@ -537,7 +559,10 @@ class Lab:
         local = self.url(self.ports[node]["api"])
         servers = {"lb": self.url(self.port), "local": local,
                    "kubelet": local if self.settings.local_mode else self.url(self.port)}
-        if nodefiles.write_root(root, servers, init_node):
+        info = pki.NodeInfo(node, self.node_ip, servers, init_node, nodefiles.kubelet_dir(d, node) / "pki")
+        made = nodefiles.write_root(root, info, self._shared_cas())
+        if made is not None:
+            self._cas = made
             self.log(f"lab: node files of {node} in {root}")
         mdir = nodefiles.manifests_dir(d, node)
         spec = seeds.SeedSpec(node=node, ports=self.ports[node], members=self.ports, root=root,
@@ -872,6 +897,9 @@ class Lab:
                         key = (hg.get("host") or self.node_ip, port, (hg.get("scheme") or "HTTP").upper())
                         entry = want.setdefault(key, (k.node, c, set()))
                         entry[2].add(hg.get("path") or "/")
+                    for port in c.tls if c.role == "etcd" else ():
+                        # etcd's client and peer ports answer TLS (with the files it started with)
+                        want.setdefault((self.node_ip, port, "HTTPS"), (k.node, c, {"/health"}))
         return want
 
     def _sync_health_listeners(self) -> None:
@@ -886,8 +914,8 @@ class Lab:
                 continue
             host, port, scheme = key
             try:
-                srv = serve(host, port, HealthHandler, tls=self.tls if scheme == "HTTPS" else None,
-                            context=(self, node, c, paths))
+                tls = c.tls.get(port, self.tls) if scheme == "HTTPS" else None
+                srv = serve(host, port, HealthHandler, tls=tls, context=(self, node, c, paths))
                 self.health[key] = (srv, c)
             except OSError as exc:
                 self.log(f"lab: health endpoint {scheme.lower()}://{host}:{port} for "
@@ -974,6 +1002,36 @@ class Lab:
         if kubeconfig:
             kubeconfig = host_path(w.pod, c.spec, kubeconfig)
         self.api.authz.identify(c.id, rbac.component_identity(c.role, kubeconfig))
+        c.tls = self._serving_contexts(kubelet, w, c, flags)
+
+    #: The serving certificate flags of each component: (port flag, cert flag, key flag).
+    SERVING_FLAGS = {
+        "kube-apiserver": (("secure-port", "tls-cert-file", "tls-private-key-file"),),
+        "kube-controller-manager": (("secure-port", "tls-cert-file", "tls-private-key-file"),),
+        "kube-scheduler": (("secure-port", "tls-cert-file", "tls-private-key-file"),),
+        "etcd": (("listen-client-urls", "cert-file", "key-file"),
+                 ("listen-peer-urls", "peer-cert-file", "peer-key-file")),
+    }
+
+    def _serving_contexts(self, kubelet: Kubelet, w: Worker, c: Container,
+                          flags: dict[str, str]) -> dict[int, ssl.SSLContext]:
+        """Port -> the TLS context a starting component serves there: its certificate FILE as it is
+        now (the real binaries load it once at start; a later renewal does not reach them). A
+        component without a certificate flag (scheduler, controller-manager as kubeadm runs them)
+        serves an in-memory self-signed one, the lab's own (``self.tls``)."""
+        out: dict[int, ssl.SSLContext] = {}
+        for port_flag, cert_flag, key_flag in self.SERVING_FLAGS.get(c.role, ()):
+            raw = flags.get(port_flag, "")
+            port = _port_of(raw)
+            if port is None or cert_flag not in flags:
+                continue
+            cert = host_path(w.pod, c.spec, flags[cert_flag])
+            key = host_path(w.pod, c.spec, flags.get(key_flag, ""))
+            try:
+                out[port] = pki.server_context(cert, key)
+            except (OSError, ValueError) as exc:   # ssl.SSLError is an OSError
+                kubelet.log(f"{w.full_name[1]}: cannot load --{cert_flag} {cert}: {exc}; serving the lab's certificate")
+        return out
 
     def component_started(self, kubelet: Kubelet, w: Worker, c: Container) -> None:
         """A healthy component starts: what it reaches (an apiserver's etcd) and its first log lines."""

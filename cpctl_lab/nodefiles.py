@@ -1,7 +1,7 @@
 """Files a kubeadm control-plane node has, laid out under the lab dir so tools can find them.
 
-* ``DIR/root-<node>/`` stands for the node's ``/``: ``etc/kubernetes/pki/...`` (fake PEM
-  certificates and keys under kubeadm's names, cmd/kubeadm/app/constants/constants.go),
+* ``DIR/root-<node>/`` stands for the node's ``/``: ``etc/kubernetes/pki/...`` (real certificates
+  and keys under kubeadm's names, cmd/kubeadm/app/constants/constants.go, made by :mod:`.pki`),
   ``etc/kubernetes/{admin,super-admin,controller-manager,scheduler,kubelet}.conf``,
   ``etc/kubernetes/manifests`` (the node's static pod manifests dir, so its parent is the node's own
   ``/etc/kubernetes`` as on a kubeadm node, not a directory all masters share) and the
@@ -15,22 +15,22 @@
   ``kubeadm-flags.env``, which carries ``--hostname-override`` only when the node name differs from
   the host name (kubeadm ``buildKubeletArgs``; real-node-facts.md, "Node identity").
 
-The kubeconfigs carry no credentials: the lab serves plain HTTP and trusts every caller.
+The kubeconfigs carry real client certificates (embedded; kubelet.conf names a file in
+``DIR/kubelet-<node>/pki``), but the lab's API serves plain HTTP and trusts every caller: the
+certificates are there for ``cpctl certs`` to read, and for the components' TLS endpoints.
 """
 
 from __future__ import annotations
 
-import base64
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import yaml
+from cryptography.hazmat.primitives import serialization
 
-PKI_PAIRS = (
-    "ca", "apiserver", "apiserver-kubelet-client", "apiserver-etcd-client", "front-proxy-ca",
-    "front-proxy-client", "etcd/ca", "etcd/server", "etcd/peer", "etcd/healthcheck-client",
-)
+from . import pki
+
 #: Host directories the seeded manifests mount (DirectoryOrCreate in kubeadm's manifests).
 MOUNTED_DIRS = (
     "etc/ssl/certs", "etc/ca-certificates", "usr/local/share/ca-certificates", "usr/share/ca-certificates",
@@ -68,63 +68,30 @@ def on_node(root: Path, path: str) -> str:
     return str(root / path.lstrip("/"))
 
 
-def _pem(kind: str, label: str) -> str:
-    """A syntactically PEM block whose payload says what it stands for (not a usable key)."""
-    body = base64.b64encode(f"cpctl lab fake {kind}: {label} ".encode() * 4).decode()
-    lines = [body[i: i + 64] for i in range(0, len(body), 64)]
-    return f"-----BEGIN {kind}-----\n" + "\n".join(lines) + f"\n-----END {kind}-----\n"
+def write_root(root: Path, info: pki.NodeInfo,
+               cas: Optional[dict[str, pki.Issued]] = None) -> Optional[dict[str, pki.Issued]]:
+    """Create the node's pki and kubeconfigs once: real certificates signed by ``cas`` (made when
+    None: the first master's CAs are every master's). The CAs, or None if the root already exists
+    (left as it is).
 
-
-def kubeconfig(server: str, user: str, cluster: str = "kubernetes") -> str:
-    """A kubeadm-style kubeconfig text for ``user`` talking to ``server``."""
-    context = f"{user}@{cluster}"
-    cfg = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": cluster, "cluster": {"server": server}}],
-        "contexts": [{"name": context, "context": {"cluster": cluster, "user": user}}],
-        "current-context": context,
-        "preferences": {},
-        "users": [{"name": user, "user": {}}],
-    }
-    return yaml.safe_dump(cfg, sort_keys=False)
-
-
-def write_root(root: Path, servers: dict[str, str], init_node: bool) -> bool:
-    """Create the node's pki and kubeconfigs once; False if the root already exists (left as it is).
-
-    ``servers``: ``lb`` (the control-plane endpoint), ``local`` (this node's apiserver) and
+    ``info.servers``: ``lb`` (the control-plane endpoint), ``local`` (this node's apiserver) and
     ``kubelet`` (what the kubelet talks to: ``local`` in local mode, else ``lb``).
     """
     if root.exists():
-        return False
-    pki = root / "etc/kubernetes/pki"
-    (pki / "etcd").mkdir(parents=True)
-    for name in PKI_PAIRS:
-        (pki / f"{name}.crt").write_text(_pem("CERTIFICATE", name))
-        key = pki / f"{name}.key"
-        key.write_text(_pem("RSA PRIVATE KEY", name))
-        key.chmod(0o600)
-    (pki / "sa.pub").write_text(_pem("PUBLIC KEY", "sa"))
-    (pki / "sa.key").write_text(_pem("RSA PRIVATE KEY", "sa"))
-    (pki / "sa.key").chmod(0o600)
+        return None
+    etc = root / "etc/kubernetes"
+    (etc / "pki/etcd").mkdir(parents=True)
+    made = pki.write_node_pki(etc, info, cas)
+    sa = pki.new_key()
+    (etc / "pki/sa.key").write_bytes(pki.key_pem(sa))
+    (etc / "pki/sa.key").chmod(0o600)
+    (etc / "pki/sa.pub").write_bytes(sa.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
     for rel in MOUNTED_DIRS:
         (root / rel).mkdir(parents=True, exist_ok=True)
-    etc = root / "etc/kubernetes"
-    confs = {
-        "admin.conf": (servers["lb"], "kubernetes-admin"),
-        "controller-manager.conf": (servers["local"], "system:kube-controller-manager"),
-        "scheduler.conf": (servers["local"], "system:kube-scheduler"),
-        "kubelet.conf": (servers["kubelet"], "system:node"),
-    }
-    if init_node:
-        confs["super-admin.conf"] = (servers["lb"], "kubernetes-super-admin")
-    for name, (server, user) in confs.items():
-        (etc / name).write_text(kubeconfig(server, user))
-        (etc / name).chmod(0o600)
     (root / "etc/default").mkdir(parents=True, exist_ok=True)
     (root / "etc/default/kubelet").write_text("KUBELET_EXTRA_ARGS=\n")
-    return True
+    return made
 
 
 def kubelet_config(static_pod_path: str, file_check_frequency: str, ca_file: str, ipv6: bool) -> dict[str, Any]:

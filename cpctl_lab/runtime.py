@@ -139,6 +139,9 @@ class Container:
     #: For a kube-apiserver: the masters whose etcd its --etcd-servers reach.
     etcd_backends: tuple[str, ...] = ()
     logs: list[LogLine] = field(default_factory=list)
+    #: Port -> the TLS server context (ssl.SSLContext) the component loaded from its certificate
+    #: files when it started (cluster.Lab._serving_contexts).
+    tls: dict[int, Any] = field(default_factory=dict)
 
     @property
     def running(self) -> bool:

@@ -68,6 +68,8 @@ def outcomes_text(data: dict) -> str:
     lines = ["recovered: %s" % r for r in data.get("recovered", [])]
     if not data["results"] and data.get("all_parked"):
         lines.append("nothing parked on node %s" % data["node"])
+    if not data["results"] and data.get("stale_certs"):
+        lines.append("no component uses an old certificate on node %s" % data["node"])
     for result in data["results"]:
         line = "%s: %s" % (result["component"], result["message"])
         waits = [result.get("wait")] + [(result.get(step) or {}).get("wait") for step in ("stop", "start")]
@@ -80,7 +82,8 @@ def plan_text(data: dict) -> str:
     """A dry run: the moves in order, then the manifests-dir listing before/after as a diff."""
     lines = ["dry run on node %s (nothing changed):" % data["node"]]
     if not data["plan"]:
-        lines.append("  nothing parked" if data.get("all_parked") else "  nothing to do")
+        lines.append("  nothing parked" if data.get("all_parked") else
+                     "  no component uses an old certificate" if data.get("stale_certs") else "  nothing to do")
     for n, step in enumerate(data["plan"], 1):
         if step.get("move"):
             lines.append("  %d. %s %s: move %s -> %s" % (n, step["action"], step["component"], step["move"][0],
@@ -92,3 +95,20 @@ def plan_text(data: dict) -> str:
     if data.get("diff"):
         lines.append(data["diff"].rstrip("\n"))
     return "\n".join(lines)
+
+
+def certs_text(data: dict) -> str:
+    """``cpctl certs``: the certificates (like ``kubeadm certs check-expiration``), then whether
+    each running component uses them."""
+    rows = []
+    for cert in data["certificates"]:
+        left = cert.get("days_left")
+        rows.append([cert["name"] + ("" if cert.get("embedded") is not False else " (file)"),
+                     cert.get("subject") or "-", (cert.get("not_after") or "-").replace("T", " "),
+                     "-" if left is None else ("%dd" % left if left >= 0 else "EXPIRED"),
+                     cert.get("error") or cert.get("chain") or "-"])
+    head = "node %s  %s" % (data["node"], data.get("kube_dir", ""))
+    comps = [[c["component"], c["verdict"], (c.get("started") or "-").replace("T", " "), c.get("why") or ""]
+             for c in data["components"]]
+    return "\n\n".join([head, table(["CERTIFICATE", "SUBJECT", "NOT AFTER", "LEFT", "CHAIN"], rows),
+                        table(["COMPONENT", "VERDICT", "STARTED", "WHY"], comps)])

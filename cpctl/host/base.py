@@ -9,7 +9,7 @@ subprocess in tests). Both raise the same exceptions, so the core cannot tell th
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Any, Dict, Iterator, Optional, Protocol
+from typing import Any, Dict, Iterator, Optional, Protocol, TypedDict, cast
 
 from cpctl.host import ops as hostops
 
@@ -33,6 +33,12 @@ class ByteWriter(Protocol):
     def write(self, data: bytes) -> Any: ...
 
     def flush(self) -> Any: ...
+
+
+class PeerCert(TypedDict):
+    """What ``peer_cert`` returns across the agent boundary: the served certificate, DER bytes."""
+
+    der: bytes
 
 
 class RunResult:
@@ -130,6 +136,11 @@ class Host:
         if limit is not None:
             args["limit"] = limit
         return self._call("http", **args)
+
+    def peer_cert(self, host: str, port: int, timeout: float = 3.0) -> PeerCert:
+        """The certificate (DER) the TLS server at ``host``:``port`` presents to the node itself,
+        unverified (compare it with a file); an OSError when none could be had."""
+        return cast(PeerCert, self._call("peer_cert", host=host, port=port, timeout=timeout))
 
     @contextmanager
     def prefetched(self, calls: list) -> Iterator[None]:

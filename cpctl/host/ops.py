@@ -758,6 +758,39 @@ def _http_failure(exc, timeout):
     return OSError(errno.EPROTO, "HTTP request failed (%s)" % type(exc).__name__)
 
 
+PEER_CERT_LIMIT = 64 << 10   # a leaf certificate is a few KiB; more is refused, never returned
+
+
+def peer_cert(host, port, timeout=3.0, limit=PEER_CERT_LIMIT):
+    """The DER bytes of the certificate the TLS server at ``host``:``port`` presents, from a
+    handshake made here on the node (serving certificates often bind to 127.0.0.1). Nothing is
+    verified - the caller compares the bytes with a file - and nothing is sent after the
+    handshake. ``timeout`` bounds connect and handshake together; every failure (refused, timed
+    out, not TLS, no certificate, larger than ``limit``) is an ``OSError`` with cpctl's own words."""
+    import socket
+    import ssl
+    deadline = time.monotonic() + timeout
+    try:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        sock = socket.create_connection((host, int(port)), _time_left(deadline))
+        try:
+            sock.settimeout(_time_left(deadline))   # CPython bounds the whole handshake by it
+            named = None if (":" in host or host.replace(".", "").isdigit()) else host
+            with ctx.wrap_socket(sock, server_hostname=named) as tls:
+                der = tls.getpeercert(binary_form=True)
+        finally:
+            sock.close()
+    except Exception as exc:  # noqa: BLE001 - every failure leaves as an OSError with cpctl's own text
+        raise _http_failure(exc, timeout) from None
+    if not der:
+        raise OSError(errno.EPROTO, "the server presented no certificate")
+    if len(der) > limit:
+        raise OSError(errno.EFBIG, "certificate of %d bytes is over the limit of %d bytes" % (len(der), limit))
+    return {"der": der}
+
+
 def _printable(text):
     """At most 120 printable ASCII characters of ``text`` (OpenSSL's fixed reason words)."""
     return "".join(c if " " <= c <= "~" else "?" for c in str(text))[:120]
@@ -802,7 +835,7 @@ def reset():
 
 
 # Operations that change nothing on the node: the only ones a ``batch`` may carry.
-READ_OPS = ("lstat", "listdir", "scan_dir", "read_file", "read_tail", "info")
+READ_OPS = ("lstat", "listdir", "scan_dir", "read_file", "read_tail", "info", "peer_cert")
 
 
 def batch(requests):
@@ -826,12 +859,12 @@ OPS = {  # type: dict
     "compress": compress,
     "write_atomic": write_atomic, "move": move, "unlink": unlink, "makedirs": makedirs,
     "chmod": chmod, "append": append, "lock": lock, "lock_dir": lock_dir, "unlock": unlock, "run": run,
-    "http": http,
+    "http": http, "peer_cert": peer_cert,
     "info": info, "fsync_dir": fsync_dir, "batch": batch, "reset": reset,
 }
 
 # Values of these keys travel base64-encoded over the agent protocol.
-BYTES_KEYS = ("data", "stdin", "stdout", "stderr", "body", "cert_data", "key_data", "ca_data")
+BYTES_KEYS = ("data", "stdin", "stdout", "stderr", "body", "cert_data", "key_data", "ca_data", "der")
 
 
 def _b64(data):

@@ -79,17 +79,19 @@ RunAction = Callable[[Any, List[str], Optional[str]], List[Any]]
 
 
 def change(ctx: click.Context, verb: str, components: List[str], dry_run: bool, force: bool, reason: Optional[str],
-           run_action: RunAction, names_of: Optional[Names] = None) -> None:
+           run_action: RunAction, names_of: Optional[Names] = None, mark: str = "all_parked") -> None:
     """Shared path of stop/start/restart: dry run, fleet safety, then the change itself.
 
-    ``names_of(node)`` gives the components on each node (default: ``components``, for
-    ``start --all-parked`` the ones parked there); ``run_action(node, names, reason)`` changes them.
-    A Ctrl-C or SIGTERM ends with where each of them was left (``interrupted_where``)."""
+    ``names_of(node)`` gives the components on each node (default: ``components``; for
+    ``start --all-parked`` the ones parked there, for ``restart --stale-certs`` the stale ones, and
+    ``components`` are then those it may choose from, for the fleet guard); the output is marked
+    with ``mark``. ``run_action(node, names, reason)`` changes them. A Ctrl-C or SIGTERM ends with
+    where each of them was left (``interrupted_where``)."""
     from cpctl.ops import lifecycle
     lifecycle.order_components(components)   # validate names before anything connects or moves
     reason = guarded_reason(ctx, verb, components, force, reason)
     names = names_of or (lambda node: list(components))
-    marked = {"all_parked": True} if names_of is not None else {}
+    marked = {mark: True} if names_of is not None else {}
 
     def refuse_in_flight(node: Any) -> None:
         """stop/restart race a kubeadm upgrade in flight (it moves manifests itself); start only puts back."""
@@ -190,24 +192,41 @@ def start(ctx: click.Context, components: tuple, all_parked: bool, no_wait: bool
     if not all_parked and not components:
         raise CpctlError("name the COMPONENT(s) to start, or --all-parked", ExitCode.USAGE)
     state(ctx).settings.canary = verify
-    change(ctx, "start", list(components), dry_run, False, None,
+    change(ctx, "start", [] if all_parked else list(components), dry_run, False, None,
            lambda node, names, why: lifecycle.start(node, names, not no_wait, timeout),
            lifecycle.parked_components if all_parked else None)
 
 
 @click.command()
-@click.argument("components", nargs=-1, required=True)
+@click.argument("components", nargs=-1)
+@click.option("--stale-certs", is_flag=True,
+              help="Restart exactly the components that still use an old certificate (see `cpctl certs`).")
 @reason_option
 @timeout_option
 @dry_run_option
 @force_option
 @verify_option
 @click.pass_context
-def restart(ctx: click.Context, components: tuple, reason: Optional[str], timeout: float, dry_run: bool,
-            force: bool, verify: bool) -> None:
-    """Stop, wait until gone, start, wait until back and Ready - one component at a time."""
+def restart(ctx: click.Context, components: tuple, stale_certs: bool, reason: Optional[str], timeout: float,
+            dry_run: bool, force: bool, verify: bool) -> None:
+    """Stop, wait until gone, start, wait until back and Ready - one component at a time.
+
+    With --stale-certs: on each master, the components `cpctl certs` finds STALE, in kubeadm's
+    order (etcd, apiserver, controller-manager, scheduler), each verified to use the files
+    afterwards; --dry-run shows which.
+    """
+    from cpctl.errors import CpctlError, ExitCode
     from cpctl.ops import lifecycle
     state(ctx).settings.canary = verify
     check_reason(reason)
+    if stale_certs == bool(components):
+        raise CpctlError("name the COMPONENT(s) to restart, or --stale-certs", ExitCode.USAGE)
+    if stale_certs:
+        from cpctl.catalogue import START_ORDER
+        from cpctl.ops import certs
+        change(ctx, "restart", list(START_ORDER), dry_run, force, reason or "certificates renewed",
+               lambda node, names, why: certs.restart_stale(node, names, why, timeout),
+               certs.stale_components, mark="stale_certs")
+        return
     change(ctx, "restart", list(components), dry_run, force, reason,
            lambda node, names, why: lifecycle.restart(node, names, why, timeout))

@@ -394,7 +394,8 @@ def test_textfile_metrics_parse_back(capsys: Any, node: NodeDirs, tmp_path: Any)
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".")], "temp file left behind"
     fams = parse_exposition(open(prom).read())
     assert set(fams) == {"cpctl_drift_findings", "cpctl_component_parked", "cpctl_component_missing",
-                         "cpctl_component_parked_seconds", "cpctl_last_check_timestamp_seconds", "cpctl_check_success"}
+                         "cpctl_component_parked_seconds", "cpctl_cert_not_after_seconds", "cpctl_component_cert_stale",
+                         "cpctl_last_check_timestamp_seconds", "cpctl_check_success"}
     assert all(f["type"] == "gauge" for f in fams.values())
     findings = {s[0]["kind"]: s[1] for s in fams["cpctl_drift_findings"]["samples"]}
     assert set(findings) == set(drift.KINDS) and findings["stray"] == 1 and findings["duplicate"] == 1

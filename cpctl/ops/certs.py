@@ -388,7 +388,7 @@ def judge_component(cat: Catalogue, manifest: Any) -> ComponentCerts:
         cert = cat.kubeconfig_cert(rel, path) if flag in KUBECONFIG_FLAGS else cat.file_cert(rel, path)
         if cert not in clients:
             clients.append(cert)
-    if clients:
+    if any(c.mtime is not None for c in clients):     # no file on disk: no start time to compare with
         comp.started, comp.started_source = container_started(cat.node, name)
         comp.evidence += [judge_client(comp, cert) for cert in clients]
     comp.decide()

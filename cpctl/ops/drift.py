@@ -61,6 +61,8 @@ KINDS = {
     "lost_change": "flags cpctl set are gone: a writer other than cpctl (kubeadm upgrade) replaced the manifest",
     "upgrade_in_flight": "a kubeadm upgrade is in flight (fresh manifests in /etc/kubernetes/tmp): changes refused",
     "kubeadm_drops": "check --kubeadm: manifest flags the next kubeadm upgrade drops (not in ClusterConfiguration)",
+    "cert_expiring": "a kubeadm certificate expires within --cert-warn, or has expired",
+    "cert_stale": "a running component still uses an old certificate (cpctl restart --stale-certs)",
 }
 
 
@@ -113,6 +115,8 @@ def how_to_fix(kind: str, file: Optional[str], component: Optional[str], extra: 
                        "kubeadm-config (so the next upgrade keeps them)" % (name, name),
         "upgrade_in_flight": "let kubeadm upgrade finish (or clean up after a failed one), then retry",
         "kubeadm_drops": "cpctl flags %s --set NAME=VALUE --keep-in kubeadm-config (for each flag listed)" % name,
+        "cert_expiring": "kubeadm certs renew all on this master, then cpctl restart --stale-certs",
+        "cert_stale": "cpctl restart --stale-certs (cpctl certs shows why)",
     }
     return fixes[kind]
 
@@ -126,6 +130,7 @@ class Report:
         self.findings: list = []
         self.components: dict = {}     # component -> seconds parked (0 when not parked)
         self.missing: set = set()      # components whose baselined manifest is neither present nor parked
+        self.certs: Optional[dict] = None   # cpctl certs' report, when the check looked at certificates
 
     def add(self, finding: Finding) -> None:
         self.findings.append(finding)
@@ -304,10 +309,11 @@ def can_describe(waiter: Waiter) -> bool:
     return type(waiter).describe is not Waiter.describe
 
 
-def check(node: Node, max_parked: Optional[float] = None, now: Optional[float] = None, kubeadm: bool = False
-          ) -> Report:
+def check(node: Node, max_parked: Optional[float] = None, now: Optional[float] = None, kubeadm: bool = False,
+          cert_warn: Optional[float] = None) -> Report:
     """Look for every kind of drift; read-only (takes no lock, creates nothing). ``kubeadm``: also
-    the flags the next ``kubeadm upgrade`` would drop (reads the ClusterConfiguration from the API)."""
+    the flags the next ``kubeadm upgrade`` would drop (reads the ClusterConfiguration from the API).
+    With ``cert_warn`` (seconds) also certificates that expire within it and stale components."""
     now = time.time() if now is None else now
     reads = node.view_reads() + [node.state.read_call(p) for p in (node.state.journal_path, baseline_path(node))]
     with node.host.prefetched(reads):
@@ -328,6 +334,8 @@ def check(node: Node, max_parked: Optional[float] = None, now: Optional[float] =
     if kubeadm:
         _check_kubeadm(report, node, scan)
     _inventory(report, scan, parked, baseline, now)
+    if cert_warn is not None:
+        _check_certs(report, node, cert_warn, now)
     return report
 
 
@@ -375,6 +383,25 @@ def _check_kubeadm(report: Report, node: Node, scan: DirScan) -> None:
                                "ClusterConfiguration's %s extraArgs; keep them with --keep-in kubeadm-config)"
                                % (m.file, " ".join(flags.redact(d) for d in drops), kc.SECTIONS[m.pod_name]),
                                file=m.file, component=m.pod_name, flags=drops))
+
+
+def _check_certs(report: Report, node: Node, warn: float, now: float) -> None:
+    """Certificates expiring within ``warn`` seconds (critical once expired) and components that
+    still run on an old certificate (``cpctl certs``: unknown verdicts are no finding)."""
+    from cpctl.ops import certs
+    report.certs = data = certs.report(node)
+    for cert in data["certificates"]:
+        left = cert.get("days_left")
+        if left is None or left * 86400 > warn:
+            continue
+        what = "expired %s" % cert["not_after"] if left < 0 else "expires %s (%.0f days left)" % (
+            cert["not_after"], left)
+        report.add(Finding("cert_expiring", CRITICAL if left < 0 else WARNING, "%s (%s) %s"
+                           % (cert["name"], cert["subject"], what), file=cert["name"]))
+    for comp in data["components"]:
+        if comp["verdict"] == certs.STALE:
+            report.add(Finding("cert_stale", WARNING, "%s %s" % (comp["component"], comp["why"]),
+                               component=comp["component"]))
 
 
 def _check_permissions(report: Report, node: Node) -> None:

@@ -45,8 +45,10 @@ def family(name: str, help_text: str, kind: str, samples: Iterable[Sample]) -> s
 
 
 def check_metrics(success: bool, now: float, counts: Optional[dict] = None,
-                  components: Optional[dict] = None, missing: Optional[set] = None) -> str:
-    """All cpctl check metrics; ``counts``/``components``/``missing`` are absent when the check failed.
+                  components: Optional[dict] = None, missing: Optional[set] = None,
+                  certs: Optional[dict] = None) -> str:
+    """All cpctl check metrics; ``counts``/``components``/``missing`` are absent when the check failed,
+    ``certs`` (``cpctl certs``' report of the node) when it did not look at certificates.
 
     A component is in one of three states: its manifest in the manifests dir, parked by cpctl, or
     missing (in the baseline, neither present nor parked): ``cpctl_component_parked`` and
@@ -67,12 +69,39 @@ def check_metrics(success: bool, now: float, counts: Optional[dict] = None,
         family("cpctl_component_parked_seconds", "Seconds since the component was parked (0 when not parked: its "
                "manifest in place, or missing - see cpctl_component_missing).",
                "gauge", [({"component": c}, round(s, 3)) for c, s in components.items()]),
+        family("cpctl_cert_not_after_seconds", "Unix time a kubeadm certificate (file, kubeconfig) expires.",
+               "gauge", _cert_samples(certs)),
+        family("cpctl_component_cert_stale", "1 when the running component still uses an old certificate "
+               "(restart it), 0 when it uses the files on disk; absent when that is unknown.",
+               "gauge", _stale_samples(certs)),
         family("cpctl_last_check_timestamp_seconds", "Unix time of the last cpctl check run.", "gauge",
                [({}, round(now, 3))]),
         family("cpctl_check_success", "1 when the last cpctl check could run (drift or not), 0 when it failed.",
                "gauge", [({}, 1 if success else 0)]),
     ]
     return "".join(parts)
+
+
+def _cert_samples(certs: Optional[dict]) -> list:
+    """(labels, not-after) of each readable certificate in a ``cpctl certs`` report."""
+    import calendar
+    import time
+    out: list = []
+    if not certs:
+        return out
+    for cert in certs.get("certificates") or []:
+        if cert.get("not_after"):
+            stamp = calendar.timegm(time.strptime(cert["not_after"], "%Y-%m-%dT%H:%M:%SZ"))
+            out.append(({"node": certs["node"], "file": cert["name"], "subject": cert["subject"]}, stamp))
+    return out
+
+
+def _stale_samples(certs: Optional[dict]) -> list:
+    """(labels, 1/0) of each component whose verdict is known."""
+    if not certs:
+        return []
+    return [({"node": certs["node"], "component": c["component"]}, 1 if c["verdict"] == "STALE" else 0)
+            for c in certs.get("components") or [] if c["verdict"] in ("STALE", "current")]
 
 
 def write_textfile(host: Host, path: str, text: str) -> None:

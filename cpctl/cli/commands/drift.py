@@ -68,10 +68,12 @@ def baseline_text(result: dict) -> str:
 @click.option("--dry-run", is_flag=True, help="With --fix: print what would be repaired; change nothing.")
 @click.option("--kubeadm", is_flag=True, help="Also list the flags the next `kubeadm upgrade` would drop: in a "
               "manifest, not in the ClusterConfiguration of kube-system/kubeadm-config.")
+@click.option("--cert-warn", default="30d", show_default=True, metavar="DURATION",
+              help="Report certificates that expire within this (and components on an old certificate).")
 @click.pass_context
 def check(ctx: click.Context, fix: bool, remove_strays: bool, allow_restart: bool, restore_missing: bool,
           max_parked: Optional[str], prometheus_textfile: Optional[str], timeout: float, dry_run: bool,
-          kubeadm: bool) -> None:
+          kubeadm: bool, cert_warn: str) -> None:
     """Find drift: overdue parks, missing/changed/unexpected manifests, strays, duplicates,
     interrupted operations, loose state dir permissions and (with a probe) mirror pods. Each
     finding says how to fix it.
@@ -89,11 +91,12 @@ def check(ctx: click.Context, fix: bool, remove_strays: bool, allow_restart: boo
     if dry_run and not fix:
         raise CpctlError("--dry-run goes with --fix (check alone changes nothing)", ExitCode.USAGE)
     max_seconds = parse_duration(max_parked, "--max-parked") if max_parked else None
+    warn_seconds = parse_duration(cert_warn, "--cert-warn")
 
     def action(node: Any) -> dict:
         try:
             result = _run_check(node, fix, remove_strays, max_seconds, timeout, dry_run, allow_restart,
-                                restore_missing, kubeadm)
+                                restore_missing, kubeadm, warn_seconds)
         except CpctlError:
             _write_metrics(node.host, prometheus_textfile, None)
             raise
@@ -112,15 +115,15 @@ def check(ctx: click.Context, fix: bool, remove_strays: bool, allow_restart: boo
 
 def _run_check(node: Any, fix: bool, remove_strays: bool, max_seconds: Optional[float], timeout: float,
                dry_run: bool = False, allow_restart: bool = False, restore_missing: bool = False,
-               kubeadm: bool = False) -> dict:
+               kubeadm: bool = False, cert_warn: Optional[float] = None) -> dict:
     from cpctl.ops import drift
-    report = drift.check(node, max_seconds, kubeadm=kubeadm)
+    report = drift.check(node, max_seconds, kubeadm=kubeadm, cert_warn=cert_warn)
     result: Dict[str, Any] = {"report": report, "final": report, "actions": None, "dry_run": dry_run}
     if fix and dry_run:
         result["actions"] = drift.plan_fix(node, report, remove_strays, restore_missing)
     elif fix:
         result["actions"] = drift.fix(node, report, remove_strays, timeout, allow_restart, restore_missing)
-        result["final"] = drift.check(node, max_seconds, kubeadm=kubeadm)
+        result["final"] = drift.check(node, max_seconds, kubeadm=kubeadm, cert_warn=cert_warn)
     return result
 
 
@@ -142,7 +145,8 @@ def _write_metrics(host: Any, path: Optional[str], report: Any) -> None:
     if report is None:
         text = metrics.check_metrics(False, time.time())
     else:
-        text = metrics.check_metrics(True, report.time, report.counts(), report.components, report.missing)
+        text = metrics.check_metrics(True, report.time, report.counts(), report.components, report.missing,
+                                     report.certs)
     try:
         metrics.write_textfile(host, path, text)
     except OSError as exc:

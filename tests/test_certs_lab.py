@@ -1,0 +1,228 @@
+"""``cpctl certs`` and ``restart --stale-certs`` against the lab's real certificates (issue 26).
+
+The lab makes a real CA and kubeadm's certificates at ``lab up``; its components serve TLS with the
+certificate file as it was when they started, and ``cpctl lab certs-renew`` rewrites the files like
+``kubeadm certs renew all``. So: after a renewal every component is STALE; ``restart --stale-certs``
+restarts exactly those and then every verdict is current; restarting only the scheduler leaves
+the others STALE; an expired certificate, one from another CA, a garbage file, a kubeconfig with
+an embedded and one with a file-referenced certificate, a component that does not answer TLS:
+each a clear verdict, never a traceback.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import json
+import socket
+import ssl
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+from cpctl_lab import pki
+from cpctl_lab.control import LabHandle
+from tests.labfixture import run_cpctl
+
+COMPONENTS = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"]
+
+
+def certs_json(lab: LabHandle) -> dict[str, Any]:
+    proc = run_cpctl(lab, "certs", "-o", "json")
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    return json.loads(proc.stdout)
+
+
+def verdicts(data: dict[str, Any]) -> dict[str, str]:
+    return {c["component"]: c["verdict"] for c in data["components"]}
+
+
+def by_name(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["name"]: c for c in data["certificates"]}
+
+
+def renew(lab: LabHandle) -> str:
+    proc = subprocess.run([sys.executable, "-m", "cpctl", "lab", "certs-renew", "--dir", str(lab.dir)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def served_der(port: int) -> bytes:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    with socket.create_connection(("127.0.0.1", port), 3) as sock, ctx.wrap_socket(sock) as tls:
+        der = tls.getpeercert(binary_form=True)
+    assert der
+    return der
+
+
+def file_der(path: Path) -> bytes:
+    return x509.load_pem_x509_certificate(path.read_bytes()).public_bytes(serialization.Encoding.DER)
+
+
+def seed_ports(lab: LabHandle) -> dict[str, int]:
+    return json.loads((lab.dir / "seed-ports.json").read_text())[lab.masters[0]]
+
+
+def test_lab_makes_kubeadm_pki_and_serves_the_files(lab: LabHandle) -> None:
+    """Item 1: every kubeadm file exists, chains to its CA; kubeconfigs embed their client
+    certificate (kubelet.conf names a file); the apiserver and etcd serve the files' certificates."""
+    etc = lab.root_dir() / "etc/kubernetes"
+    cas = {name: x509.load_pem_x509_certificate((etc / f"pki/{name}.crt").read_bytes()) for name in pki.CAS}
+    for leaf in pki.leaves(lab.masters[0]):
+        cert = x509.load_pem_x509_certificate((etc / f"pki/{leaf.name}.crt").read_bytes())
+        cert.verify_directly_issued_by(cas[leaf.ca])
+        assert (etc / f"pki/{leaf.name}.key").stat().st_mode & 0o777 == 0o600
+    for conf in ("admin.conf", "super-admin.conf", "controller-manager.conf", "scheduler.conf"):
+        user = yaml.safe_load((etc / conf).read_text())["users"][0]["user"]
+        cert = x509.load_pem_x509_certificate(base64.b64decode(user["client-certificate-data"]))
+        cert.verify_directly_issued_by(cas["ca"])
+    kubelet_user = yaml.safe_load((etc / "kubelet.conf").read_text())["users"][0]["user"]
+    assert "client-certificate-data" not in kubelet_user
+    assert Path(kubelet_user["client-certificate"]).is_file()
+    ports = seed_ports(lab)
+    assert served_der(ports["apiserver"]) == file_der(etc / "pki/apiserver.crt")
+    assert served_der(ports["etcd-client"]) == file_der(etc / "pki/etcd/server.crt")
+    assert served_der(ports["etcd-peer"]) == file_der(etc / "pki/etcd/peer.crt")
+    # a renewal rewrites the files; what runs keeps serving the old certificate
+    before = served_der(ports["apiserver"])
+    out = renew(lab)
+    assert "pki/apiserver.crt renewed" in out and "scheduler.conf renewed" in out and "kubelet.conf" not in out
+    assert file_der(etc / "pki/apiserver.crt") != before
+    assert served_der(ports["apiserver"]) == before
+
+
+def test_renew_then_restart_stale_certs(lab: LabHandle) -> None:
+    """Done-when: after certs-renew every component is STALE; restart --stale-certs (dry run first:
+    the list, nothing moved) restarts them all in kubeadm's order; then every verdict is current."""
+    fresh = certs_json(lab)
+    assert verdicts(fresh) == dict.fromkeys(COMPONENTS, "current")
+    certs = by_name(fresh)
+    assert certs["pki/ca.crt"]["chain"] == "self-signed CA"
+    assert certs["pki/apiserver-etcd-client.crt"]["chain"] == "ok"
+    assert certs["admin.conf"]["embedded"] is True and certs["kubelet.conf"]["embedded"] is False
+    assert certs["kubelet.conf"]["subject"].startswith("CN=system:node:")
+    renew(lab)
+    stale = certs_json(lab)
+    assert verdicts(stale) == dict.fromkeys(COMPONENTS, "STALE")
+    assert stale["stale"] == COMPONENTS
+    why = {c["component"]: c for c in stale["components"]}
+    assert {e["kind"] for e in why["etcd"]["evidence"]} == {"serving"}
+    assert {e["kind"] for e in why["kube-apiserver"]["evidence"]} == {"serving", "client"}
+    assert "scheduler.conf" in why["kube-scheduler"]["why"]
+
+    dry = run_cpctl(lab, "restart", "--stale-certs", "--dry-run", "-o", "json")
+    assert dry.returncode == 0, dry.stderr
+    steps = json.loads(dry.stdout)["plan"]
+    assert [s["component"] for s in steps if s["action"] == "stop"] == COMPONENTS
+    assert verdicts(certs_json(lab)) == dict.fromkeys(COMPONENTS, "STALE")   # the dry run changed nothing
+
+    done = run_cpctl(lab, "restart", "--stale-certs", timeout=240)
+    assert done.returncode == 0, done.stderr
+    assert [line.split(":")[0] for line in done.stdout.splitlines()] == COMPONENTS
+    assert verdicts(certs_json(lab)) == dict.fromkeys(COMPONENTS, "current")
+    again = run_cpctl(lab, "restart", "--stale-certs")
+    assert again.returncode == 0 and "no component uses an old certificate" in again.stdout
+    history = run_cpctl(lab, "history", "-o", "json")
+    restarts = [r for r in json.loads(history.stdout)["history"] if r.get("reason") == "certificates renewed"]
+    assert {r["component"] for r in restarts} >= set(COMPONENTS)
+
+
+def test_restarting_only_the_scheduler_leaves_the_others_stale(lab: LabHandle) -> None:
+    renew(lab)
+    proc = run_cpctl(lab, "restart", "scheduler")
+    assert proc.returncode == 0, proc.stderr
+    assert verdicts(certs_json(lab)) == {"etcd": "STALE", "kube-apiserver": "STALE",
+                                         "kube-controller-manager": "STALE", "kube-scheduler": "current"}
+    text = run_cpctl(lab, "certs")
+    assert text.returncode == 0
+    assert "kube-scheduler           current" in text.stdout
+    assert "holds the old pki/etcd/server.crt, pki/etcd/peer.crt: restart needed" in text.stdout
+
+
+def test_bad_certificates_are_verdicts(lab: LabHandle) -> None:
+    """An expired certificate, one from another CA, garbage, a file over the size limit: each
+    named in the table, exit 0, no traceback."""
+    pkidir = lab.root_dir() / "etc/kubernetes/pki"
+    ca = pki.load_pair(pkidir, "ca")
+    long_ago = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(days=400)
+    pki.write_pair(pkidir, "apiserver-kubelet-client", pki.issue(ca, "kube-apiserver-kubelet-client",
+                                                                   not_before=long_ago, days=30))
+    pki.write_pair(pkidir, "front-proxy-client", pki.issue(pki.make_ca("someone-else"), "front-proxy-client"))
+    (pkidir / "etcd/healthcheck-client.crt").write_bytes(b"-----BEGIN CERTIFICATE-----\nnot base64 !!\n"
+                                                          b"-----END CERTIFICATE-----\n")
+    (pkidir / "etcd/peer.crt").write_bytes(b"\x00" * (300 << 10))
+    data = certs_json(lab)
+    certs = by_name(data)
+    assert certs["pki/apiserver-kubelet-client.crt"]["days_left"] < -300
+    assert certs["pki/front-proxy-client.crt"]["chain"] == "NOT signed by pki/front-proxy-ca.crt"
+    assert certs["pki/etcd/healthcheck-client.crt"]["error"] in (
+        "its PEM certificate is not valid base64", "not a valid X.509 certificate (ValueError)")
+    assert certs["pki/etcd/peer.crt"]["error"].startswith("cannot read")
+    etcd = {c["component"]: c for c in data["components"]}["etcd"]
+    assert etcd["verdict"] == "unknown" and "pki/etcd/peer.crt: cannot read" in etcd["why"]
+    text = run_cpctl(lab, "certs")
+    assert text.returncode == 0 and "Traceback" not in text.stderr
+    assert "EXPIRED" in text.stdout and "NOT signed by pki/front-proxy-ca.crt" in text.stdout
+
+
+def test_component_without_a_tls_answer_is_unknown(lab: LabHandle) -> None:
+    """A scheduler that names a --tls-cert-file but whose --secure-port answers plain HTTP: unknown,
+    with the reason; the others keep their verdicts."""
+    mdir = lab.manifests_dir()
+    pod = yaml.safe_load((mdir / "kube-scheduler.yaml").read_text())
+    plain = seed_ports(lab)["etcd-metrics"]
+    container = pod["spec"]["containers"][0]
+    container["command"] = [a for a in container["command"] if not a.startswith("--secure-port=")] + [
+        f"--secure-port={plain}", "--tls-cert-file=/etc/kubernetes/pki/apiserver.crt",
+        "--tls-private-key-file=/etc/kubernetes/pki/apiserver.key"]
+    container["volumeMounts"].append({"mountPath": "/etc/kubernetes/pki", "name": "k8s-certs", "readOnly": True})
+    pod["spec"]["volumes"].append({"hostPath": {"path": str(lab.root_dir() / "etc/kubernetes/pki"),
+                                                "type": "DirectoryOrCreate"}, "name": "k8s-certs"})
+    (mdir / ".kube-scheduler.tmp").write_text(yaml.safe_dump(pod))
+    (mdir / ".kube-scheduler.tmp").rename(mdir / "kube-scheduler.yaml")
+    data = certs_json(lab)
+    sched = {c["component"]: c for c in data["components"]}["kube-scheduler"]
+    assert sched["verdict"] == "unknown"
+    assert f"no TLS answer on 127.0.0.1:{plain}" in sched["why"]
+    assert verdicts(data)["kube-apiserver"] == "current"
+
+
+def test_certs_usage(lab: LabHandle) -> None:
+    proc = run_cpctl(lab, "restart")
+    assert proc.returncode == 2 and "--stale-certs" in proc.stderr
+    proc = run_cpctl(lab, "restart", "scheduler", "--stale-certs")
+    assert proc.returncode == 2
+
+
+def test_check_reports_expiring_and_stale_with_metrics(lab: LabHandle, tmp_path: Path) -> None:
+    """Item 4: check finds certificates expiring within --cert-warn and components on an old
+    certificate; the textfile carries cpctl_cert_not_after_seconds and cpctl_component_cert_stale."""
+    clean = run_cpctl(lab, "check", "-o", "json")
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    prom = tmp_path / "cpctl.prom"
+    soon = run_cpctl(lab, "check", "--cert-warn", "366d", "--prometheus-textfile", str(prom), "-o", "json")
+    assert soon.returncode == 1
+    expiring = [f for f in json.loads(soon.stdout)["findings"] if f["kind"] == "cert_expiring"]
+    assert {f["file"] for f in expiring} >= {"pki/apiserver.crt", "admin.conf", "kubelet.conf"}
+    assert not {f["file"] for f in expiring} & {"pki/ca.crt", "pki/etcd/ca.crt"}    # CAs: ten years
+    text = prom.read_text()
+    node = lab.masters[0]
+    assert f'cpctl_cert_not_after_seconds{{file="pki/apiserver.crt",node="{node}",subject="CN=kube-apiserver"}}' in text
+    assert f'cpctl_component_cert_stale{{component="etcd",node="{node}"}} 0' in text
+    renew(lab)
+    stale = run_cpctl(lab, "check", "--prometheus-textfile", str(prom), "-o", "json")
+    assert stale.returncode == 1
+    found = {f["component"] for f in json.loads(stale.stdout)["findings"] if f["kind"] == "cert_stale"}
+    assert found == set(COMPONENTS)
+    assert f'cpctl_component_cert_stale{{component="kube-scheduler",node="{node}"}} 1' in prom.read_text()
+    bad = run_cpctl(lab, "check", "--cert-warn", "soon")
+    assert bad.returncode == 2 and "--cert-warn" in bad.stderr

@@ -226,3 +226,25 @@ def test_check_reports_expiring_and_stale_with_metrics(lab: LabHandle, tmp_path:
     assert f'cpctl_component_cert_stale{{component="kube-scheduler",node="{node}"}} 1' in prom.read_text()
     bad = run_cpctl(lab, "check", "--cert-warn", "soon")
     assert bad.returncode == 2 and "--cert-warn" in bad.stderr
+
+
+def test_status_shows_container_start_next_to_the_pod_age(lab: LabHandle) -> None:
+    """Item 5: the API server's mirror pod keeps its age across a restart (real-node-facts.md), so
+    status shows the container's start time and restart count too - from the API and from crictl."""
+    import time
+    before = time.time()
+    assert run_cpctl(lab, "restart", "apiserver").returncode == 0
+    for probe, kubeconfig in (("api", lab.kubeconfig), ("crictl", str(lab.dir / "no-such.conf"))):
+        proc = run_cpctl(lab, "status", "apiserver", "-o", "json", KUBECONFIG=kubeconfig)
+        assert proc.returncode == 0, proc.stderr
+        seen = json.loads(proc.stdout)["components"][0]["observed"]
+        # crictl: the runtime's attempt count of the same pod UID (a static pod moved out and back
+        # keeps its UID), the API: containerStatuses[].restartCount - either a number
+        assert seen["source"] == probe and isinstance(seen["restarts"], int) and seen["restarts"] >= 0
+        started = datetime.datetime.strptime(seen["container_started"], "%Y-%m-%dT%H:%M:%SZ").replace(
+            tzinfo=datetime.timezone.utc).timestamp()
+        assert started >= int(before) and seen["container_age_seconds"] <= time.time() - before + 1
+        if probe == "api":
+            assert seen["age_seconds"] > seen["container_age_seconds"]      # AGE is no proof of a restart
+        text = run_cpctl(lab, "status", "apiserver", KUBECONFIG=kubeconfig).stdout
+        assert ", container up " in text and " restart" in text and "via %s)" % probe in text

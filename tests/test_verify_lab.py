@@ -19,7 +19,10 @@ from tests.coreutil import failure_line
 from tests.labfixture import FAST, kubectl, lab, mirror, wait_for  # noqa: F401
 from tests.labfixture import run_cpctl as cpctl
 
-POD_COLUMN = re.compile(r" running \(Running, \d+[smhd], via (api|crictl)\)")
+# the pod's age, then its container's (a mirror pod of etcd or the API server keeps its age across
+# a restart: the container's start time is the proof), its restarts, and who saw it
+POD_COLUMN = re.compile(r" running \(Running, pod \d[\dsmhd]*, container up \d[\dsmhd]*, \d+ restarts?, "
+                        r"via (api|crictl)\)")
 
 
 def ok(proc: subprocess.CompletedProcess) -> str:

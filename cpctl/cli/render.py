@@ -22,7 +22,13 @@ def _pod_column(word: Optional[str], pod: Optional[dict]) -> str:
     seen = [pod.get("phase") or ""] if pod.get("present") else []
     if pod.get("present") and pod.get("age_seconds") is not None:
         from cpctl.timeutil import format_duration
-        seen.append(format_duration(pod["age_seconds"]))
+        seen.append("pod %s" % format_duration(pod["age_seconds"]))
+    if pod.get("present") and pod.get("container_age_seconds") is not None:
+        from cpctl.timeutil import format_duration
+        restarts = pod.get("restarts")
+        seen.append("container up %s%s" % (format_duration(pod["container_age_seconds"]),
+                                           "" if restarts is None else ", %d restart%s" % (
+                                               restarts, "" if restarts == 1 else "s")))
     seen.append("via %s" % (pod.get("source") or "?"))
     if pod.get("stale"):
         seen.append("stale: this node's API server is parked")

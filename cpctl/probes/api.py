@@ -71,5 +71,8 @@ def pod_state(pod: Dict[str, Any], source: str) -> PodState:
     starts = [parse_rfc3339(get_str(get_object(get_object(c, "state", "containerStatus"), "running", "state"),
                                     "startedAt", "state.running")) for c in statuses]
     started = max((s for s in starts if s), default=None)
+    counts = [c.get("restartCount") for c in statuses]
+    restarts = sum(n for n in counts if isinstance(n, int) and not isinstance(n, bool) and n >= 0) if statuses \
+        else None
     return PodState(True, ready, get_str(status, "phase", "pod.status"), uid, tuple(i for i in ids if i), started,
-                    parse_rfc3339(get_str(meta, "creationTimestamp", "pod.metadata")), source)
+                    parse_rfc3339(get_str(meta, "creationTimestamp", "pod.metadata")), source, restarts=restarts)

@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Protocol, Tuple
 
+from cpctl.timeutil import iso
+
 
 @dataclass
 class PodTarget:
@@ -110,6 +112,7 @@ class PodState:
     created: Optional[float] = None
     source: str = ""
     stale: bool = False         # the API's view of a node whose API view is stale (PodTarget.stale_api)
+    restarts: Optional[int] = None   # container restarts (crictl: attempt; API: restartCount), None: unknown
 
     def is_new_since(self, before: Optional["PodState"]) -> bool:
         """True when this pod cannot be the one observed in ``before``."""
@@ -123,8 +126,11 @@ class PodState:
 
     def to_dict(self) -> dict:
         age = time.time() - self.created if self.created else None
+        up = time.time() - self.started if self.started else None
         return {"present": self.present, "ready": self.ready, "phase": self.phase, "uid": self.uid,
-                "age_seconds": age, "source": self.source, "stale": self.stale}
+                "age_seconds": age, "source": self.source, "stale": self.stale,
+                "container_started": iso(self.started) if self.started else None, "container_age_seconds": up,
+                "restarts": self.restarts}
 
 
 class Probe(Protocol):

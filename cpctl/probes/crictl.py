@@ -37,6 +37,21 @@ def _nanos(value: Any) -> int:
     return int(value) if isinstance(value, str) and value.isdigit() else 0
 
 
+def _restarts(containers: list) -> Optional[int]:
+    """Restarts of the running containers: the kubelet's restartCount annotation, else the CRI
+    attempt number (the kubelet counts attempts from 0 in each sandbox); None when neither says."""
+    total, known = 0, False
+    for c in containers:
+        note = (c.get("annotations") or {}).get("io.kubernetes.container.restartCount") \
+            if isinstance(c.get("annotations"), dict) else None
+        attempt = (c.get("metadata") or {}).get("attempt") if isinstance(c.get("metadata"), dict) else None
+        if isinstance(note, str) and note.isdigit():
+            total, known = total + int(note), True
+        elif isinstance(attempt, int) and not isinstance(attempt, bool) and attempt >= 0:
+            total, known = total + attempt, True
+    return total if known else None
+
+
 class CrictlProbe:
     name = "crictl"
     max_call = DEFAULT_TIMEOUT
@@ -97,4 +112,4 @@ class CrictlProbe:
         return PodState(True, bool(running) and len(running) == len(containers), "Running" if running else "Pending",
                         get_str(get_object(sandbox, "metadata", "sandbox"), "uid", "sandbox.metadata"),
                         tuple(get_str(c, "id", "container") for c in running), max(created, default=None),
-                        _nanos(sandbox.get("createdAt")) / 1e9, self.name)
+                        _nanos(sandbox.get("createdAt")) / 1e9, self.name, restarts=_restarts(running))

@@ -367,18 +367,29 @@ def judge_client(comp: ComponentCerts, cert: Cert) -> Evidence:
                     % (_iso(comp.started), cert.name, _iso(cert.mtime)))
 
 
-def judge_component(cat: Catalogue, manifest: Any) -> ComponentCerts:
+Endpoint = Tuple[str, str, int]     # (certificate file on the node, host, port)
+
+
+def serving_endpoints(manifest: Any) -> List[Endpoint]:
+    """Where the component of ``manifest`` serves which certificate file (only the flags that name
+    one: the scheduler and controller-manager as kubeadm runs them serve an in-memory one)."""
+    _, container = pick_container(manifest.pod, None)
+    flags = _flag_values(container)
+    found = []
+    for port_flag, cert_flag, default in SERVING.get(manifest.pod_name, ()):
+        if cert_flag in flags:
+            host, port = _endpoint(flags.get(port_flag, ""), default, flags, container)
+            found.append((host_path_of(manifest.pod, container, flags[cert_flag]) or flags[cert_flag], host, port))
+    return found
+
+
+def judge_component(cat: Catalogue, manifest: Any, endpoints: List[Endpoint]) -> ComponentCerts:
     """The verdict for the component of one valid manifest in the manifests dir."""
     name = manifest.pod_name
     comp = ComponentCerts(name)
     _, container = pick_container(manifest.pod, None)
     flags = _flag_values(container)
-    for port_flag, cert_flag, default in SERVING.get(name, ()):
-        if cert_flag not in flags:
-            continue     # scheduler/controller-manager as kubeadm runs them: an in-memory certificate
-        host, port = _endpoint(flags.get(port_flag, ""), default, flags, container)
-        path = host_path_of(manifest.pod, container, flags[cert_flag]) or flags[cert_flag]
-        comp.evidence.append(judge_serving(cat, path, host, port))
+    comp.evidence += [judge_serving(cat, path, host, port) for path, host, port in endpoints]
     clients = []
     for flag in CLIENT_FLAGS.get(name, ()):
         if flag not in flags:
@@ -390,18 +401,24 @@ def judge_component(cat: Catalogue, manifest: Any) -> ComponentCerts:
             clients.append(cert)
     if any(c.mtime is not None for c in clients):     # no file on disk: no start time to compare with
         comp.started, comp.started_source = container_started(cat.node, name)
-        comp.evidence += [judge_client(comp, cert) for cert in clients]
+    comp.evidence += [judge_client(comp, cert) for cert in clients]
     comp.decide()
     return comp
 
 
 def report(node: Node) -> Dict[str, Any]:
-    """``cpctl certs`` on one node: every certificate, then every running component's verdict."""
+    """``cpctl certs`` on one node: every certificate, then every running component's verdict.
+    Two round trips to a remote master for all its reads: the files and the manifests, then the
+    handshakes the manifests call for."""
     cat = Catalogue(node)
     with node.host.prefetched(cat.reads() + node.view_reads()):
         cat.load()
         scan = node.scan()
-    comps = [judge_component(cat, m) for m in _control_plane(scan)]
+    found = [(m, serving_endpoints(m)) for m in _control_plane(scan)]
+    handshakes = [("peer_cert", {"host": host, "port": port, "timeout": HANDSHAKE_TIMEOUT})
+                  for _, endpoints in found for _, host, port in endpoints]
+    with node.host.prefetched(handshakes):
+        comps = [judge_component(cat, m, endpoints) for m, endpoints in found]
     return {"node": node.node_name, "kube_dir": cat.kube_dir,
             "certificates": [c.to_dict() for c in cat.certs.values()],
             "components": [c.to_dict() for c in comps],

@@ -18,8 +18,16 @@ What it simulates
     API: while no kube-apiserver (or no etcd quorum) runs, mirrors are neither created nor deleted.
   * API availability follows the static pods: no running kube-apiserver -> the API port refuses
     connections; no etcd quorum -> ``etcdserver: request timed out`` (500) and failing /readyz.
-  * Health endpoints at the ports/paths/schemes of each running component's probes (HTTPS with a
-    self-signed certificate made once per lab dir by ``openssl``; plain HTTP if openssl is missing).
+  * Health endpoints at the ports/paths/schemes of each running component's probes. HTTPS ones
+    serve the certificate file the component names (``--tls-cert-file``), as it was when the
+    component STARTED; etcd's client and peer ports answer TLS with ``--cert-file`` and
+    ``--peer-cert-file`` likewise. A component without such a flag (kubeadm's scheduler and
+    controller-manager) serves a self-signed certificate made once per lab dir by ``openssl``
+    (plain HTTP if openssl is missing).
+  * Real certificates (:mod:`cpctl_lab.pki`, ``cryptography``): three CAs shared by every master,
+    kubeadm's ``pki/`` leaves, kubeconfigs with embedded client certificates (``kubelet.conf``
+    names ``kubelet-client-current.pem``); ``cpctl lab certs-renew`` rewrites them like
+    ``kubeadm certs renew all`` while what runs keeps the old ones until restarted.
   * A scheduler that binds pods only while a kube-scheduler static pod runs and holds its Lease,
     honouring ``spec.schedulerName`` and ``--config`` KubeSchedulerConfiguration profiles;
     leader Leases renewed every ``--lease-renew`` s; a ``crictl`` shim in ``DIR/bin``

@@ -290,11 +290,15 @@ def test_certs_runbook_commands_exist() -> None:
     assert [c.argv for c in commands if c not in fleet] == [["keeper", "stop"]]
     assert any(c.argv[-1] == "status" for c in commands)
     assert any(c.argv[-1] == "check" for c in commands)
+    assert any(c.argv[-1] == "certs" for c in commands)      # the proof, before and after (issue 26)
     restarts = [c.argv for c in commands if "restart" in c.argv]
-    assert any("--dry-run" in a for a in restarts)
+    assert any("--dry-run" in a and "--stale-certs" in a for a in restarts)
     assert any(a[a.index("--serial") + 1] == "1" for a in restarts if "--serial" in a)
     for argv in restarts:
-        assert argv[argv.index("restart") + 1:][:4] == ["apiserver", "controller-manager", "scheduler", "etcd"]
+        rest = argv[argv.index("restart") + 1:]
+        assert rest[:1] == ["--stale-certs"] or rest[:4] == ["apiserver", "controller-manager", "scheduler", "etcd"]
+    assert sum("--stale-certs" in a for a in restarts) >= 3
+    assert "AGE is no proof" not in CERTS.read_text() and "young AGE" in CERTS.read_text()
     assert {"history", "start"} <= {p[0] for p in used if p}
     text = CERTS.read_text()
     for needed in ("kubeadm certs renew all", "quorum", "exit 6", "--serial 1", "etcd", "history", "rollback"):
@@ -319,7 +323,15 @@ def test_certs_runbook_runs_against_the_lab(lab: LabHandle, cpctl_in: Callable) 
     restarted = False
     history: Optional[list] = None
     seen: List[List[str]] = []
+    # step 2, `kubeadm certs renew all` on each master: in the lab, `cpctl lab certs-renew`
+    renew_at = next(i for i, line in enumerate(shell_lines(CERTS)) if "kubeadm certs renew all" in line
+                    and not line.lstrip().startswith("cpctl"))
+    renewed = False
     for command in commands_in(CERTS):
+        if command.index > renew_at and not renewed:
+            proc = cpctl_in(["lab", "certs-renew", "--dir", str(lab.dir)])
+            assert proc.returncode == 0, proc.stderr
+            renewed = True
         argv = local_argv(command.argv)
         if argv in seen or ("restart" in argv and "--dry-run" not in argv and restarted):
             continue
@@ -330,6 +342,10 @@ def test_certs_runbook_runs_against_the_lab(lab: LabHandle, cpctl_in: Callable) 
         assert "Traceback" not in proc.stderr
         if "--dry-run" in argv:
             assert "nothing changed" in proc.stdout and "etcd" in proc.stdout
+        if argv[-1] == "certs":
+            verdicts = re.findall(r"^(etcd|kube-\S+)\s+(current|STALE|unknown)\s", proc.stdout, re.M)
+            wanted = "STALE" if renewed and not restarted else "current"
+            assert [v for _, v in verdicts] == [wanted] * 4, proc.stdout
         if argv[:3] == ["-o", "json", "history"]:
             history = json.loads(proc.stdout)["history"]
     assert restarted

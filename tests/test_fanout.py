@@ -32,7 +32,7 @@ ARGS: Dict[str, List[str]] = {        # the arguments each command needs to get 
     "watch": [], "systemd install": ["--prefix", "/nonexistent/units"], "systemd show": [],
     "apply": ["scheduler", "-f", os.path.abspath(__file__)], "edit": ["scheduler", "--yes"],
     "flags": ["scheduler", "--set", "v=2"], "rollback": ["scheduler"], "revisions": ["scheduler"],
-    "logs": ["scheduler"],
+    "logs": ["scheduler"], "certs": [],
     "keeper status": [], "keeper stop": [], "completion": ["bash"],
 }
 

@@ -238,8 +238,15 @@ def write_conf(etc: Path, info: NodeInfo, conf: Conf, ca: Issued) -> None:
         user: dict[str, str] = {"client-certificate-data": _b64(issued.cert_pem()),
                                 "client-key-data": _b64(issued.key_pem())}
     else:
+        # as the kubelet keeps it: kubelet-client-<time>.pem and the symlink kubelet-client-current.pem
+        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d-%H-%M-%S")
+        real = info.kubelet_pki / f"kubelet-client-{stamp}.pem"
+        _write(real, issued.cert_pem() + issued.key_pem(), 0o600)
         pem = info.kubelet_pki / "kubelet-client-current.pem"
-        _write(pem, issued.cert_pem() + issued.key_pem(), 0o600)
+        link = info.kubelet_pki / ".kubelet-client-current.pem.tmp"
+        link.unlink(missing_ok=True)
+        link.symlink_to(real.name)
+        os.replace(link, pem)
         user = {"client-certificate": str(pem), "client-key": str(pem)}
     server = info.servers["lb"] if conf.name in ("admin.conf", "super-admin.conf") else (
         info.servers["kubelet"] if conf.name == "kubelet.conf" else info.servers["local"])

@@ -25,6 +25,7 @@ import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
+from cpctl.cli.render import status_text
 from cpctl_lab import pki
 from cpctl_lab.control import LabHandle
 from tests.labfixture import run_cpctl
@@ -88,6 +89,7 @@ def test_lab_makes_kubeadm_pki_and_serves_the_files(lab: LabHandle) -> None:
     kubelet_user = yaml.safe_load((etc / "kubelet.conf").read_text())["users"][0]["user"]
     assert "client-certificate-data" not in kubelet_user
     assert Path(kubelet_user["client-certificate"]).is_file()
+    assert Path(kubelet_user["client-certificate"]).is_symlink()         # as the kubelet rotates it
     ports = seed_ports(lab)
     assert served_der(ports["apiserver"]) == file_der(etc / "pki/apiserver.crt")
     assert served_der(ports["etcd-client"]) == file_der(etc / "pki/etcd/server.crt")
@@ -246,5 +248,5 @@ def test_status_shows_container_start_next_to_the_pod_age(lab: LabHandle) -> Non
         assert started >= int(before) and seen["container_age_seconds"] <= time.time() - before + 1
         if probe == "api":
             assert seen["age_seconds"] > seen["container_age_seconds"]      # AGE is no proof of a restart
-        text = run_cpctl(lab, "status", "apiserver", KUBECONFIG=kubeconfig).stdout
+        text = status_text(json.loads(proc.stdout))                      # the same data as text
         assert ", container up " in text and " restart" in text and "via %s)" % probe in text

@@ -74,7 +74,11 @@ class Host:
         """All entries of ``path`` with lstat fields and, for files up to ``limit``, ``data``."""
         return self._call("scan_dir", path=path, limit=limit)
 
-    def read_file(self, path: str, limit: int) -> bytes:
+    def read_file(self, path: str, limit: int, follow: bool = False) -> bytes:
+        """The bytes of the regular file ``path`` (at most ``limit``, else EFBIG); through a
+        symlink only with ``follow`` (kubelet-client-current.pem is one on every node)."""
+        if follow:
+            return self._call("read_file", path=path, limit=limit, follow=True)
         return self._call("read_file", path=path, limit=limit)
 
     def read_tail(self, path: str, limit: int) -> bytes:

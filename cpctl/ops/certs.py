@@ -167,7 +167,7 @@ class Catalogue:
         calls: List[Tuple[str, Dict[str, Any]]] = []
         for rel in ["pki/%s.crt" % n for n in PKI_FILES]:
             path = os.path.join(self.kube_dir, rel)
-            calls += [("read_file", {"path": path, "limit": CERT_LIMIT}), ("lstat", {"path": path})]
+            calls += [("read_file", {"path": path, "limit": CERT_LIMIT, "follow": True}), ("lstat", {"path": path})]
         for conf in KUBECONFIGS:
             path = os.path.join(self.kube_dir, conf)
             calls += [("read_file", {"path": path, "limit": KUBECONFIG_LIMIT}), ("lstat", {"path": path})]
@@ -197,7 +197,7 @@ class Catalogue:
                 cert.error = "missing" if required else "missing (named by a flag)"
                 return cert
             cert.mtime = info["mtime"]
-            data = self.node.host.read_file(path, CERT_LIMIT)
+            data = self.node.host.read_file(path, CERT_LIMIT, follow=True)
             self._parsed[path] = describe(cert, first_der(data))
         except OSError as exc:
             cert.error = "cannot read: %s" % (exc.strerror or exc)
@@ -226,7 +226,7 @@ class Catalogue:
                     cert.error = "names a certificate file that is missing"
                     return cert
                 cert.mtime = max(cert.mtime or 0.0, ref["mtime"])
-                data = self.node.host.read_file(tls["cert_file"], CERT_LIMIT)
+                data = self.node.host.read_file(tls["cert_file"], CERT_LIMIT, follow=True)
             else:
                 cert.error = "no client certificate in it"
                 return cert

@@ -192,7 +192,7 @@ def start(ctx: click.Context, components: tuple, all_parked: bool, no_wait: bool
     if not all_parked and not components:
         raise CpctlError("name the COMPONENT(s) to start, or --all-parked", ExitCode.USAGE)
     state(ctx).settings.canary = verify
-    change(ctx, "start", [] if all_parked else list(components), dry_run, False, None,
+    change(ctx, "start", list(components), dry_run, False, None,
            lambda node, names, why: lifecycle.start(node, names, not no_wait, timeout),
            lifecycle.parked_components if all_parked else None)
 

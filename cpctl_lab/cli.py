@@ -7,6 +7,7 @@ Errors are one line on stderr with a non-zero exit code.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import time
@@ -337,19 +338,14 @@ def snapshot_restore_cmd(snapshot: Path, data_dir: str, name: str, initial_clust
 
 
 @lab.command("certs-renew")
-@click.option(
-    "--dir",
-    "directory",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=control.DEFAULT_DIR,
-    show_default=True,
-)
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="The lab dir [default: the lab $KUBECONFIG points at, else %s]." % control.DEFAULT_DIR)
 @click.option("--node", "nodes", multiple=True, help="Only this master (repeatable) [default: every master].")
-def certs_renew_cmd(directory: Path, nodes: tuple[str, ...]) -> None:
+def certs_renew_cmd(directory: Optional[Path], nodes: tuple[str, ...]) -> None:
     """Renew the certificates like `kubeadm certs renew all` on each master (running components
     keep the old ones until they restart)."""
     from . import pki
-    directory = directory.expanduser().resolve()
+    directory = (directory or _pointed_lab()).expanduser().resolve()
     roots = sorted(p for p in directory.glob("root-*") if (p / "etc/kubernetes/pki/ca.key").is_file())
     found = {p.name[len("root-"):]: p for p in roots}
     wanted = list(nodes) or list(found)
@@ -367,6 +363,14 @@ def certs_renew_cmd(directory: Path, nodes: tuple[str, ...]) -> None:
             click.echo(f"{node}: {name} renewed")
     click.echo("Done renewing certificates. You must restart the kube-apiserver, kube-controller-manager, "
                "kube-scheduler and etcd, so that they can use the new certificates.")
+
+
+def _pointed_lab() -> Path:
+    """The lab dir of the shell's ``$KUBECONFIG`` (``eval "$(cpctl lab up --dir X)"`` sets it to
+    ``X/admin.conf``), else the default lab dir."""
+    kubeconfig = os.environ.get("KUBECONFIG", "")
+    here = Path(kubeconfig).parent if kubeconfig and ":" not in kubeconfig else None
+    return here if here is not None and (here / "lab.json").is_file() else control.DEFAULT_DIR
 
 
 @lab.command("demo")

@@ -197,7 +197,18 @@ def start(ctx: click.Context, components: tuple, all_parked: bool, no_wait: bool
            lifecycle.parked_components if all_parked else None)
 
 
-@click.command()
+class _ComponentsOrStaleCerts(click.Command):
+    """``restart``: COMPONENT... or ``--stale-certs``, exactly one of them - refused while the
+    command line is parsed (exit 2), so a script's typo is caught before anything connects."""
+
+    def parse_args(self, ctx: click.Context, args: List[str]) -> List[str]:
+        rest = super().parse_args(ctx, args)
+        if bool(ctx.params.get("components")) == bool(ctx.params.get("stale_certs")):
+            raise click.UsageError("name the COMPONENT(s) to restart, or --stale-certs", ctx)
+        return rest
+
+
+@click.command(cls=_ComponentsOrStaleCerts)
 @click.argument("components", nargs=-1)
 @click.option("--stale-certs", is_flag=True,
               help="Restart exactly the components that still use an old certificate (see `cpctl certs`).")
@@ -215,12 +226,9 @@ def restart(ctx: click.Context, components: tuple, stale_certs: bool, reason: Op
     order (etcd, apiserver, controller-manager, scheduler), each verified to use the files
     afterwards; --dry-run shows which.
     """
-    from cpctl.errors import CpctlError, ExitCode
     from cpctl.ops import lifecycle
     state(ctx).settings.canary = verify
     check_reason(reason)
-    if stale_certs == bool(components):
-        raise CpctlError("name the COMPONENT(s) to restart, or --stale-certs", ExitCode.USAGE)
     if stale_certs:
         from cpctl.catalogue import START_ORDER
         from cpctl.ops import certs

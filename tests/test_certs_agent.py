@@ -11,6 +11,7 @@ what a master returns (issue 26): a real TLS server, a real agent subprocess, ho
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -127,3 +128,24 @@ def test_served_garbage_is_a_stale_or_unreadable_verdict_never_a_crash() -> None
     old = certs.Cert("served", "127.0.0.1:6443")
     assert certs.describe(old, b"\x30\x82\x01\x00garbage") is None
     assert old.error.startswith("not a valid X.509 certificate")
+
+
+def test_a_node_without_pki_and_an_odd_manifest_are_verdicts(node: Any) -> None:
+    """No kubeadm pki next to the manifests dir: every file `missing`, no component `current`; a
+    scheduler manifest with two containers, none named like the pod: `unknown`, with the reason."""
+    import json
+
+    import yaml
+    pod = yaml.safe_load(open(os.path.join(node.manifests, "kube-scheduler.yaml")))
+    main = pod["spec"]["containers"][0]
+    pod["spec"]["containers"] = [dict(main, name="first"), dict(main, name="second")]
+    with open(os.path.join(node.manifests, "kube-scheduler.yaml"), "w") as handle:
+        yaml.safe_dump(pod, handle)
+    data = json.loads(node.run("-o", "json", "certs").stdout)
+    assert {c["name"]: c["error"] for c in data["certificates"]}["pki/ca.crt"] == "missing"
+    verdicts = {c["component"]: c for c in data["components"]}
+    assert verdicts["kube-scheduler"]["verdict"] == "unknown"
+    assert "several containers" in verdicts["kube-scheduler"]["why"]
+    assert "current" not in {c["verdict"] for c in data["components"]}
+    text = node.run("certs").stdout
+    assert "kube-scheduler" in text and "several containers" in text

@@ -370,10 +370,21 @@ def judge_client(comp: ComponentCerts, cert: Cert) -> Evidence:
 Endpoint = Tuple[str, str, int]     # (certificate file on the node, host, port)
 
 
+def _container(manifest: Any) -> Optional[Dict[str, Any]]:
+    """The component's container (the only one, or the one named like the pod); None when the
+    manifest has several and none is named like the pod (then nothing can be judged)."""
+    try:
+        return pick_container(manifest.pod, None)[1]
+    except CpctlError:
+        return None
+
+
 def serving_endpoints(manifest: Any) -> List[Endpoint]:
     """Where the component of ``manifest`` serves which certificate file (only the flags that name
     one: the scheduler and controller-manager as kubeadm runs them serve an in-memory one)."""
-    _, container = pick_container(manifest.pod, None)
+    container = _container(manifest)
+    if container is None:
+        return []
     flags = _flag_values(container)
     found = []
     for port_flag, cert_flag, default in SERVING.get(manifest.pod_name, ()):
@@ -387,7 +398,11 @@ def judge_component(cat: Catalogue, manifest: Any, endpoints: List[Endpoint]) ->
     """The verdict for the component of one valid manifest in the manifests dir."""
     name = manifest.pod_name
     comp = ComponentCerts(name)
-    _, container = pick_container(manifest.pod, None)
+    container = _container(manifest)
+    if container is None:
+        comp.why = "several containers, none named %s: which one holds the flags is unclear" % name
+        comp.decide()
+        return comp
     flags = _flag_values(container)
     comp.evidence += [judge_serving(cat, path, host, port) for path, host, port in endpoints]
     clients = []

@@ -30,6 +30,17 @@ class Health:
 
 
 @dataclass(frozen=True)
+class ServingCert:
+    """An endpoint the component serves with a certificate FILE (cpctl certs compares the two):
+    the flag that sets the port (a number, or a URL list whose first URL counts), the flag that
+    names the certificate, and kubeadm's port when the manifest does not say."""
+
+    port_flag: str
+    cert_flag: str
+    default_port: int
+
+
+@dataclass(frozen=True)
 class Component:
     """One kubeadm control-plane component.
 
@@ -42,7 +53,11 @@ class Component:
     it is down the API cannot watch it go and come back, and the node's API view is stale.
     ``quorum_rule``: the fleet guard's rule for it (None: stopping it on every master is
     allowed). ``kubeadm_section``: where kubeadm's ClusterConfiguration holds its ``extraArgs``
-    (dotted: ``etcd.local``), which ``kubeadm upgrade`` renders the manifest from."""
+    (dotted: ``etcd.local``), which ``kubeadm upgrade`` renders the manifest from.
+    ``serving_certs``: where it serves a certificate file, when its flags name one (kubeadm runs
+    the scheduler and controller-manager with an in-memory one: no ``--tls-cert-file``);
+    ``client_certs``: the flags naming a client certificate or a kubeconfig that holds one (it
+    loads them when it starts)."""
 
     name: str
     alias: str
@@ -53,18 +68,34 @@ class Component:
     carries_api: bool
     quorum_rule: Optional[str]
     kubeadm_section: str
+    serving_certs: Tuple[ServingCert, ...] = ()
+    client_certs: Tuple[str, ...] = ()
 
+
+#: kubeadm's certificates under /etc/kubernetes/pki, without ``.crt`` (cmd/kubeadm/app/constants/
+#: constants.go), CAs first; and its kubeconfigs with a client certificate (super-admin.conf on the
+#: ``kubeadm init`` node only, since v1.29; kubelet.conf names a file the kubelet rotates).
+PKI_CERTS = ("ca", "front-proxy-ca", "etcd/ca", "apiserver", "apiserver-kubelet-client", "apiserver-etcd-client",
+             "front-proxy-client", "etcd/server", "etcd/peer", "etcd/healthcheck-client")
+KUBECONFIGS = ("admin.conf", "super-admin.conf", "controller-manager.conf", "scheduler.conf", "kubelet.conf")
+
+#: The kubeconfig flags of the controller-manager and the scheduler (each holds a client certificate).
+KUBECONFIG_FLAGS = ("kubeconfig", "authentication-kubeconfig", "authorization-kubeconfig")
 
 COMPONENTS: Tuple[Component, ...] = (
     Component(ETCD, "etcd", 0, Health("http", 2381, "/readyz"), None, False, True,
-              "etcd keeps quorum only while a majority of its members run", "etcd.local"),
+              "etcd keeps quorum only while a majority of its members run", "etcd.local",
+              (ServingCert("listen-client-urls", "cert-file", 2379),
+               ServingCert("listen-peer-urls", "peer-cert-file", 2380))),
     Component(KUBE_APISERVER, "apiserver", 1, Health("https", 6443, "/readyz"), "secure-port", False, True,
               "at least one API server must keep serving (an API server whose stacked etcd is down is not "
-              "serving)", "apiServer"),
+              "serving)", "apiServer", (ServingCert("secure-port", "tls-cert-file", 6443),),
+              ("etcd-certfile", "kubelet-client-certificate", "proxy-client-cert-file")),
     Component(KUBE_CONTROLLER_MANAGER, "controller-manager", 2, Health("https", 10257, "/healthz"), "secure-port",
-              True, False, None, "controllerManager"),
+              True, False, None, "controllerManager", (ServingCert("secure-port", "tls-cert-file", 10257),),
+              KUBECONFIG_FLAGS),
     Component(KUBE_SCHEDULER, "scheduler", 3, Health("https", 10259, "/healthz"), "secure-port", True, False, None,
-              "scheduler"),
+              "scheduler", (ServingCert("secure-port", "tls-cert-file", 10259),), KUBECONFIG_FLAGS),
 )
 
 #: Ports kubeadm's control plane and the node's agents listen on even when no manifest spells them

@@ -41,25 +41,10 @@ CERT_LIMIT = 256 << 10          # a certificate file (a chain at most) is a few 
 KUBECONFIG_LIMIT = 4 << 20      # as cpctl.probes.kubeapi reads kubeconfigs
 HANDSHAKE_TIMEOUT = 3.0
 START_TIMEOUT = 5.0
-#: kubeadm's certificates under pki/ (cmd/kubeadm/app/constants/constants.go), CAs first.
-PKI_FILES = ("ca", "front-proxy-ca", "etcd/ca", "apiserver", "apiserver-kubelet-client", "apiserver-etcd-client",
-             "front-proxy-client", "etcd/server", "etcd/peer", "etcd/healthcheck-client")
-KUBECONFIGS = ("admin.conf", "super-admin.conf", "controller-manager.conf", "scheduler.conf", "kubelet.conf")
-#: (port flag, certificate flag, default port) of each component's serving endpoints.
-SERVING: Dict[str, Tuple[Tuple[str, str, int], ...]] = {
-    "etcd": (("listen-client-urls", "cert-file", 2379), ("listen-peer-urls", "peer-cert-file", 2380)),
-    "kube-apiserver": (("secure-port", "tls-cert-file", 6443),),
-    "kube-controller-manager": (("secure-port", "tls-cert-file", 10257),),
-    "kube-scheduler": (("secure-port", "tls-cert-file", 10259),),
-}
-#: Flags naming a client certificate, or a kubeconfig holding one.
-CLIENT_FLAGS: Dict[str, Tuple[str, ...]] = {
-    "etcd": (),
-    "kube-apiserver": ("etcd-certfile", "kubelet-client-certificate", "proxy-client-cert-file"),
-    "kube-controller-manager": ("kubeconfig", "authentication-kubeconfig", "authorization-kubeconfig"),
-    "kube-scheduler": ("kubeconfig", "authentication-kubeconfig", "authorization-kubeconfig"),
-}
-KUBECONFIG_FLAGS = ("kubeconfig", "authentication-kubeconfig", "authorization-kubeconfig")
+# kubeadm's certificate files and kubeconfigs, and which flags name each component's serving and
+# client certificates: cpctl.catalogue.
+PKI_FILES = catalogue.PKI_CERTS
+KUBECONFIGS = catalogue.KUBECONFIGS
 CURRENT, STALE, UNKNOWN = "current", "STALE", "unknown"
 _PEM_CERT = re.compile(rb"-----BEGIN CERTIFICATE-----\r?\n(.{1,200000}?)-----END CERTIFICATE-----", re.S)
 
@@ -387,10 +372,12 @@ def serving_endpoints(manifest: Any) -> List[Endpoint]:
         return []
     flags = _flag_values(container)
     found = []
-    for port_flag, cert_flag, default in SERVING.get(manifest.pod_name, ()):
-        if cert_flag in flags:
-            host, port = _endpoint(flags.get(port_flag, ""), default, flags, container)
-            found.append((host_path_of(manifest.pod, container, flags[cert_flag]) or flags[cert_flag], host, port))
+    entry = catalogue.get(manifest.pod_name)
+    for serving in entry.serving_certs if entry else ():
+        if serving.cert_flag in flags:
+            host, port = _endpoint(flags.get(serving.port_flag, ""), serving.default_port, flags, container)
+            path = flags[serving.cert_flag]
+            found.append((host_path_of(manifest.pod, container, path) or path, host, port))
     return found
 
 
@@ -406,12 +393,13 @@ def judge_component(cat: Catalogue, manifest: Any, endpoints: List[Endpoint]) ->
     flags = _flag_values(container)
     comp.evidence += [judge_serving(cat, path, host, port) for path, host, port in endpoints]
     clients = []
-    for flag in CLIENT_FLAGS.get(name, ()):
+    entry = catalogue.get(name)
+    for flag in entry.client_certs if entry else ():
         if flag not in flags:
             continue
         path = host_path_of(manifest.pod, container, flags[flag]) or flags[flag]
         rel = os.path.relpath(path, cat.kube_dir)
-        cert = cat.kubeconfig_cert(rel, path) if flag in KUBECONFIG_FLAGS else cat.file_cert(rel, path)
+        cert = cat.kubeconfig_cert(rel, path) if flag in catalogue.KUBECONFIG_FLAGS else cat.file_cert(rel, path)
         if cert not in clients:
             clients.append(cert)
     if any(c.mtime is not None for c in clients):     # no file on disk: no start time to compare with

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from cpctl.ops.certs import Report as CertsReport
 
 
 def table(headers: list, rows: list) -> str:
@@ -103,7 +106,7 @@ def plan_text(data: dict) -> str:
     return "\n".join(lines)
 
 
-def certs_text(data: dict) -> str:
+def certs_text(data: "CertsReport") -> str:
     """``cpctl certs``: the certificates (like ``kubeadm certs check-expiration``), then whether
     each running component uses them."""
     rows = []

@@ -28,14 +28,18 @@ import os
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple, TypedDict
 
 from cpctl import catalogue
 from cpctl.core.flags import flags_of, pick_container
+from cpctl.core.manifests import DirScan, Manifest
 from cpctl.core.mounts import host_path_of
-from cpctl.core.node import Node
+from cpctl.core.node import Node, Outcome
 from cpctl.errors import CpctlError
 from cpctl.probes.base import PodTarget, ProbeMissing, Unavailable
+
+if TYPE_CHECKING:       # cryptography is imported when a certificate is parsed (not by every check)
+    from cryptography.x509 import Certificate
 
 CERT_LIMIT = 256 << 10          # a certificate file (a chain at most) is a few KiB
 KUBECONFIG_LIMIT = 4 << 20      # as cpctl.probes.kubeapi reads kubeconfigs
@@ -47,6 +51,49 @@ PKI_FILES = catalogue.PKI_CERTS
 KUBECONFIGS = catalogue.KUBECONFIGS
 CURRENT, STALE, UNKNOWN = "current", "STALE", "unknown"
 _PEM_CERT = re.compile(rb"-----BEGIN CERTIFICATE-----\r?\n(.{1,200000}?)-----END CERTIFICATE-----", re.S)
+
+
+# --- what `cpctl certs -o json` prints, per node ------------------------------------------------
+class CertData(TypedDict):
+    name: str
+    path: str
+    embedded: Optional[bool]
+    subject: str
+    issuer: str
+    not_after: Optional[str]
+    days_left: Optional[float]
+    chain: str
+    error: str
+
+
+class EvidenceData(TypedDict):
+    kind: str
+    file: str
+    port: Optional[int]
+    verdict: str
+    detail: str
+
+
+class ComponentData(TypedDict):
+    component: str
+    verdict: str
+    why: str
+    started: Optional[str]
+    started_source: str
+    evidence: List[EvidenceData]
+
+
+class Report(TypedDict):
+    node: str
+    kube_dir: str
+    certificates: List[CertData]
+    components: List[ComponentData]
+    stale: List[str]
+
+
+#: A container of a pod manifest, as parsed from YAML.
+Container = Dict[str, object]
+ReadCall = Tuple[str, Dict[str, object]]
 
 
 # --- certificates ------------------------------------------------------------------------------
@@ -70,7 +117,7 @@ class Cert:
             return None
         return (self.not_after - (time.time() if now is None else now)) / 86400.0
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> CertData:
         left = self.days_left()
         return {"name": self.name, "path": self.path, "embedded": self.embedded, "subject": self.subject,
                 "issuer": self.issuer, "not_after": _iso(self.not_after),
@@ -96,7 +143,7 @@ def first_der(data: bytes) -> bytes:
         raise ValueError("its PEM certificate is not valid base64") from None
 
 
-def describe(cert: Cert, der: bytes) -> Any:
+def describe(cert: Cert, der: bytes) -> "Optional[Certificate]":
     """Fill ``cert`` from DER bytes; the parsed certificate, or None (``cert.error`` says why)."""
     from cryptography import x509
     cert.der = der
@@ -116,7 +163,7 @@ def _printable(text: str, limit: int = 200) -> str:
     return "".join(c if c.isprintable() else "?" for c in text)[:limit]
 
 
-def chain_word(parsed: Any, ca: Any, ca_name: str) -> str:
+def chain_word(parsed: "Certificate", ca: "Optional[Certificate]", ca_name: str) -> str:
     """"ok" when ``ca`` signed ``parsed``, "self-signed CA" for the CA itself, else what is wrong."""
     if ca is None:
         return "unknown (%s not readable)" % ca_name
@@ -145,11 +192,11 @@ class Catalogue:
         self.node = node
         self.kube_dir = os.path.dirname(node.manifests_dir.rstrip("/")) or "/"
         self.certs: Dict[str, Cert] = {}       # node path -> certificate
-        self._parsed: Dict[str, Any] = {}
+        self._parsed: Dict[str, Optional[Certificate]] = {}
 
-    def reads(self) -> List[Tuple[str, Dict[str, Any]]]:
+    def reads(self) -> List[ReadCall]:
         """The reads ``load`` makes, for one prefetched round trip."""
-        calls: List[Tuple[str, Dict[str, Any]]] = []
+        calls: List[ReadCall] = []
         for rel in ["pki/%s.crt" % n for n in PKI_FILES]:
             path = os.path.join(self.kube_dir, rel)
             calls += [("read_file", {"path": path, "limit": CERT_LIMIT, "follow": True}), ("lstat", {"path": path})]
@@ -236,7 +283,7 @@ class Evidence:
     detail: str
     port: Optional[int] = None
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> EvidenceData:
         return {"kind": self.kind, "file": self.file, "port": self.port, "verdict": self.verdict,
                 "detail": self.detail}
 
@@ -267,30 +314,32 @@ class ComponentCerts:
         else:
             self.verdict, self.why = CURRENT, "uses the files on disk"
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> ComponentData:
         return {"component": self.component, "verdict": self.verdict, "why": self.why,
                 "started": _iso(self.started), "started_source": self.started_source,
                 "evidence": [e.to_dict() for e in self.evidence]}
 
 
-def _flag_values(container: Dict[str, Any]) -> Dict[str, str]:
+def _flag_values(container: Container) -> Dict[str, str]:
     """name -> value of the container's --name=value flags (the last one wins, as in the binaries)."""
     return {f.name: f.value for f in flags_of(container) if f.value is not None}
 
 
-def _endpoint(value: str, default: int, flags: Dict[str, str], container: Dict[str, Any]) -> Tuple[str, int]:
+def _endpoint(value: str, default: int, flags: Dict[str, str], container: Container) -> Tuple[str, int]:
     """(host, port) a serving flag names: a URL list's first URL, or a port number bound where the
     component's own probes look (kubeadm: 127.0.0.1 or the advertise address)."""
     from urllib.parse import urlsplit
     if "://" in value:
         parts = urlsplit(value.split(",")[0].strip())
-        host = parts.hostname or "127.0.0.1"
-        return ("127.0.0.1" if host in ("0.0.0.0", "::") else host), parts.port or default
+        named = parts.hostname or "127.0.0.1"
+        return ("127.0.0.1" if named in ("0.0.0.0", "::") else named), parts.port or default
     port = int(value) if value.isdigit() else default
     for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
-        get = (container.get(probe) or {}).get("httpGet") or {}
-        if isinstance(get, dict) and str(get.get("port")) == str(port) and isinstance(get.get("host"), str):
-            return get["host"], port
+        spec = container.get(probe)
+        get = spec.get("httpGet") if isinstance(spec, dict) else None
+        host = get.get("host") if isinstance(get, dict) else None
+        if isinstance(get, dict) and str(get.get("port")) == str(port) and isinstance(host, str):
+            return host, port
     bind = flags.get("bind-address", "")
     if bind and bind not in ("0.0.0.0", "::"):
         return bind, port
@@ -355,16 +404,16 @@ def judge_client(comp: ComponentCerts, cert: Cert) -> Evidence:
 Endpoint = Tuple[str, str, int]     # (certificate file on the node, host, port)
 
 
-def _container(manifest: Any) -> Optional[Dict[str, Any]]:
+def _container(manifest: Manifest) -> Optional[Container]:
     """The component's container (the only one, or the one named like the pod); None when the
     manifest has several and none is named like the pod (then nothing can be judged)."""
     try:
-        return pick_container(manifest.pod, None)[1]
+        return pick_container(manifest.pod or {}, None)[1]
     except CpctlError:
         return None
 
 
-def serving_endpoints(manifest: Any) -> List[Endpoint]:
+def serving_endpoints(manifest: Manifest) -> List[Endpoint]:
     """Where the component of ``manifest`` serves which certificate file (only the flags that name
     one: the scheduler and controller-manager as kubeadm runs them serve an in-memory one)."""
     container = _container(manifest)
@@ -372,18 +421,18 @@ def serving_endpoints(manifest: Any) -> List[Endpoint]:
         return []
     flags = _flag_values(container)
     found = []
-    entry = catalogue.get(manifest.pod_name)
+    entry = catalogue.get(manifest.pod_name or "")
     for serving in entry.serving_certs if entry else ():
         if serving.cert_flag in flags:
             host, port = _endpoint(flags.get(serving.port_flag, ""), serving.default_port, flags, container)
             path = flags[serving.cert_flag]
-            found.append((host_path_of(manifest.pod, container, path) or path, host, port))
+            found.append((host_path_of(manifest.pod or {}, container, path) or path, host, port))
     return found
 
 
-def judge_component(cat: Catalogue, manifest: Any, endpoints: List[Endpoint]) -> ComponentCerts:
+def judge_component(cat: Catalogue, manifest: Manifest, endpoints: List[Endpoint]) -> ComponentCerts:
     """The verdict for the component of one valid manifest in the manifests dir."""
-    name = manifest.pod_name
+    name = manifest.pod_name or ""
     comp = ComponentCerts(name)
     container = _container(manifest)
     if container is None:
@@ -397,7 +446,7 @@ def judge_component(cat: Catalogue, manifest: Any, endpoints: List[Endpoint]) ->
     for flag in entry.client_certs if entry else ():
         if flag not in flags:
             continue
-        path = host_path_of(manifest.pod, container, flags[flag]) or flags[flag]
+        path = host_path_of(manifest.pod or {}, container, flags[flag]) or flags[flag]
         rel = os.path.relpath(path, cat.kube_dir)
         cert = cat.kubeconfig_cert(rel, path) if flag in catalogue.KUBECONFIG_FLAGS else cat.file_cert(rel, path)
         if cert not in clients:
@@ -409,7 +458,7 @@ def judge_component(cat: Catalogue, manifest: Any, endpoints: List[Endpoint]) ->
     return comp
 
 
-def report(node: Node) -> Dict[str, Any]:
+def report(node: Node) -> Report:
     """``cpctl certs`` on one node: every certificate, then every running component's verdict.
     Two round trips to a remote master for all its reads: the files and the manifests, then the
     handshakes the manifests call for."""
@@ -428,7 +477,7 @@ def report(node: Node) -> Dict[str, Any]:
             "stale": [c.component for c in comps if c.verdict == STALE]}
 
 
-def _control_plane(scan: Any) -> List[Any]:
+def _control_plane(scan: DirScan) -> List[Manifest]:
     """The valid manifests of kubeadm's four components, in kubeadm's start order."""
     found = [m for m in scan.manifests if m.pod is not None and m.pod_name in catalogue.START_ORDER]
     return sorted(found, key=lambda m: catalogue.START_ORDER.index(m.pod_name))
@@ -439,7 +488,7 @@ def stale_components(node: Node) -> List[str]:
     return list(report(node)["stale"])
 
 
-def restart_stale(node: Node, names: List[str], reason: Optional[str], timeout: float) -> List[Any]:
+def restart_stale(node: Node, names: List[str], reason: Optional[str], timeout: float) -> List[Outcome]:
     """Restart ``names`` (the stale components, in kubeadm's order, verified Ready by the restart
     itself), then prove it: each must now use the files on disk, else exit 7 naming it."""
     from cpctl.errors import ExitCode

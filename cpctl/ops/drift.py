@@ -22,7 +22,7 @@ from __future__ import annotations
 import difflib
 import json
 import time
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from cpctl.core import flags, journal, manifests, outside
 from cpctl.core import kubeadmconfig as kc
@@ -33,6 +33,9 @@ from cpctl.core.state import user_label
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.probes.base import PodTarget, Waiter
 from cpctl.timeutil import format_duration, iso, parse_iso, stamp
+
+if TYPE_CHECKING:           # ops.certs imports cryptography lazily; a check on a node without pki never does
+    from cpctl.ops.certs import Report as CertsReport
 
 BASELINE = BASELINE_FILE
 STRAYS = "strays"
@@ -130,7 +133,7 @@ class Report:
         self.findings: list = []
         self.components: dict = {}     # component -> seconds parked (0 when not parked)
         self.missing: set = set()      # components whose baselined manifest is neither present nor parked
-        self.certs: Optional[dict] = None   # cpctl certs' report, when the check looked at certificates
+        self.certs: Optional[CertsReport] = None   # cpctl certs' report, when the check looked at certificates
 
     def add(self, finding: Finding) -> None:
         self.findings.append(finding)

@@ -8,9 +8,12 @@ the whole file with a parse error, and alerts on ``cpctl_check_success`` would f
 from __future__ import annotations
 
 import math
-from typing import Iterable, Optional
+from typing import TYPE_CHECKING, Iterable, List, Optional
 
 from cpctl.host.base import Host
+
+if TYPE_CHECKING:
+    from cpctl.ops.certs import Report as CertsReport
 
 Sample = tuple  # (labels: dict, value: float)
 
@@ -46,7 +49,7 @@ def family(name: str, help_text: str, kind: str, samples: Iterable[Sample]) -> s
 
 def check_metrics(success: bool, now: float, counts: Optional[dict] = None,
                   components: Optional[dict] = None, missing: Optional[set] = None,
-                  certs: Optional[dict] = None) -> str:
+                  certs: "Optional[CertsReport]" = None) -> str:
     """All cpctl check metrics; ``counts``/``components``/``missing`` are absent when the check failed,
     ``certs`` (``cpctl certs``' report of the node) when it did not look at certificates.
 
@@ -82,26 +85,27 @@ def check_metrics(success: bool, now: float, counts: Optional[dict] = None,
     return "".join(parts)
 
 
-def _cert_samples(certs: Optional[dict]) -> list:
+def _cert_samples(certs: "Optional[CertsReport]") -> List[Sample]:
     """(labels, not-after) of each readable certificate in a ``cpctl certs`` report."""
     import calendar
     import time
-    out: list = []
+    out: List[Sample] = []
     if not certs:
         return out
-    for cert in certs.get("certificates") or []:
-        if cert.get("not_after"):
-            stamp = calendar.timegm(time.strptime(cert["not_after"], "%Y-%m-%dT%H:%M:%SZ"))
+    for cert in certs["certificates"]:
+        not_after = cert["not_after"]
+        if not_after:
+            stamp = calendar.timegm(time.strptime(not_after, "%Y-%m-%dT%H:%M:%SZ"))
             out.append(({"node": certs["node"], "file": cert["name"], "subject": cert["subject"]}, stamp))
     return out
 
 
-def _stale_samples(certs: Optional[dict]) -> list:
+def _stale_samples(certs: "Optional[CertsReport]") -> List[Sample]:
     """(labels, 1/0) of each component whose verdict is known."""
     if not certs:
         return []
     return [({"node": certs["node"], "component": c["component"]}, 1 if c["verdict"] == "STALE" else 0)
-            for c in certs.get("components") or [] if c["verdict"] in ("STALE", "current")]
+            for c in certs["components"] if c["verdict"] in ("STALE", "current")]
 
 
 def write_textfile(host: Host, path: str, text: str) -> None:

@@ -12,7 +12,7 @@ import errno
 import json
 import re
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from cpctl.host.base import Host
 from cpctl.probes.base import PodState, PodTarget, ProbeMissing, Unavailable
@@ -37,14 +37,14 @@ def _nanos(value: Any) -> int:
     return int(value) if isinstance(value, str) and value.isdigit() else 0
 
 
-def _restarts(containers: list) -> Optional[int]:
+def _restarts(containers: List[Dict[str, object]]) -> Optional[int]:
     """Restarts of the running containers: the kubelet's restartCount annotation, else the CRI
     attempt number (the kubelet counts attempts from 0 in each sandbox); None when neither says."""
     total, known = 0, False
     for c in containers:
-        note = (c.get("annotations") or {}).get("io.kubernetes.container.restartCount") \
-            if isinstance(c.get("annotations"), dict) else None
-        attempt = (c.get("metadata") or {}).get("attempt") if isinstance(c.get("metadata"), dict) else None
+        notes, meta = c.get("annotations"), c.get("metadata")
+        note = notes.get("io.kubernetes.container.restartCount") if isinstance(notes, dict) else None
+        attempt = meta.get("attempt") if isinstance(meta, dict) else None
         if isinstance(note, str) and note.isdigit():
             total, known = total + int(note), True
         elif isinstance(attempt, int) and not isinstance(attempt, bool) and attempt >= 0:

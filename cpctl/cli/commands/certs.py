@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import click
 
 from cpctl.cli.fanout import execute
@@ -18,4 +20,4 @@ def certs(ctx: click.Context) -> None:
     it: `cpctl restart --stale-certs`), or unknown with the reason.
     """
     from cpctl.ops import certs as certops
-    execute(ctx, certops.report, certs_text)
+    execute(ctx, lambda node: dict(certops.report(node)), lambda data: certs_text(cast(certops.Report, data)))

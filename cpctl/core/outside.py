@@ -20,11 +20,12 @@ import os
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
 
 from cpctl.core import manifests
+from cpctl.core.node import Node
 from cpctl.errors import CpctlError, ExitCode
 
 TMP = "tmp"
@@ -56,6 +57,13 @@ class Outside:
 def tmp_dir(manifests_dir: str) -> str:
     """kubeadm's ``/etc/kubernetes/tmp``: ``tmp`` next to the manifests dir."""
     return os.path.join(os.path.dirname(manifests_dir.rstrip("/")), TMP)
+
+
+def view_reads(node: Node) -> List[Tuple[str, Dict[str, object]]]:
+    """The reads ``detect`` and ``in_flight`` start with (kubeadm's tmp dir, cpctl's history and
+    its older segments), for ``Host.prefetched``: a check over SSH stays one round trip."""
+    return [("listdir", {"path": tmp_dir(node.manifests_dir)}), node.state.read_call(node.state.history_path),
+            ("listdir", {"path": node.state.path})]
 
 
 def _subdirs(host: Any, manifests_dir: str, prefix: str) -> List[str]:

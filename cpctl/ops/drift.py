@@ -319,12 +319,13 @@ def check(node: Node, max_parked: Optional[float] = None, now: Optional[float] =
     With ``cert_warn`` (seconds) also certificates that expire within it and stale components."""
     now = time.time() if now is None else now
     reads = node.view_reads() + [node.state.read_call(p) for p in (node.state.journal_path, baseline_path(node))]
-    with node.host.prefetched(reads):
+    with node.host.prefetched(reads + outside.view_reads(node)):
         report = Report(node.node_name, now)
         _check_permissions(report, node)
         _check_journal(report, node)
         scan, parked = node.scan(), node.parked()
         baseline = read_baseline(node)
+        _check_outside(report, node, scan, now)
     _check_parked(report, parked, now, max_parked)
     _check_strays(report, scan, baseline, parked)
     if baseline is None:
@@ -333,7 +334,6 @@ def check(node: Node, max_parked: Optional[float] = None, now: Optional[float] =
     else:
         _check_baseline(report, node, scan, parked, baseline)
     _check_mirrors(report, node, scan, parked)
-    _check_outside(report, node, scan, now)
     if kubeadm:
         _check_kubeadm(report, node, scan)
     _inventory(report, scan, parked, baseline, now)

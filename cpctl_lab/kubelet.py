@@ -7,7 +7,9 @@ Faithful to the points cpctl depends on (see /work/shared/reference/kubelet-kube
   file, remove/rename drop the pod key that file defined) and a full re-list every
   ``file_check_frequency`` seconds replaces the set, last file in sorted order winning on duplicates;
 * static pod name ``<name>-<node>``, namespace defaulting to ``default``, UID == config.hash ==
-  hash(decoded pod, node, path): same content at the same path gives the same hash;
+  hash(decoded, defaulted pod, node, path) (:mod:`cpctl_lab.decoded`): the same pod at the same path
+  gives the same hash, whatever the comments, written-out API defaults or unknown fields;
+  ``metadata.uid`` pins the UID;
 * a content change is a delete plus an add; the new pod starts only after the old one with the same
   full name has stopped;
 * mirror pods are written through the API only: while no apiserver/etcd runs they can be neither
@@ -47,6 +49,7 @@ from typing import Any, Callable, Optional
 import yaml
 
 from .componentflags import HostFile, check_command
+from .decoded import decoded_pod
 from .profiles import go_duration
 from .runtime import (
     EXITED,
@@ -166,7 +169,7 @@ def parse_manifest(path: str, node: str) -> Obj:
     ):
         raise ManifestError("invalid pod: spec.containers: Required value (name and image)")
     try:
-        uid = meta.get("uid") or static_pod_hash(pod, node, path)
+        uid = meta.get("uid") or static_pod_hash(decoded_pod(pod), node, path)
     except (TypeError, ValueError) as exc:     # keys of mixed types, values JSON cannot hold
         raise ManifestError(f"invalid pod: cannot be converted to JSON: {exc}") from None
     out = copy.deepcopy(pod)

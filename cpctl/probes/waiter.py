@@ -316,7 +316,7 @@ class VerifyingWaiter(Waiter):
         self._pause(clock, waiting_for)
 
     def _pause(self, clock: _Clock, waiting_for: str) -> None:
-        self.progress("%s, %.1fs" % (waiting_for, clock.elapsed()))
+        self.progress("%s, %.1fs of %gs" % (waiting_for, clock.elapsed(), clock.timeout))
         time.sleep(max(0.0, min(self.poll, clock.left())))
 
     def _hints(self, target: PodTarget) -> str:

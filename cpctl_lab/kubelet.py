@@ -14,7 +14,10 @@ Faithful to the points cpctl depends on (see /work/shared/reference/kubelet-kube
   full name has stopped;
 * mirror pods are written through the API only: while no apiserver/etcd runs they can be neither
   created nor deleted, and the kubelet reconciles when the API is back (in local mode: while its
-  own node's apiserver serves); orphaned mirrors go once the pod has finished terminating (with
+  own node's apiserver serves) - with realistic timing only at the pod worker's next try (10 s,
+  scaled), the new mirror pod first without status (Pending, no Ready condition) until the status
+  manager's next sync (10 s, scaled): meanwhile the API shows the old, frozen mirror pod;
+  orphaned mirrors go once the pod has finished terminating (with
   realistic timing: at the next housekeeping pass, every 2 s);
 * hostPath volumes: ``*OrCreate`` paths are created (inside the lab dir only), a missing
   ``File``/``Directory`` keeps the pod in ContainerCreating with a FailedMount event;
@@ -262,6 +265,14 @@ class Kubelet:
         self._stop = threading.Event()
         self._ip_next = 2
         self.index = 0
+        #: None before the API first answered, then whether it answered at the last reconcile.
+        self.api_was_ok: Optional[bool] = None
+        #: Until when (time.monotonic()) mirror pods stay frozen after the API came back.
+        self.mirror_hold = 0.0
+        #: The next mirror sync is the first after an API outage.
+        self.api_back = False
+        #: Mirror pods created after an outage -> when their first status is written.
+        self.status_hold: dict[tuple[str, str], float] = {}
 
     def log(self, msg: str) -> None:
         self.lab.log(f"kubelet[{self.node}]: {msg}")
@@ -856,13 +867,34 @@ class Kubelet:
             entry["lastState"] = {"terminated": _terminated(cur)}
         return entry
 
+    def api_lost(self) -> None:
+        """This kubelet's API does not answer: its mirror pods stay frozen as they were (before the
+        API first answered - the lab starting - there is nothing to freeze)."""
+        if self.api_was_ok:
+            self.api_was_ok = False
+
+    def _api_frozen(self) -> bool:
+        """True while the API is back but the kubelet has not retried its mirror pods yet (the
+        stale window of real-node-facts "When the API server itself restarts"): nothing changes."""
+        now = time.monotonic()
+        if self.api_was_ok is False:
+            lag = self.lab.timing.mirror_retry()
+            self.mirror_hold = now + lag
+            self.api_back = True
+            if lag:
+                self.log(f"API answers again; mirror pods stay as they were for {lag:.1f}s (pod worker back-off)")
+                self.lab.call_later(lag, self.lab.kick)
+        self.api_was_ok = True
+        return now < self.mirror_hold
+
     def sync_api(self) -> None:
         """Mirror pods and status (only while this kubelet's apiserver serves)."""
         api = self.lab.api
         store = self.lab.store
         node = store.get("nodes", "", self.node)
-        if node is None:
+        if node is None or self._api_frozen():
             return
+        back, self.api_back = self.api_back, False
         active_static = {
             w.full_name: w
             for w in self.workers.values()
@@ -904,6 +936,14 @@ class Kubelet:
                 except ApiError as exc:
                     self.log(f"failed creating mirror pod {ns}/{name}: {exc.message}")
                     continue
+                lag = self.lab.timing.status_sync() if back else 0.0
+                if lag:
+                    # the new mirror pod shows no Ready condition until the status manager syncs
+                    self.status_hold[key] = time.monotonic() + lag
+                    self.lab.call_later(lag, self.lab.kick)
+            if time.monotonic() < self.status_hold.get(key, 0.0):
+                continue
+            self.status_hold.pop(key, None)
             self._push_status(mirror, w)
         self._delete_orphaned_mirrors(active_static)
         self._sync_api_pods()

@@ -285,21 +285,31 @@ def _verify(node: Node, target: PodTarget, before: Any, options: ApplyOptions) -
     result = node.waiter.wait_started(target, before, wait_limit(options, target.pod))
     if not result.verified or options.settle <= 0:
         return result
-    seen = node.waiter.describe(target)
-    uid = (seen or {}).get("uid")
+    seen = node.waiter.settle_view(target)
     deadline = time.monotonic() + options.settle
     while time.monotonic() < deadline:
         time.sleep(min(SETTLE_POLL, max(0.0, deadline - time.monotonic())))
-        now = node.waiter.describe(target)
+        now = node.waiter.settle_view(target)
         if now is None:
             continue                       # nothing could look this time: the wait already verified
         if not now.get("present") or not now.get("ready"):
-            raise CpctlError("pod %s was Ready, then %s within %.0fs" % (
-                target.pod_name, "gone" if not now.get("present") else "not Ready", options.settle), ExitCode.TIMEOUT)
-        if uid and now.get("uid") and now.get("uid") != uid:
-            raise CpctlError("pod %s was replaced again within %.0fs" % (target.pod_name, options.settle),
-                             ExitCode.TIMEOUT)
-    return WaitResult(True, "%s, stable for %.0fs" % (result.detail, options.settle), result.elapsed, result.state)
+            raise CpctlError("pod %s was Ready, then %s within %.0fs (%s)" % (
+                target.pod_name, "gone" if not now.get("present") else "not Ready", options.settle,
+                now.get("source") or "seen"), ExitCode.TIMEOUT)
+        if _replaced(seen, now):
+            raise CpctlError("pod %s was replaced again within %.0fs (%s)" % (
+                target.pod_name, options.settle, now.get("source")), ExitCode.TIMEOUT)
+        seen = seen or now
+    return WaitResult(True, "%s, stable for %.0fs%s" % (result.detail, options.settle, node.waiter.mirror_note(target)),
+                      result.elapsed, result.state)
+
+
+def _replaced(seen: Optional[Dict[str, Any]], now: Dict[str, Any]) -> bool:
+    """Whether two sightings by the SAME probe show different pods (uids of different probes -
+    a mirror pod's and a sandbox's - are never compared)."""
+    if not seen or seen.get("source") != now.get("source"):
+        return False
+    return bool(seen.get("uid") and now.get("uid") and seen["uid"] != now["uid"])
 
 
 # --- when the new version does not come up -------------------------------------------------------------

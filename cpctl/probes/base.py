@@ -76,6 +76,15 @@ class Waiter:
         """The pod's current state for ``status`` (None: this waiter cannot tell)."""
         return None
 
+    def settle_view(self, target: PodTarget) -> Optional[dict]:
+        """The pod's current state as the waits judge it (the settle check after a start); by
+        default ``describe``."""
+        return self.describe(target)
+
+    def mirror_note(self, target: PodTarget) -> str:
+        """Information on the API's mirror pod when the waits did not look at it ("" when none)."""
+        return ""
+
 
 class NoWait(Waiter):
     """Trust the file move: used with ``--no-wait`` and ``--probe none``."""

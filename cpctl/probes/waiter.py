@@ -222,6 +222,31 @@ class VerifyingWaiter(Waiter):
             state = self._look(self.crictl, target, clock) or state
         return state.to_dict() if state is not None else None
 
+    def settle_view(self, target: PodTarget) -> Optional[dict]:
+        """The pod as the waits see it: through the same probes in the same order. For the API
+        server, etcd, or any pod while the node's API view is stale, that is crictl and the health
+        endpoint - never a mirror pod the kubelet cannot have replaced yet (after the API server's
+        own restart the API shows the old, frozen mirror pod until the kubelet's next sync)."""
+        clock = _Clock(DESCRIBE_BUDGET)
+        probe, state, _ = self._round(target, clock, self._quick(self.probes_for(target)))
+        if state is None:
+            return None
+        return dict(state.to_dict(), source=probe.name)
+
+    def mirror_note(self, target: PodTarget) -> str:
+        """When the waits judged the pod without the API (API server, etcd, stale view): what the
+        API's mirror pod shows now, as information - the kubelet replaces it at its next sync."""
+        if self.api in self.probes_for(target) or self.mode != "auto":
+            return ""
+        try:
+            state = self.api.observe(target, timeout=min(API_CALL, DESCRIBE_BUDGET))
+        except Unavailable as exc:
+            return "; info: the API cannot show its mirror pod yet (%s)" % exc
+        if not state.present or not state.ready:
+            return ("; info: its mirror pod is %s in the API yet (the kubelet updates it at its next sync)"
+                    % ("not created" if not state.present else "not Ready"))
+        return ""
+
     def _quick(self, probes: List[Any]) -> List[Any]:
         """``probes`` without those that hung in the last SLOW_SKIP seconds."""
         now = time.monotonic()

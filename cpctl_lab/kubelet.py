@@ -365,11 +365,13 @@ class Kubelet:
             self.lab.kick()
 
     def watch_forever(self) -> None:
-        """Watcher thread: inotify when available, else a 50 ms stat poll; plus the periodic re-list."""
+        """Watcher thread: inotify when available, else a 50 ms stat poll; plus the periodic re-list.
+        Without inotify events (the ``inotify`` setting off) only the re-lists."""
         assert self.dir is not None
-        ino = Inotify.open()
+        events = self.lab.settings.inotify
+        ino = Inotify.open() if events else None
         period = self.lab.timing.relist
-        next_relist = time.monotonic() + period
+        next_relist = time.monotonic() + (period if events else 0.0)
         snapshot: dict[str, tuple[int, int, int]] = {}
         wd = -1
         while not self._stop.is_set():
@@ -395,7 +397,8 @@ class Kubelet:
                                 self.on_file(name, "modify")
             else:
                 self._stop.wait(min(timeout, 0.05))
-                snapshot = self._poll(snapshot)
+                if events:
+                    snapshot = self._poll(snapshot)
             if time.monotonic() >= next_relist:
                 next_relist = time.monotonic() + period
                 with self.lab.lock:

@@ -85,6 +85,10 @@ class LabSettings:
     #: its container starts (30-60 s is common: many CRDs, etcd catching up), etcd 7 s (5-10 s)
     #: (real-node-facts.md, "When the API server itself restarts").
     real_master: bool = False
+    #: False: the kubelets get no inotify events (a watch that could not be set up, or events
+    #: lost) and see their manifests dir only at each full re-list (fileCheckFrequency), so a
+    #: file moved away and back between two re-lists is never noticed.
+    inotify: bool = True
     #: RBAC enforcement for component identities (implemented by the API side of the lab).
     rbac: bool = False
     #: Control-plane containers whose command line the real binary rejects (unknown flag, bad

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from cpctl.core import checks, flags, journal, manifests, outside, revisions
 from cpctl.core.manifests import Manifest
@@ -43,7 +43,7 @@ from cpctl.core.node import Node, parked_content
 from cpctl.core.replace import check_revisable, replace_change, revisions_of, text_diff
 from cpctl.errors import CpctlError, ExitCode, Interrupted, Terminated, interrupted_by
 from cpctl.probes.base import NoWait, PodTarget, WaitResult
-from cpctl.probes.diagnose import why_not_running
+from cpctl.probes.diagnose import Diagnosis, why_not_running
 
 SETTLE_POLL = 1.0
 DEFAULT_TIMEOUT = 120.0     # seconds a wait may take when neither --timeout nor a startupProbe says
@@ -224,6 +224,7 @@ def _replace_locked(node: Node, manifest: Manifest, new: bytes, source: str, act
     target = node.target_for(manifests.parse_pod(new), manifest.file)    # judged by the NEW manifest
     old_target = node.target_for(manifest.pod, manifest.file)
     before = None if effect == manifests.KEEPS else node.waiter.before(target)
+    fail_fast = crash_loop_check(node, target, effect)        # the sandboxes there before the change
     change, number = replace_change(node, manifest, new, action, options.reason, options.keep, record)
     node.apply(change)
     done = _result(node, manifest, action, True, revision=number, checksum=change.checksum,
@@ -233,7 +234,7 @@ def _replace_locked(node: Node, manifest: Manifest, new: bytes, source: str, act
                                   "it ignores): %s; previous version kept as revision %d"
                                   % (_past(action), KEEPS_MESSAGE, number))
     try:
-        result = _verify(node, target, before, options)
+        result = _verify(node, target, before, options, fail_fast)
     except (KeyboardInterrupt, Terminated) as exc:
         raise _put_back_now(node, component, manifest.data, options, exc) from None
     except CpctlError as exc:
@@ -276,13 +277,28 @@ def _replace_parked(node: Node, component: str, new: bytes, source: str, action:
                            "previous version kept as revision %d" % (_past(action), manifest.path, component, number))
 
 
+def crash_loop_check(node: Node, target: PodTarget, effect: str) -> Optional[Callable[[], Optional[str]]]:
+    """Fail fast: a check the wait asks about once a second - the reason when the NEW pod's container
+    already exited with an error and the kubelet restarted it (CrashLoopBackOff, ``Diagnosis.crash_loop``).
+    Only for a new pod (its sandbox is not one of those there now) and when crictl can list them."""
+    if effect != manifests.NEW_POD or isinstance(node.waiter, NoWait):
+        return None
+    diagnosis = Diagnosis(node.host, node.crictl)
+    old = diagnosis.sandboxes(target)
+    if old is None:
+        return None
+    return lambda: diagnosis.crash_loop(target, old)
+
+
 def _past(action: str) -> str:
     return {"apply": "applied", "edit": "edited", "flags": "flags changed", "rollback": "rolled back"}[action]
 
 
-def _verify(node: Node, target: PodTarget, before: Any, options: ApplyOptions) -> WaitResult:
-    """The new pod Running, Ready and past its gate, then still the same and Ready for ``settle``."""
-    result = node.waiter.wait_started(target, before, wait_limit(options, target.pod))
+def _verify(node: Node, target: PodTarget, before: Any, options: ApplyOptions,
+            fail_fast: Optional[Callable[[], Optional[str]]] = None) -> WaitResult:
+    """The new pod Running, Ready and past its gate, then still the same and Ready for ``settle``;
+    ``fail_fast`` ends the wait early with a verdict (``crash_loop_check``)."""
+    result = node.waiter.wait_started(target, before, wait_limit(options, target.pod), give_up=fail_fast)
     if not result.verified or options.settle <= 0:
         return result
     seen = node.waiter.settle_view(target)

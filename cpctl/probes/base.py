@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Protocol, Tuple
+from typing import Any, Callable, Dict, Optional, Protocol, Tuple
 
 
 @dataclass
@@ -69,11 +69,20 @@ class Waiter:
     def wait_stopped(self, target: PodTarget, before: Any, timeout: float) -> WaitResult:
         raise NotImplementedError
 
-    def wait_started(self, target: PodTarget, before: Any, timeout: float) -> WaitResult:
+    def wait_started(self, target: PodTarget, before: Any, timeout: float,
+                     give_up: Optional[Callable[[], Optional[str]]] = None) -> WaitResult:
+        """Wait for a Ready pod that is not the one seen ``before``. ``give_up``, asked about once
+        a second while waiting: a reason to stop now (the TIMEOUT error with it), or None."""
         raise NotImplementedError
 
     def describe(self, target: PodTarget) -> Optional[dict]:
         """The pod's current state for ``status`` (None: this waiter cannot tell)."""
+        return None
+
+    def wait_kept(self, target: PodTarget, before: Any, seconds: float) -> Optional[WaitResult]:
+        """After a restore of unchanged bytes while the pod seen ``before`` still ran: that pod,
+        still the same and Ready for ``seconds`` (the kubelet never stopped it), or None when it
+        went away or was replaced (wait for the new one as usual). Default: None (no probe)."""
         return None
 
     def settle_view(self, target: PodTarget) -> Optional[dict]:
@@ -92,7 +101,8 @@ class NoWait(Waiter):
     def wait_stopped(self, target: PodTarget, before: Any, timeout: float) -> WaitResult:
         return WaitResult(False, "not verified (no probe)")
 
-    def wait_started(self, target: PodTarget, before: Any, timeout: float) -> WaitResult:
+    def wait_started(self, target: PodTarget, before: Any, timeout: float,
+                     give_up: Optional[Callable[[], Optional[str]]] = None) -> WaitResult:
         return WaitResult(False, "not verified (no probe)")
 
 

@@ -58,6 +58,7 @@ SLOW_CALL = 1.0         # a call that failed after its whole budget, and this lo
 SLOW_PAUSE = 2.0        # a hanging probe is asked again only this often by a wait...
 SLOW_RETRY = 1.0        # ...and then gets this long (an API that recovered answers in milliseconds)
 SLOW_SKIP = 30.0        # ``describe`` (many pods in a row: status, watch) skips it this long
+GIVE_UP_EVERY = 1.0     # seconds between two questions to a wait's ``give_up`` (each runs crictl)
 
 
 class _TryAgain(Unavailable):
@@ -264,10 +265,21 @@ class VerifyingWaiter(Waiter):
                 target.pod_name, probe.name, clock.elapsed(), self._blind_note(target, probe)), clock.elapsed())
         return self._poll(target, timeout, judge)
 
-    def wait_started(self, target: PodTarget, before: Any, timeout: float) -> WaitResult:
-        """Poll until a Ready pod that is not the one seen before the change, then the gate."""
+    def wait_started(self, target: PodTarget, before: Any, timeout: float,
+                     give_up: Optional[Callable[[], Optional[str]]] = None) -> WaitResult:
+        """Poll until a Ready pod that is not the one seen before the change, then the gate;
+        ``give_up`` (asked every GIVE_UP_EVERY seconds) can end the wait at once with its reason."""
         earlier = before or {}
         gone_seen: set = set()
+        asked = [time.monotonic()]
+
+        def check_give_up() -> None:
+            if give_up is None or time.monotonic() < asked[0] + GIVE_UP_EVERY:
+                return
+            asked[0] = time.monotonic()
+            reason = give_up()
+            if reason:
+                raise CpctlError(reason, ExitCode.TIMEOUT, hint=self._hints(target))
 
         def judge(clock: _Clock, probe: Any, state: PodState, rest: List[Any]) -> Union[WaitResult, str]:
             if not state.present:
@@ -281,8 +293,32 @@ class VerifyingWaiter(Waiter):
                                   % (target.pod_name, probe.name, gate, clock.elapsed()), clock.elapsed(),
                                   state.to_dict())
             what = "not yet created" if not state.present else ("not Ready" if not state.ready else "still the old pod")
+            check_give_up()
             return "pod %s %s (%s)" % (target.pod_name, what, probe.name)
         return self._poll(target, timeout, judge)
+
+    def wait_kept(self, target: PodTarget, before: Any, seconds: float) -> Optional[WaitResult]:
+        """See ``Waiter.wait_kept``: judged by the probe that saw the pod before, every poll."""
+        earlier = (before or {}).get("state")
+        name = (before or {}).get("probe")
+        probe = next((p for p in self.probes_for(target) if p.name == name), None)
+        if probe is None or not isinstance(earlier, PodState) or not (earlier.present and earlier.ready):
+            return None
+        clock = _Clock(seconds)
+        seen = 0
+        while not clock.expired():
+            state = self._look(probe, target, clock)
+            if state is not None:
+                if not state.present or not state.ready or state.is_new_since(earlier):
+                    return None
+                seen += 1
+            self._pause(clock, "pod %s still the running pod (%s): did the kubelet see the park?"
+                        % (target.pod_name, probe.name))
+        if not seen:
+            return None
+        return WaitResult(True, "pod %s kept running (%s): the kubelet never stopped it (it did not see the park); "
+                                "the running pod is kept, unchanged for %.0fs" % (target.pod_name, probe.name, seconds),
+                          clock.elapsed(), earlier.to_dict())
 
     def _poll(self, target: PodTarget, timeout: float,
               judge: Callable[[_Clock, Any, PodState, List[Any]], Union[WaitResult, str]]) -> WaitResult:

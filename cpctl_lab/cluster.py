@@ -1025,8 +1025,11 @@ class Lab:
         return tuple(members)
 
     def component_stopped(self, kubelet: Kubelet, c: Container) -> None:
-        """A stopping leader releases its Lease (ReleaseOnCancel) when the API is reachable."""
-        if c.lease is None or not self.api_available():
+        """A stopping scheduler releases its Lease (ReleaseOnCancel) when the API is reachable. The
+        controller-manager does not (cmd/kube-controller-manager/app/controllermanager.go
+        ``leaderElectAndRun`` sets no ReleaseOnCancel): its Lease stays with the old identity until
+        it expires (leaseDurationSeconds, 15 s), and only then can a new instance take it."""
+        if c.lease is None or c.role == "kube-controller-manager" or not self.api_available():
             return
         lease = self.store.get("leases", *c.lease)
         if lease is None or (lease.get("spec") or {}).get("holderIdentity") != c.identity:

@@ -435,6 +435,11 @@ class VerifyingWaiter(Waiter):
         name = lease_name(target, self.api.host)
         old = (before or {}).get("lease")
         old_renew = old[0] if isinstance(old, tuple) else 0.0
+        # The instance that held the Lease before the change may renew it a few more times while it
+        # shuts down; the controller-manager does not even release it (no ReleaseOnCancel), so its
+        # identity stays the holder until the Lease expires. A renewal by that identity proves
+        # nothing about the new instance (identities are <host>_<uuid>: new for every process).
+        old_holder = old[1] if isinstance(old, tuple) and self._holds(old[1], target) else ""
         read_before = before is None or isinstance(old, tuple)
         blind = _Blindness()
         while True:
@@ -447,6 +452,10 @@ class VerifyingWaiter(Waiter):
                 self._pause(clock, "lease kube-system/%s: API unavailable" % name)
                 continue
             blind.end()
+            if old_holder and holder == old_holder:
+                self._tick(clock, target, "lease kube-system/%s still held by the old instance %s (it expires after "
+                                          "its leaseDurationSeconds)" % (name, holder))
+                continue
             if renew > old_renew and holder:
                 if self._holds(holder, target):
                     return ", lease %s renewed by %s (this node)" % (name, holder), True

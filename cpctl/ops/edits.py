@@ -299,8 +299,10 @@ def _verify(node: Node, target: PodTarget, before: Any, options: ApplyOptions,
     """The new pod Running, Ready and past its gate, then still the same and Ready for ``settle``;
     ``fail_fast`` ends the wait early with a verdict (``crash_loop_check``)."""
     result = node.waiter.wait_started(target, before, wait_limit(options, target.pod), give_up=fail_fast)
-    if not result.verified or options.settle <= 0:
+    if not result.verified:
         return result
+    if options.settle <= 0:
+        return WaitResult(True, result.detail + node.waiter.mirror_note(target), result.elapsed, result.state)
     seen = node.waiter.settle_view(target)
     deadline = time.monotonic() + options.settle
     while time.monotonic() < deadline:

@@ -243,9 +243,17 @@ class VerifyingWaiter(Waiter):
             state = self.api.observe(target, timeout=min(API_CALL, DESCRIBE_BUDGET))
         except Unavailable as exc:
             return "; info: the API cannot show its mirror pod yet (%s)" % exc
+        later = "(the kubelet updates it at its next sync)"
         if not state.present or not state.ready:
-            return ("; info: its mirror pod is %s in the API yet (the kubelet updates it at its next sync)"
-                    % ("not created" if not state.present else "not Ready"))
+            return "; info: its mirror pod is %s in the API yet %s" % (
+                "not created" if not state.present else "not Ready", later)
+        try:
+            running = self.crictl.observe(target, timeout=min(API_CALL, DESCRIBE_BUDGET))
+        except Unavailable:
+            return ""
+        shown = {c.split("://", 1)[-1] for c in state.containers}
+        if running.containers and shown and not shown & set(running.containers):
+            return "; info: its mirror pod in the API still shows the previous container %s" % later
         return ""
 
     def _quick(self, probes: List[Any]) -> List[Any]:

@@ -11,7 +11,8 @@ Faithful to the points cpctl depends on (see /work/shared/reference/kubelet-kube
   gives the same hash, whatever the comments, written-out API defaults or unknown fields;
   ``metadata.uid`` pins the UID;
 * a content change is a delete plus an add; the new pod starts only after the old one with the same
-  full name has stopped;
+  full name has stopped - unless ``metadata.uid`` is pinned: then the pod (and its mirror) stays and
+  each container whose decoded spec changed restarts in place;
 * mirror pods are written through the API only: while no apiserver/etcd runs they can be neither
   created nor deleted, and the kubelet reconciles when the API is back (in local mode: while its
   own node's apiserver serves) - with realistic timing only at the pod worker's next try (10 s,
@@ -464,6 +465,9 @@ class Kubelet:
                 self.workers[uid] = w
             elif src == "api":
                 w.pod = pod
+            elif w.state == "running" and w.pod.get("spec") != pod.get("spec") and \
+                    _containers(w.pod) != _containers(pod):
+                self._update_in_place(w, pod)
             if (
                 src == "api"
                 and pod["metadata"].get("deletionTimestamp")
@@ -485,6 +489,32 @@ class Kubelet:
                 if not blocked:
                     w.state = "starting"
                     self.lab.call_later(self.lab.timing.start_delay(), lambda w=w: self._start_worker(w))
+
+    def _update_in_place(self, w: Worker, pod: Obj) -> None:
+        """A static pod whose manifest pins ``metadata.uid`` changed: same UID, so no new pod and
+        no new mirror pod; each container whose spec changed is stopped and started again with the
+        new spec in the same sandbox (the kubelet's container hash differs: SyncPod restarts it)."""
+        old, new = _containers(w.pod), _containers(pod)
+        w.pod = pod
+        for spec in (pod.get("spec") or {}).get("containers") or []:
+            cur = w.current(str(spec.get("name")))
+            if old.get(spec.get("name")) == new.get(spec.get("name")) or cur is None:
+                continue
+            self.log(f"container {spec.get('name')} of {w.full_name[1]} changed (pinned uid {w.uid}): restarting it")
+            if cur.state == RUNNING:
+                cur.state, cur.finished, cur.exit_code = EXITED, time.time_ns(), 0
+                if cur.fault is None:
+                    self.lab.component_stopped(self, cur)
+            w.previous[cur.name] = cur
+            w.restarts[cur.name] = w.restarts.get(cur.name, 0) + 1
+            delay = self.lab.timing.stop_delay(pod.get("spec") or {}, cur.spec)
+            self.lab.call_later(delay, lambda w=w, spec=spec: self._start_changed(w, spec))
+        self.lab.kick()
+
+    def _start_changed(self, w: Worker, spec: Obj) -> None:
+        if w.state == "running" and self.workers.get(w.uid) is w:
+            self._start_container(w, spec)
+            self.lab.kick()
 
     def _start_worker(self, w: Worker) -> None:
         """Mount the volumes, create the sandbox and start every container (or retry the mounts)."""
@@ -1023,6 +1053,13 @@ class Kubelet:
                 self.lab.store.update("pods", obj["metadata"]["namespace"], obj, check_rv=False)
             except ApiError:
                 pass
+
+
+def _containers(pod: Obj) -> dict[Any, Obj]:
+    """The pod's containers by name as the kubelet decodes them (defaults filled in): what its
+    per-container hash is taken of, so a default written out restarts nothing."""
+    spec = decoded_pod(pod).get("spec") or {}
+    return {c.get("name"): c for c in spec.get("containers") or [] if isinstance(c, dict)}
 
 
 def _terminated(c: Container) -> Obj:

@@ -103,3 +103,26 @@ def test_defaults_only_and_comments_only_apply_keep_the_running_pod(lab: Any, tm
     now = _healthy(lab)
     assert _hash(now) == _hash(before) and now["metadata"]["uid"] == before["metadata"]["uid"]
     assert _running_ids(lab) == ids
+
+
+def test_a_pinned_uid_restarts_the_changed_container_in_place(lab: Any, tmp_path: Any) -> None:
+    """metadata.uid set: the kubelet keeps the pod's UID (no new mirror pod) and restarts the
+    changed container in place; cpctl waits for that new container."""
+    _healthy(lab)
+    old = _read(_path(lab))
+    pinned = old.replace(b"  namespace: kube-system\n", b"  namespace: kube-system\n  uid: 7d1c0ffe-pinned\n", 1)
+    assert pinned != old
+    source = os.path.join(str(tmp_path), "pinned.yaml")
+    with open(source, "wb") as handle:
+        handle.write(pinned)
+    first = run_cpctl(lab, "apply", "scheduler", "-f", source, "--timeout", "30", "--settle", "1")
+    assert first.returncode == 0, first.stdout + first.stderr
+    before = _healthy(lab)
+    assert _hash(before) == "7d1c0ffe-pinned"
+    ids = _running_ids(lab)
+    proc = run_cpctl(lab, "-o", "json", "flags", "scheduler", "--set", "v=2", "--timeout", "30", "--settle", "1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(proc.stdout)["effect"] == manifests.IN_PLACE
+    now = _healthy(lab)
+    assert now["metadata"]["uid"] == before["metadata"]["uid"], "the same mirror pod"
+    assert _running_ids(lab).isdisjoint(ids), "a new container"

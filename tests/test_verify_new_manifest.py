@@ -56,3 +56,18 @@ spec:
     assert edits.wait_limit(edits.ApplyOptions(timeout=7), pod) == 7
     assert edits.wait_limit(edits.ApplyOptions(), {"spec": {"containers": [{"name": "c"}]}}) == edits.DEFAULT_TIMEOUT
     assert edits.startup_budget({"spec": {"containers": [{"startupProbe": {"httpGet": {}}}]}}) == 30.0
+
+
+def test_the_progress_line_shows_the_limit_the_wait_uses() -> None:
+    """The wait names its own limit (the startupProbe budget when no --timeout was given) and the
+    progress line shows that one, not the command's --timeout."""
+    from cpctl.cli.context import Progress
+    from cpctl.host.local import LocalHost
+    from cpctl.probes.waiter import VerifyingWaiter, _Clock
+    lines: list = []
+    waiter = VerifyingWaiter(LocalHost(), "/nonexistent/kubeconfig", progress=lines.append, poll=0.0)
+    waiter._pause(_Clock(250.0), "pod kube-apiserver-cp1 not Ready (crictl)")
+    assert lines[-1].endswith("s of 250s"), lines
+    assert Progress(tty=False, timeout=None).line(lines[-1]) == \
+        "waiting: pod kube-apiserver-cp1 not Ready (crictl): 0s of 250s"
+    assert Progress(tty=False, timeout=120.0).line("pod x gone, 3.0s") == "waiting: pod x gone: 3s of 120s"

@@ -332,7 +332,8 @@ def _replaced(seen: Optional[Dict[str, Any]], now: Dict[str, Any]) -> bool:
 
 # --- when the new version does not come up -------------------------------------------------------------
 def _why_failed(node: Node, target: PodTarget, message: str) -> str:
-    found = why_not_running(node.host, node.crictl, node.kubeconfig, target)
+    found = [line for line in why_not_running(node.host, node.crictl, node.kubeconfig, target)
+             if line not in message]                  # a fail-fast verdict already quotes the container
     return flags.redact("%s (%s)" % (message, "; ".join(found)) if found else message)
 
 

@@ -43,7 +43,7 @@ from cpctl.probes.base import PodState, PodTarget, ProbeMissing, Unavailable, Wa
 from cpctl.probes.crictl import CrictlProbe
 from cpctl.probes.health import HealthProbe, health_url
 from cpctl.probes.kubeapi import ApiError, ApiFailure, KubeClient
-from cpctl.probes.lease import LEASE_COMPONENTS, lease_name, uses_lease
+from cpctl.probes.lease import lease_name, uses_lease
 from cpctl.probes.shape import ShapeError, get_object, get_str
 from cpctl.timeutil import parse_rfc3339
 
@@ -412,7 +412,7 @@ class VerifyingWaiter(Waiter):
             return text, verified
         if catalogue.carries_api(target.component):
             return self._own_health_gate(target, clock, "")
-        if target.component in LEASE_COMPONENTS:
+        if catalogue.leader_elected(target.component):
             # --leader-elect=false: no Lease proves it works, its own endpoint (from the manifest) must
             return self._own_health_gate(target, clock, ", no leader election (--leader-elect=false)")
         return "", True

@@ -15,7 +15,8 @@ def test_a_crash_looping_new_version_is_rolled_back_at_once(lab: Any, tmp_path: 
     path = os.path.join(str(lab.manifests_dir()), "kube-scheduler.yaml")
     wait_for(lambda: is_ready(mirror(lab, "kube-scheduler")), 20, "scheduler Ready")
     started = time.monotonic()
-    proc = run_cpctl(lab, "flags", "scheduler", "--set", "no-such-flag=1", "--settle", "1", timeout=200)
+    # --force: cpctl's flag list would refuse the typo before writing; the lab's binary rejects it too
+    proc = run_cpctl(lab, "flags", "scheduler", "--set", "no-such-flag=1", "--settle", "1", "--force", timeout=200)
     took = time.monotonic() - started
     assert proc.returncode == 11, proc.stdout + proc.stderr
     assert "the new container crash-loops" in proc.stderr, proc.stderr

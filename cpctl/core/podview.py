@@ -20,7 +20,7 @@ waits for a restart, the pre-existing behaviour, rather than skipping a wait the
 
 from __future__ import annotations
 
-from typing import Any, Dict, FrozenSet, List, Optional, Tuple
+from typing import Dict, FrozenSet, List, Mapping, Optional, Tuple
 
 from cpctl.core.podspec import VOLUME_SOURCES, canonical
 
@@ -109,7 +109,7 @@ _CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
 _PROBES = ("livenessProbe", "readinessProbe", "startupProbe")
 
 
-def _is_zero(value: Any, struct: bool) -> bool:
+def _is_zero(value: object, struct: bool) -> bool:
     """Go's zero value of a non-pointer field: "", 0, false, or (``struct``) an empty struct.
     An empty map or list is kept: the decoder makes it a non-nil empty one."""
     if isinstance(value, dict):
@@ -117,7 +117,7 @@ def _is_zero(value: Any, struct: bool) -> bool:
     return not isinstance(value, (float, list)) and value in ("", 0, False)
 
 
-def _strip(value: Any, kind: Optional[str]) -> Any:
+def _strip(value: object, kind: Optional[str]) -> object:
     """``value`` (nulls already gone: ``podspec.canonical``) as the Go struct holds it: for the
     types in ``KNOWN`` no unknown fields and no zero non-pointer fields; other values as they are."""
     if isinstance(value, list):
@@ -147,13 +147,18 @@ def _image_pull_policy(image: str) -> str:
     return "Always" if tag in ("", "latest") else "IfNotPresent"
 
 
-def _default_http(action: Any) -> None:
+def _list(value: object) -> List[object]:
+    """``value`` when it is a list, else an empty one (a decoded field of another type)."""
+    return value if isinstance(value, list) else []
+
+
+def _default_http(action: object) -> None:
     if isinstance(action, dict):
         action.setdefault("path", "/")
         action.setdefault("scheme", "HTTP")
 
 
-def _default_probe(probe: Any) -> None:
+def _default_probe(probe: object) -> None:
     if not isinstance(probe, dict):
         return
     for key, value in (("timeoutSeconds", 1), ("periodSeconds", 10), ("successThreshold", 1),
@@ -162,44 +167,48 @@ def _default_probe(probe: Any) -> None:
     _default_http(probe.get("httpGet"))
 
 
-def _default_container(container: Dict[str, Any], host_network: bool) -> None:
+def _default_container(container: Dict[str, object], host_network: bool) -> None:
     container.setdefault("terminationMessagePath", "/dev/termination-log")
     container.setdefault("terminationMessagePolicy", "File")
-    if isinstance(container.get("image"), str):
-        container.setdefault("imagePullPolicy", _image_pull_policy(container["image"]))
-    for port in container.get("ports") or []:
+    image = container.get("image")
+    if isinstance(image, str):
+        container.setdefault("imagePullPolicy", _image_pull_policy(image))
+    for port in _list(container.get("ports")):
         if isinstance(port, dict):
             port.setdefault("protocol", "TCP")
             if host_network and not port.get("hostPort") and port.get("containerPort"):
                 port["hostPort"] = port["containerPort"]
     for name in _PROBES:
         _default_probe(container.get(name))
-    for hook in ((container.get("lifecycle") or {}).values() if isinstance(container.get("lifecycle"), dict)
-                 else ()):
+    lifecycle = container.get("lifecycle")
+    for hook in lifecycle.values() if isinstance(lifecycle, dict) else ():
         if isinstance(hook, dict):
             _default_http(hook.get("httpGet"))
     resources = container.get("resources")
-    if isinstance(resources, dict) and isinstance(resources.get("limits"), dict) and resources["limits"]:
+    limits = resources.get("limits") if isinstance(resources, dict) else None
+    if isinstance(resources, dict) and isinstance(limits, dict) and limits:
         requests = resources.setdefault("requests", {})
         if isinstance(requests, dict):
-            for key, value in resources["limits"].items():
+            for key, value in limits.items():
                 requests.setdefault(key, value)
-    for env in container.get("env") or []:
-        ref = ((env or {}).get("valueFrom") or {}).get("fieldRef") if isinstance(env, dict) else None
+    for env in _list(container.get("env")):
+        source = env.get("valueFrom") if isinstance(env, dict) else None
+        ref = source.get("fieldRef") if isinstance(source, dict) else None
         if isinstance(ref, dict):
             ref.setdefault("apiVersion", "v1")
 
 
-def _default_volume(volume: Dict[str, Any]) -> None:
+def _default_volume(volume: Dict[str, object]) -> None:
     if not any(key in volume for key in VOLUME_SOURCES):
         volume["emptyDir"] = {}
-    if isinstance(volume.get("hostPath"), dict):
-        volume["hostPath"].setdefault("type", "")
-    if isinstance(volume.get("projected"), dict):
-        volume["projected"].setdefault("defaultMode", 420)
+    host_path, projected = volume.get("hostPath"), volume.get("projected")
+    if isinstance(host_path, dict):
+        host_path.setdefault("type", "")
+    if isinstance(projected, dict):
+        projected.setdefault("defaultMode", 420)
 
 
-def _apply_defaults(pod: Dict[str, Any]) -> None:
+def _apply_defaults(pod: Dict[str, object]) -> None:
     spec = pod.get("spec")
     if not isinstance(spec, dict):
         return
@@ -209,45 +218,27 @@ def _apply_defaults(pod: Dict[str, Any]) -> None:
         spec.setdefault(key, value)
     host_network = spec.get("hostNetwork") is True
     for where in _CONTAINER_LISTS:
-        for container in spec.get(where) or []:
+        for container in _list(spec.get(where)):
             if isinstance(container, dict):
                 _default_container(container, host_network)
-    for volume in spec.get("volumes") or []:
+    for volume in _list(spec.get("volumes")):
         if isinstance(volume, dict):
             _default_volume(volume)
 
 
-def kubelet_view(pod: Dict[str, Any]) -> Dict[str, Any]:
+def kubelet_view(pod: Mapping[str, object]) -> Dict[str, object]:
     """A decoded pod (``manifests.parse_pod``) as the kubelet's decoder leaves it: stripped as the
     Go struct holds it, then with the API defaults filled in (a new object; ``pod`` is unchanged).
     Equal views at the same path and node: the same static pod UID and config hash."""
-    view = _strip(canonical(pod), "Pod")
-    _apply_defaults(view)
-    return view
+    view = _strip(canonical(dict(pod)), "Pod")
+    out: Dict[str, object] = dict(view) if isinstance(view, dict) else {}
+    _apply_defaults(out)
+    return out
 
 
-def pinned_uid(pod: Dict[str, Any]) -> Optional[str]:
+def pinned_uid(pod: Mapping[str, object]) -> Optional[str]:
     """``metadata.uid`` when the manifest sets it: the kubelet then keeps that UID whatever else
     changes (no hash is computed, no new mirror pod; changed containers restart in place)."""
     meta = pod.get("metadata")
     uid = meta.get("uid") if isinstance(meta, dict) else None
     return uid if isinstance(uid, str) and uid else None
-
-
-def changed_fields(old: Dict[str, Any], new: Dict[str, Any], limit: int = 5) -> List[str]:
-    """Up to ``limit`` paths where two kubelet views differ (for messages)."""
-    out: List[str] = []
-
-    def walk(a: Any, b: Any, path: str) -> None:
-        if len(out) >= limit or a == b:
-            return
-        if isinstance(a, dict) and isinstance(b, dict):
-            for key in sorted(set(a) | set(b)):
-                walk(a.get(key), b.get(key), "%s.%s" % (path, key) if path else key)
-        elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-            for index, (x, y) in enumerate(zip(a, b)):
-                walk(x, y, "%s[%d]" % (path, index))
-        else:
-            out.append(path or "(pod)")
-    walk(old, new, "")
-    return out

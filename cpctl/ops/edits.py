@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from cpctl.core import checks, flags, journal, manifests, outside, revisions
 from cpctl.core.manifests import Manifest
@@ -50,7 +50,7 @@ DEFAULT_TIMEOUT = 120.0     # seconds a wait may take when neither --timeout nor
 KEEPS_MESSAGE = "the kubelet keeps the running pod: nothing to restart"
 
 
-def startup_budget(pod: Dict[str, Any]) -> Optional[float]:
+def startup_budget(pod: Mapping[str, object]) -> Optional[float]:
     """The longest startupProbe budget of the pod's containers - initialDelaySeconds +
     failureThreshold x periodSeconds (API defaults 0, 3, 10): how long the kubelet itself gives
     the pod to start before it kills it (kubeadm's API server: 10 + 24 x 10 = 250 s). None when
@@ -69,7 +69,7 @@ def startup_budget(pod: Dict[str, Any]) -> Optional[float]:
     return best
 
 
-def wait_limit(options: "ApplyOptions", pod: Dict[str, Any]) -> float:
+def wait_limit(options: "ApplyOptions", pod: Mapping[str, object]) -> float:
     """Seconds a wait for ``pod`` may take: ``--timeout`` when given, else the pod's startupProbe
     budget, else DEFAULT_TIMEOUT."""
     if options.timeout is not None:
@@ -322,7 +322,7 @@ def _verify(node: Node, target: PodTarget, before: Any, options: ApplyOptions,
                       result.elapsed, result.state)
 
 
-def _replaced(seen: Optional[Dict[str, Any]], now: Dict[str, Any]) -> bool:
+def _replaced(seen: Optional[Mapping[str, object]], now: Mapping[str, object]) -> bool:
     """Whether two sightings by the SAME probe show different pods (uids of different probes -
     a mirror pod's and a sandbox's - are never compared)."""
     if not seen or seen.get("source") != now.get("source"):

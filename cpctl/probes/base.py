@@ -79,7 +79,7 @@ class Waiter:
         """The pod's current state for ``status`` (None: this waiter cannot tell)."""
         return None
 
-    def wait_kept(self, target: PodTarget, before: Any, seconds: float) -> Optional[WaitResult]:
+    def wait_kept(self, target: PodTarget, before: object, seconds: float) -> Optional[WaitResult]:
         """After a restore of unchanged bytes while the pod seen ``before`` still ran: that pod,
         still the same and Ready for ``seconds`` (the kubelet never stopped it), or None when it
         went away or was replaced (wait for the new one as usual). Default: None (no probe)."""

@@ -305,10 +305,10 @@ class VerifyingWaiter(Waiter):
             return "pod %s %s (%s)" % (target.pod_name, what, probe.name)
         return self._poll(target, timeout, judge)
 
-    def wait_kept(self, target: PodTarget, before: Any, seconds: float) -> Optional[WaitResult]:
+    def wait_kept(self, target: PodTarget, before: object, seconds: float) -> Optional[WaitResult]:
         """See ``Waiter.wait_kept``: judged by the probe that saw the pod before, every poll."""
-        earlier = (before or {}).get("state")
-        name = (before or {}).get("probe")
+        earlier = before.get("state") if isinstance(before, dict) else None
+        name = before.get("probe") if isinstance(before, dict) else None
         probe = next((p for p in self.probes_for(target) if p.name == name), None)
         if probe is None or not isinstance(earlier, PodState) or not (earlier.present and earlier.ready):
             return None

@@ -144,9 +144,9 @@ def _read_new(source: str) -> bytes:
 @keep_in_option
 @_change_options
 @click.pass_context
-def apply(ctx: click.Context, component: str, source: str, parked: bool, keep_in: Tuple[str, ...], timeout: Optional[float],
-          no_rollback: bool, dry_run: bool, reason: Optional[str], keep_revisions: int, settle: float,
-          force: bool) -> None:
+def apply(ctx: click.Context, component: str, source: str, parked: bool, keep_in: Tuple[str, ...],
+          timeout: Optional[float], no_rollback: bool, dry_run: bool, reason: Optional[str], keep_revisions: int,
+          settle: float, force: bool) -> None:
     """Replace COMPONENT's manifest with FILE, verify the new pod, roll back if it does not come up.
 
     Validates first (a pod the kubelet would run, same name, no duplicated flag, the files its flags
@@ -295,9 +295,9 @@ def revisions_text(data: Dict[str, Any]) -> str:
 @keep_in_option
 @_change_options
 @click.pass_context
-def edit(ctx: click.Context, component: str, yes: bool, parked: bool, keep_in: Tuple[str, ...], timeout: Optional[float],
-         no_rollback: bool, dry_run: bool, reason: Optional[str], keep_revisions: int, settle: float,
-         force: bool) -> None:
+def edit(ctx: click.Context, component: str, yes: bool, parked: bool, keep_in: Tuple[str, ...],
+         timeout: Optional[float], no_rollback: bool, dry_run: bool, reason: Optional[str], keep_revisions: int,
+         settle: float, force: bool) -> None:
     """Edit COMPONENT's manifest in $VISUAL/$EDITOR on a private copy, then apply it like `cpctl apply`.
 
     The copy lives outside the manifests dir (no swap or backup file can land there). An invalid

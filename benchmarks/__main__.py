@@ -1,4 +1,5 @@
-"""Run the benchmarks: ``python -m benchmarks [startup|roundtrip|watch|drift|fanout|latency|apply|certs|all]``.
+"""Run the benchmarks:
+``python -m benchmarks [startup|roundtrip|watch|drift|fanout|latency|apply|certs|apiserver|all]``.
 
 ``latency`` is ``benchmarks.fanout.run_latency``: the fan-out behind a 50 ms round trip, with Ansible
 and the cpctl.controlplane collection (not part of ``all``: it starts 50 sshd and takes minutes)."""
@@ -10,7 +11,7 @@ import importlib
 import os
 import sys
 
-NAMES = ["startup", "roundtrip", "watch", "drift", "fanout", "apply", "certs"]
+NAMES = ["startup", "roundtrip", "watch", "drift", "fanout", "apply", "certs", "apiserver"]
 
 
 def compile_like_installed() -> None:

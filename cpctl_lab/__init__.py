@@ -52,6 +52,7 @@ lab.json records them under ``"profile"``):
   ipv6           single-stack IPv6: advertise ``::1``, probes ``host: ::1``, ``https://[::1]:PORT``.
   ha             3 masters, v1.33, local-mode kubelets, stacked etcd, RBAC.
   realistic      v1.33, RBAC, realistic timing (scale it with ``time_scale``).
+  real-master    v1.33, realistic timing with a busy master's boot times: API server 45 s, etcd 7 s.
 
 Facts the lab models, and where they come from (``real-node-facts.md`` and ``kubelet-kubeadm.md``
 are /work/shared/reference/; source paths are in kubernetes/kubernetes):
@@ -64,6 +65,14 @@ are /work/shared/reference/; source paths are in kubernetes/kubernetes):
     aliases expanding past 400,000 nodes are refused as go-yaml refuses them (yaml.v2 decode.go
     ``allowedAliasRatio``); nesting is capped at libyaml's 1000 levels (go-yaml allows 10,000).
   * A static pod removed and added back at once is killed and started again (kubernetes#104847).
+  * Static pod UID = hash of the decoded, DEFAULTED pod (API defaults filled in, unknown fields,
+    nulls and zero values gone), node and path; ``metadata.uid`` pins it (common.go
+    ``applyDefaults``, pkg/apis/core/v1/defaults.go; :mod:`cpctl_lab.decoded`; real-node-facts
+    "What the kubelet counts as a change"). Without inotify (``inotify=False``) only re-lists.
+  * The API server's own restart: its port (and etcd's) closed until booted; mirror pods frozen
+    meanwhile, replaced at the pod worker's next try (10 s) after the API returns, first without
+    status (real-node-facts "When the API server itself restarts"). The controller-manager keeps
+    its Lease when it stops (no ReleaseOnCancel), the scheduler releases it.
   * Mirror pods: copy of the static pod's annotations plus config.mirror and a Node owner; deleted
     only once the pod finished terminating, by housekeeping every 2 s (pkg/kubelet/kubelet.go,
     pod/mirror_client.go; real-node-facts "Mirror pods and timing").

@@ -103,6 +103,10 @@ PROFILE_OPTIONS: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
                  help="Each apiserver uses only its own node's etcd."),
     click.option("--realistic-timing/--no-realistic-timing", default=None,
                  help="Real grace periods, probe delays, housekeeping and re-list periods."),
+    click.option("--inotify/--no-inotify", default=None,
+                 help="--no-inotify: the kubelets see their manifests dirs only at each full re-list."),
+    click.option("--real-master/--no-real-master", default=None,
+                 help="With realistic timing: API server boot 45 s, etcd 7 s (a busy real master)."),
     click.option("--time-scale", type=click.FloatRange(min=0.001), default=None,
                  help="Factor on every real-world duration (probe delays, CrashLoopBackOff...) [default: 1]."),
     click.option("--rbac/--no-rbac", default=None, help="Enforce RBAC for the components' identities."),
@@ -112,7 +116,7 @@ PROFILE_OPTIONS: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
                  help="ClusterConfiguration version in kube-system/kubeadm-config (auto: v1beta4 from v1.31).")
 ]
 SETTING_NAMES = ("k8s_version", "ip_family", "node_naming", "local_mode", "stacked_etcd", "realistic_timing",
-                 "time_scale", "rbac", "component_checks", "kubeadm_api")
+                 "time_scale", "rbac", "component_checks", "kubeadm_api", "real_master", "inotify")
 
 
 def lab_options(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -207,7 +207,8 @@ VALUE_OPTIONS = {
     "time_scale": "--time-scale",
 }
 #: Settings that are on/off switches: ``--NAME`` / ``--no-NAME``, left out when None (profile decides).
-SWITCHES = ("local_mode", "stacked_etcd", "realistic_timing", "rbac", "component_checks")
+SWITCHES = ("local_mode", "stacked_etcd", "realistic_timing", "rbac", "component_checks", "real_master",
+            "inotify")
 
 
 def lag_args(**opts: Any) -> list[str]:
@@ -384,7 +385,7 @@ def start_lab(
     ``opts``: start_lag, ready_lag, stop_lag, file_check_frequency, lease_renew, port, node_name,
     gc_after, aggregated_discovery (False serves legacy discovery only), and the profile settings
     k8s_version, ip_family, node_naming, time_scale, local_mode, stacked_etcd, realistic_timing,
-    rbac, component_checks (each overrides the profile's value).
+    rbac, component_checks, real_master, inotify (each overrides the profile's value).
     """
     d = Path(directory).expanduser().resolve()
     if running_state(d):

@@ -7,12 +7,18 @@ Faithful to the points cpctl depends on (see /work/shared/reference/kubelet-kube
   file, remove/rename drop the pod key that file defined) and a full re-list every
   ``file_check_frequency`` seconds replaces the set, last file in sorted order winning on duplicates;
 * static pod name ``<name>-<node>``, namespace defaulting to ``default``, UID == config.hash ==
-  hash(decoded pod, node, path): same content at the same path gives the same hash;
+  hash(decoded, defaulted pod, node, path) (:mod:`cpctl_lab.decoded`): the same pod at the same path
+  gives the same hash, whatever the comments, written-out API defaults or unknown fields;
+  ``metadata.uid`` pins the UID;
 * a content change is a delete plus an add; the new pod starts only after the old one with the same
-  full name has stopped;
+  full name has stopped - unless ``metadata.uid`` is pinned: then the pod (and its mirror) stays and
+  each container whose decoded spec changed restarts in place;
 * mirror pods are written through the API only: while no apiserver/etcd runs they can be neither
   created nor deleted, and the kubelet reconciles when the API is back (in local mode: while its
-  own node's apiserver serves); orphaned mirrors go once the pod has finished terminating (with
+  own node's apiserver serves) - with realistic timing only at the pod worker's next try (10 s,
+  scaled), the new mirror pod first without status (Pending, no Ready condition) until the status
+  manager's next sync (10 s, scaled): meanwhile the API shows the old, frozen mirror pod;
+  orphaned mirrors go once the pod has finished terminating (with
   realistic timing: at the next housekeeping pass, every 2 s);
 * hostPath volumes: ``*OrCreate`` paths are created (inside the lab dir only), a missing
   ``File``/``Directory`` keeps the pod in ContainerCreating with a FailedMount event;
@@ -47,6 +53,7 @@ from typing import Any, Callable, Optional
 import yaml
 
 from .componentflags import HostFile, check_command
+from .decoded import decoded_pod
 from .profiles import go_duration
 from .runtime import (
     EXITED,
@@ -166,7 +173,7 @@ def parse_manifest(path: str, node: str) -> Obj:
     ):
         raise ManifestError("invalid pod: spec.containers: Required value (name and image)")
     try:
-        uid = meta.get("uid") or static_pod_hash(pod, node, path)
+        uid = meta.get("uid") or static_pod_hash(decoded_pod(pod), node, path)
     except (TypeError, ValueError) as exc:     # keys of mixed types, values JSON cannot hold
         raise ManifestError(f"invalid pod: cannot be converted to JSON: {exc}") from None
     out = copy.deepcopy(pod)
@@ -259,6 +266,14 @@ class Kubelet:
         self._stop = threading.Event()
         self._ip_next = 2
         self.index = 0
+        #: None before the API first answered, then whether it answered at the last reconcile.
+        self.api_was_ok: Optional[bool] = None
+        #: Until when (time.monotonic()) mirror pods stay frozen after the API came back.
+        self.mirror_hold = 0.0
+        #: The next mirror sync is the first after an API outage.
+        self.api_back = False
+        #: Mirror pods created after an outage -> when their first status is written.
+        self.status_hold: dict[tuple[str, str], float] = {}
 
     def log(self, msg: str) -> None:
         self.lab.log(f"kubelet[{self.node}]: {msg}")
@@ -351,11 +366,13 @@ class Kubelet:
             self.lab.kick()
 
     def watch_forever(self) -> None:
-        """Watcher thread: inotify when available, else a 50 ms stat poll; plus the periodic re-list."""
+        """Watcher thread: inotify when available, else a 50 ms stat poll; plus the periodic re-list.
+        Without inotify events (the ``inotify`` setting off) only the re-lists."""
         assert self.dir is not None
-        ino = Inotify.open()
+        events = self.lab.settings.inotify
+        ino = Inotify.open() if events else None
         period = self.lab.timing.relist
-        next_relist = time.monotonic() + period
+        next_relist = time.monotonic() + (period if events else 0.0)
         snapshot: dict[str, tuple[int, int, int]] = {}
         wd = -1
         while not self._stop.is_set():
@@ -381,7 +398,8 @@ class Kubelet:
                                 self.on_file(name, "modify")
             else:
                 self._stop.wait(min(timeout, 0.05))
-                snapshot = self._poll(snapshot)
+                if events:
+                    snapshot = self._poll(snapshot)
             if time.monotonic() >= next_relist:
                 next_relist = time.monotonic() + period
                 with self.lab.lock:
@@ -447,6 +465,9 @@ class Kubelet:
                 self.workers[uid] = w
             elif src == "api":
                 w.pod = pod
+            elif w.state == "running" and w.pod.get("spec") != pod.get("spec") and \
+                    _containers(w.pod) != _containers(pod):
+                self._update_in_place(w, pod)
             if (
                 src == "api"
                 and pod["metadata"].get("deletionTimestamp")
@@ -468,6 +489,32 @@ class Kubelet:
                 if not blocked:
                     w.state = "starting"
                     self.lab.call_later(self.lab.timing.start_delay(), lambda w=w: self._start_worker(w))
+
+    def _update_in_place(self, w: Worker, pod: Obj) -> None:
+        """A static pod whose manifest pins ``metadata.uid`` changed: same UID, so no new pod and
+        no new mirror pod; each container whose spec changed is stopped and started again with the
+        new spec in the same sandbox (the kubelet's container hash differs: SyncPod restarts it)."""
+        old, new = _containers(w.pod), _containers(pod)
+        w.pod = pod
+        for spec in (pod.get("spec") or {}).get("containers") or []:
+            cur = w.current(str(spec.get("name")))
+            if old.get(spec.get("name")) == new.get(spec.get("name")) or cur is None:
+                continue
+            self.log(f"container {spec.get('name')} of {w.full_name[1]} changed (pinned uid {w.uid}): restarting it")
+            if cur.state == RUNNING:
+                cur.state, cur.finished, cur.exit_code = EXITED, time.time_ns(), 0
+                if cur.fault is None:
+                    self.lab.component_stopped(self, cur)
+            w.previous[cur.name] = cur
+            w.restarts[cur.name] = w.restarts.get(cur.name, 0) + 1
+            delay = self.lab.timing.stop_delay(pod.get("spec") or {}, cur.spec)
+            self.lab.call_later(delay, lambda w=w, spec=spec: self._start_changed(w, spec))
+        self.lab.kick()
+
+    def _start_changed(self, w: Worker, spec: Obj) -> None:
+        if w.state == "running" and self.workers.get(w.uid) is w:
+            self._start_container(w, spec)
+            self.lab.kick()
 
     def _start_worker(self, w: Worker) -> None:
         """Mount the volumes, create the sandbox and start every container (or retry the mounts)."""
@@ -853,13 +900,34 @@ class Kubelet:
             entry["lastState"] = {"terminated": _terminated(cur)}
         return entry
 
+    def api_lost(self) -> None:
+        """This kubelet's API does not answer: its mirror pods stay frozen as they were (before the
+        API first answered - the lab starting - there is nothing to freeze)."""
+        if self.api_was_ok:
+            self.api_was_ok = False
+
+    def _api_frozen(self) -> bool:
+        """True while the API is back but the kubelet has not retried its mirror pods yet (the
+        stale window of real-node-facts "When the API server itself restarts"): nothing changes."""
+        now = time.monotonic()
+        if self.api_was_ok is False:
+            lag = self.lab.timing.mirror_retry()
+            self.mirror_hold = now + lag
+            self.api_back = True
+            if lag:
+                self.log(f"API answers again; mirror pods stay as they were for {lag:.1f}s (pod worker back-off)")
+                self.lab.call_later(lag, self.lab.kick)
+        self.api_was_ok = True
+        return now < self.mirror_hold
+
     def sync_api(self) -> None:
         """Mirror pods and status (only while this kubelet's apiserver serves)."""
         api = self.lab.api
         store = self.lab.store
         node = store.get("nodes", "", self.node)
-        if node is None:
+        if node is None or self._api_frozen():
             return
+        back, self.api_back = self.api_back, False
         active_static = {
             w.full_name: w
             for w in self.workers.values()
@@ -901,6 +969,14 @@ class Kubelet:
                 except ApiError as exc:
                     self.log(f"failed creating mirror pod {ns}/{name}: {exc.message}")
                     continue
+                lag = self.lab.timing.status_sync() if back else 0.0
+                if lag:
+                    # the new mirror pod shows no Ready condition until the status manager syncs
+                    self.status_hold[key] = time.monotonic() + lag
+                    self.lab.call_later(lag, self.lab.kick)
+            if time.monotonic() < self.status_hold.get(key, 0.0):
+                continue
+            self.status_hold.pop(key, None)
             self._push_status(mirror, w)
         self._delete_orphaned_mirrors(active_static)
         self._sync_api_pods()
@@ -977,6 +1053,13 @@ class Kubelet:
                 self.lab.store.update("pods", obj["metadata"]["namespace"], obj, check_rv=False)
             except ApiError:
                 pass
+
+
+def _containers(pod: Obj) -> dict[Any, Obj]:
+    """The pod's containers by name as the kubelet decodes them (defaults filled in): what its
+    per-container hash is taken of, so a default written out restarts nothing."""
+    spec = decoded_pod(pod).get("spec") or {}
+    return {c.get("name"): c for c in spec.get("containers") or [] if isinstance(c, dict)}
 
 
 def _terminated(c: Container) -> Obj:

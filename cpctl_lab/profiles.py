@@ -81,6 +81,14 @@ class LabSettings:
     realistic_timing: bool = False
     #: Multiplies every real-world duration (probe delays, grace periods, CrashLoopBackOff...).
     time_scale: float = 1.0
+    #: With realistic timing: a busy real master's boot times - the API server answers 45 s after
+    #: its container starts (30-60 s is common: many CRDs, etcd catching up), etcd 7 s (5-10 s)
+    #: (real-node-facts.md, "When the API server itself restarts").
+    real_master: bool = False
+    #: False: the kubelets get no inotify events (a watch that could not be set up, or events
+    #: lost) and see their manifests dir only at each full re-list (fileCheckFrequency), so a
+    #: file moved away and back between two re-lists is never noticed.
+    inotify: bool = True
     #: RBAC enforcement for component identities (implemented by the API side of the lab).
     rbac: bool = False
     #: Control-plane containers whose command line the real binary rejects (unknown flag, bad
@@ -117,6 +125,7 @@ PROFILES: dict[str, dict[str, Any]] = {
     "ipv6": {"k8s_version": "1.33", "ip_family": "ipv6"},
     "ha": {"k8s_version": "1.33", "masters": 3, "local_mode": True, "stacked_etcd": True, "rbac": True},
     "realistic": {"k8s_version": "1.33", "realistic_timing": True, "rbac": True},
+    "real-master": {"k8s_version": "1.33", "realistic_timing": True, "real_master": True},
 }
 
 PROFILE_HELP = {
@@ -131,6 +140,7 @@ PROFILE_HELP = {
     "ipv6": "IPv6 single-stack: everything on ::1",
     "ha": "3 masters, v1.33 local-mode kubelets, stacked etcd, RBAC",
     "realistic": "real grace periods, probe delays, housekeeping and re-list periods, RBAC",
+    "real-master": "realistic timing with a busy master's boot times: API server 45 s, etcd 7 s",
 }
 
 
@@ -165,6 +175,8 @@ def check(settings: LabSettings) -> None:
         raise ValueError("--masters must be >= 1")
     if not settings.time_scale > 0:
         raise ValueError("--time-scale must be > 0")
+    if settings.real_master and not settings.realistic_timing:
+        raise ValueError("--real-master needs --realistic-timing (its boot times are real-world durations)")
     if settings.local_mode and settings.release.minor < 31:
         raise ValueError("local mode (ControlPlaneKubeletLocalMode) needs kubeadm v1.31 or later")
 

@@ -37,6 +37,15 @@ MOUNT_RETRY = 2.0
 DEFAULT_GRACE = 30.0
 #: Seconds from container start until each component answers its health endpoint.
 BOOT = {"kube-apiserver": 4.0, "etcd": 1.0, "kube-controller-manager": 1.0, "kube-scheduler": 1.0}
+#: The same on a busy real master (``real_master``): the API server loads many CRDs and waits for
+#: etcd to catch up (30-60 s), etcd replays its WAL (5-10 s).
+BOOT_REAL_MASTER = {"kube-apiserver": 45.0, "etcd": 7.0}
+#: After the API answers again, the kubelet fixes a static pod's outdated mirror pod at the pod
+#: worker's next try: a failed sync is retried after backOffPeriod, 10 s (pkg/kubelet/pod_workers.go);
+#: the new mirror pod's status follows at the status manager's next sync (syncPeriod 10 s,
+#: pkg/kubelet/status/status_manager.go). Until then the API shows the old, frozen mirror pod.
+MIRROR_RETRY = 10.0
+STATUS_SYNC = 10.0
 #: PID 1 programs that install no SIGTERM handler: the kernel ignores the signal for them.
 IGNORES_SIGTERM = ("sleep", "sh", "bash", "tail")
 
@@ -53,6 +62,7 @@ class Timing:
         file_check_frequency: Optional[float],
     ) -> None:
         self.realistic = settings.realistic_timing
+        self.boot = dict(BOOT, **(BOOT_REAL_MASTER if settings.real_master else {}))
         self.scale = settings.time_scale
         self.start_lag, self.ready_lag, self.stop_lag = start_lag, ready_lag, stop_lag
         if file_check_frequency is not None:
@@ -75,7 +85,7 @@ class Timing:
 
     def boot_delay(self, role: str) -> float:
         """From container start until the component answers its health endpoints."""
-        return self.scaled(BOOT.get(role, 0.5)) if self.realistic else self.ready_lag
+        return self.scaled(self.boot.get(role, 0.5)) if self.realistic else self.ready_lag
 
     def startup_delay(self, spec: dict[str, Any], role: str) -> float:
         """From container start until the startup probe first succeeds (``started: true``)."""
@@ -84,7 +94,7 @@ class Timing:
         probe = spec.get("startupProbe")
         if not probe:
             return 0.0
-        boot = BOOT.get(role, 0.5)
+        boot = self.boot.get(role, 0.5)
         at = float(probe.get("initialDelaySeconds") or 0)
         period = float(probe.get("periodSeconds") or 10)
         while at < boot:
@@ -112,6 +122,14 @@ class Timing:
     def sigkilled(self, container_spec: dict[str, Any]) -> bool:
         """Whether stopping this container ends in SIGKILL (exit code 137) after the grace period."""
         return self.realistic and _pid1(container_spec) in IGNORES_SIGTERM
+
+    def mirror_retry(self) -> float:
+        """Seconds from the API's return until the kubelet replaces an outdated mirror pod (0: at once)."""
+        return self.scaled(MIRROR_RETRY) if self.realistic else 0.0
+
+    def status_sync(self) -> float:
+        """Seconds from a mirror pod's creation until the kubelet first writes its status (0: at once)."""
+        return self.scaled(STATUS_SYNC) if self.realistic else 0.0
 
     def mount_retry(self) -> float:
         """Seconds until the kubelet retries a volume that could not be set up."""

@@ -160,7 +160,7 @@ def test_identical_bytes_are_unchanged_and_comment_only_keeps_the_pod(lab: Any, 
     commented = b"# reviewed by the on-call SRE\n" + old
     proc = run_cpctl(lab, "apply", "scheduler", "-f", _write(tmp_path, commented, "c.yaml"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "same pod spec" in proc.stdout and _read(_path(lab)) == commented
+    assert "the kubelet keeps the running pod: nothing to restart" in proc.stdout and _read(_path(lab)) == commented
     assert _hash(mirror(lab, "kube-scheduler")) == _hash(running)
     assert mirror(lab, "kube-scheduler")["metadata"]["uid"] == running["metadata"]["uid"], "pod untouched"
 

@@ -137,8 +137,19 @@ def test_a_comment_only_edit_is_an_info_note_not_drift(capsys: Any, node: NodeDi
     rc, data, _ = check_json(capsys, node)
     assert rc == 0, data
     [finding] = kinds(data)["changed"]
-    assert finding["severity"] == "info" and "only in comments or formatting" in finding["message"]
+    assert finding["severity"] == "info" and "only in comments, formatting or API defaults" in finding["message"]
     assert "+# reviewed 2026-12-03" in finding["diff"]
+
+
+def test_api_defaults_written_out_are_an_info_note_not_drift(capsys: Any, node: NodeDirs) -> None:
+    """The kubelet's rule (issue #21): a default written out keeps the same pod, so no drift."""
+    assert cli(capsys, node, "baseline")[0] == 0
+    write(node, "kube-scheduler.yaml", POD.replace(b"spec:\n", b"spec:\n  restartPolicy: Always\n  dnsPolicy: "
+                                                   b"ClusterFirst\n  enableServiceLinks: true\n", 1))
+    rc, data, _ = check_json(capsys, node)
+    assert rc == 0, data
+    [finding] = kinds(data)["changed"]
+    assert finding["severity"] == "info" and "+  restartPolicy: Always" in finding["diff"]
 
 
 def test_parked_by_cpctl_is_not_missing_and_parked_content_is_compared(capsys: Any, node: NodeDirs) -> None:

@@ -116,7 +116,11 @@ def test_load_reload_stop_and_unchanged(node: NodeDirs, watcher: WatchProc) -> N
     assert rec["verdict"] == "load" and rec["pod"] == "extra-" + NODE and "created" in rec["event"]
     touch(node, "extra.yaml", POD.replace(b"name: kube-scheduler", b"name: extra") + b"# v2\n")
     rec = watcher.verdict("extra.yaml")     # a comment: the kubelet decodes the same pod (same config hash)
-    assert rec["verdict"] == "ignore" and "only comments or formatting changed" in rec["detail"], rec
+    assert rec["verdict"] == "ignore" and "only comments, formatting or API defaults changed" in rec["detail"], rec
+    touch(node, "extra.yaml", POD.replace(b"name: kube-scheduler", b"name: extra").replace(
+        b"spec:\n", b"spec:\n  restartPolicy: Always\n", 1))
+    rec = watcher.verdict("extra.yaml")     # an API default written out: still the same pod
+    assert rec["verdict"] == "ignore", rec
     changed = POD.replace(b"name: kube-scheduler", b"name: extra").replace(b"tier: control-plane", b"tier: x")
     touch(node, "extra.yaml", changed)
     assert watcher.verdict("extra.yaml")["verdict"] == "reload"

@@ -115,7 +115,7 @@ def fail(message: str, code: int, hint: str = "") -> None:
 
 
 HEARTBEAT = 5.0                       # seconds between "still waiting" lines when stderr is no terminal
-_ELAPSED = re.compile(r"^(?P<what>.*), (?P<seconds>\d+(?:\.\d+)?)s$", re.DOTALL)
+_ELAPSED = re.compile(r"^(?P<what>.*), (?P<seconds>\d+(?:\.\d+)?)s(?: of (?P<limit>[0-9.e+]+)s)?$", re.DOTALL)
 _SHOWN: List["Progress"] = []         # progress lines drawn now (cleared before any output)
 
 
@@ -144,13 +144,16 @@ class Progress:
         self.next_beat: Optional[float] = None
 
     def line(self, text: str) -> str:
-        """``waiting: <what>: 12s of 120s`` for the waiter's ``text``."""
+        """``waiting: <what>: 12s of 120s`` for the waiter's ``text``; the limit is the one the
+        waiter names (``..., 3.2s of 250s``: a default taken from the pod's startupProbe), else
+        ``--timeout``."""
         now = time.monotonic()
         if self.started is None:
             self.started = now
         match = _ELAPSED.match(text)
         what, elapsed = (match.group("what"), float(match.group("seconds"))) if match else (text, now - self.started)
-        of = " of %gs" % self.timeout if self.timeout else ""
+        limit = float(match.group("limit")) if match and match.group("limit") else self.timeout
+        of = " of %gs" % limit if limit else ""
         return "waiting: %s: %ds%s" % (what, elapsed, of)
 
     def __call__(self, text: str) -> None:

@@ -2,8 +2,8 @@
 
 From kubeadm 1.33 the feature ControlPlaneKubeletLocalMode is on: a control-plane kubelet talks
 to its own node's API server (its ``kubelet.conf`` names that server's address, not the load
-balancer). When that API server is down - parked by cpctl, crash-looping, or without its stacked
-etcd - the kubelet cannot update its mirror pods, while the other API servers keep serving the
+balancer). When that API server is down - parked by cpctl, crash-looping, or answering 5xx because
+its stacked etcd is down - the kubelet cannot update its mirror pods, while the other API servers keep serving the
 frozen ones through the load balancer. Waits for this node's pods must then believe the runtime
 and the health endpoints only.
 
@@ -56,11 +56,16 @@ class LocalApiCheck:
         if not server or not _is_own(server, apiserver_pod()):
             return ""
         try:
-            self.host.http("GET", server.rstrip("/") + "/healthz", timeout=PROBE_TIMEOUT, tls={"insecure": True},
-                           limit=4096)
+            reply = self.host.http("GET", server.rstrip("/") + "/healthz", timeout=PROBE_TIMEOUT,
+                                   tls={"insecure": True}, limit=4096)
         except OSError as exc:
             return "the kubelet talks to this node's own API server (local mode) and %s does not answer (%s)" % (
                 server, exc.strerror or type(exc).__name__)
+        status = reply.get("status") if isinstance(reply, dict) else None
+        if isinstance(status, int) and status >= 500:
+            # it answers, but cannot serve (its etcd is down): the kubelet cannot write either
+            return "the kubelet talks to this node's own API server (local mode) and %s answers %d (its etcd " \
+                   "down?): the API's view of this node is stale" % (server, status)
         return ""
 
     def _kubelet_server(self) -> str:

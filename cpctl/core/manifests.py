@@ -6,7 +6,7 @@ text starts with "{" and otherwise the FIRST document of a YAML stream, into exa
 that must pass the API validation and the static-pod rules (``cpctl.core.podspec``). cpctl
 mirrors those rules so that "what is running" and "what would a file do" are answered the
 kubelet's way, and ``decoded_digest`` / ``same_pod`` tell an edit the kubelet ignores (comments,
-formatting) from one that gives a new pod.
+formatting, API defaults written out: ``cpctl.core.podview``) from one that gives a new pod.
 
 A hostile file - an alias bomb, a recursive alias, a 5000-digit number, deep nesting, binary,
 invalid UTF-8, a mapping as a key, a list where a name goes - is one invalid manifest with a
@@ -27,7 +27,7 @@ from decimal import Decimal
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 from cpctl.catalogue import ALIASES
-from cpctl.core import podspec
+from cpctl.core import podspec, podview
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host.base import Host
 
@@ -579,27 +579,43 @@ def _copy_tree(value: Any) -> Any:
 
 
 def decoded_digest(pod: Dict[str, Any]) -> str:
-    """sha256 of a decoded pod's canonical JSON: the same digest means the kubelet sees the same pod.
+    """sha256 of the pod the kubelet sees (``podview.kubelet_view``): the same digest means the
+    same static pod UID and config hash at the same path, so the kubelet keeps the pod running.
 
-    The kubelet names a static pod by a hash of the DECODED object (its UID and config.hash, with
-    the node name and file path), so comments, blank lines, key order, quoting, flow or block
-    style, anchors and aliases, YAML or JSON, number spelling (0x10 or 16) and a field set to null
-    never change it: such an edit is a no-op for the kubelet. The digest ignores exactly those.
-    It does not know the API defaults or the kubelet's field list, so writing out a default value
-    or an unknown field changes the digest although the kubelet may see the same pod: a different
-    digest means "probably a new pod" (the safe side for a watch or a drift check to err on).
+    The kubelet names a static pod by a hash of the DECODED, DEFAULTED object (with the node name
+    and file path), so comments, blank lines, key order, quoting, flow or block style, anchors and
+    aliases, YAML or JSON, number spelling (0x10 or 16), a field set to null, an unknown field, a
+    zero value, ``status: {}`` and an API default written out never change it. A rename does.
     """
-    text = json.dumps(podspec.canonical(pod), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    text = json.dumps(podview.kubelet_view(pod), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def same_pod(a: bytes, b: bytes) -> bool:
-    """True when both manifests are valid and decode to the same pod (``decoded_digest``): the
-    kubelet keeps the pod running untouched when one replaces the other at the same path."""
+    """True when both manifests are valid and the kubelet sees the same pod in them
+    (``decoded_digest``): it keeps the pod running untouched when one replaces the other at the
+    same path. The one rule behind apply/edit/flags/rollback, watch and check."""
     try:
         return parsed(a).digest == parsed(b).digest
     except InvalidManifest:
         return False
+
+
+# What the kubelet does when a manifest replaces another at the same path (``pod_effect``).
+KEEPS, IN_PLACE, NEW_POD = "keeps", "in-place", "new-pod"
+
+
+def pod_effect(a: bytes, b: bytes) -> str:
+    """KEEPS (same pod: nothing restarts), IN_PLACE (both pin the same ``metadata.uid``: the pod
+    keeps its UID and mirror pod, the changed containers restart) or NEW_POD (a new UID: the old
+    pod stops and a new one starts)."""
+    if same_pod(a, b):
+        return KEEPS
+    try:
+        old, new = podview.pinned_uid(parsed(a).pod), podview.pinned_uid(parsed(b).pod)
+    except InvalidManifest:
+        return NEW_POD
+    return IN_PLACE if old is not None and old == new else NEW_POD
 
 
 def _link_problem(target_kind: Optional[str], error: Optional[str]) -> str:

@@ -31,6 +31,14 @@ from cpctl.timeutil import iso
 
 NAME_MAX = 255          # bytes in one file name on Linux filesystems
 META_SUFFIX = ".json"
+# ``start`` of a pod the kubelet never stopped (a park undone before it noticed): how long the
+# running pod must stay the same and Ready to be accepted as it is.
+KEPT_SETTLE = 5.0
+KEPT_MESSAGE = "the kubelet never stopped the pod: the running pod is kept"
+# A restore puts back the very bytes that were parked: same pod UID, so a crash-looping pod keeps
+# the kubelet's back-off, which is keyed by that UID (up to 5 minutes).
+BACKOFF_NOTE = ("the restored manifest is unchanged, so the pod keeps its UID and the kubelet keeps its "
+                "CrashLoopBackOff (up to 5 min): fix the manifest (cpctl edit) rather than restart it")
 
 
 class Outcome:
@@ -440,6 +448,11 @@ class Node:
                                              digest), journal.remove(self.state.meta_path(filename))] + after_steps
         self.apply(journal.Change("start", target.component, filename, digest, steps, commit=len(before_steps),
                                   record=record, data=data_by_step, op=op))
+        # the very bytes that were parked, and the old pod still runs: the kubelet may never have seen the park
+        kept = self.waiter.wait_kept(target, before, min(KEPT_SETTLE, timeout)) if wait and not edited else None
+        if kept is not None:
+            return Outcome(target.component, "start", True, "started (manifest restored); %s" % KEPT_MESSAGE,
+                           file=filename, checksum=digest, wait=kept)
         result = self._wait(self.waiter.wait_started, target, before, wait, timeout,
                             "its manifest stays restored at %s/%s" % (self.manifests_dir, filename))
         message = "started (manifest restored)"
@@ -528,6 +541,8 @@ class Node:
             if exc.code == ExitCode.TIMEOUT and step == self.waiter.wait_started:
                 found = why_not_running(self.host, self.crictl, self.kubeconfig, target)
                 message += " (%s)" % "; ".join(found) if found else ""
+                if any(_crash_looping(line) for line in found):
+                    message += "; " + BACKOFF_NOTE
             raise CpctlError(message, exc.code, hint=exc.hint, where=where) from None
         except (KeyboardInterrupt, Terminated) as exc:
             signal = interrupted_by(exc)
@@ -563,6 +578,11 @@ def hand_edit(meta: Dict[str, Any], digest: str) -> str:
         return ""
     return "the parked copy was changed outside cpctl since it was parked (sha256 %s, cpctl parked %s)" % (
         digest[:12], recorded[:12])
+
+
+def _crash_looping(line: str) -> bool:
+    """Whether one ``why_not_running`` line shows a container that exited and was restarted."""
+    return ("exited" in line or "CrashLoopBackOff" in line) and " restart" in line
 
 
 def check_storable(filename: str) -> None:

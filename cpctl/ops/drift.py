@@ -547,13 +547,15 @@ def unified_diff(old: str, new: str, old_name: str, new_name: str) -> str:
 
 def _add_changed(report: Report, filename: str, entry: dict, data: bytes, path: str) -> None:
     """A manifest edited out of band; only an info note when the kubelet decodes the same pod from
-    it (comments, blank lines, key order, quoting: same config hash, the pod keeps running)."""
+    it (comments, blank lines, key order, quoting, API defaults written out: same config hash, the
+    pod keeps running; ``manifests.same_pod``)."""
     text = data.decode("utf-8", "replace")
     expected = entry.get("content", "")
     diff = unified_diff(expected, text, "baseline/" + filename, path)
     if isinstance(expected, str) and manifests.same_pod(expected.encode("utf-8"), data):
-        report.add(Finding("changed", INFO, "%s differs from the baseline only in comments or formatting: the kubelet "
-                           "runs the same pod (cpctl baseline --accept records it)" % path, file=filename,
+        report.add(Finding("changed", INFO, "%s differs from the baseline only in comments, formatting or API "
+                           "defaults: the kubelet runs the same pod (cpctl baseline --accept records it)" % path,
+                           file=filename,
                            component=entry.get("pod"), diff=diff))
         return
     report.add(Finding("changed", WARNING, "%s differs from the baseline (changed out of band; cpctl baseline "

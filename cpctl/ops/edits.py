@@ -15,8 +15,15 @@ upgrade recipe for an operator's own change:
    back, both versions kept. ``--no-rollback`` leaves the new version and only reports.
    SIGINT/SIGTERM during the wait puts the previous bytes back at once.
 
-A change that only touches comments or formatting decodes to the same pod: the kubelet keeps the
-running pod (same config hash), so it is written and not waited for.
+What the kubelet counts as a change is its own rule (``manifests.pod_effect``, see
+``cpctl.core.podview``): comments, formatting, API defaults written out, unknown fields give the
+same pod - the kubelet keeps the running pod (same config hash), so the change is written,
+recorded and reported, and not waited for. A manifest that pins ``metadata.uid`` keeps its pod
+and mirror pod; its changed containers restart in place (waited for as new containers).
+
+The new version is judged by the NEW manifest (its health endpoint, its Lease and --leader-elect),
+within its own startupProbe budget unless ``--timeout`` says otherwise (``wait_limit``); a
+rollback is judged by the old manifest the same way.
 
 ``--parked`` (``ApplyOptions.parked``) changes the PARKED copy of a stopped component instead (an
 etcd restore needs a new ``--data-dir`` while etcd is stopped): validated the same way, kept as a
@@ -28,7 +35,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from cpctl.core import checks, flags, journal, manifests, outside, revisions
 from cpctl.core.manifests import Manifest
@@ -36,16 +43,45 @@ from cpctl.core.node import Node, parked_content
 from cpctl.core.replace import check_revisable, replace_change, revisions_of, text_diff
 from cpctl.errors import CpctlError, ExitCode, Interrupted, Terminated, interrupted_by
 from cpctl.probes.base import NoWait, PodTarget, WaitResult
-from cpctl.probes.diagnose import why_not_running
+from cpctl.probes.diagnose import Diagnosis, why_not_running
 
 SETTLE_POLL = 1.0
+DEFAULT_TIMEOUT = 120.0     # seconds a wait may take when neither --timeout nor a startupProbe says
+KEEPS_MESSAGE = "the kubelet keeps the running pod: nothing to restart"
+
+
+def startup_budget(pod: Mapping[str, object]) -> Optional[float]:
+    """The longest startupProbe budget of the pod's containers - initialDelaySeconds +
+    failureThreshold x periodSeconds (API defaults 0, 3, 10): how long the kubelet itself gives
+    the pod to start before it kills it (kubeadm's API server: 10 + 24 x 10 = 250 s). None when
+    no container has a startupProbe."""
+    best: Optional[float] = None
+    spec = pod.get("spec")
+    for container in (spec.get("containers") if isinstance(spec, dict) else None) or []:
+        probe = container.get("startupProbe") if isinstance(container, dict) else None
+        if not isinstance(probe, dict):
+            continue
+        numbers = [probe.get(k) for k in ("initialDelaySeconds", "failureThreshold", "periodSeconds")]
+        delay, threshold, period = (n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else d
+                                    for n, d in zip(numbers, (0, 3, 10)))
+        budget = float(delay + threshold * period)
+        best = budget if best is None else max(best, budget)
+    return best
+
+
+def wait_limit(options: "ApplyOptions", pod: Mapping[str, object]) -> float:
+    """Seconds a wait for ``pod`` may take: ``--timeout`` when given, else the pod's startupProbe
+    budget, else DEFAULT_TIMEOUT."""
+    if options.timeout is not None:
+        return options.timeout
+    return startup_budget(pod) or DEFAULT_TIMEOUT
 
 
 @dataclass
 class ApplyOptions:
     """How a replacement runs (the command line's --timeout, --no-rollback, --dry-run, ...)."""
 
-    timeout: float = 120.0
+    timeout: Optional[float] = None     # None: the pod's own startupProbe budget (``wait_limit``)
     rollback: bool = True
     dry_run: bool = False
     reason: Optional[str] = None
@@ -152,13 +188,22 @@ def plan(node: Node, component: str, new: bytes, source: str, action: str, force
     check_revisable(manifest.file)
     verdict = checks.review(node.host, manifest, new, node.scan(), source)
     verdict.refuse_if_bad("%s of %s" % (action, component), force)
-    same = manifests.same_pod(manifest.data, new)
-    effect = "the kubelet would keep the running pod (same pod spec)" if same else \
-        "the kubelet would replace pod %s" % node.target_for(manifest.pod or {}, manifest.file).pod_name
+    effect = _effect_text(node, manifest, new, manifests.pod_effect(manifest.data, new), "would ")
     if parked:
         effect = "it is parked: nothing runs it until cpctl start %s" % component
     return dict(result, message="would %s %s: %s" % (action, manifest.path, effect), warnings=verdict.warnings,
                 diff=text_diff(manifest.data, new, manifest.file))
+
+
+def _effect_text(node: Node, manifest: Manifest, new: bytes, effect: str, would: str = "") -> str:
+    """What the kubelet does with ``new`` in place of ``manifest`` (its own rule: pod_effect)."""
+    if effect == manifests.KEEPS:
+        return KEEPS_MESSAGE.replace("keeps", would + "keep" if would else "keeps")
+    pod = node.target_for(manifest.pod or {}, manifest.file).pod_name
+    if effect == manifests.IN_PLACE:
+        return "the kubelet %srestart%s the changed containers of pod %s in place (metadata.uid pinned)" % (
+            would, "" if would else "s", pod)
+    return "the kubelet %sreplace%s pod %s" % (would, "" if would else "s", pod)
 
 
 def _result(node: Node, manifest: Manifest, action: str, changed: bool, **extra: Any) -> Dict[str, Any]:
@@ -175,22 +220,25 @@ def _replace_locked(node: Node, manifest: Manifest, new: bytes, source: str, act
     check_revisable(manifest.file)
     verdict = checks.review(node.host, manifest, new, node.scan(), source)
     verdict.refuse_if_bad("%s of %s" % (action, component), options.force)
-    same = manifests.same_pod(manifest.data, new)
-    target = node.target_for(manifest.pod, manifest.file)
-    before = None if same else node.waiter.before(target)
+    effect = manifests.pod_effect(manifest.data, new)
+    target = node.target_for(manifests.parse_pod(new), manifest.file)    # judged by the NEW manifest
+    old_target = node.target_for(manifest.pod, manifest.file)
+    before = None if effect == manifests.KEEPS else node.waiter.before(target)
+    fail_fast = crash_loop_check(node, target, effect)        # the sandboxes there before the change
     change, number = replace_change(node, manifest, new, action, options.reason, options.keep, record)
     node.apply(change)
     done = _result(node, manifest, action, True, revision=number, checksum=change.checksum,
-                   previous=manifests.checksum(manifest.data), warnings=verdict.warnings)
-    if same:
-        return dict(done, message="%s: same pod spec (only comments or formatting changed): the kubelet keeps the "
-                                  "running pod; previous version kept as revision %d" % (_past(action), number))
+                   previous=manifests.checksum(manifest.data), warnings=verdict.warnings, effect=effect)
+    if effect == manifests.KEEPS:
+        return dict(done, message="%s: the kubelet sees the same pod (comments, formatting, API defaults or fields "
+                                  "it ignores): %s; previous version kept as revision %d"
+                                  % (_past(action), KEEPS_MESSAGE, number))
     try:
-        result = _verify(node, target, before, options)
+        result = _verify(node, target, before, options, fail_fast)
     except (KeyboardInterrupt, Terminated) as exc:
         raise _put_back_now(node, component, manifest.data, options, exc) from None
     except CpctlError as exc:
-        return _failed(node, target, manifest.data, number, options, exc.message, exc)
+        return _failed(node, target, old_target, manifest.data, number, options, exc.message, exc)
     if result.verified or isinstance(node.waiter, NoWait):
         return dict(done, wait=result.to_dict(), message="%s: %s; previous version kept as revision %d"
                     % (_past(action), result.detail, number))
@@ -229,50 +277,80 @@ def _replace_parked(node: Node, component: str, new: bytes, source: str, action:
                            "previous version kept as revision %d" % (_past(action), manifest.path, component, number))
 
 
+def crash_loop_check(node: Node, target: PodTarget, effect: str) -> Optional[Callable[[], Optional[str]]]:
+    """Fail fast: a check the wait asks about once a second - the reason when the NEW pod's container
+    already exited with an error and the kubelet restarted it (CrashLoopBackOff, ``Diagnosis.crash_loop``).
+    Only for a new pod (its sandbox is not one of those there now) and when crictl can list them."""
+    if effect != manifests.NEW_POD or isinstance(node.waiter, NoWait):
+        return None
+    diagnosis = Diagnosis(node.host, node.crictl)
+    old = diagnosis.sandboxes(target)
+    if old is None:
+        return None
+    return lambda: diagnosis.crash_loop(target, old)
+
+
 def _past(action: str) -> str:
     return {"apply": "applied", "edit": "edited", "flags": "flags changed", "rollback": "rolled back"}[action]
 
 
-def _verify(node: Node, target: PodTarget, before: Any, options: ApplyOptions) -> WaitResult:
-    """The new pod Running, Ready and past its gate, then still the same and Ready for ``settle``."""
-    result = node.waiter.wait_started(target, before, options.timeout)
-    if not result.verified or options.settle <= 0:
+def _verify(node: Node, target: PodTarget, before: Any, options: ApplyOptions,
+            fail_fast: Optional[Callable[[], Optional[str]]] = None) -> WaitResult:
+    """The new pod Running, Ready and past its gate, then still the same and Ready for ``settle``;
+    ``fail_fast`` ends the wait early with a verdict (``crash_loop_check``)."""
+    result = node.waiter.wait_started(target, before, wait_limit(options, target.pod), give_up=fail_fast)
+    if not result.verified:
         return result
-    seen = node.waiter.describe(target)
-    uid = (seen or {}).get("uid")
+    if options.settle <= 0:
+        return WaitResult(True, result.detail + node.waiter.mirror_note(target), result.elapsed, result.state)
+    seen = node.waiter.settle_view(target)
     deadline = time.monotonic() + options.settle
     while time.monotonic() < deadline:
         time.sleep(min(SETTLE_POLL, max(0.0, deadline - time.monotonic())))
-        now = node.waiter.describe(target)
+        now = node.waiter.settle_view(target)
         if now is None:
             continue                       # nothing could look this time: the wait already verified
         if not now.get("present") or not now.get("ready"):
-            raise CpctlError("pod %s was Ready, then %s within %.0fs" % (
-                target.pod_name, "gone" if not now.get("present") else "not Ready", options.settle), ExitCode.TIMEOUT)
-        if uid and now.get("uid") and now.get("uid") != uid:
-            raise CpctlError("pod %s was replaced again within %.0fs" % (target.pod_name, options.settle),
-                             ExitCode.TIMEOUT)
-    return WaitResult(True, "%s, stable for %.0fs" % (result.detail, options.settle), result.elapsed, result.state)
+            raise CpctlError("pod %s was Ready, then %s within %.0fs (%s)" % (
+                target.pod_name, "gone" if not now.get("present") else "not Ready", options.settle,
+                now.get("source") or "seen"), ExitCode.TIMEOUT)
+        if _replaced(seen, now):
+            raise CpctlError("pod %s was replaced again within %.0fs (%s)" % (
+                target.pod_name, options.settle, now.get("source")), ExitCode.TIMEOUT)
+        seen = seen or now
+    return WaitResult(True, "%s, stable for %.0fs%s" % (result.detail, options.settle, node.waiter.mirror_note(target)),
+                      result.elapsed, result.state)
+
+
+def _replaced(seen: Optional[Mapping[str, object]], now: Mapping[str, object]) -> bool:
+    """Whether two sightings by the SAME probe show different pods (uids of different probes -
+    a mirror pod's and a sandbox's - are never compared)."""
+    if not seen or seen.get("source") != now.get("source"):
+        return False
+    return bool(seen.get("uid") and now.get("uid") and seen["uid"] != now["uid"])
 
 
 # --- when the new version does not come up -------------------------------------------------------------
 def _why_failed(node: Node, target: PodTarget, message: str) -> str:
-    found = why_not_running(node.host, node.crictl, node.kubeconfig, target)
+    found = [line for line in why_not_running(node.host, node.crictl, node.kubeconfig, target)
+             if line not in message]                  # a fail-fast verdict already quotes the container
     return flags.redact("%s (%s)" % (message, "; ".join(found)) if found else message)
 
 
-def _failed(node: Node, target: PodTarget, old: bytes, number: int, options: ApplyOptions, message: str,
-            exc: CpctlError) -> Dict[str, Any]:
+def _failed(node: Node, target: PodTarget, old_target: PodTarget, old: bytes, number: int, options: ApplyOptions,
+            message: str, exc: CpctlError) -> Dict[str, Any]:
+    """The new version (``target``) did not come: report why, and roll back to ``old`` unless
+    --no-rollback; the old version is judged by its own manifest (``old_target``)."""
     component = target.component
     why = _why_failed(node, target, message)
     if not options.rollback:
         raise CpctlError("new version of %s did not become healthy: %s; left in place (--no-rollback); the previous "
                          "version is revision %d: cpctl rollback %s" % (component, why, number, component),
                          exc.code, hint=exc.hint)
-    before = node.waiter.before(target)          # the failed pod: what the old one must not be taken for
+    before = node.waiter.before(old_target)      # the failed pod: what the old one must not be taken for
     failed_number = _restore(node, component, old, "automatic rollback: %s" % message, options)
     try:
-        back = _verify(node, target, before, options)
+        back = _verify(node, old_target, before, options)
     except (KeyboardInterrupt, Terminated) as stop:
         raise Interrupted(interrupted_by(stop), "rollback of %s interrupted while waiting" % component,
                           where="the previous version is back in place (not verified)") from None

@@ -313,8 +313,8 @@ class Watch:
         elif prev[2] == entry.checksum:
             self._emit(event, entry.file, IGNORE, pod, "content unchanged: the kubelet keeps pod %s/%s" % key)
         elif prev[:2] == key and prev[3] == entry.digest:
-            self._emit(event, entry.file, IGNORE, pod, "only comments or formatting changed: the kubelet sees the "
-                       "same pod and keeps pod %s/%s running" % key)
+            self._emit(event, entry.file, IGNORE, pod, "only comments, formatting or API defaults changed: the "
+                       "kubelet sees the same pod and keeps pod %s/%s running" % key)
         else:
             was = "" if prev[:2] == key else " (was pod %s/%s)" % prev[:2]
             self._emit(event, entry.file, RELOAD, pod, "content changed: the kubelet recreates pod %s/%s%s"

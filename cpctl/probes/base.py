@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Protocol, Tuple
+from typing import Any, Callable, Dict, Optional, Protocol, Tuple
 
 from cpctl.timeutil import iso
 
@@ -71,12 +71,30 @@ class Waiter:
     def wait_stopped(self, target: PodTarget, before: Any, timeout: float) -> WaitResult:
         raise NotImplementedError
 
-    def wait_started(self, target: PodTarget, before: Any, timeout: float) -> WaitResult:
+    def wait_started(self, target: PodTarget, before: Any, timeout: float,
+                     give_up: Optional[Callable[[], Optional[str]]] = None) -> WaitResult:
+        """Wait for a Ready pod that is not the one seen ``before``. ``give_up``, asked about once
+        a second while waiting: a reason to stop now (the TIMEOUT error with it), or None."""
         raise NotImplementedError
 
     def describe(self, target: PodTarget) -> Optional[dict]:
         """The pod's current state for ``status`` (None: this waiter cannot tell)."""
         return None
+
+    def wait_kept(self, target: PodTarget, before: object, seconds: float) -> Optional[WaitResult]:
+        """After a restore of unchanged bytes while the pod seen ``before`` still ran: that pod,
+        still the same and Ready for ``seconds`` (the kubelet never stopped it), or None when it
+        went away or was replaced (wait for the new one as usual). Default: None (no probe)."""
+        return None
+
+    def settle_view(self, target: PodTarget) -> Optional[dict]:
+        """The pod's current state as the waits judge it (the settle check after a start); by
+        default ``describe``."""
+        return self.describe(target)
+
+    def mirror_note(self, target: PodTarget) -> str:
+        """Information on the API's mirror pod when the waits did not look at it ("" when none)."""
+        return ""
 
 
 class NoWait(Waiter):
@@ -85,7 +103,8 @@ class NoWait(Waiter):
     def wait_stopped(self, target: PodTarget, before: Any, timeout: float) -> WaitResult:
         return WaitResult(False, "not verified (no probe)")
 
-    def wait_started(self, target: PodTarget, before: Any, timeout: float) -> WaitResult:
+    def wait_started(self, target: PodTarget, before: Any, timeout: float,
+                     give_up: Optional[Callable[[], Optional[str]]] = None) -> WaitResult:
         return WaitResult(False, "not verified (no probe)")
 
 

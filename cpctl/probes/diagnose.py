@@ -18,7 +18,7 @@ import json
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from cpctl.host.base import Host
 from cpctl.probes.base import PodTarget
@@ -184,6 +184,37 @@ class Diagnosis:
             return result
         except ShapeError as exc:
             raise _Failed("crictl printed malformed JSON: %s" % exc) from None
+
+    def sandboxes(self, target: PodTarget) -> Optional[Set[str]]:
+        """The ids of every sandbox the runtime has for the pod now; None when crictl cannot say."""
+        try:
+            listing = self._json(["pods", "--name", "^%s$" % re.escape(target.pod_name),
+                                  "--namespace", "^%s$" % re.escape(target.namespace)])
+            return {get_str(s, "id", "pods") for s in get_list(listing, "items", "pods") if isinstance(s, dict)}
+        except (_Failed, ShapeError):
+            return None
+
+    def crash_loop(self, target: PodTarget, old: Set[str], tail: int = 5) -> Optional[str]:
+        """Why the NEW pod (a sandbox not in ``old``) is already a failure: a container of it that
+        exited with an error and was restarted at least once - the kubelet has put it in
+        CrashLoopBackOff (restartCount >= 1 and waiting) or restarted it twice - with its last
+        log lines; None when not (or when crictl cannot say)."""
+        try:
+            sandbox = self._newest_sandbox(target)
+            if not sandbox or sandbox in old:
+                return None
+            for attempt in self.attempts(target, tail):
+                if attempt.state == "CONTAINER_EXITED" and attempt.exit_code and attempt.attempt >= 1:
+                    return "the new container crash-loops (CrashLoopBackOff): %s" % attempt.summary()
+                if attempt.attempt >= 2:
+                    before = self.attempts(target, tail, previous=True)
+                    failed = [a for a in before if a.name == attempt.name and a.exit_code]
+                    if failed:
+                        return "the new container crash-loops (restarted %d times): %s" % (
+                            attempt.attempt, failed[0].summary())
+        except (_Failed, ShapeError):
+            return None
+        return None
 
     def _newest_sandbox(self, target: PodTarget) -> str:
         listing = self._json(["pods", "--name", "^%s$" % re.escape(target.pod_name),

@@ -58,6 +58,7 @@ SLOW_CALL = 1.0         # a call that failed after its whole budget, and this lo
 SLOW_PAUSE = 2.0        # a hanging probe is asked again only this often by a wait...
 SLOW_RETRY = 1.0        # ...and then gets this long (an API that recovered answers in milliseconds)
 SLOW_SKIP = 30.0        # ``describe`` (many pods in a row: status, watch) skips it this long
+GIVE_UP_EVERY = 1.0     # seconds between two questions to a wait's ``give_up`` (each runs crictl)
 
 
 class _TryAgain(Unavailable):
@@ -222,6 +223,39 @@ class VerifyingWaiter(Waiter):
             state = self._look(self.crictl, target, clock) or state
         return state.to_dict() if state is not None else None
 
+    def settle_view(self, target: PodTarget) -> Optional[dict]:
+        """The pod as the waits see it: through the same probes in the same order. For the API
+        server, etcd, or any pod while the node's API view is stale, that is crictl and the health
+        endpoint - never a mirror pod the kubelet cannot have replaced yet (after the API server's
+        own restart the API shows the old, frozen mirror pod until the kubelet's next sync)."""
+        clock = _Clock(DESCRIBE_BUDGET)
+        probe, state, _ = self._round(target, clock, self._quick(self.probes_for(target)))
+        if state is None:
+            return None
+        return dict(state.to_dict(), source=probe.name)
+
+    def mirror_note(self, target: PodTarget) -> str:
+        """When the waits judged the pod without the API (API server, etcd, stale view): what the
+        API's mirror pod shows now, as information - the kubelet replaces it at its next sync."""
+        if self.api in self.probes_for(target) or self.mode != "auto":
+            return ""
+        try:
+            state = self.api.observe(target, timeout=min(API_CALL, DESCRIBE_BUDGET))
+        except Unavailable as exc:
+            return "; info: the API cannot show its mirror pod yet (%s)" % exc
+        later = "(the kubelet updates it at its next sync)"
+        if not state.present or not state.ready:
+            return "; info: its mirror pod is %s in the API yet %s" % (
+                "not created" if not state.present else "not Ready", later)
+        try:
+            running = self.crictl.observe(target, timeout=min(API_CALL, DESCRIBE_BUDGET))
+        except Unavailable:
+            return ""
+        shown = {c.split("://", 1)[-1] for c in state.containers}
+        if running.containers and shown and not shown & set(running.containers):
+            return "; info: its mirror pod in the API still shows the previous container %s" % later
+        return ""
+
     def _quick(self, probes: List[Any]) -> List[Any]:
         """``probes`` without those that hung in the last SLOW_SKIP seconds."""
         now = time.monotonic()
@@ -239,10 +273,21 @@ class VerifyingWaiter(Waiter):
                 target.pod_name, probe.name, clock.elapsed(), self._blind_note(target, probe)), clock.elapsed())
         return self._poll(target, timeout, judge)
 
-    def wait_started(self, target: PodTarget, before: Any, timeout: float) -> WaitResult:
-        """Poll until a Ready pod that is not the one seen before the change, then the gate."""
+    def wait_started(self, target: PodTarget, before: Any, timeout: float,
+                     give_up: Optional[Callable[[], Optional[str]]] = None) -> WaitResult:
+        """Poll until a Ready pod that is not the one seen before the change, then the gate;
+        ``give_up`` (asked every GIVE_UP_EVERY seconds) can end the wait at once with its reason."""
         earlier = before or {}
         gone_seen: set = set()
+        asked = [time.monotonic()]
+
+        def check_give_up() -> None:
+            if give_up is None or time.monotonic() < asked[0] + GIVE_UP_EVERY:
+                return
+            asked[0] = time.monotonic()
+            reason = give_up()
+            if reason:
+                raise CpctlError(reason, ExitCode.TIMEOUT, hint=self._hints(target))
 
         def judge(clock: _Clock, probe: Any, state: PodState, rest: List[Any]) -> Union[WaitResult, str]:
             if not state.present:
@@ -256,8 +301,32 @@ class VerifyingWaiter(Waiter):
                                   % (target.pod_name, probe.name, gate, clock.elapsed()), clock.elapsed(),
                                   state.to_dict())
             what = "not yet created" if not state.present else ("not Ready" if not state.ready else "still the old pod")
+            check_give_up()
             return "pod %s %s (%s)" % (target.pod_name, what, probe.name)
         return self._poll(target, timeout, judge)
+
+    def wait_kept(self, target: PodTarget, before: object, seconds: float) -> Optional[WaitResult]:
+        """See ``Waiter.wait_kept``: judged by the probe that saw the pod before, every poll."""
+        earlier = before.get("state") if isinstance(before, dict) else None
+        name = before.get("probe") if isinstance(before, dict) else None
+        probe = next((p for p in self.probes_for(target) if p.name == name), None)
+        if probe is None or not isinstance(earlier, PodState) or not (earlier.present and earlier.ready):
+            return None
+        clock = _Clock(seconds)
+        seen = 0
+        while not clock.expired():
+            state = self._look(probe, target, clock)
+            if state is not None:
+                if not state.present or not state.ready or state.is_new_since(earlier):
+                    return None
+                seen += 1
+            self._pause(clock, "pod %s still the running pod (%s): did the kubelet see the park?"
+                        % (target.pod_name, probe.name))
+        if not seen:
+            return None
+        return WaitResult(True, "pod %s kept running (%s): the kubelet never stopped it (it did not see the park); "
+                                "the running pod is kept, unchanged for %.0fs" % (target.pod_name, probe.name, seconds),
+                          clock.elapsed(), earlier.to_dict())
 
     def _poll(self, target: PodTarget, timeout: float,
               judge: Callable[[_Clock, Any, PodState, List[Any]], Union[WaitResult, str]]) -> WaitResult:
@@ -316,7 +385,7 @@ class VerifyingWaiter(Waiter):
         self._pause(clock, waiting_for)
 
     def _pause(self, clock: _Clock, waiting_for: str) -> None:
-        self.progress("%s, %.1fs" % (waiting_for, clock.elapsed()))
+        self.progress("%s, %.1fs of %gs" % (waiting_for, clock.elapsed(), clock.timeout))
         time.sleep(max(0.0, min(self.poll, clock.left())))
 
     def _hints(self, target: PodTarget) -> str:
@@ -343,6 +412,9 @@ class VerifyingWaiter(Waiter):
             return text, verified
         if catalogue.carries_api(target.component):
             return self._own_health_gate(target, clock, "")
+        if catalogue.leader_elected(target.component):
+            # --leader-elect=false: no Lease proves it works, its own endpoint (from the manifest) must
+            return self._own_health_gate(target, clock, ", no leader election (--leader-elect=false)")
         return "", True
 
     def _lease(self, target: PodTarget, clock: _Clock) -> Tuple[float, str]:
@@ -371,6 +443,11 @@ class VerifyingWaiter(Waiter):
         name = lease_name(target, self.api.host)
         old = (before or {}).get("lease")
         old_renew = old[0] if isinstance(old, tuple) else 0.0
+        # The instance that held the Lease before the change may renew it a few more times while it
+        # shuts down; the controller-manager does not even release it (no ReleaseOnCancel), so its
+        # identity stays the holder until the Lease expires. A renewal by that identity proves
+        # nothing about the new instance (identities are <host>_<uuid>: new for every process).
+        old_holder = old[1] if isinstance(old, tuple) and self._holds(old[1], target) else ""
         read_before = before is None or isinstance(old, tuple)
         blind = _Blindness()
         while True:
@@ -383,6 +460,10 @@ class VerifyingWaiter(Waiter):
                 self._pause(clock, "lease kube-system/%s: API unavailable" % name)
                 continue
             blind.end()
+            if old_holder and holder == old_holder:
+                self._tick(clock, target, "lease kube-system/%s still held by the old instance %s (it expires after "
+                                          "its leaseDurationSeconds)" % (name, holder))
+                continue
             if renew > old_renew and holder:
                 if self._holds(holder, target):
                     return ", lease %s renewed by %s (this node)" % (name, holder), True

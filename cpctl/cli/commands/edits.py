@@ -36,9 +36,10 @@ change_force_option = click.option(
 def _change_options(function: Callable[..., Any]) -> Callable[..., Any]:
     """The options every manifest change shares."""
     for option in reversed([
-        click.option("--timeout", type=click.FloatRange(1, 3600), default=120.0, show_default=True,
+        click.option("--timeout", type=click.FloatRange(1, 3600), default=None,
                      help="Seconds the new version has to become Running, Ready and healthy (and the "
-                          "previous one, after a rollback)."),
+                          "previous one, after a rollback). Default: the version's own startupProbe "
+                          "budget (initialDelaySeconds + failureThreshold x periodSeconds), else 120."),
         click.option("--no-rollback", is_flag=True, help="Leave a new version that does not become healthy in "
                                                          "place; only report."),
         click.option("--dry-run", is_flag=True, help="Validate and show the diff; change nothing."),
@@ -60,7 +61,7 @@ parked_option = click.option(
          "kept as a revision like any change, not waited for (nothing runs it until cpctl start).")
 
 
-def _options(ctx: click.Context, component: str, timeout: float, no_rollback: bool, dry_run: bool,
+def _options(ctx: click.Context, component: str, timeout: Optional[float], no_rollback: bool, dry_run: bool,
              reason: Optional[str], keep_revisions: int, settle: float, force: bool, parked: bool = False) -> Any:
     from cpctl.core import manifests
     from cpctl.ops.edits import ApplyOptions
@@ -143,9 +144,9 @@ def _read_new(source: str) -> bytes:
 @keep_in_option
 @_change_options
 @click.pass_context
-def apply(ctx: click.Context, component: str, source: str, parked: bool, keep_in: Tuple[str, ...], timeout: float,
-          no_rollback: bool, dry_run: bool, reason: Optional[str], keep_revisions: int, settle: float,
-          force: bool) -> None:
+def apply(ctx: click.Context, component: str, source: str, parked: bool, keep_in: Tuple[str, ...],
+          timeout: Optional[float], no_rollback: bool, dry_run: bool, reason: Optional[str], keep_revisions: int,
+          settle: float, force: bool) -> None:
     """Replace COMPONENT's manifest with FILE, verify the new pod, roll back if it does not come up.
 
     Validates first (a pod the kubelet would run, same name, no duplicated flag, the files its flags
@@ -181,7 +182,7 @@ def apply(ctx: click.Context, component: str, source: str, parked: bool, keep_in
 @_change_options
 @click.pass_context
 def flags(ctx: click.Context, component: str, sets: Tuple[str, ...], unsets: Tuple[str, ...], container: Optional[str],
-          parked: bool, keep_in: Tuple[str, ...], timeout: float, no_rollback: bool, dry_run: bool,
+          parked: bool, keep_in: Tuple[str, ...], timeout: Optional[float], no_rollback: bool, dry_run: bool,
           reason: Optional[str], keep_revisions: int, settle: float, force: bool) -> None:
     """Set or remove --NAME=VALUE flags of COMPONENT's container, then apply like `cpctl apply`.
 
@@ -246,8 +247,8 @@ def _list_flags(ctx: click.Context, component: str, container: Optional[str], pa
               help="The revision to go back to (default: the newest earlier one that did not fail).")
 @_change_options
 @click.pass_context
-def rollback(ctx: click.Context, component: str, to: Optional[int], timeout: float, no_rollback: bool, dry_run: bool,
-             reason: Optional[str], keep_revisions: int, settle: float, force: bool) -> None:
+def rollback(ctx: click.Context, component: str, to: Optional[int], timeout: Optional[float], no_rollback: bool,
+             dry_run: bool, reason: Optional[str], keep_revisions: int, settle: float, force: bool) -> None:
     """Put a kept revision of COMPONENT's manifest back: an apply of its bytes (verified, rolled back)."""
     from cpctl.ops import edits
     options = _options(ctx, component, timeout, no_rollback, dry_run, reason, keep_revisions, settle, force)
@@ -294,9 +295,9 @@ def revisions_text(data: Dict[str, Any]) -> str:
 @keep_in_option
 @_change_options
 @click.pass_context
-def edit(ctx: click.Context, component: str, yes: bool, parked: bool, keep_in: Tuple[str, ...], timeout: float,
-         no_rollback: bool, dry_run: bool, reason: Optional[str], keep_revisions: int, settle: float,
-         force: bool) -> None:
+def edit(ctx: click.Context, component: str, yes: bool, parked: bool, keep_in: Tuple[str, ...],
+         timeout: Optional[float], no_rollback: bool, dry_run: bool, reason: Optional[str], keep_revisions: int,
+         settle: float, force: bool) -> None:
     """Edit COMPONENT's manifest in $VISUAL/$EDITOR on a private copy, then apply it like `cpctl apply`.
 
     The copy lives outside the manifests dir (no swap or backup file can land there). An invalid

@@ -5,8 +5,11 @@
   with injected failures (no subprocess: milliseconds per test);
 * ``lab``/``lab3`` (tests.labfixture) and ``sshd``/``sshd_many``/... (tests.sshfixture).
 
-Marker ``end_to_end``: tests that drive a whole system (real systemd in a container, a whole lab
-walkthrough); ``pytest -m "not end_to_end"`` leaves them out.
+Tiers (markers, see pyproject.toml): ``unit`` (no lab, no sshd, no container: ``pytest -m unit``
+is the fast suite), ``lab`` (a lab or a real sshd on 127.0.0.1) and ``end_to_end`` (a whole system:
+real systemd in a container, a whole walkthrough). ``unit`` and ``lab`` are set here from the
+fixtures a test uses; ``slow`` marks the few unit tests that take seconds (kill-point sweeps) and
+leaves them out of the fast tier.
 """
 
 from __future__ import annotations
@@ -53,3 +56,18 @@ def _confine_lab_ports_to_this_worker() -> None:
 
 
 _confine_lab_ports_to_this_worker()
+
+#: Fixtures that start a lab, an sshd or sudo users: a test that uses one (directly or through
+#: another fixture) is in the ``lab`` tier.
+LAB_FIXTURES = frozenset({"lab", "lab3", "lab_factory", "sshd", "sshd_many", "sshd_factory", "ssh_session",
+                          "sudo_users", "keeper_dir"})
+
+
+def pytest_collection_modifyitems(config: Any, items: list) -> None:
+    """Mark each test's tier: ``end_to_end`` as declared, else ``lab`` or ``unit`` by its fixtures."""
+    for item in items:
+        if item.get_closest_marker("end_to_end"):
+            continue
+        uses = set(getattr(item, "fixturenames", ()))
+        item.add_marker(pytest.mark.lab if uses & LAB_FIXTURES or item.get_closest_marker("lab")
+                        else pytest.mark.unit)

@@ -63,7 +63,35 @@ class _CpctlCompletion(ShellComplete):
 
 
 class CpctlBashComplete(_CpctlCompletion, BashComplete):
-    """bash (4.4 or later)."""
+    """bash (4.4 or later). click's script splits the answer with globbing on and adds each value
+    unquoted (``COMPREPLY+=($value)``): a manifest named ``*.yaml`` would complete to the file
+    names of the current directory. This script reads the answer line by line into quoted values."""
+
+    source_template = r"""%(complete_func)s() {
+    local response line type value
+    response=$(env COMP_WORDS="${COMP_WORDS[*]}" COMP_CWORD=$COMP_CWORD %(complete_var)s=bash_complete $1)
+    while IFS= read -r line; do
+        type=${line%%%%,*}
+        value=${line#*,}
+        if [[ $type == 'dir' ]]; then
+            COMPREPLY=()
+            compopt -o dirnames
+        elif [[ $type == 'file' ]]; then
+            COMPREPLY=()
+            compopt -o default
+        elif [[ $type == 'plain' ]]; then
+            COMPREPLY+=("$value")
+        fi
+    done <<< "$response"
+    return 0
+}
+
+%(complete_func)s_setup() {
+    complete -o nosort -F %(complete_func)s %(prog_name)s
+}
+
+%(complete_func)s_setup;
+"""
 
 
 class CpctlZshComplete(_CpctlCompletion, ZshComplete):

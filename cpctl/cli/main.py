@@ -143,6 +143,10 @@ def main(ctx: click.Context, manifests_dir: Optional[str], kubelet_dir: str, sta
     from cpctl.inputs import refuse_empty
     from cpctl.timeutil import parse_persist
     refuse_empty(ENV_VARS)
+    if node_name:
+        from cpctl.core.identity import check_node_name
+        from cpctl.errors import ExitCode
+        check_node_name(node_name, "--node-name / CPCTL_NODE_NAME", ExitCode.USAGE)
     settings = Settings(manifests_dir=manifests_dir, state_dir=state_dir, node_name=node_name,
                         kubeconfig=kubeconfig, probe=probe, lock_timeout=lock_timeout, crictl=crictl,
                         kubelet_dir=kubelet_dir)
@@ -177,7 +181,11 @@ def _remote(ctx: click.Context, hosts: List[str], inventory: Optional[str], ssh_
         options.become_password = _prompt("BECOME password: ", True)
         if persist:
             note("--persist is not used with --ask-become-pass (the keeper keeps no passwords)")
-    remote = RemoteOptions(split_hosts(hosts), inventory, options, forks, serial, keep_going, host_timeout)
+    targets = split_hosts(hosts)
+    if hosts and not targets:       # ``-H ''``: a change on zero hosts must not "succeed"
+        from cpctl.errors import CpctlError, ExitCode
+        raise CpctlError("-H/--host given but empty: name at least one master", ExitCode.USAGE)
+    remote = RemoteOptions(targets, inventory, options, forks, serial, keep_going, host_timeout)
     ctx.call_on_close(remote.close)
     return remote
 

@@ -23,6 +23,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
+from cpctl.errors import CpctlError, ExitCode
 from cpctl.host.base import Host
 
 DEFAULT_KUBELET_DIR = "/var/lib/kubelet"
@@ -32,6 +33,9 @@ KUBEADM_FLAGS = "kubeadm-flags.env"
 KUBELET_CONFIG = "config.yaml"
 EXTRA_ARGS_FILES = ("/etc/default/kubelet", "/etc/sysconfig/kubelet")
 MAX_FILE = 1 << 20
+NODE_NAME_MAX = 253
+_DNS_LABEL = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
+_NODE_NAME = re.compile(r"%s(?:\.%s)*" % (_DNS_LABEL, _DNS_LABEL))
 _GO_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
 _UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -56,6 +60,25 @@ class KubeletView:
     static_pod_path: Optional[Sourced] = None
     file_check_frequency: Optional[Sourced] = None
     problems: List[str] = field(default_factory=list)
+
+
+def valid_node_name(name: Any) -> bool:
+    """``name`` is a Node name the API server accepts: a DNS-1123 subdomain (lower case letters,
+    digits, ``-`` and ``.``, alphanumeric at both ends of each label), at most 253 characters."""
+    return isinstance(name, str) and len(name) <= NODE_NAME_MAX and _NODE_NAME.fullmatch(name) is not None
+
+
+def check_node_name(name: Any, source: str, code: ExitCode = ExitCode.REFUSED) -> str:
+    """``name`` when it is a valid node name, else refuse (exit 4; ``code`` for the user's own
+    options). The name comes from the master (its kubelet's flags, its host name) and reaches local
+    paths, prompts and API URLs: ``../../etc/profile.d/x`` or an escape sequence never gets that far."""
+    if not valid_node_name(name):
+        shown = repr(name[:80] + ("..." if len(name) > 80 else "")) if isinstance(name, str) else type(name).__name__
+        raise CpctlError("node name %s (from %s) is not a valid Kubernetes node name (a DNS-1123 subdomain: "
+                         "lower case letters, digits, '-' and '.', at most %d characters); refusing to use it"
+                         % (shown, source, NODE_NAME_MAX), code,
+                         hint="pass --node-name, or fix the kubelet's --hostname-override / the host name")
+    return name
 
 
 def identity_reads(kubelet_dir: str,
@@ -155,6 +178,13 @@ def _read_config(host: Host, path: str, view: KubeletView) -> None:
             view.file_check_frequency = Sourced(seconds, "%s (fileCheckFrequency)" % path)
 
 
+def host_node_name(host: Host) -> str:
+    """The node name the kubelet derives from the host name (the FULL name, lowercased), checked."""
+    hostname = host.info().get("hostname")
+    return check_node_name(hostname.lower() if isinstance(hostname, str) else hostname,
+                           "the host name %s reports" % host.name)
+
+
 def go_duration(value: Any) -> Optional[float]:
     """Seconds of a Go duration string (``20s``, ``1m30s``, ``500ms``); None when it is not one."""
     if not isinstance(value, str) or not value:
@@ -196,11 +226,13 @@ def discover(host: Host, node_name: Optional[str] = None, manifests_dir: Optiona
     node name and the manifests dir are given."""
     view = read_kubelet(host, kubelet_dir, extra_args_files)
     if node_name:
-        name = Sourced(node_name, "--node-name / CPCTL_NODE_NAME")
+        name = Sourced(check_node_name(node_name, "--node-name / CPCTL_NODE_NAME", ExitCode.USAGE),
+                       "--node-name / CPCTL_NODE_NAME")
     elif view.hostname_override is not None:
         name = view.hostname_override
+        check_node_name(name.value, name.source)
     else:
-        name = Sourced(str(host.info()["hostname"]).lower(), "host name (the kubelet's default)")
+        name = Sourced(host_node_name(host), "host name (the kubelet's default)")
     if manifests_dir:
         where = Sourced(manifests_dir.rstrip("/") or "/", "--manifests-dir / CPCTL_MANIFESTS_DIR")
     elif view.static_pod_path is not None:

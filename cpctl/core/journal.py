@@ -24,12 +24,17 @@ A failure while applying:
 
 When even the roll-back fails, the journal stays and the error says where every file is now; the
 next cpctl run tries again. A journal is input like any file in the state dir: every path in it
-must lie in the manifests dir, the state dir, or directly next to the manifests dir.
+must lie directly in the manifests dir or below the state dir, or be a *companion file* cpctl
+itself records: a second scheduler's ``<name>-config.yaml`` next to the manifests dir, which only
+``scheduler-add`` creates (never over an existing file) and only ``scheduler-remove`` moves away
+(when a ``scheduler-add`` in the history wrote it). Anything else - ``admin.conf``, ``pki/ca.crt``
+beside the manifests dir - is refused before any step runs.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -170,7 +175,7 @@ class ChangePath:
         if missing:
             raise ValueError("write steps %s of %s have no data" % (missing, change.action))
         try:
-            self._check_paths(change.steps)
+            self._check_paths(change)
         except CorruptJournal as exc:
             raise CpctlError("%s of %s refused: %s" % (change.action, change.component, exc),
                              ExitCode.REFUSED) from None
@@ -442,18 +447,44 @@ class ChangePath:
         checksum = entry["checksum"] if isinstance(entry.get("checksum"), str) else None
         change = Change(entry["action"], entry["component"], entry["file"], checksum, parsed, commit, record,
                         {}, entry["op"])      # write steps are redone from their staged copies
-        self._check_paths(change.steps)
+        self._check_paths(change)
         return change
 
-    def _check_paths(self, steps: List[Step]) -> None:
-        """Every path a change touches lies in the manifests dir, the state dir, or next to the
-        manifests dir (its parent directory): never anywhere a crafted journal says."""
+    def _check_paths(self, change: Change) -> None:
+        """Every path ``change`` touches lies in the manifests dir or the state dir, or is a
+        companion file cpctl records (``companion_allowed``): never anywhere a crafted journal says."""
         roots = allowed_roots(self.manifests_dir, self.state.path)
-        for step in steps:
+        for step in change.steps:
             for path in step.paths():
-                if not path_allowed(path, roots):
-                    raise CorruptJournal("path %r is outside the manifests dir, the state dir and the "
-                                         "directory holding the manifests dir" % (path,))
+                if path_allowed(path, roots):
+                    continue
+                if not self._companion_allowed(change, step, path, roots):
+                    raise CorruptJournal("path %r is outside the manifests dir and the state dir, and no companion "
+                                         "file cpctl recorded" % (path,))
+
+    def _companion_allowed(self, change: Change, step: Step, path: str, roots: Tuple[str, str, str]) -> bool:
+        """``path`` is a second scheduler's config that this change may touch: created new by a
+        ``scheduler-add`` that names it, or moved into the state dir by a ``scheduler-remove`` that
+        names it, after a ``scheduler-add`` in the history wrote it."""
+        if not companion_path(path, roots) or change.record.get("config") != path:
+            return False
+        if change.action == "scheduler-add":
+            return step.kind == WRITE and step.path == path and not step.before
+        if change.action == "scheduler-remove":
+            return step.kind == MOVE and step.src == path and _below(step.path, roots[1]) and \
+                self.companion_recorded(path)
+        return False
+
+    def companion_recorded(self, path: str) -> bool:
+        """A ``scheduler-add`` in the history wrote the config ``path``."""
+        try:
+            records = self.state.read_history(keep=lambda r: r.get("action") == "scheduler-add")
+        except CpctlError:
+            return False
+        return any(r.get("config") == path for r in records)
+
+
+COMPANION_NAME = re.compile(r"^[a-z0-9](?:[-a-z0-9.]*[a-z0-9])?-config\.yaml$")
 
 
 def allowed_roots(manifests_dir: str, state_dir: str) -> Tuple[str, str, str]:
@@ -463,18 +494,29 @@ def allowed_roots(manifests_dir: str, state_dir: str) -> Tuple[str, str, str]:
 
 
 def path_allowed(path: str, roots: Tuple[str, str, str]) -> bool:
-    """``path`` is absolute, has no ``.``/``..`` parts, and lies directly in the manifests dir, below
-    the state dir, or below the manifests dir's parent (config files next to the manifests dir, e.g.
-    /etc/kubernetes/NAME-config.yaml) - unless that parent is ``/``."""
-    if not isinstance(path, str) or not path.startswith("/") or "\0" in path:
+    """``path`` is absolute, has no ``.``/``..`` parts, and lies directly in the manifests dir or
+    below the state dir."""
+    if not _clean(path):
         return False
-    if any(part in (".", "..") for part in path.split("/")):
+    norm = os.path.normpath(path)
+    manifests_dir, state_dir, _parent = roots
+    return os.path.dirname(norm) == manifests_dir or _below(norm, state_dir)
+
+
+def companion_path(path: str, roots: Tuple[str, str, str]) -> bool:
+    """``path`` can be a companion file: below the manifests dir's parent (not ``/``), outside the
+    manifests dir and the state dir, named ``<name>-config.yaml`` like the configs cpctl writes."""
+    if not _clean(path):
         return False
     norm = os.path.normpath(path)
     manifests_dir, state_dir, parent = roots
-    if os.path.dirname(norm) == manifests_dir or _below(norm, state_dir):
-        return True
-    return parent != "/" and _below(norm, parent) and not _below(norm, manifests_dir)
+    return (parent != "/" and _below(norm, parent) and not _below(norm, manifests_dir)
+            and not _below(norm, state_dir) and COMPANION_NAME.match(os.path.basename(norm)) is not None)
+
+
+def _clean(path: Any) -> bool:
+    return isinstance(path, str) and path.startswith("/") and "\0" not in path and \
+        not any(part in (".", "..") for part in path.split("/"))
 
 
 def _below(path: str, directory: str) -> bool:

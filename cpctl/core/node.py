@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from cpctl import catalogue
+from cpctl.core import identity as identity_mod
 from cpctl.core import journal, manifests
 from cpctl.core.apiview import LocalApiCheck
 from cpctl.core.identity import NodeIdentity
@@ -93,7 +94,8 @@ class Node:
         self._identity_reads: List[Tuple[str, Dict[str, Any]]] = []
         self.manifests_dir = manifests_dir.rstrip("/") or "/"
         self.state = StateDir(host, state_dir)
-        self._node_name = node_name
+        self._node_name = identity_mod.check_node_name(
+            node_name, "--node-name / inventory node_name", ExitCode.USAGE) if node_name else None
         self.waiter = waiter or NoWait()
         self.lock_timeout = lock_timeout
         self.log = log or (lambda message: None)
@@ -129,7 +131,7 @@ class Node:
     def node_name(self) -> str:
         """The kubelet's node name: given, or by its rule (the FULL host name, lowercased)."""
         if not self._node_name:
-            self._node_name = str(self.host.info()["hostname"]).lower()
+            self._node_name = identity_mod.host_node_name(self.host)
         return self._node_name
 
     def who(self) -> Dict[str, Any]:

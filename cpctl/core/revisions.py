@@ -28,6 +28,11 @@ SUBDIR = "revisions"
 DEFAULT_KEEP = 10
 MAX_KEEP = 100
 MAX_META_BYTES = 64 << 10
+# Revisions are numbered 1, 2, ... per manifest; names hold up to 9 digits. A number above
+# MAX_NUMBER was not cpctl's (a hundred million changes of one manifest): it is not listed, so that
+# a crafted 999999999 cannot push the next number past what a name can hold.
+MAX_NUMBER = 99_999_999
+FREE_TRIES = 1000
 _NAME = re.compile(r"^(?P<file>.+)\.(?P<number>[1-9][0-9]{0,8})(?P<meta>\.json)?$")
 _TEXT = ("file", "checksum", "saved_at", "saved_by", "host", "action", "reason", "replaced_by", "op")
 
@@ -84,6 +89,8 @@ class RevisionStore:
             match = _NAME.match(entry["name"])
             if match is None or match.group("file") != filename or not match.group("meta"):
                 continue
+            if int(match.group("number")) > MAX_NUMBER:
+                continue            # not cpctl's (see MAX_NUMBER): its successor could not be named
             found.append(self._revision(entry, filename, int(match.group("number"))))
         return sorted(found, key=lambda r: r.number)
 
@@ -94,8 +101,9 @@ class RevisionStore:
             raise CpctlError("cannot read %s: %s" % (path, why), ExitCode.ENVIRONMENT)
         try:
             value = json.loads(entry["data"].decode("utf-8"))
-        except ValueError:
-            raise CpctlError("%s is corrupt (not JSON): inspect it by hand" % path, ExitCode.ENVIRONMENT) from None
+        except (ValueError, RecursionError):
+            raise CpctlError("%s is corrupt (not JSON, or nested too deeply): inspect it by hand" % path,
+                             ExitCode.ENVIRONMENT) from None
         problem = _meta_problem(value, filename, number)
         if problem:
             raise CpctlError("%s is corrupt (%s): inspect it by hand" % (path, problem), ExitCode.ENVIRONMENT)
@@ -114,12 +122,22 @@ class RevisionStore:
                              "cpctl; not using it" % (revision.number, revision.file, revision.path), ExitCode.REFUSED)
         return data
 
+    def _free_number(self, filename: str, number: int) -> int:
+        """``number``, or the next one whose files do not exist yet: a file cpctl does not list (a
+        crafted number, a stray copy) never makes every later change of the manifest fail."""
+        for candidate in range(number, number + FREE_TRIES):
+            if self.host.lstat(self.bytes_path(filename, candidate)) is None and \
+                    self.host.lstat(self.meta_path(filename, candidate)) is None:
+                return candidate
+        raise CpctlError("%s: revisions %d to %d of %s all exist already: inspect it by hand"
+                         % (self.path, number, number + FREE_TRIES - 1, filename), ExitCode.ENVIRONMENT)
+
     # --- the steps of a change that keeps a new revision ----------------------------------
     def keep_steps(self, filename: str, old: bytes, mode: int, meta: Dict[str, Any], keep: int,
                    existing: List[Revision]) -> Tuple[List[journal.Step], Dict[int, bytes], List[journal.Step], int]:
         """(steps before the commit, their data by index, steps after it, the new number): write the
         replaced bytes and their metadata as the next revision, then drop the oldest beyond ``keep``."""
-        number = (existing[-1].number + 1) if existing else 1
+        number = self._free_number(filename, (existing[-1].number + 1) if existing else 1)
         record = dict(meta, number=number, file=filename, checksum=manifests.checksum(old), size=len(old), mode=mode)
         meta_bytes = (json.dumps(record, indent=2, sort_keys=True) + "\n").encode("utf-8")
         before = [journal.write(self.bytes_path(filename, number), record["checksum"]),

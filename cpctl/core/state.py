@@ -16,6 +16,7 @@ one clear error (exit 7), never a crash, and paths found in it are checked befor
 
 from __future__ import annotations
 
+import errno
 import json
 from contextlib import contextmanager
 from typing import Any, Callable, Dict, Iterator, List, Optional
@@ -157,8 +158,9 @@ class StateDir:
     def _parse_json(path: str, data: bytes, repair: str) -> dict:
         try:
             value = json.loads(data.decode("utf-8"))
-        except ValueError:
-            raise CpctlError("%s is corrupt (not JSON): %s" % (path, repair), ExitCode.ENVIRONMENT) from None
+        except (ValueError, RecursionError):
+            raise CpctlError("%s is corrupt (not JSON, or nested too deeply): %s" % (path, repair),
+                             ExitCode.ENVIRONMENT) from None
         if not isinstance(value, dict):
             raise CpctlError("%s is corrupt (not an object): %s" % (path, repair), ExitCode.ENVIRONMENT)
         return value
@@ -278,10 +280,21 @@ class StateDir:
         except FileNotFoundError:
             return []
         except OSError as exc:
+            if exc.errno == errno.EFBIG and not compressed:
+                return self._tail_records(path)
             raise CpctlError("cannot read %s: %s" % (path, exc.strerror or exc), ExitCode.ENVIRONMENT) from None
         if compressed:
             data = _gunzip(path, data)
         return parse_records(data)
+
+    def _tail_records(self, path: str) -> List[Dict[str, Any]]:
+        """The records of the last MAX_STATE_FILE bytes of a history file grown past that bound
+        (its first, cut line dropped): ``history`` shows the newest instead of failing."""
+        try:
+            data = self.host.read_tail(path, MAX_STATE_FILE)
+        except OSError as exc:
+            raise CpctlError("cannot read %s: %s" % (path, exc.strerror or exc), ExitCode.ENVIRONMENT) from None
+        return parse_records(data[data.find(b"\n") + 1:])
 
     # --- lock -------------------------------------------------------------------------------
     @contextmanager
@@ -327,7 +340,7 @@ def parse_records(data: bytes) -> List[Dict[str, Any]]:
     for line in data.decode("utf-8", "replace").splitlines():
         try:
             value = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(value, dict):
             records.append(value)

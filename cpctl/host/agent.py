@@ -16,17 +16,22 @@ from typing import Any, Optional
 
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host import ops as hostops
+from cpctl.host import replies
 from cpctl.host.base import ByteWriter, Host, LineReader, LockBusy
+from cpctl.host.replies import MAX_REPLY_BYTES, BadReply
+
+HELLO_LIMIT = 512          # bytes of the agent's ready line (or of what a shell printed instead)
 
 
 def raise_remote_error(response: dict) -> None:
-    """Re-raise an agent's error response as the exception the local call would raise."""
+    """Re-raise an agent's (checked) error response as the exception the local call would raise.
+    An unexpected error on the master is that host's failure (exit 7), not a bug of this process."""
     kind = response.get("kind")
     if kind == "lock":
         raise LockBusy(response["holder"])
     if kind == "os":
         raise OSError(response["errno"], response["strerror"], response.get("filename"))
-    raise CpctlError("agent error: %s" % response.get("message"), ExitCode.INTERNAL)
+    raise CpctlError("agent error: %s" % str(response.get("message"))[:500], ExitCode.ENVIRONMENT)
 
 
 class AgentHost(Host):
@@ -43,7 +48,8 @@ class AgentHost(Host):
         self._reader, self._writer = reader, writer
         self._mutex = threading.Lock()
         self._prefetched: dict = {}
-        check_hello(name, self._reader.readline())
+        self._broken: Optional[BadReply] = None
+        check_hello(name, self._reader.readline(HELLO_LIMIT))
 
     def _prefetch(self, calls: list) -> None:
         """Ask every call in one ``batch`` round trip. The answers are a snapshot: served again
@@ -68,15 +74,22 @@ class AgentHost(Host):
     def _request(self, op: str, args: dict) -> Any:
         line = json.dumps({"op": op, "args": hostops.encode(args)}).encode("utf-8") + b"\n"
         with self._mutex:
+            if self._broken is not None:        # the stream is out of step since a bad reply
+                raise self._broken
             try:
                 self._writer.write(line)
                 self._writer.flush()
-                answer = self._reader.readline()
+                answer = self._reader.readline(MAX_REPLY_BYTES + 1)
             except (OSError, EOFError) as exc:
                 raise CpctlError("%s: connection lost: %s" % (self.name, exc), ExitCode.UNREACHABLE) from None
-        if not answer:
-            raise CpctlError("%s: connection lost (agent exited)" % self.name, ExitCode.UNREACHABLE)
-        return _result(hostops.decode(json.loads(answer.decode("utf-8"))))
+            if not answer:
+                raise CpctlError("%s: connection lost (agent exited)" % self.name, ExitCode.UNREACHABLE)
+            try:
+                response = replies.checked(self.name, op, args, answer)
+            except BadReply as exc:
+                self._broken = exc
+                raise
+        return _result(response)
 
 
 def _call_key(op: str, args: dict) -> str:
@@ -93,6 +106,7 @@ def _result(response: dict) -> Any:
 def check_hello(name: str, line: bytes) -> None:
     """The agent's first line says it runs; anything else (a shell error, sudo's prompt) is reported."""
     if not line.startswith(b'{"ready"'):
+        line = "".join(c if c.isprintable() else " " for c in line[:200].decode("utf-8", "replace")).encode()
         raise CpctlError("%s: agent did not start: %s" % (name, line[:200].decode("utf-8", "replace")
                                                        or "no answer"), ExitCode.UNREACHABLE)
 

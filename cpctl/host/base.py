@@ -24,7 +24,9 @@ FAST_SWITCH = 0.0005
 class LineReader(Protocol):
     """What the agent protocol reads from: a pipe, an SSH channel, a keeper's socket."""
 
-    def readline(self) -> bytes: ...
+    def readline(self, limit: int = -1, /) -> bytes:
+        """One line, at most ``limit`` bytes of it (-1: no bound)."""
+        ...
 
 
 class ByteWriter(Protocol):
@@ -44,10 +46,10 @@ class PeerCert(TypedDict):
 class RunResult:
     """Outcome of ``Host.run``: exit status and captured output."""
 
-    __slots__ = ("rc", "stdout", "stderr")
+    __slots__ = ("rc", "stdout", "stderr", "cut")
 
-    def __init__(self, rc: int, stdout: bytes, stderr: bytes) -> None:
-        self.rc, self.stdout, self.stderr = rc, stdout, stderr
+    def __init__(self, rc: int, stdout: bytes, stderr: bytes, cut: int = 0) -> None:
+        self.rc, self.stdout, self.stderr, self.cut = rc, stdout, stderr, cut
 
     @property
     def ok(self) -> bool:
@@ -125,10 +127,14 @@ class Host:
         self._call("unlock", path=path)
 
     def run(self, argv: list, timeout: float = 60.0, stdin: bytes = b"",
-            env: Optional[dict] = None) -> RunResult:
-        """Run ``argv`` without a shell on the node."""
-        res = self._call("run", argv=list(argv), timeout=timeout, stdin=stdin, env=env)
-        return RunResult(res["rc"], res["stdout"], res["stderr"])
+            env: Optional[dict] = None, limit: Optional[int] = None) -> RunResult:
+        """Run ``argv`` without a shell on the node; with ``limit`` only the last ``limit`` bytes of
+        each output stream are kept (``RunResult.cut`` says how many were dropped)."""
+        if limit is None:
+            res = self._call("run", argv=list(argv), timeout=timeout, stdin=stdin, env=env)
+        else:
+            res = self._call("run", argv=list(argv), timeout=timeout, stdin=stdin, env=env, limit=limit)
+        return RunResult(res["rc"], res["stdout"], res["stderr"], res.get("cut", 0))
 
     def http(self, method: str, url: str, headers: Optional[dict] = None,
              body: Optional[bytes] = None, timeout: float = 5.0,

@@ -297,7 +297,8 @@ class RunSocket:
         self.conn = conn
         self._buffer = b""
 
-    def readline(self) -> bytes:
+    def readline(self, limit: int = -1) -> bytes:
+        """One message line (``limit`` is not used: ``MAX_LINE`` bounds every line here)."""
         while b"\n" not in self._buffer:
             if len(self._buffer) > self.MAX_LINE:
                 raise ValueError("message longer than %d bytes" % self.MAX_LINE)

@@ -444,13 +444,17 @@ def _flock_within(fd, timeout):
             delay = min(delay * 2, 0.1)
 
 
-def run(argv, timeout=60.0, stdin=b"", env=None):
-    """Run a program without a shell (arguments are never parsed by a shell)."""
+def run(argv, timeout=60.0, stdin=b"", env=None, limit=None):
+    """Run a program without a shell (arguments are never parsed by a shell). With ``limit``, only
+    the last ``limit`` bytes of each of stdout and stderr are kept (``cut``: how many were dropped),
+    so a program printing without end costs bounded memory here and on the wire."""
     import subprocess
     full_env = None
     if env:
         full_env = dict(os.environ)
         full_env.update(env)
+    if limit is not None:
+        return _run_bounded(argv, timeout, stdin, full_env, limit)
     try:
         proc = subprocess.run(argv, input=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               timeout=timeout, env=full_env)
@@ -459,6 +463,55 @@ def run(argv, timeout=60.0, stdin=b"", env=None):
     except subprocess.TimeoutExpired as exc:
         return {"rc": 124, "stdout": exc.stdout or b"", "stderr": b"timed out"}
     return {"rc": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
+
+
+def _run_bounded(argv, timeout, stdin, env, limit):
+    """``run`` keeping the last ``limit`` bytes of each output stream, within ``timeout`` seconds."""
+    import selectors
+    import subprocess
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    except FileNotFoundError:
+        return {"rc": 127, "stdout": b"", "stderr": ("%s: not found" % argv[0]).encode(), "cut": 0}
+    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()  # type: ignore[union-attr]  # PIPEs
+    if stdin:
+        try:
+            proc.stdin.write(stdin)  # type: ignore[union-attr]  # a PIPE when stdin is given
+            proc.stdin.close()  # type: ignore[union-attr]
+        except BrokenPipeError:
+            pass
+    kept = {out_fd: bytearray(), err_fd: bytearray()}
+    cut = 0
+    deadline = time.monotonic() + timeout
+    timed_out = False
+    with selectors.DefaultSelector() as selector:
+        for fd in kept:
+            selector.register(fd, selectors.EVENT_READ)
+        while selector.get_map() and not timed_out:
+            left = deadline - time.monotonic()
+            timed_out = left <= 0
+            for key, _ in selector.select(max(left, 0)):
+                chunk = os.read(key.fd, 1 << 16)
+                if not chunk:
+                    selector.unregister(key.fd)
+                    continue
+                buf = kept[key.fd]
+                buf += chunk
+                if len(buf) > limit:
+                    cut += len(buf) - limit
+                    del buf[:len(buf) - limit]
+    try:
+        rc = 124 if timed_out else proc.wait(max(0.1, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:         # closed its output, still running
+        timed_out, rc = True, 124
+    if timed_out:
+        proc.kill()
+        proc.wait()
+    proc.stdout.close()  # type: ignore[union-attr]
+    proc.stderr.close()  # type: ignore[union-attr]
+    return {"rc": rc, "stdout": bytes(kept[out_fd]), "stderr": b"timed out" if timed_out else bytes(kept[err_fd]),
+            "cut": cut}
 
 
 def _ssl_context(tls):

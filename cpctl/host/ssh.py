@@ -111,13 +111,19 @@ class _ChannelReader:
         """Put ``data`` back in front of what the channel sends next."""
         self._buf[:0] = data
 
-    def readline(self) -> bytes:
+    def readline(self, limit: int = -1) -> bytes:
+        """One line; with ``limit`` >= 0 at most that many bytes of it (the rest stays unread), so a
+        line of any length never takes more memory than ``limit`` plus one chunk."""
         start = 0
         while True:
             end = self._buf.find(b"\n", start)
-            if end >= 0:
+            if end >= 0 and (limit < 0 or end < limit):
                 line = bytes(self._buf[:end + 1])
                 del self._buf[:end + 1]
+                return line
+            if 0 <= limit <= len(self._buf):
+                line = bytes(self._buf[:limit])
+                del self._buf[:limit]
                 return line
             start = len(self._buf)
             chunk = self._channel.recv(1 << 18)

@@ -19,6 +19,7 @@ from cpctl.probes.base import PodState, PodTarget, ProbeMissing, Unavailable
 from cpctl.probes.shape import ShapeError, get_object, get_objects, get_str
 
 DEFAULT_TIMEOUT = 10.0
+JSON_LIMIT = 8 << 20    # bytes of one crictl JSON answer read (on the node, bounded): kilobytes in practice
 MIN_CALL = 0.2      # the least time one crictl run gets, even at the very end of a wait
 
 
@@ -64,7 +65,7 @@ class CrictlProbe:
         """``crictl ARGS -o json`` as an object, within ``deadline`` (time.monotonic())."""
         timeout = max(MIN_CALL, deadline - time.monotonic())
         try:
-            res = self.host.run([self.crictl, *args, "-o", "json"], timeout=timeout)
+            res = self.host.run([self.crictl, *args, "-o", "json"], timeout=timeout, limit=JSON_LIMIT + 1)
         except OSError as exc:   # e.g. EACCES: the binary is not executable
             if exc.errno == errno.ENOENT:
                 raise ProbeMissing("%s not found" % self.crictl) from None
@@ -75,6 +76,8 @@ class CrictlProbe:
             raise Unavailable("crictl %s timed out after %.1fs" % (args[0], timeout))
         if not res.ok:
             raise Unavailable("crictl %s failed (exit %d): %s" % (args[0], res.rc, _one_line(res.stderr)))
+        if len(res.stdout) > JSON_LIMIT:
+            raise Unavailable("crictl %s printed more than %d bytes" % (args[0], JSON_LIMIT))
         try:
             value = json.loads(res.stdout.decode("utf-8"))
         except (ValueError, UnicodeDecodeError, RecursionError):

@@ -97,6 +97,9 @@ def _telling(lines: List[str], tail: int) -> List[str]:
 
 
 LOGS_TIMEOUT = 30.0             # seconds for one ``crictl logs`` (a whole log may be megabytes)
+JSON_LIMIT = 8 << 20            # bytes of one crictl JSON answer (pods, ps, inspect of one pod: kilobytes)
+LOG_BYTES = 16 << 20            # the last bytes of each log stream read (the kubelet rotates a log at 10 MiB)
+LOG_LINE_CHARS_MAX = 64 << 10   # characters of one log line shown; the rest is cut and said so
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d) ")
 
 
@@ -128,7 +131,12 @@ def merged_log_lines(stdout: bytes, stderr: bytes) -> List[str]:
     (crictl prints each line on the stream the container wrote it to; the control-plane
     components write to stderr, a rejected command line's usage text may go to either)."""
     both = sorted(_stamped(stdout) + _stamped(stderr), key=lambda item: item[0])
-    return [line for _, line in both]
+    return [cut_line(line) for _, line in both]
+
+
+def cut_line(line: str, limit: int = LOG_LINE_CHARS_MAX) -> str:
+    """A log line of at most ``limit`` characters, plus a note of how many were cut."""
+    return line if len(line) <= limit else "%s [... %d more characters]" % (line[:limit], len(line) - limit)
 
 
 def _int(value: Any) -> int:
@@ -142,9 +150,11 @@ class Diagnosis:
         self.host = host
         self.crictl = crictl
 
-    def _run(self, args: List[str], timeout: float = CALL_TIMEOUT) -> Tuple[bytes, bytes]:
+    def _run(self, args: List[str], timeout: float = CALL_TIMEOUT, limit: int = JSON_LIMIT) -> Tuple[bytes, bytes]:
+        """crictl's (stdout, stderr), at most the last ``limit`` bytes of each (read bounded on the
+        node: a container may have written a 300 MB line)."""
         try:
-            res = self.host.run([self.crictl] + args, timeout=timeout)
+            res = self.host.run([self.crictl] + args, timeout=timeout, limit=limit)
         except OSError as exc:
             raise _Failed("cannot run %s: %s" % (self.crictl, exc.strerror or exc)) from None
         if res.rc == 127:
@@ -155,7 +165,9 @@ class Diagnosis:
         return res.stdout, res.stderr
 
     def _json(self, args: List[str]) -> Dict[str, Any]:
-        out, _ = self._run(args + ["-o", "json"])
+        out, _ = self._run(args + ["-o", "json"], limit=JSON_LIMIT + 1)
+        if len(out) > JSON_LIMIT:
+            raise _Failed("crictl %s printed more than %d bytes" % (args[0], JSON_LIMIT))
         try:
             value = json.loads(out.decode("utf-8"))
         except (ValueError, UnicodeDecodeError, RecursionError):
@@ -240,7 +252,7 @@ class Diagnosis:
                 pass
         if tail > 0 and container_id:
             try:
-                out, err = self._run(["logs", "--tail", str(tail), container_id])
+                out, err = self._run(["logs", "--tail", str(tail), container_id], limit=LOG_BYTES)
                 text = (out + err).decode("utf-8", "replace")
                 found.logs = _telling([_one_line(line) for line in text.splitlines() if line.strip()], tail)
             except _Failed:
@@ -260,7 +272,8 @@ class Diagnosis:
                 raise NoLogs('previous terminated container "%s" in pod "%s" not found (the container has not '
                              "restarted)" % (container, target.pod_name))
             args = ["logs", "--timestamps"] + (["--tail", str(tail)] if tail > 0 else [])
-            out, err = self._run(args + (["--previous"] if previous else []) + [container_id], timeout=LOGS_TIMEOUT)
+            out, err = self._run(args + (["--previous"] if previous else []) + [container_id], timeout=LOGS_TIMEOUT,
+                                 limit=LOG_BYTES)
         except _Failed as exc:
             raise LogsUnavailable(str(exc)) from None
         except ShapeError as exc:

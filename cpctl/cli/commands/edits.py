@@ -23,6 +23,7 @@ from cpctl.cli.fanout import execute
 from cpctl.errors import CpctlError, ExitCode
 
 MAX_NEW_MANIFEST = 10 << 20
+NAME_MAX_LOCAL = 255       # bytes in one file name: the local copy's name is cut there
 EDIT_MARK = "# cpctl: "
 
 
@@ -318,7 +319,7 @@ def _edit_node(node: Any, component: str, options: Any, yes: bool, targets: Opti
     from cpctl.ops import edits
     filename, data = edits.read_current(node, component, "edit", options.parked)
     workdir = tempfile.mkdtemp(prefix="cpctl-edit-")
-    path = os.path.join(workdir, "%s-%s" % (node.node_name, filename))
+    path = _copy_path(workdir, node.node_name, filename)
     keep_copy = False
     try:
         new, checked = _edit_until_valid(node, component, path, data, options.force, options.parked)
@@ -335,7 +336,8 @@ def _edit_node(node: Any, component: str, options: Any, yes: bool, targets: Opti
             _show_diff(keep.diffs())
         for warning in checked.get("warnings") or []:
             note("%s: warning: %s" % (component, warning))
-        if not yes and not click.confirm("Apply this change to %s on %s?" % (component, node.node_name), err=True):
+        question = printable("Apply this change to %s on %s?" % (component, node.node_name))
+        if not yes and not click.confirm(question, err=True):
             keep_copy = True
             return {"node": node.node_name, "component": component, "changed": False,
                     "message": "not applied; your edited copy is at %s" % path}
@@ -352,6 +354,21 @@ def _edit_node(node: Any, component: str, options: Any, yes: bool, targets: Opti
     finally:
         if not keep_copy:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _copy_path(workdir: str, node_name: str, filename: str) -> str:
+    """The private copy's path: ``<node>-<file>`` directly in ``workdir``. Both names come from the
+    master; the node name is checked where the node is opened, and a file name that is not one
+    plain, printable path component (a compromised agent can send ``../x``) is not used at all."""
+    plain = filename if (filename.isprintable() and "/" not in filename and filename not in (".", "..")
+                         and not filename.startswith(".")) else "manifest.yaml"
+    name = "%s-%s" % (node_name, plain)
+    if len(name.encode("utf-8", "surrogateescape")) > NAME_MAX_LOCAL:
+        name = plain if len(plain.encode("utf-8", "surrogateescape")) <= NAME_MAX_LOCAL else "manifest.yaml"
+    path = os.path.join(workdir, name)
+    if os.path.dirname(os.path.abspath(path)) != os.path.abspath(workdir):
+        raise CpctlError("edit: refusing the local copy name %r" % name, ExitCode.REFUSED)
+    return path
 
 
 def _edit_until_valid(node: Any, component: str, path: str, data: bytes, force: bool = False,

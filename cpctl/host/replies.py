@@ -1,0 +1,232 @@
+"""What an agent may answer: every reply line is bounded, parsed and type-checked before use.
+
+The agent runs on a master, and a compromised master controls what it says. A reply that is too
+long, not JSON, nested too deeply, not an object, or whose result has the wrong shape for the
+request (a listing whose names hold ``/``, a read longer than its limit, a stat without a size)
+is that host's failure - ``BadReply``, exit 8 like a broken connection, one line naming the host -
+never an ``AttributeError`` deep in a command (exit 70), and never a reason to read a line of any
+length into memory: ``MAX_REPLY_BYTES`` bounds it before it is parsed.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Dict, Optional
+
+from cpctl.errors import CpctlError, ExitCode
+from cpctl.host import ops as hostops
+
+# The largest answer cpctl asks for is a batch of view reads: a scan of the manifests dir (each
+# manifest at most 10 MiB) with the history's tail (64 MiB), base64 on the wire (4/3).
+MAX_REPLY_BYTES = 128 << 20
+STAT_KINDS = ("file", "dir", "symlink", "other")
+
+
+class BadReply(CpctlError):
+    """The agent answered something that is not a valid reply to the request."""
+
+    def __init__(self, host: str, why: str) -> None:
+        super().__init__("%s: bad reply from the agent (%s): the master may be compromised or broken"
+                         % (host, why), ExitCode.UNREACHABLE)
+
+
+class _Shape(Exception):
+    """A reply field of the wrong type; the message names the field, never its value."""
+
+
+def parse_reply(line: bytes, limit: int = MAX_REPLY_BYTES) -> Dict[str, Any]:
+    """One reply line as the decoded response object; ``_Shape`` for anything else."""
+    if len(line) > limit:
+        raise _Shape("longer than %d bytes" % limit)
+    if not line.endswith(b"\n"):
+        raise _Shape("cut off before its end")
+    try:
+        value = hostops.decode(json.loads(line.decode("utf-8")))
+    except RecursionError:
+        raise _Shape("nested too deeply") from None
+    except (ValueError, TypeError, UnicodeDecodeError):
+        raise _Shape("not JSON") from None
+    if not isinstance(value, dict):
+        raise _Shape("not an object")
+    return value
+
+
+def check_response(op: str, args: Dict[str, Any], response: Any) -> Any:
+    """``response`` checked as the answer to ``op(**args)``; raises ``_Shape``."""
+    if not isinstance(response, dict) or not isinstance(response.get("ok"), bool):
+        raise _Shape("no ok field")
+    if not response["ok"]:
+        _check_error(response)
+        return response
+    if "result" not in response:
+        raise _Shape("no result")
+    checker = RESULTS.get(op)
+    if checker is not None:
+        checker(response["result"], args)
+    return response
+
+
+def _check_error(response: Dict[str, Any]) -> None:
+    kind = response.get("kind")
+    if kind == "lock":
+        _text(response.get("holder"), "holder")
+    elif kind == "os":
+        _int(response.get("errno"), "errno", allow_none=True)
+        _text(response.get("strerror"), "strerror")
+        if response.get("filename") is not None:
+            _text(response.get("filename"), "filename")
+    elif kind == "error":
+        _text(response.get("message"), "message")
+    else:
+        raise _Shape("an error of unknown kind")
+
+
+def _text(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise _Shape("%s is not text" % what)
+    return value
+
+
+def _int(value: Any, what: str, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _Shape("%s is not an integer" % what)
+
+
+def _bytes(value: Any, what: str, limit: Optional[int] = None) -> None:
+    if not isinstance(value, bytes):
+        raise _Shape("%s is not bytes" % what)
+    if limit is not None and len(value) > limit:
+        raise _Shape("%s is longer than the %d bytes asked for" % (what, limit))
+
+
+def file_name(value: Any, what: str) -> str:
+    """A name from a directory listing: one path component, as the kernel returns them."""
+    name = _text(value, what)
+    if not name or "/" in name or "\0" in name or name in (".", ".."):
+        raise _Shape("%s is not a file name" % what)
+    return name
+
+
+def _stat(value: Any, what: str) -> Dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _Shape("%s is not an object" % what)
+    if value.get("kind") not in STAT_KINDS:
+        raise _Shape("%s.kind is not a file kind" % what)
+    for key in ("mode", "uid", "gid", "size", "dev"):
+        _int(value.get(key), "%s.%s" % (what, key))
+    if value["size"] < 0:
+        raise _Shape("%s.size is negative" % what)
+    mtime = value.get("mtime")
+    if not isinstance(mtime, (int, float)) or isinstance(mtime, bool):
+        raise _Shape("%s.mtime is not a number" % what)
+    return value
+
+
+def _lstat(result: Any, args: Dict[str, Any]) -> None:
+    if result is not None:
+        _stat(result, "lstat")
+
+
+def _listdir(result: Any, args: Dict[str, Any]) -> None:
+    if not isinstance(result, list):
+        raise _Shape("listdir is not a list")
+    for name in result:
+        file_name(name, "a listed name")
+
+
+def _scan_dir(result: Any, args: Dict[str, Any]) -> None:
+    if not isinstance(result, list):
+        raise _Shape("scan_dir is not a list")
+    limit = args.get("limit")
+    for entry in result:
+        _stat(entry, "an entry")
+        file_name(entry.get("name"), "an entry's name")
+        if "data" in entry:
+            _bytes(entry["data"], "an entry's data", limit if isinstance(limit, int) else None)
+        for key in ("target", "error"):
+            if key in entry:
+                _text(entry[key], "an entry's " + key)
+        if entry.get("target_kind") is not None and entry["target_kind"] not in STAT_KINDS:
+            raise _Shape("an entry's target_kind is not a file kind")
+        if "target_size" in entry:
+            _int(entry["target_size"], "an entry's target_size")
+
+
+def _read(result: Any, args: Dict[str, Any]) -> None:
+    limit = args.get("limit")
+    _bytes(result, "the file's bytes", limit if isinstance(limit, int) else None)
+
+
+def _move(result: Any, args: Dict[str, Any]) -> None:
+    if result not in ("rename", "copy"):
+        raise _Shape("move did not say rename or copy")
+
+
+def _unlink(result: Any, args: Dict[str, Any]) -> None:
+    if not isinstance(result, bool):
+        raise _Shape("unlink did not say true or false")
+
+
+def _run(result: Any, args: Dict[str, Any]) -> None:
+    if not isinstance(result, dict):
+        raise _Shape("run is not an object")
+    _int(result.get("rc"), "rc")
+    limit = args.get("limit")
+    for key in ("stdout", "stderr"):
+        _bytes(result.get(key), key, limit if isinstance(limit, int) else None)
+    if "cut" in result:
+        _int(result["cut"], "cut")
+
+
+def _http(result: Any, args: Dict[str, Any]) -> None:
+    if not isinstance(result, dict):
+        raise _Shape("http is not an object")
+    _int(result.get("status"), "status")
+    headers = result.get("headers")
+    if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
+        raise _Shape("headers are not text")
+    limit = args.get("limit")
+    _bytes(result.get("body"), "body", limit if isinstance(limit, int) else hostops.HTTP_BODY_LIMIT)
+
+
+def _info(result: Any, args: Dict[str, Any]) -> None:
+    if not isinstance(result, dict):
+        raise _Shape("info is not an object")
+    for key in ("hostname", "user", "python"):
+        _text(result.get(key), key)
+    if result.get("sudo_user") is not None:
+        _text(result["sudo_user"], "sudo_user")
+    _int(result.get("pid"), "pid")
+    _int(result.get("euid"), "euid")
+
+
+def _batch(result: Any, args: Dict[str, Any]) -> None:
+    requests = args.get("requests") or []
+    if not isinstance(result, list) or len(result) != len(requests):
+        raise _Shape("batch is not one answer per request")
+    for request, answer in zip(requests, result):
+        check_response(request["op"], request.get("args") or {}, answer)
+
+
+def _reset(result: Any, args: Dict[str, Any]) -> None:
+    if not isinstance(result, dict):
+        raise _Shape("reset is not an object")
+    _int(result.get("pid"), "pid")
+
+
+# The results cpctl uses; the other ops (writes, locks) answer null, and cpctl never reads it.
+RESULTS: Dict[str, Callable[[Any, Dict[str, Any]], None]] = {
+    "lstat": _lstat, "listdir": _listdir, "scan_dir": _scan_dir, "read_file": _read, "read_tail": _read,
+    "move": _move, "unlink": _unlink, "run": _run, "http": _http, "info": _info, "batch": _batch,
+    "reset": _reset,
+}
+
+
+def checked(host: str, op: str, args: Dict[str, Any], line: bytes) -> Dict[str, Any]:
+    """The reply ``line`` to ``op(**args)``, parsed and checked; ``BadReply`` naming ``host``."""
+    try:
+        return check_response(op, args, parse_reply(line))
+    except _Shape as exc:
+        raise BadReply(host, str(exc)) from None

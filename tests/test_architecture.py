@@ -30,6 +30,7 @@ LAYERS: List[Tuple[str, int]] = [      # longest prefix wins
     ("cpctl.timeutil", 10),
     ("cpctl.catalogue", 10),
     ("cpctl.inputs", 10),
+    ("cpctl.redaction", 10),
     ("cpctl", 0),                      # the package itself: its version string
 ]
 

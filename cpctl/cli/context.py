@@ -74,20 +74,23 @@ def _escape(char: str) -> str:
 
 def emit(ctx: click.Context, data: Any, text: str) -> None:
     """The command's result: ``data`` as JSON with ``-o json``, else ``text`` (which the caller
-    built from ``printable(data)``). A progress line on the terminal is cleared first."""
+    built from ``printable(data)``). A progress line on the terminal is cleared first. Secret
+    values are redacted here, the one way out for results (``cpctl.redaction``)."""
+    from cpctl.redaction import redact, redact_text
     clear_progress()
     if state(ctx).output == "json":
-        click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+        click.echo(json.dumps(redact(data), indent=2, sort_keys=True, default=str))
     elif text:
-        click.echo(text)
+        click.echo(redact_text(text))
 
 
 def note(message: str) -> None:
     """One line on stderr, prefixed like every cpctl message; whatever the message quotes (a file or
     pod name, an API's words) cannot break the line or send escape sequences. A progress line on
     the terminal is cleared first, so the message never lands after a half-drawn spinner."""
+    from cpctl.redaction import redact_text
     clear_progress()
-    click.echo("cpctl: %s" % printable(message), err=True)
+    click.echo("cpctl: %s" % printable(redact_text(message)), err=True)
 
 
 _ERRORS_AS_JSON: List[bool] = []      # set by the entry point when the run asked for -o json
@@ -109,8 +112,9 @@ def fail(message: str, code: int, hint: str = "") -> None:
         reason = ExitCode(code).name.lower()
     except ValueError:
         reason = "unknown"
+    from cpctl.redaction import redact
     clear_progress()
-    click.echo(json.dumps({"error": {"code": int(code), "reason": reason, "message": message, "hint": hint}},
+    click.echo(json.dumps(redact({"error": {"code": int(code), "reason": reason, "message": message, "hint": hint}}),
                           sort_keys=True), err=True)
 
 

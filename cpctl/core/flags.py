@@ -21,6 +21,7 @@ import yaml
 
 from cpctl.core import manifests
 from cpctl.errors import CpctlError, ExitCode
+from cpctl.redaction import redact_text
 
 _FLAG = re.compile(r"^--(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?:=(?P<value>.*))?$", re.S)
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -31,7 +32,6 @@ REPEATABLE = frozenset({
     "oidc-required-claim", "vmodule", "feature-gates", "requestheader-allowed-names", "cors-allowed-origins",
     "admission-control-config-file", "allow-metric-labels",
 })
-_SECRET = re.compile(r"(?i)(--[A-Za-z0-9._-]*(?:token|password|passwd|secret|credential)[A-Za-z0-9._-]*=)[^\s'\"]+")
 
 
 @dataclass
@@ -65,8 +65,9 @@ def duplicated(container: Dict[str, Any]) -> List[str]:
 
 
 def redact(text: str) -> str:
-    """``text`` with the values of flags that look like credentials replaced (diffs, history)."""
-    return _SECRET.sub(r"\1<redacted>", text)
+    """``text`` with the values of flags that look like credentials replaced (diffs, history): the
+    one rule of :mod:`cpctl.redaction`."""
+    return redact_text(text)
 
 
 def pick_container(pod: Dict[str, Any], wanted: Optional[str]) -> Tuple[int, Dict[str, Any]]:

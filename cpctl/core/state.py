@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from cpctl.core.manifests import require_directory
+from cpctl.redaction import redact
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host.base import Host, LockBusy
 from cpctl.timeutil import iso, parse_iso, stamp
@@ -225,8 +226,10 @@ class StateDir:
         return self._join(HISTORY)
 
     def append_history(self, record: Dict[str, Any]) -> None:
-        """Append one record durably; first rotate the file when it would grow past its bound."""
-        line = (json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n").encode("utf-8")
+        """Append one record durably (secret values redacted: the history leaves cpctl, to whoever
+        reads the state dir or runs ``cpctl history``); first rotate the file when it would grow
+        past its bound."""
+        line = (json.dumps(redact(record), sort_keys=True, separators=(",", ":")) + "\n").encode("utf-8")
         info = self.host.lstat(self.history_path)
         if info is not None and info["size"] + len(line) > HISTORY_ROTATE_BYTES:
             self.rotate_history()

@@ -1,0 +1,139 @@
+"""The one redaction rule: secret values never leave cpctl (text, ``-o json``, ``--dry-run``, history).
+
+A value is secret when the flag or environment variable that carries it is named like a credential:
+its name holds one of ``SECRET_WORDS`` (``initial-cluster-token``, ``token``, ``oidc-client-secret``,
+``ETCD_PASSWORD``, ``api-key``...), unless it names a file, a path or a dir (``--token-auth-file``
+holds a path, not the token). Private key material (a PEM ``PRIVATE KEY`` block) is secret wherever
+it appears. The value is replaced by ``<redacted>`` in every form it takes:
+
+* ``--token=VALUE``, with the value quoted or not, and the whole item quoted (``"--token=a b"``);
+* the two-item form, ``--token`` then ``VALUE`` as the next item of a list (and in the text of a
+  manifest or a diff: the next ``- VALUE`` line(s));
+* ``env`` entries: ``{name: ETCD_PASSWORD, value: VALUE}`` as data, and ``name:``/``value:``
+  lines in text;
+* cpctl's own words about a flag: ``--token set to VALUE``, ``--token already VALUE``.
+
+``redact`` applies it to any value (strings, lists, dicts: a command's result or a history record);
+``redact_text`` to a block of text. The CLI's output functions and the history writer call them:
+nothing reaches the terminal, a pipe or the state dir without passing here.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, List
+
+REDACTED = "<redacted>"
+SECRET_WORDS = ("token", "password", "passwd", "secret", "credential", "apikey", "api-key", "private-key",
+                "privatekey", "auth-key", "encryption-key", "bootstrap-key")
+NOT_SECRET_SUFFIXES = ("-file", "-path", "-dir", "-files", "-ttl", "-lifetime")
+
+_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]*"
+_PEM = re.compile(r"-----BEGIN ([A-Z0-9 ]*)PRIVATE KEY-----.*?(?:-----END \1PRIVATE KEY-----|\Z)", re.S)
+# "--name=value" inside quotes: the whole quoted item is the flag.
+_QUOTED_ITEM = re.compile(r"(?P<q>[\"'])(?P<flag>--?(?P<name>%s)=)(?P<value>.*?)(?P=q)" % _NAME, re.S)
+# --name=value, the value quoted or up to the next blank (or JSON/YAML punctuation).
+_ASSIGNED = re.compile(r"(?P<flag>--?(?P<name>%s)=)(?P<value>\"(?:[^\"\\]|\\.)*\"|'[^']*'|[^\s\"',\]}]+)" % _NAME)
+# cpctl's own sentences about a flag's new value.
+_SAID = re.compile(r"(?P<flag>--(?P<name>%s) (?:set to|already) )(?P<value>\S+)" % _NAME)
+# "--name value" on one line (a command line): the next word when it is not another option.
+_TWO_WORDS = re.compile(r"(?P<flag>(?<![\w-])--(?P<name>%s)[ \t]+)(?!set to |already |<redacted>)"
+                        r"(?P<value>\"(?:[^\"\\]|\\.)*\"|'[^']*'|(?!-)[^\s\"',\]}]+)" % _NAME)
+# JSON text of an env entry: "name": "X_TOKEN", "value": "..."
+_JSON_ENV = re.compile(r"(?P<head>\"name\"\s*:\s*\"(?P<name>[^\"]*)\"\s*,\s*\"value\"\s*:\s*)"
+                       r"(?P<value>\"(?:[^\"\\]|\\.)*\")")
+# YAML lines (also as diff lines: a leading space, + or -).
+_ITEM_FLAG_ALONE = re.compile(r"^[ +-]?\s*-\s+([\"']?)--(?P<name>%s)\1\s*$" % _NAME)
+_ITEM_VALUE = re.compile(r"^(?P<head>[ +-]?\s*-\s+)(?P<value>(?![\"']?-).+?)\s*$")
+_MAPPING = re.compile(r"^[A-Za-z0-9_.-]+:(\s|$)")
+_ENV_NAME = re.compile(r"^[ +-]?\s*(?:-\s+)?name:\s*([\"']?)(?P<name>[A-Za-z0-9_.-]+)\1\s*$")
+_ENV_VALUE = re.compile(r"^(?P<head>[ +-]?\s*value:\s*)(?P<value>.+?)\s*$")
+_FLOW_ENV = re.compile(r"(?P<head>\bname:\s*([\"']?)(?P<name>[A-Za-z0-9_.-]+)\2\s*,\s*value:\s*)"
+                       r"(?P<value>\"(?:[^\"\\]|\\.)*\"|'[^']*'|[^,}\]]+)")
+
+
+def is_secret_name(name: str) -> bool:
+    """A flag or environment variable name that carries a credential (see the module doc)."""
+    norm = name.lower().lstrip("-").replace("_", "-")
+    if norm.endswith(NOT_SECRET_SUFFIXES):
+        return False
+    return any(word in norm for word in SECRET_WORDS)
+
+
+def _sub_value(pattern: "re.Pattern[str]", head: str, text: str) -> str:
+    def replace(match: "re.Match[str]") -> str:
+        if not is_secret_name(match.group("name")):
+            return match.group(0)
+        value = match.group("value")
+        quote = value[0] if value[:1] in ("'", '"') and pattern is not _QUOTED_ITEM else ""
+        out = match.group(head) + quote + REDACTED + quote
+        return (match.group("q") + out + match.group("q")) if pattern is _QUOTED_ITEM else out
+    return pattern.sub(replace, text)
+
+
+def redact_text(text: str) -> str:
+    """``text`` with every secret value (see the module doc) replaced by ``<redacted>``."""
+    if not isinstance(text, str) or not text:
+        return text
+    text = _PEM.sub("-----BEGIN PRIVATE KEY-----" + REDACTED + "-----END PRIVATE KEY-----", text)
+    text = _sub_value(_QUOTED_ITEM, "flag", text)
+    text = _sub_value(_ASSIGNED, "flag", text)
+    text = _sub_value(_SAID, "flag", text)
+    text = _sub_value(_TWO_WORDS, "flag", text)
+    text = _sub_value(_JSON_ENV, "head", text)
+    text = _sub_value(_FLOW_ENV, "head", text)
+    if "\n" in text:
+        text = "\n".join(_redact_lines(text.split("\n")))
+    return text
+
+
+def _redact_lines(lines: List[str]) -> List[str]:
+    """The YAML forms that span lines: ``- --token`` then ``- VALUE``; ``name: X_TOKEN`` then
+    ``value: VALUE``. The value is the next line; in a diff (``-``/``+`` lines) the old and the
+    new line both follow, so a changed value's second line is the secret too."""
+    out: List[str] = []
+    pending, left = "", 0               # "item" or "env": the next ``left`` value lines are secret
+    for line in lines:
+        pattern = _ITEM_VALUE if pending == "item" else _ENV_VALUE if pending == "env" else None
+        match = pattern.match(line) if pattern is not None and left > 0 else None
+        if match is not None and not (pending == "item" and _MAPPING.match(match.group("value"))):
+            out.append(match.group("head") + REDACTED)
+            left = 1 if left == 2 and line[:1] == "-" else 0       # a diff's "-" line: its "+" line follows
+            continue
+        pending, left = "", 0
+        flag = _ITEM_FLAG_ALONE.match(line)
+        env = _ENV_NAME.match(line)
+        if flag is not None and is_secret_name(flag.group("name")):
+            pending, left = "item", 2
+        elif env is not None and is_secret_name(env.group("name")):
+            pending, left = "env", 2
+        out.append(line)
+    return out
+
+
+def redact(value: Any) -> Any:
+    """``value`` (a command's result, a history record) with every secret in it redacted: strings
+    by ``redact_text``, the two-item form in lists, ``{name, value}`` entries (env, flag lists)."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, list):
+        return _redact_list(value)
+    if isinstance(value, tuple):
+        return tuple(_redact_list(list(value)))
+    if isinstance(value, dict):
+        out = {key: redact(item) for key, item in value.items()}
+        name = value.get("name")
+        if isinstance(name, str) and "value" in value and value["value"] is not None and is_secret_name(name):
+            out["value"] = REDACTED
+        return out
+    return value
+
+
+def _redact_list(items: List[Any]) -> List[Any]:
+    out = [redact(item) for item in items]
+    for index, item in enumerate(items[:-1]):
+        following = items[index + 1]
+        if isinstance(item, str) and item.startswith("-") and "=" not in item and is_secret_name(item) \
+                and isinstance(following, str) and not following.startswith("-"):
+            out[index + 1] = REDACTED
+    return out

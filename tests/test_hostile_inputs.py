@@ -304,8 +304,8 @@ def test_an_empty_host_option_is_a_usage_error(node: Node) -> None:
 
 def _fake_crictl(path: str, line_bytes: int) -> None:
     """A runtime whose kube-scheduler container wrote one enormous line (after a few short ones)."""
-    pods = json.dumps({"items": [{"id": "sb1", "createdAt": "1", "state": "SANDBOX_READY",
-                                  "metadata": {"name": "kube-scheduler-cp-1", "namespace": "kube-system", "uid": "u"}}]})
+    metadata = {"name": "kube-scheduler-cp-1", "namespace": "kube-system", "uid": "u"}
+    pods = json.dumps({"items": [{"id": "sb1", "createdAt": "1", "state": "SANDBOX_READY", "metadata": metadata}]})
     ps = json.dumps({"containers": [{"id": "c1", "createdAt": "1", "state": "CONTAINER_RUNNING", "podSandboxId": "sb1",
                                      "metadata": {"name": "kube-scheduler", "attempt": 0}}]})
     with open(path, "w") as handle:

@@ -22,9 +22,9 @@ from contextlib import contextmanager
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from cpctl.core.manifests import require_directory
-from cpctl.redaction import redact
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host.base import Host, LockBusy
+from cpctl.redaction import redact
 from cpctl.timeutil import iso, parse_iso, stamp
 
 JOURNAL = "journal.json"

@@ -331,7 +331,7 @@ def _edit_node(node: Any, component: str, options: Any, yes: bool, targets: Opti
         if options.dry_run:
             return dict(checked, keep_in=keep.to_dict()) if keep else checked
         if checked.get("diff"):
-            click.echo(printable(checked["diff"]), err=True)
+            click.echo(printable(checked["diff"], block=True), err=True)
         if keep is not None and keep.diffs():
             _show_diff(keep.diffs())
         for warning in checked.get("warnings") or []:

@@ -16,7 +16,7 @@ class ExitCode(enum.IntEnum):
     LOCKED = 5         # another cpctl run holds the node lock
     TIMEOUT = 6        # the kubelet / component did not reach the wanted state in time
     ENVIRONMENT = 7    # manifests dir or state dir missing, unreadable, unsafe; I/O error
-    UNREACHABLE = 8    # a remote host could not be reached or its connection broke
+    UNREACHABLE = 8    # a remote host could not be reached, its connection broke, or its agent's reply is invalid
     API = 9            # the Kubernetes API answered with an error or is unreachable
     CONFLICT = 10      # the API refused because of the object's state (e.g. pod already bound)
     ROLLED_BACK = 11   # apply/edit/flags/rollback: the new version did not become healthy and was rolled back

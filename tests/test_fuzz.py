@@ -229,6 +229,23 @@ def _commands(node: NodeDirs, new_manifest: str) -> List[List[str]]:
     ]
 
 
+# --- hostile node names (issue #22) ------------------------------------------------------------------
+NODE_NAMES = ["../../etc/profile.d/x", "cp-1\x1b]0;owned\x07", "CP_1", "-cp-1", "a" * 254, "cp-1..x", "cp-1",
+              "cp-1.example.com", "\u202ecp-1", "cp-1;reboot", "cp-1/"]
+
+
+def _plant_node_name(node: NodeDirs, env: dict, rng: random.Random) -> str:
+    """No --node-name: the kubelet's --hostname-override (a hostile one, mostly) names the node."""
+    name = rng.choice(NODE_NAMES)
+    kubelet = os.path.join(node.root, "kubelet")
+    os.makedirs(kubelet, exist_ok=True)
+    with open(os.path.join(kubelet, "kubeadm-flags.env"), "w") as handle:
+        handle.write('KUBELET_KUBEADM_ARGS="--v=2 --hostname-override=%s"\n' % name)
+    env.pop("CPCTL_NODE_NAME", None)
+    env["CPCTL_KUBELET_DIR"] = kubelet
+    return name
+
+
 def _run_case(tmp: str, seed: int, api: Tuple[str, type]) -> None:
     rng = random.Random(seed)
     node = NodeDirs(os.path.join(tmp, "case%d" % seed))
@@ -245,6 +262,8 @@ def _run_case(tmp: str, seed: int, api: Tuple[str, type]) -> None:
     argv = rng.choice(_commands(node, new_manifest))
     env = node.env(KUBECONFIG=kubeconfig, CPCTL_PROBE=rng.choice(["auto", "api", "none"]),
                    CPCTL_CRICTL=rng.choice(["/nonexistent/crictl", "/etc/passwd", "false"]))
+    if rng.random() < 0.3:                 # the kubelet's flags name the node (issue #22: hostile names)
+        planted.append("node name %r" % _plant_node_name(node, env, rng))
     what = "seed %d: cpctl %s (api: %s, planted: %s)" % (seed, " ".join(argv), handler.behaviour, planted)
     started = time.monotonic()
     proc = subprocess.run(CLI + ["--lock-timeout", "1"] + argv, env=env, capture_output=True,
@@ -258,6 +277,7 @@ def _run_case(tmp: str, seed: int, api: Tuple[str, type]) -> None:
         lines = [line for line in err.splitlines() if not line.startswith("cpctl: waiting: ")]
         assert len(lines) == 1 and failure_line(lines[0], proc.returncode), detail
     assert took < WAIT * 3 + BOUND, "too slow: " + detail    # restart has up to three waits
+    assert "\x1b" not in out + err and "\x07" not in out + err, "an escape sequence reached the terminal: " + detail
     assert SECRET not in out + err, "secret printed: " + detail
     _assert_no_secret_in_files(node.state, detail)
     _assert_safe(node, planted, detail)
@@ -311,3 +331,41 @@ def test_the_generators_are_hostile() -> None:
                                                        "weird\nname.yaml"):
             with pytest.raises(manifests.InvalidManifest):
                 manifests.parse_pod(content)
+
+
+# --- a malicious master's agent (issue #22) ---------------------------------------------------------------
+AGENT_MODES = ["oversized", "notjson", "list", "deep", "nokeys", "wrongtype", "badname", "escape"]
+MASTER_CASES = 12
+MASTER_COMMANDS: List[List[str]] = [["status"], ["-o", "json", "status"], ["history"], ["revisions", "scheduler"],
+                                    ["stop", "scheduler"], ["flags", "scheduler", "--set", "v=2"], ["check"],
+                                    ["-o", "json", "stop", "scheduler", "--dry-run"]]
+
+
+@pytest.mark.timeout(900)
+def test_malicious_master_replies_never_break_the_promises(sshd: Any, tmp_path: Any) -> None:
+    """A master whose agent answers one request (or all) with an oversized line, something that is
+    not JSON, a list, deep nesting, missing keys, wrong types, hostile names or escape sequences:
+    that host fails with a documented code and one line, the other host's run is not affected,
+    no escape sequence reaches the terminal."""
+    from tests.test_remote_hostile import Master, Operator, _agent_python
+    from tests.test_remote_util import write_inventory
+    base = int(os.environ.get("CPCTL_FUZZ_SEED", "20261204"))
+    for seed in range(base, base + MASTER_CASES):
+        rng = random.Random(seed)
+        world = os.path.join(str(tmp_path), "case%d" % seed)
+        operator = Operator(sshd, os.path.join(world, "operator"))
+        evil, good = Master(world, "evil"), Master(world, "good")
+        mode, target, argv = rng.choice(AGENT_MODES), rng.choice([0, 1, 2, -1]), rng.choice(MASTER_COMMANDS)
+        inventory = write_inventory(os.path.join(world, "inv.yaml"), {
+            "evil": evil.vars(_agent_python(world, mode, target), node_name="evil"),
+            "good": good.vars(node_name="good")})
+        before = operator.snap()
+        proc = operator.run(inventory, *argv)       # no traceback, no escape, one failure line
+        detail = "seed %d: %s answer %d of cpctl %s: exit %d\n%s%s" % (seed, mode, target, " ".join(argv),
+                                                                      proc.returncode, proc.stdout, proc.stderr)
+        assert proc.returncode in DOCUMENTED, detail
+        if proc.returncode:
+            assert "evil" in proc.stderr.splitlines()[-1], detail
+        good_part = proc.stdout.split('"host": "good"')[-1]
+        assert "good: failed" not in proc.stdout and '"status": "failed"' not in good_part, detail
+        assert operator.snap() == before, detail

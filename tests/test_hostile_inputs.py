@@ -26,6 +26,7 @@ from typing import Any, Dict, List
 import pytest
 
 from cpctl.core.revisions import MAX_NUMBER
+from cpctl.ops.scheduler import CONFIG_ANNOTATION
 from cpctl.probes.diagnose import LOG_LINE_CHARS_MAX
 from tests.coreutil import CLI, MANIFESTS, NodeDirs, check_result, sha, snapshot
 
@@ -264,6 +265,26 @@ def test_a_scheduler_add_config_next_to_the_manifests_dir_is_still_journaled(nod
     assert os.path.isfile(config)
     node.cli("scheduler", "remove", "sched2", "--no-wait")
     assert not os.path.exists(config)
+
+
+def test_scheduler_remove_moves_only_a_config_cpctl_recorded_writing(node: Node) -> None:
+    """A generated manifest's annotation is anyone's words: pointed at admin.conf, remove leaves it."""
+    node.node_name = "cp-1"
+    files = _kubernetes_files(node)
+    node.cli("scheduler", "add", "sched2", "--no-wait")
+    path = os.path.join(node.manifests, "sched2.yaml")
+    with open(path) as handle:
+        text = handle.read()
+    config = os.path.join(node.root, "sched2-config.yaml")
+    assert config in text
+    with open(path, "w") as handle:
+        handle.write(text.replace("%s: %s" % (CONFIG_ANNOTATION, config),
+                                  "%s: %s" % (CONFIG_ANNOTATION, files["admin"])))
+    proc = node.cli("scheduler", "remove", "sched2", "--no-wait")
+    assert "%s stays: cpctl has no record of writing it" % files["admin"] in proc.stdout
+    with open(files["admin"]) as handle:
+        assert handle.read().startswith("precious")
+    assert not os.path.exists(path)
 
 
 # --- item 9: small things -----------------------------------------------------------------------------

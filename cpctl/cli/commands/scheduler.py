@@ -109,7 +109,8 @@ def _removed_text(data: dict) -> str:
     if data["dry_run"]:
         return "dry run: nothing changed. Would move to %s/removed/<time>/:\n%s" % (
             data["state_dir"], "\n".join("  " + f for f in data["files"]))
-    return "%s: removed (moved to %s) - %s" % (data["name"], data["removed_dir"], data["wait"]["detail"])
+    kept = "\n  %s" % data["config_kept"] if data.get("config_kept") else ""
+    return "%s: removed (moved to %s) - %s%s" % (data["name"], data["removed_dir"], data["wait"]["detail"], kept)
 
 
 @scheduler.command(name="list")

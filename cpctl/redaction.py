@@ -36,9 +36,11 @@ _QUOTED_ITEM = re.compile(r"(?P<q>[\"'])(?P<flag>--?(?P<name>%s)=)(?P<value>.*?)
 _ASSIGNED = re.compile(r"(?P<flag>--?(?P<name>%s)=)(?P<value>\"(?:[^\"\\]|\\.)*\"|'[^']*'|[^\s\"',\]}]+)" % _NAME)
 # cpctl's own sentences about a flag's new value.
 _SAID = re.compile(r"(?P<flag>--(?P<name>%s) (?:set to|already) )(?P<value>\S+)" % _NAME)
-# "--name value" on one line (a command line): the next word when it is not another option.
-_TWO_WORDS = re.compile(r"(?P<flag>(?<![\w-])--(?P<name>%s)[ \t]+)(?!set to |already |<redacted>)"
-                        r"(?P<value>\"(?:[^\"\\]|\\.)*\"|'[^']*'|(?!-)[^\s\"',\]}]+)" % _NAME)
+# "--name value" on one line (a command line): the next word when it is not another option, nor a
+# word of cpctl's own sentences about a flag ("--token is followed by ...", "--token (did you mean").
+_PROSE = ("set to", "already", "is", "was", "added", "removed", "given", "followed", "and", "or", "in", "not")
+_TWO_WORDS = re.compile(r"(?P<flag>(?<![\w-])--(?P<name>%s)[ \t]+)(?!(?:%s)\b|<redacted>|\()"
+                        r"(?P<value>\"(?:[^\"\\]|\\.)*\"|'[^']*'|(?!-)[^\s\"',\]}]+)" % (_NAME, "|".join(_PROSE)))
 # JSON text of an env entry: "name": "X_TOKEN", "value": "..."
 _JSON_ENV = re.compile(r"(?P<head>\"name\"\s*:\s*\"(?P<name>[^\"]*)\"\s*,\s*\"value\"\s*:\s*)"
                        r"(?P<value>\"(?:[^\"\\]|\\.)*\")")

@@ -157,12 +157,15 @@ def test_secret_values_never_leave_cpctl(node: Node, tmp_path: Any) -> None:
                  ["-o", "json", "flags", "etcd", "--set", "initial-cluster-token=FLAG-S3CRET", "--dry-run"],
                  ["flags", "etcd", "--set", "initial-cluster-token=FLAG-S3CRET"],
                  ["-o", "json", "flags", "etcd"], ["flags", "etcd"],
-                 ["apply", "scheduler", "-f", new, "--dry-run"], ["-o", "json", "apply", "scheduler", "-f", new,
-                                                                  "--dry-run"],
-                 ["apply", "scheduler", "-f", new], ["history"], ["-o", "json", "history"],
+                 ["apply", "scheduler", "-f", new, "--dry-run", "--force"],
+                 ["-o", "json", "apply", "scheduler", "-f", new, "--dry-run", "--force"],
+                 ["apply", "scheduler", "-f", new, "--force"], ["history"], ["-o", "json", "history"],
                  ["-o", "json", "flags", "scheduler", "--set", "v=2", "--dry-run"]):
         proc = node.cli(*args)
         outputs += [proc.stdout, proc.stderr]
+    refused = node.cli("flags", "scheduler", "--set", "token=FLAG-S3CRET", "--force", rc=4)   # the two-item form
+    assert "--token is followed by '<redacted>'" in refused.stderr
+    outputs += [refused.stdout, refused.stderr]
     _no_secret(*outputs)
     assert "<redacted>" in "".join(outputs)
     with open(node.history_file) as handle:

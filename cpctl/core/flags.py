@@ -21,7 +21,7 @@ import yaml
 
 from cpctl.core import manifests
 from cpctl.errors import CpctlError, ExitCode
-from cpctl.redaction import redact_text
+from cpctl.redaction import REDACTED, is_secret_name, redact_text
 
 _FLAG = re.compile(r"^--(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?:=(?P<value>.*))?$", re.S)
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -134,8 +134,9 @@ def _refuse_two_word_forms(lists: Dict[str, List[str]], names: List[str]) -> Non
         for index, item in enumerate(items[:-1]):
             following = items[index + 1]
             if item in ["--" + n for n in names] and isinstance(following, str) and not following.startswith("-"):
+                shown = REDACTED if is_secret_name(item) else following
                 raise CpctlError("%s is followed by %r in %s: cpctl cannot tell whether that is its value; change it "
-                                 "with cpctl edit" % (item, following, where), ExitCode.REFUSED)
+                                 "with cpctl edit" % (item, shown, where), ExitCode.REFUSED)
 
 
 def _set_one(lists: Dict[str, List[str]], name: str, value: str) -> str:

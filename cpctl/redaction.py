@@ -21,7 +21,7 @@ nothing reaches the terminal, a pipe or the state dir without passing here.
 from __future__ import annotations
 
 import re
-from typing import Any, List
+from typing import List
 
 REDACTED = "<redacted>"
 SECRET_WORDS = ("token", "password", "passwd", "secret", "credential", "apikey", "api-key", "private-key",
@@ -113,7 +113,7 @@ def _redact_lines(lines: List[str]) -> List[str]:
     return out
 
 
-def redact(value: Any) -> Any:
+def redact(value: object) -> object:
     """``value`` (a command's result, a history record) with every secret in it redacted: strings
     by ``redact_text``, the two-item form in lists, ``{name, value}`` entries (env, flag lists)."""
     if isinstance(value, str):
@@ -131,7 +131,7 @@ def redact(value: Any) -> Any:
     return value
 
 
-def _redact_list(items: List[Any]) -> List[Any]:
+def _redact_list(items: List[object]) -> List[object]:
     out = [redact(item) for item in items]
     for index, item in enumerate(items[:-1]):
         following = items[index + 1]

@@ -62,23 +62,23 @@ class KubeletView:
     problems: List[str] = field(default_factory=list)
 
 
-def valid_node_name(name: Any) -> bool:
+def valid_node_name(name: object) -> bool:
     """``name`` is a Node name the API server accepts: a DNS-1123 subdomain (lower case letters,
     digits, ``-`` and ``.``, alphanumeric at both ends of each label), at most 253 characters."""
     return isinstance(name, str) and len(name) <= NODE_NAME_MAX and _NODE_NAME.fullmatch(name) is not None
 
 
-def check_node_name(name: Any, source: str, code: ExitCode = ExitCode.REFUSED) -> str:
+def check_node_name(name: object, source: str, code: ExitCode = ExitCode.REFUSED) -> str:
     """``name`` when it is a valid node name, else refuse (exit 4; ``code`` for the user's own
     options). The name comes from the master (its kubelet's flags, its host name) and reaches local
     paths, prompts and API URLs: ``../../etc/profile.d/x`` or an escape sequence never gets that far."""
-    if not valid_node_name(name):
-        shown = repr(name[:80] + ("..." if len(name) > 80 else "")) if isinstance(name, str) else type(name).__name__
-        raise CpctlError("node name %s (from %s) is not a valid Kubernetes node name (a DNS-1123 subdomain: "
-                         "lower case letters, digits, '-' and '.', at most %d characters); refusing to use it"
-                         % (shown, source, NODE_NAME_MAX), code,
-                         hint="pass --node-name, or fix the kubelet's --hostname-override / the host name")
-    return name
+    if isinstance(name, str) and valid_node_name(name):
+        return name
+    shown = repr(name[:80] + ("..." if len(name) > 80 else "")) if isinstance(name, str) else type(name).__name__
+    raise CpctlError("node name %s (from %s) is not a valid Kubernetes node name (a DNS-1123 subdomain: "
+                     "lower case letters, digits, '-' and '.', at most %d characters); refusing to use it"
+                     % (shown, source, NODE_NAME_MAX), code,
+                     hint="pass --node-name, or fix the kubelet's --hostname-override / the host name")
 
 
 def identity_reads(kubelet_dir: str,

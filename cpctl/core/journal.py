@@ -514,7 +514,7 @@ def companion_path(path: str, roots: Tuple[str, str, str]) -> bool:
             and not _below(norm, state_dir) and COMPANION_NAME.match(os.path.basename(norm)) is not None)
 
 
-def _clean(path: Any) -> bool:
+def _clean(path: object) -> bool:
     return isinstance(path, str) and path.startswith("/") and "\0" not in path and \
         not any(part in (".", "..") for part in path.split("/"))
 

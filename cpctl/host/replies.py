@@ -11,7 +11,7 @@ length into memory: ``MAX_REPLY_BYTES`` bounds it before it is parsed.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Dict, Optional
+from typing import Callable, Dict, Mapping, Optional
 
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host import ops as hostops
@@ -34,7 +34,7 @@ class _Shape(Exception):
     """A reply field of the wrong type; the message names the field, never its value."""
 
 
-def parse_reply(line: bytes, limit: int = MAX_REPLY_BYTES) -> Dict[str, Any]:
+def parse_reply(line: bytes, limit: int = MAX_REPLY_BYTES) -> Dict[str, object]:
     """One reply line as the decoded response object; ``_Shape`` for anything else."""
     if len(line) > limit:
         raise _Shape("longer than %d bytes" % limit)
@@ -51,7 +51,7 @@ def parse_reply(line: bytes, limit: int = MAX_REPLY_BYTES) -> Dict[str, Any]:
     return value
 
 
-def check_response(op: str, args: Dict[str, Any], response: Any) -> Any:
+def check_response(op: str, args: Mapping[str, object], response: object) -> Dict[str, object]:
     """``response`` checked as the answer to ``op(**args)``; raises ``_Shape``."""
     if not isinstance(response, dict) or not isinstance(response.get("ok"), bool):
         raise _Shape("no ok field")
@@ -66,7 +66,7 @@ def check_response(op: str, args: Dict[str, Any], response: Any) -> Any:
     return response
 
 
-def _check_error(response: Dict[str, Any]) -> None:
+def _check_error(response: Mapping[str, object]) -> None:
     kind = response.get("kind")
     if kind == "lock":
         _text(response.get("holder"), "holder")
@@ -81,27 +81,27 @@ def _check_error(response: Dict[str, Any]) -> None:
         raise _Shape("an error of unknown kind")
 
 
-def _text(value: Any, what: str) -> str:
+def _text(value: object, what: str) -> str:
     if not isinstance(value, str):
         raise _Shape("%s is not text" % what)
     return value
 
 
-def _int(value: Any, what: str, allow_none: bool = False) -> None:
+def _int(value: object, what: str, allow_none: bool = False) -> None:
     if value is None and allow_none:
         return
     if not isinstance(value, int) or isinstance(value, bool):
         raise _Shape("%s is not an integer" % what)
 
 
-def _bytes(value: Any, what: str, limit: Optional[int] = None) -> None:
+def _bytes(value: object, what: str, limit: Optional[int] = None) -> None:
     if not isinstance(value, bytes):
         raise _Shape("%s is not bytes" % what)
     if limit is not None and len(value) > limit:
         raise _Shape("%s is longer than the %d bytes asked for" % (what, limit))
 
 
-def file_name(value: Any, what: str) -> str:
+def file_name(value: object, what: str) -> str:
     """A name from a directory listing: one path component, as the kernel returns them."""
     name = _text(value, what)
     if not name or "/" in name or "\0" in name or name in (".", ".."):
@@ -109,7 +109,7 @@ def file_name(value: Any, what: str) -> str:
     return name
 
 
-def _stat(value: Any, what: str) -> Dict[str, Any]:
+def _stat(value: object, what: str) -> Mapping[str, object]:
     if not isinstance(value, dict):
         raise _Shape("%s is not an object" % what)
     if value.get("kind") not in STAT_KINDS:
@@ -124,19 +124,19 @@ def _stat(value: Any, what: str) -> Dict[str, Any]:
     return value
 
 
-def _lstat(result: Any, args: Dict[str, Any]) -> None:
+def _lstat(result: object, args: Mapping[str, object]) -> None:
     if result is not None:
         _stat(result, "lstat")
 
 
-def _listdir(result: Any, args: Dict[str, Any]) -> None:
+def _listdir(result: object, args: Mapping[str, object]) -> None:
     if not isinstance(result, list):
         raise _Shape("listdir is not a list")
     for name in result:
         file_name(name, "a listed name")
 
 
-def _scan_dir(result: Any, args: Dict[str, Any]) -> None:
+def _scan_dir(result: object, args: Mapping[str, object]) -> None:
     if not isinstance(result, list):
         raise _Shape("scan_dir is not a list")
     limit = args.get("limit")
@@ -154,22 +154,22 @@ def _scan_dir(result: Any, args: Dict[str, Any]) -> None:
             _int(entry["target_size"], "an entry's target_size")
 
 
-def _read(result: Any, args: Dict[str, Any]) -> None:
+def _read(result: object, args: Mapping[str, object]) -> None:
     limit = args.get("limit")
     _bytes(result, "the file's bytes", limit if isinstance(limit, int) else None)
 
 
-def _move(result: Any, args: Dict[str, Any]) -> None:
+def _move(result: object, args: Mapping[str, object]) -> None:
     if result not in ("rename", "copy"):
         raise _Shape("move did not say rename or copy")
 
 
-def _unlink(result: Any, args: Dict[str, Any]) -> None:
+def _unlink(result: object, args: Mapping[str, object]) -> None:
     if not isinstance(result, bool):
         raise _Shape("unlink did not say true or false")
 
 
-def _run(result: Any, args: Dict[str, Any]) -> None:
+def _run(result: object, args: Mapping[str, object]) -> None:
     if not isinstance(result, dict):
         raise _Shape("run is not an object")
     _int(result.get("rc"), "rc")
@@ -180,7 +180,7 @@ def _run(result: Any, args: Dict[str, Any]) -> None:
         _int(result["cut"], "cut")
 
 
-def _http(result: Any, args: Dict[str, Any]) -> None:
+def _http(result: object, args: Mapping[str, object]) -> None:
     if not isinstance(result, dict):
         raise _Shape("http is not an object")
     _int(result.get("status"), "status")
@@ -191,7 +191,7 @@ def _http(result: Any, args: Dict[str, Any]) -> None:
     _bytes(result.get("body"), "body", limit if isinstance(limit, int) else hostops.HTTP_BODY_LIMIT)
 
 
-def _info(result: Any, args: Dict[str, Any]) -> None:
+def _info(result: object, args: Mapping[str, object]) -> None:
     if not isinstance(result, dict):
         raise _Shape("info is not an object")
     for key in ("hostname", "user", "python"):
@@ -202,29 +202,31 @@ def _info(result: Any, args: Dict[str, Any]) -> None:
     _int(result.get("euid"), "euid")
 
 
-def _batch(result: Any, args: Dict[str, Any]) -> None:
-    requests = args.get("requests") or []
+def _batch(result: object, args: Mapping[str, object]) -> None:
+    requests = args.get("requests")
+    if not isinstance(requests, list):
+        requests = []
     if not isinstance(result, list) or len(result) != len(requests):
         raise _Shape("batch is not one answer per request")
     for request, answer in zip(requests, result):
         check_response(request["op"], request.get("args") or {}, answer)
 
 
-def _reset(result: Any, args: Dict[str, Any]) -> None:
+def _reset(result: object, args: Mapping[str, object]) -> None:
     if not isinstance(result, dict):
         raise _Shape("reset is not an object")
     _int(result.get("pid"), "pid")
 
 
 # The results cpctl uses; the other ops (writes, locks) answer null, and cpctl never reads it.
-RESULTS: Dict[str, Callable[[Any, Dict[str, Any]], None]] = {
+RESULTS: Dict[str, Callable[[object, Mapping[str, object]], None]] = {
     "lstat": _lstat, "listdir": _listdir, "scan_dir": _scan_dir, "read_file": _read, "read_tail": _read,
     "move": _move, "unlink": _unlink, "run": _run, "http": _http, "info": _info, "batch": _batch,
     "reset": _reset,
 }
 
 
-def checked(host: str, op: str, args: Dict[str, Any], line: bytes) -> Dict[str, Any]:
+def checked(host: str, op: str, args: Mapping[str, object], line: bytes) -> Dict[str, object]:
     """The reply ``line`` to ``op(**args)``, parsed and checked; ``BadReply`` naming ``host``."""
     try:
         return check_response(op, args, parse_reply(line))

@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 import click
 
@@ -21,6 +21,9 @@ from cpctl.cli.commands.lifecycle import check_reason, guarded_reason, reason_op
 from cpctl.cli.context import note, printable
 from cpctl.cli.fanout import execute
 from cpctl.errors import CpctlError, ExitCode
+
+if TYPE_CHECKING:
+    from cpctl.core.node import Node
 
 MAX_NEW_MANIFEST = 10 << 20
 NAME_MAX_LOCAL = 255       # bytes in one file name: the local copy's name is cut there
@@ -109,7 +112,7 @@ def _kept(node: Any, component: str, data: bytes, new: bytes, targets: List[Any]
 
 
 def _show_diff(text: str) -> None:
-    click.echo(printable(text), err=True)
+    click.echo(printable(text, block=True), err=True)
 
 
 def change_text(data: Dict[str, Any]) -> str:
@@ -313,7 +316,7 @@ def edit(ctx: click.Context, component: str, yes: bool, parked: bool, keep_in: T
     execute(ctx, lambda node: _edit_node(node, component, options, yes, targets), change_text, changing=not dry_run)
 
 
-def _edit_node(node: Any, component: str, options: Any, yes: bool, targets: Optional[List[Any]] = None
+def _edit_node(node: "Node", component: str, options: Any, yes: bool, targets: Optional[List[Any]] = None
                ) -> Dict[str, Any]:
     from cpctl.core.manifests import checksum
     from cpctl.ops import edits

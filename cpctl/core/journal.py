@@ -27,8 +27,9 @@ next cpctl run tries again. A journal is input like any file in the state dir: e
 must lie directly in the manifests dir or below the state dir, or be a *companion file* cpctl
 itself records: a second scheduler's ``<name>-config.yaml`` next to the manifests dir, which only
 ``scheduler-add`` creates (never over an existing file) and only ``scheduler-remove`` moves away
-(when a ``scheduler-add`` in the history wrote it). Anything else - ``admin.conf``, ``pki/ca.crt``
-beside the manifests dir - is refused before any step runs.
+(when a ``scheduler-add`` in the history wrote it), and the kubeadm patch file
+``<component>+json.yaml`` that a ``keep-in`` change names as its ``patch``. Anything else -
+``admin.conf``, ``pki/ca.crt`` beside the manifests dir - is refused before any step runs.
 """
 
 from __future__ import annotations
@@ -466,7 +467,12 @@ class ChangePath:
         """``path`` is a second scheduler's config that this change may touch: created new by a
         ``scheduler-add`` that names it, or moved into the state dir by a ``scheduler-remove`` that
         names it, after a ``scheduler-add`` in the history wrote it."""
-        if not companion_path(path, roots) or change.record.get("config") != path:
+        if not companion_path(path, roots):
+            return False
+        if change.action == "keep-in":          # a kubeadm patch file (--keep-in patches)
+            return PATCH_NAME.match(os.path.basename(path)) is not None and step.kind == WRITE and \
+                step.path == path and change.record.get("patch") == path
+        if change.record.get("config") != path or COMPANION_NAME.match(os.path.basename(path)) is None:
             return False
         if change.action == "scheduler-add":
             return step.kind == WRITE and step.path == path and not step.before
@@ -484,7 +490,8 @@ class ChangePath:
         return any(r.get("config") == path for r in records)
 
 
-COMPANION_NAME = re.compile(r"^[a-z0-9](?:[-a-z0-9.]*[a-z0-9])?-config\.yaml$")
+COMPANION_NAME = re.compile(r"^[a-z0-9](?:[-a-z0-9.]*[a-z0-9])?-config\.yaml$")      # a second scheduler's config
+PATCH_NAME = re.compile(r"^[a-z0-9](?:[-a-z0-9]*[a-z0-9])?\+json\.yaml$")              # kubeadm's patch file
 
 
 def allowed_roots(manifests_dir: str, state_dir: str) -> Tuple[str, str, str]:
@@ -505,13 +512,15 @@ def path_allowed(path: str, roots: Tuple[str, str, str]) -> bool:
 
 def companion_path(path: str, roots: Tuple[str, str, str]) -> bool:
     """``path`` can be a companion file: below the manifests dir's parent (not ``/``), outside the
-    manifests dir and the state dir, named ``<name>-config.yaml`` like the configs cpctl writes."""
+    manifests dir and the state dir, named like the files cpctl writes there: ``<name>-config.yaml``
+    (a second scheduler's config) or ``<component>+json.yaml`` (a kubeadm patch, ``--keep-in``)."""
     if not _clean(path):
         return False
     norm = os.path.normpath(path)
     manifests_dir, state_dir, parent = roots
     return (parent != "/" and _below(norm, parent) and not _below(norm, manifests_dir)
-            and not _below(norm, state_dir) and COMPANION_NAME.match(os.path.basename(norm)) is not None)
+            and not _below(norm, state_dir)
+            and any(p.match(os.path.basename(norm)) is not None for p in (COMPANION_NAME, PATCH_NAME)))
 
 
 def _clean(path: object) -> bool:

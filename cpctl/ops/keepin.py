@@ -140,7 +140,7 @@ def _patch_plan(node: Node, component: str, old: bytes, new: bytes, change: kc.F
     from cpctl.core import flags as flagtools
     path = os.path.join(directory, kc.patch_file_name(component))
     roots = journal.allowed_roots(node.manifests_dir, node.state.path)
-    if not journal.path_allowed(path, roots):
+    if not journal.companion_path(path, roots):
         raise CpctlError("--keep-in patches=%s: cpctl writes only below %s (next to the manifests dir)"
                          % (directory, roots[2]), ExitCode.REFUSED)
     try:

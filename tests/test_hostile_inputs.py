@@ -70,6 +70,7 @@ def node(tmp_path: Any) -> Node:
 HOSTILE_NAMES = ["../../etc/profile.d/x", "cp1" + ESC, "CP_1", "-cp1", "a" * 254, "cp1..x", "cp1/"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", HOSTILE_NAMES, ids=range(len(HOSTILE_NAMES)))
 def test_a_hostile_node_name_from_the_kubelet_is_refused_by_every_command(node: Node, tmp_path: Any,
                                                                          name: str) -> None:
@@ -147,6 +148,7 @@ def _no_secret(*texts: str) -> None:
             assert secret not in text, (secret, text)
 
 
+@pytest.mark.slow
 def test_secret_values_never_leave_cpctl(node: Node, tmp_path: Any) -> None:
     node.node_name = "cp-1"
     new = os.path.join(str(tmp_path), "new.yaml")
@@ -294,6 +296,7 @@ def test_scheduler_remove_moves_only_a_config_cpctl_recorded_writing(node: Node)
 DEEP = "[" * 20000 + "]" * 20000       # under every size bound, past every recursion limit
 
 
+@pytest.mark.slow
 def test_deeply_nested_state_files_are_corrupt_not_a_crash(node: Node) -> None:
     node.node_name = "cp-1"
     os.makedirs(os.path.join(node.state, "meta"), mode=0o700)
@@ -345,6 +348,7 @@ esac
     os.chmod(path, 0o755)
 
 
+@pytest.mark.slow
 def test_crictl_output_is_read_bounded_and_tail_1_is_one_line(node: Node, tmp_path: Any) -> None:
     node.node_name = "cp-1"
     crictl = os.path.join(str(tmp_path), "crictl")
@@ -359,6 +363,7 @@ def test_crictl_output_is_read_bounded_and_tail_1_is_one_line(node: Node, tmp_pa
     assert lines[0].startswith("aaaa") and lines[0].endswith("more characters]")
 
 
+@pytest.mark.slow
 def test_crictl_output_memory_is_bounded(node: Node, tmp_path: Any) -> None:
     """Peak memory of the run, measured by the kernel (ru_maxrss of the child), stays far below the
     200 MiB the container wrote (the old code held it several times over)."""
@@ -401,6 +406,7 @@ def test_a_crafted_revision_number_never_blocks_later_changes(node: Node, number
         else [1, 2, 3]
 
 
+@pytest.mark.slow
 def test_history_past_64_mib_shows_its_tail(node: Node) -> None:
     node.node_name = "cp-1"
     os.makedirs(node.state, mode=0o700)

@@ -24,7 +24,7 @@ from tests.coreutil import MANIFESTS, NodeDirs, snapshot
 from tests.sshfixture import SSHServer
 from tests.test_remote_util import Cli, clean_env, write_inventory
 
-pytestmark = [pytest.mark.timeout(300), pytest.mark.end_to_end]
+pytestmark = pytest.mark.timeout(300)          # the lab tier: a real sshd on 127.0.0.1 (tests/conftest.py)
 
 ESC = "\x1b]0;owned\x07\x1b[2J"
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -5,11 +5,9 @@ Only click and the standard library are imported here (``cpctl --help`` imports 
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, List, Optional
 
 import click
@@ -19,14 +17,15 @@ if TYPE_CHECKING:
     from cpctl.fleet.targets import RemoteOptions
 
 
-@dataclass
 class CliState:
-    """The run's global options, resolved by ``cli.main``; ``command`` is the declared command path."""
+    """The run's global options, resolved by ``cli.main``; ``command`` is the declared command path.
+    (A plain class: ``dataclasses`` is not imported at start-up.)"""
 
-    settings: "Settings"
-    output: str = "text"
-    remote: Optional["RemoteOptions"] = None
-    command: str = ""
+    def __init__(self, settings: "Settings", output: str = "text") -> None:
+        self.settings = settings
+        self.output = output
+        self.remote: Optional["RemoteOptions"] = None
+        self.command = ""
 
 
 def state(ctx: click.Context) -> CliState:
@@ -79,6 +78,7 @@ def emit(ctx: click.Context, data: Any, text: str) -> None:
     from cpctl.redaction import redact, redact_text
     clear_progress()
     if state(ctx).output == "json":
+        import json  # here: a text-only run need not import it
         click.echo(json.dumps(redact(data), indent=2, sort_keys=True, default=str))
     elif text:
         click.echo(redact_text(text))
@@ -114,6 +114,7 @@ def fail(message: str, code: int, hint: str = "") -> None:
         reason = "unknown"
     from cpctl.redaction import redact
     clear_progress()
+    import json
     click.echo(json.dumps(redact({"error": {"code": int(code), "reason": reason, "message": message, "hint": hint}}),
                           sort_keys=True), err=True)
 

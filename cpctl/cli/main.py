@@ -219,7 +219,8 @@ def run(argv: Optional[List[str]] = None) -> int:
         return int(ExitCode.USAGE)
     try:
         # With standalone_mode off, ctx.exit(n) comes back as the return value.
-        return int(main.main(args=argv, prog_name="cpctl", standalone_mode=False) or 0)
+        return int(main.main(args=argv, prog_name="cpctl", standalone_mode=False,
+                             terminal_width=terminal_columns()) or 0)
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
     except click.Abort:
@@ -242,6 +243,21 @@ def run(argv: Optional[List[str]] = None) -> int:
             raise
         fail("interrupted (SIGTERM)", ExitCode.INTERRUPTED)
         return int(ExitCode.INTERRUPTED)
+
+
+def terminal_columns() -> int:
+    """The terminal's width, as ``shutil.get_terminal_size`` finds it ($COLUMNS, then stdout's
+    terminal, else 80), without importing shutil (and bz2, lzma) into every ``cpctl --help``."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns if sys.__stdout__ else 0
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
 
 
 def _output_of(argv: List[str]) -> str:

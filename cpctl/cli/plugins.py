@@ -10,16 +10,14 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from dataclasses import dataclass
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 GROUP = "cpctl.commands"
 METADATA_SUFFIXES = (".dist-info", ".egg-info")
 MAX_ENTRY_POINTS_BYTES = 1 << 20
 
 
-@dataclass(frozen=True)
-class Plugin:
+class Plugin(NamedTuple):
     """One command another package adds: ``name = module:attr`` in its entry points."""
 
     name: str

@@ -11,8 +11,7 @@ Only the standard library is imported here: ``cpctl --help`` reads this table.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
-from typing import Dict, Optional, Tuple
+from typing import Dict, NamedTuple, Optional, Tuple
 
 
 class Mode(enum.Enum):
@@ -25,11 +24,11 @@ class Mode(enum.Enum):
     LOCAL = "local only"                # this machine only: refused with -H/--inventory
 
 
-@dataclass(frozen=True)
-class CommandSpec:
+class CommandSpec(NamedTuple):
     """One command (``path`` is the words after ``cpctl``, e.g. ``scheduler add``). A group of
     subcommands has no mode of its own; a top-level command names its module (``entry``) and its
-    one-line help (``summary``), so ``cpctl --help`` imports nothing."""
+    one-line help (``summary``), so ``cpctl --help`` imports nothing. (A NamedTuple, not a
+    dataclass: every ``cpctl --help`` builds this table, and a dataclass costs more to define.)"""
 
     path: str
     mode: Optional[Mode]

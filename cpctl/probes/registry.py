@@ -1,15 +1,15 @@
 """The probes by name: what ``--probe`` accepts, and how a waiter is built from it.
 
 Adding a probe: write its module (a class with ``name``, ``max_call`` and ``observe``, see
-``base.Probe``) and add one line to ``PROBES``. The CLI reads its choices from ``CHOICES``; nothing else changes.
+``base.Probe``) and add one line to ``PROBES``; the CLI reads its ``--probe`` choices from ``CHOICES``.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import TYPE_CHECKING, Any, Dict
 
-from cpctl.errors import CpctlError, ExitCode
-from cpctl.probes.base import NoWait, Waiter
+if TYPE_CHECKING:
+    from cpctl.probes.base import Waiter
 
 # --probe name -> "module:class" (imported only when used: `cpctl --help` reads this table).
 PROBES: Dict[str, str] = {
@@ -20,8 +20,11 @@ PROBES: Dict[str, str] = {
 CHOICES = ("auto",) + tuple(PROBES) + ("none",)
 
 
-def make_waiter(kind: str, **options: Any) -> Waiter:
-    """The waiter for ``--probe kind``: ``none`` trusts the file move; the others poll probes."""
+def make_waiter(kind: str, **options: Any) -> "Waiter":
+    """The waiter for ``--probe kind``: ``none`` trusts the file move; the others poll probes.
+    (Imports here, not at the top: ``cpctl --help`` reads ``CHOICES`` and nothing else.)"""
+    from cpctl.errors import CpctlError, ExitCode
+    from cpctl.probes.base import NoWait
     if kind == "none":
         return NoWait()
     if kind not in CHOICES:

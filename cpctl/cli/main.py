@@ -279,7 +279,7 @@ def _output_of(argv: List[str]) -> str:
 
 
 def _main_help() -> str:
-    with main.make_context("cpctl", [], resilient_parsing=True) as ctx:
+    with main.make_context("cpctl", [], resilient_parsing=True, terminal_width=terminal_columns()) as ctx:
         return main.get_help(ctx)
 
 

@@ -92,6 +92,15 @@ def read_all(texts: Sequence[str]) -> List[Companion]:
     return found
 
 
+def on_node(companions: Sequence[Companion], manifests_dir: str) -> List[Companion]:
+    """The companions with their paths as this node sees them: below the node's root
+    (:func:`node_root`; unchanged on a real node, where the root is /)."""
+    root = node_root(manifests_dir)
+    if not root:
+        return list(companions)
+    return [c if c.path.startswith(root + "/") else Companion(root + c.path, c.data, c.source) for c in companions]
+
+
 def kube_dir_of(manifests_dir: str) -> str:
     """The node's /etc/kubernetes: the directory holding the manifests dir."""
     return os.path.dirname(os.path.normpath(manifests_dir)) or "/"

@@ -169,6 +169,7 @@ def replace(node: Node, component: str, new: bytes, source: str, action: str, op
     manifests.validate_component_name(component)
     if not options.force:
         outside.refuse_in_flight(node, "%s of %s" % (action, component))
+    companions = companion_files.on_node(companions, node.manifests_dir)
     companion_files.check_places(companions, node.manifests_dir, options.force)
     if companions and options.parked:
         raise CpctlError("--with-file goes with a change of the running manifest, not with --parked", ExitCode.USAGE)
@@ -474,7 +475,7 @@ def mounts_version(data: bytes, manifests_dir: str, component: str, container: O
     naming a path the container does not see, and one line per mount added."""
     pod = checks.parse_new(data, "the new manifest of %s" % component)
     index, _ = flags.pick_container(pod, container)
-    wanted = companion_files.mount_wanted(sets, companions, manifests_dir)
+    wanted = companion_files.mount_wanted(sets, companion_files.on_node(companions, manifests_dir), manifests_dir)
     return companion_files.add_mounts(data, index, wanted)
 
 

@@ -362,8 +362,8 @@ def _edit_node(node: "Node", component: str, options: Any, yes: bool, targets: O
                     "message": "edit cancelled, no changes made"}
         from cpctl.ops import keepin
         if files:
-            from cpctl.core.companions import check_mounted
-            check_mounted(new, files, node.manifests_dir, "edit of %s" % component)
+            from cpctl.core.companions import check_mounted, on_node
+            check_mounted(new, on_node(files, node.manifests_dir), node.manifests_dir, "edit of %s" % component)
         keep = _kept(node, component, data, new, targets or [])
         if options.dry_run:
             return dict(checked, keep_in=keep.to_dict()) if keep else checked

@@ -1093,7 +1093,10 @@ class Lab:
     def audit_request(self, event: dict[str, Any]) -> None:
         """One served request, audited by the API server the load balancer sent it to (round robin over
         those that serve): an event line appended to its log when its policy's level is not None."""
-        serving = self._running("kube-apiserver")
+        try:
+            serving = self._running("kube-apiserver")
+        except RuntimeError:          # a kubelet changed its containers meanwhile: look again once
+            serving = self._running("kube-apiserver")
         if not serving:
             return
         chosen = serving[next(self._audit_turn) % len(serving)]

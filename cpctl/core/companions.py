@@ -16,7 +16,7 @@ import os
 import re
 import stat
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, TypedDict
 
 import yaml
 
@@ -28,6 +28,15 @@ KUBE_DIR = "/etc/kubernetes"                 # what a flag value names inside th
 WRITTEN_FLAGS = ("audit-log-path",)          # flags naming a file the component writes: its directory, writable
 
 
+class CompanionDict(TypedDict):
+    """A companion file in output and history: node path, local source, sha256 and size (None: absent)."""
+
+    path: str
+    source: str
+    checksum: Optional[str]
+    size: Optional[int]
+
+
 @dataclass
 class Companion:
     """One companion file: its path on the node and its new bytes (None: the file is to be absent)."""
@@ -36,7 +45,7 @@ class Companion:
     data: Optional[bytes]
     source: str = ""
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> CompanionDict:
         return {"path": self.path, "source": self.source,
                 "checksum": manifests.checksum(self.data) if self.data is not None else None,
                 "size": len(self.data) if self.data is not None else None}
@@ -133,14 +142,19 @@ def volume_name(path: str) -> str:
     return (name or "companion")[:63].strip("-")
 
 
-def mounted(pod: Dict[str, Any], node_path: str) -> bool:
+def _dicts(value: object) -> List[Dict[str, object]]:
+    """The mappings in a list from a parsed manifest (anything else: none)."""
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def mounted(pod: Mapping[str, object], node_path: str) -> bool:
     """Some container of ``pod`` sees ``node_path``: a hostPath volume covering it is mounted."""
-    volumes = {v.get("name"): (v.get("hostPath") or {}).get("path") for v in (pod.get("spec") or {}).get("volumes")
-               or [] if isinstance(v, dict) and isinstance(v.get("hostPath"), dict)}
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        if not isinstance(container, dict):
-            continue
-        for mount in container.get("volumeMounts") or []:
+    spec = pod.get("spec")
+    spec = spec if isinstance(spec, dict) else {}
+    volumes = {v.get("name"): host.get("path") for v in _dicts(spec.get("volumes"))
+               for host in [v.get("hostPath")] if isinstance(host, dict)}
+    for container in _dicts(spec.get("containers")):
+        for mount in _dicts(container.get("volumeMounts")):
             host = volumes.get(mount.get("name")) if isinstance(mount, dict) else None
             if isinstance(host, str) and host and (node_path == host.rstrip("/") or
                                                    node_path.startswith(host.rstrip("/") + "/")):
@@ -184,7 +198,7 @@ def add_mounts(data: bytes, container_index: int, paths: Sequence[Tuple[str, str
             name, n = "%s-%d" % (base[:60], n), n + 1
         pod["spec"].setdefault("volumes", []).append(
             {"name": name, "hostPath": {"path": node_path, "type": "DirectoryOrCreate" if writable else "File"}})
-        mount: Dict[str, Any] = {"name": name, "mountPath": inside}
+        mount: Dict[str, object] = {"name": name, "mountPath": inside}
         if not writable:
             mount["readOnly"] = True
         container.setdefault("volumeMounts", []).append(mount)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, TypedDict
 
 from cpctl.core import journal, manifests
 from cpctl.errors import CpctlError, ExitCode
@@ -35,6 +35,15 @@ MAX_NUMBER = 99_999_999
 FREE_TRIES = 1000
 _NAME = re.compile(r"^(?P<file>.+)\.(?P<number>[1-9][0-9]{0,8})(?P<meta>\.json)?$")
 _TEXT = ("file", "checksum", "saved_at", "saved_by", "host", "action", "reason", "replaced_by", "op")
+
+
+class CompanionRecord(TypedDict):
+    """A companion file a revision's change wrote: its node path, the sha256 of its bytes before
+    (None: absent) and where those bytes are kept."""
+
+    path: str
+    checksum: Optional[str]
+    kept: str
 
 
 @dataclass
@@ -55,7 +64,7 @@ class Revision:
     failed: bool                     # these bytes were applied and did not become healthy
     op: str                          # the change (history record) that kept them
     path: str = ""
-    companions: List[Dict[str, Any]] = field(default_factory=list)   # {path, checksum|None, kept}: files
+    companions: List["CompanionRecord"] = field(default_factory=list)   # {path, checksum|None, kept}: files
     # changed with the manifest and their bytes before (None: absent); ``kept`` is where those bytes are
 
     def companion_path(self, index: int) -> str:
@@ -115,7 +124,9 @@ class RevisionStore:
             raise CpctlError("%s is corrupt (%s): inspect it by hand" % (path, problem), ExitCode.ENVIRONMENT)
         fields = {k: value.get(k) for k in Revision.__dataclass_fields__ if k not in ("path", "companions")}
         path = self.bytes_path(filename, number)
-        companions = [dict(c, kept="%s.f%d" % (path, i)) for i, c in enumerate(value.get("companions") or [])]
+        companions: List[CompanionRecord] = [{"path": c["path"], "checksum": c.get("checksum"),
+                                              "kept": "%s.f%d" % (path, i)}
+                                             for i, c in enumerate(value.get("companions") or [])]
         return Revision(**fields, path=path, companions=companions)
 
     def read(self, revision: Revision) -> bytes:
@@ -188,7 +199,7 @@ class RevisionStore:
         return before, data_of, after, number
 
 
-def _companions_ok(value: Any) -> bool:
+def _companions_ok(value: object) -> bool:
     """``companions`` is absent, or a list of {path: absolute text, checksum: sha256 or null}."""
     if value is None:
         return True

@@ -23,6 +23,7 @@ from cpctl.cli.fanout import execute
 from cpctl.errors import CpctlError, ExitCode
 
 if TYPE_CHECKING:
+    from cpctl.core.companions import Companion
     from cpctl.core.node import Node
 
 MAX_NEW_MANIFEST = 10 << 20
@@ -92,7 +93,7 @@ with_file_option = click.option(
          "Repeatable.")
 
 
-def _companions(with_files: Tuple[str, ...], parked: bool = False) -> List[Any]:
+def _companions(with_files: Tuple[str, ...], parked: bool = False) -> List["Companion"]:
     """The --with-file companion files, each local file read once (usage error before anything changes)."""
     from cpctl.core.companions import read_all
     if with_files and parked:
@@ -348,7 +349,7 @@ def edit(ctx: click.Context, component: str, yes: bool, parked: bool, keep_in: T
 
 
 def _edit_node(node: "Node", component: str, options: Any, yes: bool, targets: Optional[List[Any]] = None,
-               files: Optional[List[Any]] = None) -> Dict[str, Any]:
+               files: Optional[List["Companion"]] = None) -> Dict[str, Any]:
     from cpctl.core.manifests import checksum
     from cpctl.ops import edits
     filename, data = edits.read_current(node, component, "edit", options.parked)

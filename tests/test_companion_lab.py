@@ -132,3 +132,25 @@ def test_rollback_restores_the_previous_companion_file(lab: Any, tmp_path: Any) 
     record = _history(lab)[-1]
     assert record["action"] == "rollback" and record["companions"] == [
         {"path": node_path, "source": "revision 1", "checksum": None, "size": None}]
+
+
+@pytest.mark.end_to_end
+def test_edit_and_dry_run_carry_the_companion_file(lab: Any, tmp_path: Any) -> None:
+    node_path = str(lab.root_dir()) + "/etc/kubernetes/extra/note.txt"
+    new = tmp_path / "new.yaml"
+    new.write_bytes(_mounting(_read(_manifest(lab)), node_path, "/etc/kubernetes/extra/note.txt"))
+    (tmp_path / "note.txt").write_text("from edit\n")
+    before = _snapshot(lab)
+    proc = run_cpctl(lab, "-o", "json", "apply", "scheduler", "-f", str(new), "--dry-run", "--with-file",
+                     "/etc/kubernetes/extra/note.txt=%s" % (tmp_path / "note.txt"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(proc.stdout)["companions"] == [{"path": node_path, "source": str(tmp_path / "note.txt"),
+                                                      "checksum": hashlib.sha256(b"from edit\n").hexdigest(),
+                                                      "size": 10}]
+    assert _snapshot(lab) == before, "a dry run changes nothing"
+    # the "editor" copies the new version over cpctl's private copy
+    proc = run_cpctl(lab, "edit", "scheduler", "--yes", "--with-file",
+                     "/etc/kubernetes/extra/note.txt=%s" % (tmp_path / "note.txt"), *FAST, VISUAL="cp %s" % new)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _read(_manifest(lab)) == _read(str(new)) and _read(node_path) == b"from edit\n"
+    assert _history(lab)[-1]["action"] == "edit" and _history(lab)[-1]["companions"][0]["path"] == node_path

@@ -357,14 +357,11 @@ def _edit_node(node: "Node", component: str, options: Any, yes: bool, targets: O
     path = _copy_path(workdir, node.node_name, filename)
     keep_copy = False
     try:
-        new, checked = _edit_until_valid(node, component, path, data, options.force, options.parked)
+        new, checked = _edit_until_valid(node, component, path, data, options.force, options.parked, files or [])
         if new is None:
             return {"node": node.node_name, "component": component, "changed": False,
                     "message": "edit cancelled, no changes made"}
         from cpctl.ops import keepin
-        if files:
-            from cpctl.core.companions import check_mounted, on_node
-            check_mounted(new, on_node(files, node.manifests_dir), node.manifests_dir, "edit of %s" % component)
         keep = _kept(node, component, data, new, targets or [])
         if options.dry_run:
             return dict(checked, keep_in=keep.to_dict()) if keep else checked
@@ -411,9 +408,13 @@ def _copy_path(workdir: str, node_name: str, filename: str) -> str:
 
 
 def _edit_until_valid(node: Any, component: str, path: str, data: bytes, force: bool = False,
-                      parked: bool = False) -> Tuple[Optional[bytes], Dict[str, Any]]:
-    """Open the editor until the result is valid: (new bytes or None when unchanged, the plan)."""
+                      parked: bool = False, files: Optional[List["Companion"]] = None
+                      ) -> Tuple[Optional[bytes], Dict[str, Any]]:
+    """Open the editor until the result is valid (it mounts every --with-file too): (new bytes or None
+    when unchanged, the plan)."""
+    from cpctl.core.companions import on_node
     from cpctl.ops import edits
+    placed = on_node(files or [], node.manifests_dir)
     problems: List[str] = []
     last_invalid: Optional[bytes] = None
     text = data
@@ -430,7 +431,7 @@ def _edit_until_valid(node: Any, component: str, path: str, data: bytes, force: 
         if last_invalid is not None and edited == last_invalid:
             raise CpctlError("edit of %s: still invalid (%s)" % (component, "; ".join(problems)), ExitCode.REFUSED)
         try:
-            return edited, edits.plan(node, component, edited, "your edit", "edit", force, parked)
+            return edited, edits.plan(node, component, edited, "your edit", "edit", force, parked, placed)
         except CpctlError as exc:
             if exc.code is not ExitCode.REFUSED:
                 raise

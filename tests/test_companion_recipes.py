@@ -21,6 +21,7 @@ from tests.labfixture import KUBECTL, is_ready, mirror, run_cpctl, wait_for
 
 DOC = os.path.join(os.path.dirname(__file__), os.pardir, "docs", "companion-files.md")
 FAST = ("--timeout", "60", "--settle", "1")
+FAILING = ("--timeout", "15", "--settle", "1")      # a change that must fail: no need to wait long
 
 
 def _blocks() -> Tuple[Dict[str, str], Dict[str, List[str]]]:
@@ -109,7 +110,7 @@ def test_broken_policy_rolls_back_manifest_and_file_together(lab: Any, tmp_path:
     new = tmp_path / "new.yaml"
     new.write_bytes(good_manifest.replace(b"--audit-log-maxage=7", b"--audit-log-maxage=8"))
     proc = run_cpctl(lab, "apply", "kube-apiserver", "-f", str(new), "--with-file",
-                     "%s=%s" % (policy, broken), *FAST, timeout=180)
+                     "%s=%s" % (policy, broken), *FAILING, timeout=180)
     assert proc.returncode == 11, proc.stdout + proc.stderr
     assert "loaded illegal policy with 0 rules" in proc.stderr
     assert _read(manifest) == good_manifest and _read(policy) == good_policy
@@ -117,8 +118,8 @@ def test_broken_policy_rolls_back_manifest_and_file_together(lab: Any, tmp_path:
     history = json.loads(run_cpctl(lab, "-o", "json", "history").stdout)["history"]
     last = history[-1]
     assert last["action"] == "rollback" and last.get("automatic")
-    assert [c["path"] for c in last["companions"]] == [policy]
-    assert last["companions"][0]["checksum"] == hashlib.sha256(good_policy).hexdigest()
+    assert last["companions"] == [{"path": policy, "source": "before apply", "size": len(good_policy),
+                                   "checksum": hashlib.sha256(good_policy).hexdigest()}]
 
 
 @pytest.mark.end_to_end
@@ -139,7 +140,7 @@ def test_encryption_recipe_with_key_rotation(lab: Any, tmp_path: Any) -> None:
     before = _read(os.path.join(str(lab.manifests_dir()), "kube-apiserver.yaml"))
     proc = run_cpctl(lab, "flags", "kube-apiserver", "--set",
                      "encryption-provider-config=/etc/kubernetes/enc/enc-v5.yaml", "--with-file",
-                     "%s/etc/kubernetes/enc/enc-v5.yaml=%s" % (root, bad), "--mount", *FAST, timeout=180)
+                     "%s/etc/kubernetes/enc/enc-v5.yaml=%s" % (root, bad), "--mount", *FAILING, timeout=180)
     assert proc.returncode == 11, proc.stdout + proc.stderr
     assert "error while parsing file" in proc.stderr
     assert not os.path.exists("%s/etc/kubernetes/enc/enc-v5.yaml" % root), "a file that was absent is removed"

@@ -251,7 +251,7 @@ def _replace_locked(node: Node, manifest: Manifest, new: bytes, source: str, act
     old_target = node.target_for(manifest.pod, manifest.file)
     before = None if effect == manifests.KEEPS else node.waiter.before(target)
     fail_fast = crash_loop_check(node, target, effect)        # the sandboxes there before the change
-    previous = [Companion(c.path, companion_now(node, c.path)) for c in companions]
+    previous = [Companion(c.path, companion_now(node, c.path), "before %s" % action) for c in companions]
     _make_dirs(node, companions)
     change, number = replace_change(node, manifest, new, action, options.reason, options.keep, record,
                                     companions=companions)

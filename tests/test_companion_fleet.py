@@ -16,7 +16,7 @@ from tests.sshfixture import SSHServer, sshd_many  # noqa: F401
 from tests.test_remote_fleet import Fleet, _statuses
 from tests.test_remote_util import read_history
 
-pytestmark = [pytest.mark.timeout(300), pytest.mark.end_to_end]
+pytestmark = pytest.mark.timeout(300)
 LABELS = "/etc/kubernetes/metrics/allow-labels.yaml"
 
 

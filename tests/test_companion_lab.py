@@ -8,8 +8,6 @@ import json
 import os
 from typing import Any, Dict, List
 
-import pytest
-
 from tests.labfixture import is_ready, mirror, run_cpctl, wait_for
 
 FAST = ("--timeout", "60", "--settle", "1")
@@ -51,7 +49,6 @@ def _history(lab: Any) -> List[Dict[str, Any]]:
     return json.loads(proc.stdout)["history"]
 
 
-@pytest.mark.end_to_end
 def test_bad_companion_input_is_one_line_and_changes_nothing(lab: Any, tmp_path: Any) -> None:
     root = str(lab.root_dir())
     node_path = root + "/etc/kubernetes/extra/note.txt"
@@ -100,7 +97,6 @@ def test_bad_companion_input_is_one_line_and_changes_nothing(lab: Any, tmp_path:
     assert proc.returncode == 4 and "pass --force" in json.loads(proc.stdout or proc.stderr)["error"]["message"]
 
 
-@pytest.mark.end_to_end
 def test_rollback_restores_the_previous_companion_file(lab: Any, tmp_path: Any) -> None:
     root = str(lab.root_dir())
     node_path = root + "/etc/kubernetes/extra/note.txt"
@@ -134,7 +130,6 @@ def test_rollback_restores_the_previous_companion_file(lab: Any, tmp_path: Any) 
         {"path": node_path, "source": "revision 1", "checksum": None, "size": None}]
 
 
-@pytest.mark.end_to_end
 def test_edit_and_dry_run_carry_the_companion_file(lab: Any, tmp_path: Any) -> None:
     node_path = str(lab.root_dir()) + "/etc/kubernetes/extra/note.txt"
     new = tmp_path / "new.yaml"

@@ -31,7 +31,7 @@ from typing import Any, Optional
 
 import yaml
 
-from . import faults, rbac
+from . import configfiles, faults, rbac
 from .store import (
     ApiError,
     Obj,
@@ -981,10 +981,16 @@ class ApiHandler(BaseHTTPRequestHandler):
         self.send_response(code)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(data)))
-        self.send_header("Audit-Id", _rand_suffix(12))
+        audit_id = _rand_suffix(12)
+        self.send_header("Audit-Id", audit_id)
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)
+        user = getattr(self, "audit_user", None)
+        if user is not None:
+            self.lab.audit_request(configfiles.audit_event(
+                self.command, self.path, user.name, list(user.groups), code, audit_id,
+                self.client_address[0], self.headers.get("User-Agent", "")))
 
     def _error(self, err: ApiError) -> None:
         self._send(err.code, err.status())
@@ -1080,6 +1086,7 @@ class ApiHandler(BaseHTTPRequestHandler):
         accept = self.headers.get("Accept", "")
         api: Api = self.lab.api
         user = rbac.identity(self.headers)
+        self.audit_user = user
         api.authz.check(rbac.request_attributes(user, method, path, q))
         if path in ("/healthz", "/livez", "/readyz", "/healthz/etcd", "/livez/etcd", "/readyz/etcd"):
             if self.lab.etcd_ok():

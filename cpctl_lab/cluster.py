@@ -30,10 +30,22 @@ from typing import Any, Callable, Optional
 
 import yaml
 
-from . import componentlogs, control, etcddata, faults, kubeadmconfig, nodefiles, pki, profiles, rbac, seeds
+from . import (
+    componentlogs,
+    configfiles,
+    control,
+    etcddata,
+    faults,
+    kubeadmconfig,
+    nodefiles,
+    pki,
+    profiles,
+    rbac,
+    seeds,
+)
 from .apiserver import K8S_VERSION, RESOURCES, Api, ApiHandler, Res
 from .httpserve import LabHTTPServer, free_port, serve
-from .kubelet import Container, Kubelet, Worker, host_path
+from .kubelet import Container, Kubelet, Worker, host_path, mounted_host_path
 from .profiles import LabSettings, go_duration
 from .store import ApiError, Obj, Store, now_micro, now_rfc3339, parse_time
 from .timing import Timing
@@ -357,6 +369,8 @@ class Lab:
         self.lock = self.store.lock
         self.cond = threading.Condition(self.lock)
         self.api = Api(self.store, self)
+        self._audit_turn = itertools.count()
+        self._audit_lock = threading.Lock()
         self.port = port
         self.kubelets: dict[str, Kubelet] = {}
         #: The load balancer's listener (admin.conf): open while any master's apiserver runs.
@@ -1046,6 +1060,7 @@ class Lab:
         flags = _flags(c.command[1:] + [str(a) for a in c.spec.get("args") or []])
         if c.role == "kube-apiserver":
             c.etcd_backends = self._etcd_members(flags.get("etcd-servers", ""))
+            c.audit = self._audit_sink(w, c, flags)
         secure = flags.get("secure-port", "")
         bind = "[::]" if c.role == "kube-apiserver" else flags.get("bind-address", "0.0.0.0")
         addresses = {"advertise": flags.get("advertise-address", self.node_ip), "serving": f"{bind}:{secure}"}
@@ -1056,6 +1071,50 @@ class Lab:
         c.logs = componentlogs.startup_lines(c.role, self.release.version, c.command, addresses)
         if c.role == "etcd":
             c.logs.append(self._etcd_member_line(w, c, flags, kubelet.node))
+
+    @staticmethod
+    def _audit_sink(w: Worker, c: Container, flags: dict[str, str]) -> Optional[tuple[str, dict[str, Any]]]:
+        """(the audit log's node path, the policy) for an API server started with a valid
+        --audit-policy-file and an --audit-log-path a hostPath mount puts on the node; None otherwise
+        (no policy: auditing is off; a log path no mount covers lives in the container, not the node)."""
+        policy_file, log = flags.get("audit-policy-file", ""), flags.get("audit-log-path", "")
+        if not policy_file or not log or log == "-":
+            return None
+        policy = configfiles.audit_policy(policy_file, mounted_host_path(w.pod, c.spec, policy_file))
+        log_host = mounted_host_path(w.pod, c.spec, log)
+        if policy is None or log_host is None:
+            return None
+        try:
+            os.makedirs(os.path.dirname(log_host), mode=0o755, exist_ok=True)   # lumberjack's MkdirAll
+        except OSError:
+            return None
+        return log_host, policy
+
+    def audit_request(self, event: dict[str, Any]) -> None:
+        """One served request, audited by the API server the load balancer sent it to (round robin over
+        those that serve): an event line appended to its log when its policy's level is not None."""
+        try:
+            serving = self._running("kube-apiserver")
+        except RuntimeError:          # a kubelet changed its containers meanwhile: look again once
+            serving = self._running("kube-apiserver")
+        if not serving:
+            return
+        chosen = serving[next(self._audit_turn) % len(serving)]
+        if chosen.audit is None:
+            return
+        path, policy = chosen.audit
+        ref = event.get("objectRef") or {}
+        level = configfiles.audit_level(policy, event["user"]["username"], event["verb"], ref.get("resource", ""),
+                                        ref.get("namespace", ""))
+        if level == "None":
+            return
+        line = json.dumps(dict(event, level=level), sort_keys=True) + "\n"
+        with self._audit_lock:
+            try:
+                with open(path, "a", encoding="utf-8") as handle:
+                    handle.write(line)
+            except OSError as exc:
+                self.log(f"kube-apiserver: cannot write audit log {path}: {exc}")
 
     def _etcd_member_line(self, w: Worker, c: Container, flags: dict[str, str], node: str) -> componentlogs.LogLine:
         """etcd opens its data dir on the node (through the pod's mounts): the member and cluster it finds

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from . import componentlogs as logs
+from . import configfiles
 from .componentlogs import LogLine
 
 STR, BOOL, INT, FLOAT, DURATION, IP, LEVEL = "string", "bool", "int", "float", "duration", "ip", "level"
@@ -274,6 +275,7 @@ class HostFile:
 
     kind: str
     size: int = 0
+    host: Optional[str] = None       # where it is on the node (to read a config file's content)
 
 
 @dataclass
@@ -328,7 +330,8 @@ def _check_kube(
             message = f'invalid argument "{value}" for "{_flag_title(name)}" flag: {err}'
             return Fault(1, message, logs.cobra_parse_error(role, list(known), message))
     for name, value in values:
-        problem = _semantic_error(known[name], name, value) or _file_error(known[name], value, lookup)
+        problem = _semantic_error(known[name], name, value) or _config_file_error(role, name, value, lookup) or \
+            _file_error(known[name], value, lookup)
         if problem is not None:
             return Fault(1, problem, logs.command_failed(problem, _first_line(role)))
     return None
@@ -436,6 +439,15 @@ def _semantic_error(typ: str, name: str, value: str) -> Optional[str]:
             if mode not in AUTHZ_MODES:
                 return f'authorization-mode "{mode}" is not a valid mode'
     return None
+
+
+def _config_file_error(role: str, name: str, value: str, lookup: Callable[[str], HostFile]) -> Optional[str]:
+    """kube-apiserver's error for an audit policy, EncryptionConfiguration or AdmissionConfiguration it
+    cannot see (no mount covers it) or that is not a valid one (:mod:`cpctl_lab.configfiles`)."""
+    if role != "kube-apiserver" or name not in configfiles.CONFIG_FLAGS:
+        return None
+    found = lookup(value)
+    return configfiles.config_error(name, value, found.host if found.kind != "missing" else None)
 
 
 def _file_error(typ: str, path: str, lookup: Callable[[str], HostFile]) -> Optional[str]:

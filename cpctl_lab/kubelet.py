@@ -639,7 +639,7 @@ class Kubelet:
                 st = os.stat(host)
             except OSError:
                 return self._would_be_created(w, host)
-            return HostFile("dir") if stat_is_dir(st.st_mode) else HostFile("file", st.st_size)
+            return HostFile("dir", 0, host) if stat_is_dir(st.st_mode) else HostFile("file", st.st_size, host)
 
         return find
 

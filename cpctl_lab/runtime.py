@@ -138,6 +138,9 @@ class Container:
     ready_gate: bool = False
     #: For a kube-apiserver: the masters whose etcd its --etcd-servers reach.
     etcd_backends: tuple[str, ...] = ()
+    #: For a kube-apiserver with a valid --audit-policy-file and an --audit-log-path on the node: (the
+    #: log's node path, the policy): it appends an audit event for each request it serves.
+    audit: Optional[tuple[str, dict[str, Any]]] = None
     logs: list[LogLine] = field(default_factory=list)
     #: Port -> the TLS server context (ssl.SSLContext) the component loaded from its certificate
     #: files when it started (cluster.Lab._serving_contexts).

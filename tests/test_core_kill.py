@@ -1,7 +1,8 @@
 """SIGKILL at every step of every kind of change, then recovery: the crash-safety invariants hold.
 
 Each kind of change (stop, start, start-edited, scheduler-add, scheduler-remove, move-stray,
-restore-missing, apply, apply-parked, rollback, keep-in) runs in a forked child on a ``MockHost`` that
+restore-missing, apply, apply-parked, rollback, keep-in, apply-companion: a manifest and a companion file
+outside the kube dir written by one change) runs in a forked child on a ``MockHost`` that
 kills the process just before its Nth host call, for every N from the first call to the last - every
 instant between two file operations is a kill point. The next cpctl command (``status``, in-process)
 must then find the node in one of the two states the change goes between, completed or rolled back,
@@ -20,6 +21,7 @@ from typing import Any, Callable, Dict, List, Tuple
 import pytest
 
 from cpctl.core import kubeadmconfig, views
+from cpctl.core.companions import Companion
 from cpctl.core.settings import Settings
 from cpctl.host.local import LocalHost
 from cpctl.host.mock import Fault, MockHost
@@ -32,6 +34,30 @@ SCHEDULER = MANIFESTS["kube-scheduler.yaml"]
 STRAY = b"not a pod: an editor's leftover\n"
 NEW_SCHEDULER = SCHEDULER.replace(b"    - --leader-elect=true\n", b"    - --leader-elect=true\n    - --v=4\n")
 EDIT_OPTIONS = edits.ApplyOptions(timeout=1, settle=0)
+OLD_COMPANION, NEW_COMPANION = b"policy v1\n", b"policy v2\n"
+
+
+def _companion_path(root: str) -> str:
+    """A companion file outside the node's kube dir (``root``): allowed by --force, and by the journal
+    only because the change records it in ``companions``."""
+    return root + "-outside/companion/policy.yaml"
+
+
+def _mounting(data: bytes, node_path: str) -> bytes:
+    """The manifest with a hostPath volume for ``node_path`` mounted read-only into its container."""
+    import yaml
+    pod = yaml.safe_load(data)
+    pod["spec"].setdefault("volumes", []).append({"name": "policy", "hostPath": {"path": node_path, "type": "File"}})
+    pod["spec"]["containers"][0].setdefault("volumeMounts", []).append(
+        {"name": "policy", "mountPath": "/etc/policy/policy.yaml", "readOnly": True})
+    return yaml.safe_dump(pod, sort_keys=False).encode()
+
+
+def _apply_companion(node: Any) -> Any:
+    path = _companion_path(os.path.dirname(node.manifests_dir))
+    new = _mounting(NEW_SCHEDULER, path)
+    return edits.replace(node, "scheduler", new, "test", "apply", edits.ApplyOptions(timeout=1, settle=0, force=True),
+                         companions=[Companion(path, NEW_COMPANION, "policy.yaml")])
 
 
 def _run(node: NodeDirs, kind: str, kill_at: int) -> Tuple[int, int]:
@@ -71,6 +97,7 @@ CHANGES: Dict[str, Callable[[Any], Any]] = {
     "apply-parked": lambda node: edits.replace(node, "scheduler", NEW_SCHEDULER, "test", "apply",
                                                edits.ApplyOptions(timeout=1, settle=0, parked=True)),
     "start-edited": lambda node: lifecycle.start(node, ["scheduler"], False, 1),
+    "apply-companion": _apply_companion,
     "keep-in": lambda node: keepin.write_patch(node, keepin.plan(
         node, "kube-scheduler", SCHEDULER, NEW_SCHEDULER, kubeadmconfig.FlagChange([("v", "4")]),
         [kubeadmconfig.KeepIn("patches")]), None),
@@ -81,6 +108,11 @@ def _prepare(kind: str, root: str) -> NodeDirs:
     """A node in the state the change starts from (set up without faults)."""
     if kind in ("scheduler-add", "scheduler-remove", "apply", "rollback", "keep-in"):
         node = NodeDirs(root, files={"kube-scheduler.yaml": SCHEDULER})
+    elif kind == "apply-companion":
+        node = NodeDirs(root, files={"kube-scheduler.yaml": _mounting(SCHEDULER, _companion_path(root))})
+        os.makedirs(os.path.dirname(_companion_path(root)))
+        with open(_companion_path(root), "wb") as handle:
+            handle.write(OLD_COMPANION)
     else:
         node = NodeDirs(root)
     if kind in ("start", "start-edited", "apply-parked"):
@@ -260,6 +292,26 @@ def _check_replace(node: NodeDirs, kind: str, status: Dict[str, Any]) -> str:
     return "rolled back"
 
 
+def _check_apply_companion(node: NodeDirs, status: Dict[str, Any]) -> str:
+    """Manifest and companion file change together: (old, v1) with no record, or (new, v2) recorded
+    with the old companion bytes kept beside revision 1."""
+    now = _files(node.manifests)["kube-scheduler.yaml"]
+    path = _companion_path(node.root)
+    with open(path, "rb") as handle:
+        companion = handle.read()
+    assert os.listdir(os.path.dirname(path)) == ["policy.yaml"], "no temp file left next to the companion"
+    if now == _mounting(SCHEDULER, path):
+        assert companion == OLD_COMPANION, "rolled back together"
+        assert _actions(node) == []
+        return "rolled back"
+    assert now == _mounting(NEW_SCHEDULER, path) and companion == NEW_COMPANION, "completed together"
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    assert _actions(node) == ["apply"] and node.history()[-1]["companions"][0]["path"] == path
+    with open(os.path.join(node.state, "revisions", "kube-scheduler.yaml.1.f0"), "rb") as handle:
+        assert handle.read() == OLD_COMPANION, "the companion's previous bytes are kept with the revision"
+    return "completed"
+
+
 def _check_keep_in(node: NodeDirs, status: Dict[str, Any]) -> str:
     """The kubeadm patch file is absent (rolled back, no record) or complete (recorded)."""
     path = os.path.join(node.root, "patches", "kube-scheduler+json.yaml")
@@ -284,6 +336,7 @@ CHECKS: Dict[str, Callable[..., str]] = {
     "apply": lambda node, status: _check_replace(node, "apply", status),
     "rollback": lambda node, status: _check_replace(node, "rollback", status),
     "keep-in": _check_keep_in,
+    "apply-companion": _check_apply_companion,
 }
 
 

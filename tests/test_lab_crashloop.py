@@ -255,3 +255,17 @@ def test_crictl_logs_of_healthy_components_and_previous_attempts(lab_factory):
     code, _, previous = logs(lab, runs[1]["id"], "--previous")
     assert code == 0 and previous == logs(lab, runs[0]["id"])[2]
     assert previous.splitlines()[-1] == "Error: unknown flag: --scheduler-name"
+
+
+def test_an_audit_policy_no_mount_covers_crashloops_with_the_real_line(lab_factory):
+    lab = lab_factory(time_scale=SCALE)
+    policy = lab.root_dir() / "etc/kubernetes/audit/policy.yaml"
+    policy.parent.mkdir(parents=True)
+    policy.write_text("apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n")
+    # the file is on the node, but no hostPath volume puts /etc/kubernetes/audit into the container
+    edit_manifest(lab, "kube-apiserver", ["--audit-policy-file=/etc/kubernetes/audit/policy.yaml"])
+    wait_for(lambda: refused(int(lab.api_url.rsplit(":", 1)[1])), what="API down")
+    runs = wait_for(lambda: len(r := attempts(lab, "kube-apiserver")) >= 2 and r, what="restarts")
+    assert logs(lab, runs[0]["id"])[2].splitlines()[-1].endswith(
+        '"command failed" err="loading audit policy file: open /etc/kubernetes/audit/policy.yaml: no such file or '
+        'directory"')

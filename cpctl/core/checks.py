@@ -33,7 +33,7 @@ import ipaddress
 import re
 import urllib.parse
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from cpctl import catalogue
 from cpctl.core import flags, knownflags, manifests, mounts
@@ -80,8 +80,10 @@ def parse_new(data: bytes, source: str) -> Dict[str, Any]:
                          ExitCode.REFUSED) from None
 
 
-def review(host: Host, current: Manifest, data: bytes, scan: DirScan, source: str) -> Review:
-    """Every check of the module docstring for ``data`` replacing ``current``."""
+def review(host: Host, current: Manifest, data: bytes, scan: DirScan, source: str,
+           coming: Sequence[str] = ()) -> Review:
+    """Every check of the module docstring for ``data`` replacing ``current``; ``coming``: node paths
+    of files the same change writes (companion files), counted as there."""
     pod = parse_new(data, source)
     verdict = Review(pod)
     meta = pod["metadata"]
@@ -91,7 +93,7 @@ def review(host: Host, current: Manifest, data: bytes, scan: DirScan, source: st
         verdict.problems.append("it defines pod %s/%s, not %s/%s (a rename would start a second pod: write a new "
                                 "file for a new pod)" % (new_key + old_key))
     already = set(pod_problems(host, current.pod)) if current.pod else set()
-    for problem in pod_problems(host, pod):
+    for problem in pod_problems(host, pod, coming):
         if problem in already:      # the running version has it too: not this change's doing
             verdict.warnings.append("%s (so does the current version)" % problem)
         else:
@@ -174,15 +176,16 @@ def _probe_port_doubts(pod: Dict[str, Any], container: Dict[str, Any], binary: s
     return found
 
 
-def pod_problems(host: Host, pod: Dict[str, Any]) -> List[str]:
-    """What is wrong with ``pod`` on its own: duplicated flags, missing files, missing hostPaths."""
+def pod_problems(host: Host, pod: Dict[str, Any], coming: Sequence[str] = ()) -> List[str]:
+    """What is wrong with ``pod`` on its own: duplicated flags, missing files, missing hostPaths
+    (``coming``: files the change itself writes, counted as there)."""
     found: List[str] = []
     for container in _containers(pod):
         name = container.get("name")
         for flag in flags.duplicated(container):
             found.append("container %s gives --%s more than once (only the last one counts)" % (name, flag))
-        found += _file_flag_problems(host, pod, container)
-    return found + _host_path_problems(host, pod)
+        found += _file_flag_problems(host, pod, container, coming)
+    return found + _host_path_problems(host, pod, coming)
 
 
 def _containers(pod: Dict[str, Any]) -> List[Dict[str, Any]]:
@@ -190,7 +193,8 @@ def _containers(pod: Dict[str, Any]) -> List[Dict[str, Any]]:
     return [c for c in (spec.get("initContainers") or []) + (spec.get("containers") or []) if isinstance(c, dict)]
 
 
-def _file_flag_problems(host: Host, pod: Dict[str, Any], container: Dict[str, Any]) -> List[str]:
+def _file_flag_problems(host: Host, pod: Dict[str, Any], container: Dict[str, Any],
+                        coming: Sequence[str] = ()) -> List[str]:
     found = []
     for flag in flags.flags_of(container):
         if not flag.value or not flag.value.startswith("/") or not _FILE_FLAG.search(flag.name):
@@ -200,20 +204,24 @@ def _file_flag_problems(host: Host, pod: Dict[str, Any], container: Dict[str, An
             found.append("--%s names %s, which no hostPath volume mounts into container %s (control-plane images "
                          "hold no such files: add a volume and a volumeMount for it)"
                          % (flag.name, flag.value, container.get("name")))
-        elif host.lstat(node_path) is None:
+        elif node_path not in coming and host.lstat(node_path) is None:
             shown = flag.value if node_path == flag.value else "%s (on the node: %s)" % (flag.value, node_path)
             found.append("--%s names %s, which does not exist on the node" % (flag.name, shown))
     return found
 
 
-def _host_path_problems(host: Host, pod: Dict[str, Any]) -> List[str]:
+def _host_path_problems(host: Host, pod: Dict[str, Any], coming: Sequence[str] = ()) -> List[str]:
     found = []
     for volume in (pod.get("spec") or {}).get("volumes") or []:
         host_path = volume.get("hostPath") if isinstance(volume, dict) else None
         if not isinstance(host_path, dict) or host_path.get("type") not in _MUST_EXIST:
             continue
-        info = host.lstat(host_path["path"])
         wanted = _MUST_EXIST[host_path["type"]]
+        below = str(host_path["path"]).rstrip("/") + "/"
+        if (wanted == "file" and host_path["path"] in coming) or \
+                (wanted == "dir" and any(p.startswith(below) for p in coming)):
+            continue                 # the change writes it (a companion file; its directory is made first)
+        info = host.lstat(host_path["path"])
         if info is None:
             found.append("hostPath volume %s: %s (type %s) does not exist on the node (the pod would never start)"
                          % (volume.get("name"), host_path["path"], host_path["type"]))

@@ -28,7 +28,9 @@ must lie directly in the manifests dir or below the state dir, or be a *companio
 itself records: a second scheduler's ``<name>-config.yaml`` next to the manifests dir, which only
 ``scheduler-add`` creates (never over an existing file) and only ``scheduler-remove`` moves away
 (when a ``scheduler-add`` in the history wrote it), and the kubeadm patch file
-``<component>+json.yaml`` that a ``keep-in`` change names as its ``patch``. Anything else -
+``<component>+json.yaml`` that a ``keep-in`` change names as its ``patch``, and the ``--with-file``
+files a change lists in its own ``companions`` field (written or removed by that step only, never
+in the manifests dir or the state dir). Anything else -
 ``admin.conf``, ``pki/ca.crt`` beside the manifests dir - is refused before any step runs.
 """
 
@@ -134,6 +136,8 @@ class Change:
     record: Dict[str, Any] = field(default_factory=dict)   # extra history fields
     data: Dict[int, bytes] = field(default_factory=dict)   # new bytes of the write steps, by index
     op: str = field(default_factory=lambda: secrets.token_hex(8))
+    companions: List[str] = field(default_factory=list)      # node paths of companion files this change
+    # writes (--with-file): recorded in the journal so that exactly these may lie outside the usual roots
 
     def __post_init__(self) -> None:
         if not 0 <= self.commit < len(self.steps):
@@ -223,7 +227,7 @@ class ChangePath:
         return {"version": JOURNAL_VERSION, "op": change.op, "action": change.action,
                 "component": change.component, "file": change.file, "checksum": change.checksum,
                 "commit": change.commit, "steps": [s.to_wire() for s in change.steps], "record": change.record,
-                "started": iso(), "pid": self.who()["pid"]}
+                "started": iso(), "pid": self.who()["pid"], "companions": list(change.companions)}
 
     def _abort(self, change: Change, done: List[int], why: str) -> Applied:
         """A step up to the commit failed: undo what was done, then fail with the reason."""
@@ -446,8 +450,11 @@ class ChangePath:
             raise CorruptJournal("commit step %d out of range" % commit)
         record: Dict[str, Any] = entry["record"] if isinstance(entry.get("record"), dict) else {}
         checksum = entry["checksum"] if isinstance(entry.get("checksum"), str) else None
+        companions = entry.get("companions", [])
+        if not isinstance(companions, list) or not all(_companion_ok(p) for p in companions):
+            raise CorruptJournal("companions is not a list of absolute file paths")
         change = Change(entry["action"], entry["component"], entry["file"], checksum, parsed, commit, record,
-                        {}, entry["op"])      # write steps are redone from their staged copies
+                        {}, entry["op"], list(companions))      # write steps are redone from their staged copies
         self._check_paths(change)
         return change
 
@@ -464,9 +471,14 @@ class ChangePath:
                                          "file cpctl recorded" % (path,))
 
     def _companion_allowed(self, change: Change, step: Step, path: str, roots: Tuple[str, str, str]) -> bool:
-        """``path`` is a second scheduler's config that this change may touch: created new by a
-        ``scheduler-add`` that names it, or moved into the state dir by a ``scheduler-remove`` that
-        names it, after a ``scheduler-add`` in the history wrote it."""
+        """``path`` is a companion file this change may touch: one its ``companions`` field records
+        (``--with-file``: written or removed by the step itself, never in the manifests or state dir),
+        a second scheduler's config created new by a ``scheduler-add`` that names it, or moved into
+        the state dir by a ``scheduler-remove`` that names it, after a ``scheduler-add`` in the
+        history wrote it."""
+        if path in change.companions:
+            return step.path == path and step.kind in (WRITE, REMOVE) and _companion_ok(path) and \
+                os.path.dirname(path) != roots[0] and not _below(path, roots[1])
         if not companion_path(path, roots):
             return False
         if change.action == "keep-in":          # a kubeadm patch file (--keep-in patches)
@@ -526,6 +538,12 @@ def companion_path(path: str, roots: Tuple[str, str, str]) -> bool:
 def _clean(path: object) -> bool:
     return isinstance(path, str) and path.startswith("/") and "\0" not in path and \
         not any(part in (".", "..") for part in path.split("/"))
+
+
+def _companion_ok(path: object) -> bool:
+    """A companion path as cpctl records it: absolute, normalized, no ``.``/``..`` parts, not ``/``."""
+    return isinstance(path, str) and path.startswith("/") and "\0" not in path and path != "/" and \
+        os.path.normpath(path) == path and not any(part in (".", "..") for part in path.split("/"))
 
 
 def _below(path: str, directory: str) -> bool:

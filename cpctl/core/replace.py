@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import difflib
 import secrets
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from cpctl.core import journal, manifests, outside
+from cpctl.core.companions import MAX_COMPANION_BYTES, Companion
 from cpctl.core.flags import redact
 from cpctl.core.manifests import Manifest
 from cpctl.core.node import NAME_MAX, Node
@@ -51,9 +52,11 @@ def text_diff(old: bytes, new: bytes, filename: str, limit: int = 0) -> str:
 
 
 def replace_change(node: Node, manifest: Manifest, new: bytes, action: str, reason: Optional[str], keep: int,
-                   record: Optional[Dict[str, Any]] = None, replaced_failed: bool = False
-                   ) -> Tuple[journal.Change, int]:
-    """(the change, the number of the revision it keeps) that writes ``new`` over ``manifest``."""
+                   record: Optional[Dict[str, Any]] = None, replaced_failed: bool = False,
+                   companions: Sequence[Companion] = ()) -> Tuple[journal.Change, int]:
+    """(the change, the number of the revision it keeps) that writes ``new`` over ``manifest``, and
+    each companion file (mode 0600, before the manifest: the new pod finds it), their previous bytes
+    kept with the same revision."""
     if action not in ACTIONS:
         raise ValueError("unknown replace action %r" % action)
     assert manifest.data is not None and manifest.pod_name is not None
@@ -64,16 +67,39 @@ def replace_change(node: Node, manifest: Manifest, new: bytes, action: str, reas
             "action": action, "reason": reason, "replaced_by": new_sum, "failed": replaced_failed, "op": op}
     existing = store.list(manifest.file)
     pre, pre_data, existing = _outside_revision(node, manifest, meta, store, existing)
-    before, data, after, number = store.keep_steps(manifest.file, old, manifest.mode, meta, keep, existing)
+    previous = [(c.path, companion_now(node, c.path)) for c in companions]
+    before, data, after, number = store.keep_steps(manifest.file, old, manifest.mode, meta, keep, existing, previous)
     before, data = pre + before, {**pre_data, **{i + len(pre): d for i, d in data.items()}}
+    for companion, (_, was) in zip(companions, previous):
+        if companion.data is not None and companion.data != was:
+            data[len(before)] = companion.data
+            before.append(journal.write(companion.path, manifests.checksum(companion.data), mode=0o600,
+                                        before=manifests.checksum(was) if was is not None else ""))
+        elif companion.data is None and was is not None:
+            before.append(journal.remove(companion.path))
     write = journal.write(manifest.path, new_sum, mode=manifest.mode, before=manifests.checksum(old))
     write.uid, write.gid = manifest.uid, manifest.gid
     data[len(before)] = new
     history = dict(record or {}, reason=reason, revision=number, previous=manifests.checksum(old),
                    diff=text_diff(old, new, manifest.file, DIFF_LINES))
+    if companions:
+        history["companions"] = [c.to_dict() for c in companions]
     change = journal.Change(action, manifest.pod_name, manifest.file, new_sum, before + [write] + after,
-                            commit=len(before), record=history, data=data, op=op)
+                            commit=len(before), record=history, data=data, op=op,
+                            companions=[c.path for c in companions])
     return change, number
+
+
+def companion_now(node: Node, path: str) -> Optional[bytes]:
+    """The bytes of companion file ``path`` on the node now (None: absent); refused when something
+    other than a regular file of at most 1 MiB is there."""
+    info = node.host.lstat(path)
+    if info is None:
+        return None
+    if info["kind"] != "file" or info["size"] > MAX_COMPANION_BYTES:
+        raise CpctlError("%s on %s is not a regular file of at most 1 MiB: cpctl does not replace it; nothing changed"
+                         % (path, node.node_name), ExitCode.REFUSED)
+    return node.host.read_file(path, MAX_COMPANION_BYTES + 1)
 
 
 def _outside_revision(node: Node, manifest: Manifest, meta: Dict[str, Any], store: RevisionStore,

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple, TypedDict
 
 from cpctl.core import journal, manifests
 from cpctl.errors import CpctlError, ExitCode
@@ -35,6 +35,15 @@ MAX_NUMBER = 99_999_999
 FREE_TRIES = 1000
 _NAME = re.compile(r"^(?P<file>.+)\.(?P<number>[1-9][0-9]{0,8})(?P<meta>\.json)?$")
 _TEXT = ("file", "checksum", "saved_at", "saved_by", "host", "action", "reason", "replaced_by", "op")
+
+
+class CompanionRecord(TypedDict):
+    """A companion file a revision's change wrote: its node path, the sha256 of its bytes before
+    (None: absent) and where those bytes are kept."""
+
+    path: str
+    checksum: Optional[str]
+    kept: str
 
 
 @dataclass
@@ -55,10 +64,16 @@ class Revision:
     failed: bool                     # these bytes were applied and did not become healthy
     op: str                          # the change (history record) that kept them
     path: str = ""
+    companions: List["CompanionRecord"] = field(default_factory=list)   # {path, checksum|None, kept}: files
+    # changed with the manifest and their bytes before (None: absent); ``kept`` is where those bytes are
+
+    def companion_path(self, index: int) -> str:
+        return "%s.f%d" % (self.path, index)
 
     def to_dict(self) -> Dict[str, Any]:
         data = asdict(self)
         data.pop("path")
+        data["companions"] = [{"path": c["path"], "checksum": c["checksum"]} for c in self.companions]
         return data
 
 
@@ -107,8 +122,12 @@ class RevisionStore:
         problem = _meta_problem(value, filename, number)
         if problem:
             raise CpctlError("%s is corrupt (%s): inspect it by hand" % (path, problem), ExitCode.ENVIRONMENT)
-        fields = {k: value.get(k) for k in Revision.__dataclass_fields__ if k != "path"}
-        return Revision(**fields, path=self.bytes_path(filename, number))
+        fields = {k: value.get(k) for k in Revision.__dataclass_fields__ if k not in ("path", "companions")}
+        path = self.bytes_path(filename, number)
+        companions: List[CompanionRecord] = [{"path": c["path"], "checksum": c.get("checksum"),
+                                              "kept": "%s.f%d" % (path, i)}
+                                             for i, c in enumerate(value.get("companions") or [])]
+        return Revision(**fields, path=path, companions=companions)
 
     def read(self, revision: Revision) -> bytes:
         """The bytes of ``revision``, refused unless they match its recorded checksum."""
@@ -132,21 +151,66 @@ class RevisionStore:
         raise CpctlError("%s: revisions %d to %d of %s all exist already: inspect it by hand"
                          % (self.path, number, number + FREE_TRIES - 1, filename), ExitCode.ENVIRONMENT)
 
+    def read_companion(self, revision: Revision, index: int) -> Optional[bytes]:
+        """The bytes companion ``index`` of ``revision`` had before (None: it was absent), refused
+        unless they match the recorded checksum."""
+        entry = revision.companions[index]
+        if entry["checksum"] is None:
+            return None
+        try:
+            data = self.host.read_file(entry["kept"], manifests.MAX_MANIFEST_BYTES)
+        except OSError as exc:
+            raise CpctlError("cannot read %s kept with revision %d of %s: %s" % (
+                entry["path"], revision.number, revision.file, exc.strerror or exc), ExitCode.ENVIRONMENT) from None
+        if manifests.checksum(data) != entry["checksum"]:
+            raise CpctlError("the copy of %s kept with revision %d of %s (%s) does not match its recorded checksum: "
+                             "not using it" % (entry["path"], revision.number, revision.file, entry["kept"]),
+                             ExitCode.REFUSED)
+        return data
+
     # --- the steps of a change that keeps a new revision ----------------------------------
     def keep_steps(self, filename: str, old: bytes, mode: int, meta: Dict[str, Any], keep: int,
-                   existing: List[Revision]) -> Tuple[List[journal.Step], Dict[int, bytes], List[journal.Step], int]:
+                   existing: List[Revision], companions: Sequence[Tuple[str, Optional[bytes]]] = ()
+                   ) -> Tuple[List[journal.Step], Dict[int, bytes], List[journal.Step], int]:
         """(steps before the commit, their data by index, steps after it, the new number): write the
-        replaced bytes and their metadata as the next revision, then drop the oldest beyond ``keep``."""
+        replaced bytes and their metadata as the next revision -- with the previous bytes of each
+        companion file (path, bytes or None when absent) -- then drop the oldest beyond ``keep``."""
         number = self._free_number(filename, (existing[-1].number + 1) if existing else 1)
+        listed = [{"path": path, "checksum": manifests.checksum(data) if data is not None else None}
+                  for path, data in companions]
         record = dict(meta, number=number, file=filename, checksum=manifests.checksum(old), size=len(old), mode=mode)
+        if listed:
+            record["companions"] = listed
         meta_bytes = (json.dumps(record, indent=2, sort_keys=True) + "\n").encode("utf-8")
-        before = [journal.write(self.bytes_path(filename, number), record["checksum"]),
-                  journal.write(self.meta_path(filename, number), manifests.checksum(meta_bytes))]
+        before = [journal.write(self.bytes_path(filename, number), record["checksum"])]
+        data_of: Dict[int, bytes] = {0: old}
+        for index, (_, previous) in enumerate(companions):
+            if previous is not None:
+                data_of[len(before)] = previous
+                before.append(journal.write("%s.f%d" % (self.bytes_path(filename, number), index),
+                                            manifests.checksum(previous)))
+        data_of[len(before)] = meta_bytes
+        before.append(journal.write(self.meta_path(filename, number), manifests.checksum(meta_bytes)))
         after = []
         for old_revision in existing[:max(0, len(existing) + 1 - keep)]:
             after += [journal.remove(self.meta_path(filename, old_revision.number)),
                       journal.remove(self.bytes_path(filename, old_revision.number))]
-        return before, {0: old, 1: meta_bytes}, after, number
+            after += [journal.remove(c["kept"]) for c in old_revision.companions if c["checksum"] is not None]
+        return before, data_of, after, number
+
+
+def _companions_ok(value: object) -> bool:
+    """``companions`` is absent, or a list of {path: absolute text, checksum: sha256 or null}."""
+    if value is None:
+        return True
+    if not isinstance(value, list):
+        return False
+    for item in value:
+        if not isinstance(item, dict) or not isinstance(item.get("path"), str) or not item["path"].startswith("/"):
+            return False
+        if item.get("checksum") is not None and not re.fullmatch(r"[0-9a-f]{64}", str(item["checksum"])):
+            return False
+    return True
 
 
 def _meta_problem(value: Any, filename: str, number: int) -> str:
@@ -159,6 +223,8 @@ def _meta_problem(value: Any, filename: str, number: int) -> str:
     for key in ("number", "size", "mode"):
         if not isinstance(value.get(key), int) or isinstance(value.get(key), bool) or value[key] < 0:
             return "%s is not a number" % key
+    if not _companions_ok(value.get("companions")):
+        return "companions is not a list of {path, checksum}"
     if not isinstance(value.get("failed"), bool):
         return "failed is not true or false"
     if value["number"] != number or value.get("file") != filename:

@@ -38,9 +38,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from cpctl.core import checks, flags, journal, manifests, outside, revisions
+from cpctl.core import companions as companion_files
+from cpctl.core.companions import Companion
 from cpctl.core.manifests import Manifest
 from cpctl.core.node import Node, parked_content
-from cpctl.core.replace import check_revisable, replace_change, revisions_of, text_diff
+from cpctl.core.replace import check_revisable, companion_now, replace_change, revisions_of, text_diff
 from cpctl.errors import CpctlError, ExitCode, Interrupted, Terminated, interrupted_by
 from cpctl.probes.base import NoWait, PodTarget, WaitResult
 from cpctl.probes.diagnose import Diagnosis, why_not_running
@@ -157,16 +159,22 @@ def read_any(node: Node, component: str) -> Tuple[str, bytes, bool]:
 
 # --- the flow --------------------------------------------------------------------------------------
 def replace(node: Node, component: str, new: bytes, source: str, action: str, options: ApplyOptions,
-            record: Optional[Dict[str, Any]] = None, expect: Optional[str] = None) -> Dict[str, Any]:
+            record: Optional[Dict[str, Any]] = None, expect: Optional[str] = None,
+            companions: Sequence[Companion] = ()) -> Dict[str, Any]:
     """Validate ``new`` for ``component``, then apply, verify and roll back as the module says.
 
     ``expect`` (edit, flags): the checksum of the bytes the new version was made from; a manifest
-    changed since is a conflict (exit 10) and nothing changes."""
+    changed since is a conflict (exit 10) and nothing changes. ``companions`` (--with-file): files
+    written by the same change, mounted by ``new`` (checked first), rolled back with it."""
     manifests.validate_component_name(component)
     if not options.force:
         outside.refuse_in_flight(node, "%s of %s" % (action, component))
+    companions = companion_files.on_node(companions, node.manifests_dir)
+    companion_files.check_places(companions, node.manifests_dir, options.force)
+    if companions and options.parked:
+        raise CpctlError("--with-file goes with a change of the running manifest, not with --parked", ExitCode.USAGE)
     if options.dry_run:
-        return plan(node, component, new, source, action, options.force, options.parked)
+        return plan(node, component, new, source, action, options.force, options.parked, companions)
     if options.parked:
         return _replace_parked(node, component, new, source, action, options, record or {}, expect)
     with node.session("cpctl %s %s" % (action, component)):
@@ -174,19 +182,36 @@ def replace(node: Node, component: str, new: bytes, source: str, action: str, op
         if expect is not None and manifest.checksum != expect:
             raise CpctlError("%s changed while you prepared the new version (someone else edited it): nothing "
                              "changed; start again from its current content" % manifest.path, ExitCode.CONFLICT)
-        return _replace_locked(node, manifest, new, source, action, options, record or {})
+        return _replace_locked(node, manifest, new, source, action, options, record or {}, companions)
+
+
+def _companions_unchanged(node: Node, manifest: Manifest, new: bytes, companions: Sequence[Companion],
+                          action: str) -> bool:
+    """True when nothing would change; REFUSED when only companion files would (the running pod would
+    not re-read them: change the manifest too, e.g. point the flag at a new file name)."""
+    if new != manifest.data:
+        return False
+    differ = [c.path for c in companions if companion_now(node, c.path) != c.data]
+    if differ:
+        raise CpctlError("%s of %s: the manifest would not change, only %s: the running pod would not re-read it; "
+                         "change the manifest too (e.g. name a new file in the flag); nothing changed"
+                         % (action, manifest.pod_name, ", ".join(differ)), ExitCode.REFUSED)
+    return True
 
 
 def plan(node: Node, component: str, new: bytes, source: str, action: str, force: bool = False,
-         parked: bool = False) -> Dict[str, Any]:
+         parked: bool = False, companions: Sequence[Companion] = ()) -> Dict[str, Any]:
     """What ``replace`` would do, checked the same way, changing nothing (no lock, no state dir)."""
     manifest = parked_current(node, component, action)[0] if parked else current(node, component, action)
     assert manifest.data is not None
     result = _result(node, manifest, action, changed=False, dry_run=True, parked=parked)
-    if new == manifest.data:
+    if companions:
+        result["companions"] = [c.to_dict() for c in companions]
+    if _companions_unchanged(node, manifest, new, companions, action):
         return dict(result, message="unchanged (the file already holds these bytes)")
+    companion_files.check_mounted(new, companions, node.manifests_dir, "%s of %s" % (action, component))
     check_revisable(manifest.file)
-    verdict = checks.review(node.host, manifest, new, node.scan(), source)
+    verdict = checks.review(node.host, manifest, new, node.scan(), source, _coming(companions))
     verdict.refuse_if_bad("%s of %s" % (action, component), force)
     effect = _effect_text(node, manifest, new, manifests.pod_effect(manifest.data, new), "would ")
     if parked:
@@ -212,23 +237,30 @@ def _result(node: Node, manifest: Manifest, action: str, changed: bool, **extra:
 
 
 def _replace_locked(node: Node, manifest: Manifest, new: bytes, source: str, action: str, options: ApplyOptions,
-                    record: Dict[str, Any]) -> Dict[str, Any]:
+                    record: Dict[str, Any], companions: Sequence[Companion] = ()) -> Dict[str, Any]:
     assert manifest.data is not None and manifest.pod is not None
     component = manifest.pod_name or manifest.file
-    if new == manifest.data:
+    if _companions_unchanged(node, manifest, new, companions, action):
         return _result(node, manifest, action, False, message="unchanged (the file already holds these bytes)")
     check_revisable(manifest.file)
-    verdict = checks.review(node.host, manifest, new, node.scan(), source)
+    companion_files.check_mounted(new, companions, node.manifests_dir, "%s of %s" % (action, component))
+    verdict = checks.review(node.host, manifest, new, node.scan(), source, _coming(companions))
     verdict.refuse_if_bad("%s of %s" % (action, component), options.force)
     effect = manifests.pod_effect(manifest.data, new)
     target = node.target_for(manifests.parse_pod(new), manifest.file)    # judged by the NEW manifest
     old_target = node.target_for(manifest.pod, manifest.file)
     before = None if effect == manifests.KEEPS else node.waiter.before(target)
     fail_fast = crash_loop_check(node, target, effect)        # the sandboxes there before the change
-    change, number = replace_change(node, manifest, new, action, options.reason, options.keep, record)
+    previous = [Companion(c.path, companion_now(node, c.path), "before %s" % action) for c in companions]
+    _make_dirs(node, companions)
+    change, number = replace_change(node, manifest, new, action, options.reason, options.keep, record,
+                                    companions=companions)
     node.apply(change)
+    _verify_companions(node, companions)
     done = _result(node, manifest, action, True, revision=number, checksum=change.checksum,
                    previous=manifests.checksum(manifest.data), warnings=verdict.warnings, effect=effect)
+    if companions:
+        done["companions"] = [c.to_dict() for c in companions]
     if effect == manifests.KEEPS:
         return dict(done, message="%s: the kubelet sees the same pod (comments, formatting, API defaults or fields "
                                   "it ignores): %s; previous version kept as revision %d"
@@ -236,9 +268,9 @@ def _replace_locked(node: Node, manifest: Manifest, new: bytes, source: str, act
     try:
         result = _verify(node, target, before, options, fail_fast)
     except (KeyboardInterrupt, Terminated) as exc:
-        raise _put_back_now(node, component, manifest.data, options, exc) from None
+        raise _put_back_now(node, component, manifest.data, options, exc, previous) from None
     except CpctlError as exc:
-        return _failed(node, target, old_target, manifest.data, number, options, exc.message, exc)
+        return _failed(node, target, old_target, manifest.data, number, options, exc.message, exc, previous)
     if result.verified or isinstance(node.waiter, NoWait):
         return dict(done, wait=result.to_dict(), message="%s: %s; previous version kept as revision %d"
                     % (_past(action), result.detail, number))
@@ -290,6 +322,34 @@ def crash_loop_check(node: Node, target: PodTarget, effect: str) -> Optional[Cal
     return lambda: diagnosis.crash_loop(target, old)
 
 
+def _coming(companions: Sequence[Companion]) -> List[str]:
+    """Node paths the change writes (the review counts them as there)."""
+    return [c.path for c in companions if c.data is not None]
+
+
+def _make_dirs(node: Node, companions: Sequence[Companion]) -> None:
+    """The directory of each companion file (mode 0700 when cpctl creates it): a directory is no file
+    change, so it is made before the journaled change and stays."""
+    import posixpath
+    for companion in companions:
+        if companion.data is None:
+            continue
+        try:
+            node.host.makedirs(posixpath.dirname(companion.path), 0o700)
+        except OSError as exc:
+            raise CpctlError("cannot create the directory of %s on %s: %s; nothing changed" % (
+                companion.path, node.node_name, exc.strerror or exc), ExitCode.ENVIRONMENT) from None
+
+
+def _verify_companions(node: Node, companions: Sequence[Companion]) -> None:
+    """Each companion file on the node holds the bytes read on the operator's side (checksum compared
+    after writing: over SSH, on every master)."""
+    for companion in companions:
+        if companion_now(node, companion.path) != companion.data:
+            raise CpctlError("%s on %s does not hold the bytes written (checksum differs): check it by hand" % (
+                companion.path, node.node_name), ExitCode.ENVIRONMENT)
+
+
 def _past(action: str) -> str:
     return {"apply": "applied", "edit": "edited", "flags": "flags changed", "rollback": "rolled back"}[action]
 
@@ -338,9 +398,10 @@ def _why_failed(node: Node, target: PodTarget, message: str) -> str:
 
 
 def _failed(node: Node, target: PodTarget, old_target: PodTarget, old: bytes, number: int, options: ApplyOptions,
-            message: str, exc: CpctlError) -> Dict[str, Any]:
-    """The new version (``target``) did not come: report why, and roll back to ``old`` unless
-    --no-rollback; the old version is judged by its own manifest (``old_target``)."""
+            message: str, exc: CpctlError, previous: Sequence[Companion] = ()) -> Dict[str, Any]:
+    """The new version (``target``) did not come: report why, and roll back to ``old`` (and each companion
+    file to its ``previous`` bytes) unless --no-rollback; the old version is judged by its own manifest
+    (``old_target``)."""
     component = target.component
     why = _why_failed(node, target, message)
     if not options.rollback:
@@ -348,7 +409,7 @@ def _failed(node: Node, target: PodTarget, old_target: PodTarget, old: bytes, nu
                          "version is revision %d: cpctl rollback %s" % (component, why, number, component),
                          exc.code, hint=exc.hint)
     before = node.waiter.before(old_target)      # the failed pod: what the old one must not be taken for
-    failed_number = _restore(node, component, old, "automatic rollback: %s" % message, options)
+    failed_number = _restore(node, component, old, "automatic rollback: %s" % message, options, previous)
     try:
         back = _verify(node, old_target, before, options)
     except (KeyboardInterrupt, Terminated) as stop:
@@ -366,20 +427,24 @@ def _failed(node: Node, target: PodTarget, old_target: PodTarget, old: bytes, nu
                      ExitCode.ROLLBACK_FAILED)
 
 
-def _restore(node: Node, component: str, old: bytes, reason: str, options: ApplyOptions) -> int:
-    """Write ``old`` back over the failed version (kept as a revision marked failed)."""
+def _restore(node: Node, component: str, old: bytes, reason: str, options: ApplyOptions,
+             previous: Sequence[Companion] = ()) -> int:
+    """Write ``old`` back over the failed version (kept as a revision marked failed), and each companion
+    file's previous bytes (removed when it was absent) by the same change."""
     manifest = current(node, component, "rollback")
     change, number = replace_change(node, manifest, old, "rollback", reason, options.keep,
-                                    {"automatic": True}, replaced_failed=True)
+                                    {"automatic": True}, replaced_failed=True, companions=previous)
     node.apply(change)
     return number
 
 
-def _put_back_now(node: Node, component: str, old: bytes, options: ApplyOptions, exc: BaseException) -> CpctlError:
+def _put_back_now(node: Node, component: str, old: bytes, options: ApplyOptions, exc: BaseException,
+                  previous: Sequence[Companion] = ()) -> CpctlError:
     """SIGINT/SIGTERM while waiting for the new version: the previous bytes go back, not waited for."""
     signal = interrupted_by(exc) or "interrupted"
     try:
-        number = _restore(node, component, old, "interrupted (%s) while waiting for the new version" % signal, options)
+        number = _restore(node, component, old, "interrupted (%s) while waiting for the new version" % signal, options,
+                          previous)
     except BaseException as again:  # noqa: BLE001 - reported with where the manifest stands
         return Interrupted(signal, "%s interrupted while waiting for the new version of %s, and putting the previous "
                            "version back failed: %s" % (signal, component, getattr(again, "message", again)),
@@ -404,6 +469,16 @@ def flags_version(data: bytes, component: str, container: Optional[str], sets: S
     return new, said
 
 
+def mounts_version(data: bytes, manifests_dir: str, component: str, container: Optional[str],
+                   sets: Sequence[Tuple[str, str]], companions: Sequence[Companion]) -> Tuple[bytes, List[str]]:
+    """``flags --mount``: the manifest ``data`` with a hostPath volume and mount for each --set value
+    naming a path the container does not see, and one line per mount added."""
+    pod = checks.parse_new(data, "the new manifest of %s" % component)
+    index, _ = flags.pick_container(pod, container)
+    wanted = companion_files.mount_wanted(sets, companion_files.on_node(companions, manifests_dir), manifests_dir)
+    return companion_files.add_mounts(data, index, wanted)
+
+
 def rollback_target(node: Node, component: str, to: Optional[int]) -> Tuple[revisions.Revision, bytes, str]:
     """The revision ``rollback`` applies, its verified bytes, and the checksum of the manifest now:
     ``to``, or the newest revision that differs from the manifest now and is not known to have failed."""
@@ -425,6 +500,21 @@ def rollback_target(node: Node, component: str, to: Optional[int]) -> Tuple[revi
         chosen = usable[-1]
         _refuse_crossing(node, component, manifest, kept, chosen)
     return chosen, revisions_of(node).read(chosen), manifest.checksum or ""
+
+
+def rollback_companions(node: Node, revision: revisions.Revision) -> List[Companion]:
+    """The companion files as they were when ``revision``'s bytes were in place: for each path a change
+    from ``revision`` on wrote, the bytes the first such change found (None: absent), verified."""
+    store = revisions_of(node)
+    found: Dict[str, Companion] = {}
+    for kept in store.list(revision.file):
+        if kept.number < revision.number:
+            continue
+        for index, entry in enumerate(kept.companions):
+            if entry["path"] not in found:
+                found[entry["path"]] = Companion(entry["path"], store.read_companion(kept, index),
+                                                 "revision %d" % kept.number)
+    return list(found.values())
 
 
 def _refuse_crossing(node: Node, component: str, manifest: Manifest, kept: List[revisions.Revision],

@@ -23,6 +23,7 @@ from cpctl.cli.fanout import execute
 from cpctl.errors import CpctlError, ExitCode
 
 if TYPE_CHECKING:
+    from cpctl.core.companions import Companion
     from cpctl.core.node import Node
 
 MAX_NEW_MANIFEST = 10 << 20
@@ -82,6 +83,22 @@ keep_in_option = click.option(
     help="Also keep the flag change where the next `kubeadm upgrade` looks: kubeadm-config (the "
          "ClusterConfiguration's extraArgs in kube-system/kubeadm-config) or patches[=DIR] (a kubeadm JSON "
          "patch DIR/<component>+json.yaml, default /etc/kubernetes/patches). Repeatable.")
+
+
+with_file_option = click.option(
+    "--with-file", "with_files", multiple=True, metavar="NODE_PATH=LOCAL_FILE",
+    help="Also write LOCAL_FILE (read once here; a regular file of at most 1 MiB) to NODE_PATH on the node "
+         "(every master), mode 0600, by the same journaled change as the manifest, kept with its revision and "
+         "rolled back with it. The new manifest must mount NODE_PATH; outside /etc/kubernetes needs --force. "
+         "Repeatable.")
+
+
+def _companions(with_files: Tuple[str, ...], parked: bool = False) -> List["Companion"]:
+    """The --with-file companion files, each local file read once (usage error before anything changes)."""
+    from cpctl.core.companions import read_all
+    if with_files and parked:
+        raise CpctlError("--with-file goes with a change of the running manifest, not with --parked", ExitCode.USAGE)
+    return read_all(with_files)
 
 
 def _keep_targets(keep_in: Tuple[str, ...], parked: bool = False) -> List[Any]:
@@ -146,11 +163,12 @@ def _read_new(source: str) -> bytes:
 @click.option("-f", "--filename", "source", required=True, help="The new manifest (- reads stdin).")
 @parked_option
 @keep_in_option
+@with_file_option
 @_change_options
 @click.pass_context
 def apply(ctx: click.Context, component: str, source: str, parked: bool, keep_in: Tuple[str, ...],
-          timeout: Optional[float], no_rollback: bool, dry_run: bool, reason: Optional[str], keep_revisions: int,
-          settle: float, force: bool) -> None:
+          with_files: Tuple[str, ...], timeout: Optional[float], no_rollback: bool, dry_run: bool,
+          reason: Optional[str], keep_revisions: int, settle: float, force: bool) -> None:
     """Replace COMPONENT's manifest with FILE, verify the new pod, roll back if it does not come up.
 
     Validates first (a pod the kubelet would run, same name, no duplicated flag, the files its flags
@@ -160,19 +178,20 @@ def apply(ctx: click.Context, component: str, source: str, parked: bool, keep_in
     """
     from cpctl.ops import edits, keepin
     targets = _keep_targets(keep_in, parked)
+    files = _companions(with_files, parked)
     options = _options(ctx, component, timeout, no_rollback, dry_run, reason, keep_revisions, settle, force, parked)
     new = _read_new(source)
     where = "stdin" if source == "-" else source
 
     def action(node: Any) -> Dict[str, Any]:
         if not targets:
-            return edits.replace(node, component, new, where, "apply", options)
+            return edits.replace(node, component, new, where, "apply", options, companions=files)
         from cpctl.core.manifests import checksum
         _, data = edits.read_current(node, component, "apply")
         keep = _kept(node, component, data, new, targets)
         return keepin.run(node, keep, dry_run, lambda: edits.replace(node, component, new, where, "apply", options,
-                                                                     expect=checksum(data)), _show_diff, reason,
-                          options.force)
+                                                                     expect=checksum(data), companions=files),
+                          _show_diff, reason, options.force)
     execute(ctx, action, change_text, changing=not dry_run)
 
 
@@ -181,13 +200,18 @@ def apply(ctx: click.Context, component: str, source: str, parked: bool, keep_in
 @click.option("--set", "sets", multiple=True, metavar="NAME=VALUE", help="Set --NAME=VALUE (repeatable).")
 @click.option("--unset", "unsets", multiple=True, metavar="NAME", help="Remove --NAME (repeatable).")
 @click.option("--container", default=None, help="The container (default: the only one, or the one named like the pod).")
+@click.option("--mount", is_flag=True,
+              help="For each --set value that is an absolute path the container does not see: add a hostPath "
+                   "volume (type File) and a read-only mount; for --audit-log-path its directory, writable.")
 @parked_option
 @keep_in_option
+@with_file_option
 @_change_options
 @click.pass_context
 def flags(ctx: click.Context, component: str, sets: Tuple[str, ...], unsets: Tuple[str, ...], container: Optional[str],
-          parked: bool, keep_in: Tuple[str, ...], timeout: Optional[float], no_rollback: bool, dry_run: bool,
-          reason: Optional[str], keep_revisions: int, settle: float, force: bool) -> None:
+          mount: bool, parked: bool, keep_in: Tuple[str, ...], with_files: Tuple[str, ...], timeout: Optional[float],
+          no_rollback: bool, dry_run: bool, reason: Optional[str], keep_revisions: int, settle: float,
+          force: bool) -> None:
     """Set or remove --NAME=VALUE flags of COMPONENT's container, then apply like `cpctl apply`.
 
     Without --set/--unset: list the container's flags (of the parked copy when it is parked). The
@@ -198,22 +222,26 @@ def flags(ctx: click.Context, component: str, sets: Tuple[str, ...], unsets: Tup
     from cpctl.ops import edits, keepin
     targets = _keep_targets(keep_in, parked)
     if not sets and not unsets:
-        if targets:
-            raise CpctlError("--keep-in needs --set or --unset", ExitCode.USAGE)
+        if targets or with_files or mount:
+            raise CpctlError("--keep-in, --with-file and --mount need --set or --unset", ExitCode.USAGE)
         _list_flags(ctx, component, container, parked)
         return
     wanted = [flagtools.parse_assignment(s) for s in sets]
     removed = [flagtools.parse_name(u) for u in unsets]
+    files = _companions(with_files, parked)
     options = _options(ctx, component, timeout, no_rollback, dry_run, reason, keep_revisions, settle, force, parked)
 
     def action(node: Any) -> Dict[str, Any]:
         from cpctl.core.manifests import checksum
         _, data = edits.read_current(node, component, "flags", parked)
         new, said = edits.flags_version(data, component, container, wanted, removed)
+        if mount:
+            new, added = edits.mounts_version(new, node.manifests_dir, component, container, wanted, files)
+            said = said + added
         keep = _kept(node, component, data, new, targets, wanted, removed, container)
         result = keepin.run(node, keep, dry_run, lambda: edits.replace(
-            node, component, new, "flags", "flags", options, {"flags": said}, expect=checksum(data)),
-            _show_diff, reason, options.force)
+            node, component, new, "flags", "flags", options, {"flags": said}, expect=checksum(data),
+            companions=files), _show_diff, reason, options.force)
         return dict(result, flags=said)
     execute(ctx, action, change_text, changing=not dry_run)
 
@@ -260,7 +288,8 @@ def rollback(ctx: click.Context, component: str, to: Optional[int], timeout: Opt
     def action(node: Any) -> Dict[str, Any]:
         revision, data, expect = edits.rollback_target(node, component, to)
         return edits.replace(node, component, data, "revision %d" % revision.number, "rollback", options,
-                             {"to_revision": revision.number}, expect=expect)
+                             {"to_revision": revision.number}, expect=expect,
+                             companions=edits.rollback_companions(node, revision))
     execute(ctx, action, change_text, changing=not dry_run)
 
 
@@ -297,11 +326,12 @@ def revisions_text(data: Dict[str, Any]) -> str:
 @click.option("-y", "--yes", is_flag=True, help="Apply without asking after the diff.")
 @parked_option
 @keep_in_option
+@with_file_option
 @_change_options
 @click.pass_context
 def edit(ctx: click.Context, component: str, yes: bool, parked: bool, keep_in: Tuple[str, ...],
-         timeout: Optional[float], no_rollback: bool, dry_run: bool, reason: Optional[str], keep_revisions: int,
-         settle: float, force: bool) -> None:
+         with_files: Tuple[str, ...], timeout: Optional[float], no_rollback: bool, dry_run: bool,
+         reason: Optional[str], keep_revisions: int, settle: float, force: bool) -> None:
     """Edit COMPONENT's manifest in $VISUAL/$EDITOR on a private copy, then apply it like `cpctl apply`.
 
     The copy lives outside the manifests dir (no swap or backup file can land there). An invalid
@@ -310,14 +340,16 @@ def edit(ctx: click.Context, component: str, yes: bool, parked: bool, keep_in: T
     --parked: edit the parked copy of a stopped component.
     """
     targets = _keep_targets(keep_in, parked)
+    files = _companions(with_files, parked)
     options = _options(ctx, component, timeout, no_rollback, dry_run, reason, keep_revisions, settle, force, parked)
     if not yes and not dry_run and not sys.stdin.isatty():
         raise CpctlError("cpctl edit asks before it applies: without a terminal, pass --yes", ExitCode.USAGE)
-    execute(ctx, lambda node: _edit_node(node, component, options, yes, targets), change_text, changing=not dry_run)
+    execute(ctx, lambda node: _edit_node(node, component, options, yes, targets, files), change_text,
+            changing=not dry_run)
 
 
-def _edit_node(node: "Node", component: str, options: Any, yes: bool, targets: Optional[List[Any]] = None
-               ) -> Dict[str, Any]:
+def _edit_node(node: "Node", component: str, options: Any, yes: bool, targets: Optional[List[Any]] = None,
+               files: Optional[List["Companion"]] = None) -> Dict[str, Any]:
     from cpctl.core.manifests import checksum
     from cpctl.ops import edits
     filename, data = edits.read_current(node, component, "edit", options.parked)
@@ -325,7 +357,7 @@ def _edit_node(node: "Node", component: str, options: Any, yes: bool, targets: O
     path = _copy_path(workdir, node.node_name, filename)
     keep_copy = False
     try:
-        new, checked = _edit_until_valid(node, component, path, data, options.force, options.parked)
+        new, checked = _edit_until_valid(node, component, path, data, options.force, options.parked, files or [])
         if new is None:
             return {"node": node.node_name, "component": component, "changed": False,
                     "message": "edit cancelled, no changes made"}
@@ -346,7 +378,8 @@ def _edit_node(node: "Node", component: str, options: Any, yes: bool, targets: O
                     "message": "not applied; your edited copy is at %s" % path}
         keep_copy = True
         result = keepin.run(node, keep, False, lambda: edits.replace(
-            node, component, new, "your edit", "edit", options, expect=checksum(data)), lambda _diff: None,
+            node, component, new, "your edit", "edit", options, expect=checksum(data), companions=files or []),
+            lambda _diff: None,
             options.reason, options.force)
         keep_copy = False
         return result
@@ -375,9 +408,13 @@ def _copy_path(workdir: str, node_name: str, filename: str) -> str:
 
 
 def _edit_until_valid(node: Any, component: str, path: str, data: bytes, force: bool = False,
-                      parked: bool = False) -> Tuple[Optional[bytes], Dict[str, Any]]:
-    """Open the editor until the result is valid: (new bytes or None when unchanged, the plan)."""
+                      parked: bool = False, files: Optional[List["Companion"]] = None
+                      ) -> Tuple[Optional[bytes], Dict[str, Any]]:
+    """Open the editor until the result is valid (it mounts every --with-file too): (new bytes or None
+    when unchanged, the plan)."""
+    from cpctl.core.companions import on_node
     from cpctl.ops import edits
+    placed = on_node(files or [], node.manifests_dir)
     problems: List[str] = []
     last_invalid: Optional[bytes] = None
     text = data
@@ -394,7 +431,7 @@ def _edit_until_valid(node: Any, component: str, path: str, data: bytes, force: 
         if last_invalid is not None and edited == last_invalid:
             raise CpctlError("edit of %s: still invalid (%s)" % (component, "; ".join(problems)), ExitCode.REFUSED)
         try:
-            return edited, edits.plan(node, component, edited, "your edit", "edit", force, parked)
+            return edited, edits.plan(node, component, edited, "your edit", "edit", force, parked, placed)
         except CpctlError as exc:
             if exc.code is not ExitCode.REFUSED:
                 raise

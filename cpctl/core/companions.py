@@ -1,0 +1,231 @@
+"""Companion files: files on the node a manifest's flags name (an audit policy, an EncryptionConfiguration,
+an AdmissionConfiguration), changed together with the manifest.
+
+``--with-file NODE_PATH=LOCAL_FILE`` reads LOCAL_FILE once on the operator's side (a regular file of at
+most 1 MiB, not a symlink), checks NODE_PATH (absolute, below the directory holding the manifests dir
+-- kubeadm's /etc/kubernetes -- unless ``--force``), and checks that the new manifest mounts it
+(a hostPath volume covering NODE_PATH, mounted into a container) before anything changes. The file
+is then written, mode 0600, by the same journaled change that writes the manifest
+(:func:`cpctl.core.replace.replace_change`), its previous bytes kept with the same revision, so a
+rollback (automatic or ``cpctl rollback``) puts both back.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from dataclasses import dataclass
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, TypedDict
+
+import yaml
+
+from cpctl.core import manifests, mounts
+from cpctl.errors import CpctlError, ExitCode
+
+MAX_COMPANION_BYTES = 1 << 20
+KUBE_DIR = "/etc/kubernetes"                 # what a flag value names inside the container (kubeadm's layout)
+WRITTEN_FLAGS = ("audit-log-path",)          # flags naming a file the component writes: its directory, writable
+
+
+class CompanionDict(TypedDict):
+    """A companion file in output and history: node path, local source, sha256 and size (None: absent)."""
+
+    path: str
+    source: str
+    checksum: Optional[str]
+    size: Optional[int]
+
+
+@dataclass
+class Companion:
+    """One companion file: its path on the node and its new bytes (None: the file is to be absent)."""
+
+    path: str
+    data: Optional[bytes]
+    source: str = ""
+
+    def to_dict(self) -> CompanionDict:
+        return {"path": self.path, "source": self.source,
+                "checksum": manifests.checksum(self.data) if self.data is not None else None,
+                "size": len(self.data) if self.data is not None else None}
+
+
+def parse_with_file(text: str) -> Tuple[str, str]:
+    """(node path, local file) from ``NODE_PATH=LOCAL_FILE``; a usage error otherwise."""
+    node_path, has, local = text.partition("=")
+    if not has or not node_path or not local:
+        raise CpctlError("--with-file %r: expected NODE_PATH=LOCAL_FILE" % text, ExitCode.USAGE)
+    if not node_path.startswith("/") or "\0" in node_path or \
+            any(part in (".", "..") for part in node_path.split("/")) or node_path.endswith("/"):
+        raise CpctlError("--with-file %s: the node path must be an absolute file path without . or .. parts"
+                         % node_path, ExitCode.USAGE)
+    return os.path.normpath(node_path), local
+
+
+def read_local(node_path: str, local: str) -> Companion:
+    """The companion's bytes from ``local`` (read once, here): a regular file of at most 1 MiB, not
+    a symlink; anything else refused with one line, nothing changed."""
+    try:
+        info = os.lstat(local)
+    except OSError as exc:
+        raise CpctlError("--with-file %s=%s: cannot read the local file: %s" % (node_path, local, exc.strerror or exc),
+                         ExitCode.USAGE) from None
+    if stat.S_ISLNK(info.st_mode):
+        raise CpctlError("--with-file %s=%s: the local file is a symlink: name the file itself" % (node_path, local),
+                         ExitCode.USAGE)
+    if not stat.S_ISREG(info.st_mode):
+        raise CpctlError("--with-file %s=%s: the local file is not a regular file" % (node_path, local), ExitCode.USAGE)
+    if info.st_size > MAX_COMPANION_BYTES:
+        raise CpctlError("--with-file %s=%s: the local file is larger than 1 MiB" % (node_path, local), ExitCode.USAGE)
+    try:
+        fd = os.open(local, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(fd, "rb") as handle:
+            data = handle.read(MAX_COMPANION_BYTES + 1)
+    except OSError as exc:
+        raise CpctlError("--with-file %s=%s: cannot read the local file: %s" % (node_path, local, exc.strerror or exc),
+                         ExitCode.USAGE) from None
+    if len(data) > MAX_COMPANION_BYTES:
+        raise CpctlError("--with-file %s=%s: the local file is larger than 1 MiB" % (node_path, local), ExitCode.USAGE)
+    return Companion(node_path, data, local)
+
+
+def read_all(texts: Sequence[str]) -> List[Companion]:
+    """Every ``--with-file`` read once (a node path given twice is a usage error)."""
+    found: List[Companion] = []
+    for text in texts:
+        node_path, local = parse_with_file(text)
+        if any(c.path == node_path for c in found):
+            raise CpctlError("--with-file %s given twice" % node_path, ExitCode.USAGE)
+        found.append(read_local(node_path, local))
+    return found
+
+
+def on_node(companions: Sequence[Companion], manifests_dir: str) -> List[Companion]:
+    """The companions with their paths as this node sees them: below the node's root
+    (:func:`node_root`; unchanged on a real node, where the root is /)."""
+    root = node_root(manifests_dir)
+    if not root:
+        return list(companions)
+    return [c if c.path.startswith(root + "/") else Companion(root + c.path, c.data, c.source) for c in companions]
+
+
+def kube_dir_of(manifests_dir: str) -> str:
+    """The node's /etc/kubernetes: the directory holding the manifests dir."""
+    return os.path.dirname(os.path.normpath(manifests_dir)) or "/"
+
+
+def check_places(companions: Sequence[Companion], manifests_dir: str, force: bool) -> None:
+    """Refuse (before anything changes) a companion in the manifests dir (the kubelet would try to run
+    it), or outside the node's /etc/kubernetes without ``--force``."""
+    kube_dir, mdir = kube_dir_of(manifests_dir), os.path.normpath(manifests_dir)
+    for companion in companions:
+        if companion.path == mdir or companion.path.startswith(mdir + "/"):
+            raise CpctlError("--with-file %s: a companion file cannot live in the manifests dir %s (the kubelet "
+                             "would try to run it)" % (companion.path, mdir), ExitCode.REFUSED)
+        if not companion.path.startswith(kube_dir.rstrip("/") + "/") and not force:
+            raise CpctlError("--with-file %s: outside %s; pass --force to write a file there" % (companion.path,
+                                                                                                  kube_dir),
+                             ExitCode.REFUSED)
+
+
+def container_path(node_path: str, manifests_dir: str) -> str:
+    """Where a container sees ``node_path`` in kubeadm's layout (the same path below the node's root)."""
+    root = node_root(manifests_dir)
+    return node_path[len(root):] if root and node_path.startswith(root + "/") else node_path
+
+
+def volume_name(path: str) -> str:
+    """A volume name for ``path``: its last parts, lower-case, DNS-label safe."""
+    parts = [p for p in path.split("/") if p][-2:]
+    name = re.sub(r"[^a-z0-9-]+", "-", "-".join(parts).lower()).strip("-")
+    return (name or "companion")[:63].strip("-")
+
+
+def _dicts(value: object) -> List[Dict[str, object]]:
+    """The mappings in a list from a parsed manifest (anything else: none)."""
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def mounted(pod: Mapping[str, object], node_path: str) -> bool:
+    """Some container of ``pod`` sees ``node_path``: a hostPath volume covering it is mounted."""
+    spec = pod.get("spec")
+    spec = spec if isinstance(spec, dict) else {}
+    volumes = {v.get("name"): host.get("path") for v in _dicts(spec.get("volumes"))
+               for host in [v.get("hostPath")] if isinstance(host, dict)}
+    for container in _dicts(spec.get("containers")):
+        for mount in _dicts(container.get("volumeMounts")):
+            host = volumes.get(mount.get("name")) if isinstance(mount, dict) else None
+            if isinstance(host, str) and host and (node_path == host.rstrip("/") or
+                                                   node_path.startswith(host.rstrip("/") + "/")):
+                return True
+    return False
+
+
+def check_mounted(data: bytes, companions: Sequence[Companion], manifests_dir: str, what: str) -> None:
+    """Refuse (before anything changes) a new manifest that does not mount a companion file, naming the
+    exact volume and mount to add."""
+    pod = yaml.safe_load(data.decode("utf-8", "replace"))
+    if not isinstance(pod, dict):
+        return                                  # the manifest review says what is wrong with it
+    for companion in companions:
+        if companion.data is None or mounted(pod, companion.path):
+            continue
+        name = volume_name(companion.path)
+        inside = container_path(companion.path, manifests_dir)
+        raise CpctlError("%s: the manifest does not mount %s: add to spec.volumes {name: %s, hostPath: {path: %s, "
+                         "type: File}} and to the container's volumeMounts {name: %s, mountPath: %s, readOnly: true} "
+                         "(or use cpctl flags ... --mount); nothing changed"
+                         % (what, companion.path, name, companion.path, name, inside), ExitCode.REFUSED)
+
+
+def add_mounts(data: bytes, container_index: int, paths: Sequence[Tuple[str, str, bool]]) -> Tuple[bytes, List[str]]:
+    """The manifest with a hostPath volume and a mount for each (container path, node path, writable)
+    the container does not see yet: a file read-only (type File), a written file's directory writable
+    (DirectoryOrCreate). The file is re-written as a whole (comments are lost): (bytes, what was added)."""
+    pod = yaml.safe_load(data.decode("utf-8"))
+    container = pod["spec"]["containers"][container_index]
+    said: List[str] = []
+    for inside, node_path, writable in paths:
+        if writable:
+            inside, node_path = os.path.dirname(inside), os.path.dirname(node_path)
+        if mounts.host_path_of(pod, container, inside) == node_path:
+            continue
+        name = volume_name(inside)
+        taken = {v.get("name") for v in pod["spec"].get("volumes") or []}
+        base, n = name, 2
+        while name in taken:
+            name, n = "%s-%d" % (base[:60], n), n + 1
+        pod["spec"].setdefault("volumes", []).append(
+            {"name": name, "hostPath": {"path": node_path, "type": "DirectoryOrCreate" if writable else "File"}})
+        mount: Dict[str, object] = {"name": name, "mountPath": inside}
+        if not writable:
+            mount["readOnly"] = True
+        container.setdefault("volumeMounts", []).append(mount)
+        said.append("hostPath volume %s mounted at %s%s" % (name, inside, "" if writable else " (read-only)"))
+    if not said:
+        return data, said
+    said.append("the file was re-written as a whole to add the mounts: comments are lost")
+    return yaml.safe_dump(pod, default_flow_style=False, sort_keys=False).encode("utf-8"), said
+
+
+def mount_wanted(sets: Sequence[Tuple[str, str]], companions: Sequence[Companion], manifests_dir: str
+                 ) -> List[Tuple[str, str, bool]]:
+    """(container path, node path, writable) for each ``--set`` value that names an absolute path:
+    the node path is the ``--with-file`` one ending with it, else the same path below the node's root
+    (:func:`node_root`: itself on a real node)."""
+    root = node_root(manifests_dir)
+    wanted = []
+    for name, value in sets:
+        if not value.startswith("/") or any(part in (".", "..") for part in value.split("/")):
+            continue
+        node_path = next((c.path for c in companions if c.path == value or c.path.endswith(value)), root + value)
+        wanted.append((value, node_path, name in WRITTEN_FLAGS))
+    return wanted
+
+
+def node_root(manifests_dir: str) -> str:
+    """The node's root as seen from here: "" on a real node; the prefix before /etc/kubernetes when
+    the manifests dir lives below one (a lab node, a chroot)."""
+    kube_dir = kube_dir_of(manifests_dir)
+    return kube_dir[:-len(KUBE_DIR)] if kube_dir.endswith(KUBE_DIR) else ""

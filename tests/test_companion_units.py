@@ -1,0 +1,120 @@
+"""Companion files in pieces (issue #24 item 3): the journal's reach, the mount helpers, and the lab's
+checks of audit policies, EncryptionConfigurations and AdmissionConfigurations."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import pytest
+import yaml
+
+from cpctl.core import companions, journal
+from cpctl.core.settings import Settings
+from cpctl.errors import CpctlError
+from cpctl.host.local import LocalHost
+from cpctl.ops.wiring import open_node
+from cpctl_lab import configfiles
+from tests.coreutil import MANIFESTS, NODE, NodeDirs, sha
+
+
+def _journal(node: NodeDirs, path: str, named: list) -> None:
+    """A journal (as a killed cpctl leaves it) whose one write step goes to ``path``."""
+    os.makedirs(os.path.join(node.state, "staged"), exist_ok=True)
+    staged = os.path.join(node.state, "staged", "op.0.new")
+    with open(staged, "wb") as handle:
+        handle.write(b"x")
+    entry = {"version": journal.JOURNAL_VERSION, "op": "op", "action": "apply", "component": "kube-scheduler",
+             "file": "kube-scheduler.yaml", "checksum": None, "commit": 0, "record": {},
+             "steps": [{"kind": "write", "path": path, "checksum": sha(b"x"), "staged": staged, "mode": 384}],
+             "started": "2026-01-01T00:00:00Z", "pid": 1, "companions": named}
+    with open(node.journal, "w") as handle:
+        json.dump(entry, handle)
+
+
+def _recover(node: NodeDirs) -> Any:
+    settings = Settings(manifests_dir=node.manifests, state_dir=node.state, node_name=NODE, probe="none")
+    return open_node(settings, LocalHost())
+
+
+def test_the_journal_reaches_a_companion_path_only_when_the_change_records_it(tmp_path: Any) -> None:
+    outside = str(tmp_path / "elsewhere" / "policy.yaml")
+    node = NodeDirs(str(tmp_path / "a"))
+    _journal(node, outside, [])
+    with pytest.raises(CpctlError, match="is corrupt .*outside the manifests dir"):
+        _recover(node).changes.change_from_journal(json.load(open(node.journal)))
+    _journal(node, outside, [outside])
+    change = _recover(node).changes.change_from_journal(json.load(open(node.journal)))
+    assert change.companions == [outside]
+    for bad in (["relative/path"], [outside + "/../x"], "not a list", ["/"]):
+        _journal(node, bad[0] if isinstance(bad, list) and bad[0].startswith("/") else outside, bad)
+        with pytest.raises(CpctlError, match="is corrupt"):
+            _recover(node).changes.change_from_journal(json.load(open(node.journal)))
+
+
+def test_add_mounts_adds_a_read_only_file_and_a_writable_log_directory() -> None:
+    data = MANIFESTS["kube-scheduler.yaml"]
+    policy, log = "/etc/kubernetes/audit/policy.yaml", "/var/log/audit/audit.log"
+    new, said = companions.add_mounts(data, 0, [(policy, policy, False), (log, log, True)])
+    pod = yaml.safe_load(new)
+    volumes = {v["name"]: v["hostPath"] for v in pod["spec"]["volumes"]}
+    assert volumes["audit-policy-yaml"] == {"path": "/etc/kubernetes/audit/policy.yaml", "type": "File"}
+    assert volumes["log-audit"] == {"path": "/var/log/audit", "type": "DirectoryOrCreate"}
+    mounts = {m["name"]: m for m in pod["spec"]["containers"][0]["volumeMounts"]}
+    assert mounts["audit-policy-yaml"]["readOnly"] is True and "readOnly" not in mounts["log-audit"]
+    assert companions.add_mounts(new, 0, [("/etc/kubernetes/audit/policy.yaml",
+                                           "/etc/kubernetes/audit/policy.yaml", False)]) == (new, [])
+    assert companions.mounted(pod, "/etc/kubernetes/audit/policy.yaml")
+    assert not companions.mounted(pod, "/etc/kubernetes/audit/other.yaml")
+    assert said[-1].endswith("comments are lost")
+
+
+def test_node_paths_of_a_chrooted_node() -> None:
+    assert companions.node_root("/etc/kubernetes/manifests") == ""
+    assert companions.node_root("/lab/root-m1/etc/kubernetes/manifests") == "/lab/root-m1"
+    [moved] = companions.on_node([companions.Companion("/etc/kubernetes/a.yaml", b"")],
+                                 "/lab/root-m1/etc/kubernetes/manifests")
+    assert moved.path == "/lab/root-m1/etc/kubernetes/a.yaml"
+
+
+POLICY = "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n"
+ENCRYPTION = ("apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n"
+              "- resources: [secrets]\n  providers:\n  - aescbc:\n      keys:\n      - name: k\n"
+              "        secret: c2VjcmV0IGlzIHNlY3VyZSwgb3IgaXMgaXQ/IDMyIGI=\n  - identity: {}\n")
+ADMISSION = ("apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n"
+             "- name: EventRateLimit\n  path: /etc/kubernetes/admission/eventconfig.yaml\n")
+
+
+@pytest.mark.parametrize("flag,good,bad,message", [
+    ("audit-policy-file", POLICY, POLICY.replace("kind: Policy", "kind: Polcy"), 'no kind "Polcy"'),
+    ("audit-policy-file", POLICY, POLICY.replace("Metadata", "Everything"), 'Unsupported value: "Everything"'),
+    ("audit-policy-file", POLICY, "apiVersion: audit.k8s.io/v1\nkind: Policy\n", "0 rules"),
+    ("encryption-provider-config", ENCRYPTION, ENCRYPTION.replace("c2VjcmV0IGlzIHNlY3VyZSwgb3IgaXMgaXQ/IDMyIGI=",
+                                                                  "c2hvcnQ="), "expected one of [16, 24, 32]"),
+    ("encryption-provider-config", ENCRYPTION, ENCRYPTION.replace("  providers:", "  nothing:"),
+     "providers: Required value"),
+    ("admission-control-config-file", ADMISSION, ADMISSION.replace("- name: EventRateLimit\n", "- nme: x\n"),
+     "plugins[0].name: Required value"),
+])
+def test_lab_config_checks(tmp_path: Any, flag: str, good: str, bad: str, message: str) -> None:
+    path = tmp_path / "file.yaml"
+    path.write_text(good)
+    assert configfiles.config_error(flag, "/etc/kubernetes/x.yaml", str(path)) is None
+    path.write_text(bad)
+    found = configfiles.config_error(flag, "/etc/kubernetes/x.yaml", str(path))
+    assert found is not None and message in found, found
+    missing = configfiles.config_error(flag, "/etc/kubernetes/x.yaml", None)
+    assert missing is not None and "open /etc/kubernetes/x.yaml: no such file or directory" in missing
+
+
+def test_audit_levels_follow_the_first_matching_rule() -> None:
+    policy = {"rules": [{"level": "None", "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}]},
+                        {"level": "RequestResponse", "verbs": ["create"]}, {"level": "Metadata"}]}
+    assert configfiles.audit_level(policy, "admin", "update", "leases", "kube-system") == "None"
+    assert configfiles.audit_level(policy, "admin", "create", "pods", "default") == "RequestResponse"
+    assert configfiles.audit_level(policy, "admin", "list", "namespaces", "") == "Metadata"
+    event = configfiles.audit_event("GET", "/api/v1/namespaces/kube-system/pods/p1", "admin", ["g"], 200, "id", "::1",
+                                    "kubectl")
+    assert event["verb"] == "get" and event["objectRef"] == {"namespace": "kube-system", "resource": "pods",
+                                                              "name": "p1", "apiVersion": "v1"}

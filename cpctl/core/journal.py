@@ -16,7 +16,9 @@ into place.
 
 A failure while applying:
 
-* before or at the commit step: the steps done are undone, nothing changed ("rolled back");
+* before or at the commit step: the steps done are undone, and so is whatever the failed step did
+  half way (a copy across filesystems whose source could not be removed), nothing changed
+  ("rolled back");
 * the history record cannot be written (disk full): the change is rolled back too - a change that
   is not on record is not allowed to stand;
 * a later step fails (a metadata file that cannot be removed, a config file left behind): the
@@ -181,8 +183,8 @@ class ChangePath:
             try:
                 self._do(step, change.data.get(index))
             except OSError as exc:
-                if index <= change.commit:
-                    return self._abort(change, done, "%s: %s" % (_describe(step), _strerror(exc)))
+                if index <= change.commit:     # the failed step may be half done (a copy made): undo it too
+                    return self._abort(change, done + [index], "%s: %s" % (_describe(step), _strerror(exc)))
                 return self._finish_with_leftovers(change, index, exc)
             done.append(index)
         return self._close(change, [], recovered=False)

@@ -247,7 +247,13 @@ def _check_replace(node: NodeDirs, kind: str, status: Dict[str, Any]) -> str:
     earlier = ["apply"] if kind == "rollback" else []
     assert now in (before, after), "the manifest holds one version, complete"
     assert len(_files(node.manifests)) == 1, "no second file for the pod"
+    marks = _pending(node)
     if now == after:
+        # killed after the commit and before the verdict: "verification pending" names these bytes
+        assert set(marks) <= {"kube-scheduler.yaml"}
+        if marks:
+            assert marks["kube-scheduler.yaml"]["checksum"] == sha(after) and marks["kube-scheduler.yaml"]["op"]
+            assert [w for w in status["warnings"] if "never verified" in w], status["warnings"]
         assert _actions(node) == earlier + [kind]
         number = len(earlier) + 1
         assert kept == sorted(["kube-scheduler.yaml.%d%s" % (n, suffix) for n in range(1, number + 1)
@@ -256,6 +262,8 @@ def _check_replace(node: NodeDirs, kind: str, status: Dict[str, Any]) -> str:
             assert handle.read() == before, "the replaced bytes are kept"
         return "completed"
     assert _actions(node) == earlier
+    assert not marks, "a rolled-back change leaves no verification pending"
+    assert not [w for w in status["warnings"] if "never verified" in w]
     assert len(kept) == 2 * len(earlier), "a rolled-back change keeps no revision"
     return "rolled back"
 
@@ -270,6 +278,16 @@ def _check_keep_in(node: NodeDirs, status: Dict[str, Any]) -> str:
         assert handle.read() == b'- {"op": "add", "path": "/spec/containers/0/command/-", "value": "--v=4"}\n'
     assert _actions(node) == ["keep-in"]
     return "completed"
+
+
+def _pending(node: NodeDirs) -> Dict[str, Any]:
+    """STATE/pending.json's entries (file -> entry), {} when absent."""
+    import json
+    path = os.path.join(node.state, "pending.json")
+    if not os.path.exists(path):
+        return {}
+    with open(path) as handle:
+        return json.load(handle)["changes"]
 
 
 CHECKS: Dict[str, Callable[..., str]] = {
@@ -300,5 +318,8 @@ def test_sigkill_before_every_host_call(kind: str, tmp_path: Any) -> None:
         view = _recover(node)
         _common(node, view)
         seen[CHECKS[kind](node, view)] += 1
+        seen["verification pending"] = seen.get("verification pending", 0) + bool(_pending(node))
         shutil.rmtree(root)
     assert seen["completed"] and seen["rolled back"], seen
+    if kind in ("apply", "rollback"):        # some kill points fall after the commit, before the verdict
+        assert seen["verification pending"], seen

@@ -17,8 +17,7 @@ import pytest
 
 from cpctl.core.node import Node
 from cpctl.errors import CpctlError, ExitCode
-from cpctl.host.mock import MockHost
-from tests.coreutil import NODE, NodeDirs, Tmpfs, assert_settled
+from tests.coreutil import NodeDirs, Tmpfs, assert_settled
 
 NAME = "kube-scheduler.yaml"
 

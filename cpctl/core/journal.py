@@ -33,8 +33,11 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from cpctl.core import manifests
 from cpctl.errors import CpctlError, ExitCode
@@ -167,7 +170,15 @@ class ChangePath:
 
     # --- apply ---------------------------------------------------------------------------------
     def apply(self, change: Change) -> Applied:
-        """Run ``change`` under the write-ahead protocol (the caller holds the node lock)."""
+        """Run ``change`` under the write-ahead protocol (the caller holds the node lock).
+
+        SIGINT and SIGTERM wait until it is over (applied and recorded, or rolled back), then
+        take effect: a Ctrl-C never leaves a change half done for the next command to finish, and
+        whoever catches it (``apply``'s put-back) starts from a settled node."""
+        with signals_deferred():
+            return self._apply(change)
+
+    def _apply(self, change: Change) -> Applied:
         missing = [i for i, s in enumerate(change.steps) if s.kind == WRITE and i not in change.data]
         if missing:
             raise ValueError("write steps %s of %s have no data" % (missing, change.action))
@@ -456,6 +467,30 @@ class ChangePath:
                 if not path_allowed(path, roots):
                     raise CorruptJournal("path %r is outside the manifests dir, the state dir and the "
                                          "directory holding the manifests dir" % (path,))
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM for the duration, then deliver the first one that came (in the main
+    thread only: Python runs signal handlers there; elsewhere this does nothing)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: List[int] = []
+    previous = {}
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        handler = signal.getsignal(signum)
+        if handler is None:                  # installed outside Python: leave it alone
+            continue
+        previous[signum] = handler
+        signal.signal(signum, lambda number, _frame: caught.append(number))
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if caught:
+            signal.raise_signal(caught[0])
 
 
 def allowed_roots(manifests_dir: str, state_dir: str) -> Tuple[str, str, str]:

@@ -15,7 +15,7 @@ import difflib
 import secrets
 from typing import Any, Dict, List, Optional, Tuple
 
-from cpctl.core import journal, manifests, outside
+from cpctl.core import journal, manifests, outside, pending
 from cpctl.core.flags import redact
 from cpctl.core.manifests import Manifest
 from cpctl.core.node import NAME_MAX, Node
@@ -51,9 +51,12 @@ def text_diff(old: bytes, new: bytes, filename: str, limit: int = 0) -> str:
 
 
 def replace_change(node: Node, manifest: Manifest, new: bytes, action: str, reason: Optional[str], keep: int,
-                   record: Optional[Dict[str, Any]] = None, replaced_failed: bool = False
+                   record: Optional[Dict[str, Any]] = None, replaced_failed: bool = False, awaits: bool = False
                    ) -> Tuple[journal.Change, int]:
-    """(the change, the number of the revision it keeps) that writes ``new`` over ``manifest``."""
+    """(the change, the number of the revision it keeps) that writes ``new`` over ``manifest``.
+
+    ``awaits``: a new pod will be waited for, so the change also records "verification pending"
+    for the file (:mod:`cpctl.core.pending`) before its commit step; the verdict clears it."""
     if action not in ACTIONS:
         raise ValueError("unknown replace action %r" % action)
     assert manifest.data is not None and manifest.pod_name is not None
@@ -66,6 +69,13 @@ def replace_change(node: Node, manifest: Manifest, new: bytes, action: str, reas
     pre, pre_data, existing = _outside_revision(node, manifest, meta, store, existing)
     before, data, after, number = store.keep_steps(manifest.file, old, manifest.mode, meta, keep, existing)
     before, data = pre + before, {**pre_data, **{i + len(pre): d for i, d in data.items()}}
+    if awaits:
+        who = node.who()
+        mark, mark_bytes = pending.mark_step(node.host, node.state, pending.Pending(
+            op, action, manifest.pod_name, manifest.file, new_sum, manifests.checksum(old), iso(),
+            user_label(node.host), str(who.get("hostname")), node.node_name, int(who.get("pid") or 0), number))
+        data[len(before)] = mark_bytes
+        before.append(mark)
     write = journal.write(manifest.path, new_sum, mode=manifest.mode, before=manifests.checksum(old))
     write.uid, write.gid = manifest.uid, manifest.gid
     data[len(before)] = new
@@ -94,3 +104,18 @@ def _outside_revision(node: Node, manifest: Manifest, meta: Dict[str, Any], stor
                            manifest.checksum or "", False, meta["op"], store.bytes_path(manifest.file, number))
     return steps, data, existing + [placeholder]
 
+def displaced_change(node: Node, filename: str, component: str, ours: bytes, mode: int, theirs: str,
+                     applied_by: str, keep: int) -> Tuple[journal.Change, int]:
+    """(the change, its revision number) that keeps ``ours`` - bytes cpctl wrote that another writer
+    has since replaced with ``theirs`` (a checksum) - as a revision, so that both versions stay:
+    theirs in place, cpctl's on record (``action`` "displaced": never picked by a plain rollback)."""
+    store = revisions_of(node)
+    op = secrets.token_hex(8)
+    meta = {"saved_at": iso(), "saved_by": user_label(node.host), "host": str(node.host.info()["hostname"]),
+            "action": "displaced", "reason": "replaced by another writer while cpctl waited (%s)" % applied_by,
+            "replaced_by": theirs, "failed": False, "op": op}
+    before, data, after, number = store.keep_steps(filename, ours, mode, meta, keep, store.list(filename))
+    change = journal.Change("displaced", component, filename, manifests.checksum(ours), before + after,
+                            commit=len(before) - 1, data=data, op=op,
+                            record={"reason": meta["reason"], "revision": number, "in_place": theirs})
+    return change, number

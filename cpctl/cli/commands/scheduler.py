@@ -109,7 +109,8 @@ def _removed_text(data: dict) -> str:
     if data["dry_run"]:
         return "dry run: nothing changed. Would move to %s/removed/<time>/:\n%s" % (
             data["state_dir"], "\n".join("  " + f for f in data["files"]))
-    return "%s: removed (moved to %s) - %s" % (data["name"], data["removed_dir"], data["wait"]["detail"])
+    return "%s: removed (moved to %s) - %s" % (data["name"], data["removed_dir"], data["wait"]["detail"]) + \
+        "".join("\n  %s" % line for line in data.get("rbac") or [])
 
 
 @scheduler.command(name="list")

@@ -21,6 +21,7 @@ import pytest
 
 from cpctl.core import kubeadmconfig, views
 from cpctl.core.settings import Settings
+from cpctl.errors import CpctlError, ExitCode
 from cpctl.host.local import LocalHost
 from cpctl.host.mock import Fault, MockHost
 from cpctl.ops import drift, edits, keepin, lifecycle
@@ -58,6 +59,23 @@ def _run(node: NodeDirs, kind: str, kill_at: int) -> Tuple[int, int]:
     return status, int(calls or 0)
 
 
+THEIRS = SCHEDULER.replace(b"    - --leader-elect=true\n", b"    - --leader-elect=true\n    - --v=7\n")
+
+
+def _displace(node: Any) -> None:
+    """Another writer replaced cpctl's applied version: cpctl keeps its own bytes as a revision
+    (the journaled "displaced" change), then reports the conflict."""
+    with node.session("kill test"):
+        manifest = edits.current(node, "scheduler", "apply")
+        written = edits.Written(manifest, NEW_SCHEDULER, sha(NEW_SCHEDULER), 1, "apply")
+        try:
+            edits.still_ours(node, written, EDIT_OPTIONS, "in the kill test")
+        except CpctlError as exc:
+            assert exc.code == ExitCode.CONFLICT
+            return
+    raise AssertionError("no conflict")
+
+
 CHANGES: Dict[str, Callable[[Any], Any]] = {
     "stop": lambda node: lifecycle.stop(node, ["scheduler"], "kill test", None, False, 1),
     "start": lambda node: lifecycle.start(node, ["scheduler"], False, 1),
@@ -74,12 +92,13 @@ CHANGES: Dict[str, Callable[[Any], Any]] = {
     "keep-in": lambda node: keepin.write_patch(node, keepin.plan(
         node, "kube-scheduler", SCHEDULER, NEW_SCHEDULER, kubeadmconfig.FlagChange([("v", "4")]),
         [kubeadmconfig.KeepIn("patches")]), None),
+    "displaced": _displace,
 }
 
 
 def _prepare(kind: str, root: str) -> NodeDirs:
     """A node in the state the change starts from (set up without faults)."""
-    if kind in ("scheduler-add", "scheduler-remove", "apply", "rollback", "keep-in"):
+    if kind in ("scheduler-add", "scheduler-remove", "apply", "rollback", "keep-in", "displaced"):
         node = NodeDirs(root, files={"kube-scheduler.yaml": SCHEDULER})
     else:
         node = NodeDirs(root)
@@ -90,8 +109,11 @@ def _prepare(kind: str, root: str) -> NodeDirs:
             handle.write(NEW_SCHEDULER)
     if kind == "scheduler-remove":
         _done(_run(node, "scheduler-add", 0))
-    if kind == "rollback":
+    if kind in ("rollback", "displaced"):
         _done(_run(node, "apply", 0))
+    if kind == "displaced":
+        with open(os.path.join(node.manifests, "kube-scheduler.yaml"), "wb") as handle:
+            handle.write(THEIRS)
     if kind == "move-stray":
         with open(os.path.join(node.manifests, "kube-scheduler.yaml.orig"), "wb") as handle:
             handle.write(STRAY)
@@ -280,6 +302,21 @@ def _check_keep_in(node: NodeDirs, status: Dict[str, Any]) -> str:
     return "completed"
 
 
+def _check_displaced(node: NodeDirs, status: Dict[str, Any]) -> str:
+    """Theirs always stays in place; cpctl's bytes are kept as revision 2 exactly when recorded."""
+    assert _files(node.manifests) == {"kube-scheduler.yaml": THEIRS}, "the other writer's version is untouched"
+    revisions = os.path.join(node.state, "revisions")
+    kept = sorted(n for n in os.listdir(revisions) if not n.startswith("."))
+    if _actions(node) == ["apply", "displaced"]:
+        assert kept == ["kube-scheduler.yaml.1", "kube-scheduler.yaml.1.json", "kube-scheduler.yaml.2",
+                        "kube-scheduler.yaml.2.json"]
+        with open(os.path.join(revisions, "kube-scheduler.yaml.2"), "rb") as handle:
+            assert handle.read() == NEW_SCHEDULER
+        return "completed"
+    assert _actions(node) == ["apply"] and kept == ["kube-scheduler.yaml.1", "kube-scheduler.yaml.1.json"]
+    return "rolled back"
+
+
 def _pending(node: NodeDirs) -> Dict[str, Any]:
     """STATE/pending.json's entries (file -> entry), {} when absent."""
     import json
@@ -302,6 +339,7 @@ CHECKS: Dict[str, Callable[..., str]] = {
     "apply": lambda node, status: _check_replace(node, "apply", status),
     "rollback": lambda node, status: _check_replace(node, "rollback", status),
     "keep-in": _check_keep_in,
+    "displaced": _check_displaced,
 }
 
 

@@ -101,13 +101,14 @@ def mark_step(host: Host, state: StateDir, entry: Pending) -> Tuple[journal.Step
     return journal.write(where, manifests.checksum(new), before=manifests.checksum(old) if old else ""), new
 
 
-def clear(host: Host, state: StateDir, filename: str, op: Optional[str] = None) -> None:
-    """The verdict is in: drop the entry of ``filename`` (only the one of change ``op`` when given).
+def clear(host: Host, state: StateDir, filename: str, op: Optional[str] = None, unless: str = "") -> None:
+    """The verdict is in: drop the entry of ``filename`` (only the one of change ``op`` when given;
+    never the one of change ``unless``: an older entry the failed change did not replace).
     One atomic write of a state file; a failure is not worth failing a verdict for (the entry then
     shows as "never verified", which errs on the safe side)."""
     entries, problem = read(host, state)
     entry = entries.get(filename)
-    if problem or entry is None or (op is not None and entry.op != op):
+    if problem or entry is None or (op is not None and entry.op != op) or (unless and entry.op == unless):
         return
     del entries[filename]
     try:

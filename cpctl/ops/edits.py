@@ -187,19 +187,22 @@ def _replace_locked(node: Node, manifest: Manifest, new: bytes, source: str, act
     before = None if same else node.waiter.before(target)
     change, number = replace_change(node, manifest, new, action, options.reason, options.keep, record,
                                     awaits=not same)
-    node.apply(change)
     done = _result(node, manifest, action, True, revision=number, checksum=change.checksum,
                    previous=manifests.checksum(manifest.data), warnings=verdict.warnings)
     if same:
+        node.apply(change)
         return dict(done, message="%s: same pod spec (only comments or formatting changed): the kubelet keeps the "
                                   "running pod; previous version kept as revision %d" % (_past(action), number))
     written = Written(manifest, new, change.checksum or "", number, action)
-    try:
+    older = pending.read(node.host, node.state)[0].get(manifest.file)     # a change killed in its wait before
+    try:                  # a signal held during the journaled write arrives as it returns: inside this try
+        node.apply(change)
         return _judge(node, target, before, written, options, done)
     except (KeyboardInterrupt, Terminated) as exc:
         raise _put_back_now(node, target, before, written, options, exc) from None
     finally:
-        pending.clear(node.host, node.state, manifest.file)      # the verdict is in (only SIGKILL skips this)
+        pending.clear(node.host, node.state, manifest.file,      # the verdict is in (only SIGKILL skips this)
+                      unless=older.op if older else "")
 
 
 @dataclass

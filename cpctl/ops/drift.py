@@ -448,8 +448,6 @@ def _check_journal(report: Report, node: Node) -> None:
 def _check_unverified(report: Report, node: Node) -> None:
     """A change whose new pod nobody judged (cpctl killed in its wait): the version in place may be
     crash-looping while nothing else says so."""
-    if node.state.path and node.host.lstat(node.state.path) is None:
-        return
     entries, lines = node.unverified(held=False)
     if len(lines) > len(entries):
         report.add(Finding("unverified", WARNING, lines[0]))

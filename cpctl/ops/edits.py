@@ -215,6 +215,7 @@ class Written:
     checksum: str
     revision: int
     action: str
+    kept: str = ""                 # where cpctl's bytes went once another writer displaced them
 
     @property
     def component(self) -> str:
@@ -301,14 +302,17 @@ def _checksum_now(node: Node, path: str) -> Optional[str]:
 
 
 def _keep_displaced(node: Node, written: Written, theirs: str, options: ApplyOptions) -> str:
-    """Keep cpctl's displaced bytes as a revision (through the change path); says where they are."""
+    """Keep cpctl's displaced bytes as a revision (through the change path), once; says where they are."""
+    if written.kept:
+        return written.kept
     try:
         change, number = displaced_change(node, written.old.file, written.component, written.new,
                                           written.old.mode, theirs, written.action, options.keep)
         node.apply(change)
     except CpctlError as exc:
         return "not kept (%s)" % exc.message
-    return "kept as revision %d" % number
+    written.kept = "kept as revision %d" % number
+    return written.kept
 
 
 def _past(action: str) -> str:

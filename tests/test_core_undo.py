@@ -17,9 +17,10 @@ import pytest
 
 from cpctl.core.node import Node
 from cpctl.errors import CpctlError, ExitCode
-from tests.coreutil import NodeDirs, Tmpfs, assert_settled
+from tests.coreutil import NodeDirs, Tmpfs, assert_settled, tmpfs_fixture
 
 NAME = "kube-scheduler.yaml"
+tmpfs = pytest.fixture(tmpfs_fixture)
 
 
 def _stop(node: Node) -> Any:
@@ -81,3 +82,25 @@ def test_stop_on_a_read_only_manifests_dir_leaves_no_stray(readonly_manifests: N
     node.run("start", "scheduler", "--no-wait")          # already in place: exit 0, not "refused" (4)
     node.run("stop", "scheduler", "--no-wait", rc=int(ExitCode.ENVIRONMENT))   # still refused the same way
     assert _parked_copies(node) == []
+
+
+@pytest.fixture
+def immutable_manifest(tmp_path: Any, tmpfs: str) -> Iterator[NodeDirs]:
+    """The scheduler's manifest `chattr +i` (on this disk), the state dir on a tmpfs (EXDEV)."""
+    node = NodeDirs(str(tmp_path), state=os.path.join(tmpfs, "state"))
+    path = os.path.join(node.manifests, NAME)
+    proc = subprocess.run(["chattr", "+i", path], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip("cannot make a file immutable here: %s" % proc.stderr.strip())
+    try:
+        yield node
+    finally:
+        subprocess.run(["chattr", "-i", path], capture_output=True)
+
+
+def test_stop_of_an_immutable_manifest_leaves_no_stray(immutable_manifest: NodeDirs) -> None:
+    node = immutable_manifest
+    proc = node.run("stop", "scheduler", "--no-wait", rc=int(ExitCode.ENVIRONMENT))
+    assert "not permitted" in proc.stderr and "nothing changed" in proc.stderr
+    assert _parked_copies(node) == [] and node.history() == []
+    node.run("start", "scheduler", "--no-wait")

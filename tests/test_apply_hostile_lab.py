@@ -165,3 +165,22 @@ def test_sigkill_during_the_wait_is_said_by_the_next_commands(lab: Any, tmp_path
     check = run_cpctl(lab, "-o", "json", "check")
     assert "unverified" not in _kinds(check), "the rollback's verdict clears it"
     assert "never verified" not in run_cpctl(lab, "status").stdout
+
+
+def test_start_confirms_a_change_never_verified(lab: Any, tmp_path: Any) -> None:
+    """A healthy version whose apply was killed while it settled: `cpctl start` (the manifest already
+    in place) waits for the pod and, once it is Running and Ready, confirms the change."""
+    old = _read(_path(lab))
+    wait_for(lambda: is_ready(mirror(lab, "kube-scheduler")), 20, "scheduler Ready")
+    good = _with_flag(old, "--v=3")
+    proc = _popen(lab, "apply", "scheduler", "-f", _write(tmp_path, good), "--timeout", "60", "--settle", "60")
+    wait_for(lambda: _read(_path(lab)) == good, 20, "the new version written")
+    time.sleep(1.0)
+    proc.kill()
+    proc.communicate(timeout=30)
+    assert "never verified" in run_cpctl(lab, "status").stdout
+    start = run_cpctl(lab, "start", "scheduler", "--timeout", "30")
+    assert start.returncode == 0, start.stdout + start.stderr
+    assert "never verified is verified now" in start.stdout, start.stdout
+    assert "never verified" not in run_cpctl(lab, "status").stdout
+    assert "unverified" not in _kinds(run_cpctl(lab, "-o", "json", "check"))

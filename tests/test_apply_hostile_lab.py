@@ -68,7 +68,7 @@ def test_ctrl_c_while_diagnosing_a_failed_wait_still_rolls_back(lab: Any, tmp_pa
     bad = _with_flag(old, BAD_FLAG)
     wrapper, marker = _slow_logs_crictl(lab, tmp_path)
     proc = _popen(lab, "apply", "scheduler", "-f", _write(tmp_path, bad), "--timeout", "6", "--settle", "0",
-                  CPCTL_CRICTL=wrapper)
+                  "--force", CPCTL_CRICTL=wrapper)          # --force: past cpctl's flag-name check
     wait_for(lambda: os.path.exists(marker) or proc.poll() is not None, 60, "cpctl asking crictl for logs")
     assert proc.poll() is None, "cpctl ended before its diagnosis: %s" % (proc.communicate(),)
     assert _read(_path(lab)) == bad, "the broken version is in place while cpctl diagnoses it"
@@ -92,7 +92,8 @@ def _apply_then_other_writer(lab: Any, tmp_path: Any, theirs_flag: str, timeout:
     wait_for(lambda: is_ready(mirror(lab, "kube-scheduler")), 20, "scheduler Ready")
     ours = _with_flag(old, BAD_FLAG)
     theirs = _with_flag(old, theirs_flag)
-    proc = _popen(lab, "apply", "scheduler", "-f", _write(tmp_path, ours), "--timeout", timeout, "--settle", "0")
+    proc = _popen(lab, "apply", "scheduler", "-f", _write(tmp_path, ours), "--timeout", timeout, "--settle", "0",
+                  "--force")
     wait_for(lambda: _read(_path(lab)) == ours, 20, "cpctl's version written")
     time.sleep(0.5)                                  # inside cpctl's wait
     _replace_as_an_editor(_path(lab), theirs)
@@ -140,7 +141,7 @@ def test_sigkill_during_the_wait_is_said_by_the_next_commands(lab: Any, tmp_path
     old = _read(_path(lab))
     wait_for(lambda: is_ready(mirror(lab, "kube-scheduler")), 20, "scheduler Ready")
     bad = _with_flag(old, BAD_FLAG)
-    proc = _popen(lab, "apply", "scheduler", "-f", _write(tmp_path, bad), "--timeout", "120")
+    proc = _popen(lab, "apply", "scheduler", "-f", _write(tmp_path, bad), "--timeout", "120", "--force")
     wait_for(lambda: _read(_path(lab)) == bad, 20, "the new version written")
     time.sleep(0.5)                                  # inside the wait
     proc.kill()

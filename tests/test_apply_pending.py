@@ -66,6 +66,7 @@ def test_the_next_commands_say_it(killed: NodeDirs) -> None:
     report = drift.check(open_node(_settings(killed), LocalHost()))
     [finding] = report.of_kind("unverified")
     assert finding.component == "kube-scheduler" and finding.file == "kube-scheduler.yaml"
+    assert "cpctl start kube-scheduler" in finding.fix and "cpctl rollback kube-scheduler" in finding.fix
     assert report.drift
 
 

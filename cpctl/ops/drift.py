@@ -111,6 +111,7 @@ def how_to_fix(kind: str, file: Optional[str], component: Optional[str], extra: 
                             "manifest" % (name, name),
         "mirror_of_parked": "wait for the kubelet to drop it, else check the kubelet (journalctl -u kubelet)",
         "interrupted": "cpctl check --fix",
+        "unverified": "cpctl start %s (waits for the pod and confirms the change) or cpctl rollback %s" % (name, name),
         "permissions": "chown root: %s && chmod 700 %s (a symlink: replace it with a directory)" % (file, file),
         "editor_swap": "finish the edit, or remove %s if the editor crashed" % file,
         "no_baseline": "cpctl baseline",

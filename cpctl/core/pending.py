@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from cpctl.core import journal, manifests
 from cpctl.core.state import MAX_STATE_FILE, PENDING, StateDir
@@ -44,7 +44,7 @@ class Pending:
     pid: int
     revision: int            # the revision that keeps the bytes it replaced
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> Dict[str, object]:
         return asdict(self)
 
 

@@ -15,7 +15,7 @@ import errno
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from cpctl.host import ops as hostops
 from cpctl.host.local import LocalHost
@@ -62,7 +62,7 @@ class Fault:
         return self.at <= self.seen < self.at + self.times
 
 
-def _failing(name: str) -> Any:
+def _failing(name: str) -> Callable[[str], None]:
     """A remove function that fails with errno ``name``."""
     def remove(path: str) -> None:
         number = getattr(errno, name)

@@ -205,6 +205,9 @@ def _replace_locked(node: Node, manifest: Manifest, new: bytes, source: str, act
                       unless=older.op if older else "")
 
 
+Before = Optional[Dict[str, object]]      # Waiter.before's snapshot: {"probe", "state", "lease"}
+
+
 @dataclass
 class Written:
     """What one replacement wrote: the manifest it replaced (``old.data``), the new bytes and their
@@ -227,8 +230,8 @@ class Written:
         return self.old.data
 
 
-def _judge(node: Node, target: PodTarget, before: Any, written: Written, options: ApplyOptions,
-           done: Dict[str, Any]) -> Dict[str, Any]:
+def _judge(node: Node, target: PodTarget, before: Before, written: Written, options: ApplyOptions,
+           done: Dict[str, object]) -> Dict[str, object]:
     """Wait for the new pod, then the verdict - for the bytes cpctl wrote, if they are still there."""
     action, component, number = written.action, written.component, written.revision
     try:
@@ -386,7 +389,7 @@ def _restore(node: Node, written: Written, reason: str, options: ApplyOptions) -
     return number
 
 
-def _put_back_now(node: Node, target: PodTarget, original: Any, written: Written, options: ApplyOptions,
+def _put_back_now(node: Node, target: PodTarget, original: Before, written: Written, options: ApplyOptions,
                   exc: BaseException) -> CpctlError:
     """SIGINT/SIGTERM after the write, before the verdict: the previous bytes go back (unless they
     already are: the automatic rollback had written them), and are waited for; a second signal
@@ -420,13 +423,14 @@ def _put_back_now(node: Node, target: PodTarget, original: Any, written: Written
     return Interrupted(signal, what, where="the previous version is %s%s" % (state, kept))
 
 
-def _baseline(node: Node, target: PodTarget, original: Any) -> Any:
+def _baseline(node: Node, target: PodTarget, original: Before) -> Before:
     """What the pod of the previous version must be new against: the pod running now - unless that
     is still the very pod seen before the change (the kubelet never replaced it): then the previous
     version never went away, and any Ready pod of it proves it is back."""
-    now = node.waiter.before(target)
+    now: Before = node.waiter.before(target)
     seen, was = (now or {}).get("state"), (original or {}).get("state")
-    if isinstance(seen, PodState) and isinstance(was, PodState) and now.get("probe") == original.get("probe") \
+    same_probe = (now or {}).get("probe") == (original or {}).get("probe")
+    if isinstance(seen, PodState) and isinstance(was, PodState) and same_probe \
             and seen.present and not seen.is_new_since(was):
         return None
     return now

@@ -21,10 +21,13 @@ carry cpctl's mark for that scheduler.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
 
 from cpctl.core.node import Node
 from cpctl.errors import CpctlError, ExitCode
+
+if TYPE_CHECKING:
+    from cpctl.probes.kubeapi import KubeClient
 
 LEASE_VERBS = ("get", "update")
 NAMESPACE = "kube-system"
@@ -91,20 +94,23 @@ def identity_of(node: Node, kubeconfig: str) -> Identity:
 SELF_REVIEW = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 
 
-def _user_info(answer: Any) -> Optional[Identity]:
+def _user_info(answer: Mapping[str, object]) -> Optional[Identity]:
     """The identity in a SelfSubjectReview answer (untrusted: type-checked), None if there is none."""
-    info = answer.get("status", {}).get("userInfo") if isinstance(answer.get("status"), dict) else None
-    if not isinstance(info, dict) or not isinstance(info.get("username"), str) or not info["username"]:
+    status = answer.get("status")
+    info = status.get("userInfo") if isinstance(status, dict) else None
+    name = info.get("username") if isinstance(info, dict) else None
+    if not isinstance(info, dict) or not isinstance(name, str) or not name:
         return None
-    groups: List[Any] = info["groups"] if isinstance(info.get("groups"), list) else []
-    return Identity(info["username"][:253], [g for g in groups if isinstance(g, str)][:64], "SelfSubjectReview")
+    groups: List[object] = info["groups"] if isinstance(info.get("groups"), list) else []
+    return Identity(name[:253], [g for g in groups if isinstance(g, str)][:64], "SelfSubjectReview")
 
 
-def _certificate_subject(node: Node, tls: Dict[str, Any]) -> Optional[Identity]:
+def _certificate_subject(node: Node, tls: Mapping[str, object]) -> Optional[Identity]:
     """CN and O of the kubeconfig's client certificate (how the API server names a certificate user)."""
     from cpctl.ops import x509name
     try:
-        pem = tls.get("cert_data") or (node.host.read_file(tls["cert_file"], 1 << 20) if tls.get("cert_file") else b"")
+        cert_file = tls.get("cert_file")
+        pem = tls.get("cert_data") or (node.host.read_file(cert_file, 1 << 20) if isinstance(cert_file, str) else b"")
     except OSError:
         return None
     subject = x509name.subject(pem) if isinstance(pem, bytes) and pem else None
@@ -155,37 +161,37 @@ def grant(node: Node, lease: str, identity: str) -> None:
         except ApiError as exc:
             if exc.status != 409:
                 raise
-            _reconcile(client, path, body)
+            _reconcile(client, path, lease, body)
 
 
-def _reconcile(client: Any, path: str, want: Dict[str, Any]) -> None:
+def _reconcile(client: "KubeClient", path: str, lease: str, want: Mapping[str, object]) -> None:
     """An object of our name exists: leave it when it says what we want, fix it when it is ours,
     refuse when it is someone else's."""
-    name = want["metadata"]["name"]
+    name, kind = object_name(lease), str(want["kind"])
     found = client.request("GET", RBAC_PATH % path + "/" + name)
-    fields = ("rules",) if want["kind"] == "Role" else ("roleRef", "subjects")
-    if all(found.get(k) == want[k] for k in fields) and ours(found, want["metadata"]["annotations"][ANNOTATION]):
+    fields = ("rules",) if kind == "Role" else ("roleRef", "subjects")
+    if all(found.get(k) == want[k] for k in fields) and ours(found, lease):
         return
-    if not ours(found, want["metadata"]["annotations"][ANNOTATION]):
+    if not ours(found, lease):
         raise CpctlError("%s %s/%s already exists and was not created by cpctl for this scheduler (%s): cpctl "
                          "neither trusts nor changes it; remove or rename it, or grant the Lease by hand"
-                         % (want["kind"], NAMESPACE, name, _differs(found, want, fields)), ExitCode.REFUSED)
+                         % (kind, NAMESPACE, name, _differs(found, want, fields)), ExitCode.REFUSED)
     fixed = dict(found, **{k: want[k] for k in fields})
     client.request("PUT", RBAC_PATH % path + "/" + name, fixed)
 
 
-def _differs(found: Dict[str, Any], want: Dict[str, Any], fields: tuple) -> str:
+def _differs(found: Mapping[str, object], want: Mapping[str, object], fields: Tuple[str, ...]) -> str:
     diff = [k for k in fields if found.get(k) != want[k]]
     return "its %s differ from what cpctl grants" % " and ".join(diff) if diff else "no cpctl mark"
 
 
-def ours(obj: Any, scheduler: str) -> bool:
+def ours(obj: object, scheduler: str) -> bool:
     """True when ``obj`` carries cpctl's label and the annotation naming this scheduler."""
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     if not isinstance(meta, dict):
         return False
-    labels: Dict[str, Any] = meta["labels"] if isinstance(meta.get("labels"), dict) else {}
-    notes: Dict[str, Any] = meta["annotations"] if isinstance(meta.get("annotations"), dict) else {}
+    labels: Mapping[str, object] = meta["labels"] if isinstance(meta.get("labels"), dict) else {}
+    notes: Mapping[str, object] = meta["annotations"] if isinstance(meta.get("annotations"), dict) else {}
     return all(labels.get(k) == v for k, v in MANAGED.items()) and notes.get(ANNOTATION) == scheduler
 
 
@@ -220,7 +226,7 @@ def object_name(lease: str) -> str:
     return "cpctl:%s-lease" % lease
 
 
-def _meta(lease: str) -> Dict[str, Any]:
+def _meta(lease: str) -> Dict[str, object]:
     return {"name": object_name(lease), "namespace": NAMESPACE, "labels": dict(MANAGED),
             "annotations": {ANNOTATION: lease}}
 

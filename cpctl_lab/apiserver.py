@@ -89,6 +89,8 @@ class Res:
         return self.kind.lower()
 
 
+AUTHN_GROUP = "authentication.k8s.io"
+
 RESOURCES = [
     Res("pods", "Pod", "", "v1", True, ("po",), ("binding", "log", "status"), ("all",)),
     Res("nodes", "Node", "", "v1", False, ("no",), ("status",)),
@@ -106,10 +108,11 @@ RESOURCES = [
     Res("selfsubjectaccessreviews", "SelfSubjectAccessReview", rbac.AUTHZ_GROUP, "v1", False, verbs=CREATE_ONLY),
     Res("localsubjectaccessreviews", "LocalSubjectAccessReview", rbac.AUTHZ_GROUP, "v1", True, verbs=CREATE_ONLY),
     Res("selfsubjectrulesreviews", "SelfSubjectRulesReview", rbac.AUTHZ_GROUP, "v1", False, verbs=CREATE_ONLY),
+    Res("selfsubjectreviews", "SelfSubjectReview", AUTHN_GROUP, "v1", False, verbs=CREATE_ONLY),
 ]
 BY_GV = {(r.group, r.version, r.plural): r for r in RESOURCES}
 BY_PLURAL = {r.plural: r for r in RESOURCES}
-GROUPS = ["coordination.k8s.io", "apps", rbac.RBAC_GROUP, rbac.AUTHZ_GROUP]
+GROUPS = ["coordination.k8s.io", "apps", rbac.RBAC_GROUP, rbac.AUTHZ_GROUP, AUTHN_GROUP]
 REVIEW_KINDS = {r.plural: r.kind for r in RESOURCES if r.group == rbac.AUTHZ_GROUP}
 
 POD_FIELDS = [
@@ -841,6 +844,18 @@ class Api:
         return rbac.review(self.authz, res.kind, body, requester, ns if res.namespaced else "")
 
 
+def self_subject_review(user: rbac.UserInfo) -> Obj:
+    """``kubectl auth whoami``: who the request authenticated as (authentication.k8s.io/v1, GA in 1.28)."""
+    return {"kind": "SelfSubjectReview", "apiVersion": f"{AUTHN_GROUP}/v1", "metadata": {"creationTimestamp": None},
+            "status": {"userInfo": {"username": user.name, "groups": list(user.groups)}}}
+
+
+def _token_file(lab: Any) -> Optional[Any]:
+    """The lab's static token file (``rbac.TOKEN_FILE`` in its dir), None for a context without a dir."""
+    directory = getattr(lab, "dir", None)
+    return directory / rbac.TOKEN_FILE if directory is not None else None
+
+
 def check_preconditions(res: Res, ns: str, obj: Obj, pre: Obj) -> None:
     """UID and resourceVersion preconditions (DeleteOptions.preconditions, a Binding's metadata)."""
     meta = obj["metadata"]
@@ -1085,7 +1100,7 @@ class ApiHandler(BaseHTTPRequestHandler):
     def _route(self, method: str, path: str, q: dict[str, str]) -> None:
         accept = self.headers.get("Accept", "")
         api: Api = self.lab.api
-        user = rbac.identity(self.headers)
+        user = rbac.identity(self.headers, rbac.read_tokens(_token_file(self.lab)))
         self.audit_user = user
         api.authz.check(rbac.request_attributes(user, method, path, q))
         if path in ("/healthz", "/livez", "/readyz", "/healthz/etcd", "/livez/etcd", "/readyz/etcd"):
@@ -1129,6 +1144,12 @@ class ApiHandler(BaseHTTPRequestHandler):
         if route is None:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         res, ns, name, sub = route
+        if res.plural == "selfsubjectreviews":
+            if method != "POST" or name:
+                raise method_not_allowed(method)
+            self._json_body()                        # read (and check) the request body, as for any create
+            self._send(201, self_subject_review(user))
+            return
         if res.plural in REVIEW_KINDS:
             if method != "POST" or name:
                 raise method_not_allowed(method)

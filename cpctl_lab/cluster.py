@@ -1023,7 +1023,8 @@ class Lab:
             c.lease = (ns, name)
         if kubeconfig:
             kubeconfig = host_path(w.pod, c.spec, kubeconfig)
-        self.api.authz.identify(c.id, rbac.component_identity(c.role, kubeconfig))
+        tokens = rbac.read_tokens(self.dir / rbac.TOKEN_FILE)
+        self.api.authz.identify(c.id, rbac.component_identity(c.role, kubeconfig, tokens))
         c.tls = self._serving_contexts(kubelet, w, c, flags)
 
     #: The serving certificate flags of each component: (port flag, cert flag, key flag).

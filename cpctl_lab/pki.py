@@ -237,6 +237,7 @@ def write_conf(etc: Path, info: NodeInfo, conf: Conf, ca: Issued) -> None:
     if conf.embedded:
         user: dict[str, str] = {"client-certificate-data": _b64(issued.cert_pem()),
                                 "client-key-data": _b64(issued.key_pem())}
+        user.update(_token_for(conf.cn))
     else:
         # as the kubelet keeps it: kubelet-client-<time>.pem and the symlink kubelet-client-current.pem
         stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d-%H-%M-%S")
@@ -251,6 +252,13 @@ def write_conf(etc: Path, info: NodeInfo, conf: Conf, ca: Issued) -> None:
     server = info.servers["lb"] if conf.name in ("admin.conf", "super-admin.conf") else (
         info.servers["kubelet"] if conf.name == "kubelet.conf" else info.servers["local"])
     _write(etc / conf.name, kubeconfig_text(server, conf.cn, ca.cert_pem(), user).encode(), 0o600)
+
+
+def _token_for(cn: str) -> dict[str, str]:
+    """A component's bearer token (rbac.component_token): on the lab's plain-HTTP API it stands for
+    the client certificate next to it, so the API server can tell who a request is."""
+    from .rbac import COMPONENT_USERS, component_token
+    return {"token": component_token(cn)} if cn in COMPONENT_USERS.values() else {}
 
 
 def kubeconfig_text(server: str, user: str, ca_pem: bytes, credentials: dict[str, str],
@@ -299,7 +307,7 @@ def renew_all(etc: Path, node: str) -> list[str]:
         issued = issue(cas["ca"], conf.cn, conf.orgs)
         for entry in cfg.get("users") or []:
             entry["user"] = {"client-certificate-data": _b64(issued.cert_pem()),
-                             "client-key-data": _b64(issued.key_pem())}
+                             "client-key-data": _b64(issued.key_pem()), **_token_for(conf.cn)}
         _write(path, yaml.safe_dump(cfg, sort_keys=False).encode(), 0o600)
         done.append(conf.name)
     return done

@@ -467,8 +467,54 @@ def request_attributes(user: UserInfo, method: str, path: str, query: dict[str, 
     return Attributes(user, verb, True, group, resource, sub, namespace, name, path)
 
 
-def identity(headers: Any) -> UserInfo:
-    """The request's user: the lab's admin, or whoever ``Impersonate-User``/``Impersonate-Group`` name.
+#: The lab's ``--token-auth-file`` (in the lab dir): ``token,user,uid,"group1,group2"`` a line, as the
+#: real static token authenticator reads it. A request with ``Authorization: Bearer TOKEN`` is that user
+#: (an unknown token is 401); a request without credentials stays the lab's admin.
+TOKEN_FILE = "token-auth.csv"
+
+
+def component_token(user: str) -> str:
+    """The bearer token the lab writes into a component's kubeconfig (scheduler.conf,
+    controller-manager.conf): where kubeadm puts a client certificate whose CN is ``user``."""
+    import hashlib
+    return "lab-" + hashlib.sha256(user.encode()).hexdigest()[:24]
+
+
+#: Every lab's component credentials (what the client certificates in kubeadm's kubeconfigs are).
+COMPONENT_TOKENS = {component_token(user): KUBEADM_IDENTITIES[user] for user in COMPONENT_USERS.values()}
+
+
+def read_tokens(path: Optional[Any]) -> dict[str, UserInfo]:
+    """token -> user: the components' own (``COMPONENT_TOKENS``) and those of a static token file."""
+    import csv
+    tokens: dict[str, UserInfo] = dict(COMPONENT_TOKENS)
+    try:
+        with open(str(path), encoding="utf-8", newline="") as handle:
+            rows = list(csv.reader(handle))
+    except (OSError, TypeError):
+        return tokens
+    for row in rows:
+        if len(row) >= 3 and row[0].strip() and not row[0].startswith("#"):
+            groups = [g.strip() for g in row[3].split(",") if g.strip()] if len(row) > 3 else []
+            tokens[row[0].strip()] = UserInfo(row[1].strip(), tuple(dict.fromkeys(groups + [AUTHENTICATED])))
+    return tokens
+
+
+def authenticated(headers: Any, tokens: dict[str, UserInfo]) -> UserInfo:
+    """Who the request's credentials say: a bearer token of ``tokens`` (401 for another one), else
+    the lab's admin (its kubeconfigs carry no credentials)."""
+    auth = str(headers.get("Authorization") or "")
+    if not auth.startswith("Bearer "):
+        return ADMIN
+    user = tokens.get(auth[len("Bearer "):].strip())
+    if user is None:
+        raise ApiError(401, "Unauthorized", "Unauthorized")
+    return user
+
+
+def identity(headers: Any, tokens: Optional[dict[str, UserInfo]] = None) -> UserInfo:
+    """The request's user: who its credentials say (``authenticated``), or whoever
+    ``Impersonate-User``/``Impersonate-Group`` name.
 
     Like the real impersonation filter, an impersonated user is also in ``system:authenticated``
     (service accounts also in ``system:serviceaccounts`` and ``system:serviceaccounts:NS``)."""
@@ -477,7 +523,7 @@ def identity(headers: Any) -> UserInfo:
     if not name:
         if groups:
             raise ApiError(500, "", f"requested impersonation of groups {groups} without impersonating a user")
-        return ADMIN
+        return authenticated(headers, tokens or {})
     if name.startswith(SA_PREFIX):
         namespace = name[len(SA_PREFIX):].split(":", 1)[0]
         groups += ["system:serviceaccounts", f"system:serviceaccounts:{namespace}"]
@@ -488,21 +534,28 @@ def identity(headers: Any) -> UserInfo:
     return UserInfo(name, tuple(dict.fromkeys(groups)))
 
 
-def _kubeconfig_user(path: str) -> str:
-    """The user name of a kubeconfig's current context ("" when unreadable)."""
+def _kubeconfig_user(path: str) -> tuple[str, str]:
+    """(the user entry name of a kubeconfig's current context, its bearer token) - ("", "") when unreadable."""
     try:
         with open(path, encoding="utf-8") as handle:
             cfg = yaml.safe_load(handle) or {}
         context = next(c for c in cfg.get("contexts") or [] if c.get("name") == cfg.get("current-context"))
-        return str((context.get("context") or {}).get("user") or "")
+        name = str((context.get("context") or {}).get("user") or "")
+        entry = next((u.get("user") or {} for u in cfg.get("users") or [] if u.get("name") == name), {})
+        return name, str(entry.get("token") or "")
     except (OSError, yaml.YAMLError, StopIteration, AttributeError, TypeError):
-        return ""
+        return "", ""
 
 
-def component_identity(role: str, kubeconfig: Optional[str]) -> Optional[UserInfo]:
-    """Who a component authenticates as: the kubeadm identity its kubeconfig (a host path) holds,
-    else its role's own (scheduler.conf, controller-manager.conf); None for other containers."""
-    user = _kubeconfig_user(kubeconfig) if kubeconfig else ""
+def component_identity(role: str, kubeconfig: Optional[str],
+                       tokens: Optional[dict[str, UserInfo]] = None) -> Optional[UserInfo]:
+    """Who a component authenticates as: the user its kubeconfig's bearer token stands for (the
+    credential decides, never the entry's name), else the kubeadm identity its kubeconfig (a host
+    path) holds (kubeadm names the entry after its certificate's CN), else its role's own
+    (scheduler.conf, controller-manager.conf); None for other containers."""
+    user, token = _kubeconfig_user(kubeconfig) if kubeconfig else ("", "")
+    if token and token in (tokens or {}):
+        return (tokens or {})[token]
     if user in KUBEADM_IDENTITIES:
         return KUBEADM_IDENTITIES[user]
     name = COMPONENT_USERS.get(role)

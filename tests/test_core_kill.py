@@ -23,6 +23,7 @@ import pytest
 from cpctl.core import kubeadmconfig, views
 from cpctl.core.companions import Companion
 from cpctl.core.settings import Settings
+from cpctl.errors import CpctlError, ExitCode
 from cpctl.host.local import LocalHost
 from cpctl.host.mock import Fault, MockHost
 from cpctl.ops import drift, edits, keepin, lifecycle
@@ -84,6 +85,23 @@ def _run(node: NodeDirs, kind: str, kill_at: int) -> Tuple[int, int]:
     return status, int(calls or 0)
 
 
+THEIRS = SCHEDULER.replace(b"    - --leader-elect=true\n", b"    - --leader-elect=true\n    - --v=7\n")
+
+
+def _displace(node: Any) -> None:
+    """Another writer replaced cpctl's applied version: cpctl keeps its own bytes as a revision
+    (the journaled "displaced" change), then reports the conflict."""
+    with node.session("kill test"):
+        manifest = edits.current(node, "scheduler", "apply")
+        written = edits.Written(manifest, NEW_SCHEDULER, sha(NEW_SCHEDULER), 1, "apply")
+        try:
+            edits.still_ours(node, written, EDIT_OPTIONS, "in the kill test")
+        except CpctlError as exc:
+            assert exc.code == ExitCode.CONFLICT
+            return
+    raise AssertionError("no conflict")
+
+
 CHANGES: Dict[str, Callable[[Any], Any]] = {
     "stop": lambda node: lifecycle.stop(node, ["scheduler"], "kill test", None, False, 1),
     "start": lambda node: lifecycle.start(node, ["scheduler"], False, 1),
@@ -101,12 +119,13 @@ CHANGES: Dict[str, Callable[[Any], Any]] = {
     "keep-in": lambda node: keepin.write_patch(node, keepin.plan(
         node, "kube-scheduler", SCHEDULER, NEW_SCHEDULER, kubeadmconfig.FlagChange([("v", "4")]),
         [kubeadmconfig.KeepIn("patches")]), None),
+    "displaced": _displace,
 }
 
 
 def _prepare(kind: str, root: str) -> NodeDirs:
     """A node in the state the change starts from (set up without faults)."""
-    if kind in ("scheduler-add", "scheduler-remove", "apply", "rollback", "keep-in"):
+    if kind in ("scheduler-add", "scheduler-remove", "apply", "rollback", "keep-in", "displaced"):
         node = NodeDirs(root, files={"kube-scheduler.yaml": SCHEDULER})
     elif kind == "apply-companion":
         node = NodeDirs(root, files={"kube-scheduler.yaml": _mounting(SCHEDULER, _companion_path(root))})
@@ -122,8 +141,11 @@ def _prepare(kind: str, root: str) -> NodeDirs:
             handle.write(NEW_SCHEDULER)
     if kind == "scheduler-remove":
         _done(_run(node, "scheduler-add", 0))
-    if kind == "rollback":
+    if kind in ("rollback", "displaced"):
         _done(_run(node, "apply", 0))
+    if kind == "displaced":
+        with open(os.path.join(node.manifests, "kube-scheduler.yaml"), "wb") as handle:
+            handle.write(THEIRS)
     if kind == "move-stray":
         with open(os.path.join(node.manifests, "kube-scheduler.yaml.orig"), "wb") as handle:
             handle.write(STRAY)
@@ -279,7 +301,13 @@ def _check_replace(node: NodeDirs, kind: str, status: Dict[str, Any]) -> str:
     earlier = ["apply"] if kind == "rollback" else []
     assert now in (before, after), "the manifest holds one version, complete"
     assert len(_files(node.manifests)) == 1, "no second file for the pod"
+    marks = _pending(node)
     if now == after:
+        # killed after the commit and before the verdict: "verification pending" names these bytes
+        assert set(marks) <= {"kube-scheduler.yaml"}
+        if marks:
+            assert marks["kube-scheduler.yaml"]["checksum"] == sha(after) and marks["kube-scheduler.yaml"]["op"]
+            assert [w for w in status["warnings"] if "never verified" in w], status["warnings"]
         assert _actions(node) == earlier + [kind]
         number = len(earlier) + 1
         assert kept == sorted(["kube-scheduler.yaml.%d%s" % (n, suffix) for n in range(1, number + 1)
@@ -288,6 +316,8 @@ def _check_replace(node: NodeDirs, kind: str, status: Dict[str, Any]) -> str:
             assert handle.read() == before, "the replaced bytes are kept"
         return "completed"
     assert _actions(node) == earlier
+    assert not marks, "a rolled-back change leaves no verification pending"
+    assert not [w for w in status["warnings"] if "never verified" in w]
     assert len(kept) == 2 * len(earlier), "a rolled-back change keeps no revision"
     return "rolled back"
 
@@ -324,6 +354,31 @@ def _check_keep_in(node: NodeDirs, status: Dict[str, Any]) -> str:
     return "completed"
 
 
+def _check_displaced(node: NodeDirs, status: Dict[str, Any]) -> str:
+    """Theirs always stays in place; cpctl's bytes are kept as revision 2 exactly when recorded."""
+    assert _files(node.manifests) == {"kube-scheduler.yaml": THEIRS}, "the other writer's version is untouched"
+    revisions = os.path.join(node.state, "revisions")
+    kept = sorted(n for n in os.listdir(revisions) if not n.startswith("."))
+    if _actions(node) == ["apply", "displaced"]:
+        assert kept == ["kube-scheduler.yaml.1", "kube-scheduler.yaml.1.json", "kube-scheduler.yaml.2",
+                        "kube-scheduler.yaml.2.json"]
+        with open(os.path.join(revisions, "kube-scheduler.yaml.2"), "rb") as handle:
+            assert handle.read() == NEW_SCHEDULER
+        return "completed"
+    assert _actions(node) == ["apply"] and kept == ["kube-scheduler.yaml.1", "kube-scheduler.yaml.1.json"]
+    return "rolled back"
+
+
+def _pending(node: NodeDirs) -> Dict[str, Any]:
+    """STATE/pending.json's entries (file -> entry), {} when absent."""
+    import json
+    path = os.path.join(node.state, "pending.json")
+    if not os.path.exists(path):
+        return {}
+    with open(path) as handle:
+        return json.load(handle)["changes"]
+
+
 CHECKS: Dict[str, Callable[..., str]] = {
     "stop": lambda node, status: _check_stop_or_start(node, "stop", status),
     "start": lambda node, status: _check_stop_or_start(node, "start", status),
@@ -337,6 +392,7 @@ CHECKS: Dict[str, Callable[..., str]] = {
     "rollback": lambda node, status: _check_replace(node, "rollback", status),
     "keep-in": _check_keep_in,
     "apply-companion": _check_apply_companion,
+    "displaced": _check_displaced,
 }
 
 
@@ -353,5 +409,8 @@ def test_sigkill_before_every_host_call(kind: str, tmp_path: Any) -> None:
         view = _recover(node)
         _common(node, view)
         seen[CHECKS[kind](node, view)] += 1
+        seen["verification pending"] = seen.get("verification pending", 0) + bool(_pending(node))
         shutil.rmtree(root)
     assert seen["completed"] and seen["rolled back"], seen
+    if kind in ("apply", "rollback"):        # some kill points fall after the commit, before the verdict
+        assert seen["verification pending"], seen

@@ -16,7 +16,9 @@ into place.
 
 A failure while applying:
 
-* before or at the commit step: the steps done are undone, nothing changed ("rolled back");
+* before or at the commit step: the steps done are undone, and so is whatever the failed step did
+  half way (a copy across filesystems whose source could not be removed), nothing changed
+  ("rolled back");
 * the history record cannot be written (disk full): the change is rolled back too - a change that
   is not on record is not allowed to stand;
 * a later step fails (a metadata file that cannot be removed, a config file left behind): the
@@ -39,8 +41,11 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import signal
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from cpctl.core import manifests
 from cpctl.errors import CpctlError, ExitCode
@@ -175,7 +180,15 @@ class ChangePath:
 
     # --- apply ---------------------------------------------------------------------------------
     def apply(self, change: Change) -> Applied:
-        """Run ``change`` under the write-ahead protocol (the caller holds the node lock)."""
+        """Run ``change`` under the write-ahead protocol (the caller holds the node lock).
+
+        SIGINT and SIGTERM wait until it is over (applied and recorded, or rolled back), then
+        take effect: a Ctrl-C never leaves a change half done for the next command to finish, and
+        whoever catches it (``apply``'s put-back) starts from a settled node."""
+        with signals_deferred():
+            return self._apply(change)
+
+    def _apply(self, change: Change) -> Applied:
         missing = [i for i, s in enumerate(change.steps) if s.kind == WRITE and i not in change.data]
         if missing:
             raise ValueError("write steps %s of %s have no data" % (missing, change.action))
@@ -191,8 +204,8 @@ class ChangePath:
             try:
                 self._do(step, change.data.get(index))
             except OSError as exc:
-                if index <= change.commit:
-                    return self._abort(change, done, "%s: %s" % (_describe(step), _strerror(exc)))
+                if index <= change.commit:     # the failed step may be half done (a copy made): undo it too
+                    return self._abort(change, done + [index], "%s: %s" % (_describe(step), _strerror(exc)))
                 return self._finish_with_leftovers(change, index, exc)
             done.append(index)
         return self._close(change, [], recovered=False)
@@ -504,6 +517,30 @@ class ChangePath:
 
 COMPANION_NAME = re.compile(r"^[a-z0-9](?:[-a-z0-9.]*[a-z0-9])?-config\.yaml$")      # a second scheduler's config
 PATCH_NAME = re.compile(r"^[a-z0-9](?:[-a-z0-9]*[a-z0-9])?\+json\.yaml$")              # kubeadm's patch file
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM for the duration, then deliver the first one that came (in the main
+    thread only: Python runs signal handlers there; elsewhere this does nothing)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: List[int] = []
+    previous = {}
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        handler = signal.getsignal(signum)
+        if handler is None:                  # installed outside Python: leave it alone
+            continue
+        previous[signum] = handler
+        signal.signal(signum, lambda number, _frame: caught.append(number))
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if caught:
+            signal.raise_signal(caught[0])
 
 
 def allowed_roots(manifests_dir: str, state_dir: str) -> Tuple[str, str, str]:

@@ -17,12 +17,12 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from cpctl import catalogue
 from cpctl.core import identity as identity_mod
-from cpctl.core import journal, manifests
+from cpctl.core import journal, manifests, pending
 from cpctl.core.apiview import LocalApiCheck
 from cpctl.core.identity import NodeIdentity
 from cpctl.core.manifests import DirScan, Manifest
 from cpctl.core.revisions import DEFAULT_KEEP, RevisionStore
-from cpctl.core.state import StateDir, user_label
+from cpctl.core.state import LOCK, StateDir, user_label
 from cpctl.errors import CpctlError, ExitCode, Interrupted, Terminated, interrupted_by
 from cpctl.host import ops as hostops
 from cpctl.host.base import Host
@@ -213,6 +213,32 @@ class Node:
         self._remove_leftovers()
         self.recovered.extend(messages)
         return messages
+
+    def unverified(self, held: bool) -> Tuple[List[pending.Pending], List[str]]:
+        """(changes never verified, one notice line each - or about a corrupt pending file).
+
+        A change cpctl is verifying right now is not one of them: unless this run holds the node
+        lock (``held``), an entry counts only when no other cpctl holds it either."""
+        if not pending.present(self.host, self.state):
+            return [], []
+        entries, problem = pending.read(self.host, self.state)
+        if entries and not held and self._lock_busy():
+            return [], []
+        found = [entries[name] for name in sorted(entries)]
+        now = {e.file: self.checksum_of(self.manifests_dir + "/" + e.file) or None for e in found}
+        return found, ([problem] if problem else []) + [pending.describe(e, now[e.file]) for e in found]
+
+    def _lock_busy(self) -> bool:
+        """True when another cpctl holds this node's lock now (taken and released at once if free)."""
+        path = self.state.path + "/" + LOCK
+        try:
+            self.host.lock(path, 0, "pid %s (cpctl looking whether the node is busy)" % self.host.info()["pid"])
+        except hostops.LockBusy:
+            return True
+        except OSError:
+            return False
+        self.host.unlock(path)
+        return False
 
     def _remove_leftovers(self) -> None:
         """Dot-temp files of killed writers, and staged files no journal refers to any more."""
@@ -503,7 +529,19 @@ class Node:
         result = self._wait(self.waiter.wait_started, target, None, True, timeout,
                             "its manifest is in %s" % manifest.path)
         message = "already running" if result.verified else "manifest already in place"
+        if result.verified and not isinstance(self.waiter, NoWait):
+            message += self._confirm_pending(manifest)
         return Outcome(target.component, "start", False, message, file=manifest.file, wait=result)
+
+    def _confirm_pending(self, manifest: Manifest) -> str:
+        """A change of this manifest never verified, whose bytes are the ones now seen running and
+        Ready: verified now, so its "verification pending" goes ("" when there is none)."""
+        entries, _problem = pending.read(self.host, self.state)
+        entry = entries.get(manifest.file)
+        if entry is None or entry.checksum != manifest.checksum:
+            return ""
+        pending.clear(self.host, self.state, manifest.file, entry.op)
+        return " (the %s of %s never verified is verified now)" % (entry.action, entry.started)
 
     def check_restorable(self, filename: str, scan: DirScan) -> Tuple[Dict[str, Any], bytes]:
         """Refuse a restore that would run something broken or a second copy of a pod."""
@@ -617,6 +655,8 @@ class _Session:
         try:
             for message in self.node.recover():
                 self.node.log(message)
+            for message in self.node.unverified(held=True)[1]:
+                self.node.log("warning: " + message)
             if self.changing:
                 self.node.check_registered()
         except BaseException:

@@ -15,7 +15,7 @@ import difflib
 import secrets
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from cpctl.core import journal, manifests, outside
+from cpctl.core import journal, manifests, outside, pending
 from cpctl.core.companions import MAX_COMPANION_BYTES, Companion
 from cpctl.core.flags import redact
 from cpctl.core.manifests import Manifest
@@ -53,10 +53,13 @@ def text_diff(old: bytes, new: bytes, filename: str, limit: int = 0) -> str:
 
 def replace_change(node: Node, manifest: Manifest, new: bytes, action: str, reason: Optional[str], keep: int,
                    record: Optional[Dict[str, Any]] = None, replaced_failed: bool = False,
-                   companions: Sequence[Companion] = ()) -> Tuple[journal.Change, int]:
+                   companions: Sequence[Companion] = (), awaits: bool = False) -> Tuple[journal.Change, int]:
     """(the change, the number of the revision it keeps) that writes ``new`` over ``manifest``, and
     each companion file (mode 0600, before the manifest: the new pod finds it), their previous bytes
-    kept with the same revision."""
+    kept with the same revision.
+
+    ``awaits``: a new pod will be waited for, so the change also records "verification pending"
+    for the file (:mod:`cpctl.core.pending`) before its commit step; the verdict clears it."""
     if action not in ACTIONS:
         raise ValueError("unknown replace action %r" % action)
     assert manifest.data is not None and manifest.pod_name is not None
@@ -77,6 +80,13 @@ def replace_change(node: Node, manifest: Manifest, new: bytes, action: str, reas
                                         before=manifests.checksum(was) if was is not None else ""))
         elif companion.data is None and was is not None:
             before.append(journal.remove(companion.path))
+    if awaits:
+        who = node.who()
+        mark, mark_bytes = pending.mark_step(node.host, node.state, pending.Pending(
+            op, action, manifest.pod_name, manifest.file, new_sum, manifests.checksum(old), iso(),
+            user_label(node.host), str(who.get("hostname")), node.node_name, int(who.get("pid") or 0), number))
+        data[len(before)] = mark_bytes
+        before.append(mark)
     write = journal.write(manifest.path, new_sum, mode=manifest.mode, before=manifests.checksum(old))
     write.uid, write.gid = manifest.uid, manifest.gid
     data[len(before)] = new
@@ -120,3 +130,18 @@ def _outside_revision(node: Node, manifest: Manifest, meta: Dict[str, Any], stor
                            manifest.checksum or "", False, meta["op"], store.bytes_path(manifest.file, number))
     return steps, data, existing + [placeholder]
 
+def displaced_change(node: Node, filename: str, component: str, ours: bytes, mode: int, theirs: str,
+                     applied_by: str, keep: int) -> Tuple[journal.Change, int]:
+    """(the change, its revision number) that keeps ``ours`` - bytes cpctl wrote that another writer
+    has since replaced with ``theirs`` (a checksum) - as a revision, so that both versions stay:
+    theirs in place, cpctl's on record (``action`` "displaced": never picked by a plain rollback)."""
+    store = revisions_of(node)
+    op = secrets.token_hex(8)
+    meta = {"saved_at": iso(), "saved_by": user_label(node.host), "host": str(node.host.info()["hostname"]),
+            "action": "displaced", "reason": "replaced by another writer while cpctl waited (%s)" % applied_by,
+            "replaced_by": theirs, "failed": False, "op": op}
+    before, data, after, number = store.keep_steps(filename, ours, mode, meta, keep, store.list(filename))
+    change = journal.Change("displaced", component, filename, manifests.checksum(ours), before + after,
+                            commit=len(before) - 1, data=data, op=op,
+                            record={"reason": meta["reason"], "revision": number, "in_place": theirs})
+    return change, number

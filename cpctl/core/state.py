@@ -6,6 +6,7 @@ Layout (all 0700/0600, owned by the user running cpctl, normally root)::
     STATE/meta/<file>.json       who parked it, when, why, until when, checksum
     STATE/staged/<op>.<n>.*      bytes a change in flight writes, replaces or removes (see journal)
     STATE/journal.json           the one change in flight (write-ahead), absent when idle
+    STATE/pending.json           manifest changes whose new pod was never judged (see core.pending)
     STATE/history.jsonl          the newest change records, one JSON object a line
     STATE/history.<time>.jsonl.gz  older records (rotated at HISTORY_ROTATE_BYTES, HISTORY_SEGMENTS kept)
     STATE/lock                   flock target; its content names the holder
@@ -29,6 +30,7 @@ from cpctl.timeutil import iso, parse_iso, stamp
 
 JOURNAL = "journal.json"
 BASELINE = "baseline.json"          # the drift baseline (cpctl.ops.drift); status reads it for "missing"
+PENDING = "pending.json"              # see cpctl.core.pending
 HISTORY = "history.jsonl"
 HISTORY_SEGMENT_PREFIX = "history."
 LOCK = "lock"
@@ -135,7 +137,7 @@ class StateDir:
         return [("lstat", {"path": self.path})] + [("lstat", {"path": self._join(name)}) for name in SUBDIRS] + [
                 ("listdir", {"path": self.path}),
                 ("listdir", {"path": self.parked_dir}), ("listdir", {"path": self.staged_dir}),
-                ("listdir", {"path": self._join("revisions")}),
+                ("listdir", {"path": self._join("revisions")}), ("lstat", {"path": self._join(PENDING)}),
                 ("scan_dir", {"path": self.meta_dir, "limit": MAX_STATE_FILE})]
 
     @staticmethod

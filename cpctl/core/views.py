@@ -35,6 +35,7 @@ def status(node: Node, wanted: Optional[List[str]] = None) -> Dict[str, Any]:
         scan, parked = node.scan(), node.parked()
         missing = _missing_rows(node, scan, parked)
         known = node.identity                      # read in the same round trip when deferred
+        never = node.unverified(held=False)[1]     # one prefetched lstat when nothing is pending
         stale = node.local_api_parked(parked) or bool(node.local_api_down())
     rows = [_present_row(m) for m in scan.manifests] + [_parked_row(f, meta) for f, meta in parked.items()]
     rows += missing
@@ -48,7 +49,8 @@ def status(node: Node, wanted: Optional[List[str]] = None) -> Dict[str, Any]:
                                stale_api=stale)
             row["observed"] = node.waiter.describe(target)
             row["pod_state"] = pod_state(row["observed"])
-    found = stuck + warnings(scan) + (["kubelet configuration: %s" % p for p in known.problems] if known else [])
+    found = stuck + never + warnings(scan) + (["kubelet configuration: %s" % p for p in known.problems]
+                                              if known else [])
     data: Dict[str, Any] = {"node": node.node_name, "manifests_dir": node.manifests_dir, "state_dir": node.state.path,
             "components": rows, "warnings": found, "recovered": list(node.recovered)}
     if known is not None:

@@ -15,7 +15,7 @@ import errno
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from cpctl.host import ops as hostops
 from cpctl.host.local import LocalHost
@@ -24,7 +24,11 @@ from cpctl.host.local import LocalHost
 # held by someone else), "EXDEV" on "move" (the rename crosses filesystems: the move then takes the
 # real copy path instead of failing, exactly as on a node whose state dir is another mount), or
 # "SIGKILL": the process kills itself just before the call (crash tests run it in a child process).
+# "EXDEV+<errno>" on "move": the copy across filesystems is made, then removing the source fails
+# (a read-only mount, an immutable file). "<errno>-after": the call does its work, then fails (an
+# fsync after a rename reporting EIO): the caller must undo a step that failed half way.
 ERRORS = ("ENOSPC", "EXDEV", "EIO", "EACCES", "EPERM", "EROFS", "ENAMETOOLONG", "lock-busy", "SIGKILL")
+ERRNOS = ("ENOSPC", "EIO", "EACCES", "EPERM", "EROFS", "ENAMETOOLONG")
 ANY_OP = "*"
 
 
@@ -41,6 +45,10 @@ class Fault:
     seen: int = field(default=0, init=False)
 
     def __post_init__(self) -> None:
+        if self.error.startswith("EXDEV+") and self.error[6:] in ERRNOS:
+            return
+        if self.error.endswith("-after") and self.error[:-6] in ERRNOS:
+            return
         if self.error not in ERRORS:
             raise ValueError("unknown fault %r (one of %s)" % (self.error, ", ".join(ERRORS)))
 
@@ -52,6 +60,14 @@ class Fault:
             return False
         self.seen += 1
         return self.at <= self.seen < self.at + self.times
+
+
+def _failing(name: str) -> Callable[[str], None]:
+    """A remove function that fails with errno ``name``."""
+    def remove(path: str) -> None:
+        number = getattr(errno, name)
+        raise OSError(number, os.strerror(number), path)
+    return remove
 
 
 class MockHost(LocalHost):
@@ -88,6 +104,11 @@ class MockHost(LocalHost):
             raise hostops.LockBusy("pid 1 since 2026-01-01T00:00:00Z (injected by MockHost)")
         if fault.error == "EXDEV" and op == "move":
             return hostops.move_across(args["src"], args["dst"])
+        if fault.error.startswith("EXDEV+") and op == "move":
+            return hostops.move_across(args["src"], args["dst"], remove=_failing(fault.error[6:]))
+        if fault.error.endswith("-after"):
+            super()._call(op, **args)
+            fault = Fault(op, fault.error[:-6])
         number = getattr(errno, fault.error)
         raise OSError(number, os.strerror(number), args.get("path") or args.get("dst") or args.get("src"))
 

@@ -285,9 +285,13 @@ def move(src, dst):
     return "rename"
 
 
-def move_across(src, dst):
+def move_across(src, dst, remove=None):
     """The EXDEV half of ``move``: copy to a dot-temp in the target dir keeping bytes, mode and
-    owner, fsync, no-replace rename into place, fsync, then remove the source; return "copy"."""
+    owner, fsync, no-replace rename into place, fsync, then remove the source; return "copy".
+
+    When removing the source fails (a read-only mount, an immutable file) the copy is removed
+    again before the error is raised: a failed move leaves the bytes where they were, once.
+    ``remove``: how the source is removed (tests inject a failing one)."""
     info = lstat(src)
     if info is None or info["kind"] != "file":
         raise OSError(errno.ENOENT, "no such file", src)
@@ -301,7 +305,12 @@ def move_across(src, dst):
         _unlink_quiet(tmp)
         raise
     fsync_dir(os.path.dirname(dst) or ".")
-    os.unlink(src)
+    try:
+        (remove or os.unlink)(src)
+    except OSError:
+        _unlink_quiet(dst)
+        fsync_dir(os.path.dirname(dst) or ".")
+        raise
     fsync_dir(os.path.dirname(src) or ".")
     return "copy"
 

@@ -57,6 +57,7 @@ KINDS = {
     "mirror_not_ready": "manifest present but its mirror pod is missing or not Ready",
     "mirror_of_parked": "component parked but its mirror pod still exists",
     "interrupted": "a cpctl operation was interrupted (STATE/journal.json present)",
+    "unverified": "a manifest change whose new pod was never verified (cpctl stopped during its wait)",
     "permissions": "state dir is a symlink, group/world accessible or owned by someone else",
     "editor_swap": "an editor swap file: someone is editing a manifest or an editor crashed",
     "no_baseline": "no baseline recorded: missing/changed/unexpected checks skipped",
@@ -110,6 +111,7 @@ def how_to_fix(kind: str, file: Optional[str], component: Optional[str], extra: 
                             "manifest" % (name, name),
         "mirror_of_parked": "wait for the kubelet to drop it, else check the kubelet (journalctl -u kubelet)",
         "interrupted": "cpctl check --fix",
+        "unverified": "cpctl start %s (waits for the pod and confirms the change) or cpctl rollback %s" % (name, name),
         "permissions": "chown root: %s && chmod 700 %s (a symlink: replace it with a directory)" % (file, file),
         "editor_swap": "finish the edit, or remove %s if the editor crashed" % file,
         "no_baseline": "cpctl baseline",
@@ -326,6 +328,7 @@ def check(node: Node, max_parked: Optional[float] = None, now: Optional[float] =
         scan, parked = node.scan(), node.parked()
         baseline = read_baseline(node)
         _check_outside(report, node, scan, now)
+        _check_unverified(report, node)        # one prefetched lstat when nothing is pending
     _check_parked(report, parked, now, max_parked)
     _check_strays(report, scan, baseline, parked)
     if baseline is None:
@@ -441,6 +444,17 @@ def _check_journal(report: Report, node: Node) -> None:
                        "it back; cpctl check --fix does it now" % (entry.get("action"), entry.get("component"),
                                                                   entry.get("started"), entry.get("pid")),
                        file=entry.get("file"), component=entry.get("component")))
+
+
+def _check_unverified(report: Report, node: Node) -> None:
+    """A change whose new pod nobody judged (cpctl killed in its wait): the version in place may be
+    crash-looping while nothing else says so."""
+    entries, lines = node.unverified(held=False)
+    if len(lines) > len(entries):
+        report.add(Finding("unverified", WARNING, lines[0]))
+        lines = lines[1:]
+    for entry, line in zip(entries, lines):
+        report.add(Finding("unverified", WARNING, line, file=entry.file, component=entry.component))
 
 
 def _parked_since(meta: dict) -> Optional[float]:

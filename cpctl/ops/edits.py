@@ -13,7 +13,14 @@ upgrade recipe for an operator's own change:
    the previous bytes back through the same path, wait until the old version is healthy again and
    fail with ``ROLLED_BACK`` (11) -- or with ``ROLLBACK_FAILED`` (12) when even that does not come
    back, both versions kept. ``--no-rollback`` leaves the new version and only reports.
-   SIGINT/SIGTERM during the wait puts the previous bytes back at once.
+   SIGINT/SIGTERM at any point after the write and before the verdict (the wait, the diagnosis,
+   the automatic rollback) puts the previous bytes back and waits for them, then exits 130.
+
+Before every verdict and before any rollback the file must still hold the bytes cpctl wrote: when
+another writer replaced them meanwhile, cpctl stops with a conflict (exit 10), leaves their version
+in place unjudged and untouched, and keeps its own as a revision ("displaced"). Until the verdict
+the change is recorded as "verification pending" (:mod:`cpctl.core.pending`): a cpctl killed in
+the wait leaves that record, and the next command says so.
 
 What the kubelet counts as a change is its own rule (``manifests.pod_effect``, see
 ``cpctl.core.podview``): comments, formatting, API defaults written out, unknown fields give the
@@ -37,14 +44,14 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from cpctl.core import checks, flags, journal, manifests, outside, revisions
+from cpctl.core import checks, flags, journal, manifests, outside, pending, revisions
 from cpctl.core import companions as companion_files
 from cpctl.core.companions import Companion
 from cpctl.core.manifests import Manifest
 from cpctl.core.node import Node, parked_content
-from cpctl.core.replace import check_revisable, companion_now, replace_change, revisions_of, text_diff
+from cpctl.core.replace import check_revisable, companion_now, displaced_change, replace_change, revisions_of, text_diff
 from cpctl.errors import CpctlError, ExitCode, Interrupted, Terminated, interrupted_by
-from cpctl.probes.base import NoWait, PodTarget, WaitResult
+from cpctl.probes.base import NoWait, PodState, PodTarget, WaitResult
 from cpctl.probes.diagnose import Diagnosis, why_not_running
 
 SETTLE_POLL = 1.0
@@ -254,23 +261,67 @@ def _replace_locked(node: Node, manifest: Manifest, new: bytes, source: str, act
     previous = [Companion(c.path, companion_now(node, c.path), "before %s" % action) for c in companions]
     _make_dirs(node, companions)
     change, number = replace_change(node, manifest, new, action, options.reason, options.keep, record,
-                                    companions=companions)
-    node.apply(change)
-    _verify_companions(node, companions)
+                                    companions=companions, awaits=effect != manifests.KEEPS)
     done = _result(node, manifest, action, True, revision=number, checksum=change.checksum,
                    previous=manifests.checksum(manifest.data), warnings=verdict.warnings, effect=effect)
     if companions:
         done["companions"] = [c.to_dict() for c in companions]
     if effect == manifests.KEEPS:
+        node.apply(change)
+        _verify_companions(node, companions)
         return dict(done, message="%s: the kubelet sees the same pod (comments, formatting, API defaults or fields "
                                   "it ignores): %s; previous version kept as revision %d"
                                   % (_past(action), KEEPS_MESSAGE, number))
+    written = Written(manifest, new, change.checksum or "", number, action, old_target=old_target,
+                      companions_before=previous)
+    older = pending.read(node.host, node.state)[0].get(manifest.file)     # a change killed in its wait before
+    try:                  # a signal held during the journaled write arrives as it returns: inside this try
+        node.apply(change)
+        _verify_companions(node, companions)
+        return _judge(node, target, before, written, options, done, fail_fast)
+    except (KeyboardInterrupt, Terminated) as exc:
+        raise _put_back_now(node, target, before, written, options, exc) from None
+    finally:
+        pending.clear(node.host, node.state, manifest.file,      # the verdict is in (only SIGKILL skips this)
+                      unless=older.op if older else "")
+
+
+Before = Optional[Dict[str, object]]      # Waiter.before's snapshot: {"probe", "state", "lease"}
+
+
+@dataclass
+class Written:
+    """What one replacement wrote: the manifest it replaced (``old.data``), the new bytes and their
+    checksum, the revision keeping the old bytes; every later step checks the file still holds them."""
+
+    old: Manifest
+    new: bytes
+    checksum: str
+    revision: int
+    action: str
+    kept: str = ""                 # where cpctl's bytes went once another writer displaced them
+    old_target: Optional[PodTarget] = None          # the previous version, judged by its own manifest
+    companions_before: Sequence[Companion] = ()      # the companion files as they were (None: absent)
+
+    @property
+    def component(self) -> str:
+        return self.old.pod_name or self.old.file
+
+    @property
+    def previous(self) -> bytes:
+        assert self.old.data is not None
+        return self.old.data
+
+
+def _judge(node: Node, target: PodTarget, before: Before, written: Written, options: ApplyOptions,
+           done: Dict[str, object], fail_fast: Optional[Callable[[], Optional[str]]] = None) -> Dict[str, object]:
+    """Wait for the new pod, then the verdict - for the bytes cpctl wrote, if they are still there."""
+    action, component, number = written.action, written.component, written.revision
     try:
         result = _verify(node, target, before, options, fail_fast)
-    except (KeyboardInterrupt, Terminated) as exc:
-        raise _put_back_now(node, component, manifest.data, options, exc, previous) from None
     except CpctlError as exc:
-        return _failed(node, target, old_target, manifest.data, number, options, exc.message, exc, previous)
+        return _failed(node, target, written, options, exc.message, exc)
+    still_ours(node, written, options, "before its verdict")
     if result.verified or isinstance(node.waiter, NoWait):
         return dict(done, wait=result.to_dict(), message="%s: %s; previous version kept as revision %d"
                     % (_past(action), result.detail, number))
@@ -350,6 +401,47 @@ def _verify_companions(node: Node, companions: Sequence[Companion]) -> None:
                 companion.path, node.node_name), ExitCode.ENVIRONMENT)
 
 
+def still_ours(node: Node, written: Written, options: ApplyOptions, when: str) -> None:
+    """Conflict (exit 10) unless the manifest still holds the bytes cpctl wrote: another writer
+    replaced (or removed) them meanwhile. Theirs stay in place, unjudged and untouched; cpctl's are
+    kept as a revision, so both versions remain."""
+    now = _checksum_now(node, written.old.path)
+    if now == written.checksum:
+        return
+    theirs = "removed it" if now is None else "put other bytes there (sha256 %s)" % now[:12]
+    kept = _keep_displaced(node, written, now or "", options)
+    raise CpctlError("%s changed while cpctl waited for the new version of %s: another writer %s; stopped %s: "
+                     "their version stays in place, not verified and not rolled back; cpctl's version is %s, the "
+                     "one before it revision %d; compare them and decide (cpctl revisions %s)"
+                     % (written.old.path, written.component, theirs, when, kept, written.revision,
+                        written.component), ExitCode.CONFLICT)
+
+
+def _checksum_now(node: Node, path: str) -> Optional[str]:
+    """The sha256 of the regular file at ``path`` now; None when it is gone or not a regular file."""
+    try:
+        info = node.host.lstat(path)
+        if info is None or info["kind"] != "file" or info["size"] > manifests.MAX_MANIFEST_BYTES:
+            return None
+        return manifests.checksum(node.host.read_file(path, manifests.MAX_MANIFEST_BYTES))
+    except OSError:
+        return None
+
+
+def _keep_displaced(node: Node, written: Written, theirs: str, options: ApplyOptions) -> str:
+    """Keep cpctl's displaced bytes as a revision (through the change path), once; says where they are."""
+    if written.kept:
+        return written.kept
+    try:
+        change, number = displaced_change(node, written.old.file, written.component, written.new,
+                                          written.old.mode, theirs, written.action, options.keep)
+        node.apply(change)
+    except CpctlError as exc:
+        return "not kept (%s)" % exc.message
+    written.kept = "kept as revision %d" % number
+    return written.kept
+
+
 def _past(action: str) -> str:
     return {"apply": "applied", "edit": "edited", "flags": "flags changed", "rollback": "rolled back"}[action]
 
@@ -397,19 +489,21 @@ def _why_failed(node: Node, target: PodTarget, message: str) -> str:
     return flags.redact("%s (%s)" % (message, "; ".join(found)) if found else message)
 
 
-def _failed(node: Node, target: PodTarget, old_target: PodTarget, old: bytes, number: int, options: ApplyOptions,
-            message: str, exc: CpctlError, previous: Sequence[Companion] = ()) -> Dict[str, Any]:
-    """The new version (``target``) did not come: report why, and roll back to ``old`` (and each companion
-    file to its ``previous`` bytes) unless --no-rollback; the old version is judged by its own manifest
-    (``old_target``)."""
-    component = target.component
+def _failed(node: Node, target: PodTarget, written: Written, options: ApplyOptions, message: str,
+            exc: CpctlError) -> Dict[str, Any]:
+    """The new version (``target``) did not come: report why, and roll back to the previous bytes (and
+    each companion file to its previous bytes) unless --no-rollback - only over cpctl's own version;
+    the old version is judged by its own manifest (``written.old_target``)."""
+    component, number = target.component, written.revision
+    old_target = written.old_target or target
     why = _why_failed(node, target, message)
+    still_ours(node, written, options, "before rolling back")
     if not options.rollback:
         raise CpctlError("new version of %s did not become healthy: %s; left in place (--no-rollback); the previous "
                          "version is revision %d: cpctl rollback %s" % (component, why, number, component),
                          exc.code, hint=exc.hint)
     before = node.waiter.before(old_target)      # the failed pod: what the old one must not be taken for
-    failed_number = _restore(node, component, old, "automatic rollback: %s" % message, options, previous)
+    failed_number = _restore(node, written, "automatic rollback: %s" % message, options)
     try:
         back = _verify(node, old_target, before, options)
     except (KeyboardInterrupt, Terminated) as stop:
@@ -427,31 +521,64 @@ def _failed(node: Node, target: PodTarget, old_target: PodTarget, old: bytes, nu
                      ExitCode.ROLLBACK_FAILED)
 
 
-def _restore(node: Node, component: str, old: bytes, reason: str, options: ApplyOptions,
-             previous: Sequence[Companion] = ()) -> int:
-    """Write ``old`` back over the failed version (kept as a revision marked failed), and each companion
-    file's previous bytes (removed when it was absent) by the same change."""
-    manifest = current(node, component, "rollback")
-    change, number = replace_change(node, manifest, old, "rollback", reason, options.keep,
-                                    {"automatic": True}, replaced_failed=True, companions=previous)
+def _restore(node: Node, written: Written, reason: str, options: ApplyOptions) -> int:
+    """Write the previous bytes back over cpctl's failed version (kept as a revision marked failed), and
+    each companion file's previous bytes (removed when it was absent) by the same change - only over
+    cpctl's: another writer's version is a conflict, never overwritten."""
+    still_ours(node, written, options, "before putting the previous version back")
+    manifest = current(node, written.component, "rollback")
+    change, number = replace_change(node, manifest, written.previous, "rollback", reason, options.keep,
+                                    {"automatic": True}, replaced_failed=True, companions=written.companions_before,
+                                    awaits=True)
     node.apply(change)
     return number
 
 
-def _put_back_now(node: Node, component: str, old: bytes, options: ApplyOptions, exc: BaseException,
-                  previous: Sequence[Companion] = ()) -> CpctlError:
-    """SIGINT/SIGTERM while waiting for the new version: the previous bytes go back, not waited for."""
+def _put_back_now(node: Node, target: PodTarget, original: Before, written: Written, options: ApplyOptions,
+                  exc: BaseException) -> CpctlError:
+    """SIGINT/SIGTERM after the write, before the verdict: the previous bytes go back (unless they
+    already are: the automatic rollback had written them), and are waited for; a second signal
+    ends that wait. Returns the error to exit with (130, or 10 when another writer got there first)."""
     signal = interrupted_by(exc) or "interrupted"
+    component = written.component
+    what = "%s while waiting for the new version of %s" % (signal, component)
     try:
-        number = _restore(node, component, old, "interrupted (%s) while waiting for the new version" % signal, options,
-                          previous)
-    except BaseException as again:  # noqa: BLE001 - reported with where the manifest stands
-        return Interrupted(signal, "%s interrupted while waiting for the new version of %s, and putting the previous "
-                           "version back failed: %s" % (signal, component, getattr(again, "message", again)),
+        if _checksum_now(node, written.old.path) == manifests.checksum(written.previous):
+            number, before = None, _baseline(node, target, original)
+        else:
+            before = _baseline(node, target, original)
+            number = _restore(node, written, "interrupted (%s) while waiting for the new version" % signal, options)
+    except CpctlError as again:
+        if again.code == ExitCode.CONFLICT:
+            return CpctlError("%s; %s" % (what, again.message), ExitCode.CONFLICT)
+        return Interrupted(signal, "%s, and putting the previous version back failed: %s" % (what, again.message),
                            where="the new version is still in place: cpctl rollback %s" % component)
-    return Interrupted(signal, "%s while waiting for the new version of %s" % (signal, component),
-                       where="the previous version is back in place (not waited for); the new one is revision %d"
-                       % number)
+    except (KeyboardInterrupt, Terminated):
+        return Interrupted(signal, "%s, interrupted again while putting the previous version back" % what,
+                           where="see where it stands with cpctl status %s" % component)
+    kept = "" if number is None else "; the new one is revision %d" % number
+    try:
+        back = _verify(node, written.old_target or target, before, options)
+    except (KeyboardInterrupt, Terminated):
+        state = "back in place (not verified: interrupted again)"
+    except CpctlError as failed:
+        state = "back in place but NOT healthy (%s): act now" % failed.message
+    else:
+        state = "back in place and %s" % (back.detail if back.verified else "not verified: %s" % back.detail)
+    return Interrupted(signal, what, where="the previous version is %s%s" % (state, kept))
+
+
+def _baseline(node: Node, target: PodTarget, original: Before) -> Before:
+    """What the pod of the previous version must be new against: the pod running now - unless that
+    is still the very pod seen before the change (the kubelet never replaced it): then the previous
+    version never went away, and any Ready pod of it proves it is back."""
+    now: Before = node.waiter.before(target)
+    seen, was = (now or {}).get("state"), (original or {}).get("state")
+    same_probe = (now or {}).get("probe") == (original or {}).get("probe")
+    if isinstance(seen, PodState) and isinstance(was, PodState) and same_probe \
+            and seen.present and not seen.is_new_since(was):
+        return None
+    return now
 
 
 # --- flags, rollback, revisions ----------------------------------------------------------------------
@@ -493,7 +620,7 @@ def rollback_target(node: Node, component: str, to: Optional[int]) -> Tuple[revi
             numbers = ", ".join(str(r.number) for r in kept)
             raise CpctlError("%s has no revision %d (it has %s)" % (component, to, numbers), ExitCode.NOT_FOUND)
     else:
-        usable = [r for r in kept if r.checksum != manifest.checksum and not r.failed]
+        usable = [r for r in kept if r.checksum != manifest.checksum and not r.failed and r.action != "displaced"]
         if not usable:
             raise CpctlError("%s has no earlier healthy revision to roll back to (see cpctl revisions %s; choose one "
                              "with --to)" % (component, component), ExitCode.NOT_FOUND)

@@ -421,7 +421,8 @@ def add(node: Node, name: str, source: str = DEFAULT_SOURCE, port: Optional[int]
     check_config_path(node.host, plan.config_path, plan.config)
     kubeconfig = scheduler_kubeconfig_on_node(plan)
     if dry_run:
-        access = schedrbac.check(node, name, schedrbac.identity_of(node, kubeconfig))
+        identity = schedrbac.identity_of(node, kubeconfig)
+        access = schedrbac.check(node, name, identity)
         return dict(plan.to_dict(), dry_run=True, changed=False,
                     rbac=dict(access.to_dict(), yaml=schedrbac.as_yaml(name, access.identity)))
     access = schedrbac.ensure(node, name, kubeconfig, grant_rbac)
@@ -554,7 +555,7 @@ def remove(node: Node, name: str, wait: bool = True, timeout: float = 120.0, dry
             result = _not_waited("not waited (--no-wait)" if running else "pod was not running")
     moved = {step.src: step.path for step in change.steps}
     return {"name": name, "dry_run": False, "changed": True, "moved": moved, "removed_dir": dest,
-            "wait": result.to_dict(), "config_kept": plan["config_kept"]}
+            "wait": result.to_dict(), "config_kept": plan["config_kept"], "rbac": schedrbac.revoke(node, name)}
 
 
 def remove_change(node: Node, name: str, plan: dict, dest: str) -> journal.Change:

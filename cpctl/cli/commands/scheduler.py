@@ -110,7 +110,8 @@ def _removed_text(data: dict) -> str:
         return "dry run: nothing changed. Would move to %s/removed/<time>/:\n%s" % (
             data["state_dir"], "\n".join("  " + f for f in data["files"]))
     kept = "\n  %s" % data["config_kept"] if data.get("config_kept") else ""
-    return "%s: removed (moved to %s) - %s%s" % (data["name"], data["removed_dir"], data["wait"]["detail"], kept)
+    return "%s: removed (moved to %s) - %s%s" % (data["name"], data["removed_dir"], data["wait"]["detail"], kept) + \
+        "".join("\n  %s" % line for line in data.get("rbac") or [])
 
 
 @scheduler.command(name="list")

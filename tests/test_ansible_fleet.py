@@ -213,6 +213,8 @@ def test_controlplane_info_sets_facts_and_changes_nothing(play: Play) -> None:
         assert facts["status"]["node"] == play.lab.node_name(i)
         assert {r["component"]: r["state"] for r in facts["status"]["components"]}["kube-scheduler"] == "present"
         assert facts["drift"]["drift"] in (True, False) and "findings" in facts["drift"]
+        assert facts["certs"]["certificates"] and {c["component"] for c in facts["certs"]["components"]} >= {
+            "kube-apiserver", "etcd"}
         assert "scheduler" in facts["revisions"]
 
 

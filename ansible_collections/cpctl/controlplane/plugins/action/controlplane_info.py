@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Apache-2.0 (see the cpctl repository's license)
-"""cpctl.controlplane.controlplane_info: ``cpctl status``, ``check`` and ``revisions`` as the fact ``cpctl``."""
+"""cpctl.controlplane.controlplane_info: ``cpctl status``, ``check``, ``certs`` and ``revisions`` as the fact
+``cpctl``."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ class ActionModule(CpctlAction):
         steps = [("status", ["status"], (0,))]
         if args["drift"]:
             steps.append(("drift", ["check"], (0, 1)))          # 1: drift found (reported, not a failure)
+        if args["certs"]:
+            steps.append(("certs", ["certs"], (0,)))
         steps += [(name, ["revisions", name], (0,)) for name in args["revisions"]]
         for key, argv, ok in steps:
             rc, data, error = self.cpctl(task_vars, argv, ok_codes=ok)

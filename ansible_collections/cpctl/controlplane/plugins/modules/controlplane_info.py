@@ -7,13 +7,15 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: controlplane_info
-short_description: A kubeadm master's static pods, drift findings and kept revisions as facts
+short_description: A kubeadm master's static pods, drift findings, certificates and revisions as facts
 version_added: "0.1.0"
 description:
   - Reads, through cpctl, what C(cpctl status) shows (each static pod - file, present or parked,
     the parking reason and deadline, its mirror pod's state), what C(cpctl check) finds (stray
-    manifest copies, interrupted runs, forgotten parks, changes since the baseline) and, for the
-    components named in O(revisions), the kept revisions; sets them as the fact C(cpctl).
+    manifest copies, interrupted runs, forgotten parks, changes since the baseline), what C(cpctl certs)
+    shows (each certificate's subject, expiry and chain, and whether each running component uses the
+    file on disk or is STALE) and, for the components named in O(revisions), the kept revisions; sets
+    them as the fact C(cpctl).
   - Changes nothing, in check mode too. Runs on the controller (action plugin) with the cpctl
     installed there; the master needs only C(python3).
 author:
@@ -21,6 +23,10 @@ author:
 options:
   drift:
     description: Also run C(cpctl check) (drift findings).
+    type: bool
+    default: true
+  certs:
+    description: Also run C(cpctl certs) (certificates and which components still run on an old one).
     type: bool
     default: true
   revisions:
@@ -60,7 +66,8 @@ ansible_facts:
   contains:
     cpctl:
       description: C(status) (cpctl status's JSON), C(drift) (cpctl check's JSON, with C(drift) true when
-        something was found) and C(revisions) (component to its kept revisions).
+        something was found), C(certs) (cpctl certs's JSON - C(certificates) and C(components) with each
+        one's verdict) and C(revisions) (component to its kept revisions).
       type: dict
       sample: {"status": {"node": "cluster2-master1", "components": []}, "drift": {"drift": false}, "revisions": {}}
 """
@@ -69,6 +76,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 ARGUMENT_SPEC = dict(
     drift=dict(type="bool", default=True),
+    certs=dict(type="bool", default=True),
     revisions=dict(type="list", elements="str", default=[]),
 )
 

@@ -130,6 +130,9 @@ class CpctlAction(ActionBase):
         base = config or os.path.expanduser("~/.ssh/config")
         lines = ["Include %s" % base] if os.path.exists(base) else []
         lines += ["Host *", "  IdentityFile %s" % os.path.abspath(os.path.expanduser(to_text(key)))]
+        written = os.path.join(self._workdir, "ssh_config")
+        if os.path.exists(written):       # an earlier cpctl run of this same task wrote it (same variables)
+            return written
         return self.write_private("ssh_config", "\n".join(lines) + "\n")
 
     def cpctl(self, task_vars, args, ok_codes=(0,), timeout=None):

@@ -216,8 +216,17 @@ def test_edit_reopens_on_a_problem_then_applies(lab: Any, tmp_path: Any) -> None
     with open(script, "w") as handle:
         handle.write(EDITOR % (sys.executable, count))
     os.chmod(script, 0o755)
-    proc = run_cpctl(lab, "edit", "scheduler", "--yes", "--timeout", "30", "--settle", "1", EDITOR=script,
-                     VISUAL="")
+    import pty
+    import subprocess
+    leader, follower = pty.openpty()          # re-opening needs a terminal (without one: one round)
+    env = dict(os.environ, **lab.env, EDITOR=script, VISUAL="")
+    env.pop("CPCTL_PROBE", None)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "cpctl", "edit", "scheduler", "--yes", "--timeout", "30",
+                               "--settle", "1"], env=env, stdin=follower, capture_output=True, text=True, timeout=120)
+    finally:
+        os.close(follower)
+        os.close(leader)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert open(count).read() == "2", "re-opened once after the duplicated flag"
     new = _read(_path(lab))

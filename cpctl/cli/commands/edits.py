@@ -292,46 +292,68 @@ def revisions_text(data: Dict[str, Any]) -> str:
 
 
 # --- edit ---------------------------------------------------------------------------------------------
+EDIT_ROUNDS = 3                 # editor rounds on a terminal before an invalid result fails (without one: 1)
+EDITOR_TIMEOUT = 3600.0         # seconds an editor may run before it is stopped (--editor-timeout)
+EDITOR_GRACE = 5.0              # seconds between SIGTERM and SIGKILL for an editor that overran
+
+
 @click.command()
 @click.argument("component")
 @click.option("-y", "--yes", is_flag=True, help="Apply without asking after the diff.")
+@click.option("--editor-timeout", type=click.FloatRange(1, 86400), default=EDITOR_TIMEOUT, show_default=True,
+              envvar="CPCTL_EDITOR_TIMEOUT",
+              help="Seconds the editor may run; then it is stopped and the edit fails, the copy kept "
+                   "(env CPCTL_EDITOR_TIMEOUT).")
 @parked_option
 @keep_in_option
 @_change_options
 @click.pass_context
-def edit(ctx: click.Context, component: str, yes: bool, parked: bool, keep_in: Tuple[str, ...],
-         timeout: Optional[float], no_rollback: bool, dry_run: bool, reason: Optional[str], keep_revisions: int,
-         settle: float, force: bool) -> None:
+def edit(ctx: click.Context, component: str, yes: bool, editor_timeout: float, parked: bool,
+         keep_in: Tuple[str, ...], timeout: Optional[float], no_rollback: bool, dry_run: bool, reason: Optional[str],
+         keep_revisions: int, settle: float, force: bool) -> None:
     """Edit COMPONENT's manifest in $VISUAL/$EDITOR on a private copy, then apply it like `cpctl apply`.
 
-    The copy lives outside the manifests dir (no swap or backup file can land there). An invalid
-    result re-opens the editor with the problem on top; a valid one shows the diff and asks
-    (--yes skips the question). With several masters, each one's manifest is edited in turn.
-    --parked: edit the parked copy of a stopped component.
+    The copy lives outside the manifests dir (no swap or backup file can land there). On a
+    terminal an invalid result re-opens the editor with the problem on top, at most 3 rounds;
+    without a terminal there is one round. A valid result shows the diff and asks (--yes skips
+    the question). Whenever the edit fails, the copy is kept and its path printed. With several
+    masters, each one's manifest is edited in turn. --parked: edit the parked copy of a stopped
+    component.
     """
     targets = _keep_targets(keep_in, parked)
     options = _options(ctx, component, timeout, no_rollback, dry_run, reason, keep_revisions, settle, force, parked)
-    if not yes and not dry_run and not sys.stdin.isatty():
+    tty = sys.stdin.isatty()
+    if not yes and not dry_run and not tty:
         raise CpctlError("cpctl edit asks before it applies: without a terminal, pass --yes", ExitCode.USAGE)
-    execute(ctx, lambda node: _edit_node(node, component, options, yes, targets), change_text, changing=not dry_run)
+    rounds = EDIT_ROUNDS if tty else 1
+    execute(ctx, lambda node: _edit_node(node, component, options, yes, targets, rounds, editor_timeout), change_text,
+            changing=not dry_run)
 
 
-def _edit_node(node: "Node", component: str, options: Any, yes: bool, targets: Optional[List[Any]] = None
-               ) -> Dict[str, Any]:
+def _edit_node(node: "Node", component: str, options: Any, yes: bool, targets: Optional[List[Any]] = None,
+               rounds: int = EDIT_ROUNDS, editor_timeout: float = EDITOR_TIMEOUT) -> Dict[str, Any]:
+    """One master's edit: the editor rounds on a private copy, the diff, the question, the apply.
+    The copy is removed only when the edit applied or changed nothing; on every failure (and on
+    "no") it stays and the message says where."""
     from cpctl.core.manifests import checksum
+    from cpctl.errors import Interrupted, Terminated, interrupted_by
     from cpctl.ops import edits
     filename, data = edits.read_current(node, component, "edit", options.parked)
     workdir = tempfile.mkdtemp(prefix="cpctl-edit-")
     path = _copy_path(workdir, node.node_name, filename)
-    keep_copy = False
+    kept = "your edited copy is at %s" % path
+    done = False
     try:
-        new, checked = _edit_until_valid(node, component, path, data, options.force, options.parked)
+        new, checked = _edit_until_valid(node, component, path, data, rounds, editor_timeout, options.force,
+                                         options.parked)
         if new is None:
+            done = True
             return {"node": node.node_name, "component": component, "changed": False,
                     "message": "edit cancelled, no changes made"}
         from cpctl.ops import keepin
         keep = _kept(node, component, data, new, targets or [])
         if options.dry_run:
+            done = True
             return dict(checked, keep_in=keep.to_dict()) if keep else checked
         if checked.get("diff"):
             click.echo(printable(checked["diff"], block=True), err=True)
@@ -341,21 +363,21 @@ def _edit_node(node: "Node", component: str, options: Any, yes: bool, targets: O
             note("%s: warning: %s" % (component, warning))
         question = printable("Apply this change to %s on %s?" % (component, node.node_name))
         if not yes and not click.confirm(question, err=True):
-            keep_copy = True
             return {"node": node.node_name, "component": component, "changed": False,
-                    "message": "not applied; your edited copy is at %s" % path}
-        keep_copy = True
+                    "message": "not applied; %s" % kept, "copy": path}
         result = keepin.run(node, keep, False, lambda: edits.replace(
             node, component, new, "your edit", "edit", options, expect=checksum(data)), lambda _diff: None,
             options.reason, options.force)
-        keep_copy = False
+        done = True
         return result
     except CpctlError as exc:
-        if keep_copy:
-            exc.where = (exc.where + "; " if exc.where else "") + "your edited copy is at %s" % path
+        exc.where = (exc.where + "; " if exc.where else "") + kept
         raise
+    except (KeyboardInterrupt, Terminated) as exc:
+        raise Interrupted(interrupted_by(exc), "edit of %s interrupted" % component, where="nothing changed; " + kept
+                          ) from None
     finally:
-        if not keep_copy:
+        if done:
             shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -374,21 +396,28 @@ def _copy_path(workdir: str, node_name: str, filename: str) -> str:
     return path
 
 
-def _edit_until_valid(node: Any, component: str, path: str, data: bytes, force: bool = False,
+def _edit_until_valid(node: Any, component: str, path: str, data: bytes, rounds: int = EDIT_ROUNDS,
+                      editor_timeout: float = EDITOR_TIMEOUT, force: bool = False,
                       parked: bool = False) -> Tuple[Optional[bytes], Dict[str, Any]]:
-    """Open the editor until the result is valid: (new bytes or None when unchanged, the plan)."""
+    """Open the editor until the result is valid, at most ``rounds`` times: (new bytes or None when
+    unchanged, the plan). An invalid last round, or the same invalid bytes saved twice, fails (exit 4)."""
     from cpctl.ops import edits
     problems: List[str] = []
     last_invalid: Optional[bytes] = None
     text = data
-    while True:
+    for round_number in range(1, rounds + 1):
         header = "".join("%s%s\n" % (EDIT_MARK, line) for line in problems)
         if problems:
-            header += EDIT_MARK + "fix the problems above and save, or quit without saving to cancel (these lines go)\n"
+            header += EDIT_MARK + "round %d of %d: fix the problems above and save, or quit without saving to " \
+                                  "cancel (these lines go)\n" % (round_number, rounds)
         _write_private(path, header.encode("utf-8") + text)
-        _run_editor(path)
+        _run_editor(path, editor_timeout)
         with open(path, "rb") as handle:
-            edited = _strip_marks(handle.read(MAX_NEW_MANIFEST + 1))
+            raw = handle.read(MAX_NEW_MANIFEST + 1)
+        if len(raw) > MAX_NEW_MANIFEST:
+            raise CpctlError("edit of %s: the result is larger than %d bytes" % (component, MAX_NEW_MANIFEST),
+                             ExitCode.REFUSED)
+        edited = _strip_marks(raw)
         if edited == data:
             return None, {}
         if last_invalid is not None and edited == last_invalid:
@@ -399,6 +428,10 @@ def _edit_until_valid(node: Any, component: str, path: str, data: bytes, force: 
             if exc.code is not ExitCode.REFUSED:
                 raise
             problems, last_invalid, text = [exc.message], edited, edited
+    _write_private(path, "".join("%s%s\n" % (EDIT_MARK, line) for line in problems).encode("utf-8") + text)
+    raise CpctlError("edit of %s: still invalid after %d editor round%s%s (%s)" % (
+        component, rounds, "" if rounds == 1 else "s", "" if rounds > 1 else " (no terminal: one round)",
+        "; ".join(problems)), ExitCode.REFUSED)
 
 
 def _write_private(path: str, data: bytes) -> None:
@@ -414,8 +447,9 @@ def _strip_marks(data: bytes) -> bytes:
     return b"".join(lines)
 
 
-def _run_editor(path: str) -> None:
-    """$VISUAL, else $EDITOR, else vi, on ``path``; a failing editor cancels the edit."""
+def _run_editor(path: str, timeout: float = EDITOR_TIMEOUT) -> None:
+    """$VISUAL, else $EDITOR, else vi, on ``path``; a failing, killed or overrunning editor fails the
+    edit (exit 7, or 6 after ``timeout`` seconds: it gets SIGTERM, then SIGKILL)."""
     command = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
     try:
         argv = shlex.split(command)
@@ -424,9 +458,32 @@ def _run_editor(path: str) -> None:
     if not argv:
         raise CpctlError("the editor command is empty (set VISUAL or EDITOR)", ExitCode.USAGE)
     try:
-        code = subprocess.call(argv + [path])
+        editor = subprocess.Popen(argv + [path])
     except OSError as exc:
         raise CpctlError("cannot run the editor %r: %s (set VISUAL or EDITOR)" % (argv[0], exc.strerror or exc),
                          ExitCode.ENVIRONMENT) from None
+    try:
+        code = editor.wait(timeout)
+    except subprocess.TimeoutExpired:
+        _stop_editor(editor)
+        raise CpctlError("the editor %r was still running after %.0fs (--editor-timeout): stopped it"
+                         % (argv[0], timeout), ExitCode.TIMEOUT) from None
+    except BaseException:
+        _stop_editor(editor)
+        raise
+    if code < 0:
+        raise CpctlError("the editor %r was killed by signal %d" % (argv[0], -code), ExitCode.ENVIRONMENT)
     if code != 0:
-        raise CpctlError("the editor %r exited with status %d: nothing changed" % (argv[0], code), ExitCode.ENVIRONMENT)
+        raise CpctlError("the editor %r exited with status %d" % (argv[0], code), ExitCode.ENVIRONMENT)
+
+
+def _stop_editor(editor: "subprocess.Popen[bytes]") -> None:
+    """SIGTERM the editor, SIGKILL it after EDITOR_GRACE seconds, and reap it."""
+    if editor.poll() is not None:
+        return
+    editor.terminate()
+    try:
+        editor.wait(EDITOR_GRACE)
+    except subprocess.TimeoutExpired:
+        editor.kill()
+        editor.wait()

@@ -76,11 +76,15 @@ def test_good_apply_runs_the_new_pod_and_keeps_the_old_bytes(lab: Any, tmp_path:
     assert _read(_path(lab)) == new and stat.S_IMODE(os.stat(_path(lab)).st_mode) == mode
     now = _healthy(lab)
     assert _hash(now) and _hash(now) != old_hash, "the kubelet runs a new pod"
-    [revision] = _revisions(lab)
-    assert revision["number"] == 1 and revision["checksum"] == hashlib.sha256(old).hexdigest()
+    original, revision = _revisions(lab)
+    assert original["number"] == 1 and original["checksum"] == hashlib.sha256(old).hexdigest()
+    assert original["action"] == "original" and original["original"] and original["reason"] is None
+    assert revision["number"] == 2 and revision["checksum"] == hashlib.sha256(new).hexdigest()
     assert revision["action"] == "apply" and revision["reason"] == "more logs" and not revision["failed"]
+    assert revision["current"] and not original["current"]
     record = _history(lab)[-1]
-    assert record["action"] == "apply" and record["revision"] == 1 and "+    - --v=3" in record["diff"]
+    assert record["action"] == "apply" and record["revision"] == 1 and record["new_revision"] == 2
+    assert "+    - --v=3" in record["diff"]
     assert not [n for n in os.listdir(str(lab.manifests_dir())) if n.startswith(".")], "no temp file left"
 
 

@@ -40,7 +40,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from cpctl.core import checks, flags, journal, manifests, outside, revisions
 from cpctl.core.manifests import Manifest
 from cpctl.core.node import Node, parked_content
-from cpctl.core.replace import check_revisable, replace_change, revisions_of, text_diff
+from cpctl.core.replace import check_revisable, replace_change, replace_plan, revisions_of, text_diff
 from cpctl.errors import CpctlError, ExitCode, Interrupted, Terminated, interrupted_by
 from cpctl.probes.base import NoWait, PodTarget, WaitResult
 from cpctl.probes.diagnose import Diagnosis, why_not_running
@@ -225,14 +225,16 @@ def _replace_locked(node: Node, manifest: Manifest, new: bytes, source: str, act
     old_target = node.target_for(manifest.pod, manifest.file)
     before = None if effect == manifests.KEEPS else node.waiter.before(target)
     fail_fast = crash_loop_check(node, target, effect)        # the sandboxes there before the change
-    change, number = replace_change(node, manifest, new, action, options.reason, options.keep, record)
+    change, kept = replace_plan(node, manifest, new, action, options.reason, options.keep, record)
     node.apply(change)
-    done = _result(node, manifest, action, True, revision=number, checksum=change.checksum,
-                   previous=manifests.checksum(manifest.data), warnings=verdict.warnings, effect=effect)
+    number = kept.previous
+    kept_text = "now revision %d, previous version kept as revision %d" % (kept.current, number)
+    done = _result(node, manifest, action, True, revision=number, new_revision=kept.current,
+                   checksum=change.checksum, previous=manifests.checksum(manifest.data), warnings=verdict.warnings,
+                   effect=effect)
     if effect == manifests.KEEPS:
         return dict(done, message="%s: the kubelet sees the same pod (comments, formatting, API defaults or fields "
-                                  "it ignores): %s; previous version kept as revision %d"
-                                  % (_past(action), KEEPS_MESSAGE, number))
+                                  "it ignores): %s; %s" % (_past(action), KEEPS_MESSAGE, kept_text))
     try:
         result = _verify(node, target, before, options, fail_fast)
     except (KeyboardInterrupt, Terminated) as exc:
@@ -240,8 +242,7 @@ def _replace_locked(node: Node, manifest: Manifest, new: bytes, source: str, act
     except CpctlError as exc:
         return _failed(node, target, old_target, manifest.data, number, options, exc.message, exc)
     if result.verified or isinstance(node.waiter, NoWait):
-        return dict(done, wait=result.to_dict(), message="%s: %s; previous version kept as revision %d"
-                    % (_past(action), result.detail, number))
+        return dict(done, wait=result.to_dict(), message="%s: %s; %s" % (_past(action), result.detail, kept_text))
     raise CpctlError("%s of %s is in place but NOT verified: %s; not rolled back (nothing showed it failing): check "
                      "with cpctl status, undo with cpctl rollback %s" % (action, component, result.detail, component),
                      ExitCode.TIMEOUT)
@@ -367,12 +368,12 @@ def _failed(node: Node, target: PodTarget, old_target: PodTarget, old: bytes, nu
 
 
 def _restore(node: Node, component: str, old: bytes, reason: str, options: ApplyOptions) -> int:
-    """Write ``old`` back over the failed version (kept as a revision marked failed)."""
+    """Write ``old`` back over the failed version (its revision marked failed); that revision's number."""
     manifest = current(node, component, "rollback")
-    change, number = replace_change(node, manifest, old, "rollback", reason, options.keep,
-                                    {"automatic": True}, replaced_failed=True)
+    change, kept = replace_plan(node, manifest, old, "rollback", reason, options.keep, {"automatic": True},
+                                replaced_failed=True)
     node.apply(change)
-    return number
+    return kept.previous
 
 
 def _put_back_now(node: Node, component: str, old: bytes, options: ApplyOptions, exc: BaseException) -> CpctlError:
@@ -404,52 +405,74 @@ def flags_version(data: bytes, component: str, container: Optional[str], sets: S
     return new, said
 
 
-def rollback_target(node: Node, component: str, to: Optional[int]) -> Tuple[revisions.Revision, bytes, str]:
-    """The revision ``rollback`` applies, its verified bytes, and the checksum of the manifest now:
-    ``to``, or the newest revision that differs from the manifest now and is not known to have failed."""
+def rollback_target(node: Node, component: str, to: Optional[int], force: bool = False
+                    ) -> Tuple[revisions.Revision, bytes, str]:
+    """The revision ``rollback`` applies, its verified bytes, and the checksum of the manifest now.
+
+    ``to``: that revision; one marked failed (it was applied and did not become healthy) is
+    refused (exit 4) unless ``force``. Without ``to``: the version the change that wrote the bytes in
+    place replaced (undo), unless it failed; else the newest revision before the current one that
+    is not the bytes in place and not failed (else the newest such revision after it)."""
     manifest = current(node, component, "rollback")
-    kept = revisions_of(node).list(manifest.file)
+    component = manifest.pod_name or component
+    store = revisions_of(node)
+    kept = store.list(manifest.file)
     if not kept:
-        raise CpctlError("%s has no revisions: cpctl keeps one each time apply, edit, flags or rollback changes it"
+        raise CpctlError("%s has no revisions: cpctl keeps them each time apply, edit, flags or rollback changes it"
                          % component, ExitCode.NOT_FOUND)
     if to is not None:
-        chosen = next((r for r in kept if r.number == to), None)
-        if chosen is None:
-            numbers = ", ".join(str(r.number) for r in kept)
-            raise CpctlError("%s has no revision %d (it has %s)" % (component, to, numbers), ExitCode.NOT_FOUND)
+        chosen = store.find(kept, to, component)
+        if chosen.failed and not force:
+            raise CpctlError("revision %d of %s is marked failed (it was applied and did not become healthy): "
+                             "not rolling back to it without --force" % (to, component), ExitCode.REFUSED)
     else:
         usable = [r for r in kept if r.checksum != manifest.checksum and not r.failed]
         if not usable:
             raise CpctlError("%s has no earlier healthy revision to roll back to (see cpctl revisions %s; choose one "
                              "with --to)" % (component, component), ExitCode.NOT_FOUND)
-        chosen = usable[-1]
-        _refuse_crossing(node, component, manifest, kept, chosen)
-    return chosen, revisions_of(node).read(chosen), manifest.checksum or ""
+        before = _replaced_last(node, manifest)
+        now = next((r.number for r in reversed(kept) if r.checksum == manifest.checksum), None)
+        earlier = [r for r in usable if now is None or r.number < now]
+        chosen = next((r for r in reversed(usable) if r.checksum == before), None) or (earlier or usable)[-1]
+        _refuse_crossing(node, component, manifest, kept, chosen, now)
+    return chosen, store.read(chosen), manifest.checksum or ""
 
 
 def _refuse_crossing(node: Node, component: str, manifest: Manifest, kept: List[revisions.Revision],
-                     chosen: revisions.Revision) -> None:
+                     chosen: revisions.Revision, now: Optional[int]) -> None:
     """A rollback without --to never undoes what a writer other than cpctl did (a kubeadm upgrade):
-    REFUSED, naming it, when the manifest was replaced outside cpctl after ``chosen`` was replaced."""
+    REFUSED, naming it, when the bytes in place were written by another writer (detected, or no
+    revision holds them), or an ``outside`` revision lies between ``chosen`` and the one in place."""
     found = outside.detect(node, manifest.file, manifest.checksum)
-    later = [r for r in kept if r.number >= chosen.number]
-    gaps = [r for r, after in zip(later, later[1:]) if r.replaced_by != after.checksum]
-    kept_outside = [r for r in later if r.action == "outside"]      # cpctl's bytes an outside writer replaced
-    if found is None and not gaps and not kept_outside:
+    crossed = [r for r in kept if r.action == revisions.OUTSIDE and (r.number > chosen.number or r is chosen)
+               and (now is None or r.number <= now)]
+    unknown = now is None and not any(r.legacy for r in kept)
+    if found is None and not crossed and not unknown:
         return
     if found is not None:
         what = found.note
-    elif kept_outside:
-        what = "%s, after revision %d" % (kept_outside[-1].reason or "replaced outside cpctl", kept_outside[-1].number)
+    elif crossed:
+        what = "%s, revision %d" % (crossed[-1].reason or "replaced outside cpctl", crossed[-1].number)
     else:
-        what = "replaced outside cpctl after revision %d" % gaps[0].number
-    raise CpctlError("%s was changed by a writer other than cpctl (%s) since revision %d was replaced: rolling back to "
-                     "it would undo that change too; nothing changed. Choose the revision with --to N (see cpctl "
+        what = "the manifest in place is no kept revision: replaced outside cpctl"
+    raise CpctlError("%s was changed by a writer other than cpctl (%s) since revision %d was in place: rolling back "
+                     "to it would undo that change too; nothing changed. Choose the revision with --to N (see cpctl "
                      "revisions %s)" % (component, what, chosen.number, component), ExitCode.REFUSED)
 
 
-def list_revisions(node: Node, component: str) -> Dict[str, Any]:
-    """The kept revisions of ``component``, oldest first, and which one the file holds now."""
+def _replaced_last(node: Node, manifest: Manifest) -> Optional[str]:
+    """The checksum of the bytes that the change which wrote the manifest's bytes in place replaced
+    (from the history; None when no record says): what "undo the last change" goes back to."""
+    def wrote_these(record: Dict[str, Any]) -> bool:
+        return record.get("file") == manifest.file and record.get("checksum") == manifest.checksum and \
+            record.get("action") in ("apply", "edit", "flags", "rollback")
+    found = node.state.read_history(limit=1, keep=wrote_these)
+    previous = found[-1].get("previous") if found else None
+    return previous if isinstance(previous, str) else None
+
+
+def _kept(node: Node, component: str) -> Tuple[str, Optional[str], bool, List[revisions.Revision]]:
+    """(file name, checksum now or None when parked, parked?, the revisions oldest first) of ``component``."""
     manifests.validate_component_name(component)
     scan, parked = node.scan(), node.parked()
     present, parked_hits = node.resolve(component, scan, parked)
@@ -461,7 +484,38 @@ def list_revisions(node: Node, component: str) -> Dict[str, Any]:
     else:
         raise node.not_found(component)
     kept = revisions_of(node).list(filename) if node.state.ensure(create=False) else []
-    rows = [dict(r.to_dict(), current=(r.checksum == checksum)) for r in kept]
-    found = outside.detect(node, filename, checksum) if present else None
+    return filename, checksum, not present, kept
+
+
+def _row(revision: revisions.Revision, checksum: Optional[str]) -> Dict[str, Any]:
+    return dict(revision.to_dict(), current=(revision.checksum == checksum))
+
+
+def list_revisions(node: Node, component: str) -> Dict[str, Any]:
+    """The kept revisions of ``component``, oldest first, and which one the file holds now."""
+    filename, checksum, parked, kept = _kept(node, component)
+    found = outside.detect(node, filename, checksum) if not parked else None
     return {"node": node.node_name, "component": component, "file": filename, "checksum": checksum,
-            "parked": not present, "revisions": rows, "outside": found.to_dict() if found else None}
+            "parked": parked, "revisions": [_row(r, checksum) for r in kept],
+            "outside": found.to_dict() if found else None}
+
+
+def show_revision(node: Node, component: str, number: int) -> Dict[str, Any]:
+    """Revision ``number`` of ``component``: its label and its content (checked against its
+    checksum; credential-looking flag values redacted)."""
+    filename, checksum, parked, kept = _kept(node, component)
+    store = revisions_of(node)
+    chosen = store.find(kept, number, component)
+    content = flags.redact(store.read(chosen).decode("utf-8", "replace"))
+    return {"node": node.node_name, "component": component, "file": filename, "revision": _row(chosen, checksum),
+            "manifest": content}
+
+
+def diff_revisions(node: Node, component: str, first: int, second: int) -> Dict[str, Any]:
+    """A unified diff from revision ``first`` to revision ``second`` of ``component``."""
+    filename, checksum, parked, kept = _kept(node, component)
+    store = revisions_of(node)
+    old, new = store.find(kept, first, component), store.find(kept, second, component)
+    diff = text_diff(store.read(old), store.read(new), filename)
+    return {"node": node.node_name, "component": component, "file": filename, "from": _row(old, checksum),
+            "to": _row(new, checksum), "diff": diff, "identical": old.checksum == new.checksum}

@@ -50,7 +50,7 @@ def _change_options(function: Callable[..., Any]) -> Callable[..., Any]:
         reason_option,
         click.option("--keep-revisions", type=click.IntRange(1, 100), default=10, show_default=True,
                      envvar="CPCTL_KEEP_REVISIONS",
-                     help="Previous versions kept per manifest (env CPCTL_KEEP_REVISIONS)."),
+                     help="Versions kept per manifest besides the original (env CPCTL_KEEP_REVISIONS)."),
         click.option("--settle", type=click.FloatRange(0, 600), default=5.0, show_default=True,
                      help="Seconds the new pod must stay Ready after it first is."),
         change_force_option,
@@ -248,7 +248,8 @@ def _list_flags(ctx: click.Context, component: str, container: Optional[str], pa
 @click.command()
 @click.argument("component")
 @click.option("--to", "to", type=click.IntRange(1), default=None,
-              help="The revision to go back to (default: the newest earlier one that did not fail).")
+              help="The revision to go back to (default: the newest earlier one that did not fail); one "
+                   "marked failed needs --force.")
 @_change_options
 @click.pass_context
 def rollback(ctx: click.Context, component: str, to: Optional[int], timeout: Optional[float], no_rollback: bool,
@@ -258,7 +259,7 @@ def rollback(ctx: click.Context, component: str, to: Optional[int], timeout: Opt
     options = _options(ctx, component, timeout, no_rollback, dry_run, reason, keep_revisions, settle, force)
 
     def action(node: Any) -> Dict[str, Any]:
-        revision, data, expect = edits.rollback_target(node, component, to)
+        revision, data, expect = edits.rollback_target(node, component, to, force)
         return edits.replace(node, component, data, "revision %d" % revision.number, "rollback", options,
                              {"to_revision": revision.number}, expect=expect)
     execute(ctx, action, change_text, changing=not dry_run)
@@ -266,29 +267,72 @@ def rollback(ctx: click.Context, component: str, to: Optional[int], timeout: Opt
 
 @click.command()
 @click.argument("component")
+@click.argument("number", type=click.IntRange(1), required=False)
+@click.option("--diff", "diff", type=click.IntRange(1), nargs=2, default=None, metavar="N M",
+              help="Show what changed from revision N to revision M.")
 @click.pass_context
-def revisions(ctx: click.Context, component: str) -> None:
-    """List the kept previous versions of COMPONENT's manifest (newest last)."""
+def revisions(ctx: click.Context, component: str, number: Optional[int], diff: Optional[Tuple[int, int]]) -> None:
+    """List the kept versions of COMPONENT's manifest (oldest first), show revision NUMBER, or --diff N M.
+
+    Each revision is one version of the file, labelled with the change that made it (its action,
+    time, user and reason); "original" is the first version cpctl saw, kept for good; "current" the
+    bytes in place now; "failed" a version that was applied and did not become healthy.
+    """
     from cpctl.ops import edits
-    execute(ctx, lambda node: edits.list_revisions(node, component), revisions_text, probe="none")
+    if diff is not None and number is not None:
+        raise CpctlError("give a revision NUMBER or --diff N M, not both", ExitCode.USAGE)
+    if diff is not None:
+        first, second = diff
+        execute(ctx, lambda node: edits.diff_revisions(node, component, first, second), revision_diff_text,
+                probe="none")
+    elif number is not None:
+        chosen = number
+        execute(ctx, lambda node: edits.show_revision(node, component, chosen), revision_text, probe="none")
+    else:
+        execute(ctx, lambda node: edits.list_revisions(node, component), revisions_text, probe="none")
+
+
+def _notes(row: Dict[str, Any]) -> str:
+    """original / current / failed, the marks of one revision ("-" when none)."""
+    marks = [word for word, on in (("original", row.get("original")), ("current", row.get("current")),
+                                   ("failed", row.get("failed"))) if on]
+    return ",".join(marks) or "-"
+
+
+def _reason(row: Dict[str, Any]) -> str:
+    if row.get("action") == "outside":
+        return str(row.get("reason") or "changed outside cpctl")
+    return str(row.get("reason") or "")
 
 
 def revisions_text(data: Dict[str, Any]) -> str:
+    from cpctl.cli.render import table
     rows = data.get("revisions") or []
     found = data.get("outside")
     tail = ["-    %-20s %-10s %-9s %-12s current; %s" % ("-", "not cpctl", "outside", str(found["current"])[:12],
                                                         found["note"])] if found else []
     if not rows:
         return "\n".join(["%s: no revisions kept (%s)" % (data.get("component"), data.get("file"))] + tail)
-    out = ["%-4s %-20s %-10s %-9s %-12s %s" % ("REV", "REPLACED AT", "BY", "ACTION", "CHECKSUM", "NOTE")]
-    for row in rows:
-        notes = [n for n in ("current" if row.get("current") else "", "failed" if row.get("failed") else "") if n]
-        if row.get("reason"):
-            notes.append(str(row["reason"]))
-        line = "%-4s %-20s %-10s %-9s %-12s %s" % (row["number"], row["saved_at"], row["saved_by"], row["action"],
-                                                    row["checksum"][:12], "; ".join(notes))
-        out.append(line.rstrip())
-    return "\n".join(out + tail)
+    return "\n".join([table(["REV", "SAVED AT", "BY", "ACTION", "SHA256", "NOTE", "REASON"],
+                            [[row["number"], row["saved_at"], row["saved_by"], row["action"], row["checksum"][:12],
+                              _notes(row), _reason(row)] for row in rows])] + tail)
+
+
+def _label(row: Dict[str, Any]) -> str:
+    reason = _reason(row)
+    return "revision %s of %s: %s at %s by %s (%s)%s" % (
+        row["number"], row["file"], row["action"], row["saved_at"], row["saved_by"], _notes(row),
+        ": " + reason if reason else "")
+
+
+def revision_text(data: Dict[str, Any]) -> str:
+    return "# %s\n%s" % (_label(data["revision"]), data["manifest"].rstrip("\n"))
+
+
+def revision_diff_text(data: Dict[str, Any]) -> str:
+    lines = ["# from %s" % _label(data["from"]), "# to   %s" % _label(data["to"])]
+    lines.append(data["diff"] if data["diff"] else "(identical)")
+    return "\n".join(lines)
 
 
 # --- edit ---------------------------------------------------------------------------------------------

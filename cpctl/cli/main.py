@@ -94,7 +94,9 @@ def _command_words(name: Optional[str], command: Any, rest: List[str]) -> str:
 @click.option("--crictl", envvar="CPCTL_CRICTL", default="crictl", show_default=True, help="crictl binary.")
 @click.option("--lock-timeout", type=click.FloatRange(0, 3600), default=10.0, show_default=True,
               help="Seconds to wait for another cpctl run on this node.")
-@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("-o", "--output", type=click.Choice(["text", "json", "yaml", "wide"]), default="text", show_default=True,
+              help="text; json or yaml: the result object (docs/json.md); wide: text with more columns "
+                   "(status, history, revisions), as kubectl's.")
 @click.option("-H", "--host", "hosts", multiple=True, metavar="TARGET",
               help="Run on [user@]host[:port] or an ssh_config alias (repeatable, or comma-separated); "
                    "with --inventory: host or group names.")
@@ -147,6 +149,8 @@ def main(ctx: click.Context, manifests_dir: Optional[str], kubelet_dir: str, sta
         from cpctl.core.identity import check_node_name
         from cpctl.errors import ExitCode
         check_node_name(node_name, "--node-name / CPCTL_NODE_NAME", ExitCode.USAGE)
+    manifests_dir, state_dir, kubelet_dir = _absolute_dirs(bool(hosts or inventory), manifests_dir, state_dir,
+                                                           kubelet_dir)
     settings = Settings(manifests_dir=manifests_dir, state_dir=state_dir, node_name=node_name,
                         kubeconfig=kubeconfig, probe=probe, lock_timeout=lock_timeout, crictl=crictl,
                         kubelet_dir=kubelet_dir)
@@ -165,6 +169,25 @@ def main(ctx: click.Context, manifests_dir: Optional[str], kubelet_dir: str, sta
     if not asks_help:
         from cpctl.cli.fanout import enforce
         enforce(ctx, path, plugin)
+
+
+def _absolute_dirs(remote: bool, manifests_dir: Optional[str], state_dir: str, kubelet_dir: str
+                   ) -> Tuple[Optional[str], str, str]:
+    """``--manifests-dir``, ``--state-dir``, ``--kubelet-dir`` as absolute paths: a relative one is
+    resolved against the current directory, like any command line tool does. With ``-H``/``-i``
+    they are paths on the masters, where this directory means nothing: a relative one is a usage
+    error (exit 2)."""
+    from cpctl.errors import CpctlError, ExitCode
+
+    def absolute(name: str, value: str) -> str:
+        if os.path.isabs(value):
+            return value
+        if remote:
+            raise CpctlError("--%s %s: a path on the masters must be absolute (with -H/-i there is no current "
+                             "directory to resolve it against)" % (name, value), ExitCode.USAGE)
+        return os.path.abspath(value)
+    return (absolute("manifests-dir", manifests_dir) if manifests_dir else None,
+            absolute("state-dir", state_dir), absolute("kubelet-dir", kubelet_dir))
 
 
 def _remote(ctx: click.Context, hosts: List[str], inventory: Optional[str], ssh_config: Optional[str],

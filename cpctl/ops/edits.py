@@ -139,6 +139,13 @@ def parked_current(node: Node, component: str, action: str) -> Tuple[Manifest, D
     return manifest, parked[filename]
 
 
+def pod_name(node: Node, component: str, action: str, parked: bool = False) -> str:
+    """The pod name (``metadata.name``) of ``component``'s manifest (or parked copy): the one name
+    JSON output uses."""
+    manifest = parked_current(node, component, action)[0] if parked else current(node, component, action)
+    return manifest.pod_name or component
+
+
 def read_current(node: Node, component: str, action: str, parked: bool = False) -> Tuple[str, bytes]:
     """(file name, bytes) of the component's manifest now, or of its parked copy (for edit and flags,
     no lock held)."""
@@ -471,20 +478,22 @@ def _replaced_last(node: Node, manifest: Manifest) -> Optional[str]:
     return previous if isinstance(previous, str) else None
 
 
-def _kept(node: Node, component: str) -> Tuple[str, Optional[str], bool, List[revisions.Revision]]:
-    """(file name, checksum now or None when parked, parked?, the revisions oldest first) of ``component``."""
+def _kept(node: Node, component: str) -> Tuple[str, str, Optional[str], bool, List[revisions.Revision]]:
+    """(the component's pod name, file name, checksum now or None when parked, parked?, the
+    revisions oldest first) of ``component`` (as the user named it)."""
     manifests.validate_component_name(component)
     scan, parked = node.scan(), node.parked()
     present, parked_hits = node.resolve(component, scan, parked)
     if present:
         manifest = node.single(component, present, "it has no current version")
-        filename, checksum = manifest.file, manifest.checksum
+        filename, checksum, name = manifest.file, manifest.checksum, manifest.pod_name or component
     elif parked_hits:
         filename, checksum = parked_hits[0], None
+        name = str(parked[filename].get("component") or component)
     else:
         raise node.not_found(component)
     kept = revisions_of(node).list(filename) if node.state.ensure(create=False) else []
-    return filename, checksum, not present, kept
+    return name, filename, checksum, not present, kept
 
 
 def _row(revision: revisions.Revision, checksum: Optional[str]) -> Dict[str, Any]:
@@ -493,7 +502,7 @@ def _row(revision: revisions.Revision, checksum: Optional[str]) -> Dict[str, Any
 
 def list_revisions(node: Node, component: str) -> Dict[str, Any]:
     """The kept revisions of ``component``, oldest first, and which one the file holds now."""
-    filename, checksum, parked, kept = _kept(node, component)
+    component, filename, checksum, parked, kept = _kept(node, component)
     found = outside.detect(node, filename, checksum) if not parked else None
     return {"node": node.node_name, "component": component, "file": filename, "checksum": checksum,
             "parked": parked, "revisions": [_row(r, checksum) for r in kept],
@@ -503,7 +512,7 @@ def list_revisions(node: Node, component: str) -> Dict[str, Any]:
 def show_revision(node: Node, component: str, number: int) -> Dict[str, Any]:
     """Revision ``number`` of ``component``: its label and its content (checked against its
     checksum; credential-looking flag values redacted)."""
-    filename, checksum, parked, kept = _kept(node, component)
+    component, filename, checksum, _, kept = _kept(node, component)
     store = revisions_of(node)
     chosen = store.find(kept, number, component)
     content = flags.redact(store.read(chosen).decode("utf-8", "replace"))
@@ -513,7 +522,7 @@ def show_revision(node: Node, component: str, number: int) -> Dict[str, Any]:
 
 def diff_revisions(node: Node, component: str, first: int, second: int) -> Dict[str, Any]:
     """A unified diff from revision ``first`` to revision ``second`` of ``component``."""
-    filename, checksum, parked, kept = _kept(node, component)
+    component, filename, checksum, _, kept = _kept(node, component)
     store = revisions_of(node)
     old, new = store.find(kept, first, component), store.find(kept, second, component)
     diff = text_diff(store.read(old), store.read(new), filename)

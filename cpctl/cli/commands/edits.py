@@ -235,7 +235,8 @@ def _list_flags(ctx: click.Context, component: str, container: Optional[str], pa
         pod = parse_new(data, component)
         _, chosen = flagtools.pick_container(pod, container)
         found = [{"name": f.name, "value": f.value, "in": f.where} for f in flagtools.flags_of(chosen)]
-        return {"node": node.node_name, "component": component, "container": chosen.get("name"), "flags": found,
+        name = (pod.get("metadata") or {}).get("name") or component
+        return {"node": node.node_name, "component": name, "container": chosen.get("name"), "flags": found,
                 "parked": is_parked}
 
     def text(data: Dict[str, Any]) -> str:
@@ -306,6 +307,8 @@ def _reason(row: Dict[str, Any]) -> str:
 
 
 def revisions_text(data: Dict[str, Any]) -> str:
+    """The revisions as a table; ``-o wide`` adds the host, the size and the full checksum."""
+    from cpctl.cli.context import wide
     from cpctl.cli.render import table
     rows = data.get("revisions") or []
     found = data.get("outside")
@@ -313,6 +316,10 @@ def revisions_text(data: Dict[str, Any]) -> str:
                                                         found["note"])] if found else []
     if not rows:
         return "\n".join(["%s: no revisions kept (%s)" % (data.get("component"), data.get("file"))] + tail)
+    if wide():
+        return "\n".join([table(["REV", "SAVED AT", "BY", "HOST", "ACTION", "SIZE", "SHA256", "NOTE", "REASON"],
+                                [[row["number"], row["saved_at"], row["saved_by"], row["host"], row["action"],
+                                  row["size"], row["checksum"], _notes(row), _reason(row)] for row in rows])] + tail)
     return "\n".join([table(["REV", "SAVED AT", "BY", "ACTION", "SHA256", "NOTE", "REASON"],
                             [[row["number"], row["saved_at"], row["saved_by"], row["action"], row["checksum"][:12],
                               _notes(row), _reason(row)] for row in rows])] + tail)
@@ -383,6 +390,7 @@ def _edit_node(node: "Node", component: str, options: Any, yes: bool, targets: O
     from cpctl.errors import Interrupted, Terminated, interrupted_by
     from cpctl.ops import edits
     filename, data = edits.read_current(node, component, "edit", options.parked)
+    name = edits.pod_name(node, component, "edit", options.parked)
     workdir = tempfile.mkdtemp(prefix="cpctl-edit-")
     path = _copy_path(workdir, node.node_name, filename)
     kept = "your edited copy is at %s" % path
@@ -392,7 +400,7 @@ def _edit_node(node: "Node", component: str, options: Any, yes: bool, targets: O
                                          options.parked)
         if new is None:
             done = True
-            return {"node": node.node_name, "component": component, "changed": False,
+            return {"node": node.node_name, "component": name, "changed": False,
                     "message": "edit cancelled, no changes made"}
         from cpctl.ops import keepin
         keep = _kept(node, component, data, new, targets or [])
@@ -407,7 +415,7 @@ def _edit_node(node: "Node", component: str, options: Any, yes: bool, targets: O
             note("%s: warning: %s" % (component, warning))
         question = printable("Apply this change to %s on %s?" % (component, node.node_name))
         if not yes and not click.confirm(question, err=True):
-            return {"node": node.node_name, "component": component, "changed": False,
+            return {"node": node.node_name, "component": name, "changed": False,
                     "message": "not applied; %s" % kept, "copy": path}
         result = keepin.run(node, keep, False, lambda: edits.replace(
             node, component, new, "your edit", "edit", options, expect=checksum(data)), lambda _diff: None,

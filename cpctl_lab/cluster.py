@@ -992,7 +992,7 @@ class Lab:
         if c.role == "kube-scheduler":
             c.serves = ["default-scheduler"]
             if "config" in flags:
-                path = host_path(w.pod, c.spec, flags["config"])
+                path = host_path(w.pod, c.spec, flags["config"], kubelet.on_node)
                 try:
                     cfg = yaml.safe_load(Path(path).read_text()) or {}
                     kubeconfig = (cfg.get("clientConnection") or {}).get("kubeconfig") or kubeconfig
@@ -1008,7 +1008,7 @@ class Lab:
         if c.role in ROLES_LEASE_DEFAULT and elect:
             c.lease = (ns, name)
         if kubeconfig:
-            kubeconfig = host_path(w.pod, c.spec, kubeconfig)
+            kubeconfig = host_path(w.pod, c.spec, kubeconfig, kubelet.on_node)
         self.api.authz.identify(c.id, rbac.component_identity(c.role, kubeconfig))
         c.tls = self._serving_contexts(kubelet, w, c, flags)
 

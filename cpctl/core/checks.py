@@ -80,8 +80,9 @@ def parse_new(data: bytes, source: str) -> Dict[str, Any]:
                          ExitCode.REFUSED) from None
 
 
-def review(host: Host, current: Manifest, data: bytes, scan: DirScan, source: str) -> Review:
-    """Every check of the module docstring for ``data`` replacing ``current``."""
+def review(host: Host, current: Manifest, data: bytes, scan: DirScan, source: str, root: str = "/") -> Review:
+    """Every check of the module docstring for ``data`` replacing ``current``; ``root`` is the
+    directory that holds the node's ``/`` (``--node-root``: hostPaths are looked up under it)."""
     pod = parse_new(data, source)
     verdict = Review(pod)
     meta = pod["metadata"]
@@ -90,8 +91,8 @@ def review(host: Host, current: Manifest, data: bytes, scan: DirScan, source: st
     if new_key != old_key:
         verdict.problems.append("it defines pod %s/%s, not %s/%s (a rename would start a second pod: write a new "
                                 "file for a new pod)" % (new_key + old_key))
-    already = set(pod_problems(host, current.pod)) if current.pod else set()
-    for problem in pod_problems(host, pod):
+    already = set(pod_problems(host, current.pod, root)) if current.pod else set()
+    for problem in pod_problems(host, pod, root):
         if problem in already:      # the running version has it too: not this change's doing
             verdict.warnings.append("%s (so does the current version)" % problem)
         else:
@@ -174,15 +175,15 @@ def _probe_port_doubts(pod: Dict[str, Any], container: Dict[str, Any], binary: s
     return found
 
 
-def pod_problems(host: Host, pod: Dict[str, Any]) -> List[str]:
+def pod_problems(host: Host, pod: Dict[str, Any], root: str = "/") -> List[str]:
     """What is wrong with ``pod`` on its own: duplicated flags, missing files, missing hostPaths."""
     found: List[str] = []
     for container in _containers(pod):
         name = container.get("name")
         for flag in flags.duplicated(container):
             found.append("container %s gives --%s more than once (only the last one counts)" % (name, flag))
-        found += _file_flag_problems(host, pod, container)
-    return found + _host_path_problems(host, pod)
+        found += _file_flag_problems(host, pod, container, root)
+    return found + _host_path_problems(host, pod, root)
 
 
 def _containers(pod: Dict[str, Any]) -> List[Dict[str, Any]]:
@@ -190,7 +191,7 @@ def _containers(pod: Dict[str, Any]) -> List[Dict[str, Any]]:
     return [c for c in (spec.get("initContainers") or []) + (spec.get("containers") or []) if isinstance(c, dict)]
 
 
-def _file_flag_problems(host: Host, pod: Dict[str, Any], container: Dict[str, Any]) -> List[str]:
+def _file_flag_problems(host: Host, pod: Dict[str, Any], container: Dict[str, Any], root: str = "/") -> List[str]:
     found = []
     for flag in flags.flags_of(container):
         if not flag.value or not flag.value.startswith("/") or not _FILE_FLAG.search(flag.name):
@@ -200,19 +201,19 @@ def _file_flag_problems(host: Host, pod: Dict[str, Any], container: Dict[str, An
             found.append("--%s names %s, which no hostPath volume mounts into container %s (control-plane images "
                          "hold no such files: add a volume and a volumeMount for it)"
                          % (flag.name, flag.value, container.get("name")))
-        elif host.lstat(node_path) is None:
+        elif host.lstat(mounts.under_root(root, node_path)) is None:
             shown = flag.value if node_path == flag.value else "%s (on the node: %s)" % (flag.value, node_path)
             found.append("--%s names %s, which does not exist on the node" % (flag.name, shown))
     return found
 
 
-def _host_path_problems(host: Host, pod: Dict[str, Any]) -> List[str]:
+def _host_path_problems(host: Host, pod: Dict[str, Any], root: str = "/") -> List[str]:
     found = []
     for volume in (pod.get("spec") or {}).get("volumes") or []:
         host_path = volume.get("hostPath") if isinstance(volume, dict) else None
         if not isinstance(host_path, dict) or host_path.get("type") not in _MUST_EXIST:
             continue
-        info = host.lstat(host_path["path"])
+        info = host.lstat(mounts.under_root(root, str(host_path["path"])))
         wanted = _MUST_EXIST[host_path["type"]]
         if info is None:
             found.append("hostPath volume %s: %s (type %s) does not exist on the node (the pod would never start)"

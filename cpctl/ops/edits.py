@@ -193,7 +193,7 @@ def plan(node: Node, component: str, new: bytes, source: str, action: str, force
     if new == manifest.data:
         return dict(result, message="unchanged (the file already holds these bytes)")
     check_revisable(manifest.file)
-    verdict = checks.review(node.host, manifest, new, node.scan(), source)
+    verdict = checks.review(node.host, manifest, new, node.scan(), source, node.node_root)
     verdict.refuse_if_bad("%s of %s" % (action, component), force)
     effect = _effect_text(node, manifest, new, manifests.pod_effect(manifest.data, new), "would ")
     if parked:
@@ -225,7 +225,7 @@ def _replace_locked(node: Node, manifest: Manifest, new: bytes, source: str, act
     if new == manifest.data:
         return _result(node, manifest, action, False, message="unchanged (the file already holds these bytes)")
     check_revisable(manifest.file)
-    verdict = checks.review(node.host, manifest, new, node.scan(), source)
+    verdict = checks.review(node.host, manifest, new, node.scan(), source, node.node_root)
     verdict.refuse_if_bad("%s of %s" % (action, component), options.force)
     effect = manifests.pod_effect(manifest.data, new)
     target = node.target_for(manifests.parse_pod(new), manifest.file)    # judged by the NEW manifest
@@ -269,7 +269,7 @@ def _replace_parked(node: Node, component: str, new: bytes, source: str, action:
             return _result(node, manifest, action, False, parked=True,
                            message="unchanged (the parked copy already holds these bytes)")
         check_revisable(manifest.file)
-        verdict = checks.review(node.host, manifest, new, node.scan(), source)
+        verdict = checks.review(node.host, manifest, new, node.scan(), source, node.node_root)
         verdict.refuse_if_bad("%s of the parked %s" % (action, component), options.force)
         change, number = replace_change(node, manifest, new, action, options.reason, options.keep,
                                         dict(record, parked=True))

@@ -1061,7 +1061,9 @@ class Lab:
         """etcd opens its data dir on the node (through the pod's mounts): the member and cluster it finds
         there (:mod:`cpctl_lab.etcddata`), as its "starting local member" line says."""
         data_dir = flags.get("data-dir", "default.etcd")
-        found, db = etcddata.open_member(Path(host_path(w.pod, c.spec, data_dir)), flags.get("name", node))
+        kubelet = self.kubelets[node]
+        found, db = etcddata.open_member(Path(host_path(w.pod, c.spec, data_dir, kubelet.on_node)),
+                                         flags.get("name", node))
         fields = {"data-dir": data_dir, "local-member-name": db.get("member"), "cluster-id": db["cluster_id"],
                   "db": "opened existing" if found == "opened" else "new member, empty data dir"}
         if db.get("restored_from"):

@@ -213,9 +213,10 @@ def _check_apply_parked(node: NodeDirs, status: Dict[str, Any]) -> str:
     assert _parked_meta_checksum(node) == sha(now), "the metadata follows the parked bytes"
     if now == NEW_SCHEDULER:
         assert _actions(node) == ["stop", "apply"] and node.history()[-1]["parked"] is True
-        assert _revision_files(node) == ["kube-scheduler.yaml.1", "kube-scheduler.yaml.1.json"]
-        with open(os.path.join(node.state, "revisions", "kube-scheduler.yaml.1"), "rb") as handle:
-            assert handle.read() == SCHEDULER
+        assert _revision_files(node) == ["kube-scheduler.yaml.%d%s" % (n, s) for n in (1, 2) for s in ("", ".json")]
+        for number, data in ((1, SCHEDULER), (2, NEW_SCHEDULER)):     # the version replaced and the one written
+            with open(os.path.join(node.state, "revisions", "kube-scheduler.yaml.%d" % number), "rb") as handle:
+                assert handle.read() == data
         return "completed"
     assert _actions(node) == ["stop"] and _revision_files(node) == []
     return "rolled back"

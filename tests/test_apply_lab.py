@@ -147,12 +147,12 @@ def test_invalid_changes_are_refused_and_nothing_changes(lab: Any, tmp_path: Any
         assert words in proc.stderr and "nothing changed" in proc.stderr, (name, proc.stderr)
         assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
         assert _read(_path(lab)) == old and sorted(os.listdir(str(lab.manifests_dir()))) == before
-    assert run_cpctl(lab, "revisions", "scheduler").stdout.startswith("scheduler: no revisions kept")
+    assert run_cpctl(lab, "revisions", "scheduler").stdout.startswith("kube-scheduler: no revisions kept")
     api_old = _read(_path(lab, "kube-apiserver"))
     missing = _with_flag(api_old, "--audit-policy-file=/etc/kubernetes/pki/nope.yaml", b"kube-apiserver")
     proc = run_cpctl(lab, "apply", "apiserver", "-f", _write(tmp_path, missing, "api.yaml"))
-    assert proc.returncode == 4 and "--audit-policy-file names /etc/kubernetes/pki/nope.yaml (on the node: " \
-        in proc.stderr and "which does not exist on the node" in proc.stderr, proc.stderr
+    assert proc.returncode == 4 and "--audit-policy-file names /etc/kubernetes/pki/nope.yaml, which does not exist " \
+        "on the node" in proc.stderr, proc.stderr          # a node path, as on a kubeadm node (the lab: under its root)
     assert _read(_path(lab, "kube-apiserver")) == api_old
 
 

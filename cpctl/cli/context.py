@@ -86,7 +86,7 @@ def emit(ctx: click.Context, data: Any, text: str) -> None:
         click.echo(redact_text(text))
 
 
-def as_yaml(data: Any, start: bool = False) -> str:
+def as_yaml(data: object, start: bool = False) -> str:
     """``data`` as YAML (``-o yaml``): the same object ``-o json`` prints, keys sorted, block style;
     ``start``: with a leading ``---`` (one document of a stream, like ``kubectl get -w -o yaml``)."""
     import json

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from cpctl.core import journal, manifests
 from cpctl.errors import CpctlError, ExitCode
@@ -70,7 +70,7 @@ class Revision:
     original: bool = False           # the first version cpctl saw: never pruned
     legacy: bool = False             # read from a store of the older layout (relabelled in memory)
     meta_checksum: str = ""          # sha256 of the metadata file as read (to rewrite it in a change)
-    replacer: Optional[Dict[str, Any]] = None   # legacy: the label it had (the change that replaced it)
+    replacer: Optional[Dict[str, Optional[str]]] = None   # legacy: the label it had (the change that replaced it)
 
     def to_dict(self) -> Dict[str, Any]:
         data = asdict(self)
@@ -175,7 +175,7 @@ class RevisionStore:
         return chosen
 
     # --- the steps of a change that keeps revisions ---------------------------------------
-    def plan_keep(self, filename: str, old: bytes, mode: int, meta: Dict[str, Any], keep: int,
+    def plan_keep(self, filename: str, old: bytes, mode: int, meta: Mapping[str, object], keep: int,
                   existing: List[Revision], new: Optional[bytes] = None, mark_failed: bool = False,
                   outside_writer: Optional[Tuple[Optional[bytes], str]] = None) -> Keeping:
         """What a change from ``old`` to ``new`` does to the revisions of ``filename``: keep ``old``
@@ -201,7 +201,7 @@ class RevisionStore:
                 label = dict(label, action=OUTSIDE, reason=outside_writer[1], saved_by="not cpctl", original=False)
             previous = self._add(plan, kept, filename, old, mode, label)
         elif mark_failed and not previous.failed:
-            self._relabel(plan, previous, failed=True)
+            self._mark_failed(plan, previous)
         if mark_failed:
             plan.failed.append(previous.number)
         plan.previous = plan.current = previous.number
@@ -227,34 +227,36 @@ class RevisionStore:
         return plan.before, plan.data, plan.after, plan.previous
 
     def _add(self, plan: Keeping, kept: List[Revision], filename: str, data: bytes, mode: int,
-             label: Dict[str, Any]) -> Revision:
+             label: Mapping[str, object]) -> Revision:
         """Steps writing ``data`` and ``label`` as the next revision; the revision, appended to ``kept``."""
         number = self._free_number(filename, max((r.number for r in kept), default=0) + 1)
-        record: Dict[str, Any] = {k: label.get(k) for k in ("saved_at", "saved_by", "host", "action", "reason", "op")}
-        record.update(number=number, file=filename, checksum=manifests.checksum(data), size=len(data), mode=mode,
-                      failed=bool(label.get("failed")), original=bool(label.get("original")),
-                      replaced_by=str(label.get("replaced_by") or ""), format=FORMAT)
-        meta_bytes = _encode(record)
+
+        def text(key: str) -> str:
+            return str(label.get(key) or "")
+        reason = label.get("reason")
+        revision = Revision(number, filename, manifests.checksum(data), len(data), mode, text("saved_at"),
+                            text("saved_by"), text("host"), text("action"), None if reason is None else str(reason),
+                            text("replaced_by"), bool(label.get("failed")), text("op"),
+                            path=self.bytes_path(filename, number), original=bool(label.get("original")))
+        meta_bytes = _encode(dict(revision.to_dict(), format=FORMAT))
+        revision.meta_checksum = manifests.checksum(meta_bytes)
         plan.data[len(plan.before)] = data
-        plan.before.append(journal.write(self.bytes_path(filename, number), record["checksum"]))
+        plan.before.append(journal.write(self.bytes_path(filename, number), revision.checksum))
         plan.data[len(plan.before)] = meta_bytes
         plan.before.append(journal.write(self.meta_path(filename, number), manifests.checksum(meta_bytes)))
-        fields = {k: record[k] for k in Revision.__dataclass_fields__ if k in record}
-        revision = Revision(**fields, path=self.bytes_path(filename, number), meta_checksum=manifests.checksum(
-            meta_bytes))
         kept.append(revision)
         return revision
 
-    def _relabel(self, plan: Keeping, revision: Revision, **changes: Any) -> None:
-        """A step rewriting ``revision``'s metadata with ``changes`` (in the new layout)."""
-        record = dict(replace(revision, **changes).to_dict(), format=FORMAT)
+    def _mark_failed(self, plan: Keeping, revision: Revision) -> None:
+        """A step rewriting ``revision``'s metadata (in the new layout) with ``failed`` set."""
+        record = dict(replace(revision, failed=True).to_dict(), format=FORMAT)
         meta_bytes = _encode(record)
         plan.data[len(plan.before)] = meta_bytes
         plan.before.append(journal.write(self.meta_path(revision.file, revision.number),
                                          manifests.checksum(meta_bytes), before=revision.meta_checksum))
 
 
-def _encode(record: Dict[str, Any]) -> bytes:
+def _encode(record: Mapping[str, object]) -> bytes:
     return (json.dumps(record, indent=2, sort_keys=True) + "\n").encode("utf-8")
 
 
@@ -263,7 +265,7 @@ def _holding(revisions: Sequence[Revision], checksum: str) -> Optional[Revision]
     return next((r for r in reversed(revisions) if r.checksum == checksum), None)
 
 
-def _unkept_label(revisions: Sequence[Revision], checksum: str, meta: Dict[str, Any]) -> Dict[str, Any]:
+def _unkept_label(revisions: Sequence[Revision], checksum: str, meta: Mapping[str, object]) -> Dict[str, object]:
     """The label of bytes found in the manifests dir that no revision holds: the original when
     nothing is kept yet; the change a legacy record says replaced its bytes with these; else
     changed outside cpctl (``meta`` gives the time and user of the change that found them)."""
@@ -290,7 +292,10 @@ def relabel_legacy(revisions: List[Revision]) -> List[Revision]:
         if revision.number == 1:
             out.append(replace(revision, action=ORIGINAL, reason=None, original=True))
         elif before is not None and before.replacer and before.replaced_by == revision.checksum:
-            out.append(replace(revision, **before.replacer))
+            label = before.replacer
+            out.append(replace(revision, action=str(label.get("action") or ""), reason=label.get("reason"),
+                               saved_at=str(label.get("saved_at") or ""), saved_by=str(label.get("saved_by") or ""),
+                               host=str(label.get("host") or "")))
         else:
             out.append(replace(revision, action=OUTSIDE, reason=None))
     return out

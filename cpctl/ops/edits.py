@@ -470,7 +470,7 @@ def _refuse_crossing(node: Node, component: str, manifest: Manifest, kept: List[
 def _replaced_last(node: Node, manifest: Manifest) -> Optional[str]:
     """The checksum of the bytes that the change which wrote the manifest's bytes in place replaced
     (from the history; None when no record says): what "undo the last change" goes back to."""
-    def wrote_these(record: Dict[str, Any]) -> bool:
+    def wrote_these(record: Mapping[str, object]) -> bool:
         return record.get("file") == manifest.file and record.get("checksum") == manifest.checksum and \
             record.get("action") in ("apply", "edit", "flags", "rollback")
     found = node.state.read_history(limit=1, keep=wrote_these)
@@ -496,7 +496,7 @@ def _kept(node: Node, component: str) -> Tuple[str, str, Optional[str], bool, Li
     return name, filename, checksum, not present, kept
 
 
-def _row(revision: revisions.Revision, checksum: Optional[str]) -> Dict[str, Any]:
+def _row(revision: revisions.Revision, checksum: Optional[str]) -> Dict[str, object]:
     return dict(revision.to_dict(), current=(revision.checksum == checksum))
 
 
@@ -509,7 +509,7 @@ def list_revisions(node: Node, component: str) -> Dict[str, Any]:
             "outside": found.to_dict() if found else None}
 
 
-def show_revision(node: Node, component: str, number: int) -> Dict[str, Any]:
+def show_revision(node: Node, component: str, number: int) -> Dict[str, object]:
     """Revision ``number`` of ``component``: its label and its content (checked against its
     checksum; credential-looking flag values redacted)."""
     component, filename, checksum, _, kept = _kept(node, component)
@@ -520,7 +520,7 @@ def show_revision(node: Node, component: str, number: int) -> Dict[str, Any]:
             "manifest": content}
 
 
-def diff_revisions(node: Node, component: str, first: int, second: int) -> Dict[str, Any]:
+def diff_revisions(node: Node, component: str, first: int, second: int) -> Dict[str, object]:
     """A unified diff from revision ``first`` to revision ``second`` of ``component``."""
     component, filename, checksum, _, kept = _kept(node, component)
     store = revisions_of(node)

@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import click
 
@@ -293,14 +293,14 @@ def revisions(ctx: click.Context, component: str, number: Optional[int], diff: O
         execute(ctx, lambda node: edits.list_revisions(node, component), revisions_text, probe="none")
 
 
-def _notes(row: Dict[str, Any]) -> str:
+def _notes(row: Mapping[str, object]) -> str:
     """original / current / failed, the marks of one revision ("-" when none)."""
     marks = [word for word, on in (("original", row.get("original")), ("current", row.get("current")),
                                    ("failed", row.get("failed"))) if on]
     return ",".join(marks) or "-"
 
 
-def _reason(row: Dict[str, Any]) -> str:
+def _reason(row: Mapping[str, object]) -> str:
     if row.get("action") == "outside":
         return str(row.get("reason") or "changed outside cpctl")
     return str(row.get("reason") or "")
@@ -325,20 +325,24 @@ def revisions_text(data: Dict[str, Any]) -> str:
                               _notes(row), _reason(row)] for row in rows])] + tail)
 
 
-def _label(row: Dict[str, Any]) -> str:
+def _label(row: Mapping[str, object]) -> str:
     reason = _reason(row)
     return "revision %s of %s: %s at %s by %s (%s)%s" % (
         row["number"], row["file"], row["action"], row["saved_at"], row["saved_by"], _notes(row),
         ": " + reason if reason else "")
 
 
-def revision_text(data: Dict[str, Any]) -> str:
-    return "# %s\n%s" % (_label(data["revision"]), data["manifest"].rstrip("\n"))
+def _row_of(value: object) -> Mapping[str, object]:
+    return value if isinstance(value, Mapping) else {}
 
 
-def revision_diff_text(data: Dict[str, Any]) -> str:
-    lines = ["# from %s" % _label(data["from"]), "# to   %s" % _label(data["to"])]
-    lines.append(data["diff"] if data["diff"] else "(identical)")
+def revision_text(data: Mapping[str, object]) -> str:
+    return "# %s\n%s" % (_label(_row_of(data["revision"])), str(data["manifest"]).rstrip("\n"))
+
+
+def revision_diff_text(data: Mapping[str, object]) -> str:
+    lines = ["# from %s" % _label(_row_of(data["from"])), "# to   %s" % _label(_row_of(data["to"]))]
+    lines.append(str(data["diff"]) if data["diff"] else "(identical)")
     return "\n".join(lines)
 
 

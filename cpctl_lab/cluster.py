@@ -1033,8 +1033,8 @@ class Lab:
             port = _port_of(raw)
             if port is None or cert_flag not in flags:
                 continue
-            cert = host_path(w.pod, c.spec, flags[cert_flag])
-            key = host_path(w.pod, c.spec, flags.get(key_flag, ""))
+            cert = host_path(w.pod, c.spec, flags[cert_flag], kubelet.on_node)
+            key = host_path(w.pod, c.spec, flags.get(key_flag, ""), kubelet.on_node)
             try:
                 out[port] = pki.server_context(cert, key)
             except (OSError, ValueError) as exc:   # ssl.SSLError is an OSError

@@ -1006,7 +1006,7 @@ class Lab:
         if c.role == "kube-scheduler":
             c.serves = ["default-scheduler"]
             if "config" in flags:
-                path = host_path(w.pod, c.spec, flags["config"])
+                path = host_path(w.pod, c.spec, flags["config"], kubelet.on_node)
                 try:
                     cfg = yaml.safe_load(Path(path).read_text()) or {}
                     kubeconfig = (cfg.get("clientConnection") or {}).get("kubeconfig") or kubeconfig
@@ -1022,7 +1022,7 @@ class Lab:
         if c.role in ROLES_LEASE_DEFAULT and elect:
             c.lease = (ns, name)
         if kubeconfig:
-            kubeconfig = host_path(w.pod, c.spec, kubeconfig)
+            kubeconfig = host_path(w.pod, c.spec, kubeconfig, kubelet.on_node)
         tokens = rbac.read_tokens(self.dir / rbac.TOKEN_FILE)
         self.api.authz.identify(c.id, rbac.component_identity(c.role, kubeconfig, tokens))
         c.tls = self._serving_contexts(kubelet, w, c, flags)
@@ -1048,8 +1048,8 @@ class Lab:
             port = _port_of(raw)
             if port is None or cert_flag not in flags:
                 continue
-            cert = host_path(w.pod, c.spec, flags[cert_flag])
-            key = host_path(w.pod, c.spec, flags.get(key_flag, ""))
+            cert = host_path(w.pod, c.spec, flags[cert_flag], kubelet.on_node)
+            key = host_path(w.pod, c.spec, flags.get(key_flag, ""), kubelet.on_node)
             try:
                 out[port] = pki.server_context(cert, key)
             except (OSError, ValueError) as exc:   # ssl.SSLError is an OSError
@@ -1061,7 +1061,7 @@ class Lab:
         flags = _flags(c.command[1:] + [str(a) for a in c.spec.get("args") or []])
         if c.role == "kube-apiserver":
             c.etcd_backends = self._etcd_members(flags.get("etcd-servers", ""))
-            c.audit = self._audit_sink(w, c, flags)
+            c.audit = self._audit_sink(w, c, flags, kubelet.on_node)
         secure = flags.get("secure-port", "")
         bind = "[::]" if c.role == "kube-apiserver" else flags.get("bind-address", "0.0.0.0")
         addresses = {"advertise": flags.get("advertise-address", self.node_ip), "serving": f"{bind}:{secure}"}
@@ -1074,15 +1074,17 @@ class Lab:
             c.logs.append(self._etcd_member_line(w, c, flags, kubelet.node))
 
     @staticmethod
-    def _audit_sink(w: Worker, c: Container, flags: dict[str, str]) -> Optional[tuple[str, dict[str, Any]]]:
-        """(the audit log's node path, the policy) for an API server started with a valid
-        --audit-policy-file and an --audit-log-path a hostPath mount puts on the node; None otherwise
-        (no policy: auditing is off; a log path no mount covers lives in the container, not the node)."""
+    def _audit_sink(w: Worker, c: Container, flags: dict[str, str], on_node: Callable[[str], str]
+                    ) -> Optional[tuple[str, dict[str, Any]]]:
+        """(the audit log's path in the lab, the policy) for an API server started with a valid
+        --audit-policy-file and an --audit-log-path a hostPath mount puts on the node (``on_node``:
+        where a node path is, under the node's root); None otherwise (no policy: auditing is off; a
+        log path no mount covers lives in the container, not the node)."""
         policy_file, log = flags.get("audit-policy-file", ""), flags.get("audit-log-path", "")
         if not policy_file or not log or log == "-":
             return None
-        policy = configfiles.audit_policy(policy_file, mounted_host_path(w.pod, c.spec, policy_file))
-        log_host = mounted_host_path(w.pod, c.spec, log)
+        policy = configfiles.audit_policy(policy_file, mounted_host_path(w.pod, c.spec, policy_file, on_node))
+        log_host = mounted_host_path(w.pod, c.spec, log, on_node)
         if policy is None or log_host is None:
             return None
         try:
@@ -1121,7 +1123,9 @@ class Lab:
         """etcd opens its data dir on the node (through the pod's mounts): the member and cluster it finds
         there (:mod:`cpctl_lab.etcddata`), as its "starting local member" line says."""
         data_dir = flags.get("data-dir", "default.etcd")
-        found, db = etcddata.open_member(Path(host_path(w.pod, c.spec, data_dir)), flags.get("name", node))
+        kubelet = self.kubelets[node]
+        found, db = etcddata.open_member(Path(host_path(w.pod, c.spec, data_dir, kubelet.on_node)),
+                                         flags.get("name", node))
         fields = {"data-dir": data_dir, "local-member-name": db.get("member"), "cluster-id": db["cluster_id"],
                   "db": "opened existing" if found == "opened" else "new member, empty data dir"}
         if db.get("restored_from"):

@@ -80,7 +80,8 @@ def pid_alive(pid: Optional[int]) -> bool:
 def env_vars(info: dict[str, Any], master: int = 1) -> dict[str, str]:
     """The environment cpctl needs to act as the node agent of master ``master`` (1-based).
 
-    CPCTL_KUBELET_DIR (the node's /var/lib/kubelet: config.yaml, kubeadm-flags.env) is always set.
+    CPCTL_KUBELET_DIR (the node's /var/lib/kubelet: config.yaml, kubeadm-flags.env) and
+    CPCTL_NODE_ROOT (the directory that plays the node's /: hostPaths are node paths) are always set.
     With FQDN or --hostname-override node names, CPCTL_NODE_NAME and CPCTL_MANIFESTS_DIR are left
     out on purpose: cpctl must find the node name (the override flag, else the full lowercased host
     name) and the manifests dir (the kubelet's staticPodPath) itself, as on a real node.
@@ -98,6 +99,8 @@ def env_vars(info: dict[str, Any], master: int = 1) -> dict[str, str]:
     env["CPCTL_CRICTL"] = m["crictl"]
     if m.get("kubelet_dir"):
         env["CPCTL_KUBELET_DIR"] = m["kubelet_dir"]
+    if m.get("root_dir"):
+        env["CPCTL_NODE_ROOT"] = m["root_dir"]
     return env
 
 

@@ -52,6 +52,7 @@ from typing import Any, Callable, Optional
 
 import yaml
 
+from . import nodefiles
 from .componentflags import HostFile, check_command
 from .decoded import decoded_pod
 from .profiles import go_duration
@@ -250,6 +251,8 @@ class Kubelet:
         #: The simulated kernel host name (Lease holder identities are ``<hostname>_<uuid>``).
         self.hostname = hostname or node
         self.dir = manifests_dir
+        #: The directory that plays this node's ``/``: hostPaths are node paths found under it.
+        self.root = nodefiles.root_dir(Path(lab.dir), node)
         #: Static pods that finished terminating -> when housekeeping may delete their mirror
         #: (time.monotonic(); with realistic timing the next 2 s housekeeping pass after that).
         self.orphan_gate: dict[tuple[str, str], float] = {}
@@ -588,7 +591,8 @@ class Kubelet:
             hp = vol.get("hostPath")
             if not hp:
                 continue
-            path, typ = str(hp.get("path") or ""), hp.get("type") or ""
+            shown, typ = str(hp.get("path") or ""), hp.get("type") or ""
+            path = self.on_node(shown)            # the kubelet's words name the node path
             if typ in ("DirectoryOrCreate", "FileOrCreate"):
                 self._create_in_lab(path, directory=typ == "DirectoryOrCreate")
                 continue
@@ -596,7 +600,7 @@ class Kubelet:
                       "Socket": (_is_socket, "a socket file")}.get(typ)
             if wanted is not None and not wanted[0](path):
                 return (f'MountVolume.SetUp failed for volume "{vol.get("name")}" : hostPath type check '
-                        f"failed: {path} is not {wanted[1]}")
+                        f"failed: {shown} is not {wanted[1]}")
         return ""
 
     def _create_in_lab(self, path: str, directory: bool) -> None:
@@ -612,6 +616,13 @@ class Kubelet:
                 os.chmod(path, 0o644)
         except OSError as exc:
             self.log(f"cannot create hostPath {path}: {exc}")
+
+    def on_node(self, path: str) -> str:
+        """Where the node path ``path`` (a hostPath) is in the lab: under this node's root dir. A
+        path already inside the lab dir (written by a tool that knows the lab's layout) stays."""
+        if not path.startswith("/") or self._in_lab(path):
+            return path
+        return nodefiles.on_node(self.root, path)
 
     def _in_lab(self, path: str) -> bool:
         lab_dir = str(self.lab.dir)
@@ -632,23 +643,23 @@ class Kubelet:
         """What a path inside container ``spec`` of ``w`` is on the node, through its volume mounts."""
 
         def find(path: str) -> HostFile:
-            host = mounted_host_path(w.pod, spec, path)
+            host = mounted_host_path(w.pod, spec, path, self.on_node)
             if host is None:
                 return HostFile("missing")
             try:
                 st = os.stat(host)
             except OSError:
-                return self._would_be_created(w, host)
+                return self._would_be_created(w, host, self.on_node)
             return HostFile("dir", 0, host) if stat_is_dir(st.st_mode) else HostFile("file", st.st_size, host)
 
         return find
 
     @staticmethod
-    def _would_be_created(w: Worker, host: str) -> HostFile:
+    def _would_be_created(w: Worker, host: str, on_node: Callable[[str], str]) -> HostFile:
         """A missing *OrCreate hostPath outside the lab: the kubelet would have created it empty."""
         for vol in (w.pod.get("spec") or {}).get("volumes") or []:
             hp = vol.get("hostPath") or {}
-            if str(hp.get("path") or "").rstrip("/") == host.rstrip("/"):
+            if on_node(str(hp.get("path") or "")).rstrip("/") == host.rstrip("/"):
                 if hp.get("type") == "FileOrCreate":
                     return HostFile("file", 0)
                 if hp.get("type") == "DirectoryOrCreate":
@@ -1083,8 +1094,13 @@ def stat_is_dir(mode: int) -> bool:
     return stat_module.S_ISDIR(mode)
 
 
-def mounted_host_path(pod: Obj, container: Obj, path: str) -> Optional[str]:
-    """The host path behind ``path`` inside ``container``, through its hostPath volume mounts.
+def _same(path: str) -> str:
+    return path
+
+
+def mounted_host_path(pod: Obj, container: Obj, path: str, on_node: Callable[[str], str] = _same) -> Optional[str]:
+    """The host path behind ``path`` inside ``container``, through its hostPath volume mounts
+    (``on_node``: where a node path is in the lab, :meth:`Kubelet.on_node`).
 
     None when no hostPath mount covers the path: it then lives in the container image.
     """
@@ -1099,10 +1115,11 @@ def mounted_host_path(pod: Obj, container: Obj, path: str) -> Optional[str]:
     for v in (pod.get("spec") or {}).get("volumes") or []:
         if v.get("name") == best.get("name") and v.get("hostPath"):
             rest = path[len(str(best["mountPath"]).rstrip("/")):]
-            return str(v["hostPath"]["path"]).rstrip("/") + rest if rest else str(v["hostPath"]["path"])
+            node_path = str(v["hostPath"]["path"]).rstrip("/") + rest if rest else str(v["hostPath"]["path"])
+            return on_node(node_path)
     return None
 
 
-def host_path(pod: Obj, container: Obj, path: str) -> str:
-    """Like :func:`mounted_host_path`, falling back to ``path`` itself (the lab's own lookups)."""
-    return mounted_host_path(pod, container, path) or path
+def host_path(pod: Obj, container: Obj, path: str, on_node: Callable[[str], str] = _same) -> str:
+    """Like :func:`mounted_host_path`, falling back to ``path`` itself on the node (the lab's own lookups)."""
+    return mounted_host_path(pod, container, path, on_node) or on_node(path)

@@ -14,8 +14,9 @@ kube-system, labels component/tier, system-node-critical, hostNetwork, hostPath 
 
 Every port is a free one picked at seed time (the real ones, 6443, 10257, 10259, 2379-2381, may be
 taken or needed by a second lab); flags and probes are kept consistent with each other. Every
-hostPath points inside the node's root in the lab dir (``DIR/root-<node>/etc/kubernetes/pki``;
-the mountPath stays ``/etc/kubernetes/pki``), so the files the flags name exist on the "node".
+hostPath is the node path kubeadm writes (``/etc/kubernetes/pki``): the lab's kubelet, its
+components and cpctl (``CPCTL_NODE_ROOT``) find it under the node's root dir
+(``DIR/root-<node>/etc/kubernetes/pki``), so the files the flags name exist on the "node".
 IPv6 clusters advertise ``::1``: probes use ``host: ::1`` and URLs ``https://[::1]:PORT``.
 Stacked etcd: each apiserver lists only its own node's etcd in ``--etcd-servers``, and members
 after the first join with ``--initial-cluster-state=existing``.
@@ -29,7 +30,6 @@ from typing import Any
 
 import yaml
 
-from .nodefiles import on_node
 from .profiles import KubeRelease
 
 Obj = dict[str, Any]
@@ -86,11 +86,12 @@ def _probes(spec: SeedSpec, host: str, port: int, scheme: str, live: str, ready:
 
 
 def _vol(spec: SeedSpec, name: str, path: str, typ: str, ro: bool = True) -> tuple[Obj, Obj]:
-    """A hostPath volume (host side inside the lab's node root) and its mount at ``path``."""
+    """A hostPath volume of the node path ``path`` (as kubeadm writes it; the lab's kubelet finds it
+    under the node's root dir) and its mount at ``path``."""
     m: Obj = {"mountPath": path, "name": name}
     if ro:
         m["readOnly"] = True
-    return {"hostPath": {"path": on_node(spec.root, path), "type": typ}, "name": name}, m
+    return {"hostPath": {"path": path, "type": typ}, "name": name}, m
 
 
 def _pod(name: str, annotations: Obj, container: Obj, vols: list[tuple[Obj, Obj]]) -> Obj:

@@ -76,11 +76,15 @@ def test_good_apply_runs_the_new_pod_and_keeps_the_old_bytes(lab: Any, tmp_path:
     assert _read(_path(lab)) == new and stat.S_IMODE(os.stat(_path(lab)).st_mode) == mode
     now = _healthy(lab)
     assert _hash(now) and _hash(now) != old_hash, "the kubelet runs a new pod"
-    [revision] = _revisions(lab)
-    assert revision["number"] == 1 and revision["checksum"] == hashlib.sha256(old).hexdigest()
+    original, revision = _revisions(lab)
+    assert original["number"] == 1 and original["checksum"] == hashlib.sha256(old).hexdigest()
+    assert original["action"] == "original" and original["original"] and original["reason"] is None
+    assert revision["number"] == 2 and revision["checksum"] == hashlib.sha256(new).hexdigest()
     assert revision["action"] == "apply" and revision["reason"] == "more logs" and not revision["failed"]
+    assert revision["current"] and not original["current"]
     record = _history(lab)[-1]
-    assert record["action"] == "apply" and record["revision"] == 1 and "+    - --v=3" in record["diff"]
+    assert record["action"] == "apply" and record["revision"] == 1 and record["new_revision"] == 2
+    assert "+    - --v=3" in record["diff"]
     assert not [n for n in os.listdir(str(lab.manifests_dir())) if n.startswith(".")], "no temp file left"
 
 
@@ -143,12 +147,12 @@ def test_invalid_changes_are_refused_and_nothing_changes(lab: Any, tmp_path: Any
         assert words in proc.stderr and "nothing changed" in proc.stderr, (name, proc.stderr)
         assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
         assert _read(_path(lab)) == old and sorted(os.listdir(str(lab.manifests_dir()))) == before
-    assert run_cpctl(lab, "revisions", "scheduler").stdout.startswith("scheduler: no revisions kept")
+    assert run_cpctl(lab, "revisions", "scheduler").stdout.startswith("kube-scheduler: no revisions kept")
     api_old = _read(_path(lab, "kube-apiserver"))
     missing = _with_flag(api_old, "--audit-policy-file=/etc/kubernetes/pki/nope.yaml", b"kube-apiserver")
     proc = run_cpctl(lab, "apply", "apiserver", "-f", _write(tmp_path, missing, "api.yaml"))
-    assert proc.returncode == 4 and "--audit-policy-file names /etc/kubernetes/pki/nope.yaml (on the node: " \
-        in proc.stderr and "which does not exist on the node" in proc.stderr, proc.stderr
+    assert proc.returncode == 4 and "--audit-policy-file names /etc/kubernetes/pki/nope.yaml, which does not exist " \
+        "on the node" in proc.stderr, proc.stderr          # a node path, as on a kubeadm node (the lab: under its root)
     assert _read(_path(lab, "kube-apiserver")) == api_old
 
 
@@ -216,8 +220,17 @@ def test_edit_reopens_on_a_problem_then_applies(lab: Any, tmp_path: Any) -> None
     with open(script, "w") as handle:
         handle.write(EDITOR % (sys.executable, count))
     os.chmod(script, 0o755)
-    proc = run_cpctl(lab, "edit", "scheduler", "--yes", "--timeout", "30", "--settle", "1", EDITOR=script,
-                     VISUAL="")
+    import pty
+    import subprocess
+    leader, follower = pty.openpty()          # re-opening needs a terminal (without one: one round)
+    env = dict(os.environ, **lab.env, EDITOR=script, VISUAL="")
+    env.pop("CPCTL_PROBE", None)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "cpctl", "edit", "scheduler", "--yes", "--timeout", "30",
+                               "--settle", "1"], env=env, stdin=follower, capture_output=True, text=True, timeout=120)
+    finally:
+        os.close(follower)
+        os.close(leader)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert open(count).read() == "2", "re-opened once after the duplicated flag"
     new = _read(_path(lab))

@@ -76,7 +76,9 @@ def test_random_sigkills_during_apply_keep_every_invariant(lab: Any, tmp_path: A
         outcome = _invariants(lab, old, new)
         if outcome == "new":
             revisions = json.loads(run_cpctl(lab, "-o", "json", "revisions", "scheduler").stdout)["revisions"]
-            assert revisions and revisions[-1]["checksum"] == hashlib.sha256(old).hexdigest()
+            held = {r["checksum"]: r for r in revisions}
+            assert hashlib.sha256(old).hexdigest() in held, "the replaced version is kept"
+            assert held[hashlib.sha256(new).hexdigest()]["current"], "the version written is kept, current"
             assert _history(lab)[-1]["action"] == "apply"
         for message in recovered:
             assert message.startswith(("completed interrupted apply", "rolled back interrupted apply")), message

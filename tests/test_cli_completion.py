@@ -66,8 +66,8 @@ def test_commands_and_options_complete() -> None:
     assert {"--no-wait", "--node-name"} <= set(values("cpctl stop --n"))     # its own and a global option
     assert values("cpctl start --all") == ["--all-parked"]
     assert values("cpctl status --outp") == ["--output"]                     # global, after the command word
-    assert values("cpctl status -o ") == ["text", "json"]
-    assert values("cpctl -o ") == ["text", "json"]
+    assert values("cpctl status -o ") == ["text", "json", "yaml", "wide"]
+    assert values("cpctl -o ") == ["text", "json", "yaml", "wide"]
     assert values("cpctl --probe ") == ["auto", "api", "crictl", "health", "none"]
 
 
@@ -137,4 +137,4 @@ def test_real_bash_sources_the_script_and_completes(node: NodeDirs) -> None:
               'echo "output: ${COMPREPLY[*]}"\n')
     proc = subprocess.run(["bash", "--norc", "-c", script], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stderr == "", proc
-    assert proc.stdout.splitlines() == ["stop: scheduler", "output: text json"]
+    assert proc.stdout.splitlines() == ["stop: scheduler", "output: text json yaml wide"]

@@ -50,8 +50,8 @@ def test_global_options_after_the_command_word(node: NodeDirs) -> None:
     history = json.loads(node.run("history", "--output=json", "-l", "1").stdout)["history"]
     assert [(r["action"], r["reason"]) for r in history] == [("stop", "x")]
     # a wrong value is still click's usage error, naming the option
-    wrong = node.run("status", "-o", "yaml", rc=2)
-    assert "'yaml' is not one of 'text', 'json'" in wrong.stderr
+    wrong = node.run("status", "-o", "xml", rc=2)
+    assert "'xml' is not one of 'text', 'json', 'yaml', 'wide'" in wrong.stderr
     node.run("status", "--no-such-option", rc=2)
     assert "option -o/--output requires a value" in node.run("status", "-o", rc=2).stderr
 

@@ -43,4 +43,4 @@ def test_the_same_companion_file_goes_to_every_master(fleet: Fleet, tmp_path: An
         with open(os.path.join(fleet.manifests(i), "kube-scheduler.yaml"), "rb") as handle:
             manifest = handle.read()
         assert ("--allow-metric-labels-manifest=" + LABELS).encode() in manifest
-        assert ("path: " + on_node).encode() in manifest and b"readOnly: true" in manifest
+        assert ("path: " + LABELS).encode() in manifest and b"readOnly: true" in manifest   # a node path

@@ -18,6 +18,9 @@ def _read(path: str) -> bytes:
         return handle.read()
 
 
+NOTE = "/etc/kubernetes/extra/note.txt"     # the node path (a hostPath names it; the lab keeps it under its root)
+
+
 def _manifest(lab: Any) -> str:
     return os.path.join(str(lab.manifests_dir()), "kube-scheduler.yaml")
 
@@ -55,7 +58,7 @@ def test_bad_companion_input_is_one_line_and_changes_nothing(lab: Any, tmp_path:
     local = tmp_path / "note.txt"
     local.write_text("v1\n")
     new = tmp_path / "new.yaml"
-    new.write_bytes(_mounting(_read(_manifest(lab)), node_path, "/etc/kubernetes/extra/note.txt"))
+    new.write_bytes(_mounting(_read(_manifest(lab)), NOTE, NOTE))
     unmounted = tmp_path / "same.yaml"
     unmounted.write_bytes(_read(_manifest(lab)).replace(b"- kube-scheduler\n", b"- kube-scheduler\n    - --v=2\n", 1))
     (tmp_path / "adir").mkdir()
@@ -77,7 +80,7 @@ def test_bad_companion_input_is_one_line_and_changes_nothing(lab: Any, tmp_path:
         (["apply", "scheduler", "-f", str(unmounted), "--with-file", "%s=%s" % (node_path, local)],
          4, "the manifest does not mount %s: add to spec.volumes {name: extra-note-txt, hostPath: {path: %s, "
             "type: File}} and to the container's volumeMounts {name: extra-note-txt, mountPath: "
-            "/etc/kubernetes/extra/note.txt, readOnly: true}" % (node_path, node_path)),
+            "/etc/kubernetes/extra/note.txt, readOnly: true}" % (NOTE, NOTE)),
         (["flags", "scheduler", "--set", "v=3", "--with-file", "%s=%s" % (node_path, local)],
          4, "the manifest does not mount"),
         (["apply", "scheduler", "-f", str(new), "--with-file", "relative/note.txt=%s" % local],
@@ -101,7 +104,7 @@ def test_rollback_restores_the_previous_companion_file(lab: Any, tmp_path: Any) 
     root = str(lab.root_dir())
     node_path = root + "/etc/kubernetes/extra/note.txt"
     original = _read(_manifest(lab))
-    first = _mounting(original, node_path, "/etc/kubernetes/extra/note.txt")
+    first = _mounting(original, NOTE, NOTE)
     second = first.replace(b"- kube-scheduler\n", b"- kube-scheduler\n    - --v=3\n", 1)
     assert second != first
     (tmp_path / "m1.yaml").write_bytes(first)
@@ -114,10 +117,12 @@ def test_rollback_restores_the_previous_companion_file(lab: Any, tmp_path: Any) 
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert _read(node_path) == _read(str(tmp_path / note))
         assert os.stat(node_path).st_mode & 0o777 == 0o600
+    # one revision per version, each with the companion file as it was while that version was in place
     revisions = json.loads(run_cpctl(lab, "-o", "json", "revisions", "scheduler").stdout)["revisions"]
-    assert [r["companions"] for r in revisions] == [
-        [{"path": node_path, "checksum": None}],
-        [{"path": node_path, "checksum": hashlib.sha256(b"v1\n").hexdigest()}]]
+    assert [(r["action"], r["companions"]) for r in revisions] == [
+        ("original", [{"path": node_path, "checksum": None}]),
+        ("apply", [{"path": node_path, "checksum": hashlib.sha256(b"v1\n").hexdigest()}]),
+        ("apply", [{"path": node_path, "checksum": hashlib.sha256(b"v2\n").hexdigest()}])]
     proc = run_cpctl(lab, "rollback", "scheduler", *FAST)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert _read(_manifest(lab)) == first and _read(node_path) == b"v1\n"
@@ -133,7 +138,7 @@ def test_rollback_restores_the_previous_companion_file(lab: Any, tmp_path: Any) 
 def test_edit_and_dry_run_carry_the_companion_file(lab: Any, tmp_path: Any) -> None:
     node_path = str(lab.root_dir()) + "/etc/kubernetes/extra/note.txt"
     new = tmp_path / "new.yaml"
-    new.write_bytes(_mounting(_read(_manifest(lab)), node_path, "/etc/kubernetes/extra/note.txt"))
+    new.write_bytes(_mounting(_read(_manifest(lab)), NOTE, NOTE))
     (tmp_path / "note.txt").write_text("from edit\n")
     before = _snapshot(lab)
     proc = run_cpctl(lab, "-o", "json", "apply", "scheduler", "-f", str(new), "--dry-run", "--with-file",

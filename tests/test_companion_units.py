@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from cpctl.core import companions, journal
+from cpctl.core import companions, journal, mounts
 from cpctl.core.settings import Settings
 from cpctl.errors import CpctlError
 from cpctl.host.local import LocalHost
@@ -70,12 +70,19 @@ def test_add_mounts_adds_a_read_only_file_and_a_writable_log_directory() -> None
     assert said[-1].endswith("comments are lost")
 
 
-def test_node_paths_of_a_chrooted_node() -> None:
-    assert companions.node_root("/etc/kubernetes/manifests") == ""
-    assert companions.node_root("/lab/root-m1/etc/kubernetes/manifests") == "/lab/root-m1"
-    [moved] = companions.on_node([companions.Companion("/etc/kubernetes/a.yaml", b"")],
-                                 "/lab/root-m1/etc/kubernetes/manifests")
-    assert moved.path == "/lab/root-m1/etc/kubernetes/a.yaml"
+def test_node_paths_of_a_chrooted_node_go_through_the_node_root() -> None:
+    """Companion paths map to the node's root by the same helper as hostPaths (``--node-root``,
+    mounts.under_root / node_path): given as a node path or already below the root, the same file."""
+    root = "/lab/root-m1"
+    [moved, kept] = companions.on_node([companions.Companion("/etc/kubernetes/a.yaml", b""),
+                                        companions.Companion(root + "/etc/kubernetes/b.yaml", b"")], root)
+    assert (moved.path, kept.path) == (root + "/etc/kubernetes/a.yaml", root + "/etc/kubernetes/b.yaml")
+    assert companions.on_node([companions.Companion("/etc/kubernetes/a.yaml", b"")], "/")[0].path == \
+        "/etc/kubernetes/a.yaml"
+    assert companions.container_path(moved.path, root) == "/etc/kubernetes/a.yaml"
+    assert mounts.node_path(root, mounts.under_root(root, "/etc/kubernetes/pki")) == "/etc/kubernetes/pki"
+    assert companions.mount_wanted([("audit-policy-file", "/etc/kubernetes/a.yaml")], [moved], root) == \
+        [("/etc/kubernetes/a.yaml", "/etc/kubernetes/a.yaml", False)]
 
 
 POLICY = "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n"

@@ -195,7 +195,7 @@ def test_state_dir_owned_by_someone_else(node):
 
 
 FOR_VALUES = ["0", "0s", "-5m", "abc", "5x", "999999d", "", " ", "1h-5m", "5"]
-USAGE = [["frobnicate"], ["--frob", "status"], ["stop", "--frob", "scheduler"], ["stop"], ["-o", "yaml", "status"],
+USAGE = [["frobnicate"], ["--frob", "status"], ["stop", "--frob", "scheduler"], ["stop"], ["-o", "xml", "status"],
          ["--lock-timeout", "x", "status"], ["--probe", "magic", "status"], ["history", "-l", "-1"]]
 REASONS = ["red\x1b[31malert", "two\nlines", "tab\there", "bell\x07", "x" * 501]
 

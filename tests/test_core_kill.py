@@ -267,9 +267,10 @@ def _check_apply_parked(node: NodeDirs, status: Dict[str, Any]) -> str:
     assert _parked_meta_checksum(node) == sha(now), "the metadata follows the parked bytes"
     if now == NEW_SCHEDULER:
         assert _actions(node) == ["stop", "apply"] and node.history()[-1]["parked"] is True
-        assert _revision_files(node) == ["kube-scheduler.yaml.1", "kube-scheduler.yaml.1.json"]
-        with open(os.path.join(node.state, "revisions", "kube-scheduler.yaml.1"), "rb") as handle:
-            assert handle.read() == SCHEDULER
+        assert _revision_files(node) == ["kube-scheduler.yaml.%d%s" % (n, s) for n in (1, 2) for s in ("", ".json")]
+        for number, data in ((1, SCHEDULER), (2, NEW_SCHEDULER)):     # the version replaced and the one written
+            with open(os.path.join(node.state, "revisions", "kube-scheduler.yaml.%d" % number), "rb") as handle:
+                assert handle.read() == data
         return "completed"
     assert _actions(node) == ["stop"] and _revision_files(node) == []
     return "rolled back"
@@ -293,7 +294,8 @@ def _check_start_edited(node: NodeDirs, status: Dict[str, Any]) -> str:
 
 
 def _check_replace(node: NodeDirs, kind: str, status: Dict[str, Any]) -> str:
-    """Old or new bytes complete in the manifests dir, the other kept as a revision when new."""
+    """Old or new bytes complete in the manifests dir; every version a completed change replaced or
+    wrote kept once as a revision (the original first); a rolled-back change adds none."""
     now = _files(node.manifests)["kube-scheduler.yaml"]
     revisions = os.path.join(node.state, "revisions")
     kept = sorted(n for n in (os.listdir(revisions) if os.path.isdir(revisions) else []) if not n.startswith("."))
@@ -308,18 +310,17 @@ def _check_replace(node: NodeDirs, kind: str, status: Dict[str, Any]) -> str:
         if marks:
             assert marks["kube-scheduler.yaml"]["checksum"] == sha(after) and marks["kube-scheduler.yaml"]["op"]
             assert [w for w in status["warnings"] if "never verified" in w], status["warnings"]
-        assert _actions(node) == earlier + [kind]
-        number = len(earlier) + 1
-        assert kept == sorted(["kube-scheduler.yaml.%d%s" % (n, suffix) for n in range(1, number + 1)
-                               for suffix in ("", ".json")])
+    else:
+        assert not marks, "a rolled-back change leaves no verification pending"
+        assert not [w for w in status["warnings"] if "never verified" in w]
+    assert _actions(node) == earlier + ([kind] if now == after else [])
+    versions = [SCHEDULER, NEW_SCHEDULER] if now == after or earlier else []
+    assert kept == sorted(["kube-scheduler.yaml.%d%s" % (n, suffix) for n in range(1, len(versions) + 1)
+                           for suffix in ("", ".json")]), "each version once; a rolled-back change keeps none"
+    for number, data in enumerate(versions, 1):
         with open(os.path.join(revisions, "kube-scheduler.yaml.%d" % number), "rb") as handle:
-            assert handle.read() == before, "the replaced bytes are kept"
-        return "completed"
-    assert _actions(node) == earlier
-    assert not marks, "a rolled-back change leaves no verification pending"
-    assert not [w for w in status["warnings"] if "never verified" in w]
-    assert len(kept) == 2 * len(earlier), "a rolled-back change keeps no revision"
-    return "rolled back"
+            assert handle.read() == data
+    return "completed" if now == after else "rolled back"
 
 
 def _check_apply_companion(node: NodeDirs, status: Dict[str, Any]) -> str:
@@ -355,17 +356,21 @@ def _check_keep_in(node: NodeDirs, status: Dict[str, Any]) -> str:
 
 
 def _check_displaced(node: NodeDirs, status: Dict[str, Any]) -> str:
-    """Theirs always stays in place; cpctl's bytes are kept as revision 2 exactly when recorded."""
+    """Theirs always stays in place; cpctl's bytes (revision 2, kept by the apply) are labelled
+    ``displaced`` exactly when the change is recorded."""
     assert _files(node.manifests) == {"kube-scheduler.yaml": THEIRS}, "the other writer's version is untouched"
     revisions = os.path.join(node.state, "revisions")
     kept = sorted(n for n in os.listdir(revisions) if not n.startswith("."))
+    assert kept == ["kube-scheduler.yaml.1", "kube-scheduler.yaml.1.json", "kube-scheduler.yaml.2",
+                    "kube-scheduler.yaml.2.json"]
+    with open(os.path.join(revisions, "kube-scheduler.yaml.2"), "rb") as handle:
+        assert handle.read() == NEW_SCHEDULER
+    with open(os.path.join(revisions, "kube-scheduler.yaml.2.json"), "rb") as handle:
+        label = json.loads(handle.read())["action"]
     if _actions(node) == ["apply", "displaced"]:
-        assert kept == ["kube-scheduler.yaml.1", "kube-scheduler.yaml.1.json", "kube-scheduler.yaml.2",
-                        "kube-scheduler.yaml.2.json"]
-        with open(os.path.join(revisions, "kube-scheduler.yaml.2"), "rb") as handle:
-            assert handle.read() == NEW_SCHEDULER
+        assert label == "displaced"
         return "completed"
-    assert _actions(node) == ["apply"] and kept == ["kube-scheduler.yaml.1", "kube-scheduler.yaml.1.json"]
+    assert _actions(node) == ["apply"] and label == "apply"
     return "rolled back"
 
 

@@ -196,11 +196,13 @@ def _version(node: NodeDirs, number: int) -> bytes:
 
 def test_revisions_are_bounded_and_keep_counting(node: NodeDirs) -> None:
     for number in range(1, 8):
-        assert _apply(node, _version(node, number), keep=3)["revision"] == number
+        result = _apply(node, _version(node, number), keep=3)
+        assert (result["revision"], result["new_revision"]) == (number, number + 1)
     listed = edits.list_revisions(_opened(node), "scheduler")["revisions"]
-    assert [r["number"] for r in listed] == [5, 6, 7]
+    assert [r["number"] for r in listed] == [1, 6, 7, 8], "the original stays, then the newest 3"
+    assert listed[0]["original"] and listed[0]["action"] == "original" and listed[-1]["current"]
     assert sorted(os.listdir(os.path.join(node.state, "revisions"))) == sorted(
-        "kube-scheduler.yaml.%d%s" % (n, s) for n in (5, 6, 7) for s in ("", ".json"))
+        "kube-scheduler.yaml.%d%s" % (n, s) for n in (1, 6, 7, 8) for s in ("", ".json"))
     assert all(os.stat(os.path.join(node.state, "revisions", n)).st_mode & 0o077 == 0
                for n in os.listdir(os.path.join(node.state, "revisions")))
 
@@ -217,10 +219,15 @@ def test_rollback_target_skips_failed_versions_and_checks_the_bytes(node: NodeDi
     with pytest.raises(CpctlError) as err:
         edits.rollback_target(_opened(node), "scheduler", None)
     assert err.value.code == ExitCode.NOT_FOUND and "--to" in err.value.message
+    with pytest.raises(CpctlError) as err:
+        edits.rollback_target(_opened(node), "scheduler", 1)
+    assert err.value.code == ExitCode.REFUSED and "marked failed" in err.value.message and "--force" in \
+        err.value.message, "a failed revision is refused without --force"
+    assert edits.rollback_target(_opened(node), "scheduler", 1, force=True)[0].number == 1
     with open(os.path.join(node.state, "revisions", "kube-scheduler.yaml.1"), "ab") as handle:
         handle.write(b"# tampered\n")
     with pytest.raises(CpctlError) as err:
-        edits.rollback_target(_opened(node), "scheduler", 1)
+        edits.rollback_target(_opened(node), "scheduler", 1, force=True)
     assert err.value.code == ExitCode.REFUSED and "does not match its recorded checksum" in err.value.message
 
 

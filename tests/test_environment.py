@@ -14,7 +14,8 @@ from tests.coreutil import CLI, NodeDirs, check_result, snapshot
 
 
 @pytest.mark.parametrize("name", ["CPCTL_STATE_DIR", "CPCTL_MANIFESTS_DIR", "CPCTL_NODE_NAME", "CPCTL_PROBE",
-                                  "CPCTL_CRICTL", "CPCTL_INVENTORY", "CPCTL_PERSIST", "CPCTL_KUBELET_DIR"])
+                                  "CPCTL_CRICTL", "CPCTL_INVENTORY", "CPCTL_PERSIST", "CPCTL_KUBELET_DIR",
+                                  "CPCTL_NODE_ROOT"])
 def test_empty_variable_is_a_usage_error(name: str, node: NodeDirs) -> None:
     before = snapshot(node.root)
     proc = subprocess.run(CLI + ["stop", "scheduler"], env=node.env(**{name: ""}), capture_output=True, text=True,

@@ -269,7 +269,7 @@ def test_command_extraction_helpers() -> None:
     assert parse_cli(["-i", "inv.yaml", "--serial", "1", "restart", "etcd", "--timeout", "5"]) == [
         ([], ["-i", "--serial"]), (["restart"], ["--timeout"])]
     assert parse_cli(["lab", "up", "--dir", "/tmp/x"])[-1] == (["lab", "up"], ["--dir"])
-    for bad in (["restart", "etcd", "--serial", "1"], ["restart"], ["-o", "yaml", "status"],
+    for bad in (["restart", "etcd", "--serial", "1"], ["restart"], ["-o", "xml", "status"],
                 ["restart", "etcd", "--timeout", "0"], ["stop", "etcd", "--no-such-option"]):
         with pytest.raises((click.ClickException, AssertionError)):
             parse_cli(bad)

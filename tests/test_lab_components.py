@@ -139,7 +139,7 @@ def test_scheduler_name_and_second_scheduler(lab, tmp_path):
     kubectl(lab, "run", "custom", "--image=nginx", "--overrides", '{"spec":{"schedulerName":"my-scheduler"}}')
     time.sleep(0.3)
     assert not get_pod(lab, "default", "custom")["spec"].get("nodeName")
-    conf_dir = tmp_path / "etc"
+    conf_dir = lab.root_dir() / "etc" / "my-scheduler"       # the node's /etc/my-scheduler
     conf_dir.mkdir()
     (conf_dir / "my-scheduler.yaml").write_text(SECOND)
     mdir = lab.manifests_dir()
@@ -152,7 +152,7 @@ def test_scheduler_name_and_second_scheduler(lab, tmp_path):
     for key in ("livenessProbe", "startupProbe"):
         c[key]["httpGet"]["port"] = port
     c["volumeMounts"].append({"name": "conf", "mountPath": "/etc/my-scheduler", "readOnly": True})
-    pod["spec"]["volumes"].append({"name": "conf", "hostPath": {"path": str(conf_dir), "type": "Directory"}})
+    pod["spec"]["volumes"].append({"name": "conf", "hostPath": {"path": "/etc/my-scheduler", "type": "Directory"}})
     (tmp_path / "my.yaml").write_text(yaml.safe_dump(pod))
     (tmp_path / "my.yaml").rename(mdir / "my-scheduler.yaml")
     wait_for(
@@ -215,6 +215,7 @@ def test_cli_up_env_down(tmp_path):
             "export KUBECONFIG",
             "export CPCTL_CRICTL",
             "export CPCTL_KUBELET_DIR",
+            "export CPCTL_NODE_ROOT",
         ]
         assert f"export CPCTL_STATE_DIR={d}/state-lab-master1" in lines
         assert (d / "env").read_text() == up.stdout

@@ -209,10 +209,11 @@ def test_a_deleted_kubeconfig_comes_back_empty_through_file_or_create(lab_factor
 
 def test_missing_file_hostpath_keeps_the_pod_in_container_creating(lab_factory, tmp_path):
     lab = lab_factory(time_scale=SCALE)
-    extra = tmp_path / "policy.yaml"
+    extra = "/etc/kubernetes/policy.yaml"                     # a node path: under the node's root dir
+    on_node = lab.root_dir() / extra.lstrip("/")
     path = lab.manifests_dir() / "kube-scheduler.yaml"
     pod = yaml.safe_load(path.read_text())
-    pod["spec"]["volumes"].append({"name": "policy", "hostPath": {"path": str(extra), "type": "File"}})
+    pod["spec"]["volumes"].append({"name": "policy", "hostPath": {"path": extra, "type": "File"}})
     pod["spec"]["containers"][0]["volumeMounts"].append({"name": "policy", "mountPath": "/etc/policy.yaml"})
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(pod))
     (tmp_path / "s.yaml").rename(path)
@@ -229,7 +230,7 @@ def test_missing_file_hostpath_keeps_the_pod_in_container_creating(lab_factory, 
     failed = [e["message"] for e in events if e["reason"] == "FailedMount"]
     assert failed == [f'MountVolume.SetUp failed for volume "policy" : hostPath type check failed: {extra} '
                       "is not a file"]
-    extra.write_text("kind: Policy\n")
+    on_node.write_text("kind: Policy\n")
     wait_for(lambda: is_ready(mirror(lab, "kube-scheduler")), timeout=8, what="started once the file exists")
 
 

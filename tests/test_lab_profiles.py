@@ -140,15 +140,16 @@ def test_default_profile_is_recorded_with_the_kubelet_files(lab_factory):
     )
 
 
-def test_every_hostpath_is_in_the_lab_and_the_files_flags_name_exist(lab_factory):
+def test_every_hostpath_is_a_node_path_and_the_files_flags_name_exist(lab_factory):
     lab = lab_factory()
     root = lab.root_dir()
     assert (root / "etc/kubernetes/super-admin.conf").is_file()  # the kubeadm init node
     checked = 0
     for comp in COMPONENTS:
         pod = manifest(lab, comp)
-        vols = {v["name"]: v["hostPath"]["path"] for v in pod["spec"]["volumes"]}
-        assert all(p.startswith(str(lab.dir) + "/") for p in vols.values()), vols
+        vols = {v["name"]: str(root) + v["hostPath"]["path"] for v in pod["spec"]["volumes"]}
+        assert not [v for v in pod["spec"]["volumes"] if v["hostPath"]["path"].startswith(str(lab.dir))], \
+            "hostPaths are node paths, as kubeadm writes them (the node's / is the root dir)"
         mounts = container(pod)["volumeMounts"]
         assert all(not m["mountPath"].startswith(str(lab.dir)) for m in mounts)
         for arg in container(pod)["command"][1:]:
@@ -235,7 +236,8 @@ def test_cli_up_with_a_profile_and_the_profile_list(tmp_path):
     try:
         assert up.returncode == 0, up.stderr
         assert [ln.split("=", 1)[0] for ln in up.stdout.splitlines()] == [
-            "export CPCTL_STATE_DIR", "export KUBECONFIG", "export CPCTL_CRICTL", "export CPCTL_KUBELET_DIR"]
+            "export CPCTL_STATE_DIR", "export KUBECONFIG", "export CPCTL_CRICTL", "export CPCTL_KUBELET_DIR",
+            "export CPCTL_NODE_ROOT"]
         state = read_state(d)
         assert (state["profile"]["profile"], state["profile"]["k8s_version"]) == ("override", "1.34")
         assert state["profile"]["kubernetes_version"].startswith("v1.34.")

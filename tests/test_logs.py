@@ -95,9 +95,9 @@ def test_the_api_answers_when_crictl_is_missing_and_neither_is_one_line(lab: Any
     assert doc["source"] == "api" and doc["lines"] == everything[-2:] and doc["container"] == "kube-scheduler"
     assert "2 lines of container kube-scheduler from the API server (crictl could not answer: %s not found)" \
         % missing in proc.stderr
-    # The API server's refusal: exit 9, with the kubelet's words.
+    # No earlier attempt, said by the API server: nothing to show, exit 3 (as from crictl), the kubelet's words.
     refused = run_cpctl(lab, "logs", "scheduler", "--previous", CPCTL_CRICTL=missing)
-    check_result(refused, 9)
+    check_result(refused, 3)
     assert 'previous terminated container "kube-scheduler" in pod "kube-scheduler-%s" not found' % lab.node_name() \
         in refused.stderr
     # Neither crictl nor a kubeconfig: exit 7, one line naming both.

@@ -79,11 +79,12 @@ def test_rollback_after_upgrade_needs_to(lab_factory: Any) -> None:
     rows = json.loads(cpctl_ok(handle, "revisions", "scheduler", "-o", "json").stdout)
     rows = rows[0] if isinstance(rows, list) else rows
     by_number = {r["number"]: r for r in rows["revisions"]}
-    assert by_number[2]["action"] == "outside" and by_number[2]["reason"] == "kubeadm upgrade v1.30.4 -> v1.31.12"
-    assert by_number[3]["action"] == "rollback"
+    # each version once, labelled with its own change: the original, cpctl's flags, kubeadm's upgrade
+    assert [by_number[n]["action"] for n in sorted(by_number)] == ["original", "flags", "outside"]
+    assert by_number[3]["reason"] == "kubeadm upgrade v1.30.4 -> v1.31.12" and by_number[1]["current"]
     kept = handle.state_dir() / "revisions"
-    assert (kept / "kube-scheduler.yaml.2").read_bytes() == ours          # cpctl's version, from kubeadm's backup
-    assert (kept / "kube-scheduler.yaml.3").read_bytes() == upgraded
+    assert (kept / "kube-scheduler.yaml.2").read_bytes() == ours          # cpctl's version
+    assert (kept / "kube-scheduler.yaml.3").read_bytes() == upgraded      # the upgrade's, kept when replaced
 
 
 def test_change_during_upgrade_in_flight_refused(lab_factory: Any) -> None:

@@ -266,6 +266,38 @@ def test_the_one_exit_code_table_is_cpctls() -> None:
         assert len(tables) == (1 if path == README else 0), "%s: %d exit-code tables" % (path.name, len(tables))
 
 
+def test_each_exit_code_row_names_the_code_s_constant() -> None:
+    """Each row's ``reason`` is the name of cpctl's constant for that code (what ``-o json`` errors
+    carry), in the constants' order."""
+    from cpctl.errors import ExitCode
+    rows = table_rows_after(README.read_text(encoding="utf-8"), "### Exit codes")
+    assert [(int(row[0]), row[1].strip("`")) for row in rows] == [(int(c), c.name.lower()) for c in sorted(ExitCode)]
+
+
+# (cpctl arguments, a phrase of the README row that documents the situation): the run must exit
+# with that row's code.
+DOCUMENTED_SITUATIONS = [
+    (["status", "schedular"], "an unknown component"),
+    (["status", "../kube-scheduler"], "invalid component name"),
+    (["stop", "scheduler", "--for", "5x"], "bad duration"),
+    (["revisions", "scheduler", "7"], "revision not found"),
+    (["logs", "etcd"], "`logs`: nothing to show (parked"),
+]
+
+
+def test_documented_situations_exit_with_their_row_s_code(tmp_path: Path) -> None:
+    """The situations the table names, run for real on a node in a tmp dir: each exits with the
+    code of the row that names it (an unknown component is 3, not 2)."""
+    from tests.coreutil import NodeDirs, check_result
+    rows = table_rows_after(README.read_text(encoding="utf-8"), "### Exit codes")
+    node = NodeDirs(str(tmp_path))
+    node.run("stop", "etcd", "--no-wait")
+    for args, phrase in DOCUMENTED_SITUATIONS:
+        [code] = [int(row[0]) for row in rows if phrase in row[2]]
+        proc = subprocess.run(node.argv(*args), env=node.env(), capture_output=True, text=True, timeout=60)
+        check_result(proc, code)
+
+
 # --------------------------------------------------------------------------- links
 
 

@@ -59,7 +59,8 @@ def lab_vars(lab: Any, master: int) -> Dict[str, str]:
     """Inventory vars pointing at the lab's master ``master`` (remote paths = local paths here)."""
     env = lab.env_for(master)
     return {"manifests_dir": env["CPCTL_MANIFESTS_DIR"], "state_dir": env["CPCTL_STATE_DIR"],
-            "node_name": env["CPCTL_NODE_NAME"], "kubeconfig": env["KUBECONFIG"], "crictl": env["CPCTL_CRICTL"]}
+            "node_name": env["CPCTL_NODE_NAME"], "kubeconfig": env["KUBECONFIG"], "crictl": env["CPCTL_CRICTL"],
+            "node_root": env["CPCTL_NODE_ROOT"]}
 
 
 def write_inventory(path: str, hosts: Dict[str, Dict[str, Any]]) -> str:

@@ -4,8 +4,10 @@ click's own protocol: the script a shell sources calls ``cpctl`` again with
 ``_CPCTL_COMPLETE=<shell>_complete`` and the words typed so far (``COMP_WORDS``, ``COMP_CWORD``);
 ``respond`` answers with the candidates. On top of click's completion of command and option
 names: the global options complete after the command word too (``cli.main.hoist_global_options``
-accepts them there), and COMPONENT arguments complete from this machine's manifests dir and its
-parked manifests - read with plain ``os.listdir``: no lock, no journal recovery, nothing written.
+accepts them there), COMPONENT arguments complete from this machine's manifests dir and its
+parked manifests, revision numbers (``revisions COMPONENT N``, ``--diff``, ``rollback --to``) from
+the names in the state dir's revisions, ``-H`` from the inventory's host and group names - read with
+plain ``os.listdir`` (and the inventory file): no lock, no journal recovery, nothing written.
 
 A completion never prints an error or a traceback: whatever goes wrong, the shell just gets no
 candidates (and ``cpctl`` exits 1).
@@ -16,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import sys
 import warnings
 from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple, Type
@@ -28,6 +31,8 @@ COMPONENT_PARAMS = frozenset({"component", "components"})   # arguments that nam
 PRESENT_ONLY = frozenset({"stop", "restart"})               # ...one that runs now
 PARKED_ONLY = frozenset({"start"})                          # ...one that is parked
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+REVISION_PARAMS = {"revisions": ("number", "diff"), "rollback": ("to",)}   # values that are revision numbers
+_REVISION_META = re.compile(r"^(?P<file>.+)\.(?P<number>[1-9][0-9]{0,8})\.json$")
 
 
 Hoist = Callable[[List[str]], Tuple[List[str], Optional[click.Option]]]
@@ -50,8 +55,14 @@ class _CpctlCompletion(ShellComplete):
         hoisted, dangling = self.hoist(list(args))
         ctx = _resolve_context(self.cli, self.ctx_args, self.prog_name, hoisted)
         if dangling is not None:                  # `cpctl status -o <TAB>`: the global option's values
+            if dangling.name == "hosts":
+                return [CompletionItem(name) for name in host_names(ctx, incomplete)]
             return list(dangling.shell_complete(ctx, incomplete))
         target, incomplete = _resolve_incomplete(ctx, hoisted, incomplete)
+        if isinstance(target, click.Option) and target.name == "hosts":
+            return [CompletionItem(name) for name in host_names(ctx, incomplete)]
+        if isinstance(target, click.Parameter) and target.name in REVISION_PARAMS.get(ctx.command.name or "", ()):
+            return [CompletionItem(number) for number in revision_numbers(ctx, incomplete, hoisted)]
         if isinstance(target, click.Argument) and target.name in COMPONENT_PARAMS:
             given = ctx.params.get(target.name) or ()
             return [CompletionItem(name) for name in component_names(ctx, incomplete)
@@ -127,6 +138,63 @@ def component_names(ctx: click.Context, incomplete: str = "") -> List[str]:
     if command not in PRESENT_ONLY:
         names |= _names_in(os.path.join(params.get("state_dir") or "/var/lib/cpctl", "parked"))
     return sorted(name for name in names if name.startswith(incomplete))
+
+
+def _first_argument(ctx: click.Context, args: List[str]) -> Optional[str]:
+    """The first positional word after the command word in ``args`` (click leaves the arguments
+    unparsed while an option still waits for its value: ``rollback scheduler --to <TAB>``)."""
+    name = ctx.command.name
+    if name not in args:
+        return None
+    takes_value = {opt for param in ctx.command.get_params(ctx) if isinstance(param, click.Option)
+                   and not param.is_flag for opt in param.opts + param.secondary_opts}
+    words = args[args.index(name) + 1:]
+    skip = False
+    for word in words:
+        if skip:
+            skip = False
+        elif word.startswith("-"):
+            skip = word in takes_value
+        else:
+            return word
+    return None
+
+
+def revision_numbers(ctx: click.Context, incomplete: str = "", args: Optional[List[str]] = None) -> List[str]:
+    """The numbers of the kept revisions of the COMPONENT already typed (``revisions COMPONENT
+    <TAB>``, ``--diff``, ``rollback --to``), oldest first: from the names in ``STATE/revisions``
+    (no metadata is read)."""
+    from cpctl.core.manifests import ALIASES
+    component = ctx.params.get("component") or _first_argument(ctx, args or [])
+    if not isinstance(component, str) or not component:
+        return []
+    wanted = {component, ALIASES.get(component, component), _stem(component) or component}
+    directory = os.path.join(ctx.find_root().params.get("state_dir") or "/var/lib/cpctl", "revisions")
+    try:
+        entries = os.listdir(directory)
+    except OSError:
+        return []
+    numbers = set()
+    for entry in entries:
+        match = _REVISION_META.match(entry)
+        if match and (match.group("file") in wanted or _stem(match.group("file")) in wanted):
+            numbers.add(int(match.group("number")))
+    return [str(n) for n in sorted(numbers) if str(n).startswith(incomplete)]
+
+
+def host_names(ctx: click.Context, incomplete: str = "") -> List[str]:
+    """``-H`` values: the host and group names (and ``all``) of the inventory given with ``-i`` or
+    $CPCTL_INVENTORY; after a comma, the next name of the list. Nothing without an inventory."""
+    from cpctl.fleet.inventory import load_inventory
+    path = ctx.find_root().params.get("inventory") or os.environ.get("CPCTL_INVENTORY")
+    if not path:
+        return []
+    inventory = load_inventory(str(path))
+    done, _, last = incomplete.rpartition(",")
+    prefix = done + "," if done else ""
+    given = set(done.split(",")) if done else set()
+    names = ["all"] + sorted(inventory.groups.keys() - {"all"}) + [h.name for h in inventory.hosts]
+    return [prefix + name for name in dict.fromkeys(names) if name.startswith(last) and name not in given]
 
 
 def manifests_dir(params: Dict[str, Any]) -> str:

@@ -80,8 +80,28 @@ def emit(ctx: click.Context, data: Any, text: str) -> None:
     if state(ctx).output == "json":
         import json  # here: a text-only run need not import it
         click.echo(json.dumps(redact(data), indent=2, sort_keys=True, default=str))
+    elif state(ctx).output == "yaml":
+        click.echo(as_yaml(redact(data)), nl=False)
     elif text:
         click.echo(redact_text(text))
+
+
+def as_yaml(data: object, start: bool = False) -> str:
+    """``data`` as YAML (``-o yaml``): the same object ``-o json`` prints, keys sorted, block style;
+    ``start``: with a leading ``---`` (one document of a stream, like ``kubectl get -w -o yaml``)."""
+    import json
+
+    import yaml
+    plain = json.loads(json.dumps(data, default=str))           # exactly the JSON object's values
+    return yaml.safe_dump(plain, sort_keys=True, default_flow_style=False, allow_unicode=True,
+                          explicit_start=start)
+
+
+def wide() -> bool:
+    """Whether the run asked for ``-o wide`` (text renderers add columns then)."""
+    ctx = click.get_current_context(silent=True)
+    obj = ctx.find_object(CliState) if ctx is not None else None
+    return obj is not None and obj.output == "wide"
 
 
 def note(message: str) -> None:
@@ -193,7 +213,7 @@ def progress_for(ctx: click.Context) -> Optional[Progress]:
     """The progress of long waits for a person: None with ``-o json`` (stdout is for the data and
     stderr for errors); a terminal line on a TTY, else a heartbeat every few seconds. The timeout
     shown is the command's ``--timeout`` (the wait's own limit)."""
-    if state(ctx).output != "text":
+    if state(ctx).output in ("json", "yaml"):
         return None
     timeout = ctx.params.get("timeout")
     progress = Progress(sys.stderr.isatty(), float(timeout) if isinstance(timeout, (int, float)) else None)

@@ -146,7 +146,7 @@ def _run_tracked(ctx: click.Context, specs: List[Any], action: Action, changing:
     def on_host(spec: Any) -> Dict[str, Any]:
         settings = cli_state.settings.with_overrides(
             manifests_dir=spec.manifests_dir, kubelet_dir=spec.kubelet_dir, state_dir=spec.state_dir,
-            node_name=spec.node_name, kubeconfig=spec.kubeconfig, crictl=spec.crictl)
+            node_name=spec.node_name, kubeconfig=spec.kubeconfig, crictl=spec.crictl, node_root=spec.node_root)
         return action(open_node(settings, pool.get(spec), probe=probe, progress=interruption.check))
 
     tracked = interruption.track(on_host)

@@ -26,7 +26,7 @@ EXIT_CODES_HELP = ("Exit codes: 0 ok, 1 drift found / not running, 2 usage, 3 no
 COMPLETE_VAR = "_CPCTL_COMPLETE"    # click's shell completion protocol (see cli.completion)
 # Global options' environment variables: set but empty is an error, never a silent default.
 ENV_VARS = ("CPCTL_MANIFESTS_DIR", "CPCTL_KUBELET_DIR", "CPCTL_STATE_DIR", "CPCTL_NODE_NAME", "CPCTL_PROBE",
-            "CPCTL_CRICTL", "CPCTL_INVENTORY", "CPCTL_PERSIST", "CPCTL_HOST_TIMEOUT")
+            "CPCTL_CRICTL", "CPCTL_INVENTORY", "CPCTL_PERSIST", "CPCTL_HOST_TIMEOUT", "CPCTL_NODE_ROOT")
 _PATH_KEY = "cpctl.command_path"
 
 
@@ -92,9 +92,14 @@ def _command_words(name: Optional[str], command: Any, rest: List[str]) -> str:
 @click.option("--probe", envvar="CPCTL_PROBE", type=click.Choice(PROBE_CHOICES),
               default="auto", show_default=True, help="How to verify the kubelet acted.")
 @click.option("--crictl", envvar="CPCTL_CRICTL", default="crictl", show_default=True, help="crictl binary.")
+@click.option("--node-root", envvar="CPCTL_NODE_ROOT", default="/", show_default=True, metavar="DIR",
+              help="The directory that holds the node's / : hostPaths (and the files flags name) are looked "
+                   "up under it. / on a real node; the lab sets it to its node's root dir.")
 @click.option("--lock-timeout", type=click.FloatRange(0, 3600), default=10.0, show_default=True,
               help="Seconds to wait for another cpctl run on this node.")
-@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("-o", "--output", type=click.Choice(["text", "json", "yaml", "wide"]), default="text", show_default=True,
+              help="text; json or yaml: the result object (docs/json.md); wide: text with more columns "
+                   "(status, history, revisions), as kubectl's.")
 @click.option("-H", "--host", "hosts", multiple=True, metavar="TARGET",
               help="Run on [user@]host[:port] or an ssh_config alias (repeatable, or comma-separated); "
                    "with --inventory: host or group names.")
@@ -124,7 +129,8 @@ def _command_words(name: Optional[str], command: Any, rest: List[str]) -> str:
 @click.pass_context
 def main(ctx: click.Context, manifests_dir: Optional[str], kubelet_dir: str, state_dir: str, node_name: Optional[str],
          kubeconfig: str,
-         probe: str, crictl: str, lock_timeout: float, output: str, hosts: tuple, inventory: Optional[str],
+         probe: str, crictl: str, node_root: str, lock_timeout: float, output: str, hosts: tuple,
+         inventory: Optional[str],
          ssh_config: Optional[str], known_hosts: Optional[str], accept_new_host_key: bool, ask_become_pass: bool,
          persist: Optional[str], forks: int, serial: str, keep_going: bool, census: str,
          host_timeout: Optional[float]) -> None:
@@ -147,9 +153,12 @@ def main(ctx: click.Context, manifests_dir: Optional[str], kubelet_dir: str, sta
         from cpctl.core.identity import check_node_name
         from cpctl.errors import ExitCode
         check_node_name(node_name, "--node-name / CPCTL_NODE_NAME", ExitCode.USAGE)
+    manifests_dir, state_dir, kubelet_dir = _absolute_dirs(bool(hosts or inventory), manifests_dir, state_dir,
+                                                           kubelet_dir)
+    node_root = _absolute("node-root", node_root, bool(hosts or inventory))
     settings = Settings(manifests_dir=manifests_dir, state_dir=state_dir, node_name=node_name,
                         kubeconfig=kubeconfig, probe=probe, lock_timeout=lock_timeout, crictl=crictl,
-                        kubelet_dir=kubelet_dir)
+                        kubelet_dir=kubelet_dir, node_root=node_root)
     persist_seconds = parse_persist(persist)         # checked even when unused
     serial_value = parse_serial(serial)
     ctx.obj = CliState(settings, output)
@@ -165,6 +174,26 @@ def main(ctx: click.Context, manifests_dir: Optional[str], kubelet_dir: str, sta
     if not asks_help:
         from cpctl.cli.fanout import enforce
         enforce(ctx, path, plugin)
+
+
+def _absolute_dirs(remote: bool, manifests_dir: Optional[str], state_dir: str, kubelet_dir: str
+                   ) -> Tuple[Optional[str], str, str]:
+    """``--manifests-dir``, ``--state-dir``, ``--kubelet-dir`` as absolute paths (:func:`_absolute`)."""
+    return (_absolute("manifests-dir", manifests_dir, remote) if manifests_dir else None,
+            _absolute("state-dir", state_dir, remote), _absolute("kubelet-dir", kubelet_dir, remote))
+
+
+def _absolute(option: str, value: str, remote: bool) -> str:
+    """``value`` of ``--option`` as an absolute path: a relative one is resolved against the current
+    directory, like any command line tool does. With ``-H``/``-i`` it is a path on the masters,
+    where this directory means nothing: a relative one is a usage error (exit 2)."""
+    from cpctl.errors import CpctlError, ExitCode
+    if os.path.isabs(value):
+        return value
+    if remote:
+        raise CpctlError("--%s %s: a path on the masters must be absolute (with -H/-i there is no current "
+                         "directory to resolve it against)" % (option, value), ExitCode.USAGE)
+    return os.path.abspath(value)
 
 
 def _remote(ctx: click.Context, hosts: List[str], inventory: Optional[str], ssh_config: Optional[str],

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Optional
 if TYPE_CHECKING:
     from cpctl.ops.certs import Report as CertsReport
 
+from cpctl.cli.context import wide
+
 
 def table(headers: list, rows: list) -> str:
     """Left-aligned columns separated by two spaces, like kubectl's tables."""
@@ -52,11 +54,17 @@ def status_text(data: dict) -> str:
             detail = c.get("error") or ""
         elif c["state"] == "missing":
             detail = "in the baseline, but neither here nor parked: %s" % c.get("fix")
-        rows.append([c["component"], c["file"], c["state"], _pod_column(c.get("pod_state"), c.get("observed")),
-                     (c.get("checksum") or "")[:12], detail])
+        checksum = c.get("checksum") or ""
+        row = [c["component"], c["file"], c["state"], _pod_column(c.get("pod_state"), c.get("observed")),
+               checksum if wide() else checksum[:12], detail]
+        if wide():
+            row[4:4] = [c.get("pod") or "-", (c.get("observed") or {}).get("uid") or "-"]
+        rows.append(row)
+    headers = ["COMPONENT", "FILE", "STATE", "POD", "SHA256", "DETAIL"]
+    if wide():
+        headers[4:4] = ["MIRROR POD", "UID"]
     lines = ["node %s  manifests %s" % (data["node"], data["manifests_dir"])]
-    lines.append(table(["COMPONENT", "FILE", "STATE", "POD", "SHA256", "DETAIL"], rows) if rows
-                 else "(no static pod manifests and nothing parked)")
+    lines.append(table(headers, rows) if rows else "(no static pod manifests and nothing parked)")
     lines += ["warning: %s" % w for w in data.get("warnings", [])]
     lines += ["recovered: %s" % r for r in data.get("recovered", [])]
     return "\n".join(lines)
@@ -66,10 +74,16 @@ def history_text(records: list) -> str:
     if not records:
         return "(no history)"
     rows = [[r.get("time"), r.get("user"), r.get("host"), r.get("action"), r.get("component"),
-             (r.get("checksum") or "")[:12], r.get("origin") or "-",
+             (r.get("checksum") or "")[:None if wide() else 12], r.get("origin") or "-",
              (r.get("reason") or "") + (" [recovered]" if r.get("recovered") else "")]
             for r in records]
-    return table(["TIME", "USER", "HOST", "ACTION", "COMPONENT", "SHA256", "ORIGIN", "REASON"], rows)
+    headers = ["TIME", "USER", "HOST", "ACTION", "COMPONENT", "SHA256", "ORIGIN", "REASON"]
+    if wide():                    # -o wide: the node, the file, the change's id, the revision it kept
+        headers[5:5] = ["NODE", "FILE", "OP", "REV"]
+        for row, record in zip(rows, records):
+            row[5:5] = [record.get("node") or "-", record.get("file") or "-", record.get("op") or "-",
+                        "-" if record.get("revision") is None else record.get("revision")]
+    return table(headers, rows)
 
 
 def outcomes_text(data: dict) -> str:

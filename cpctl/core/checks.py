@@ -80,10 +80,11 @@ def parse_new(data: bytes, source: str) -> Dict[str, Any]:
                          ExitCode.REFUSED) from None
 
 
-def review(host: Host, current: Manifest, data: bytes, scan: DirScan, source: str,
+def review(host: Host, current: Manifest, data: bytes, scan: DirScan, source: str, root: str = "/",
            coming: Sequence[str] = ()) -> Review:
-    """Every check of the module docstring for ``data`` replacing ``current``; ``coming``: node paths
-    of files the same change writes (companion files), counted as there."""
+    """Every check of the module docstring for ``data`` replacing ``current``; ``root`` is the
+    directory that holds the node's ``/`` (``--node-root``: hostPaths are looked up under it);
+    ``coming``: node paths of files the same change writes (companion files), counted as there."""
     pod = parse_new(data, source)
     verdict = Review(pod)
     meta = pod["metadata"]
@@ -92,8 +93,8 @@ def review(host: Host, current: Manifest, data: bytes, scan: DirScan, source: st
     if new_key != old_key:
         verdict.problems.append("it defines pod %s/%s, not %s/%s (a rename would start a second pod: write a new "
                                 "file for a new pod)" % (new_key + old_key))
-    already = set(pod_problems(host, current.pod)) if current.pod else set()
-    for problem in pod_problems(host, pod, coming):
+    already = set(pod_problems(host, current.pod, root)) if current.pod else set()
+    for problem in pod_problems(host, pod, root, coming):
         if problem in already:      # the running version has it too: not this change's doing
             verdict.warnings.append("%s (so does the current version)" % problem)
         else:
@@ -176,16 +177,16 @@ def _probe_port_doubts(pod: Dict[str, Any], container: Dict[str, Any], binary: s
     return found
 
 
-def pod_problems(host: Host, pod: Dict[str, Any], coming: Sequence[str] = ()) -> List[str]:
+def pod_problems(host: Host, pod: Dict[str, Any], root: str = "/", coming: Sequence[str] = ()) -> List[str]:
     """What is wrong with ``pod`` on its own: duplicated flags, missing files, missing hostPaths
-    (``coming``: files the change itself writes, counted as there)."""
+    (looked up under ``root``; ``coming``: files the change itself writes, counted as there)."""
     found: List[str] = []
     for container in _containers(pod):
         name = container.get("name")
         for flag in flags.duplicated(container):
             found.append("container %s gives --%s more than once (only the last one counts)" % (name, flag))
-        found += _file_flag_problems(host, pod, container, coming)
-    return found + _host_path_problems(host, pod, coming)
+        found += _file_flag_problems(host, pod, container, root, coming)
+    return found + _host_path_problems(host, pod, root, coming)
 
 
 def _containers(pod: Dict[str, Any]) -> List[Dict[str, Any]]:
@@ -193,7 +194,7 @@ def _containers(pod: Dict[str, Any]) -> List[Dict[str, Any]]:
     return [c for c in (spec.get("initContainers") or []) + (spec.get("containers") or []) if isinstance(c, dict)]
 
 
-def _file_flag_problems(host: Host, pod: Dict[str, Any], container: Dict[str, Any],
+def _file_flag_problems(host: Host, pod: Dict[str, Any], container: Dict[str, Any], root: str = "/",
                         coming: Sequence[str] = ()) -> List[str]:
     found = []
     for flag in flags.flags_of(container):
@@ -204,13 +205,13 @@ def _file_flag_problems(host: Host, pod: Dict[str, Any], container: Dict[str, An
             found.append("--%s names %s, which no hostPath volume mounts into container %s (control-plane images "
                          "hold no such files: add a volume and a volumeMount for it)"
                          % (flag.name, flag.value, container.get("name")))
-        elif node_path not in coming and host.lstat(node_path) is None:
+        elif node_path not in coming and host.lstat(mounts.under_root(root, node_path)) is None:
             shown = flag.value if node_path == flag.value else "%s (on the node: %s)" % (flag.value, node_path)
             found.append("--%s names %s, which does not exist on the node" % (flag.name, shown))
     return found
 
 
-def _host_path_problems(host: Host, pod: Dict[str, Any], coming: Sequence[str] = ()) -> List[str]:
+def _host_path_problems(host: Host, pod: Dict[str, Any], root: str = "/", coming: Sequence[str] = ()) -> List[str]:
     found = []
     for volume in (pod.get("spec") or {}).get("volumes") or []:
         host_path = volume.get("hostPath") if isinstance(volume, dict) else None
@@ -221,7 +222,7 @@ def _host_path_problems(host: Host, pod: Dict[str, Any], coming: Sequence[str] =
         if (wanted == "file" and host_path["path"] in coming) or \
                 (wanted == "dir" and any(p.startswith(below) for p in coming)):
             continue                 # the change writes it (a companion file; its directory is made first)
-        info = host.lstat(host_path["path"])
+        info = host.lstat(mounts.under_root(root, str(host_path["path"])))
         if info is None:
             found.append("hostPath volume %s: %s (type %s) does not exist on the node (the pod would never start)"
                          % (volume.get("name"), host_path["path"], host_path["type"]))

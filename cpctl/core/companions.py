@@ -101,13 +101,10 @@ def read_all(texts: Sequence[str]) -> List[Companion]:
     return found
 
 
-def on_node(companions: Sequence[Companion], manifests_dir: str) -> List[Companion]:
-    """The companions with their paths as this node sees them: below the node's root
-    (:func:`node_root`; unchanged on a real node, where the root is /)."""
-    root = node_root(manifests_dir)
-    if not root:
-        return list(companions)
-    return [c if c.path.startswith(root + "/") else Companion(root + c.path, c.data, c.source) for c in companions]
+def on_node(companions: Sequence[Companion], root: str) -> List[Companion]:
+    """The companions with their paths as cpctl reaches them: below the node's root ``root``
+    (``--node-root``, :func:`cpctl.core.mounts.under_root`; unchanged on a real node, where it is /)."""
+    return [Companion(mounts.under_root(root, c.path), c.data, c.source) for c in companions]
 
 
 def kube_dir_of(manifests_dir: str) -> str:
@@ -129,10 +126,10 @@ def check_places(companions: Sequence[Companion], manifests_dir: str, force: boo
                              ExitCode.REFUSED)
 
 
-def container_path(node_path: str, manifests_dir: str) -> str:
-    """Where a container sees ``node_path`` in kubeadm's layout (the same path below the node's root)."""
-    root = node_root(manifests_dir)
-    return node_path[len(root):] if root and node_path.startswith(root + "/") else node_path
+def container_path(path: str, root: str) -> str:
+    """Where a container sees the file cpctl reaches at ``path`` in kubeadm's layout: its node path
+    (the hostPath), the same path inside the container."""
+    return mounts.node_path(root, path)
 
 
 def volume_name(path: str) -> str:
@@ -162,21 +159,21 @@ def mounted(pod: Mapping[str, object], node_path: str) -> bool:
     return False
 
 
-def check_mounted(data: bytes, companions: Sequence[Companion], manifests_dir: str, what: str) -> None:
+def check_mounted(data: bytes, companions: Sequence[Companion], root: str, what: str) -> None:
     """Refuse (before anything changes) a new manifest that does not mount a companion file, naming the
     exact volume and mount to add."""
     pod = yaml.safe_load(data.decode("utf-8", "replace"))
     if not isinstance(pod, dict):
         return                                  # the manifest review says what is wrong with it
     for companion in companions:
-        if companion.data is None or mounted(pod, companion.path):
+        inside = container_path(companion.path, root)         # the node path: what a hostPath names
+        if companion.data is None or mounted(pod, inside):
             continue
-        name = volume_name(companion.path)
-        inside = container_path(companion.path, manifests_dir)
+        name = volume_name(inside)
         raise CpctlError("%s: the manifest does not mount %s: add to spec.volumes {name: %s, hostPath: {path: %s, "
                          "type: File}} and to the container's volumeMounts {name: %s, mountPath: %s, readOnly: true} "
                          "(or use cpctl flags ... --mount); nothing changed"
-                         % (what, companion.path, name, companion.path, name, inside), ExitCode.REFUSED)
+                         % (what, inside, name, inside, name, inside), ExitCode.REFUSED)
 
 
 def add_mounts(data: bytes, container_index: int, paths: Sequence[Tuple[str, str, bool]]) -> Tuple[bytes, List[str]]:
@@ -209,23 +206,17 @@ def add_mounts(data: bytes, container_index: int, paths: Sequence[Tuple[str, str
     return yaml.safe_dump(pod, default_flow_style=False, sort_keys=False).encode("utf-8"), said
 
 
-def mount_wanted(sets: Sequence[Tuple[str, str]], companions: Sequence[Companion], manifests_dir: str
+def mount_wanted(sets: Sequence[Tuple[str, str]], companions: Sequence[Companion], root: str
                  ) -> List[Tuple[str, str, bool]]:
     """(container path, node path, writable) for each ``--set`` value that names an absolute path:
-    the node path is the ``--with-file`` one ending with it, else the same path below the node's root
-    (:func:`node_root`: itself on a real node)."""
-    root = node_root(manifests_dir)
+    the node path is the ``--with-file`` one ending with it, else the same path (kubeadm's layout:
+    hostPaths are node paths; ``root`` is the node's root, :func:`cpctl.core.mounts.node_path`)."""
+    placed = [container_path(c.path, root) for c in companions]
     wanted = []
     for name, value in sets:
         if not value.startswith("/") or any(part in (".", "..") for part in value.split("/")):
             continue
-        node_path = next((c.path for c in companions if c.path == value or c.path.endswith(value)), root + value)
+        node_path = next((p for p in placed if p == value or p.endswith(value)), value)
         wanted.append((value, node_path, name in WRITTEN_FLAGS))
     return wanted
 
-
-def node_root(manifests_dir: str) -> str:
-    """The node's root as seen from here: "" on a real node; the prefix before /etc/kubernetes when
-    the manifests dir lives below one (a lab node, a chroot)."""
-    kube_dir = kube_dir_of(manifests_dir)
-    return kube_dir[:-len(KUBE_DIR)] if kube_dir.endswith(KUBE_DIR) else ""

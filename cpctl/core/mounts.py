@@ -5,6 +5,9 @@ a hostPath volume whose mountPath is usually the same path, but not always (and 
 setup): to look at the file a flag like ``--kubeconfig=/etc/kubernetes/scheduler.conf`` names, cpctl
 translates the container path the way the kubelet mounts it. The longest mountPath that contains
 the path wins.
+
+``under_root`` finds a node path under the directory that holds the node's ``/`` (``--node-root``:
+``/`` on a real node; a lab node's root directory in the lab, whose hostPaths are node paths too).
 """
 
 from __future__ import annotations
@@ -39,3 +42,25 @@ def host_path_of(pod: Dict[str, Any], container: Dict[str, Any], path: str) -> O
         rest = path[len(best["mountPath"].rstrip("/")):]
         return host.rstrip("/") + rest if rest else host
     return None
+
+
+def under_root(root: str, path: str) -> str:
+    """Where the node path ``path`` is, with the node's ``/`` at ``root``. A path already inside
+    ``root`` (written by a tool that knew where the root lies) is taken as it is."""
+    if not root or root == "/" or not path.startswith("/"):
+        return path
+    base = root.rstrip("/")
+    if path == base or path.startswith(base + "/"):
+        return path
+    return base + path
+
+
+def node_path(root: str, path: str) -> str:
+    """The node path of ``path``: the inverse of :func:`under_root` (a path inside ``root`` loses the
+    prefix; any other path is a node path already)."""
+    if not root or root == "/" or not path.startswith("/"):
+        return path
+    base = root.rstrip("/")
+    if path == base:
+        return "/"
+    return path[len(base):] if path.startswith(base + "/") else path

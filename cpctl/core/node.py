@@ -89,6 +89,7 @@ class Node:
         self.host = host
         self.kubeconfig = kubeconfig          # API credentials, a path on this node
         self.crictl = "crictl"                # the runtime's CLI on this node (for diagnoses and logs)
+        self.node_root = "/"                  # the directory holding the node's / (hostPaths resolve under it)
         self._identity = identity             # where node name and manifests dir came from
         self._identity_loader: Optional[Callable[[], NodeIdentity]] = None
         self._identity_reads: List[Tuple[str, Dict[str, Any]]] = []

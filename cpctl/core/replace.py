@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import difflib
 import secrets
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 from cpctl.core import journal, manifests, outside, pending
 from cpctl.core.companions import MAX_COMPANION_BYTES, Companion
 from cpctl.core.flags import redact
 from cpctl.core.manifests import Manifest
 from cpctl.core.node import NAME_MAX, Node
-from cpctl.core.revisions import MAX_KEEP, Revision, RevisionStore
+from cpctl.core.revisions import Keeping, RevisionStore
 from cpctl.core.state import user_label
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.timeutil import iso
@@ -54,9 +54,21 @@ def text_diff(old: bytes, new: bytes, filename: str, limit: int = 0) -> str:
 def replace_change(node: Node, manifest: Manifest, new: bytes, action: str, reason: Optional[str], keep: int,
                    record: Optional[Dict[str, Any]] = None, replaced_failed: bool = False,
                    companions: Sequence[Companion] = (), awaits: bool = False) -> Tuple[journal.Change, int]:
-    """(the change, the number of the revision it keeps) that writes ``new`` over ``manifest``, and
-    each companion file (mode 0600, before the manifest: the new pod finds it), their previous bytes
-    kept with the same revision.
+    """(the change, the revision that holds the bytes it replaces) that writes ``new`` over ``manifest``
+    (and each companion file: see :func:`replace_plan`)."""
+    change, kept = replace_plan(node, manifest, new, action, reason, keep, record, replaced_failed, companions,
+                                awaits)
+    return change, kept.previous
+
+
+def replace_plan(node: Node, manifest: Manifest, new: bytes, action: str, reason: Optional[str], keep: int,
+                 record: Optional[Dict[str, Any]] = None, replaced_failed: bool = False,
+                 companions: Sequence[Companion] = (), awaits: bool = False) -> Tuple[journal.Change, Keeping]:
+    """(the change, what it does to the revisions) that writes ``new`` over ``manifest``: the bytes
+    replaced and the bytes written are each kept once as a revision (``replaced_failed``: the bytes
+    replaced are a version that did not become healthy, marked failed). Each companion file is
+    written too (mode 0600, before the manifest: the new pod finds it); the revision of the bytes
+    replaced records the companions' previous bytes, the revision of the bytes written their new ones.
 
     ``awaits``: a new pod will be waited for, so the change also records "verification pending"
     for the file (:mod:`cpctl.core.pending`) before its commit step; the verdict clears it."""
@@ -67,12 +79,14 @@ def replace_change(node: Node, manifest: Manifest, new: bytes, action: str, reas
     old, new_sum = manifest.data, manifests.checksum(new)
     op = secrets.token_hex(8)
     meta = {"saved_at": iso(), "saved_by": user_label(node.host), "host": str(node.host.info()["hostname"]),
-            "action": action, "reason": reason, "replaced_by": new_sum, "failed": replaced_failed, "op": op}
-    existing = store.list(manifest.file)
-    pre, pre_data, existing = _outside_revision(node, manifest, meta, store, existing)
+            "action": action, "reason": reason, "op": op}
+    found = outside.detect(node, manifest.file, manifest.checksum)
     previous = [(c.path, companion_now(node, c.path)) for c in companions]
-    before, data, after, number = store.keep_steps(manifest.file, old, manifest.mode, meta, keep, existing, previous)
-    before, data = pre + before, {**pre_data, **{i + len(pre): d for i, d in data.items()}}
+    kept = store.plan_keep(manifest.file, old, manifest.mode, meta, keep, store.list(manifest.file), new=new,
+                           mark_failed=replaced_failed,
+                           outside_writer=(found.previous, found.note) if found is not None else None,
+                           companions=[(c.path, was, c.data) for c, (_, was) in zip(companions, previous)])
+    before, data = list(kept.before), dict(kept.data)
     for companion, (_, was) in zip(companions, previous):
         if companion.data is not None and companion.data != was:
             data[len(before)] = companion.data
@@ -84,20 +98,20 @@ def replace_change(node: Node, manifest: Manifest, new: bytes, action: str, reas
         who = node.who()
         mark, mark_bytes = pending.mark_step(node.host, node.state, pending.Pending(
             op, action, manifest.pod_name, manifest.file, new_sum, manifests.checksum(old), iso(),
-            user_label(node.host), str(who.get("hostname")), node.node_name, int(who.get("pid") or 0), number))
+            user_label(node.host), str(who.get("hostname")), node.node_name, int(who.get("pid") or 0), kept.previous))
         data[len(before)] = mark_bytes
         before.append(mark)
     write = journal.write(manifest.path, new_sum, mode=manifest.mode, before=manifests.checksum(old))
     write.uid, write.gid = manifest.uid, manifest.gid
     data[len(before)] = new
-    history = dict(record or {}, reason=reason, revision=number, previous=manifests.checksum(old),
-                   diff=text_diff(old, new, manifest.file, DIFF_LINES))
+    history = dict(record or {}, reason=reason, revision=kept.previous, new_revision=kept.current,
+                   previous=manifests.checksum(old), diff=text_diff(old, new, manifest.file, DIFF_LINES))
     if companions:
         history["companions"] = [c.to_dict() for c in companions]
-    change = journal.Change(action, manifest.pod_name, manifest.file, new_sum, before + [write] + after,
+    change = journal.Change(action, manifest.pod_name, manifest.file, new_sum, before + [write] + kept.after,
                             commit=len(before), record=history, data=data, op=op,
                             companions=[c.path for c in companions])
-    return change, number
+    return change, kept
 
 
 def companion_now(node: Node, path: str) -> Optional[bytes]:
@@ -112,36 +126,23 @@ def companion_now(node: Node, path: str) -> Optional[bytes]:
     return node.host.read_file(path, MAX_COMPANION_BYTES + 1)
 
 
-def _outside_revision(node: Node, manifest: Manifest, meta: Dict[str, Any], store: RevisionStore,
-                      existing: List[Revision]) -> Tuple[List[journal.Step], Dict[int, bytes], List[Revision]]:
-    """When a writer other than cpctl replaced the manifest and kubeadm's backup dir still holds the
-    bytes cpctl wrote, keep those as a revision of their own (action ``outside``, the note says
-    "kubeadm upgrade OLD -> NEW"), replaced by the bytes in place: (its steps, their data, the
-    revisions as they will be, for numbering the next one)."""
-    found = outside.detect(node, manifest.file, manifest.checksum)
-    if found is None or found.previous is None or any(r.replaced_by == manifest.checksum for r in existing[-1:]):
-        return [], {}, existing
-    outside_meta = dict(meta, action="outside", reason=found.note, saved_by="not cpctl", failed=False,
-                        replaced_by=manifest.checksum, op=meta["op"])
-    steps, data, _, number = store.keep_steps(manifest.file, found.previous, manifest.mode, outside_meta,
-                                              MAX_KEEP + 1, existing)
-    placeholder = Revision(number, manifest.file, manifests.checksum(found.previous), len(found.previous),
-                           manifest.mode, meta["saved_at"], "not cpctl", "", "outside", found.note,
-                           manifest.checksum or "", False, meta["op"], store.bytes_path(manifest.file, number))
-    return steps, data, existing + [placeholder]
+
 
 def displaced_change(node: Node, filename: str, component: str, ours: bytes, mode: int, theirs: str,
-                     applied_by: str, keep: int) -> Tuple[journal.Change, int]:
-    """(the change, its revision number) that keeps ``ours`` - bytes cpctl wrote that another writer
-    has since replaced with ``theirs`` (a checksum) - as a revision, so that both versions stay:
-    theirs in place, cpctl's on record (``action`` "displaced": never picked by a plain rollback)."""
+                     applied_by: str) -> Tuple[Optional[journal.Change], int]:
+    """(the change, the revision holding ``ours``) that labels ``ours`` - bytes cpctl wrote that another
+    writer has since replaced with ``theirs`` (a checksum) - as ``displaced``, so that both versions
+    stay: theirs in place, cpctl's on record, never picked by a plain rollback. No change (None) when
+    the revision holding them is the original, whose label stays."""
     store = revisions_of(node)
     op = secrets.token_hex(8)
-    meta = {"saved_at": iso(), "saved_by": user_label(node.host), "host": str(node.host.info()["hostname"]),
-            "action": "displaced", "reason": "replaced by another writer while cpctl waited (%s)" % applied_by,
-            "replaced_by": theirs, "failed": False, "op": op}
-    before, data, after, number = store.keep_steps(filename, ours, mode, meta, keep, store.list(filename))
-    change = journal.Change("displaced", component, filename, manifests.checksum(ours), before + after,
-                            commit=len(before) - 1, data=data, op=op,
-                            record={"reason": meta["reason"], "revision": number, "in_place": theirs})
-    return change, number
+    label = {"saved_at": iso(), "saved_by": user_label(node.host), "host": str(node.host.info()["hostname"]),
+             "action": "displaced", "reason": "replaced by another writer while cpctl waited (%s)" % applied_by,
+             "op": op}
+    kept = store.plan_label(filename, ours, mode, label, store.list(filename))
+    if not kept.before:
+        return None, kept.current
+    change = journal.Change("displaced", component, filename, manifests.checksum(ours), kept.before + kept.after,
+                            commit=len(kept.before) - 1, data=kept.data, op=op,
+                            record={"reason": label["reason"], "revision": kept.current, "in_place": theirs})
+    return change, kept.current

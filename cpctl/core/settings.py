@@ -33,6 +33,7 @@ class Settings:
     crictl: str = "crictl"
     canary: bool = False
     kubelet_dir: str = DEFAULT_KUBELET_DIR
+    node_root: str = "/"                 # the directory holding the node's / (a lab node's root dir)
 
     def with_overrides(self, **overrides: Any) -> "Settings":
         """A copy with these values applied (``None`` values are ignored: not set per host)."""
@@ -58,6 +59,7 @@ def open_node(settings: Settings, host: Host, probe: Optional[str] = None,
         node = Node(host, found.manifests_dir.value, settings.state_dir, found.node_name.value,
                     lock_timeout=settings.lock_timeout, log=log, kubeconfig=settings.kubeconfig, identity=found)
     node.crictl = settings.crictl
+    node.node_root = settings.node_root
     node.waiter = make_waiter(probe or settings.probe, host=host, kubeconfig=settings.kubeconfig,
                               crictl=settings.crictl, progress=progress, canary=settings.canary)
     return node

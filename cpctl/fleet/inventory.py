@@ -25,6 +25,7 @@ Simple form (flat groups listing host names)::
 
 Per-host keys: ``host`` (address or ssh_config alias; defaults to the inventory name), ``port``,
 ``user``, ``become``, ``python``, ``node_name``, ``manifests_dir``, ``kubelet_dir``, ``state_dir``, ``kubeconfig``,
+``node_root``,
 ``crictl``. ``ansible_host``/``ansible_port``/``ansible_user``/``ansible_become``/
 ``ansible_python_interpreter`` are read as their short names; other ``ansible_*`` keys are
 ignored; any other key is an error (a typo must not silently fall back to a default).
@@ -42,8 +43,8 @@ from typing import Any, Dict, Iterable, List, Optional, Union
 from cpctl.errors import CpctlError, ExitCode
 
 STR_KEYS = ("host", "user", "python", "node_name", "manifests_dir", "kubelet_dir", "state_dir", "kubeconfig",
-            "crictl")
-PATH_KEYS = ("manifests_dir", "kubelet_dir", "state_dir", "kubeconfig")
+            "crictl", "node_root")
+PATH_KEYS = ("manifests_dir", "kubelet_dir", "state_dir", "kubeconfig", "node_root")
 ANSIBLE_ALIASES = {"ansible_host": "host", "ansible_port": "port", "ansible_user": "user",
                    "ansible_become": "become", "ansible_python_interpreter": "python"}
 KNOWN_KEYS = set(STR_KEYS) | {"port", "become"}
@@ -84,6 +85,10 @@ class HostSpec:
     @property
     def crictl(self) -> Optional[str]:
         return self.vars.get("crictl")
+
+    @property
+    def node_root(self) -> Optional[str]:
+        return self.vars.get("node_root")
 
     @property
     def become(self) -> bool:

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Tuple, TypedDict
 from cpctl import catalogue
 from cpctl.core.flags import flags_of, pick_container
 from cpctl.core.manifests import DirScan, Manifest
-from cpctl.core.mounts import host_path_of
+from cpctl.core.mounts import host_path_of, under_root
 from cpctl.core.node import Node, Outcome
 from cpctl.errors import CpctlError
 from cpctl.probes.base import PodTarget, ProbeMissing, Unavailable
@@ -413,9 +413,10 @@ def _container(manifest: Manifest) -> Optional[Container]:
         return None
 
 
-def serving_endpoints(manifest: Manifest) -> List[Endpoint]:
+def serving_endpoints(manifest: Manifest, root: str = "/") -> List[Endpoint]:
     """Where the component of ``manifest`` serves which certificate file (only the flags that name
-    one: the scheduler and controller-manager as kubeadm runs them serve an in-memory one)."""
+    one: the scheduler and controller-manager as kubeadm runs them serve an in-memory one); ``root``:
+    the directory holding the node's ``/`` (``--node-root``)."""
     container = _container(manifest)
     if container is None:
         return []
@@ -426,7 +427,7 @@ def serving_endpoints(manifest: Manifest) -> List[Endpoint]:
         if serving.cert_flag in flags:
             host, port = _endpoint(flags.get(serving.port_flag, ""), serving.default_port, flags, container)
             path = flags[serving.cert_flag]
-            found.append((host_path_of(manifest.pod or {}, container, path) or path, host, port))
+            found.append((under_root(root, host_path_of(manifest.pod or {}, container, path) or path), host, port))
     return found
 
 
@@ -446,7 +447,7 @@ def judge_component(cat: Catalogue, manifest: Manifest, endpoints: List[Endpoint
     for flag in entry.client_certs if entry else ():
         if flag not in flags:
             continue
-        path = host_path_of(manifest.pod or {}, container, flags[flag]) or flags[flag]
+        path = under_root(cat.node.node_root, host_path_of(manifest.pod or {}, container, flags[flag]) or flags[flag])
         rel = os.path.relpath(path, cat.kube_dir)
         cert = cat.kubeconfig_cert(rel, path) if flag in catalogue.KUBECONFIG_FLAGS else cat.file_cert(rel, path)
         if cert not in clients:
@@ -466,7 +467,7 @@ def report(node: Node) -> Report:
     with node.host.prefetched(cat.reads() + node.view_reads()):
         cat.load()
         scan = node.scan()
-    found = [(m, serving_endpoints(m)) for m in _control_plane(scan)]
+    found = [(m, serving_endpoints(m, node.node_root)) for m in _control_plane(scan)]
     handshakes = [("peer_cert", {"host": host, "port": port, "timeout": HANDSHAKE_TIMEOUT})
                   for _, endpoints in found for _, host, port in endpoints]
     with node.host.prefetched(handshakes):

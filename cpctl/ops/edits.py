@@ -44,12 +44,20 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from cpctl.core import checks, flags, journal, manifests, outside, pending, revisions
+from cpctl.core import checks, flags, journal, manifests, mounts, outside, pending, revisions
 from cpctl.core import companions as companion_files
 from cpctl.core.companions import Companion
 from cpctl.core.manifests import Manifest
 from cpctl.core.node import Node, parked_content
-from cpctl.core.replace import check_revisable, companion_now, displaced_change, replace_change, revisions_of, text_diff
+from cpctl.core.replace import (
+    check_revisable,
+    companion_now,
+    displaced_change,
+    replace_change,
+    replace_plan,
+    revisions_of,
+    text_diff,
+)
 from cpctl.errors import CpctlError, ExitCode, Interrupted, Terminated, interrupted_by
 from cpctl.probes.base import NoWait, PodState, PodTarget, WaitResult
 from cpctl.probes.diagnose import Diagnosis, why_not_running
@@ -148,6 +156,13 @@ def parked_current(node: Node, component: str, action: str) -> Tuple[Manifest, D
     return manifest, parked[filename]
 
 
+def pod_name(node: Node, component: str, action: str, parked: bool = False) -> str:
+    """The pod name (``metadata.name``) of ``component``'s manifest (or parked copy): the one name
+    JSON output uses."""
+    manifest = parked_current(node, component, action)[0] if parked else current(node, component, action)
+    return manifest.pod_name or component
+
+
 def read_current(node: Node, component: str, action: str, parked: bool = False) -> Tuple[str, bytes]:
     """(file name, bytes) of the component's manifest now, or of its parked copy (for edit and flags,
     no lock held)."""
@@ -176,7 +191,7 @@ def replace(node: Node, component: str, new: bytes, source: str, action: str, op
     manifests.validate_component_name(component)
     if not options.force:
         outside.refuse_in_flight(node, "%s of %s" % (action, component))
-    companions = companion_files.on_node(companions, node.manifests_dir)
+    companions = companion_files.on_node(companions, node.node_root)
     companion_files.check_places(companions, node.manifests_dir, options.force)
     if companions and options.parked:
         raise CpctlError("--with-file goes with a change of the running manifest, not with --parked", ExitCode.USAGE)
@@ -216,9 +231,10 @@ def plan(node: Node, component: str, new: bytes, source: str, action: str, force
         result["companions"] = [c.to_dict() for c in companions]
     if _companions_unchanged(node, manifest, new, companions, action):
         return dict(result, message="unchanged (the file already holds these bytes)")
-    companion_files.check_mounted(new, companions, node.manifests_dir, "%s of %s" % (action, component))
+    companion_files.check_mounted(new, companions, node.node_root, "%s of %s" % (action, component))
     check_revisable(manifest.file)
-    verdict = checks.review(node.host, manifest, new, node.scan(), source, _coming(companions))
+    verdict = checks.review(node.host, manifest, new, node.scan(), source, node.node_root,
+                            _coming(node, companions))
     verdict.refuse_if_bad("%s of %s" % (action, component), force)
     effect = _effect_text(node, manifest, new, manifests.pod_effect(manifest.data, new), "would ")
     if parked:
@@ -250,8 +266,9 @@ def _replace_locked(node: Node, manifest: Manifest, new: bytes, source: str, act
     if _companions_unchanged(node, manifest, new, companions, action):
         return _result(node, manifest, action, False, message="unchanged (the file already holds these bytes)")
     check_revisable(manifest.file)
-    companion_files.check_mounted(new, companions, node.manifests_dir, "%s of %s" % (action, component))
-    verdict = checks.review(node.host, manifest, new, node.scan(), source, _coming(companions))
+    companion_files.check_mounted(new, companions, node.node_root, "%s of %s" % (action, component))
+    verdict = checks.review(node.host, manifest, new, node.scan(), source, node.node_root,
+                            _coming(node, companions))
     verdict.refuse_if_bad("%s of %s" % (action, component), options.force)
     effect = manifests.pod_effect(manifest.data, new)
     target = node.target_for(manifests.parse_pod(new), manifest.file)    # judged by the NEW manifest
@@ -260,18 +277,19 @@ def _replace_locked(node: Node, manifest: Manifest, new: bytes, source: str, act
     fail_fast = crash_loop_check(node, target, effect)        # the sandboxes there before the change
     previous = [Companion(c.path, companion_now(node, c.path), "before %s" % action) for c in companions]
     _make_dirs(node, companions)
-    change, number = replace_change(node, manifest, new, action, options.reason, options.keep, record,
-                                    companions=companions, awaits=effect != manifests.KEEPS)
-    done = _result(node, manifest, action, True, revision=number, checksum=change.checksum,
-                   previous=manifests.checksum(manifest.data), warnings=verdict.warnings, effect=effect)
+    change, kept = replace_plan(node, manifest, new, action, options.reason, options.keep, record,
+                                companions=companions, awaits=effect != manifests.KEEPS)
+    number = kept.previous
+    done = _result(node, manifest, action, True, revision=number, new_revision=kept.current,
+                   checksum=change.checksum, previous=manifests.checksum(manifest.data), warnings=verdict.warnings,
+                   effect=effect)
     if companions:
         done["companions"] = [c.to_dict() for c in companions]
     if effect == manifests.KEEPS:
         node.apply(change)
         _verify_companions(node, companions)
         return dict(done, message="%s: the kubelet sees the same pod (comments, formatting, API defaults or fields "
-                                  "it ignores): %s; previous version kept as revision %d"
-                                  % (_past(action), KEEPS_MESSAGE, number))
+                                  "it ignores): %s; %s" % (_past(action), KEEPS_MESSAGE, _kept_text(done)))
     written = Written(manifest, new, change.checksum or "", number, action, old_target=old_target,
                       companions_before=previous)
     older = pending.read(node.host, node.state)[0].get(manifest.file)     # a change killed in its wait before
@@ -284,6 +302,11 @@ def _replace_locked(node: Node, manifest: Manifest, new: bytes, source: str, act
     finally:
         pending.clear(node.host, node.state, manifest.file,      # the verdict is in (only SIGKILL skips this)
                       unless=older.op if older else "")
+
+
+def _kept_text(done: Mapping[str, object]) -> str:
+    """Where the two versions of a replacement are kept: "now revision N, previous version kept as revision M"."""
+    return "now revision %s, previous version kept as revision %s" % (done["new_revision"], done["revision"])
 
 
 Before = Optional[Dict[str, object]]      # Waiter.before's snapshot: {"probe", "state", "lease"}
@@ -316,15 +339,15 @@ class Written:
 def _judge(node: Node, target: PodTarget, before: Before, written: Written, options: ApplyOptions,
            done: Dict[str, object], fail_fast: Optional[Callable[[], Optional[str]]] = None) -> Dict[str, object]:
     """Wait for the new pod, then the verdict - for the bytes cpctl wrote, if they are still there."""
-    action, component, number = written.action, written.component, written.revision
+    action, component = written.action, written.component
     try:
         result = _verify(node, target, before, options, fail_fast)
     except CpctlError as exc:
         return _failed(node, target, written, options, exc.message, exc)
     still_ours(node, written, options, "before its verdict")
     if result.verified or isinstance(node.waiter, NoWait):
-        return dict(done, wait=result.to_dict(), message="%s: %s; previous version kept as revision %d"
-                    % (_past(action), result.detail, number))
+        return dict(done, wait=result.to_dict(),
+                    message="%s: %s; %s" % (_past(action), result.detail, _kept_text(done)))
     raise CpctlError("%s of %s is in place but NOT verified: %s; not rolled back (nothing showed it failing): check "
                      "with cpctl status, undo with cpctl rollback %s" % (action, component, result.detail, component),
                      ExitCode.TIMEOUT)
@@ -344,7 +367,7 @@ def _replace_parked(node: Node, component: str, new: bytes, source: str, action:
             return _result(node, manifest, action, False, parked=True,
                            message="unchanged (the parked copy already holds these bytes)")
         check_revisable(manifest.file)
-        verdict = checks.review(node.host, manifest, new, node.scan(), source)
+        verdict = checks.review(node.host, manifest, new, node.scan(), source, node.node_root)
         verdict.refuse_if_bad("%s of the parked %s" % (action, component), options.force)
         change, number = replace_change(node, manifest, new, action, options.reason, options.keep,
                                         dict(record, parked=True))
@@ -373,9 +396,9 @@ def crash_loop_check(node: Node, target: PodTarget, effect: str) -> Optional[Cal
     return lambda: diagnosis.crash_loop(target, old)
 
 
-def _coming(companions: Sequence[Companion]) -> List[str]:
-    """Node paths the change writes (the review counts them as there)."""
-    return [c.path for c in companions if c.data is not None]
+def _coming(node: Node, companions: Sequence[Companion]) -> List[str]:
+    """Node paths the change writes (the review counts them as there; hostPaths name node paths)."""
+    return [mounts.node_path(node.node_root, c.path) for c in companions if c.data is not None]
 
 
 def _make_dirs(node: Node, companions: Sequence[Companion]) -> None:
@@ -409,7 +432,7 @@ def still_ours(node: Node, written: Written, options: ApplyOptions, when: str) -
     if now == written.checksum:
         return
     theirs = "removed it" if now is None else "put other bytes there (sha256 %s)" % now[:12]
-    kept = _keep_displaced(node, written, now or "", options)
+    kept = _keep_displaced(node, written, now or "")
     raise CpctlError("%s changed while cpctl waited for the new version of %s: another writer %s; stopped %s: "
                      "their version stays in place, not verified and not rolled back; cpctl's version is %s, the "
                      "one before it revision %d; compare them and decide (cpctl revisions %s)"
@@ -428,14 +451,15 @@ def _checksum_now(node: Node, path: str) -> Optional[str]:
         return None
 
 
-def _keep_displaced(node: Node, written: Written, theirs: str, options: ApplyOptions) -> str:
+def _keep_displaced(node: Node, written: Written, theirs: str) -> str:
     """Keep cpctl's displaced bytes as a revision (through the change path), once; says where they are."""
     if written.kept:
         return written.kept
     try:
         change, number = displaced_change(node, written.old.file, written.component, written.new,
-                                          written.old.mode, theirs, written.action, options.keep)
-        node.apply(change)
+                                          written.old.mode, theirs, written.action)
+        if change is not None:
+            node.apply(change)
     except CpctlError as exc:
         return "not kept (%s)" % exc.message
     written.kept = "kept as revision %d" % number
@@ -527,11 +551,11 @@ def _restore(node: Node, written: Written, reason: str, options: ApplyOptions) -
     cpctl's: another writer's version is a conflict, never overwritten."""
     still_ours(node, written, options, "before putting the previous version back")
     manifest = current(node, written.component, "rollback")
-    change, number = replace_change(node, manifest, written.previous, "rollback", reason, options.keep,
-                                    {"automatic": True}, replaced_failed=True, companions=written.companions_before,
-                                    awaits=True)
+    change, kept = replace_plan(node, manifest, written.previous, "rollback", reason, options.keep,
+                                {"automatic": True}, replaced_failed=True, companions=written.companions_before,
+                                awaits=True)
     node.apply(change)
-    return number
+    return kept.previous
 
 
 def _put_back_now(node: Node, target: PodTarget, original: Before, written: Written, options: ApplyOptions,
@@ -596,37 +620,48 @@ def flags_version(data: bytes, component: str, container: Optional[str], sets: S
     return new, said
 
 
-def mounts_version(data: bytes, manifests_dir: str, component: str, container: Optional[str],
+def mounts_version(data: bytes, root: str, component: str, container: Optional[str],
                    sets: Sequence[Tuple[str, str]], companions: Sequence[Companion]) -> Tuple[bytes, List[str]]:
     """``flags --mount``: the manifest ``data`` with a hostPath volume and mount for each --set value
-    naming a path the container does not see, and one line per mount added."""
+    naming a path the container does not see, and one line per mount added (``root``: the node's
+    root, ``--node-root``)."""
     pod = checks.parse_new(data, "the new manifest of %s" % component)
     index, _ = flags.pick_container(pod, container)
-    wanted = companion_files.mount_wanted(sets, companion_files.on_node(companions, manifests_dir), manifests_dir)
+    wanted = companion_files.mount_wanted(sets, companion_files.on_node(companions, root), root)
     return companion_files.add_mounts(data, index, wanted)
 
 
-def rollback_target(node: Node, component: str, to: Optional[int]) -> Tuple[revisions.Revision, bytes, str]:
-    """The revision ``rollback`` applies, its verified bytes, and the checksum of the manifest now:
-    ``to``, or the newest revision that differs from the manifest now and is not known to have failed."""
+def rollback_target(node: Node, component: str, to: Optional[int], force: bool = False
+                    ) -> Tuple[revisions.Revision, bytes, str]:
+    """The revision ``rollback`` applies, its verified bytes, and the checksum of the manifest now.
+
+    ``to``: that revision; one marked failed (it was applied and did not become healthy) is
+    refused (exit 4) unless ``force``. Without ``to``: the version the change that wrote the bytes in
+    place replaced (undo), unless it failed; else the newest revision before the current one that
+    is not the bytes in place and not failed (else the newest such revision after it)."""
     manifest = current(node, component, "rollback")
-    kept = revisions_of(node).list(manifest.file)
+    component = manifest.pod_name or component
+    store = revisions_of(node)
+    kept = store.list(manifest.file)
     if not kept:
-        raise CpctlError("%s has no revisions: cpctl keeps one each time apply, edit, flags or rollback changes it"
+        raise CpctlError("%s has no revisions: cpctl keeps them each time apply, edit, flags or rollback changes it"
                          % component, ExitCode.NOT_FOUND)
     if to is not None:
-        chosen = next((r for r in kept if r.number == to), None)
-        if chosen is None:
-            numbers = ", ".join(str(r.number) for r in kept)
-            raise CpctlError("%s has no revision %d (it has %s)" % (component, to, numbers), ExitCode.NOT_FOUND)
+        chosen = store.find(kept, to, component)
+        if chosen.failed and not force:
+            raise CpctlError("revision %d of %s is marked failed (it was applied and did not become healthy): "
+                             "not rolling back to it without --force" % (to, component), ExitCode.REFUSED)
     else:
         usable = [r for r in kept if r.checksum != manifest.checksum and not r.failed and r.action != "displaced"]
         if not usable:
             raise CpctlError("%s has no earlier healthy revision to roll back to (see cpctl revisions %s; choose one "
                              "with --to)" % (component, component), ExitCode.NOT_FOUND)
-        chosen = usable[-1]
-        _refuse_crossing(node, component, manifest, kept, chosen)
-    return chosen, revisions_of(node).read(chosen), manifest.checksum or ""
+        before = _replaced_last(node, manifest)
+        now = next((r.number for r in reversed(kept) if r.checksum == manifest.checksum), None)
+        earlier = [r for r in usable if now is None or r.number < now]
+        chosen = next((r for r in reversed(usable) if r.checksum == before), None) or (earlier or usable)[-1]
+        _refuse_crossing(node, component, manifest, kept, chosen, now)
+    return chosen, store.read(chosen), manifest.checksum or ""
 
 
 def rollback_companions(node: Node, revision: revisions.Revision) -> List[Companion]:
@@ -645,40 +680,85 @@ def rollback_companions(node: Node, revision: revisions.Revision) -> List[Compan
 
 
 def _refuse_crossing(node: Node, component: str, manifest: Manifest, kept: List[revisions.Revision],
-                     chosen: revisions.Revision) -> None:
+                     chosen: revisions.Revision, now: Optional[int]) -> None:
     """A rollback without --to never undoes what a writer other than cpctl did (a kubeadm upgrade):
-    REFUSED, naming it, when the manifest was replaced outside cpctl after ``chosen`` was replaced."""
+    REFUSED, naming it, when the bytes in place were written by another writer (detected, or no
+    revision holds them), or an ``outside`` revision lies between ``chosen`` and the one in place."""
     found = outside.detect(node, manifest.file, manifest.checksum)
-    later = [r for r in kept if r.number >= chosen.number]
-    gaps = [r for r, after in zip(later, later[1:]) if r.replaced_by != after.checksum]
-    kept_outside = [r for r in later if r.action == "outside"]      # cpctl's bytes an outside writer replaced
-    if found is None and not gaps and not kept_outside:
+    crossed = [r for r in kept if r.action == revisions.OUTSIDE and (r.number > chosen.number or r is chosen)
+               and (now is None or r.number <= now)]
+    unknown = now is None and not any(r.legacy for r in kept)
+    if found is None and not crossed and not unknown:
         return
     if found is not None:
         what = found.note
-    elif kept_outside:
-        what = "%s, after revision %d" % (kept_outside[-1].reason or "replaced outside cpctl", kept_outside[-1].number)
+    elif crossed:
+        what = "%s, revision %d" % (crossed[-1].reason or "replaced outside cpctl", crossed[-1].number)
     else:
-        what = "replaced outside cpctl after revision %d" % gaps[0].number
-    raise CpctlError("%s was changed by a writer other than cpctl (%s) since revision %d was replaced: rolling back to "
-                     "it would undo that change too; nothing changed. Choose the revision with --to N (see cpctl "
+        what = "the manifest in place is no kept revision: replaced outside cpctl"
+    raise CpctlError("%s was changed by a writer other than cpctl (%s) since revision %d was in place: rolling back "
+                     "to it would undo that change too; nothing changed. Choose the revision with --to N (see cpctl "
                      "revisions %s)" % (component, what, chosen.number, component), ExitCode.REFUSED)
 
 
-def list_revisions(node: Node, component: str) -> Dict[str, Any]:
-    """The kept revisions of ``component``, oldest first, and which one the file holds now."""
+def _replaced_last(node: Node, manifest: Manifest) -> Optional[str]:
+    """The checksum of the bytes that the change which wrote the manifest's bytes in place replaced
+    (from the history; None when no record says): what "undo the last change" goes back to."""
+    def wrote_these(record: Mapping[str, object]) -> bool:
+        return record.get("file") == manifest.file and record.get("checksum") == manifest.checksum and \
+            record.get("action") in ("apply", "edit", "flags", "rollback")
+    found = node.state.read_history(limit=1, keep=wrote_these)
+    previous = found[-1].get("previous") if found else None
+    return previous if isinstance(previous, str) else None
+
+
+def _kept(node: Node, component: str) -> Tuple[str, str, Optional[str], bool, List[revisions.Revision]]:
+    """(the component's pod name, file name, checksum now or None when parked, parked?, the
+    revisions oldest first) of ``component`` (as the user named it)."""
     manifests.validate_component_name(component)
     scan, parked = node.scan(), node.parked()
     present, parked_hits = node.resolve(component, scan, parked)
     if present:
         manifest = node.single(component, present, "it has no current version")
-        filename, checksum = manifest.file, manifest.checksum
+        filename, checksum, name = manifest.file, manifest.checksum, manifest.pod_name or component
     elif parked_hits:
         filename, checksum = parked_hits[0], None
+        name = str(parked[filename].get("component") or component)
     else:
         raise node.not_found(component)
     kept = revisions_of(node).list(filename) if node.state.ensure(create=False) else []
-    rows = [dict(r.to_dict(), current=(r.checksum == checksum)) for r in kept]
-    found = outside.detect(node, filename, checksum) if present else None
+    return name, filename, checksum, not present, kept
+
+
+def _row(revision: revisions.Revision, checksum: Optional[str]) -> Dict[str, object]:
+    return dict(revision.to_dict(), current=(revision.checksum == checksum))
+
+
+def list_revisions(node: Node, component: str) -> Dict[str, Any]:
+    """The kept revisions of ``component``, oldest first, and which one the file holds now."""
+    component, filename, checksum, parked, kept = _kept(node, component)
+    found = outside.detect(node, filename, checksum) if not parked else None
     return {"node": node.node_name, "component": component, "file": filename, "checksum": checksum,
-            "parked": not present, "revisions": rows, "outside": found.to_dict() if found else None}
+            "parked": parked, "revisions": [_row(r, checksum) for r in kept],
+            "outside": found.to_dict() if found else None}
+
+
+def show_revision(node: Node, component: str, number: int) -> Dict[str, object]:
+    """Revision ``number`` of ``component``: its label and its content (checked against its
+    checksum; credential-looking flag values redacted)."""
+    component, filename, checksum, _, kept = _kept(node, component)
+    store = revisions_of(node)
+    chosen = store.find(kept, number, component)
+    content = flags.redact(store.read(chosen).decode("utf-8", "replace"))
+    return {"node": node.node_name, "component": component, "file": filename, "revision": _row(chosen, checksum),
+            "manifest": content}
+
+
+def diff_revisions(node: Node, component: str, first: int, second: int) -> Dict[str, object]:
+    """A unified diff from revision ``first`` to revision ``second`` of ``component``."""
+    component, filename, checksum, _, kept = _kept(node, component)
+    store = revisions_of(node)
+    old, new = store.find(kept, first, component), store.find(kept, second, component)
+    diff = text_diff(store.read(old), store.read(new), filename)
+    return {"node": node.node_name, "component": component, "file": filename, "from": _row(old, checksum),
+            "to": _row(new, checksum), "diff": diff, "identical": old.checksum == new.checksum}

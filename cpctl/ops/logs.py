@@ -10,7 +10,8 @@ kubelet, which reads the same log). Which of the two answered is said on stderr 
 CrashLoopBackOff (no attempt running) is the newest one, not the one before it.
 
 Exit codes: 3 when there is nothing to show (the component is parked - "not running: parked since
-..." -, unknown, not started by the kubelet yet, or has no earlier attempt for ``--previous``); 2 for
+..." -, unknown, not started by the kubelet yet, or has no earlier attempt for ``--previous``,
+whether crictl or the API server says so); 2 for
 a container the pod does not have, or none named when it has several; when crictl cannot answer,
 the API step's own code: 7 (no usable kubeconfig), 9 (API unreachable or refused), 3 (no mirror pod).
 
@@ -115,13 +116,23 @@ def api_log_lines(node: Node, target: PodTarget, container: str, request: LogReq
         client = KubeClient(node.host, load_kubeconfig(node.host, node.kubeconfig), timeout=API_TIMEOUT)
         text = client.request_text(path, query, limit=API_LOG_LIMIT)
     except CpctlError as exc:
+        code = ExitCode.NOT_FOUND if request.previous and _no_previous(exc) else exc.code
         raise CpctlError("no logs of %s on %s: crictl could not answer (%s), nor the API server (%s)"
-                         % (target.pod_name, node.node_name, crictl_failure, exc.message), exc.code,
+                         % (target.pod_name, node.node_name, crictl_failure, exc.message), code,
                          hint=exc.hint) from None
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
     return lines[-request.tail:] if request.tail > 0 else lines
+
+
+def _no_previous(exc: CpctlError) -> bool:
+    """The API server's answer to ``previous=true`` for a container with no terminated attempt: a
+    400 whose Status says ``previous terminated container "X" in pod "Y" not found`` (the kubelet's
+    words) -- nothing to show, exit 3 like crictl's answer, not an API failure."""
+    from cpctl.probes.kubeapi import ApiError
+    return isinstance(exc, ApiError) and exc.status == 400 and "previous terminated container" in exc.message \
+        and "not found" in exc.message
 
 
 def _count(lines: List[str]) -> str:

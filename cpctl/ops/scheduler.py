@@ -27,7 +27,7 @@ from typing import Optional
 from cpctl import catalogue
 from cpctl.core import journal, manifests, views
 from cpctl.core.manifests import DirScan
-from cpctl.core.mounts import host_path_of
+from cpctl.core.mounts import host_path_of, under_root
 from cpctl.core.node import Node
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host.base import Host
@@ -419,7 +419,7 @@ def add(node: Node, name: str, source: str = DEFAULT_SOURCE, port: Optional[int]
     # plan is recomputed under the lock, where it counts.
     plan = plan_add(node, name, source, port, config_dir)
     check_config_path(node.host, plan.config_path, plan.config)
-    kubeconfig = scheduler_kubeconfig_on_node(plan)
+    kubeconfig = under_root(node.node_root, scheduler_kubeconfig_on_node(plan))     # where to read it here
     if dry_run:
         identity = schedrbac.identity_of(node, kubeconfig)
         access = schedrbac.check(node, name, identity)

@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import click
 
@@ -51,7 +51,7 @@ def _change_options(function: Callable[..., Any]) -> Callable[..., Any]:
         reason_option,
         click.option("--keep-revisions", type=click.IntRange(1, 100), default=10, show_default=True,
                      envvar="CPCTL_KEEP_REVISIONS",
-                     help="Previous versions kept per manifest (env CPCTL_KEEP_REVISIONS)."),
+                     help="Versions kept per manifest besides the original (env CPCTL_KEEP_REVISIONS)."),
         click.option("--settle", type=click.FloatRange(0, 600), default=5.0, show_default=True,
                      help="Seconds the new pod must stay Ready after it first is."),
         change_force_option,
@@ -236,7 +236,7 @@ def flags(ctx: click.Context, component: str, sets: Tuple[str, ...], unsets: Tup
         _, data = edits.read_current(node, component, "flags", parked)
         new, said = edits.flags_version(data, component, container, wanted, removed)
         if mount:
-            new, added = edits.mounts_version(new, node.manifests_dir, component, container, wanted, files)
+            new, added = edits.mounts_version(new, node.node_root, component, container, wanted, files)
             said = said + added
         keep = _kept(node, component, data, new, targets, wanted, removed, container)
         result = keepin.run(node, keep, dry_run, lambda: edits.replace(
@@ -263,7 +263,8 @@ def _list_flags(ctx: click.Context, component: str, container: Optional[str], pa
         pod = parse_new(data, component)
         _, chosen = flagtools.pick_container(pod, container)
         found = [{"name": f.name, "value": f.value, "in": f.where} for f in flagtools.flags_of(chosen)]
-        return {"node": node.node_name, "component": component, "container": chosen.get("name"), "flags": found,
+        name = (pod.get("metadata") or {}).get("name") or component
+        return {"node": node.node_name, "component": name, "container": chosen.get("name"), "flags": found,
                 "parked": is_parked}
 
     def text(data: Dict[str, Any]) -> str:
@@ -276,7 +277,8 @@ def _list_flags(ctx: click.Context, component: str, container: Optional[str], pa
 @click.command()
 @click.argument("component")
 @click.option("--to", "to", type=click.IntRange(1), default=None,
-              help="The revision to go back to (default: the newest earlier one that did not fail).")
+              help="The revision to go back to (default: the newest earlier one that did not fail); one "
+                   "marked failed needs --force.")
 @_change_options
 @click.pass_context
 def rollback(ctx: click.Context, component: str, to: Optional[int], timeout: Optional[float], no_rollback: bool,
@@ -286,7 +288,7 @@ def rollback(ctx: click.Context, component: str, to: Optional[int], timeout: Opt
     options = _options(ctx, component, timeout, no_rollback, dry_run, reason, keep_revisions, settle, force)
 
     def action(node: Any) -> Dict[str, Any]:
-        revision, data, expect = edits.rollback_target(node, component, to)
+        revision, data, expect = edits.rollback_target(node, component, to, force)
         return edits.replace(node, component, data, "revision %d" % revision.number, "rollback", options,
                              {"to_revision": revision.number}, expect=expect,
                              companions=edits.rollback_companions(node, revision))
@@ -295,75 +297,152 @@ def rollback(ctx: click.Context, component: str, to: Optional[int], timeout: Opt
 
 @click.command()
 @click.argument("component")
+@click.argument("number", type=click.IntRange(1), required=False)
+@click.option("--diff", "diff", type=click.IntRange(1), nargs=2, default=None, metavar="N M",
+              help="Show what changed from revision N to revision M.")
 @click.pass_context
-def revisions(ctx: click.Context, component: str) -> None:
-    """List the kept previous versions of COMPONENT's manifest (newest last)."""
+def revisions(ctx: click.Context, component: str, number: Optional[int], diff: Optional[Tuple[int, int]]) -> None:
+    """List the kept versions of COMPONENT's manifest (oldest first), show revision NUMBER, or --diff N M.
+
+    Each revision is one version of the file, labelled with the change that made it (its action,
+    time, user and reason); "original" is the first version cpctl saw, kept for good; "current" the
+    bytes in place now; "failed" a version that was applied and did not become healthy.
+    """
     from cpctl.ops import edits
-    execute(ctx, lambda node: edits.list_revisions(node, component), revisions_text, probe="none")
+    if diff is not None and number is not None:
+        raise CpctlError("give a revision NUMBER or --diff N M, not both", ExitCode.USAGE)
+    if diff is not None:
+        first, second = diff
+        execute(ctx, lambda node: edits.diff_revisions(node, component, first, second), revision_diff_text,
+                probe="none")
+    elif number is not None:
+        chosen = number
+        execute(ctx, lambda node: edits.show_revision(node, component, chosen), revision_text, probe="none")
+    else:
+        execute(ctx, lambda node: edits.list_revisions(node, component), revisions_text, probe="none")
+
+
+def _notes(row: Mapping[str, object]) -> str:
+    """original / current / failed, the marks of one revision ("-" when none)."""
+    marks = [word for word, on in (("original", row.get("original")), ("current", row.get("current")),
+                                   ("failed", row.get("failed"))) if on]
+    return ",".join(marks) or "-"
+
+
+def _reason(row: Mapping[str, object]) -> str:
+    if row.get("action") == "outside":
+        return str(row.get("reason") or "changed outside cpctl")
+    return str(row.get("reason") or "")
 
 
 def revisions_text(data: Dict[str, Any]) -> str:
+    """The revisions as a table; ``-o wide`` adds the host, the size and the full checksum."""
+    from cpctl.cli.context import wide
+    from cpctl.cli.render import table
     rows = data.get("revisions") or []
     found = data.get("outside")
     tail = ["-    %-20s %-10s %-9s %-12s current; %s" % ("-", "not cpctl", "outside", str(found["current"])[:12],
                                                         found["note"])] if found else []
     if not rows:
         return "\n".join(["%s: no revisions kept (%s)" % (data.get("component"), data.get("file"))] + tail)
-    out = ["%-4s %-20s %-10s %-9s %-12s %s" % ("REV", "REPLACED AT", "BY", "ACTION", "CHECKSUM", "NOTE")]
-    for row in rows:
-        notes = [n for n in ("current" if row.get("current") else "", "failed" if row.get("failed") else "") if n]
-        if row.get("reason"):
-            notes.append(str(row["reason"]))
-        line = "%-4s %-20s %-10s %-9s %-12s %s" % (row["number"], row["saved_at"], row["saved_by"], row["action"],
-                                                    row["checksum"][:12], "; ".join(notes))
-        out.append(line.rstrip())
-    return "\n".join(out + tail)
+    if wide():
+        return "\n".join([table(["REV", "SAVED AT", "BY", "HOST", "ACTION", "SIZE", "SHA256", "NOTE", "REASON"],
+                                [[row["number"], row["saved_at"], row["saved_by"], row["host"], row["action"],
+                                  row["size"], row["checksum"], _notes(row), _reason(row)] for row in rows])] + tail)
+    return "\n".join([table(["REV", "SAVED AT", "BY", "ACTION", "SHA256", "NOTE", "REASON"],
+                            [[row["number"], row["saved_at"], row["saved_by"], row["action"], row["checksum"][:12],
+                              _notes(row), _reason(row)] for row in rows])] + tail)
+
+
+def _label(row: Mapping[str, object]) -> str:
+    reason = _reason(row)
+    return "revision %s of %s: %s at %s by %s (%s)%s" % (
+        row["number"], row["file"], row["action"], row["saved_at"], row["saved_by"], _notes(row),
+        ": " + reason if reason else "")
+
+
+def _row_of(value: object) -> Mapping[str, object]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def revision_text(data: Mapping[str, object]) -> str:
+    return "# %s\n%s" % (_label(_row_of(data["revision"])), str(data["manifest"]).rstrip("\n"))
+
+
+def revision_diff_text(data: Mapping[str, object]) -> str:
+    lines = ["# from %s" % _label(_row_of(data["from"])), "# to   %s" % _label(_row_of(data["to"]))]
+    lines.append(str(data["diff"]) if data["diff"] else "(identical)")
+    return "\n".join(lines)
 
 
 # --- edit ---------------------------------------------------------------------------------------------
+EDIT_ROUNDS = 3                 # editor rounds on a terminal before an invalid result fails (without one: 1)
+EDITOR_TIMEOUT = 3600.0         # seconds an editor may run before it is stopped (--editor-timeout)
+EDITOR_GRACE = 5.0              # seconds between SIGTERM and SIGKILL for an editor that overran
+
+
 @click.command()
 @click.argument("component")
 @click.option("-y", "--yes", is_flag=True, help="Apply without asking after the diff.")
+@click.option("--editor-timeout", type=click.FloatRange(1, 86400), default=EDITOR_TIMEOUT, show_default=True,
+              envvar="CPCTL_EDITOR_TIMEOUT",
+              help="Seconds the editor may run; then it is stopped and the edit fails, the copy kept "
+                   "(env CPCTL_EDITOR_TIMEOUT).")
 @parked_option
 @keep_in_option
 @with_file_option
 @_change_options
 @click.pass_context
-def edit(ctx: click.Context, component: str, yes: bool, parked: bool, keep_in: Tuple[str, ...],
-         with_files: Tuple[str, ...], timeout: Optional[float], no_rollback: bool, dry_run: bool,
-         reason: Optional[str], keep_revisions: int, settle: float, force: bool) -> None:
+def edit(ctx: click.Context, component: str, yes: bool, editor_timeout: float, parked: bool,
+         keep_in: Tuple[str, ...], with_files: Tuple[str, ...], timeout: Optional[float], no_rollback: bool,
+         dry_run: bool, reason: Optional[str], keep_revisions: int, settle: float, force: bool) -> None:
     """Edit COMPONENT's manifest in $VISUAL/$EDITOR on a private copy, then apply it like `cpctl apply`.
 
-    The copy lives outside the manifests dir (no swap or backup file can land there). An invalid
-    result re-opens the editor with the problem on top; a valid one shows the diff and asks
-    (--yes skips the question). With several masters, each one's manifest is edited in turn.
-    --parked: edit the parked copy of a stopped component.
+    The copy lives outside the manifests dir (no swap or backup file can land there). On a
+    terminal an invalid result re-opens the editor with the problem on top, at most 3 rounds;
+    without a terminal there is one round. A valid result shows the diff and asks (--yes skips
+    the question). Whenever the edit fails, the copy is kept and its path printed. With several
+    masters, each one's manifest is edited in turn. --parked: edit the parked copy of a stopped
+    component.
     """
     targets = _keep_targets(keep_in, parked)
     files = _companions(with_files, parked)
     options = _options(ctx, component, timeout, no_rollback, dry_run, reason, keep_revisions, settle, force, parked)
-    if not yes and not dry_run and not sys.stdin.isatty():
+    tty = sys.stdin.isatty()
+    if not yes and not dry_run and not tty:
         raise CpctlError("cpctl edit asks before it applies: without a terminal, pass --yes", ExitCode.USAGE)
-    execute(ctx, lambda node: _edit_node(node, component, options, yes, targets, files), change_text,
+    rounds = EDIT_ROUNDS if tty else 1
+    execute(ctx, lambda node: _edit_node(node, component, options, yes, targets, files, rounds, editor_timeout),
+            change_text,
             changing=not dry_run)
 
 
 def _edit_node(node: "Node", component: str, options: Any, yes: bool, targets: Optional[List[Any]] = None,
-               files: Optional[List["Companion"]] = None) -> Dict[str, Any]:
+               files: Optional[List["Companion"]] = None, rounds: int = EDIT_ROUNDS,
+               editor_timeout: float = EDITOR_TIMEOUT) -> Dict[str, Any]:
+    """One master's edit: the editor rounds on a private copy, the diff, the question, the apply.
+    The copy is removed only when the edit applied or changed nothing; on every failure (and on
+    "no") it stays and the message says where."""
     from cpctl.core.manifests import checksum
+    from cpctl.errors import Interrupted, Terminated, interrupted_by
     from cpctl.ops import edits
     filename, data = edits.read_current(node, component, "edit", options.parked)
+    name = edits.pod_name(node, component, "edit", options.parked)
     workdir = tempfile.mkdtemp(prefix="cpctl-edit-")
     path = _copy_path(workdir, node.node_name, filename)
-    keep_copy = False
+    kept = "your edited copy is at %s" % path
+    done = False
     try:
-        new, checked = _edit_until_valid(node, component, path, data, options.force, options.parked, files or [])
+        new, checked = _edit_until_valid(node, component, path, data, rounds, editor_timeout, options.force,
+                                         options.parked, files or [])
         if new is None:
-            return {"node": node.node_name, "component": component, "changed": False,
+            done = True
+            return {"node": node.node_name, "component": name, "changed": False,
                     "message": "edit cancelled, no changes made"}
         from cpctl.ops import keepin
         keep = _kept(node, component, data, new, targets or [])
         if options.dry_run:
+            done = True
             return dict(checked, keep_in=keep.to_dict()) if keep else checked
         if checked.get("diff"):
             click.echo(printable(checked["diff"], block=True), err=True)
@@ -373,22 +452,22 @@ def _edit_node(node: "Node", component: str, options: Any, yes: bool, targets: O
             note("%s: warning: %s" % (component, warning))
         question = printable("Apply this change to %s on %s?" % (component, node.node_name))
         if not yes and not click.confirm(question, err=True):
-            keep_copy = True
-            return {"node": node.node_name, "component": component, "changed": False,
-                    "message": "not applied; your edited copy is at %s" % path}
-        keep_copy = True
+            return {"node": node.node_name, "component": name, "changed": False,
+                    "message": "not applied; %s" % kept, "copy": path}
         result = keepin.run(node, keep, False, lambda: edits.replace(
             node, component, new, "your edit", "edit", options, expect=checksum(data), companions=files or []),
             lambda _diff: None,
             options.reason, options.force)
-        keep_copy = False
+        done = True
         return result
     except CpctlError as exc:
-        if keep_copy:
-            exc.where = (exc.where + "; " if exc.where else "") + "your edited copy is at %s" % path
+        exc.where = (exc.where + "; " if exc.where else "") + kept
         raise
+    except (KeyboardInterrupt, Terminated) as exc:
+        raise Interrupted(interrupted_by(exc), "edit of %s interrupted" % component, where="nothing changed; " + kept
+                          ) from None
     finally:
-        if not keep_copy:
+        if done:
             shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -407,25 +486,31 @@ def _copy_path(workdir: str, node_name: str, filename: str) -> str:
     return path
 
 
-def _edit_until_valid(node: Any, component: str, path: str, data: bytes, force: bool = False,
-                      parked: bool = False, files: Optional[List["Companion"]] = None
-                      ) -> Tuple[Optional[bytes], Dict[str, Any]]:
-    """Open the editor until the result is valid (it mounts every --with-file too): (new bytes or None
-    when unchanged, the plan)."""
+def _edit_until_valid(node: Any, component: str, path: str, data: bytes, rounds: int = EDIT_ROUNDS,
+                      editor_timeout: float = EDITOR_TIMEOUT, force: bool = False, parked: bool = False,
+                      files: Optional[List["Companion"]] = None) -> Tuple[Optional[bytes], Dict[str, Any]]:
+    """Open the editor until the result is valid (it mounts every --with-file too), at most ``rounds``
+    times: (new bytes or None when unchanged, the plan). An invalid last round, or the same invalid
+    bytes saved twice, fails (exit 4)."""
     from cpctl.core.companions import on_node
     from cpctl.ops import edits
-    placed = on_node(files or [], node.manifests_dir)
+    placed = on_node(files or [], node.node_root)
     problems: List[str] = []
     last_invalid: Optional[bytes] = None
     text = data
-    while True:
+    for round_number in range(1, rounds + 1):
         header = "".join("%s%s\n" % (EDIT_MARK, line) for line in problems)
         if problems:
-            header += EDIT_MARK + "fix the problems above and save, or quit without saving to cancel (these lines go)\n"
+            header += EDIT_MARK + "round %d of %d: fix the problems above and save, or quit without saving to " \
+                                  "cancel (these lines go)\n" % (round_number, rounds)
         _write_private(path, header.encode("utf-8") + text)
-        _run_editor(path)
+        _run_editor(path, editor_timeout)
         with open(path, "rb") as handle:
-            edited = _strip_marks(handle.read(MAX_NEW_MANIFEST + 1))
+            raw = handle.read(MAX_NEW_MANIFEST + 1)
+        if len(raw) > MAX_NEW_MANIFEST:
+            raise CpctlError("edit of %s: the result is larger than %d bytes" % (component, MAX_NEW_MANIFEST),
+                             ExitCode.REFUSED)
+        edited = _strip_marks(raw)
         if edited == data:
             return None, {}
         if last_invalid is not None and edited == last_invalid:
@@ -436,6 +521,10 @@ def _edit_until_valid(node: Any, component: str, path: str, data: bytes, force: 
             if exc.code is not ExitCode.REFUSED:
                 raise
             problems, last_invalid, text = [exc.message], edited, edited
+    _write_private(path, "".join("%s%s\n" % (EDIT_MARK, line) for line in problems).encode("utf-8") + text)
+    raise CpctlError("edit of %s: still invalid after %d editor round%s%s (%s)" % (
+        component, rounds, "" if rounds == 1 else "s", "" if rounds > 1 else " (no terminal: one round)",
+        "; ".join(problems)), ExitCode.REFUSED)
 
 
 def _write_private(path: str, data: bytes) -> None:
@@ -451,8 +540,9 @@ def _strip_marks(data: bytes) -> bytes:
     return b"".join(lines)
 
 
-def _run_editor(path: str) -> None:
-    """$VISUAL, else $EDITOR, else vi, on ``path``; a failing editor cancels the edit."""
+def _run_editor(path: str, timeout: float = EDITOR_TIMEOUT) -> None:
+    """$VISUAL, else $EDITOR, else vi, on ``path``; a failing, killed or overrunning editor fails the
+    edit (exit 7, or 6 after ``timeout`` seconds: it gets SIGTERM, then SIGKILL)."""
     command = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
     try:
         argv = shlex.split(command)
@@ -461,9 +551,32 @@ def _run_editor(path: str) -> None:
     if not argv:
         raise CpctlError("the editor command is empty (set VISUAL or EDITOR)", ExitCode.USAGE)
     try:
-        code = subprocess.call(argv + [path])
+        editor = subprocess.Popen(argv + [path])
     except OSError as exc:
         raise CpctlError("cannot run the editor %r: %s (set VISUAL or EDITOR)" % (argv[0], exc.strerror or exc),
                          ExitCode.ENVIRONMENT) from None
+    try:
+        code = editor.wait(timeout)
+    except subprocess.TimeoutExpired:
+        _stop_editor(editor)
+        raise CpctlError("the editor %r was still running after %.0fs (--editor-timeout): stopped it"
+                         % (argv[0], timeout), ExitCode.TIMEOUT) from None
+    except BaseException:
+        _stop_editor(editor)
+        raise
+    if code < 0:
+        raise CpctlError("the editor %r was killed by signal %d" % (argv[0], -code), ExitCode.ENVIRONMENT)
     if code != 0:
-        raise CpctlError("the editor %r exited with status %d: nothing changed" % (argv[0], code), ExitCode.ENVIRONMENT)
+        raise CpctlError("the editor %r exited with status %d" % (argv[0], code), ExitCode.ENVIRONMENT)
+
+
+def _stop_editor(editor: "subprocess.Popen[bytes]") -> None:
+    """SIGTERM the editor, SIGKILL it after EDITOR_GRACE seconds, and reap it."""
+    if editor.poll() is not None:
+        return
+    editor.terminate()
+    try:
+        editor.wait(EDITOR_GRACE)
+    except subprocess.TimeoutExpired:
+        editor.kill()
+        editor.wait()

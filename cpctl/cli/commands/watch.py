@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import click
 
-from cpctl.cli.context import printable, state
+from cpctl.cli.context import as_yaml, printable, state
 from cpctl.cli.fanout import local_node
 
 
@@ -17,6 +17,10 @@ def _writer(output: str) -> Callable[[dict], None]:
     from cpctl.ops.watch import format_text
 
     def write(record: dict) -> None:
+        if output == "yaml":
+            sys.stdout.write(as_yaml(record, start=True))
+            sys.stdout.flush()
+            return
         line = json.dumps(record, sort_keys=True) if output == "json" else format_text(printable(record))
         sys.stdout.write(line + "\n")
         sys.stdout.flush()

@@ -1,0 +1,105 @@
+"""Companion files in the one-version-per-revision store (issue #24 item 3 on top of issue #23 item
+2): each revision is one version of the manifest WITH the companion files as they were while that
+version was in place; ``rollback --to N`` puts back N's manifest and N's companion files (removing one
+that did not exist then); a version found kept already takes the companions' bytes of the change
+that finds it; pruning a revision removes its kept companion bytes; a corrupt ``companions`` record
+is one clear error."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from typing import Any, Dict, List
+
+import yaml
+
+from tests.coreutil import NodeDirs, check_result, sha
+
+
+def _note(node: NodeDirs) -> str:
+    """A companion path below the node's kube dir (the parent of the manifests dir)."""
+    return os.path.join(node.root, "extra", "note.txt")
+
+
+def _mounting(node: NodeDirs, verbosity: int) -> bytes:
+    """The scheduler manifest mounting the note read-only, with ``--v=N`` (a distinct version each N)."""
+    pod = yaml.safe_load(node.files["kube-scheduler.yaml"])
+    container = pod["spec"]["containers"][0]
+    container["command"].append("--v=%d" % verbosity)
+    pod["spec"].setdefault("volumes", []).append({"name": "note", "hostPath": {"path": _note(node), "type": "File"}})
+    container.setdefault("volumeMounts", []).append({"name": "note", "mountPath": _note(node), "readOnly": True})
+    return yaml.safe_dump(pod, sort_keys=False).encode()
+
+
+def _apply(node: NodeDirs, data: bytes, note: bytes, tmp: str, *args: str) -> None:
+    local = os.path.join(tmp, "local-%s.txt" % sha(note)[:8])
+    with open(local, "wb") as handle:
+        handle.write(note)
+    proc = subprocess.run(node.argv("apply", "scheduler", "-f", "-", "--with-file", "%s=%s" % (_note(node), local),
+                                    *args), input=data, env=node.env(), capture_output=True, timeout=60)
+    check_result(subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout.decode(), proc.stderr.decode()), 0)
+
+
+def _listed(node: NodeDirs) -> List[Dict[str, Any]]:
+    return json.loads(node.run("-o", "json", "revisions", "scheduler").stdout)["revisions"]
+
+
+def _state(node: NodeDirs) -> Dict[str, Any]:
+    """(manifest bytes, note bytes or None) now."""
+    with open(os.path.join(node.manifests, "kube-scheduler.yaml"), "rb") as handle:
+        manifest = handle.read()
+    note = None
+    if os.path.exists(_note(node)):
+        with open(_note(node), "rb") as handle:
+            note = handle.read()
+    return {"manifest": manifest, "note": note}
+
+
+def test_each_version_keeps_its_own_companion_bytes_and_rollback_restores_them(node: NodeDirs, tmp_path: Any) -> None:
+    original, v1, v2 = node.files["kube-scheduler.yaml"], _mounting(node, 1), _mounting(node, 2)
+    _apply(node, v1, b"a\n", str(tmp_path))
+    _apply(node, v2, b"b\n", str(tmp_path))
+    assert [(r["number"], r["checksum"], r["companions"]) for r in _listed(node)] == [
+        (1, sha(original), [{"path": _note(node), "checksum": None}]),
+        (2, sha(v1), [{"path": _note(node), "checksum": sha(b"a\n")}]),
+        (3, sha(v2), [{"path": _note(node), "checksum": sha(b"b\n")}])]
+    # v1 again with another note: v1 is kept already (no new revision); it now records the new bytes
+    _apply(node, v1, b"c\n", str(tmp_path))
+    listed = _listed(node)
+    assert [(r["number"], r["companions"][0]["checksum"], r["current"]) for r in listed] == [
+        (1, None, False), (2, sha(b"c\n"), True), (3, sha(b"b\n"), False)]
+    node.run("rollback", "scheduler", "--to", "3")
+    assert _state(node) == {"manifest": v2, "note": b"b\n"}
+    node.run("rollback", "scheduler", "--to", "2")
+    assert _state(node) == {"manifest": v1, "note": b"c\n"}
+    node.run("rollback", "scheduler", "--to", "1")
+    assert _state(node) == {"manifest": original, "note": None}, "a companion absent then is removed"
+    assert len(_listed(node)) == 3, "rollbacks point back at kept versions"
+    history = [json.loads(line) for line in open(node.history_file).read().splitlines()]
+    assert history[-1]["action"] == "rollback" and history[-1]["companions"] == [
+        {"path": _note(node), "source": "revision 1", "checksum": None, "size": None}]
+
+
+def test_pruning_removes_a_revision_s_companion_bytes(node: NodeDirs, tmp_path: Any) -> None:
+    _apply(node, _mounting(node, 1), b"a\n", str(tmp_path))
+    _apply(node, _mounting(node, 2), b"b\n", str(tmp_path))
+    revisions_dir = os.path.join(node.state, "revisions")
+    assert os.path.exists(os.path.join(revisions_dir, "kube-scheduler.yaml.2.f0"))
+    _apply(node, _mounting(node, 3), b"c\n", str(tmp_path), "--keep-revisions", "1")
+    assert [r["number"] for r in _listed(node)] == [1, 3, 4]
+    kept = sorted(n for n in os.listdir(revisions_dir) if ".f" in n)
+    assert kept == ["kube-scheduler.yaml.3.f0", "kube-scheduler.yaml.4.f0"], kept
+
+
+def test_a_corrupt_companions_record_is_one_clear_error(node: NodeDirs, tmp_path: Any) -> None:
+    _apply(node, _mounting(node, 1), b"a\n", str(tmp_path))
+    meta = os.path.join(node.state, "revisions", "kube-scheduler.yaml.2.json")
+    with open(meta) as handle:
+        record = json.load(handle)
+    record["companions"] = [{"path": "relative/note.txt", "checksum": None}]
+    with open(meta, "w") as handle:
+        json.dump(record, handle)
+    proc = node.run("revisions", "scheduler", rc=7)
+    assert "companions is not a list of {path, checksum}" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr

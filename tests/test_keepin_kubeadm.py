@@ -136,6 +136,20 @@ def test_failed_change_undoes_its_configmap_change(lab_factory: Any) -> None:
     assert kc.extra_args(cfg, "scheduler") == [] and cfg == yaml.safe_load(text)
 
 
+def test_refused_change_never_writes_the_configmap(lab_factory: Any) -> None:
+    """Flag sanity refuses a misspelled flag before anything is written: the ConfigMap is never
+    updated (its resourceVersion stays), not written and undone."""
+    handle = lab_factory()
+    version = configmap(handle)["metadata"]["resourceVersion"]
+    before = snapshot(handle)
+    proc = run_cpctl(handle, "flags", "scheduler", "--set", "bind-adress=0.0.0.0", "--keep-in", "kubeadm-config",
+                     "--timeout", "10")
+    assert proc.returncode == 4, proc.stderr
+    assert "bind-adress" in proc.stderr and "undone" not in proc.stderr, proc.stderr
+    assert configmap(handle)["metadata"]["resourceVersion"] == version, "the ConfigMap was never written"
+    assert snapshot(handle) == before
+
+
 def test_keep_in_dry_run_shows_diff_changes_nothing(lab_factory: Any) -> None:
     handle = lab_factory(kubeadm_api="v1beta4")
     before = snapshot(handle)

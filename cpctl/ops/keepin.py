@@ -20,7 +20,7 @@ there is a JSON patch, the component is one kubeadm renders); the diffs are show
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from cpctl.core import checks, journal, manifests, outside
@@ -28,6 +28,7 @@ from cpctl.core import kubeadmconfig as kc
 from cpctl.core.node import Node
 from cpctl.core.replace import text_diff
 from cpctl.errors import CpctlError, ExitCode
+from cpctl.ops.edits import ApplyOptions
 from cpctl.probes.kubeapi import ApiError, KubeClient, client_for
 
 PATCH_LIMIT = 1 << 20
@@ -219,24 +220,27 @@ def write_patch(node: Node, keep: KeepPlan, reason: Optional[str]) -> None:
     keep.done.append(patch.path)
 
 
-def run(node: Node, keep: Optional[KeepPlan], dry_run: bool, apply: Callable[[], Dict[str, Any]],
-        show: Callable[[str], None], reason: Optional[str], force: bool = False) -> Dict[str, Any]:
-    """The manifest change ``apply`` with ``keep``: diff shown, ConfigMap first, patch file after
-    (nothing written while a kubeadm upgrade is in flight, unless ``force``)."""
+def run(node: Node, keep: Optional[KeepPlan], options: ApplyOptions, change: Callable[[ApplyOptions], Dict[str, Any]],
+        show: Callable[[str], None]) -> Dict[str, Any]:
+    """The manifest change ``change`` (run with ``options``) with ``keep``: diff shown, ConfigMap
+    first, patch file after (nothing written while a kubeadm upgrade is in flight, unless
+    ``--force``). The manifest change's own checks run first, as its dry run: a change they refuse
+    (an invalid manifest, a misspelled flag) writes nothing, not even the ConfigMap."""
     if keep is None:
-        return apply()
-    if not force:
+        return change(options)
+    if not options.force:
         outside.refuse_in_flight(node, "changing %s" % keep.component)
     diff = keep.diffs()
-    if dry_run:
-        return dict(apply(), keep_in=keep.to_dict())
+    if options.dry_run:
+        return dict(change(options), keep_in=keep.to_dict())
+    change(replace(options, dry_run=True))
     if diff:
         show(diff)
     write_config(node, keep)
     try:
-        result = apply()
+        result = change(options)
     except CpctlError as exc:
         exc.message += undo_config(node, keep)
         raise
-    write_patch(node, keep, reason)
+    write_patch(node, keep, options.reason)
     return dict(result, keep_in=keep.to_dict())

@@ -189,9 +189,9 @@ def apply(ctx: click.Context, component: str, source: str, parked: bool, keep_in
         from cpctl.core.manifests import checksum
         _, data = edits.read_current(node, component, "apply")
         keep = _kept(node, component, data, new, targets)
-        return keepin.run(node, keep, dry_run, lambda: edits.replace(node, component, new, where, "apply", options,
-                                                                     expect=checksum(data), companions=files),
-                          _show_diff, reason, options.force)
+        return keepin.run(node, keep, options, lambda how: edits.replace(node, component, new, where, "apply", how,
+                                                                         expect=checksum(data), companions=files),
+                          _show_diff)
     execute(ctx, action, change_text, changing=not dry_run)
 
 
@@ -239,9 +239,9 @@ def flags(ctx: click.Context, component: str, sets: Tuple[str, ...], unsets: Tup
             new, added = edits.mounts_version(new, node.node_root, component, container, wanted, files)
             said = said + added
         keep = _kept(node, component, data, new, targets, wanted, removed, container)
-        result = keepin.run(node, keep, dry_run, lambda: edits.replace(
-            node, component, new, "flags", "flags", options, {"flags": said}, expect=checksum(data),
-            companions=files), _show_diff, reason, options.force)
+        result = keepin.run(node, keep, options, lambda how: edits.replace(
+            node, component, new, "flags", "flags", how, {"flags": said}, expect=checksum(data),
+            companions=files), _show_diff)
         return dict(result, flags=said)
     execute(ctx, action, change_text, changing=not dry_run)
 
@@ -454,10 +454,9 @@ def _edit_node(node: "Node", component: str, options: Any, yes: bool, targets: O
         if not yes and not click.confirm(question, err=True):
             return {"node": node.node_name, "component": name, "changed": False,
                     "message": "not applied; %s" % kept, "copy": path}
-        result = keepin.run(node, keep, False, lambda: edits.replace(
-            node, component, new, "your edit", "edit", options, expect=checksum(data), companions=files or []),
-            lambda _diff: None,
-            options.reason, options.force)
+        result = keepin.run(node, keep, options, lambda how: edits.replace(
+            node, component, new, "your edit", "edit", how, expect=checksum(data), companions=files or []),
+            lambda _diff: None)
         done = True
         return result
     except CpctlError as exc:

@@ -107,6 +107,25 @@ def test_grant_binds_the_authenticated_identity_not_the_entry_name(rbac_lab: Any
     assert lease["spec"]["holderIdentity"], "the scheduler took its Lease"
 
 
+def test_grant_lets_an_identity_without_create_make_its_lease(rbac_lab: Any) -> None:
+    """RBAC cannot limit a create by name: an identity that may not create Leases gets that rule too,
+    and the scheduler creates its Lease on its first election (no Lease exists before)."""
+    with open(rbac_lab.dir / TOKEN_FILE, "w") as handle:
+        handle.write('tok-custom,custom:my-scheduler,1001,"team:schedulers"\n')
+    _with_credential(rbac_lab, "scheduler-entry", {"token": "tok-custom"})
+    dry = json.loads(cpctl(rbac_lab, "-o", "json", "scheduler", "add", "my-scheduler", "--dry-run").stdout)
+    assert dry["rbac"]["denied"] == ["get", "update", "create"], dry["rbac"]
+    assert "- create" in dry["rbac"]["yaml"], "the printed Role allows the create"
+    out = cpctl(rbac_lab, "scheduler", "add", "my-scheduler", "--grant-rbac", "--timeout", "30").stdout
+    assert "Lease RBAC granted" in out and "lease my-scheduler renewed" in out, out
+    assert _get(rbac_lab, "role")["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["my-scheduler"],
+         "verbs": ["get", "update"]}]
+    lease = json.loads(kubectl(rbac_lab, "get", "lease", "-n", "kube-system", "my-scheduler", "-o", "json").stdout)
+    assert lease["spec"]["holderIdentity"], "the scheduler created and took its Lease"
+
+
 def _openssl_cert(tmp_path: Any, subject: str) -> tuple:
     key, crt = str(tmp_path / "c.key"), str(tmp_path / "c.crt")
     proc = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", crt,

@@ -29,7 +29,11 @@ from cpctl.errors import CpctlError, ExitCode
 if TYPE_CHECKING:
     from cpctl.probes.kubeapi import KubeClient
 
-LEASE_VERBS = ("get", "update")
+LEASE_VERBS = ("get", "update")        # on the scheduler's own Lease, by name
+# ... and ``create`` on Leases: RBAC cannot limit a create by name (the object's name is not part of
+# the request it authorizes), so a rule allowing it names no Lease. kubeadm's system:kube-scheduler has
+# it; another identity needs it once, to create its Lease on the first election.
+CREATE = "create"
 NAMESPACE = "kube-system"
 
 
@@ -42,6 +46,7 @@ class LeaseAccess:
     denied: List[str] = field(default_factory=list)
     why: str = ""
     granted: bool = False
+    create_rule: bool = False         # the identity could not create Leases: the Role includes that rule
 
     def to_dict(self) -> Dict[str, Any]:
         return {"identity": self.identity, "allowed": self.allowed, "denied": self.denied, "why": self.why,
@@ -120,7 +125,8 @@ def _certificate_subject(node: Node, tls: Mapping[str, object]) -> Optional[Iden
 
 
 def check(node: Node, lease: str, identity: Identity) -> LeaseAccess:
-    """Ask the API (with the node's admin kubeconfig) whether ``identity`` may get and update the Lease."""
+    """Ask the API (with the node's admin kubeconfig) whether ``identity`` may get and update the Lease,
+    and create Leases (its first election creates it)."""
     from cpctl.ops.scheduling import client_of
     if not identity.user:
         return LeaseAccess("", None, why="cannot tell which identity the scheduler authenticates as: %s"
@@ -128,16 +134,20 @@ def check(node: Node, lease: str, identity: Identity) -> LeaseAccess:
     try:
         client = client_of(node)
         denied = [verb for verb in LEASE_VERBS if not _allowed(client, identity, verb, lease)]
+        denied += [CREATE] if not _allowed(client, identity, CREATE, "") else []
     except CpctlError as exc:
         return LeaseAccess(identity.user, None, why=exc.message)
-    return LeaseAccess(identity.user, not denied, denied)
+    return LeaseAccess(identity.user, not denied, denied, create_rule=CREATE in denied)
 
 
 def _allowed(client: Any, identity: Identity, verb: str, lease: str) -> bool:
+    """Whether ``identity`` may ``verb`` Lease ``lease`` ("": any Lease, as a create asks), by a SubjectAccessReview."""
+    attributes = {"namespace": NAMESPACE, "verb": verb, "group": "coordination.k8s.io", "resource": "leases"}
+    if lease:
+        attributes["name"] = lease
     review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
               "spec": {"user": identity.user, "groups": identity.groups or ["system:authenticated"],
-                       "resourceAttributes": {"namespace": NAMESPACE, "verb": verb, "group": "coordination.k8s.io",
-                                              "resource": "leases", "name": lease}}}
+                       "resourceAttributes": attributes}}
     answer = client.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", review)
     status = answer.get("status")
     return isinstance(status, dict) and status.get("allowed") is True
@@ -148,14 +158,15 @@ ANNOTATION = "cpctl/scheduler"
 MANAGED = {"app.kubernetes.io/managed-by": "cpctl"}
 
 
-def grant(node: Node, lease: str, identity: str) -> None:
-    """Create the Role and RoleBinding that let ``identity`` get/update the Lease. One that already
+def grant(node: Node, lease: str, identity: str, create: bool = False) -> None:
+    """Create the Role and RoleBinding that let ``identity`` get/update the Lease (and, with ``create``,
+    create Leases in kube-system: see :data:`CREATE`). One that already
     exists under that name is checked: cpctl's own (its label and this scheduler's name) is
     replaced with the right content, anyone else's refused (exit 4) - never trusted unread."""
     from cpctl.ops.scheduling import client_of
     from cpctl.probes.kubeapi import ApiError
     client = client_of(node)
-    for path, body in (("roles", role(lease)), ("rolebindings", role_binding(lease, identity))):
+    for path, body in (("roles", role(lease, create)), ("rolebindings", role_binding(lease, identity))):
         try:
             client.request("POST", RBAC_PATH % path, body)
         except ApiError as exc:
@@ -231,10 +242,13 @@ def _meta(lease: str) -> Dict[str, object]:
             "annotations": {ANNOTATION: lease}}
 
 
-def role(lease: str) -> Dict[str, Any]:
-    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": _meta(lease),
-            "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [lease],
-                       "verbs": list(LEASE_VERBS)}]}
+def role(lease: str, create: bool = False) -> Dict[str, Any]:
+    """The Role: get/update of the Lease by name; with ``create``, also create of Leases (unnamed)."""
+    rules = [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [lease],
+              "verbs": list(LEASE_VERBS)}]
+    if create:
+        rules.insert(0, {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": [CREATE]})
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": _meta(lease), "rules": rules}
 
 
 def role_binding(lease: str, identity: str) -> Dict[str, Any]:
@@ -243,10 +257,10 @@ def role_binding(lease: str, identity: str) -> Dict[str, Any]:
             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": identity}]}
 
 
-def as_yaml(lease: str, identity: str) -> str:
+def as_yaml(lease: str, identity: str, create: bool = False) -> str:
     """The Role and RoleBinding as one YAML stream (``kubectl apply -f -``)."""
     import yaml
-    return yaml.safe_dump_all([role(lease), role_binding(lease, identity)], sort_keys=False)
+    return yaml.safe_dump_all([role(lease, create), role_binding(lease, identity)], sort_keys=False)
 
 
 def ensure(node: Node, lease: str, kubeconfig: str, allow_grant: bool) -> LeaseAccess:
@@ -259,11 +273,12 @@ def ensure(node: Node, lease: str, kubeconfig: str, allow_grant: bool) -> LeaseA
         raise CpctlError("--grant-rbac: %s; grant the Lease by hand (cpctl scheduler add --dry-run prints the "
                          "Role and RoleBinding for a user you name)" % access.why, ExitCode.REFUSED)
     if access.allowed is False and allow_grant:
-        grant(node, lease, identity.user)
+        create_rule = access.create_rule
+        grant(node, lease, identity.user, create_rule)
         access = check(node, lease, identity)
-        access.granted = True
+        access.granted, access.create_rule = True, create_rule
     if access.allowed is False:
         raise LeaseForbidden("%s may not %s Lease %s/%s, so the scheduler would never take it and never schedule"
                              % (identity.user, " and ".join(access.denied), NAMESPACE, lease),
-                             as_yaml(lease, identity.user))
+                             as_yaml(lease, identity.user, access.create_rule))
     return access

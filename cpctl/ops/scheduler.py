@@ -424,7 +424,7 @@ def add(node: Node, name: str, source: str = DEFAULT_SOURCE, port: Optional[int]
         identity = schedrbac.identity_of(node, kubeconfig)
         access = schedrbac.check(node, name, identity)
         return dict(plan.to_dict(), dry_run=True, changed=False,
-                    rbac=dict(access.to_dict(), yaml=schedrbac.as_yaml(name, access.identity)))
+                    rbac=dict(access.to_dict(), yaml=schedrbac.as_yaml(name, access.identity, access.create_rule)))
     access = schedrbac.ensure(node, name, kubeconfig, grant_rbac)
     with node.session("cpctl scheduler add %s" % name):
         plan = plan_add(node, name, source, port, config_dir)
@@ -437,7 +437,7 @@ def add(node: Node, name: str, source: str = DEFAULT_SOURCE, port: Optional[int]
         node.apply(change)
         result = node.waiter.wait_started(target, before, timeout) if wait else _not_waited()
     return dict(plan.to_dict(), dry_run=False, changed=True, wait=result.to_dict(),
-                rbac=dict(access.to_dict(), yaml=schedrbac.as_yaml(name, access.identity)))
+                rbac=dict(access.to_dict(), yaml=schedrbac.as_yaml(name, access.identity, access.create_rule)))
 
 
 def scheduler_kubeconfig_on_node(plan: Plan) -> str:

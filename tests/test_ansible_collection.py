@@ -13,6 +13,8 @@
 from __future__ import annotations
 
 import configparser
+import functools
+import importlib
 import json
 import os
 import re
@@ -20,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -56,10 +59,25 @@ def _doc(name: str, part: str) -> Any:
 
 
 def _argument_spec(name: str) -> Dict[str, Any]:
-    namespace: Dict[str, Any] = {}
-    source = _module_source(name).split("from ansible.module_utils.basic import AnsibleModule")[1]
-    exec(compile(source.split("\ndef main")[0], name, "exec"), namespace)   # only the spec's literals
-    return namespace["ARGUMENT_SPEC"]
+    """The module's ARGUMENT_SPEC, imported as Ansible imports it (shared parts from module_utils)."""
+    sys.path.insert(0, str(REPO))
+    try:
+        module = importlib.import_module("ansible_collections.cpctl.controlplane.plugins.modules." + name)
+    finally:
+        sys.path.remove(str(REPO))
+    spec: Dict[str, Any] = module.ARGUMENT_SPEC
+    return spec
+
+
+@functools.cache
+def _rendered(name: str) -> Dict[str, Any]:
+    """The module's documentation as ansible-doc renders it: its own text merged with the doc fragments."""
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = subprocess.run([_tool("ansible-doc"), "--json", "-t", "module", "cpctl.controlplane." + name],
+                              capture_output=True, text=True, timeout=120, env=_env(Path(tmp)))
+    assert proc.returncode == 0, proc.stderr
+    doc: Dict[str, Any] = json.loads(proc.stdout)["cpctl.controlplane." + name]["doc"]
+    return doc
 
 
 def test_the_collection_has_every_module() -> None:
@@ -115,7 +133,7 @@ TYPE_DEFAULTS = {"str": "str", "path": "path", "bool": "bool", "int": "int", "fl
 
 @pytest.mark.parametrize("name", EXPECTED)
 def test_validate_modules_documentation_matches_argument_spec(name: str) -> None:
-    doc = _doc(name, "DOCUMENTATION")
+    doc = _rendered(name)
     assert doc["module"] == name and doc["short_description"] and doc["description"] and doc["author"]
     assert doc["version_added"]
     options, spec = doc.get("options") or {}, _argument_spec(name)
@@ -139,6 +157,18 @@ def test_validate_modules_documentation_matches_argument_spec(name: str) -> None
         if module in task:
             assert set(task[module] or {}) <= set(spec), (name, task)
     assert any("cpctl.controlplane." + name in t for t in examples)
+
+
+def test_shared_options_are_written_once() -> None:
+    """The manifest-changing modules take their common options from one doc fragment and one spec:
+    none repeats them in its own DOCUMENTATION (they cannot drift apart)."""
+    fragment = (COLLECTION / "plugins" / "doc_fragments" / "manifest_change.py").read_text()
+    shared = set(yaml.safe_load(fragment.split('DOCUMENTATION = r"""', 1)[1].split('"""', 1)[0])["options"])
+    for name in ("static_pod_manifest", "static_pod_flags"):
+        doc = _doc(name, "DOCUMENTATION")
+        assert doc["extends_documentation_fragment"] == ["cpctl.controlplane.manifest_change"], name
+        assert not shared & set(doc.get("options") or {}), (name, shared & set(doc["options"]))
+        assert shared <= set(_argument_spec(name)) and shared <= set(_rendered(name)["options"]), name
 
 
 def _python_files() -> List[Path]:

@@ -115,13 +115,15 @@ rc:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.cpctl.controlplane.plugins.module_utils.specs import COMPONENT, FORCE, REASON
+
 ARGUMENT_SPEC = dict(
-    component=dict(type="str", required=True),
+    component=COMPONENT,
     state=dict(type="str", choices=["started", "stopped", "restarted"], default="started"),
-    reason=dict(type="str"),
+    reason=REASON,
     until=dict(type="str"),
     timeout=dict(type="float", default=120.0),
-    force=dict(type="bool", default=False),
+    force=FORCE,
 )
 
 

@@ -19,11 +19,9 @@ description:
     C(python3). etcd and the API server keep cpctl's quorum guard, counted through the cluster.
 author:
   - cpctl maintainers
+extends_documentation_fragment:
+  - cpctl.controlplane.manifest_change
 options:
-  component:
-    description: The static pod (V(apiserver), V(etcd), ... or a file stem / C(metadata.name)).
-    type: str
-    required: true
   set:
     description: Flags to set, C(NAME) (without the dashes) to C(VALUE).
     type: dict
@@ -36,38 +34,7 @@ options:
   container:
     description: The container (default - the only one, or the one named like the pod).
     type: str
-  reason:
-    description: Why (recorded in the history).
-    type: str
-  timeout:
-    description: Seconds the new version has to become Running, Ready and healthy.
-    type: float
-    default: 120
-  settle:
-    description: Seconds the new pod must stay Ready after it first is.
-    type: float
-    default: 5
-  rollback:
-    description: Put the previous version back when the new one does not become healthy.
-    type: bool
-    default: true
-  keep_revisions:
-    description: Previous versions kept per manifest.
-    type: int
-    default: 10
-  force:
-    description: Override the etcd quorum / last API server guard (recorded in the history).
-    type: bool
-    default: false
-attributes:
-  check_mode:
-    support: full
-    details: cpctl's C(--dry-run) - validated, the diff shown, nothing changed.
-  diff_mode:
-    support: full
-    details: The manifest's unified diff.
 notes:
-  - Reads the same host variables as M(cpctl.controlplane.static_pod).
   - A failure that cpctl rolled back fails the task (rc 11); a rollback that did not come back
     healthy either is rc 12.
 seealso:
@@ -100,17 +67,13 @@ rc:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.cpctl.controlplane.plugins.module_utils.specs import MANIFEST_CHANGE
+
 ARGUMENT_SPEC = dict(
-    component=dict(type="str", required=True),
+    MANIFEST_CHANGE,
     set=dict(type="dict", default={}),
     unset=dict(type="list", elements="str", default=[]),
     container=dict(type="str"),
-    reason=dict(type="str"),
-    timeout=dict(type="float", default=120.0),
-    settle=dict(type="float", default=5.0),
-    rollback=dict(type="bool", default=True),
-    keep_revisions=dict(type="int", default=10, no_log=False),
-    force=dict(type="bool", default=False),
 )
 
 

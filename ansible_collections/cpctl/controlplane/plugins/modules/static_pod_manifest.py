@@ -20,11 +20,9 @@ description:
     C(python3). etcd and the API server keep cpctl's quorum guard, counted through the cluster.
 author:
   - cpctl maintainers
+extends_documentation_fragment:
+  - cpctl.controlplane.manifest_change
 options:
-  component:
-    description: The static pod (V(apiserver), V(etcd), ... or a file stem / C(metadata.name)).
-    type: str
-    required: true
   src:
     description: The new manifest, a file on the controller (searched in the role's or play's C(files/)).
     type: path
@@ -34,39 +32,8 @@ options:
   rollback_to:
     description: Put this kept revision back (see C(cpctl revisions) or M(cpctl.controlplane.controlplane_info)).
     type: int
-  reason:
-    description: Why (recorded in the history).
-    type: str
-  timeout:
-    description: Seconds the new version has to become Running, Ready and healthy.
-    type: float
-    default: 120
-  settle:
-    description: Seconds the new pod must stay Ready after it first is.
-    type: float
-    default: 5
-  rollback:
-    description: Put the previous version back when the new one does not become healthy.
-    type: bool
-    default: true
-  keep_revisions:
-    description: Previous versions kept per manifest.
-    type: int
-    default: 10
-  force:
-    description: Override the etcd quorum / last API server guard (recorded in the history).
-    type: bool
-    default: false
-attributes:
-  check_mode:
-    support: full
-    details: cpctl's C(--dry-run) - validated, the diff shown, nothing changed.
-  diff_mode:
-    support: full
-    details: The manifest's unified diff.
 notes:
   - Exactly one of O(src), O(content) and O(rollback_to).
-  - Reads the same host variables as M(cpctl.controlplane.static_pod).
 seealso:
   - module: cpctl.controlplane.static_pod_flags
 """
@@ -101,17 +68,13 @@ rc:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.cpctl.controlplane.plugins.module_utils.specs import MANIFEST_CHANGE
+
 ARGUMENT_SPEC = dict(
-    component=dict(type="str", required=True),
+    MANIFEST_CHANGE,
     src=dict(type="path"),
     content=dict(type="str"),
     rollback_to=dict(type="int"),
-    reason=dict(type="str"),
-    timeout=dict(type="float", default=120.0),
-    settle=dict(type="float", default=5.0),
-    rollback=dict(type="bool", default=True),
-    keep_revisions=dict(type="int", default=10, no_log=False),
-    force=dict(type="bool", default=False),
 )
 MUTUALLY_EXCLUSIVE = [["src", "content", "rollback_to"]]
 REQUIRED_ONE_OF = [["src", "content", "rollback_to"]]

@@ -1,0 +1,21 @@
+# -*- coding: utf-8 -*-
+# Apache-2.0 (see the cpctl repository's license)
+"""Argument specs the modules share: each option is defined once here and documented once in
+``doc_fragments/manifest_change.py`` (the collection's tests check the two agree)."""
+
+from __future__ import annotations
+
+COMPONENT = dict(type="str", required=True)
+REASON = dict(type="str")
+FORCE = dict(type="bool", default=False)
+
+#: The options of every manifest change (static_pod_manifest, static_pod_flags).
+MANIFEST_CHANGE = dict(
+    component=COMPONENT,
+    reason=REASON,
+    timeout=dict(type="float", default=120.0),
+    settle=dict(type="float", default=5.0),
+    rollback=dict(type="bool", default=True),
+    keep_revisions=dict(type="int", default=10, no_log=False),
+    force=FORCE,
+)

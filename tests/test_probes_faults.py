@@ -114,7 +114,7 @@ def test_a_blind_moment_does_not_end_a_wait(lab, tmp_path):
     lab.inject_faults([mirror_rule(lab, action="status", code=503, times=20)])
     park(lab, tmp_path)
     result = w.wait_stopped(t, before, 30)
-    assert result.verified and result.detail.startswith("pod %s gone (api)" % t.pod_name), result.detail
+    assert result.verified and result.detail.startswith("pod %s gone (api)" % t.mirror_name), result.detail
     assert lab.faults()[0]["hits"] == 20
 
 

@@ -45,7 +45,7 @@ class StubbornProbe:
         return cls(options)
 
     def observe(self, target: PodTarget, timeout: Optional[float] = None) -> PodState:
-        SEEN.append(target.pod_name)
+        SEEN.append(target.mirror_name)
         if len(SEEN) < self.READY_AFTER:
             return PodState(False, source=self.name)
         return PodState(True, True, "Running", uid="uid-%d" % len(SEEN), source=self.name)

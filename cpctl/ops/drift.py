@@ -598,7 +598,7 @@ def _check_mirrors(report: Report, node: Node, scan: DirScan, parked: dict) -> N
         state = node.waiter.describe(target)
         if state is not None and state.get("present"):
             report.add(Finding("mirror_of_parked", WARNING, "%s is parked but mirror pod %s still exists (phase %s)"
-                               % (component, target.pod_name, state.get("phase")), file=filename,
+                               % (component, target.mirror_name, state.get("phase")), file=filename,
                                component=component))
 
 

@@ -44,7 +44,7 @@ class ApiProbe:
     def observe(self, target: PodTarget, timeout: Optional[float] = None) -> PodState:
         budget = DEFAULT_TIMEOUT if timeout is None else max(MIN_CALL, min(DEFAULT_TIMEOUT, timeout))
         try:
-            pod = self.client.get_pod(target.namespace, target.pod_name, timeout=budget)
+            pod = self.client.get_pod(target.namespace, target.mirror_name, timeout=budget)
         except ApiFailure as exc:
             raise Unavailable(exc.message) from None
         if pod is None:
@@ -52,7 +52,7 @@ class ApiProbe:
         try:
             return pod_state(pod, self.name)
         except ShapeError as exc:
-            raise Unavailable("API answered a malformed pod %s: %s" % (target.pod_name, exc)) from None
+            raise Unavailable("API answered a malformed pod %s: %s" % (target.mirror_name, exc)) from None
 
 
 def pod_state(pod: Dict[str, Any], source: str) -> PodState:

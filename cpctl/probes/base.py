@@ -42,8 +42,10 @@ class PodTarget:
     stale_api: bool = False
 
     @property
-    def pod_name(self) -> str:
-        """``<metadata.name>-<lowercase node name>``: the kubelet's static pod name."""
+    def mirror_name(self) -> str:
+        """``<metadata.name>-<lowercase node name>``: the name of the mirror pod (and of the
+        runtime's sandbox) the kubelet makes for this static pod. ``component`` is the
+        ``metadata.name`` itself (what ``Manifest.pod_name`` holds)."""
         return "%s-%s" % (self.component, self.node.lower())
 
 

@@ -104,7 +104,7 @@ class CrictlProbe:
 
     def _observe(self, target: PodTarget, deadline: float) -> PodState:
         # --name/--namespace are regexes: anchor them, or kube-apiserver would match more.
-        listing = self._json(("pods", "--name", "^%s$" % re.escape(target.pod_name),
+        listing = self._json(("pods", "--name", "^%s$" % re.escape(target.mirror_name),
                               "--namespace", "^%s$" % re.escape(target.namespace)), deadline)
         if "items" not in listing:
             raise Unavailable("crictl pods printed no items list")

@@ -116,7 +116,7 @@ class VerifyingWaiter(Waiter):
         A probe whose last call hung (failed after its whole budget, SLOW_CALL seconds or more) is
         asked again only every SLOW_PAUSE seconds and for SLOW_RETRY seconds, so that a hanging API
         server does not hold up the probes after it at every poll."""
-        key = (probe.name, target.pod_name)
+        key = (probe.name, target.mirror_name)
         if key in self._missing:
             return None
         budget = min(clock.budget(), probe.max_call)
@@ -152,7 +152,7 @@ class VerifyingWaiter(Waiter):
 
     def _never_looks(self, target: PodTarget) -> bool:
         """True when no probe for this target can look at all in this run."""
-        return all((p.name, target.pod_name) in self._missing for p in self.probes_for(target))
+        return all((p.name, target.mirror_name) in self._missing for p in self.probes_for(target))
 
     # --- the waiter interface -----------------------------------------------------------------
     def before(self, target: PodTarget) -> Any:
@@ -227,12 +227,12 @@ class VerifyingWaiter(Waiter):
         """Poll the first usable probe until the pod is gone, then confirm with the others."""
         def judge(clock: Clock, probe: Probe, state: PodState, rest: List[Probe]) -> Union[WaitResult, str]:
             if state.present:
-                return "pod %s still present (%s)" % (target.pod_name, probe.name)
+                return "pod %s still present (%s)" % (target.mirror_name, probe.name)
             still = [p.name for p in rest if (self._look(p, target, clock) or PodState(False)).present]
             if still:
-                return "pod %s gone for %s, still seen by %s" % (target.pod_name, probe.name, ",".join(still))
+                return "pod %s gone for %s, still seen by %s" % (target.mirror_name, probe.name, ",".join(still))
             return WaitResult(True, "pod %s gone (%s) after %.1fs%s" % (
-                target.pod_name, probe.name, clock.elapsed(), self._blind_note(target, probe)), clock.elapsed())
+                target.mirror_name, probe.name, clock.elapsed(), self._blind_note(target, probe)), clock.elapsed())
         return self._poll(target, timeout, judge)
 
     def wait_started(self, target: PodTarget, before: Any, timeout: float,
@@ -260,11 +260,11 @@ class VerifyingWaiter(Waiter):
             if state.present and state.ready and state.is_new_since(old):
                 gate, verified = self._gate(target, before, clock)
                 return WaitResult(verified, "pod %s Running and Ready (%s)%s after %.1fs"
-                                  % (target.pod_name, probe.name, gate, clock.elapsed()), clock.elapsed(),
+                                  % (target.mirror_name, probe.name, gate, clock.elapsed()), clock.elapsed(),
                                   state.to_dict())
             what = "not yet created" if not state.present else ("not Ready" if not state.ready else "still the old pod")
             check_give_up()
-            return "pod %s %s (%s)" % (target.pod_name, what, probe.name)
+            return "pod %s %s (%s)" % (target.mirror_name, what, probe.name)
         return self._poll(target, timeout, judge)
 
     def wait_kept(self, target: PodTarget, before: object, seconds: float) -> Optional[WaitResult]:
@@ -283,11 +283,12 @@ class VerifyingWaiter(Waiter):
                     return None
                 seen += 1
             self._pause(clock, "pod %s still the running pod (%s): did the kubelet see the park?"
-                        % (target.pod_name, probe.name))
+                        % (target.mirror_name, probe.name))
         if not seen:
             return None
         return WaitResult(True, "pod %s kept running (%s): the kubelet never stopped it (it did not see the park); "
-                                "the running pod is kept, unchanged for %.0fs" % (target.pod_name, probe.name, seconds),
+                                "the running pod is kept, unchanged for %.0fs"
+                          % (target.mirror_name, probe.name, seconds),
                           clock.elapsed(), earlier.to_dict())
 
     def _poll(self, target: PodTarget, timeout: float,
@@ -318,13 +319,13 @@ class VerifyingWaiter(Waiter):
             return self._unverified(target, clock)
         if clock.expired() or blind.seconds() >= min(clock.timeout, BLIND_GRACE):
             return self._unverified(target, clock)
-        self._pause(clock, "no probe can observe %s yet" % target.pod_name)
+        self._pause(clock, "no probe can observe %s yet" % target.mirror_name)
         return None
 
     def _unverified(self, target: PodTarget, clock: Clock) -> WaitResult:
         reasons = []
         for probe in self.probes_for(target):
-            why = self._missing.get((probe.name, target.pod_name)) or self._errors.get(probe.name)
+            why = self._missing.get((probe.name, target.mirror_name)) or self._errors.get(probe.name)
             if why:
                 reasons.append("%s: %s" % (probe.name, why))
         if self.is_stale(target) and not self.probes_for(target):
@@ -336,7 +337,7 @@ class VerifyingWaiter(Waiter):
     def _blind_note(self, target: PodTarget, seen_by: Probe) -> str:
         """", api could not look" when a probe before the deciding one was blind (not missing)."""
         blind = [p.name for p in self.probes_for(target) if p is not seen_by and p.name in self._errors
-                 and (p.name, target.pod_name) not in self._missing]
+                 and (p.name, target.mirror_name) not in self._missing]
         return ", %s could not look" % ",".join(blind) if blind else ""
 
     def _tick(self, clock: Clock, target: PodTarget, waiting_for: str) -> None:
@@ -356,7 +357,7 @@ class VerifyingWaiter(Waiter):
         if not catalogue.carries_api(target.component) and not self.is_stale(target) and not api_blind:
             try:
                 client = self.options.client()
-                events = client.events_for(target.namespace, target.pod_name, limit=3, timeout=HINT_BUDGET)
+                events = client.events_for(target.namespace, target.mirror_name, limit=3, timeout=HINT_BUDGET)
             except Unavailable:
                 events = []
             for event in events:

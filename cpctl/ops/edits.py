@@ -309,7 +309,7 @@ def _kept_text(done: Mapping[str, object]) -> str:
     return "now revision %s, previous version kept as revision %s" % (done["new_revision"], done["revision"])
 
 
-Before = Optional[Dict[str, object]]      # Waiter.before's snapshot: {"probe", "state", "lease"}
+Before = Optional[Dict[str, object]]      # Waiter.before's snapshot: {"probe", "state", "gates"}
 
 
 @dataclass

@@ -44,7 +44,9 @@ def open_node(settings: Settings, host: Host, probe: Optional[str] = None,
                               crictl=settings.crictl, progress=progress)
     if settings.canary:
         from cpctl.ops.canary import CanaryGate
-        node.waiter.add_gate(CanaryGate())
+        from cpctl.probes.waiter import VerifyingWaiter
+        if isinstance(node.waiter, VerifyingWaiter):     # --probe none verifies nothing, no gate either
+            node.waiter.add_gate(CanaryGate())
     node.listeners.append(baseline_listener(node))
     return node
 

@@ -72,10 +72,6 @@ class Waiter:
     name = "none"
     stale_api: bool = False
 
-    def add_gate(self, gate: Any) -> None:
-        """Run ``gate`` (a ``cpctl.probes.gates.Gate``) after the built-in ones once a started pod
-        is Ready. A waiter that verifies nothing ignores it."""
-
     def before(self, target: PodTarget) -> Any:
         """A snapshot taken before the file moves, so "came back" can mean "is new"."""
         return None

@@ -11,7 +11,7 @@ host and API client. The built-in gates, in this order:
 * ``HealthGate`` - the API server and etcd, and a leader-electable component started with
   ``--leader-elect=false``, must answer on their own health endpoint.
 
-Others are added by the layer that wants them (``Waiter.add_gate``): the canary that creates a pod
+Others are added by the layer that wants them (``VerifyingWaiter.add_gate``): the canary that creates a pod
 lives in ``cpctl/ops/canary.py``, outside the read-only probes.
 """
 

@@ -94,6 +94,7 @@ class VerifyingWaiter(Waiter):
         return self.stale_api or target.stale_api
 
     def add_gate(self, gate: Gate) -> None:
+        """Run ``gate`` after the others once a started pod is Ready (the canary of --verify)."""
         self.gates.append(gate)
 
     def probes_for(self, target: PodTarget) -> List[Probe]:

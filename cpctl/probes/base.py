@@ -160,6 +160,9 @@ class PodState:
                 "restarts": self.restarts}
 
 
+API_TIMEOUT = 3.0   # seconds one API request takes at most, however long the wait has left
+
+
 class ProbeOptions:
     """What every probe is made from: the node's ``Host``, the kubeconfig and the crictl binary on
     it. It keeps the one API client of a run (made on first use) that the ``api`` probe and the
@@ -184,9 +187,6 @@ class ProbeOptions:
                     raise
                 raise ProbeMissing(exc.message) from None
         return self._client
-
-
-API_TIMEOUT = 3.0   # seconds one API request takes at most, however long the wait has left
 
 
 class Probe(Protocol):

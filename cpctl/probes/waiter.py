@@ -33,7 +33,8 @@ HA and local mode: when the API's view of this node is stale (``Waiter.stale_api
 ``PodTarget.stale_api``: this node's apiserver or etcd is parked, or its local-mode kubelet lost
 its own apiserver), the mirror pods of this node are frozen while the other apiservers keep
 serving them. Probes that look through the API are then not used for this node's pods (crictl,
-then health), the Lease gate becomes the component's own health endpoint, and ``describe`` marks an API view as stale.
+then health), the Lease gate becomes the component's own health endpoint, and ``describe`` marks
+an API view as stale.
 """
 
 from __future__ import annotations

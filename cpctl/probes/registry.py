@@ -10,7 +10,6 @@ table and nothing else (``cpctl.ops.wiring.make_waiter`` makes the waiter).
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Dict, List
 
 if TYPE_CHECKING:
@@ -32,6 +31,7 @@ def names() -> List[str]:
 
 def probe_class(name: str) -> "ProbeClass":
     """The class registered as ``name`` (imported now); ``KeyError`` when there is none."""
+    import importlib
     module, _, attr = PROBES[name].partition(":")
     found: ProbeClass = getattr(importlib.import_module(module), attr)
     return found

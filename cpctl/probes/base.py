@@ -104,6 +104,11 @@ class Waiter:
         """Information on the API's mirror pod when the waits did not look at it ("" when none)."""
         return ""
 
+    def probe(self, name: str) -> Optional["Probe"]:
+        """This waiter's probe called ``name`` (whatever ``--probe`` chose for the waits), for a
+        feature that needs one look of its own; None when the waiter has none."""
+        return None
+
 
 class NoWait(Waiter):
     """Trust the file move: used with ``--no-wait`` and ``--probe none``."""

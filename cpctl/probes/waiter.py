@@ -94,6 +94,9 @@ class VerifyingWaiter(Waiter):
         """True when the API's view of the target's node must not be trusted (see the module doc)."""
         return self.stale_api or target.stale_api
 
+    def probe(self, name: str) -> Optional[Probe]:
+        return next((p for p in self.probes if p.name == name), None)
+
     def add_gate(self, gate: Gate) -> None:
         """Run ``gate`` after the others once a started pod is Ready (the canary of --verify)."""
         self.gates.append(gate)

@@ -244,7 +244,7 @@ class FakeWaiter(Waiter):
         self.pods = pods
 
     def describe(self, target: PodTarget) -> Optional[dict]:
-        return self.pods.get(target.pod_name)
+        return self.pods.get(target.mirror_name)
 
 
 def test_mirror_checks_with_fake_waiter(node: NodeDirs) -> None:

@@ -124,3 +124,141 @@ def test_restart_dry_run_lists_the_park_and_the_restore(tmp_path) -> None:
     assert [(step["action"], os.path.basename(os.path.dirname(step["move"][1]))) for step in plan] == \
         [("stop", "parked"), ("start", "manifests")]
     assert not os.path.exists(node.state)
+
+
+# --- check --fix: the dry run is ``drift.fix`` itself on a dry-run node -----------------------------
+
+def _meta_path(node: NodeDirs, filename: str) -> str:
+    return os.path.join(node.state, "meta", filename + ".json")
+
+
+def _rewrite_meta(node: NodeDirs, filename: str, **fields: str) -> None:
+    """Age a park: its metadata's times set in the past (as if parked long ago)."""
+    path = _meta_path(node, filename)
+    with open(path) as handle:
+        meta = json.load(handle)
+    meta.update(fields)
+    with open(path, "w") as handle:
+        json.dump(meta, handle)
+
+
+def _overdue(node: NodeDirs) -> None:
+    """The controller-manager parked with --for, past its deadline."""
+    node.run("stop", "controller-manager", "--no-wait", "--for", "1h")
+    _rewrite_meta(node, "kube-controller-manager.yaml", until="2000-01-01T00:00:00Z",
+                  parked_at="1999-12-31T00:00:00Z")
+
+
+def _parked_long(node: NodeDirs) -> None:
+    """The scheduler parked without a deadline long ago: over --max-parked, but maybe on purpose."""
+    node.run("stop", "scheduler", "--no-wait")
+    _rewrite_meta(node, "kube-scheduler.yaml", parked_at="2000-01-01T00:00:00Z")
+
+
+def _junk_stray(node: NodeDirs) -> None:
+    """A loadable file that is no pod (the kubelet reports it; nothing runs it)."""
+    with open(os.path.join(node.manifests, "notes.yaml"), "w") as handle:
+        handle.write("just: some notes\n")
+
+
+def _strays(node: NodeDirs) -> None:
+    _junk_stray(node)
+    _bak_copy(node)
+
+
+def _vanished(node: NodeDirs) -> None:
+    """A baseline taken, then the scheduler's manifest removed by hand."""
+    node.run("baseline")
+    os.unlink(os.path.join(node.manifests, "kube-scheduler.yaml"))
+
+
+def _vanished_tampered(node: NodeDirs) -> None:
+    """As ``_vanished``, and the baseline's copy no longer matches its checksum."""
+    _vanished(node)
+    path = os.path.join(node.state, "baseline.json")
+    with open(path) as handle:
+        baseline = json.load(handle)
+    baseline["manifests"]["kube-scheduler.yaml"]["content"] += "# someone was here\n"
+    with open(path, "w") as handle:
+        json.dump(baseline, handle)
+
+
+FIX_CASES: List[Tuple[str, Prepare, List[str]]] = [
+    ("fix-overdue", _overdue, ["check", "--fix"]),
+    ("fix-parked-on-purpose", _parked_long, ["check", "--fix", "--max-parked", "1m"]),
+    ("fix-strays", _strays, ["check", "--fix", "--remove-strays"]),
+    ("fix-strays-allow-restart", _strays, ["check", "--fix", "--remove-strays", "--allow-restart"]),
+    ("fix-restore-missing", _vanished, ["check", "--fix", "--restore-missing"]),
+    ("fix-restore-missing-tampered", _vanished_tampered, ["check", "--fix", "--restore-missing"]),
+    ("fix-all", lambda node: (_overdue(node), _vanished(node), _junk_stray(node)),
+     ["check", "--fix", "--remove-strays", "--restore-missing"]),
+]
+
+
+def _tree(node: NodeDirs) -> Dict[str, List[str]]:
+    """The files a fix may move or write: the manifests dir, the parked ones, the strays kept."""
+    strays = os.path.join(node.state, "strays")
+    kept = [name for stamp in (os.listdir(strays) if os.path.isdir(strays) else [])
+            for name in os.listdir(os.path.join(strays, stamp))]
+    return dict(_listing(node), strays=sorted(kept))
+
+
+def _predicted_tree(node: NodeDirs, before: Dict[str, List[str]], steps: List[dict]) -> Dict[str, List[str]]:
+    """``before`` after the planned moves and writes, in order (a stray's time-stamped folder is
+    only "strays": the dry run and the real run stamp their own)."""
+    where = {key: set(value) for key, value in before.items()}
+
+    def place(path: str) -> str:
+        parent = os.path.dirname(path)
+        if os.path.dirname(parent) == os.path.join(node.state, "strays"):
+            return "strays"
+        return {node.manifests: "manifests", node.parked: "parked"}.get(parent, "")
+
+    for step in steps:
+        if "move" in step:
+            src, dst = step["move"]
+            where.get(place(src), set()).discard(os.path.basename(src))
+            if place(dst):
+                where[place(dst)].add(os.path.basename(dst))
+        elif "write" in step and place(step["write"]):
+            where[place(step["write"])].add(os.path.basename(step["write"]))
+        elif "remove" in step:
+            where.get(place(step["remove"]), set()).discard(os.path.basename(step["remove"]))
+    return {key: sorted(value) for key, value in where.items()}
+
+
+def _actions(proc) -> List[dict]:  # type: ignore[no-untyped-def]
+    return json.loads(proc.stdout)["actions"]
+
+
+@pytest.mark.parametrize("name, prepare, argv", FIX_CASES, ids=[c[0] for c in FIX_CASES])
+def test_fix_dry_run_and_real_run_agree(tmp_path, name: str, prepare: Prepare, argv: List[str]) -> None:
+    node = NodeDirs(str(tmp_path))
+    prepare(node)
+    before_files = snapshot(node.manifests, node.state)
+    before = _tree(node)
+    dry = node.run("-o", "json", *argv, "--dry-run", rc=None)
+    assert snapshot(node.manifests, node.state) == before_files, "the dry run changed files"
+    real = node.run("-o", "json", *argv, rc=None)
+    assert dry.returncode in (0, 1) and real.returncode in (0, 1), (dry.stderr, real.stderr)
+    planned, done = _actions(dry), _actions(real)
+    assert [(a["action"], a["file"], a["ok"]) for a in planned] == \
+        [(a["action"], a["file"], a["ok"]) for a in done], (planned, done)
+    assert planned, "every case has something to fix or to refuse"
+    steps = [step for action in planned for step in action.get("plan", [])]
+    assert all(action.get("plan") for action in planned if action["ok"]), planned
+    assert not any(action.get("plan") for action in planned if not action["ok"]), planned
+    assert _tree(node) == _predicted_tree(node, before, steps), (steps, _tree(node))
+    assert all(a["message"].startswith("would ") for a in planned if a["ok"]), planned
+
+
+def test_fix_dry_run_refuses_a_running_stray_like_the_real_run(tmp_path) -> None:
+    """The case that diverged: without --allow-restart the dry run said it would move the
+    scheduler's .bak copy (which defines the running pod) while the real run refuses to."""
+    node = NodeDirs(str(tmp_path))
+    _bak_copy(node)
+    dry = node.run("-o", "json", "check", "--fix", "--remove-strays", "--dry-run", rc=1)
+    (action,) = _actions(dry)
+    assert action["action"] == "move-stray" and not action["ok"] and "--allow-restart" in action["message"]
+    text = node.run("check", "--fix", "--remove-strays", "--dry-run", rc=1).stdout
+    assert "WOULD-NOT move-stray" in text and "kube-scheduler.yaml.bak" in text

@@ -114,7 +114,7 @@ def test_the_api_probe_is_blind_never_gone(lab, client):
     assert probe.observe(target).present
     for rule in ({"action": "html", "code": 404}, {"action": "body", "code": 404, "json": {"error": "no"}},
                  {"action": "status", "code": 500}, {"action": "body", "json": {"kind": "Pod", "metadata": {
-                     "name": target.pod_name}, "status": {"conditions": "Ready"}}}):
+                     "name": target.mirror_name}, "status": {"conditions": "Ready"}}}):
         lab.inject_faults([dict(rule, path=mirror_path(lab))])
         with pytest.raises(Unavailable):
             probe.observe(target, timeout=1.0)

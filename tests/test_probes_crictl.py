@@ -68,7 +68,7 @@ def test_a_failing_crictl_is_asked_again(lab, tmp_path, behaviour):
     assert before["probe"] is None and calls(counter) == 1
     (lab.manifests_dir() / "kube-scheduler.yaml").rename(tmp_path / "kube-scheduler.yaml")
     result = waiter.wait_stopped(target, before, 15)
-    assert result.verified and result.detail.startswith("pod %s gone (crictl)" % target.pod_name), result.detail
+    assert result.verified and result.detail.startswith("pod %s gone (crictl)" % target.mirror_name), result.detail
     assert calls(counter) >= 4
     before = waiter.before(target)
     (tmp_path / "kube-scheduler.yaml").rename(lab.manifests_dir() / "kube-scheduler.yaml")

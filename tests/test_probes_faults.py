@@ -70,7 +70,7 @@ def test_crictl_verifies_while_the_api_misbehaves(lab, tmp_path, fault):
     result = w.wait_stopped(t, before, 15)
     assert result.verified and "gone (crictl)" in result.detail and result.detail.endswith("api could not look")
     before = w.before(t)
-    assert before["lease"] is not None
+    assert before["gates"]["lease"].lease is not None
     # the Lease answers 503 three times after the restore: the gate polls on, it does not give up
     lab.inject_faults([mirror_rule(lab, **fault),
                        {"path": "/leases/kube-scheduler$", "action": "status", "code": 503, "times": 3}])
@@ -114,12 +114,14 @@ def test_a_blind_moment_does_not_end_a_wait(lab, tmp_path):
     lab.inject_faults([mirror_rule(lab, action="status", code=503, times=20)])
     park(lab, tmp_path)
     result = w.wait_stopped(t, before, 30)
-    assert result.verified and result.detail.startswith("pod %s gone (api)" % t.pod_name), result.detail
+    assert result.verified and result.detail.startswith("pod %s gone (api)" % t.mirror_name), result.detail
     assert lab.faults()[0]["hits"] == 20
 
 
 def test_a_canary_that_cannot_be_created_is_not_verified(lab, tmp_path):
-    w, t = waiter(lab, canary=True), target(lab)
+    from cpctl.ops.canary import CanaryGate
+    w, t = waiter(lab), target(lab)
+    w.add_gate(CanaryGate())
     park(lab, tmp_path)
     wait_for(lambda: mirror(lab, "kube-scheduler") is None, 10, "scheduler gone")
     lab.inject_faults([{"method": "POST", "path": "^/api/v1/namespaces/default/pods$", "action": "status",

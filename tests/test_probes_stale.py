@@ -73,7 +73,7 @@ def test_stale_hint_uses_crictl_then_health(ha_stale, hint):
     assert before["probe"] == "crictl"
     (lab.manifests_dir(2) / "kube-scheduler.yaml").rename(parked / "kube-scheduler.yaml")
     result = w.wait_stopped(target, before, 15)
-    assert result.verified and result.detail.startswith("pod %s gone (crictl)" % target.pod_name), result.detail
+    assert result.verified and result.detail.startswith("pod %s gone (crictl)" % target.mirror_name), result.detail
     assert mirror(lab, "kube-scheduler", 2) is not None   # the API still shows it: it was rightly not asked
     before = w.before(target)
     (parked / "kube-scheduler.yaml").rename(lab.manifests_dir(2) / "kube-scheduler.yaml")

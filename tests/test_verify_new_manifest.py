@@ -63,10 +63,11 @@ def test_the_progress_line_shows_the_limit_the_wait_uses() -> None:
     progress line shows that one, not the command's --timeout."""
     from cpctl.cli.context import Progress
     from cpctl.host.local import LocalHost
-    from cpctl.probes.waiter import VerifyingWaiter, _Clock
+    from cpctl.probes.gates import Clock
+    from cpctl.probes.waiter import VerifyingWaiter
     lines: list = []
     waiter = VerifyingWaiter(LocalHost(), "/nonexistent/kubeconfig", progress=lines.append, poll=0.0)
-    waiter._pause(_Clock(250.0), "pod kube-apiserver-cp1 not Ready (crictl)")
+    waiter._pause(Clock(250.0), "pod kube-apiserver-cp1 not Ready (crictl)")
     assert lines[-1].endswith("s of 250s"), lines
     assert Progress(tty=False, timeout=None).line(lines[-1]) == \
         "waiting: pod kube-apiserver-cp1 not Ready (crictl): 0s of 250s"

@@ -377,8 +377,10 @@ class Node:
                 check_storable(manifest.file)
                 manifests.refuse_link(manifest, "stop")
 
-    def stop(self, wanted: str, reason: Optional[str] = None, until: Optional[float] = None,
+    def stop(self, wanted: str, *, reason: Optional[str] = None, until: Optional[float] = None,
              wait: bool = True, timeout: float = 120.0) -> Outcome:
+        """Park ``wanted``'s manifest (one journaled change), then wait until the kubelet stopped
+        its pod. The keywords come in the same order as ``start``'s (``until``: stop only)."""
         scan, parked = self.scan(), self.parked()
         present, parked_hits = self.resolve(wanted, scan, parked)
         if not present:
@@ -445,7 +447,10 @@ class Node:
         return valid[0]
 
     # --- start ------------------------------------------------------------------------------
-    def start(self, wanted: str, wait: bool = True, timeout: float = 120.0, reason: Optional[str] = None) -> Outcome:
+    def start(self, wanted: str, *, reason: Optional[str] = None, wait: bool = True,
+              timeout: float = 120.0) -> Outcome:
+        """Restore ``wanted``'s parked manifest (one journaled change), then wait for a new Ready
+        pod. The keywords come in the same order as ``stop``'s."""
         scan, parked = self.scan(), self.parked()
         present, parked_hits = self.resolve(wanted, scan, parked)
         if present and not parked_hits:
@@ -522,10 +527,11 @@ class Node:
             if seen is None:
                 message = "manifest already in place (pod not checked: --no-wait)"
             elif seen.get("present") and seen.get("ready"):
-                message = "already running (pod %s %s and Ready)" % (target.pod_name, seen.get("phase") or "Running")
+                message = "already running (pod %s %s and Ready)" % (target.mirror_name, seen.get("phase") or "Running")
             else:
+                seen_as = "absent" if not seen.get("present") else "phase %s" % (seen.get("phase") or "?")
                 message = "manifest already in place, but pod %s is not running and Ready (%s)" % (
-                    target.pod_name, "absent" if not seen.get("present") else "phase %s" % (seen.get("phase") or "?"))
+                    target.mirror_name, seen_as)
             return Outcome(target.component, "start", False, message, file=manifest.file)
         result = self._wait(self.waiter.wait_started, target, None, True, timeout,
                             "its manifest is in %s" % manifest.path)
@@ -588,7 +594,7 @@ class Node:
         except (KeyboardInterrupt, Terminated) as exc:
             signal = interrupted_by(exc)
             raise Interrupted(signal, "interrupted (%s) while waiting for pod %s (the change is recorded, the "
-                                      "kubelet's reaction not verified)" % (signal, target.pod_name),
+                                      "kubelet's reaction not verified)" % (signal, target.mirror_name),
                               where=where) from None
 
 

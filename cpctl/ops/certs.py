@@ -352,7 +352,7 @@ def container_started(node: Node, component: str) -> Tuple[Optional[float], str]
     target = PodTarget(component, "kube-system", node.node_name)
     reasons = []
     for name in ("crictl", "api"):
-        probe = getattr(node.waiter, name, None)
+        probe = node.waiter.probe(name)
         if probe is None:
             continue
         try:

@@ -598,7 +598,7 @@ def _check_mirrors(report: Report, node: Node, scan: DirScan, parked: dict) -> N
         state = node.waiter.describe(target)
         if state is not None and state.get("present"):
             report.add(Finding("mirror_of_parked", WARNING, "%s is parked but mirror pod %s still exists (phase %s)"
-                               % (component, target.pod_name, state.get("phase")), file=filename,
+                               % (component, target.mirror_name, state.get("phase")), file=filename,
                                component=component))
 
 
@@ -622,52 +622,55 @@ def fix(node: Node, report: Report, remove_strays: bool, timeout: float = 60.0, 
 
     A stray that defines a pod the kubelet runs is moved only with ``allow_restart``: moving it
     stops that pod (and, when another file defines the same pod, the kubelet starts it again
-    only at its next full re-list - cpctl then makes it re-read that file at once and waits)."""
+    only at its next full re-list - cpctl then makes it re-read that file at once and waits).
+
+    On a node in dry-run mode (``plan_fix``) this is the same code: every refusal the same, each
+    change recorded in ``node.planned`` instead of applied, no wait, and each action carries the
+    steps it would apply (``plan``) and says what it would do."""
     if report.of_kind("permissions"):
         return [_action("skip", None, None, False, "not fixing anything: the state dir's permissions must be "
                         "repaired by hand first (see the permissions finding)")]
-    actions = []
+    actions: list = []
     with node.session("cpctl check --fix"):
         actions += [_action("recover", None, None, True, m) for m in node.recovered]
         for finding in report.of_kind("overdue_park"):
-            actions.append(_restore(node, finding, timeout))
-        if remove_strays:
-            actions += _move_strays(node, report, allow_restart, timeout)
+            mark = len(node.planned)
+            actions.append(_with_plan(node, mark, _restore(node, finding, timeout)))
+        strays = [f for f in report.of_kind("stray") if f.file] if remove_strays else []
+        if strays:
+            target_dir = "%s/%s/%s" % (node.state.path, STRAYS, stamp(report.time))
+            if not node.dry_run:
+                node.host.makedirs(target_dir, 0o700)
+            for finding in strays:
+                mark = len(node.planned)
+                actions.append(_with_plan(node, mark, _move_stray(node, finding, target_dir, allow_restart, timeout)))
         if restore_missing:
-            actions += [_restore_missing(node, finding, timeout) for finding in report.of_kind("missing")]
+            for finding in report.of_kind("missing"):
+                mark = len(node.planned)
+                actions.append(_with_plan(node, mark, _restore_missing(node, finding, timeout)))
     return actions
 
 
-def plan_fix(node: Node, report: Report, remove_strays: bool, restore_missing: bool = False) -> list:
-    """What ``fix`` would do, without the lock and without touching anything (--dry-run)."""
-    if report.of_kind("permissions"):
-        return [_action("skip", None, None, False, "would fix nothing: the state dir's permissions come first")]
-    actions = [_action("recover", f.file, f.component, True, "would complete or roll back: %s" % f.message)
-               for f in report.of_kind("interrupted")]
-    for finding in report.of_kind("overdue_park"):
-        if finding.extra.get("deadline"):
-            actions.append(_action("start", finding.file, finding.component, True,
-                                   "would restore %s (past its --for deadline)" % finding.component))
-    if remove_strays:
-        actions += [_action(MOVE_STRAY, f.file, f.component, True,
-                            "would move %s/%s to %s/%s/<time>/%s" % (
-                                node.manifests_dir, f.file, node.state.path, STRAYS,
-                                " (it defines a running pod: only with --allow-restart)" if f.extra.get("runs_pod")
-                                else ""))
-                    for f in report.of_kind("stray") if f.file]
-    if restore_missing:
-        baseline = read_baseline(node) or {"manifests": {}}
-        for finding in report.of_kind("missing"):
-            try:
-                data, _ = _missing_bytes(node, baseline, finding.file or "")
-            except CpctlError as exc:
-                actions.append(_action(RESTORE_MISSING, finding.file, finding.component, False,
-                                       "would not restore: %s" % exc.message))
-                continue
-            actions.append(_action(RESTORE_MISSING, finding.file, finding.component, True,
-                                   "would write %s/%s back from the baseline's copy (%d bytes)"
-                                   % (node.manifests_dir, finding.file, len(data))))
-    return actions
+def plan_fix(node: Node, report: Report, remove_strays: bool, timeout: float = 60.0, allow_restart: bool = False,
+             restore_missing: bool = False) -> list:
+    """What ``check --fix`` would do (--dry-run): ``fix`` itself on this node in dry-run mode
+    (no lock, nothing created or changed)."""
+    node.dry_run = True
+    return fix(node, report, remove_strays, timeout, allow_restart, restore_missing)
+
+
+def _with_plan(node: Node, mark: int, action: dict) -> dict:
+    """``action``; in a dry run with the steps of the changes planned since ``node.planned[mark]``."""
+    if node.dry_run:
+        action["plan"] = [_step_dict(step) for change in node.planned[mark:] for step in change.steps]
+    return action
+
+
+def _step_dict(step: journal.Step) -> dict:
+    """One planned step for the output: ``{"move": [src, dst]}``, ``{"write": path}``, ..."""
+    if step.kind == journal.MOVE:
+        return {"move": [step.src, step.path]}
+    return {step.kind: step.path}
 
 
 def _action(action: str, file: Optional[str], component: Optional[str], ok: bool, message: str) -> dict:
@@ -684,19 +687,12 @@ def _restore(node: Node, finding: Finding, timeout: float) -> dict:
                              timeout=timeout, reason="its --for deadline passed")
     except CpctlError as exc:
         return _action("start", finding.file, finding.component, False, "not restored: %s" % exc.full_message)
+    if node.dry_run:
+        return _action("start", finding.file, outcome.component, True,
+                       "would restore %s (past its --for deadline)" % outcome.component)
     wait = outcome.extra.get("wait")
     detail = " - %s" % wait.detail if wait is not None and wait.detail else ""
     return _action("start", finding.file, outcome.component, True, "%s%s" % (outcome.message, detail))
-
-
-def _move_strays(node: Node, report: Report, allow_restart: bool, timeout: float) -> list:
-    """Each stray moves to STATE/strays/<time>/ as its own journaled change (never deleted)."""
-    strays = [f for f in report.of_kind("stray") if f.file]
-    if not strays:
-        return []
-    target_dir = "%s/%s/%s" % (node.state.path, STRAYS, stamp(report.time))
-    node.host.makedirs(target_dir, 0o700)
-    return [_move_stray(node, finding, target_dir, allow_restart, timeout) for finding in strays]
 
 
 def _move_stray(node: Node, finding: Finding, target_dir: str, allow_restart: bool, timeout: float) -> dict:
@@ -716,10 +712,12 @@ def _move_stray(node: Node, finding: Finding, target_dir: str, allow_restart: bo
         digest = manifests.checksum(data)
         target = node.target_for(others[0].pod or {}, filename) if others else \
             node.target_for(stray.pod, filename) if stray.pod else None
-        before = node.waiter.before(target) if target is not None else None
+        before = node.waiter.before(target) if target is not None and not node.dry_run else None
         node.apply(journal.Change(MOVE_STRAY, stray.pod_name or manifests.file_stem(filename), filename, digest,
                                   [journal.move(src, dst, digest)] + [journal.touch(m.path) for m in others],
                                   commit=0, record={"moved_to": dst, "reason": finding.message}))
+        if node.dry_run:
+            return _action(MOVE_STRAY, finding.file, finding.component, True, "would move to %s" % dst)
         waited = _wait_after_stray(node, target, before, bool(others), timeout) if target is not None else ""
     except CpctlError as exc:
         return _action(MOVE_STRAY, finding.file, finding.component, False, "not moved: %s" % exc.full_message)
@@ -784,12 +782,15 @@ def _restore_missing(node: Node, finding: Finding, timeout: float) -> dict:
         data, pod = _missing_bytes(node, read_baseline(node) or {"manifests": {}}, filename)
         digest = manifests.checksum(data)
         target = node.target_for(pod, filename)
-        before = node.waiter.before(target)
+        before = node.waiter.before(target) if not node.dry_run else None
         path = node.manifests_dir + "/" + filename
         node.apply(journal.Change(RESTORE_MISSING, pod["metadata"]["name"], filename, digest,
                                   [journal.write(path, digest, mode=0o600)], commit=0,
                                   record={"reason": "restored from the baseline (%s)" % finding.message},
                                   data={0: data}))
+        if node.dry_run:
+            return _action(RESTORE_MISSING, filename, finding.component, True,
+                           "would write %s back from the baseline's copy (%d bytes)" % (path, len(data)))
         result = node.waiter.wait_started(target, before, timeout)
     except CpctlError as exc:
         return _action(RESTORE_MISSING, filename, finding.component, False, "not restored: %s" % exc.full_message)

@@ -247,7 +247,7 @@ def _effect_text(node: Node, manifest: Manifest, new: bytes, effect: str, would:
     """What the kubelet does with ``new`` in place of ``manifest`` (its own rule: pod_effect)."""
     if effect == manifests.KEEPS:
         return KEEPS_MESSAGE.replace("keeps", would + "keep" if would else "keeps")
-    pod = node.target_for(manifest.pod or {}, manifest.file).pod_name
+    pod = node.target_for(manifest.pod or {}, manifest.file).mirror_name
     if effect == manifests.IN_PLACE:
         return "the kubelet %srestart%s the changed containers of pod %s in place (metadata.uid pinned)" % (
             would, "" if would else "s", pod)
@@ -309,7 +309,7 @@ def _kept_text(done: Mapping[str, object]) -> str:
     return "now revision %s, previous version kept as revision %s" % (done["new_revision"], done["revision"])
 
 
-Before = Optional[Dict[str, object]]      # Waiter.before's snapshot: {"probe", "state", "lease"}
+Before = Optional[Dict[str, object]]      # Waiter.before's snapshot: {"probe", "state", "gates"}
 
 
 @dataclass
@@ -488,11 +488,11 @@ def _verify(node: Node, target: PodTarget, before: Any, options: ApplyOptions,
             continue                       # nothing could look this time: the wait already verified
         if not now.get("present") or not now.get("ready"):
             raise CpctlError("pod %s was Ready, then %s within %.0fs (%s)" % (
-                target.pod_name, "gone" if not now.get("present") else "not Ready", options.settle,
+                target.mirror_name, "gone" if not now.get("present") else "not Ready", options.settle,
                 now.get("source") or "seen"), ExitCode.TIMEOUT)
         if _replaced(seen, now):
             raise CpctlError("pod %s was replaced again within %.0fs (%s)" % (
-                target.pod_name, options.settle, now.get("source")), ExitCode.TIMEOUT)
+                target.mirror_name, options.settle, now.get("source")), ExitCode.TIMEOUT)
         seen = seen or now
     return WaitResult(True, "%s, stable for %.0fs%s" % (result.detail, options.settle, node.waiter.mirror_note(target)),
                       result.elapsed, result.state)

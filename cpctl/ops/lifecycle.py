@@ -13,6 +13,8 @@ from cpctl.core import journal, manifests
 from cpctl.core.node import Node, Outcome
 from cpctl.errors import CpctlError, ExitCode, Terminated, interrupted_by
 
+PLAN_TIMEOUT = 120.0    # the timeout a dry run passes on: nothing waits in one, so it decides nothing
+
 
 def order_components(names: list, reverse: bool = False) -> list:
     """Control-plane order (etcd, apiserver, controller-manager, scheduler) for starts,
@@ -123,19 +125,19 @@ def _why(exc: BaseException) -> str:
     return getattr(exc, "message", None) or str(exc) or type(exc).__name__
 
 
-def plan(node: Node, verb: str, components: list, reason: Optional[str] = None, until: Optional[float] = None,
-         timeout: float = 120.0) -> dict:
+def plan(node: Node, verb: str, components: list) -> dict:
     """What stop/start/restart would do: the real run itself, on a node in dry-run mode (every
     check and refusal the same; its journal ``Change``s recorded instead of applied), printed as
-    the moves in order and the manifests dir's listing before and after."""
+    the moves in order and the manifests dir's listing before and after. A reason, a ``--for``
+    deadline and a timeout change no decision (a dry run does not wait), so none is taken."""
     before = sorted(m.file for m in node.scan().manifests)
     node.dry_run = True
     if verb == "stop":
-        outcomes = stop(node, components, reason, until, False, timeout)
+        outcomes = stop(node, components, None, None, False, PLAN_TIMEOUT)
     elif verb == "start":
-        outcomes = start(node, components, False, timeout)
+        outcomes = start(node, components, False, PLAN_TIMEOUT)
     else:
-        outcomes = restart(node, components, reason, timeout)
+        outcomes = restart(node, components, None, PLAN_TIMEOUT)
     steps = []
     for outcome in outcomes:
         if not outcome.changed:

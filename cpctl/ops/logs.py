@@ -52,20 +52,20 @@ def component_logs(node: Node, request: LogRequest, say: Callable[[str], None]) 
     (``say`` gets that one line, for stderr)."""
     target = running_target(node, request.component)
     container = pick_container(target, request.container)
-    data: Dict[str, Any] = {"node": node.node_name, "component": target.component, "pod": target.pod_name,
+    data: Dict[str, Any] = {"node": node.node_name, "component": target.component, "pod": target.mirror_name,
                             "container": container, "previous": request.previous}
     try:
         found = Diagnosis(node.host, node.crictl).log_lines(target, container, request.tail, request.previous)
     except NoLogs as exc:
-        raise CpctlError("no logs of %s on %s: %s" % (target.pod_name, node.node_name, exc),
+        raise CpctlError("no logs of %s on %s: %s" % (target.mirror_name, node.node_name, exc),
                          ExitCode.NOT_FOUND) from None
     except LogsUnavailable as exc:
         lines = api_log_lines(node, target, container, request, str(exc))
         say("%s: %s of container %s from the API server (crictl could not answer: %s)"
-            % (target.pod_name, _count(lines), container, exc))
+            % (target.mirror_name, _count(lines), container, exc))
         return dict(data, source="api", lines=lines)
     which = "previous attempt %d" if request.previous else "attempt %d"
-    say("%s: %s of container %s (%s) from crictl" % (target.pod_name, _count(found.lines), container,
+    say("%s: %s of container %s (%s) from crictl" % (target.mirror_name, _count(found.lines), container,
                                                       which % found.attempt))
     return dict(data, source="crictl", lines=found.lines)
 
@@ -97,19 +97,19 @@ def pick_container(target: PodTarget, wanted: Optional[str]) -> str:
     if wanted:
         if wanted not in names + init_names:
             raise CpctlError("pod %s has no container %r (its containers: %s)"
-                             % (target.pod_name, wanted, ", ".join(names + init_names) or "none"), ExitCode.USAGE)
+                             % (target.mirror_name, wanted, ", ".join(names + init_names) or "none"), ExitCode.USAGE)
         return wanted
     if len(names) == 1:
         return names[0]
     raise CpctlError("pod %s has %d containers (%s): choose one with --container"
-                     % (target.pod_name, len(names), ", ".join(names) or "none"), ExitCode.USAGE)
+                     % (target.mirror_name, len(names), ", ".join(names) or "none"), ExitCode.USAGE)
 
 
 def api_log_lines(node: Node, target: PodTarget, container: str, request: LogRequest, crictl_failure: str) -> List[str]:
     """The lines through the API server's ``pods/NAME/log``; when that fails too, one error that
     says why neither could answer, with the API step's exit code (7, 9 or 3)."""
     from cpctl.probes.kubeapi import KubeClient, load_kubeconfig
-    path = "/api/v1/namespaces/%s/pods/%s/log" % (quote(target.namespace, safe=""), quote(target.pod_name, safe=""))
+    path = "/api/v1/namespaces/%s/pods/%s/log" % (quote(target.namespace, safe=""), quote(target.mirror_name, safe=""))
     query = {"container": container, "tailLines": request.tail or None,
              "previous": "true" if request.previous else None}
     try:
@@ -118,7 +118,7 @@ def api_log_lines(node: Node, target: PodTarget, container: str, request: LogReq
     except CpctlError as exc:
         code = ExitCode.NOT_FOUND if request.previous and _no_previous(exc) else exc.code
         raise CpctlError("no logs of %s on %s: crictl could not answer (%s), nor the API server (%s)"
-                         % (target.pod_name, node.node_name, crictl_failure, exc.message), code,
+                         % (target.mirror_name, node.node_name, crictl_failure, exc.message), code,
                          hint=exc.hint) from None
     lines = text.split("\n")
     if lines and lines[-1] == "":

@@ -351,7 +351,7 @@ class Watch:
             return None  # the API may be down right now (it may be the pod being replaced)
 
     def _report_follow(self, verdict: str, target: PodTarget, ok: bool, elapsed: float, timeout: float) -> None:
-        mirror = "mirror pod %s" % target.pod_name
+        mirror = "mirror pod %s" % target.mirror_name
         if ok:
             what = {STOP: "gone", LOAD: "appeared and Ready", RELOAD: "recreated and Ready"}[verdict]
             detail = "%s %s after %.1fs" % (mirror, what, elapsed)
@@ -360,7 +360,7 @@ class Watch:
                     RELOAD: "was not recreated (Ready) within"}[verdict]
             detail = "%s %s %ds" % (mirror, what, round(timeout))
         record = {"event": "mirror", "file": target.file, "verdict": FOLLOWED if ok else NOT_FOLLOWED,
-                  "pod": target.pod_name, "detail": detail, "elapsed_seconds": round(elapsed, 3)}
+                  "pod": target.mirror_name, "detail": detail, "elapsed_seconds": round(elapsed, 3)}
         self.events.put(("follow", record))
 
 

@@ -1,27 +1,67 @@
-"""A ``Node`` with the features that follow its changes attached: the one place they are wired.
+"""The one way a ``Node`` is opened: from the settings, with its waiter and the features that
+follow its changes attached.
 
 The core calls its change listeners after every recorded change and knows nothing about who they
-are; here the drift baseline subscribes, so that a stop or start cpctl made is not drift.
+are; here the drift baseline subscribes, so that a stop or start cpctl made is not drift. The
+waiter is the one ``--probe`` names (``cpctl.probes.registry``), with the canary gate
+(``ops/canary.py``) added when the run asks for it.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
+from cpctl.core import identity
 from cpctl.core.journal import Change
 from cpctl.core.node import Node
 from cpctl.core.settings import Settings
-from cpctl.core.settings import open_node as open_core_node
+from cpctl.errors import CpctlError, ExitCode
 from cpctl.host.base import Host
+from cpctl.probes import registry
+from cpctl.probes.base import NoWait, Waiter
 
 
 def open_node(settings: Settings, host: Host, probe: Optional[str] = None,
               log: Optional[Callable[[str], None]] = None,
               progress: Optional[Callable[[str], None]] = None) -> Node:
-    """The node on ``host`` as every command uses it: waiter configured, listeners attached."""
-    node = open_core_node(settings, host, probe=probe, log=log, progress=progress)
+    """The node on ``host`` as every command uses it: waiter configured (``probe`` overrides
+    ``settings.probe``), listeners attached. The node name and the manifests dir follow the
+    kubelet's own configuration unless given."""
+    if settings.manifests_dir and settings.node_name:       # nothing waits for the kubelet's files
+        node = Node(host, settings.manifests_dir, settings.state_dir, settings.node_name,
+                    lock_timeout=settings.lock_timeout, log=log, kubeconfig=settings.kubeconfig)
+        node.defer_identity(lambda: identity.discover(host, settings.node_name, settings.manifests_dir,
+                                                      settings.kubelet_dir),
+                            identity.identity_reads(settings.kubelet_dir))
+    else:
+        with host.prefetched(identity.identity_reads(settings.kubelet_dir)):
+            found = identity.discover(host, settings.node_name, settings.manifests_dir, settings.kubelet_dir)
+        node = Node(host, found.manifests_dir.value, settings.state_dir, found.node_name.value,
+                    lock_timeout=settings.lock_timeout, log=log, kubeconfig=settings.kubeconfig, identity=found)
+    node.crictl = settings.crictl
+    node.node_root = settings.node_root
+    node.waiter = make_waiter(probe or settings.probe, host=host, kubeconfig=settings.kubeconfig,
+                              crictl=settings.crictl, progress=progress)
+    if settings.canary:
+        from cpctl.ops.canary import CanaryGate
+        from cpctl.probes.waiter import VerifyingWaiter
+        if isinstance(node.waiter, VerifyingWaiter):     # --probe none verifies nothing, no gate either
+            node.waiter.add_gate(CanaryGate())
     node.listeners.append(baseline_listener(node))
     return node
+
+
+def make_waiter(kind: str, **options: Any) -> Waiter:
+    """The waiter for ``--probe kind``: ``none`` trusts the file move (``NoWait``); ``auto`` and
+    each registered probe's name poll the registry's probes (``VerifyingWaiter``, imported only
+    then); anything else is a usage error."""
+    if kind == "none":
+        return NoWait()
+    if kind != "auto" and kind not in registry.PROBES:
+        choices = ("auto",) + tuple(registry.PROBES) + ("none",)
+        raise CpctlError("unknown probe %r (one of %s)" % (kind, ", ".join(choices)), ExitCode.USAGE)
+    from cpctl.probes.waiter import VerifyingWaiter
+    return VerifyingWaiter(mode=kind, **options)
 
 
 def baseline_listener(node: Node) -> Callable[[Change, bool], None]:

@@ -9,43 +9,42 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
-from cpctl.errors import CpctlError, ExitCode
 from cpctl.host.base import Host
-from cpctl.probes.base import PodState, PodTarget, ProbeMissing, Unavailable
-from cpctl.probes.kubeapi import ApiFailure, KubeClient, load_kubeconfig
+from cpctl.probes.base import API_TIMEOUT, PodState, PodTarget, ProbeOptions, Unavailable
+from cpctl.probes.kubeapi import ApiFailure, KubeClient
 from cpctl.probes.shape import ShapeError, get_object, get_objects, get_str
 from cpctl.timeutil import parse_rfc3339
 
-DEFAULT_TIMEOUT = 3.0   # at most this long per request, however long the wait has left
+DEFAULT_TIMEOUT = API_TIMEOUT   # at most this long per request, however long the wait has left
 MIN_CALL = 0.2          # the least time one request gets, even at the very end of a wait
 
 
 class ApiProbe:
+    """The mirror pod in the API server (``via_api``; its uid identifies an instance)."""
+
     name = "api"
     max_call = DEFAULT_TIMEOUT
+    via_api = True
+    identifies = True
 
-    def __init__(self, host: Host, kubeconfig: str) -> None:
+    def __init__(self, host: Host, kubeconfig: str, options: Optional[ProbeOptions] = None) -> None:
         self.host = host
-        self.kubeconfig = kubeconfig
-        self._client: Optional[KubeClient] = None
+        self.options = options or ProbeOptions(host, kubeconfig)
+
+    @classmethod
+    def from_options(cls, options: ProbeOptions) -> "ApiProbe":
+        """The probe sharing the run's API client."""
+        return cls(options.host, options.kubeconfig, options)
 
     @property
     def client(self) -> KubeClient:
         """The API client; ``ProbeMissing`` when the kubeconfig is unusable (it stays so this run)."""
-        if self._client is None:
-            try:
-                self._client = KubeClient(self.host, load_kubeconfig(self.host, self.kubeconfig),
-                                          timeout=DEFAULT_TIMEOUT)
-            except CpctlError as exc:
-                if exc.code != ExitCode.ENVIRONMENT:   # e.g. the connection to the master is lost
-                    raise
-                raise ProbeMissing(exc.message) from None
-        return self._client
+        return self.options.client()
 
     def observe(self, target: PodTarget, timeout: Optional[float] = None) -> PodState:
         budget = DEFAULT_TIMEOUT if timeout is None else max(MIN_CALL, min(DEFAULT_TIMEOUT, timeout))
         try:
-            pod = self.client.get_pod(target.namespace, target.pod_name, timeout=budget)
+            pod = self.client.get_pod(target.namespace, target.mirror_name, timeout=budget)
         except ApiFailure as exc:
             raise Unavailable(exc.message) from None
         if pod is None:
@@ -53,7 +52,7 @@ class ApiProbe:
         try:
             return pod_state(pod, self.name)
         except ShapeError as exc:
-            raise Unavailable("API answered a malformed pod %s: %s" % (target.pod_name, exc)) from None
+            raise Unavailable("API answered a malformed pod %s: %s" % (target.mirror_name, exc)) from None
 
 
 def pod_state(pod: Dict[str, Any], source: str) -> PodState:

@@ -5,16 +5,22 @@ crictl, the component's health endpoint) and returns a ``PodState``, or raises `
 when it cannot look right now (``ProbeMissing`` when it cannot look at all in this run). The
 core calls a ``Waiter`` after every change: ``NoWait`` trusts the file move alone (``--no-wait`` /
 ``--probe none``); ``cpctl.probes.waiter.VerifyingWaiter`` polls the probes.
-``cpctl.probes.registry`` builds them by name, so the core never imports them.
+``cpctl.probes.registry`` builds them by name, so the core never imports them: a probe is made
+from ``ProbeOptions`` (``Class.from_options``) and declares what it can see (``via_api``,
+``identifies``), which is all a waiter needs to choose it.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Optional, Protocol, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Protocol, Tuple
 
 from cpctl.timeutil import iso
+
+if TYPE_CHECKING:
+    from cpctl.host.base import Host
+    from cpctl.probes.kubeapi import KubeClient
 
 
 @dataclass
@@ -36,8 +42,10 @@ class PodTarget:
     stale_api: bool = False
 
     @property
-    def pod_name(self) -> str:
-        """``<metadata.name>-<lowercase node name>``: the kubelet's static pod name."""
+    def mirror_name(self) -> str:
+        """``<metadata.name>-<lowercase node name>``: the name of the mirror pod (and of the
+        runtime's sandbox) the kubelet makes for this static pod. ``component`` is the
+        ``metadata.name`` itself (what ``Manifest.pod_name`` holds)."""
         return "%s-%s" % (self.component, self.node.lower())
 
 
@@ -96,6 +104,11 @@ class Waiter:
         """Information on the API's mirror pod when the waits did not look at it ("" when none)."""
         return ""
 
+    def probe(self, name: str) -> Optional["Probe"]:
+        """This waiter's probe called ``name`` (whatever ``--probe`` chose for the waits), for a
+        feature that needs one look of its own; None when the waiter has none."""
+        return None
+
 
 class NoWait(Waiter):
     """Trust the file move: used with ``--no-wait`` and ``--probe none``."""
@@ -152,12 +165,56 @@ class PodState:
                 "restarts": self.restarts}
 
 
+API_TIMEOUT = 3.0   # seconds one API request takes at most, however long the wait has left
+
+
+class ProbeOptions:
+    """What every probe is made from: the node's ``Host``, the kubeconfig and the crictl binary on
+    it. It keeps the one API client of a run (made on first use) that the ``api`` probe and the
+    gates share."""
+
+    def __init__(self, host: "Host", kubeconfig: str, crictl: str = "crictl") -> None:
+        self.host = host
+        self.kubeconfig = kubeconfig
+        self.crictl = crictl
+        self._client: Optional["KubeClient"] = None
+
+    def client(self) -> "KubeClient":
+        """The API client; ``ProbeMissing`` when the kubeconfig is unusable (it stays so this run)."""
+        if self._client is None:
+            from cpctl.errors import CpctlError, ExitCode
+            from cpctl.probes.kubeapi import KubeClient, load_kubeconfig
+            try:
+                self._client = KubeClient(self.host, load_kubeconfig(self.host, self.kubeconfig),
+                                          timeout=API_TIMEOUT)
+            except CpctlError as exc:
+                if exc.code != ExitCode.ENVIRONMENT:   # e.g. the connection to the master is lost
+                    raise
+                raise ProbeMissing(exc.message) from None
+        return self._client
+
+
 class Probe(Protocol):
-    """One way of looking at a static pod; ``name`` is its ``--probe`` name."""
+    """One way of looking at a static pod; ``name`` is its ``--probe`` name.
+
+    ``via_api``: it looks through the API server, so it is not asked about a node whose API view
+    is stale, nor (in ``auto`` mode) about the pods that carry the API (the API server, etcd).
+    ``identifies``: what it sees tells one instance of a pod from the next (a uid, container IDs);
+    ``status`` describes pods only through such probes (unless the API view is stale).
+    """
 
     name: str
     max_call: float     # seconds one observation takes at most, whatever ``timeout`` allows
+    via_api: bool
+    identifies: bool
 
     def observe(self, target: PodTarget, timeout: Optional[float] = None) -> PodState:
         """The pod as this probe sees it now, within ``timeout`` seconds (None: the probe's own
         default); ``Unavailable`` when it cannot look, ``ProbeMissing`` when it never can."""
+
+
+class ProbeClass(Protocol):
+    """A probe's class as the registry holds it: made from the run's ``ProbeOptions``."""
+
+    def from_options(self, options: ProbeOptions) -> Probe:
+        """A probe looking at the pods of ``options.host``."""

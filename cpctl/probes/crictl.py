@@ -15,7 +15,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from cpctl.host.base import Host
-from cpctl.probes.base import PodState, PodTarget, ProbeMissing, Unavailable
+from cpctl.probes.base import PodState, PodTarget, ProbeMissing, ProbeOptions, Unavailable
 from cpctl.probes.shape import ShapeError, get_object, get_objects, get_str
 
 DEFAULT_TIMEOUT = 10.0
@@ -54,12 +54,21 @@ def _restarts(containers: List[Dict[str, object]]) -> Optional[int]:
 
 
 class CrictlProbe:
+    """The runtime's sandbox and containers (sees the pod without the API; container IDs identify it)."""
+
     name = "crictl"
     max_call = DEFAULT_TIMEOUT
+    via_api = False
+    identifies = True
 
     def __init__(self, host: Host, crictl: str) -> None:
         self.host = host
         self.crictl = crictl
+
+    @classmethod
+    def from_options(cls, options: ProbeOptions) -> "CrictlProbe":
+        """The probe running ``options.crictl`` on ``options.host``."""
+        return cls(options.host, options.crictl)
 
     def _json(self, args: tuple, deadline: float) -> Dict[str, Any]:
         """``crictl ARGS -o json`` as an object, within ``deadline`` (time.monotonic())."""
@@ -95,7 +104,7 @@ class CrictlProbe:
 
     def _observe(self, target: PodTarget, deadline: float) -> PodState:
         # --name/--namespace are regexes: anchor them, or kube-apiserver would match more.
-        listing = self._json(("pods", "--name", "^%s$" % re.escape(target.pod_name),
+        listing = self._json(("pods", "--name", "^%s$" % re.escape(target.mirror_name),
                               "--namespace", "^%s$" % re.escape(target.namespace)), deadline)
         if "items" not in listing:
             raise Unavailable("crictl pods printed no items list")

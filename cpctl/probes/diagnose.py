@@ -200,7 +200,7 @@ class Diagnosis:
     def sandboxes(self, target: PodTarget) -> Optional[Set[str]]:
         """The ids of every sandbox the runtime has for the pod now; None when crictl cannot say."""
         try:
-            listing = self._json(["pods", "--name", "^%s$" % re.escape(target.pod_name),
+            listing = self._json(["pods", "--name", "^%s$" % re.escape(target.mirror_name),
                                   "--namespace", "^%s$" % re.escape(target.namespace)])
             return {get_str(s, "id", "pods") for s in get_list(listing, "items", "pods") if isinstance(s, dict)}
         except (_Failed, ShapeError):
@@ -229,7 +229,7 @@ class Diagnosis:
         return None
 
     def _newest_sandbox(self, target: PodTarget) -> str:
-        listing = self._json(["pods", "--name", "^%s$" % re.escape(target.pod_name),
+        listing = self._json(["pods", "--name", "^%s$" % re.escape(target.mirror_name),
                               "--namespace", "^%s$" % re.escape(target.namespace)])
         items = [s for s in get_list(listing, "items", "pods") if isinstance(s, dict)]
         if not items:
@@ -270,7 +270,7 @@ class Diagnosis:
             container_id, state = get_str(newest, "id", "ps"), get_str(newest, "state", "ps")
             if previous and attempt == 0:
                 raise NoLogs('previous terminated container "%s" in pod "%s" not found (the container has not '
-                             "restarted)" % (container, target.pod_name))
+                             "restarted)" % (container, target.mirror_name))
             args = ["logs", "--timestamps"] + (["--tail", str(tail)] if tail > 0 else [])
             out, err = self._run(args + (["--previous"] if previous else []) + [container_id], timeout=LOGS_TIMEOUT,
                                  limit=LOG_BYTES)
@@ -286,12 +286,12 @@ class Diagnosis:
         """``crictl ps -a`` entry of the newest attempt of ``container`` in the pod's newest sandbox."""
         sandbox = self._newest_sandbox(target)
         if not sandbox:
-            raise NoLogs("the runtime has no sandbox for pod %s (the kubelet has not started it)" % target.pod_name)
+            raise NoLogs("the runtime has no sandbox for pod %s (the kubelet has not started it)" % target.mirror_name)
         found = self._json(["ps", "-a", "--pod", sandbox])
         items = [item for item in get_list(found, "containers", "ps") if isinstance(item, dict)
                  and get_str(get_object(item, "metadata", "ps"), "name", "ps") == container]
         if not items:
-            raise NoLogs("container %s of pod %s has not been created yet" % (container, target.pod_name))
+            raise NoLogs("container %s of pod %s has not been created yet" % (container, target.mirror_name))
         return max(items, key=lambda c: _nanos(c.get("createdAt")))
 
     def explain(self, target: PodTarget, tail: int = 5) -> List[str]:
@@ -302,7 +302,7 @@ class Diagnosis:
         except _Failed as exc:
             return ["crictl could not tell (%s)" % exc]
         if not found:
-            return ["the runtime has no sandbox for pod %s (checked in %.1fs)" % (target.pod_name,
+            return ["the runtime has no sandbox for pod %s (checked in %.1fs)" % (target.mirror_name,
                                                                              time.monotonic() - started)]
         return [a.summary() for a in found]
 
@@ -321,7 +321,7 @@ def why_not_running(host: Host, crictl: str, kubeconfig: str, target: PodTarget,
     from cpctl.probes.kubeapi import KubeClient, load_kubeconfig
     try:
         client = KubeClient(host, load_kubeconfig(host, kubeconfig), timeout=3.0)
-        return from_mirror(client.get_pod(target.namespace, target.pod_name)) or found
+        return from_mirror(client.get_pod(target.namespace, target.mirror_name)) or found
     except (CpctlError, OSError):
         return found
 

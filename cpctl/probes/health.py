@@ -12,7 +12,7 @@ from typing import Any, Dict, Optional
 
 from cpctl import catalogue
 from cpctl.host.base import Host
-from cpctl.probes.base import PodState, PodTarget, ProbeMissing, Unavailable
+from cpctl.probes.base import PodState, PodTarget, ProbeMissing, ProbeOptions, Unavailable
 from cpctl.probes.kubeapi import node_http
 
 DEFAULT_TIMEOUT = 2.0
@@ -21,11 +21,20 @@ HEALTH_LIMIT = 1 << 20  # a health answer is a few bytes ("ok"); /readyz?verbose
 
 
 class HealthProbe:
+    """The component's own endpoint (without the API; it cannot tell one instance from the next)."""
+
     name = "health"
     max_call = DEFAULT_TIMEOUT
+    via_api = False
+    identifies = False
 
     def __init__(self, host: Host) -> None:
         self.host = host
+
+    @classmethod
+    def from_options(cls, options: ProbeOptions) -> "HealthProbe":
+        """The probe asking endpoints from ``options.host``."""
+        return cls(options.host)
 
     def observe(self, target: PodTarget, timeout: Optional[float] = None) -> PodState:
         url = health_url(target)

@@ -120,7 +120,7 @@ def _run_check(node: Any, fix: bool, remove_strays: bool, max_seconds: Optional[
     report = drift.check(node, max_seconds, kubeadm=kubeadm, cert_warn=cert_warn)
     result: Dict[str, Any] = {"report": report, "final": report, "actions": None, "dry_run": dry_run}
     if fix and dry_run:
-        result["actions"] = drift.plan_fix(node, report, remove_strays, restore_missing)
+        result["actions"] = drift.plan_fix(node, report, remove_strays, timeout, allow_restart, restore_missing)
     elif fix:
         result["actions"] = drift.fix(node, report, remove_strays, timeout, allow_restart, restore_missing)
         result["final"] = drift.check(node, max_seconds, kubeadm=kubeadm, cert_warn=cert_warn)
@@ -188,7 +188,7 @@ def check_text(data: dict) -> str:
     actions = data.get("actions")
     fixed = actions is not None and not data.get("dry_run")
     for a in actions or []:
-        label = "WOULD" if data.get("dry_run") else ("FIXED" if a["ok"] else "NOT-FIXED")
+        label = ("WOULD" if a["ok"] else "WOULD-NOT") if data.get("dry_run") else ("FIXED" if a["ok"] else "NOT-FIXED")
         lines.append("%-8s %-16s %s%s" % (label, a["action"], a["file"] + ": " if a["file"] else "", a["message"]))
     final = data["remaining"] if fixed else data["findings"]
     if fixed:

@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from cpctl.core.manifests import require_directory
 from cpctl.errors import CpctlError, ExitCode
-from cpctl.host.base import Host, LockBusy
+from cpctl.host.base import Host, LockBusy, Stat
 from cpctl.redaction import redact
 from cpctl.timeutil import iso, parse_iso, stamp
 
@@ -110,7 +110,7 @@ class StateDir:
             self._check_dir(sub, sub_info)
         return True
 
-    def _check_dir(self, path: str, info: Optional[dict]) -> None:
+    def _check_dir(self, path: str, info: Optional[Stat]) -> None:
         require_directory(info, "state dir", path, missing="vanished")
         assert info is not None
         if info["mode"] & 0o077:

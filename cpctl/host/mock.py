@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from cpctl.host import ops as hostops
+from cpctl.host.base import HostInfo
 from cpctl.host.local import LocalHost
 
 # What a fault can be: an errno name (raised as OSError by the call), "lock-busy" (the node lock is
@@ -112,9 +113,9 @@ class MockHost(LocalHost):
         number = getattr(errno, fault.error)
         raise OSError(number, os.strerror(number), args.get("path") or args.get("dst") or args.get("src"))
 
-    def info(self) -> Dict[str, Any]:
-        real = dict(super().info())
-        real.update(hostname=self._hostname, user=self._user, sudo_user=None)
+    def info(self) -> HostInfo:
+        real = super().info().copy()
+        real["hostname"], real["user"], real["sudo_user"] = self._hostname, self._user, None
         return real
 
     def last(self, op: str) -> Optional[Dict[str, Any]]:

@@ -564,7 +564,7 @@ def remove_change(node: Node, name: str, plan: dict, dest: str) -> journal.Chang
     steps = []
     for src in plan["files"]:
         info = node.host.lstat(src)
-        digest = manifests.checksum(node.host.read_file(src, (info or {}).get("size", 0) + 1))
+        digest = manifests.checksum(node.host.read_file(src, (info["size"] if info else 0) + 1))
         steps.append(journal.move(src, dest + "/" + os.path.basename(src), digest))
     filename = os.path.basename(plan["manifest"]) if plan["manifest"] else name + ".yaml"
     return journal.Change("scheduler-remove", name, filename, steps[0].checksum if plan["manifest"] else None,

@@ -24,11 +24,11 @@ import binascii
 import errno
 import json
 import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 from urllib.parse import quote, urlencode, urlsplit
 
 from cpctl.errors import CpctlError, ExitCode
-from cpctl.host.base import Host
+from cpctl.host.base import Host, HttpReply
 from cpctl.probes.shape import ShapeError, get_bool, get_list, get_object, get_objects, get_str, kind_of
 
 OBJECT_LIMIT = 4 << 20      # one object: etcd keeps at most ~1.5 MiB per object
@@ -335,13 +335,14 @@ def _auth_headers(host: Host, user: Dict[str, Any], base: str, path: str) -> Tup
 
 
 # --- requests ----------------------------------------------------------------------------------------
-def node_http(host: Host, method: str, url: str, timeout: float, limit: int, headers: Optional[dict] = None,
-              body: Optional[bytes] = None, tls: Optional[dict] = None) -> dict:
+def node_http(host: Host, method: str, url: str, timeout: float, limit: int,
+              headers: Optional[Mapping[str, str]] = None, body: Optional[bytes] = None,
+              tls: Optional[Mapping[str, object]] = None) -> HttpReply:
     """``Host.http`` with a body limit: an answer over ``limit`` bytes is an OSError (EFBIG)."""
     return host.http(method, url, headers=headers, body=body, timeout=timeout, tls=tls, limit=limit)
 
 
-def _content_type(resp: dict) -> str:
+def _content_type(resp: HttpReply) -> str:
     """The answer's media type (no parameters), printable and short."""
     headers = resp.get("headers") or {}
     value = next((v for k, v in headers.items() if str(k).lower() == "content-type"), "")
@@ -431,7 +432,7 @@ class KubeClient:
             raise ApiBadAnswer("%s: answered %d with %s, not text/plain" % (where, status, ctype))
         return self.access.redact(bytes(resp["body"]).decode("utf-8", "replace"))
 
-    def _decode(self, method: str, path: str, resp: dict) -> Dict[str, Any]:
+    def _decode(self, method: str, path: str, resp: HttpReply) -> Dict[str, Any]:
         where = "API %s %s" % (method, path)
         status, ctype = int(resp["status"]), _content_type(resp)
         payload, problem = _parse_json(resp["body"], ctype)

@@ -90,6 +90,19 @@ class HostInfo(TypedDict):
     python: str
 
 
+class TlsOptions(TypedDict, total=False):
+    """How ``http`` verifies and authenticates (a kubeconfig's cluster and user, or ``insecure``
+    for a node-local health endpoint): inline PEM data or files on the node."""
+
+    insecure: bool
+    ca_data: bytes
+    ca_file: str
+    cert_data: bytes
+    key_data: bytes
+    cert_file: str
+    key_file: str
+
+
 #: A read-only call the agent may answer ahead (``Host.prefetched``): (op, its arguments).
 Call = Tuple[str, Mapping[str, object]]
 
@@ -191,7 +204,7 @@ class Host:
 
     def http(self, method: str, url: str, headers: Optional[Mapping[str, str]] = None,
              body: Optional[bytes] = None, timeout: float = 5.0,
-             tls: Optional[Mapping[str, object]] = None, limit: Optional[int] = None) -> HttpReply:
+             tls: Optional[TlsOptions] = None, limit: Optional[int] = None) -> HttpReply:
         """An HTTP request made from the node itself (health endpoints bind to 127.0.0.1), within
         ``timeout`` seconds in total; an answer over ``limit`` bytes is an OSError (EFBIG)."""
         args: Dict[str, object] = {"method": method, "url": url, "headers": headers, "body": body, "timeout": timeout,

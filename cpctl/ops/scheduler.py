@@ -486,7 +486,8 @@ def _last_config(node: Node, name: str) -> Optional[str]:
     """The config file the last ``scheduler-add`` of NAME wrote (for a remove whose manifest is gone)."""
     for record in reversed(node.state.read_history()):
         if record.get("component") == name and record.get("action") in ("scheduler-add", "scheduler-remove"):
-            return record.get("config") if record["action"] == "scheduler-add" else None
+            config = record.get("config")
+            return config if isinstance(config, str) and record["action"] == "scheduler-add" else None
     return None
 
 

@@ -146,10 +146,10 @@ def test_module_map_lists_every_module() -> None:
     assert sorted(listed - actual - {"cpctl/cli/commands/*.py"}) == [], "the map names modules that do not exist"
 
 
-#: The most annotations of the product that may say ``Any`` (or a name standing for it) or a bare
-#: ``dict``/``list``/``tuple``/``set``. The number may only go down: lower it when a change types
+#: The most annotations of the product that may say ``Any`` (or a name standing for it) or hold a
+#: bare ``dict``/``list``/``tuple``/``set``. The number may only go down: lower it when a change types
 #: more precisely.
-LOOSE_ANNOTATIONS_CEILING = 504
+LOOSE_ANNOTATIONS_CEILING = 538
 
 BARE_CONTAINERS = {"dict", "list", "tuple", "set", "Dict", "List", "Tuple", "Set"}
 
@@ -240,8 +240,17 @@ def any_aliases(trees: Dict[str, ast.AST]) -> Dict[str, Set[str]]:
 
 
 def is_loose(annotation: ast.expr, aliases: Set[str]) -> bool:
-    """An annotation that says ``Any`` (or an alias of it) anywhere inside, or is a bare container."""
-    return says_any(annotation, aliases) or (isinstance(annotation, ast.Name) and annotation.id in BARE_CONTAINERS)
+    """An annotation that says ``Any`` (or an alias of it) anywhere inside, or holds a bare
+    container anywhere (``dict``, ``Optional[dict]``, ``Tuple[list, str]``: unparameterised, it is
+    a container of ``Any``)."""
+    return says_any(annotation, aliases) or has_bare_container(annotation)
+
+
+def has_bare_container(annotation: ast.expr) -> bool:
+    """Is one of BARE_CONTAINERS used without ``[...]`` somewhere in ``annotation``?"""
+    subscripted = {id(node.value) for node in ast.walk(annotation) if isinstance(node, ast.Subscript)}
+    return any(isinstance(node, ast.Name) and node.id in BARE_CONTAINERS and id(node) not in subscripted
+               for node in ast.walk(annotation))
 
 
 def loose_by_file() -> Dict[str, Tuple[int, int]]:
@@ -267,11 +276,13 @@ def test_any_alias_counts_as_loose() -> None:
     """A name standing for ``Any`` does not hide it from the count, nor when imported elsewhere."""
     trees: Dict[str, ast.AST] = {
         "pkg.a": ast.parse("JSON = Any\nDoc = Dict[str, JSON]\nRaw = dict\nType = Tuple[str, int]\n"),
-        "pkg.b": ast.parse("from .a import Doc as D, Type\ndef f(a: D, b: 'List[D]', c: int) -> Type: ...\n"),
+        "pkg.b": ast.parse("from .a import Doc as D, Type\ndef f(a: D, b: 'List[D]', c: int, d: Optional[dict],"
+                           " e: Dict[str, list]) -> Type: ...\n"),
     }
     aliases = any_aliases(trees)
     assert aliases == {"pkg.a": {"JSON", "Doc", "Raw"}, "pkg.b": {"D"}}
-    assert [is_loose(a, aliases["pkg.b"]) for a in annotations_of(trees["pkg.b"])] == [True, True, False, False]
+    assert [is_loose(a, aliases["pkg.b"]) for a in annotations_of(trees["pkg.b"])] == \
+        [True, True, False, True, True, False]
 
 
 def test_loose_annotations_only_go_down() -> None:

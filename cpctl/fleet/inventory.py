@@ -98,7 +98,7 @@ class HostSpec:
 
     @property
     def node_root(self) -> Optional[str]:
-        return self.vars.get("node_root")
+        return self.text("node_root")
 
     @property
     def become(self) -> bool:

@@ -12,7 +12,7 @@ import json
 import os
 import sys
 import threading
-from typing import Any, Dict, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host import ops as hostops
@@ -146,7 +146,7 @@ def _current_pyc_code() -> Optional[bytes]:
     return data[16:] if len(data) > 16 and data[:16] == header else None
 
 
-def agent_bootstrap(python: str = "python3") -> list:
+def agent_bootstrap(python: str = "python3") -> List[str]:
     """argv that starts an agent reading its program first, then requests, from stdin.
 
     The first stdin line gives the lengths of the source and of the compiled code, and the
@@ -167,7 +167,7 @@ def agent_bootstrap(python: str = "python3") -> list:
 class SubprocessAgentHost(AgentHost):
     """An agent in a local child process: the remote protocol without SSH (tests, sudo)."""
 
-    def __init__(self, argv_prefix: Optional[list] = None) -> None:
+    def __init__(self, argv_prefix: Optional[Sequence[str]] = None) -> None:
         argv = list(argv_prefix or []) + agent_bootstrap(sys.executable)
         import subprocess  # not at module level: remote runs import this module, and never need it
         self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,

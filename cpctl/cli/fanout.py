@@ -13,7 +13,7 @@ import dataclasses
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Generic, List, Mapping, Optional, Set, Tuple, TypedDict, TypeVar
 
 import click
 
@@ -21,10 +21,27 @@ from cpctl.cli import registry
 from cpctl.cli.context import emit, fail, note, printable, progress_for, state
 from cpctl.errors import CpctlError, ExitCode, interrupted_by
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:                   # types only: the CLI loads these modules when a command runs
+    from cpctl.core.node import Node
+    from cpctl.fleet.inventory import HostSpec
     from cpctl.fleet.runner import HostResult
+    from cpctl.host.base import Host
+    from cpctl.host.local import LocalHost
+    from cpctl.host.sshconfig import SSHOptions
 
-Action = Callable[[Any], Dict[str, Any]]
+#: A command's result on one node: its JSON output, which its ``text_of`` renders as text.
+R = TypeVar("R", bound=Mapping[str, object])
+T = TypeVar("T")
+
+
+class HostBlock(TypedDict):
+    """One master's part of a fan-out's output (``-o json``: the ``hosts`` list)."""
+
+    host: str
+    status: str
+    error: Optional[str]
+    elapsed_seconds: float
+    data: object
 
 
 def enforce(ctx: click.Context, path: str, plugin: bool = False) -> None:
@@ -48,7 +65,7 @@ def _mode(ctx: click.Context) -> registry.Mode:
     return spec.mode
 
 
-def local_host(ctx: click.Context) -> Any:
+def local_host(ctx: click.Context) -> "LocalHost":
     """This machine, for a command that declared itself local-only."""
     if state(ctx).remote is not None:
         raise CpctlError("cpctl %s tried to act on this machine although hosts were given (a bug: please "
@@ -57,14 +74,14 @@ def local_host(ctx: click.Context) -> Any:
     return LocalHost()
 
 
-def local_node(ctx: click.Context, probe: Optional[str] = None) -> Any:
+def local_node(ctx: click.Context, probe: Optional[str] = None) -> "Node":
     """The ``Node`` of this machine, for a local-only command (``watch``)."""
     from cpctl.ops.wiring import open_node
     return open_node(state(ctx).settings, local_host(ctx), probe=probe, log=note, progress=progress_for(ctx))
 
 
-def execute(ctx: click.Context, action: Action, text_of: Callable[[Dict[str, Any]], str],
-            changing: bool = False, probe: Optional[str] = None) -> List[Dict[str, Any]]:
+def execute(ctx: click.Context, action: Callable[["Node"], R], text_of: Callable[[R], str],
+            changing: bool = False, probe: Optional[str] = None) -> List[R]:
     """Run ``action(node)`` on this machine, or on every selected master as the command's mode
     says; print the result(s). Returns the data of every host that produced some (failed hosts
     already set the exit code)."""
@@ -82,8 +99,8 @@ def execute(ctx: click.Context, action: Action, text_of: Callable[[Dict[str, Any
     return _fan_out(ctx, mode, action, text_of, changing, probe)
 
 
-def _fan_out(ctx: click.Context, mode: registry.Mode, action: Action, text_of: Callable[[Dict[str, Any]], str],
-             changing: bool, probe: Optional[str]) -> List[Dict[str, Any]]:
+def _fan_out(ctx: click.Context, mode: registry.Mode, action: Callable[["Node"], R], text_of: Callable[[R], str],
+             changing: bool, probe: Optional[str]) -> List[R]:
     from cpctl.fleet.runner import recap, stats
     from cpctl.fleet.targets import exit_code, failure_line, select_specs
     remote = state(ctx).remote
@@ -93,8 +110,9 @@ def _fan_out(ctx: click.Context, mode: registry.Mode, action: Action, text_of: C
         raise CpctlError("cpctl %s acts on the cluster once: select exactly one master (-H NAME), not %d"
                          % (state(ctx).command, len(specs)), ExitCode.USAGE)
     results, interrupted = _run_tracked(ctx, specs, action, changing or mode is registry.Mode.ONE, probe)
-    data = {"hosts": [{"host": r.host, "status": r.status, "error": r.error, "elapsed_seconds": round(r.elapsed, 3),
-                       "data": r.data} for r in results], "recap": stats(results)}
+    blocks: List[HostBlock] = [{"host": r.host, "status": r.status, "error": r.error,
+                                "elapsed_seconds": round(r.elapsed, 3), "data": r.data} for r in results]
+    data = {"hosts": blocks, "recap": stats(results)}
     code = int(ExitCode.INTERRUPTED) if interrupted else exit_code(results)
     line = failure_line(results) if code else ""
     if interrupted and not line.startswith("interrupted") and interrupted not in line:
@@ -102,14 +120,16 @@ def _fan_out(ctx: click.Context, mode: registry.Mode, action: Action, text_of: C
     # Each error is printed once: in its host's block, or - for the one the last line reports - there.
     reported = _reported_host(results, line)
     counts_only = [dataclasses.replace(r, host=printable(r.host), error=None) for r in results]
-    emit(ctx, data, _hosts_text(printable(data)["hosts"], text_of, printable(reported)) + "\n\n" + recap(counts_only))
+    bodies = [text_of(printable(r.data)) if isinstance(r.data, dict) else "" for r in results]
+    shown = _hosts_text([printable(block) for block in blocks], bodies, printable(reported))
+    emit(ctx, data, shown + "\n\n" + recap(counts_only))
     if code:
         fail(line, code)
         ctx.exit(code)
     return [r.data for r in results if isinstance(r.data, dict)]
 
 
-def _reported_host(results: List[Any], line: str) -> Optional[str]:
+def _reported_host(results: List["HostResult[T]"], line: str) -> Optional[str]:
     """The host whose error the final stderr line quotes (its block then does not repeat it)."""
     for result in results:
         if result.failed and result.error and result.error in line:
@@ -117,8 +137,8 @@ def _reported_host(results: List[Any], line: str) -> Optional[str]:
     return None
 
 
-def run_on_hosts(ctx: click.Context, specs: List[Any], action: Action, changing: bool,
-                 probe: Optional[str] = None) -> List[Any]:
+def run_on_hosts(ctx: click.Context, specs: List["HostSpec"], action: Callable[["Node"], T], changing: bool,
+                 probe: Optional[str] = None) -> List["HostResult[T]"]:
     """Apply ``action`` to a Node on each host; connections are reused for the whole run. A Ctrl-C
     or SIGTERM is passed on to every host's run (see ``_Interruption``), then raised again here:
     a caller that asked the masters something (``census``) must not go on with half the answers."""
@@ -129,8 +149,8 @@ def run_on_hosts(ctx: click.Context, specs: List[Any], action: Action, changing:
     return results
 
 
-def _run_tracked(ctx: click.Context, specs: List[Any], action: Action, changing: bool,
-                 probe: Optional[str] = None) -> Tuple[List[Any], str]:
+def _run_tracked(ctx: click.Context, specs: List["HostSpec"], action: Callable[["Node"], T], changing: bool,
+                 probe: Optional[str] = None) -> Tuple[List["HostResult[T]"], str]:
     """``run_on_hosts`` and the signal that interrupted it ("SIGINT"/"SIGTERM", "" if none)."""
     from cpctl.errors import Terminated
     from cpctl.fleet.runner import run_parallel, run_rolling
@@ -141,9 +161,9 @@ def _run_tracked(ctx: click.Context, specs: List[Any], action: Action, changing:
     assert remote is not None
     prepare_process_for_fanout(remote.ssh_options)
     pool = remote.pool(_connector(remote.ssh_options))
-    interruption = _Interruption()
+    interruption: _Interruption[T] = _Interruption()
 
-    def on_host(spec: Any) -> Dict[str, Any]:
+    def on_host(spec: "HostSpec") -> T:
         settings = cli_state.settings.with_overrides(
             manifests_dir=spec.manifests_dir, kubelet_dir=spec.kubelet_dir, state_dir=spec.state_dir,
             node_name=spec.node_name, kubeconfig=spec.kubeconfig, crictl=spec.crictl, node_root=spec.node_root)
@@ -160,7 +180,7 @@ def _run_tracked(ctx: click.Context, specs: List[Any], action: Action, changing:
         return interruption.stop(exc, specs), interrupted_by(exc)
 
 
-class _Interruption:
+class _Interruption(Generic[T]):
     """Ctrl-C or SIGTERM during a fan-out: Python delivers it to the main thread, which waits for
     the hosts' threads; each host's run must still unwind like a local run does (a restart puts
     its manifest back, a stop says where its manifest stays). So the main thread raises a flag,
@@ -174,19 +194,19 @@ class _Interruption:
         self.signal: Optional[BaseException] = None
         self.changed = threading.Condition()
         self.running: Dict[str, float] = {}
-        self.results: Dict[str, Any] = {}
+        self.results: Dict[str, HostResult[T]] = {}
 
     def check(self, _text: str = "") -> None:
         """A host's progress callback: raise the interruption in that host's thread once it came."""
         if self.signal is not None:
             raise type(self.signal)()
 
-    def track(self, on_host: Action) -> Action:
+    def track(self, on_host: Callable[["HostSpec"], T]) -> Callable[["HostSpec"], T]:
         """``on_host`` recording each host's result (the runner's results are lost when the main
         thread is interrupted) and turning a raw interruption into that host's failure."""
         from cpctl.fleet.runner import host_name, run_one
 
-        def run(spec: Any) -> Dict[str, Any]:
+        def run(spec: "HostSpec") -> T:
             name = host_name(spec)
             with self.changed:
                 if self.signal is not None:       # reported "skipped" by ``stop``
@@ -197,12 +217,12 @@ class _Interruption:
                 self.results[name] = result
                 self.running.pop(name, None)
                 self.changed.notify_all()
-            if not result.failed:
+            if not result.failed and result.data is not None:
                 return result.data
             raise CpctlError(result.error or result.status, ExitCode(result.code or ExitCode.INTERNAL))
         return run
 
-    def stop(self, exc: BaseException, specs: List[Any]) -> List[Any]:
+    def stop(self, exc: BaseException, specs: List["HostSpec"]) -> List["HostResult[T]"]:
         """Pass the interruption on, wait for the running hosts, and the result of every host."""
         from cpctl.errors import Terminated
         from cpctl.fleet.runner import HostResult, host_name
@@ -215,7 +235,7 @@ class _Interruption:
                     self.changed.wait(0.1)
         except (KeyboardInterrupt, Terminated):
             pass                          # a second signal: report what is known now
-        results = []
+        results: List[HostResult[T]] = []
         with self.changed:
             for spec in specs:
                 name = host_name(spec)
@@ -230,9 +250,9 @@ class _Interruption:
         return results
 
 
-def _interruptions_reported(on_host: Action) -> Action:
+def _interruptions_reported(on_host: Callable[["HostSpec"], T]) -> Callable[["HostSpec"], T]:
     """A host's run whose raw Ctrl-C/SIGTERM (outside a wait) ends as that host's failure (exit 130)."""
-    def run(spec: Any) -> Dict[str, Any]:
+    def run(spec: "HostSpec") -> T:
         try:
             return on_host(spec)
         except BaseException as exc:  # noqa: BLE001 - only the two interruptions are turned into a failure
@@ -243,7 +263,7 @@ def _interruptions_reported(on_host: Action) -> Action:
     return run
 
 
-def census(ctx: click.Context) -> List[Any]:
+def census(ctx: click.Context) -> List["HostResult[Dict[str, object]]"]:
     """What every inventory master runs (no probes), for the fleet safety rules."""
     from cpctl.fleet.targets import all_inventory_specs
     from cpctl.ops.fleetsafety import census_of
@@ -296,8 +316,8 @@ def hold_cluster_lock(ctx: click.Context, cluster: str) -> bool:
             time.sleep(0.2)
 
 
-def _connector(options: Any) -> Callable[[Any], Any]:
-    def connect(spec: Any) -> Any:
+def _connector(options: Optional["SSHOptions"]) -> Callable[["HostSpec"], "Host"]:
+    def connect(spec: "HostSpec") -> "Host":
         from cpctl.host.connect import open_host
         return open_host(spec.target, options, become=spec.become, python=spec.python)
     return connect
@@ -306,7 +326,7 @@ def _connector(options: Any) -> Callable[[Any], Any]:
 _PREPARED: List[bool] = []
 
 
-def prepare_process_for_fanout(ssh_options: Any) -> None:
+def prepare_process_for_fanout(ssh_options: Optional["SSHOptions"]) -> None:
     """Process-wide settings a fan-out wants, made once by the entry point before threads start:
     a login name for paramiko's config lookups (every Host/Match block asks for it), and a short
     GIL switch interval (host threads hand small answers around)."""
@@ -319,12 +339,11 @@ def prepare_process_for_fanout(ssh_options: Any) -> None:
     sys.setswitchinterval(min(sys.getswitchinterval(), FAST_SWITCH))
 
 
-def _hosts_text(hosts: List[Dict[str, Any]], text_of: Callable[[Dict[str, Any]], str],
-                reported: Optional[str] = None) -> str:
-    """One block per host: its status, its result, and its error unless the final line reports it."""
+def _hosts_text(hosts: List[HostBlock], bodies: List[str], reported: Optional[str] = None) -> str:
+    """One block per host (``bodies``: its result as text): its status, its result, and its error
+    unless the final line reports it."""
     blocks = []
-    for host in hosts:
-        body = text_of(host["data"]) if isinstance(host["data"], dict) else ""
+    for host, body in zip(hosts, bodies):
         status = host["status"]
         if host["error"] and host["host"] == reported:
             status += ", error below"

@@ -2,37 +2,39 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, List, Mapping, Optional, Sequence
 
 if TYPE_CHECKING:
+    from cpctl.core.views import Report as StatusReport
     from cpctl.ops.certs import Report as CertsReport
 
 from cpctl.cli.context import wide
 
 
-def table(headers: list, rows: list) -> str:
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """Left-aligned columns separated by two spaces, like kubectl's tables."""
     cells = [[str(c) for c in headers]] + [["" if c is None else str(c) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells)
 
 
-def _pod_column(word: Optional[str], pod: Optional[dict]) -> str:
+def _pod_column(word: Optional[str], pod: Optional[Mapping[str, object]]) -> str:
     """The pod as systemctl's "active" column: running / not-ready / absent / unknown, then what
     was seen (phase, age, which probe saw it, and whether that view is stale)."""
     if not word:
         return "-"
     if not pod:
         return word if word != "unknown" else "unknown (not observed)"
-    seen = [pod.get("phase") or ""] if pod.get("present") else []
-    if pod.get("present") and pod.get("age_seconds") is not None:
+    seen = [str(pod.get("phase") or "")] if pod.get("present") else []
+    age, container_age = pod.get("age_seconds"), pod.get("container_age_seconds")
+    if pod.get("present") and isinstance(age, (int, float)):
         from cpctl.timeutil import format_duration
-        seen.append("pod %s" % format_duration(pod["age_seconds"]))
-    if pod.get("present") and pod.get("container_age_seconds") is not None:
+        seen.append("pod %s" % format_duration(age))
+    if pod.get("present") and isinstance(container_age, (int, float)):
         from cpctl.timeutil import format_duration
         restarts = pod.get("restarts")
-        seen.append("container up %s%s" % (format_duration(pod["container_age_seconds"]),
-                                           "" if restarts is None else ", %d restart%s" % (
+        seen.append("container up %s%s" % (format_duration(container_age),
+                                           "" if not isinstance(restarts, int) else ", %d restart%s" % (
                                                restarts, "" if restarts == 1 else "s")))
     seen.append("via %s" % (pod.get("source") or "?"))
     if pod.get("stale"):
@@ -40,7 +42,7 @@ def _pod_column(word: Optional[str], pod: Optional[dict]) -> str:
     return "%s (%s)" % (word, ", ".join(s for s in seen if s))
 
 
-def status_text(data: dict) -> str:
+def status_text(data: "StatusReport") -> str:
     rows = []
     for c in data["components"]:
         detail = ""
@@ -55,7 +57,7 @@ def status_text(data: dict) -> str:
         elif c["state"] == "missing":
             detail = "in the baseline, but neither here nor parked: %s" % c.get("fix")
         checksum = c.get("checksum") or ""
-        row = [c["component"], c["file"], c["state"], _pod_column(c.get("pod_state"), c.get("observed")),
+        row: List[object] = [c["component"], c["file"], c["state"], _pod_column(c.get("pod_state"), c.get("observed")),
                checksum if wide() else checksum[:12], detail]
         if wide():
             row[4:4] = [c.get("pod") or "-", (c.get("observed") or {}).get("uid") or "-"]
@@ -70,12 +72,12 @@ def status_text(data: dict) -> str:
     return "\n".join(lines)
 
 
-def history_text(records: list) -> str:
+def history_text(records: Sequence[Mapping[str, object]]) -> str:
     if not records:
         return "(no history)"
     rows = [[r.get("time"), r.get("user"), r.get("host"), r.get("action"), r.get("component"),
-             (r.get("checksum") or "")[:None if wide() else 12], r.get("origin") or "-",
-             (r.get("reason") or "") + (" [recovered]" if r.get("recovered") else "")]
+             str(r.get("checksum") or "")[:None if wide() else 12], r.get("origin") or "-",
+             str(r.get("reason") or "") + (" [recovered]" if r.get("recovered") else "")]
             for r in records]
     headers = ["TIME", "USER", "HOST", "ACTION", "COMPONENT", "SHA256", "ORIGIN", "REASON"]
     if wide():                    # -o wide: the node, the file, the change's id, the revision it kept

@@ -19,7 +19,7 @@ import ipaddress
 import os
 import time
 import urllib.parse
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 from cpctl.host.base import Host
 
@@ -37,7 +37,7 @@ class LocalApiCheck:
         self.conf_path = os.path.join(os.path.dirname(manifests_dir.rstrip("/")) or "/", KUBELET_CONF)
         self._cached: Optional[Tuple[float, str]] = None
 
-    def down(self, apiserver_pod: Callable[[], Optional[Dict[str, Any]]]) -> str:
+    def down(self, apiserver_pod: Callable[[], Optional[Mapping[str, object]]]) -> str:
         """Why the API's view of this node is stale ("" when it is not, or cannot be told);
         ``apiserver_pod`` gives this node's API server manifest when it is needed."""
         now = time.monotonic()
@@ -47,11 +47,11 @@ class LocalApiCheck:
         self._cached = (now, reason)
         return reason
 
-    def read_call(self) -> Tuple[str, Dict[str, Any]]:
+    def read_call(self) -> Tuple[str, Dict[str, object]]:
         """The read ``down`` makes first, for ``Host.prefetched``."""
         return ("read_file", {"path": self.conf_path, "limit": MAX_CONF_BYTES})
 
-    def _check(self, apiserver_pod: Callable[[], Optional[Dict[str, Any]]]) -> str:
+    def _check(self, apiserver_pod: Callable[[], Optional[Mapping[str, object]]]) -> str:
         server = self._kubelet_server()
         if not server or not _is_own(server, apiserver_pod()):
             return ""
@@ -80,8 +80,9 @@ class LocalApiCheck:
             return ""
         cluster_name = ""
         for context in _items(config.get("contexts")):
-            if context.get("name") == config.get("current-context") and isinstance(context.get("context"), dict):
-                cluster_name = str(context["context"].get("cluster") or "")
+            inner = context.get("context")
+            if context.get("name") == config.get("current-context") and isinstance(inner, dict):
+                cluster_name = str(inner.get("cluster") or "")
         for cluster in _items(config.get("clusters")):
             inner = cluster.get("cluster")
             if isinstance(inner, dict) and (cluster.get("name") == cluster_name or not cluster_name):
@@ -90,11 +91,15 @@ class LocalApiCheck:
         return ""
 
 
-def _items(value: Any) -> List[Dict[str, Any]]:
+def _items(value: object) -> List[Dict[str, object]]:
     return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
 
 
-def _is_own(server: str, apiserver_pod: Optional[Dict[str, Any]]) -> bool:
+def _list(value: object) -> List[object]:
+    return value if isinstance(value, list) else []
+
+
+def _is_own(server: str, apiserver_pod: Optional[Mapping[str, object]]) -> bool:
     """True when ``server`` is on this node: the address its API server advertises, or a loopback
     address when no manifest says. (A load balancer on this node's address would count too: then
     the runtime is asked instead of the API, which is never wrong, only less detailed.)"""
@@ -118,10 +123,11 @@ def _same_address(a: str, b: str) -> bool:
         return a.lower() == b.lower()
 
 
-def _advertised(pod: Optional[Dict[str, Any]]) -> str:
+def _advertised(pod: Optional[Mapping[str, object]]) -> str:
     """The --advertise-address of the API server's manifest ("" when unknown)."""
-    for container in ((pod or {}).get("spec") or {}).get("containers") or []:
-        for item in (container.get("command") or []) + (container.get("args") or []):
+    spec = (pod or {}).get("spec")
+    for container in _items(spec.get("containers") if isinstance(spec, dict) else None):
+        for item in _list(container.get("command")) + _list(container.get("args")):
             if isinstance(item, str) and item.startswith("--advertise-address="):
                 return item.split("=", 1)[1]
     return ""

@@ -33,7 +33,7 @@ import ipaddress
 import re
 import urllib.parse
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 from cpctl import catalogue
 from cpctl.core import flags, knownflags, manifests, mounts
@@ -110,7 +110,7 @@ def review(host: Host, current: Manifest, data: bytes, scan: DirScan, source: st
 
 
 # --- flag sanity ---------------------------------------------------------------------------------
-def sanity_doubts(pod: Dict[str, Any]) -> List[str]:
+def sanity_doubts(pod: Mapping[str, object]) -> List[str]:
     """What looks wrong in the flags of ``pod``'s containers by cpctl's lists (module docstring)."""
     found: List[str] = []
     for container in _containers(pod):
@@ -141,7 +141,7 @@ def _plugin_doubts(name: str, value: str) -> List[str]:
     return found
 
 
-def _write_path_doubts(pod: Dict[str, Any], container: Dict[str, Any], binary: str,
+def _write_path_doubts(pod: Mapping[str, object], container: Mapping[str, object], binary: str,
                        given: List[flags.Flag]) -> List[str]:
     """Every path a flag writes lies on a hostPath volume mounted writable into the container."""
     found = []
@@ -159,16 +159,16 @@ def _write_path_doubts(pod: Dict[str, Any], container: Dict[str, Any], binary: s
     return found
 
 
-def _probe_port_doubts(pod: Dict[str, Any], container: Dict[str, Any], binary: str) -> List[str]:
+def _probe_port_doubts(pod: Mapping[str, object], container: Mapping[str, object], binary: str) -> List[str]:
     """The probes of a known component on a hostNetwork pod check a port it listens on."""
-    if not (pod.get("spec") or {}).get("hostNetwork") or binary not in catalogue.BY_NAME:
+    if not _mapping(pod.get("spec")).get("hostNetwork") or binary not in catalogue.BY_NAME:
         return []
-    listening: Set[Any] = {port for _, port in _flag_listeners(container)}
-    listening |= {p.get("containerPort") for p in container.get("ports") or [] if isinstance(p, dict)}
+    listening: Set[object] = {port for _, port in _flag_listeners(container)}
+    listening |= {p.get("containerPort") for p in _items(container.get("ports")) if isinstance(p, dict)}
     found = []
     for kind in ("startupProbe", "livenessProbe", "readinessProbe"):
         probe = container.get(kind)
-        port = ((probe or {}).get("httpGet") or {}).get("port") if isinstance(probe, dict) else None
+        port = _mapping(_mapping(probe).get("httpGet")).get("port") if isinstance(probe, dict) else None
         if isinstance(port, int) and port not in listening:
             found.append("the %s of container %s checks port %d, where %s does not listen (it listens on %s): the "
                          "kubelet would kill it as unhealthy (change the probes too: cpctl apply/edit)"
@@ -177,7 +177,7 @@ def _probe_port_doubts(pod: Dict[str, Any], container: Dict[str, Any], binary: s
     return found
 
 
-def pod_problems(host: Host, pod: Dict[str, Any], root: str = "/", coming: Sequence[str] = ()) -> List[str]:
+def pod_problems(host: Host, pod: Mapping[str, object], root: str = "/", coming: Sequence[str] = ()) -> List[str]:
     """What is wrong with ``pod`` on its own: duplicated flags, missing files, missing hostPaths
     (looked up under ``root``; ``coming``: files the change itself writes, counted as there)."""
     found: List[str] = []
@@ -189,12 +189,22 @@ def pod_problems(host: Host, pod: Dict[str, Any], root: str = "/", coming: Seque
     return found + _host_path_problems(host, pod, root, coming)
 
 
-def _containers(pod: Dict[str, Any]) -> List[Dict[str, Any]]:
-    spec = pod.get("spec") or {}
-    return [c for c in (spec.get("initContainers") or []) + (spec.get("containers") or []) if isinstance(c, dict)]
+def _mapping(value: object) -> Mapping[str, object]:
+    """A decoded object field ({} when absent or not an object)."""
+    return value if isinstance(value, dict) else {}
 
 
-def _file_flag_problems(host: Host, pod: Dict[str, Any], container: Dict[str, Any], root: str = "/",
+def _items(value: object) -> List[object]:
+    """A decoded list field ([] when absent or not a list)."""
+    return value if isinstance(value, list) else []
+
+
+def _containers(pod: Mapping[str, object]) -> List[Mapping[str, object]]:
+    spec = _mapping(pod.get("spec"))
+    return [c for c in _items(spec.get("initContainers")) + _items(spec.get("containers")) if isinstance(c, dict)]
+
+
+def _file_flag_problems(host: Host, pod: Mapping[str, object], container: Mapping[str, object], root: str = "/",
                         coming: Sequence[str] = ()) -> List[str]:
     found = []
     for flag in flags.flags_of(container):
@@ -211,24 +221,26 @@ def _file_flag_problems(host: Host, pod: Dict[str, Any], container: Dict[str, An
     return found
 
 
-def _host_path_problems(host: Host, pod: Dict[str, Any], root: str = "/", coming: Sequence[str] = ()) -> List[str]:
+def _host_path_problems(host: Host, pod: Mapping[str, object], root: str = "/", coming: Sequence[str] = ()
+                        ) -> List[str]:
     found = []
-    for volume in (pod.get("spec") or {}).get("volumes") or []:
+    for volume in _items(_mapping(pod.get("spec")).get("volumes")):
         host_path = volume.get("hostPath") if isinstance(volume, dict) else None
-        if not isinstance(host_path, dict) or host_path.get("type") not in _MUST_EXIST:
+        kind = host_path.get("type") if isinstance(host_path, dict) else None
+        if not isinstance(volume, dict) or not isinstance(host_path, dict) or not isinstance(kind, str) \
+                or kind not in _MUST_EXIST:
             continue
-        wanted = _MUST_EXIST[host_path["type"]]
-        below = str(host_path["path"]).rstrip("/") + "/"
-        if (wanted == "file" and host_path["path"] in coming) or \
+        wanted, path = _MUST_EXIST[kind], str(host_path["path"])    # a hostPath volume has a path (podspec)
+        below = path.rstrip("/") + "/"
+        if (wanted == "file" and path in coming) or \
                 (wanted == "dir" and any(p.startswith(below) for p in coming)):
             continue                 # the change writes it (a companion file; its directory is made first)
-        info = host.lstat(mounts.under_root(root, str(host_path["path"])))
+        info = host.lstat(mounts.under_root(root, path))
         if info is None:
             found.append("hostPath volume %s: %s (type %s) does not exist on the node (the pod would never start)"
-                         % (volume.get("name"), host_path["path"], host_path["type"]))
+                         % (volume.get("name"), path, kind))
         elif info["kind"] != wanted and info["kind"] != "symlink":
-            found.append("hostPath volume %s: %s is a %s, not a %s" % (
-                volume.get("name"), host_path["path"], info["kind"], host_path["type"]))
+            found.append("hostPath volume %s: %s is a %s, not a %s" % (volume.get("name"), path, info["kind"], kind))
     return found
 
 
@@ -236,16 +248,16 @@ def _host_path_problems(host: Host, pod: Dict[str, Any], root: str = "/", coming
 Listener = Tuple[str, int]           # (address, port); "" is every address
 
 
-def listeners(pod: Dict[str, Any]) -> List[Listener]:
+def listeners(pod: Mapping[str, object]) -> List[Listener]:
     """Where a hostNetwork pod listens on the node: container ports, and for the known components
     their port flags (or kubeadm's defaults); a pod on the pod network only by its hostPorts."""
-    spec = pod.get("spec") or {}
+    spec = _mapping(pod.get("spec"))
     host_network = bool(spec.get("hostNetwork"))
     found: List[Listener] = []
-    for container in spec.get("containers") or []:
+    for container in _items(spec.get("containers")):
         if not isinstance(container, dict):
             continue
-        for port in container.get("ports") or []:
+        for port in _items(container.get("ports")):
             if isinstance(port, dict) and port.get("protocol", "TCP") == "TCP":
                 number = port.get("hostPort") or (port.get("containerPort") if host_network else 0)
                 if isinstance(number, int) and number:
@@ -255,7 +267,7 @@ def listeners(pod: Dict[str, Any]) -> List[Listener]:
     return sorted(set(found))
 
 
-def _flag_listeners(container: Dict[str, Any]) -> Iterator[Listener]:
+def _flag_listeners(container: Mapping[str, object]) -> Iterator[Listener]:
     given = {f.name: f.value for f in flags.flags_of(container) if f.value is not None}
     binary = _binary(container)
     entry = catalogue.BY_NAME.get(binary)
@@ -278,8 +290,8 @@ def _flag_listeners(container: Dict[str, Any]) -> Iterator[Listener]:
             yield (_address(host.strip("[]")), int(port_text))
 
 
-def _binary(container: Dict[str, Any]) -> str:
-    command = container.get("command") or []
+def _binary(container: Mapping[str, object]) -> str:
+    command = _items(container.get("command"))
     first = command[0] if command and isinstance(command[0], str) else ""
     return first.rsplit("/", 1)[-1]
 
@@ -302,7 +314,7 @@ def _overlap(a: Listener, b: Listener) -> bool:
     return a[1] == b[1] and (not a[0] or not b[0] or a[0] == b[0])
 
 
-def _check_ports(pod: Dict[str, Any], current: Manifest, scan: DirScan, verdict: Review) -> None:
+def _check_ports(pod: Mapping[str, object], current: Manifest, scan: DirScan, verdict: Review) -> None:
     mine, before = listeners(pod), listeners(current.pod or {})
     for other in scan.valid:
         if other.file == current.file or other.pod is None:

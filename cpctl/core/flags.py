@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import yaml
 
@@ -44,18 +44,23 @@ class Flag:
     value: Optional[str]
 
 
-def flags_of(container: Dict[str, Any]) -> List[Flag]:
+def flags_of(container: Mapping[str, object]) -> List[Flag]:
     """Every ``--name[=value]`` item of the container, in command then args order."""
     found = []
     for where in LISTS:
-        for index, item in enumerate(container.get(where) or []):
+        for index, item in enumerate(_items(container.get(where))):
             match = _FLAG.match(item) if isinstance(item, str) else None
             if match:
                 found.append(Flag(where, index, match.group("name"), match.group("value")))
     return found
 
 
-def duplicated(container: Dict[str, Any]) -> List[str]:
+def _items(value: object) -> List[object]:
+    """A decoded list field ([] when absent or not a list)."""
+    return value if isinstance(value, list) else []
+
+
+def duplicated(container: Mapping[str, object]) -> List[str]:
     """Names of flags given more than once that the component takes only once (the last one wins,
     silently: a classic of hand edits)."""
     counts: Dict[str, int] = {}
@@ -70,23 +75,26 @@ def redact(text: str) -> str:
     return redact_text(text)
 
 
-def pick_container(pod: Dict[str, Any], wanted: Optional[str]) -> Tuple[int, Dict[str, Any]]:
+def pick_container(pod: Mapping[str, object], wanted: Optional[str]) -> Tuple[int, Dict[str, Any]]:
     """(index, container) named ``wanted``; without a name the only container, or the one named
-    like the pod (kubeadm's layout). A usage error (exit 2) names the choices otherwise."""
-    containers = [c for c in (pod.get("spec") or {}).get("containers") or [] if isinstance(c, dict)]
+    like the pod (kubeadm's layout). A usage error (exit 2) names the choices otherwise. The
+    container is the decoded one (its fields as ``podspec.check_types`` left them)."""
+    spec, meta = pod.get("spec"), pod.get("metadata")
+    containers = [c for c in _items(spec.get("containers") if isinstance(spec, dict) else None) if isinstance(c, dict)]
+    pod_name = str(meta.get("name")) if isinstance(meta, dict) else ""
     names = [str(c.get("name")) for c in containers]
     if wanted is not None:
         if wanted not in names:
             raise CpctlError("no container %r in pod %s (it has %s)"
-                             % (wanted, pod["metadata"]["name"], ", ".join(names)), ExitCode.USAGE)
+                             % (wanted, pod_name, ", ".join(names)), ExitCode.USAGE)
         return names.index(wanted), containers[names.index(wanted)]
     if len(containers) == 1:
         return 0, containers[0]
-    if pod["metadata"]["name"] in names:
-        index = names.index(pod["metadata"]["name"])
+    if pod_name in names:
+        index = names.index(pod_name)
         return index, containers[index]
     raise CpctlError("pod %s has several containers (%s): choose one with --container"
-                     % (pod["metadata"]["name"], ", ".join(names)), ExitCode.USAGE)
+                     % (pod_name, ", ".join(names)), ExitCode.USAGE)
 
 
 def parse_assignment(text: str) -> Tuple[str, str]:
@@ -107,10 +115,11 @@ def parse_name(text: str) -> str:
 
 
 # --- computing the new lists -----------------------------------------------------------------
-def new_lists(container: Dict[str, Any], sets: Sequence[Tuple[str, str]], unsets: Sequence[str]
+def new_lists(container: Mapping[str, object], sets: Sequence[Tuple[str, str]], unsets: Sequence[str]
               ) -> Tuple[Dict[str, List[str]], List[str]]:
-    """The container's command and args after the change, and one line per effect."""
-    lists = {where: list(container.get(where) or []) for where in LISTS}
+    """The container's command and args (strings in a valid pod) after the change, and one line
+    per effect."""
+    lists = {where: [i for i in _items(container.get(where)) if isinstance(i, str)] for where in LISTS}
     _refuse_two_word_forms(lists, [n for n, _ in sets] + list(unsets))
     said = []
     for name in unsets:
@@ -124,7 +133,7 @@ def new_lists(container: Dict[str, Any], sets: Sequence[Tuple[str, str]], unsets
     return lists, said
 
 
-def _is_flag(item: Any, name: str) -> bool:
+def _is_flag(item: object, name: str) -> bool:
     match = _FLAG.match(item) if isinstance(item, str) else None
     return bool(match and match.group("name") == name)
 
@@ -165,7 +174,7 @@ def _flag_list(lists: Dict[str, List[str]]) -> str:
 
 
 # --- writing them into the text ------------------------------------------------------------------
-def set_flags(data: bytes, pod: Dict[str, Any], container_index: int, lists: Dict[str, List[str]]
+def set_flags(data: bytes, pod: Mapping[str, object], container_index: int, lists: Dict[str, List[str]]
               ) -> Tuple[bytes, bool]:
     """The manifest ``data`` with container ``container_index``'s command and args replaced by
     ``lists``: (new bytes, True when the file had to be re-written as a whole)."""
@@ -206,7 +215,7 @@ def _edit_in_place(text: str, container_index: int, lists: Dict[str, List[str]])
     return out.encode("utf-8")
 
 
-def _node_at(node: Any, path: List[Any]) -> Any:
+def _node_at(node: Optional[yaml.Node], path: Sequence[Union[str, int]]) -> Optional[yaml.Node]:
     for key in path:
         if isinstance(key, int):
             if not isinstance(node, yaml.SequenceNode) or key >= len(node.value):
@@ -219,7 +228,7 @@ def _node_at(node: Any, path: List[Any]) -> Any:
     return node
 
 
-def _sequence_edits(text: str, node: Any, wanted: List[str]) -> List[Tuple[int, int, str]]:
+def _sequence_edits(text: str, node: yaml.SequenceNode, wanted: List[str]) -> List[Tuple[int, int, str]]:
     """Edits that turn the block sequence ``node`` into ``wanted``: kept items stay, changed items
     are replaced where they stand, removed ones lose their line, added ones follow the last kept."""
     items = node.value
@@ -245,7 +254,7 @@ def _sequence_edits(text: str, node: Any, wanted: List[str]) -> List[Tuple[int, 
     return edits
 
 
-def _counterpart(value: Any, wanted: List[str]) -> Optional[str]:
+def _counterpart(value: object, wanted: List[str]) -> Optional[str]:
     """What ``value`` becomes: itself when kept, the new item of the same flag, None when removed."""
     if value in wanted:
         return str(value)
@@ -255,7 +264,7 @@ def _counterpart(value: Any, wanted: List[str]) -> Optional[str]:
     return next((w for w in wanted if _is_flag(w, match.group("name"))), None)
 
 
-def _item_line(text: str, item: Any) -> Tuple[int, int]:
+def _item_line(text: str, item: yaml.Node) -> Tuple[int, int]:
     """(start, end) of the whole line holding block sequence item ``item``, end after its newline;
     refused when the line holds anything else than ``- item`` and a comment."""
     start = text.rfind("\n", 0, item.start_mark.index) + 1
@@ -280,7 +289,7 @@ def _scalar(value: str) -> str:
     return json.dumps(value)
 
 
-def _rewritten(pod: Dict[str, Any], container_index: int, lists: Dict[str, List[str]]) -> bytes:
+def _rewritten(pod: Mapping[str, object], container_index: int, lists: Dict[str, List[str]]) -> bytes:
     changed = json.loads(json.dumps(pod))
     container = changed["spec"]["containers"][container_index]
     for where in LISTS:

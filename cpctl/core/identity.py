@@ -21,7 +21,7 @@ import os
 import re
 import shlex
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Dict, Generic, List, Optional, Tuple, TypeVar
 
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host.base import Host
@@ -40,14 +40,17 @@ _GO_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
 _UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
+V = TypeVar("V")
+
+
 @dataclass(frozen=True)
-class Sourced:
+class Sourced(Generic[V]):
     """A value and where it came from (an option, a file and its field, a default)."""
 
-    value: Any
+    value: V
     source: str
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> Dict[str, object]:
         return {"value": self.value, "source": self.source}
 
 
@@ -55,10 +58,10 @@ class Sourced:
 class KubeletView:
     """What the node's kubelet configuration says (each field None when it says nothing)."""
 
-    hostname_override: Optional[Sourced] = None
+    hostname_override: Optional[Sourced[str]] = None
     config_path: Optional[str] = None
-    static_pod_path: Optional[Sourced] = None
-    file_check_frequency: Optional[Sourced] = None
+    static_pod_path: Optional[Sourced[str]] = None
+    file_check_frequency: Optional[Sourced[float]] = None
     problems: List[str] = field(default_factory=list)
 
 
@@ -82,10 +85,11 @@ def check_node_name(name: object, source: str, code: ExitCode = ExitCode.REFUSED
 
 
 def identity_reads(kubelet_dir: str,
-                   extra_args_files: Tuple[str, ...] = EXTRA_ARGS_FILES) -> List[Tuple[str, Dict[str, Any]]]:
+                   extra_args_files: Tuple[str, ...] = EXTRA_ARGS_FILES) -> List[Tuple[str, Dict[str, object]]]:
     """The reads ``discover`` makes (for ``Host.prefetched``: one round trip over SSH)."""
     paths = [os.path.join(kubelet_dir, KUBEADM_FLAGS), *extra_args_files, os.path.join(kubelet_dir, KUBELET_CONFIG)]
-    return [("info", {})] + [("read_file", {"path": path, "limit": MAX_FILE}) for path in paths]
+    reads: List[Tuple[str, Dict[str, object]]] = [("info", {})]
+    return reads + [("read_file", {"path": path, "limit": MAX_FILE}) for path in paths]
 
 
 def read_kubelet(host: Host, kubelet_dir: str, extra_args_files: Tuple[str, ...] = EXTRA_ARGS_FILES) -> KubeletView:
@@ -185,7 +189,7 @@ def host_node_name(host: Host) -> str:
                            "the host name %s reports" % host.name)
 
 
-def go_duration(value: Any) -> Optional[float]:
+def go_duration(value: object) -> Optional[float]:
     """Seconds of a Go duration string (``20s``, ``1m30s``, ``500ms``); None when it is not one."""
     if not isinstance(value, str) or not value:
         return None
@@ -202,14 +206,14 @@ def go_duration(value: Any) -> Optional[float]:
 class NodeIdentity:
     """The node name, manifests dir and re-list period cpctl works with, each with its source."""
 
-    node_name: Sourced
-    manifests_dir: Sourced
-    file_check_frequency: Sourced
+    node_name: Sourced[str]
+    manifests_dir: Sourced[str]
+    file_check_frequency: Sourced[float]
     kubelet_dir: str
     problems: List[str] = field(default_factory=list)
 
-    def to_dict(self) -> Dict[str, Any]:
-        data: Dict[str, Any] = {name: getattr(self, name).to_dict()
+    def to_dict(self) -> Dict[str, object]:
+        data: Dict[str, object] = {name: getattr(self, name).to_dict()
                                 for name in ("node_name", "manifests_dir", "file_check_frequency")}
         data["kubelet_dir"] = self.kubelet_dir
         if self.problems:

@@ -20,7 +20,7 @@ import difflib
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import yaml
 
@@ -101,7 +101,7 @@ def section_of(component: str) -> str:
     return SECTIONS[component]
 
 
-def flag_change(old: Dict[str, Any], new: Dict[str, Any]) -> FlagChange:
+def flag_change(old: Mapping[str, object], new: Mapping[str, object]) -> FlagChange:
     """The flags that differ between two versions of a container: set (new or changed) and removed."""
     before = {f.name: f.value for f in flagtools.flags_of(old)}
     after = {f.name: f.value for f in flagtools.flags_of(new)}
@@ -114,7 +114,7 @@ def flag_change(old: Dict[str, Any], new: Dict[str, Any]) -> FlagChange:
 
 
 # --- ClusterConfiguration ------------------------------------------------------------------------
-def parse_config(text: Any) -> Dict[str, Any]:
+def parse_config(text: object) -> Dict[str, object]:
     """The ClusterConfiguration of the ConfigMap's data; REFUSED (exit 4) when it is not one."""
     if not isinstance(text, str):
         raise CpctlError("%s/%s has no %s key: not a kubeadm cluster, or not one cpctl can keep a change in"
@@ -134,10 +134,10 @@ def parse_config(text: Any) -> Dict[str, Any]:
     return config
 
 
-def _section(config: Dict[str, Any], section: str, create: bool) -> Optional[Dict[str, Any]]:
+def _section(config: Dict[str, object], section: str, create: bool) -> Optional[Dict[str, object]]:
     """The dict holding ``extraArgs`` of ``section`` (``etcd.local`` for etcd); made when ``create``."""
     keys = section.split(".")
-    part: Any = config
+    part = config
     for key in keys:
         value = part.get(key)
         if value is None:
@@ -151,7 +151,7 @@ def _section(config: Dict[str, Any], section: str, create: bool) -> Optional[Dic
     return part
 
 
-def extra_args(config: Dict[str, Any], section: str) -> List[Tuple[str, str]]:
+def extra_args(config: Dict[str, object], section: str) -> List[Tuple[str, str]]:
     """(name, value) pairs of a section's ``extraArgs``, whichever API version's shape."""
     part = _section(config, section, create=False) or {}
     raw = part.get("extraArgs")
@@ -165,7 +165,7 @@ def extra_args(config: Dict[str, Any], section: str) -> List[Tuple[str, str]]:
                      "(v1beta4): nothing changed" % section, ExitCode.REFUSED)
 
 
-def with_flags(config: Dict[str, Any], section: str, change: FlagChange) -> Dict[str, Any]:
+def with_flags(config: Dict[str, object], section: str, change: FlagChange) -> Dict[str, object]:
     """A copy of ``config`` with the change in the section's ``extraArgs``, in the shape of its version."""
     out = copy.deepcopy(config)
     extra_args(out, section)                     # refuses a malformed extraArgs before anything else
@@ -174,7 +174,7 @@ def with_flags(config: Dict[str, Any], section: str, change: FlagChange) -> Dict
     v1beta4 = out.get("apiVersion") == API_VERSIONS[1]
     raw = part.get("extraArgs")
     if v1beta4:
-        items: List[Dict[str, Any]] = [dict(a) for a in raw or []]
+        items: List[Dict[str, object]] = [dict(a) for a in raw if isinstance(a, dict)] if isinstance(raw, list) else []
         items = [a for a in items if a["name"] not in change.unsets]
         for name, value in change.sets:
             hits = [a for a in items if a["name"] == name]
@@ -183,9 +183,9 @@ def with_flags(config: Dict[str, Any], section: str, change: FlagChange) -> Dict
                 items = [a for a in items if a["name"] != name or a is hits[0]]
             else:
                 items.append({"name": name, "value": value})
-        new: Any = items
+        new: object = items
     else:
-        mapping = {str(k): v for k, v in (raw or {}).items() if str(k) not in change.unsets}
+        mapping = {str(k): v for k, v in (raw.items() if isinstance(raw, dict) else ()) if str(k) not in change.unsets}
         for name, value in change.sets:
             mapping[name] = value
         new = mapping
@@ -196,7 +196,7 @@ def with_flags(config: Dict[str, Any], section: str, change: FlagChange) -> Dict
     return out
 
 
-def dump_config(config: Dict[str, Any]) -> str:
+def dump_config(config: Mapping[str, object]) -> str:
     """The ClusterConfiguration as the ConfigMap's text (key order kept)."""
     return yaml.safe_dump(config, sort_keys=False, default_flow_style=False)
 
@@ -222,7 +222,7 @@ def config_diff(old: str, new: str) -> str:
     return flagtools.redact("\n".join(out))
 
 
-def missing_flags(container: Dict[str, Any], config: Dict[str, Any], component: str,
+def missing_flags(container: Mapping[str, object], config: Dict[str, object], component: str,
                   changed_by_cpctl: Sequence[str] = ()) -> List[str]:
     """``--name=value`` items of the manifest the next ``kubeadm upgrade`` would drop or reset: not in
     the ClusterConfiguration's extraArgs with that value, and not one kubeadm writes itself
@@ -245,7 +245,7 @@ def patch_file_name(component: str) -> str:
     return "%s+json.yaml" % component
 
 
-def parse_patch(data: Optional[bytes], path: str) -> List[Dict[str, Any]]:
+def parse_patch(data: Optional[bytes], path: str) -> List[Dict[str, object]]:
     """The operations of an existing patch file ([] when there is none); REFUSED when it is no JSON patch."""
     if not data or not data.strip():
         return []
@@ -256,11 +256,11 @@ def parse_patch(data: Optional[bytes], path: str) -> List[Dict[str, Any]]:
     if not isinstance(ops, list) or not all(isinstance(o, dict) and isinstance(o.get("op"), str) for o in ops):
         raise CpctlError("%s is not a JSON patch (a list of operations): fix or move it first; nothing changed"
                          % path, ExitCode.REFUSED)
-    return ops
+    return [o for o in ops if isinstance(o, dict)]
 
 
-def patch_ops(existing: List[Dict[str, Any]], index: int, old: Dict[str, Any], new: Dict[str, Any],
-              change: FlagChange) -> List[Dict[str, Any]]:
+def patch_ops(existing: Sequence[Mapping[str, object]], index: int, old: Mapping[str, object],
+              new: Mapping[str, object], change: FlagChange) -> List[Dict[str, object]]:
     """The patch file's operations after ``change`` of container ``index`` (``old`` -> ``new``): an
     operation the file has for a flag gets the new value; otherwise ``replace`` at the flag's index
     in the old list (what kubeadm renders), ``add`` at ``-`` for a new flag, ``remove`` (last, from
@@ -290,12 +290,12 @@ def patch_ops(existing: List[Dict[str, Any]], index: int, old: Dict[str, Any], n
     return ops
 
 
-def _names(item: Any) -> Optional[str]:
+def _names(item: object) -> Optional[str]:
     if not isinstance(item, str) or not item.startswith("--"):
         return None
     return item[2:].partition("=")[0]
 
 
-def dump_patch(ops: List[Dict[str, Any]]) -> bytes:
+def dump_patch(ops: Sequence[Mapping[str, object]]) -> bytes:
     """A patch file's bytes: one JSON operation per line of a YAML list (readable, and valid JSON-in-YAML)."""
     return ("".join("- %s\n" % json.dumps(o, sort_keys=True) for o in ops)).encode("utf-8")

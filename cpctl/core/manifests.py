@@ -24,12 +24,12 @@ import math
 import re
 import time
 from decimal import Decimal
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, NoReturn, Optional, Tuple, Union
 
 from cpctl.catalogue import ALIASES
 from cpctl.core import podspec, podview
 from cpctl.errors import CpctlError, ExitCode
-from cpctl.host.base import Host
+from cpctl.host.base import DirEntry, Host, Stat
 
 # The kubelet reads at most this much of a manifest (maxConfigLength, pkg/kubelet/config/common.go);
 # a larger file is one it cannot load.
@@ -53,7 +53,7 @@ def validate_component_name(name: str) -> str:
     return name
 
 
-def close_names(wanted: str, known: Any) -> List[str]:
+def close_names(wanted: str, known: Iterable[str]) -> List[str]:
     """Up to three of ``known`` that ``wanted`` is probably a typo of (``schedular``)."""
     import difflib
     close = difflib.get_close_matches(wanted, sorted(set(known)), n=4, cutoff=0.6)
@@ -114,10 +114,9 @@ PARSE_SECONDS = 2.0             # wall-time backstop for the whole decode of one
 MORE_DOCUMENTS = "more YAML documents follow the first one: the kubelet decodes only the first"
 
 _MERGE = object()               # a "<<" merge key (go-yaml: a plain "<<" or !!merge in key position)
-_OPEN = object()                # an anchor whose collection is still being built
 _YAML_TAG = "tag:yaml.org,2002:"
 # go-yaml v2's table of plain scalars (resolve.go): YAML 1.1 booleans, nulls, special floats.
-_PLAIN_WORDS: Dict[str, Any] = {word: value for words, value in (
+_PLAIN_WORDS: Dict[str, object] = {word: value for words, value in (
     (("y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON"), True),
     (("n", "N", "no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF"), False),
     (("", "~", "null", "Null", "NULL"), None),
@@ -151,7 +150,7 @@ def _go_int(text: str) -> Optional[int]:
     return None
 
 
-def _plain_scalar(text: str) -> Any:
+def _plain_scalar(text: str) -> object:
     """A plain (unquoted, untagged) scalar resolved as go-yaml v2 does: bool, null, int, float or
     the text itself (timestamps stay text, like every value that is none of the others). YAML 1.1
     words such as yes/no/on/off/y/n are booleans, as in the kubelet's YAML library (go-yaml v2)."""
@@ -174,7 +173,7 @@ def _plain_scalar(text: str) -> Any:
     return text
 
 
-def _tagged_scalar(tag: str, text: str) -> Any:
+def _tagged_scalar(tag: str, text: str) -> object:
     """A scalar with an explicit tag: !!str and unknown tags keep the text, !!int/!!float/!!bool/
     !!null must resolve to their type, !!binary is base64 (decoded to text)."""
     if not tag.startswith(_YAML_TAG):
@@ -192,14 +191,14 @@ def _tagged_scalar(tag: str, text: str) -> Any:
                                           "null": (type(None),)}
     if short not in kinds:
         return text
-    value: Any = _plain_scalar(text)
+    value = _plain_scalar(text)
     resolved = isinstance(value, bool) == (short == "bool") and isinstance(value, kinds[short])
     if not resolved:
         raise InvalidManifest("cannot decode %s as a !!%s" % (podspec.shown(text), short))
-    return float(value) if short == "float" else value
+    return float(value) if short == "float" and isinstance(value, (int, float)) else value
 
 
-def _json_key(key: Any) -> str:
+def _json_key(key: object) -> str:
     """A mapping key as the YAML-to-JSON step writes it: text, or a number/boolean made text."""
     if isinstance(key, str):
         return key
@@ -232,7 +231,7 @@ def _go_float_text(value: float) -> str:
     return ("-" if sign else "") + text
 
 
-def _json_value(value: Any) -> Any:
+def _json_value(value: object) -> object:
     """A value as the YAML-to-JSON step accepts it: a "<<" outside key position is text, and NaN or
     infinity cannot be written as JSON (the kubelet's conversion fails on the whole file)."""
     if value is _MERGE:
@@ -242,7 +241,7 @@ def _json_value(value: Any) -> Any:
     return value
 
 
-def _merge_sources(value: Any) -> List[Dict[str, Any]]:
+def _merge_sources(value: object) -> List[Dict[str, object]]:
     """The mappings a "<<" merge key brings in: one mapping or a list of them."""
     if isinstance(value, dict):
         return [value]
@@ -260,13 +259,13 @@ class _Collection:
         self.mapping = mapping
         self.anchor = anchor
         self.weight = 1
-        self.entries: Dict[str, Any] = {}
-        self.elements: List[Any] = []
-        self.key: Any = None
+        self.entries: Dict[str, object] = {}
+        self.elements: List[object] = []
+        self.key: object = None
         self.has_key = False
-        self.merges: List[List[Dict[str, Any]]] = []
+        self.merges: List[List[Dict[str, object]]] = []
 
-    def add(self, value: Any, weight: int) -> None:
+    def add(self, value: object, weight: int) -> None:
         self.weight += weight
         if not self.mapping:
             self.elements.append(_json_value(value))
@@ -279,14 +278,14 @@ class _Collection:
             else:
                 self.entries[_json_key(self.key)] = _json_value(value)   # a repeated key: the last wins
 
-    def value(self) -> Any:
+    def value(self) -> object:
         """The finished list or mapping; merged keys give way to the mapping's own, and earlier
         merge sources to later ones (the YAML merge-key rule)."""
         if not self.mapping:
             return self.elements
         if not self.merges:
             return self.entries
-        merged: Dict[str, Any] = {}
+        merged: Dict[str, object] = {}
         for sources in reversed(self.merges):
             for source in reversed(sources):
                 merged.update(source)
@@ -303,10 +302,10 @@ class _YamlDocument:
     def __init__(self, text: str) -> None:
         import yaml
         self._parser = (_c_parser() or yaml.SafeLoader)(text)
-        self._anchors: Dict[str, Any] = {}
+        self._anchors: Dict[str, Optional[Tuple[object, int]]] = {}   # None: still being built
         self._deadline = time.monotonic() + PARSE_SECONDS
 
-    def decode(self) -> Tuple[Any, Tuple[str, ...]]:
+    def decode(self) -> Tuple[object, Tuple[str, ...]]:
         """(value of the first document or None, notes); raises InvalidManifest."""
         import yaml
         try:
@@ -321,7 +320,7 @@ class _YamlDocument:
         finally:
             self._parser.dispose()
 
-    def _stream(self) -> Tuple[Any, Tuple[str, ...]]:
+    def _stream(self) -> Tuple[object, Tuple[str, ...]]:
         import yaml
         self._parser.get_event()                          # StreamStart
         if self._parser.check_event(yaml.StreamEndEvent):  # nothing but comments and blanks
@@ -335,7 +334,7 @@ class _YamlDocument:
             more = True                                   # broken, but never read by the kubelet
         return root, (MORE_DOCUMENTS,) if more else ()
 
-    def _node(self) -> Any:
+    def _node(self) -> object:
         """The document's root value. One loop over the events with an explicit stack (no
         recursion, whatever the nesting); counters kept in locals: this runs for every node."""
         import yaml
@@ -362,7 +361,7 @@ class _YamlDocument:
                 if len(stack) >= MAX_DEPTH:
                     raise InvalidManifest("nested deeper than %d levels" % MAX_DEPTH)
                 if event.anchor is not None:
-                    anchors[event.anchor] = _OPEN
+                    anchors[event.anchor] = None
                 stack.append(_Collection(kind is mapping_start, event.anchor))
                 weight = written = 1
             else:                                         # MappingEnd / SequenceEnd
@@ -387,12 +386,12 @@ class _YamlDocument:
             stack[-1].add(value, weight)
 
 
-def _alias(anchors: Dict[str, Any], name: str) -> Tuple[Any, int]:
+def _alias(anchors: Dict[str, Optional[Tuple[object, int]]], name: str) -> Tuple[object, int]:
     """(value, weight) of the anchor an alias names; a recursive or unknown one is invalid."""
-    found = anchors.get(name)
-    if found is None:
+    if name not in anchors:
         raise InvalidManifest("unknown anchor %s referenced" % podspec.shown(name))
-    if found is _OPEN:
+    found = anchors[name]
+    if found is None:
         raise InvalidManifest("anchor %s value contains itself (a recursive alias)" % podspec.shown(name))
     return found
 
@@ -412,7 +411,7 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def _decode_json(text: str) -> Any:
+def _decode_json(text: str) -> object:
     """JSON as Go reads it (no NaN/Infinity, lone surrogates become U+FFFD), within the bounds."""
     if text.count("{") + text.count("[") + text.count(",") > MAX_NODES:
         raise InvalidManifest("more than %d JSON values" % MAX_NODES)
@@ -425,12 +424,12 @@ def _decode_json(text: str) -> Any:
     return _checked_json(value)
 
 
-def _no_json_constant(name: str) -> Any:
+def _no_json_constant(name: str) -> NoReturn:
     """NaN and Infinity are not JSON: Go's decoder refuses them."""
     raise ValueError("%s is not JSON" % name)
 
 
-def _json_int(text: str) -> Any:
+def _json_int(text: str) -> Union[int, float, str]:
     """An integer literal; beyond 64 bits a float (Go cannot put it in an integer field either)."""
     if len(text) <= 20:
         return int(text)
@@ -438,14 +437,15 @@ def _json_int(text: str) -> Any:
     return value if math.isfinite(value) else text
 
 
-def _checked_json(root: Any) -> Any:
+def _checked_json(root: object) -> object:
     """``root`` with MAX_DEPTH enforced and lone surrogates replaced (iteratively: no recursion)."""
-    stack: List[Tuple[Any, int]] = [(root, 1)]
+    stack: List[Tuple[Union[Dict[str, object], List[object]], int]] = \
+        [(root, 1)] if isinstance(root, (dict, list)) else []
     while stack:
         node, depth = stack.pop()
         if depth > MAX_DEPTH:
             raise InvalidManifest("nested deeper than %d levels" % MAX_DEPTH)
-        pairs = list(node.items()) if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        pairs: Iterable[Tuple[Any, object]] = list(node.items()) if isinstance(node, dict) else enumerate(node)
         for key, item in pairs:
             if isinstance(item, str) and _SURROGATE.search(item):
                 node[key] = _SURROGATE.sub("\ufffd", item)
@@ -458,7 +458,7 @@ def _checked_json(root: Any) -> Any:
     return _SURROGATE.sub("\ufffd", root) if isinstance(root, str) else root
 
 
-def decode(data: bytes) -> Tuple[Any, Tuple[str, ...]]:
+def decode(data: bytes) -> Tuple[object, Tuple[str, ...]]:
     """The value the kubelet decodes from a manifest's bytes, and notes about what it ignores:
     JSON when the text starts with "{" (after white space), else the first YAML document.
     Raises InvalidManifest, in bounded time and memory, for anything the kubelet cannot decode."""
@@ -479,12 +479,12 @@ def decode(data: bytes) -> Tuple[Any, Tuple[str, ...]]:
     return _YamlDocument(text).decode()
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     """A decoded value for a message: plain text as it is, anything else quoted on one line."""
     return value if isinstance(value, str) and len(value) <= 60 and value.isprintable() else podspec.shown(value)
 
 
-def _pod_of(value: Any) -> Dict[str, Any]:
+def _pod_of(value: object) -> Dict[str, object]:
     """The decoded value as a v1 Pod mapping (the kubelet's file source decodes only Pods)."""
     if value is None:
         raise InvalidManifest("no Pod in it: the (first) YAML document is empty")
@@ -503,7 +503,7 @@ class ParsedPod:
 
     __slots__ = ("pod", "notes", "_digest")
 
-    def __init__(self, pod: Dict[str, Any], notes: Tuple[str, ...] = ()) -> None:
+    def __init__(self, pod: Dict[str, object], notes: Tuple[str, ...] = ()) -> None:
         self.pod = pod
         self.notes = notes
         self._digest: Optional[str] = None
@@ -565,10 +565,15 @@ def parse_pod(data: bytes) -> dict:
     controller-manager files on every master, and a fan-out over 20 masters would otherwise
     parse each 20 times. Every caller gets its own copy, so none can change what another one sees.
     """
-    return _copy_tree(parsed(data).pod)
+    return _copy_pod(parsed(data).pod)
 
 
-def _copy_tree(value: Any) -> Any:
+def _copy_pod(pod: Mapping[str, object]) -> Dict[str, object]:
+    """A deep copy of a decoded pod (``_copy_tree``)."""
+    return {key: _copy_tree(item) for key, item in pod.items()}
+
+
+def _copy_tree(value: object) -> object:
     """A deep copy of a decoded tree (dicts, lists, immutable scalars), 2x faster than
     copy.deepcopy; an alias's shared value becomes a copy of its own."""
     if isinstance(value, dict):
@@ -578,7 +583,7 @@ def _copy_tree(value: Any) -> Any:
     return value
 
 
-def decoded_digest(pod: Dict[str, Any]) -> str:
+def decoded_digest(pod: Mapping[str, object]) -> str:
     """sha256 of the pod the kubelet sees (``podview.kubelet_view``): the same digest means the
     same static pod UID and config hash at the same path, so the kubelet keeps the pod running.
 
@@ -635,7 +640,7 @@ class Manifest:
     link, so callers that would move it must refuse on ``kind``.
     """
 
-    def __init__(self, name: str, path: str, entry: dict) -> None:
+    def __init__(self, name: str, path: str, entry: DirEntry) -> None:
         self.file = name
         self.path = path
         self.kind: str = entry["kind"]
@@ -652,7 +657,7 @@ class Manifest:
         self._parsed: Optional[ParsedPod] = None
         self.error: Optional[str] = self._load(entry)
 
-    def _load(self, entry: dict) -> Optional[str]:
+    def _load(self, entry: DirEntry) -> Optional[str]:
         """Parse what the kubelet would read; the reason it would not run it, or None."""
         if self.kind == "symlink" and self.target_kind != "file":
             return _link_problem(self.target_kind, entry.get("error"))
@@ -665,7 +670,7 @@ class Manifest:
             self._parsed = parsed(self.data)
         except InvalidManifest as exc:
             return str(exc)
-        self.pod = _copy_tree(self._parsed.pod)
+        self.pod = _copy_pod(self._parsed.pod)
         self.notes = list(self._parsed.notes)
         return None
 
@@ -713,27 +718,27 @@ def refuse_link(manifest: Manifest, action: str) -> None:
 class DirScan:
     """What the kubelet would load from the manifests dir, plus what it would skip."""
 
-    def __init__(self, path: str, manifests: list, ignored: list) -> None:
+    def __init__(self, path: str, manifests: List[Manifest], ignored: List[str]) -> None:
         self.path = path
-        self.manifests: list = manifests   # non-dot entries (valid or not)
-        self.ignored: list = ignored       # dot files and directories: the kubelet skips them
+        self.manifests = manifests   # non-dot entries (valid or not)
+        self.ignored = ignored       # dot files and directories: the kubelet skips them
 
     @property
     def valid(self) -> list:
         return [m for m in self.manifests if m.valid]
 
-    def duplicates(self) -> dict:
+    def duplicates(self) -> Dict[Tuple[str, Optional[str]], List[str]]:
         """(namespace, pod name) -> files, for pods defined by more than one file."""
-        seen: dict = {}
+        seen: Dict[Tuple[str, Optional[str]], List[str]] = {}
         for m in self.valid:
             seen.setdefault((m.namespace, m.pod_name), []).append(m.file)
         return {key: files for key, files in seen.items() if len(files) > 1}
 
-    def find(self, wanted: str) -> list:
+    def find(self, wanted: str) -> List[Manifest]:
         return [m for m in self.manifests if m.matches(wanted)]
 
 
-def require_directory(info: Optional[Dict[str, Any]], what: str, path: str, missing: str = "does not exist") -> None:
+def require_directory(info: Optional[Stat], what: str, path: str, missing: str = "does not exist") -> None:
     """Fail with one clear line unless ``info`` (an lstat) is a real directory: absent (exit 7), a
     symlink (refused: cpctl uses real paths only, exit 4) or another kind of file (exit 7)."""
     if info is None:
@@ -757,7 +762,8 @@ def scan(host: Host, path: str) -> DirScan:
     except OSError as exc:
         raise CpctlError("cannot read manifests dir %s: %s" % (path, exc.strerror or exc),
                          ExitCode.ENVIRONMENT) from None
-    manifests, ignored = [], []
+    manifests: List[Manifest] = []
+    ignored: List[str] = []
     for entry in entries:
         name = entry["name"]
         if name.startswith(".") or entry["kind"] == "dir":

@@ -12,34 +12,50 @@ the path wins.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import List, Mapping, Optional, Tuple
 
 
-def mount_of(container: Dict[str, Any], path: str) -> Optional[Dict[str, Any]]:
-    """The volumeMount of ``container`` that holds ``path`` (the longest mountPath containing it)."""
-    best: Optional[Dict[str, Any]] = None
-    for mount in container.get("volumeMounts") or []:
-        if not isinstance(mount, dict) or not isinstance(mount.get("mountPath"), str):
+def _mapping(value: object) -> Mapping[str, object]:
+    return value if isinstance(value, dict) else {}
+
+
+def _items(value: object) -> List[object]:
+    return value if isinstance(value, list) else []
+
+
+def _best_mount(container: Mapping[str, object], path: str) -> Optional[Tuple[Mapping[str, object], str]]:
+    """(volumeMount, its mountPath) of ``container`` holding ``path``: the longest mountPath containing it."""
+    best: Optional[Tuple[Mapping[str, object], str]] = None
+    for mount in _items(container.get("volumeMounts")):
+        written = mount.get("mountPath") if isinstance(mount, dict) else None
+        if not isinstance(mount, dict) or not isinstance(written, str):
             continue
-        mount_path = mount["mountPath"].rstrip("/") or "/"
+        mount_path = written.rstrip("/") or "/"
         if path == mount_path or path.startswith(mount_path.rstrip("/") + "/"):
-            if best is None or len(mount_path) > len(best["mountPath"].rstrip("/")):
-                best = mount
+            if best is None or len(mount_path) > len(best[1].rstrip("/")):
+                best = (mount, written)
     return best
 
 
-def host_path_of(pod: Dict[str, Any], container: Dict[str, Any], path: str) -> Optional[str]:
+def mount_of(container: Mapping[str, object], path: str) -> Optional[Mapping[str, object]]:
+    """The volumeMount of ``container`` that holds ``path`` (the longest mountPath containing it)."""
+    best = _best_mount(container, path)
+    return best[0] if best is not None else None
+
+
+def host_path_of(pod: Mapping[str, object], container: Mapping[str, object], path: str) -> Optional[str]:
     """The node path behind ``path`` inside ``container``; None when no hostPath volume holds it."""
-    best = mount_of(container, path)
+    best = _best_mount(container, path)
     if best is None:
         return None
-    for volume in (pod.get("spec") or {}).get("volumes") or []:
-        if not isinstance(volume, dict) or volume.get("name") != best.get("name"):
+    mount, mount_path = best
+    for volume in _items(_mapping(pod.get("spec")).get("volumes")):
+        if not isinstance(volume, dict) or volume.get("name") != mount.get("name"):
             continue
-        host = (volume.get("hostPath") or {}).get("path")
+        host = _mapping(volume.get("hostPath")).get("path")
         if not isinstance(host, str) or not host:
             return None
-        rest = path[len(best["mountPath"].rstrip("/")):]
+        rest = path[len(mount_path.rstrip("/")):]
         return host.rstrip("/") + rest if rest else host
     return None
 

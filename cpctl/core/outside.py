@@ -20,13 +20,14 @@ import os
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 import yaml
 
 from cpctl.core import manifests
 from cpctl.core.node import Node
 from cpctl.errors import CpctlError, ExitCode
+from cpctl.host.base import Host
 
 TMP = "tmp"
 BACKUP_PREFIX = "kubeadm-backup-manifests"
@@ -49,7 +50,7 @@ class Outside:
     previous: Optional[bytes] = None  # cpctl's bytes, when kubeadm's backup dir still holds them
     backup: str = ""                  # where
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> Dict[str, object]:
         return {"file": self.file, "written_by_cpctl": self.written, "current": self.current, "note": self.note,
                 "backup": self.backup or None}
 
@@ -66,7 +67,7 @@ def view_reads(node: Node) -> List[Tuple[str, Dict[str, object]]]:
             ("listdir", {"path": node.state.path})]
 
 
-def _subdirs(host: Any, manifests_dir: str, prefix: str) -> List[str]:
+def _subdirs(host: Host, manifests_dir: str, prefix: str) -> List[str]:
     root = tmp_dir(manifests_dir)
     try:
         names = host.listdir(root)
@@ -75,18 +76,18 @@ def _subdirs(host: Any, manifests_dir: str, prefix: str) -> List[str]:
     return sorted(os.path.join(root, n) for n in names if n.startswith(prefix))
 
 
-def history(node: Any) -> List[Dict[str, Any]]:
+def history(node: Node) -> List[Dict[str, object]]:
     """cpctl's history on this node, oldest first ([] before cpctl ever changed anything here)."""
     if not node.state.ensure(create=False):
         return []
-    records: List[Dict[str, Any]] = node.state.read_history()
+    records: List[Dict[str, object]] = node.state.read_history()
     return records
 
 
-def last_written(node: Any, filename: str, records: Optional[List[Dict[str, Any]]] = None
-                 ) -> Optional[Dict[str, Any]]:
+def last_written(node: Node, filename: str, records: Optional[List[Dict[str, object]]] = None
+                 ) -> Optional[Dict[str, object]]:
     """cpctl's newest history record after which ``filename`` held its ``checksum`` (None: never wrote it)."""
-    def wanted(r: Dict[str, Any]) -> bool:
+    def wanted(r: Dict[str, object]) -> bool:
         return r.get("file") == filename and r.get("action") in WRITES and isinstance(r.get("checksum"), str)
     if records is None:           # the newest match only: older history segments are read only as far as needed
         if not node.state.ensure(create=False):
@@ -96,7 +97,7 @@ def last_written(node: Any, filename: str, records: Optional[List[Dict[str, Any]
     return found[-1] if found else None
 
 
-def detect(node: Any, filename: str, current: Optional[str], records: Optional[List[Dict[str, Any]]] = None
+def detect(node: Node, filename: str, current: Optional[str], records: Optional[List[Dict[str, object]]] = None
            ) -> Optional[Outside]:
     """An ``Outside`` when ``filename`` (checksum ``current``) is not what cpctl last wrote to it."""
     record = last_written(node, filename, records)
@@ -114,7 +115,7 @@ def detect(node: Any, filename: str, current: Optional[str], records: Optional[L
     return Outside(filename, written, current, "replaced outside cpctl")
 
 
-def _upgrade_note(node: Any, filename: str, old: bytes) -> str:
+def _upgrade_note(node: Node, filename: str, old: bytes) -> str:
     """``kubeadm upgrade OLD -> NEW`` from the image tags of the backed-up and the current manifest."""
     try:
         new = node.host.read_file(os.path.join(node.manifests_dir, filename), manifests.MAX_MANIFEST_BYTES)
@@ -135,7 +136,7 @@ def _image_tag(data: bytes) -> str:
     return image.rpartition(":")[2] if ":" in image.rpartition("/")[2] else ""
 
 
-def in_flight(node: Any, now: Optional[float] = None) -> Optional[str]:
+def in_flight(node: Node, now: Optional[float] = None) -> Optional[str]:
     """The kubeadm staging dir of an upgrade in flight (files younger than IN_FLIGHT_SECONDS), or None."""
     now = time.time() if now is None else now
     for directory in reversed(_subdirs(node.host, node.manifests_dir, UPGRADED_PREFIX)):
@@ -150,7 +151,7 @@ def in_flight(node: Any, now: Optional[float] = None) -> Optional[str]:
     return None
 
 
-def refuse_in_flight(node: Any, what: str) -> None:
+def refuse_in_flight(node: Node, what: str) -> None:
     """REFUSED (exit 4) while a kubeadm upgrade is in flight on this node (``--force`` skips this)."""
     staging = in_flight(node)
     if staging:
@@ -159,7 +160,7 @@ def refuse_in_flight(node: Any, what: str) -> None:
                          % (node.node_name, staging, what), ExitCode.REFUSED)
 
 
-def flags_set_by_cpctl(node: Any, filename: str, records: Optional[List[Dict[str, Any]]] = None) -> Dict[str, str]:
+def flags_set_by_cpctl(node: Node, filename: str, records: Optional[List[Dict[str, object]]] = None) -> Dict[str, str]:
     """The ``--name=value`` items cpctl's changes of ``filename`` added or changed, and that no later
     cpctl change removed (from the diffs its history records keep)."""
     out: Dict[str, str] = {}
@@ -182,7 +183,8 @@ def flags_set_by_cpctl(node: Any, filename: str, records: Optional[List[Dict[str
     return out
 
 
-def lost_flags(node: Any, filename: str, container: Dict[str, Any], records: List[Dict[str, Any]]) -> List[str]:
+def lost_flags(node: Node, filename: str, container: Mapping[str, object], records: List[Dict[str, object]]
+               ) -> List[str]:
     """Flags cpctl set in ``filename`` that the container in place no longer has (with that value)."""
     from cpctl.core.flags import flags_of
     now = {f.name: f.value or "" for f in flags_of(container)}

@@ -27,7 +27,7 @@ import json
 import math
 import re
 from decimal import Decimal
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 from cpctl.probes.shape import kind_of
 
@@ -47,7 +47,7 @@ class InvalidPod(ValueError):
         self.errors = errors
 
 
-def shown(value: Any, limit: int = 60) -> str:
+def shown(value: object, limit: int = 60) -> str:
     """A value as an error message quotes it: JSON-quoted, one line, at most ``limit`` characters."""
     if isinstance(value, (dict, list)):
         return type_name(value)
@@ -60,7 +60,7 @@ def path_key(key: str) -> str:
     return key if len(key) <= 63 and key.isprintable() and "]" not in key else shown(key)
 
 
-def type_name(value: Any) -> str:
+def type_name(value: object) -> str:
     """How a message about a manifest names the type of a decoded value (YAML's words)."""
     return kind_of(value, yaml=True)
 
@@ -69,16 +69,16 @@ def _required(path: str, detail: str = "") -> str:
     return "%s: Required value%s" % (path, ": " + detail if detail else "")
 
 
-def _invalid(path: str, value: Any, detail: str) -> str:
+def _invalid(path: str, value: object, detail: str) -> str:
     return "%s: Invalid value: %s: %s" % (path, shown(value), detail)
 
 
-def _unsupported(path: str, value: Any, supported: Tuple[str, ...]) -> str:
+def _unsupported(path: str, value: object, supported: Tuple[str, ...]) -> str:
     return "%s: Unsupported value: %s: supported values: %s" % (
         path, shown(value), ", ".join('"%s"' % s for s in supported))
 
 
-def _duplicate(path: str, value: Any) -> str:
+def _duplicate(path: str, value: object) -> str:
     return "%s: Duplicate value: %s" % (path, shown(value))
 
 
@@ -91,27 +91,28 @@ def _forbidden(path: str, detail: str) -> str:
 # not checked (cpctl does not read it and the kubelet's own decode is the judge). Fields missing
 # from a schema are not checked either: the kubelet drops fields it does not know.
 
-Type = Union[str, Tuple[str, Any]]
+#: A field type: a scalar name, or ("list", item type), ("map", value type), ("obj", schema name).
+FieldType = Union[str, Tuple[str, "FieldType"]]
 STR, BOOL, INT32, INT64, INTSTR, QUANTITY, TIME, ANY = "str", "bool", "int32", "int64", "intstr", "quantity", \
     "time", "any"
 
 
-def _list(item: Type) -> Type:
+def _list(item: FieldType) -> FieldType:
     return ("list", item)
 
 
-def _map(item: Type) -> Type:
+def _map(item: FieldType) -> FieldType:
     return ("map", item)
 
 
-def _obj(name: str) -> Type:
+def _obj(name: str) -> FieldType:
     return ("obj", name)
 
 
-_REF: Dict[str, Type] = {"name": STR, "key": STR, "optional": BOOL}
-_HANDLER: Dict[str, Type] = {"exec": _obj("ExecAction"), "httpGet": _obj("HTTPGetAction"),
+_REF: Dict[str, FieldType] = {"name": STR, "key": STR, "optional": BOOL}
+_HANDLER: Dict[str, FieldType] = {"exec": _obj("ExecAction"), "httpGet": _obj("HTTPGetAction"),
                              "tcpSocket": _obj("TCPSocketAction")}
-SCHEMAS: Dict[str, Dict[str, Type]] = {
+SCHEMAS: Dict[str, Dict[str, FieldType]] = {
     "Pod": {"apiVersion": STR, "kind": STR, "metadata": _obj("ObjectMeta"), "spec": _obj("PodSpec"), "status": ANY},
     "ObjectMeta": {
         "name": STR, "generateName": STR, "namespace": STR, "uid": STR, "resourceVersion": STR,
@@ -201,7 +202,7 @@ class _TypeError(Exception):
     """A value of the wrong type: the kubelet's JSON decode stops at the first one."""
 
 
-def _as_int(value: Any, kind: str, path: str) -> int:
+def _as_int(value: object, kind: str, path: str) -> int:
     """An integer field of ``kind`` (INT32 or INT64): an int, or an integral float below 1e21 (the
     kubelet's YAML-to-JSON step writes it as digits), within the range of the kind."""
     number: Optional[int] = None
@@ -217,7 +218,7 @@ def _as_int(value: Any, kind: str, path: str) -> int:
     return number
 
 
-def _wrong(path: str, wanted: str, value: Any) -> _TypeError:
+def _wrong(path: str, wanted: str, value: object) -> _TypeError:
     """The decode error for a value of another type: what was wanted, what was found."""
     found = type_name(value)
     if not isinstance(value, (dict, list)) and value is not None:
@@ -225,7 +226,7 @@ def _wrong(path: str, wanted: str, value: Any) -> _TypeError:
     return _TypeError("%s: must be %s, not %s" % (path, wanted, found))
 
 
-def _scalar(value: Any, kind: str, path: str) -> Any:
+def _scalar(value: object, kind: str, path: str) -> object:
     """Check (and normalise) one scalar field; raises _TypeError."""
     if kind == STR:
         if not isinstance(value, str):
@@ -251,10 +252,10 @@ def _scalar(value: Any, kind: str, path: str) -> Any:
     return value
 
 
-_ZERO: Dict[str, Any] = {STR: "", BOOL: False, INT32: 0, INT64: 0, INTSTR: 0, QUANTITY: "0"}
+_ZERO: Mapping[str, object] = {STR: "", BOOL: False, INT32: 0, INT64: 0, INTSTR: 0, QUANTITY: "0"}
 
 
-def _zero(kind: Type) -> Any:
+def _zero(kind: FieldType) -> object:
     """What Go's decode makes of a null list item or map value of ``kind``: the zero value (a null
     struct field, by contrast, stays null here: it reads as absent)."""
     if isinstance(kind, tuple):
@@ -262,7 +263,7 @@ def _zero(kind: Type) -> Any:
     return _ZERO.get(kind)
 
 
-def _typed(value: Any, kind: Type, path: str) -> Any:
+def _typed(value: object, kind: FieldType, path: str) -> object:
     """``value`` checked against ``kind``: the normalised value, or _TypeError. A null field is
     left null (absent); a null list item or map value becomes its type's zero value, as in Go."""
     if value is None or kind == ANY:
@@ -282,17 +283,23 @@ def _typed(value: Any, kind: Type, path: str) -> Any:
         for key, item in value.items():
             value[key] = _zero(inner) if item is None else _typed(item, inner, "%s[%s]" % (path, path_key(key)))
         return value
-    for key, field_type in SCHEMAS[inner].items():
+    for key, field_type in _schema(kind).items():
         if key in value:
             value[key] = _typed(value[key], field_type, _child(path, key))
     return value
+
+
+def _schema(kind: FieldType) -> Dict[str, FieldType]:
+    """The fields of an ("obj", name) type."""
+    name = kind[1] if isinstance(kind, tuple) else kind
+    return SCHEMAS[name] if isinstance(name, str) else {}
 
 
 def _child(path: str, key: str) -> str:
     return "%s.%s" % (path, key) if path else key
 
 
-def check_types(pod: Dict[str, Any]) -> None:
+def check_types(pod: Mapping[str, object]) -> None:
     """Raise InvalidPod (one message, as the kubelet's decode stops at the first) for a field of the
     wrong type; integral floats in integer fields become ints."""
     try:
@@ -410,50 +417,62 @@ ANNOTATIONS_MAX_BYTES = 256 << 10
 NAME_SUFFIX = "-node"   # the kubelet validates "<name>-<node name>"; a stand-in node name
 
 
-def _mapping(value: Any) -> Dict[str, Any]:
+def _mapping(value: object) -> Mapping[str, object]:
+    """A decoded object field: the mapping, or an empty one when absent (or not a mapping)."""
     return value if isinstance(value, dict) else {}
 
 
-def _items(value: Any) -> List[Any]:
+def _items(value: object) -> List[object]:
+    """A decoded list field: the list, or an empty one when absent (or not a list)."""
     return value if isinstance(value, list) else []
 
 
-def validate_metadata(meta: Dict[str, Any]) -> List[str]:
+def _text(value: object) -> str:
+    """A string field after ``check_types``: the string, "" when absent or null."""
+    return value if isinstance(value, str) else ""
+
+
+def _int(value: object) -> int:
+    """An integer field after ``check_types`` (which made integral floats ints): 0 when absent or null."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def validate_metadata(meta: Mapping[str, object]) -> List[str]:
     """metadata: the pod name (as "<name>-<node>"), namespace, labels and annotations."""
     errors: List[str] = []
-    name = meta.get("name") or ""
+    name = _text(meta.get("name"))
     if not name:
         errors.append(_required("metadata.name", "name is needed for the pod"))
     else:
         why = dns_subdomain_problem(name + NAME_SUFFIX)
         if why:
             errors.append(_invalid("metadata.name", name, why + " (the kubelet checks the name + \"-<node name>\")"))
-    namespace = meta.get("namespace") or ""
+    namespace = _text(meta.get("namespace"))
     if namespace:
         errors += _name_errors("metadata.namespace", namespace, dns_label_problem)
     errors += label_errors("metadata.labels", _mapping(meta.get("labels")))
     annotations = _mapping(meta.get("annotations"))
     for key in annotations:
         errors += _name_errors("metadata.annotations", key.lower(), qualified_name_problem)
-    size = sum(len(k) + len(v or "") for k, v in annotations.items())
+    size = sum(len(k) + len(_text(v)) for k, v in annotations.items())
     if size > ANNOTATIONS_MAX_BYTES:
         errors.append("metadata.annotations: Too long: may not be more than %d bytes" % ANNOTATIONS_MAX_BYTES)
     return errors
 
 
-def label_errors(path: str, labels: Dict[str, Any]) -> List[str]:
+def label_errors(path: str, labels: Mapping[str, object]) -> List[str]:
     """Label keys (qualified names) and values (63 characters, alphanumeric ends): labels and nodeSelector."""
     errors: List[str] = []
     for key, value in labels.items():
         errors += _name_errors(path, key, qualified_name_problem)
-        value = value or ""
-        if len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
-            errors.append(_invalid("%s[%s]" % (path, path_key(key)), value, "a valid label value must be 63 "
+        text = _text(value)
+        if len(text) > 63 or not _LABEL_VALUE.fullmatch(text):
+            errors.append(_invalid("%s[%s]" % (path, path_key(key)), text, "a valid label value must be 63 "
                                    "characters or less and be empty or begin and end with an alphanumeric character"))
     return errors
 
 
-def validate_spec(spec: Dict[str, Any]) -> List[str]:
+def validate_spec(spec: Mapping[str, object]) -> List[str]:
     """spec: containers, volumes and the pod-wide settings."""
     volumes, errors = validate_volumes(_items(spec.get("volumes")))
     containers, init = _items(spec.get("containers")), _items(spec.get("initContainers"))
@@ -479,7 +498,7 @@ def validate_spec(spec: Dict[str, Any]) -> List[str]:
     return errors
 
 
-def _policy_errors(spec: Dict[str, Any]) -> List[str]:
+def _policy_errors(spec: Mapping[str, object]) -> List[str]:
     """restartPolicy, dnsPolicy, preemptionPolicy values; the deadline and the names of spec."""
     errors: List[str] = []
     for key, allowed in (("restartPolicy", RESTART_POLICIES), ("dnsPolicy", DNS_POLICIES),
@@ -490,23 +509,23 @@ def _policy_errors(spec: Dict[str, Any]) -> List[str]:
     if spec.get("dnsPolicy") == "None" and not _items(_mapping(spec.get("dnsConfig")).get("nameservers")):
         errors.append(_required("spec.dnsConfig", "must provide `dnsConfig` when `dnsPolicy` is None"))
     deadline = spec.get("activeDeadlineSeconds")
-    if deadline is not None and not 1 <= deadline <= (1 << 31) - 1:
+    if isinstance(deadline, int) and not 1 <= deadline <= (1 << 31) - 1:
         errors.append(_invalid("spec.activeDeadlineSeconds", deadline, "must be between 1 and 2147483647, inclusive"))
     for key, problem in (("hostname", dns_label_problem), ("subdomain", dns_label_problem),
                          ("schedulerName", dns_subdomain_problem), ("priorityClassName", dns_subdomain_problem),
                          ("runtimeClassName", dns_subdomain_problem)):
         if spec.get(key):
-            errors += _name_errors("spec." + key, spec[key], problem)
+            errors += _name_errors("spec." + key, _text(spec[key]), problem)
     return errors
 
 
-def _toleration_errors(tolerations: List[Any]) -> List[str]:
+def _toleration_errors(tolerations: List[object]) -> List[str]:
     """Toleration keys, operators (Exists takes no value) and effects."""
     errors: List[str] = []
     for index, item in enumerate(tolerations):
         toleration, path = _mapping(item), "spec.tolerations[%d]" % index
-        key, operator, effect = toleration.get("key") or "", toleration.get("operator") or "", \
-            toleration.get("effect") or ""
+        key, operator, effect = _text(toleration.get("key")), _text(toleration.get("operator")), \
+            _text(toleration.get("effect"))
         if key:
             errors += _name_errors(path + ".key", key, qualified_name_problem)
         elif operator != "Exists":
@@ -524,13 +543,13 @@ def _toleration_errors(tolerations: List[Any]) -> List[str]:
     return errors
 
 
-def validate_volumes(volumes: List[Any]) -> Tuple[Dict[str, Dict[str, Any]], List[str]]:
+def validate_volumes(volumes: List[object]) -> Tuple[Dict[str, Mapping[str, object]], List[str]]:
     """(name -> volume, errors): names, exactly one source each, hostPath paths and types."""
-    named: Dict[str, Dict[str, Any]] = {}
+    named: Dict[str, Mapping[str, object]] = {}
     errors: List[str] = []
     for index, item in enumerate(volumes):
         volume, path = _mapping(item), "spec.volumes[%d]" % index
-        name = volume.get("name") or ""
+        name = _text(volume.get("name"))
         if not name:
             errors.append(_required(path + ".name"))
         else:
@@ -547,30 +566,30 @@ def validate_volumes(volumes: List[Any]) -> Tuple[Dict[str, Dict[str, Any]], Lis
     return named, errors
 
 
-def _host_path_errors(host: Dict[str, Any], path: str) -> List[str]:
+def _host_path_errors(host: Mapping[str, object], path: str) -> List[str]:
     """A hostPath volume needs a path without '..' and a known type."""
     errors: List[str] = []
-    where = host.get("path") or ""
+    where = _text(host.get("path"))
     if not where:
         errors.append(_required(path + ".path"))
     elif ".." in where.split("/"):
         errors.append(_invalid(path + ".path", where, "must not contain '..'"))
-    kind = host.get("type") or ""
+    kind = _text(host.get("type"))
     if kind not in HOST_PATH_TYPES:
         errors.append(_unsupported(path + ".type", kind, HOST_PATH_TYPES[1:]))
     return errors
 
 
-def validate_container(container: Dict[str, Any], path: str, volumes: Dict[str, Dict[str, Any]],
+def validate_container(container: Mapping[str, object], path: str, volumes: Dict[str, Mapping[str, object]],
                        init: bool) -> List[str]:
     """One container: name, image, policies, ports, env, mounts, resources and probes."""
     errors: List[str] = []
-    name = container.get("name") or ""
+    name = _text(container.get("name"))
     if not name:
         errors.append(_required(path + ".name"))
     else:
         errors += _name_errors(path + ".name", name, dns_label_problem)
-    image = container.get("image") or ""
+    image = _text(container.get("image"))
     if not image:
         errors.append(_required(path + ".image"))
     elif image.strip() != image:
@@ -593,24 +612,24 @@ def validate_container(container: Dict[str, Any], path: str, volumes: Dict[str, 
     return errors
 
 
-def validate_ports(ports: List[Any], path: str) -> List[str]:
+def validate_ports(ports: List[object], path: str) -> List[str]:
     """containerPort 1-65535, hostPort 0 or 1-65535, protocol, unique IANA port names."""
     errors: List[str] = []
     names = set()
     for index, item in enumerate(ports):
         port, where = _mapping(item), "%s[%d]" % (path, index)
-        name = port.get("name") or ""
+        name = _text(port.get("name"))
         if name:
             errors += _name_errors(where + ".name", name, port_name_problem)
             if name in names:
                 errors.append(_duplicate(where + ".name", name))
             names.add(name)
-        number = port.get("containerPort") or 0
+        number = _int(port.get("containerPort"))
         if number == 0:
             errors.append(_required(where + ".containerPort"))
         elif not 1 <= number <= 65535:
             errors.append(_invalid(where + ".containerPort", number, "must be between 1 and 65535, inclusive"))
-        host = port.get("hostPort") or 0
+        host = _int(port.get("hostPort"))
         if host and not 1 <= host <= 65535:
             errors.append(_invalid(where + ".hostPort", host, "must be between 1 and 65535, inclusive"))
         protocol = port.get("protocol") or "TCP"
@@ -619,7 +638,7 @@ def validate_ports(ports: List[Any], path: str) -> List[str]:
     return errors
 
 
-def _host_port_errors(path: str, containers: List[Any], host_network: bool, conflicts: bool) -> List[str]:
+def _host_port_errors(path: str, containers: List[object], host_network: bool, conflicts: bool) -> List[str]:
     """hostNetwork: hostPort must equal containerPort (and defaults to it); among the regular
     containers (they run side by side, init containers one after another) no host port twice."""
     errors: List[str] = []
@@ -627,24 +646,24 @@ def _host_port_errors(path: str, containers: List[Any], host_network: bool, conf
     for index, item in enumerate(containers):
         for number, entry in enumerate(_items(_mapping(item).get("ports"))):
             port, where = _mapping(entry), "%s[%d].ports[%d]" % (path, index, number)
-            container_port, host = port.get("containerPort") or 0, port.get("hostPort") or 0
+            container_port, host = _int(port.get("containerPort")), _int(port.get("hostPort"))
             if host_network and host and host != container_port:
                 errors.append(_invalid(where + ".hostPort", host,
                                        "must match `containerPort` when `hostNetwork` is true"))
             host = host or (container_port if host_network else 0)
-            key = (port.get("hostIP") or "", host, port.get("protocol") or "TCP")
+            key = (_text(port.get("hostIP")), host, port.get("protocol") or "TCP")
             if conflicts and host and key in taken:
                 errors.append(_duplicate(where + ".hostPort", "%d/%s" % (host, key[2])))
             taken.add(key)
     return errors
 
 
-def validate_env(container: Dict[str, Any], path: str) -> List[str]:
+def validate_env(container: Mapping[str, object], path: str) -> List[str]:
     """env names and exactly one valueFrom source; envFrom sources."""
     errors: List[str] = []
     for index, item in enumerate(_items(container.get("env"))):
         env, where = _mapping(item), "%s.env[%d]" % (path, index)
-        name = env.get("name") or ""
+        name = _text(env.get("name"))
         if not name:
             errors.append(_required(where + ".name"))
         elif "=" in name or not all(" " <= c <= "~" for c in name):
@@ -662,7 +681,7 @@ def validate_env(container: Dict[str, Any], path: str) -> List[str]:
     return errors
 
 
-def _env_source_errors(source: Dict[str, Any], path: str, has_value: bool) -> List[str]:
+def _env_source_errors(source: Mapping[str, object], path: str, has_value: bool) -> List[str]:
     """valueFrom: exactly one source, not with a value; a supported fieldRef path."""
     kinds = [k for k in ("fieldRef", "resourceFieldRef", "configMapKeyRef", "secretKeyRef", "fileKeyRef")
              if source.get(k) is not None]
@@ -675,7 +694,7 @@ def _env_source_errors(source: Dict[str, Any], path: str, has_value: bool) -> Li
         return [_invalid(path, "", "may not have more than one field specified at a time")]
     field = _mapping(source.get("fieldRef"))
     if kinds[0] == "fieldRef":
-        where = field.get("fieldPath") or ""
+        where = _text(field.get("fieldPath"))
         if not where:
             return [_required(path + ".fieldRef.fieldPath")]
         if where not in FIELD_PATHS and not _FIELD_PATH_KEYED.fullmatch(where):
@@ -685,25 +704,25 @@ def _env_source_errors(source: Dict[str, Any], path: str, has_value: bool) -> Li
     return []
 
 
-def validate_mounts(mounts: List[Any], path: str, volumes: Dict[str, Dict[str, Any]]) -> List[str]:
+def validate_mounts(mounts: List[object], path: str, volumes: Dict[str, Mapping[str, object]]) -> List[str]:
     """Each mount names a volume of the pod, has a unique absolute-or-relative mountPath, and a
     subPath without '..'."""
     errors: List[str] = []
     paths = set()
     for index, item in enumerate(mounts):
         mount, where = _mapping(item), "%s[%d]" % (path, index)
-        name = mount.get("name") or ""
+        name = _text(mount.get("name"))
         if not name:
             errors.append(_required(where + ".name"))
         elif name not in volumes:
             errors.append("%s.name: Not found: %s" % (where, shown(name)))
-        target = mount.get("mountPath") or ""
+        target = _text(mount.get("mountPath"))
         if not target:
             errors.append(_required(where + ".mountPath"))
         elif target in paths:
             errors.append(_invalid(where + ".mountPath", target, "must be unique"))
         paths.add(target)
-        sub = mount.get("subPath") or ""
+        sub = _text(mount.get("subPath"))
         if sub.startswith("/"):
             errors.append(_invalid(where + ".subPath", sub, "must be a relative path"))
         elif ".." in sub.split("/"):
@@ -714,7 +733,7 @@ def validate_mounts(mounts: List[Any], path: str, volumes: Dict[str, Dict[str, A
     return errors
 
 
-def validate_resources(resources: Dict[str, Any], path: str) -> List[str]:
+def validate_resources(resources: Mapping[str, object], path: str) -> List[str]:
     """Resource names, non-negative quantities, requests not above limits."""
     errors: List[str] = []
     amounts: Dict[str, Dict[str, Decimal]] = {"limits": {}, "requests": {}}
@@ -722,7 +741,7 @@ def validate_resources(resources: Dict[str, Any], path: str) -> List[str]:
         for name, value in _mapping(resources.get(section)).items():
             where = "%s.%s[%s]" % (path, section, path_key(name))
             errors += _resource_name_errors(name, where)
-            amount = parse_quantity(value)
+            amount = parse_quantity(value) if isinstance(value, (str, int, float)) else None
             if amount is not None and amount < 0:
                 errors.append(_invalid(where, value, "must be greater than or equal to 0"))
             if amount is not None:
@@ -730,8 +749,9 @@ def validate_resources(resources: Dict[str, Any], path: str) -> List[str]:
     for name, request in amounts["requests"].items():
         limit = amounts["limits"].get(name)
         if limit is not None and request > limit and name in CONTAINER_RESOURCES:
-            errors.append(_invalid("%s.requests[%s]" % (path, path_key(name)), resources["requests"][name],
-                                   "must be less than or equal to %s limit of %s" % (name, resources["limits"][name])))
+            requested, limited = _mapping(resources.get("requests"))[name], _mapping(resources.get("limits"))[name]
+            errors.append(_invalid("%s.requests[%s]" % (path, path_key(name)), requested,
+                                   "must be less than or equal to %s limit of %s" % (name, limited)))
     return errors
 
 
@@ -744,7 +764,7 @@ def _resource_name_errors(name: str, path: str) -> List[str]:
     return _name_errors(path, name, qualified_name_problem)
 
 
-def _container_probe_errors(container: Dict[str, Any], path: str, plain_init: bool) -> List[str]:
+def _container_probe_errors(container: Mapping[str, object], path: str, plain_init: bool) -> List[str]:
     """The container's probes (none on a plain init container) and lifecycle hooks."""
     errors: List[str] = []
     for kind in ("livenessProbe", "readinessProbe", "startupProbe"):
@@ -764,12 +784,12 @@ def _container_probe_errors(container: Dict[str, Any], path: str, plain_init: bo
     return errors
 
 
-def validate_probe(probe: Dict[str, Any], path: str, kind: str) -> List[str]:
+def validate_probe(probe: Mapping[str, object], path: str, kind: str) -> List[str]:
     """One handler with a valid port, non-negative timings, the liveness/startup rules."""
     errors = _handler_errors(probe, path, ("exec", "httpGet", "tcpSocket", "grpc"))
     for key in ("initialDelaySeconds", "timeoutSeconds", "periodSeconds", "successThreshold", "failureThreshold"):
         value = probe.get(key)
-        if value is not None and value < 0:
+        if isinstance(value, int) and value < 0:
             errors.append(_invalid("%s.%s" % (path, key), value, "must be greater than or equal to 0"))
     success = probe.get("successThreshold") or 1
     if kind != "readinessProbe" and success != 1:
@@ -777,12 +797,12 @@ def validate_probe(probe: Dict[str, Any], path: str, kind: str) -> List[str]:
     grace = probe.get("terminationGracePeriodSeconds")
     if grace is not None and kind == "readinessProbe":
         errors.append(_invalid(path + ".terminationGracePeriodSeconds", grace, "must not be set for readinessProbes"))
-    elif grace is not None and grace <= 0:
+    elif isinstance(grace, int) and grace <= 0:
         errors.append(_invalid(path + ".terminationGracePeriodSeconds", grace, "must be greater than 0"))
     return errors
 
 
-def _handler_errors(handler: Dict[str, Any], path: str, kinds: Tuple[str, ...]) -> List[str]:
+def _handler_errors(handler: Mapping[str, object], path: str, kinds: Tuple[str, ...]) -> List[str]:
     """Exactly one of ``kinds`` (exec, httpGet, tcpSocket, grpc or sleep), and that one valid."""
     present = [k for k in kinds if handler.get(k) is not None]
     if not present:
@@ -800,18 +820,18 @@ def _handler_errors(handler: Dict[str, Any], path: str, kinds: Tuple[str, ...]) 
     if kind == "tcpSocket":
         return port_errors(action.get("port"), where + ".port")
     if kind == "grpc":
-        number = action.get("port") or 0
+        number = _int(action.get("port"))
         return [] if 1 <= number <= 65535 else [_invalid(where + ".port", number,
                                                          "must be between 1 and 65535, inclusive")]
-    seconds = action.get("seconds") or 0
+    seconds = _int(action.get("seconds"))
     return [] if seconds >= 0 else [_invalid(where + ".seconds", seconds, "must be non-negative")]
 
 
-def port_errors(port: Any, path: str) -> List[str]:
+def port_errors(port: object, path: str) -> List[str]:
     """A probe port: a number 1-65535 or an IANA port name (a quoted number is a bad name)."""
     if isinstance(port, str):
         return _name_errors(path, port, port_name_problem)
-    number = port or 0
+    number = _int(port)
     return [] if 1 <= number <= 65535 else [_invalid(path, number, "must be between 1 and 65535, inclusive")]
 
 
@@ -835,14 +855,14 @@ _PROJECTIONS = (("configMap", "configmaps (via projected volumes)"), ("secret", 
                 ("clusterTrustBundle", "clustertrustbundles"), ("podCertificate", "podcertificates"))
 
 
-def _all_containers(spec: Dict[str, Any]) -> Iterator[Tuple[str, Dict[str, Any]]]:
+def _all_containers(spec: Mapping[str, object]) -> Iterator[Tuple[str, Mapping[str, object]]]:
     """(field path, container) for init, regular and ephemeral containers."""
     for kind in ("initContainers", "containers", "ephemeralContainers"):
         for index, container in enumerate(_items(spec.get(kind))):
             yield "spec.%s[%d]" % (kind, index), _mapping(container)
 
 
-def _env_references(spec: Dict[str, Any], key_ref: str, from_ref: str) -> Iterator[str]:
+def _env_references(spec: Mapping[str, object], key_ref: str, from_ref: str) -> Iterator[str]:
     """Paths of env valueFrom.<key_ref> and envFrom[].<from_ref> in every container."""
     for path, container in _all_containers(spec):
         for index, env in enumerate(_items(container.get("env"))):
@@ -853,7 +873,7 @@ def _env_references(spec: Dict[str, Any], key_ref: str, from_ref: str) -> Iterat
                 yield "%s.envFrom[%d].%s" % (path, index, from_ref)
 
 
-def _secret_references(spec: Dict[str, Any]) -> Iterator[str]:
+def _secret_references(spec: Mapping[str, object]) -> Iterator[str]:
     """Paths of every Secret reference, in the kubelet's order (pull secrets, env, volumes)."""
     for index, _ in enumerate(_items(spec.get("imagePullSecrets"))):
         yield "spec.imagePullSecrets[%d]" % index
@@ -872,7 +892,7 @@ def _secret_references(spec: Dict[str, Any]) -> Iterator[str]:
                 yield "%s.projected.sources[%d].secret" % (path, number)
 
 
-def _configmap_references(spec: Dict[str, Any]) -> Iterator[str]:
+def _configmap_references(spec: Mapping[str, object]) -> Iterator[str]:
     """Paths of every ConfigMap reference (env, volumes, projections)."""
     yield from _env_references(spec, "configMapKeyRef", "configMapRef")
     for index, item in enumerate(_items(spec.get("volumes"))):
@@ -884,7 +904,7 @@ def _configmap_references(spec: Dict[str, Any]) -> Iterator[str]:
                 yield "%s.projected.sources[%d].configMap" % (path, number)
 
 
-def _volume_reference(spec: Dict[str, Any]) -> Optional[str]:
+def _volume_reference(spec: Mapping[str, object]) -> Optional[str]:
     """The refusal for the first volume whose type needs the API (or is an unknown projection)."""
     for index, item in enumerate(_items(spec.get("volumes"))):
         volume, path = _mapping(item), "spec.volumes[%d]" % index
@@ -899,11 +919,11 @@ def _volume_reference(spec: Dict[str, Any]) -> Optional[str]:
                 if source.get(key) is not None:
                     return "%s (%s.%s)" % (what, where, key)
             if source.get("downwardAPI") is None:
-                return "an unknown source for projected volume %s (%s)" % (shown(volume.get("name") or ""), where)
+                return "an unknown source for projected volume %s (%s)" % (shown(_text(volume.get("name"))), where)
     return None
 
 
-def api_reference(pod: Dict[str, Any]) -> Optional[str]:
+def api_reference(pod: Mapping[str, object]) -> Optional[str]:
     """What API object a static pod refers to, in the words of the kubelet's refusal ("static pods
     may not reference <this>"), with the field; None when it refers to none. Checked in the
     kubelet's order: service account, secrets, config maps, resource claims, volume types."""
@@ -921,7 +941,7 @@ def api_reference(pod: Dict[str, Any]) -> Optional[str]:
     return _volume_reference(spec)
 
 
-def validate(pod: Dict[str, Any]) -> Dict[str, Any]:
+def validate(pod: Mapping[str, object]) -> Mapping[str, object]:
     """The kubelet's checks of a decoded v1 Pod, in its order: types (the decode), the name,
     ValidatePodCreate, then the static-pod API-reference rule. Returns the pod (integers
     normalised in place); raises InvalidPod."""
@@ -940,7 +960,7 @@ def validate(pod: Dict[str, Any]) -> Dict[str, Any]:
 
 # --- the decoded pod's canonical form -----------------------------------------------------------
 
-def canonical(value: Any, kind: Type = ("obj", "Pod")) -> Any:
+def canonical(value: object, kind: FieldType = ("obj", "Pod")) -> object:
     """``value`` without the nulls the kubelet's decode turns into "absent": a null field of a
     known object (any field: unknown ones are dropped anyway) is removed; nulls inside maps
     (labels: {a: null} is the label a="") and inside unchecked subtrees are kept."""
@@ -950,7 +970,7 @@ def canonical(value: Any, kind: Type = ("obj", "Pod")) -> Any:
     if not isinstance(value, dict):
         return value
     if isinstance(kind, tuple) and kind[0] == "obj":
-        schema = SCHEMAS[kind[1]]
+        schema = _schema(kind)
         return {k: canonical(v, schema.get(k, ANY)) for k, v in value.items() if v is not None}
     inner = kind[1] if isinstance(kind, tuple) and kind[0] == "map" else ANY
     return {k: canonical(v, inner) for k, v in value.items()}

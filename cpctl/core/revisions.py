@@ -30,7 +30,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, TypedDic
 
 from cpctl.core import journal, manifests
 from cpctl.errors import CpctlError, ExitCode
-from cpctl.host.base import Host
+from cpctl.host.base import DirEntry, Host
 from cpctl.timeutil import parse_iso
 
 SUBDIR = "revisions"
@@ -139,7 +139,7 @@ class RevisionStore:
             found.append(self._revision(entry, filename, int(match.group("number"))))
         return relabel_legacy(sorted(found, key=lambda r: r.number))
 
-    def _revision(self, entry: Dict[str, Any], filename: str, number: int) -> Revision:
+    def _revision(self, entry: DirEntry, filename: str, number: int) -> Revision:
         path = self.meta_path(filename, number)
         if entry.get("kind") != "file" or "data" not in entry:
             why = entry.get("error") or "not a regular file of at most 64 KiB"

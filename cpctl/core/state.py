@@ -20,11 +20,11 @@ from __future__ import annotations
 import errno
 import json
 from contextlib import contextmanager
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 from cpctl.core.manifests import require_directory
 from cpctl.errors import CpctlError, ExitCode
-from cpctl.host.base import Host, LockBusy
+from cpctl.host.base import Host, LockBusy, Stat
 from cpctl.redaction import redact
 from cpctl.timeutil import iso, parse_iso, stamp
 
@@ -45,11 +45,11 @@ META_TEXT = ("file", "component", "namespace", "checksum", "parked_at", "parked_
 META_NUMBERS = ("mode", "uid", "gid")
 
 
-def _json_bytes(value: Dict[str, Any]) -> bytes:
+def _json_bytes(value: Mapping[str, object]) -> bytes:
     return (json.dumps(value, indent=2, sort_keys=True) + "\n").encode("utf-8")
 
 
-def check_meta(path: str, value: Dict[str, Any]) -> Dict[str, Any]:
+def check_meta(path: str, value: Dict[str, object]) -> Dict[str, object]:
     """A parked manifest's metadata as cpctl writes it; anything else is a corrupt-file error."""
     problem = None
     for key in META_TEXT:
@@ -60,9 +60,10 @@ def check_meta(path: str, value: Dict[str, Any]) -> Dict[str, Any]:
         if number is not None and (not isinstance(number, int) or isinstance(number, bool) or number < 0):
             problem = "%s is not a number" % key
     for key in ("parked_at", "until"):
-        if problem is None and isinstance(value.get(key), str):
+        when = value.get(key)
+        if problem is None and isinstance(when, str):
             try:
-                parse_iso(value[key])
+                parse_iso(when)
             except ValueError:
                 problem = "%s is not a time like 2026-01-31T12:00:00Z" % key
     if problem:
@@ -110,7 +111,7 @@ class StateDir:
             self._check_dir(sub, sub_info)
         return True
 
-    def _check_dir(self, path: str, info: Optional[dict]) -> None:
+    def _check_dir(self, path: str, info: Optional[Stat]) -> None:
         require_directory(info, "state dir", path, missing="vanished")
         assert info is not None
         if info["mode"] & 0o077:
@@ -131,17 +132,18 @@ class StateDir:
     def staged_path(self, name: str) -> str:
         return self._join("staged", name)
 
-    def view_reads(self) -> list:
+    def view_reads(self) -> List[Tuple[str, Dict[str, object]]]:
         """The state dir reads of every view (``ensure``, the journal check, ``parked_files``,
         ``read_metas``), for ``Host.prefetched``."""
-        return [("lstat", {"path": self.path})] + [("lstat", {"path": self._join(name)}) for name in SUBDIRS] + [
+        reads: List[Tuple[str, Dict[str, object]]] = [("lstat", {"path": self.path})]
+        return reads + [("lstat", {"path": self._join(name)}) for name in SUBDIRS] + [
                 ("listdir", {"path": self.path}),
                 ("listdir", {"path": self.parked_dir}), ("listdir", {"path": self.staged_dir}),
                 ("listdir", {"path": self._join("revisions")}), ("lstat", {"path": self._join(PENDING)}),
                 ("scan_dir", {"path": self.meta_dir, "limit": MAX_STATE_FILE})]
 
     @staticmethod
-    def read_call(path: str) -> tuple:
+    def read_call(path: str) -> Tuple[str, Dict[str, object]]:
         """The host call that reads a state file (``read_json``, ``read_history``), for
         ``Host.prefetched``."""
         return ("read_file", {"path": path, "limit": MAX_STATE_FILE})
@@ -150,7 +152,7 @@ class StateDir:
     def read_json(self, path: str, repair: str = "inspect it by hand") -> Optional[dict]:
         """A JSON object cpctl wrote, None when absent; unreadable or corrupt is one clear error."""
         try:
-            data = self.host.read_file(**self.read_call(path)[1])
+            data = self.host.read_file(path, MAX_STATE_FILE)
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -158,7 +160,7 @@ class StateDir:
         return self._parse_json(path, data, repair)
 
     @staticmethod
-    def _parse_json(path: str, data: bytes, repair: str) -> dict:
+    def _parse_json(path: str, data: bytes, repair: str) -> Dict[str, object]:
         try:
             value = json.loads(data.decode("utf-8"))
         except (ValueError, RecursionError):
@@ -168,11 +170,11 @@ class StateDir:
             raise CpctlError("%s is corrupt (not an object): %s" % (path, repair), ExitCode.ENVIRONMENT)
         return value
 
-    def read_metas(self, filenames: list) -> dict:
+    def read_metas(self, filenames: Iterable[str]) -> Dict[str, Optional[Dict[str, object]]]:
         """The metadata of many parked files in one read of the meta dir (one round trip
         over SSH, however many components are parked): file name -> meta, None when absent."""
         wanted = {name + ".json": name for name in filenames}
-        found: dict = {name: None for name in filenames}
+        found: Dict[str, Optional[Dict[str, object]]] = {name: None for name in filenames}
         if not wanted:
             return found
         try:
@@ -194,11 +196,11 @@ class StateDir:
         return found
 
     @staticmethod
-    def meta_bytes(meta: Dict[str, Any]) -> bytes:
+    def meta_bytes(meta: Mapping[str, object]) -> bytes:
         """The exact bytes of a metadata file (the change path writes and checks them)."""
         return _json_bytes(meta)
 
-    def parked_files(self) -> list:
+    def parked_files(self) -> List[str]:
         """Names of parked manifests (dot temp files from interrupted copies excluded)."""
         if self.host.lstat(self.parked_dir) is None:
             return []
@@ -212,7 +214,7 @@ class StateDir:
     def read_journal(self) -> Optional[dict]:
         return self.read_json(self.journal_path)
 
-    def write_journal(self, entry: dict) -> None:
+    def write_journal(self, entry: Mapping[str, object]) -> None:
         self.host.write_atomic(self.journal_path, _json_bytes(entry))
 
     def clear_journal(self) -> None:
@@ -227,7 +229,7 @@ class StateDir:
     def history_path(self) -> str:
         return self._join(HISTORY)
 
-    def append_history(self, record: Dict[str, Any]) -> None:
+    def append_history(self, record: Mapping[str, object]) -> None:
         """Append one record durably (secret values redacted: the history leaves cpctl, to whoever
         reads the state dir or runs ``cpctl history``); first rotate the file when it would grow
         past its bound."""
@@ -255,7 +257,7 @@ class StateDir:
                       if n.startswith(HISTORY_SEGMENT_PREFIX) and n.endswith((".jsonl.gz", ".jsonl"))
                       and n != HISTORY)
 
-    def read_history_tail(self) -> List[Dict[str, Any]]:
+    def read_history_tail(self) -> List[Dict[str, object]]:
         """The newest records only (recovery looks for one it may have written just before)."""
         try:
             data = self.host.read_tail(self.history_path, HISTORY_TAIL_BYTES)
@@ -267,10 +269,10 @@ class StateDir:
         return parse_records(data)[1:] if len(data) == HISTORY_TAIL_BYTES else parse_records(data)
 
     def read_history(self, limit: int = 0,
-                     keep: Optional[Callable[[Dict[str, Any]], bool]] = None) -> List[Dict[str, Any]]:
+                     keep: Optional[Callable[[Dict[str, object]], bool]] = None) -> List[Dict[str, object]]:
         """Records oldest first that ``keep`` accepts: the newest ``limit`` of them (0: all), older
         segments read only as far as needed."""
-        def wanted(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+        def wanted(records: List[Dict[str, object]]) -> List[Dict[str, object]]:
             return [r for r in records if keep is None or keep(r)]
         records = wanted(self._read_records(self.history_path, compressed=False))
         for name in reversed(self.history_segments() if self.host.lstat(self.path) else []):
@@ -279,7 +281,7 @@ class StateDir:
             records = wanted(self._read_records(self._join(name), compressed=name.endswith(".gz"))) + records
         return records[-limit:] if limit else records
 
-    def _read_records(self, path: str, compressed: bool) -> List[Dict[str, Any]]:
+    def _read_records(self, path: str, compressed: bool) -> List[Dict[str, object]]:
         try:
             data = self.host.read_file(path, MAX_STATE_FILE)
         except FileNotFoundError:
@@ -292,7 +294,7 @@ class StateDir:
             data = _gunzip(path, data)
         return parse_records(data)
 
-    def _tail_records(self, path: str) -> List[Dict[str, Any]]:
+    def _tail_records(self, path: str) -> List[Dict[str, object]]:
         """The records of the last MAX_STATE_FILE bytes of a history file grown past that bound
         (its first, cut line dropped): ``history`` shows the newest instead of failing."""
         try:
@@ -324,7 +326,7 @@ class StateDir:
             self.host.unlock(path)
 
     @staticmethod
-    def _take(lock: Any, path: str) -> None:
+    def _take(lock: Callable[[], None], path: str) -> None:
         try:
             lock()
         except LockBusy as exc:
@@ -339,7 +341,7 @@ def user_label(host: Host) -> str:
     return who.get("sudo_user") or who["user"]
 
 
-def parse_records(data: bytes) -> List[Dict[str, Any]]:
+def parse_records(data: bytes) -> List[Dict[str, object]]:
     """History lines as records; a torn or foreign line is skipped (the records around it stand)."""
     records = []
     for line in data.decode("utf-8", "replace").splitlines():

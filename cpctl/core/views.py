@@ -7,7 +7,7 @@ never a half-done change.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Callable, Dict, List, Mapping, Optional, TypedDict
 
 from cpctl import catalogue
 from cpctl.core import manifests
@@ -20,9 +20,46 @@ from cpctl.probes.base import PodTarget
 from cpctl.timeutil import parse_iso
 
 
-def status(node: Node, wanted: Optional[List[str]] = None) -> Dict[str, Any]:
+class Row(TypedDict, total=False):
+    """One component of ``status`` (``-o json``: an item of ``components``). ``state`` is the
+    file's (present, invalid, parked, missing), ``pod_state`` its pod's (``pod_state``)."""
+
+    component: str
+    namespace: Optional[str]
+    file: str
+    state: str
+    checksum: Optional[str]
+    error: Optional[str]
+    pod: Optional[str]
+    pod_state: Optional[str]
+    observed: Optional[Mapping[str, object]]
+    since: Optional[str]
+    by: Optional[str]
+    reason: Optional[str]
+    until: Optional[str]
+    overdue: bool
+    fix: str
+
+
+class _Report(TypedDict):
+    node: str
+    manifests_dir: str
+    state_dir: str
+    components: List[Row]
+    warnings: List[str]
+    recovered: List[str]
+
+
+class Report(_Report, total=False):
+    """What ``status`` shows of one node (``-o json``)."""
+
+    identity: Dict[str, object]
+    unrecovered: str
+
+
+def status(node: Node, wanted: Optional[List[str]] = None) -> Report:
     """Per component: file, running/parked/invalid, parking details, checksum, pod state."""
-    stuck = []
+    stuck: List[str] = []
     with node.host.prefetched(node.view_reads() + [node.state.read_call(node.state.baseline_path)]):
         if node.state.ensure(create=False) and journal_pending(node):
             try:
@@ -42,17 +79,18 @@ def status(node: Node, wanted: Optional[List[str]] = None) -> Dict[str, Any]:
     if wanted:
         rows = _filter_rows(node, rows, wanted, scan, parked)
     for row in rows:
-        if row.get("namespace") and row["state"] != "invalid":
+        namespace = row.get("namespace")
+        if namespace and row["state"] != "invalid":
             row["pod"] = "%s-%s" % (row["component"], node.node_name.lower())
-        if row["state"] == "present":
-            target = PodTarget(row["component"], row["namespace"], node.node_name, file=row["file"],
+        if row["state"] == "present" and namespace:     # a valid manifest: it has a namespace
+            target = PodTarget(row["component"], namespace, node.node_name, file=row["file"],
                                stale_api=stale)
-            row["observed"] = node.waiter.describe(target)
-            row["pod_state"] = pod_state(row["observed"])
+            observed = node.waiter.describe(target)
+            row["observed"], row["pod_state"] = observed, pod_state(observed)
     found = stuck + never + warnings(scan) + (["kubelet configuration: %s" % p for p in known.problems]
                                               if known else [])
-    data: Dict[str, Any] = {"node": node.node_name, "manifests_dir": node.manifests_dir, "state_dir": node.state.path,
-            "components": rows, "warnings": found, "recovered": list(node.recovered)}
+    data: Report = {"node": node.node_name, "manifests_dir": node.manifests_dir, "state_dir": node.state.path,
+                    "components": rows, "warnings": found, "recovered": list(node.recovered)}
     if known is not None:
         data["identity"] = known.to_dict()
     if stuck:
@@ -60,7 +98,7 @@ def status(node: Node, wanted: Optional[List[str]] = None) -> Dict[str, Any]:
     return data
 
 
-def history(node: Node, component: Optional[str] = None, limit: int = 50) -> List[Dict[str, Any]]:
+def history(node: Node, component: Optional[str] = None, limit: int = 50) -> List[Dict[str, object]]:
     """The change records (oldest first), the newest ``limit``, of one component or all."""
     if component:
         manifests.validate_component_name(component)
@@ -71,10 +109,11 @@ def history(node: Node, component: Optional[str] = None, limit: int = 50) -> Lis
         return node.state.read_history(limit, keep=_about(component) if component else None)
 
 
-def _about(component: str) -> Any:
+def _about(component: str) -> Callable[[Dict[str, object]], bool]:
+    """Does a history record concern ``component`` (by its name, an alias or its file)?"""
     target = catalogue.canonical(component)
 
-    def keep(record: Dict[str, Any]) -> bool:
+    def keep(record: Dict[str, object]) -> bool:
         names = (record.get("component"), manifests.file_stem(str(record.get("file") or "")))
         return target in names or component in names
     return keep
@@ -88,7 +127,7 @@ def journal_pending(node: Node) -> bool:
     return node.host.lstat(node.state.staged_dir) is not None and bool(node.host.listdir(node.state.staged_dir))
 
 
-def pod_state(observed: Optional[Dict[str, Any]]) -> str:
+def pod_state(observed: Optional[Mapping[str, object]]) -> str:
     """One word for what was seen of a present manifest's pod: running (and Ready), not-ready,
     absent, or unknown (nothing could look: no probe, API down, crictl missing)."""
     if observed is None:
@@ -98,27 +137,33 @@ def pod_state(observed: Optional[Dict[str, Any]]) -> str:
     return "running" if observed.get("ready") else "not-ready"
 
 
-def _present_row(m: Manifest) -> Dict[str, Any]:
+def _present_row(m: Manifest) -> Row:
     """A manifest in the dir: ``state`` is the file's (present/invalid), ``pod_state`` the pod's."""
-    if m.valid:
+    if m.valid and m.pod_name:
         return {"component": m.pod_name, "namespace": m.namespace, "file": m.file, "state": "present",
                 "checksum": m.checksum}
     return {"component": manifests.file_stem(m.file), "file": m.file, "state": "invalid", "error": m.error,
             "checksum": m.checksum, "pod": None, "pod_state": None}
 
 
-def _parked_row(filename: str, meta: Dict[str, Any]) -> Dict[str, Any]:
+def _parked_row(filename: str, meta: Mapping[str, object]) -> Row:
+    """A parked manifest, from its metadata (``state.check_meta`` checked its text fields)."""
     import time
-    row = {"component": meta.get("component") or manifests.file_stem(filename),
-           "namespace": meta.get("namespace"), "file": filename, "state": "parked",
-           "since": meta.get("parked_at"), "by": meta.get("parked_by"), "reason": meta.get("reason"),
-           "until": meta.get("until"), "checksum": meta.get("checksum"), "pod_state": None}
-    if row["until"]:
-        row["overdue"] = parse_iso(row["until"]) < time.time()
+
+    def text(key: str) -> Optional[str]:
+        value = meta.get(key)
+        return value if isinstance(value, str) else None
+    row: Row = {"component": text("component") or manifests.file_stem(filename),
+                "namespace": text("namespace"), "file": filename, "state": "parked",
+                "since": text("parked_at"), "by": text("parked_by"), "reason": text("reason"),
+                "until": text("until"), "checksum": text("checksum"), "pod_state": None}
+    until = row["until"]
+    if until:
+        row["overdue"] = parse_iso(until) < time.time()
     return row
 
 
-def _missing_rows(node: Node, scan: DirScan, parked: Dict[str, Dict[str, Any]]) -> List[Dict[str, Any]]:
+def _missing_rows(node: Node, scan: DirScan, parked: Mapping[str, Mapping[str, object]]) -> List[Row]:
     """A row (state ``missing``) for each manifest the drift baseline expects that is neither in the
     manifests dir nor parked: it vanished. No baseline, or one that cannot be read: no rows (status
     is a view; ``cpctl check`` reports a corrupt baseline)."""
@@ -130,20 +175,21 @@ def _missing_rows(node: Node, scan: DirScan, parked: Dict[str, Dict[str, Any]]) 
     if not isinstance(entries, dict):
         return []
     here = {m.file for m in scan.manifests} | set(parked)
-    rows = []
+    rows: List[Row] = []
     for filename, entry in sorted(entries.items()):
         if filename in here or not isinstance(entry, dict):
             continue
+        namespace, checksum = entry.get("namespace"), entry.get("checksum")
         rows.append({"component": str(entry.get("pod") or manifests.file_stem(filename)),
-                     "namespace": entry.get("namespace"), "file": filename, "state": "missing",
-                     "checksum": entry.get("checksum"), "pod_state": None,
-                     "fix": "cpctl check --fix --restore-missing"})
+                     "namespace": namespace if isinstance(namespace, str) else None, "file": filename,
+                     "state": "missing", "checksum": checksum if isinstance(checksum, str) else None,
+                     "pod_state": None, "fix": "cpctl check --fix --restore-missing"})
     return rows
 
 
-def _filter_rows(node: Node, rows: List[Dict[str, Any]], wanted: List[str], scan: DirScan,
-                 parked: Dict[str, Dict[str, Any]]) -> List[Dict[str, Any]]:
-    keep: List[Dict[str, Any]] = []
+def _filter_rows(node: Node, rows: List[Row], wanted: List[str], scan: DirScan,
+                 parked: Dict[str, Dict[str, object]]) -> List[Row]:
+    keep: List[Row] = []
     for name in wanted:
         present, parked_hits = node.resolve(name, scan, parked)
         files = {m.file for m in present} | set(parked_hits)

@@ -38,7 +38,7 @@ list of those, and ``!name`` to exclude; hosts come back in inventory order.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Optional, Union
+from typing import Dict, Iterable, List, Mapping, Optional, Set, Tuple, Union
 
 from cpctl.errors import CpctlError, ExitCode
 
@@ -50,45 +50,55 @@ ANSIBLE_ALIASES = {"ansible_host": "host", "ansible_port": "port", "ansible_user
 KNOWN_KEYS = set(STR_KEYS) | {"port", "become"}
 
 
+#: A checked inventory var: ``port`` an int, ``become`` a bool, every other one a string.
+Var = Union[str, int, bool]
+Vars = Dict[str, Var]
+
+
 @dataclass
 class HostSpec:
     """One master: its inventory ``name``, the SSH ``target`` built from its vars, and the vars."""
 
     name: str
     target: str
-    vars: Dict[str, Any] = field(default_factory=dict)
+    vars: Vars = field(default_factory=dict)
     groups: List[str] = field(default_factory=list)
 
-    def get(self, key: str, default: Any = None) -> Any:
+    def get(self, key: str, default: Optional[Var] = None) -> Optional[Var]:
         return self.vars.get(key, default)
+
+    def text(self, key: str) -> Optional[str]:
+        """A string var (every var but ``port`` and ``become``), None when unset."""
+        value = self.vars.get(key)
+        return value if isinstance(value, str) else None
 
     @property
     def node_name(self) -> Optional[str]:
-        return self.vars.get("node_name")
+        return self.text("node_name")
 
     @property
     def manifests_dir(self) -> Optional[str]:
-        return self.vars.get("manifests_dir")
+        return self.text("manifests_dir")
 
     @property
     def kubelet_dir(self) -> Optional[str]:
-        return self.vars.get("kubelet_dir")
+        return self.text("kubelet_dir")
 
     @property
     def state_dir(self) -> Optional[str]:
-        return self.vars.get("state_dir")
+        return self.text("state_dir")
 
     @property
     def kubeconfig(self) -> Optional[str]:
-        return self.vars.get("kubeconfig")
+        return self.text("kubeconfig")
 
     @property
     def crictl(self) -> Optional[str]:
-        return self.vars.get("crictl")
+        return self.text("crictl")
 
     @property
     def node_root(self) -> Optional[str]:
-        return self.vars.get("node_root")
+        return self.text("node_root")
 
     @property
     def become(self) -> bool:
@@ -96,7 +106,7 @@ class HostSpec:
 
     @property
     def python(self) -> str:
-        return self.vars.get("python") or "python3"
+        return self.text("python") or "python3"
 
 
 class _Bad(Exception):
@@ -106,7 +116,7 @@ class _Bad(Exception):
         super().__init__("%s: %s" % (where, what) if where else what)
 
 
-def _mapping(value: Any, where: str) -> dict:
+def _mapping(value: object, where: str) -> Dict[object, object]:
     if value is None:
         return {}
     if not isinstance(value, dict):
@@ -114,9 +124,9 @@ def _mapping(value: Any, where: str) -> dict:
     return value
 
 
-def _check_vars(raw: Any, where: str) -> dict:
+def _check_vars(raw: object, where: str) -> Vars:
     """Validate one vars mapping; normalise ansible_* names."""
-    out = {}
+    out: Vars = {}
     for key, value in _mapping(raw, where).items():
         key = str(key)
         key = ANSIBLE_ALIASES.get(key, key)
@@ -128,7 +138,7 @@ def _check_vars(raw: Any, where: str) -> dict:
     return out
 
 
-def _check_value(key: str, value: Any, where: str) -> Any:
+def _check_value(key: str, value: object, where: str) -> Var:
     if key == "port":
         if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
             raise _Bad(where, "must be an integer from 1 to 65535")
@@ -148,25 +158,25 @@ class _Builder:
     """Collects hosts (in order of first appearance), group memberships and vars layers."""
 
     def __init__(self) -> None:
-        self.host_vars: Dict[str, dict] = {}
+        self.host_vars: Dict[str, Vars] = {}
         self.groups: Dict[str, List[str]] = {"all": []}
-        self.group_vars: Dict[str, dict] = {}
+        self.group_vars: Dict[str, Vars] = {}
         self.group_depth: Dict[str, int] = {"all": 0}
         self.children: Dict[str, List[str]] = {}
 
-    def add_host(self, name: Any, raw: Any, group: str, where: str) -> None:
-        name = _name(name, where)
+    def add_host(self, raw_name: object, raw: object, group: str, where: str) -> None:
+        name = _name(raw_name, where)
         merged = self.host_vars.setdefault(name, {})
         merged.update(_check_vars(raw, "%s.%s" % (where, name)))
         for target in (group, "all"):
             if name not in self.groups.setdefault(target, []):
                 self.groups[target].append(name)
 
-    def add_group(self, name: str, raw: Any, where: str, depth: int) -> None:
+    def add_group(self, name: str, raw: object, where: str, depth: int) -> None:
         body = _mapping(raw, where)
         extra = set(body) - {"hosts", "vars", "children"}
         if extra:
-            raise _Bad(where, "unknown key %r (a group has hosts, vars, children)" % sorted(extra)[0])
+            raise _Bad(where, "unknown key %r (a group has hosts, vars, children)" % min(extra, key=str))
         self.groups.setdefault(name, [])
         self.group_depth[name] = max(depth, self.group_depth.get(name, 0))
         self.group_vars.setdefault(name, {}).update(_check_vars(body.get("vars"), where + ".vars"))
@@ -178,41 +188,41 @@ class _Builder:
             self.add_group(child, child_raw, "%s.children.%s" % (where, child), depth + 1)
 
 
-def _name(value: Any, where: str) -> str:
+def _name(value: object, where: str) -> str:
     if not isinstance(value, (str, int)) or isinstance(value, bool) or not str(value).strip() \
             or any(c in str(value) for c in ",!: \t"):
         raise _Bad(where, "bad name %r" % (value,))
     return str(value)
 
 
-def _parse_ansible(doc: dict, builder: _Builder) -> None:
+def _parse_ansible(doc: Mapping[object, object], builder: _Builder) -> None:
     extra = set(doc) - {"all"}
     if extra:
-        raise _Bad("", "unexpected top-level key %r next to 'all'" % sorted(extra)[0])
+        raise _Bad("", "unexpected top-level key %r next to 'all'" % min(extra, key=str))
     builder.add_group("all", doc["all"], "all", 0)
 
 
-def _parse_simple(doc: dict, builder: _Builder) -> None:
+def _parse_simple(doc: Mapping[object, object], builder: _Builder) -> None:
     extra = set(doc) - {"vars", "hosts", "groups"}
     if extra:
-        raise _Bad("", "unknown top-level key %r (use all:, or vars/hosts/groups)" % sorted(extra)[0])
+        raise _Bad("", "unknown top-level key %r (use all:, or vars/hosts/groups)" % min(extra, key=str))
     builder.group_vars["all"] = _check_vars(doc.get("vars"), "vars")
     for host, raw in _mapping(doc.get("hosts"), "hosts").items():
         builder.add_host(host, raw, "all", "hosts")
-    for group, members in _mapping(doc.get("groups"), "groups").items():
-        group = _name(group, "groups")
+    for raw_group, members in _mapping(doc.get("groups"), "groups").items():
+        group = _name(raw_group, "groups")
         if not isinstance(members, list):
             raise _Bad("groups." + group, "must be a list of host names")
         builder.groups.setdefault(group, [])
         builder.group_depth[group] = 1
-        for member in members:
-            member = _name(member, "groups." + group)
+        for raw_member in members:
+            member = _name(raw_member, "groups." + group)
             if member not in builder.host_vars:
                 raise _Bad("groups." + group, "unknown host %r" % member)
             builder.groups[group].append(member)
 
 
-def _expand(group: str, builder: _Builder, seen: tuple = ()) -> List[str]:
+def _expand(group: str, builder: _Builder, seen: Tuple[str, ...] = ()) -> List[str]:
     """Hosts of a group including its children's, in inventory order; refuses cycles."""
     if group in seen:
         raise _Bad("children", "group cycle: %s" % " -> ".join(seen + (group,)))
@@ -222,15 +232,17 @@ def _expand(group: str, builder: _Builder, seen: tuple = ()) -> List[str]:
     return hosts
 
 
-def _target(name: str, values: dict) -> str:
-    host = values.get("host") or name
+def _target(name: str, values: Vars) -> str:
+    host = values.get("host")
+    host = host if isinstance(host, str) and host else name
     if ":" in host and not host.startswith("["):
         host = "[%s]" % host
     text = host
     if values.get("user"):
         text = "%s@%s" % (values["user"], text)
-    if values.get("port"):
-        text = "%s:%d" % (text, values["port"])
+    port = values.get("port")
+    if isinstance(port, int) and port:
+        text = "%s:%d" % (text, port)
     return text
 
 
@@ -246,7 +258,7 @@ class Inventory:
         if not words:
             raise CpctlError("no hosts pattern given (use a host, a group or 'all')", ExitCode.USAGE)
         wanted: List[str] = []
-        excluded: set = set()
+        excluded: Set[str] = set()
         for word in words:
             names = self._names(word.lstrip("!"))
             if word.startswith("!"):
@@ -272,7 +284,7 @@ def _words(patterns: Union[str, Iterable[str]]) -> List[str]:
     return [w.strip() for item in items for w in str(item).split(",") if w.strip()]
 
 
-def _build(path: str, doc: Any) -> Inventory:
+def _build(path: str, doc: object) -> Inventory:
     if not isinstance(doc, dict) or not doc:
         raise _Bad("", "expected a mapping with 'all:' (Ansible form) or 'hosts:' (simple form)")
     builder = _Builder()
@@ -285,7 +297,7 @@ def _build(path: str, doc: Any) -> Inventory:
     for name in groups["all"]:
         member_of = sorted((g for g in groups if name in groups[g] and g != "all"),
                            key=lambda g: (builder.group_depth.get(g, 1), g))
-        values: dict = dict(builder.group_vars.get("all", {}))
+        values: Vars = dict(builder.group_vars.get("all", {}))
         for group in member_of:
             values.update(builder.group_vars.get(group, {}))
         values.update(builder.host_vars[name])
@@ -293,7 +305,7 @@ def _build(path: str, doc: Any) -> Inventory:
     return Inventory(path, hosts, groups)
 
 
-def _checked_target(name: str, values: dict) -> str:
+def _checked_target(name: str, values: Vars) -> str:
     from cpctl.host.sshconfig import parse_target
     target = _target(name, values)
     try:

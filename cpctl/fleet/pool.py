@@ -7,13 +7,25 @@ Domain-free: what a connection is (SSH, the keeper, a test double) is the ``conn
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, Generic, List, Optional, Protocol, Sequence, TypeVar
 
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.fleet.runner import HostResult, host_name, run_parallel
 
 
-class ConnectionPool:
+class Connection(Protocol):
+    """What the pool needs of a connection (a ``Host`` in cpctl): a name, and close."""
+
+    name: str
+
+    def close(self) -> None: ...
+
+
+S = TypeVar("S")                            # what names a host (an inventory HostSpec)
+C = TypeVar("C", bound=Connection)
+
+
+class ConnectionPool(Generic[S, C]):
     """One connection per host per run, opened lazily and thread-safely, all closed at the end.
 
     Connections to different hosts open in parallel; two threads asking for the same host share
@@ -21,18 +33,18 @@ class ConnectionPool:
     ``connector(spec) -> Host`` opens one.
     """
 
-    def __init__(self, connector: Callable[[Any], Any]) -> None:
+    def __init__(self, connector: Callable[[S], C]) -> None:
         self._connector = connector
         self._lock = threading.Lock()
-        self._slots: Dict[str, "_Slot"] = {}
+        self._slots: Dict[str, _Slot[C]] = {}
 
-    def get(self, spec: Any) -> Any:
+    def get(self, spec: S) -> C:
         """The open Host for ``spec`` (connecting on first use); raises its connect error."""
         with self._lock:
-            slot = self._slots.setdefault(host_name(spec), _Slot())
+            slot: _Slot[C] = self._slots.setdefault(host_name(spec), _Slot())
         return slot.get(lambda: self._connector(spec))
 
-    def connect_all(self, specs: Sequence[Any], forks: int = 10) -> List[HostResult]:
+    def connect_all(self, specs: Sequence[S], forks: int = 10) -> List[HostResult[Dict[str, object]]]:
         """Open every connection in parallel up front; the results say who is unreachable."""
         return run_parallel(specs, lambda spec: {"changed": False, "host": self.get(spec).name}, forks=forks)
 
@@ -42,7 +54,7 @@ class ConnectionPool:
         for slot in slots:
             slot.close()
 
-    def abandon(self, spec: Any) -> None:
+    def abandon(self, spec: S) -> None:
         """Close the connection of a host given up on (timed out): a request blocked on it fails
         at once, and the agent on the master reads EOF and exits, releasing its lock. A connect
         still in progress is left to its own timeouts; the run does not wait for it."""
@@ -51,23 +63,23 @@ class ConnectionPool:
         if slot is not None and slot.host is not None:
             _quietly_close(slot.host)
 
-    def __enter__(self) -> "ConnectionPool":
+    def __enter__(self) -> "ConnectionPool[S, C]":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-class _Slot:
+class _Slot(Generic[C]):
     """One host's connection: connected once, by whichever thread comes first."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.host: Any = None
+        self.host: Optional[C] = None
         self.error: Optional[BaseException] = None
         self.closed = False
 
-    def get(self, opener: Callable[[], Any]) -> Any:
+    def get(self, opener: Callable[[], C]) -> C:
         with self._lock:
             if self.host is None and self.error is None:
                 try:
@@ -83,6 +95,7 @@ class _Slot:
                     self.host = host
             if self.error is not None:
                 raise self.error
+            assert self.host is not None          # opened above, or the error was raised
             return self.host
 
     def close(self) -> None:
@@ -98,7 +111,7 @@ class _Slot:
             self._lock.release()
 
 
-def _quietly_close(host: Any) -> None:
+def _quietly_close(host: Connection) -> None:
     try:
         host.close()
     except (OSError, EOFError, CpctlError):

@@ -14,21 +14,24 @@ import json
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Union
+from typing import Callable, Dict, Generic, List, NamedTuple, Optional, Sequence, TypeVar, Union
 
 from cpctl.errors import CpctlError, ExitCode, failure_of
 
 STATUSES = ("ok", "changed", "unreachable", "failed", "skipped")
+S = TypeVar("S")            # what names a host: an inventory HostSpec, a target string...
+T = TypeVar("T")            # what ``fn`` returns for one host
 _POLL = 0.05
 
 
 @dataclass
-class HostResult:
-    """What happened on one host; ``code`` is the ExitCode of a captured CpctlError."""
+class HostResult(Generic[T]):
+    """What happened on one host; ``data`` is what ``fn`` returned (None when it did not return),
+    ``code`` the ExitCode of a captured CpctlError."""
 
     host: str
     status: str
-    data: Any = None
+    data: Optional[T] = None
     error: Optional[str] = None
     elapsed: float = 0.0
     code: Optional[int] = None
@@ -38,24 +41,24 @@ class HostResult:
         return self.status in ("failed", "unreachable")
 
 
-def host_name(spec: Any) -> str:
+def host_name(spec: object) -> str:
     """The name a host is reported under: ``spec.name``, else the spec itself."""
     return str(getattr(spec, "name", spec))
 
 
-def _is_changed(data: Any) -> bool:
+def _is_changed(data: object) -> bool:
     if isinstance(data, dict):
         return bool(data.get("changed"))
     return bool(getattr(data, "changed", False))
 
 
-def _error_result(name: str, exc: BaseException, elapsed: float) -> HostResult:
+def _error_result(name: str, exc: BaseException, elapsed: float) -> HostResult[T]:
     failure = failure_of(exc)
     status = "unreachable" if failure.code == ExitCode.UNREACHABLE else "failed"
     return HostResult(name, status, None, failure.message, elapsed, int(failure.code))
 
 
-def run_one(spec: Any, fn: Callable[[Any], Any]) -> HostResult:
+def run_one(spec: S, fn: Callable[[S], T]) -> HostResult[T]:
     """Run ``fn(spec)`` and turn its outcome, whatever it is, into a HostResult."""
     started = time.monotonic()
     try:
@@ -66,9 +69,9 @@ def run_one(spec: Any, fn: Callable[[Any], Any]) -> HostResult:
     return HostResult(host_name(spec), status, data, None, time.monotonic() - started)
 
 
-def run_parallel(specs: Sequence[Any], fn: Callable[[Any], Any], forks: int = 10,
+def run_parallel(specs: Sequence[S], fn: Callable[[S], T], forks: int = 10,
                  timeout: Optional[float] = None,
-                 on_timeout: Optional[Callable[[Any], None]] = None) -> List[HostResult]:
+                 on_timeout: Optional[Callable[[S], None]] = None) -> List[HostResult[T]]:
     """``fn`` on every host, at most ``forks`` at a time; results in the order of ``specs``.
 
     ``timeout`` bounds each host's run (from when it started): a host still running then is
@@ -85,12 +88,12 @@ def run_parallel(specs: Sequence[Any], fn: Callable[[Any], Any], forks: int = 10
     return runs.collect(timeout, on_timeout)
 
 
-class _ParallelRun:
+class _ParallelRun(Generic[S, T]):
     """The shared state of one ``run_parallel``: a queue of hosts, their start times, results."""
 
-    def __init__(self, specs: List[Any], fn: Callable[[Any], Any]) -> None:
+    def __init__(self, specs: List[S], fn: Callable[[S], T]) -> None:
         self.specs, self.fn = specs, fn
-        self.results: List[Optional[HostResult]] = [None] * len(specs)
+        self.results: List[Optional[HostResult[T]]] = [None] * len(specs)
         self.starts: Dict[int, float] = {}
         self.next = 0
         self.changed = threading.Condition()
@@ -108,11 +111,12 @@ class _ParallelRun:
                     self.results[index] = result
                 self.changed.notify_all()
 
-    def collect(self, timeout: Optional[float], on_timeout: Optional[Callable[[Any], None]]) -> List[HostResult]:
+    def collect(self, timeout: Optional[float], on_timeout: Optional[Callable[[S], None]]) -> List[HostResult[T]]:
         while True:
             with self.changed:
-                if all(r is not None for r in self.results):
-                    return list(self.results)  # type: ignore[arg-type]
+                done = [r for r in self.results if r is not None]
+                if len(done) == len(self.results):
+                    return done
                 self.changed.wait(_POLL if timeout is not None else None)
                 expired = self._expire(timeout) if timeout is not None else []
             for index in expired:
@@ -155,9 +159,9 @@ def parse_serial(value: Union[int, str, "Serial"]) -> Serial:
     return Serial(int(number), percent)
 
 
-def run_rolling(specs: Sequence[Any], fn: Callable[[Any], Any], serial: Union[int, str, Serial] = 1,
+def run_rolling(specs: Sequence[S], fn: Callable[[S], T], serial: Union[int, str, Serial] = 1,
                 keep_going: bool = False, timeout: Optional[float] = None,
-                on_timeout: Optional[Callable[[Any], None]] = None) -> List[HostResult]:
+                on_timeout: Optional[Callable[[S], None]] = None) -> List[HostResult[T]]:
     """``fn`` on ``serial`` hosts at a time, batch after batch.
 
     A batch with a failed or unreachable host stops the roll (a broken control plane must not
@@ -165,7 +169,7 @@ def run_rolling(specs: Sequence[Any], fn: Callable[[Any], Any], serial: Union[in
     """
     specs = list(specs)
     size = parse_serial(serial).batch(len(specs))
-    results: List[HostResult] = []
+    results: List[HostResult[T]] = []
     for start in range(0, len(specs), size):
         batch = specs[start:start + size]
         results += run_parallel(batch, fn, forks=len(batch), timeout=timeout, on_timeout=on_timeout)
@@ -176,7 +180,7 @@ def run_rolling(specs: Sequence[Any], fn: Callable[[Any], Any], serial: Union[in
     return results
 
 
-def stats(results: Sequence[HostResult]) -> Dict[str, Dict[str, int]]:
+def stats(results: Sequence[HostResult[T]]) -> Dict[str, Dict[str, int]]:
     """Per host counters, Ansible style: a "changed" host also counts as ok."""
     out: Dict[str, Dict[str, int]] = {}
     for res in results:
@@ -187,7 +191,7 @@ def stats(results: Sequence[HostResult]) -> Dict[str, Dict[str, int]]:
     return out
 
 
-def recap(results: Sequence[HostResult], header: bool = True) -> str:
+def recap(results: Sequence[HostResult[T]], header: bool = True) -> str:
     """``PLAY RECAP``-like text: ``host : ok=1 changed=0 unreachable=0 failed=0 skipped=0``."""
     table = stats(results)
     width = max((len(h) for h in table), default=0)
@@ -202,7 +206,7 @@ def recap(results: Sequence[HostResult], header: bool = True) -> str:
     return "\n".join(lines) + "\n"
 
 
-def recap_json(results: Sequence[HostResult]) -> str:
+def recap_json(results: Sequence[HostResult[T]]) -> str:
     """Machine-readable recap: per-host result and counters, plus an overall ``ok``."""
     doc = {
         "ok": not any(r.failed for r in results),
@@ -213,7 +217,7 @@ def recap_json(results: Sequence[HostResult]) -> str:
     return json.dumps(doc, indent=2, sort_keys=True, default=_json_default)
 
 
-def _json_default(value: Any) -> Any:
+def _json_default(value: object) -> object:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     if hasattr(value, "__dict__"):

@@ -6,12 +6,16 @@ runs on each master is the caller's ``action``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, List, Optional
+from typing import TYPE_CHECKING, Callable, List, Optional
 
 from cpctl.errors import ExitCode
 from cpctl.fleet.inventory import HostSpec, load_inventory
 from cpctl.fleet.pool import ConnectionPool
 from cpctl.fleet.runner import HostResult, Serial, parse_serial
+
+if TYPE_CHECKING:
+    from cpctl.host.base import Host
+    from cpctl.host.sshconfig import SSHOptions
 
 READ_ONLY_HOST_TIMEOUT = 60.0     # seconds; a change is bounded by its own --timeout waits
 
@@ -22,15 +26,15 @@ class RemoteOptions:
 
     hosts: List[str] = field(default_factory=list)
     inventory: Optional[str] = None
-    ssh_options: Any = None
+    ssh_options: Optional["SSHOptions"] = None
     forks: int = 10
     serial: Serial = field(default_factory=lambda: parse_serial(1))
     keep_going: bool = False
     host_timeout: Optional[float] = None
     census: str = "inventory"          # where the quorum check counts: "inventory" or "cluster"
-    _pool: Optional[ConnectionPool] = field(default=None, repr=False)
+    _pool: Optional["ConnectionPool[HostSpec, Host]"] = field(default=None, repr=False)
 
-    def pool(self, connector: Callable[[Any], Any]) -> ConnectionPool:
+    def pool(self, connector: Callable[[HostSpec], "Host"]) -> "ConnectionPool[HostSpec, Host]":
         """One connection per host for the whole run, shared by preflight and action."""
         if self._pool is None:
             self._pool = ConnectionPool(connector)

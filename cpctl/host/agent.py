@@ -12,18 +12,18 @@ import json
 import os
 import sys
 import threading
-from typing import Any, Optional
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host import ops as hostops
 from cpctl.host import replies
-from cpctl.host.base import ByteWriter, Host, LineReader, LockBusy
+from cpctl.host.base import ByteWriter, Call, Host, LineReader, LockBusy
 from cpctl.host.replies import MAX_REPLY_BYTES, BadReply
 
 HELLO_LIMIT = 512          # bytes of the agent's ready line (or of what a shell printed instead)
 
 
-def raise_remote_error(response: dict) -> None:
+def raise_remote_error(response: Mapping[str, object]) -> None:
     """Re-raise an agent's (checked) error response as the exception the local call would raise.
     An unexpected error on the master is that host's failure (exit 7), not a bug of this process."""
     kind = response.get("kind")
@@ -47,20 +47,21 @@ class AgentHost(Host):
         self.name = name
         self._reader, self._writer = reader, writer
         self._mutex = threading.Lock()
-        self._prefetched: dict = {}
+        self._prefetched: Dict[str, Mapping[str, object]] = {}
         self._broken: Optional[BadReply] = None
         check_hello(name, self._reader.readline(HELLO_LIMIT))
 
-    def _prefetch(self, calls: list) -> None:
+    def _prefetch(self, calls: Sequence[Call]) -> None:
         """Ask every call in one ``batch`` round trip. The answers are a snapshot: served again
         to repeated reads, and dropped at the first call that is not a read (it may change what
         they saw), so no read is answered with what it was before this run's own change."""
-        requests = [{"op": op, "args": args} for op, args in calls if op in hostops.READ_OPS]
+        reads = [(op, args) for op, args in calls if op in hostops.READ_OPS]
+        requests = [{"op": op, "args": args} for op, args in reads]
         answers = self._request("batch", {"requests": requests}) if requests else []
         with self._mutex:
-            self._prefetched = {_call_key(r["op"], r["args"]): a for r, a in zip(requests, answers)}
+            self._prefetched = {_call_key(op, args): a for (op, args), a in zip(reads, answers)}
 
-    def _call(self, op: str, **args: Any) -> Any:
+    def _call(self, op: str, **args: object) -> Any:
         if self._prefetched:
             with self._mutex:
                 if op in hostops.READ_OPS:
@@ -71,7 +72,7 @@ class AgentHost(Host):
                 return _result(response)
         return self._request(op, args)
 
-    def _request(self, op: str, args: dict) -> Any:
+    def _request(self, op: str, args: Mapping[str, object]) -> Any:
         line = json.dumps({"op": op, "args": hostops.encode(args)}).encode("utf-8") + b"\n"
         with self._mutex:
             if self._broken is not None:        # the stream is out of step since a bad reply
@@ -92,11 +93,11 @@ class AgentHost(Host):
         return _result(response)
 
 
-def _call_key(op: str, args: dict) -> str:
+def _call_key(op: str, args: Mapping[str, object]) -> str:
     return json.dumps([op, hostops.encode(args)], sort_keys=True)
 
 
-def _result(response: dict) -> Any:
+def _result(response: Mapping[str, object]) -> Any:
     """An agent's (decoded) answer: its result, or its error raised as the local call would."""
     if not response.get("ok"):
         raise_remote_error(response)
@@ -145,7 +146,7 @@ def _current_pyc_code() -> Optional[bytes]:
     return data[16:] if len(data) > 16 and data[:16] == header else None
 
 
-def agent_bootstrap(python: str = "python3") -> list:
+def agent_bootstrap(python: str = "python3") -> List[str]:
     """argv that starts an agent reading its program first, then requests, from stdin.
 
     The first stdin line gives the lengths of the source and of the compiled code, and the
@@ -166,7 +167,7 @@ def agent_bootstrap(python: str = "python3") -> list:
 class SubprocessAgentHost(AgentHost):
     """An agent in a local child process: the remote protocol without SSH (tests, sudo)."""
 
-    def __init__(self, argv_prefix: Optional[list] = None) -> None:
+    def __init__(self, argv_prefix: Optional[Sequence[str]] = None) -> None:
         argv = list(argv_prefix or []) + agent_bootstrap(sys.executable)
         import subprocess  # not at module level: remote runs import this module, and never need it
         self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,

@@ -9,7 +9,7 @@ subprocess in tests). Both raise the same exceptions, so the core cannot tell th
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Any, Dict, Iterator, Optional, Protocol, TypedDict, cast
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Protocol, Sequence, Tuple, TypedDict, cast
 
 from cpctl.host import ops as hostops
 
@@ -32,15 +32,79 @@ class LineReader(Protocol):
 class ByteWriter(Protocol):
     """What the agent protocol writes to."""
 
-    def write(self, data: bytes) -> Any: ...
+    def write(self, data: bytes) -> object: ...
 
-    def flush(self) -> Any: ...
+    def flush(self) -> object: ...
 
 
 class PeerCert(TypedDict):
     """What ``peer_cert`` returns across the agent boundary: the served certificate, DER bytes."""
 
     der: bytes
+
+
+class Stat(TypedDict):
+    """What ``lstat`` returns across the agent boundary (checked by ``replies``): the entry itself,
+    a symlink not followed. ``kind`` is one of ``replies.STAT_KINDS``."""
+
+    kind: str
+    mode: int
+    uid: int
+    gid: int
+    size: int
+    mtime: float
+    dev: int
+
+
+class _NamedStat(Stat):
+    name: str
+
+
+class DirEntry(_NamedStat, total=False):
+    """One entry of ``scan_dir``: its lstat and name; for a symlink what it points to; for a
+    regular file (or a link to one) of at most the limit its bytes, else why they are missing."""
+
+    data: bytes
+    error: str
+    target: str
+    target_kind: Optional[str]
+    target_size: int
+
+
+class HttpReply(TypedDict):
+    """What ``http`` returns across the agent boundary: the status, headers and (bounded) body."""
+
+    status: int
+    headers: Dict[str, str]
+    body: bytes
+
+
+class HostInfo(TypedDict):
+    """Who and where the process acting on the node is (``Host.info``)."""
+
+    hostname: str
+    user: str
+    sudo_user: Optional[str]
+    pid: int
+    euid: int
+    python: str
+
+
+class TlsOptions(TypedDict, total=False):
+    """How ``http`` verifies and authenticates (a kubeconfig's cluster and user, or ``insecure``
+    for a node-local health endpoint): inline PEM data or files on the node."""
+
+    insecure: bool
+    ca_data: bytes
+    ca_file: str
+    cert_data: bytes
+    key_data: bytes
+    cert_file: str
+    key_file: str
+
+
+#: A read-only call the agent may answer ahead (``Host.prefetched``): (op, its arguments).
+Call = Tuple[str, Mapping[str, object]]
 
 
 class RunResult:
@@ -62,17 +126,19 @@ class Host:
     name = "localhost"
     is_remote = False
 
-    def _call(self, op: str, **args: Any) -> Any:
+    def _call(self, op: str, **args: object) -> Any:
+        """The result of ``op(**args)`` on the node. The one untyped seam: its shape depends on
+        ``op``; ``replies.RESULTS`` checks it per op before the typed methods below return it."""
         raise NotImplementedError
 
-    def lstat(self, path: str) -> Optional[dict]:
+    def lstat(self, path: str) -> Optional[Stat]:
         """Metadata of ``path`` (a symlink is reported, not followed), None when absent."""
         return self._call("lstat", path=path)
 
-    def listdir(self, path: str) -> list:
+    def listdir(self, path: str) -> List[str]:
         return self._call("listdir", path=path)
 
-    def scan_dir(self, path: str, limit: int) -> list:
+    def scan_dir(self, path: str, limit: int) -> List[DirEntry]:
         """All entries of ``path`` with lstat fields and, for files up to ``limit``, ``data``."""
         return self._call("scan_dir", path=path, limit=limit)
 
@@ -126,8 +192,8 @@ class Host:
     def unlock(self, path: str) -> None:
         self._call("unlock", path=path)
 
-    def run(self, argv: list, timeout: float = 60.0, stdin: bytes = b"",
-            env: Optional[dict] = None, limit: Optional[int] = None) -> RunResult:
+    def run(self, argv: Sequence[str], timeout: float = 60.0, stdin: bytes = b"",
+            env: Optional[Mapping[str, str]] = None, limit: Optional[int] = None) -> RunResult:
         """Run ``argv`` without a shell on the node; with ``limit`` only the last ``limit`` bytes of
         each output stream are kept (``RunResult.cut`` says how many were dropped)."""
         if limit is None:
@@ -136,12 +202,12 @@ class Host:
             res = self._call("run", argv=list(argv), timeout=timeout, stdin=stdin, env=env, limit=limit)
         return RunResult(res["rc"], res["stdout"], res["stderr"], res.get("cut", 0))
 
-    def http(self, method: str, url: str, headers: Optional[dict] = None,
+    def http(self, method: str, url: str, headers: Optional[Mapping[str, str]] = None,
              body: Optional[bytes] = None, timeout: float = 5.0,
-             tls: Optional[dict] = None, limit: Optional[int] = None) -> dict:
+             tls: Optional[TlsOptions] = None, limit: Optional[int] = None) -> HttpReply:
         """An HTTP request made from the node itself (health endpoints bind to 127.0.0.1), within
         ``timeout`` seconds in total; an answer over ``limit`` bytes is an OSError (EFBIG)."""
-        args: Dict[str, Any] = {"method": method, "url": url, "headers": headers, "body": body, "timeout": timeout,
+        args: Dict[str, object] = {"method": method, "url": url, "headers": headers, "body": body, "timeout": timeout,
                                 "tls": tls}
         if limit is not None:
             args["limit"] = limit
@@ -153,7 +219,7 @@ class Host:
         return cast(PeerCert, self._call("peer_cert", host=host, port=port, timeout=timeout))
 
     @contextmanager
-    def prefetched(self, calls: list) -> Iterator[None]:
+    def prefetched(self, calls: Sequence[Call]) -> Iterator[None]:
         """Within the block, these read-only calls ``[(op, args), ...]`` may be answered from
         one round trip made up front, until the block makes a change; then, and at its end,
         those answers are dropped.
@@ -167,10 +233,10 @@ class Host:
         finally:
             self._prefetch([])
 
-    def _prefetch(self, calls: list) -> None:
+    def _prefetch(self, calls: Sequence[Call]) -> None:
         """Answer ``calls`` ahead (an empty list forgets what is left); nothing to gain locally."""
 
-    def info(self) -> dict:
+    def info(self) -> HostInfo:
         """hostname, user, sudo_user, pid, euid of the process acting on the node (cached)."""
         cached = getattr(self, "_info", None)
         if cached is None:

@@ -36,12 +36,15 @@ import stat
 import struct
 import sys
 import time
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Dict, Mapping, Optional, Set
 
 from cpctl import __version__
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host.agent import AgentHost
 from cpctl.host.base import ByteWriter, LineReader
+
+if TYPE_CHECKING:
+    from cpctl.host.sshconfig import SSHOptions
 
 ENV_DIR = "CPCTL_KEEPER_DIR"
 
@@ -120,27 +123,34 @@ def peer_uid(sock: socket.socket) -> Optional[int]:
     return struct.unpack("3i", creds)[1]
 
 
-def error_to_wire(exc: CpctlError) -> dict:
+def error_to_wire(exc: CpctlError) -> Dict[str, object]:
     """A CpctlError as JSON, to cross the socket (keeper to run, or a refused prompt back)."""
     return {"message": exc.full_message, "code": int(exc.code), "hint": exc.hint}
 
 
-def error_from_wire(wire: dict) -> CpctlError:
-    return CpctlError(wire.get("message") or "connection keeper error",
-                      ExitCode(wire.get("code", ExitCode.UNREACHABLE)), wire.get("hint") or "")
+def error_from_wire(wire: object) -> CpctlError:
+    """The CpctlError a keeper message describes (``error_to_wire``); anything else is a keeper error."""
+    fields = wire if isinstance(wire, dict) else {}
+    message, code, hint = fields.get("message"), fields.get("code", ExitCode.UNREACHABLE), fields.get("hint")
+    return CpctlError(message if isinstance(message, str) and message else "connection keeper error",
+                      ExitCode(code if isinstance(code, int) else ExitCode.UNREACHABLE),
+                      hint if isinstance(hint, str) else "")
 
 
-def send_message(writer: ByteWriter, message: dict) -> None:
+def send_message(writer: ByteWriter, message: Mapping[str, object]) -> None:
     writer.write(json.dumps(message).encode("utf-8") + b"\n")
     writer.flush()
 
 
-def read_message(reader: LineReader) -> Optional[dict]:
-    """The next JSON line, or None at EOF."""
+def read_message(reader: LineReader) -> Optional[Dict[str, object]]:
+    """The next JSON line, or None at EOF; a line that is not an object is a ValueError."""
     line = reader.readline()
     if not line:
         return None
-    return json.loads(line.decode("utf-8"))
+    message = json.loads(line.decode("utf-8"))
+    if not isinstance(message, dict):
+        raise ValueError("a keeper message is not a JSON object")
+    return message
 
 
 def dial(directory: str) -> socket.socket:
@@ -158,7 +168,7 @@ def dial(directory: str) -> socket.socket:
     return sock
 
 
-_CHECKED_DIRS: set = set()
+_CHECKED_DIRS: Set[str] = set()
 
 
 def connect(persist: float, directory: Optional[str] = None) -> socket.socket:
@@ -213,7 +223,7 @@ def _start(directory: str, persist: float) -> None:
         raise CpctlError("the connection keeper did not start (see %s)" % log_path, ExitCode.ENVIRONMENT)
 
 
-def request(op: str, directory: Optional[str] = None) -> Optional[dict]:
+def request(op: str, directory: Optional[str] = None) -> Optional[Dict[str, object]]:
     """Ask a running keeper ``status`` or ``stop``; None when no keeper runs (none is started)."""
     directory = directory or keeper_dir()
     if not os.path.isdir(directory):
@@ -235,14 +245,15 @@ def request(op: str, directory: Optional[str] = None) -> Optional[dict]:
             break
     if answer is None or not answer.get("ok"):
         raise CpctlError("the connection keeper did not answer %r" % op, ExitCode.ENVIRONMENT)
-    return answer.get("keeper", {})
+    status = answer.get("keeper")
+    return status if isinstance(status, dict) else {}
 
 
-def wire_options(options: Any) -> dict:
+def wire_options(options: SSHOptions) -> Dict[str, object]:
     """The options a connection is made with, as JSON: what identifies it in the keeper.
     Secrets and the prompt function never leave this process. (Field by field: the values are
     strings, numbers and lists of strings, and ``dataclasses.asdict`` deep-copies each one.)"""
-    data = {}
+    data: Dict[str, object] = {}
     for item in dataclasses.fields(options):
         if item.name not in NOT_WIRED:
             value = getattr(options, item.name)
@@ -276,7 +287,7 @@ class _Unanswered(Exception):
     time) when this request reached it. Asked again, a new keeper answers."""
 
 
-def attach(target: str, options: Any) -> KeeperHost:
+def attach(target: str, options: SSHOptions) -> KeeperHost:
     """An agent on ``target`` from the keeper (started if needed), as a Host of this run."""
     for _ in range(2):          # unanswered once: that keeper was exiting, a new one answers
         try:
@@ -291,7 +302,7 @@ def _hung_up(target: str) -> CpctlError:
         target, os.path.join(keeper_dir(), LOG_NAME)), ExitCode.UNREACHABLE)
 
 
-def _attach_once(target: str, options: Any) -> KeeperHost:
+def _attach_once(target: str, options: SSHOptions) -> KeeperHost:
     sock = connect(options.persist)
     reader, writer = sock.makefile("rb"), sock.makefile("wb")
     answered = False
@@ -321,7 +332,7 @@ def _attach_once(target: str, options: Any) -> KeeperHost:
         raise
 
 
-def _answer(options: Any, message: dict) -> dict:
+def _answer(options: SSHOptions, message: Mapping[str, object]) -> Dict[str, object]:
     """Ask the user what the keeper needs (a key's passphrase); a refusal travels back as an error."""
     if options.prompt is None:
         return {"answer": None}

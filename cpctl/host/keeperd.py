@@ -23,17 +23,23 @@ import socket
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host import keeper
 from cpctl.host.base import FAST_SWITCH
 from cpctl.host.sshconfig import (
+    Endpoint,
     SSHOptions,
     read_config_text,
     remember_login_name,
     ssh_config_path,
 )
+
+if TYPE_CHECKING:                   # paramiko is imported only when a connection is made
+    from paramiko import Channel, SSHClient
+
+    from cpctl.host.ssh import KeyRing
 
 ACCEPT_POLL = 0.5
 PING_TIMEOUT = 5.0
@@ -53,11 +59,15 @@ def _ssh() -> Any:
     return ssh
 
 
-def _stat_mark(path: str) -> tuple:
+#: What a file was when checked: (path, inode, size, mtime_ns); (path, None, 0, 0) when missing.
+Mark = Tuple[str, Optional[int], int, int]
+
+
+def _stat_mark(path: str) -> Mark:
     try:
         info = os.stat(os.path.expanduser(path))
     except OSError:
-        return (path, None)
+        return (path, None, 0, 0)
     return (path, info.st_ino, info.st_size, info.st_mtime_ns)
 
 
@@ -69,7 +79,7 @@ class ConfigDigests:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._cached: Dict[str, Tuple[tuple, str]] = {}
+        self._cached: Dict[str, Tuple[Tuple[Mark, ...], str]] = {}
 
     def digest(self, path: str) -> str:
         with self._lock:
@@ -89,20 +99,20 @@ class ConfigDigests:
         return digest
 
     @staticmethod
-    def _can_vouch(sources: List[str], marks: tuple) -> bool:
+    def _can_vouch(sources: List[str], marks: Tuple[Mark, ...]) -> bool:
         """Will a later stat of ``sources`` tell a change? Not for a wildcard directory, nor for
         a file modified within the last RACY seconds: a same-size rewrite in the same mtime tick
         would look unchanged (git's "racily clean" entries)."""
         if any(glob.has_magic(p) for p in sources):
             return False
-        newest = max((mark[3] for mark in marks if len(mark) == 4), default=0)
+        newest = max((mark[3] for mark in marks if mark[1] is not None), default=0)
         return newest < time.time_ns() - int(RACY * 1e9)
 
 
 CONFIG_DIGESTS = ConfigDigests()
 
 
-def close_channel(chan: Any) -> None:
+def close_channel(chan: "Channel") -> None:
     """Close an agent's channel that a selector has watched, without killing its connection.
 
     ``chan.fileno()`` gives the channel an OS pipe that its buffers set and clear as data
@@ -117,12 +127,12 @@ def close_channel(chan: Any) -> None:
     chan.close()
 
 
-def _closed(chan: Any) -> bool:
+def _closed(chan: "Channel") -> bool:
     """The agent's channel ended (seen without a round trip)."""
-    return chan.closed or chan.exit_status_ready() or chan.eof_received
+    return chan.closed or chan.exit_status_ready() or bool(chan.eof_received)
 
 
-def _ask(chan: Any, op: str) -> bool:
+def _ask(chan: "Channel", op: str) -> bool:
     """Send the idle agent ``op`` (no arguments); True when it answers ok within PING_TIMEOUT."""
     if _closed(chan):
         return False
@@ -136,7 +146,7 @@ def _ask(chan: Any, op: str) -> bool:
         return False
 
 
-def _read_answer(chan: Any, limit: int = 4096) -> bytes:
+def _read_answer(chan: "Channel", limit: int = 4096) -> bytes:
     """The idle agent's one answer line, read in chunks: it sends nothing unasked, so nothing
     after the line can be consumed by mistake (and one recv per byte cost ~0.5 ms per agent)."""
     answer = b""
@@ -148,7 +158,7 @@ def _read_answer(chan: Any, limit: int = 4096) -> bytes:
     return answer
 
 
-def _alive(chan: Any) -> bool:
+def _alive(chan: "Channel") -> bool:
     """Is the idle agent still there and answering? (A master may have rebooted meanwhile.)"""
     return _ask(chan, "info")
 
@@ -156,26 +166,26 @@ def _alive(chan: Any) -> bool:
 class Slot:
     """One connection (target + options) and the agent waiting on it for the next run."""
 
-    def __init__(self, target: str, wired: dict, keyring: Any) -> None:
+    def __init__(self, target: str, wired: Mapping[str, Any], keyring: Optional["KeyRing"]) -> None:
         self.target = target
         self.options = SSHOptions(**wired)
         self.options.keyring = keyring          # one passphrase prompt per key, for every host
         self.lock = threading.Lock()
-        self.clients: List[Any] = []
-        self.ep: Any = None
-        self.mark: Optional[tuple] = None
-        self.idle: Optional[Tuple[Any, bytes]] = None
+        self.clients: List[SSHClient] = []
+        self.ep: Optional[Endpoint] = None
+        self.mark: Optional[Tuple[str, Tuple[Mark, ...]]] = None
+        self.idle: Optional[Tuple[Channel, bytes]] = None
         self.verified_at = 0.0                  # when the idle agent last answered
         self.connects = self.sessions = 0
         self.connected_at: Optional[float] = None
 
-    def _files_mark(self) -> tuple:
+    def _files_mark(self) -> Tuple[str, Tuple[Mark, ...]]:
         """What the connection was checked against: ssh_config text, known_hosts and key files."""
         config = ssh_config_path(self.options.ssh_config)
         digest = CONFIG_DIGESTS.digest(config) if config is not None else ""
         paths = list(self.options.global_known_hosts) + list(self.ep.known_hosts if self.ep else [])
         paths += list(self.ep.identity_files if self.ep else [])
-        return (digest,) + tuple(_stat_mark(p) for p in paths)
+        return digest, tuple(_stat_mark(p) for p in paths)
 
     def _connected(self) -> bool:
         if not self.clients:
@@ -198,10 +208,10 @@ class Slot:
         self.connects += 1
         self.connected_at = time.time()
 
-    def _new_agent(self) -> Tuple[Any, bytes]:
+    def _new_agent(self) -> Tuple["Channel", bytes]:
         return _ssh().open_agent_channel(self.target, self.clients[-1].get_transport(), self.ep, self.options)
 
-    def take(self, prompt: Callable[..., str]) -> Tuple[Any, bytes]:
+    def take(self, prompt: Callable[..., str]) -> Tuple["Channel", bytes]:
         """An agent for one run: the waiting one when it still answers, else a new one (on a new
         connection when the old one died or the files it was checked against changed)."""
         with self.lock:
@@ -224,7 +234,7 @@ class Slot:
             finally:
                 self.options.prompt = None
 
-    def _still_alive(self, chan: Any) -> bool:
+    def _still_alive(self, chan: "Channel") -> bool:
         """No round trip when the spare answered a ping recently (``verify``); a closed channel
         or connection is seen without one."""
         if time.monotonic() - self.verified_at < VERIFY_EVERY:
@@ -247,7 +257,7 @@ class Slot:
         finally:
             self.lock.release()
 
-    def give_back(self, chan: Any, hello: bytes) -> bool:
+    def give_back(self, chan: "Channel", hello: bytes) -> bool:
         """Keep the agent a run left idle (every request answered) for the next run, once it has
         forgotten that run (``reset``: its locks released, as if it had exited). False, and the
         channel closed, when it cannot serve again: it fails the reset, its connection was
@@ -275,7 +285,7 @@ class Slot:
             except Exception as exc:  # noqa: BLE001 (the next run starts one itself and reports)
                 log("%s: could not start a spare agent: %s" % (self.target, exc))
 
-    def describe(self) -> dict:
+    def describe(self) -> Dict[str, object]:
         ep = self.ep
         return {"target": self.target, "user": ep.user if ep else None, "hostname": ep.hostname if ep else None,
                 "port": ep.port if ep else None, "connected": self._connected(), "connects": self.connects,
@@ -340,7 +350,7 @@ class _Traffic:
         return self.requests == self.answers and not self.cut
 
 
-def relay(run: RunSocket, chan: Any) -> bool:
+def relay(run: RunSocket, chan: "Channel") -> bool:
     """Copy bytes both ways, in this one thread, until either side hangs up.
 
     True when the run hung up with every request answered: the agent waits for its next
@@ -383,7 +393,7 @@ def _recv(read: Callable[[int], bytes]) -> bytes:
         return b""
 
 
-def _run_left(traffic: _Traffic, chan: Any) -> bool:
+def _run_left(traffic: _Traffic, chan: "Channel") -> bool:
     if traffic.idle() and not _closed(chan):
         return True
     close_channel(chan)
@@ -402,7 +412,7 @@ class Keeper:
         self.deadline = time.monotonic() + persist
         self.started = time.time()
         self.stopping = threading.Event()
-        self.keyring: Any = None
+        self.keyring: Optional[KeyRing] = None
         self.spares_wanted: List[Slot] = []
         self.quiet = threading.Condition(self.lock)
         self.last_detach = 0.0
@@ -488,7 +498,7 @@ class Keeper:
             with self.lock:
                 self.in_flight -= 1
 
-    def _slot(self, request: dict) -> Slot:
+    def _slot(self, request: Mapping[str, Any]) -> Slot:
         target, wired = str(request["target"]), dict(request["options"])
         key = json.dumps([target, wired], sort_keys=True)
         self._preload()
@@ -497,7 +507,7 @@ class Keeper:
                 self.slots[key] = Slot(target, wired, self.keyring)
             return self.slots[key]
 
-    def _attach(self, run: RunSocket, request: dict) -> None:
+    def _attach(self, run: RunSocket, request: Mapping[str, Any]) -> None:
         persist = float(request.get("persist") or self.persist)
         with self.lock:
             self.active += 1
@@ -539,11 +549,12 @@ class Keeper:
             answer = keeper.read_message(run) or {}
             if "abort" in answer:
                 raise keeper.error_from_wire(answer["abort"])
-            return answer.get("answer") or ""
+            reply = answer.get("answer")
+            return reply if isinstance(reply, str) else ""
 
         return prompt
 
-    def describe(self) -> dict:
+    def describe(self) -> Dict[str, object]:
         with self.lock:
             slots = list(self.slots.values())
             active, left = self.active, self.deadline - time.monotonic()

@@ -11,5 +11,5 @@ from cpctl.host.base import Host
 class LocalHost(Host):
     """This machine: the primitives run in-process."""
 
-    def _call(self, op: str, **args: Any) -> Any:
+    def _call(self, op: str, **args: object) -> Any:
         return hostops.OPS[op](**args)

@@ -15,9 +15,10 @@ import errno
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from cpctl.host import ops as hostops
+from cpctl.host.base import HostInfo
 from cpctl.host.local import LocalHost
 
 # What a fault can be: an errno name (raised as OSError by the call), "lock-busy" (the node lock is
@@ -52,7 +53,7 @@ class Fault:
         if self.error not in ERRORS:
             raise ValueError("unknown fault %r (one of %s)" % (self.error, ", ".join(ERRORS)))
 
-    def hits(self, op: str, args: Dict[str, Any]) -> bool:
+    def hits(self, op: str, args: Mapping[str, object]) -> bool:
         """Count this call if it matches; True when it is one of the calls that must fail."""
         if self.op not in (op, ANY_OP):
             return False
@@ -77,7 +78,7 @@ class MockHost(LocalHost):
 
     def __init__(self, faults: Sequence[Fault] = (), hostname: str = "mock-node", user: str = "root") -> None:
         self.faults: List[Fault] = list(faults)
-        self.calls: List[Tuple[str, Dict[str, Any]]] = []
+        self.calls: List[Tuple[str, Dict[str, object]]] = []
         self._hostname, self._user = hostname, user
         self._mutex = threading.Lock()
 
@@ -91,7 +92,7 @@ class MockHost(LocalHost):
     def ops_called(self) -> List[str]:
         return [op for op, _ in self.calls]
 
-    def _call(self, op: str, **args: Any) -> Any:
+    def _call(self, op: str, **args: object) -> Any:
         with self._mutex:
             self.calls.append((op, dict(args)))
             fault = next((f for f in self.faults if f.hits(op, args)), None)
@@ -112,12 +113,12 @@ class MockHost(LocalHost):
         number = getattr(errno, fault.error)
         raise OSError(number, os.strerror(number), args.get("path") or args.get("dst") or args.get("src"))
 
-    def info(self) -> Dict[str, Any]:
-        real = dict(super().info())
-        real.update(hostname=self._hostname, user=self._user, sudo_user=None)
+    def info(self) -> HostInfo:
+        real = super().info().copy()
+        real["hostname"], real["user"], real["sudo_user"] = self._hostname, self._user, None
         return real
 
-    def last(self, op: str) -> Optional[Dict[str, Any]]:
+    def last(self, op: str) -> Optional[Dict[str, object]]:
         """Arguments of the last call of ``op`` (None: never called)."""
         for name, args in reversed(self.calls):
             if name == op:

@@ -19,7 +19,7 @@ import re
 import shlex
 import socket
 import threading
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 from cpctl.host.sshconfig import import_paramiko_without_invoke
 
@@ -57,7 +57,7 @@ class KeyRing:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._keys: dict = {}
+        self._keys: Dict[str, Optional[paramiko.PKey]] = {}
 
     def load(self, path: str, prompt: Optional[Prompt]) -> Optional[paramiko.PKey]:
         with self._lock:
@@ -227,7 +227,7 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
     def __init__(self, ep: Endpoint) -> None:
         self._ep = ep
 
-    def missing_host_key(self, client: Any, hostname: str, key: paramiko.PKey) -> None:
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
         ep = self._ep
         if ep.strict == "yes":
             keyscan = "ssh-keyscan%s %s" % ("" if ep.port == 22 else " -p %d" % ep.port, ep.hostname)
@@ -313,7 +313,8 @@ def _client_for(ep: Endpoint, options: SSHOptions) -> paramiko.SSHClient:
     return client
 
 
-def connect_endpoint(ep: Endpoint, options: SSHOptions, sock: Any = None) -> paramiko.SSHClient:
+def connect_endpoint(ep: Endpoint, options: SSHOptions,
+                     sock: Optional[Union[socket.socket, paramiko.Channel]] = None) -> paramiko.SSHClient:
     """Handshake, verify the host key (paramiko does it before any auth), then authenticate."""
     sock = sock if sock is not None else _open_socket(ep)
     client = _client_for(ep, options)
@@ -420,7 +421,8 @@ def _hop_options(options: SSHOptions) -> SSHOptions:
     return dataclasses.replace(options, user=None, port=None, proxy_jump=None)
 
 
-def open_chain(target: Target, options: SSHOptions, config: Any, depth: int = 0) -> List[paramiko.SSHClient]:
+def open_chain(target: Target, options: SSHOptions, config: Optional[SSHConfigLookups], depth: int = 0
+               ) -> List[paramiko.SSHClient]:
     """Connected clients for every ProxyJump hop then ``target``, each hop through the previous."""
     if depth > MAX_JUMP_DEPTH:
         raise CpctlError("%s: ProxyJump nested too deeply (a loop?)" % target.raw, ExitCode.USAGE)
@@ -443,7 +445,8 @@ def open_chain(target: Target, options: SSHOptions, config: Any, depth: int = 0)
     return clients
 
 
-def _open_hops(hops: List[str], clients: List[paramiko.SSHClient], options: SSHOptions, config: Any,
+def _open_hops(hops: List[str], clients: List[paramiko.SSHClient], options: SSHOptions,
+               config: Optional[SSHConfigLookups],
                depth: int) -> None:
     """Connect the ProxyJump hops into ``clients``; the first hop honours its own ProxyJump."""
     lookup = config.lookup if config else None
@@ -456,7 +459,8 @@ def _open_hops(hops: List[str], clients: List[paramiko.SSHClient], options: SSHO
         clients.append(connect_endpoint(hop_ep, options, _tunnel(clients[-1], hop_ep)))
 
 
-def _exec_status(transport: paramiko.Transport, argv: List[str], timeout: float, stdin: bytes = b"") -> tuple:
+def _exec_status(transport: paramiko.Transport, argv: List[str], timeout: float, stdin: bytes = b""
+                 ) -> Tuple[int, str]:
     """Run a short command on its own channel; (rc, stderr). Used only for the sudo probes."""
     chan = transport.open_session(timeout=timeout)
     try:
@@ -476,7 +480,8 @@ def _exec_status(transport: paramiko.Transport, argv: List[str], timeout: float,
         chan.close()
 
 
-def _agent_argv(transport: paramiko.Transport, name: str, ep: Endpoint, options: SSHOptions) -> tuple:
+def _agent_argv(transport: paramiko.Transport, name: str, ep: Endpoint, options: SSHOptions
+                ) -> Tuple[List[str], bytes]:
     """(argv, password_line): sudo only for non-root logins; the password travels on stdin.
 
     With a become password, two probes first: ``sudo -n true`` (is a password needed at all? if
@@ -541,7 +546,7 @@ def read_line(chan: paramiko.Channel, limit: int = 512) -> bytes:
 
 
 def open_agent_channel(name: str, transport: paramiko.Transport, ep: Endpoint,
-                       options: SSHOptions) -> tuple:
+                       options: SSHOptions) -> Tuple[paramiko.Channel, bytes]:
     """Exec the agent on a new channel of ``transport``, send (password line and) its program and
     wait for its ready line: (channel, ready line). The connection keeper uses it directly."""
     argv, password_line = _agent_argv(transport, name, ep, options)
@@ -568,7 +573,7 @@ def start_agent(name: str, clients: List[paramiko.SSHClient], ep: Endpoint, opti
     return SSHHost(name, clients, chan, hello)
 
 
-def open_connection(target: str, options: SSHOptions) -> tuple:
+def open_connection(target: str, options: SSHOptions) -> Tuple[List[paramiko.SSHClient], Endpoint]:
     """(clients, endpoint): the authenticated chain to ``target`` (ProxyJump hops first)."""
     parsed = parse_target(target)
     config = load_ssh_config(options.ssh_config)

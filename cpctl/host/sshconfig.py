@@ -15,7 +15,7 @@ import ipaddress
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
 from cpctl.errors import CpctlError, ExitCode
 
@@ -74,7 +74,7 @@ def _parse_port(raw: str, text: str) -> int:
     return int(text)
 
 
-def _split_host_port(raw: str, rest: str) -> tuple:
+def _split_host_port(raw: str, rest: str) -> Tuple[str, Optional[int]]:
     if rest.startswith("["):
         host, sep, tail = rest[1:].partition("]")
         if not sep:
@@ -162,7 +162,7 @@ def _strict(value: Optional[str], accept_new: bool) -> str:
     return "yes"
 
 
-def _timeout(value: Any, default: Optional[float]) -> float:
+def _timeout(value: Optional[str], default: Optional[float]) -> float:
     if default is not None:
         return float(default)
     try:

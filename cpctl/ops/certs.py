@@ -481,7 +481,7 @@ def report(node: Node) -> Report:
 def _control_plane(scan: DirScan) -> List[Manifest]:
     """The valid manifests of kubeadm's four components, in kubeadm's start order."""
     found = [m for m in scan.manifests if m.pod is not None and m.pod_name in catalogue.START_ORDER]
-    return sorted(found, key=lambda m: catalogue.START_ORDER.index(m.pod_name))
+    return sorted(found, key=lambda m: catalogue.START_ORDER.index(m.pod_name or ""))
 
 
 def stale_components(node: Node) -> List[str]:

@@ -148,7 +148,8 @@ def parked_current(node: Node, component: str, action: str) -> Tuple[Manifest, D
     if info is None or info["kind"] != "file" or info["size"] > manifests.MAX_MANIFEST_BYTES:
         raise CpctlError("parked manifest %s is not a regular file of at most %d bytes" % (
             path, manifests.MAX_MANIFEST_BYTES), ExitCode.REFUSED)
-    manifest = Manifest(filename, path, dict(info, data=node.host.read_file(path, manifests.MAX_MANIFEST_BYTES)))
+    data = node.host.read_file(path, manifests.MAX_MANIFEST_BYTES)
+    manifest = Manifest(filename, path, {**info, "name": filename, "data": data})
     if not manifest.valid:
         raise CpctlError("parked manifest %s: %s; it cannot be %s: fix it by hand" % (path, manifest.error,
                                                                                       _done(action)),

@@ -244,8 +244,7 @@ def cluster_results(views: List[HostResult]) -> Tuple[List[HostResult], Set[str]
         cluster = cluster or str(view.get("cluster") or "")
         for name, member in (view.get("members") or {}).items():
             census.setdefault(name, HostResult(name, "ok", member))
-    for result in views:
-        name = str(result.data["node"])
-        targets.add(name)
-        census[name] = HostResult(name, "ok", result.data["own"])
+        own = str(view["node"])         # a master's own files win over another's API view of it
+        targets.add(own)
+        census[own] = HostResult(own, "ok", view["own"])
     return [census[name] for name in sorted(census)], targets, cluster

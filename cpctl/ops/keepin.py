@@ -39,7 +39,7 @@ PATCH_MODE = 0o600
 class ConfigPlan:
     """The ClusterConfiguration change: the ConfigMap as read, and the texts before and after."""
 
-    configmap: Dict[str, Any]
+    configmap: Dict[str, object]
     old: str
     new: str
     before: List[Tuple[str, str]]        # the section's extraArgs before (to undo)
@@ -77,7 +77,7 @@ class KeepPlan:
             out.append(text_diff(self.patch.old or b"", self.patch.new, os.path.basename(self.patch.path)))
         return "\n".join(out)
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> Dict[str, object]:
         return {"component": self.component, "section": self.section,
                 "set": ["%s=%s" % nv for nv in self.change.sets], "unset": list(self.change.unsets),
                 "kubeadm_config": None if self.config is None else {"changed": self.config.changed},
@@ -109,7 +109,7 @@ def _client(node: Node) -> KubeClient:
     return client_for(node.host, node.kubeconfig)
 
 
-def _read_configmap(client: KubeClient) -> Dict[str, Any]:
+def _read_configmap(client: KubeClient) -> Dict[str, object]:
     found = client.get_configmap(kc.NAMESPACE, kc.NAME)
     if found is None:
         raise CpctlError("ConfigMap %s/%s not found: not a kubeadm cluster (or it is not visible with this "
@@ -117,7 +117,7 @@ def _read_configmap(client: KubeClient) -> Dict[str, Any]:
     return found
 
 
-def read_cluster_config(node: Node) -> Dict[str, Any]:
+def read_cluster_config(node: Node) -> Dict[str, object]:
     """The ClusterConfiguration in kube-system/kubeadm-config (REFUSED when missing or unparsable)."""
     cm = _read_configmap(_client(node))
     data = cm.get("data") if isinstance(cm.get("data"), dict) else {}
@@ -166,7 +166,8 @@ def write_config(node: Node, keep: KeepPlan) -> None:
     client = _client(node)
     plan_now = keep.config
     for attempt in (1, 2):
-        body = dict(plan_now.configmap, data=dict(plan_now.configmap.get("data") or {}, **{kc.KEY: plan_now.new}))
+        data = plan_now.configmap.get("data")
+        body = dict(plan_now.configmap, data=dict(data if isinstance(data, dict) else {}, **{kc.KEY: plan_now.new}))
         try:
             client.update_configmap(kc.NAMESPACE, kc.NAME, body)
         except ApiError as exc:

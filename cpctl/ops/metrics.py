@@ -8,14 +8,15 @@ the whole file with a parse error, and alerts on ``cpctl_check_success`` would f
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Iterable, List, Optional
+from typing import TYPE_CHECKING, AbstractSet, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from cpctl.host.base import Host
 
 if TYPE_CHECKING:
     from cpctl.ops.certs import Report as CertsReport
 
-Sample = tuple  # (labels: dict, value: float)
+#: One sample of a family: (labels, value).
+Sample = Tuple[Dict[str, str], float]
 
 
 def escape_label(value: str) -> str:
@@ -47,8 +48,8 @@ def family(name: str, help_text: str, kind: str, samples: Iterable[Sample]) -> s
     return "\n".join(lines) + "\n"
 
 
-def check_metrics(success: bool, now: float, counts: Optional[dict] = None,
-                  components: Optional[dict] = None, missing: Optional[set] = None,
+def check_metrics(success: bool, now: float, counts: Optional[Mapping[str, int]] = None,
+                  components: Optional[Mapping[str, float]] = None, missing: Optional[AbstractSet[str]] = None,
                   certs: "Optional[CertsReport]" = None) -> str:
     """All cpctl check metrics; ``counts``/``components``/``missing`` are absent when the check failed,
     ``certs`` (``cpctl certs``' report of the node) when it did not look at certificates.
@@ -60,7 +61,7 @@ def check_metrics(success: bool, now: float, counts: Optional[dict] = None,
     from cpctl.ops.drift import KINDS
     counts = counts if counts is not None else dict.fromkeys(KINDS, 0)
     components = components or {}
-    missing = missing or set()
+    missing = missing or frozenset()
     parts = [
         family("cpctl_drift_findings", "Findings of the last cpctl check, by kind (info kinds included).",
                "gauge", [({"kind": k}, counts.get(k, 0)) for k in KINDS]),

@@ -22,7 +22,7 @@ import difflib
 import os
 import re
 import secrets
-from typing import Optional
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple, TypedDict
 
 from cpctl import catalogue
 from cpctl.core import journal, manifests, views
@@ -58,7 +58,7 @@ _PROBES = ("livenessProbe", "readinessProbe", "startupProbe")
 
 
 # --- names and versions -------------------------------------------------------------------------
-def reserved_names() -> set:
+def reserved_names() -> Set[str]:
     """Names a second scheduler may not take: the default's and every core alias (``cpctl stop
     scheduler`` must keep meaning kube-scheduler)."""
     return {catalogue.DEFAULT_SCHEDULER_NAME} | set(catalogue.ALIASES) | set(catalogue.ALIASES.values())
@@ -77,7 +77,7 @@ def validate_name(name: str) -> str:
     return name
 
 
-def image_version(image: str) -> tuple:
+def image_version(image: str) -> Tuple[int, int]:
     """(major, minor) from ``registry.k8s.io/kube-scheduler:v1.X.Y`` (a registry port or a digest
     does not confuse it); REFUSED when the tag says nothing, since the config API depends on it."""
     ref = image.split("@", 1)[0].rsplit("/", 1)[-1]
@@ -89,7 +89,7 @@ def image_version(image: str) -> tuple:
     return int(match.group(1)), int(match.group(2))
 
 
-def config_api_version(version: tuple) -> str:
+def config_api_version(version: Tuple[int, int]) -> str:
     """v1 since 1.25, v1beta3 for 1.23-1.24; older releases have no profiles API cpctl targets."""
     if version < (1, 23):
         raise CpctlError("kube-scheduler v%d.%d is too old: a second scheduler needs "
@@ -98,7 +98,7 @@ def config_api_version(version: tuple) -> str:
 
 
 # --- command-line flags -------------------------------------------------------------------------
-def flag_value(args: list, flag: str) -> Optional[str]:
+def flag_value(args: Sequence[object], flag: str) -> Optional[str]:
     """Value of ``--flag=value`` or ``--flag value`` (last one wins, as in pflag)."""
     found = None
     for i, arg in enumerate(args):
@@ -117,24 +117,29 @@ def _dropped(arg: str) -> bool:
                for d in _DROPPED)
 
 
-def drop_flags(args: list) -> list:
+def drop_flags(args: Sequence[str]) -> List[str]:
     """``args`` without the flags the config file replaces (two-token forms included)."""
-    kept: list = []
+    kept: List[str] = []
     skip_value = False
     for arg in args:
         if skip_value:
             skip_value = False
             if not str(arg).startswith("-"):
                 continue
-        if isinstance(arg, str) and _dropped(arg):
+        if _dropped(arg):
             skip_value = "=" not in arg and arg != "--leader-elect"
             continue
         kept.append(arg)
     return kept
 
 
-def container_args(container: dict) -> list:
-    return list(container.get("command") or []) + list(container.get("args") or [])
+def container_args(container: Mapping[str, object]) -> List[str]:
+    """The container's command then args (lists of strings in a valid pod: ``podspec.check_types``)."""
+    return [arg for key in ("command", "args") for arg in _strings(container.get(key))]
+
+
+def _strings(value: object) -> List[str]:
+    return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
 
 
 def scheduler_container(pod: dict) -> dict:
@@ -216,9 +221,9 @@ def dump_pod(pod: dict) -> bytes:
 
 
 # --- ports --------------------------------------------------------------------------------------
-def pod_ports(pod: dict) -> set:
+def pod_ports(pod: Mapping[str, Any]) -> Set[int]:
     """Ports a manifest's pod will listen on: --secure-port/--port flags, probes, containerPorts."""
-    ports = set()
+    ports: Set[int] = set()
     for container in (pod.get("spec") or {}).get("containers") or []:
         args = container_args(container)
         for flag in ("--secure-port", "--port"):
@@ -234,9 +239,9 @@ def pod_ports(pod: dict) -> set:
     return ports
 
 
-def ports_in_use(node: Node, scan: DirScan) -> dict:
+def ports_in_use(node: Node, scan: DirScan) -> Dict[int, str]:
     """port -> owner for every manifest in the dir and every parked one (it will come back)."""
-    owners: dict = {port: "kubeadm default" for port in WELL_KNOWN_PORTS}
+    owners: Dict[int, str] = {port: "kubeadm default" for port in WELL_KNOWN_PORTS}
     for m in scan.valid:
         for port in pod_ports(m.pod):
             owners[port] = m.file
@@ -353,7 +358,7 @@ def check_config_path(host: Host, path: str, data: bytes) -> bool:
 class Plan:
     """Everything ``add`` would write, computed without changing anything (``--dry-run`` prints it)."""
 
-    def __init__(self, name: str, source_file: str, source_data: bytes, version: tuple, api_version: str,
+    def __init__(self, name: str, source_file: str, source_data: bytes, version: Tuple[int, int], api_version: str,
                  port: int, kubeconfig: str, config_path: str, config: bytes, manifest_path: str,
                  pod: dict) -> None:
         self.name, self.source_file, self.source_data = name, source_file, source_data
@@ -368,7 +373,7 @@ class Plan:
         new = self.manifest.decode("utf-8").splitlines(keepends=True)
         return "".join(difflib.unified_diff(old, new, self.source_file, os.path.basename(self.manifest_path)))
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> Dict[str, object]:
         return {"name": self.name, "source": self.source_file, "version": "%d.%d" % self.version,
                 "config_api": self.api_version, "port": self.port, "kubeconfig": self.kubeconfig,
                 "config_file": self.config_path, "manifest_file": self.manifest_path,
@@ -486,7 +491,8 @@ def _last_config(node: Node, name: str) -> Optional[str]:
     """The config file the last ``scheduler-add`` of NAME wrote (for a remove whose manifest is gone)."""
     for record in reversed(node.state.read_history()):
         if record.get("component") == name and record.get("action") in ("scheduler-add", "scheduler-remove"):
-            return record.get("config") if record["action"] == "scheduler-add" else None
+            config = record.get("config")
+            return config if isinstance(config, str) and record["action"] == "scheduler-add" else None
     return None
 
 
@@ -512,7 +518,19 @@ def _removed_dir(node: Node) -> str:
     raise CpctlError("too many removals in one second under %s" % base, ExitCode.ENVIRONMENT)
 
 
-def plan_remove(node: Node, name: str) -> dict:
+class RemovePlan(TypedDict):
+    """What ``remove`` moves: the manifest (in the dir, parked, or gone), its files, the config."""
+
+    name: str
+    manifest: Optional[str]
+    state: str
+    config_file: Optional[str]
+    files: List[str]
+    pod: Optional[Dict[str, Any]]
+    config_kept: Optional[str]
+
+
+def plan_remove(node: Node, name: str) -> RemovePlan:
     """Which files ``remove`` would move (the manifest, its parking metadata, the config)."""
     scan = node.scan()
     path, pod, where = _generated_manifest(node, scan, name)
@@ -535,7 +553,8 @@ def plan_remove(node: Node, name: str) -> dict:
             "pod": pod, "config_kept": kept}
 
 
-def remove(node: Node, name: str, wait: bool = True, timeout: float = 120.0, dry_run: bool = False) -> dict:
+def remove(node: Node, name: str, wait: bool = True, timeout: float = 120.0, dry_run: bool = False
+           ) -> Dict[str, object]:
     """Move the generated manifest (then its config) into STATE/removed/<ts>/ and wait for the pod."""
     plan = plan_remove(node, name)   # read-only: refuse (or answer --dry-run) before the session
     if dry_run:
@@ -543,8 +562,9 @@ def remove(node: Node, name: str, wait: bool = True, timeout: float = 120.0, dry
                 "state_dir": node.state.path, "config_kept": plan["config_kept"]}
     with node.session("cpctl scheduler remove %s" % name):
         plan = plan_remove(node, name)
-        running = plan["state"] == "present"
-        target = node.target_for(plan["pod"], os.path.basename(plan["manifest"])) if running else None
+        running, pod, manifest = plan["state"] == "present", plan["pod"], plan["manifest"]
+        # present: the manifest is in the dir and its pod valid (is_generated read it)
+        target = node.target_for(pod, os.path.basename(manifest)) if running and pod and manifest else None
         before = node.waiter.before(target) if (wait and target) else None
         dest = _removed_dir(node)
         change = remove_change(node, name, plan, dest)
@@ -558,13 +578,13 @@ def remove(node: Node, name: str, wait: bool = True, timeout: float = 120.0, dry
             "wait": result.to_dict(), "config_kept": plan["config_kept"], "rbac": schedrbac.revoke(node, name)}
 
 
-def remove_change(node: Node, name: str, plan: dict, dest: str) -> journal.Change:
+def remove_change(node: Node, name: str, plan: RemovePlan, dest: str) -> journal.Change:
     """Every file of the scheduler moves to ``dest``, the manifest first (the commit step: the pod
     stops before its config goes); nothing is deleted."""
     steps = []
     for src in plan["files"]:
         info = node.host.lstat(src)
-        digest = manifests.checksum(node.host.read_file(src, (info or {}).get("size", 0) + 1))
+        digest = manifests.checksum(node.host.read_file(src, (info["size"] if info else 0) + 1))
         steps.append(journal.move(src, dest + "/" + os.path.basename(src), digest))
     filename = os.path.basename(plan["manifest"]) if plan["manifest"] else name + ".yaml"
     return journal.Change("scheduler-remove", name, filename, steps[0].checksum if plan["manifest"] else None,
@@ -573,24 +593,24 @@ def remove_change(node: Node, name: str, plan: dict, dest: str) -> journal.Chang
 
 
 # --- list ---------------------------------------------------------------------------------------
-def _row(node: Node, pod: dict, filename: str, state: str) -> dict:
+def _row(node: Node, pod: Dict[str, Any], filename: str, state: str) -> Dict[str, object]:
     container = scheduler_container(pod)
     args = container_args(container)
     config = (pod["metadata"].get("annotations") or {}).get(CONFIG_ANNOTATION)
     port = flag_value(args, "--secure-port")
-    row = {"name": pod["metadata"]["name"], "file": filename, "state": state,
+    row: Dict[str, object] = {"name": pod["metadata"]["name"], "file": filename, "state": state,
            "port": int(port) if port and port.isdigit() else None, "config": config,
            "config_present": bool(config and node.host.lstat(config)), "image": container.get("image")}
     row["pod"] = "%s-%s" % (row["name"], node.node_name.lower())
     row["pod_state"] = None
     if state == "present":
         target = node.target_for(pod, filename)
-        row["observed"] = node.waiter.describe(target)
-        row["pod_state"] = views.pod_state(row["observed"])
+        observed = node.waiter.describe(target)
+        row["observed"], row["pod_state"] = observed, views.pod_state(observed)
     return row
 
 
-def list_schedulers(node: Node) -> list:
+def list_schedulers(node: Node) -> List[Dict[str, object]]:
     """Every scheduler cpctl generated on this node, running (in the dir) or parked."""
     rows = [_row(node, m.pod, m.file, "present") for m in node.scan().valid if is_generated(m.pod)]
     if node.state.ensure(create=False):

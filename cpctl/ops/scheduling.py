@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, TypedDict
 
 from cpctl import catalogue
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.probes.kubeapi import ApiError, ApiFailure, KubeClient, client_for
 from cpctl.probes.shape import ShapeError, get_object, get_objects, get_str
+
+if TYPE_CHECKING:
+    from cpctl.core.node import Node
 
 API_CALL = 5.0     # seconds one API request of ``wait_running`` may take at most
 
@@ -28,7 +31,7 @@ _GATED = re.compile(r"has non-empty \.spec\.schedulingGates")
 _STALE_UID = re.compile(r"UID in precondition")
 
 
-def client_of(node: Any) -> KubeClient:
+def client_of(node: "Node") -> KubeClient:
     """An API client from the node's kubeconfig (a path on that node, read through its Host)."""
     return client_for(node.host, node.kubeconfig)
 
@@ -37,14 +40,14 @@ def _bad_pod(namespace: str, name: str, exc: ShapeError) -> CpctlError:
     return CpctlError("API answered a malformed pod %s/%s: %s" % (namespace, name, exc), ExitCode.API)
 
 
-def scheduling_gates(pod: Dict[str, Any]) -> List[str]:
+def scheduling_gates(pod: Mapping[str, object]) -> List[str]:
     """The names of the pod's ``spec.schedulingGates`` (1.27+): while any is left, no scheduler
     places the pod and the registry refuses a binding."""
     spec = get_object(pod, "spec", "pod")
     return [get_str(gate, "name", "schedulingGate") or "?" for gate in get_objects(spec, "schedulingGates", "pod.spec")]
 
 
-def unbindable(pod: Dict[str, Any], namespace: str, pod_name: str) -> Optional[str]:
+def unbindable(pod: Mapping[str, object], namespace: str, pod_name: str) -> Optional[str]:
     """Why the registry would refuse to bind this pod (409), or None; the registry's order."""
     meta, spec = get_object(pod, "metadata", "pod"), get_object(pod, "spec", "pod")
     if get_str(meta, "deletionTimestamp", "pod.metadata"):
@@ -60,7 +63,8 @@ def unbindable(pod: Dict[str, Any], namespace: str, pod_name: str) -> Optional[s
     return None
 
 
-def bind(client: KubeClient, namespace: str, pod_name: str, node_name: str, dry_run: bool = False) -> dict:
+def bind(client: KubeClient, namespace: str, pod_name: str, node_name: str, dry_run: bool = False
+         ) -> Dict[str, object]:
     """Bind ``pod_name`` to ``node_name``; return the pod as the API now reports it.
 
     ``dry_run`` makes every check and returns the pod unchanged, without the POST."""
@@ -110,11 +114,11 @@ def binding_refused(exc: ApiError, namespace: str, pod_name: str) -> CpctlError:
                       ExitCode.CONFLICT)
 
 
-def pending(client: KubeClient, namespace: Optional[str]) -> list:
+def pending(client: KubeClient, namespace: Optional[str]) -> List[PendingPod]:
     """Pods no scheduler has placed yet (no nodeName), with what they wait for: a scheduler
     (``scheduler``), or - when ``gated`` - the removal of their scheduling gates (``gates``), which
     no scheduler and no ``cpctl bind`` can get past."""
-    rows = []
+    rows: List[PendingPod] = []
     for pod in client.list_pods(namespace, field_selector="spec.nodeName="):
         try:
             rows.extend(_pending_row(pod))
@@ -123,7 +127,20 @@ def pending(client: KubeClient, namespace: Optional[str]) -> list:
     return rows
 
 
-def _pending_row(pod: Dict[str, Any]) -> List[Dict[str, Any]]:
+class PendingPod(TypedDict):
+    """A pod ``pending`` lists: where it is, which scheduler it waits for, or the gates it waits on."""
+
+    namespace: str
+    name: str
+    scheduler: str
+    gated: bool
+    gates: List[str]
+    waiting_for: str
+    created: str
+    phase: str
+
+
+def _pending_row(pod: Mapping[str, object]) -> List[PendingPod]:
     meta, spec = get_object(pod, "metadata", "pod"), get_object(pod, "spec", "pod")
     if get_str(spec, "nodeName", "pod.spec") or get_str(meta, "deletionTimestamp", "pod.metadata"):
         return []

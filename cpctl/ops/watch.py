@@ -19,7 +19,7 @@ import queue
 import stat
 import threading
 import time
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 from cpctl.core import manifests
 from cpctl.errors import CpctlError
@@ -27,6 +27,13 @@ from cpctl.host.base import Host
 from cpctl.host.local import LocalHost
 from cpctl.probes.base import PodTarget, Waiter
 from cpctl.timeutil import iso_millis
+
+if TYPE_CHECKING:                   # watchdog is imported when a watch starts
+    from watchdog.events import FileSystemEvent
+    from watchdog.observers.api import BaseObserver, ObservedWatch
+
+#: One watch record (``-o json``: one line): time, event, file, verdict, pod, detail, and extras.
+Record = Dict[str, object]
 
 LOAD, RELOAD, STOP, IGNORE, REJECT, DUPLICATE = "load", "reload", "stop", "ignore", "reject", "duplicate"
 FOLLOWED, NOT_FOLLOWED = "followed", "not_followed"
@@ -51,7 +58,7 @@ class _Pending:
     """A burst of events for one file, flushed as one verdict after the debounce delay."""
 
     def __init__(self, deadline: float) -> None:
-        self.kinds: list = []
+        self.kinds: List[str] = []
         self.deadline = deadline
 
     def add(self, kind: str, deadline: float) -> None:
@@ -76,7 +83,7 @@ def dot_detail(name: str) -> str:
 class Watch:
     """The watch loop: debounce per file, one verdict per burst, optional mirror pod follow-up."""
 
-    def __init__(self, manifests_dir: str, emit: Callable[[dict], None], waiter: Optional[Waiter] = None,
+    def __init__(self, manifests_dir: str, emit: Callable[[Record], None], waiter: Optional[Waiter] = None,
                  node_name: str = "", timeout: float = 30.0, debounce: float = 0.05,
                  host: Optional[Host] = None, relist: float = 20.0) -> None:
         self.dir = os.path.normpath(manifests_dir)
@@ -89,19 +96,20 @@ class Watch:
         self.debounce = debounce
         self.host = host or LocalHost()
         self.events: Any = queue.SimpleQueue()
-        self.pending: dict = {}
-        self.loaded: dict = {}          # file -> (namespace, pod, checksum, decoded digest) as the kubelet has it
+        self.pending: Dict[str, _Pending] = {}
+        # file -> (namespace, pod, checksum, decoded digest) as the kubelet has it
+        self.loaded: Dict[str, Tuple[str, str, Optional[str], Optional[str]]] = {}
         self.verdicts = 0
         self._observer: Any = None
         self._handler: Any = None
         self._watch: Any = None
-        self._ident: Optional[tuple] = None
+        self._ident: Optional[Tuple[int, int]] = None
         self._stopping = threading.Event()
 
     # --- output ---------------------------------------------------------------------------------
     def _emit(self, event: str, file: Optional[str], verdict: str, pod: Optional[str], detail: str,
-              **extra: Any) -> None:
-        record = {"time": iso_millis(), "event": event, "file": file, "verdict": verdict, "pod": pod,
+              **extra: object) -> None:
+        record: Record = {"time": iso_millis(), "event": event, "file": file, "verdict": verdict, "pod": pod,
                   "detail": detail}
         record.update(extra)
         if verdict not in ("watching", "exit", FOLLOWED, NOT_FOLLOWED):
@@ -122,7 +130,7 @@ class Watch:
         self._arm()
         self._observer.start()
         scan = manifests.scan(self.host, self.dir)
-        self.loaded = {m.file: (m.namespace, m.pod_name, m.checksum, m.digest) for m in scan.valid}
+        self.loaded = {m.file: (m.namespace, m.pod_name or "", m.checksum, m.digest) for m in scan.valid}
         names = ", ".join(sorted(m.file for m in scan.valid)) or "none"
         self._emit("start", None, "watching", None, "watching %s: the kubelet runs %d manifest%s (%s)"
                    % (self.dir, len(self.loaded), "" if len(self.loaded) == 1 else "s", names))
@@ -222,7 +230,7 @@ class Watch:
         self._emit("dir_removed", None, STOP, None, "manifests dir %s removed: the kubelet runs no static pods "
                    "from it; waiting for it to come back" % self.dir)
 
-    def _listdir(self) -> list:
+    def _listdir(self) -> List[str]:
         try:
             return sorted(self.host.listdir(self.dir))
         except OSError:
@@ -299,7 +307,7 @@ class Watch:
     def _valid(self, entry: manifests.Manifest, event: str, scan: manifests.DirScan) -> None:
         key = (entry.namespace, entry.pod_name)
         prev = self.loaded.get(entry.file)
-        self.loaded[entry.file] = (entry.namespace, entry.pod_name, entry.checksum, entry.digest)
+        self.loaded[entry.file] = (entry.namespace, entry.pod_name or "", entry.checksum, entry.digest)
         pod = self.mirror_name(entry.pod_name or "")
         target = PodTarget(entry.pod_name or "", entry.namespace, self.node_name, entry.pod or {}, entry.file)
         others = [f for f in scan.duplicates().get(key, []) if f != entry.file]
@@ -344,7 +352,7 @@ class Watch:
                 return
             self._stopping.wait(POLL_INTERVAL)
 
-    def _describe(self, target: PodTarget) -> Optional[dict]:
+    def _describe(self, target: PodTarget) -> Optional[Mapping[str, object]]:
         try:
             return self.waiter.describe(target) if self.waiter is not None else None
         except (CpctlError, OSError):
@@ -359,12 +367,13 @@ class Watch:
             what = {STOP: "still present after", LOAD: "did not appear (Ready) within",
                     RELOAD: "was not recreated (Ready) within"}[verdict]
             detail = "%s %s %ds" % (mirror, what, round(timeout))
-        record = {"event": "mirror", "file": target.file, "verdict": FOLLOWED if ok else NOT_FOLLOWED,
-                  "pod": target.mirror_name, "detail": detail, "elapsed_seconds": round(elapsed, 3)}
+        record: Record = {"event": "mirror", "file": target.file, "verdict": FOLLOWED if ok else NOT_FOLLOWED,
+                          "pod": target.mirror_name, "detail": detail, "elapsed_seconds": round(elapsed, 3)}
         self.events.put(("follow", record))
 
 
-def followed(verdict: str, state: Optional[dict], before: Optional[dict], elapsed: float) -> bool:
+def followed(verdict: str, state: Optional[Mapping[str, object]], before: Optional[Mapping[str, object]],
+             elapsed: float) -> bool:
     """Whether the mirror pod did what the verdict said the kubelet would do."""
     if state is None:
         return False
@@ -377,7 +386,7 @@ def followed(verdict: str, state: Optional[dict], before: Optional[dict], elapse
     if state.get("uid") and before.get("uid"):
         return state["uid"] != before["uid"]
     age = state.get("age_seconds")
-    return age is not None and age <= elapsed + 1.0
+    return isinstance(age, (int, float)) and age <= elapsed + 1.0
 
 
 # --- watchdog glue ---------------------------------------------------------------------------------
@@ -388,7 +397,7 @@ class _Handler:
     def __init__(self, events: Any) -> None:
         self.events = events
 
-    def dispatch(self, event: Any) -> None:
+    def dispatch(self, event: "FileSystemEvent") -> None:
         kind = event.event_type
         if kind == "moved":
             src, dest = _text(event.src_path), _text(event.dest_path)
@@ -401,11 +410,11 @@ class _Handler:
             self.events.put(("fs", _EVENT_KINDS.get(kind, kind), _text(event.src_path), ""))
 
 
-def _text(path: Any) -> str:
+def _text(path: Union[str, bytes]) -> str:
     return os.fsdecode(path) if path else ""
 
 
-def _make_observer() -> Any:
+def _make_observer() -> "BaseObserver":
     """inotify observer reporting unpaired moves as moves (moved in / out), else watchdog's default."""
     try:
         from watchdog.observers.inotify import InotifyObserver
@@ -415,7 +424,7 @@ def _make_observer() -> Any:
         return Observer()
 
 
-def _schedule(observer: Any, handler: Any, path: str, dirs_only: bool) -> Any:
+def _schedule(observer: "BaseObserver", handler: Any, path: str, dirs_only: bool) -> "ObservedWatch":
     from watchdog import events as ev
     wanted = [ev.DirCreatedEvent, ev.DirDeletedEvent, ev.DirMovedEvent]
     if not dirs_only:
@@ -427,7 +436,7 @@ def _schedule(observer: Any, handler: Any, path: str, dirs_only: bool) -> Any:
         return observer.schedule(handler, path, recursive=False)
 
 
-def _dir_identity(path: str) -> Optional[tuple]:
+def _dir_identity(path: str) -> Optional[Tuple[int, int]]:
     try:
         st = os.lstat(path)
     except OSError:
@@ -435,9 +444,10 @@ def _dir_identity(path: str) -> Optional[tuple]:
     return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
 
 
-def format_text(record: dict) -> str:
+def format_text(record: Mapping[str, object]) -> str:
     """One human line: time, verdict, file and what the kubelet does."""
-    clock = record["time"][11:23]
+    clock = str(record["time"])[11:23]
     where = "%s: " % record["file"] if record.get("file") else ""
-    return "%s %-9s %s%s" % (clock, record["verdict"].upper() if record["verdict"] in
-                             (LOAD, RELOAD, STOP, REJECT, DUPLICATE) else record["verdict"], where, record["detail"])
+    verdict = str(record["verdict"])
+    return "%s %-9s %s%s" % (clock, verdict.upper() if verdict in (LOAD, RELOAD, STOP, REJECT, DUPLICATE) else verdict,
+                             where, record["detail"])

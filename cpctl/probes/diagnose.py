@@ -18,7 +18,7 @@ import json
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Dict, List, Mapping, Optional, Set, Tuple
 
 from cpctl.host.base import Host
 from cpctl.probes.base import PodTarget
@@ -80,7 +80,7 @@ def _one_line(text: str, limit: int = LOG_LINE_CHARS) -> str:
     return clean if len(clean) <= limit else clean[:limit - 3] + "..."
 
 
-def _nanos(value: Any) -> int:
+def _nanos(value: object) -> int:
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     return int(value) if isinstance(value, str) and value.isdigit() else 0
@@ -139,7 +139,7 @@ def cut_line(line: str, limit: int = LOG_LINE_CHARS_MAX) -> str:
     return line if len(line) <= limit else "%s [... %d more characters]" % (line[:limit], len(line) - limit)
 
 
-def _int(value: Any) -> int:
+def _int(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
@@ -164,7 +164,7 @@ class Diagnosis:
             raise _Failed("crictl %s failed (exit %d): %s" % (args[0], res.rc, why))
         return res.stdout, res.stderr
 
-    def _json(self, args: List[str]) -> Dict[str, Any]:
+    def _json(self, args: List[str]) -> Dict[str, object]:
         out, _ = self._run(args + ["-o", "json"], limit=JSON_LIMIT + 1)
         if len(out) > JSON_LIMIT:
             raise _Failed("crictl %s printed more than %d bytes" % (args[0], JSON_LIMIT))
@@ -184,7 +184,7 @@ class Diagnosis:
             if not sandbox:
                 return []
             found = self._json(["ps", "-a", "--pod", sandbox])
-            by_name: Dict[str, List[Dict[str, Any]]] = {}
+            by_name: Dict[str, List[Dict[str, object]]] = {}
             for item in get_list(found, "containers", "ps"):
                 if isinstance(item, dict):
                     by_name.setdefault(get_str(get_object(item, "metadata", "ps"), "name", "ps"), []).append(item)
@@ -236,7 +236,7 @@ class Diagnosis:
             return ""
         return get_str(max(items, key=lambda s: _nanos(s.get("createdAt"))), "id", "pods")
 
-    def _attempt(self, name: str, item: Dict[str, Any], tail: int) -> Attempt:
+    def _attempt(self, name: str, item: Mapping[str, object], tail: int) -> Attempt:
         container_id = get_str(item, "id", "ps")
         metadata = get_object(item, "metadata", "ps")
         attempt = metadata.get("attempt")
@@ -282,7 +282,7 @@ class Diagnosis:
         return ContainerLog(container, container_id, attempt - 1 if previous else attempt, state,
                             lines[-tail:] if tail > 0 else lines)
 
-    def _newest_attempt(self, target: PodTarget, container: str) -> Dict[str, Any]:
+    def _newest_attempt(self, target: PodTarget, container: str) -> Dict[str, object]:
         """``crictl ps -a`` entry of the newest attempt of ``container`` in the pod's newest sandbox."""
         sandbox = self._newest_sandbox(target)
         if not sandbox:
@@ -326,7 +326,7 @@ def why_not_running(host: Host, crictl: str, kubeconfig: str, target: PodTarget,
         return found
 
 
-def from_mirror(pod: Optional[Dict[str, Any]]) -> List[str]:
+def from_mirror(pod: Optional[Mapping[str, object]]) -> List[str]:
     """The same summary from a mirror pod's ``containerStatuses`` (when crictl cannot answer)."""
     if not isinstance(pod, dict):
         return []

@@ -8,7 +8,7 @@ the pod is gone. Any other failure (a timeout, a reset, a TLS error) is "could n
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import List, Mapping, Optional
 
 from cpctl import catalogue
 from cpctl.host.base import Host
@@ -92,9 +92,9 @@ def default_host(target: PodTarget) -> str:
     return "127.0.0.1"
 
 
-def _command(target: PodTarget) -> list:
+def _command(target: PodTarget) -> List[str]:
     containers = (target.pod.get("spec") or {}).get("containers") if isinstance(target.pod, dict) else None
-    args: list = []
+    args: List[str] = []
     for container in containers if isinstance(containers, list) else []:
         if isinstance(container, dict):
             for key in ("command", "args"):
@@ -103,11 +103,11 @@ def _command(target: PodTarget) -> list:
     return args
 
 
-def _text(value: Any, default: str) -> str:
+def _text(value: object, default: str) -> str:
     return value if isinstance(value, str) and value else default
 
 
-def _port(value: Any, container: Dict[str, Any]) -> Optional[int]:
+def _port(value: object, container: Mapping[str, object]) -> Optional[int]:
     """A probe's port: a number, or the name of one of the container's ``ports`` (as the kubelet
     resolves it: the ``containerPort`` of the entry with that name)."""
     if isinstance(value, str) and value.isdigit():

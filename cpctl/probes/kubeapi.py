@@ -24,11 +24,11 @@ import binascii
 import errno
 import json
 import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 from urllib.parse import quote, urlencode, urlsplit
 
 from cpctl.errors import CpctlError, ExitCode
-from cpctl.host.base import Host
+from cpctl.host.base import Host, HttpReply, TlsOptions
 from cpctl.probes.shape import ShapeError, get_bool, get_list, get_object, get_objects, get_str, kind_of
 
 OBJECT_LIMIT = 4 << 20      # one object: etcd keeps at most ~1.5 MiB per object
@@ -57,7 +57,7 @@ class ApiError(ApiFailure):
     """
 
     def __init__(self, message: str, status: int, reason: str = "", is_status: bool = False,
-                 details: Optional[Dict[str, Any]] = None, status_message: str = "") -> None:
+                 details: Optional[Mapping[str, object]] = None, status_message: str = "") -> None:
         code = {404: ExitCode.NOT_FOUND, 409: ExitCode.CONFLICT}.get(status, ExitCode.API)
         super().__init__(message, code)
         self.status = status
@@ -87,7 +87,7 @@ def _env_error(message: str, hint: str = "") -> CpctlError:
     return CpctlError(message, ExitCode.ENVIRONMENT, hint=hint)
 
 
-def _b64(value: Any, what: str) -> bytes:
+def _b64(value: object, what: str) -> bytes:
     """Base64 field ``what``; like Go's decoder, line breaks inside are ignored."""
     if not isinstance(value, str):
         raise _env_error("kubeconfig: %s is %s, not a base64 string" % (what, kind_of(value)))
@@ -97,7 +97,7 @@ def _b64(value: Any, what: str) -> bytes:
         raise _env_error("kubeconfig: %s is not valid base64" % what) from None
 
 
-def _named(config: Dict[str, Any], section: str, name: str, kind: str, path: str) -> Dict[str, Any]:
+def _named(config: Mapping[str, object], section: str, name: str, kind: str, path: str) -> Dict[str, object]:
     """The ``kind`` object of the entry called ``name`` in the list ``section`` (contexts, ...)."""
     for item in get_list(config, section, "kubeconfig"):
         if isinstance(item, dict) and item.get("name") == name:
@@ -116,7 +116,8 @@ class Access:
     ``secrets`` are the credential strings in use (token, password, their encoded header form):
     ``redact`` removes them from any text before it can reach a message."""
 
-    def __init__(self, server: str, tls: dict, headers: dict, source: str, secrets: Tuple[str, ...] = ()) -> None:
+    def __init__(self, server: str, tls: TlsOptions, headers: Dict[str, str], source: str,
+                 secrets: Tuple[str, ...] = ()) -> None:
         self.server = server.rstrip("/")
         self.tls = tls
         self.headers = headers
@@ -167,30 +168,33 @@ _PATH_FIELDS = {"clusters": ("cluster", ("certificate-authority",)),
                 "users": ("user", ("client-certificate", "client-key", "tokenFile"))}
 
 
-def _merged(host: Host, files: List[str], value: str) -> Dict[str, Any]:
+def _merged(host: Host, files: List[str], value: str) -> Dict[str, object]:
     """One kubeconfig from a list of files: the first to set a key or a named entry wins."""
-    merged: Dict[str, Any] = {"clusters": [], "users": [], "contexts": []}
+    sections: Dict[str, List[Dict[str, object]]] = {"clusters": [], "users": [], "contexts": []}
+    current = ""
     found = 0
     for path in files:
         if host.lstat(path) is None:
             continue                        # kubectl skips a listed file that does not exist
         config = _read_kubeconfig(host, path)
         found += 1
-        if not merged.get("current-context") and get_str(config, "current-context", "kubeconfig"):
-            merged["current-context"] = config["current-context"]
-        for section in ("clusters", "users", "contexts"):
-            known = {item.get("name") for item in merged[section]}
+        current = current or get_str(config, "current-context", "kubeconfig")
+        for section, entries in sections.items():
+            known = {item.get("name") for item in entries}
             for item in get_list(config, section, "kubeconfig"):
                 if isinstance(item, dict) and item.get("name") not in known:
-                    merged[section].append(_absolute(section, item, os.path.dirname(path)))
+                    entries.append(_absolute(section, item, os.path.dirname(path)))
                     known.add(item.get("name"))
     if not found:
         raise _env_error("none of the kubeconfig files in %s exists" % value,
                          hint="pass --kubeconfig or set KUBECONFIG")
+    merged: Dict[str, object] = dict(sections)
+    if current:
+        merged["current-context"] = current
     return merged
 
 
-def _absolute(section: str, item: Dict[str, Any], base: str) -> Dict[str, Any]:
+def _absolute(section: str, item: Dict[str, object], base: str) -> Dict[str, object]:
     """``item`` with the relative file paths of its cluster/user made absolute (from ``base``)."""
     if section not in _PATH_FIELDS:
         return item
@@ -200,12 +204,13 @@ def _absolute(section: str, item: Dict[str, Any], base: str) -> Dict[str, Any]:
         return item
     fixed = dict(inner)
     for field in fields:
-        if isinstance(fixed.get(field), str) and fixed[field]:
-            fixed[field] = _rel(base, fixed[field])
+        text = fixed.get(field)
+        if isinstance(text, str) and text:
+            fixed[field] = _rel(base, text)
     return dict(item, **{kind: fixed})
 
 
-def _read_kubeconfig(host: Host, path: str) -> Dict[str, Any]:
+def _read_kubeconfig(host: Host, path: str) -> Dict[str, object]:
     import yaml
     try:
         raw = host.read_file(path, 4 << 20)
@@ -221,7 +226,7 @@ def _read_kubeconfig(host: Host, path: str) -> Dict[str, Any]:
     return config
 
 
-def _access(host: Host, config: Dict[str, Any], path: str, context: Optional[str]) -> Access:
+def _access(host: Host, config: Mapping[str, object], path: str, context: Optional[str]) -> Access:
     ctx_name = context or get_str(config, "current-context", "kubeconfig")
     if not ctx_name:
         raise _env_error("kubeconfig %s has no current-context" % path)
@@ -235,7 +240,7 @@ def _access(host: Host, config: Dict[str, Any], path: str, context: Optional[str
     return Access(server, _tls(cluster, user, base), headers, path, secrets)
 
 
-def _server(cluster: Dict[str, Any], path: str) -> str:
+def _server(cluster: Mapping[str, object], path: str) -> str:
     """The cluster's http(s) URL; an IPv6 literal needs its brackets, as in any URL."""
     server = get_str(cluster, "server", "cluster")
     if not server.startswith(("http://", "https://")):
@@ -258,14 +263,14 @@ def _rel(base: str, value: str) -> str:
     return value if value.startswith("/") else os.path.join(base, value)
 
 
-def _tls(cluster: Dict[str, Any], user: Dict[str, Any], base: str) -> dict:
-    tls: dict = {}
+def _tls(cluster: Mapping[str, object], user: Mapping[str, object], base: str) -> TlsOptions:
+    tls: TlsOptions = {}
     if get_bool(cluster, "insecure-skip-tls-verify", "cluster"):
         tls["insecure"] = True
     elif cluster.get("certificate-authority-data"):
         tls["ca_data"] = _b64(cluster["certificate-authority-data"], "certificate-authority-data")
     elif get_str(cluster, "certificate-authority", "cluster"):
-        tls["ca_file"] = _rel(base, cluster["certificate-authority"])
+        tls["ca_file"] = _rel(base, get_str(cluster, "certificate-authority", "cluster"))
     # A certificate without its key would only fail later as an obscure TLS error.
     if user.get("client-certificate-data"):
         if not user.get("client-key-data"):
@@ -275,12 +280,12 @@ def _tls(cluster: Dict[str, Any], user: Dict[str, Any], base: str) -> dict:
     elif get_str(user, "client-certificate", "user"):
         if not get_str(user, "client-key", "user"):
             raise _env_error("kubeconfig: client-certificate needs client-key")
-        tls["cert_file"] = _rel(base, user["client-certificate"])
-        tls["key_file"] = _rel(base, user["client-key"])
+        tls["cert_file"] = _rel(base, get_str(user, "client-certificate", "user"))
+        tls["key_file"] = _rel(base, get_str(user, "client-key", "user"))
     return tls
 
 
-def _credential(user: Dict[str, Any], field: str, path: str) -> str:
+def _credential(user: Mapping[str, object], field: str, path: str) -> str:
     """The string ``user[field]``, refused (by name, never by value) when it has a control character.
 
     kubectl sends an inline token as it is, so a trailing line break (``token: |``) makes Go's
@@ -311,7 +316,8 @@ def _token_file(host: Host, token_path: str, path: str) -> str:
     return token
 
 
-def _auth_headers(host: Host, user: Dict[str, Any], base: str, path: str) -> Tuple[Dict[str, str], Tuple[str, ...]]:
+def _auth_headers(host: Host, user: Mapping[str, object], base: str, path: str
+                  ) -> Tuple[Dict[str, str], Tuple[str, ...]]:
     """(headers, the secrets in them) for the user's credentials, as client-go builds them."""
     if user.get("exec") or user.get("auth-provider"):
         raise _env_error("kubeconfig %s: exec/auth-provider credentials are not supported; use a "
@@ -335,13 +341,14 @@ def _auth_headers(host: Host, user: Dict[str, Any], base: str, path: str) -> Tup
 
 
 # --- requests ----------------------------------------------------------------------------------------
-def node_http(host: Host, method: str, url: str, timeout: float, limit: int, headers: Optional[dict] = None,
-              body: Optional[bytes] = None, tls: Optional[dict] = None) -> dict:
+def node_http(host: Host, method: str, url: str, timeout: float, limit: int,
+              headers: Optional[Mapping[str, str]] = None, body: Optional[bytes] = None,
+              tls: Optional[TlsOptions] = None) -> HttpReply:
     """``Host.http`` with a body limit: an answer over ``limit`` bytes is an OSError (EFBIG)."""
     return host.http(method, url, headers=headers, body=body, timeout=timeout, tls=tls, limit=limit)
 
 
-def _content_type(resp: dict) -> str:
+def _content_type(resp: HttpReply) -> str:
     """The answer's media type (no parameters), printable and short."""
     headers = resp.get("headers") or {}
     value = next((v for k, v in headers.items() if str(k).lower() == "content-type"), "")
@@ -349,7 +356,7 @@ def _content_type(resp: dict) -> str:
     return "".join(c for c in kind if " " < c <= "~")[:60]
 
 
-def _parse_json(body: bytes, ctype: str) -> Tuple[Any, str]:
+def _parse_json(body: bytes, ctype: str) -> Tuple[object, str]:
     """(decoded value, "") or (None, what is wrong with the body)."""
     if not body:
         return None, "an empty body"
@@ -381,8 +388,9 @@ class KubeClient:
         text = " ".join("".join(c if c.isprintable() else " " for c in self.access.redact(text[:20 * limit])).split())
         return text if len(text) <= limit else text[:limit] + "..."
 
-    def request(self, method: str, path: str, body: Optional[dict] = None, query: Optional[dict] = None,
-                timeout: Optional[float] = None, limit: int = OBJECT_LIMIT) -> Dict[str, Any]:
+    def request(self, method: str, path: str, body: Optional[Mapping[str, object]] = None,
+                query: Optional[Mapping[str, object]] = None,
+                timeout: Optional[float] = None, limit: int = OBJECT_LIMIT) -> Dict[str, object]:
         """One request; the answer, which must be a JSON object (else an ``ApiFailure``)."""
         url = self.access.server + path
         if query:
@@ -402,7 +410,7 @@ class KubeClient:
             raise ApiUnreachable("API server %s unreachable: %s" % (self.access.display_server, why)) from None
         return self._decode(method, path, resp)
 
-    def request_text(self, path: str, query: Optional[dict] = None, timeout: Optional[float] = None,
+    def request_text(self, path: str, query: Optional[Mapping[str, object]] = None, timeout: Optional[float] = None,
                      limit: int = OBJECT_LIMIT) -> str:
         """A GET whose answer is ``text/plain``, not an object (``pods/log``): the body as UTF-8
         (bytes that are not: replaced), the credentials in use redacted (a hostile server may echo
@@ -431,7 +439,7 @@ class KubeClient:
             raise ApiBadAnswer("%s: answered %d with %s, not text/plain" % (where, status, ctype))
         return self.access.redact(bytes(resp["body"]).decode("utf-8", "replace"))
 
-    def _decode(self, method: str, path: str, resp: dict) -> Dict[str, Any]:
+    def _decode(self, method: str, path: str, resp: HttpReply) -> Dict[str, object]:
         where = "API %s %s" % (method, path)
         status, ctype = int(resp["status"]), _content_type(resp)
         payload, problem = _parse_json(resp["body"], ctype)
@@ -445,7 +453,7 @@ class KubeClient:
             raise ApiBadAnswer("%s: answered %s, not a JSON object" % (where, kind_of(payload)))
         return payload
 
-    def _status_error(self, where: str, status: int, payload: Any, ctype: str) -> ApiError:
+    def _status_error(self, where: str, status: int, payload: object, ctype: str) -> ApiError:
         status_body = payload if isinstance(payload, dict) else {}
         message = status_body.get("message")
         reason = status_body.get("reason")
@@ -460,7 +468,8 @@ class KubeClient:
         return ApiBadAnswer("API %s: malformed answer: %s" % (where, exc))
 
     # --- typed helpers ----------------------------------------------------------------------
-    def _get(self, path: str, kind: str, name: str, namespace: str, timeout: Optional[float]) -> Optional[dict]:
+    def _get(self, path: str, kind: str, name: str, namespace: str, timeout: Optional[float]
+             ) -> Optional[Dict[str, object]]:
         """The object at ``path`` (checked: kind, name, namespace), or None when it does not exist."""
         try:
             obj = self.request("GET", path, timeout=timeout)
@@ -482,7 +491,8 @@ class KubeClient:
                 "%s/%s" % (found_ns, found_name) if found_ns else found_name or "no name")[:120]))
         return obj
 
-    def _items(self, path: str, kind: str, query: Optional[dict], timeout: Optional[float]) -> List[Dict[str, Any]]:
+    def _items(self, path: str, kind: str, query: Optional[Mapping[str, object]], timeout: Optional[float]
+               ) -> List[Dict[str, object]]:
         """The items of a list answer (each an object)."""
         answer = self.request("GET", path, query=query, timeout=timeout, limit=LIST_LIMIT)
         where = "GET %s" % path
@@ -497,39 +507,40 @@ class KubeClient:
             raise ApiBadAnswer("API %s: answered a %s, not a %s" % (where, self.clean(found_kind)[:60], kind))
         return items
 
-    def get_pod(self, namespace: str, name: str, timeout: Optional[float] = None) -> Optional[Dict[str, Any]]:
+    def get_pod(self, namespace: str, name: str, timeout: Optional[float] = None) -> Optional[Dict[str, object]]:
         """The pod, or None when it does not exist."""
         return self._get("/api/v1/namespaces/%s/pods/%s" % (quote(namespace, safe=""), quote(name, safe="")),
                          "Pod", name, namespace, timeout)
 
     def list_pods(self, namespace: Optional[str] = None, field_selector: Optional[str] = None,
-                  label_selector: Optional[str] = None, timeout: Optional[float] = None) -> List[Dict[str, Any]]:
+                  label_selector: Optional[str] = None, timeout: Optional[float] = None) -> List[Dict[str, object]]:
         path = "/api/v1/namespaces/%s/pods" % quote(namespace, safe="") if namespace else "/api/v1/pods"
         return self._items(path, "PodList", {"fieldSelector": field_selector, "labelSelector": label_selector},
                            timeout)
 
-    def get_node(self, name: str, timeout: Optional[float] = None) -> Optional[Dict[str, Any]]:
+    def get_node(self, name: str, timeout: Optional[float] = None) -> Optional[Dict[str, object]]:
         return self._get("/api/v1/nodes/%s" % quote(name, safe=""), "Node", name, "", timeout)
 
     def list_nodes(self, timeout: Optional[float] = None) -> List[Dict[str, Any]]:
         return self._items("/api/v1/nodes", "NodeList", None, timeout)
 
-    def get_lease(self, namespace: str, name: str, timeout: Optional[float] = None) -> Optional[Dict[str, Any]]:
+    def get_lease(self, namespace: str, name: str, timeout: Optional[float] = None) -> Optional[Dict[str, object]]:
         return self._get("/apis/coordination.k8s.io/v1/namespaces/%s/leases/%s"
                          % (quote(namespace, safe=""), quote(name, safe="")), "Lease", name, namespace, timeout)
 
-    def get_configmap(self, namespace: str, name: str, timeout: Optional[float] = None) -> Optional[Dict[str, Any]]:
+    def get_configmap(self, namespace: str, name: str, timeout: Optional[float] = None) -> Optional[Dict[str, object]]:
         """The ConfigMap, or None when it does not exist."""
         return self._get("/api/v1/namespaces/%s/configmaps/%s" % (quote(namespace, safe=""), quote(name, safe="")),
                          "ConfigMap", name, namespace, timeout)
 
-    def update_configmap(self, namespace: str, name: str, obj: dict, timeout: Optional[float] = None
-                         ) -> Dict[str, Any]:
+    def update_configmap(self, namespace: str, name: str, obj: Mapping[str, object], timeout: Optional[float] = None
+                         ) -> Dict[str, object]:
         """PUT the ConfigMap; its ``metadata.resourceVersion`` makes a concurrent change a 409 Conflict."""
         return self.request("PUT", "/api/v1/namespaces/%s/configmaps/%s" % (quote(namespace, safe=""),
                                                                            quote(name, safe="")), obj, timeout=timeout)
 
-    def events_for(self, namespace: str, name: str, limit: int = 5, timeout: Optional[float] = None) -> list:
+    def events_for(self, namespace: str, name: str, limit: int = 5, timeout: Optional[float] = None
+                   ) -> List[Dict[str, object]]:
         """The newest events about one object (for timeout hints); [] when they cannot be read."""
         try:
             items = self._items("/api/v1/namespaces/%s/events" % quote(namespace, safe=""), "EventList",
@@ -537,12 +548,12 @@ class KubeClient:
         except CpctlError:
             return []
 
-        def when(event: Dict[str, Any]) -> str:
+        def when(event: Dict[str, object]) -> str:
             value = event.get("lastTimestamp") or event.get("eventTime") or ""
             return value if isinstance(value, str) else ""
         return sorted(items, key=when)[-limit:]
 
-    def bind(self, namespace: str, pod: str, node: str, timeout: Optional[float] = None) -> Dict[str, Any]:
+    def bind(self, namespace: str, pod: str, node: str, timeout: Optional[float] = None) -> Dict[str, object]:
         """POST pods/binding: the only way to set spec.nodeName of an existing pod. The Binding's
         name and namespace are the URL's: the registry answers 400 when they differ."""
         body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod, "namespace": namespace},
@@ -550,7 +561,8 @@ class KubeClient:
         return self.request("POST", "/api/v1/namespaces/%s/pods/%s/binding"
                             % (quote(namespace, safe=""), quote(pod, safe="")), body, timeout=timeout)
 
-    def create_pod(self, namespace: str, pod: dict, timeout: Optional[float] = None) -> Dict[str, Any]:
+    def create_pod(self, namespace: str, pod: Mapping[str, object], timeout: Optional[float] = None
+                   ) -> Dict[str, object]:
         return self.request("POST", "/api/v1/namespaces/%s/pods" % quote(namespace, safe=""), pod, timeout=timeout)
 
     def delete_pod(self, namespace: str, name: str, grace: int = 0, timeout: Optional[float] = None) -> None:

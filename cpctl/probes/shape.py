@@ -11,14 +11,14 @@ it may be a token or a password.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Dict, List, Mapping
 
 
 class ShapeError(ValueError):
     """A field is not of the type its reader expects; the message names the field, not its value."""
 
 
-def kind_of(value: Any, yaml: bool = False) -> str:
+def kind_of(value: object, yaml: bool = False) -> str:
     """What a decoded value is, for messages: "an object", "a list", "a string", ...
 
     ``yaml=True`` uses YAML's words, as a manifest's author knows them: "a mapping", and
@@ -41,18 +41,18 @@ def kind_of(value: Any, yaml: bool = False) -> str:
     return "a %s" % type(value).__name__
 
 
-def as_object(value: Any, where: str) -> Dict[str, Any]:
+def as_object(value: object, where: str) -> Dict[str, object]:
     """``value`` itself, which must be an object (a whole answer, a list item)."""
     if not isinstance(value, dict):
         raise ShapeError("%s is %s, not an object" % (where, kind_of(value)))
     return value
 
 
-def _field(parent: Dict[str, Any], key: str) -> Any:
+def _field(parent: Mapping[str, object], key: str) -> object:
     return parent.get(key) if isinstance(parent, dict) else None
 
 
-def get_object(parent: Dict[str, Any], key: str, where: str) -> Dict[str, Any]:
+def get_object(parent: Mapping[str, object], key: str, where: str) -> Dict[str, object]:
     """``parent[key]`` as an object ({} when absent or null)."""
     value = _field(parent, key)
     if value is None:
@@ -60,7 +60,7 @@ def get_object(parent: Dict[str, Any], key: str, where: str) -> Dict[str, Any]:
     return as_object(value, "%s.%s" % (where, key))
 
 
-def get_list(parent: Dict[str, Any], key: str, where: str) -> List[Any]:
+def get_list(parent: Mapping[str, object], key: str, where: str) -> List[object]:
     """``parent[key]`` as a list ([] when absent or null)."""
     value = _field(parent, key)
     if value is None:
@@ -70,13 +70,13 @@ def get_list(parent: Dict[str, Any], key: str, where: str) -> List[Any]:
     return value
 
 
-def get_objects(parent: Dict[str, Any], key: str, where: str) -> List[Dict[str, Any]]:
+def get_objects(parent: Mapping[str, object], key: str, where: str) -> List[Dict[str, object]]:
     """``parent[key]`` as a list of objects ([] when absent or null)."""
     path = "%s.%s" % (where, key)
     return [as_object(item, "%s[%d]" % (path, n)) for n, item in enumerate(get_list(parent, key, where))]
 
 
-def get_str(parent: Dict[str, Any], key: str, where: str) -> str:
+def get_str(parent: Mapping[str, object], key: str, where: str) -> str:
     """``parent[key]`` as a string ("" when absent or null)."""
     value = _field(parent, key)
     if value is None:
@@ -86,7 +86,7 @@ def get_str(parent: Dict[str, Any], key: str, where: str) -> str:
     return value
 
 
-def get_bool(parent: Dict[str, Any], key: str, where: str) -> bool:
+def get_bool(parent: Mapping[str, object], key: str, where: str) -> bool:
     """``parent[key]`` as a boolean (False when absent or null)."""
     value = _field(parent, key)
     if value is None:

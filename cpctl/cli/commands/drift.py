@@ -10,12 +10,26 @@ and the usual cpctl codes when the check itself could not run (2 usage, 4 refuse
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, TypedDict
 
 import click
 
 from cpctl.cli.context import note
 from cpctl.cli.fanout import execute
+
+if TYPE_CHECKING:                   # the CLI loads these modules when a command runs
+    from cpctl.core.node import Node
+    from cpctl.host.base import Host
+    from cpctl.ops.drift import Report
+
+
+class CheckRun(TypedDict):
+    """One node's check: the first report, the one after ``--fix`` (else the same), what the fix did."""
+
+    report: "Report"
+    final: "Report"
+    actions: Optional[Sequence[object]]
+    dry_run: bool
 
 
 @click.command()
@@ -93,7 +107,7 @@ def check(ctx: click.Context, fix: bool, remove_strays: bool, allow_restart: boo
     max_seconds = parse_duration(max_parked, "--max-parked") if max_parked else None
     warn_seconds = parse_duration(cert_warn, "--cert-warn")
 
-    def action(node: Any) -> dict:
+    def action(node: "Node") -> Dict[str, Any]:
         try:
             result = _run_check(node, fix, remove_strays, max_seconds, timeout, dry_run, allow_restart,
                                 restore_missing, kubeadm, warn_seconds)
@@ -113,12 +127,12 @@ def check(ctx: click.Context, fix: bool, remove_strays: bool, allow_restart: boo
         raise CpctlError("drift found: %d problem%s" % (problems, "" if problems == 1 else "s"), ExitCode.DRIFT)
 
 
-def _run_check(node: Any, fix: bool, remove_strays: bool, max_seconds: Optional[float], timeout: float,
+def _run_check(node: "Node", fix: bool, remove_strays: bool, max_seconds: Optional[float], timeout: float,
                dry_run: bool = False, allow_restart: bool = False, restore_missing: bool = False,
-               kubeadm: bool = False, cert_warn: Optional[float] = None) -> dict:
+               kubeadm: bool = False, cert_warn: Optional[float] = None) -> CheckRun:
     from cpctl.ops import drift
     report = drift.check(node, max_seconds, kubeadm=kubeadm, cert_warn=cert_warn)
-    result: Dict[str, Any] = {"report": report, "final": report, "actions": None, "dry_run": dry_run}
+    result: CheckRun = {"report": report, "final": report, "actions": None, "dry_run": dry_run}
     if fix and dry_run:
         result["actions"] = drift.plan_fix(node, report, remove_strays, timeout, allow_restart, restore_missing)
     elif fix:
@@ -127,7 +141,7 @@ def _run_check(node: Any, fix: bool, remove_strays: bool, max_seconds: Optional[
     return result
 
 
-def _write_metrics(host: Any, path: Optional[str], report: Any) -> None:
+def _write_metrics(host: "Host", path: Optional[str], report: Optional["Report"]) -> None:
     """The textfile is written on the node checked (where its node_exporter runs). A node without
     node_exporter's textfile directory is not a failed check: the metrics are skipped with a note."""
     if not path:
@@ -154,8 +168,8 @@ def _write_metrics(host: Any, path: Optional[str], report: Any) -> None:
                          ExitCode.ENVIRONMENT) from None
 
 
-def _check_data(result: dict) -> dict:
-    data = result["report"].to_dict()
+def _check_data(result: CheckRun) -> Dict[str, Any]:
+    data: Dict[str, Any] = result["report"].to_dict()
     if result["actions"] is not None:
         final = result["final"]
         data.update(drift=final.drift, actions=result["actions"],
@@ -163,7 +177,7 @@ def _check_data(result: dict) -> dict:
     return data
 
 
-def _finding_lines(findings: list) -> list:
+def _finding_lines(findings: Sequence[Dict[str, Any]]) -> List[str]:
     lines = []
     for f in findings:
         lines.append("%-8s %-16s %s" % (f["severity"].upper(), f["kind"], f["message"]))

@@ -55,6 +55,7 @@ def stop(ctx: click.Context) -> None:
         emit(ctx, {"running": False, "stopped": False}, "no keeper running (%s)" % client.keeper_dir())
         return
     gone = client.wait_gone()
-    emit(ctx, {"running": not gone, "stopped": gone, "pid": info["pid"],
-               "connections": len(info["connections"])},
-         "keeper pid %d stopped, %d connection(s) closed" % (info["pid"], len(info["connections"])))
+    pid, connections = info.get("pid"), info.get("connections")
+    count = len(connections) if isinstance(connections, list) else 0
+    emit(ctx, {"running": not gone, "stopped": gone, "pid": pid, "connections": count},
+         "keeper pid %s stopped, %d connection(s) closed" % (pid, count))

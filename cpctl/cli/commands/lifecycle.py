@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
 
 import click
 
 from cpctl.cli.context import state
 from cpctl.cli.fanout import census, execute
 from cpctl.cli.render import outcomes_text, plan_text
+
+if TYPE_CHECKING:                   # the CLI loads these modules when a command runs
+    from cpctl.core.node import Node, Outcome, Placement
 
 timeout_option = click.option("--timeout", type=click.FloatRange(0.1, 3600), default=120.0, show_default=True,
                               help="Seconds to wait for each kubelet step (each stop and each start).")
@@ -22,7 +25,7 @@ force_option = click.option("--force", is_flag=True,
 reason_option = click.option("--reason", default=None, help="Why (recorded in status and history).")
 
 
-def outcomes_data(node: Any, outcomes: List[Any]) -> Dict[str, Any]:
+def outcomes_data(node: "Node", outcomes: Sequence["Outcome"]) -> Dict[str, object]:
     return {"node": node.node_name, "recovered": list(node.recovered), "changed": any(o.changed for o in outcomes),
             "results": [o.to_dict() for o in outcomes]}
 
@@ -74,8 +77,10 @@ def cluster_guarded_reason(ctx: click.Context, verb: str, components: List[str],
     return fleetsafety.preflight(results, targets, verb, components, remote.serial, force, reason)
 
 
-Names = Callable[[Any], List[str]]
-RunAction = Callable[[Any, List[str], Optional[str]], List[Any]]
+#: The components a change acts on, per node (``start --all-parked``: the ones parked there).
+Names = Callable[["Node"], List[str]]
+#: The change itself on one node: (node, components, reason) -> one outcome per component.
+RunAction = Callable[["Node", List[str], Optional[str]], Sequence["Outcome"]]
 
 
 def change(ctx: click.Context, verb: str, components: List[str], dry_run: bool, force: bool, reason: Optional[str],
@@ -93,19 +98,19 @@ def change(ctx: click.Context, verb: str, components: List[str], dry_run: bool, 
     names = names_of or (lambda node: list(components))
     marked = {mark: True} if names_of is not None else {}
 
-    def refuse_in_flight(node: Any) -> None:
+    def refuse_in_flight(node: "Node") -> None:
         """stop/restart race a kubeadm upgrade in flight (it moves manifests itself); start only puts back."""
         if verb != "start" and not force:
             from cpctl.core import outside
             outside.refuse_in_flight(node, "%s of %s" % (verb, ", ".join(names(node))))
     if dry_run:
-        def planned(node: Any) -> Dict[str, Any]:
+        def planned(node: "Node") -> Dict[str, object]:
             refuse_in_flight(node)
             return dict(lifecycle.plan(node, verb, names(node)), **marked)
         execute(ctx, planned, plan_text)
         return
 
-    def action(node: Any) -> Dict[str, Any]:
+    def action(node: "Node") -> Dict[str, object]:
         wanted = names(node)
         refuse_in_flight(node)
         try:
@@ -119,7 +124,7 @@ def change(ctx: click.Context, verb: str, components: List[str], dry_run: bool, 
     execute(ctx, action, outcomes_text, changing=True)
 
 
-def interrupted_where(node: Any, verb: str, components: List[str], exc: BaseException) -> BaseException:
+def interrupted_where(node: "Node", verb: str, components: List[str], exc: BaseException) -> BaseException:
     """``exc`` itself, or - for a Ctrl-C/SIGTERM - an exit-130 error that says where each of
     ``components`` was left: its manifest in the manifests dir or parked (read back from the node,
     so it is what is true now, whichever step the interruption cut short)."""
@@ -136,7 +141,7 @@ def interrupted_where(node: Any, verb: str, components: List[str], exc: BaseExce
                       where="left: " + "; ".join(places))
 
 
-def _where_is(placement: Any, verb: str) -> str:
+def _where_is(placement: "Placement", verb: str) -> str:
     """The node's one answer (``Node.placement``), with what the interrupted verb did not do."""
     unfinished = " (not started)" if verb == "start" and placement.parked and not placement.present else \
         " (not stopped)" if verb == "stop" and placement.present and not placement.parked else ""
@@ -152,7 +157,7 @@ def _where_is(placement: Any, verb: str) -> str:
 @dry_run_option
 @force_option
 @click.pass_context
-def stop(ctx: click.Context, components: tuple, reason: Optional[str], duration: Optional[str],
+def stop(ctx: click.Context, components: Tuple[str, ...], reason: Optional[str], duration: Optional[str],
          no_wait: bool, timeout: float, dry_run: bool, force: bool) -> None:
     """Park COMPONENT's manifest outside the manifests dir and wait until its pod is gone.
 
@@ -178,8 +183,8 @@ def stop(ctx: click.Context, components: tuple, reason: Optional[str], duration:
 @dry_run_option
 @verify_option
 @click.pass_context
-def start(ctx: click.Context, components: tuple, all_parked: bool, no_wait: bool, timeout: float, dry_run: bool,
-          verify: bool) -> None:
+def start(ctx: click.Context, components: Tuple[str, ...], all_parked: bool, no_wait: bool, timeout: float,
+          dry_run: bool, verify: bool) -> None:
     """Restore COMPONENT's parked manifest and wait until a new pod is Running and Ready.
 
     With --all-parked (and no COMPONENT): every parked manifest, in kubeadm's start order;
@@ -218,7 +223,7 @@ class _ComponentsOrStaleCerts(click.Command):
 @force_option
 @verify_option
 @click.pass_context
-def restart(ctx: click.Context, components: tuple, stale_certs: bool, reason: Optional[str], timeout: float,
+def restart(ctx: click.Context, components: Tuple[str, ...], stale_certs: bool, reason: Optional[str], timeout: float,
             dry_run: bool, force: bool, verify: bool) -> None:
     """Stop, wait until gone, start, wait until back and Ready - one component at a time.
 

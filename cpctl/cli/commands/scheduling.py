@@ -7,7 +7,7 @@ cluster once).
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, List, Optional, TypedDict
 
 import click
 
@@ -15,6 +15,27 @@ from cpctl.cli.commands.lifecycle import dry_run_option
 from cpctl.cli.context import progress_for
 from cpctl.cli.fanout import execute
 from cpctl.cli.render import table
+
+if TYPE_CHECKING:
+    from cpctl.core.node import Node
+    from cpctl.ops.scheduling import PendingPod
+
+
+class Bound(TypedDict, total=False):
+    """``bind``'s result: the pod, the node, and (after the binding) the phase seen."""
+
+    pod: str
+    namespace: str
+    node: str
+    dry_run: bool
+    changed: bool
+    phase: Optional[str]
+
+
+class Pending(TypedDict):
+    """``pending``'s result on one master."""
+
+    pending: List["PendingPod"]
 
 
 @click.command()
@@ -34,19 +55,21 @@ def bind(ctx: click.Context, pod: str, node_name: str, namespace: str, wait: boo
         validate_component_name(value)
     progress = progress_for(ctx)
 
-    def action(node: Any) -> Dict[str, Any]:
+    def action(node: "Node") -> Bound:
         client = scheduling.client_of(node)
         result = scheduling.bind(client, namespace, pod, node_name, dry_run)
         if dry_run:
             return {"pod": pod, "namespace": namespace, "node": node_name, "dry_run": True, "changed": False}
-        phase = (result.get("status") or {}).get("phase")
+        status = result.get("status")
+        seen = status.get("phase") if isinstance(status, dict) else None
+        phase = seen if isinstance(seen, str) else None
         if wait:
             phase = scheduling.wait_running(client, namespace, pod, timeout, progress)
         return {"pod": pod, "namespace": namespace, "node": node_name, "phase": phase, "changed": True}
     execute(ctx, action, _bind_text, changing=not dry_run)
 
 
-def _bind_text(data: Dict[str, Any]) -> str:
+def _bind_text(data: Bound) -> str:
     if data.get("dry_run"):
         return "dry run: pod %s/%s (Pending, no node) would be bound to node %s" % (
             data["namespace"], data["pod"], data["node"])
@@ -61,12 +84,12 @@ def pending(ctx: click.Context, namespace: Optional[str]) -> None:
     """List pods that wait for a scheduler (no node assigned yet)."""
     from cpctl.ops import scheduling
 
-    def action(node: Any) -> Dict[str, Any]:
+    def action(node: "Node") -> Pending:
         return {"pending": scheduling.pending(scheduling.client_of(node), namespace)}
     execute(ctx, action, _pending_text, probe="none")
 
 
-def _pending_text(data: Dict[str, Any]) -> str:
+def _pending_text(data: Pending) -> str:
     rows = data["pending"]
     if not rows:
         return "(no pending pods)"

@@ -4,19 +4,26 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable, Dict, Optional, Tuple
 
 import click
 
 from cpctl.cli.context import as_yaml, printable, state
 from cpctl.cli.fanout import local_node
 
+if TYPE_CHECKING:                   # the CLI loads these modules when a command runs
+    from types import FrameType
 
-def _writer(output: str) -> Callable[[dict], None]:
+    from cpctl.core.node import Node
+    from cpctl.ops.watch import Watch
+    from cpctl.probes.base import Waiter
+
+
+def _writer(output: str) -> Callable[[Dict[str, object]], None]:
     """One line per record, flushed at once: the reader may be a pipe (journald, a test, jq)."""
     from cpctl.ops.watch import format_text
 
-    def write(record: dict) -> None:
+    def write(record: Dict[str, object]) -> None:
         if output == "yaml":
             sys.stdout.write(as_yaml(record, start=True))
             sys.stdout.flush()
@@ -27,7 +34,7 @@ def _writer(output: str) -> Callable[[dict], None]:
     return write
 
 
-def _waiter(ctx: click.Context) -> Any:
+def _waiter(ctx: click.Context) -> Tuple["Node", Optional["Waiter"]]:
     """The configured probe when it can describe pods; None skips the mirror pod follow-ups."""
     from cpctl.ops.drift import can_describe
     node = local_node(ctx)
@@ -57,11 +64,11 @@ def watch(ctx: click.Context, timeout: float, debounce: int) -> None:
         ctx.exit(status)
 
 
-def run_until_signalled(runner: Any) -> int:
+def run_until_signalled(runner: "Watch") -> int:
     """Run the watch until SIGTERM/SIGINT: the handlers only enqueue a stop, the loop prints the last
     line (the process's signal handlers are the command's business, not the feature module's)."""
     import signal
-    def stopper(name: str) -> Callable[[int, Any], None]:
+    def stopper(name: str) -> Callable[[int, Optional["FrameType"]], None]:
         return lambda _signum, _frame: runner.stop(name)
     names = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT"}
     previous = {signum: signal.signal(signum, stopper(name)) for signum, name in names.items()}

@@ -11,7 +11,6 @@ moves, edits) build their own ``Change``s and apply them through ``Node.apply``.
 from __future__ import annotations
 
 import os
-import secrets
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -469,7 +468,7 @@ class Node:
         before = self.waiter.before(target) if wait else None
         digest = manifests.checksum(data)
         edited = hand_edit(parked[filename], digest)
-        op = secrets.token_hex(8)
+        op = journal.new_op()
         before_steps: List[journal.Step] = []
         after_steps: List[journal.Step] = []
         data_by_step: Dict[int, bytes] = {}

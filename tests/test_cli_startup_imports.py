@@ -35,7 +35,7 @@ NOT_FOR_HELP = NEVER + ("yaml", "json", "dataclasses", "signal", "shutil", "subp
 # parsing without a kubeconfig, no fork to learn that crictl is missing, no OpenSSL for sha256.
 NOT_FOR_STATUS = NEVER + ("cpctl.core.journal", "cpctl.core.revisions", "cpctl.probes.diagnose", "hashlib",
                           "_hashlib", "hmac", "secrets", "random", "decimal", "calendar", "urllib.parse",
-                          "ipaddress", "subprocess")
+                          "ipaddress", "subprocess", "shlex")
 
 
 def _run(argv: List[str], env: Dict[str, str]) -> Tuple[subprocess.CompletedProcess, Set[str]]:

@@ -63,7 +63,8 @@ def _forbidden(modules: Set[str], names: Tuple[str, ...]) -> List[str]:
 
 @pytest.fixture()
 def env(tmp_path: "os.PathLike[str]") -> Dict[str, str]:
-    """A prepared manifests dir (kubeadm's four), an empty state dir, no kubeconfig, no crictl."""
+    """A prepared manifests dir (kubeadm's four), an empty state dir, no kubeconfig, no crictl, no
+    kubelet files."""
     mdir = os.path.join(str(tmp_path), "manifests")
     os.mkdir(mdir)
     for name in COMPONENTS:
@@ -72,7 +73,8 @@ def env(tmp_path: "os.PathLike[str]") -> Dict[str, str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("CPCTL_")}
     return dict(clean, CPCTL_MANIFESTS_DIR=mdir, CPCTL_STATE_DIR=os.path.join(str(tmp_path), "state"),
                 CPCTL_NODE_NAME="bench", KUBECONFIG=os.path.join(str(tmp_path), "no-kubeconfig"),
-                CPCTL_CRICTL=os.path.join(str(tmp_path), "no-crictl"))
+                CPCTL_CRICTL=os.path.join(str(tmp_path), "no-crictl"),
+                CPCTL_KUBELET_DIR=os.path.join(str(tmp_path), "no-kubelet"))   # also on a machine with a kubelet
 
 
 def test_help_imports_click_and_the_command_table_only(env: Dict[str, str]) -> None:

@@ -10,8 +10,7 @@ on when a manifest does not say.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 ETCD = "etcd"
 KUBE_APISERVER = "kube-apiserver"
@@ -20,8 +19,11 @@ KUBE_SCHEDULER = "kube-scheduler"
 DEFAULT_SCHEDULER_NAME = "default-scheduler"     # a pod's spec.schedulerName when none is set
 
 
-@dataclass(frozen=True)
-class Health:
+# The entries are NamedTuples: immutable values like a frozen dataclass, which every cpctl run
+# (this module is on the path of ``status``) would pay ~0.5 ms each to define.
+
+
+class Health(NamedTuple):
     """Where kubeadm's probes look when a manifest does not say: scheme, port, path."""
 
     scheme: str
@@ -29,8 +31,7 @@ class Health:
     path: str
 
 
-@dataclass(frozen=True)
-class ServingCert:
+class ServingCert(NamedTuple):
     """An endpoint the component serves with a certificate FILE (cpctl certs compares the two):
     the flag that sets the port (a number, or a URL list whose first URL counts), the flag that
     names the certificate, and kubeadm's port when the manifest does not say."""
@@ -40,8 +41,7 @@ class ServingCert:
     default_port: int
 
 
-@dataclass(frozen=True)
-class Component:
+class Component(NamedTuple):
     """One kubeadm control-plane component.
 
     ``name`` is its pod name, file stem and binary (``kube-scheduler``); ``alias`` the short

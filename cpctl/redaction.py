@@ -29,29 +29,58 @@ SECRET_WORDS = ("token", "password", "passwd", "secret", "credential", "apikey",
 NOT_SECRET_SUFFIXES = ("-file", "-path", "-dir", "-files", "-ttl", "-lifetime")
 
 _NAME = r"[A-Za-z0-9][A-Za-z0-9._-]*"
-_PEM = re.compile(r"-----BEGIN ([A-Z0-9 ]*)PRIVATE KEY-----.*?(?:-----END \1PRIVATE KEY-----|\Z)", re.S)
-# "--name=value" inside quotes: the whole quoted item is the flag.
-_QUOTED_ITEM = re.compile(r"(?P<q>[\"'])(?P<flag>--?(?P<name>%s)=)(?P<value>.*?)(?P=q)" % _NAME, re.S)
-# --name=value, the value quoted or up to the next blank (or JSON/YAML punctuation).
-_ASSIGNED = re.compile(r"(?P<flag>--?(?P<name>%s)=)(?P<value>\"(?:[^\"\\]|\\.)*\"|'[^']*'|[^\s\"',\]}]+)" % _NAME)
-# cpctl's own sentences about a flag's new value.
-_SAID = re.compile(r"(?P<flag>--(?P<name>%s) (?:set to|already) )(?P<value>\S+)" % _NAME)
-# "--name value" on one line (a command line): the next word when it is not another option, nor a
-# word of cpctl's own sentences about a flag ("--token is followed by ...", "--token (did you mean").
+# cpctl's own words after "--flag " that are not its value ("--token is followed by ...").
 _PROSE = ("set to", "already", "is", "was", "added", "removed", "given", "followed", "and", "or", "in", "not")
-_TWO_WORDS = re.compile(r"(?P<flag>(?<![\w-])--(?P<name>%s)[ \t]+)(?!(?:%s)\b|<redacted>|\()"
-                        r"(?P<value>\"(?:[^\"\\]|\\.)*\"|'[^']*'|(?!-)[^\s\"',\]}]+)" % (_NAME, "|".join(_PROSE)))
-# JSON text of an env entry: "name": "X_TOKEN", "value": "..."
-_JSON_ENV = re.compile(r"(?P<head>\"name\"\s*:\s*\"(?P<name>[^\"]*)\"\s*,\s*\"value\"\s*:\s*)"
-                       r"(?P<value>\"(?:[^\"\\]|\\.)*\")")
-# YAML lines (also as diff lines: a leading space, + or -).
-_ITEM_FLAG_ALONE = re.compile(r"^[ +-]?\s*-\s+([\"']?)--(?P<name>%s)\1\s*$" % _NAME)
-_ITEM_VALUE = re.compile(r"^(?P<head>[ +-]?\s*-\s+)(?P<value>(?![\"']?-).+?)\s*$")
-_MAPPING = re.compile(r"^[A-Za-z0-9_.-]+:(\s|$)")
-_ENV_NAME = re.compile(r"^[ +-]?\s*(?:-\s+)?name:\s*([\"']?)(?P<name>[A-Za-z0-9_.-]+)\1\s*$")
-_ENV_VALUE = re.compile(r"^(?P<head>[ +-]?\s*value:\s*)(?P<value>.+?)\s*$")
-_FLOW_ENV = re.compile(r"(?P<head>\bname:\s*([\"']?)(?P<name>[A-Za-z0-9_.-]+)\2\s*,\s*value:\s*)"
-                       r"(?P<value>\"(?:[^\"\\]|\\.)*\"|'[^']*'|[^,}\]]+)")
+
+
+class _Patterns:
+    """The compiled forms, built once, on the first text that could hold a secret: twelve regexes
+    cost about 1.5 ms to compile, which a ``cpctl status`` whose output names no credential never pays."""
+
+    def __init__(self) -> None:
+        self.pem = re.compile(r"-----BEGIN ([A-Z0-9 ]*)PRIVATE KEY-----.*?(?:-----END \1PRIVATE KEY-----|\Z)", re.S)
+        # "--name=value" inside quotes: the whole quoted item is the flag.
+        self.quoted_item = re.compile(r"(?P<q>[\"'])(?P<flag>--?(?P<name>%s)=)(?P<value>.*?)(?P=q)" % _NAME, re.S)
+        # --name=value, the value quoted or up to the next blank (or JSON/YAML punctuation).
+        self.assigned = re.compile(r"(?P<flag>--?(?P<name>%s)=)(?P<value>\"(?:[^\"\\]|\\.)*\"|'[^']*'|[^\s\"',\]}]+)"
+                                   % _NAME)
+        # cpctl's own sentences about a flag's new value.
+        self.said = re.compile(r"(?P<flag>--(?P<name>%s) (?:set to|already) )(?P<value>\S+)" % _NAME)
+        # "--name value" on one line (a command line): the next word when it is not another option,
+        # nor a word of cpctl's own sentences about a flag ("--token (did you mean").
+        self.two_words = re.compile(r"(?P<flag>(?<![\w-])--(?P<name>%s)[ \t]+)(?!(?:%s)\b|<redacted>|\()"
+                                    r"(?P<value>\"(?:[^\"\\]|\\.)*\"|'[^']*'|(?!-)[^\s\"',\]}]+)"
+                                    % (_NAME, "|".join(_PROSE)))
+        # JSON text of an env entry: "name": "X_TOKEN", "value": "..."
+        self.json_env = re.compile(r"(?P<head>\"name\"\s*:\s*\"(?P<name>[^\"]*)\"\s*,\s*\"value\"\s*:\s*)"
+                                   r"(?P<value>\"(?:[^\"\\]|\\.)*\")")
+        # YAML lines (also as diff lines: a leading space, + or -).
+        self.item_flag_alone = re.compile(r"^[ +-]?\s*-\s+([\"']?)--(?P<name>%s)\1\s*$" % _NAME)
+        self.item_value = re.compile(r"^(?P<head>[ +-]?\s*-\s+)(?P<value>(?![\"']?-).+?)\s*$")
+        self.mapping = re.compile(r"^[A-Za-z0-9_.-]+:(\s|$)")
+        self.env_name = re.compile(r"^[ +-]?\s*(?:-\s+)?name:\s*([\"']?)(?P<name>[A-Za-z0-9_.-]+)\1\s*$")
+        self.env_value = re.compile(r"^(?P<head>[ +-]?\s*value:\s*)(?P<value>.+?)\s*$")
+        self.flow_env = re.compile(r"(?P<head>\bname:\s*([\"']?)(?P<name>[A-Za-z0-9_.-]+)\2\s*,\s*value:\s*)"
+                                   r"(?P<value>\"(?:[^\"\\]|\\.)*\"|'[^']*'|[^,}\]]+)")
+
+
+_compiled: List[_Patterns] = []
+
+
+def _patterns() -> _Patterns:
+    if not _compiled:
+        _compiled.append(_Patterns())
+    return _compiled[0]
+
+
+def _may_hold_secret(text: str) -> bool:
+    """False when no pattern can match: every redaction needs a secret word in a name (compared
+    as ``is_secret_name`` does, lowercased with ``_`` as ``-``) or a PEM private key block."""
+    low = text.lower()
+    if "private key" in low:
+        return True
+    low = low.replace("_", "-")
+    return any(word in low for word in SECRET_WORDS)
 
 
 def is_secret_name(name: str) -> bool:
@@ -63,27 +92,30 @@ def is_secret_name(name: str) -> bool:
 
 
 def _sub_value(pattern: "re.Pattern[str]", head: str, text: str) -> str:
+    quoted_item = pattern is _patterns().quoted_item
+
     def replace(match: "re.Match[str]") -> str:
         if not is_secret_name(match.group("name")):
             return match.group(0)
         value = match.group("value")
-        quote = value[0] if value[:1] in ("'", '"') and pattern is not _QUOTED_ITEM else ""
+        quote = value[0] if value[:1] in ("'", '"') and not quoted_item else ""
         out = match.group(head) + quote + REDACTED + quote
-        return (match.group("q") + out + match.group("q")) if pattern is _QUOTED_ITEM else out
+        return (match.group("q") + out + match.group("q")) if quoted_item else out
     return pattern.sub(replace, text)
 
 
 def redact_text(text: str) -> str:
     """``text`` with every secret value (see the module doc) replaced by ``<redacted>``."""
-    if not isinstance(text, str) or not text:
+    if not isinstance(text, str) or not text or not _may_hold_secret(text):
         return text
-    text = _PEM.sub("-----BEGIN PRIVATE KEY-----" + REDACTED + "-----END PRIVATE KEY-----", text)
-    text = _sub_value(_QUOTED_ITEM, "flag", text)
-    text = _sub_value(_ASSIGNED, "flag", text)
-    text = _sub_value(_SAID, "flag", text)
-    text = _sub_value(_TWO_WORDS, "flag", text)
-    text = _sub_value(_JSON_ENV, "head", text)
-    text = _sub_value(_FLOW_ENV, "head", text)
+    p = _patterns()
+    text = p.pem.sub("-----BEGIN PRIVATE KEY-----" + REDACTED + "-----END PRIVATE KEY-----", text)
+    text = _sub_value(p.quoted_item, "flag", text)
+    text = _sub_value(p.assigned, "flag", text)
+    text = _sub_value(p.said, "flag", text)
+    text = _sub_value(p.two_words, "flag", text)
+    text = _sub_value(p.json_env, "head", text)
+    text = _sub_value(p.flow_env, "head", text)
     if "\n" in text:
         text = "\n".join(_redact_lines(text.split("\n")))
     return text
@@ -93,18 +125,19 @@ def _redact_lines(lines: List[str]) -> List[str]:
     """The YAML forms that span lines: ``- --token`` then ``- VALUE``; ``name: X_TOKEN`` then
     ``value: VALUE``. The value is the next line; in a diff (``-``/``+`` lines) the old and the
     new line both follow, so a changed value's second line is the secret too."""
+    p = _patterns()
     out: List[str] = []
     pending, left = "", 0               # "item" or "env": the next ``left`` value lines are secret
     for line in lines:
-        pattern = _ITEM_VALUE if pending == "item" else _ENV_VALUE if pending == "env" else None
+        pattern = p.item_value if pending == "item" else p.env_value if pending == "env" else None
         match = pattern.match(line) if pattern is not None and left > 0 else None
-        if match is not None and not (pending == "item" and _MAPPING.match(match.group("value"))):
+        if match is not None and not (pending == "item" and p.mapping.match(match.group("value"))):
             out.append(match.group("head") + REDACTED)
             left = 1 if left == 2 and line[:1] == "-" else 0       # a diff's "-" line: its "+" line follows
             continue
         pending, left = "", 0
-        flag = _ITEM_FLAG_ALONE.match(line)
-        env = _ENV_NAME.match(line)
+        flag = p.item_flag_alone.match(line)
+        env = p.env_name.match(line)
         if flag is not None and is_secret_name(flag.group("name")):
             pending, left = "item", 2
         elif env is not None and is_secret_name(env.group("name")):

@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import calendar
 import re
 import time
 from typing import Optional
@@ -60,6 +59,7 @@ def parse_iso(text: str) -> float:
     """Epoch seconds of an ``iso`` timestamp; ValueError for anything else (state files are input)."""
     if not isinstance(text, str):
         raise ValueError("not a timestamp: %r" % (text,))
+    import calendar  # (time.strptime imports it anyway; the module does not need it before)
     return float(calendar.timegm(time.strptime(text, ISO_FORMAT)))
 
 
@@ -78,6 +78,7 @@ def parse_rfc3339(text: Optional[str]) -> Optional[float]:
     """A Kubernetes RFC 3339 time (optional fraction) as epoch seconds; None for None or garbage."""
     if not text or not isinstance(text, str):
         return None
+    import calendar
     main, _, frac = text.rstrip("Z").partition(".")
     try:
         seconds = calendar.timegm(time.strptime(main, "%Y-%m-%dT%H:%M:%S"))

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import importlib
 import os
-import signal
 import sys
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 import click
 
 from cpctl.cli import registry
 from cpctl.cli.context import CliState, errors_as_json, fail, note
 from cpctl.probes.registry import CHOICES as PROBE_CHOICES
+
+if TYPE_CHECKING:
+    from cpctl.fleet.runner import Serial
 
 EXIT_CODES_HELP = ("Exit codes: 0 ok, 1 drift found / not running, 2 usage, 3 not found, 4 refused, 5 locked, "
                    "6 timeout, 7 environment, 8 unreachable, 9 API error, 10 conflict, 11 rolled back, "
@@ -145,7 +147,6 @@ def main(ctx: click.Context, manifests_dir: Optional[str], kubelet_dir: str, sta
     Shell completion: cpctl completion bash|zsh|fish.
     """
     from cpctl.core.settings import Settings
-    from cpctl.fleet.runner import parse_serial
     from cpctl.inputs import refuse_empty
     from cpctl.timeutil import parse_persist
     refuse_empty(ENV_VARS)
@@ -160,7 +161,7 @@ def main(ctx: click.Context, manifests_dir: Optional[str], kubelet_dir: str, sta
                         kubeconfig=kubeconfig, probe=probe, lock_timeout=lock_timeout, crictl=crictl,
                         kubelet_dir=kubelet_dir, node_root=node_root)
     persist_seconds = parse_persist(persist)         # checked even when unused
-    serial_value = parse_serial(serial)
+    serial_value = _serial(serial, bool(hosts or inventory))
     ctx.obj = CliState(settings, output)
     if hosts or inventory:
         ctx.obj.remote = _remote(ctx, list(hosts), inventory, ssh_config, known_hosts, accept_new_host_key,
@@ -194,6 +195,15 @@ def _absolute(option: str, value: str, remote: bool) -> str:
         raise CpctlError("--%s %s: a path on the masters must be absolute (with -H/-i there is no current "
                          "directory to resolve it against)" % (option, value), ExitCode.USAGE)
     return os.path.abspath(value)
+
+
+def _serial(text: str, remote: bool) -> Optional[Serial]:
+    """``--serial``, checked even when unused; a local run with the default ``1`` does not import
+    the fleet code to learn that it is valid."""
+    if text == "1" and not remote:
+        return None
+    from cpctl.fleet.runner import parse_serial
+    return parse_serial(text)
 
 
 def _remote(ctx: click.Context, hosts: List[str], inventory: Optional[str], ssh_config: Optional[str],
@@ -232,8 +242,8 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 
 
 def run(argv: Optional[List[str]] = None) -> int:
-    """Run one command: one line on stderr and a documented exit code for every failure."""
-    from cpctl.errors import ExitCode
+    """Run one command: one line on stderr and a documented exit code for every failure. (The
+    error types are imported where a failure is reported: ``cpctl --help`` needs none of them.)"""
     if os.environ.get(COMPLETE_VAR):
         from cpctl.cli.completion import respond
         return respond(main, os.environ[COMPLETE_VAR], hoist_global_options)
@@ -244,6 +254,7 @@ def run(argv: Optional[List[str]] = None) -> int:
     argv, dangling = hoist_global_options(argv)
     errors_as_json(_output_of(argv) == "json")
     if dangling is not None:              # `cpctl status -o`: moved in front, it would eat the command word
+        from cpctl.errors import ExitCode
         fail("option %s requires a value (see: cpctl --help)" % "/".join(dangling.opts), ExitCode.USAGE)
         return int(ExitCode.USAGE)
     try:
@@ -253,21 +264,24 @@ def run(argv: Optional[List[str]] = None) -> int:
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
     except click.Abort:
+        from cpctl.errors import ExitCode
         fail("aborted", ExitCode.INTERRUPTED)
         return 130
     except click.UsageError as exc:
+        from cpctl.errors import ExitCode
         fail("%s (see: cpctl %s--help)" % (exc.format_message(), _usage_path(exc)), ExitCode.USAGE)
         return int(ExitCode.USAGE)
     except click.ClickException as exc:
         fail(exc.format_message(), exc.exit_code)
         return int(exc.exit_code)
     except KeyboardInterrupt:
+        from cpctl.errors import ExitCode
         fail("interrupted (SIGINT)", ExitCode.INTERRUPTED)
         return int(ExitCode.INTERRUPTED)
     except Exception as exc:  # noqa: BLE001 - the one place every failure is turned into a line
         return _failure(exc)
     except BaseException as exc:  # noqa: BLE001 - SIGTERM (errors.Terminated); anything else goes on
-        from cpctl.errors import Terminated
+        from cpctl.errors import ExitCode, Terminated
         if not isinstance(exc, Terminated):
             raise
         fail("interrupted (SIGTERM)", ExitCode.INTERRUPTED)
@@ -431,5 +445,9 @@ def _failure(exc: Exception) -> int:
 
 def entry() -> None:
     """The ``cpctl`` console script: process-wide settings belong here, not in library modules."""
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:        # what ``signal`` wraps: importing ``signal`` itself builds three enums on every --help
+        signals = importlib.import_module("_signal")
+    except ImportError:     # pragma: no cover - an interpreter without CPython's module
+        signals = importlib.import_module("signal")
+    signals.signal(signals.SIGTERM, _on_sigterm)
     sys.exit(run())

@@ -42,6 +42,8 @@ def find(path: Optional[List[str]] = None) -> Dict[str, Plugin]:
         if package in seen_packages:
             continue
         seen_packages.add(package)
+        if GROUP not in text:            # most distributions: one substring search, no line parsing
+            continue
         for name, target in _group_entries(text, GROUP):
             found.setdefault(name, Plugin(name, target, package))
     return found

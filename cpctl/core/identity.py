@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 from dataclasses import dataclass, field
 from typing import Dict, Generic, List, Optional, Tuple, TypeVar
 
@@ -138,6 +137,7 @@ def _env_value(text: str, variable: str) -> str:
 
 def _flags(text: str) -> List[Tuple[str, str]]:
     """``--flag=value`` and ``--flag value`` pairs of a kubelet command line, in order."""
+    import shlex  # only when kubeadm-flags.env is read (a status given the node name never does)
     try:
         words = shlex.split(text)
     except ValueError:

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
 import signal
 import threading
 from contextlib import contextmanager
@@ -55,6 +54,12 @@ from cpctl.timeutil import iso
 MOVE, WRITE, REMOVE, TOUCH = "move", "write", "remove", "touch"
 STEP_KINDS = (MOVE, WRITE, REMOVE, TOUCH)
 JOURNAL_VERSION = 2
+
+
+def new_op() -> str:
+    """A fresh change id: 16 hex digits from the OS's random source (``secrets.token_hex(8)``,
+    without importing ``secrets``, whose hmac, hashlib and random cost every ``cpctl status``)."""
+    return os.urandom(8).hex()
 
 
 @dataclass
@@ -140,7 +145,7 @@ class Change:
     commit: int                      # index of the step after which the change has happened
     record: Dict[str, Any] = field(default_factory=dict)   # extra history fields
     data: Dict[int, bytes] = field(default_factory=dict)   # new bytes of the write steps, by index
-    op: str = field(default_factory=lambda: secrets.token_hex(8))
+    op: str = field(default_factory=new_op)
     companions: List[str] = field(default_factory=list)      # node paths of companion files this change
     # writes (--with-file): recorded in the journal so that exactly these may lie outside the usual roots
 

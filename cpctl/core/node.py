@@ -11,24 +11,25 @@ moves, edits) build their own ``Change``s and apply them through ``Node.apply``.
 from __future__ import annotations
 
 import os
-import secrets
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from cpctl import catalogue
 from cpctl.core import identity as identity_mod
-from cpctl.core import journal, manifests, pending
+from cpctl.core import manifests, pending
 from cpctl.core.apiview import LocalApiCheck
 from cpctl.core.identity import NodeIdentity
 from cpctl.core.manifests import DirScan, Manifest
-from cpctl.core.revisions import DEFAULT_KEEP, RevisionStore
 from cpctl.core.state import LOCK, StateDir, user_label
 from cpctl.errors import CpctlError, ExitCode, Interrupted, Terminated, interrupted_by
 from cpctl.host import ops as hostops
 from cpctl.host.base import Host
 from cpctl.probes.base import NoWait, PodTarget, Waiter, WaitResult
-from cpctl.probes.diagnose import why_not_running
 from cpctl.timeutil import iso
+
+if TYPE_CHECKING:
+    # Imported where a change or a diagnosis needs them: a view (``status``) never does.
+    from cpctl.core import journal
 
 NAME_MAX = 255          # bytes in one file name on Linux filesystems
 META_SUFFIX = ".json"
@@ -103,7 +104,8 @@ class Node:
         self.recovered: List[str] = []
         self._local_api = LocalApiCheck(host, self.manifests_dir)
         self.origin = "cpctl"                 # the command in whose session changes happen (history)
-        self.changes = journal.ChangePath(host, self.state, self.manifests_dir, self.who, self._log)
+        self._changes: Optional[journal.ChangePath] = None
+        self._listeners: List[journal.Listener] = []
         # Dry run: the same decisions, every Change recorded in ``planned`` instead of applied,
         # and the node's view (scan, parked) as it would be after them (``_planned_paths``).
         self.dry_run = False
@@ -141,9 +143,18 @@ class Node:
         return dict(self.host.info(), node=self.node_name, origin=self.origin)
 
     @property
+    def changes(self) -> journal.ChangePath:
+        """The node's one change path (made on first use: a view never loads the journal code)."""
+        if self._changes is None:
+            from cpctl.core import journal
+            self._changes = journal.ChangePath(self.host, self.state, self.manifests_dir, self.who, self._log)
+            self._changes.listeners = self._listeners
+        return self._changes
+
+    @property
     def listeners(self) -> List[journal.Listener]:
         """Called after every change is recorded (the drift baseline listens here)."""
-        return self.changes.listeners
+        return self._listeners
 
     def _check_layout(self) -> None:
         manifests_dir = os.path.normpath(self.manifests_dir) + "/"
@@ -186,6 +197,7 @@ class Node:
         """Apply ``change`` through the node's one change path (inside a ``session``); in a dry
         run, record it in ``planned`` instead and let later decisions see the files where it
         would put them."""
+        from cpctl.core import journal
         if self.dry_run:
             self.planned.append(change)
             self._plan_moves(change)
@@ -193,6 +205,7 @@ class Node:
         return self.changes.apply(change)
 
     def _plan_moves(self, change: journal.Change) -> None:
+        from cpctl.core import journal
         for step in change.steps:
             if step.kind == journal.MOVE:
                 self._planned_paths[step.path] = self._planned_paths.pop(step.src, step.src)
@@ -277,6 +290,7 @@ class Node:
 
     def _planned_parks(self) -> Dict[str, Dict[str, Any]]:
         """file name -> metadata of the manifests a dry run's planned changes park."""
+        from cpctl.core import journal
         parks: Dict[str, Dict[str, Any]] = {}
         for change in self.planned:
             for step in change.steps:
@@ -416,6 +430,7 @@ class Node:
 
     def park_change(self, manifest: Manifest, meta: Dict[str, Any], reason: Optional[str]) -> journal.Change:
         """Write the metadata, then move the manifest into the parked area (the commit step)."""
+        from cpctl.core import journal
         meta_path = self.state.meta_path(manifest.file)
         meta_bytes = self.state.meta_bytes(meta)
         step = journal.write(meta_path, manifests.checksum(meta_bytes), before=self.checksum_of(meta_path))
@@ -469,7 +484,8 @@ class Node:
         before = self.waiter.before(target) if wait else None
         digest = manifests.checksum(data)
         edited = hand_edit(parked[filename], digest)
-        op = secrets.token_hex(8)
+        from cpctl.core import journal
+        op = journal.new_op()
         before_steps: List[journal.Step] = []
         after_steps: List[journal.Step] = []
         data_by_step: Dict[int, bytes] = {}
@@ -507,6 +523,7 @@ class Node:
         original = content.encode("utf-8") if isinstance(content, str) else b""
         if not original or manifests.checksum(original) != meta.get("checksum"):
             return [], {}, [], None
+        from cpctl.core.revisions import DEFAULT_KEEP, RevisionStore
         store = RevisionStore(self.host, self.state.path)
         record = {"saved_at": iso(), "saved_by": user_label(self.host), "host": str(self.host.info()["hostname"]),
                   "action": "start", "reason": "what cpctl parked; the parked copy was edited by hand before start",
@@ -586,6 +603,7 @@ class Node:
         except CpctlError as exc:
             message = exc.message
             if exc.code == ExitCode.TIMEOUT and step == self.waiter.wait_started:
+                from cpctl.probes.diagnose import why_not_running
                 found = why_not_running(self.host, self.crictl, self.kubeconfig, target)
                 message += " (%s)" % "; ".join(found) if found else ""
                 if any(_crash_looping(line) for line in found):

@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
-from cpctl.core import journal, manifests
+from cpctl.core import manifests
 from cpctl.core.state import MAX_STATE_FILE, PENDING, StateDir
 from cpctl.host.base import Host
+
+if TYPE_CHECKING:
+    from cpctl.core import journal  # imported by ``mark_step``: a view (status) never needs it
 
 MAX_PENDING_BYTES = 1 << 20
 _TEXT = ("op", "action", "component", "file", "checksum", "previous", "started", "by", "host", "node")
@@ -92,6 +95,7 @@ def encode(entries: Dict[str, Pending]) -> bytes:
 def mark_step(host: Host, state: StateDir, entry: Pending) -> Tuple[journal.Step, bytes]:
     """The journal step (and its bytes) that records ``entry``, replacing any older entry of its file:
     part of the change that writes the manifest, before its commit step."""
+    from cpctl.core import journal
     where = path(state)
     info = host.lstat(where)
     old = host.read_file(where, MAX_PENDING_BYTES) if info is not None and info["kind"] == "file" else b""

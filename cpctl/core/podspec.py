@@ -26,10 +26,12 @@ from __future__ import annotations
 import json
 import math
 import re
-from decimal import Decimal
-from typing import Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 from cpctl.probes.shape import kind_of
+
+if TYPE_CHECKING:
+    from decimal import Decimal
 
 # --- errors --------------------------------------------------------------------------------------
 
@@ -373,8 +375,9 @@ def _name_errors(path: str, name: str, problem: Callable[[str], Optional[str]]) 
 # --- quantities ----------------------------------------------------------------------------------
 
 _QUANTITY = re.compile(r"([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?")
-_SUFFIX: Dict[str, Union[int, Decimal]] = {
-    "": 1, "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "k": 10 ** 3, "M": 10 ** 6,
+# (The fractions as text: ``decimal`` is imported on the first quantity, not with this module.)
+_SUFFIX: Dict[str, Union[int, str]] = {
+    "": 1, "n": "1e-9", "u": "1e-6", "m": "1e-3", "k": 10 ** 3, "M": 10 ** 6,
     "G": 10 ** 9, "T": 10 ** 12, "P": 10 ** 15, "E": 10 ** 18, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30,
     "Ti": 1 << 40, "Pi": 1 << 50, "Ei": 1 << 60}
 
@@ -385,11 +388,13 @@ def parse_quantity(value: Union[str, int, float]) -> Optional[Decimal]:
     match = _QUANTITY.fullmatch(text) if len(text) <= 64 else None
     if match is None:
         return None
+    from decimal import Decimal
     try:
         number, suffix = Decimal(match.group(1)), match.group(2) or ""
         if suffix[:1] in ("e", "E"):
             return number * Decimal(10) ** int(suffix[1:])
-        return number * _SUFFIX[suffix]
+        factor = _SUFFIX[suffix]
+        return number * (Decimal(factor) if isinstance(factor, str) else factor)
     except (ArithmeticError, ValueError):          # decimal's Overflow and InvalidOperation included
         return None
 

@@ -457,11 +457,14 @@ def run(argv, timeout=60.0, stdin=b"", env=None, limit=None):
     """Run a program without a shell (arguments are never parsed by a shell). With ``limit``, only
     the last ``limit`` bytes of each of stdout and stderr are kept (``cut``: how many were dropped),
     so a program printing without end costs bounded memory here and on the wire."""
-    import subprocess
     full_env = None
     if env:
         full_env = dict(os.environ)
         full_env.update(env)
+    if _not_found(argv[0], full_env):      # what the exec would say, without forking to hear it
+        missing = {"rc": 127, "stdout": b"", "stderr": ("%s: not found" % argv[0]).encode()}
+        return missing if limit is None else dict(missing, cut=0)
+    import subprocess
     if limit is not None:
         return _run_bounded(argv, timeout, stdin, full_env, limit)
     try:
@@ -472,6 +475,16 @@ def run(argv, timeout=60.0, stdin=b"", env=None, limit=None):
     except subprocess.TimeoutExpired as exc:
         return {"rc": 124, "stdout": exc.stdout or b"", "stderr": b"timed out"}
     return {"rc": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
+
+
+def _not_found(program, env):
+    """True only when running ``program`` would fail with "not found" (ENOENT): no file of that name
+    in any dir of the PATH the child would search (``env``'s, else ours), or no such path. A probe
+    of a missing crictl then costs a few stat calls, not a fork of this process and an import of
+    subprocess. Anything else (a file that is there but not executable...) is left to the exec."""
+    if os.sep in program:
+        return not os.path.lexists(program)
+    return not any(os.path.lexists(os.path.join(directory, program)) for directory in os.get_exec_path(env))
 
 
 def _run_bounded(argv, timeout, stdin, env, limit):

@@ -9,16 +9,18 @@ waiter is the one ``--probe`` names (``cpctl.probes.registry``), with the canary
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from cpctl.core import identity
-from cpctl.core.journal import Change
 from cpctl.core.node import Node
 from cpctl.core.settings import Settings
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host.base import Host
 from cpctl.probes import registry
 from cpctl.probes.base import NoWait, Waiter
+
+if TYPE_CHECKING:
+    from cpctl.core.journal import Change  # the journal code loads with a node's first change
 
 
 def open_node(settings: Settings, host: Host, probe: Optional[str] = None,

@@ -24,12 +24,31 @@ import binascii
 import errno
 import json
 import os
-from typing import Any, Dict, List, Mapping, Optional, Tuple
-from urllib.parse import quote, urlencode, urlsplit
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
 
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host.base import Host, HttpReply, TlsOptions
 from cpctl.probes.shape import ShapeError, get_bool, get_list, get_object, get_objects, get_str, kind_of
+
+if TYPE_CHECKING:
+    from urllib.parse import SplitResult
+
+
+# urllib.parse (and the ipaddress module it imports, ~3 ms) is imported when a URL is first made or
+# read: every probe imports this module, and a status without a kubeconfig never makes a request.
+def quote(text: str, safe: str = "/") -> str:
+    from urllib.parse import quote as url_quote
+    return url_quote(text, safe=safe)
+
+
+def urlencode(query: Mapping[str, object]) -> str:
+    from urllib.parse import urlencode as url_encode
+    return url_encode(query)
+
+
+def urlsplit(url: str) -> SplitResult:
+    from urllib.parse import urlsplit as url_split
+    return url_split(url)
 
 OBJECT_LIMIT = 4 << 20      # one object: etcd keeps at most ~1.5 MiB per object
 LIST_LIMIT = 32 << 20       # a list answer

@@ -1,0 +1,102 @@
+"""What ``cpctl --help`` and a local ``cpctl status`` import: only what the path needs.
+
+Start-up time is mostly imports (benchmarks/RESULTS.md section 1), so these tests pin the
+structure rather than a timing: each runs cpctl as a user does, in a fresh interpreter, lists
+every module it imported (``python -X importtime``) and fails when one that the path must not
+load shows up (the lab plugin, package metadata scanning, the journal, OpenSSL's hashlib...).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Dict, List, Set, Tuple
+
+import pytest
+
+MANIFEST = """apiVersion: v1
+kind: Pod
+metadata: {name: %s, namespace: kube-system}
+spec:
+  containers: [{name: %s, image: registry.k8s.io/%s:v1.30.0}]
+"""
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+
+# Never on either path: plugins are listed from their metadata text, not imported; nothing remote.
+NEVER = ("cpctl_lab", "importlib.metadata", "email", "urllib.request", "zipfile", "csv", "paramiko",
+         "cryptography", "cpctl.fleet", "cpctl.host.ssh", "cpctl.host.keeper", "cpctl.cli.commands.lifecycle",
+         "cpctl.cli.commands.edits", "cpctl.ops.drift")
+# --help formats click's help from the command table: no command, no core, no error types.
+NOT_FOR_HELP = NEVER + ("yaml", "json", "dataclasses", "signal", "shutil", "subprocess", "cpctl.errors",
+                        "cpctl.core", "cpctl.ops", "cpctl.host", "cpctl.probes.base", "cpctl.probes.waiter",
+                        "cpctl.cli.commands", "cpctl.cli.fanout")
+# A local status reads the manifests and the state dir: no change code, no diagnosis, no URL
+# parsing without a kubeconfig, no fork to learn that crictl is missing, no OpenSSL for sha256.
+NOT_FOR_STATUS = NEVER + ("cpctl.core.journal", "cpctl.core.revisions", "cpctl.probes.diagnose", "hashlib",
+                          "_hashlib", "hmac", "secrets", "random", "decimal", "calendar", "urllib.parse",
+                          "ipaddress", "subprocess", "shlex")
+
+
+def _run(argv: List[str], env: Dict[str, str]) -> Tuple[subprocess.CompletedProcess, Set[str]]:
+    """Run ``python -X importtime ARGV``: the result and every module it imported."""
+    proc = subprocess.run([sys.executable, "-X", "importtime"] + argv, env=env, capture_output=True, text=True,
+                          timeout=60)
+    modules = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines()
+               if line.startswith("import time:") and line.count("|") == 2}
+    modules.discard("imported package")            # the header line
+    return proc, modules
+
+
+def _imports(argv: List[str], env: Dict[str, str]) -> Tuple[subprocess.CompletedProcess, Set[str]]:
+    """Run ``python -m cpctl ARGV``: the result and the modules it imported beyond the interpreter's
+    own start-up (``site``; an editable install's finder imports pathlib and urllib.parse there)."""
+    proc, modules = _run(["-m", "cpctl"] + argv, env)
+    assert "cpctl.cli.main" in modules, proc.stderr[-2000:]
+    return proc, modules - _run(["-c", "pass"], env)[1]
+
+
+def _forbidden(modules: Set[str], names: Tuple[str, ...]) -> List[str]:
+    """The imported modules that are one of ``names`` or inside one of those packages."""
+    return sorted(m for m in modules if any(m == n or m.startswith(n + ".") for n in names))
+
+
+@pytest.fixture()
+def env(tmp_path: "os.PathLike[str]") -> Dict[str, str]:
+    """A prepared manifests dir (kubeadm's four), an empty state dir, no kubeconfig, no crictl, no
+    kubelet files."""
+    mdir = os.path.join(str(tmp_path), "manifests")
+    os.mkdir(mdir)
+    for name in COMPONENTS:
+        with open(os.path.join(mdir, name + ".yaml"), "w") as handle:
+            handle.write(MANIFEST % (name, name, name))
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("CPCTL_")}
+    return dict(clean, CPCTL_MANIFESTS_DIR=mdir, CPCTL_STATE_DIR=os.path.join(str(tmp_path), "state"),
+                CPCTL_NODE_NAME="bench", KUBECONFIG=os.path.join(str(tmp_path), "no-kubeconfig"),
+                CPCTL_CRICTL=os.path.join(str(tmp_path), "no-crictl"),
+                CPCTL_KUBELET_DIR=os.path.join(str(tmp_path), "no-kubelet"))   # also on a machine with a kubelet
+
+
+def test_help_imports_click_and_the_command_table_only(env: Dict[str, str]) -> None:
+    proc, modules = _imports(["--help"], env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Commands:" in proc.stdout and "status" in proc.stdout
+    # the lab's command is listed from its entry point text, without importing the lab
+    assert "lab" in proc.stdout.split("Commands:", 1)[1]
+    assert _forbidden(modules, NOT_FOR_HELP) == []
+
+
+def test_local_status_imports_only_what_a_view_reads(env: Dict[str, str]) -> None:
+    proc, modules = _imports(["status"], env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [line.split() for line in proc.stdout.splitlines() if line.split()[:1] and line.split()[0] in COMPONENTS]
+    assert sorted(row[0] for row in rows) == sorted(COMPONENTS)
+    assert all(row[2] == "present" and "unknown" in row for row in rows), proc.stdout
+    assert _forbidden(modules, NOT_FOR_STATUS) == []
+
+
+def test_status_without_a_probe_imports_no_more(env: Dict[str, str]) -> None:
+    proc, modules = _imports(["--probe", "none", "status", "-o", "json"], env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert '"component": "kube-scheduler"' in proc.stdout
+    assert _forbidden(modules, NOT_FOR_STATUS) == []

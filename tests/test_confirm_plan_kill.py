@@ -112,3 +112,57 @@ def test_sigkill_before_every_file_change_of_the_node_side_revert(tmp_path: Any)
         shutil.rmtree(root)
     assert seen["completed"] and seen["rolled back"], seen
     assert calls >= 8, calls          # journal, each step, history, the journal cleared, the staged files
+
+
+@pytest.mark.slow
+def test_the_plan_finishes_an_arm_whose_cpctl_was_killed(tmp_path: Any) -> None:
+    """cpctl killed at any point of writing the arm (its journal, the record, the history line, the
+    journal cleared): the node-side plan finishes that journal as cpctl's recovery would - the arm on
+    record exactly once when its file is there - then reverts it, or finds nothing armed."""
+    from cpctl.host.mock import Fault, MockHost
+
+    def arm_child(root: str, kill_at: int) -> "tuple[NodeDirs, Dict[str, Any], int]":
+        node = NodeDirs(root, files={"kube-scheduler.yaml": SCHEDULER})
+        opened = open_node(_settings(node), LocalHost())
+        edits.replace(opened, "scheduler", NEW_SCHEDULER, "test", "apply", edits.ApplyOptions(timeout=1, settle=0))
+        armed = Arm(OP, "kube-scheduler", "kube-scheduler.yaml", sha(NEW_SCHEDULER), sha(SCHEDULER), 1, "apply",
+                    iso(), iso(time.time() + 3600), "root", "test", NODE, "kill test", "process", pid=0)
+        opened.host.makedirs(confirmations.directory(opened.state), 0o700)
+        with opened.session("plan"):
+            plan = confirm._plan(opened, armed, confirm._plan_base(opened, armed))
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:                                      # the child: no pytest teardown, ever
+            code = 1
+            try:
+                os.close(read_end)
+                host = MockHost([Fault("*", "SIGKILL", at=kill_at)] if kill_at else [])
+                child = open_node(_settings(node), host)
+                with child.session("kill test"):
+                    child.apply(confirmations.arm_change(child.state, armed))
+                os.write(write_end, str(len(host.calls)).encode())
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(write_end)
+        os.waitpid(pid, 0)
+        with os.fdopen(read_end, "rb") as pipe:
+            calls = int(pipe.read() or 0)
+        return node, plan, calls
+
+    _, _, calls = arm_child(str(tmp_path / "count"), 0)
+    outcomes = set()
+    for kill_at in range(1, calls + 1):
+        root = str(tmp_path / ("k%d" % kill_at))
+        node, plan, _ = arm_child(root, kill_at)
+        rc, message = hostops._plan_apply(plan)
+        assert rc == 0, (kill_at, message)
+        actions = _actions(node)
+        assert not os.path.exists(node.journal), kill_at
+        if message == "reverted":
+            assert actions.count("armed") == 1 and _manifest(node) == SCHEDULER, (kill_at, actions)
+        else:
+            assert "armed" not in actions and _manifest(node) == NEW_SCHEDULER, (kill_at, actions)
+        outcomes.add(message == "reverted")
+        shutil.rmtree(root)
+    assert outcomes == {True, False}

@@ -1147,7 +1147,11 @@ def _finish_arm(plan):
         return ("an interrupted cpctl change is pending (%s): the unconfirmed change of %s is NOT reverted; run any "
                 "cpctl command on this node (it finishes that change, then reverts)" % (plan["journal"],
                                                                                        plan["entry"]["component"]))
-    if _sha_of(plan["arm"]) == steps[0].get("checksum"):
+    try:                                     # its history record may be written already (as cpctl's recovery checks)
+        recorded = ('"op":"%s"' % entry["op"]).encode("utf-8") in read_tail(plan["history"], 256 << 10)
+    except OSError:
+        recorded = False
+    if _sha_of(plan["arm"]) == steps[0].get("checksum") and not recorded:
         record = dict(entry.get("record") or {}, time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                       user=pwd.getpwuid(os.geteuid()).pw_name, host=socket.gethostname(), node=plan["verdict"]["node"],
                       action="armed", component=entry.get("component"), file=entry.get("file"),

@@ -34,6 +34,7 @@ ARGS: Dict[str, List[str]] = {        # the arguments each command needs to get 
     "flags": ["scheduler", "--set", "v=2"], "rollback": ["scheduler"], "revisions": ["scheduler"],
     "logs": ["scheduler"], "certs": [],
     "keeper status": [], "keeper stop": [], "completion": ["bash"],
+    "confirm": ["scheduler"], "revert-unconfirmed": ["scheduler"],
 }
 
 

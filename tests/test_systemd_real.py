@@ -214,3 +214,33 @@ def test_no_sandbox_denial(scenario: ScenarioRun) -> None:
     kernel = [line for line in scenario.kernel_lines or [] if 'comm="cpctl"' in line]
     assert not kernel, "\n".join(kernel)
 
+
+
+def test_confirm_within_reverts_by_a_transient_timer_under_the_hardening(scenario: ScenarioRun) -> None:
+    """Issue #25: ``--confirm-within`` under systemd arms ``cpctl-confirm-<component>`` (a transient
+    timer and oneshot service with the shipped units' sandbox); it fires and reverts the change by
+    itself; a confirmed change stays and its timer is gone."""
+    result = step(scenario, "confirm_revert")
+    assert result["arm"]["rc"] == 0, result["arm"]
+    armed = json.loads(result["arm"]["stdout"])["confirm"]
+    assert armed["timer"] == "systemd" and armed["unit"] == "cpctl-confirm-kube-scheduler", armed
+    assert result["changed"] and result["timer"]["LoadState"] == "loaded", result["timer"]
+    service = result["service"]
+    for key, value in (("ProtectSystem", "strict"), ("ProtectHome", "yes"), ("PrivateTmp", "yes"),
+                       ("NoNewPrivileges", "yes"), ("Type", "oneshot")):
+        assert service.get(key) == value, (key, service)
+    assert service.get("SystemCallFilter") and not service["SystemCallFilter"].startswith("~"), service
+    assert "/etc/kubernetes/manifests" in service.get("ReadWritePaths", ""), service
+    assert "revert-unconfirmed" in service.get("ExecStart", ""), service
+    journal = show_journal(result["journal"])
+    assert result["reverted"], journal
+    assert not result["arm_left"], journal
+    assert any("unconfirmed change of kube-scheduler reverted to revision" in line
+               for line in service_lines(result["journal"])), journal
+    assert not DENIAL.search(journal), journal
+    assert result["confirm_arm"]["rc"] == 0 and result["confirm"]["rc"] == 0, (result["confirm_arm"], result["confirm"])
+    assert result["timer_after_confirm"]["LoadState"] == "not-found" or \
+        result["timer_after_confirm"]["ActiveState"] == "inactive", result["timer_after_confirm"]
+    assert result["stays"]
+    assert result["history"][-7:] == ["flags", "armed", "rollback", "reverted", "flags", "armed", "confirmed"], \
+        result["history"]

@@ -56,6 +56,8 @@ def status_text(data: "StatusReport") -> str:
             detail = c.get("error") or ""
         elif c["state"] == "missing":
             detail = "in the baseline, but neither here nor parked: %s" % c.get("fix")
+        if c.get("unconfirmed"):
+            detail = "unconfirmed, reverts at %s" % c["unconfirmed"].get("deadline")
         checksum = c.get("checksum") or ""
         row: List[object] = [c["component"], c["file"], c["state"], _pod_column(c.get("pod_state"), c.get("observed")),
                checksum if wide() else checksum[:12], detail]

@@ -110,6 +110,7 @@ class Node:
         # and the node's view (scan, parked) as it would be after them (``_planned_paths``).
         self.dry_run = False
         self.planned: List[journal.Change] = []
+        self.overdue_hook: Optional[Callable[[], List[str]]] = None   # ops.confirm, set by ops.wiring
         self._planned_paths: Dict[str, Optional[str]] = {}   # path -> where its bytes are now (None: gone)
         self._check_layout()
 
@@ -308,9 +309,18 @@ class Node:
         dir, parked manifests and their metadata), as ``Host.prefetched`` wants them: over SSH
         they then cost one round trip instead of one each."""
         pending = self._identity_reads if self._identity_loader is not None else []
+        from cpctl.core import confirmations
         return pending + self.state.view_reads() + [self._local_api.read_call(),
             ("info", {}), ("lstat", {"path": self.manifests_dir}),
-            ("scan_dir", {"path": self.manifests_dir, "limit": manifests.MAX_MANIFEST_BYTES})]
+            ("scan_dir", {"path": self.manifests_dir, "limit": manifests.MAX_MANIFEST_BYTES}),
+            ("lstat", {"path": confirmations.directory(self.state)}),
+            ("scan_dir", {"path": confirmations.directory(self.state), "limit": confirmations.MAX_ARM_BYTES})]
+
+    def revert_overdue(self) -> List[str]:
+        """Revert unconfirmed changes past their deadline (``--confirm-within``) through the hook
+        ``ops.wiring`` sets, once per run; what it did, one line each."""
+        hook, self.overdue_hook = self.overdue_hook, None
+        return hook() if hook is not None and not self.dry_run else []
 
     def resolve(self, wanted: str, scan: DirScan, parked: Dict[str, Dict[str, Any]]) -> Tuple[list, list]:
         """(present manifests, parked file names) that ``wanted`` names."""
@@ -670,6 +680,8 @@ class _Session:
         self._lock: Any = None
 
     def __enter__(self) -> Node:
+        for message in self.node.revert_overdue():      # before the lock: the revert takes it itself
+            self.node.log(message)
         self.node.origin = self.what
         manifests.check_manifests_dir(self.node.host, self.node.manifests_dir)
         if self.node.dry_run:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Callable, Dict, List, Mapping, Optional, TypedDict
 
 from cpctl import catalogue
-from cpctl.core import manifests
+from cpctl.core import confirmations, manifests
 from cpctl.core.manifests import DirScan, Manifest
 from cpctl.core.node import Node
 from cpctl.core.state import JOURNAL
@@ -39,6 +39,7 @@ class Row(TypedDict, total=False):
     until: Optional[str]
     overdue: bool
     fix: str
+    unconfirmed: Dict[str, object]      # a change awaiting cpctl confirm: its deadline, by, action, revision
 
 
 class _Report(TypedDict):
@@ -61,6 +62,7 @@ def status(node: Node, wanted: Optional[List[str]] = None) -> Report:
     """Per component: file, running/parked/invalid, parking details, checksum, pod state."""
     stuck: List[str] = []
     with node.host.prefetched(node.view_reads() + [node.state.read_call(node.state.baseline_path)]):
+        overdue_first(node)
         if node.state.ensure(create=False) and journal_pending(node):
             try:
                 with node.session("cpctl status", changing=False):
@@ -74,8 +76,9 @@ def status(node: Node, wanted: Optional[List[str]] = None) -> Report:
         known = node.identity                      # read in the same round trip when deferred
         never = node.unverified(held=False)[1]     # one prefetched lstat when nothing is pending
         stale = node.local_api_parked(parked) or bool(node.local_api_down())
-    rows = [_present_row(m) for m in scan.manifests] + [_parked_row(f, meta) for f, meta in parked.items()]
-    rows += missing
+        rows = [_present_row(m) for m in scan.manifests] + [_parked_row(f, meta) for f, meta in parked.items()]
+        rows += missing
+        unconfirmed = _unconfirmed(node, rows)
     if wanted:
         rows = _filter_rows(node, rows, wanted, scan, parked)
     for row in rows:
@@ -87,7 +90,7 @@ def status(node: Node, wanted: Optional[List[str]] = None) -> Report:
                                stale_api=stale)
             observed = node.waiter.describe(target)
             row["observed"], row["pod_state"] = observed, pod_state(observed)
-    found = stuck + never + warnings(scan) + (["kubelet configuration: %s" % p for p in known.problems]
+    found = stuck + never + unconfirmed + warnings(scan) + (["kubelet configuration: %s" % p for p in known.problems]
                                               if known else [])
     data: Report = {"node": node.node_name, "manifests_dir": node.manifests_dir, "state_dir": node.state.path,
                     "components": rows, "warnings": found, "recovered": list(node.recovered)}
@@ -135,6 +138,31 @@ def pod_state(observed: Optional[Mapping[str, object]]) -> str:
     if not observed.get("present"):
         return "absent"
     return "running" if observed.get("ready") else "not-ready"
+
+
+def overdue_first(node: Node) -> None:
+    """Before a view: revert unconfirmed changes past their deadline (the node's hook, once; the
+    confirm dir's lstat is one of ``view_reads``; a revert's writes drop the prefetched answers)."""
+    if node.overdue_hook is not None and node.host.lstat(confirmations.directory(node.state)) is not None:
+        for message in node.revert_overdue():
+            node.log(message)
+
+
+def _unconfirmed(node: Node, rows: List[Row]) -> List[str]:
+    """Mark each row whose last change awaits ``cpctl confirm`` (``unconfirmed``: its deadline);
+    a confirm record that cannot be read is a warning line, never a dead view."""
+    try:
+        arms = confirmations.read_all(node.host, node.state) if node.state.ensure(create=False) else []
+    except CpctlError as exc:
+        return [exc.message]
+    by_file = {a.file: a for a in arms}
+    for row in rows:
+        arm = by_file.get(str(row.get("file") or ""))
+        if arm is not None and row.get("state") == "present":
+            row["unconfirmed"] = {"deadline": arm.deadline, "by": arm.by, "action": arm.action,
+                                  "revision": arm.revision, "timer": arm.timer}
+    return ["%s: unconfirmed, reverts at %s unless: cpctl confirm %s" % (a.component, a.deadline, a.component)
+            for a in arms]
 
 
 def _present_row(m: Manifest) -> Row:

@@ -1057,5 +1057,198 @@ def agent_main(stdin=None, stdout=None):
             unlock(path)
 
 
+# --- the node-side revert of an unconfirmed change (cpctl confirm, remote mode) -----------------
+# ``python3 <this file> revert-plan PLAN [--at EPOCH]``: nothing of cpctl is installed on a master,
+# so ``--confirm-within`` over SSH writes this file and a plan into the master's state dir, and a
+# transient systemd timer (or a detached process) runs it at the deadline. The plan holds the
+# journaled change cpctl itself built (the rollback to the revision before the armed change,
+# manifest and companion files, and the removal of the arm record); this applies it the way
+# cpctl.core.journal does - journal first, each step idempotent, dot-temp files renamed into place -
+# so a kill at any instant is finished or rolled back by the next cpctl run. Exit codes as cpctl's:
+# 0 reverted and verified (or nothing armed), 12 reverted but not verified, 10 another writer
+# replaced the armed version (nothing changed), 7 an environment error (the journal stays).
+
+def _plan_log(message, loud=False):
+    """One line to syslog (journald) and stderr: no terminal is left to tell."""
+    try:
+        import syslog
+        syslog.openlog("cpctl", syslog.LOG_PID, syslog.LOG_DAEMON)
+        syslog.syslog(syslog.LOG_ERR if loud else syslog.LOG_NOTICE, ("ERROR: " if loud else "") + message)
+    except Exception:  # noqa: BLE001 - logging never stops the revert
+        pass
+    sys.stderr.write("cpctl: %s%s\n" % ("ERROR: " if loud else "", message))
+    sys.stderr.flush()
+
+
+def _sha_of(path):
+    import hashlib
+    info = lstat(path)
+    if info is None or info["kind"] != "file":
+        return None
+    return hashlib.sha256(read_file(path, info["size"] + 1)).hexdigest()
+
+
+def _plan_apply(plan):
+    """Apply the plan's journaled change under the node lock: (exit code, message)."""
+    import json
+    entry = plan["entry"]
+    steps = entry["steps"]
+    armed = plan["armed"]
+    try:
+        with open(plan["arm"], "rb") as handle:
+            arm = json.loads(handle.read(1 << 16).decode("utf-8"))
+    except (OSError, ValueError):
+        arm = None
+    if lstat(plan["journal"]) is not None:
+        problem = _finish_arm(plan)
+        if problem:
+            return 7, problem
+        try:
+            with open(plan["arm"], "rb") as handle:
+                arm = json.loads(handle.read(1 << 16).decode("utf-8"))
+        except (OSError, ValueError):
+            arm = None
+    if not isinstance(arm, dict) or arm.get("op") != plan["op"]:
+        return 0, "nothing armed for %s any more (confirmed or reverted already)" % entry["component"]
+    commit = steps[entry["commit"]]
+    now = _sha_of(commit["path"])
+    if now != armed:
+        return 10, ("unconfirmed change of %s NOT reverted: %s no longer holds the armed version (another writer "
+                    "replaced it); it stays as it is" % (entry["component"], commit["path"]))
+    for step in steps:                       # the bytes each write replaces are still the expected ones
+        if step["kind"] == "write" and step.get("before") and _sha_of(step["path"]) != step["before"]:
+            return 10, "unconfirmed change of %s NOT reverted: %s changed since the arm" % (
+                entry["component"], step["path"])
+    for step in steps:                       # keep what each write replaces (for the journal's undo)
+        if step["kind"] == "write" and step.get("before"):
+            write_atomic(step["kept"], read_file(step["path"], 64 << 20))
+    entry = dict(entry, started=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), pid=os.getpid())
+    write_atomic(plan["journal"], (json.dumps(entry, indent=1, sort_keys=True) + "\n").encode("utf-8"))
+    for step in steps:
+        if step["kind"] == "write":
+            if _sha_of(step["path"]) != step["checksum"]:
+                write_atomic(step["path"], read_file(step["staged"], 64 << 20), step.get("mode", 0o600),
+                             step.get("uid"), step.get("gid"), expect=step.get("before") or "absent")
+        elif step["kind"] == "remove" and lstat(step["path"]) is not None:
+            unlink(step["kept"])
+            move(step["path"], step["kept"])
+    record = dict(plan["record"], time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), op=entry["op"])
+    append(plan["history"], (json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n").encode("utf-8"))
+    unlink(plan["journal"])
+    for step in steps:
+        for key in ("staged", "kept"):
+            if step.get(key):
+                unlink(step[key])
+    return 0, "reverted"
+
+
+def _finish_arm(plan):
+    """A journal is pending: when it is the arm of this very plan (cpctl killed right after writing
+    the arm, before its history record), finish it as cpctl's recovery would - the arm file holds its
+    bytes: record it; it does not: forget it. Anything else is cpctl's to recover: the reason."""
+    import json
+    import pwd
+    import socket
+    try:
+        with open(plan["journal"], "rb") as handle:
+            entry = json.loads(handle.read(1 << 20).decode("utf-8"))
+    except (OSError, ValueError):
+        entry = None
+    steps = entry.get("steps") if isinstance(entry, dict) else None
+    if not isinstance(entry, dict) or entry.get("action") != "armed" or entry.get("op") != plan["op"] + "-arm" \
+            or not isinstance(steps, list) or len(steps) != 1 or steps[0].get("path") != plan["arm"]:
+        return ("an interrupted cpctl change is pending (%s): the unconfirmed change of %s is NOT reverted; run any "
+                "cpctl command on this node (it finishes that change, then reverts)" % (plan["journal"],
+                                                                                       plan["entry"]["component"]))
+    try:                                     # its history record may be written already (as cpctl's recovery checks)
+        recorded = ('"op":"%s"' % entry["op"]).encode("utf-8") in read_tail(plan["history"], 256 << 10)
+    except OSError:
+        recorded = False
+    if _sha_of(plan["arm"]) == steps[0].get("checksum") and not recorded:
+        record = dict(entry.get("record") or {}, time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                      user=pwd.getpwuid(os.geteuid()).pw_name, host=socket.gethostname(), node=plan["verdict"]["node"],
+                      action="armed", component=entry.get("component"), file=entry.get("file"),
+                      checksum=entry.get("checksum"), op=entry["op"], recovered=True,
+                      origin="recovered by the node-side revert")
+        append(plan["history"], (json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n").encode("utf-8"))
+    unlink(plan["journal"])
+    if steps[0].get("staged"):
+        unlink(steps[0]["staged"])
+    return ""
+
+
+def _plan_verify(check):
+    """The reverted version is running: a container of the pod newer than those seen before (crictl,
+    when there) and its health endpoint answering 200, still so ``settle`` seconds later."""
+    deadline = time.time() + check["timeout"]
+    before = check.get("containers")
+    healthy_since = None
+    while time.time() < deadline:
+        fresh = True
+        if before is not None and check.get("crictl"):
+            seen = run([check["crictl"], "ps", "-q", "--label", "io.kubernetes.pod.name=" + check["pod"]], timeout=10)
+            ids = seen["stdout"].decode("utf-8", "replace").split() if seen["rc"] == 0 else []
+            fresh = any(i not in before for i in ids)
+        ok = False
+        if fresh and check.get("url"):
+            try:
+                ok = http("GET", check["url"], timeout=3.0, tls={"insecure": True}, limit=1 << 16)["status"] == 200
+            except Exception:  # noqa: BLE001 - not answering yet
+                ok = False
+        elif fresh:
+            ok = True
+        if ok:
+            healthy_since = healthy_since or time.time()
+            if time.time() - healthy_since >= check.get("settle", 5):
+                return True, "a new container runs and %s answers 200" % (check.get("url") or "crictl shows it")
+        else:
+            healthy_since = None
+        time.sleep(1)
+    return False, "no new healthy container within %ds (%s)" % (check["timeout"], check.get("url") or "crictl")
+
+
+def revert_plan_main(argv):
+    """``revert-plan PLAN [--at EPOCH]``: wait for the deadline, then revert (see above)."""
+    import json
+    with open(argv[0], "rb") as handle:
+        plan = json.loads(handle.read(64 << 20).decode("utf-8"))
+    if len(argv) > 2 and argv[1] == "--at":
+        while time.time() < float(argv[2]):
+            time.sleep(min(1.0, max(0.0, float(argv[2]) - time.time())))
+            if lstat(plan["arm"]) is None:
+                _plan_log("nothing armed for %s any more (confirmed)" % plan["entry"]["component"])
+                return 0
+    component = plan["entry"]["component"]
+    try:
+        lock(plan["lock"], 120, "pid %d (cpctl revert-plan %s)" % (os.getpid(), component))
+    except Exception as exc:  # noqa: BLE001 - LockBusy, or an I/O error
+        _plan_log("cannot revert the unconfirmed change of %s: the node lock: %s (exit 5)" % (component, exc), True)
+        return 5
+    try:
+        code, message = _plan_apply(plan)
+    except OSError as exc:
+        _plan_log("revert of the unconfirmed change of %s failed: %s; the journal (if written) is finished or rolled "
+                  "back by the next cpctl run (exit 7)" % (component, exc.strerror or exc), True)
+        return 7
+    finally:
+        unlock(plan["lock"])
+    if message != "reverted":
+        _plan_log("%s (exit %d)" % (message, code), code != 0)
+        return code
+    ok, why = _plan_verify(plan["verify"])
+    verdict = dict(plan["verdict"], time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), action="reverted",
+                   outcome="verified" if ok else "NOT healthy: " + why)
+    if ok:
+        _plan_log("unconfirmed change of %s reverted to revision %s: %s" % (component, plan["verdict"]["revision"],
+                                                                           why))
+    else:
+        _plan_log("unconfirmed change of %s reverted to revision %s, but the reverted version is NOT verified "
+                  "healthy: %s; act now (exit 12)" % (component, plan["verdict"]["revision"], why), True)
+    append(plan["history"], (json.dumps(verdict, sort_keys=True, separators=(",", ":")) + "\n").encode("utf-8"))
+    return 0 if ok else 12
+
+
 if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] == "revert-plan":
+        sys.exit(revert_plan_main(sys.argv[2:]))
     agent_main()

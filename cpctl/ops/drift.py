@@ -24,7 +24,7 @@ import json
 import time
 from typing import TYPE_CHECKING, Any, Optional
 
-from cpctl.core import flags, journal, manifests, outside
+from cpctl.core import flags, journal, manifests, outside, views
 from cpctl.core import kubeadmconfig as kc
 from cpctl.core.manifests import DirScan
 from cpctl.core.node import Node
@@ -58,6 +58,7 @@ KINDS = {
     "mirror_of_parked": "component parked but its mirror pod still exists",
     "interrupted": "a cpctl operation was interrupted (STATE/journal.json present)",
     "unverified": "a manifest change whose new pod was never verified (cpctl stopped during its wait)",
+    "unconfirmed": "a change made with --confirm-within awaits cpctl confirm: the node reverts it at its deadline",
     "permissions": "state dir is a symlink, group/world accessible or owned by someone else",
     "editor_swap": "an editor swap file: someone is editing a manifest or an editor crashed",
     "no_baseline": "no baseline recorded: missing/changed/unexpected checks skipped",
@@ -112,6 +113,7 @@ def how_to_fix(kind: str, file: Optional[str], component: Optional[str], extra: 
         "mirror_of_parked": "wait for the kubelet to drop it, else check the kubelet (journalctl -u kubelet)",
         "interrupted": "cpctl check --fix",
         "unverified": "cpctl start %s (waits for the pod and confirms the change) or cpctl rollback %s" % (name, name),
+        "unconfirmed": "cpctl confirm %s (keeps the change), or let it revert at its deadline" % name,
         "permissions": "chown root: %s && chmod 700 %s (a symlink: replace it with a directory)" % (file, file),
         "editor_swap": "finish the edit, or remove %s if the editor crashed" % file,
         "no_baseline": "cpctl baseline",
@@ -322,6 +324,7 @@ def check(node: Node, max_parked: Optional[float] = None, now: Optional[float] =
     now = time.time() if now is None else now
     reads = node.view_reads() + [node.state.read_call(p) for p in (node.state.journal_path, baseline_path(node))]
     with node.host.prefetched(reads + outside.view_reads(node)):
+        views.overdue_first(node)           # an unconfirmed change past its deadline reverts first
         report = Report(node.node_name, now)
         _check_permissions(report, node)
         _check_journal(report, node)
@@ -329,6 +332,7 @@ def check(node: Node, max_parked: Optional[float] = None, now: Optional[float] =
         baseline = read_baseline(node)
         _check_outside(report, node, scan, now)
         _check_unverified(report, node)        # one prefetched lstat when nothing is pending
+        _check_unconfirmed(report, node)
     _check_parked(report, parked, now, max_parked)
     _check_strays(report, scan, baseline, parked)
     if baseline is None:
@@ -444,6 +448,23 @@ def _check_journal(report: Report, node: Node) -> None:
                        "it back; cpctl check --fix does it now" % (entry.get("action"), entry.get("component"),
                                                                   entry.get("started"), entry.get("pid")),
                        file=entry.get("file"), component=entry.get("component")))
+
+
+def _check_unconfirmed(report: Report, node: Node) -> None:
+    """Changes armed with --confirm-within (``ops.confirm``): an info finding each, with the deadline
+    (the textfile metrics count them as ``kind="unconfirmed"``)."""
+    from cpctl.core import confirmations
+    if node.host.lstat(confirmations.directory(node.state)) is None:
+        return
+    try:
+        arms = confirmations.read_all(node.host, node.state)
+    except CpctlError as exc:
+        report.add(Finding("unconfirmed", WARNING, exc.message))
+        return
+    for arm in arms:
+        report.add(Finding("unconfirmed", INFO, "%s: unconfirmed, reverts at %s (%s by %s)" % (
+            arm.component, arm.deadline, arm.action, arm.by), file=arm.file, component=arm.component,
+            deadline=arm.deadline))
 
 
 def _check_unverified(report: Report, node: Node) -> None:

@@ -9,7 +9,7 @@ waiter is the one ``--probe`` names (``cpctl.probes.registry``), with the canary
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, List, Optional
 
 from cpctl.core import identity
 from cpctl.core.node import Node
@@ -25,10 +25,11 @@ if TYPE_CHECKING:
 
 def open_node(settings: Settings, host: Host, probe: Optional[str] = None,
               log: Optional[Callable[[str], None]] = None,
-              progress: Optional[Callable[[str], None]] = None) -> Node:
+              progress: Optional[Callable[[str], None]] = None, overdue: bool = True) -> Node:
     """The node on ``host`` as every command uses it: waiter configured (``probe`` overrides
-    ``settings.probe``), listeners attached. The node name and the manifests dir follow the
-    kubelet's own configuration unless given."""
+    ``settings.probe``), listeners attached, and (``overdue``) any unconfirmed change past its
+    deadline reverted before its first session or view (``ops.confirm``: a timer lost to a reboot).
+    The node name and the manifests dir follow the kubelet's own configuration unless given."""
     if settings.manifests_dir and settings.node_name:       # nothing waits for the kubelet's files
         node = Node(host, settings.manifests_dir, settings.state_dir, settings.node_name,
                     lock_timeout=settings.lock_timeout, log=log, kubeconfig=settings.kubeconfig)
@@ -50,6 +51,8 @@ def open_node(settings: Settings, host: Host, probe: Optional[str] = None,
         if isinstance(node.waiter, VerifyingWaiter):     # --probe none verifies nothing, no gate either
             node.waiter.add_gate(CanaryGate())
     node.listeners.append(baseline_listener(node))
+    if overdue:
+        node.overdue_hook = lambda: revert_overdue(node)
     return node
 
 
@@ -64,6 +67,16 @@ def make_waiter(kind: str, **options: Any) -> Waiter:
         raise CpctlError("unknown probe %r (one of %s)" % (kind, ", ".join(choices)), ExitCode.USAGE)
     from cpctl.probes.waiter import VerifyingWaiter
     return VerifyingWaiter(mode=kind, **options)
+
+
+def revert_overdue(node: Node) -> List[str]:
+    """Revert arms past their deadline (the node calls this once, before its first session or view;
+    ``ops.confirm`` is imported only when the node's confirm dir exists)."""
+    from cpctl.core import confirmations
+    if node.host.lstat(confirmations.directory(node.state)) is None:
+        return []
+    from cpctl.ops import confirm
+    return confirm.revert_overdue(node, confirm.syslog_writer())
 
 
 def baseline_listener(node: Node) -> Callable[[Change, bool], None]:

@@ -279,6 +279,36 @@ def hardening() -> Record:
     return {unit: {"show": show(unit), "security": security(unit)} for unit in (CHECK, WATCH)}
 
 
+CONFIRM_UNIT = "cpctl-confirm-kube-scheduler"
+CONFIRM_SANDBOX = ["ProtectSystem", "ProtectHome", "PrivateTmp", "NoNewPrivileges", "SystemCallFilter",
+                   "CapabilityBoundingSet", "ReadWritePaths", "Type", "ExecStart"]
+
+
+def confirm_revert() -> Record:
+    """``flags --confirm-within 5s``: the transient timer fires and its service reverts the change under
+    the shipped hardening; then an armed change that is confirmed stays and its timer is gone."""
+    manifest = MANIFESTS / MOVED
+    original = manifest.read_bytes()
+    after = cursor()
+    flags = [str(CPCTL), "--probe", "none", "-o", "json", "flags", "kube-scheduler", "--set", "v=4", "--force"]
+    result: Record = {"arm": run(flags + ["--confirm-within", "5s"])}
+    result["changed"] = manifest.read_bytes() != original
+    result["timer"] = show(CONFIRM_UNIT + ".timer", ["LoadState", "ActiveState"])
+    result["service"] = show(CONFIRM_UNIT + ".service", CONFIRM_SANDBOX)
+    result["reverted"] = bool(wait_for(lambda: manifest.read_bytes() == original, WAIT))
+    result["arm_left"] = wait_for(lambda: not (Path("/var/lib/cpctl/confirm") / (MOVED + ".json")).exists(), 10) is None
+    result["journal"] = settled_journal(CONFIRM_UNIT + ".service", after)
+    result["confirm_arm"] = run(flags + ["--confirm-within", "2m"])
+    result["confirm"] = run([str(CPCTL), "--probe", "none", "confirm", "kube-scheduler"])
+    time.sleep(1)
+    result["timer_after_confirm"] = show(CONFIRM_UNIT + ".timer", ["LoadState", "ActiveState"])
+    result["stays"] = manifest.read_bytes() != original
+    history = run([str(CPCTL), "-o", "json", "history", "kube-scheduler"])
+    result["history"] = [r.get("action") for r in json.loads(history["stdout"])["history"]] if history["rc"] == 0 \
+        else history
+    return result
+
+
 def whole_journal() -> Record:
     """Every entry about the cpctl units since boot: the test looks for denials in them."""
     run(["systemctl", "stop", WATCH])
@@ -309,6 +339,7 @@ def main(results_dir: Path) -> int:
     step("check_without_textfile_dir", check_without_textfile_dir)
     step("watch", watch)
     step("hardening", hardening)
+    step("confirm_revert", confirm_revert)
     step("journal", whole_journal)
     return 1 if results["errors"] else 0
 

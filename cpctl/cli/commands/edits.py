@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, 
 
 import click
 
+from cpctl.cli.commands.confirm import NodeAction, armed_text, confirm_options, guarded, parse_confirm
 from cpctl.cli.commands.lifecycle import check_reason, guarded_reason, reason_option
 from cpctl.cli.context import note, printable
 from cpctl.cli.fanout import execute
@@ -25,6 +26,7 @@ from cpctl.errors import CpctlError, ExitCode
 if TYPE_CHECKING:
     from cpctl.core.companions import Companion
     from cpctl.core.node import Node
+    from cpctl.ops.confirm import ConfirmOptions
 
 MAX_NEW_MANIFEST = 10 << 20
 NAME_MAX_LOCAL = 255       # bytes in one file name: the local copy's name is cut there
@@ -128,6 +130,22 @@ def _kept(node: Any, component: str, data: bytes, new: bytes, targets: List[Any]
     return keepin.plan(node, pod_name, data, new, change, targets, container)
 
 
+def _confirm(ctx: click.Context, within: Optional[str], check: Optional[str], reason: Optional[str], dry_run: bool,
+             parked: bool = False) -> Optional["ConfirmOptions"]:
+    """``--confirm-within``/``--confirm-check`` parsed (usage errors before anything is read)."""
+    if parked and within is not None:
+        raise CpctlError("--confirm-within goes with a change of the running manifest, not with --parked",
+                         ExitCode.USAGE)
+    return parse_confirm(ctx, within, check, reason, dry_run)
+
+
+def _guard(ctx: click.Context, component: str, action_name: str, action: NodeAction,
+           confirm: Optional["ConfirmOptions"], unguarded: bool) -> NodeAction:
+    """The node action refused while the component's last change awaits confirmation, and armed
+    with ``--confirm-within`` (a dry run or a --parked change: the action as it is)."""
+    return action if unguarded else guarded(ctx, component, action_name, action, confirm, False)
+
+
 def _show_diff(text: str) -> None:
     click.echo(printable(text, block=True), err=True)
 
@@ -165,10 +183,12 @@ def _read_new(source: str) -> bytes:
 @keep_in_option
 @with_file_option
 @_change_options
+@confirm_options
 @click.pass_context
 def apply(ctx: click.Context, component: str, source: str, parked: bool, keep_in: Tuple[str, ...],
           with_files: Tuple[str, ...], timeout: Optional[float], no_rollback: bool, dry_run: bool,
-          reason: Optional[str], keep_revisions: int, settle: float, force: bool) -> None:
+          reason: Optional[str], keep_revisions: int, settle: float, force: bool, confirm_within: Optional[str],
+          confirm_check: Optional[str]) -> None:
     """Replace COMPONENT's manifest with FILE, verify the new pod, roll back if it does not come up.
 
     Validates first (a pod the kubelet would run, same name, no duplicated flag, the files its flags
@@ -179,6 +199,7 @@ def apply(ctx: click.Context, component: str, source: str, parked: bool, keep_in
     from cpctl.ops import edits, keepin
     targets = _keep_targets(keep_in, parked)
     files = _companions(with_files, parked)
+    confirm = _confirm(ctx, confirm_within, confirm_check, reason, dry_run, parked)
     options = _options(ctx, component, timeout, no_rollback, dry_run, reason, keep_revisions, settle, force, parked)
     new = _read_new(source)
     where = "stdin" if source == "-" else source
@@ -192,7 +213,8 @@ def apply(ctx: click.Context, component: str, source: str, parked: bool, keep_in
         return keepin.run(node, keep, options, lambda how: edits.replace(node, component, new, where, "apply", how,
                                                                          expect=checksum(data), companions=files),
                           _show_diff)
-    execute(ctx, action, change_text, changing=not dry_run)
+    execute(ctx, _guard(ctx, component, "apply", action, confirm, dry_run or parked), armed_text(change_text),
+            changing=not dry_run)
 
 
 @click.command()
@@ -207,11 +229,12 @@ def apply(ctx: click.Context, component: str, source: str, parked: bool, keep_in
 @keep_in_option
 @with_file_option
 @_change_options
+@confirm_options
 @click.pass_context
 def flags(ctx: click.Context, component: str, sets: Tuple[str, ...], unsets: Tuple[str, ...], container: Optional[str],
           mount: bool, parked: bool, keep_in: Tuple[str, ...], with_files: Tuple[str, ...], timeout: Optional[float],
           no_rollback: bool, dry_run: bool, reason: Optional[str], keep_revisions: int, settle: float,
-          force: bool) -> None:
+          force: bool, confirm_within: Optional[str], confirm_check: Optional[str]) -> None:
     """Set or remove --NAME=VALUE flags of COMPONENT's container, then apply like `cpctl apply`.
 
     Without --set/--unset: list the container's flags (of the parked copy when it is parked). The
@@ -222,13 +245,15 @@ def flags(ctx: click.Context, component: str, sets: Tuple[str, ...], unsets: Tup
     from cpctl.ops import edits, keepin
     targets = _keep_targets(keep_in, parked)
     if not sets and not unsets:
-        if targets or with_files or mount:
-            raise CpctlError("--keep-in, --with-file and --mount need --set or --unset", ExitCode.USAGE)
+        if targets or with_files or mount or confirm_within or confirm_check:
+            raise CpctlError("--keep-in, --with-file, --mount and --confirm-within need --set or --unset",
+                             ExitCode.USAGE)
         _list_flags(ctx, component, container, parked)
         return
     wanted = [flagtools.parse_assignment(s) for s in sets]
     removed = [flagtools.parse_name(u) for u in unsets]
     files = _companions(with_files, parked)
+    confirm = _confirm(ctx, confirm_within, confirm_check, reason, dry_run, parked)
     options = _options(ctx, component, timeout, no_rollback, dry_run, reason, keep_revisions, settle, force, parked)
 
     def action(node: Any) -> Dict[str, Any]:
@@ -243,7 +268,8 @@ def flags(ctx: click.Context, component: str, sets: Tuple[str, ...], unsets: Tup
             node, component, new, "flags", "flags", how, {"flags": said}, expect=checksum(data),
             companions=files), _show_diff)
         return dict(result, flags=said)
-    execute(ctx, action, change_text, changing=not dry_run)
+    execute(ctx, _guard(ctx, component, "flags", action, confirm, dry_run or parked), armed_text(change_text),
+            changing=not dry_run)
 
 
 def _list_flags(ctx: click.Context, component: str, container: Optional[str], parked: bool) -> None:
@@ -280,11 +306,14 @@ def _list_flags(ctx: click.Context, component: str, container: Optional[str], pa
               help="The revision to go back to (default: the newest earlier one that did not fail); one "
                    "marked failed needs --force.")
 @_change_options
+@confirm_options
 @click.pass_context
 def rollback(ctx: click.Context, component: str, to: Optional[int], timeout: Optional[float], no_rollback: bool,
-             dry_run: bool, reason: Optional[str], keep_revisions: int, settle: float, force: bool) -> None:
+             dry_run: bool, reason: Optional[str], keep_revisions: int, settle: float, force: bool,
+             confirm_within: Optional[str], confirm_check: Optional[str]) -> None:
     """Put a kept revision of COMPONENT's manifest back: an apply of its bytes (verified, rolled back)."""
     from cpctl.ops import edits
+    confirm = _confirm(ctx, confirm_within, confirm_check, reason, dry_run)
     options = _options(ctx, component, timeout, no_rollback, dry_run, reason, keep_revisions, settle, force)
 
     def action(node: Any) -> Dict[str, Any]:
@@ -292,7 +321,8 @@ def rollback(ctx: click.Context, component: str, to: Optional[int], timeout: Opt
         return edits.replace(node, component, data, "revision %d" % revision.number, "rollback", options,
                              {"to_revision": revision.number}, expect=expect,
                              companions=edits.rollback_companions(node, revision))
-    execute(ctx, action, change_text, changing=not dry_run)
+    execute(ctx, _guard(ctx, component, "rollback", action, confirm, dry_run), armed_text(change_text),
+            changing=not dry_run)
 
 
 @click.command()
@@ -392,10 +422,12 @@ EDITOR_GRACE = 5.0              # seconds between SIGTERM and SIGKILL for an edi
 @keep_in_option
 @with_file_option
 @_change_options
+@confirm_options
 @click.pass_context
 def edit(ctx: click.Context, component: str, yes: bool, editor_timeout: float, parked: bool,
          keep_in: Tuple[str, ...], with_files: Tuple[str, ...], timeout: Optional[float], no_rollback: bool,
-         dry_run: bool, reason: Optional[str], keep_revisions: int, settle: float, force: bool) -> None:
+         dry_run: bool, reason: Optional[str], keep_revisions: int, settle: float, force: bool,
+         confirm_within: Optional[str], confirm_check: Optional[str]) -> None:
     """Edit COMPONENT's manifest in $VISUAL/$EDITOR on a private copy, then apply it like `cpctl apply`.
 
     The copy lives outside the manifests dir (no swap or backup file can land there). On a
@@ -407,14 +439,15 @@ def edit(ctx: click.Context, component: str, yes: bool, editor_timeout: float, p
     """
     targets = _keep_targets(keep_in, parked)
     files = _companions(with_files, parked)
+    confirm = _confirm(ctx, confirm_within, confirm_check, reason, dry_run, parked)
     options = _options(ctx, component, timeout, no_rollback, dry_run, reason, keep_revisions, settle, force, parked)
     tty = sys.stdin.isatty()
     if not yes and not dry_run and not tty:
         raise CpctlError("cpctl edit asks before it applies: without a terminal, pass --yes", ExitCode.USAGE)
     rounds = EDIT_ROUNDS if tty else 1
-    execute(ctx, lambda node: _edit_node(node, component, options, yes, targets, files, rounds, editor_timeout),
-            change_text,
-            changing=not dry_run)
+    execute(ctx, _guard(ctx, component, "edit", lambda node: _edit_node(node, component, options, yes, targets,
+                                                                        files, rounds, editor_timeout),
+                        confirm, dry_run or parked), armed_text(change_text), changing=not dry_run)
 
 
 def _edit_node(node: "Node", component: str, options: Any, yes: bool, targets: Optional[List[Any]] = None,

@@ -1,0 +1,443 @@
+"""Commit-confirmed changes: arm a revert on the node, confirm it, or let it revert.
+
+``apply``/``edit``/``flags``/``rollback --confirm-within D`` first make the change as always
+(validated, written, verified, rolled back on failure). Then :func:`arm`:
+
+1. starts a node-side timer that runs ``cpctl revert-unconfirmed COMPONENT --op OP`` at the
+   deadline: a transient systemd timer (``systemd-run --on-active``, unit ``cpctl-confirm-<component>``,
+   the shipped units' hardening) when systemd is PID 1, else a detached process (its own session,
+   reparented to init when cpctl exits) whose pid is recorded;
+2. records the arm in the state dir through the journal (history ``armed``).
+
+The timer comes first: a cpctl killed in between leaves a timer that finds no arm and does nothing
+(the change then stands unarmed, as a plain change); once the arm is recorded, a revert happens
+even if cpctl, its terminal or its SSH session die: by the timer, or - when the timer was lost (a
+reboot drops transient units) - by the next cpctl command that opens the node
+(:func:`revert_overdue`; the shipped ``cpctl-check.timer`` runs one every 5 minutes).
+
+:func:`confirm` stops the timer and removes the arm (history ``confirmed``). :func:`revert` puts
+the arm's revision back - manifest and companion files - through the one change path and the
+normal verification (no automatic roll-forward: a revert that does not become healthy is left in
+place and reported, exit 12) and removes the arm (history ``reverted``). It reverts only the bytes
+it armed: when another writer replaced them it refuses (exit 10) and drops the arm; when the
+revision is no longer kept it refuses (exit 4), nothing changed. What it did goes to the node's log
+(syslog/journald) since no terminal may be left.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import time
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from cpctl.core import confirmations, journal, manifests, revisions
+from cpctl.core.confirmations import Arm
+from cpctl.core.node import Node
+from cpctl.core.replace import replace_change, revisions_of
+from cpctl.core.state import user_label
+from cpctl.errors import CpctlError, ExitCode
+from cpctl.ops import edits
+from cpctl.timeutil import iso
+
+SYSTEMD_DIR = "/run/systemd/system"       # exists when systemd is PID 1 (sd_booted)
+TIMER_ENV = "CPCTL_CONFIRM_TIMER"         # force "systemd" or "process" (tests, odd init systems)
+CHECK_POLL = 1.0
+UNIT_PREFIX = "cpctl-confirm-"
+
+
+@dataclass
+class ConfirmOptions:
+    """``--confirm-within`` (seconds) and ``--confirm-check``."""
+
+    within: int
+    check: str = ""
+    reason: Optional[str] = None
+
+
+@dataclass
+class Launcher:
+    """How the node-side revert is started: ``command`` is cpctl with the node's global options
+    (``revert-unconfirmed COMPONENT --op OP`` is appended), ``hardening`` the shipped units'
+    sandbox lines (``Name=value``) for the transient systemd unit."""
+
+    command: List[str]
+    hardening: Sequence[str] = ()
+    remote: bool = False             # the node is a master over SSH: no cpctl there (``_start_remote``)
+
+
+def unit_name(component: str) -> str:
+    return UNIT_PREFIX + component
+
+
+# --- before the change --------------------------------------------------------------------------
+def refuse_armed(node: Node, component: str, action: str) -> None:
+    """Refuse (exit 4, nothing changed) a change of a component whose last change awaits its
+    confirmation: two arms, or a change under an arm, would make the revert undo the wrong one."""
+    manifest = edits.current(node, component, action)
+    arm = confirmations.read(node.host, node.state, manifest.file) if node.state.ensure(create=False) else None
+    if arm is not None:
+        raise CpctlError("%s has an unconfirmed change (%s by %s, reverts at %s): confirm it first (cpctl confirm %s) "
+                         "or let it revert; nothing changed" % (arm.component, arm.action, arm.by, arm.deadline,
+                                                               arm.component), ExitCode.REFUSED)
+
+
+# --- arm ----------------------------------------------------------------------------------------
+def arm(node: Node, result: Mapping[str, object], options: ConfirmOptions, launcher: Launcher) -> Dict[str, object]:
+    """After a verified change (``result`` of ``edits.replace``): start the node-side timer, then
+    record the arm through the journal. A change that changed nothing, or a dry run, is not armed."""
+    if not result.get("changed") or result.get("dry_run") or result.get("parked"):
+        return dict(result, confirm={"armed": False})
+    component, filename = str(result["component"]), str(result["file"])
+    with node.session("cpctl arm %s" % component):
+        manifest = edits.current(node, component, "apply")
+        if manifest.checksum != result.get("checksum"):
+            raise CpctlError("%s changed again before cpctl could arm its revert (another writer): NOT armed; the "
+                             "change stands" % manifest.path, ExitCode.CONFLICT)
+        number = int(str(result["revision"]))
+        _kept_revision(node, filename, number, str(result.get("previous")))
+        if confirmations.read(node.host, node.state, filename) is not None:
+            raise CpctlError("%s has an unconfirmed change already: NOT armed" % component, ExitCode.REFUSED)
+        op = secrets.token_hex(8)
+        deadline = int(time.time()) + options.within
+        who = node.who()
+        armed = Arm(op, component, filename, str(result["checksum"]), str(result["previous"]), number,
+                    str(result.get("action")), iso(), iso(deadline), user_label(node.host), str(who.get("hostname")),
+                    node.node_name, options.reason, "none", check=options.check)
+        armed.timer, armed.unit, armed.pid = _start_timer(node, armed, deadline, launcher)
+        try:
+            node.host.makedirs(confirmations.directory(node.state), 0o700)
+            node.apply(confirmations.arm_change(node.state, armed))
+        except BaseException:
+            _stop_timer(node, armed)
+            raise
+    return dict(result, confirm=dict(armed.to_dict(), armed=True))
+
+
+def _kept_revision(node: Node, filename: str, number: int, previous: str) -> revisions.Revision:
+    """The revision an arm (or its revert) goes back to, present and matching; else REFUSED."""
+    found = next((r for r in revisions_of(node).list(filename) if r.number == number), None)
+    if found is None or found.checksum != previous:
+        raise CpctlError("revision %d of %s (the version before the armed change) is no longer in the revision store "
+                         "(%s): it cannot be reverted to; nothing changed" % (number, filename,
+                                                                              revisions_of(node).path),
+                         ExitCode.REFUSED)
+    return found
+
+
+def timer_kind() -> str:
+    """``systemd`` when systemd is PID 1 and systemd-run can be used, else ``process``."""
+    forced = os.environ.get(TIMER_ENV, "")
+    if forced in ("systemd", "process"):
+        return forced
+    return "systemd" if os.path.isdir(SYSTEMD_DIR) and os.geteuid() == 0 else "process"
+
+
+def _start_timer(node: Node, armed: Arm, deadline: int, launcher: Launcher) -> Tuple[str, str, int]:
+    """(timer kind, unit, pid) of the node-side revert just started for ``armed``."""
+    if launcher.remote:
+        return _start_remote(node, armed, deadline, launcher)
+    argv = launcher.command + ["revert-unconfirmed", armed.component, "--op", armed.op]
+    if timer_kind() == "systemd":
+        unit = unit_name(armed.component)
+        seconds = max(1, deadline - int(time.time()))
+        _systemd_run(node, armed, seconds, unit, argv, launcher)
+        return "systemd", unit, 0
+    log = confirmations.directory(node.state) + "/" + armed.file + ".log"
+    node.host.makedirs(confirmations.directory(node.state), 0o700)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        child = subprocess.Popen(argv + ["--at", str(deadline)], stdin=subprocess.DEVNULL, stdout=fd, stderr=fd,
+                                 start_new_session=True, close_fds=True, cwd="/")
+    finally:
+        os.close(fd)
+    return "process", "", child.pid
+
+
+def _systemd_run(node: Node, armed: Arm, seconds: int, unit: str, argv: List[str], launcher: Launcher) -> None:
+    """The transient timer + oneshot service ``unit`` running ``argv`` in ``seconds``, sandboxed like
+    the shipped units, writable: the manifests dir, the state dir, the companion files' dirs."""
+    writable = sorted({node.manifests_dir, node.state.path} | {os.path.dirname(c) for c in _companion_paths(
+        node, armed)})
+    command = ["systemd-run", "--quiet", "--collect", "--unit=" + unit, "--on-active=%ds" % seconds,
+               "--timer-property=AccuracySec=1s",
+               "--description=cpctl: revert %s unless confirmed" % armed.component,
+               "-p", "Type=oneshot", "-p", "ReadWritePaths=" + " ".join(writable)]
+    for line in launcher.hardening:
+        command += ["-p", line]
+    proc = node.host.run(command + ["--"] + argv, timeout=30.0)
+    if proc.rc != 0:
+        raise CpctlError("cannot arm the revert of %s: systemd-run failed: %s; the change stands, NOT armed (undo "
+                         "it with cpctl rollback %s)" % (armed.component, _text(proc.stderr), armed.component),
+                         ExitCode.ENVIRONMENT)
+
+
+def _plan_base(node: Node, armed: Arm) -> str:
+    return "%s/%s.%s" % (confirmations.directory(node.state), armed.file, armed.op)
+
+
+def _start_remote(node: Node, armed: Arm, deadline: int, launcher: Launcher) -> Tuple[str, str, int]:
+    """A master reached over SSH has no cpctl: write the stdlib agent and a self-contained revert
+    plan into its state dir, and have a transient systemd timer (systemd is PID 1 there and the agent
+    runs as root) or a detached process (``setsid``, pid recorded) run ``python3 AGENT revert-plan
+    PLAN`` at the deadline (``cpctl.host.ops.revert_plan_main``)."""
+    import json
+
+    from cpctl.host.agent import agent_source
+    base = _plan_base(node, armed)
+    node.host.makedirs(confirmations.directory(node.state), 0o700)
+    plan = _plan(node, armed, base)
+    node.host.write_atomic(base + ".agent.py", agent_source())
+    node.host.write_atomic(base + ".plan", (json.dumps(plan, sort_keys=True) + "\n").encode("utf-8"))
+    found = node.host.run(["sh", "-c", "command -v python3"], timeout=10.0)
+    python = found.stdout.decode("utf-8", "replace").strip() or "/usr/bin/python3"
+    argv = [python, base + ".agent.py", "revert-plan", base + ".plan"]
+    systemd = node.host.lstat(SYSTEMD_DIR) is not None and node.host.info().get("euid") == 0
+    forced = os.environ.get(TIMER_ENV, "")
+    if (forced or ("systemd" if systemd else "process")) == "systemd":
+        unit = unit_name(armed.component)
+        _systemd_run(node, armed, max(1, deadline - int(time.time())), unit, argv, launcher)
+        return "systemd", unit, 0
+    log = confirmations.directory(node.state) + "/" + armed.file + ".log"
+    started = node.host.run(["sh", "-c", 'setsid "$0" "$@" </dev/null >>"$CPCTL_CONFIRM_LOG" 2>&1 & echo $!']
+                            + argv + ["--at", str(deadline)], timeout=30.0, env={"CPCTL_CONFIRM_LOG": log})
+    pid = started.stdout.decode("ascii", "replace").strip()
+    if started.rc != 0 or not pid.isdigit():
+        raise CpctlError("cannot arm the revert of %s on %s: %s; the change stands, NOT armed" % (
+            armed.component, node.node_name, _text(started.stderr)), ExitCode.ENVIRONMENT)
+    return "process", "", int(pid)
+
+
+def _plan(node: Node, armed: Arm, base: str) -> Dict[str, object]:
+    """The journaled change that reverts ``armed`` - built by cpctl's own ``replace_change`` now,
+    its new bytes staged next to the plan - plus what the node checks and records (``host.ops``)."""
+    from cpctl.probes import health
+    revision = _kept_revision(node, armed.file, armed.revision, armed.previous)
+    previous = revisions_of(node).read(revision)
+    manifest = edits.current(node, armed.component, "rollback")
+    why = "not confirmed by %s (node-side revert)" % armed.deadline
+    record = {"to_revision": armed.revision, "unconfirmed": True, "automatic": True, "armed_op": armed.op}
+    change, _ = replace_change(node, manifest, previous, "rollback", why, revisions.DEFAULT_KEEP, record,
+                               companions=edits.rollback_companions(node, revision))
+    change.steps.append(journal.remove(confirmations.path_of(node.state, armed.file)))
+    for index, step in enumerate(change.steps):
+        if step.kind == journal.WRITE:
+            step.staged = "%s.%d.new" % (base, index)
+            node.host.write_atomic(step.staged, change.data[index])
+            step.kept = "%s.%d.old" % (base, index) if step.before else ""
+        elif step.kind == journal.REMOVE:
+            step.kept = "%s.%d.removed" % (base, index)
+    who = node.who()
+    origin = "cpctl revert-unconfirmed %s (node-side plan, armed by %s)" % (armed.component, armed.by)
+    history = {"user": "root", "host": str(who.get("hostname")), "node": node.node_name, "action": change.action,
+               "component": change.component, "file": change.file, "checksum": change.checksum, "origin": origin}
+    history.update({k: v for k, v in change.record.items() if v is not None})
+    target = node.target_for(manifests.parse_pod(previous), manifest.file)
+    seen = node.host.run([node.crictl, "ps", "-q", "--label", "io.kubernetes.pod.name=" + target.mirror_name],
+                         timeout=10.0)
+    containers = seen.stdout.decode("utf-8", "replace").split() if seen.rc == 0 else None
+    verify = {"url": health.health_url(target) or "", "crictl": node.crictl if containers is not None else "",
+              "pod": target.mirror_name, "containers": containers,
+              "timeout": int(edits.wait_limit(edits.ApplyOptions(), target.pod)), "settle": 5}
+    verdict = {"user": "root", "host": str(who.get("hostname")), "node": node.node_name, "component": armed.component,
+               "file": armed.file, "checksum": armed.previous, "revision": armed.revision, "reason": why,
+               "armed_op": armed.op, "origin": origin}
+    entry = {"version": journal.JOURNAL_VERSION, "op": change.op, "action": change.action,
+             "component": change.component, "file": change.file, "checksum": change.checksum,
+             "commit": change.commit, "steps": [s.to_wire() for s in change.steps], "record": change.record,
+             "started": "", "pid": 0, "companions": list(change.companions)}
+    return {"version": 1, "op": armed.op, "armed": armed.checksum, "arm": confirmations.path_of(node.state, armed.file),
+            "lock": node.state.path + "/lock", "journal": node.state.journal_path, "history": node.state.history_path,
+            "entry": entry, "record": history, "verdict": verdict, "verify": verify}
+
+
+def _companion_paths(node: Node, armed: Arm) -> List[str]:
+    """The node paths of the companion files the revert may write (those the change recorded)."""
+    found = next((r for r in revisions_of(node).list(armed.file) if r.number == armed.revision), None)
+    return [c["path"] for c in found.companions] if found else []
+
+
+def _text(data: object) -> str:
+    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
+    return " ".join(text.split())[:300] or "no output"
+
+
+def _stop_timer(node: Node, armed: Arm) -> None:
+    """Stop the node-side revert of ``armed`` and drop its plan files, if any (best effort: a timer
+    that fires later finds no arm and does nothing)."""
+    if armed.timer == "systemd" and armed.unit:
+        node.host.run(["systemctl", "stop", armed.unit + ".timer"], timeout=30.0)
+    elif armed.timer == "process" and armed.pid > 1 and _is_our_process(node, armed):
+        node.host.run(["kill", "-TERM", str(armed.pid)], timeout=10.0)
+    prefix = "%s.%s." % (armed.file, armed.op)
+    try:
+        for name in node.host.listdir(confirmations.directory(node.state)):
+            if name.startswith(prefix):
+                node.host.unlink(confirmations.directory(node.state) + "/" + name)
+    except OSError:
+        pass
+
+
+def _is_our_process(node: Node, armed: Arm) -> bool:
+    """The pid still runs cpctl's revert of this very arm (its command line names the op or plan)."""
+    try:
+        cmdline = node.host.read_file("/proc/%d/cmdline" % armed.pid, 1 << 16)
+    except OSError:
+        return False
+    return any(armed.op.encode() in part for part in cmdline.split(b"\0"))
+
+
+# --- confirm ------------------------------------------------------------------------------------
+def confirm(node: Node, wanted: Optional[str], why: Optional[str] = None) -> Dict[str, object]:
+    """Disarm ``wanted`` (a component; None: every arm of the node): timer stopped, arm removed
+    (history ``confirmed``). Nothing armed for a named component: NOT_FOUND (exit 3)."""
+    with node.session("cpctl confirm %s" % (wanted or "--all"), changing=False):
+        arms = confirmations.read_all(node.host, node.state)
+        chosen = arms if wanted is None else [a for a in arms if _matches(node, a, wanted)]
+        if wanted is not None and not chosen:
+            raise CpctlError("%s has no unconfirmed change (nothing armed; cpctl history %s shows whether it was "
+                             "confirmed or reverted)" % (wanted, wanted), ExitCode.NOT_FOUND)
+        done = []
+        for armed in chosen:
+            node.apply(confirmations.disarm_change(node.state, armed, "confirmed", why or "confirmed by the operator"))
+            _stop_timer(node, armed)
+            done.append(armed.component)
+    message = "confirmed: %s" % ", ".join(done) if done else "nothing armed"
+    return {"node": node.node_name, "changed": bool(done), "confirmed": done, "message": message}
+
+
+def _matches(node: Node, armed: Arm, wanted: str) -> bool:
+    """``wanted`` names the armed component: its name, file, file stem or catalogue alias."""
+    if wanted in (armed.component, armed.file, armed.file.rsplit(".", 1)[0]):
+        return True
+    from cpctl import catalogue
+    return catalogue.canonical(wanted) == armed.component
+
+
+# --- revert -------------------------------------------------------------------------------------
+def revert(node: Node, wanted: str, why: str, op: str = "", log: Optional[Callable[[str, bool], None]] = None,
+           stop_timer: bool = True) -> Dict[str, object]:
+    """Revert the armed change of ``wanted`` now (see the module). ``op``: only that arm (the
+    timer's own run: an arm confirmed and re-armed since is left alone)."""
+    with node.session("cpctl revert-unconfirmed %s" % wanted):
+        armed = next((a for a in confirmations.read_all(node.host, node.state) if _matches(node, a, wanted)), None)
+        if armed is None or (op and armed.op != op):
+            return {"node": node.node_name, "component": wanted, "changed": False, "reverted": False,
+                    "message": "nothing armed for %s (confirmed or reverted already)" % wanted}
+        if stop_timer:
+            _stop_timer(node, armed)
+        return _revert_locked(node, armed, why, log or (lambda message, loud: None))
+
+
+def _revert_locked(node: Node, armed: Arm, why: str, log: Callable[[str, bool], None]) -> Dict[str, object]:
+    name = armed.component
+    now = node.checksum_of(node.manifests_dir + "/" + armed.file)
+    done = {"node": node.node_name, "component": name, "file": armed.file, "revision": armed.revision}
+    if now == armed.previous:          # an interrupted revert had put it back: finish the bookkeeping
+        node.apply(confirmations.disarm_change(node.state, armed, "reverted", why, outcome="already in place"))
+        return dict(done, changed=False, reverted=True, message="%s was already back at revision %d" % (name,
+                                                                                                     armed.revision))
+    if now != armed.checksum:
+        _drop(node, armed, "not reverted: another writer replaced the armed version")
+        raise _loud(log, CpctlError(
+            "unconfirmed change of %s NOT reverted: %s no longer holds the armed version (another writer replaced it); "
+            "it stays as it is, the arm is dropped" % (name, armed.file), ExitCode.CONFLICT))
+    try:
+        revision = _kept_revision(node, armed.file, armed.revision, armed.previous)
+        data = revisions_of(node).read(revision)
+        companions = edits.rollback_companions(node, revision)
+    except CpctlError as exc:
+        _drop(node, armed, "not reverted: %s" % exc.message)
+        raise _loud(log, CpctlError("unconfirmed change of %s NOT reverted: %s" % (name, exc.message),
+                                    exc.code)) from None
+    manifest = edits.current(node, name, "rollback")
+    options = edits.ApplyOptions(rollback=False, reason=why, force=True)
+    record = {"to_revision": armed.revision, "unconfirmed": True, "automatic": True, "armed_op": armed.op}
+    try:
+        result = edits._replace_locked(node, manifest, data, "revision %d" % armed.revision, "rollback", options,
+                                       record, companions)
+    except CpctlError as exc:
+        if exc.code in (ExitCode.CONFLICT, ExitCode.REFUSED, ExitCode.ENVIRONMENT) and \
+                node.checksum_of(manifest.path) == armed.checksum:
+            _drop(node, armed, "not reverted: %s" % exc.message)
+            raise _loud(log, CpctlError("unconfirmed change of %s NOT reverted: %s" % (name, exc.message),
+                                        exc.code)) from None
+        node.apply(confirmations.disarm_change(node.state, armed, "reverted", why, outcome="NOT healthy: %s"
+                                               % exc.message))
+        raise _loud(log, CpctlError("unconfirmed change of %s reverted to revision %d, but the reverted version is NOT "
+                                    "verified healthy: %s; act now" % (name, armed.revision, exc.message),
+                                    ExitCode.ROLLBACK_FAILED)) from None
+    node.apply(confirmations.disarm_change(node.state, armed, "reverted", why, outcome="verified"))
+    message = "unconfirmed change of %s reverted to revision %d (%s): %s" % (name, armed.revision, why,
+                                                                          result.get("message"))
+    log(message, False)
+    return dict(result, **done, changed=True, reverted=True, message=message)
+
+
+def _drop(node: Node, armed: Arm, why: str) -> None:
+    node.apply(confirmations.disarm_change(node.state, armed, "dropped", why))
+
+
+def _loud(log: Callable[[str, bool], None], exc: CpctlError) -> CpctlError:
+    log(exc.message, True)
+    return exc
+
+
+def revert_overdue(node: Node, log: Callable[[str, bool], None]) -> List[str]:
+    """Revert every arm past its deadline (a timer lost to a reboot, a process killed): what the
+    next cpctl command on the node does first. Returns one line per arm handled; a failed revert is
+    a line too (the command that noticed it goes on)."""
+    if node.dry_run or not node.state.ensure(create=False):
+        return []
+    try:
+        arms = [a for a in confirmations.read_all(node.host, node.state) if a.overdue(time.time())]
+    except CpctlError as exc:
+        return [exc.message]
+    lines = []
+    for armed in arms:
+        try:
+            lines.append(str(revert(node, armed.component, "not confirmed by %s (overdue, noticed by cpctl)"
+                                    % armed.deadline, op=armed.op, log=log)["message"]))
+        except CpctlError as exc:
+            lines.append(exc.message)
+    return lines
+
+
+# --- the node side: the timer's run, and --confirm-check ---------------------------------------
+def wait_until(node: Node, component: str, op: str, at: float) -> bool:
+    """Sleep until ``at`` (the fallback process's timer); False when the arm went away meanwhile
+    (confirmed: nothing to do)."""
+    while time.time() < at:
+        time.sleep(min(CHECK_POLL, max(0.0, at - time.time())))
+        arm_now = next((a for a in confirmations.read_all(node.host, node.state) if a.op == op), None)
+        if arm_now is None:
+            return False
+    return True
+
+
+def run_check(node: Node, armed: Mapping[str, object], options: ConfirmOptions) -> Tuple[bool, str]:
+    """Run ``--confirm-check`` on the node (``sh -c``), bounded by the arm's deadline: (passed, why)."""
+    from cpctl.timeutil import parse_iso
+    left = max(1.0, parse_iso(str(armed["deadline"])) - time.time())
+    try:
+        proc = node.host.run(["sh", "-c", options.check], timeout=left)
+    except (OSError, CpctlError) as exc:
+        return False, "--confirm-check could not run: %s" % getattr(exc, "message", exc)
+    if proc.rc == 0:
+        return True, "--confirm-check %r succeeded" % options.check
+    return False, "--confirm-check %r failed (exit %s): %s" % (options.check, proc.rc,
+                                                               _text(proc.stderr or proc.stdout))
+
+
+def syslog_writer(tag: str = "cpctl") -> Callable[[str, bool], None]:
+    """A logger to the node's syslog/journald, where no terminal is left (the command's own
+    result or error line goes to its stdout/stderr as always: the journal of a systemd unit, the
+    ``STATE/confirm/<file>.log`` of the fallback process)."""
+    import syslog
+    syslog.openlog(tag, syslog.LOG_PID, syslog.LOG_DAEMON)
+
+    def write(message: str, loud: bool) -> None:
+        syslog.syslog(syslog.LOG_ERR if loud else syslog.LOG_NOTICE, ("ERROR: " if loud else "") + message)
+    return write

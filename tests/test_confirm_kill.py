@@ -1,0 +1,136 @@
+"""SIGKILL before every host call of the commit-confirmed steps (issue #25): arm, confirm, revert.
+
+As in tests/test_core_kill.py, each step runs in a forked child on a ``MockHost`` that kills the
+process just before its Nth host call, for every N. The next cpctl command must find the arm record
+and the history in step (armed or not; confirmed or not), and a revert killed anywhere must end -
+once the timer's run comes again - with the previous version in place, no arm left, and exactly one
+revert on record.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+from typing import Any, Callable, Dict, List, Tuple
+
+import pytest
+
+from cpctl.core import confirmations, views
+from cpctl.core.confirmations import Arm
+from cpctl.core.settings import Settings
+from cpctl.host.local import LocalHost
+from cpctl.host.mock import Fault, MockHost
+from cpctl.ops import confirm, edits
+from cpctl.ops.wiring import open_node
+from cpctl.timeutil import iso
+from tests.coreutil import MANIFESTS, NODE, NodeDirs, sha
+
+SCHEDULER = MANIFESTS["kube-scheduler.yaml"]
+NEW_SCHEDULER = SCHEDULER.replace(b"    - --leader-elect=true\n", b"    - --leader-elect=true\n    - --v=4\n")
+OPTIONS = edits.ApplyOptions(timeout=1, settle=0)
+
+
+def _arm_of(node: Any) -> Arm:
+    """The arm an ``apply --confirm-within 1h`` of NEW_SCHEDULER records (timer: none)."""
+    return Arm("0123456789abcdef", "kube-scheduler", "kube-scheduler.yaml", sha(NEW_SCHEDULER), sha(SCHEDULER), 1,
+               "apply", iso(), iso(time.time() + 3600), "root", "test", NODE, "kill test", "none")
+
+
+def _arm(node: Any) -> None:
+    with node.session("kill test"):
+        node.host.makedirs(confirmations.directory(node.state), 0o700)
+        node.apply(confirmations.arm_change(node.state, _arm_of(node)))
+
+
+STEPS: Dict[str, Callable[[Any], Any]] = {
+    "arm": _arm,
+    "confirm": lambda node: confirm.confirm(node, "scheduler", "kill test"),
+    "revert": lambda node: confirm.revert(node, "scheduler", "kill test", op="0123456789abcdef"),
+}
+
+
+def _settings(node: NodeDirs) -> Settings:
+    return Settings(manifests_dir=node.manifests, state_dir=node.state, node_name=NODE, probe="none", lock_timeout=1)
+
+
+def _run(node: NodeDirs, kind: str, kill_at: int) -> Tuple[int, int]:
+    """Run one step in a forked child that SIGKILLs itself before host call ``kill_at`` (0: never)."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                          # the child: no pytest teardown, ever
+        code = 1
+        try:
+            os.close(read_end)
+            host = MockHost([Fault("*", "SIGKILL", at=kill_at)] if kill_at else [])
+            STEPS[kind](open_node(_settings(node), host))
+            os.write(write_end, str(len(host.calls)).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    _, status = os.waitpid(pid, 0)
+    with os.fdopen(read_end, "rb") as pipe:
+        calls = pipe.read()
+    return status, int(calls or 0)
+
+
+def _prepare(kind: str, root: str) -> NodeDirs:
+    """The scheduler changed by a verified apply (revision 1 keeps the old bytes), armed unless ``arm``."""
+    node = NodeDirs(root, files={"kube-scheduler.yaml": SCHEDULER})
+    edits.replace(open_node(_settings(node), LocalHost()), "scheduler", NEW_SCHEDULER, "test", "apply", OPTIONS)
+    if kind != "arm":
+        _arm(open_node(_settings(node), LocalHost()))
+    return node
+
+
+def _actions(node: NodeDirs) -> List[str]:
+    return [r["action"] for r in node.history()]
+
+
+def _armed(node: NodeDirs) -> bool:
+    return os.path.exists(os.path.join(node.state, "confirm", "kube-scheduler.yaml.json"))
+
+
+def _manifest(node: NodeDirs) -> bytes:
+    with open(os.path.join(node.manifests, "kube-scheduler.yaml"), "rb") as handle:
+        return handle.read()
+
+
+def _check(node: NodeDirs, kind: str) -> str:
+    views.status(open_node(_settings(node), LocalHost()))        # the next command: recovery first
+    assert not os.path.exists(node.journal)
+    staged = os.path.join(node.state, "staged")
+    assert not (os.path.isdir(staged) and os.listdir(staged))
+    if kind == "arm":
+        assert _armed(node) == (_actions(node)[-1] == "armed")
+        return "completed" if _armed(node) else "rolled back"
+    if kind == "confirm":
+        assert _armed(node) != (_actions(node)[-1] == "confirmed")
+        assert _manifest(node) == NEW_SCHEDULER
+        return "rolled back" if _armed(node) else "completed"
+    started = "rolled back" if _manifest(node) == NEW_SCHEDULER else "completed"
+    confirm.revert(open_node(_settings(node), LocalHost()), "scheduler", "again", op="0123456789abcdef")
+    assert _manifest(node) == SCHEDULER and not _armed(node)
+    actions = _actions(node)
+    assert actions.count("reverted") == 1 and actions[-1] == "reverted", actions
+    assert actions.count("rollback") == 1, actions
+    return started
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", sorted(STEPS))
+def test_sigkill_before_every_host_call_of_arm_confirm_revert(kind: str, tmp_path: Any) -> None:
+    status, calls = _run(_prepare(kind, str(tmp_path / "count")), kind, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, "the step failed without a fault"
+    seen = {"completed": 0, "rolled back": 0}
+    for kill_at in range(1, calls + 1):
+        root = str(tmp_path / ("k%d" % kill_at))
+        node = _prepare(kind, root)
+        status, _ = _run(node, kind, kill_at)
+        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, \
+            "kill point %d of %d not reached" % (kill_at, calls)
+        seen[_check(node, kind)] += 1
+        shutil.rmtree(root)
+    assert seen["completed"] and seen["rolled back"], seen

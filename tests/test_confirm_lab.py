@@ -1,0 +1,212 @@
+"""Commit-confirmed changes against the lab (issue #25): ``--confirm-within`` arms a revert on the
+node that happens without cpctl, ``confirm`` keeps the change, ``--confirm-check`` decides at once,
+a revert that cannot verify says so, bad input changes nothing.
+
+The node-side timer here is the fallback (a detached process): this machine's systemd is not
+PID 1; the transient systemd timer is exercised in tests/test_systemd_real.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any, Dict, List
+
+from tests.labfixture import is_ready, mirror, run_cpctl, wait_for
+
+FAST = ("--timeout", "60", "--settle", "1")
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
+def _manifest(lab: Any) -> str:
+    return os.path.join(str(lab.manifests_dir()), "kube-scheduler.yaml")
+
+
+def _arm_path(lab: Any) -> str:
+    return os.path.join(str(lab.state_dir()), "confirm", "kube-scheduler.yaml.json")
+
+
+def _history(lab: Any) -> List[Dict[str, Any]]:
+    proc = run_cpctl(lab, "-o", "json", "history")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)["history"]
+
+
+def _actions(lab: Any) -> List[str]:
+    return [r["action"] for r in _history(lab) if r.get("component") == "kube-scheduler"]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open("/proc/%d/stat" % pid) as handle:
+            return handle.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def test_armed_change_reverts_by_itself_after_cpctl_is_killed(lab: Any) -> None:
+    original = _read(_manifest(lab))
+    env = dict(os.environ, **lab.env)
+    env.pop("CPCTL_PROBE", None)
+    proc = subprocess.Popen([sys.executable, "-m", "cpctl", "flags", "scheduler", "--set", "v=4",
+                             "--confirm-within", "5s", *FAST], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        wait_for(lambda: os.path.exists(_arm_path(lab)), 90, "the arm recorded")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)      # cpctl and anything in its process group
+        proc.communicate()
+    armed = json.loads(_read(_arm_path(lab)))
+    assert armed["timer"] == "process" and armed["pid"] > 1
+    assert _read(_manifest(lab)) != original
+    wait_for(lambda: _read(_manifest(lab)) == original, 90, "the node-side revert")
+    wait_for(lambda: not os.path.exists(_arm_path(lab)), 90, "the arm removed")
+    wait_for(lambda: is_ready(mirror(lab, "kube-scheduler")), 60, "scheduler Ready again")
+    wait_for(lambda: "reverted" in _actions(lab), 60, "history: reverted")
+    records = [r for r in _history(lab) if r.get("component") == "kube-scheduler"]
+    assert [r["action"] for r in records][-4:] == ["flags", "armed", "rollback", "reverted"]
+    assert records[-1]["outcome"] == "verified" and records[-2]["unconfirmed"] is True
+    log = os.path.join(str(lab.state_dir()), "confirm", "kube-scheduler.yaml.log")
+    wait_for(lambda: b"unconfirmed change of kube-scheduler reverted to revision" in _read(log), 10, "the node log")
+
+
+def test_confirmed_change_stays_and_status_shows_the_deadline(lab: Any) -> None:
+    original = _read(_manifest(lab))
+    proc = run_cpctl(lab, "flags", "scheduler", "--set", "v=4", "--confirm-within", "8s", *FAST)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "kube-scheduler changed, reverts at " in proc.stdout
+    assert "unless you run: cpctl confirm kube-scheduler" in proc.stdout
+    changed = _read(_manifest(lab))
+    armed = json.loads(_read(_arm_path(lab)))
+    status = run_cpctl(lab, "status", "scheduler")
+    assert "unconfirmed, reverts at %s" % armed["deadline"] in status.stdout, status.stdout
+    row = json.loads(run_cpctl(lab, "-o", "json", "status").stdout)["components"]
+    assert [r["unconfirmed"]["deadline"] for r in row if r["component"] == "kube-scheduler"] == [armed["deadline"]]
+    prom = os.path.join(str(lab.state_dir()), "..", "cpctl-confirm-test.prom")
+    check = run_cpctl(lab, "check", "--prometheus-textfile", prom)
+    assert "kube-scheduler: unconfirmed, reverts at %s" % armed["deadline"] in check.stdout, check.stdout
+    assert 'cpctl_drift_findings{kind="unconfirmed"} 1' in _read(prom).decode()
+    proc = run_cpctl(lab, "confirm", "scheduler", "--reason", "looks good")
+    assert proc.returncode == 0 and "confirmed: kube-scheduler" in proc.stdout, proc.stdout + proc.stderr
+    assert not os.path.exists(_arm_path(lab))
+    wait_for(lambda: not _alive(armed["pid"]), 10, "the revert process stopped")
+    time.sleep(9)      # past the deadline
+    assert _read(_manifest(lab)) == changed != original
+    confirmed = [r for r in _history(lab) if r["action"] == "confirmed"]
+    assert confirmed and confirmed[-1]["reason"] == "looks good"
+    assert "reverted" not in _actions(lab)
+    # confirm with nothing armed: a clear error, exit 3
+    proc = run_cpctl(lab, "confirm", "scheduler")
+    assert proc.returncode == 3 and "has no unconfirmed change" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_failing_confirm_check_reverts_at_once(lab: Any) -> None:
+    original = _read(_manifest(lab))
+    proc = run_cpctl(lab, "flags", "scheduler", "--set", "v=4", "--confirm-within", "5m", "--confirm-check",
+                     "false", *FAST)
+    assert proc.returncode == 11, proc.stdout + proc.stderr
+    assert "REVERTED to revision" in proc.stderr and "--confirm-check 'false' failed" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert _read(_manifest(lab)) == original and not os.path.exists(_arm_path(lab))
+    assert _actions(lab)[-4:] == ["flags", "armed", "rollback", "reverted"]
+    proc = run_cpctl(lab, "flags", "scheduler", "--set", "v=4", "--confirm-within", "5m", "--confirm-check",
+                     "true", *FAST)
+    assert proc.returncode == 0 and "confirmed: --confirm-check 'true' succeeded" in proc.stdout, proc.stderr
+    assert _read(_manifest(lab)) != original and not os.path.exists(_arm_path(lab))
+    assert _actions(lab)[-1] == "confirmed"
+
+
+def test_a_revert_that_cannot_verify_says_so(lab: Any) -> None:
+    """The version before the armed change crash-loops: the node-side revert puts it back (as
+    asked) and says loudly that it is not healthy: exit 12 in the node's log, a history record."""
+    proc = run_cpctl(lab, "flags", "scheduler", "--set", "bind-adress=0.0.0.0", "--force", "--no-rollback", *FAST)
+    assert proc.returncode != 0, proc.stdout
+    proc = run_cpctl(lab, "flags", "scheduler", "--unset", "bind-adress", "--force", "--confirm-within", "4s", *FAST)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    log = os.path.join(str(lab.state_dir()), "confirm", "kube-scheduler.yaml.log")
+    wait_for(lambda: os.path.exists(log) and b"exit 12" in _read(log), 120, "the revert's verdict in the node log")
+    text = _read(log).decode()
+    assert "NOT verified healthy" in text and "act now" in text, text
+    assert b"bind-adress" in _read(_manifest(lab)) and not os.path.exists(_arm_path(lab))
+    records = [r for r in _history(lab) if r["action"] == "reverted"]
+    assert records and records[-1]["outcome"].startswith("NOT healthy")
+
+
+def test_overlapping_arms_and_bad_input_change_nothing(lab: Any) -> None:
+    for args, code, text in [
+        (["flags", "scheduler", "--set", "v=4", "--confirm-within", "5x"], 2, "--confirm-within"),
+        (["flags", "scheduler", "--set", "v=4", "--confirm-check", "true"], 2, "--confirm-check goes with"),
+        (["confirm", "scheduler"], 3, "has no unconfirmed change"),
+        (["confirm"], 2, "name one COMPONENT or pass --all"),
+    ]:
+        before = _read(_manifest(lab))
+        proc = run_cpctl(lab, *args, *(FAST if args[0] == "flags" else ()))
+        assert proc.returncode == code, (args, proc.stdout, proc.stderr)
+        assert text in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, (args, proc.stderr)
+        assert _read(_manifest(lab)) == before
+    proc = run_cpctl(lab, "flags", "scheduler", "--set", "v=4", "--confirm-within", "2m", *FAST)
+    assert proc.returncode == 0, proc.stderr
+    armed_bytes = _read(_manifest(lab))
+    arm = _read(_arm_path(lab))
+    proc = run_cpctl(lab, "flags", "scheduler", "--set", "v=5", "--confirm-within", "2m", *FAST)
+    assert proc.returncode == 4 and "has an unconfirmed change" in proc.stderr, proc.stderr
+    proc = run_cpctl(lab, "flags", "scheduler", "--set", "v=5", *FAST)
+    assert proc.returncode == 4 and "confirm it first" in proc.stderr, proc.stderr
+    assert _read(_manifest(lab)) == armed_bytes and _read(_arm_path(lab)) == arm
+    # the revision the arm goes back to is gone from the store: a clear error, the manifest unchanged
+    revisions = os.path.join(str(lab.state_dir()), "revisions")
+    number = json.loads(arm)["revision"]
+    for name in os.listdir(revisions):
+        if name.startswith("kube-scheduler.yaml.%d" % number):
+            os.unlink(os.path.join(revisions, name))
+    proc = run_cpctl(lab, "revert-unconfirmed", "scheduler")
+    assert proc.returncode == 4 and "no longer in the revision store" in proc.stderr, proc.stderr
+    assert _read(_manifest(lab)) == armed_bytes
+    assert _actions(lab)[-1] == "dropped" and not os.path.exists(_arm_path(lab))
+    wait_for(lambda: not _alive(json.loads(arm)["pid"]), 10, "the revert process stopped")
+
+
+def test_an_overdue_arm_is_reverted_by_the_next_command(lab: Any) -> None:
+    """The timer is lost (a reboot drops transient units; here its process is killed): the next
+    cpctl command that opens the node reverts first."""
+    original = _read(_manifest(lab))
+    proc = run_cpctl(lab, "flags", "scheduler", "--set", "v=4", "--confirm-within", "3s", *FAST)
+    assert proc.returncode == 0, proc.stderr
+    pid = json.loads(_read(_arm_path(lab)))["pid"]
+    os.kill(pid, signal.SIGKILL)
+    time.sleep(4)
+    assert _read(_manifest(lab)) != original
+    proc = run_cpctl(lab, "status")
+    assert proc.returncode == 0, proc.stderr
+    assert "unconfirmed change of kube-scheduler reverted to revision" in proc.stderr
+    assert _read(_manifest(lab)) == original and not os.path.exists(_arm_path(lab))
+
+
+def test_the_revert_covers_the_companion_files(lab: Any, tmp_path: Any) -> None:
+    """A confirm window applies to the whole change: the manifest and the --with-file it wrote."""
+    import yaml
+    root = str(lab.root_dir())
+    node_path = root + "/etc/kubernetes/extra/note.txt"
+    original = _read(_manifest(lab))
+    pod = yaml.safe_load(original)
+    pod["spec"]["volumes"].append({"name": "note", "hostPath": {"path": "/etc/kubernetes/extra/note.txt",
+                                                                "type": "File"}})
+    pod["spec"]["containers"][0]["volumeMounts"].append({"name": "note", "mountPath": "/etc/kubernetes/extra/note.txt",
+                                                         "readOnly": True})
+    (tmp_path / "new.yaml").write_bytes(yaml.safe_dump(pod, sort_keys=False).encode())
+    (tmp_path / "note.txt").write_text("v1\n")
+    proc = run_cpctl(lab, "apply", "scheduler", "-f", str(tmp_path / "new.yaml"), "--with-file",
+                     "%s=%s" % (node_path, tmp_path / "note.txt"), "--confirm-within", "4s", *FAST)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert os.path.exists(node_path) and _read(_manifest(lab)) != original
+    wait_for(lambda: _read(_manifest(lab)) == original and not os.path.exists(node_path), 90,
+             "manifest and companion file reverted")
+    wait_for(lambda: "reverted" in _actions(lab), 60, "history: reverted")

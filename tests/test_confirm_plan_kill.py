@@ -1,0 +1,168 @@
+"""SIGKILL of the node-side revert plan (remote ``--confirm-within``, issue #25) before each of its
+file operations: the plan writes cpctl's own journal first, so the next cpctl command finishes or
+rolls back the revert - never a half-reverted manifest, companion file or arm record."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+from typing import Any, Dict, List
+
+import pytest
+
+from cpctl.core import confirmations, views
+from cpctl.core.confirmations import Arm
+from cpctl.core.settings import Settings
+from cpctl.host import ops as hostops
+from cpctl.host.local import LocalHost
+from cpctl.ops import confirm, edits
+from cpctl.ops.wiring import open_node
+from cpctl.timeutil import iso
+from tests.coreutil import MANIFESTS, NODE, NodeDirs, sha
+
+SCHEDULER = MANIFESTS["kube-scheduler.yaml"]
+NEW_SCHEDULER = SCHEDULER.replace(b"    - --leader-elect=true\n", b"    - --leader-elect=true\n    - --v=4\n")
+MUTATING = ("write_atomic", "move", "unlink", "append")
+OP = "fedcba9876543210"
+
+
+def _settings(node: NodeDirs) -> Settings:
+    return Settings(manifests_dir=node.manifests, state_dir=node.state, node_name=NODE, probe="none", lock_timeout=1)
+
+
+def _prepare(root: str) -> "tuple[NodeDirs, Dict[str, Any]]":
+    """The scheduler changed and armed (revision 1 keeps the old bytes), and the plan a remote arm writes."""
+    node = NodeDirs(root, files={"kube-scheduler.yaml": SCHEDULER})
+    opened = open_node(_settings(node), LocalHost())
+    edits.replace(opened, "scheduler", NEW_SCHEDULER, "test", "apply", edits.ApplyOptions(timeout=1, settle=0))
+    armed = Arm(OP, "kube-scheduler", "kube-scheduler.yaml", sha(NEW_SCHEDULER), sha(SCHEDULER), 1, "apply", iso(),
+                iso(time.time() + 3600), "root", "test", NODE, "kill test", "process", pid=0)
+    with opened.session("kill test"):
+        opened.host.makedirs(confirmations.directory(opened.state), 0o700)
+        opened.apply(confirmations.arm_change(opened.state, armed))
+        plan = confirm._plan(opened, armed, confirm._plan_base(opened, armed))
+    return node, plan
+
+
+def _run(plan: Dict[str, Any], kill_at: int) -> "tuple[int, int]":
+    """``_plan_apply`` in a forked child that SIGKILLs itself before its ``kill_at``-th file change."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                          # the child: no pytest teardown, ever
+        code = 1
+        try:
+            os.close(read_end)
+            count = [0]
+            for name in MUTATING:
+                real = getattr(hostops, name)
+
+                def counted(*args: Any, _real: Any = real, **kwargs: Any) -> Any:
+                    count[0] += 1
+                    if count[0] == kill_at:
+                        os.kill(os.getpid(), signal.SIGKILL)
+                    return _real(*args, **kwargs)
+                setattr(hostops, name, counted)
+            rc, _ = hostops._plan_apply(plan)
+            os.write(write_end, str(count[0]).encode())
+            code = 0 if rc == 0 else 1
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    _, status = os.waitpid(pid, 0)
+    with os.fdopen(read_end, "rb") as pipe:
+        calls = pipe.read()
+    return status, int(calls or 0)
+
+
+def _manifest(node: NodeDirs) -> bytes:
+    with open(os.path.join(node.manifests, "kube-scheduler.yaml"), "rb") as handle:
+        return handle.read()
+
+
+def _actions(node: NodeDirs) -> List[str]:
+    return [r["action"] for r in node.history()]
+
+
+@pytest.mark.slow
+def test_sigkill_before_every_file_change_of_the_node_side_revert(tmp_path: Any) -> None:
+    node, plan = _prepare(str(tmp_path / "count"))
+    status, calls = _run(plan, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, "the plan failed without a fault"
+    assert _manifest(node) == SCHEDULER and _actions(node)[-1] == "rollback"
+    seen = {"completed": 0, "rolled back": 0}
+    for kill_at in range(1, calls + 1):
+        root = str(tmp_path / ("k%d" % kill_at))
+        node, plan = _prepare(root)
+        status, _ = _run(plan, kill_at)
+        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, kill_at
+        views.status(open_node(_settings(node), LocalHost()))     # the next command: recovery first
+        assert not os.path.exists(node.journal), kill_at
+        staged = os.path.join(node.state, "staged")
+        assert not (os.path.isdir(staged) and os.listdir(staged))
+        armed = os.path.exists(os.path.join(node.state, "confirm", "kube-scheduler.yaml.json"))
+        if _manifest(node) == NEW_SCHEDULER:
+            assert armed and _actions(node)[-1] == "armed", (kill_at, _actions(node))
+            seen["rolled back"] += 1
+        else:
+            assert _manifest(node) == SCHEDULER and not armed, kill_at
+            assert _actions(node).count("rollback") == 1 and _actions(node)[-1] == "rollback", _actions(node)
+            seen["completed"] += 1
+        shutil.rmtree(root)
+    assert seen["completed"] and seen["rolled back"], seen
+    assert calls >= 8, calls          # journal, each step, history, the journal cleared, the staged files
+
+
+@pytest.mark.slow
+def test_the_plan_finishes_an_arm_whose_cpctl_was_killed(tmp_path: Any) -> None:
+    """cpctl killed at any point of writing the arm (its journal, the record, the history line, the
+    journal cleared): the node-side plan finishes that journal as cpctl's recovery would - the arm on
+    record exactly once when its file is there - then reverts it, or finds nothing armed."""
+    from cpctl.host.mock import Fault, MockHost
+
+    def arm_child(root: str, kill_at: int) -> "tuple[NodeDirs, Dict[str, Any], int]":
+        node = NodeDirs(root, files={"kube-scheduler.yaml": SCHEDULER})
+        opened = open_node(_settings(node), LocalHost())
+        edits.replace(opened, "scheduler", NEW_SCHEDULER, "test", "apply", edits.ApplyOptions(timeout=1, settle=0))
+        armed = Arm(OP, "kube-scheduler", "kube-scheduler.yaml", sha(NEW_SCHEDULER), sha(SCHEDULER), 1, "apply",
+                    iso(), iso(time.time() + 3600), "root", "test", NODE, "kill test", "process", pid=0)
+        opened.host.makedirs(confirmations.directory(opened.state), 0o700)
+        with opened.session("plan"):
+            plan = confirm._plan(opened, armed, confirm._plan_base(opened, armed))
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:                                      # the child: no pytest teardown, ever
+            code = 1
+            try:
+                os.close(read_end)
+                host = MockHost([Fault("*", "SIGKILL", at=kill_at)] if kill_at else [])
+                child = open_node(_settings(node), host)
+                with child.session("kill test"):
+                    child.apply(confirmations.arm_change(child.state, armed))
+                os.write(write_end, str(len(host.calls)).encode())
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(write_end)
+        os.waitpid(pid, 0)
+        with os.fdopen(read_end, "rb") as pipe:
+            calls = int(pipe.read() or 0)
+        return node, plan, calls
+
+    _, _, calls = arm_child(str(tmp_path / "count"), 0)
+    outcomes = set()
+    for kill_at in range(1, calls + 1):
+        root = str(tmp_path / ("k%d" % kill_at))
+        node, plan, _ = arm_child(root, kill_at)
+        rc, message = hostops._plan_apply(plan)
+        assert rc == 0, (kill_at, message)
+        actions = _actions(node)
+        assert not os.path.exists(node.journal), kill_at
+        if message == "reverted":
+            assert actions.count("armed") == 1 and _manifest(node) == SCHEDULER, (kill_at, actions)
+        else:
+            assert "armed" not in actions and _manifest(node) == NEW_SCHEDULER, (kill_at, actions)
+        outcomes.add(message == "reverted")
+        shutil.rmtree(root)
+    assert outcomes == {True, False}

@@ -16,13 +16,16 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass
-from typing import Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional
 
-from cpctl.core import journal, manifests
+from cpctl.core import manifests
 from cpctl.core.state import StateDir
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host.base import Host
 from cpctl.timeutil import parse_iso
+
+if TYPE_CHECKING:               # the journal loads with a node's first change, not for a status
+    from cpctl.core import journal
 
 SUBDIR = "confirm"
 SUFFIX = ".json"
@@ -163,6 +166,7 @@ def read_all(host: Host, state: StateDir) -> List[Arm]:
 
 def arm_change(state: StateDir, arm: Arm) -> journal.Change:
     """The journaled change that records ``arm`` (history action ``armed``)."""
+    from cpctl.core import journal
     data = (json.dumps(arm.to_dict(), indent=2, sort_keys=True) + "\n").encode("utf-8")
     step = journal.write(path_of(state, arm.file), manifests.checksum(data))
     record = {"reason": arm.reason, "deadline": arm.deadline, "revision": arm.revision, "timer": arm.timer,
@@ -175,6 +179,7 @@ def arm_change(state: StateDir, arm: Arm) -> journal.Change:
 def disarm_change(state: StateDir, arm: Arm, action: str, why: str, **record: object) -> journal.Change:
     """The journaled change that removes ``arm``: ``action`` is ``confirmed``, ``reverted`` or
     ``dropped`` (the revert could not run), ``why`` the history's reason."""
+    from cpctl.core import journal
     step = journal.remove(path_of(state, arm.file))
     fields: Dict[str, object] = {"reason": why, "armed_op": arm.op, "deadline": arm.deadline, "revision": arm.revision}
     fields.update(record)

@@ -105,6 +105,7 @@ def test_version_is_cpctls_and_the_collection_builds(tmp_path: Path) -> None:
     assert "plugins/plugin_utils/cpctl.py" in names and not any("__pycache__" in n for n in names)
 
 
+@pytest.mark.slow      # one ansible-doc process per module: seconds
 def test_ansible_doc_renders_every_module(tmp_path: Path) -> None:
     doc = _tool("ansible-doc")
     listed = subprocess.run([doc, "-t", "module", "-l", "cpctl.controlplane"], capture_output=True, text=True,

@@ -27,6 +27,7 @@ def clean(tmp_path: Any) -> Dict[str, str]:
     return env
 
 
+@pytest.mark.lab       # starts a lab through `cpctl lab ...` (no fixture says so)
 def test_up_and_down_are_idempotent(tmp_path: Any) -> None:
     env, lab_dir = clean(tmp_path), str(tmp_path / "lab")
     down = lab_cli(env, "down", "--dir", lab_dir)
@@ -47,6 +48,7 @@ def test_up_and_down_are_idempotent(tmp_path: Any) -> None:
     assert again.returncode == 0 and "nothing to stop" in again.stdout and again.stderr == ""
 
 
+@pytest.mark.lab       # starts a lab through `cpctl lab ...` (no fixture says so)
 @pytest.mark.skipif(not shutil.which("bash"), reason="bash not installed")
 def test_eval_lab_up_then_cpctl_commands_in_a_real_shell(tmp_path: Any) -> None:
     lab_dir = str(tmp_path / "lab")

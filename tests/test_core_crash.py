@@ -128,6 +128,7 @@ def _totals(lanes: list) -> dict:
                                                               "rolled_back")}
 
 
+@pytest.mark.slow      # a sweep of random kill moments: tens of seconds
 def test_sigkill_at_random_moments(tmp_path, tmpfs):
     seed = int(os.environ.get("CPCTL_CRASH_SEED") or time.time_ns() % (1 << 32))
     print("\ncrash test seed: %d (rerun with CPCTL_CRASH_SEED=%d)" % (seed, seed))

@@ -401,6 +401,7 @@ CHECKS: Dict[str, Callable[..., str]] = {
 }
 
 
+@pytest.mark.slow      # a kill-point sweep: a CLI process per host call of each kind
 @pytest.mark.parametrize("kind", sorted(CHECKS))
 def test_sigkill_before_every_host_call(kind: str, tmp_path: Any) -> None:
     calls = _done(_run(_prepare(kind, str(tmp_path / "count")), kind, 0))

@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
+import pytest
+
 from cpctl.timeutil import parse_rfc3339 as parse_time
 from cpctl_lab.control import LabHandle
 from tests.labfixture import kubectl, lab, wait_for  # noqa: F401
@@ -122,6 +124,7 @@ def demo_dirs(tmp_path: Path) -> List[str]:
     return [name for name in os.listdir(tmp_path / "tmp") if name.startswith("cpctl-demo-")]
 
 
+@pytest.mark.lab       # starts a lab through `cpctl lab ...` (no fixture says so)
 def test_lab_demo_command(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "cpctl", "lab", "demo"],
                           capture_output=True, text=True, env=demo_env(tmp_path), timeout=240)
@@ -150,6 +153,7 @@ def test_lab_demo_needs_kubectl_and_says_so_first(tmp_path: Path) -> None:
     assert demo_dirs(tmp_path) == []          # nothing was started
 
 
+@pytest.mark.lab       # starts a lab through `cpctl lab ...` (no fixture says so)
 def test_lab_demo_interrupted_cleans_up(tmp_path: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "cpctl", "lab", "demo"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=demo_env(tmp_path))

@@ -314,6 +314,7 @@ def _assert_safe(node: NodeDirs, planted: List[str], detail: str) -> None:
     assert len(pods) == len(set(pods)), "a pod defined twice: " + detail
 
 
+@pytest.mark.slow      # many generated surroundings, a CLI process each
 @pytest.mark.timeout(900)
 def test_hostile_surroundings_never_break_the_promises(tmp_path: Any, fake_api: Tuple[str, type]) -> None:
     base = int(os.environ.get("CPCTL_FUZZ_SEED", "20261203"))

@@ -13,6 +13,7 @@ import time
 import urllib.error
 import urllib.request
 
+import pytest
 import yaml
 
 from cpctl_lab.control import package_root, read_state
@@ -197,6 +198,7 @@ def test_three_masters(lab3, tmp_path):
     }
 
 
+@pytest.mark.lab       # starts a lab through `cpctl lab ...` (no fixture says so)
 def test_cli_up_env_down(tmp_path):
     d = tmp_path / "cli"
     env = dict(os.environ, PYTHONPATH=package_root())

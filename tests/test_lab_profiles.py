@@ -220,6 +220,7 @@ def test_etcd_health_serializable_answers_without_quorum_linearizable_does_not(l
     assert http_status(live) == 200  # serializable=true: a local read, no quorum needed
 
 
+@pytest.mark.lab       # starts a lab through `cpctl lab ...` (no fixture says so)
 def test_cli_up_with_a_profile_and_the_profile_list(tmp_path):
     env = dict(os.environ, PYTHONPATH=package_root())
     cmd = [sys.executable, "-m", "cpctl_lab"]

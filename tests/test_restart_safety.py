@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from cpctl_lab.control import start_lab
 from tests.labfixture import FAST, kubectl
 from tests.labfixture import run_cpctl as cpctl
@@ -77,11 +79,13 @@ def _interrupt_restart_while_waiting(tmp_path: Path, signum: int) -> None:
         assert records[1]["reason"] == "restart aborted: interrupted (%s)" % name
 
 
+@pytest.mark.lab       # starts a lab (start_lab in _interrupt_restart_while_waiting)
 def test_sigterm_during_a_restart_puts_the_manifest_back(tmp_path: Path) -> None:
     import signal
     _interrupt_restart_while_waiting(tmp_path, signal.SIGTERM)
 
 
+@pytest.mark.lab       # starts a lab (start_lab in _interrupt_restart_while_waiting)
 def test_ctrl_c_during_a_restart_puts_the_manifest_back(tmp_path: Path) -> None:
     import signal
     _interrupt_restart_while_waiting(tmp_path, signal.SIGINT)

@@ -291,3 +291,23 @@ def test_loose_annotations_only_go_down() -> None:
     worst = sorted(loose_by_file().items(), key=lambda item: -item[1][0])[:10]
     print("most loose: " + ", ".join("%s %d" % (path[len("cpctl/"):], n) for path, (n, _) in worst))
     assert loose <= LOOSE_ANNOTATIONS_CEILING, (loose, LOOSE_ANNOTATIONS_CEILING)
+
+
+#: The test folders: one per package of cpctl (``lab`` for the simulator ``cpctl_lab``) and
+#: ``system`` for the whole-system tests (README, examples, install, systemd, ansible, fuzz, this file).
+TEST_AREAS = {"core": "cpctl/core", "probes": "cpctl/probes", "host": "cpctl/host", "fleet": "cpctl/fleet",
+              "ops": "cpctl/ops", "cli": "cpctl/cli", "lab": "cpctl_lab", "system": None}
+
+
+def test_test_files_sit_in_the_folder_of_their_package() -> None:
+    """Tests mirror the packages (docs/architecture.md, "Tests"): every ``test_*.py`` is in a folder
+    of ``TEST_AREAS`` whose package exists, so a new flat test file (or a folder for a package that
+    is gone) fails here instead of growing the pile a contributor cannot find their way in."""
+    tests = ROOT / "tests"
+    for area, package in TEST_AREAS.items():
+        assert (tests / area / "__init__.py").is_file(), "tests/%s/ needs an __init__.py" % area
+        assert package is None or (ROOT / package / "__init__.py").is_file(), "no package %s for tests/%s" % (
+            package, area)
+    misplaced = sorted(str(path.relative_to(tests)) for path in tests.rglob("test_*.py")
+                       if path.parent.parent != tests or path.parent.name not in TEST_AREAS)
+    assert not misplaced, "test files outside tests/{%s}/: %s" % (",".join(TEST_AREAS), misplaced)

@@ -253,9 +253,11 @@ def test_cli_up_env_down(tmp_path):
     assert again.returncode == 0 and "nothing to stop" in again.stdout
 
 
-def test_free_ports_are_distinct_and_below_the_ephemeral_range() -> None:
+def test_free_ports_are_distinct_and_below_the_ephemeral_range(monkeypatch: pytest.MonkeyPatch) -> None:
     """The lab binds its ports well after choosing them: a port of the ephemeral range could
-    meanwhile be some outgoing connection's local port (seen in CI: the API port held for 20 s)."""
+    meanwhile be some outgoing connection's local port (seen in CI: the API port held for 20 s).
+    The default choice, so without a ``CPCTL_LAB_PORTS`` range of the one running the tests."""
+    monkeypatch.delenv("CPCTL_LAB_PORTS", raising=False)
     from cpctl_lab import httpserve
     low = httpserve._ephemeral_low()
     ports = [free_port() for _ in range(40)]

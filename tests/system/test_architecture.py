@@ -11,6 +11,7 @@ between probes and fleet, and no import cycle anywhere - lazy imports inside fun
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import sys
 from pathlib import Path
@@ -46,9 +47,16 @@ def modules(package: str) -> Dict[str, Path]:
     return found
 
 
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """The syntax tree of one source file, parsed once per test run: the files do not change
+    during a run, and every test here walks all of them."""
+    return ast.parse(path.read_text(), str(path))
+
+
 def imports_of(path: Path, name: str, known: Set[str]) -> Set[str]:
     """Every module ``name`` imports, at any depth of the file (lazy imports count)."""
-    tree = ast.parse(path.read_text(), str(path))
+    tree = parsed(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out: Set[str] = set()
     for node in ast.walk(tree):

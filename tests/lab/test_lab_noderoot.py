@@ -15,7 +15,7 @@ import yaml
 from tests.labfixture import is_ready, mirror, run_cpctl, wait_for
 from tests.sshfixture import *  # noqa: F401,F403  (fixtures: sshd, ...)
 from tests.sshfixture import SSHServer
-from tests.test_readme import REPO, check_step, lab_shell_env, marked_blocks, steps_of
+from tests.system.test_readme import REPO, check_step, lab_shell_env, marked_blocks, steps_of
 
 POLICY = "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n"
 

@@ -11,8 +11,8 @@ from typing import Any, Iterator, List
 
 import yaml
 
+from tests.cli.test_cli_completion import values
 from tests.coreutil import NODE, NodeDirs, check_result
-from tests.test_cli_completion import values
 
 
 def _version(node: NodeDirs, number: int) -> bytes:

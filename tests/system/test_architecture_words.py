@@ -17,7 +17,7 @@ from cpctl.core.node import Node
 from cpctl.ops import wiring
 from cpctl.probes.base import PodTarget
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_mirror_pod_name_has_its_own_word() -> None:

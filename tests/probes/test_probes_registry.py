@@ -24,7 +24,7 @@ from cpctl.probes.base import PodState, PodTarget, Probe, ProbeOptions
 from cpctl.probes.gates import GateResult, GateRun
 from cpctl.probes.waiter import VerifyingWaiter
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SEEN: List[str] = []    # what the registered test probe was asked, in order
 
 
@@ -74,7 +74,7 @@ class NoteGate:
 def stubborn(monkeypatch: pytest.MonkeyPatch) -> None:
     """``stubborn`` registered as the registry's recipe says: one line in ``PROBES``."""
     SEEN.clear()
-    monkeypatch.setitem(registry.PROBES, "stubborn", "tests.test_probes_registry:StubbornProbe")
+    monkeypatch.setitem(registry.PROBES, "stubborn", "tests.probes.test_probes_registry:StubbornProbe")
 
 
 def target() -> PodTarget:

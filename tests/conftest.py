@@ -14,7 +14,11 @@ leaves them out of the fast tier.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
+import re
+import tempfile
 from typing import Any
 
 import pytest
@@ -43,31 +47,91 @@ def _confine_lab_ports_to_this_worker() -> None:
 
     A lab picks its ports before it binds them, and a parked kube-apiserver leaves its port
     unbound for a while: a second worker's lab could take it meanwhile. Disjoint ranges rule
-    that out; every lab and sshd a worker starts inherits the variable.
+    that out; every lab and sshd a worker starts inherits the variable. A range already given
+    (several people on one machine) is the one split, so the slices stay inside it.
     """
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
     if not worker.startswith("gw") or count < 2:
         return
+    first, last = 10000, 31999
+    given = os.environ.get("CPCTL_LAB_PORTS", "").split("-")
+    if len(given) == 2 and all(end.strip().isdigit() for end in given):
+        first, last = int(given[0]), int(given[1])
     index = int(worker[2:])
-    span = (32000 - 10000) // count
-    low = 10000 + index * span
+    span = (last - first + 1) // count
+    low = first + index * span
     os.environ["CPCTL_LAB_PORTS"] = "%d-%d" % (low, low + span - 1)
 
 
 _confine_lab_ports_to_this_worker()
 
+
+def _cache_bytecode_outside_the_tree() -> None:
+    """Let the ``python -m cpctl`` processes the tests start reuse their compiled modules.
+
+    With ``PYTHONDONTWRITEBYTECODE=1`` (set on some machines) every such process compiles every
+    module it imports: ~0.3 s of a 0.5 s ``cpctl stop``, paid hundreds of times by the fast tier,
+    and paid by no installed copy. The cache goes to a directory of its own under the temp dir
+    (``PYTHONPYCACHEPREFIX``), so the checkout stays free of ``__pycache__`` as that setting wants.
+    """
+    if not os.environ.get("PYTHONDONTWRITEBYTECODE") or os.environ.get("PYTHONPYCACHEPREFIX"):
+        return
+    os.environ["PYTHONPYCACHEPREFIX"] = os.path.join(tempfile.gettempdir(), "cpctl-tests-pycache-%d" % os.getuid())
+    del os.environ["PYTHONDONTWRITEBYTECODE"]
+
+
+_cache_bytecode_outside_the_tree()
+
 #: Fixtures that start a lab, an sshd or sudo users: a test that uses one (directly or through
-#: another fixture) is in the ``lab`` tier.
+#: another fixture) is in the ``lab`` tier. So is one that uses a fixture named ``*_lab`` or
+#: ``sshd*``, or whose own code or fixtures call ``start_lab(`` (see ``starts_a_lab``).
 LAB_FIXTURES = frozenset({"lab", "lab3", "lab_factory", "sshd", "sshd_many", "sshd_factory", "ssh_session",
                           "sudo_users", "keeper_dir"})
 
+#: Fixtures that build and install cpctl (wheels, venvs with pip) as a user would: a test that uses
+#: one follows a whole install recipe and is in the ``end_to_end`` tier.
+END_TO_END_FIXTURES = frozenset({"wheelhouse"})
+
+_STARTS_A_LAB = re.compile(r"\bstart_lab\(")
+
+
+def _is_lab_fixture(name: str) -> bool:
+    """A fixture that starts a lab or an sshd, by the names the tests give them."""
+    return name in LAB_FIXTURES or name.endswith("_lab") or name.startswith("sshd")
+
+
+@functools.cache
+def _calls_start_lab(function: Any) -> bool:
+    """True when ``function``'s source starts a lab in-process (``cpctl_lab.control.start_lab``)."""
+    try:
+        return bool(_STARTS_A_LAB.search(inspect.getsource(function)))
+    except (OSError, TypeError):
+        return False
+
+
+def starts_a_lab(item: Any) -> bool:
+    """True when the test, or a fixture it uses, starts a lab or an sshd.
+
+    Decided from the fixtures' names and from the source of the test and of its fixtures, so a
+    new test lands in the right tier without a marker; a test that starts one another way (a
+    ``cpctl lab up`` subprocess) says so with ``@pytest.mark.lab``.
+    """
+    uses = set(getattr(item, "fixturenames", ()))
+    if any(_is_lab_fixture(name) for name in uses) or item.get_closest_marker("lab"):
+        return True
+    functions = [getattr(item, "function", None)]
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in (info.name2fixturedefs.values() if info is not None else ()):
+        functions.extend(fixturedef.func for fixturedef in defs)
+    return any(function is not None and _calls_start_lab(function) for function in functions)
+
 
 def pytest_collection_modifyitems(config: Any, items: list) -> None:
-    """Mark each test's tier: ``end_to_end`` as declared, else ``lab`` or ``unit`` by its fixtures."""
+    """Mark each test's tier: ``end_to_end`` as declared or by its fixtures, else ``lab`` or ``unit``."""
     for item in items:
+        if set(getattr(item, "fixturenames", ())) & END_TO_END_FIXTURES:
+            item.add_marker(pytest.mark.end_to_end)
         if item.get_closest_marker("end_to_end"):
             continue
-        uses = set(getattr(item, "fixturenames", ()))
-        item.add_marker(pytest.mark.lab if uses & LAB_FIXTURES or item.get_closest_marker("lab")
-                        else pytest.mark.unit)
+        item.add_marker(pytest.mark.lab if starts_a_lab(item) else pytest.mark.unit)

@@ -6,7 +6,7 @@ The lists are kubeadm's manifests plus the commonly used flags of ``kube-apiserv
 (v3.5; v3.6 adds the ``ETCD_36_ONLY`` names). Flags removed upstream are absent on purpose
 (``--insecure-port``, ``--address``/``--port``, ``--scheduler-name``...). A list may be out of date
 for a newer release: a name missing here refuses the change unless ``--force`` is given, then it
-is a warning. ``tests/test_flags_sanity.py`` checks that these names agree with the simulator's
+is a warning. ``tests/core/test_flags_sanity.py`` checks that these names agree with the simulator's
 (its ``componentflags`` module), which models how the binaries react to the same command lines.
 """
 

@@ -3,7 +3,7 @@
 Adding a probe: write its module (a class with ``name``, ``max_call``, ``via_api``, ``identifies``,
 ``observe`` and ``from_options``, see ``base.Probe``) and add one line to ``PROBES``. The waiter
 builds every probe listed here (``build_probes``) and asks them in this order in ``auto`` mode; the
-CLI reads its ``--probe`` choices from ``CHOICES`` (``tests/test_probes_registry.py`` keeps the two
+CLI reads its ``--probe`` choices from ``CHOICES`` (``tests/probes/test_probes_registry.py`` keeps the two
 in step). Nothing here imports a probe module until a waiter is made: ``cpctl --help`` reads this
 table and nothing else (``cpctl.ops.wiring.make_waiter`` makes the waiter).
 """

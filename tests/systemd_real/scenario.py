@@ -6,7 +6,7 @@ and drives the units through the real systemd: the check run by its timer (clean
 directly (a manifest changed out of band; then without node_exporter's textfile dir), the watch
 while a manifest is moved out of the dir and back, and the hardening as systemd applies it.
 It only records what it saw, in RESULTS_DIR/results.json (rewritten after every step, so a
-stuck step still leaves the earlier ones); tests/test_systemd_real.py judges.
+stuck step still leaves the earlier ones); tests/system/test_systemd_real.py judges.
 
 Exit status 0: every step ran. Non-zero: a step of the scenario itself broke (results.json has
 the traceback under "errors"). Runs on the image's own Python 3, standard library only.

@@ -1,0 +1,201 @@
+"""Issue #27: the cpctl.controlplane collection as Ansible sees it, without a cluster.
+
+* its version is cpctl's (setup.cfg) and ``ansible-galaxy collection build`` builds it;
+* ``ansible-doc`` renders every module, and lists them all;
+* the checks of ``ansible-test sanity`` that apply and run offline (it downloads pip and its
+  requirements into venvs, which a CI without the Internet cannot): compile, action-plugin-docs
+  (every action plugin has its module's documentation), validate-modules' core (each module's
+  DOCUMENTATION options agree with its argument_spec: names, types, defaults, choices, required,
+  elements; EXAMPLES and RETURN are YAML; the examples use the FQCN and only documented options),
+  runtime-metadata, shebang, no-assert, line endings, no smart quotes, yamllint's basics.
+"""
+
+from __future__ import annotations
+
+import configparser
+import functools
+import importlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+COLLECTION = REPO / "ansible_collections" / "cpctl" / "controlplane"
+MODULES = sorted(p.stem for p in (COLLECTION / "plugins" / "modules").glob("*.py"))
+EXPECTED = ["controlplane_info", "static_pod", "static_pod_flags", "static_pod_manifest"]
+BIN = os.path.dirname(sys.executable)
+
+
+def _tool(name: str) -> str:
+    found = shutil.which(name, path=BIN) or shutil.which(name)
+    assert found, "%s is not installed (ansible-core is a test dependency)" % name
+    return found
+
+
+def _env(tmp: Path) -> Dict[str, str]:
+    return dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(REPO), ANSIBLE_NOCOLOR="1", HOME=str(tmp),
+                ANSIBLE_LOCAL_TEMP=str(tmp / "ansible-tmp"))
+
+
+def _module_source(name: str) -> str:
+    return (COLLECTION / "plugins" / "modules" / (name + ".py")).read_text()
+
+
+def _doc(name: str, part: str) -> Any:
+    """DOCUMENTATION/EXAMPLES/RETURN of a module, parsed (without importing it)."""
+    match = re.search(r'^%s = r"""\n(.*?)^"""' % part, _module_source(name), re.M | re.S)
+    assert match, "%s: no %s" % (name, part)
+    return yaml.safe_load(match.group(1))
+
+
+def _argument_spec(name: str) -> Dict[str, Any]:
+    """The module's ARGUMENT_SPEC, imported as Ansible imports it (shared parts from module_utils)."""
+    sys.path.insert(0, str(REPO))
+    try:
+        module = importlib.import_module("ansible_collections.cpctl.controlplane.plugins.modules." + name)
+    finally:
+        sys.path.remove(str(REPO))
+    spec: Dict[str, Any] = module.ARGUMENT_SPEC
+    return spec
+
+
+@functools.cache
+def _rendered(name: str) -> Dict[str, Any]:
+    """The module's documentation as ansible-doc renders it: its own text merged with the doc fragments."""
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = subprocess.run([_tool("ansible-doc"), "--json", "-t", "module", "cpctl.controlplane." + name],
+                              capture_output=True, text=True, timeout=120, env=_env(Path(tmp)))
+    assert proc.returncode == 0, proc.stderr
+    doc: Dict[str, Any] = json.loads(proc.stdout)["cpctl.controlplane." + name]["doc"]
+    return doc
+
+
+def test_the_collection_has_every_module() -> None:
+    assert MODULES == EXPECTED
+    actions = sorted(p.stem for p in (COLLECTION / "plugins" / "action").glob("*.py"))
+    assert actions == EXPECTED                       # action-plugin-docs: each action has its module's docs
+
+
+def test_version_is_cpctls_and_the_collection_builds(tmp_path: Path) -> None:
+    setup = configparser.ConfigParser()
+    setup.read(REPO / "setup.cfg")
+    galaxy = yaml.safe_load((COLLECTION / "galaxy.yml").read_text())
+    assert (galaxy["namespace"], galaxy["name"]) == ("cpctl", "controlplane")
+    assert galaxy["version"] == setup["metadata"]["version"]
+    proc = subprocess.run([_tool("ansible-galaxy"), "collection", "build", str(COLLECTION), "--output-path",
+                           str(tmp_path)], capture_output=True, text=True, timeout=120, env=_env(tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    artifact = tmp_path / ("cpctl-controlplane-%s.tar.gz" % galaxy["version"])
+    with tarfile.open(artifact) as tar:
+        names = tar.getnames()
+        manifest = json.load(tar.extractfile("MANIFEST.json"))  # type: ignore[arg-type]
+    assert manifest["collection_info"]["version"] == galaxy["version"]
+    for name in EXPECTED:
+        assert "plugins/modules/%s.py" % name in names and "plugins/action/%s.py" % name in names
+    assert "plugins/plugin_utils/cpctl.py" in names and not any("__pycache__" in n for n in names)
+
+
+@pytest.mark.slow      # one ansible-doc process per module: seconds
+def test_ansible_doc_renders_every_module(tmp_path: Path) -> None:
+    doc = _tool("ansible-doc")
+    listed = subprocess.run([doc, "-t", "module", "-l", "cpctl.controlplane"], capture_output=True, text=True,
+                            timeout=120, env=_env(tmp_path))
+    assert listed.returncode == 0, listed.stderr
+    assert sorted(re.findall(r"^cpctl\.controlplane\.(\w+)", listed.stdout, re.M)) == EXPECTED
+    for name in EXPECTED:
+        proc = subprocess.run([doc, "-t", "module", "cpctl.controlplane." + name], capture_output=True, text=True,
+                              timeout=120, env=_env(tmp_path))
+        assert proc.returncode == 0 and not proc.stderr.strip(), proc.stderr
+        text = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout)
+        assert "OPTIONS" in text and "EXAMPLES" in text and "RETURN VALUES" in text
+        assert "corresponding action plugin" in text
+        for option in _argument_spec(name):
+            assert re.search(r"^[-=]?\s*%s(\s|$)" % re.escape(option), text, re.M), (name, option)
+        as_json = subprocess.run([doc, "--json", "-t", "module", "cpctl.controlplane." + name], capture_output=True,
+                                 text=True, timeout=120, env=_env(tmp_path))
+        assert as_json.returncode == 0, as_json.stderr
+        rendered = json.loads(as_json.stdout)["cpctl.controlplane." + name]
+        assert rendered["doc"]["attributes"]["check_mode"]["support"] == "full"
+
+
+TYPE_DEFAULTS = {"str": "str", "path": "path", "bool": "bool", "int": "int", "float": "float", "dict": "dict",
+                 "list": "list"}
+
+
+@pytest.mark.parametrize("name", EXPECTED)
+def test_validate_modules_documentation_matches_argument_spec(name: str) -> None:
+    doc = _rendered(name)
+    assert doc["module"] == name and doc["short_description"] and doc["description"] and doc["author"]
+    assert doc["version_added"]
+    options, spec = doc.get("options") or {}, _argument_spec(name)
+    assert sorted(options) == sorted(spec), name
+    for option, rules in spec.items():
+        documented = options[option]
+        assert documented.get("description"), (name, option)
+        assert documented.get("type", "str") == TYPE_DEFAULTS[rules.get("type", "str")], (name, option)
+        assert documented.get("default") == rules.get("default"), (name, option)
+        assert bool(documented.get("required")) == bool(rules.get("required")), (name, option)
+        assert documented.get("choices") == rules.get("choices"), (name, option)
+        assert documented.get("elements") == rules.get("elements"), (name, option)
+        assert not (rules.get("required") and "default" in rules), (name, option)
+    assert "supports_check_mode=True" in _module_source(name)
+    returned = _doc(name, "RETURN")
+    assert isinstance(returned, dict) and all(v.get("description") and v.get("returned") for v in returned.values())
+    examples = _doc(name, "EXAMPLES")
+    assert isinstance(examples, list) and examples
+    for task in examples:
+        module = "cpctl.controlplane." + name
+        if module in task:
+            assert set(task[module] or {}) <= set(spec), (name, task)
+    assert any("cpctl.controlplane." + name in t for t in examples)
+
+
+def test_shared_options_are_written_once() -> None:
+    """The manifest-changing modules take their common options from one doc fragment and one spec:
+    none repeats them in its own DOCUMENTATION (they cannot drift apart)."""
+    fragment = (COLLECTION / "plugins" / "doc_fragments" / "manifest_change.py").read_text()
+    shared = set(yaml.safe_load(fragment.split('DOCUMENTATION = r"""', 1)[1].split('"""', 1)[0])["options"])
+    for name in ("static_pod_manifest", "static_pod_flags"):
+        doc = _doc(name, "DOCUMENTATION")
+        assert doc["extends_documentation_fragment"] == ["cpctl.controlplane.manifest_change"], name
+        assert not shared & set(doc.get("options") or {}), (name, shared & set(doc["options"]))
+        assert shared <= set(_argument_spec(name)) and shared <= set(_rendered(name)["options"]), name
+
+
+def _python_files() -> List[Path]:
+    return sorted(COLLECTION.rglob("*.py"))
+
+
+def test_sanity_compile_shebang_no_assert_line_endings() -> None:
+    for path in _python_files():
+        text = path.read_text(encoding="utf-8")
+        compile(text, str(path), "exec")
+        assert "\r" not in text and text.endswith("\n"), path
+        assert not re.search("[\u2018\u2019\u201c\u201d]", text), "smart quotes in %s" % path
+        assert not re.search(r"^\s*assert ", text, re.M), "assert in %s (stripped under -O)" % path
+        shebang = text.startswith("#!")
+        assert shebang == (path.parent.name == "modules"), path
+        if shebang:
+            assert text.splitlines()[0] == "#!/usr/bin/python", path
+            assert not os.access(path, os.X_OK), "%s: modules are not executable files" % path
+
+
+def test_sanity_yaml_files_and_runtime_metadata() -> None:
+    for path in sorted(COLLECTION.rglob("*.yml")):
+        text = path.read_text(encoding="utf-8")
+        assert text.startswith("---\n") and "\t" not in text and text.endswith("\n"), path
+        assert not re.search(r"[ \t]+$", text, re.M), "trailing spaces in %s" % path
+        yaml.safe_load(text)
+    runtime = yaml.safe_load((COLLECTION / "meta" / "runtime.yml").read_text())
+    assert runtime["requires_ansible"].startswith(">=")
+    assert sorted(runtime["action_groups"]["cpctl"]) == EXPECTED

@@ -1,6 +1,6 @@
 """SIGKILL before every host call of the commit-confirmed steps (issue #25): arm, confirm, revert.
 
-As in tests/test_core_kill.py, each step runs in a forked child on a ``MockHost`` that kills the
+As in tests/core/test_journal_kill.py, each step runs in a forked child on a ``MockHost`` that kills the
 process just before its Nth host call, for every N. The next cpctl command must find the arm record
 and the history in step (armed or not; confirmed or not), and a revert killed anywhere must end -
 once the timer's run comes again - with the previous version in place, no arm left, and exactly one

@@ -14,10 +14,10 @@ from typing import Any, Dict, Iterator, List
 
 import pytest
 
+from tests.fleet.test_remote_fleet import Fleet, _statuses
 from tests.labfixture import lab3, wait_for  # noqa: F401
+from tests.remoteutil import read_history, write_inventory
 from tests.sshfixture import SSHServer, sshd_many  # noqa: F401
-from tests.test_remote_fleet import Fleet, _statuses
-from tests.test_remote_util import read_history, write_inventory
 
 pytestmark = pytest.mark.timeout(400)
 FAST = ("--timeout", "60", "--settle", "1")

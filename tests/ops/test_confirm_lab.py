@@ -3,7 +3,7 @@ node that happens without cpctl, ``confirm`` keeps the change, ``--confirm-check
 a revert that cannot verify says so, bad input changes nothing.
 
 The node-side timer here is the fallback (a detached process): this machine's systemd is not
-PID 1; the transient systemd timer is exercised in tests/test_systemd_real.py."""
+PID 1; the transient systemd timer is exercised in tests/system/test_systemd_real.py."""
 
 from __future__ import annotations
 

@@ -54,8 +54,9 @@ lab.json records them under ``"profile"``):
   realistic      v1.33, RBAC, realistic timing (scale it with ``time_scale``).
   real-master    v1.33, realistic timing with a busy master's boot times: API server 45 s, etcd 7 s.
 
-Facts the lab models, and where they come from (``real-node-facts.md`` and ``kubelet-kubeadm.md``
-are /work/shared/reference/; source paths are in kubernetes/kubernetes):
+Facts the lab models, and where they come from: source paths are in kubernetes/kubernetes (or
+kubernetes/kubeadm); "real-node-facts" and "kubelet-kubeadm" name the sections of the project's
+notes on real nodes that each fact was checked against, which in turn cite those sources:
   * Static pod file source: glob ``[^.]*``, symlinks followed, no extension filter, first YAML
     document only, inotify per file plus a full re-list every fileCheckFrequency (20 s); Remove/Rename
     drops the pod key even if another file defines it, Chmod re-parses; a parse error on an event

@@ -1,6 +1,7 @@
 """Simulated kubelet (one per lab node): static pod file source, pod workers, a fake container runtime.
 
-Faithful to the points cpctl depends on (see /work/shared/reference/kubelet-kubeadm.md):
+Faithful to the points cpctl depends on (the kubelet's pkg/kubelet/config/file.go, file_linux.go,
+common.go and pkg/kubelet/pod_workers.go in kubernetes/kubernetes):
 
 * every non-dot regular file in the manifests dir is a candidate (no extension filter, no
   recursion, symlinks followed by ``os.stat``); inotify events act per file (add/modify re-read the

@@ -5,8 +5,8 @@ ip_family="ipv6")``, ``cpctl lab up --ip-family ipv6``) so a test can combine th
 ``ha`` profile with ``realistic_timing=True``. The settings end up in ``lab.json`` under
 ``"profile"`` so a test (or a curious operator) can see what the lab pretends to be.
 
-Facts behind the settings: /work/shared/reference/real-node-facts.md and kubelet-kubeadm.md, and
-kubeadm's sources (cmd/kubeadm/app/phases/controlplane/manifests.go, phases/etcd/local.go,
+Facts behind the settings (see the list in ``cpctl_lab/__init__.py``): the kubelet's and kubeadm's
+sources (cmd/kubeadm/app/phases/controlplane/manifests.go, phases/etcd/local.go,
 util/staticpod/utils.go, constants/constants.go).
 """
 

@@ -17,9 +17,10 @@ DEFAULT_STATE_DIR = "/var/lib/cpctl"
 DEFAULT_KUBECONFIG = "/etc/kubernetes/admin.conf"
 
 
-@dataclass
+@dataclass(frozen=True)
 class Settings:
-    """Global options, already validated. ``manifests_dir``/``node_name`` None: as the kubelet says."""
+    """Global options, already validated. ``manifests_dir``/``node_name`` None: as the kubelet says.
+    A value: a command that adds its own (``--verify``'s ``canary``) makes a copy with ``with_overrides``."""
 
     manifests_dir: Optional[str] = None
     state_dir: str = DEFAULT_STATE_DIR

@@ -196,7 +196,7 @@ def start(ctx: click.Context, components: Tuple[str, ...], all_parked: bool, no_
         raise CpctlError("--all-parked starts every parked manifest: name no COMPONENT with it", ExitCode.USAGE)
     if not all_parked and not components:
         raise CpctlError("name the COMPONENT(s) to start, or --all-parked", ExitCode.USAGE)
-    state(ctx).settings.canary = verify
+    state(ctx).settings = state(ctx).settings.with_overrides(canary=verify)   # the run's settings, with --verify
     change(ctx, "start", list(components), dry_run, False, None,
            lambda node, names, why: lifecycle.start(node, names, not no_wait, timeout),
            lifecycle.parked_components if all_parked else None)
@@ -232,7 +232,7 @@ def restart(ctx: click.Context, components: Tuple[str, ...], stale_certs: bool, 
     afterwards; --dry-run shows which.
     """
     from cpctl.ops import lifecycle
-    state(ctx).settings.canary = verify
+    state(ctx).settings = state(ctx).settings.with_overrides(canary=verify)   # the run's settings, with --verify
     check_reason(reason)
     if stale_certs:
         from cpctl.catalogue import START_ORDER

@@ -173,6 +173,12 @@ class Node:
         lookup is a 404 that reads exactly like "pod gone"."""
         return _Session(self, what, changing)
 
+    def finish_interrupted(self, what: str) -> None:
+        """Finish or undo a change a killed cpctl left in the journal, under the node lock, and
+        release it: what a view does before it reads, so that it shows the node as it stands."""
+        with self.session(what, changing=False):
+            return
+
     def check_registered(self) -> None:
         """Refuse (exit 3) when the API answers and knows no Node of this name, naming those it knows.
 

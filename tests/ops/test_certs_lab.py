@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives import serialization
 from cpctl.cli.render import status_text
 from cpctl_lab import pki
 from cpctl_lab.control import LabHandle
-from tests.labfixture import run_cpctl
+from tests.labfixture import mirror, run_cpctl
 
 COMPONENTS = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"]
 
@@ -234,6 +234,13 @@ def test_status_shows_container_start_next_to_the_pod_age(lab: LabHandle) -> Non
     """Item 5: the API server's mirror pod keeps its age across a restart (real-node-facts.md), so
     status shows the container's start time and restart count too - from the API and from crictl."""
     import time
+    pod = mirror(lab, "kube-apiserver")
+    assert pod is not None
+    created = datetime.datetime.strptime(pod["metadata"]["creationTimestamp"], "%Y-%m-%dT%H:%M:%SZ").replace(
+        tzinfo=datetime.timezone.utc).timestamp()
+    # timestamps have whole seconds: restart in a later second than the mirror pod's creation, or a
+    # fast lab makes both the same second and the ages equal
+    time.sleep(max(0.0, created + 1.1 - time.time()))
     before = time.time()
     assert run_cpctl(lab, "restart", "apiserver").returncode == 0
     for probe, kubeconfig in (("api", lab.kubeconfig), ("crictl", str(lab.dir / "no-such.conf"))):

@@ -222,6 +222,24 @@ def _companions_unchanged(node: Node, manifest: Manifest, new: bytes, companions
     return True
 
 
+def review(node: Node, manifest: Manifest, new: bytes, source: str, action: str, force: bool,
+           companions: Sequence[Companion] = (), parked: bool = False) -> Optional[checks.Review]:
+    """The one decision behind a replacement, its dry run and a change of a parked copy: None when
+    nothing would change; else the checks' verdict, after refusing (exit 4) what they find bad (unless
+    ``force`` where they allow it), a change of companion files alone, one the new manifest does not
+    mount, and a file name too long to keep revisions for."""
+    assert manifest.data is not None
+    component = manifest.pod_name or manifest.file
+    if _companions_unchanged(node, manifest, new, companions, action):
+        return None
+    check_revisable(manifest.file)
+    companion_files.check_mounted(new, companions, node.node_root, "%s of %s" % (action, component))
+    verdict = checks.review(node.host, manifest, new, node.scan(), source, node.node_root,
+                            _coming(node, companions))
+    verdict.refuse_if_bad("%s of %s%s" % (action, "the parked " if parked else "", component), force)
+    return verdict
+
+
 def plan(node: Node, component: str, new: bytes, source: str, action: str, force: bool = False,
          parked: bool = False, companions: Sequence[Companion] = ()) -> Dict[str, Any]:
     """What ``replace`` would do, checked the same way, changing nothing (no lock, no state dir)."""
@@ -230,13 +248,10 @@ def plan(node: Node, component: str, new: bytes, source: str, action: str, force
     result = _result(node, manifest, action, changed=False, dry_run=True, parked=parked)
     if companions:
         result["companions"] = [c.to_dict() for c in companions]
-    if _companions_unchanged(node, manifest, new, companions, action):
-        return dict(result, message="unchanged (the file already holds these bytes)")
-    companion_files.check_mounted(new, companions, node.node_root, "%s of %s" % (action, component))
-    check_revisable(manifest.file)
-    verdict = checks.review(node.host, manifest, new, node.scan(), source, node.node_root,
-                            _coming(node, companions))
-    verdict.refuse_if_bad("%s of %s" % (action, component), force)
+    verdict = review(node, manifest, new, source, action, force, companions, parked)
+    if verdict is None:
+        return dict(result, message="unchanged (the %s already holds these bytes)" % ("parked copy" if parked else
+                                                                                     "file"))
     effect = _effect_text(node, manifest, new, manifests.pod_effect(manifest.data, new), "would ")
     if parked:
         effect = "it is parked: nothing runs it until cpctl start %s" % component
@@ -263,14 +278,9 @@ def _result(node: Node, manifest: Manifest, action: str, changed: bool, **extra:
 def _replace_locked(node: Node, manifest: Manifest, new: bytes, source: str, action: str, options: ApplyOptions,
                     record: Dict[str, Any], companions: Sequence[Companion] = ()) -> Dict[str, Any]:
     assert manifest.data is not None and manifest.pod is not None
-    component = manifest.pod_name or manifest.file
-    if _companions_unchanged(node, manifest, new, companions, action):
+    verdict = review(node, manifest, new, source, action, options.force, companions)
+    if verdict is None:
         return _result(node, manifest, action, False, message="unchanged (the file already holds these bytes)")
-    check_revisable(manifest.file)
-    companion_files.check_mounted(new, companions, node.node_root, "%s of %s" % (action, component))
-    verdict = checks.review(node.host, manifest, new, node.scan(), source, node.node_root,
-                            _coming(node, companions))
-    verdict.refuse_if_bad("%s of %s" % (action, component), options.force)
     effect = manifests.pod_effect(manifest.data, new)
     target = node.target_for(manifests.parse_pod(new), manifest.file)    # judged by the NEW manifest
     old_target = node.target_for(manifest.pod, manifest.file)
@@ -364,12 +374,10 @@ def _replace_parked(node: Node, component: str, new: bytes, source: str, action:
         if expect is not None and manifest.checksum != expect:
             raise CpctlError("%s changed while you prepared the new version (someone else edited it): nothing "
                              "changed; start again from its current content" % manifest.path, ExitCode.CONFLICT)
-        if new == manifest.data:
+        verdict = review(node, manifest, new, source, action, options.force, parked=True)
+        if verdict is None:
             return _result(node, manifest, action, False, parked=True,
                            message="unchanged (the parked copy already holds these bytes)")
-        check_revisable(manifest.file)
-        verdict = checks.review(node.host, manifest, new, node.scan(), source, node.node_root)
-        verdict.refuse_if_bad("%s of the parked %s" % (action, component), options.force)
         change, number = replace_change(node, manifest, new, action, options.reason, options.keep,
                                         dict(record, parked=True))
         meta_path = node.state.meta_path(manifest.file)

@@ -1,5 +1,7 @@
 """A dry run is the real run with its side effects withheld: on the same prepared dirs, each
-changing command's ``--dry-run`` and real run agree on refusing or acting, and on the moves.
+changing command's ``--dry-run`` and real run agree on refusing or acting, and on the moves (stop,
+start, restart, check --fix) or the bytes written (apply, flags, rollback, --parked: one decision,
+``ops.edits.review``).
 
 The dry run goes first and must leave every file as it was (the state dir is not even created);
 then the real run on the same dirs must end with exactly the files the plan's moves predict."""
@@ -262,3 +264,70 @@ def test_fix_dry_run_refuses_a_running_stray_like_the_real_run(tmp_path) -> None
     assert action["action"] == "move-stray" and not action["ok"] and "--allow-restart" in action["message"]
     text = node.run("check", "--fix", "--remove-strays", "--dry-run", rc=1).stdout
     assert "WOULD-NOT move-stray" in text and "kube-scheduler.yaml.bak" in text
+
+
+# --- replacements: apply, flags, rollback (and --parked) ------------------------------------------
+SCHEDULER = MANIFESTS["kube-scheduler.yaml"]
+WITH_V4 = SCHEDULER.replace(b"    - --leader-elect=true\n", b"    - --leader-elect=true\n    - --v=4\n")
+DUPLICATE = SCHEDULER.replace(b"    - --leader-elect=true\n",
+                              b"    - --leader-elect=true\n    - --leader-elect=false\n")
+RENAMED = SCHEDULER.replace(b"  name: kube-scheduler\n", b"  name: other-scheduler\n", 1)
+
+
+def _new_file(node: NodeDirs, data: bytes) -> str:
+    path = os.path.join(node.root, "new.yaml")
+    with open(path, "wb") as handle:
+        handle.write(data)
+    return path
+
+
+def _applied_v4(node: NodeDirs) -> None:
+    node.run("apply", "scheduler", "-f", _new_file(node, WITH_V4), "--settle", "0")
+
+
+REPLACEMENTS: List[Tuple[str, Prepare, Callable[[NodeDirs], List[str]], bytes]] = [
+    ("apply", _nothing, lambda node: ["apply", "scheduler", "-f", _new_file(node, WITH_V4)], WITH_V4),
+    ("apply-unchanged", _nothing, lambda node: ["apply", "scheduler", "-f", _new_file(node, SCHEDULER)], SCHEDULER),
+    ("apply-duplicate-flag", _nothing, lambda node: ["apply", "scheduler", "-f", _new_file(node, DUPLICATE)], b""),
+    ("apply-other-pod-name", _nothing, lambda node: ["apply", "scheduler", "-f", _new_file(node, RENAMED)], b""),
+    ("apply-not-yaml", _nothing, lambda node: ["apply", "scheduler", "-f", _new_file(node, b"kind: [\n")], b""),
+    ("apply-bak", _bak_copy, lambda node: ["apply", "scheduler", "-f", _new_file(node, WITH_V4)], WITH_V4),
+    ("apply-parked-running", _nothing,
+     lambda node: ["apply", "scheduler", "--parked", "-f", _new_file(node, WITH_V4)], b""),
+    ("apply-parked", _parked_scheduler,
+     lambda node: ["apply", "scheduler", "--parked", "-f", _new_file(node, WITH_V4)], WITH_V4),
+    ("flags", _nothing, lambda node: ["flags", "scheduler", "--set", "v=4"], b""),
+    ("flags-misspelled", _nothing, lambda node: ["flags", "scheduler", "--set", "bind-adress=0.0.0.0"], b""),
+    ("flags-same", _nothing, lambda node: ["flags", "scheduler", "--set", "leader-elect=true"], SCHEDULER),
+    ("rollback", _applied_v4, lambda node: ["rollback", "scheduler"], SCHEDULER),
+    ("rollback-nothing-kept", _nothing, lambda node: ["rollback", "scheduler"], b""),
+]
+
+
+@pytest.mark.parametrize("name, prepare, argv_of, written", REPLACEMENTS, ids=[c[0] for c in REPLACEMENTS])
+def test_replacement_dry_run_and_real_run_agree(tmp_path, name: str, prepare: Prepare,
+                                                argv_of: Callable[[NodeDirs], List[str]], written: bytes) -> None:
+    """The dry run changes nothing and refuses exactly what the real run refuses (same exit code and
+    reason); when both act, the real run writes the bytes whose diff the dry run showed."""
+    node = NodeDirs(str(tmp_path))
+    prepare(node)
+    argv = argv_of(node)
+    target = os.path.join(node.parked if "--parked" in argv else node.manifests, "kube-scheduler.yaml")
+    before_files = snapshot(node.manifests, node.state)
+    dry = node.run("-o", "json", *argv, "--dry-run", rc=None)
+    assert snapshot(node.manifests, node.state) == before_files, "the dry run changed files"
+    real = node.run("-o", "json", *argv, "--settle", "0", rc=None)
+    assert dry.returncode == real.returncode, (name, dry.stdout, dry.stderr, real.stderr)
+    if real.returncode != 0:
+        assert json.loads(dry.stderr)["error"]["reason"] == json.loads(real.stderr)["error"]["reason"]
+        assert snapshot(node.manifests) == {k: v for k, v in before_files.items() if k.startswith(node.manifests)}
+        return
+    planned, done = json.loads(dry.stdout), json.loads(real.stdout)
+    assert planned["dry_run"] is True and planned["changed"] is False
+    assert done["changed"] == bool(planned.get("diff")), (planned, done)
+    with open(target, "rb") as handle:
+        now = handle.read()
+    if written:
+        assert now == written
+    if done["changed"]:
+        assert planned["message"].startswith("would ")

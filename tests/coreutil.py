@@ -177,6 +177,34 @@ def run_in_process(argv: list, env: dict, stdin: bytes = b"") -> subprocess.Comp
                                        err.getvalue().decode("utf-8"))
 
 
+def killed_run(node: "NodeDirs", action: Callable[[Any], Any], kill_at: int) -> "tuple[int, int]":
+    """Run ``action(node)`` on this node (``open_node`` over a ``MockHost``, probe none) in a forked
+    child that SIGKILLs itself before its ``kill_at``-th host call (0: never): the kill-point sweeps'
+    one harness. Returns (wait status, number of host calls when it finished)."""
+    from cpctl.core.settings import Settings
+    from cpctl.host.mock import Fault, MockHost
+    from cpctl.ops.wiring import open_node
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                          # the child: no pytest teardown, ever
+        code = 1
+        try:
+            os.close(read_end)
+            host = MockHost([Fault("*", "SIGKILL", at=kill_at)] if kill_at else [])
+            settings = Settings(manifests_dir=node.manifests, state_dir=node.state, node_name=NODE, probe="none",
+                                lock_timeout=1)
+            action(open_node(settings, host))
+            os.write(write_end, str(len(host.calls)).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    _, status = os.waitpid(pid, 0)
+    with os.fdopen(read_end, "rb") as pipe:
+        calls = pipe.read()
+    return status, int(calls or 0)
+
+
 def check_result(proc: subprocess.CompletedProcess, rc: Optional[int]) -> None:
     what = "%s\nstdout: %s\nstderr: %s" % (proc.args, proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr + proc.stdout, what

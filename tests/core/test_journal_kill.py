@@ -25,11 +25,10 @@ from cpctl.core.companions import Companion
 from cpctl.core.settings import Settings
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host.local import LocalHost
-from cpctl.host.mock import Fault, MockHost
 from cpctl.ops import drift, edits, keepin, lifecycle
 from cpctl.ops import scheduler as secondsched
 from cpctl.ops.wiring import open_node
-from tests.coreutil import MANIFESTS, NODE, NodeDirs, sha
+from tests.coreutil import MANIFESTS, NODE, NodeDirs, killed_run, sha
 
 SCHEDULER = MANIFESTS["kube-scheduler.yaml"]
 STRAY = b"not a pod: an editor's leftover\n"
@@ -62,27 +61,8 @@ def _apply_companion(node: Any) -> Any:
 
 
 def _run(node: NodeDirs, kind: str, kill_at: int) -> Tuple[int, int]:
-    """Run one change in a forked child on a MockHost that SIGKILLs itself before its ``kill_at``-th
-    host call (0: never). Returns (wait status, number of host calls when it finished)."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:                                          # the child: no pytest teardown, ever
-        code = 1
-        try:
-            os.close(read_end)
-            host = MockHost([Fault("*", "SIGKILL", at=kill_at)] if kill_at else [])
-            settings = Settings(manifests_dir=node.manifests, state_dir=node.state, node_name=NODE, probe="none",
-                                lock_timeout=1)
-            CHANGES[kind](open_node(settings, host))
-            os.write(write_end, str(len(host.calls)).encode())
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write_end)
-    _, status = os.waitpid(pid, 0)
-    with os.fdopen(read_end, "rb") as pipe:
-        calls = pipe.read()
-    return status, int(calls or 0)
+    """Run one change in a forked child that SIGKILLs itself before its ``kill_at``-th host call."""
+    return killed_run(node, CHANGES[kind], kill_at)
 
 
 THEIRS = SCHEDULER.replace(b"    - --leader-elect=true\n", b"    - --leader-elect=true\n    - --v=7\n")

@@ -21,11 +21,10 @@ from cpctl.core import confirmations, views
 from cpctl.core.confirmations import Arm
 from cpctl.core.settings import Settings
 from cpctl.host.local import LocalHost
-from cpctl.host.mock import Fault, MockHost
 from cpctl.ops import confirm, edits
 from cpctl.ops.wiring import open_node
 from cpctl.timeutil import iso
-from tests.coreutil import MANIFESTS, NODE, NodeDirs, sha
+from tests.coreutil import MANIFESTS, NODE, NodeDirs, killed_run, sha
 
 SCHEDULER = MANIFESTS["kube-scheduler.yaml"]
 NEW_SCHEDULER = SCHEDULER.replace(b"    - --leader-elect=true\n", b"    - --leader-elect=true\n    - --v=4\n")
@@ -57,23 +56,7 @@ def _settings(node: NodeDirs) -> Settings:
 
 def _run(node: NodeDirs, kind: str, kill_at: int) -> Tuple[int, int]:
     """Run one step in a forked child that SIGKILLs itself before host call ``kill_at`` (0: never)."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:                                          # the child: no pytest teardown, ever
-        code = 1
-        try:
-            os.close(read_end)
-            host = MockHost([Fault("*", "SIGKILL", at=kill_at)] if kill_at else [])
-            STEPS[kind](open_node(_settings(node), host))
-            os.write(write_end, str(len(host.calls)).encode())
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write_end)
-    _, status = os.waitpid(pid, 0)
-    with os.fdopen(read_end, "rb") as pipe:
-        calls = pipe.read()
-    return status, int(calls or 0)
+    return killed_run(node, STEPS[kind], kill_at)
 
 
 def _prepare(kind: str, root: str) -> NodeDirs:

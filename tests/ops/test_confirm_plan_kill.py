@@ -20,7 +20,7 @@ from cpctl.host.local import LocalHost
 from cpctl.ops import confirm, edits
 from cpctl.ops.wiring import open_node
 from cpctl.timeutil import iso
-from tests.coreutil import MANIFESTS, NODE, NodeDirs, sha
+from tests.coreutil import MANIFESTS, NODE, NodeDirs, killed_run, sha
 
 SCHEDULER = MANIFESTS["kube-scheduler.yaml"]
 NEW_SCHEDULER = SCHEDULER.replace(b"    - --leader-elect=true\n", b"    - --leader-elect=true\n    - --v=4\n")
@@ -119,7 +119,6 @@ def test_the_plan_finishes_an_arm_whose_cpctl_was_killed(tmp_path: Any) -> None:
     """cpctl killed at any point of writing the arm (its journal, the record, the history line, the
     journal cleared): the node-side plan finishes that journal as cpctl's recovery would - the arm on
     record exactly once when its file is there - then reverts it, or finds nothing armed."""
-    from cpctl.host.mock import Fault, MockHost
 
     def arm_child(root: str, kill_at: int) -> "tuple[NodeDirs, Dict[str, Any], int]":
         node = NodeDirs(root, files={"kube-scheduler.yaml": SCHEDULER})
@@ -130,24 +129,10 @@ def test_the_plan_finishes_an_arm_whose_cpctl_was_killed(tmp_path: Any) -> None:
         opened.host.makedirs(confirmations.directory(opened.state), 0o700)
         with opened.session("plan"):
             plan = confirm._plan(opened, armed, confirm._plan_base(opened, armed))
-        read_end, write_end = os.pipe()
-        pid = os.fork()
-        if pid == 0:                                      # the child: no pytest teardown, ever
-            code = 1
-            try:
-                os.close(read_end)
-                host = MockHost([Fault("*", "SIGKILL", at=kill_at)] if kill_at else [])
-                child = open_node(_settings(node), host)
-                with child.session("kill test"):
-                    child.apply(confirmations.arm_change(child.state, armed))
-                os.write(write_end, str(len(host.calls)).encode())
-                code = 0
-            finally:
-                os._exit(code)
-        os.close(write_end)
-        os.waitpid(pid, 0)
-        with os.fdopen(read_end, "rb") as pipe:
-            calls = int(pipe.read() or 0)
+        def arm(child: Any) -> None:
+            with child.session("kill test"):
+                child.apply(confirmations.arm_change(child.state, armed))
+        calls = killed_run(node, arm, kill_at)[1]
         return node, plan, calls
 
     _, _, calls = arm_child(str(tmp_path / "count"), 0)

@@ -149,9 +149,20 @@ def failure_line(line: str, code: int) -> bool:
     return error["code"] == code and bool(error["message"]) and isinstance(error["reason"], str)
 
 
+#: One in-process CLI run at a time: a run swaps the process's environment and standard streams,
+#: so two threads' runs (the crash test's lanes) would each see the other's node.
+_IN_PROCESS = threading.Lock()
+
+
 def run_in_process(argv: list, env: dict, stdin: bytes = b"") -> subprocess.CompletedProcess:
     """``argv`` (``CLI`` + arguments) run by ``cpctl.cli.main.run`` in this process, with ``env`` as
-    the whole environment and fresh standard streams (none is a terminal); all restored after."""
+    the whole environment and fresh standard streams (none is a terminal); all restored after.
+    Runs from several threads take turns (``_IN_PROCESS``)."""
+    with _IN_PROCESS:
+        return _run_in_process(argv, env, stdin)
+
+
+def _run_in_process(argv: list, env: dict, stdin: bytes) -> subprocess.CompletedProcess:
     from cpctl.cli import main as cli_main
     streams = sys.stdin, sys.stdout, sys.stderr
     saved_env = dict(os.environ)

@@ -42,3 +42,30 @@ def test_a_change_in_process_leaves_what_the_process_leaves(tmp_path: Any) -> No
     outside.run("stop", "scheduler", "--reason", "test", process=True)
     assert (inside.present(), inside.parked_files()) == (outside.present(), outside.parked_files())
     assert [r["action"] for r in inside.history()] == [r["action"] for r in outside.history()] == ["stop"]
+
+
+def test_runs_from_two_threads_each_see_their_own_node(tmp_path: Any) -> None:
+    """A run swaps the process's environment and streams: runs from two threads (the crash test's
+    lanes) take turns, so each changes and reports only its own node."""
+    import json
+    import threading
+    nodes = [NodeDirs(str(tmp_path / name)) for name in ("a", "b")]
+    errors: list = []
+
+    def work(node: NodeDirs) -> None:
+        try:
+            for _ in range(5):
+                assert node.parked + "/" in node.run("-o", "json", "stop", "scheduler").stdout
+                node.run("start", "scheduler")
+        except BaseException as exc:  # noqa: BLE001 - reported by the test thread
+            errors.append(exc)
+    threads = [threading.Thread(target=work, args=(node,)) for node in nodes]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    for node in nodes:
+        with open(node.history_file) as handle:
+            records = [json.loads(line) for line in handle]
+        assert [r["action"] for r in records] == ["stop", "start"] * 5

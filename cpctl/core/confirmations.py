@@ -139,6 +139,19 @@ def read(host: Host, state: StateDir, filename: str) -> Optional[Arm]:
     return arm
 
 
+def refuse_armed(host: Host, state: StateDir, filename: str, action: str) -> None:
+    """Refuse (exit 4, nothing changed) ``action`` of manifest ``filename`` while its last change
+    awaits confirmation. Another change under an arm would make the revert undo the wrong one; a
+    stop would leave it nothing to revert (the revert puts the old bytes back in the manifests
+    dir, so a parked manifest means the arm is dropped and the change stays unconfirmed)."""
+    arm = read(host, state, filename) if state.ensure(create=False) else None
+    if arm is not None:
+        raise CpctlError("%s refused: %s has an unconfirmed change (%s by %s, reverts at %s); confirm it first (cpctl "
+                         "confirm %s) or revert it now (cpctl revert-unconfirmed %s); nothing changed"
+                         % (action, arm.component, arm.action, arm.by, arm.deadline, arm.component, arm.component),
+                         ExitCode.REFUSED)
+
+
 def read_all(host: Host, state: StateDir) -> List[Arm]:
     """Every arm of the node, by file name (one read of the confirm dir)."""
     try:

@@ -75,13 +75,9 @@ def unit_name(component: str) -> str:
 # --- before the change --------------------------------------------------------------------------
 def refuse_armed(node: Node, component: str, action: str) -> None:
     """Refuse (exit 4, nothing changed) a change of a component whose last change awaits its
-    confirmation: two arms, or a change under an arm, would make the revert undo the wrong one."""
+    confirmation (``confirmations.refuse_armed``)."""
     manifest = edits.current(node, component, action)
-    arm = confirmations.read(node.host, node.state, manifest.file) if node.state.ensure(create=False) else None
-    if arm is not None:
-        raise CpctlError("%s has an unconfirmed change (%s by %s, reverts at %s): confirm it first (cpctl confirm %s) "
-                         "or let it revert; nothing changed" % (arm.component, arm.action, arm.by, arm.deadline,
-                                                               arm.component), ExitCode.REFUSED)
+    confirmations.refuse_armed(node.host, node.state, manifest.file, action)
 
 
 # --- arm ----------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import time
 from typing import Optional
 
 from cpctl import catalogue
-from cpctl.core import journal, manifests
+from cpctl.core import confirmations, journal, manifests
 from cpctl.core.node import Node, Outcome
 from cpctl.errors import CpctlError, ExitCode, Terminated, interrupted_by
 
@@ -36,8 +36,19 @@ def stop(node: Node, components: list, reason: Optional[str], until: Optional[fl
          timeout: float) -> list:
     ordered = order_components(components, reverse=True)  # validate names before any side effect
     node.check_parkable(ordered)
+    _refuse_armed(node, ordered)
     with node.session("cpctl stop %s" % " ".join(components)):
         return [node.stop(c, reason=reason, until=until, wait=wait, timeout=timeout) for c in ordered]
+
+
+def _refuse_armed(node: Node, components: list) -> None:
+    """A stop of a component whose last change awaits confirmation is refused before anything
+    moves (``confirmations.refuse_armed``): parked, its revert would find nothing to put back and
+    the unconfirmed change would stay for good. A restart is not refused: it puts the same bytes back."""
+    scan = node.scan()
+    for wanted in components:
+        for manifest in scan.find(wanted):
+            confirmations.refuse_armed(node.host, node.state, manifest.file, "stop")
 
 
 def start(node: Node, components: list, wait: bool, timeout: float) -> list:

@@ -174,6 +174,34 @@ def test_overlapping_arms_and_bad_input_change_nothing(lab: Any) -> None:
     wait_for(lambda: not _alive(json.loads(arm)["pid"]), 10, "the revert process stopped")
 
 
+def test_a_stop_under_an_arm_is_refused_and_a_hand_parked_manifest_is_named(lab: Any) -> None:
+    """A stop would leave the revert nothing to put back (the unconfirmed change would stay for
+    good): refused before anything moves, its dry run too, and so is every change's dry run. A
+    restart puts the same bytes back and goes on. A manifest moved away by hand after all: the
+    revert refuses (exit 10) and drops the arm."""
+    proc = run_cpctl(lab, "flags", "scheduler", "--set", "v=4", "--confirm-within", "2m", *FAST)
+    assert proc.returncode == 0, proc.stderr
+    armed_bytes, arm = _read(_manifest(lab)), json.loads(_read(_arm_path(lab)))
+    for args in (["stop", "scheduler"], ["stop", "scheduler", "--dry-run"], ["stop", "kube-scheduler", "--force"],
+                 ["flags", "scheduler", "--set", "v=5", "--dry-run"], ["rollback", "scheduler", "--dry-run"]):
+        proc = run_cpctl(lab, *args, *FAST[:2])
+        assert proc.returncode == 4, (args, proc.stdout, proc.stderr)
+        assert "refused: kube-scheduler has an unconfirmed change" in proc.stderr, proc.stderr
+        assert "cpctl revert-unconfirmed kube-scheduler" in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert _read(_manifest(lab)) == armed_bytes
+    proc = run_cpctl(lab, "restart", "scheduler", *FAST[:2])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _read(_manifest(lab)) == armed_bytes and os.path.exists(_arm_path(lab))
+    parked = os.path.join(str(lab.state_dir()), "by-hand.yaml")
+    os.rename(_manifest(lab), parked)        # an operator's mv: not parked by cpctl
+    proc = run_cpctl(lab, "revert-unconfirmed", "scheduler")
+    assert proc.returncode == 10 and "no longer holds the armed version" in proc.stderr, proc.stderr
+    assert _actions(lab)[-1] == "dropped" and not os.path.exists(_arm_path(lab))
+    os.rename(parked, _manifest(lab))
+    wait_for(lambda: not _alive(arm["pid"]), 10, "the revert process stopped")
+
+
 def test_an_overdue_arm_is_reverted_by_the_next_command(lab: Any) -> None:
     """The timer is lost (a reboot drops transient units; here its process is killed): the next
     cpctl command that opens the node reverts first."""

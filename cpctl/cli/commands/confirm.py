@@ -56,12 +56,12 @@ def parse_confirm(ctx: click.Context, within: Optional[str], check: Optional[str
 
 def guarded(ctx: click.Context, component: str, action_name: str, action: NodeAction,
             confirm: Optional["ConfirmOptions"], dry_run: bool) -> NodeAction:
-    """``action`` refused while the component's last change awaits confirmation, and - with
-    ``--confirm-within`` - followed by the arm (and ``--confirm-check``)."""
+    """``action`` refused while the component's last change awaits confirmation (its dry run too:
+    it decides like the real run), and - with ``--confirm-within``, not in a dry run - followed by
+    the arm (and ``--confirm-check``)."""
     def run(node: "Node") -> Dict[str, object]:
         from cpctl.ops import confirm as confirm_ops
-        if not dry_run:
-            confirm_ops.refuse_armed(node, component, action_name)
+        confirm_ops.refuse_armed(node, component, action_name)
         result = action(node)
         if confirm is None or dry_run:
             return result

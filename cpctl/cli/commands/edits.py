@@ -140,10 +140,11 @@ def _confirm(ctx: click.Context, within: Optional[str], check: Optional[str], re
 
 
 def _guard(ctx: click.Context, component: str, action_name: str, action: NodeAction,
-           confirm: Optional["ConfirmOptions"], unguarded: bool) -> NodeAction:
-    """The node action refused while the component's last change awaits confirmation, and armed
-    with ``--confirm-within`` (a dry run or a --parked change: the action as it is)."""
-    return action if unguarded else guarded(ctx, component, action_name, action, confirm, False)
+           confirm: Optional["ConfirmOptions"], dry_run: bool, parked: bool = False) -> NodeAction:
+    """The node action refused while the component's last change awaits confirmation - a dry run
+    refused the same way - and armed with ``--confirm-within`` (not in a dry run). A --parked change
+    is the action as it is: the parked copy is not what an arm reverts."""
+    return action if parked else guarded(ctx, component, action_name, action, confirm, dry_run)
 
 
 def _show_diff(text: str) -> None:
@@ -213,7 +214,7 @@ def apply(ctx: click.Context, component: str, source: str, parked: bool, keep_in
         return keepin.run(node, keep, options, lambda how: edits.replace(node, component, new, where, "apply", how,
                                                                          expect=checksum(data), companions=files),
                           _show_diff)
-    execute(ctx, _guard(ctx, component, "apply", action, confirm, dry_run or parked), armed_text(change_text),
+    execute(ctx, _guard(ctx, component, "apply", action, confirm, dry_run, parked), armed_text(change_text),
             changing=not dry_run)
 
 
@@ -268,7 +269,7 @@ def flags(ctx: click.Context, component: str, sets: Tuple[str, ...], unsets: Tup
             node, component, new, "flags", "flags", how, {"flags": said}, expect=checksum(data),
             companions=files), _show_diff)
         return dict(result, flags=said)
-    execute(ctx, _guard(ctx, component, "flags", action, confirm, dry_run or parked), armed_text(change_text),
+    execute(ctx, _guard(ctx, component, "flags", action, confirm, dry_run, parked), armed_text(change_text),
             changing=not dry_run)
 
 
@@ -447,7 +448,7 @@ def edit(ctx: click.Context, component: str, yes: bool, editor_timeout: float, p
     rounds = EDIT_ROUNDS if tty else 1
     execute(ctx, _guard(ctx, component, "edit", lambda node: _edit_node(node, component, options, yes, targets,
                                                                         files, rounds, editor_timeout),
-                        confirm, dry_run or parked), armed_text(change_text), changing=not dry_run)
+                        confirm, dry_run, parked), armed_text(change_text), changing=not dry_run)
 
 
 def _edit_node(node: "Node", component: str, options: Any, yes: bool, targets: Optional[List[Any]] = None,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 import os
 import time
-from typing import Optional
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from cpctl import catalogue
 from cpctl.core import confirmations, journal, manifests
@@ -16,7 +16,7 @@ from cpctl.errors import CpctlError, ExitCode, Terminated, interrupted_by
 PLAN_TIMEOUT = 120.0    # the timeout a dry run passes on: nothing waits in one, so it decides nothing
 
 
-def order_components(names: list, reverse: bool = False) -> list:
+def order_components(names: Sequence[str], reverse: bool = False) -> List[str]:
     """Control-plane order (etcd, apiserver, controller-manager, scheduler) for starts,
     the reverse for stops; other components keep the user's order, after those."""
     def rank(name: str) -> int:
@@ -32,8 +32,8 @@ def order_components(names: list, reverse: bool = False) -> list:
     return ordered
 
 
-def stop(node: Node, components: list, reason: Optional[str], until: Optional[float], wait: bool,
-         timeout: float) -> list:
+def stop(node: Node, components: Sequence[str], reason: Optional[str], until: Optional[float], wait: bool,
+         timeout: float) -> List[Outcome]:
     ordered = order_components(components, reverse=True)  # validate names before any side effect
     node.check_parkable(ordered)
     _refuse_armed(node, ordered)
@@ -41,7 +41,7 @@ def stop(node: Node, components: list, reason: Optional[str], until: Optional[fl
         return [node.stop(c, reason=reason, until=until, wait=wait, timeout=timeout) for c in ordered]
 
 
-def _refuse_armed(node: Node, components: list) -> None:
+def _refuse_armed(node: Node, components: Sequence[str]) -> None:
     """A stop of a component whose last change awaits confirmation is refused before anything
     moves (``confirmations.refuse_armed``): parked, its revert would find nothing to put back and
     the unconfirmed change would stay for good. A restart is not refused: it puts the same bytes back."""
@@ -51,25 +51,25 @@ def _refuse_armed(node: Node, components: list) -> None:
             confirmations.refuse_armed(node.host, node.state, manifest.file, "stop")
 
 
-def start(node: Node, components: list, wait: bool, timeout: float) -> list:
+def start(node: Node, components: Sequence[str], wait: bool, timeout: float) -> List[Outcome]:
     ordered = order_components(components)  # validate names before any side effect
     with node.session("cpctl start %s" % " ".join(components)):
         return [node.start(c, wait=wait, timeout=timeout) for c in ordered]
 
 
-def parked_components(node: Node) -> list:
+def parked_components(node: Node) -> List[str]:
     """Every parked component (by file stem), in start order: what ``start --all-parked`` starts."""
     return order_components([manifests.file_stem(filename) for filename in sorted(node.parked())])
 
 
-def restart(node: Node, components: list, reason: Optional[str], timeout: float) -> list:
+def restart(node: Node, components: Sequence[str], reason: Optional[str], timeout: float) -> List[Outcome]:
     """Stop and start each component in turn, waiting for the kubelet at both steps.
 
     A restart never leaves a component parked: whatever stops its stop phase (a timeout, an API
     or probe failure, Ctrl-C, SIGTERM) puts the manifest back before cpctl exits, and says so. Its
     park carries a deadline (twice the timeout and a minute), so that even a SIGKILLed restart
     shows up in ``cpctl check`` as an overdue park, which ``check --fix`` restores."""
-    outcomes: list = []
+    outcomes: List[Outcome] = []
     ordered = order_components(components)  # validate names before any side effect
     node.check_parkable(ordered)
     with node.session("cpctl restart %s" % " ".join(components)):
@@ -136,7 +136,7 @@ def _why(exc: BaseException) -> str:
     return getattr(exc, "message", None) or str(exc) or type(exc).__name__
 
 
-def plan(node: Node, verb: str, components: list) -> dict:
+def plan(node: Node, verb: str, components: Sequence[str]) -> Dict[str, object]:
     """What stop/start/restart would do: the real run itself, on a node in dry-run mode (every
     check and refusal the same; its journal ``Change``s recorded instead of applied), printed as
     the moves in order and the manifests dir's listing before and after. A reason, a ``--for``
@@ -149,7 +149,8 @@ def plan(node: Node, verb: str, components: list) -> dict:
         outcomes = start(node, components, False, PLAN_TIMEOUT)
     else:
         outcomes = restart(node, components, None, PLAN_TIMEOUT)
-    steps = []
+    steps: List[Dict[str, object]] = []
+    moves: List[Tuple[str, str]] = []
     for outcome in outcomes:
         if not outcome.changed:
             steps.append({"action": verb, "component": outcome.component,
@@ -157,14 +158,14 @@ def plan(node: Node, verb: str, components: list) -> dict:
     for change in node.planned:
         for step in change.steps:
             if step.kind == journal.MOVE:
+                moves.append((step.src, step.path))
                 steps.append({"action": change.action, "component": change.component, "move": [step.src, step.path]})
                 if change.record.get("hand_edited"):
                     steps[-1]["note"] = "%s: what cpctl parked would be kept as a revision" % \
                         change.record["hand_edited"]
-    after = sorted(set(before) - {os.path.basename(s["move"][0]) for s in steps if "move" in s
-                                  and os.path.dirname(s["move"][0]) == node.manifests_dir}
-                   | {os.path.basename(s["move"][1]) for s in steps if "move" in s
-                      and os.path.dirname(s["move"][1]) == node.manifests_dir})
+    here = node.manifests_dir
+    after = sorted(set(before) - {os.path.basename(src) for src, _ in moves if os.path.dirname(src) == here}
+                   | {os.path.basename(dst) for _, dst in moves if os.path.dirname(dst) == here})
     diff = "".join(difflib.unified_diff([f + "\n" for f in before], [f + "\n" for f in after],
                                         node.manifests_dir + " (now)", node.manifests_dir + " (after)"))
     return {"node": node.node_name, "dry_run": True, "changed": False, "recovered": list(node.recovered),

@@ -55,7 +55,7 @@ def iso(ts: Optional[float] = None) -> str:
     return time.strftime(ISO_FORMAT, time.gmtime(time.time() if ts is None else ts))
 
 
-def parse_iso(text: str) -> float:
+def parse_iso(text: object) -> float:
     """Epoch seconds of an ``iso`` timestamp; ValueError for anything else (state files are input)."""
     if not isinstance(text, str):
         raise ValueError("not a timestamp: %r" % (text,))

@@ -22,7 +22,8 @@ from __future__ import annotations
 import difflib
 import json
 import time
-from typing import TYPE_CHECKING, Any, Optional
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, AbstractSet, Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from cpctl.core import flags, journal, manifests, outside, views
 from cpctl.core import kubeadmconfig as kc
@@ -77,7 +78,7 @@ class Finding:
 
     def __init__(self, kind: str, severity: str, message: str, file: Optional[str] = None,
                  component: Optional[str] = None, diff: Optional[str] = None, fix: Optional[str] = None,
-                 **extra: Any) -> None:
+                 **extra: object) -> None:
         assert kind in KINDS, kind
         self.kind = kind
         self.severity = severity
@@ -85,17 +86,18 @@ class Finding:
         self.file = file
         self.component = component
         self.diff = diff
-        self.extra = extra
+        self.extra: Dict[str, object] = extra       # kind-specific JSON fields (deadline, lost, files...)
         self.fix = fix or how_to_fix(kind, file, component, extra)
 
-    def to_dict(self) -> dict:
-        data = {"kind": self.kind, "severity": self.severity, "file": self.file, "component": self.component,
-                "message": self.message, "diff": self.diff, "fix": self.fix}
+    def to_dict(self) -> Dict[str, object]:
+        data: Dict[str, object] = {"kind": self.kind, "severity": self.severity, "file": self.file,
+                                   "component": self.component, "message": self.message, "diff": self.diff,
+                                   "fix": self.fix}
         data.update(self.extra)
         return data
 
 
-def how_to_fix(kind: str, file: Optional[str], component: Optional[str], extra: dict) -> str:
+def how_to_fix(kind: str, file: Optional[str], component: Optional[str], extra: Mapping[str, object]) -> str:
     """The command (or step) that repairs a finding of ``kind``: every finding says how to act on it."""
     name = component or manifests.file_stem(file or "") or "COMPONENT"
     if kind == "overdue_park":
@@ -134,35 +136,56 @@ class Report:
     def __init__(self, node_name: str, now: float) -> None:
         self.node = node_name
         self.time = now
-        self.findings: list = []
-        self.components: dict = {}     # component -> seconds parked (0 when not parked)
-        self.missing: set = set()      # components whose baselined manifest is neither present nor parked
+        self.findings: List[Finding] = []
+        self.components: Dict[str, float] = {}     # component -> seconds parked (0 when not parked)
+        self.missing: Set[str] = set()      # components whose baselined manifest is neither present nor parked
         self.certs: Optional[CertsReport] = None   # cpctl certs' report, when the check looked at certificates
 
     def add(self, finding: Finding) -> None:
         self.findings.append(finding)
 
     @property
-    def problems(self) -> list:
+    def problems(self) -> List[Finding]:
         return [f for f in self.findings if f.severity != INFO]
 
     @property
     def drift(self) -> bool:
         return bool(self.problems)
 
-    def counts(self) -> dict:
+    def counts(self) -> Dict[str, int]:
         counts = dict.fromkeys(KINDS, 0)
         for f in self.findings:
             counts[f.kind] += 1
         return counts
 
-    def of_kind(self, kind: str) -> list:
+    def of_kind(self, kind: str) -> List[Finding]:
         return [f for f in self.findings if f.kind == kind]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> Dict[str, object]:
         return {"node": self.node, "time": iso(self.time), "drift": self.drift,
                 "findings": [f.to_dict() for f in self.findings],
                 "parked": {c: round(s, 3) for c, s in sorted(self.components.items()) if s}}
+
+
+@dataclass
+class FixAction:
+    """One thing ``fix`` did (or refused, or - in a dry run - would do) about a finding; ``plan``:
+    in a dry run, the steps of the changes it would apply (``{"move": [src, dst]}``, ...)."""
+
+    action: str
+    file: Optional[str]
+    component: Optional[str]
+    ok: bool
+    message: str
+    plan: Optional[List[Dict[str, object]]] = None
+
+    def to_dict(self) -> Dict[str, object]:
+        """The action for the output: ``plan`` only in a dry run."""
+        data: Dict[str, object] = {"action": self.action, "file": self.file, "component": self.component,
+                                   "ok": self.ok, "message": self.message}
+        if self.plan is not None:
+            data["plan"] = self.plan
+        return data
 
 
 # --- baseline ---------------------------------------------------------------------------------
@@ -171,7 +194,7 @@ def baseline_path(node: Node) -> str:
     return node.state.baseline_path
 
 
-def read_baseline(node: Node) -> Optional[dict]:
+def read_baseline(node: Node) -> Optional[Dict[str, object]]:
     """The recorded baseline, None when there is none; a corrupt file is an environment error."""
     path = baseline_path(node)
     repair = "inspect it, or replace it with cpctl baseline --accept"
@@ -181,13 +204,22 @@ def read_baseline(node: Node) -> Optional[dict]:
     return value
 
 
-def write_baseline(node: Node, baseline: dict) -> None:
+def write_baseline(node: Node, baseline: Mapping[str, object]) -> None:
     data = (json.dumps(baseline, indent=2, sort_keys=True) + "\n").encode("utf-8")
     node.host.write_atomic(baseline_path(node), data, 0o600)
 
 
-def _entry(pod: dict, data: bytes, state: str) -> dict:
+def _entries(baseline: Optional[Mapping[str, object]]) -> Dict[str, Dict[str, Any]]:
+    """The baseline's manifests, file name -> entry ({} without a baseline). ``read_baseline``
+    checked that they form a JSON object; each entry is taken as one (cpctl wrote them), its
+    values as they were read."""
+    entries = (baseline or {}).get("manifests", {})
+    return entries if isinstance(entries, dict) else {}
+
+
+def _entry(pod: Mapping[str, object], data: bytes, state: str) -> Dict[str, object]:
     meta = pod["metadata"]
+    assert isinstance(meta, dict), "parse_pod checks metadata"
     return {"pod": meta["name"], "namespace": meta.get("namespace") or "default",
             "checksum": manifests.checksum(data), "content": data.decode("utf-8"), "state": state}
 
@@ -200,7 +232,7 @@ def _read_parked(node: Node, filename: str) -> Optional[bytes]:
     return node.host.read_file(path, manifests.MAX_MANIFEST_BYTES)
 
 
-def snapshot(node: Node) -> dict:
+def snapshot(node: Node) -> Dict[str, object]:
     """The current manifests (running and parked by cpctl) as a baseline.
 
     Refuses when the dir holds strays or duplicates: blessing a backup copy as "expected" would
@@ -213,7 +245,7 @@ def snapshot(node: Node) -> dict:
         listed = "; ".join("%s: %s" % (f.file, f.message) for f in report.problems)
         raise CpctlError("refusing to record a baseline while the manifests dir has strays (%s)" % listed,
                          ExitCode.REFUSED, hint="move them away first (cpctl check --fix --remove-strays)")
-    entries = {m.file: _entry(m.pod, m.data, "present") for m in scan.valid}
+    entries: Dict[str, Dict[str, object]] = {m.file: _entry(m.pod, m.data, "present") for m in scan.valid}
     for filename in parked:
         data = _read_parked(node, filename)
         if data is None or filename in entries:
@@ -227,10 +259,10 @@ def snapshot(node: Node) -> dict:
             "node": node.node_name, "manifests_dir": node.manifests_dir, "manifests": entries}
 
 
-def compare(old: Optional[dict], new: dict) -> list:
+def compare(old: Optional[Mapping[str, object]], new: Mapping[str, object]) -> List[str]:
     """Human lines saying how ``new`` differs from ``old`` (added, removed, changed files)."""
-    before = (old or {}).get("manifests", {})
-    after = new["manifests"]
+    before = _entries(old)
+    after = _entries(new)
     lines = ["added %s (pod %s)" % (f, after[f]["pod"]) for f in sorted(set(after) - set(before))]
     lines += ["removed %s (pod %s)" % (f, before[f].get("pod")) for f in sorted(set(before) - set(after))]
     lines += ["changed %s" % f for f in sorted(set(before) & set(after))
@@ -238,7 +270,7 @@ def compare(old: Optional[dict], new: dict) -> list:
     return lines
 
 
-def record(node: Node, accept: bool) -> dict:
+def record(node: Node, accept: bool) -> Dict[str, object]:
     """Record the baseline (first time, or with ``accept`` to replace it); under the node lock."""
     with node.session("cpctl baseline"):
         old = read_baseline(node)
@@ -254,10 +286,10 @@ def record(node: Node, accept: bool) -> dict:
                 "baseline": _summary(new), "differences": changes}
 
 
-def _summary(baseline: dict) -> dict:
+def _summary(baseline: Mapping[str, object]) -> Dict[str, object]:
     return {"created": baseline.get("created"), "updated": baseline.get("updated"), "by": baseline.get("by"),
             "manifests": {f: {"pod": e.get("pod"), "state": e.get("state"), "checksum": e.get("checksum")}
-                          for f, e in sorted(baseline["manifests"].items())}}
+                          for f, e in sorted(_entries(baseline).items())}}
 
 
 # What each kind of change cpctl records means for the baseline's entry of that file.
@@ -287,8 +319,9 @@ def note_change(node: Node, action: str, filename: str, checksum: Optional[str])
         node.log("baseline not updated after %s of %s: %s" % (action, filename, getattr(exc, "message", exc)))
 
 
-def _apply_change(node: Node, baseline: dict, effect: str, filename: str, checksum: Optional[str]) -> bool:
-    entries = baseline["manifests"]
+def _apply_change(node: Node, baseline: Dict[str, object], effect: str, filename: str,
+                  checksum: Optional[str]) -> bool:
+    entries = _entries(baseline)
     if effect == "forget":
         return entries.pop(filename, None) is not None
     state = "parked" if effect == "parked" else "present"
@@ -478,14 +511,15 @@ def _check_unverified(report: Report, node: Node) -> None:
         report.add(Finding("unverified", WARNING, line, file=entry.file, component=entry.component))
 
 
-def _parked_since(meta: dict) -> Optional[float]:
+def _parked_since(meta: Mapping[str, object]) -> Optional[float]:
     try:
         return parse_iso(meta["parked_at"])
     except (KeyError, TypeError, ValueError):
         return None
 
 
-def _check_parked(report: Report, parked: dict, now: float, max_parked: Optional[float]) -> None:
+def _check_parked(report: Report, parked: Mapping[str, Mapping[str, Any]], now: float,
+                  max_parked: Optional[float]) -> None:
     for filename, meta in sorted(parked.items()):
         component = meta.get("component") or manifests.file_stem(filename)
         since = _parked_since(meta)
@@ -501,7 +535,7 @@ def _check_parked(report: Report, parked: dict, now: float, max_parked: Optional
                                file=filename, component=component, deadline=False))
 
 
-def stray_reason(name: str, known_files: set) -> Optional[str]:
+def stray_reason(name: str, known_files: AbstractSet[str]) -> Optional[str]:
     """Why a loadable file name looks like a leftover copy (None: it looks like a real manifest)."""
     kind = manifests.leftover_kind(name)
     if kind:
@@ -512,11 +546,12 @@ def stray_reason(name: str, known_files: set) -> Optional[str]:
     return None
 
 
-def _check_strays(report: Report, scan: DirScan, baseline: Optional[dict], parked: dict) -> None:
+def _check_strays(report: Report, scan: DirScan, baseline: Optional[Mapping[str, object]],
+                  parked: Mapping[str, Mapping[str, object]]) -> None:
     """Strays: copies and leftovers by name, invalid files, and unknown duplicates of known pods."""
-    expected = set((baseline or {}).get("manifests", {}))
+    expected = set(_entries(baseline))
     known = {m.file for m in scan.valid} | set(parked) | expected
-    strays = set()
+    strays: Set[str] = set()
     for m in scan.manifests:
         reason = None if m.valid else "not a valid Pod (%s)" % m.error
         reason = reason or stray_reason(m.file, known - {m.file})
@@ -550,10 +585,12 @@ def _add_stray(report: Report, m: manifests.Manifest, reason: str) -> None:
                        component=m.pod_name, removable=True, runs_pod=m.valid))
 
 
-def _check_baseline(report: Report, node: Node, scan: DirScan, parked: dict, baseline: dict) -> None:
+def _check_baseline(report: Report, node: Node, scan: DirScan, parked: Mapping[str, Mapping[str, object]],
+                    baseline: Mapping[str, object]) -> None:
     present = {m.file: m for m in scan.manifests}
     stray_files = {f.file for f in report.of_kind("stray")}
-    for filename, entry in sorted(baseline["manifests"].items()):
+    expected = _entries(baseline)
+    for filename, entry in sorted(expected.items()):
         m = present.get(filename)
         if m is not None:
             if m.data is not None and m.checksum != entry.get("checksum"):
@@ -567,7 +604,7 @@ def _check_baseline(report: Report, node: Node, scan: DirScan, parked: dict, bas
                                "by cpctl" % (filename, entry.get("pod"), node.manifests_dir),
                                file=filename, component=entry.get("pod")))
     for m in scan.valid:
-        if m.file not in baseline["manifests"] and m.file not in stray_files:
+        if m.file not in expected and m.file not in stray_files:
             report.add(Finding("unexpected", WARNING, "%s (pod %s) is not in the baseline: if it is intended, run "
                                "cpctl baseline --accept" % (m.file, m.pod_name), file=m.file, component=m.pod_name))
 
@@ -580,7 +617,7 @@ def unified_diff(old: str, new: str, old_name: str, new_name: str) -> str:
     return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
 
 
-def _add_changed(report: Report, filename: str, entry: dict, data: bytes, path: str) -> None:
+def _add_changed(report: Report, filename: str, entry: Mapping[str, Any], data: bytes, path: str) -> None:
     """A manifest edited out of band; only an info note when the kubelet decodes the same pod from
     it (comments, blank lines, key order, quoting, API defaults written out: same config hash, the
     pod keeps running; ``manifests.same_pod``)."""
@@ -598,7 +635,7 @@ def _add_changed(report: Report, filename: str, entry: dict, data: bytes, path: 
                        diff=diff))
 
 
-def _check_mirrors(report: Report, node: Node, scan: DirScan, parked: dict) -> None:
+def _check_mirrors(report: Report, node: Node, scan: DirScan, parked: Dict[str, Dict[str, Any]]) -> None:
     """Mirror pods must follow the files; needs a waiter that can describe pods."""
     if not can_describe(node.waiter):
         report.add(Finding("check_skipped", INFO, "mirror pod checks skipped: probe %r cannot describe pods "
@@ -623,8 +660,9 @@ def _check_mirrors(report: Report, node: Node, scan: DirScan, parked: dict) -> N
                                component=component))
 
 
-def _inventory(report: Report, scan: DirScan, parked: dict, baseline: Optional[dict], now: float) -> None:
-    for entry in (baseline or {}).get("manifests", {}).values():
+def _inventory(report: Report, scan: DirScan, parked: Mapping[str, Mapping[str, Any]],
+               baseline: Optional[Mapping[str, object]], now: float) -> None:
+    for entry in _entries(baseline).values():
         report.components.setdefault(entry.get("pod") or "?", 0.0)
     for m in scan.valid:
         report.components[m.pod_name] = 0.0
@@ -638,8 +676,8 @@ def _inventory(report: Report, scan: DirScan, parked: dict, baseline: Optional[d
 # --- fix --------------------------------------------------------------------------------------
 
 def fix(node: Node, report: Report, remove_strays: bool, timeout: float = 60.0, allow_restart: bool = False,
-        restore_missing: bool = False) -> list:
-    """Repair what is safe; every action is reported as {action, file, component, ok, message}.
+        restore_missing: bool = False) -> List[FixAction]:
+    """Repair what is safe; every action is reported as a ``FixAction`` (action, file, component, ok, message).
 
     A stray that defines a pod the kubelet runs is moved only with ``allow_restart``: moving it
     stops that pod (and, when another file defines the same pod, the kubelet starts it again
@@ -651,7 +689,7 @@ def fix(node: Node, report: Report, remove_strays: bool, timeout: float = 60.0, 
     if report.of_kind("permissions"):
         return [_action("skip", None, None, False, "not fixing anything: the state dir's permissions must be "
                         "repaired by hand first (see the permissions finding)")]
-    actions: list = []
+    actions: List[FixAction] = []
     with node.session("cpctl check --fix"):
         actions += [_action("recover", None, None, True, m) for m in node.recovered]
         for finding in report.of_kind("overdue_park"):
@@ -673,32 +711,32 @@ def fix(node: Node, report: Report, remove_strays: bool, timeout: float = 60.0, 
 
 
 def plan_fix(node: Node, report: Report, remove_strays: bool, timeout: float = 60.0, allow_restart: bool = False,
-             restore_missing: bool = False) -> list:
+             restore_missing: bool = False) -> List[FixAction]:
     """What ``check --fix`` would do (--dry-run): ``fix`` itself on this node in dry-run mode
     (no lock, nothing created or changed)."""
     node.dry_run = True
     return fix(node, report, remove_strays, timeout, allow_restart, restore_missing)
 
 
-def _with_plan(node: Node, mark: int, action: dict) -> dict:
+def _with_plan(node: Node, mark: int, action: FixAction) -> FixAction:
     """``action``; in a dry run with the steps of the changes planned since ``node.planned[mark]``."""
     if node.dry_run:
-        action["plan"] = [_step_dict(step) for change in node.planned[mark:] for step in change.steps]
+        action.plan = [_step_dict(step) for change in node.planned[mark:] for step in change.steps]
     return action
 
 
-def _step_dict(step: journal.Step) -> dict:
+def _step_dict(step: journal.Step) -> Dict[str, object]:
     """One planned step for the output: ``{"move": [src, dst]}``, ``{"write": path}``, ..."""
     if step.kind == journal.MOVE:
         return {"move": [step.src, step.path]}
     return {step.kind: step.path}
 
 
-def _action(action: str, file: Optional[str], component: Optional[str], ok: bool, message: str) -> dict:
-    return {"action": action, "file": file, "component": component, "ok": ok, "message": message}
+def _action(action: str, file: Optional[str], component: Optional[str], ok: bool, message: str) -> FixAction:
+    return FixAction(action, file, component, ok, message)
 
 
-def _restore(node: Node, finding: Finding, timeout: float) -> dict:
+def _restore(node: Node, finding: Finding, timeout: float) -> FixAction:
     if not finding.extra.get("deadline"):
         return _action("start", finding.file, finding.component, False,
                        "not restored: no --for deadline was set, so it may be parked on purpose (cpctl start %s)"
@@ -716,7 +754,7 @@ def _restore(node: Node, finding: Finding, timeout: float) -> dict:
     return _action("start", finding.file, outcome.component, True, "%s%s" % (outcome.message, detail))
 
 
-def _move_stray(node: Node, finding: Finding, target_dir: str, allow_restart: bool, timeout: float) -> dict:
+def _move_stray(node: Node, finding: Finding, target_dir: str, allow_restart: bool, timeout: float) -> FixAction:
     filename = finding.file or ""
     src, dst = node.manifests_dir + "/" + filename, target_dir + "/" + filename
     scan = node.scan()                      # under the lock: the dir as it is now, not as it was checked
@@ -747,7 +785,7 @@ def _move_stray(node: Node, finding: Finding, target_dir: str, allow_restart: bo
     return _action(MOVE_STRAY, finding.file, finding.component, True, "moved to %s%s" % (dst, waited))
 
 
-def _stop_effect(node: Node, stray: manifests.Manifest, others: list) -> str:
+def _stop_effect(node: Node, stray: manifests.Manifest, others: Sequence[manifests.Manifest]) -> str:
     key = "%s/%s" % (stray.namespace, stray.pod_name)
     if others:
         relist = node.identity.file_check_frequency.value if node.identity else 20.0
@@ -759,7 +797,7 @@ def _stop_effect(node: Node, stray: manifests.Manifest, others: list) -> str:
             "and wait until the pod is gone" % key)
 
 
-def _wait_after_stray(node: Node, target: PodTarget, before: Any, bounced: bool, timeout: float) -> str:
+def _wait_after_stray(node: Node, target: PodTarget, before: object, bounced: bool, timeout: float) -> str:
     """The pod a valid stray defined: back and Ready from the remaining file, or gone."""
     result = node.waiter.wait_started(target, before, timeout) if bounced else \
         node.waiter.wait_stopped(target, before, timeout)
@@ -768,14 +806,16 @@ def _wait_after_stray(node: Node, target: PodTarget, before: Any, bounced: bool,
 
 # --- restore a vanished manifest from the baseline ------------------------------------------------
 
-def _missing_bytes(node: Node, baseline: dict, filename: str) -> tuple:
-    """(bytes, pod) of the baseline's copy of ``filename``, checked: the baseline is input like any
-    state file, so its copy must match its own checksum, be a Pod, and not define a pod another file
-    in the manifests dir defines already (the kubelet would run only one)."""
-    entry = baseline["manifests"].get(filename)
-    if not isinstance(entry, dict) or not isinstance(entry.get("content"), str):
+def _missing_bytes(node: Node, baseline: Mapping[str, object], filename: str) -> Tuple[bytes, PodTarget]:
+    """(bytes, its pod on this node) of the baseline's copy of ``filename``, checked: the baseline is
+    input like any state file, so its copy must match its own checksum, be a Pod, and not define a pod
+    another file in the manifests dir defines already (the kubelet would run only one)."""
+    found = _entries(baseline).get(filename)
+    entry: Mapping[str, object] = found if isinstance(found, dict) else {}     # (a corrupt entry: no copy)
+    content = entry.get("content")
+    if not isinstance(content, str):
         raise CpctlError("the baseline holds no copy of %s" % filename, ExitCode.NOT_FOUND)
-    data = entry["content"].encode("utf-8")
+    data = content.encode("utf-8")
     if manifests.checksum(data) != entry.get("checksum"):
         raise CpctlError("the baseline's copy of %s does not match its recorded checksum (changed outside cpctl)"
                          % filename, ExitCode.REFUSED)
@@ -790,22 +830,21 @@ def _missing_bytes(node: Node, baseline: dict, filename: str) -> tuple:
     if clash or any(m.file == filename for m in scan.manifests) or filename in node.parked():
         raise CpctlError("%s is back or its pod is defined again (%s): nothing to restore"
                          % (filename, ", ".join(clash) or filename), ExitCode.CONFLICT)
-    return data, pod
+    return data, node.target_for(pod, filename)
 
 
-def _restore_missing(node: Node, finding: Finding, timeout: float) -> dict:
+def _restore_missing(node: Node, finding: Finding, timeout: float) -> FixAction:
     """Write a vanished manifest back from the baseline's copy (a journaled ``restore-missing``
     change: the write is its commit step, never replacing a file), then wait for its pod."""
     filename = finding.file or ""
     try:
         if "/" in filename or filename in ("", ".", ".."):
             raise CpctlError("the baseline names %r, not a file name" % filename, ExitCode.REFUSED)
-        data, pod = _missing_bytes(node, read_baseline(node) or {"manifests": {}}, filename)
+        data, target = _missing_bytes(node, read_baseline(node) or {"manifests": {}}, filename)
         digest = manifests.checksum(data)
-        target = node.target_for(pod, filename)
         before = node.waiter.before(target) if not node.dry_run else None
         path = node.manifests_dir + "/" + filename
-        node.apply(journal.Change(RESTORE_MISSING, pod["metadata"]["name"], filename, digest,
+        node.apply(journal.Change(RESTORE_MISSING, target.component, filename, digest,
                                   [journal.write(path, digest, mode=0o600)], commit=0,
                                   record={"reason": "restored from the baseline (%s)" % finding.message},
                                   data={0: data}))

@@ -10,7 +10,7 @@ and the usual cpctl codes when the check itself could not run (2 usage, 4 refuse
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, TypedDict
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple, TypedDict
 
 import click
 
@@ -20,7 +20,7 @@ from cpctl.cli.fanout import execute
 if TYPE_CHECKING:                   # the CLI loads these modules when a command runs
     from cpctl.core.node import Node
     from cpctl.host.base import Host
-    from cpctl.ops.drift import Report
+    from cpctl.ops.drift import FixAction, Report
 
 
 class CheckRun(TypedDict):
@@ -28,8 +28,23 @@ class CheckRun(TypedDict):
 
     report: "Report"
     final: "Report"
-    actions: Optional[Sequence[object]]
+    actions: Optional[List["FixAction"]]
     dry_run: bool
+
+
+def _object(value: object) -> Mapping[str, object]:
+    """A JSON object of a command's result (anything else: an empty one)."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def _objects(value: object) -> List[Mapping[str, object]]:
+    """The JSON objects of a list in a command's result."""
+    return [item for item in value if isinstance(item, Mapping)] if isinstance(value, list) else []
+
+
+def _strings(value: object) -> List[str]:
+    """The strings of a list in a command's result."""
+    return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
 
 
 @click.command()
@@ -45,13 +60,15 @@ def baseline(ctx: click.Context, accept: bool) -> None:
     execute(ctx, lambda node: drift.record(node, accept), baseline_text, changing=True, probe="none")
 
 
-def baseline_text(result: dict) -> str:
-    files = result["baseline"]["manifests"]
-    listed = ", ".join("%s%s" % (f, " (parked)" if e["state"] == "parked" else "") for f, e in files.items())
-    diffs = result["differences"]
+def baseline_text(result: Mapping[str, object]) -> str:
+    summary = _object(result["baseline"])
+    files = _object(summary["manifests"])
+    listed = ", ".join("%s%s" % (f, " (parked)" if _object(e).get("state") == "parked" else "")
+                       for f, e in files.items())
+    diffs = _strings(result["differences"])
     if not result["recorded"]:
         lines = ["baseline %s exists (recorded %s by %s): %d manifests: %s"
-                 % (result["path"], result["baseline"]["created"], result["baseline"]["by"], len(files), listed)]
+                 % (result["path"], summary["created"], summary["by"], len(files), listed)]
         if diffs:
             lines.append("the current state differs: %s" % "; ".join(diffs))
             lines.append("run cpctl baseline --accept to make the current state the baseline")
@@ -107,7 +124,7 @@ def check(ctx: click.Context, fix: bool, remove_strays: bool, allow_restart: boo
     max_seconds = parse_duration(max_parked, "--max-parked") if max_parked else None
     warn_seconds = parse_duration(cert_warn, "--cert-warn")
 
-    def action(node: "Node") -> Dict[str, Any]:
+    def action(node: "Node") -> Dict[str, object]:
         try:
             result = _run_check(node, fix, remove_strays, max_seconds, timeout, dry_run, allow_restart,
                                 restore_missing, kubeadm, warn_seconds)
@@ -122,9 +139,14 @@ def check(ctx: click.Context, fix: bool, remove_strays: bool, allow_restart: boo
         return data
 
     reports = execute(ctx, action, check_text, changing=fix and not dry_run)
-    problems = sum(data["problems"] for data in reports)
+    problems = sum(_count(data["problems"]) for data in reports)
     if problems:
         raise CpctlError("drift found: %d problem%s" % (problems, "" if problems == 1 else "s"), ExitCode.DRIFT)
+
+
+def _count(value: object) -> int:
+    """A count in a command's result (``problems``)."""
+    return value if isinstance(value, int) else 0
 
 
 def _run_check(node: "Node", fix: bool, remove_strays: bool, max_seconds: Optional[float], timeout: float,
@@ -168,45 +190,47 @@ def _write_metrics(host: "Host", path: Optional[str], report: Optional["Report"]
                          ExitCode.ENVIRONMENT) from None
 
 
-def _check_data(result: CheckRun) -> Dict[str, Any]:
-    data: Dict[str, Any] = result["report"].to_dict()
+def _check_data(result: CheckRun) -> Dict[str, object]:
+    data = result["report"].to_dict()
     if result["actions"] is not None:
         final = result["final"]
-        data.update(drift=final.drift, actions=result["actions"],
+        data.update(drift=final.drift, actions=[a.to_dict() for a in result["actions"]],
                     remaining=[f.to_dict() for f in final.findings])
     return data
 
 
-def _finding_lines(findings: Sequence[Dict[str, Any]]) -> List[str]:
+def _finding_lines(findings: Sequence[Mapping[str, object]]) -> List[str]:
     lines = []
     for f in findings:
-        lines.append("%-8s %-16s %s" % (f["severity"].upper(), f["kind"], f["message"]))
-        if f.get("diff"):
-            lines.extend("    " + line for line in f["diff"].rstrip("\n").split("\n"))
+        lines.append("%-8s %-16s %s" % (str(f["severity"]).upper(), f["kind"], f["message"]))
+        diff = f.get("diff")
+        if diff:
+            lines.extend("    " + line for line in str(diff).rstrip("\n").split("\n"))
         if f.get("fix"):
             lines.append("    how to fix: %s" % f["fix"])
     return lines
 
 
-def _finding_key(finding: dict) -> tuple:
+def _finding_key(finding: Mapping[str, object]) -> Tuple[object, ...]:
     """What makes two reports' findings the same problem (a message may say more the second time)."""
     if finding.get("file") or finding.get("component"):
         return finding["kind"], finding.get("file"), finding.get("component")
     return finding["kind"], finding["message"]
 
 
-def check_text(data: dict) -> str:
+def check_text(data: Mapping[str, object]) -> str:
     """The check's report for a person, each finding once: the findings, then (with --fix) what was
     done, the findings the fix itself brought up, and what remains in the last line."""
-    lines = _finding_lines(data["findings"])
+    findings = _objects(data["findings"])
+    lines = _finding_lines(findings)
     actions = data.get("actions")
     fixed = actions is not None and not data.get("dry_run")
-    for a in actions or []:
+    for a in _objects(actions):
         label = ("WOULD" if a["ok"] else "WOULD-NOT") if data.get("dry_run") else ("FIXED" if a["ok"] else "NOT-FIXED")
-        lines.append("%-8s %-16s %s%s" % (label, a["action"], a["file"] + ": " if a["file"] else "", a["message"]))
-    final = data["remaining"] if fixed else data["findings"]
+        lines.append("%-8s %-16s %s%s" % (label, a["action"], "%s: " % a["file"] if a["file"] else "", a["message"]))
+    final = _objects(data["remaining"]) if fixed else findings
     if fixed:
-        seen = {_finding_key(f) for f in data["findings"]}
+        seen = {_finding_key(f) for f in findings}
         new = [f for f in final if _finding_key(f) not in seen]
         if new:
             lines.append("new after --fix:")

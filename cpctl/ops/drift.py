@@ -209,12 +209,16 @@ def write_baseline(node: Node, baseline: Mapping[str, object]) -> None:
     node.host.write_atomic(baseline_path(node), data, 0o600)
 
 
-def _entries(baseline: Optional[Mapping[str, object]]) -> Dict[str, Dict[str, Any]]:
+def _entries(baseline: Optional[Mapping[str, object]]) -> Dict[str, Dict[str, object]]:
     """The baseline's manifests, file name -> entry ({} without a baseline). ``read_baseline``
-    checked that they form a JSON object; each entry is taken as one (cpctl wrote them), its
-    values as they were read."""
+    checked that they form a JSON object; each entry is taken as one (cpctl wrote them)."""
     entries = (baseline or {}).get("manifests", {})
     return entries if isinstance(entries, dict) else {}
+
+
+def _text(value: object) -> Optional[str]:
+    """``value`` when it is a string (a field of a state file: input like any other), else None."""
+    return value if isinstance(value, str) else None
 
 
 def _entry(pod: Mapping[str, object], data: bytes, state: str) -> Dict[str, object]:
@@ -518,10 +522,10 @@ def _parked_since(meta: Mapping[str, object]) -> Optional[float]:
         return None
 
 
-def _check_parked(report: Report, parked: Mapping[str, Mapping[str, Any]], now: float,
+def _check_parked(report: Report, parked: Mapping[str, Mapping[str, object]], now: float,
                   max_parked: Optional[float]) -> None:
     for filename, meta in sorted(parked.items()):
-        component = meta.get("component") or manifests.file_stem(filename)
+        component = _text(meta.get("component")) or manifests.file_stem(filename)
         since = _parked_since(meta)
         who = "parked %s by %s%s" % (meta.get("parked_at", "at an unknown time"), meta.get("parked_by", "?"),
                                      ": %s" % meta["reason"] if meta.get("reason") else "")
@@ -602,7 +606,7 @@ def _check_baseline(report: Report, node: Node, scan: DirScan, parked: Mapping[s
         else:
             report.add(Finding("missing", CRITICAL, "%s (pod %s) is in the baseline but neither in %s nor parked "
                                "by cpctl" % (filename, entry.get("pod"), node.manifests_dir),
-                               file=filename, component=entry.get("pod")))
+                               file=filename, component=_text(entry.get("pod"))))
     for m in scan.valid:
         if m.file not in expected and m.file not in stray_files:
             report.add(Finding("unexpected", WARNING, "%s (pod %s) is not in the baseline: if it is intended, run "
@@ -617,21 +621,21 @@ def unified_diff(old: str, new: str, old_name: str, new_name: str) -> str:
     return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
 
 
-def _add_changed(report: Report, filename: str, entry: Mapping[str, Any], data: bytes, path: str) -> None:
+def _add_changed(report: Report, filename: str, entry: Mapping[str, object], data: bytes, path: str) -> None:
     """A manifest edited out of band; only an info note when the kubelet decodes the same pod from
     it (comments, blank lines, key order, quoting, API defaults written out: same config hash, the
     pod keeps running; ``manifests.same_pod``)."""
     text = data.decode("utf-8", "replace")
-    expected = entry.get("content", "")
+    expected = _text(entry.get("content", "")) or ""
     diff = unified_diff(expected, text, "baseline/" + filename, path)
-    if isinstance(expected, str) and manifests.same_pod(expected.encode("utf-8"), data):
+    if manifests.same_pod(expected.encode("utf-8"), data):
         report.add(Finding("changed", INFO, "%s differs from the baseline only in comments, formatting or API "
                            "defaults: the kubelet runs the same pod (cpctl baseline --accept records it)" % path,
                            file=filename,
-                           component=entry.get("pod"), diff=diff))
+                           component=_text(entry.get("pod")), diff=diff))
         return
     report.add(Finding("changed", WARNING, "%s differs from the baseline (changed out of band; cpctl baseline "
-                       "--accept makes it the new truth)" % path, file=filename, component=entry.get("pod"),
+                       "--accept makes it the new truth)" % path, file=filename, component=_text(entry.get("pod")),
                        diff=diff))
 
 
@@ -660,15 +664,15 @@ def _check_mirrors(report: Report, node: Node, scan: DirScan, parked: Dict[str, 
                                component=component))
 
 
-def _inventory(report: Report, scan: DirScan, parked: Mapping[str, Mapping[str, Any]],
+def _inventory(report: Report, scan: DirScan, parked: Mapping[str, Mapping[str, object]],
                baseline: Optional[Mapping[str, object]], now: float) -> None:
     for entry in _entries(baseline).values():
-        report.components.setdefault(entry.get("pod") or "?", 0.0)
+        report.components.setdefault(_text(entry.get("pod")) or "?", 0.0)
     for m in scan.valid:
         report.components[m.pod_name] = 0.0
     for filename, meta in parked.items():
         since = _parked_since(meta)
-        component = meta.get("component") or manifests.file_stem(filename)
+        component = _text(meta.get("component")) or manifests.file_stem(filename)
         report.components[component] = max(now - since, 1e-3) if since is not None else 1e-3
     report.missing = {f.component or manifests.file_stem(f.file or "") for f in report.of_kind("missing")}
 

@@ -50,6 +50,14 @@ class CpctlError(Exception):
         return "%s; %s" % (self.message, self.where) if self.where else self.message
 
 
+class Corrupt(CpctlError):
+    """A state file cpctl wrote no longer holds what cpctl writes (exit 7): the command that
+    replaces the file as a whole (``baseline --accept``) may go on, every reader stops."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, ExitCode.ENVIRONMENT)
+
+
 class Interrupted(CpctlError):
     """SIGINT or SIGTERM arrived while a command waited; the message says where things were left."""
 

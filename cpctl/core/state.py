@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 from cpctl.core.manifests import require_directory
-from cpctl.errors import CpctlError, ExitCode
+from cpctl.errors import Corrupt, CpctlError, ExitCode
 from cpctl.host.base import Host, LockBusy, Stat
 from cpctl.redaction import redact
 from cpctl.timeutil import iso, parse_iso, stamp
@@ -164,10 +164,9 @@ class StateDir:
         try:
             value = json.loads(data.decode("utf-8"))
         except (ValueError, RecursionError):
-            raise CpctlError("%s is corrupt (not JSON, or nested too deeply): %s" % (path, repair),
-                             ExitCode.ENVIRONMENT) from None
+            raise Corrupt("%s is corrupt (not JSON, or nested too deeply): %s" % (path, repair)) from None
         if not isinstance(value, dict):
-            raise CpctlError("%s is corrupt (not an object): %s" % (path, repair), ExitCode.ENVIRONMENT)
+            raise Corrupt("%s is corrupt (not an object): %s" % (path, repair))
         return value
 
     def read_metas(self, filenames: Iterable[str]) -> Dict[str, Optional[Dict[str, object]]]:

@@ -29,9 +29,10 @@ from cpctl.core import flags, journal, manifests, outside, views
 from cpctl.core import kubeadmconfig as kc
 from cpctl.core.manifests import DirScan
 from cpctl.core.node import Node
+from cpctl.core.podspec import shown
 from cpctl.core.state import BASELINE as BASELINE_FILE
 from cpctl.core.state import user_label
-from cpctl.errors import CpctlError, ExitCode
+from cpctl.errors import Corrupt, CpctlError, ExitCode
 from cpctl.probes.base import PodTarget, Waiter
 from cpctl.timeutil import format_duration, iso, parse_iso, stamp
 
@@ -199,9 +200,30 @@ def read_baseline(node: Node) -> Optional[Dict[str, object]]:
     path = baseline_path(node)
     repair = "inspect it, or replace it with cpctl baseline --accept"
     value = node.state.read_json(path, repair)
-    if value is not None and not isinstance(value.get("manifests"), dict):
-        raise CpctlError("%s is corrupt (no manifests): %s" % (path, repair), ExitCode.ENVIRONMENT)
+    if value is None:
+        return None
+    entries = value.get("manifests")
+    if not isinstance(entries, dict):
+        raise Corrupt("%s is corrupt (no manifests): %s" % (path, repair))
+    for filename, entry in entries.items():
+        problem = _entry_problem(entry)
+        if problem:
+            raise Corrupt("%s is corrupt (the entry of %s %s): %s" % (path, shown(filename), problem, repair))
     return value
+
+
+def _entry_problem(entry: object) -> str:
+    """What is wrong with one baseline entry as ``_entry`` writes it ('' when nothing): an object
+    whose pod and checksum are text, and whose content and state, when there, are text too."""
+    if not isinstance(entry, dict):
+        return "is not an object"
+    for key in ("pod", "checksum"):
+        if not isinstance(entry.get(key), str):
+            return "has no text %s" % key
+    for key in ("content", "state", "namespace"):
+        if key in entry and not isinstance(entry[key], str):
+            return "has a %s that is not text" % key
+    return ""
 
 
 def write_baseline(node: Node, baseline: Mapping[str, object]) -> None:
@@ -277,16 +299,22 @@ def compare(old: Optional[Mapping[str, object]], new: Mapping[str, object]) -> L
 def record(node: Node, accept: bool) -> Dict[str, object]:
     """Record the baseline (first time, or with ``accept`` to replace it); under the node lock."""
     with node.session("cpctl baseline"):
-        old = read_baseline(node)
+        corrupt = ""
+        try:
+            old = read_baseline(node)
+        except Corrupt as exc:      # what --accept is for: replaced as a whole, said in its answer
+            if not accept:
+                raise
+            old, corrupt = None, exc.message
         new = snapshot(node)
-        changes = compare(old, new)
+        changes = compare(old, new) + (["replaced a corrupt baseline: %s" % corrupt] if corrupt else [])
         if old is not None and not accept:
             return {"recorded": False, "path": baseline_path(node), "baseline": _summary(old),
                     "differences": changes}
         if old is not None:
             new["created"] = old.get("created", new["created"])
         write_baseline(node, new)
-        return {"recorded": True, "replaced": old is not None, "path": baseline_path(node),
+        return {"recorded": True, "replaced": old is not None or bool(corrupt), "path": baseline_path(node),
                 "baseline": _summary(new), "differences": changes}
 
 

@@ -332,6 +332,38 @@ def test_exit_codes_when_the_check_cannot_run(capsys: Any, node: NodeDirs, tmp_p
         handle.write("{not json")
     rc, _, err = cli(capsys, node, "check")
     assert rc == 7 and "corrupt" in err
+    rc, out, err = cli(capsys, node, "baseline", "--accept")
+    assert rc == 0 and "replaced a corrupt baseline" in out, out + err
+
+
+@pytest.mark.parametrize("entry, problem", [
+    (5, "is not an object"),
+    ({"checksum": "x", "content": ""}, "has no text pod"),
+    ({"pod": 7, "checksum": "x"}, "has no text pod"),
+    ({"pod": "kube-scheduler", "checksum": None}, "has no text checksum"),
+    ({"pod": "kube-scheduler", "checksum": "x", "content": None}, "has a content that is not text"),
+])
+def test_a_corrupt_baseline_entry_is_one_clear_error(capsys: Any, node: NodeDirs, entry: object,
+                                                    problem: str) -> None:
+    """A state file is input like any other: an entry cpctl did not write is refused (exit 7) by
+    check and baseline alike, not an internal error (exit 70) deep in the comparison."""
+    assert cli(capsys, node, "baseline")[0] == 0
+    path = os.path.join(node.state, "baseline.json")
+    with open(path) as handle:
+        baseline = json.load(handle)
+    baseline["manifests"]["kube-scheduler.yaml"] = entry
+    with open(path, "w") as handle:
+        json.dump(baseline, handle)
+    for args in (("check",), ("baseline",), ("-o", "json", "check")):
+        rc, out, err = cli(capsys, node, *args)
+        assert rc == 7, (args, out, err)
+        said = json.loads(err)["error"]["message"] if args[0] == "-o" else err
+        assert "is corrupt (the entry of \"kube-scheduler.yaml\" %s)" % problem in said, said
+        assert "cpctl baseline --accept" in said
+        assert args[0] == "-o" or err.count("\n") == 1
+    rc, out, err = cli(capsys, node, "baseline", "--accept")      # the repair the message names
+    assert rc == 0 and "replaced a corrupt baseline: %s is corrupt" % path in out, out + err
+    assert cli(capsys, node, "check")[0] == 0
 
 
 # --- the stop/start hook -------------------------------------------------------------------------

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Dict, List, Mapping, Optional, Tuple, Type
 
 from cpctl import catalogue
 from cpctl.core import identity as identity_mod
@@ -46,16 +47,18 @@ BACKOFF_NOTE = ("the restored manifest is unchanged, so the pod keeps its UID an
 class Outcome:
     """The result of one component operation, for text or JSON output."""
 
-    def __init__(self, component: str, action: str, changed: bool, message: str, **extra: Any) -> None:
+    def __init__(self, component: str, action: str, changed: bool, message: str, **extra: object) -> None:
         self.component = component
         self.action = action
         self.changed = changed
         self.message = message
-        self.extra = extra
+        # Output fields (file, checksum, wait...). Any, not object, while ops/drift.py reads
+        # ``extra.get("wait").detail`` untyped (it is being typed separately).
+        self.extra: Dict[str, Any] = extra
 
-    def to_dict(self) -> Dict[str, Any]:
-        data = {"component": self.component, "action": self.action, "changed": self.changed,
-                "message": self.message}
+    def to_dict(self) -> Dict[str, object]:
+        data: Dict[str, object] = {"component": self.component, "action": self.action, "changed": self.changed,
+                                   "message": self.message}
         data.update({k: (v.to_dict() if hasattr(v, "to_dict") else v) for k, v in self.extra.items()})
         return data
 
@@ -93,7 +96,7 @@ class Node:
         self.node_root = "/"                  # the directory holding the node's / (hostPaths resolve under it)
         self._identity = identity             # where node name and manifests dir came from
         self._identity_loader: Optional[Callable[[], NodeIdentity]] = None
-        self._identity_reads: List[Tuple[str, Dict[str, Any]]] = []
+        self._identity_reads: List[Tuple[str, Dict[str, object]]] = []
         self.manifests_dir = manifests_dir.rstrip("/") or "/"
         self.state = StateDir(host, state_dir)
         self._node_name = identity_mod.check_node_name(
@@ -125,7 +128,8 @@ class Node:
             self._identity_loader = None
         return self._identity
 
-    def defer_identity(self, loader: Callable[[], NodeIdentity], reads: List[Tuple[str, Dict[str, Any]]]) -> None:
+    def defer_identity(self, loader: Callable[[], NodeIdentity],
+                       reads: List[Tuple[str, Dict[str, object]]]) -> None:
         """Read the kubelet's files only when asked (both the node name and the manifests dir were
         given, so nothing else waits for them); until then ``view_reads`` includes ``reads``, so a
         view over SSH still costs one round trip."""
@@ -138,7 +142,7 @@ class Node:
             self._node_name = identity_mod.host_node_name(self.host)
         return self._node_name
 
-    def who(self) -> Dict[str, Any]:
+    def who(self) -> Dict[str, object]:
         """Who acts on this node, for history records: the host's info, the node name, and the
         command the change came from (``cpctl check --fix``, ``cpctl apply kube-apiserver``...)."""
         return dict(self.host.info(), node=self.node_name, origin=self.origin)
@@ -283,7 +287,7 @@ class Node:
             found.manifests = [m for m in found.manifests if self.real_path(m.path) == m.path]
         return found
 
-    def parked(self) -> Dict[str, Dict[str, Any]]:
+    def parked(self) -> Dict[str, Dict[str, object]]:
         """file name -> metadata for every parked manifest (in a dry run: after the planned moves)."""
         names = self.state.parked_files()
         if self.dry_run:
@@ -295,10 +299,10 @@ class Node:
         return {filename: meta or {"file": filename, "component": manifests.file_stem(filename)}
                 for filename, meta in metas.items()}
 
-    def _planned_parks(self) -> Dict[str, Dict[str, Any]]:
+    def _planned_parks(self) -> Dict[str, Dict[str, object]]:
         """file name -> metadata of the manifests a dry run's planned changes park."""
         from cpctl.core import journal
-        parks: Dict[str, Dict[str, Any]] = {}
+        parks: Dict[str, Dict[str, object]] = {}
         for change in self.planned:
             for step in change.steps:
                 if step.kind == journal.MOVE and os.path.dirname(step.path) == self.state.parked_dir:
@@ -310,7 +314,7 @@ class Node:
         return {name: meta for name, meta in parks.items()
                 if self.real_path(self.state.parked_path(name)) not in (None, self.state.parked_path(name))}
 
-    def view_reads(self) -> List[Tuple[str, Dict[str, Any]]]:
+    def view_reads(self) -> List[Tuple[str, Dict[str, object]]]:
         """The reads every view of this node starts with (state dir checks, journal, manifests
         dir, parked manifests and their metadata), as ``Host.prefetched`` wants them: over SSH
         they then cost one round trip instead of one each."""
@@ -328,7 +332,8 @@ class Node:
         hook, self.overdue_hook = self.overdue_hook, None
         return hook() if hook is not None and not self.dry_run else []
 
-    def resolve(self, wanted: str, scan: DirScan, parked: Dict[str, Dict[str, Any]]) -> Tuple[list, list]:
+    def resolve(self, wanted: str, scan: DirScan, parked: Mapping[str, Mapping[str, object]]
+                ) -> Tuple[List[Manifest], List[str]]:
         """(present manifests, parked file names) that ``wanted`` names."""
         manifests.validate_component_name(wanted)
         present = scan.find(wanted)
@@ -362,27 +367,30 @@ class Node:
                           % (wanted, self.manifests_dir, hint, ", ".join(list(catalogue.ALIASES) + ours)),
                           ExitCode.NOT_FOUND)
 
-    def target_for(self, pod: Dict[str, Any], filename: str,
-                   parked: Optional[Dict[str, Dict[str, Any]]] = None) -> PodTarget:
+    def target_for(self, pod: Dict[str, object], filename: str,
+                   parked: Optional[Mapping[str, Mapping[str, object]]] = None) -> PodTarget:
         """The static pod ``pod`` (from ``filename``) on this node, marked ``stale_api`` while this
         node's API server or etcd is parked (``parked``: already read, else read now)."""
-        meta = pod.get("metadata", {})
+        metadata = pod.get("metadata", {})     # a valid pod's: an object with a string name (podspec)
+        meta: Mapping[str, object] = metadata if isinstance(metadata, dict) else {}
         stale = self.local_api_parked(parked, besides=filename) or (
-            not catalogue.carries_api(meta["name"]) and bool(self.local_api_down()))
-        return PodTarget(meta["name"], meta.get("namespace") or "default", self.node_name, pod, filename,
-                         stale_api=stale)
+            not catalogue.carries_api(str(meta["name"])) and bool(self.local_api_down()))
+        namespace = meta.get("namespace")
+        return PodTarget(str(meta["name"]), namespace if isinstance(namespace, str) and namespace else "default",
+                         self.node_name, pod, filename, stale_api=stale)
 
     def local_api_down(self) -> str:
         """Why this node's kubelet cannot update its mirror pods although nothing is parked (local
         mode, its own API server not answering: crash-looping, or its etcd down); "" otherwise."""
-        def apiserver() -> Optional[Dict[str, Any]]:
+        def apiserver() -> Optional[Dict[str, object]]:
             try:
                 return next((m.pod for m in self.scan().valid if m.pod_name == catalogue.KUBE_APISERVER), None)
             except CpctlError:
                 return None
         return self._local_api.down(apiserver)
 
-    def local_api_parked(self, parked: Optional[Dict[str, Dict[str, Any]]] = None, besides: str = "") -> bool:
+    def local_api_parked(self, parked: Optional[Mapping[str, Mapping[str, object]]] = None,
+                         besides: str = "") -> bool:
         """True while this node's kube-apiserver or etcd is parked: a kubelet in local mode
         (ControlPlaneKubeletLocalMode, on by default from v1.33) then cannot update its mirror pods,
         while the other API servers keep serving the frozen ones. Waits for this node's pods then
@@ -416,7 +424,7 @@ class Node:
         if not present:
             if parked_hits:
                 meta = parked[parked_hits[0]]
-                return Outcome(meta.get("component") or wanted, "stop", False,
+                return Outcome(str(meta.get("component") or wanted), "stop", False,
                                "already stopped (parked since %s by %s)" % (meta.get("parked_at", "?"),
                                                                            meta.get("parked_by", "?")))
             raise self.not_found(wanted)
@@ -444,7 +452,7 @@ class Node:
                        checksum=manifest.checksum, until=meta["until"], wait=result,
                        parked=self.state.parked_path(manifest.file))
 
-    def park_change(self, manifest: Manifest, meta: Dict[str, Any], reason: Optional[str]) -> journal.Change:
+    def park_change(self, manifest: Manifest, meta: Mapping[str, object], reason: Optional[str]) -> journal.Change:
         """Write the metadata, then move the manifest into the parked area (the commit step)."""
         from cpctl.core import journal
         meta_path = self.state.meta_path(manifest.file)
@@ -505,11 +513,13 @@ class Node:
         before_steps: List[journal.Step] = []
         after_steps: List[journal.Step] = []
         data_by_step: Dict[int, bytes] = {}
-        record: Dict[str, Any] = {"reason": reason}
+        record: Dict[str, object] = {"reason": reason}
+        revision: Optional[int] = None
         if edited:                       # what cpctl parked becomes a revision, then the edited copy goes in
             record["hand_edited"] = edited
-            before_steps, data_by_step, after_steps, record["revision"] = self._keep_parked_original(
+            before_steps, data_by_step, after_steps, revision = self._keep_parked_original(
                 filename, parked[filename], digest, op)
+            record["revision"] = revision
         steps = before_steps + [journal.move(self.state.parked_path(filename), self.manifests_dir + "/" + filename,
                                              digest), journal.remove(self.state.meta_path(filename))] + after_steps
         self.apply(journal.Change("start", target.component, filename, digest, steps, commit=len(before_steps),
@@ -524,12 +534,12 @@ class Node:
         message = "started (manifest restored)"
         if edited:
             message = "started (manifest restored; %s%s)" % (edited, "; what cpctl parked is kept as revision %d"
-                                                             % record["revision"] if record.get("revision") else "")
-        extra: Dict[str, Any] = {"hand_edited": True, "revision": record.get("revision")} if edited else {}
+                                                             % revision if revision else "")
+        extra: Dict[str, object] = {"hand_edited": True, "revision": revision} if edited else {}
         return Outcome(target.component, "start", True, message, file=filename, checksum=digest, wait=result,
                        **extra)
 
-    def _keep_parked_original(self, filename: str, meta: Dict[str, Any], digest: str,
+    def _keep_parked_original(self, filename: str, meta: Mapping[str, object], digest: str,
                               op: str) -> Tuple[List[journal.Step], Dict[int, bytes], List[journal.Step],
                                                 Optional[int]]:
         """The steps that keep what cpctl parked (its copy in the metadata) as the next revision of
@@ -544,8 +554,9 @@ class Node:
         record = {"saved_at": iso(), "saved_by": user_label(self.host), "host": str(self.host.info()["hostname"]),
                   "action": "start", "reason": "what cpctl parked; the parked copy was edited by hand before start",
                   "replaced_by": digest, "failed": False, "op": op}
-        mode = meta["mode"] if isinstance(meta.get("mode"), int) else 0o600
-        before, data, after, number = store.keep_steps(filename, original, mode, record, DEFAULT_KEEP,
+        mode = meta.get("mode")
+        before, data, after, number = store.keep_steps(filename, original, mode if isinstance(mode, int) else 0o600,
+                                                       record, DEFAULT_KEEP,
                                                        store.list(filename))
         return before, data, after, number
 
@@ -583,7 +594,7 @@ class Node:
         pending.clear(self.host, self.state, manifest.file, entry.op)
         return " (the %s of %s never verified is verified now)" % (entry.action, entry.started)
 
-    def check_restorable(self, filename: str, scan: DirScan) -> Tuple[Dict[str, Any], bytes]:
+    def check_restorable(self, filename: str, scan: DirScan) -> Tuple[Dict[str, object], bytes]:
         """Refuse a restore that would run something broken or a second copy of a pod."""
         path = self.real_path(self.state.parked_path(filename)) or self.state.parked_path(filename)
         info = self.host.lstat(path)
@@ -608,7 +619,7 @@ class Node:
                              % (filename, self.manifests_dir), ExitCode.REFUSED)
         return pod, data
 
-    def _wait(self, step: Callable[..., WaitResult], target: PodTarget, before: Any, wait: bool,
+    def _wait(self, step: Callable[..., WaitResult], target: PodTarget, before: object, wait: bool,
               timeout: float, where: str) -> WaitResult:
         """Wait for the kubelet after a committed change; a failed or interrupted wait says where
         the manifest was left (the change itself stands and is recorded)."""
@@ -632,7 +643,7 @@ class Node:
                               where=where) from None
 
 
-def _json_object(data: Optional[bytes]) -> Optional[Dict[str, Any]]:
+def _json_object(data: Optional[bytes]) -> Optional[Dict[str, object]]:
     """``data`` decoded as a JSON object (cpctl's own metadata bytes), else None."""
     import json
     try:
@@ -651,7 +662,7 @@ def parked_content(data: Optional[bytes]) -> Optional[str]:
         return None
 
 
-def hand_edit(meta: Dict[str, Any], digest: str) -> str:
+def hand_edit(meta: Mapping[str, object], digest: str) -> str:
     """Why the parked bytes (sha256 ``digest``) are not what cpctl parked or last wrote ("" when they
     are, or when the metadata does not say: a manifest parked by hand has none)."""
     recorded = meta.get("checksum")
@@ -683,7 +694,7 @@ class _Session:
         self.node = node
         self.what = what
         self.changing = changing
-        self._lock: Any = None
+        self._lock: Optional[ContextManager[None]] = None
 
     def __enter__(self) -> Node:
         for message in self.node.revert_overdue():      # before the lock: the revert takes it itself
@@ -717,6 +728,7 @@ class _Session:
             self.node.check_registered()
         return self.node
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                 traceback: Optional[TracebackType]) -> None:
         if self._lock is not None:
-            self._lock.__exit__(*exc)
+            self._lock.__exit__(exc_type, exc, traceback)

@@ -95,7 +95,7 @@ def replace_plan(node: Node, manifest: Manifest, new: bytes, action: str, reason
         elif companion.data is None and was is not None:
             before.append(journal.remove(companion.path))
     if awaits:
-        who = node.who()
+        who = node.host.info()          # what node.who() holds of the host: hostname, pid
         mark, mark_bytes = pending.mark_step(node.host, node.state, pending.Pending(
             op, action, manifest.pod_name, manifest.file, new_sum, manifests.checksum(old), iso(),
             user_label(node.host), str(who.get("hostname")), node.node_name, int(who.get("pid") or 0), kept.previous))

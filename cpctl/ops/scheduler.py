@@ -22,7 +22,8 @@ import difflib
 import os
 import re
 import secrets
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple, TypedDict
+from dataclasses import dataclass
+from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple, cast
 
 from cpctl import catalogue
 from cpctl.core import journal, manifests, views
@@ -142,11 +143,22 @@ def _strings(value: object) -> List[str]:
     return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
 
 
-def scheduler_container(pod: dict) -> dict:
-    """The kube-scheduler container (by binary or name), else the first one."""
-    containers = pod["spec"]["containers"]
+def _mapping(value: object) -> Mapping[str, object]:
+    """A decoded object field: the object, or an empty one when absent or null."""
+    return value if isinstance(value, dict) else {}
+
+
+def _items(value: object) -> List[object]:
+    """A decoded list field: the list, or an empty one when absent or null."""
+    return value if isinstance(value, list) else []
+
+
+def scheduler_container(pod: Mapping[str, object]) -> Dict[str, object]:
+    """The kube-scheduler container (by binary or name), else the first one (a valid pod has one:
+    ``podspec``); the pod's own object, so a change to it changes ``pod``."""
+    containers = [c for c in _items(_mapping(pod.get("spec")).get("containers")) if isinstance(c, dict)]
     for container in containers:
-        command = container.get("command") or []
+        command = _items(container.get("command"))
         if (command and os.path.basename(str(command[0])) == catalogue.KUBE_SCHEDULER) or \
                 container.get("name") == catalogue.KUBE_SCHEDULER:
             return container
@@ -166,38 +178,41 @@ def build_config(name: str, kubeconfig: str, api_version: str) -> bytes:
     return (header + yaml.safe_dump(config, sort_keys=False, default_flow_style=False)).encode("utf-8")
 
 
-def _volume_name(pod: dict) -> str:
-    taken = {v.get("name") for v in pod["spec"].get("volumes") or []}
+def _volume_name(pod: Mapping[str, object]) -> str:
+    taken = {_mapping(v).get("name") for v in _items(_mapping(pod.get("spec")).get("volumes"))}
     for candidate in ("scheduler-config", "cpctl-scheduler-config"):
         if candidate not in taken:
             return candidate
     return "cpctl-scheduler-config-%s" % secrets.token_hex(3)
 
 
-def _retarget_probes(container: dict, port: int) -> None:
+def _retarget_probes(container: Mapping[str, object], port: int) -> None:
     """Every httpGet probe (and a declared containerPort) to the new secure port."""
-    old_ports = set()
+    old_ports: Set[object] = set()
     for kind in _PROBES:
-        get = (container.get(kind) or {}).get("httpGet")
+        get = _mapping(container.get(kind)).get("httpGet")
         if isinstance(get, dict):
             old_ports.add(get.get("port"))
             get["port"] = port
-    for entry in container.get("ports") or []:
-        if entry.get("containerPort") in old_ports or entry.get("name") in old_ports:
+    for entry in _items(container.get("ports")):
+        if isinstance(entry, dict) and (entry.get("containerPort") in old_ports or entry.get("name") in old_ports):
             entry["containerPort"] = port
             entry.pop("hostPort", None)
 
 
-def build_pod(source: dict, name: str, port: int, config_path: str, source_file: str) -> dict:
-    """The second scheduler's Pod: the source manifest with name, flags, probes and volume changed."""
-    pod = copy.deepcopy(source)
+def build_pod(source: Mapping[str, object], name: str, port: int, config_path: str,
+              source_file: str) -> Dict[str, object]:
+    """The second scheduler's Pod: the source manifest (a valid pod: ``podspec``) with name, flags,
+    probes and volume changed."""
+    pod: Dict[str, object] = copy.deepcopy(dict(source))
     pod.pop("status", None)
-    old = pod["metadata"]
-    annotations = {k: v for k, v in (old.get("annotations") or {}).items() if not k.startswith("kubeadm.")}
+    old = _mapping(pod["metadata"])
+    annotations: Dict[str, object] = {k: v for k, v in _mapping(old.get("annotations")).items()
+                                      if not k.startswith("kubeadm.")}
     annotations.update({GENERATED_BY: GENERATED_VALUE, CONFIG_ANNOTATION: config_path,
                         SOURCE_ANNOTATION: source_file})
     pod["metadata"] = dict({"annotations": annotations,
-                            "labels": dict(old.get("labels") or {}, component=name, tier="control-plane"),
+                            "labels": dict(_mapping(old.get("labels")), component=name, tier="control-plane"),
                             "name": name, "namespace": old.get("namespace") or "kube-system"},
                            **{k: v for k, v in old.items() if k not in ("annotations", "labels", "name", "namespace")})
     container = scheduler_container(pod)
@@ -209,33 +224,42 @@ def build_pod(source: dict, name: str, port: int, config_path: str, source_file:
     container["name"] = name
     _retarget_probes(container, port)
     volume = _volume_name(pod)
-    pod["spec"].setdefault("volumes", []).append({"hostPath": {"path": config_path, "type": "File"},
-                                                 "name": volume})
-    container.setdefault("volumeMounts", []).append({"mountPath": config_path, "name": volume, "readOnly": True})
+    # A valid pod's spec is an object; its volumes and volumeMounts are lists, absent or null
+    # (null fails here as it always has: a known bug, reported, not fixed in a typing change).
+    spec = cast(Dict[str, object], pod["spec"])
+    cast(List[object], spec.setdefault("volumes", [])).append({"hostPath": {"path": config_path, "type": "File"},
+                                                             "name": volume})
+    cast(List[object], container.setdefault("volumeMounts", [])).append({"mountPath": config_path, "name": volume,
+                                                                        "readOnly": True})
     return pod
 
 
-def dump_pod(pod: dict) -> bytes:
+def dump_pod(pod: Mapping[str, object]) -> bytes:
     import yaml
     return yaml.safe_dump(pod, sort_keys=False, default_flow_style=False).encode("utf-8")
 
 
 # --- ports --------------------------------------------------------------------------------------
-def pod_ports(pod: Mapping[str, Any]) -> Set[int]:
-    """Ports a manifest's pod will listen on: --secure-port/--port flags, probes, containerPorts."""
+def pod_ports(pod: Mapping[str, object]) -> Set[int]:
+    """Ports a manifest's pod (a valid one: ``podspec``) will listen on: --secure-port/--port
+    flags, probes, containerPorts."""
     ports: Set[int] = set()
-    for container in (pod.get("spec") or {}).get("containers") or []:
+    for container in _items(_mapping(pod.get("spec")).get("containers")):
+        if not isinstance(container, dict):
+            continue
         args = container_args(container)
         for flag in ("--secure-port", "--port"):
             value = flag_value(args, flag)
             if value and value.isdigit():
                 ports.add(int(value))
         for kind in _PROBES:
-            port = ((container.get(kind) or {}).get("httpGet") or {}).get("port")
+            port = _mapping(_mapping(container.get(kind)).get("httpGet")).get("port")
             if isinstance(port, int):
                 ports.add(port)
-        ports.update(p["containerPort"] for p in container.get("ports") or [] if isinstance(
-            p.get("containerPort"), int))
+        for entry in _items(container.get("ports")):
+            number = _mapping(entry).get("containerPort")
+            if isinstance(number, int):
+                ports.add(number)
     return ports
 
 
@@ -292,19 +316,19 @@ def choose_port(node: Node, scan: DirScan, bind: Optional[str], explicit: Option
 
 
 # --- reading the node ---------------------------------------------------------------------------
-def _read_pod(host: Host, path: str) -> Optional[dict]:
+def _read_pod(host: Host, path: str) -> Optional[Dict[str, object]]:
     try:
         return manifests.parse_pod(host.read_file(path, manifests.MAX_MANIFEST_BYTES))
     except (OSError, manifests.InvalidManifest):
         return None
 
 
-def is_generated(pod: Optional[dict]) -> bool:
-    annotations = ((pod or {}).get("metadata") or {}).get("annotations") or {}
+def is_generated(pod: Optional[Mapping[str, object]]) -> bool:
+    annotations = _mapping(_mapping((pod or {}).get("metadata")).get("annotations"))
     return annotations.get(GENERATED_BY) == GENERATED_VALUE
 
 
-def find_source(node: Node, scan: DirScan, wanted: str) -> tuple:
+def find_source(node: Node, scan: DirScan, wanted: str) -> Tuple[Dict[str, object], str, bytes]:
     """(pod, file name, bytes) of the manifest to copy: in the dir, else parked (still a template)."""
     present, parked_hits = node.resolve(wanted, scan, node.parked())
     valid = [m for m in present if m.valid]
@@ -313,7 +337,9 @@ def find_source(node: Node, scan: DirScan, wanted: str) -> tuple:
         raise CpctlError("%r matches several manifests (%s): remove the stray copy first"
                          % (wanted, ", ".join(files)), ExitCode.REFUSED)
     if valid:
-        return valid[0].pod, valid[0].file, valid[0].data
+        found = valid[0]
+        assert found.pod is not None and found.data is not None      # valid: parsed from its bytes
+        return found.pod, found.file, found.data
     if present:
         raise CpctlError("%s: %s" % (present[0].path, present[0].error), ExitCode.REFUSED)
     if parked_hits:
@@ -360,7 +386,7 @@ class Plan:
 
     def __init__(self, name: str, source_file: str, source_data: bytes, version: Tuple[int, int], api_version: str,
                  port: int, kubeconfig: str, config_path: str, config: bytes, manifest_path: str,
-                 pod: dict) -> None:
+                 pod: Dict[str, object]) -> None:
         self.name, self.source_file, self.source_data = name, source_file, source_data
         self.version, self.api_version, self.port = version, api_version, port
         self.kubeconfig, self.config_path, self.config = kubeconfig, config_path, config
@@ -417,7 +443,7 @@ def plan_add(node: Node, name: str, source: str = DEFAULT_SOURCE, port: Optional
 
 def add(node: Node, name: str, source: str = DEFAULT_SOURCE, port: Optional[int] = None,
         config_dir: Optional[str] = None, wait: bool = True, timeout: float = 120.0,
-        dry_run: bool = False, grant_rbac: bool = False) -> dict:
+        dry_run: bool = False, grant_rbac: bool = False) -> Dict[str, object]:
     """Check the Lease RBAC, write config then manifest under the node lock, record history, wait
     for the mirror pod."""
     # Plan read-only first: a refusal or --dry-run leaves no trace (not even the state dir); the
@@ -466,7 +492,8 @@ def _not_waited(why: str = "not waited (--no-wait)") -> WaitResult:
 
 
 # --- remove -------------------------------------------------------------------------------------
-def _generated_manifest(node: Node, scan: DirScan, name: str) -> tuple:
+def _generated_manifest(node: Node, scan: DirScan, name: str
+                        ) -> Tuple[Optional[str], Optional[Dict[str, object]], Optional[str]]:
     """(path, pod, 'present'|'parked') of the generated scheduler NAME; REFUSED if not cpctl's."""
     manifests.validate_component_name(name)
     for m in scan.manifests:
@@ -518,7 +545,8 @@ def _removed_dir(node: Node) -> str:
     raise CpctlError("too many removals in one second under %s" % base, ExitCode.ENVIRONMENT)
 
 
-class RemovePlan(TypedDict):
+@dataclass
+class RemovePlan:
     """What ``remove`` moves: the manifest (in the dir, parked, or gone), its files, the config."""
 
     name: str
@@ -526,7 +554,7 @@ class RemovePlan(TypedDict):
     state: str
     config_file: Optional[str]
     files: List[str]
-    pod: Optional[Dict[str, Any]]
+    pod: Optional[Dict[str, object]]
     config_kept: Optional[str]
 
 
@@ -534,10 +562,14 @@ def plan_remove(node: Node, name: str) -> RemovePlan:
     """Which files ``remove`` would move (the manifest, its parking metadata, the config)."""
     scan = node.scan()
     path, pod, where = _generated_manifest(node, scan, name)
-    config = ((pod or {}).get("metadata", {}).get("annotations") or {}).get(CONFIG_ANNOTATION) if pod \
-        else _last_config(node, name)
+    config: Optional[str]
+    if pod:     # a valid pod's annotations are strings (podspec)
+        written = _mapping(_mapping(pod.get("metadata")).get("annotations")).get(CONFIG_ANNOTATION)
+        config = written if isinstance(written, str) else None
+    else:
+        config = _last_config(node, name)
     files = [p for p in (path,) if p]
-    if where == "parked":
+    if where == "parked" and path:
         meta = node.state.meta_path(os.path.basename(path))
         files += [meta] if node.host.lstat(meta) else []
     config_info = node.host.lstat(config) if config else None
@@ -549,8 +581,8 @@ def plan_remove(node: Node, name: str) -> RemovePlan:
             kept = "%s stays: cpctl has no record of writing it" % config
     if not files:
         raise CpctlError("no scheduler %r generated by cpctl on this node" % name, ExitCode.NOT_FOUND)
-    return {"name": name, "manifest": path, "state": where or "gone", "config_file": config, "files": files,
-            "pod": pod, "config_kept": kept}
+    return RemovePlan(name=name, manifest=path, state=where or "gone", config_file=config, files=files, pod=pod,
+                      config_kept=kept)
 
 
 def remove(node: Node, name: str, wait: bool = True, timeout: float = 120.0, dry_run: bool = False
@@ -558,11 +590,11 @@ def remove(node: Node, name: str, wait: bool = True, timeout: float = 120.0, dry
     """Move the generated manifest (then its config) into STATE/removed/<ts>/ and wait for the pod."""
     plan = plan_remove(node, name)   # read-only: refuse (or answer --dry-run) before the session
     if dry_run:
-        return {"name": name, "dry_run": True, "changed": False, "files": plan["files"], "state": plan["state"],
-                "state_dir": node.state.path, "config_kept": plan["config_kept"]}
+        return {"name": name, "dry_run": True, "changed": False, "files": plan.files, "state": plan.state,
+                "state_dir": node.state.path, "config_kept": plan.config_kept}
     with node.session("cpctl scheduler remove %s" % name):
         plan = plan_remove(node, name)
-        running, pod, manifest = plan["state"] == "present", plan["pod"], plan["manifest"]
+        running, pod, manifest = plan.state == "present", plan.pod, plan.manifest
         # present: the manifest is in the dir and its pod valid (is_generated read it)
         target = node.target_for(pod, os.path.basename(manifest)) if running and pod and manifest else None
         before = node.waiter.before(target) if (wait and target) else None
@@ -575,30 +607,32 @@ def remove(node: Node, name: str, wait: bool = True, timeout: float = 120.0, dry
             result = _not_waited("not waited (--no-wait)" if running else "pod was not running")
     moved = {step.src: step.path for step in change.steps}
     return {"name": name, "dry_run": False, "changed": True, "moved": moved, "removed_dir": dest,
-            "wait": result.to_dict(), "config_kept": plan["config_kept"], "rbac": schedrbac.revoke(node, name)}
+            "wait": result.to_dict(), "config_kept": plan.config_kept, "rbac": schedrbac.revoke(node, name)}
 
 
 def remove_change(node: Node, name: str, plan: RemovePlan, dest: str) -> journal.Change:
     """Every file of the scheduler moves to ``dest``, the manifest first (the commit step: the pod
     stops before its config goes); nothing is deleted."""
     steps = []
-    for src in plan["files"]:
+    for src in plan.files:
         info = node.host.lstat(src)
         digest = manifests.checksum(node.host.read_file(src, (info["size"] if info else 0) + 1))
         steps.append(journal.move(src, dest + "/" + os.path.basename(src), digest))
-    filename = os.path.basename(plan["manifest"]) if plan["manifest"] else name + ".yaml"
-    return journal.Change("scheduler-remove", name, filename, steps[0].checksum if plan["manifest"] else None,
+    filename = os.path.basename(plan.manifest) if plan.manifest else name + ".yaml"
+    return journal.Change("scheduler-remove", name, filename, steps[0].checksum if plan.manifest else None,
                           steps, commit=0,
-                          record={"config": plan["config_file"], "moved_to": dest})
+                          record={"config": plan.config_file, "moved_to": dest})
 
 
 # --- list ---------------------------------------------------------------------------------------
-def _row(node: Node, pod: Dict[str, Any], filename: str, state: str) -> Dict[str, object]:
+def _row(node: Node, pod: Dict[str, object], filename: str, state: str) -> Dict[str, object]:
     container = scheduler_container(pod)
     args = container_args(container)
-    config = (pod["metadata"].get("annotations") or {}).get(CONFIG_ANNOTATION)
+    meta = _mapping(pod["metadata"])        # a valid pod's: a string name, string annotations (podspec)
+    written = _mapping(meta.get("annotations")).get(CONFIG_ANNOTATION)
+    config = written if isinstance(written, str) else None
     port = flag_value(args, "--secure-port")
-    row: Dict[str, object] = {"name": pod["metadata"]["name"], "file": filename, "state": state,
+    row: Dict[str, object] = {"name": meta["name"], "file": filename, "state": state,
            "port": int(port) if port and port.isdigit() else None, "config": config,
            "config_present": bool(config and node.host.lstat(config)), "image": container.get("image")}
     row["pod"] = "%s-%s" % (row["name"], node.node_name.lower())

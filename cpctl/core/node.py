@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Dict, List, Mapping, Optional, Tuple, Type
+from typing import TYPE_CHECKING, Callable, ContextManager, Dict, List, Mapping, Optional, Tuple, Type
 
 from cpctl import catalogue
 from cpctl.core import identity as identity_mod
@@ -52,9 +52,7 @@ class Outcome:
         self.action = action
         self.changed = changed
         self.message = message
-        # Output fields (file, checksum, wait...). Any, not object, while ops/drift.py reads
-        # ``extra.get("wait").detail`` untyped (it is being typed separately).
-        self.extra: Dict[str, Any] = extra
+        self.extra: Dict[str, object] = extra      # output fields (file, checksum, wait: a WaitResult...)
 
     def to_dict(self) -> Dict[str, object]:
         data: Dict[str, object] = {"component": self.component, "action": self.action, "changed": self.changed,

@@ -33,7 +33,7 @@ from cpctl.core.podspec import shown
 from cpctl.core.state import BASELINE as BASELINE_FILE
 from cpctl.core.state import user_label
 from cpctl.errors import Corrupt, CpctlError, ExitCode
-from cpctl.probes.base import PodTarget, Waiter
+from cpctl.probes.base import PodTarget, Waiter, WaitResult
 from cpctl.timeutil import format_duration, iso, parse_iso, stamp
 
 if TYPE_CHECKING:           # ops.certs imports cryptography lazily; a check on a node without pki never does
@@ -782,7 +782,7 @@ def _restore(node: Node, finding: Finding, timeout: float) -> FixAction:
         return _action("start", finding.file, outcome.component, True,
                        "would restore %s (past its --for deadline)" % outcome.component)
     wait = outcome.extra.get("wait")
-    detail = " - %s" % wait.detail if wait is not None and wait.detail else ""
+    detail = " - %s" % wait.detail if isinstance(wait, WaitResult) and wait.detail else ""
     return _action("start", finding.file, outcome.component, True, "%s%s" % (outcome.message, detail))
 
 

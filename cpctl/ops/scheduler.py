@@ -224,13 +224,13 @@ def build_pod(source: Mapping[str, object], name: str, port: int, config_path: s
     container["name"] = name
     _retarget_probes(container, port)
     volume = _volume_name(pod)
-    # A valid pod's spec is an object; its volumes and volumeMounts are lists, absent or null
-    # (null fails here as it always has: a known bug, reported, not fixed in a typing change).
+    # A valid pod's spec is an object (``podspec``); its volumes and volumeMounts are lists, absent
+    # or null - the kubelet decodes null as empty, so does this.
     spec = cast(Dict[str, object], pod["spec"])
-    cast(List[object], spec.setdefault("volumes", [])).append({"hostPath": {"path": config_path, "type": "File"},
-                                                             "name": volume})
-    cast(List[object], container.setdefault("volumeMounts", [])).append({"mountPath": config_path, "name": volume,
-                                                                        "readOnly": True})
+    spec["volumes"] = _items(spec.get("volumes")) + [{"hostPath": {"path": config_path, "type": "File"},
+                                                       "name": volume}]
+    container["volumeMounts"] = _items(container.get("volumeMounts")) + [{"mountPath": config_path, "name": volume,
+                                                                          "readOnly": True}]
     return pod
 
 

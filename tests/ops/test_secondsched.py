@@ -189,6 +189,20 @@ def test_kubeconfig_from_authentication_flag_and_split_args(tmp_path):
     assert config["clientConnection"]["kubeconfig"] == "/srv/s.conf"
 
 
+def test_null_volumes_and_mounts_are_empty_lists(tmp_path):
+    """The kubelet decodes ``volumes: null`` and ``volumeMounts: null`` as empty: so does add (it
+    ended in an internal error, exit 70)."""
+    pod = yaml.safe_load(scheduler_yaml())
+    pod["spec"]["volumes"] = None
+    _container(pod)["volumeMounts"] = None
+    node = Node(str(tmp_path), {"kube-scheduler.yaml": yaml.safe_dump(pod).encode()})
+    node.add()
+    new = manifests.parse_pod(node.read(node.manifests, "my-scheduler.yaml"))
+    config_path = os.path.join(node.config_dir, "my-scheduler-config.yaml")
+    assert [v["hostPath"]["path"] for v in new["spec"]["volumes"]] == [config_path]
+    assert [m["mountPath"] for m in _container(new)["volumeMounts"]] == [config_path]
+
+
 @pytest.mark.parametrize("version,api", [("v1.23.17", "v1beta3"), ("v1.24.0", "v1beta3"), ("v1.25.0", "v1"),
                                          ("v1.30.4", "v1"), ("v1.31.0-rc.1", "v1")])
 def test_config_api_follows_image_version(tmp_path, version, api):

@@ -196,10 +196,10 @@ class Progress:
     def _draw(self, line: str) -> None:
         self.count += 1
         frame = self.FRAMES[self.count % len(self.FRAMES)]
+        if self not in _SHOWN:      # marked before it is written: a Ctrl-C between the two still erases it
+            _SHOWN.append(self)
         sys.stderr.write("\r\033[K%s %s" % (frame, printable(line)[:150]))
         sys.stderr.flush()
-        if self not in _SHOWN:
-            _SHOWN.append(self)
 
     def clear(self) -> None:
         """Erase the line (a no-op unless it is drawn)."""

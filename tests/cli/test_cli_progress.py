@@ -113,3 +113,26 @@ def test_progress_line_text(monkeypatch: Any, capsys: Any) -> None:
     progress("pod x still present (api), 0.1s")           # the first call starts the heartbeat clock
     progress("pod x still present (api), 0.2s")
     assert capsys.readouterr().err == "cpctl: waiting: pod x still present (api): 0s of 120s\n"
+
+
+def test_a_line_interrupted_right_after_it_is_written_is_still_erased(monkeypatch: Any) -> None:
+    """Ctrl-C lands the instant the line reached the terminal (before the draw returned): the
+    error that follows must still start on an erased line (CI once saw it glued to the spinner)."""
+    import io
+
+    from cpctl.cli.context import clear_progress
+
+    class Terminal(io.StringIO):
+        interrupted = False
+
+        def flush(self) -> None:
+            if not self.interrupted:       # the first flush: what the SIGINT handler raises there
+                self.interrupted = True
+                raise KeyboardInterrupt
+
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    with pytest.raises(KeyboardInterrupt):
+        Progress(tty=True, timeout=120.0)("pod x still present (api), 0.1s")
+    clear_progress()
+    assert terminal.getvalue() == CLEAR + "/ waiting: pod x still present (api): 0s of 120s" + CLEAR

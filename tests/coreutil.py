@@ -195,25 +195,35 @@ def killed_run(node: "NodeDirs", action: Callable[[Any], Any], kill_at: int) -> 
     from cpctl.core.settings import Settings
     from cpctl.host.mock import Fault, MockHost
     from cpctl.ops.wiring import open_node
+
+    def child() -> int:
+        host = MockHost([Fault("*", "SIGKILL", at=kill_at)] if kill_at else [])
+        settings = Settings(manifests_dir=node.manifests, state_dir=node.state, node_name=NODE, probe="none",
+                            lock_timeout=1)
+        action(open_node(settings, host))
+        return len(host.calls)
+    return in_child(child)
+
+
+def in_child(body: Callable[[], int]) -> "tuple[int, int]":
+    """``body()`` in a forked child that never returns into pytest (no teardown, ever): (its wait
+    status, the count ``body`` returned; 0 when it did not return). It exits 0 when ``body``
+    returned, 1 when it raised; a SIGKILL it sends itself shows in the status."""
     read_end, write_end = os.pipe()
     pid = os.fork()
-    if pid == 0:                                          # the child: no pytest teardown, ever
+    if pid == 0:
         code = 1
         try:
             os.close(read_end)
-            host = MockHost([Fault("*", "SIGKILL", at=kill_at)] if kill_at else [])
-            settings = Settings(manifests_dir=node.manifests, state_dir=node.state, node_name=NODE, probe="none",
-                                lock_timeout=1)
-            action(open_node(settings, host))
-            os.write(write_end, str(len(host.calls)).encode())
+            os.write(write_end, str(body()).encode())
             code = 0
         finally:
             os._exit(code)
     os.close(write_end)
     _, status = os.waitpid(pid, 0)
     with os.fdopen(read_end, "rb") as pipe:
-        calls = pipe.read()
-    return status, int(calls or 0)
+        count = pipe.read()
+    return status, int(count or 0)
 
 
 def check_result(proc: subprocess.CompletedProcess, rc: Optional[int]) -> None:

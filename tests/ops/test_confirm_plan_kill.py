@@ -20,7 +20,7 @@ from cpctl.host.local import LocalHost
 from cpctl.ops import confirm, edits
 from cpctl.ops.wiring import open_node
 from cpctl.timeutil import iso
-from tests.coreutil import MANIFESTS, NODE, NodeDirs, killed_run, sha
+from tests.coreutil import MANIFESTS, NODE, NodeDirs, in_child, killed_run, sha
 
 SCHEDULER = MANIFESTS["kube-scheduler.yaml"]
 NEW_SCHEDULER = SCHEDULER.replace(b"    - --leader-elect=true\n", b"    - --leader-elect=true\n    - --v=4\n")
@@ -48,32 +48,21 @@ def _prepare(root: str) -> "tuple[NodeDirs, Dict[str, Any]]":
 
 def _run(plan: Dict[str, Any], kill_at: int) -> "tuple[int, int]":
     """``_plan_apply`` in a forked child that SIGKILLs itself before its ``kill_at``-th file change."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:                                          # the child: no pytest teardown, ever
-        code = 1
-        try:
-            os.close(read_end)
-            count = [0]
-            for name in MUTATING:
-                real = getattr(hostops, name)
+    def child() -> int:
+        count = [0]
+        for name in MUTATING:
+            real = getattr(hostops, name)
 
-                def counted(*args: Any, _real: Any = real, **kwargs: Any) -> Any:
-                    count[0] += 1
-                    if count[0] == kill_at:
-                        os.kill(os.getpid(), signal.SIGKILL)
-                    return _real(*args, **kwargs)
-                setattr(hostops, name, counted)
-            rc, _ = hostops._plan_apply(plan)
-            os.write(write_end, str(count[0]).encode())
-            code = 0 if rc == 0 else 1
-        finally:
-            os._exit(code)
-    os.close(write_end)
-    _, status = os.waitpid(pid, 0)
-    with os.fdopen(read_end, "rb") as pipe:
-        calls = pipe.read()
-    return status, int(calls or 0)
+            def counted(*args: Any, _real: Any = real, **kwargs: Any) -> Any:
+                count[0] += 1
+                if count[0] == kill_at:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                return _real(*args, **kwargs)
+            setattr(hostops, name, counted)
+        rc, _ = hostops._plan_apply(plan)
+        assert rc == 0, rc
+        return count[0]
+    return in_child(child)
 
 
 def _manifest(node: NodeDirs) -> bytes:

@@ -394,6 +394,22 @@ def write_json(path: str, value: dict) -> None:
     os.chmod(path, 0o600)
 
 
+def edit_baseline(node: "NodeDirs", change: Callable[[dict], None]) -> None:
+    """Change the node's drift baseline (``STATE/baseline.json``) behind cpctl's back."""
+    path = os.path.join(node.state, "baseline.json")
+    with open(path) as handle:
+        baseline = json.load(handle)
+    change(baseline)
+    write_json(path, baseline)
+
+
+def tamper_baseline_copy(node: "NodeDirs", filename: str) -> None:
+    """The baseline's copy of ``filename`` no longer matches the checksum recorded with it."""
+    def tamper(baseline: dict) -> None:
+        baseline["manifests"][filename]["content"] += "# someone was here\n"
+    edit_baseline(node, tamper)
+
+
 class _Echo(BaseHTTPRequestHandler):
     """GET answers ``ok <path>``, with the client's port in ``X-Peer-Port`` (keep-alive on)."""
 

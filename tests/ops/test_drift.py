@@ -16,7 +16,7 @@ from cpctl.host.local import LocalHost
 from cpctl.ops import drift, wiring
 from cpctl.ops import lifecycle as app
 from cpctl.probes.base import NoWait, PodTarget, Waiter
-from tests.coreutil import MANIFESTS, NODE, NodeDirs, journal_for, sha
+from tests.coreutil import MANIFESTS, NODE, NodeDirs, edit_baseline, journal_for, sha
 
 POD = MANIFESTS["kube-scheduler.yaml"]
 
@@ -349,11 +349,7 @@ def test_a_corrupt_baseline_entry_is_one_clear_error(capsys: Any, node: NodeDirs
     check and baseline alike, not an internal error (exit 70) deep in the comparison."""
     assert cli(capsys, node, "baseline")[0] == 0
     path = os.path.join(node.state, "baseline.json")
-    with open(path) as handle:
-        baseline = json.load(handle)
-    baseline["manifests"]["kube-scheduler.yaml"] = entry
-    with open(path, "w") as handle:
-        json.dump(baseline, handle)
+    edit_baseline(node, lambda baseline: baseline["manifests"].update({"kube-scheduler.yaml": entry}))
     for args in (("check",), ("baseline",), ("-o", "json", "check")):
         rc, out, err = cli(capsys, node, *args)
         assert rc == 7, (args, out, err)

@@ -11,7 +11,7 @@ import re
 import time
 from typing import Any
 
-from tests.coreutil import MANIFESTS, NodeDirs
+from tests.coreutil import MANIFESTS, NodeDirs, tamper_baseline_copy
 from tests.ops.test_drift import check_json, cli, kinds
 
 SCHEDULER = MANIFESTS["kube-scheduler.yaml"]
@@ -102,12 +102,7 @@ def test_restore_missing_writes_the_baseline_copy_back(capsys: Any, tmp_path: An
 
 def test_restore_missing_refuses_a_tampered_baseline_copy(capsys: Any, tmp_path: Any) -> None:
     node = _vanished(tmp_path)
-    path = os.path.join(node.state, "baseline.json")
-    with open(path) as handle:
-        baseline = json.load(handle)
-    baseline["manifests"]["kube-scheduler.yaml"]["content"] += "# someone was here\n"
-    with open(path, "w") as handle:
-        json.dump(baseline, handle)
+    tamper_baseline_copy(node, "kube-scheduler.yaml")
     rc, data, _ = check_json(capsys, node, "--fix", "--restore-missing")
     assert rc == 1
     action = data["actions"][0]

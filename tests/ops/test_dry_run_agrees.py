@@ -15,7 +15,7 @@ from typing import Callable, Dict, List, Tuple
 
 import pytest
 
-from tests.coreutil import MANIFESTS, NodeDirs, snapshot
+from tests.coreutil import MANIFESTS, NodeDirs, snapshot, tamper_baseline_copy
 
 Prepare = Callable[[NodeDirs], None]
 
@@ -177,12 +177,7 @@ def _vanished(node: NodeDirs) -> None:
 def _vanished_tampered(node: NodeDirs) -> None:
     """As ``_vanished``, and the baseline's copy no longer matches its checksum."""
     _vanished(node)
-    path = os.path.join(node.state, "baseline.json")
-    with open(path) as handle:
-        baseline = json.load(handle)
-    baseline["manifests"]["kube-scheduler.yaml"]["content"] += "# someone was here\n"
-    with open(path, "w") as handle:
-        json.dump(baseline, handle)
+    tamper_baseline_copy(node, "kube-scheduler.yaml")
 
 
 FIX_CASES: List[Tuple[str, Prepare, List[str]]] = [

@@ -18,6 +18,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Dict, List, Optional
 
+from cpctl import catalogue
 from cpctl.core import manifests
 from cpctl.core.state import StateDir
 from cpctl.errors import CpctlError, ExitCode
@@ -69,6 +70,21 @@ class Arm:
 
     def overdue(self, now: float) -> bool:
         return now >= self.deadline_epoch()
+
+    def matches(self, wanted: str) -> bool:
+        """``wanted`` names the armed component: its name, file, file stem or catalogue alias."""
+        return wanted in (self.component, self.file, manifests.file_stem(self.file)) or \
+            catalogue.canonical(wanted) == self.component
+
+    def refusal(self, action: str) -> CpctlError:
+        """Why ``action`` of the armed component is refused (exit 4, nothing changed): another
+        change under an arm would make the revert undo the wrong one; a stop would leave it nothing
+        to revert (the revert puts the old bytes back in the manifests dir, so a parked manifest
+        means the arm is dropped and the change stays unconfirmed)."""
+        return CpctlError("%s refused: %s has an unconfirmed change (%s by %s, reverts at %s); confirm it first "
+                          "(cpctl confirm %s) or revert it now (cpctl revert-unconfirmed %s); nothing changed"
+                          % (action, self.component, self.action, self.by, self.deadline, self.component,
+                             self.component), ExitCode.REFUSED)
 
 
 def directory(state: StateDir) -> str:
@@ -140,16 +156,11 @@ def read(host: Host, state: StateDir, filename: str) -> Optional[Arm]:
 
 
 def refuse_armed(host: Host, state: StateDir, filename: str, action: str) -> None:
-    """Refuse (exit 4, nothing changed) ``action`` of manifest ``filename`` while its last change
-    awaits confirmation. Another change under an arm would make the revert undo the wrong one; a
-    stop would leave it nothing to revert (the revert puts the old bytes back in the manifests
-    dir, so a parked manifest means the arm is dropped and the change stays unconfirmed)."""
+    """Refuse ``action`` of manifest ``filename`` while its last change awaits confirmation
+    (``Arm.refusal``)."""
     arm = read(host, state, filename) if state.ensure(create=False) else None
     if arm is not None:
-        raise CpctlError("%s refused: %s has an unconfirmed change (%s by %s, reverts at %s); confirm it first (cpctl "
-                         "confirm %s) or revert it now (cpctl revert-unconfirmed %s); nothing changed"
-                         % (action, arm.component, arm.action, arm.by, arm.deadline, arm.component, arm.component),
-                         ExitCode.REFUSED)
+        raise arm.refusal(action)
 
 
 def read_all(host: Host, state: StateDir) -> List[Arm]:

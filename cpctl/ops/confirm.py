@@ -291,7 +291,7 @@ def confirm(node: Node, wanted: Optional[str], why: Optional[str] = None) -> Dic
     (history ``confirmed``). Nothing armed for a named component: NOT_FOUND (exit 3)."""
     with node.session("cpctl confirm %s" % (wanted or "--all"), changing=False):
         arms = confirmations.read_all(node.host, node.state)
-        chosen = arms if wanted is None else [a for a in arms if _matches(node, a, wanted)]
+        chosen = arms if wanted is None else [a for a in arms if a.matches(wanted)]
         if wanted is not None and not chosen:
             raise CpctlError("%s has no unconfirmed change (nothing armed; cpctl history %s shows whether it was "
                              "confirmed or reverted)" % (wanted, wanted), ExitCode.NOT_FOUND)
@@ -304,21 +304,13 @@ def confirm(node: Node, wanted: Optional[str], why: Optional[str] = None) -> Dic
     return {"node": node.node_name, "changed": bool(done), "confirmed": done, "message": message}
 
 
-def _matches(node: Node, armed: Arm, wanted: str) -> bool:
-    """``wanted`` names the armed component: its name, file, file stem or catalogue alias."""
-    if wanted in (armed.component, armed.file, armed.file.rsplit(".", 1)[0]):
-        return True
-    from cpctl import catalogue
-    return catalogue.canonical(wanted) == armed.component
-
-
 # --- revert -------------------------------------------------------------------------------------
 def revert(node: Node, wanted: str, why: str, op: str = "", log: Optional[Callable[[str, bool], None]] = None,
            stop_timer: bool = True) -> Dict[str, object]:
     """Revert the armed change of ``wanted`` now (see the module). ``op``: only that arm (the
     timer's own run: an arm confirmed and re-armed since is left alone)."""
     with node.session("cpctl revert-unconfirmed %s" % wanted):
-        armed = next((a for a in confirmations.read_all(node.host, node.state) if _matches(node, a, wanted)), None)
+        armed = next((a for a in confirmations.read_all(node.host, node.state) if a.matches(wanted)), None)
         if armed is None or (op and armed.op != op):
             return {"node": node.node_name, "component": wanted, "changed": False, "reverted": False,
                     "message": "nothing armed for %s (confirmed or reverted already)" % wanted}

@@ -43,12 +43,13 @@ def stop(node: Node, components: Sequence[str], reason: Optional[str], until: Op
 
 def _refuse_armed(node: Node, components: Sequence[str]) -> None:
     """A stop of a component whose last change awaits confirmation is refused before anything
-    moves (``confirmations.refuse_armed``): parked, its revert would find nothing to put back and
-    the unconfirmed change would stay for good. A restart is not refused: it puts the same bytes back."""
-    scan = node.scan()
-    for wanted in components:
-        for manifest in scan.find(wanted):
-            confirmations.refuse_armed(node.host, node.state, manifest.file, "stop")
+    moves (``Arm.refusal``): parked, its revert would find nothing to put back and the unconfirmed
+    change would stay for good. A restart is not refused: it puts the same bytes back."""
+    if not node.state.ensure(create=False):
+        return
+    for arm in confirmations.read_all(node.host, node.state):     # one read of the confirm dir
+        if any(arm.matches(wanted) for wanted in components):
+            raise arm.refusal("stop")
 
 
 def start(node: Node, components: Sequence[str], wait: bool, timeout: float) -> List[Outcome]:

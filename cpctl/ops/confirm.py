@@ -123,12 +123,15 @@ def _kept_revision(node: Node, filename: str, number: int, previous: str) -> rev
     return found
 
 
-def timer_kind() -> str:
-    """``systemd`` when systemd is PID 1 and systemd-run can be used, else ``process``."""
+def timer_kind(node: Node) -> str:
+    """``systemd`` when systemd is PID 1 on the node and cpctl acts there as root (systemd-run can
+    be used), else ``process``; ``CPCTL_CONFIRM_TIMER`` forces one."""
     forced = os.environ.get(TIMER_ENV, "")
     if forced in ("systemd", "process"):
         return forced
-    return "systemd" if os.path.isdir(SYSTEMD_DIR) and os.geteuid() == 0 else "process"
+    found = node.host.lstat(SYSTEMD_DIR)
+    return "systemd" if found is not None and found["kind"] == "dir" and node.host.info().get("euid") == 0 \
+        else "process"
 
 
 def _start_timer(node: Node, armed: Arm, deadline: int, launcher: Launcher) -> Tuple[str, str, int]:
@@ -136,7 +139,7 @@ def _start_timer(node: Node, armed: Arm, deadline: int, launcher: Launcher) -> T
     if launcher.remote:
         return _start_remote(node, armed, deadline, launcher)
     argv = launcher.command + ["revert-unconfirmed", armed.component, "--op", armed.op]
-    if timer_kind() == "systemd":
+    if timer_kind(node) == "systemd":
         unit = unit_name(armed.component)
         seconds = max(1, deadline - int(time.time()))
         _systemd_run(node, armed, seconds, unit, argv, launcher)
@@ -190,9 +193,7 @@ def _start_remote(node: Node, armed: Arm, deadline: int, launcher: Launcher) -> 
     found = node.host.run(["sh", "-c", "command -v python3"], timeout=10.0)
     python = found.stdout.decode("utf-8", "replace").strip() or "/usr/bin/python3"
     argv = [python, base + ".agent.py", "revert-plan", base + ".plan"]
-    systemd = node.host.lstat(SYSTEMD_DIR) is not None and node.host.info().get("euid") == 0
-    forced = os.environ.get(TIMER_ENV, "")
-    if (forced or ("systemd" if systemd else "process")) == "systemd":
+    if timer_kind(node) == "systemd":
         unit = unit_name(armed.component)
         _systemd_run(node, armed, max(1, deadline - int(time.time())), unit, argv, launcher)
         return "systemd", unit, 0

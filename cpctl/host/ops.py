@@ -1068,6 +1068,11 @@ def agent_main(stdin=None, stdout=None):
 # 0 reverted and verified (or nothing armed), 12 reverted but not verified, 10 another writer
 # replaced the armed version (nothing changed), 7 an environment error (the journal stays).
 
+def _utc_now():
+    """Now as the records cpctl writes give it (``cpctl.timeutil.iso``; the agent imports no cpctl)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
 def _plan_log(message, loud=False):
     """One line to syslog (journald) and stderr: no terminal is left to tell."""
     try:
@@ -1122,7 +1127,7 @@ def _plan_apply(plan):
     for step in steps:                       # keep what each write replaces (for the journal's undo)
         if step["kind"] == "write" and step.get("before"):
             write_atomic(step["kept"], read_file(step["path"], 64 << 20))
-    entry = dict(entry, started=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), pid=os.getpid())
+    entry = dict(entry, started=_utc_now(), pid=os.getpid())
     write_atomic(plan["journal"], (json.dumps(entry, indent=1, sort_keys=True) + "\n").encode("utf-8"))
     for step in steps:
         if step["kind"] == "write":
@@ -1132,7 +1137,7 @@ def _plan_apply(plan):
         elif step["kind"] == "remove" and lstat(step["path"]) is not None:
             unlink(step["kept"])
             move(step["path"], step["kept"])
-    record = dict(plan["record"], time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), op=entry["op"])
+    record = dict(plan["record"], time=_utc_now(), op=entry["op"])
     append(plan["history"], (json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n").encode("utf-8"))
     unlink(plan["journal"])
     for step in steps:
@@ -1165,7 +1170,7 @@ def _finish_arm(plan):
     except OSError:
         recorded = False
     if _sha_of(plan["arm"]) == steps[0].get("checksum") and not recorded:
-        record = dict(entry.get("record") or {}, time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        record = dict(entry.get("record") or {}, time=_utc_now(),
                       user=pwd.getpwuid(os.geteuid()).pw_name, host=socket.gethostname(), node=plan["verdict"]["node"],
                       action="armed", component=entry.get("component"), file=entry.get("file"),
                       checksum=entry.get("checksum"), op=entry["op"], recovered=True,
@@ -1236,7 +1241,7 @@ def revert_plan_main(argv):
         _plan_log("%s (exit %d)" % (message, code), code != 0)
         return code
     ok, why = _plan_verify(plan["verify"])
-    verdict = dict(plan["verdict"], time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), action="reverted",
+    verdict = dict(plan["verdict"], time=_utc_now(), action="reverted",
                    outcome="verified" if ok else "NOT healthy: " + why)
     if ok:
         _plan_log("unconfirmed change of %s reverted to revision %s: %s" % (component, plan["verdict"]["revision"],

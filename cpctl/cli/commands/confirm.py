@@ -153,13 +153,14 @@ def revert_unconfirmed(ctx: click.Context, component: str, op: str, at: Optional
     from cpctl.core import manifests
     from cpctl.ops import confirm as confirm_ops
     from cpctl.ops.wiring import open_node
+    from cpctl.timeutil import iso
     manifests.validate_component_name(component)
     cli_state = state(ctx)
     node = open_node(cli_state.settings, local_host(ctx), log=note, overdue=False)
     if at is not None and not confirm_ops.wait_until(node, component, op, at):
         click.echo("nothing armed for %s any more (confirmed)" % component)
         return
-    why = "not confirmed by %s" % time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at)) if at else \
+    why = "not confirmed by %s" % iso(at) if at else \
         "not confirmed in time" if op else "reverted by hand (cpctl revert-unconfirmed)"
     log = confirm_ops.syslog_writer()
     try:

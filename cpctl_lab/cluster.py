@@ -12,6 +12,7 @@ when inotify is unavailable).
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import itertools
 import json
@@ -123,6 +124,19 @@ class HealthHandler(BaseHTTPRequestHandler):
         lab, node, c, paths = self.server.context  # type: ignore[attr-defined]
         with lab.lock:
             answer = lab.health_answer(node, c, self.path, paths)
+        if answer is None:
+            self._reply(404, "404 page not found\n")
+        else:
+            self._reply(*answer)
+
+    def do_POST(self) -> None:
+        """etcd's gRPC gateway on a client port: ``POST /v3/cluster/member/list`` (``etcdctl member
+        list``); anything else is a 404, as on a real member."""
+        lab, node, c, _paths = self.server.context  # type: ignore[attr-defined]
+        self.rfile.read(min(int(self.headers.get("Content-Length") or 0), 1 << 16))
+        with lab.lock:
+            port = self.server.server_address[1]
+            answer = lab.etcd_member_list(node, c, port) if self.path == "/v3/cluster/member/list" else None
         if answer is None:
             self._reply(404, "404 page not found\n")
         else:
@@ -987,6 +1001,23 @@ class Lab:
             return 200 if ok else 503, body, "application/json"
         return None
 
+    def etcd_member_list(self, node: str, c: Container, port: int) -> Optional[Answer]:
+        """etcd's ``MemberList`` as the gRPC gateway returns it, from a running member's own copy of
+        the membership (it needs no quorum): every master's member with stacked etcd (kubeadm joins
+        each control-plane node's etcd), the node's own otherwise. uint64 fields are JSON strings."""
+        if c.role != "etcd" or port != self.ports.get(node, {}).get("etcd-client") or not (c.healthy and c.booted):
+            return None
+        names = list(self.masters) if self.settings.stacked_etcd else [node]
+        host = f"[{self.node_ip}]" if ":" in self.node_ip else self.node_ip
+        members = [{"ID": str(int(hashlib.sha256(n.encode()).hexdigest()[:15], 16)), "name": n,
+                    "peerURLs": [f"https://{host}:{self.ports[n]['etcd-peer']}"],
+                    "clientURLs": [f"https://{host}:{self.ports[n]['etcd-client']}"]}
+                   for n in names if n in self.ports]
+        own = [m["ID"] for m in members if m["name"] == node]
+        header = {"cluster_id": "14841639068965178418", "member_id": own[0] if own else "0",
+                  "raft_term": "2"}
+        return 200, json.dumps({"header": header, "members": members}), "application/json"
+
     def probe_passes(self, node: str, c: Container, probe: Obj) -> bool:
         """Whether an httpGet probe of ``c`` succeeds now (other probe kinds always do)."""
         hg = probe.get("httpGet")
@@ -1052,6 +1083,13 @@ class Lab:
             key = host_path(w.pod, c.spec, flags.get(key_flag, ""), kubelet.on_node)
             try:
                 out[port] = pki.server_context(cert, key)
+                ca_flag = {"cert-file": "trusted-ca-file", "peer-cert-file": "peer-trusted-ca-file"}.get(cert_flag)
+                auth_flag = {"cert-file": "client-cert-auth", "peer-cert-file": "peer-client-cert-auth"}.get(cert_flag)
+                if ca_flag and flags.get(auth_flag or "", "false").lower() == "true" and flags.get(ca_flag):
+                    # etcd with --client-cert-auth asks every client for a certificate its CA signed
+                    # (etcd embed/config.go: ClientTLSInfo.ClientCertAuth -> RequireAndVerifyClientCert)
+                    out[port].verify_mode = ssl.CERT_REQUIRED
+                    out[port].load_verify_locations(host_path(w.pod, c.spec, flags[ca_flag], kubelet.on_node))
             except (OSError, ValueError) as exc:   # ssl.SSLError is an OSError
                 kubelet.log(f"{w.full_name[1]}: cannot load --{cert_flag} {cert}: {exc}; serving the lab's certificate")
         return out

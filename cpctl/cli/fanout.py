@@ -269,7 +269,7 @@ def census(ctx: click.Context) -> List["HostResult[Dict[str, object]]"]:
     from cpctl.ops.fleetsafety import census_of
     remote = state(ctx).remote
     assert remote is not None
-    return run_on_hosts(ctx, all_inventory_specs(remote), census_of, False, probe="none")
+    return run_on_hosts(ctx, all_inventory_specs(remote), lambda node: dict(census_of(node)), False, probe="none")
 
 
 def cluster_census(ctx: click.Context) -> Tuple[List["HostResult"], Set[str], str]:

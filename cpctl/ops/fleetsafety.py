@@ -13,15 +13,22 @@ and hands it here; unreachable masters count as members that run nothing. The ru
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple, TypedDict
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple, TypedDict
 
 from cpctl import catalogue
 from cpctl.catalogue import ETCD
 from cpctl.catalogue import KUBE_APISERVER as APISERVER
+from cpctl.core.flags import flags_of
+from cpctl.core.manifests import DirScan, Manifest
+from cpctl.core.mounts import host_path_of, under_root
 from cpctl.core.node import Node
 from cpctl.core.views import status
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.fleet.runner import HostResult, Serial
+from cpctl.host.base import TlsOptions
+
+if TYPE_CHECKING:
+    from cpctl.probes.etcdcluster import EtcdCensus
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]", "::1")
 
@@ -31,13 +38,41 @@ def guarded(components: Sequence[str]) -> List[str]:
     return [catalogue.canonical(c) for c in components if catalogue.quorum_guarded(c)]
 
 
-def census_of(node: Node) -> Dict[str, Any]:
-    """What one master runs, for the rules: each component's state and whether its API server uses
-    only its own node's etcd (stacked)."""
+def census_of(node: Node) -> "MemberCensus":
+    """What one master runs, for the rules: each component's state, whether its API server uses
+    only its own node's etcd (stacked), and for each guarded component whose manifest is present
+    whether it really runs: its own health endpoint answers (etcd's, the API server's /readyz).
+    A manifest in place is what the kubelet was told, not what runs; the rules count only what
+    answered (``running``), and say why a component could not be asked (``unasked``)."""
     view = status(node)
     states = {row["component"]: row["state"] for row in view["components"]}
-    stacked = any(_uses_local_etcd(m.pod) for m in node.scan().valid if m.pod_name == APISERVER)
-    return {"components": states, "apiserver_stacked": stacked}
+    scan = node.scan()
+    stacked = any(_uses_local_etcd(m.pod) for m in scan.valid if m.pod_name == APISERVER)
+    running: Dict[str, bool] = {}
+    unasked: Dict[str, str] = {}
+    for manifest in scan.valid:
+        name = catalogue.canonical(manifest.pod_name or "")
+        if name in CLUSTER_COMPONENTS and states.get(name) == "present" and name not in running:
+            running[name], why = endpoint_answers(node, manifest)
+            if why:
+                unasked[name] = why
+    return MemberCensus(components=states, apiserver_stacked=stacked, running=running, unasked=unasked)
+
+
+def endpoint_answers(node: Node, manifest: Manifest) -> Tuple[bool, str]:
+    """(answers healthy, why it could not be asked): the component's own endpoint, the one its
+    kubelet probes (the API server's /readyz; etcd's /readyz or /health), asked from the node."""
+    from cpctl.probes.base import PodTarget, Unavailable
+    from cpctl.probes.health import HealthProbe
+    target = PodTarget(manifest.pod_name or "", "kube-system", node.node_name, pod=dict(manifest.pod or {}),
+                       file=manifest.path.rsplit("/", 1)[-1])
+    try:
+        seen = HealthProbe(node.host).observe(target)
+    except Unavailable as exc:          # ProbeMissing too: no endpoint known
+        return False, str(exc)
+    if not seen.present:
+        return False, "nothing answers on its health endpoint (connection refused)"
+    return seen.ready, ""
 
 
 def _uses_local_etcd(pod: Optional[Dict[str, Any]]) -> bool:
@@ -60,16 +95,24 @@ def _host_of(url: str) -> str:
 
 @dataclass
 class Member:
-    """One master in the census."""
+    """One master (or an etcd member that is no master cpctl knows) in the census.
+
+    ``running``: per guarded component, whether its own endpoint answered healthy; a component
+    not in it was never verified and does not count as running (fail safe). ``unasked``: why a
+    component could not be asked, for the refusal's message."""
 
     host: str
     reachable: bool
     states: Dict[str, str] = field(default_factory=dict)
     stacked: bool = False
+    running: Dict[str, bool] = field(default_factory=dict)
+    unasked: Dict[str, str] = field(default_factory=dict)
 
     def runs(self, component: str, stopped: Set[str]) -> bool:
         """Whether ``component`` keeps running here once ``stopped`` components are stopped."""
         if not self.reachable or component in stopped or self.states.get(component) != "present":
+            return False
+        if not self.running.get(component, False):
             return False
         if component == APISERVER and self.stacked:
             return self.runs(ETCD, stopped)
@@ -77,19 +120,38 @@ class Member:
 
 
 def members(census: List[HostResult]) -> List[Member]:
+    """The census as members; a master whose census failed is a member that runs nothing."""
     out = []
     for result in census:
-        if result.failed or not isinstance(result.data, dict):
+        data = result.data
+        if result.failed or not isinstance(data, dict):
             out.append(Member(result.host, False))
-        else:
-            out.append(Member(result.host, True, dict(result.data.get("components") or {}),
-                              bool(result.data.get("apiserver_stacked"))))
+            continue
+        out.append(Member(result.host, True, _text_map(data.get("components")), bool(data.get("apiserver_stacked")),
+                          {k: v is True for k, v in _mapping(data.get("running")).items()},
+                          _text_map(data.get("unasked"))))
     return out
+
+
+def _mapping(value: object) -> Mapping[str, object]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _text_map(value: object) -> Dict[str, str]:
+    return {str(k): str(v) for k, v in _mapping(value).items()}
+
+
+QUORUM_HINT = ("wait until the other members run again (cpctl -H HOST status), and change one master at a time "
+               "(--serial 1)")
+UNASKED_HINT = ("a member that could not be asked counts as not running: make its endpoint answer, or count "
+                "through each master's own agent (--census inventory with every master in the inventory)")
 
 
 def preflight(census: List[HostResult], targets: Set[str], verb: str, components: Sequence[str], serial: Serial,
               force: bool, reason: Optional[str]) -> Optional[str]:
-    """Refuse (exit 4) what the rules forbid; return the reason to record (marked when forced)."""
+    """Refuse (exit 4) what the rules forbid; return the reason to record (marked when forced).
+    The hint names the safe ways forward; ``--force`` stays documented in the help, never offered
+    here: it is exactly what loses quorum."""
     stopping = set(guarded(components))
     if not stopping:
         return reason
@@ -98,8 +160,9 @@ def preflight(census: List[HostResult], targets: Set[str], verb: str, components
     at_once = hit if verb == "stop" else hit[: serial.batch(len(targets))]
     problems = [p for p in (_problem(c, verb, fleet, set(at_once), stopping) for c in (ETCD, APISERVER)) if p]
     if problems and not force:
-        raise CpctlError("refused: %s (use --force to override; it is recorded)" % "; ".join(problems),
-                         ExitCode.REFUSED)
+        unasked = any(m.unasked or not m.reachable for m in fleet)
+        raise CpctlError("refused: %s" % "; ".join(problems), ExitCode.REFUSED,
+                         hint=QUORUM_HINT + ("; " + UNASKED_HINT if unasked else ""))
     if problems:
         return "[forced past: %s] %s" % ("; ".join(problems), reason or "")
     return reason
@@ -118,10 +181,13 @@ def _problem(component: str, verb: str, fleet: List[Member], down: Set[str], sto
     if len(left) >= need:
         return ""
     dark = [m.host for m in fleet if not m.reachable]
+    unasked = ["%s (%s)" % (m.host, m.unasked[component]) for m in is_member
+               if m.reachable and component in m.unasked]
     what = "%s %s on %s" % (verb, ",".join(sorted(stopping)), ",".join(sorted(down)) or "-")
-    return "%s would leave %d of %d %s running, %d now (%s%s)" % (
+    return "%s would leave %d of %d %s running, %d now (%s%s%s)" % (
         what, len(left), len(is_member), component, len(running_now), catalogue.BY_NAME[component].quorum_rule,
-        "; unreachable: %s" % ",".join(dark) if dark else "")
+        "; unreachable: %s" % ",".join(dark) if dark else "",
+        "; could not ask, counted as not running: %s" % ", ".join(unasked) if unasked else "")
 
 
 # --------------------------------------------------------------------------- the cluster's own view
@@ -131,12 +197,19 @@ MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 CLUSTER_COMPONENTS = (APISERVER, ETCD)
 
 
+ETCD_URLS_ANNOTATION = "kubeadm.kubernetes.io/etcd.advertise-client-urls"
+APISERVER_ENDPOINT_ANNOTATION = "kubeadm.kubernetes.io/kube-apiserver.advertise-address.endpoint"
+
+
 class MemberCensus(TypedDict):
-    """One master in a census: each guarded component's state, and whether its API server uses only
-    its own node's etcd (``census_of``'s shape)."""
+    """One master in a census (``census_of``'s shape): each guarded component's state, whether its
+    API server uses only its own node's etcd, whether each one's own endpoint answered healthy
+    (``running``) and why one could not be asked (``unasked``)."""
 
     components: Dict[str, str]
     apiserver_stacked: bool
+    running: Dict[str, bool]
+    unasked: Dict[str, str]
 
 
 class ClusterView(TypedDict):
@@ -147,21 +220,27 @@ class ClusterView(TypedDict):
     members: Dict[str, MemberCensus]
     cluster: str
     api_error: str
+    etcd_error: str
 
 
 def cluster_census_of(node: Node) -> ClusterView:
-    """This master's census (exact: read from its own files) and the cluster's view of every other
-    control-plane node, asked through the master's own kubeconfig (``--census cluster``).
+    """This master's census (read from its own files, its components asked at their own
+    endpoints) and every other control-plane node's, for ``--census cluster``.
 
-    For a caller that sees one master at a time (Ansible's ``serial``): every control-plane Node is
-    a member; an etcd or API server counts as running there while its mirror pod exists and is
-    Ready (kubeadm's stacked etcd: a control-plane node is an etcd member once any etcd mirror pod
-    exists). ``cluster`` names the cluster (kube-system's uid) for the caller's lock. An API that
-    cannot be asked is reported in ``api_error``: the caller refuses a guarded change then."""
+    For a caller that sees one master at a time (Ansible's ``serial``), counted from what runs,
+    never from mirror pods (a parked stacked etcd's mirror pod stays Ready as last heard):
+
+    * etcd's members come from etcd's own member list, and each counts as running when its own
+      ``/health`` answers (``probes.etcdcluster``: ``etcdctl endpoint health --cluster``);
+    * another node's API server counts as serving when its own ``/readyz`` answers, at the
+      endpoint kubeadm's annotation on its mirror pod names (the API gives the address only).
+
+    The API is still asked which nodes are control-plane nodes and for kube-system's uid (the
+    cluster's name, for the caller's lock). What cannot be asked is reported: an API that does not
+    answer in ``api_error``, an etcd without a readable member list in ``etcd_error`` (the caller
+    refuses then), a member that did not answer in its ``unasked`` (it counts as not running)."""
     own = census_of(node)
-    view = ClusterView(node=node.node_name, members={}, cluster="", api_error="",
-                       own=MemberCensus(components=dict(own["components"]),
-                                        apiserver_stacked=bool(own["apiserver_stacked"])))
+    view = ClusterView(node=node.node_name, members={}, cluster="", api_error="", etcd_error="", own=own)
     try:
         from cpctl.probes.kubeapi import client_for
         client = client_for(node.host, node.kubeconfig)
@@ -173,29 +252,149 @@ def cluster_census_of(node: Node) -> ClusterView:
     except CpctlError as exc:
         view["api_error"] = exc.message
         return view
-    stacked_etcd = any(_component_of(p) == ETCD for p in mirrors)
     for master in masters:
         name = _value(_field(master, "metadata"), "name")
         if isinstance(name, str) and name and name != node.node_name:
-            view["members"][name] = _member_view(name, mirrors, stacked_etcd)
+            view["members"][name] = _member_view(node, name, mirrors)
+    if ETCD in own["components"] or any(_component_of(p) == ETCD for p in mirrors):
+        _count_etcd(view, _ask_etcd(node, mirrors))
     return view
 
 
-def _member_view(name: str, mirrors: Sequence[Mapping[str, object]], stacked_etcd: bool) -> MemberCensus:
-    """One other control-plane node as the API shows it, in ``census_of``'s shape."""
-    states = {APISERVER: "not running"}
-    if stacked_etcd:
-        states[ETCD] = "not running"
-    stacked = False
+def _member_view(node: Node, name: str, mirrors: Sequence[Mapping[str, object]]) -> MemberCensus:
+    """Another control-plane node's API server: present while the API has its mirror pod, serving
+    when its own /readyz answers (asked from ``node``). etcd is added from etcd's member list."""
+    member = MemberCensus(components={APISERVER: "not running"}, apiserver_stacked=False, running={}, unasked={})
     for pod in mirrors:
-        component = _component_of(pod)
-        if component not in CLUSTER_COMPONENTS or _value(_field(pod, "spec"), "nodeName") != name:
+        if _component_of(pod) != APISERVER or _value(_field(pod, "spec"), "nodeName") != name:
             continue
-        if _ready(pod):
-            states[component] = "present"
-        if component == APISERVER:
-            stacked = _uses_local_etcd(dict(pod))
-    return MemberCensus(components=states, apiserver_stacked=stacked)
+        member["components"][APISERVER] = "present"
+        member["apiserver_stacked"] = _uses_local_etcd(dict(pod))
+        endpoint = _field(_field(pod, "metadata"), "annotations").get(APISERVER_ENDPOINT_ANNOTATION)
+        member["running"][APISERVER], why = _readyz(node, endpoint)
+        if why:
+            member["unasked"][APISERVER] = why
+    return member
+
+
+def _readyz(node: Node, endpoint: object) -> Tuple[bool, str]:
+    """(serving, why it could not be asked) of the API server at ``endpoint`` (``host:port``)."""
+    from cpctl.probes.etcdcluster import _is_url
+    from cpctl.probes.kubeapi import node_http
+    url = "https://%s/readyz" % endpoint if isinstance(endpoint, str) else ""
+    if not _is_url(url):
+        return False, "no address known (its mirror pod has no %s annotation)" % APISERVER_ENDPOINT_ANNOTATION
+    try:
+        reply = node_http(node.host, "GET", url, 2.0, 1 << 16, tls={"insecure": True})
+    except ConnectionRefusedError:
+        return False, ""                # nothing listens: it does not serve, for certain
+    except OSError as exc:
+        return False, "%s: %s" % (url, exc.strerror or exc)
+    return reply["status"] == 200, ""
+
+
+def _ask_etcd(node: Node, mirrors: Sequence[Mapping[str, object]]) -> "EtcdCensus":
+    """etcd's members and their health, asked from ``node`` through its own member first, then
+    any member kubeadm's annotations name (addresses only: their health is asked of etcd)."""
+    from cpctl.probes.etcdcluster import take_census
+    endpoints = []
+    scan = node.scan()
+    for manifest in scan.valid:
+        for container in _containers(manifest.pod):
+            values = {f.name: f.value or "" for f in flags_of(container)}
+            if manifest.pod_name == ETCD:
+                endpoints += _urls(values.get("listen-client-urls", ""), loopback_first=True)
+                endpoints += _urls(values.get("advertise-client-urls", ""))
+            elif manifest.pod_name == APISERVER:
+                endpoints += _urls(values.get("etcd-servers", ""))
+    for pod in mirrors:
+        if _component_of(pod) == ETCD:
+            endpoints += _urls(str(_field(_field(pod, "metadata"), "annotations").get(ETCD_URLS_ANNOTATION) or ""))
+    tls = etcd_client_tls(node, scan)
+    if tls is None:
+        from cpctl.probes.etcdcluster import EtcdCensus
+        return EtcdCensus(error="no etcd client certificate found (neither the API server's --etcd-certfile nor "
+                                "kubeadm's etcd/healthcheck-client beside etcd's --trusted-ca-file)")
+    return take_census(node.host, endpoints, tls)
+
+
+def etcd_client_tls(node: Node, scan: Optional[DirScan] = None) -> Optional[TlsOptions]:
+    """The client certificate to ask etcd with, as node paths: the API server's own
+    (--etcd-cafile/--etcd-certfile/--etcd-keyfile), else kubeadm's etcd/healthcheck-client beside
+    etcd's --trusted-ca-file; taken from the manifests in place, else from parked copies."""
+    pods = [m.pod for m in (scan or node.scan()).valid if m.pod_name in (APISERVER, ETCD)]
+    pods += _parked_pods(node)
+    for wanted in (APISERVER, ETCD):
+        for pod in pods:
+            if _name_of(pod) != wanted:
+                continue
+            for container in _containers(pod):
+                values = {f.name: f.value or "" for f in flags_of(container)}
+                if wanted == APISERVER:
+                    files = [values.get(k, "") for k in ("etcd-cafile", "etcd-certfile", "etcd-keyfile")]
+                else:
+                    ca = values.get("trusted-ca-file", "")
+                    base = ca.rsplit("/", 1)[0]
+                    files = [ca, base + "/healthcheck-client.crt", base + "/healthcheck-client.key"] if ca else []
+                if len(files) == 3 and all(f.startswith("/") for f in files):
+                    ca, cert, key = (under_root(node.node_root, host_path_of(pod or {}, container, f) or f)
+                                     for f in files)
+                    return TlsOptions(ca_file=ca, cert_file=cert, key_file=key)
+    return None
+
+
+def _parked_pods(node: Node) -> List[Optional[Dict[str, Any]]]:
+    """The pods of parked API server and etcd manifests (their flags still name the files)."""
+    from cpctl.core.manifests import MAX_MANIFEST_BYTES, parse_pod
+    pods: List[Optional[Dict[str, Any]]] = []
+    for filename, meta in node.parked().items():
+        if catalogue.canonical(str(meta.get("component") or "")) not in CLUSTER_COMPONENTS:
+            continue
+        try:
+            pods.append(parse_pod(node.host.read_file(node.state.parked_path(filename), MAX_MANIFEST_BYTES)))
+        except (OSError, CpctlError):
+            continue
+    return pods
+
+
+def _name_of(pod: Optional[Mapping[str, object]]) -> str:
+    name = _field(pod, "metadata").get("name")
+    return name if isinstance(name, str) else ""
+
+
+def _containers(pod: Optional[Mapping[str, object]]) -> List[Mapping[str, object]]:
+    items = _field(pod, "spec").get("containers")
+    return [c for c in items if isinstance(c, Mapping)] if isinstance(items, list) else []
+
+
+def _urls(text: str, loopback_first: bool = False) -> List[str]:
+    urls = [u.strip() for u in text.split(",") if u.strip()]
+    if loopback_first:
+        urls.sort(key=lambda u: _host_of(u) not in LOCAL_HOSTS)
+    return urls
+
+
+def _count_etcd(view: ClusterView, etcd: "EtcdCensus") -> None:
+    """Put etcd's own account of its members into the view: a control-plane node is an etcd
+    member when etcd lists it (kubeadm names a stacked member after its node), a listed member
+    that is no node the API knows is a member of its own; each runs when its /health answered."""
+    if etcd.error:
+        view["etcd_error"] = etcd.error
+        return
+    own = view["own"]
+    for member in etcd.members:
+        if member.name == view["node"]:
+            own["running"][ETCD] = own["running"].get(ETCD, False) and member.running
+            if member.why_not and own["components"].get(ETCD) == "present":
+                own["unasked"][ETCD] = member.why_not
+            continue
+        key = member.name if member.name in view["members"] else "etcd member %s" % member.label
+        entry = view["members"].setdefault(key, MemberCensus(components={}, apiserver_stacked=False, running={},
+                                                             unasked={}))
+        entry["components"][ETCD] = "present"
+        entry["running"][ETCD] = member.running
+        if member.why_not and member.why_not != "connection refused":
+            entry["unasked"][ETCD] = member.why_not
 
 
 def _field(obj: object, key: str) -> Mapping[str, object]:
@@ -215,32 +414,27 @@ def _component_of(pod: Mapping[str, object]) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _ready(pod: Mapping[str, object]) -> bool:
-    conditions = _value(_field(pod, "status"), "conditions")
-    return isinstance(conditions, list) and any(
-        isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-
-
 def cluster_results(views: List[HostResult]) -> Tuple[List[HostResult], Set[str], str]:
     """The census ``preflight`` takes, built from ``cluster_census_of`` on the selected masters:
     each selected master from its own files, every other control-plane node as the API shows it.
     Returns the census, the selected masters' node names, and the cluster's name.
 
-    A master that could not be asked, or an API that did not answer, refuses (exit 4): the rules
-    cannot be checked, and a guarded change without them is what ``--force`` is for."""
+    A master that could not be asked, an API that did not answer or an etcd whose member list could
+    not be read refuses (exit 4): the rules cannot be checked, so nothing is counted as running."""
     census: Dict[str, HostResult] = {}
     targets: Set[str] = set()
     cluster = ""
     for result in views:
         if result.failed or not isinstance(result.data, dict):
-            raise CpctlError("refused: cannot check etcd quorum and the serving API servers: %s: %s (use --force "
-                             "to override; it is recorded)" % (result.host, result.error or result.status),
-                             ExitCode.REFUSED)
+            raise CpctlError("refused: cannot check etcd quorum and the serving API servers: %s: %s"
+                             % (result.host, result.error or result.status), ExitCode.REFUSED, hint=UNASKED_HINT)
         view = result.data
         if view.get("api_error"):
-            raise CpctlError("refused: cannot count etcd members and API servers through %s's API server: %s "
-                             "(use --force to override; it is recorded)" % (result.host, view["api_error"]),
-                             ExitCode.REFUSED)
+            raise CpctlError("refused: cannot count etcd members and API servers through %s's API server: %s"
+                             % (result.host, view["api_error"]), ExitCode.REFUSED, hint=UNASKED_HINT)
+        if view.get("etcd_error"):
+            raise CpctlError("refused: cannot count etcd members from %s: %s" % (result.host, view["etcd_error"]),
+                             ExitCode.REFUSED, hint=UNASKED_HINT)
         cluster = cluster or str(view.get("cluster") or "")
         for name, member in (view.get("members") or {}).items():
             census.setdefault(name, HostResult(name, "ok", member))

@@ -15,8 +15,32 @@ RUNNING = {"etcd": "present", "kube-apiserver": "present"}
 
 
 def census(*hosts: Tuple[str, Dict[str, str], bool]) -> List[HostResult]:
-    return [HostResult(name, "ok", {"components": states, "apiserver_stacked": stacked})
+    """Each present component answered at its own endpoint (what ``census_of`` asks)."""
+    return [HostResult(name, "ok", {"components": states, "apiserver_stacked": stacked,
+                                    "running": {c: s == "present" for c, s in states.items()}, "unasked": {}})
             for name, states, stacked in hosts]
+
+
+def test_a_manifest_in_place_counts_only_when_its_endpoint_answers() -> None:
+    """The kubelet was told to run m3's etcd, but it does not answer (crash loop, still booting):
+    stopping m1's etcd would leave one of three. A member that could not be asked says why, and
+    the hint never offers --force (it is what loses quorum)."""
+    fleet = census(("m1", dict(RUNNING), True), ("m2", dict(RUNNING), True), ("m3", dict(RUNNING), True))
+    assert preflight(fleet, {"m1"}, "stop", ["etcd"], parse_serial(1), False, "ok") == "ok"
+    fleet[2].data["running"]["etcd"] = False
+    with pytest.raises(CpctlError) as err:
+        preflight(fleet, {"m1"}, "stop", ["etcd"], parse_serial(1), False, None)
+    assert "1 of 3 etcd running, 2 now" in err.value.message and "--force" not in err.value.hint
+    assert "--serial 1" in err.value.hint
+    fleet[2].data["unasked"]["etcd"] = "http://127.0.0.1:2381/readyz: timed out"
+    with pytest.raises(CpctlError) as err:
+        preflight(fleet, {"m1"}, "stop", ["etcd"], parse_serial(1), False, None)
+    assert "could not ask, counted as not running: m3 (http://127.0.0.1:2381/readyz: timed out)" in err.value.message
+    assert "--census inventory" in err.value.hint and "--force" not in err.value.hint
+    # No word from the endpoint at all (an old census, a hand-made one): not running either.
+    del fleet[1].data["running"]
+    with pytest.raises(CpctlError):
+        preflight(fleet, {"m1"}, "stop", ["etcd"], parse_serial(1), False, None)
 
 
 def test_stopping_the_last_serving_apiservers_etcd_is_refused() -> None:

@@ -65,7 +65,7 @@ attributes:
 notes:
   - Host variables read (all optional) - C(ansible_host), C(ansible_port), C(ansible_user),
     C(ansible_ssh_private_key_file), C(ansible_python_interpreter), C(cpctl_node_name), C(cpctl_manifests_dir), C(cpctl_state_dir),
-    C(cpctl_kubelet_dir), C(cpctl_kubeconfig), C(cpctl_crictl), C(cpctl_ssh_config),
+    C(cpctl_kubelet_dir), C(cpctl_kubeconfig), C(cpctl_crictl), C(cpctl_node_root), C(cpctl_ssh_config),
     C(cpctl_known_hosts), C(cpctl_persist), C(cpctl_probe), C(cpctl_accept_new_host_key), C(cpctl_command).
 seealso:
   - module: cpctl.controlplane.static_pod_flags

@@ -38,11 +38,12 @@ HOST_KEYS = (
     ("kubelet_dir", ("cpctl_kubelet_dir",)),
     ("kubeconfig", ("cpctl_kubeconfig",)),
     ("crictl", ("cpctl_crictl",)),
+    ("node_root", ("cpctl_node_root",)),
 )
 # Leave the master's paths and the run's options to the inventory and the task: the controller's
 # environment variables for cpctl's global options must not leak in (CPCTL_KEEPER_DIR may).
 DROPPED_ENV = ("KUBECONFIG", "CPCTL_MANIFESTS_DIR", "CPCTL_KUBELET_DIR", "CPCTL_STATE_DIR", "CPCTL_NODE_NAME",
-               "CPCTL_PROBE", "CPCTL_CRICTL", "CPCTL_INVENTORY", "CPCTL_PERSIST", "CPCTL_HOST_TIMEOUT",
+               "CPCTL_PROBE", "CPCTL_CRICTL", "CPCTL_NODE_ROOT", "CPCTL_INVENTORY", "CPCTL_PERSIST", "CPCTL_HOST_TIMEOUT",
                "CPCTL_KEEP_REVISIONS")
 
 

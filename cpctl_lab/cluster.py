@@ -135,7 +135,7 @@ class HealthHandler(BaseHTTPRequestHandler):
         lab, node, c, _paths = self.server.context  # type: ignore[attr-defined]
         self.rfile.read(min(int(self.headers.get("Content-Length") or 0), 1 << 16))
         with lab.lock:
-            port = self.server.server_address[1]
+            port = int(self.server.server_address[1])  # type: ignore[index]
             answer = lab.etcd_member_list(node, c, port) if self.path == "/v3/cluster/member/list" else None
         if answer is None:
             self._reply(404, "404 page not found\n")

@@ -263,7 +263,7 @@ class VerifyingWaiter(Waiter):
                 gone_seen.add(probe.name)
             old = earlier.get("state") if earlier.get("probe") == probe.name and probe.name not in gone_seen else None
             if state.present and state.ready and state.is_new_since(old):
-                gate, verified = self._gate(target, before, clock)
+                gate, verified = self._gate(target, before, clock, check_give_up)
                 return WaitResult(verified, "pod %s Running and Ready (%s)%s after %.1fs"
                                   % (target.mirror_name, probe.name, gate, clock.elapsed()), clock.elapsed(),
                                   state.to_dict())
@@ -372,15 +372,23 @@ class VerifyingWaiter(Waiter):
         return "; ".join(hints)
 
     # --- gates --------------------------------------------------------------------------------
-    def _gate_run(self, target: PodTarget, clock: Clock) -> GateRun:
-        """What the gates get for one target and clock: this waiter's pauses and TIMEOUT."""
-        return GateRun(clock, self.is_stale(target), self.options, lambda text: self._pause(clock, text),
-                       lambda text: self._tick(clock, target, text), self.poll)
+    def _gate_run(self, target: PodTarget, clock: Clock, check: Callable[[], None] = lambda: None) -> GateRun:
+        """What the gates get for one target and clock: this waiter's pauses and TIMEOUT; each
+        TIMEOUT tick first runs ``check`` (the wait's fail-fast question)."""
+        def tick(text: str) -> None:
+            check()
+            self._tick(clock, target, text)
+        return GateRun(clock, self.is_stale(target), self.options, lambda text: self._pause(clock, text), tick,
+                       self.poll)
 
-    def _gate(self, target: PodTarget, before: Any, clock: Clock) -> Tuple[str, bool]:
+    def _gate(self, target: PodTarget, before: Any, clock: Clock,
+              check: Callable[[], None] = lambda: None) -> Tuple[str, bool]:
         """(text, verified) of the gates that apply to the target, run in order after its pod is
-        Ready; each gets its own snapshot from ``before`` (None when no snapshot was taken)."""
-        run = self._gate_run(target, clock)
+        Ready; each gets its own snapshot from ``before`` (None when no snapshot was taken).
+        ``check`` runs at each of their ticks: a new API server or etcd that the runtime shows
+        crash-looping while its gate waits for /readyz is a verdict at once (issue 32), not after
+        the whole startup budget."""
+        run = self._gate_run(target, clock, check)
         taken = before.get("gates") if isinstance(before, dict) else None
         result = GateResult("", True)
         for gate in self.gates:

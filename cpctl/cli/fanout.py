@@ -10,6 +10,7 @@ given: no command can quietly run locally then.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 import threading
 import time
@@ -314,6 +315,55 @@ def hold_cluster_lock(ctx: click.Context, cluster: str) -> bool:
                 note("waiting for another cpctl run on this machine that changes the same cluster")
             waiting = True
             time.sleep(0.2)
+
+
+def hold_change_lease(ctx: click.Context, required: bool) -> None:
+    """Take the cluster's own lock for guarded changes (``ops.changelease``: a Lease in kube-system)
+    through the first selected master's API server, held until the run ends, so that runs from other
+    machines take turns too; waits for another run holding it. ``required``: an API that cannot be
+    asked refuses (``--census cluster`` counts through it anyway); otherwise (the inventory census,
+    which needs no API: an outage is when it is needed) a warning says other machines are not kept out."""
+    from cpctl.fleet.targets import select_specs
+    from cpctl.ops import changelease
+    remote = state(ctx).remote
+    assert remote is not None
+    specs = select_specs(remote)[:1]
+    me, waiting = changelease.holder_identity(), changelease.Waiting()
+    deadline = time.monotonic() + CLUSTER_LOCK_WAIT
+    noted = expired = ""
+    while True:
+        take = functools.partial(changelease.try_take, me=me, expired_version=expired)
+        result = run_on_hosts(ctx, specs, take, False, probe="none")[0]
+        if result.failed or not isinstance(result.data, changelease.LeaseSeen):
+            why = "cannot take the cluster's change lease (kube-system/%s) through %s: %s" % (
+                changelease.LEASE_NAME, result.host, result.error or result.status)
+            if required:
+                from cpctl.ops.fleetsafety import UNASKED_HINT
+                raise CpctlError("refused: %s" % why, ExitCode.REFUSED, hint=UNASKED_HINT)
+            note("%s; runs from other machines are not kept out" % why)
+            return
+        seen = result.data
+        if seen.taken:
+            ctx.call_on_close(lambda: _release_change_lease(ctx, specs, me))
+            return
+        expired = waiting.expired_version(seen)       # its holder gone: the next try takes it over
+        if time.monotonic() > deadline:
+            raise CpctlError("another cpctl run kept the cluster's change lease for %ds: %s (kube-system/%s)"
+                             % (CLUSTER_LOCK_WAIT, changelease.describe(seen), changelease.LEASE_NAME),
+                             ExitCode.LOCKED)
+        if noted != seen.holder and state(ctx).output == "text":
+            note("waiting for the cluster's change lease, held by %s" % changelease.describe(seen))
+        noted = seen.holder
+        time.sleep(1.0)
+
+
+def _release_change_lease(ctx: click.Context, specs: List["HostSpec"], me: str) -> None:
+    """Give the lease back at the end of the run; if that fails it expires by itself."""
+    from cpctl.ops import changelease
+    try:
+        run_on_hosts(ctx, specs, lambda node: changelease.release(node, me), False, probe="none")
+    except (CpctlError, KeyboardInterrupt):
+        pass
 
 
 def _connector(options: Optional["SSHOptions"]) -> Callable[["HostSpec"], "Host"]:

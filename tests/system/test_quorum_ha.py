@@ -9,15 +9,17 @@ member's /health) and the API servers' own /readyz.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Any, Iterator, List
 
 import pytest
 
 from tests.labfixture import FAST, start_lab
-from tests.remoteutil import lab_vars, write_inventory
+from tests.remoteutil import Cli, lab_vars, write_inventory
 from tests.sshfixture import SSHServer
 from tests.system.test_ansible_fleet import NAMES, Play, recap
 
@@ -128,3 +130,66 @@ def test_a_member_the_census_cannot_ask_counts_as_not_running(ha_play: Play, tmp
         for name in ("apiserver-etcd-client.key", "etcd/healthcheck-client.key"):
             path = os.path.join(root, "etc/kubernetes/pki", name)
             os.rename(path + ".away", path)
+
+
+def test_runs_from_two_machines_take_turns_through_the_clusters_lease(ha_play: Play) -> None:
+    """Two operators' machines (each its own lock directory, so no shared lock file): the Lease in
+    kube-system makes them take turns, and the second counts the member the first one parked."""
+    play, inv = ha_play, ha_play.cpctl_inv
+    other_env = dict(play.cli.env, XDG_RUNTIME_DIR=os.path.join(play.tmp, "run-other"))
+    os.makedirs(other_env["XDG_RUNTIME_DIR"], mode=0o700)
+    other = Cli(play.cli.ssh_config, play.cli.known_hosts, other_env)
+    try:
+        runs = ((play.cli, "master2"), (other, "master3"))
+        procs = [cli.popen("-i", inv, "-H", host, "--census", "cluster", "stop", "etcd", stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True) for cli, host in runs]
+        outs = [p.communicate(timeout=300) for p in procs]
+        assert sorted(p.returncode for p in procs) == [0, 4], outs
+        assert sum(etcd_in_place(play)) == 2
+        assert lease_holder(play) == ""                 # given back at the end of each run
+    finally:
+        restore(play)
+
+
+def kubectl_admin(play: Play, *args: str, stdin: str = "") -> subprocess.CompletedProcess:
+    env = dict(os.environ, KUBECONFIG=lab_vars(play.lab, 1)["kubeconfig"], HOME=play.tmp)
+    return subprocess.run(["kubectl", *args], env=env, input=stdin, capture_output=True, text=True, timeout=30)
+
+
+def lease_holder(play: Play) -> str:
+    proc = kubectl_admin(play, "-n", "kube-system", "get", "lease", "cpctl-control-plane-changes", "-o",
+                         "jsonpath={.spec.holderIdentity}")
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+HELD = """apiVersion: coordination.k8s.io/v1
+kind: Lease
+metadata: {name: cpctl-control-plane-changes, namespace: kube-system}
+spec: {holderIdentity: "cpctl ops@laptop pid 42 abcd", leaseDurationSeconds: 600}
+"""
+
+
+def test_a_held_lease_makes_a_guarded_run_wait_and_says_who_holds_it(ha_play: Play) -> None:
+    play, cli, inv = ha_play, ha_play.cli, ha_play.cpctl_inv
+    assert kubectl_admin(play, "apply", "-f", "-", stdin=HELD).returncode == 0
+    proc = cli.popen("-i", inv, "-H", "master2", "--census", "cluster", "stop", "etcd", stdout=subprocess.PIPE,
+                     stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.5)
+        assert proc.poll() is None and etcd_in_place(play) == [True, True, True]     # waits, changes nothing
+        lease = json.loads(kubectl_admin(play, "-n", "kube-system", "get", "lease", "cpctl-control-plane-changes",
+                                         "-o", "json").stdout)
+        lease["spec"]["holderIdentity"] = ""                                      # the other run releases it
+        assert kubectl_admin(play, "replace", "-f", "-", stdin=json.dumps(lease)).returncode == 0
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        assert "waiting for the cluster's change lease, held by cpctl ops@laptop pid 42 abcd" in err
+        assert etcd_in_place(play) == [True, False, True]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        restore(play)

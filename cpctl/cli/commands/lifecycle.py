@@ -51,25 +51,29 @@ def guarded_reason(ctx: click.Context, verb: str, components: List[str], force: 
         return cluster_guarded_reason(ctx, verb, components, force, reason)
     if not remote.inventory:
         return reason
+    from cpctl.cli.fanout import hold_change_lease
+    hold_change_lease(ctx, required=False)
     targets = {spec.name for spec in select_specs(remote)}
     return fleetsafety.preflight(census(ctx), targets, verb, components, remote.serial, force, reason)
 
 
 def cluster_guarded_reason(ctx: click.Context, verb: str, components: List[str], force: bool,
                            reason: Optional[str]) -> Optional[str]:
-    """``--census cluster``: the same rules, counted through the selected masters' API server, under
-    this machine's lock for that cluster (held until the run ends), so that runs which each see one
-    master (Ansible's ``serial: 3`` runs three cpctl at once) take turns and each counts what the
-    one before it left. The census is taken again once the lock is held."""
-    from cpctl.cli.fanout import cluster_census, hold_cluster_lock
+    """``--census cluster``: the same rules, counted through the selected masters (etcd's own member
+    list and health, each API server's /readyz), under this machine's lock for that cluster and the
+    cluster's own change lease (both held until the run ends), so that runs which each see one
+    master (Ansible's ``serial: 3`` runs three cpctl at once), from this machine or another, take
+    turns and each counts what the one before it left. The census is taken again under the locks."""
+    from cpctl.cli.fanout import cluster_census, hold_change_lease, hold_cluster_lock
     from cpctl.errors import CpctlError, ExitCode
     from cpctl.ops import fleetsafety
     remote = state(ctx).remote
     assert remote is not None
     try:
         results, targets, cluster = cluster_census(ctx)
-        if hold_cluster_lock(ctx, cluster):
-            results, targets, cluster = cluster_census(ctx)
+        hold_cluster_lock(ctx, cluster)
+        hold_change_lease(ctx, required=True)
+        results, targets, cluster = cluster_census(ctx)
     except CpctlError as exc:
         if exc.code != ExitCode.REFUSED or not force:
             raise

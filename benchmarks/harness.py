@@ -93,8 +93,8 @@ def write_section(name: str, body: str) -> None:
     sections[name] = "\n" + body.strip() + "\n\n"
     with open(RESULTS + ".tmp", "w") as handle:
         handle.write("# cpctl benchmark results\n\nRe-run with `python -m benchmarks all` "
-                     "(or one of: startup, roundtrip, watch, drift, fanout, apply, certs, apiserver; `latency` runs "
-                     "only by name).\n\n")
+                     "(or one of: startup, roundtrip, watch, drift, fanout, apply, certs, apiserver, failfast; "
+                     "`latency` runs only by name).\n\n")
         for key in order:
             handle.write("## %s\n%s" % (key, sections[key]))
     os.replace(RESULTS + ".tmp", RESULTS)

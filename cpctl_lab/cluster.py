@@ -1003,11 +1003,12 @@ class Lab:
 
     def etcd_member_list(self, node: str, c: Container, port: int) -> Optional[Answer]:
         """etcd's ``MemberList`` as the gRPC gateway returns it, from a running member's own copy of
-        the membership (it needs no quorum): every master's member with stacked etcd (kubeadm joins
-        each control-plane node's etcd), the node's own otherwise. uint64 fields are JSON strings."""
+        the membership (it needs no quorum): every master's member (each master's etcd.yaml names them
+        all in --initial-cluster, or, with stacked etcd, joined them one by one). uint64 fields are
+        JSON strings."""
         if c.role != "etcd" or port != self.ports.get(node, {}).get("etcd-client") or not (c.healthy and c.booted):
             return None
-        names = list(self.masters) if self.settings.stacked_etcd else [node]
+        names = list(self.masters)
         host = f"[{self.node_ip}]" if ":" in self.node_ip else self.node_ip
         members = [{"ID": str(int(hashlib.sha256(n.encode()).hexdigest()[:15], 16)), "name": n,
                     "peerURLs": [f"https://{host}:{self.ports[n]['etcd-peer']}"],

@@ -344,7 +344,7 @@ def hold_change_lease(ctx: click.Context, required: bool) -> None:
             return
         seen = result.data
         if seen.taken:
-            ctx.call_on_close(lambda: _release_change_lease(ctx, specs, me))
+            ctx.call_on_close(lambda: _release_change_lease(ctx, me))
             return
         expired = waiting.expired_version(seen)       # its holder gone: the next try takes it over
         if time.monotonic() > deadline:
@@ -357,13 +357,23 @@ def hold_change_lease(ctx: click.Context, required: bool) -> None:
         time.sleep(1.0)
 
 
-def _release_change_lease(ctx: click.Context, specs: List["HostSpec"], me: str) -> None:
-    """Give the lease back at the end of the run; if that fails it expires by itself."""
+def _release_change_lease(ctx: click.Context, me: str) -> None:
+    """Give the lease back at the end of the run, through the first master whose API server
+    answers (the change may just have taken the first one's down: a stacked etcd parked); if none
+    does, it expires by itself."""
+    from cpctl.fleet.targets import all_inventory_specs, select_specs
     from cpctl.ops import changelease
-    try:
-        run_on_hosts(ctx, specs, lambda node: changelease.release(node, me), False, probe="none")
-    except (CpctlError, KeyboardInterrupt):
-        pass
+    remote = state(ctx).remote
+    assert remote is not None
+    specs = select_specs(remote) + [s for s in (all_inventory_specs(remote) if remote.inventory else [])
+                                    if s.name not in {t.name for t in select_specs(remote)}]
+    for spec in specs:
+        try:
+            result = run_on_hosts(ctx, [spec], lambda node: changelease.release(node, me), False, probe="none")[0]
+        except (CpctlError, KeyboardInterrupt):
+            return
+        if not result.failed:
+            return
 
 
 def _connector(options: Optional["SSHOptions"]) -> Callable[["HostSpec"], "Host"]:

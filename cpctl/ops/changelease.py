@@ -127,9 +127,24 @@ class Waiting:
         self.first_seen = 0.0
 
     def expired_version(self, seen: LeaseSeen) -> str:
+        """``seen``'s resourceVersion when its holder is gone: unchanged for longer than the lease
+        lasts, or held by a cpctl process of this machine that no longer exists."""
         if seen.version != self.version:
             self.version, self.first_seen = seen.version, time.monotonic()
-        return self.version if time.monotonic() - self.first_seen > LEASE_SECONDS else ""
+        if time.monotonic() - self.first_seen > LEASE_SECONDS or _gone_here(seen.holder):
+            return self.version
+        return ""
+
+
+def _gone_here(holder: str) -> bool:
+    """Whether ``holder`` (``holder_identity``'s words) names a process of this machine that is
+    gone: a run killed before it gave the lease back (its pid is looked up, never signalled)."""
+    words = holder.split()
+    if len(words) != 5 or words[0] != "cpctl" or words[2] != "pid" or not words[3].isdigit():
+        return False
+    if words[1].rpartition("@")[2] != socket.gethostname():
+        return False
+    return not os.path.exists("/proc/%s" % words[3])
 
 
 def describe(seen: LeaseSeen) -> str:

@@ -509,9 +509,9 @@ def _check_journal(report: Report, node: Node) -> None:
     if entry is None:
         return
     report.add(Finding("interrupted", CRITICAL,
-                       "interrupted %s of %s (started %s by pid %s): the next cpctl command completes or rolls "
-                       "it back; cpctl check --fix does it now" % (entry.get("action"), entry.get("component"),
-                                                                  entry.get("started"), entry.get("pid")),
+                       "interrupted %s of %s (%s): the next cpctl command completes or rolls it back; cpctl "
+                       "check --fix does it now" % (entry.get("action"), entry.get("component"),
+                                                    journal.started_text(entry)),
                        file=entry.get("file"), component=entry.get("component")))
 
 

@@ -6,9 +6,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from cpctl.core import journal
+import time
+
+from cpctl.core import confirmations, journal
+from cpctl.core.confirmations import Arm
+from cpctl.core.settings import Settings
+from cpctl.host.local import LocalHost
+from cpctl.ops.wiring import open_node
 from cpctl.redaction import redact_text
-from tests.coreutil import NodeDirs
+from cpctl.timeutil import iso
+from tests.coreutil import NODE, NodeDirs, sha
 
 
 # --- item 1: no --force where it loses data -------------------------------------------------------
@@ -53,3 +60,43 @@ def test_version_and_a_misspelt_command(node: NodeDirs) -> None:
     assert json.loads(node.run("-o", "json", "version").stdout)["client"]["version"] == __version__
     typo = node.run("stpo", "scheduler", rc=2)
     assert "No such command 'stpo'. Did you mean 'stop'?" in typo.stderr
+
+
+# --- item 4: scripting traps -----------------------------------------------------------------------
+def test_unset_of_a_misspelt_flag_is_a_usage_error_with_the_nearest_name(node: NodeDirs) -> None:
+    before = node.files["kube-scheduler.yaml"]
+    proc = node.run("flags", "scheduler", "--unset", "leader-elcet", rc=2)
+    assert "--unset leader-elcet: kube-scheduler has no flag --leader-elcet (did you mean --leader-elect?); " \
+           "nothing changed" in proc.stderr
+    with open(node.manifests + "/kube-scheduler.yaml", "rb") as handle:
+        assert handle.read() == before
+    # a real flag that is just not set: unsetting it again is no error
+    again = node.run("flags", "scheduler", "--unset", "profiling")
+    assert "unchanged" in again.stdout + again.stderr
+
+
+def _armed(node: NodeDirs, op: str) -> Any:
+    """A node with an armed change of the scheduler (timer: none), as ``--confirm-within`` leaves it."""
+    live = open_node(Settings(manifests_dir=node.manifests, state_dir=node.state, node_name=NODE, probe="none"),
+                     LocalHost())
+    data = node.files["kube-scheduler.yaml"]
+    arm = Arm(op, "kube-scheduler", "kube-scheduler.yaml", sha(data), sha(data), 1, "flags", iso(),
+              iso(time.time() + 3600), "root", "test", NODE, "more logs", "none")
+    with live.session("test arm"):
+        live.host.makedirs(confirmations.directory(live.state), 0o700)
+        live.apply(confirmations.arm_change(live.state, arm))
+    return live, arm
+
+
+def test_a_second_confirm_is_already_confirmed_and_a_reverted_change_is_not(node: NodeDirs) -> None:
+    _armed(node, "0123456789abcdef")
+    assert "confirmed: kube-scheduler" in node.run("confirm", "scheduler").stdout
+    again = node.run("confirm", "scheduler")
+    assert again.stdout.startswith("kube-scheduler: already confirmed ("), again.stdout
+    assert json.loads(node.run("-o", "json", "confirm", "scheduler").stdout)["changed"] is False
+    live, arm = _armed(node, "fedcba9876543210")
+    with live.session("test revert"):
+        live.apply(confirmations.disarm_change(live.state, arm, "reverted", "not confirmed within 1h"))
+    reverted = node.run("confirm", "scheduler", rc=3)
+    assert "it was REVERTED at" in reverted.stderr and "the change is not in place" in reverted.stderr
+    assert "has no unconfirmed change (nothing armed" in node.run("confirm", "apiserver", rc=3).stderr

@@ -69,7 +69,8 @@ parked_option = click.option(
 
 
 def _options(ctx: click.Context, component: str, timeout: Optional[float], no_rollback: bool, dry_run: bool,
-             reason: Optional[str], keep_revisions: int, settle: float, force: bool, parked: bool = False) -> Any:
+             reason: Optional[str], keep_revisions: int, settle: float, force: bool, parked: bool = False,
+             confirming: bool = False) -> Any:
     from cpctl.core import manifests
     from cpctl.ops.edits import ApplyOptions
     manifests.validate_component_name(component)
@@ -77,7 +78,8 @@ def _options(ctx: click.Context, component: str, timeout: Optional[float], no_ro
     if not parked:        # a parked copy runs nowhere: changing it takes nothing down
         reason = guarded_reason(ctx, "apply", [component], force, reason)
     return ApplyOptions(timeout=timeout, rollback=not no_rollback, dry_run=dry_run, reason=reason,
-                        keep=keep_revisions, settle=settle, force=force, parked=parked)
+                        keep=keep_revisions, settle=settle, force=force, parked=parked,
+                        keep_verified=not confirming)
 
 
 keep_in_option = click.option(
@@ -201,7 +203,8 @@ def apply(ctx: click.Context, component: str, source: str, parked: bool, keep_in
     targets = _keep_targets(keep_in, parked)
     files = _companions(with_files, parked)
     confirm = _confirm(ctx, confirm_within, confirm_check, reason, dry_run, parked)
-    options = _options(ctx, component, timeout, no_rollback, dry_run, reason, keep_revisions, settle, force, parked)
+    options = _options(ctx, component, timeout, no_rollback, dry_run, reason, keep_revisions, settle, force, parked,
+                       confirming=confirm is not None)
     new = _read_new(source)
     where = "stdin" if source == "-" else source
 
@@ -255,7 +258,8 @@ def flags(ctx: click.Context, component: str, sets: Tuple[str, ...], unsets: Tup
     removed = [flagtools.parse_name(u) for u in unsets]
     files = _companions(with_files, parked)
     confirm = _confirm(ctx, confirm_within, confirm_check, reason, dry_run, parked)
-    options = _options(ctx, component, timeout, no_rollback, dry_run, reason, keep_revisions, settle, force, parked)
+    options = _options(ctx, component, timeout, no_rollback, dry_run, reason, keep_revisions, settle, force, parked,
+                       confirming=confirm is not None)
 
     def action(node: Any) -> Dict[str, Any]:
         from cpctl.core.manifests import checksum
@@ -315,7 +319,8 @@ def rollback(ctx: click.Context, component: str, to: Optional[int], timeout: Opt
     """Put a kept revision of COMPONENT's manifest back: an apply of its bytes (verified, rolled back)."""
     from cpctl.ops import edits
     confirm = _confirm(ctx, confirm_within, confirm_check, reason, dry_run)
-    options = _options(ctx, component, timeout, no_rollback, dry_run, reason, keep_revisions, settle, force)
+    options = _options(ctx, component, timeout, no_rollback, dry_run, reason, keep_revisions, settle, force,
+                       confirming=confirm is not None)
 
     def action(node: Any) -> Dict[str, Any]:
         revision, data, expect = edits.rollback_target(node, component, to, force)
@@ -441,7 +446,8 @@ def edit(ctx: click.Context, component: str, yes: bool, editor_timeout: float, p
     targets = _keep_targets(keep_in, parked)
     files = _companions(with_files, parked)
     confirm = _confirm(ctx, confirm_within, confirm_check, reason, dry_run, parked)
-    options = _options(ctx, component, timeout, no_rollback, dry_run, reason, keep_revisions, settle, force, parked)
+    options = _options(ctx, component, timeout, no_rollback, dry_run, reason, keep_revisions, settle, force, parked,
+                       confirming=confirm is not None)
     tty = sys.stdin.isatty()
     if not yes and not dry_run and not tty:
         raise CpctlError("cpctl edit asks before it applies: without a terminal, pass --yes", ExitCode.USAGE)

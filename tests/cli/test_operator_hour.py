@@ -100,3 +100,10 @@ def test_a_second_confirm_is_already_confirmed_and_a_reverted_change_is_not(node
     reverted = node.run("confirm", "scheduler", rc=3)
     assert "it was REVERTED at" in reverted.stderr and "the change is not in place" in reverted.stderr
     assert "has no unconfirmed change (nothing armed" in node.run("confirm", "apiserver", rc=3).stderr
+
+
+def test_stop_for_says_it_is_a_reminder(node: NodeDirs) -> None:
+    proc = node.run("stop", "scheduler", "--for", "2h", "--reason", "debugging")
+    assert "cpctl: --for 2h is a reminder: nothing starts scheduler by itself at " in proc.stderr
+    assert "cpctl check --fix or cpctl start restores it" in proc.stderr
+    assert "a reminder, nothing starts it by itself" in " ".join(node.run("stop", "--help").stdout.split())

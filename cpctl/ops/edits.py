@@ -361,7 +361,7 @@ def _judge(node: Node, target: PodTarget, before: Before, written: Written, opti
         return _failed(node, target, written, options, exc.message, exc)
     except SettleInterrupted as stop:      # verified before the signal: asking or undoing would only cost
         still_ours(node, written, options, "before its verdict")
-        raise Interrupted(stop.signal, "%s of %s interrupted after verification (%s; %.0fs of the %.0fs settle "
+        raise InterruptedKept(stop.signal, "%s of %s interrupted after verification (%s; %.0fs of the %.0fs settle "
                           "watched); kept" % (action, component, stop.result.detail, stop.waited, options.settle),
                           where="%s; cpctl rollback %s undoes it" % (_kept_text(done), component)) from None
     still_ours(node, written, options, "before its verdict")
@@ -488,6 +488,10 @@ def _past(action: str) -> str:
     return {"apply": "applied", "edit": "edited", "flags": "flags changed", "rollback": "rolled back"}[action]
 
 
+class InterruptedKept(Interrupted):
+    """Interrupted after the new version was verified: it is in place and kept (exit 130)."""
+
+
 class SettleInterrupted(Exception):
     """Ctrl-C or SIGTERM while the verified new pod settled (``_verify(..., keep_verified=True)``)."""
 
@@ -520,9 +524,11 @@ def _settle(node: Node, target: PodTarget, result: WaitResult, options: ApplyOpt
     seen = node.waiter.settle_view(target)
     started = time.monotonic()
     deadline = started + options.settle
+    show = getattr(node.waiter, "progress", None)        # a verifying waiter's progress line
     while time.monotonic() < deadline:
-        node.waiter.progress("verified; pod %s staying Ready, %.1fs of %gs"
-                             % (target.mirror_name, time.monotonic() - started, options.settle))
+        if callable(show):
+            show("verified; pod %s staying Ready, %.1fs of %gs" % (target.mirror_name, time.monotonic() - started,
+                                                                   options.settle))
         time.sleep(min(SETTLE_POLL, max(0.0, deadline - time.monotonic())))
         now = node.waiter.settle_view(target)
         if now is None:

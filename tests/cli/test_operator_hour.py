@@ -107,3 +107,31 @@ def test_stop_for_says_it_is_a_reminder(node: NodeDirs) -> None:
     assert "cpctl: --for 2h is a reminder: nothing starts scheduler by itself at " in proc.stderr
     assert "cpctl check --fix or cpctl start restores it" in proc.stderr
     assert "a reminder, nothing starts it by itself" in " ".join(node.run("stop", "--help").stdout.split())
+
+
+# --- item 7: edit cleans up after itself --------------------------------------------------------------
+def test_edit_keeps_a_copy_only_of_work_that_did_not_apply_and_names_it(node: NodeDirs, tmp_path: Any) -> None:
+    import glob
+    import os
+    import subprocess
+    tmp = str(tmp_path / "tmp")
+    os.makedirs(tmp)
+
+    def edit(editor: str, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(node.argv("edit", "scheduler", "--yes", *args),
+                              env=node.env(EDITOR=editor, VISUAL="", TMPDIR=tmp), stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=60)
+
+    # refused before any work (the editor cannot start), unchanged, dry run, applied: nothing left
+    assert edit("/nonexistent/editor").returncode == 7
+    assert edit("true").returncode == 0
+    assert edit("sed -i -e s/leader-elect=true/leader-elect=false/", "--dry-run").returncode == 0
+    applied = edit("sed -i -e s/leader-elect=true/leader-elect=false/")
+    assert applied.returncode == 0, applied.stderr
+    assert glob.glob(os.path.join(tmp, "cpctl-edit-*")) == [], "no leftovers"
+    assert "edited copy" not in applied.stdout + applied.stderr
+    # refused work: kept, and the message says where
+    refused = edit("sed -i -e s/leader-elect=false/leader-elekt=true/")
+    assert refused.returncode == 4
+    left = glob.glob(os.path.join(tmp, "cpctl-edit-*", "*"))
+    assert len(left) == 1 and "your edited copy is at %s" % left[0] in refused.stderr

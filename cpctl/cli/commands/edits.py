@@ -461,8 +461,8 @@ def _edit_node(node: "Node", component: str, options: Any, yes: bool, targets: O
                files: Optional[List["Companion"]] = None, rounds: int = EDIT_ROUNDS,
                editor_timeout: float = EDITOR_TIMEOUT) -> Dict[str, Any]:
     """One master's edit: the editor rounds on a private copy, the diff, the question, the apply.
-    The copy is removed only when the edit applied or changed nothing; on every failure (and on
-    "no") it stays and the message says where."""
+    The copy (and its private directory) stays only when the edit did not apply and holds your work
+    (bytes that differ from the manifest): then the message says where; otherwise it is removed."""
     from cpctl.core.manifests import checksum
     from cpctl.errors import Interrupted, Terminated, interrupted_by
     from cpctl.ops import edits
@@ -491,7 +491,12 @@ def _edit_node(node: "Node", component: str, options: Any, yes: bool, targets: O
         for warning in checked.get("warnings") or []:
             note("%s: warning: %s" % (component, warning))
         question = printable("Apply this change to %s on %s?" % (component, node.node_name))
-        if not yes and not click.confirm(question, err=True):
+        try:
+            answer = yes or click.confirm(question, err=True)
+        except click.Abort:            # Ctrl-C or end of input at the question: the same "no"
+            raise Interrupted("SIGINT", "edit of %s: not applied (no answer)" % component,
+                              where="nothing changed") from None
+        if not answer:
             return {"node": node.node_name, "component": name, "changed": False,
                     "message": "not applied; %s" % kept, "copy": path}
         result = keepin.run(node, keep, options, lambda how: edits.replace(
@@ -500,14 +505,40 @@ def _edit_node(node: "Node", component: str, options: Any, yes: bool, targets: O
         done = True
         return result
     except CpctlError as exc:
-        exc.where = (exc.where + "; " if exc.where else "") + kept
+        if _holds_work(path, data) and not _applied(exc):
+            exc.where = (exc.where + "; " if exc.where else "") + kept
+        else:
+            done = True
         raise
     except (KeyboardInterrupt, Terminated) as exc:
-        raise Interrupted(interrupted_by(exc), "edit of %s interrupted" % component, where="nothing changed; " + kept
-                          ) from None
+        if not _holds_work(path, data):
+            done = True
+        raise Interrupted(interrupted_by(exc), "edit of %s interrupted" % component,
+                          where="nothing changed" + ("" if done else "; " + kept)) from None
+    except Exception:
+        if _holds_work(path, data):      # an unexpected failure: still say where the work is
+            note("edit of %s failed: %s" % (component, kept))
+        else:
+            done = True
+        raise
     finally:
         if done:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _holds_work(path: str, data: bytes) -> bool:
+    """The private copy exists and holds something other than the manifest (the person's edit)."""
+    try:
+        with open(path, "rb") as handle:
+            return _strip_marks(handle.read(MAX_NEW_MANIFEST + 1)) != data
+    except OSError:
+        return False
+
+
+def _applied(exc: CpctlError) -> bool:
+    """The failure came after the edit was in place and stays (kept after verification): nothing to redo."""
+    from cpctl.ops.edits import InterruptedKept
+    return isinstance(exc, InterruptedKept)
 
 
 def _copy_path(workdir: str, node_name: str, filename: str) -> str:

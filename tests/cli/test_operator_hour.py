@@ -135,3 +135,14 @@ def test_edit_keeps_a_copy_only_of_work_that_did_not_apply_and_names_it(node: No
     assert refused.returncode == 4
     left = glob.glob(os.path.join(tmp, "cpctl-edit-*", "*"))
     assert len(left) == 1 and "your edited copy is at %s" % left[0] in refused.stderr
+
+
+# --- item 5: fix hints name the flags ------------------------------------------------------------------
+def test_drift_fix_hints_are_the_commands_not_templates() -> None:
+    from cpctl.ops.drift import how_to_fix
+    fix = how_to_fix("kubeadm_drops", "kube-apiserver.yaml", "kube-apiserver",
+                     {"flags": ["--audit-log-maxage=30", "--profiling", "--oidc-client-secret=s3cr3t", "--x=a b"]})
+    assert fix == ("cpctl flags kube-apiserver --set audit-log-maxage=30 --set profiling=true "
+                   "--set oidc-client-secret=VALUE --set x='a b' --keep-in kubeadm-config")
+    assert "cpctl flags kube-scheduler --set v=4 --keep-in kubeadm-config" in how_to_fix(
+        "lost_change", "kube-scheduler.yaml", "kube-scheduler", {"lost": ["--v=4"]})

@@ -136,6 +136,7 @@ def set_args(items: object) -> str:
     """``--set name=value`` for each ``--name=value`` of ``items`` (a bare ``--name``: ``=true``), the
     value shell-quoted; a secret's value is not repeated (``--set token=VALUE``: type it yourself)."""
     import shlex
+
     from cpctl.redaction import is_secret_name
     words = []
     for item in items if isinstance(items, list) else []:

@@ -583,13 +583,23 @@ def _failed(node: Node, target: PodTarget, written: Written, options: ApplyOptio
     except CpctlError as again:
         back = WaitResult(False, again.message)
     if back.verified or isinstance(node.waiter, NoWait):
-        raise CpctlError("new version of %s did not become healthy: %s; ROLLED BACK to the previous version (%s); the "
-                         "failed version is kept as revision %d" % (component, why, back.detail, failed_number),
+        raise CpctlError("new version of %s did not become healthy: %s; ROLLED BACK to the previous version (%s)%s; "
+                         "the failed version is kept as revision %d" % (component, why, back.detail,
+                                                                         companions_back(written), failed_number),
                          ExitCode.ROLLED_BACK)
     raise CpctlError("new version of %s did not become healthy: %s; the previous version was put back but is NOT "
                      "healthy either (%s): both versions are kept (previous: in place and revision %d; failed: "
                      "revision %d); act now" % (component, why, back.detail, number, failed_number),
                      ExitCode.ROLLBACK_FAILED)
+
+
+def companions_back(written: Written) -> str:
+    """", with its companion files (P: previous bytes back; Q: removed, absent before)" ("" without)."""
+    if not written.companions_before:
+        return ""
+    return ", with its companion files (%s)" % "; ".join(
+        "%s: %s" % (c.path, "removed, absent before" if c.data is None else "previous bytes back")
+        for c in written.companions_before)
 
 
 def _restore(node: Node, written: Written, reason: str, options: ApplyOptions) -> int:
@@ -636,7 +646,7 @@ def _put_back_now(node: Node, target: PodTarget, original: Before, written: Writ
         state = "back in place but NOT healthy (%s): act now" % failed.message
     else:
         state = "back in place and %s" % (back.detail if back.verified else "not verified: %s" % back.detail)
-    return Interrupted(signal, what, where="the previous version is %s%s" % (state, kept))
+    return Interrupted(signal, what, where="the previous version is %s%s%s" % (state, companions_back(written), kept))
 
 
 def _baseline(node: Node, target: PodTarget, original: Before) -> Before:

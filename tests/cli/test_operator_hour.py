@@ -146,3 +146,26 @@ def test_drift_fix_hints_are_the_commands_not_templates() -> None:
                    "--set oidc-client-secret=VALUE --set x='a b' --keep-in kubeadm-config")
     assert "cpctl flags kube-scheduler --set v=4 --keep-in kubeadm-config" in how_to_fix(
         "lost_change", "kube-scheduler.yaml", "kube-scheduler", {"lost": ["--v=4"]})
+
+
+# --- item 2: companion files are named -----------------------------------------------------------------
+def test_dry_run_change_rollback_and_revisions_name_the_companion_file(node: NodeDirs, tmp_path: Any) -> None:
+    import subprocess
+
+    from tests.core.test_companion_revisions import _mounting, _note
+    local = str(tmp_path / "note.txt")
+    with open(local, "w") as handle:
+        handle.write("hello\n")
+
+    def apply(*args: str) -> str:
+        proc = subprocess.run(node.argv("apply", "scheduler", "-f", "-", "--with-file", "%s=%s" % (_note(node), local),
+                                        *args), input=_mounting(node, 1), env=node.env(), capture_output=True)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.decode()
+
+    assert "  would write %s from %s (6 bytes, sha256 5891b5b522d5)" % (_note(node), local) in apply("--dry-run")
+    assert "  wrote %s from %s (6 bytes, sha256 5891b5b522d5)" % (_note(node), local) in apply()
+    listed = node.run("revisions", "scheduler").stdout.splitlines()
+    at = listed.index("companion files (REV  PATH  SHA256):")
+    assert listed[at + 1:] == ["  1  %s  absent" % _note(node), "  2  %s  5891b5b522d5" % _note(node)]
+    assert "  removed %s (absent in that version)" % _note(node) in node.run("rollback", "scheduler").stdout

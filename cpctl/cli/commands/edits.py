@@ -156,6 +156,7 @@ def _show_diff(text: str) -> None:
 def change_text(data: Dict[str, Any]) -> str:
     lines = ["%s: %s" % (data.get("component"), data.get("message"))]
     lines += ["  %s" % line for line in data.get("flags") or []]
+    lines += ["  %s" % line for line in companion_lines(data)]
     lines += ["  warning: %s" % w for w in data.get("warnings") or []]
     keep = data.get("keep_in") or {}
     if keep:
@@ -166,6 +167,22 @@ def change_text(data: Dict[str, Any]) -> str:
     if keep.get("diff") and data.get("dry_run"):
         lines.append(keep["diff"])
     return "\n".join(lines)
+
+
+def companion_lines(data: Mapping[str, Any]) -> List[str]:
+    """One line per companion file a change (or its dry run) writes or removes beside the manifest."""
+    out = []
+    would = "would " if data.get("dry_run") else ""
+    for item in data.get("companions") or []:
+        if not isinstance(item, Mapping):
+            continue
+        if item.get("checksum") is None:
+            out.append("%s%s %s (absent in that version)" % (would, "remove" if would else "removed", item.get("path")))
+        else:
+            source = " from %s" % item["source"] if item.get("source") else ""
+            out.append("%s%s %s%s (%s bytes, sha256 %s)" % (would, "write" if would else "wrote", item.get("path"),
+                                                          source, item.get("size"), str(item["checksum"])[:12]))
+    return out
 
 
 def _read_new(source: str) -> bytes:
@@ -381,6 +398,7 @@ def revisions_text(data: Dict[str, Any]) -> str:
                                                         found["note"])] if found else []
     if not rows:
         return "\n".join(["%s: no revisions kept (%s)" % (data.get("component"), data.get("file"))] + tail)
+    tail += _companions_by_revision(rows, wide())
     if wide():
         return "\n".join([table(["REV", "SAVED AT", "BY", "HOST", "ACTION", "SIZE", "SHA256", "NOTE", "REASON"],
                                 [[row["number"], row["saved_at"], row["saved_by"], row["host"], row["action"],
@@ -388,6 +406,18 @@ def revisions_text(data: Dict[str, Any]) -> str:
     return "\n".join([table(["REV", "SAVED AT", "BY", "ACTION", "SHA256", "NOTE", "REASON"],
                             [[row["number"], row["saved_at"], row["saved_by"], row["action"], row["checksum"][:12],
                               _notes(row), _reason(row)] for row in rows])] + tail)
+
+
+def _companions_by_revision(rows: List[Any], whole: bool) -> List[str]:
+    """Below the table, the companion files each revision had (``absent``: it did not exist then)."""
+    lines = []
+    for row in rows:
+        for item in row.get("companions") or []:
+            if isinstance(item, Mapping):
+                checksum = item.get("checksum")
+                lines.append("  %s  %s  %s" % (row["number"], item.get("path"), "absent" if checksum is None else
+                                               (str(checksum) if whole else str(checksum)[:12])))
+    return ["companion files (REV  PATH  SHA256):"] + lines if lines else []
 
 
 def _label(row: Mapping[str, object]) -> str:

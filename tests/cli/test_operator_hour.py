@@ -4,9 +4,8 @@ kubectl and systemctl expects -- each checked by its exit code and the words the
 from __future__ import annotations
 
 import json
-from typing import Any
-
 import time
+from typing import Any
 
 from cpctl.core import confirmations, journal
 from cpctl.core.confirmations import Arm
@@ -169,3 +168,59 @@ def test_dry_run_change_rollback_and_revisions_name_the_companion_file(node: Nod
     at = listed.index("companion files (REV  PATH  SHA256):")
     assert listed[at + 1:] == ["  1  %s  absent" % _note(node), "  2  %s  5891b5b522d5" % _note(node)]
     assert "  removed %s (absent in that version)" % _note(node) in node.run("rollback", "scheduler").stdout
+
+
+# --- item 3: status columns and the last change ------------------------------------------------------
+def test_status_has_kubectl_columns_and_the_last_change(node: NodeDirs) -> None:
+    node.run("flags", "apiserver", "--set", "v=3")
+    node.run("stop", "scheduler", "--reason", "practice")
+    lines = node.run("status").stdout.splitlines()
+    assert lines[1].split() == ["COMPONENT", "FILE", "STATE", "STATUS", "RESTARTS", "AGE", "DETAIL"]
+    rows = {line.split()[0]: line.split() for line in lines[2:]}
+    assert rows["kube-apiserver"][2:6] == ["present", "unknown", "-", "-"]         # --probe none: nothing looked
+    assert " ".join(rows["kube-apiserver"][6:]).startswith("flags changed ") and rows["kube-apiserver"][-2:] == \
+        ["by", rows["kube-apiserver"][-1]]
+    assert rows["kube-scheduler"][2:6] == ["parked", "-", "-", "-"] and rows["kube-scheduler"][-1] == "practice"
+    wide = node.run("-o", "wide", "status", "apiserver").stdout.splitlines()
+    assert wide[1].split()[6:] == ["PHASE", "CONTAINER", "UP", "VIA", "MIRROR", "POD", "UID", "SHA256", "DETAIL"]
+    assert "kube-apiserver-cp-1" in wide[2]
+    record = json.loads(node.run("-o", "json", "status", "apiserver").stdout)["components"][0]["last_change"]
+    assert record["action"] == "flags" and record["time"]
+
+
+def test_a_reverted_unconfirmed_change_shows_in_status(node: NodeDirs) -> None:
+    live, arm = _armed(node, "0123456789abcdef")
+    with live.session("test revert"):
+        live.apply(confirmations.disarm_change(live.state, arm, "reverted", "not confirmed"))
+    row = node.run("status", "scheduler").stdout.splitlines()[2]
+    assert "reverted unconfirmed change " in row and row.rstrip().endswith(" ago"), row
+
+
+def test_status_watch_prints_a_row_again_when_it_changes(node: NodeDirs, tmp_path: Any) -> None:
+    import os
+    import signal
+    import subprocess
+
+    from tests.labfixture import wait_for
+    out_path = str(tmp_path / "watch.out")
+    with open(out_path, "w") as out:
+        proc = subprocess.Popen(node.argv("status", "-w", "--interval", "0.2"), env=node.env(), stdout=out,
+                                stderr=subprocess.PIPE, text=True)
+    try:
+        def text() -> str:
+            with open(out_path) as handle:
+                return handle.read()
+        wait_for(lambda: "kube-scheduler" in text(), 60, "the first table")
+        node.run("stop", "scheduler", "--reason", "watch me")
+        wait_for(lambda: any(line.split()[:3] == ["kube-scheduler", "kube-scheduler.yaml", "parked"]
+                             for line in text().splitlines()), 60, "the changed row")
+        os.remove(os.path.join(node.parked, "kube-scheduler.yaml"))
+        wait_for(lambda: "kube-scheduler.yaml  gone" in text(), 60, "the row that went away")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    lines = text().splitlines()
+    assert lines[1].split()[:4] == ["COMPONENT", "FILE", "STATE", "STATUS"]
+    assert len([line for line in lines if line.startswith("etcd ")]) == 1, "an unchanged row is printed once"
+    assert "with -o text or -o wide" in node.run("-o", "json", "status", "-w", rc=2).stderr

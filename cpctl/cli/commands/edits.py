@@ -169,11 +169,12 @@ def change_text(data: Dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def companion_lines(data: Mapping[str, Any]) -> List[str]:
+def companion_lines(data: Mapping[str, object]) -> List[str]:
     """One line per companion file a change (or its dry run) writes or removes beside the manifest."""
     out = []
     would = "would " if data.get("dry_run") else ""
-    for item in data.get("companions") or []:
+    items = data.get("companions")
+    for item in items if isinstance(items, list) else []:
         if not isinstance(item, Mapping):
             continue
         if item.get("checksum") is None:
@@ -408,11 +409,12 @@ def revisions_text(data: Dict[str, Any]) -> str:
                               _notes(row), _reason(row)] for row in rows])] + tail)
 
 
-def _companions_by_revision(rows: List[Any], whole: bool) -> List[str]:
+def _companions_by_revision(rows: List[Mapping[str, object]], whole: bool) -> List[str]:
     """Below the table, the companion files each revision had (``absent``: it did not exist then)."""
     lines = []
     for row in rows:
-        for item in row.get("companions") or []:
+        items = row.get("companions")
+        for item in items if isinstance(items, list) else []:
             if isinstance(item, Mapping):
                 checksum = item.get("checksum")
                 lines.append("  %s  %s  %s" % (row["number"], item.get("path"), "absent" if checksum is None else

@@ -11,7 +11,7 @@ import os
 import re
 import shutil
 import sys
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 import click
 
@@ -146,7 +146,7 @@ GOOD_INSTALL = ("install cpctl where the units can run it, e.g. python3 -m venv 
                 "PIPX_BIN_DIR=/usr/local/bin pipx install <cpctl wheel or source>")
 
 
-def unrunnable(path: str, hidden: Optional[dict] = None) -> Optional[str]:
+def unrunnable(path: str, hidden: Optional[Mapping[str, str]] = None) -> Optional[str]:
     """Why the hardened units could not run ``path`` (None: they can): it must exist, be an
     executable file, and neither it, the file a symlink leads to, nor a script's interpreter
     (its ``#!`` line: a venv's python) may lie where the sandbox hides files."""
@@ -184,7 +184,7 @@ def _interpreter(path: str) -> Optional[str]:
 SYSTEM_PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3")
 
 
-def install_hint(path: str, hidden: Optional[dict] = None, pythons: Optional[Sequence[str]] = None) -> str:
+def install_hint(path: str, hidden: Optional[Mapping[str, str]] = None, pythons: Optional[Sequence[str]] = None) -> str:
     """How to install cpctl so the units can run ``path``'s replacement. When the script's own
     interpreter is what the sandbox hides (a venv made from a pyenv or home-dir Python: the venv's
     python links there and its standard library stays there), repeating "python3 -m venv" with the

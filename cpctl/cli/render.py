@@ -62,7 +62,7 @@ def _restarts(pod: Optional[Mapping[str, object]]) -> str:
 
 def _via(pod: Optional[Mapping[str, object]]) -> str:
     if not pod:
-        return "-"
+        return "not observed"
     return "%s%s" % (pod.get("source") or "?", " (stale: this node's API server is parked)" if pod.get("stale") else "")
 
 
@@ -97,7 +97,8 @@ def status_text(data: "StatusReport") -> str:
         row: List[object] = [c["component"], c["file"], c["state"], c.get("pod_state") or "-", _restarts(pod),
                              _age(pod, "age_seconds"), _detail(c)]
         if wide():
-            row[6:6] = [(pod or {}).get("phase") or "-", _age(pod, "container_age_seconds"), _via(pod),
+            row[6:6] = [(pod or {}).get("phase") or "-", _age(pod, "container_age_seconds"),
+                        _via(pod) if c["state"] == "present" else "-",
                         c.get("pod") or "-", (pod or {}).get("uid") or "-", c.get("checksum") or "-"]
         rows.append(row)
     headers = ["COMPONENT", "FILE", "STATE", "STATUS", "RESTARTS", "AGE", "DETAIL"]

@@ -200,10 +200,11 @@ def test_status_without_api(lab, tmp_path):
         data = json.loads(ok(cpctl(lab, "-o", "json", "status", "scheduler", KUBECONFIG=kubeconfig)))
         (state,) = [c["observed"] for c in data["components"]]
         assert state["source"] == "crictl" and state["present"] and state["ready"], state
-    # neither API nor crictl: the pod column says "unknown (not observed)" rather than guessing
-    out = ok(cpctl(lab, "--crictl", "/nonexistent", "status", KUBECONFIG=missing))
+    # neither API nor crictl: STATUS says "unknown" rather than guessing, VIA "not observed"
+    out = ok(cpctl(lab, "--crictl", "/nonexistent", "-o", "wide", "status", KUBECONFIG=missing))
     rows = out.splitlines()[2:]
-    assert len(rows) == 4 and all(" present  unknown (not observed) " in r for r in rows), out
+    assert len(rows) == 4 and all(r.split()[2:9] == ["present", "unknown", "-", "-", "-", "-", "not"]
+                                  and " not observed " in r for r in rows), out
 
 
 def test_stop_start_scheduler_with_api_unreachable_uses_health(lab, tmp_path):

@@ -29,6 +29,11 @@ SECRET_WORDS = ("token", "password", "passwd", "secret", "credential", "apikey",
 NOT_SECRET_SUFFIXES = ("-file", "-path", "-dir", "-files", "-ttl", "-lifetime")
 
 _NAME = r"[A-Za-z0-9][A-Za-z0-9._-]*"
+# A quote ends a value only before one of these (or the end): ``ab'cd`` is one value, so a quote
+# inside a secret never leaves its tail shown (``--client-secret=ab'cdSECRET``, a shell's ``'"'"'``).
+_END = r"(?=[\s,\]}):;]|$)"
+# An unquoted value: up to the next blank or JSON/YAML punctuation, a quote inside it included.
+_BARE = r"(?:[^\s\"',\]}]|[\"'](?![\s,\]}):;]|$))+"
 # cpctl's own words after "--flag " that are not its value ("--token is followed by ...").
 _PROSE = ("set to", "already", "is", "was", "added", "removed", "given", "followed", "and", "or", "in", "not")
 
@@ -40,17 +45,18 @@ class _Patterns:
     def __init__(self) -> None:
         self.pem = re.compile(r"-----BEGIN ([A-Z0-9 ]*)PRIVATE KEY-----.*?(?:-----END \1PRIVATE KEY-----|\Z)", re.S)
         # "--name=value" inside quotes: the whole quoted item is the flag.
-        self.quoted_item = re.compile(r"(?P<q>[\"'])(?P<flag>--?(?P<name>%s)=)(?P<value>.*?)(?P=q)" % _NAME, re.S)
+        self.quoted_item = re.compile(r"(?P<q>[\"'])(?P<flag>--?(?P<name>%s)=)(?P<value>.*?)(?P=q)%s" % (_NAME, _END),
+                                      re.S)
         # --name=value, the value quoted or up to the next blank (or JSON/YAML punctuation).
-        self.assigned = re.compile(r"(?P<flag>--?(?P<name>%s)=)(?P<value>\"(?:[^\"\\]|\\.)*\"|'[^']*'|[^\s\"',\]}]+)"
-                                   % _NAME)
+        self.assigned = re.compile(r"(?P<flag>--?(?P<name>%s)=)(?P<value>\"(?:[^\"\\]|\\.)*\"%s|'[^']*'%s|%s)"
+                                   % (_NAME, _END, _END, _BARE))
         # cpctl's own sentences about a flag's new value.
         self.said = re.compile(r"(?P<flag>--(?P<name>%s) (?:set to|already) )(?P<value>\S+)" % _NAME)
         # "--name value" on one line (a command line): the next word when it is not another option,
         # nor a word of cpctl's own sentences about a flag ("--token (did you mean").
         self.two_words = re.compile(r"(?P<flag>(?<![\w-])--(?P<name>%s)[ \t]+)(?!(?:%s)\b|<redacted>|\()"
-                                    r"(?P<value>\"(?:[^\"\\]|\\.)*\"|'[^']*'|(?!-)[^\s\"',\]}]+)"
-                                    % (_NAME, "|".join(_PROSE)))
+                                    r"(?P<value>\"(?:[^\"\\]|\\.)*\"%s|'[^']*'%s|(?!-)%s)"
+                                    % (_NAME, "|".join(_PROSE), _END, _END, _BARE))
         # JSON text of an env entry: "name": "X_TOKEN", "value": "..."
         self.json_env = re.compile(r"(?P<head>\"name\"\s*:\s*\"(?P<name>[^\"]*)\"\s*,\s*\"value\"\s*:\s*)"
                                    r"(?P<value>\"(?:[^\"\\]|\\.)*\")")

@@ -56,6 +56,7 @@ class CpctlGroup(click.Group):
         return loaded if isinstance(loaded, click.Command) else None
 
     def resolve_command(self, ctx: click.Context, args: List[str]) -> Tuple[Any, Any, List[str]]:
+        _suggest_command(self, ctx, args)
         name, command, rest = super().resolve_command(ctx, args)
         ctx.meta[_PATH_KEY] = (_command_words(name, command, rest), name not in registry.COMMANDS,
                                any(a in ("-h", "--help") for a in rest))
@@ -68,6 +69,21 @@ class CpctlGroup(click.Group):
                  for name, plugin in plugin_entry_points().items()]
         with formatter.section("Commands"):
             formatter.write_dl(sorted(rows))
+
+
+def _suggest_command(group: click.Group, ctx: click.Context, args: List[str]) -> None:
+    """A misspelt command word fails with the nearest commands, as click does for a group whose
+    commands it holds (ours are loaded lazily, so click's own check sees none to suggest)."""
+    word = args[0] if args else ""
+    if not word or word.startswith("-") or ctx.resilient_parsing or group.get_command(ctx, word) is not None:
+        return
+    no_such = getattr(click.exceptions, "NoSuchCommand", None)       # click >= 8.2
+    if no_such is not None:
+        raise no_such(word, possibilities=group.list_commands(ctx), ctx=ctx)
+    import difflib
+    close = difflib.get_close_matches(word, group.list_commands(ctx))
+    ctx.fail("No such command %r.%s" % (word, " Did you mean %s?" % " or ".join(repr(c) for c in close)
+                                         if close else ""))
 
 
 def _command_words(name: Optional[str], command: Any, rest: List[str]) -> str:

@@ -103,6 +103,9 @@ _SPECS: Tuple[CommandSpec, ...] = (
                 "Show or stop the keeper of persistent SSH connections (--persist)."),
     CommandSpec("keeper status", Mode.LOCAL, "the keeper runs on this machine"),
     CommandSpec("keeper stop", Mode.LOCAL, "the keeper runs on this machine"),
+    CommandSpec("version", Mode.READ, "the client's version, and each master's agent (its python, its user)",
+                "cpctl.cli.commands.version:version",
+                "Print cpctl's version; with -H/-i also the agent on each master."),
     CommandSpec("completion", Mode.LOCAL, "a script for this machine's shell", "cpctl.cli.completion:completion",
                 "Print the shell completion script for bash, zsh or fish."),
 )

@@ -18,55 +18,92 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells)
 
 
-def _pod_column(word: Optional[str], pod: Optional[Mapping[str, object]]) -> str:
-    """The pod as systemctl's "active" column: running / not-ready / absent / unknown, then what
-    was seen (phase, age, which probe saw it, and whether that view is stale)."""
-    if not word:
+# How ``status`` says a component's last change (its history action) in words.
+_CHANGED = {"stop": "stopped", "start": "started", "restart": "restarted", "apply": "applied", "edit": "edited",
+            "flags": "flags changed", "rollback": "rolled back", "armed": "changed, awaiting cpctl confirm",
+            "confirmed": "change confirmed", "reverted": "reverted unconfirmed change",
+            "dropped": "unconfirmed change dropped", "displaced": "replaced by another writer",
+            "keep-in": "flags kept for kubeadm upgrade", "move-stray": "stray moved away",
+            "restore-missing": "restored from the baseline", "scheduler-add": "added", "scheduler-remove": "removed"}
+
+
+def last_change_text(change: Optional[Mapping[str, object]], now: Optional[float] = None) -> str:
+    """``reverted unconfirmed change 2m ago`` (by whom when not an automatic one); "" when none."""
+    if not change or not isinstance(change.get("action"), str):
+        return ""
+    import time
+
+    from cpctl.timeutil import format_duration, parse_iso
+    action = str(change["action"])
+    words = _CHANGED.get(action, action)
+    if action == "rollback" and change.get("automatic"):
+        words = "rolled back automatically"
+    try:
+        ago = " %s ago" % format_duration((time.time() if now is None else now) - parse_iso(change.get("time")))
+    except ValueError:
+        ago = ""
+    by = " by %s" % change["user"] if change.get("user") and action not in ("reverted", "dropped") \
+        and not change.get("automatic") else ""
+    return "%s%s%s" % (words, ago, by)
+
+
+def _age(pod: Optional[Mapping[str, object]], key: str) -> str:
+    value = (pod or {}).get(key) if (pod or {}).get("present") else None
+    if not isinstance(value, (int, float)):
         return "-"
+    from cpctl.timeutil import format_duration
+    return format_duration(value)
+
+
+def _restarts(pod: Optional[Mapping[str, object]]) -> str:
+    value = (pod or {}).get("restarts") if (pod or {}).get("present") else None
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else "-"
+
+
+def _via(pod: Optional[Mapping[str, object]]) -> str:
     if not pod:
-        return word if word != "unknown" else "unknown (not observed)"
-    seen = [str(pod.get("phase") or "")] if pod.get("present") else []
-    age, container_age = pod.get("age_seconds"), pod.get("container_age_seconds")
-    if pod.get("present") and isinstance(age, (int, float)):
-        from cpctl.timeutil import format_duration
-        seen.append("pod %s" % format_duration(age))
-    if pod.get("present") and isinstance(container_age, (int, float)):
-        from cpctl.timeutil import format_duration
-        restarts = pod.get("restarts")
-        seen.append("container up %s%s" % (format_duration(container_age),
-                                           "" if not isinstance(restarts, int) else ", %d restart%s" % (
-                                               restarts, "" if restarts == 1 else "s")))
-    seen.append("via %s" % (pod.get("source") or "?"))
-    if pod.get("stale"):
-        seen.append("stale: this node's API server is parked")
-    return "%s (%s)" % (word, ", ".join(s for s in seen if s))
+        return "not observed"
+    return "%s%s" % (pod.get("source") or "?", " (stale: this node's API server is parked)" if pod.get("stale") else "")
+
+
+def _detail(c: Mapping[str, object]) -> str:
+    """What the file's state needs said (parked: since, by, until, why; invalid: why; missing: the
+    fix; unconfirmed: the deadline), else the component's last change."""
+    if c.get("unconfirmed"):
+        armed = c["unconfirmed"]
+        return "unconfirmed, reverts at %s" % (armed.get("deadline") if isinstance(armed, Mapping) else "?")
+    if c["state"] == "parked":
+        detail = "since %s by %s" % (c.get("since") or "?", c.get("by") or "?")
+        if c.get("until"):
+            detail += ", until %s%s" % (c["until"], " (OVERDUE)" if c.get("overdue") else "")
+        if c.get("reason"):
+            detail += ": %s" % c["reason"]
+        return detail
+    if c["state"] == "invalid":
+        return str(c.get("error") or "")
+    if c["state"] == "missing":
+        return "in the baseline, but neither here nor parked: %s" % c.get("fix")
+    change = c.get("last_change")
+    return last_change_text(change if isinstance(change, Mapping) else None)
 
 
 def status_text(data: "StatusReport") -> str:
+    """kubectl's columns: STATUS (the pod: running and Ready, not-ready, absent, unknown), RESTARTS,
+    AGE (the pod's); ``-o wide`` adds the phase, how long the container is up, which probe saw it,
+    the mirror pod, its UID and the whole checksum."""
     rows = []
     for c in data["components"]:
-        detail = ""
-        if c["state"] == "parked":
-            detail = "since %s by %s" % (c.get("since") or "?", c.get("by") or "?")
-            if c.get("until"):
-                detail += ", until %s%s" % (c["until"], " (OVERDUE)" if c.get("overdue") else "")
-            if c.get("reason"):
-                detail += ": %s" % c["reason"]
-        elif c["state"] == "invalid":
-            detail = c.get("error") or ""
-        elif c["state"] == "missing":
-            detail = "in the baseline, but neither here nor parked: %s" % c.get("fix")
-        if c.get("unconfirmed"):
-            detail = "unconfirmed, reverts at %s" % c["unconfirmed"].get("deadline")
-        checksum = c.get("checksum") or ""
-        row: List[object] = [c["component"], c["file"], c["state"], _pod_column(c.get("pod_state"), c.get("observed")),
-               checksum if wide() else checksum[:12], detail]
+        pod = c.get("observed")
+        row: List[object] = [c["component"], c["file"], c["state"], c.get("pod_state") or "-", _restarts(pod),
+                             _age(pod, "age_seconds"), _detail(c)]
         if wide():
-            row[4:4] = [c.get("pod") or "-", (c.get("observed") or {}).get("uid") or "-"]
+            row[6:6] = [(pod or {}).get("phase") or "-", _age(pod, "container_age_seconds"),
+                        _via(pod) if c["state"] == "present" else "-",
+                        c.get("pod") or "-", (pod or {}).get("uid") or "-", c.get("checksum") or "-"]
         rows.append(row)
-    headers = ["COMPONENT", "FILE", "STATE", "POD", "SHA256", "DETAIL"]
+    headers = ["COMPONENT", "FILE", "STATE", "STATUS", "RESTARTS", "AGE", "DETAIL"]
     if wide():
-        headers[4:4] = ["MIRROR POD", "UID"]
+        headers[6:6] = ["PHASE", "CONTAINER UP", "VIA", "MIRROR POD", "UID", "SHA256"]
     lines = ["node %s  manifests %s" % (data["node"], data["manifests_dir"])]
     lines.append(table(headers, rows) if rows else "(no static pod manifests and nothing parked)")
     lines += ["warning: %s" % w for w in data.get("warnings", [])]
@@ -137,5 +174,8 @@ def certs_text(data: "CertsReport") -> str:
     head = "node %s  %s" % (data["node"], data.get("kube_dir", ""))
     comps = [[c["component"], c["verdict"], (c.get("started") or "-").replace("T", " "), c.get("why") or ""]
              for c in data["components"]]
+    # a STARTED of "-" says why below the table (etcd: judged by what it serves, no start time needed)
+    unknown = ["STARTED - for %s: %s" % (c["component"], c.get("started_source") or "no start time")
+               for c in data["components"] if not c.get("started") and c.get("started_source")]
     return "\n\n".join([head, table(["CERTIFICATE", "SUBJECT", "NOT AFTER", "LEFT", "CHAIN"], rows),
-                        table(["COMPONENT", "VERDICT", "STARTED", "WHY"], comps)])
+                        "\n".join([table(["COMPONENT", "VERDICT", "STARTED", "WHY"], comps)] + unknown)])

@@ -56,16 +56,24 @@ class Review:
     warnings: List[str] = field(default_factory=list)
     problems: List[str] = field(default_factory=list)
     doubts: List[str] = field(default_factory=list)      # refused unless --force (then warnings)
+    # the doubts about where a flag writes: --force would lose what the component writes (etcd's
+    # data), so their hint is the real fix, never --force
+    lossy: List[str] = field(default_factory=list)
 
-    def refuse_if_bad(self, what: str, force: bool = False) -> None:
+    def refuse_if_bad(self, what: str, force: bool = False, edit: str = "cpctl edit") -> None:
         """Refuse (exit 4) for any problem, and for any doubt unless ``force``; forced doubts become
-        warnings, so the output still says what was overridden."""
+        warnings, so the output still says what was overridden. ``edit``: the command that changes
+        the manifest's volumes too (``cpctl edit etcd --parked``), the hint for a write-path doubt."""
         if self.problems:
             raise CpctlError("%s refused: %s (nothing changed)" % (what, "; ".join(self.problems + self.doubts)),
                              ExitCode.REFUSED)
         if self.doubts and not force:
+            if any(doubt in self.lossy for doubt in self.doubts):
+                hint = "change the hostPath with the flag: `%s`" % edit
+            else:
+                hint = "if cpctl's list is out of date for this release, pass --force to go ahead"
             raise CpctlError("%s refused: %s (nothing changed)" % (what, "; ".join(self.doubts)), ExitCode.REFUSED,
-                             hint="if cpctl's list is out of date for this release, pass --force to go ahead")
+                             hint=hint)
         if self.doubts:
             self.warnings.extend("%s (--force)" % doubt for doubt in self.doubts)
             self.doubts = []
@@ -101,11 +109,15 @@ def review(host: Host, current: Manifest, data: bytes, scan: DirScan, source: st
             verdict.problems.append(problem)
     _check_ports(pod, current, scan, verdict)
     already = set(sanity_doubts(current.pod)) if current.pod else set()
+    lossy = {doubt for container in _containers(pod)
+             for doubt in _write_path_doubts(pod, container, _binary(container), flags.flags_of(container))}
     for doubt in sanity_doubts(pod):
         if doubt in already:
             verdict.warnings.append("%s (so does the current version)" % doubt)
         else:
             verdict.doubts.append(doubt)
+            if doubt in lossy:
+                verdict.lossy.append(doubt)
     return verdict
 
 

@@ -127,10 +127,33 @@ def new_lists(container: Mapping[str, object], sets: Sequence[Tuple[str, str]], 
         for where in LISTS:
             lists[where] = [i for i in lists[where] if not _is_flag(i, name)]
         gone = before - sum(len(items) for items in lists.values())
+        if not gone:
+            _refuse_misspelt_unset(container, lists, name)
         said.append("--%s removed" % name if gone else "--%s was not set" % name)
     for name, value in sets:
         said.append(_set_one(lists, name, value))
     return lists, said
+
+
+def _refuse_misspelt_unset(container: Mapping[str, object], lists: Dict[str, List[str]], name: str) -> None:
+    """``--unset`` of a flag that is not set: a usage error (exit 2) when it looks misspelt -- a set
+    flag is close to it, or the component's binary has no such flag -- naming the nearest; a real
+    flag that is simply not set stays "was not set" (unsetting twice is no error)."""
+    from cpctl.core import knownflags
+    command = _items(container.get("command"))
+    binary = command[0].rsplit("/", 1)[-1] if command and isinstance(command[0], str) else ""
+    set_names = sorted({m.group("name") for items in lists.values() for m in map(_FLAG.match, items) if m})
+    known = knownflags.known_flags(binary, str(container.get("image") or ""))
+    unknown = known is not None and name not in known
+    close = manifests.close_names(name, set_names) or (manifests.close_names(name, sorted(known or ()))
+                                                       if unknown else [])
+    if not close and not unknown:
+        return
+    raise CpctlError("--unset %s: %s %s (%s); nothing changed"
+                     % (name, binary or "container %s" % container.get("name"),
+                        "has no flag --%s" % name if unknown else "does not set --%s" % name,
+                        "did you mean --%s?" % close[0] if close else "it sets: %s" % (", ".join(set_names) or "none")),
+                     ExitCode.USAGE)
 
 
 def _is_flag(item: object, name: str) -> bool:

@@ -44,7 +44,7 @@ import signal
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from cpctl.core import manifests
 from cpctl.errors import CpctlError, ExitCode
@@ -60,6 +60,18 @@ def new_op() -> str:
     """A fresh change id: 16 hex digits from the OS's random source (``secrets.token_hex(8)``,
     without importing ``secrets``, whose hmac, hashlib and random cost every ``cpctl status``)."""
     return os.urandom(8).hex()
+
+
+def started_text(entry: Mapping[str, object]) -> str:
+    """``started T by pid P`` for a journal entry; what it does not record (a journal written by hand
+    or by an older cpctl) is said so instead of printed as None."""
+    started, pid = entry.get("started"), entry.get("pid")
+    has_time = isinstance(started, str) and bool(started)
+    has_pid = isinstance(pid, int) and not isinstance(pid, bool)
+    if has_time and has_pid:
+        return "started %s by pid %s" % (started, pid)
+    return "%s, %s" % ("started %s" % started if has_time else "start time not recorded",
+                       "pid %s" % pid if has_pid else "pid not recorded")
 
 
 @dataclass
@@ -401,7 +413,7 @@ class ChangePath:
     def recover(self, entry: Dict[str, Any]) -> Applied:
         """Finish or roll back the change a killed cpctl left in the journal ``entry``."""
         change = self.change_from_journal(entry)
-        started = "started %s by pid %s" % (entry.get("started"), entry.get("pid"))
+        started = started_text(entry)
         if self._is_done(change.steps[change.commit]):
             return self._roll_forward(change, started)
         if not self._before_state(change.steps[change.commit]):

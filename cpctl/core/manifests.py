@@ -42,15 +42,16 @@ _COMPONENT_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$"
 _FILE_SUFFIXES = (".yaml", ".yml", ".json")
 
 
-def validate_component_name(name: str) -> str:
-    """Refuse anything that could be a path or shell trick before it reaches the filesystem."""
+def validate_component_name(name: str, what: str = "component name") -> str:
+    """Refuse anything that could be a path or shell trick before it reaches the filesystem;
+    ``what`` names the value in the message (``bind`` checks a pod name, a node name, a namespace)."""
     if not name:
-        raise CpctlError("empty component name", ExitCode.USAGE)
+        raise CpctlError("empty %s" % what, ExitCode.USAGE)
     if len(name) > 253:
-        raise CpctlError("component name too long (%d characters, at most 253)" % len(name), ExitCode.USAGE)
+        raise CpctlError("%s too long (%d characters, at most 253)" % (what, len(name)), ExitCode.USAGE)
     if not _COMPONENT_RE.match(name) or ".." in name:
         shown = name if name.isprintable() else repr(name)
-        raise CpctlError("invalid component name %r: use letters, digits, '.', '-', '_' only" % shown,
+        raise CpctlError("invalid %s %r: use letters, digits, '.', '-', '_' only" % (what, shown),
                          ExitCode.USAGE)
     return name
 

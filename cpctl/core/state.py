@@ -256,16 +256,17 @@ class StateDir:
                       if n.startswith(HISTORY_SEGMENT_PREFIX) and n.endswith((".jsonl.gz", ".jsonl"))
                       and n != HISTORY)
 
-    def read_history_tail(self) -> List[Dict[str, object]]:
-        """The newest records only (recovery looks for one it may have written just before)."""
+    def read_history_tail(self, limit: int = HISTORY_TAIL_BYTES) -> List[Dict[str, object]]:
+        """The newest records only, from the last ``limit`` bytes (recovery looks for one it may
+        have written just before; ``status`` for each component's last change)."""
         try:
-            data = self.host.read_tail(self.history_path, HISTORY_TAIL_BYTES)
+            data = self.host.read_tail(self.history_path, limit)
         except FileNotFoundError:
             return []
         except OSError as exc:
             raise CpctlError("cannot read %s: %s" % (self.history_path, exc.strerror or exc),
                              ExitCode.ENVIRONMENT) from None
-        return parse_records(data)[1:] if len(data) == HISTORY_TAIL_BYTES else parse_records(data)
+        return parse_records(data)[1:] if len(data) == limit else parse_records(data)
 
     def read_history(self, limit: int = 0,
                      keep: Optional[Callable[[Dict[str, object]], bool]] = None) -> List[Dict[str, object]]:

@@ -40,6 +40,12 @@ class Row(TypedDict, total=False):
     overdue: bool
     fix: str
     unconfirmed: Dict[str, object]      # a change awaiting cpctl confirm: its deadline, by, action, revision
+    last_change: Dict[str, object]      # the newest history record of it: action, time, user, reason, automatic
+
+
+# How much of the history's end ``status`` reads for each component's last change (a few hundred
+# records): one bounded read in the view's batch, never the whole history.
+RECENT_HISTORY_BYTES = 64 << 10
 
 
 class _Report(TypedDict):
@@ -61,7 +67,8 @@ class Report(_Report, total=False):
 def status(node: Node, wanted: Optional[List[str]] = None) -> Report:
     """Per component: file, running/parked/invalid, parking details, checksum, pod state."""
     stuck: List[str] = []
-    with node.host.prefetched(node.view_reads() + [node.state.read_call(node.state.baseline_path)]):
+    recent = ("read_tail", {"path": node.state.history_path, "limit": RECENT_HISTORY_BYTES})
+    with node.host.prefetched(node.view_reads() + [node.state.read_call(node.state.baseline_path), recent]):
         overdue_first(node)
         if node.state.ensure(create=False) and journal_pending(node):
             try:
@@ -78,6 +85,7 @@ def status(node: Node, wanted: Optional[List[str]] = None) -> Report:
         rows = [_present_row(m) for m in scan.manifests] + [_parked_row(f, meta) for f, meta in parked.items()]
         rows += missing
         unconfirmed = _unconfirmed(node, rows)
+        _last_changes(node, rows)
     if wanted:
         rows = _filter_rows(node, rows, wanted, scan, parked)
     for row in rows:
@@ -162,6 +170,25 @@ def _unconfirmed(node: Node, rows: List[Row]) -> List[str]:
                                   "revision": arm.revision, "timer": arm.timer}
     return ["%s: unconfirmed, reverts at %s unless: cpctl confirm %s" % (a.component, a.deadline, a.component)
             for a in arms]
+
+
+def _last_changes(node: Node, rows: List[Row]) -> None:
+    """Each row's newest history record (``last_change``), from the history's last bytes; a history
+    that cannot be read marks nothing (``cpctl history`` reports it)."""
+    try:
+        records = node.state.read_history_tail(RECENT_HISTORY_BYTES) if node.state.ensure(create=False) else []
+    except CpctlError:
+        return
+    newest: Dict[str, Dict[str, object]] = {}
+    for record in records:
+        for key in (record.get("component"), record.get("file")):
+            if isinstance(key, str) and key:
+                newest[key] = record
+    for row in rows:
+        record = newest.get(row["file"]) or newest.get(row["component"]) or {}
+        if record:
+            row["last_change"] = {key: record.get(key) for key in ("action", "time", "user", "reason", "automatic")
+                                  if record.get(key) is not None}
 
 
 def _present_row(m: Manifest) -> Row:

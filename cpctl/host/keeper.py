@@ -66,7 +66,8 @@ def _build_id() -> str:
 
 # One keeper per cpctl build: after an upgrade the new cpctl starts its own keeper (the old one
 # ends when idle) instead of speaking a protocol, or shipping an agent, the old one may not know.
-SOCKET_NAME = "keeper-%s-%s.sock" % (__version__, _build_id())
+BUILD_ID = _build_id()
+SOCKET_NAME = "keeper-%s-%s.sock" % (__version__, BUILD_ID)
 LOCK_NAME = "keeper.lock"
 LOG_NAME = "keeper.log"
 START_TIMEOUT = 30.0

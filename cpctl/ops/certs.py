@@ -454,6 +454,8 @@ def judge_component(cat: Catalogue, manifest: Manifest, endpoints: List[Endpoint
             clients.append(cert)
     if any(c.mtime is not None for c in clients):     # no file on disk: no start time to compare with
         comp.started, comp.started_source = container_started(cat.node, name)
+    elif not clients:
+        comp.started_source = "not needed: no client certificate file; judged by the certificate it serves"
     comp.evidence += [judge_client(comp, cert) for cert in clients]
     comp.decide()
     return comp

@@ -294,8 +294,7 @@ def confirm(node: Node, wanted: Optional[str], why: Optional[str] = None) -> Dic
         arms = confirmations.read_all(node.host, node.state)
         chosen = arms if wanted is None else [a for a in arms if a.matches(wanted)]
         if wanted is not None and not chosen:
-            raise CpctlError("%s has no unconfirmed change (nothing armed; cpctl history %s shows whether it was "
-                             "confirmed or reverted)" % (wanted, wanted), ExitCode.NOT_FOUND)
+            return _nothing_armed(node, wanted)
         done = []
         for armed in chosen:
             node.apply(confirmations.disarm_change(node.state, armed, "confirmed", why or "confirmed by the operator"))
@@ -303,6 +302,25 @@ def confirm(node: Node, wanted: Optional[str], why: Optional[str] = None) -> Dic
             done.append(armed.component)
     message = "confirmed: %s" % ", ".join(done) if done else "nothing armed"
     return {"node": node.node_name, "changed": bool(done), "confirmed": done, "message": message}
+
+
+def _nothing_armed(node: Node, wanted: str) -> Dict[str, object]:
+    """``confirm`` of a component with no arm: "already confirmed" (exit 0, as ``start`` of a running
+    component) when its last commit-confirmed record is a confirmation; else NOT_FOUND (exit 3),
+    saying when it was reverted -- the change is NOT in place -- or that none was made."""
+    from cpctl.core import views
+    last = next((r for r in reversed(views.history(node, wanted, 200))
+                 if r.get("action") in ("armed", "confirmed", "reverted")), None)
+    if last is not None and last.get("action") == "confirmed":
+        return {"node": node.node_name, "changed": False, "confirmed": [],
+                "message": "%s: already confirmed (%s by %s)" % (last.get("component") or wanted, last.get("time"),
+                                                                 last.get("user"))}
+    if last is not None and last.get("action") == "reverted":
+        raise CpctlError("%s has no unconfirmed change: it was REVERTED at %s (%s), the change is not in place; make "
+                         "it again to keep it" % (wanted, last.get("time"), last.get("reason") or "not confirmed"),
+                         ExitCode.NOT_FOUND)
+    raise CpctlError("%s has no unconfirmed change (nothing armed; cpctl history %s shows its changes)"
+                     % (wanted, wanted), ExitCode.NOT_FOUND)
 
 
 # --- revert -------------------------------------------------------------------------------------

@@ -121,14 +121,29 @@ def how_to_fix(kind: str, file: Optional[str], component: Optional[str], extra: 
         "editor_swap": "finish the edit, or remove %s if the editor crashed" % file,
         "no_baseline": "cpctl baseline",
         "check_skipped": "cpctl check --probe api (or --probe crictl)",
-        "lost_change": "cpctl revisions %s, then set them again with cpctl flags %s --set ... --keep-in "
-                       "kubeadm-config (so the next upgrade keeps them)" % (name, name),
+        "lost_change": "set them again, kept where the next upgrade looks: cpctl flags %s %s --keep-in "
+                       "kubeadm-config (cpctl revisions %s shows the version they were in)"
+                       % (name, set_args(extra.get("lost")), name),
         "upgrade_in_flight": "let kubeadm upgrade finish (or clean up after a failed one), then retry",
-        "kubeadm_drops": "cpctl flags %s --set NAME=VALUE --keep-in kubeadm-config (for each flag listed)" % name,
+        "kubeadm_drops": "cpctl flags %s %s --keep-in kubeadm-config" % (name, set_args(extra.get("flags"))),
         "cert_expiring": "kubeadm certs renew all on this master, then cpctl restart --stale-certs",
         "cert_stale": "cpctl restart --stale-certs (cpctl certs shows why)",
     }
     return fixes[kind]
+
+
+def set_args(items: object) -> str:
+    """``--set name=value`` for each ``--name=value`` of ``items`` (a bare ``--name``: ``=true``), the
+    value shell-quoted; a secret's value is not repeated (``--set token=VALUE``: type it yourself)."""
+    import shlex
+
+    from cpctl.redaction import is_secret_name
+    words = []
+    for item in items if isinstance(items, list) else []:
+        name, sep, value = str(item)[2:].partition("=")
+        shown = "VALUE" if is_secret_name(name) or "<redacted>" in value else shlex.quote(value if sep else "true")
+        words.append("--set %s=%s" % (name, shown))
+    return " ".join(words) or "--set NAME=VALUE"
 
 
 class Report:
@@ -509,9 +524,9 @@ def _check_journal(report: Report, node: Node) -> None:
     if entry is None:
         return
     report.add(Finding("interrupted", CRITICAL,
-                       "interrupted %s of %s (started %s by pid %s): the next cpctl command completes or rolls "
-                       "it back; cpctl check --fix does it now" % (entry.get("action"), entry.get("component"),
-                                                                  entry.get("started"), entry.get("pid")),
+                       "interrupted %s of %s (%s): the next cpctl command completes or rolls it back; cpctl "
+                       "check --fix does it now" % (entry.get("action"), entry.get("component"),
+                                                    journal.started_text(entry)),
                        file=entry.get("file"), component=entry.get("component")))
 
 

@@ -106,6 +106,9 @@ class ApplyOptions:
     settle: float = 5.0
     force: bool = False              # go ahead despite flag-sanity doubts, and while a kubeadm upgrade is in flight
     parked: bool = False             # change the parked copy of a stopped component (not waited for)
+    # Ctrl-C/SIGTERM in the settle, once the new pod was verified (Running, Ready, its gate): keep it and
+    # say so. Off with --confirm-within: the change must not stay without its armed revert.
+    keep_verified: bool = True
 
 
 # --- what is there now -------------------------------------------------------------------------
@@ -236,7 +239,8 @@ def review(node: Node, manifest: Manifest, new: bytes, source: str, action: str,
     companion_files.check_mounted(new, companions, node.node_root, "%s of %s" % (action, component))
     verdict = checks.review(node.host, manifest, new, node.scan(), source, node.node_root,
                             _coming(node, companions))
-    verdict.refuse_if_bad("%s of %s%s" % (action, "the parked " if parked else "", component), force)
+    verdict.refuse_if_bad("%s of %s%s" % (action, "the parked " if parked else "", component), force,
+                          "cpctl edit %s%s" % (component, " --parked" if parked else ""))
     return verdict
 
 
@@ -352,9 +356,14 @@ def _judge(node: Node, target: PodTarget, before: Before, written: Written, opti
     """Wait for the new pod, then the verdict - for the bytes cpctl wrote, if they are still there."""
     action, component = written.action, written.component
     try:
-        result = _verify(node, target, before, options, fail_fast)
+        result = _verify(node, target, before, options, fail_fast, keep_verified=options.keep_verified)
     except CpctlError as exc:
         return _failed(node, target, written, options, exc.message, exc)
+    except SettleInterrupted as stop:      # verified before the signal: asking or undoing would only cost
+        still_ours(node, written, options, "before its verdict")
+        raise InterruptedKept(stop.signal, "%s of %s interrupted after verification (%s; %.0fs of the %.0fs settle "
+                          "watched); kept" % (action, component, stop.result.detail, stop.waited, options.settle),
+                          where="%s; cpctl rollback %s undoes it" % (_kept_text(done), component)) from None
     still_ours(node, written, options, "before its verdict")
     if result.verified or isinstance(node.waiter, NoWait):
         return dict(done, wait=result.to_dict(),
@@ -479,18 +488,47 @@ def _past(action: str) -> str:
     return {"apply": "applied", "edit": "edited", "flags": "flags changed", "rollback": "rolled back"}[action]
 
 
+class InterruptedKept(Interrupted):
+    """Interrupted after the new version was verified: it is in place and kept (exit 130)."""
+
+
+class SettleInterrupted(Exception):
+    """Ctrl-C or SIGTERM while the verified new pod settled (``_verify(..., keep_verified=True)``)."""
+
+    def __init__(self, signal: str, result: WaitResult, waited: float) -> None:
+        super().__init__(signal)
+        self.signal, self.result, self.waited = signal, result, waited
+
+
 def _verify(node: Node, target: PodTarget, before: Any, options: ApplyOptions,
-            fail_fast: Optional[Callable[[], Optional[str]]] = None) -> WaitResult:
+            fail_fast: Optional[Callable[[], Optional[str]]] = None, keep_verified: bool = False) -> WaitResult:
     """The new pod Running, Ready and past its gate, then still the same and Ready for ``settle``;
-    ``fail_fast`` ends the wait early with a verdict (``crash_loop_check``)."""
+    ``fail_fast`` ends the wait early with a verdict (``crash_loop_check``). ``keep_verified``: a
+    signal during the settle raises ``SettleInterrupted`` (the pod WAS verified) instead."""
     result = node.waiter.wait_started(target, before, wait_limit(options, target.pod), give_up=fail_fast)
     if not result.verified:
         return result
     if options.settle <= 0:
         return WaitResult(True, result.detail + node.waiter.mirror_note(target), result.elapsed, result.state)
+    started = time.monotonic()
+    try:
+        return _settle(node, target, result, options)
+    except (KeyboardInterrupt, Terminated) as stop:
+        if not keep_verified:
+            raise
+        raise SettleInterrupted(interrupted_by(stop), result, time.monotonic() - started) from None
+
+
+def _settle(node: Node, target: PodTarget, result: WaitResult, options: ApplyOptions) -> WaitResult:
+    """The verified pod still the same and Ready for ``options.settle`` seconds."""
     seen = node.waiter.settle_view(target)
-    deadline = time.monotonic() + options.settle
+    started = time.monotonic()
+    deadline = started + options.settle
+    show = getattr(node.waiter, "progress", None)        # a verifying waiter's progress line
     while time.monotonic() < deadline:
+        if callable(show):
+            show("verified; pod %s staying Ready, %.1fs of %gs" % (target.mirror_name, time.monotonic() - started,
+                                                                   options.settle))
         time.sleep(min(SETTLE_POLL, max(0.0, deadline - time.monotonic())))
         now = node.waiter.settle_view(target)
         if now is None:
@@ -545,13 +583,23 @@ def _failed(node: Node, target: PodTarget, written: Written, options: ApplyOptio
     except CpctlError as again:
         back = WaitResult(False, again.message)
     if back.verified or isinstance(node.waiter, NoWait):
-        raise CpctlError("new version of %s did not become healthy: %s; ROLLED BACK to the previous version (%s); the "
-                         "failed version is kept as revision %d" % (component, why, back.detail, failed_number),
+        raise CpctlError("new version of %s did not become healthy: %s; ROLLED BACK to the previous version (%s)%s; "
+                         "the failed version is kept as revision %d" % (component, why, back.detail,
+                                                                         companions_back(written), failed_number),
                          ExitCode.ROLLED_BACK)
     raise CpctlError("new version of %s did not become healthy: %s; the previous version was put back but is NOT "
                      "healthy either (%s): both versions are kept (previous: in place and revision %d; failed: "
                      "revision %d); act now" % (component, why, back.detail, number, failed_number),
                      ExitCode.ROLLBACK_FAILED)
+
+
+def companions_back(written: Written) -> str:
+    """", with its companion files (P: previous bytes back; Q: removed, absent before)" ("" without)."""
+    if not written.companions_before:
+        return ""
+    return ", with its companion files (%s)" % "; ".join(
+        "%s: %s" % (c.path, "removed, absent before" if c.data is None else "previous bytes back")
+        for c in written.companions_before)
 
 
 def _restore(node: Node, written: Written, reason: str, options: ApplyOptions) -> int:
@@ -598,7 +646,7 @@ def _put_back_now(node: Node, target: PodTarget, original: Before, written: Writ
         state = "back in place but NOT healthy (%s): act now" % failed.message
     else:
         state = "back in place and %s" % (back.detail if back.verified else "not verified: %s" % back.detail)
-    return Interrupted(signal, what, where="the previous version is %s%s" % (state, kept))
+    return Interrupted(signal, what, where="the previous version is %s%s%s" % (state, companions_back(written), kept))
 
 
 def _baseline(node: Node, target: PodTarget, original: Before) -> Before:

@@ -28,7 +28,7 @@ from cpctl.core import kubeadmconfig as kc
 from cpctl.core.node import Node
 from cpctl.core.replace import text_diff
 from cpctl.errors import CpctlError, ExitCode
-from cpctl.ops.edits import ApplyOptions
+from cpctl.ops.edits import ApplyOptions, InterruptedKept
 from cpctl.probes.kubeapi import ApiError, KubeClient, client_for
 
 PATCH_LIMIT = 1 << 20
@@ -240,6 +240,9 @@ def run(node: Node, keep: Optional[KeepPlan], options: ApplyOptions, change: Cal
     write_config(node, keep)
     try:
         result = change(options)
+    except InterruptedKept:          # the manifest change was verified and stays: so does the kept flag
+        write_patch(node, keep, options.reason)
+        raise
     except CpctlError as exc:
         exc.message += undo_config(node, keep)
         raise

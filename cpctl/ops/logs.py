@@ -70,6 +70,50 @@ def component_logs(node: Node, request: LogRequest, say: Callable[[str], None]) 
     return dict(data, source="crictl", lines=found.lines)
 
 
+def follow(node: Node, request: LogRequest, say: Callable[[str], None], show: Callable[[str], None]) -> None:
+    """``logs -f``: the last ``request.tail`` lines of the newest attempt, then each new line as the
+    container writes it (``crictl logs --follow``), until it exits or the caller is interrupted.
+    Only on this machine and only through crictl: the agent answers a request with one bounded
+    reply, so a stream over SSH (or the API server's ``follow``) is not offered."""
+    import subprocess
+    if node.host.is_remote:
+        raise CpctlError("logs -f follows a log on this machine only: run it on the master", ExitCode.USAGE)
+    target = running_target(node, request.component)
+    container = pick_container(target, request.container)
+    try:
+        found = Diagnosis(node.host, node.crictl).log_lines(target, container, 1)
+    except NoLogs as exc:
+        raise CpctlError("no logs of %s on %s: %s" % (target.mirror_name, node.node_name, exc),
+                         ExitCode.NOT_FOUND) from None
+    except LogsUnavailable as exc:
+        raise CpctlError("cannot follow the log of %s: crictl could not answer (%s); cpctl logs %s without -f "
+                         "asks the API server" % (target.mirror_name, exc, request.component),
+                         ExitCode.ENVIRONMENT) from None
+    say("%s: following container %s (attempt %d) through crictl; Ctrl-C ends"
+        % (target.mirror_name, container, found.attempt))
+    argv = [node.crictl, "logs", "--follow"] + (["--tail", str(request.tail)] if request.tail > 0 else [])
+    proc = subprocess.Popen(argv + [found.container_id], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    assert proc.stdout is not None
+    try:
+        for raw in proc.stdout:
+            show(raw.decode("utf-8", "replace").rstrip("\n"))
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    if proc.returncode:
+        raise CpctlError("crictl logs --follow of %s ended with exit %d" % (target.mirror_name, proc.returncode),
+                         ExitCode.ENVIRONMENT)
+    say("%s: container %s exited (attempt %d); cpctl logs -f %s follows the next one"
+        % (target.mirror_name, container, found.attempt, request.component))
+
+
 def running_target(node: Node, component: str) -> PodTarget:
     """The pod the component's manifest makes the kubelet run; a parked or unknown component has
     none (exit 3), an invalid manifest neither (exit 4, as for every command)."""

@@ -34,7 +34,7 @@ ARGS: Dict[str, List[str]] = {        # the arguments each command needs to get 
     "flags": ["scheduler", "--set", "v=2"], "rollback": ["scheduler"], "revisions": ["scheduler"],
     "logs": ["scheduler"], "certs": [],
     "keeper status": [], "keeper stop": [], "completion": ["bash"],
-    "confirm": ["scheduler"], "revert-unconfirmed": ["scheduler"],
+    "confirm": ["scheduler"], "revert-unconfirmed": ["scheduler"], "version": [],
 }
 
 

@@ -54,6 +54,7 @@ def test_flag_dropped_by_upgrade_reported_kept_one_survives(lab_factory: Any) ->
     lost = [f for f in found if f["kind"] == "lost_change"]
     assert code == 1 and len(lost) == 1, found
     assert lost[0]["lost"] == ["--profiling=false"]
+    assert "cpctl flags kube-scheduler --set profiling=false --keep-in kubeadm-config" in lost[0]["fix"], lost[0]
     assert "kubeadm upgrade v1.30.4 -> v1.31.12" in lost[0]["message"]
 
 
@@ -120,5 +121,7 @@ def test_check_kubeadm_lists_what_the_next_upgrade_drops(lab_factory: Any) -> No
     drops = [f for f in found if f["kind"] == "kubeadm_drops"]
     assert code == 1 and len(drops) == 1 and drops[0]["component"] == "kube-scheduler"
     assert sorted(drops[0]["flags"]) == ["--bind-address=0.0.0.0", "--profiling=false"]
+    assert "--set bind-address=0.0.0.0" in drops[0]["fix"] and "--set profiling=false" in drops[0]["fix"], drops[0]
+    assert drops[0]["fix"].startswith("cpctl flags kube-scheduler --set ") and "NAME" not in drops[0]["fix"]
     upgrade(handle, "--to", "classic")
     assert "--bind-address=127.0.0.1" in command(handle) and "--profiling=false" not in command(handle)

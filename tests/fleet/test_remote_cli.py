@@ -97,6 +97,14 @@ def test_one_master_same_as_local(rig: Rig) -> None:
     text = cli.run("-H", "master", "history", "scheduler").stdout
     assert "== master: ok ==" in text and "stop    kube-scheduler" in text
 
+    # cpctl version: the client's, and what the master answered (issue #39)
+    from cpctl import __version__
+    version = cli.run("-H", "master", "version").stdout
+    assert version.startswith("client: cpctl %s (build " % __version__), version
+    assert "agent: cpctl %s (build " % __version__ in version and ", shipped by this client" in version
+    agent = _one_host(cli.json("-H", "master", "version"))
+    assert agent["agent"] == __version__ and agent["user"] == "root" and agent["python"].startswith("3.")
+
 
 def _other_key_line(rig: Rig) -> str:
     key = os.path.join(rig.tmp, "other_host_key")

@@ -45,6 +45,28 @@ def test_sigterm_while_waiting_puts_the_previous_version_back(lab: Any, tmp_path
     assert [r["action"] for r in _history(lab)] == ["apply", "rollback"]
     wait_for(lambda: is_ready(mirror(lab, "kube-scheduler")), 20, "the old version Ready again")
 
+    # Ctrl-C once the new version was verified, while cpctl watches it stay Ready: it is kept, the
+    # message says what was verified, nothing is asked or undone (issue #39, item 4)
+    good = _with_flag(old, "--v=3")
+    err_path = os.path.join(str(tmp_path), "settle.err")
+    env = dict(os.environ, **lab.env)
+    env.pop("CPCTL_PROBE", None)
+    with open(err_path, "w") as err_file:
+        proc = subprocess.Popen([sys.executable, "-m", "cpctl", "apply", "scheduler", "-f",
+                                 _write(tmp_path, good, "good.yaml"), "--timeout", "120", "--settle", "120"],
+                                env=env, stdout=subprocess.PIPE, stderr=err_file, text=True)
+        try:
+            wait_for(lambda: "staying Ready" in _read(err_path).decode(), 90, "the settle under way")
+        finally:
+            proc.send_signal(signal.SIGINT)
+            out, _ = proc.communicate(timeout=60)
+    err = _read(err_path).decode()
+    assert proc.returncode == 130, out + err
+    assert "apply of kube-scheduler interrupted after verification (" in err and "); kept" in err, err
+    assert "cpctl rollback kube-scheduler undoes it" in err
+    assert _read(_path(lab)) == good
+    assert [r["action"] for r in _history(lab)] == ["apply", "rollback", "apply"]
+
 
 def _invariants(lab: Any, old: bytes, new: bytes) -> str:
     names = sorted(os.listdir(str(lab.manifests_dir())))

@@ -102,10 +102,9 @@ def test_confirmed_change_stays_and_status_shows_the_deadline(lab: Any) -> None:
     confirmed = [r for r in _history(lab) if r["action"] == "confirmed"]
     assert confirmed and confirmed[-1]["reason"] == "looks good"
     assert "reverted" not in _actions(lab)
-    # confirm with nothing armed: a clear error, exit 3
+    # a second confirm: exit 0, "already confirmed", as a start of a running component (issue #39)
     proc = run_cpctl(lab, "confirm", "scheduler")
-    assert proc.returncode == 3 and "has no unconfirmed change" in proc.stderr, proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1
+    assert proc.returncode == 0 and "kube-scheduler: already confirmed (" in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_failing_confirm_check_reverts_at_once(lab: Any) -> None:

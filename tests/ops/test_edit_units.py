@@ -103,8 +103,12 @@ def test_two_word_and_repeated_flags_are_refused() -> None:
 
 
 def test_unset_of_an_absent_flag_changes_nothing() -> None:
-    new, said = edits.flags_version(APISERVER, "kube-apiserver", None, [], ["no-such"])
-    assert new == APISERVER and said == ["--no-such was not set"]
+    new, said = edits.flags_version(APISERVER, "kube-apiserver", None, [], ["audit-log-path"])
+    assert new == APISERVER and said == ["--audit-log-path was not set"]
+    # a name the binary does not know is a typo, not "nothing to do" (issue #39): exit 2
+    with pytest.raises(CpctlError) as err:
+        edits.flags_version(APISERVER, "kube-apiserver", None, [], ["no-such"])
+    assert err.value.code == ExitCode.USAGE and "kube-apiserver has no flag --no-such" in err.value.message
 
 
 def test_assignment_parsing_and_container_choice() -> None:

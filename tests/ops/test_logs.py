@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, Iterator, List, Tuple, Type
 
@@ -83,6 +84,27 @@ def test_crictl_answers_first_in_text_and_json(lab: Any) -> None:
     doc = json.loads(run_cpctl(lab, "logs", "scheduler", "-o", "json", "--tail", "0").stdout)
     assert doc == {"node": node, "component": "kube-scheduler", "pod": "kube-scheduler-%s" % node,
                    "container": "kube-scheduler", "source": "crictl", "previous": False, "lines": everything}
+
+    # -f: the last lines, then the stream until the container exits (issue #39)
+    import sys
+    env = dict(os.environ, **lab.env)
+    follow = subprocess.Popen([sys.executable, "-m", "cpctl", "logs", "-f", "scheduler", "--tail", "2"], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: len(runtime_lines(lab)) >= len(everything), 10, "the log read")
+        time.sleep(1.0)                                   # (the follower is up: its crictl polls every 0.5 s)
+        assert run_cpctl(lab, "stop", "scheduler").returncode == 0
+        out, err = follow.communicate(timeout=60)
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+            follow.communicate()
+    assert follow.returncode == 0, err
+    assert out.splitlines()[:2] == everything[-2:], out
+    assert "following container kube-scheduler (attempt 0) through crictl; Ctrl-C ends" in err
+    assert "container kube-scheduler exited (attempt 0)" in err, err
+    remote = run_cpctl(lab, "-H", "nowhere", "logs", "-f", "scheduler")
+    assert remote.returncode == 2 and "logs -f follows a log on this machine only" in remote.stderr, remote.stderr
 
 
 def test_the_api_answers_when_crictl_is_missing_and_neither_is_one_line(lab: Any) -> None:

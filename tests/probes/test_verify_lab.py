@@ -19,10 +19,11 @@ from tests.coreutil import failure_line
 from tests.labfixture import FAST, kubectl, lab, mirror, wait_for  # noqa: F401
 from tests.labfixture import run_cpctl as cpctl
 
-# the pod's age, then its container's (a mirror pod of etcd or the API server keeps its age across
-# a restart: the container's start time is the proof), its restarts, and who saw it
-POD_COLUMN = re.compile(r" running \(Running, pod \d[\dsmhd]*, container up \d[\dsmhd]*, \d+ restarts?, "
-                        r"via (api|crictl)\)")
+# kubectl's columns: STATUS, RESTARTS, AGE (the pod's); -o wide adds the phase, how long the
+# container is up (a mirror pod of etcd or the API server keeps its age across a restart: the
+# container's start time is the proof) and who saw it
+POD_COLUMN = re.compile(r" present +running +\d+ +\d[\dsmhd]*( |$)")
+WIDE_COLUMNS = re.compile(r" present +running +\d+ +\d[\dsmhd]* +Running +\d[\dsmhd]* +(api|crictl) ")
 
 
 def ok(proc: subprocess.CompletedProcess) -> str:
@@ -189,9 +190,9 @@ def test_status_without_api(lab, tmp_path):
     garbage = tmp_path / "garbage.conf"
     garbage.write_text("{{{ not: yaml: [")
     missing = str(tmp_path / "missing.conf")
-    out = ok(cpctl(lab, "status", KUBECONFIG=missing))
+    out = ok(cpctl(lab, "-o", "wide", "status", KUBECONFIG=missing))
     rows = out.splitlines()[2:]
-    assert len(rows) == 4 and all(POD_COLUMN.search(r) for r in rows), out   # the crictl view
+    assert len(rows) == 4 and all(WIDE_COLUMNS.search(r) and " crictl " in r for r in rows), out   # crictl's view
     token_file = tmp_path / "tokenfile.conf"   # its tokenFile does not exist
     token_file.write_text(Path(lab.kubeconfig).read_text().replace("user: {}", "user: {tokenFile: nope}"))
     assert "tokenFile" in token_file.read_text()
@@ -199,10 +200,11 @@ def test_status_without_api(lab, tmp_path):
         data = json.loads(ok(cpctl(lab, "-o", "json", "status", "scheduler", KUBECONFIG=kubeconfig)))
         (state,) = [c["observed"] for c in data["components"]]
         assert state["source"] == "crictl" and state["present"] and state["ready"], state
-    # neither API nor crictl: the pod column says "unknown (not observed)" rather than guessing
-    out = ok(cpctl(lab, "--crictl", "/nonexistent", "status", KUBECONFIG=missing))
+    # neither API nor crictl: STATUS says "unknown" rather than guessing, VIA "not observed"
+    out = ok(cpctl(lab, "--crictl", "/nonexistent", "-o", "wide", "status", KUBECONFIG=missing))
     rows = out.splitlines()[2:]
-    assert len(rows) == 4 and all(" present  unknown (not observed) " in r for r in rows), out
+    assert len(rows) == 4 and all(r.split()[2:9] == ["present", "unknown", "-", "-", "-", "-", "not"]
+                                  and " not observed " in r for r in rows), out
 
 
 def test_stop_start_scheduler_with_api_unreachable_uses_health(lab, tmp_path):
@@ -235,11 +237,15 @@ def test_status_mirror_pod_column_and_json(lab):
     out = ok(cpctl(lab, "status"))
     header, table_head, *rows = out.splitlines()
     assert header == "node %s  manifests %s" % (lab.node_name(), lab.manifests_dir())
-    assert table_head.split() == ["COMPONENT", "FILE", "STATE", "POD", "SHA256", "DETAIL"]
+    assert table_head.split() == ["COMPONENT", "FILE", "STATE", "STATUS", "RESTARTS", "AGE", "DETAIL"]
     seen = {r.split()[0]: r for r in rows}
     assert set(seen) == {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"}
     for row in seen.values():
-        assert " present " in row and POD_COLUMN.search(row), row
+        assert POD_COLUMN.search(row), row
+    wide = ok(cpctl(lab, "-o", "wide", "status")).splitlines()
+    assert wide[1].split()[:13] == ["COMPONENT", "FILE", "STATE", "STATUS", "RESTARTS", "AGE", "PHASE", "CONTAINER",
+                                    "UP", "VIA", "MIRROR", "POD", "UID"]
+    assert all(WIDE_COLUMNS.search(r) and " api " in r for r in wide[2:]), wide
     data = json.loads(ok(cpctl(lab, "-o", "json", "status")))
     for c in data["components"]:
         state = c["observed"]
@@ -251,7 +257,7 @@ def test_status_mirror_pod_column_and_json(lab):
     ok(cpctl(lab, "stop", "scheduler"))
     out = ok(cpctl(lab, "status", "scheduler"))
     row = out.splitlines()[2]
-    assert row.split()[:4] == ["kube-scheduler", "kube-scheduler.yaml", "parked", "-"], row
+    assert row.split()[:6] == ["kube-scheduler", "kube-scheduler.yaml", "parked", "-", "-", "-"], row
 
 
 def test_health_probe_sees_the_new_pod_after_a_slow_stop(tmp_path):

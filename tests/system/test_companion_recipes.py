@@ -113,6 +113,8 @@ def test_broken_policy_rolls_back_manifest_and_file_together(lab: Any, tmp_path:
                      "%s=%s" % (policy, broken), *FAILING, timeout=180)
     assert proc.returncode == 11, proc.stdout + proc.stderr
     assert "loaded illegal policy with 0 rules" in proc.stderr
+    assert "ROLLED BACK to the previous version (" in proc.stderr
+    assert "with its companion files (%s: previous bytes back)" % policy in proc.stderr, proc.stderr
     assert _read(manifest) == good_manifest and _read(policy) == good_policy
     _healthy(lab)
     history = json.loads(run_cpctl(lab, "-o", "json", "history").stdout)["history"]
@@ -143,6 +145,7 @@ def test_encryption_recipe_with_key_rotation(lab: Any, tmp_path: Any) -> None:
                      "%s/etc/kubernetes/enc/enc-v5.yaml=%s" % (root, bad), "--mount", *FAILING, timeout=180)
     assert proc.returncode == 11, proc.stdout + proc.stderr
     assert "error while parsing file" in proc.stderr
+    assert "enc-v5.yaml: removed, absent before)" in proc.stderr, proc.stderr
     assert not os.path.exists("%s/etc/kubernetes/enc/enc-v5.yaml" % root), "a file that was absent is removed"
     assert _read(os.path.join(str(lab.manifests_dir()), "kube-apiserver.yaml")) == before
 

@@ -149,6 +149,28 @@ def test_install_refuses_a_venv_the_sandbox_hides(tmp_path: Any, capsys: Any, tm
                                        "under /root, which ProtectHome=yes hides from the unit")
 
 
+def test_a_venv_made_from_a_hidden_python_gets_a_hint_that_works(tmp_path: Any, capsys: Any,
+                                                                 monkeypatch: Any) -> None:
+    """A venv under /opt made from a pyenv Python in /root: its python links there. Repeating "python3
+    -m venv /opt/cpctl" with that python3 would be refused again: the hint names a Python the units
+    see (issue #39, item 5)."""
+    home = tmp_path / "root"
+    pyenv = executable(home / ".pyenv" / "versions" / "3.11.7" / "bin" / "python3.11")
+    venv_python = tmp_path / "opt" / "cpctl" / "bin" / "python"
+    venv_python.parent.mkdir(parents=True)
+    venv_python.symlink_to(pyenv)
+    script = executable(tmp_path / "opt" / "cpctl" / "bin" / "cpctl", "#!%s\nimport cpctl\n" % venv_python)
+    monkeypatch.setattr(units, "HIDDEN_FROM_UNITS", {str(home): "ProtectHome=yes"})
+    system = executable(tmp_path / "usr" / "bin" / "python3")
+    monkeypatch.setattr(units, "SYSTEM_PYTHONS", (str(tmp_path / "usr" / "local" / "bin" / "python3"), system))
+    rc = run(["systemd", "install", "--prefix", str(tmp_path / "units"), "--cpctl-path", script])
+    err = capsys.readouterr().err
+    assert rc == 4 and len(err.splitlines()) == 1, err
+    assert "its python %s is a link to %s, which the units cannot see" % (venv_python, pyenv) in err, err
+    assert "make it from %s instead (%s -m venv /opt/cpctl && " % (system, system) in err, err
+    assert "e.g. python3 -m venv /opt/cpctl" not in err, "not the recipe that was just refused"
+
+
 def test_install_refuses_a_symlink_into_a_hidden_dir(tmp_path: Any, capsys: Any, monkeypatch: Any) -> None:
     home = tmp_path / "home"
     target = executable(home / "ops" / "venv" / "bin" / "cpctl")

@@ -127,7 +127,8 @@ def armed_text(text_of: Callable[[Dict[str, object]], str]) -> Callable[[Dict[st
 def confirm(ctx: click.Context, component: Optional[str], everything: bool, reason: Optional[str]) -> None:
     """Keep COMPONENT's change made with --confirm-within: stop its revert timer (history: confirmed).
 
-    Exit 3 when nothing is armed for COMPONENT (confirmed or reverted already: see cpctl history).
+    Exit 0 "already confirmed" when its last change was confirmed before; exit 3 when nothing is armed
+    for COMPONENT otherwise (its change was reverted -- the message says when -- or none was made).
     """
     from cpctl.core import manifests
     from cpctl.ops import confirm as confirm_ops

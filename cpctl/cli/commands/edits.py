@@ -69,7 +69,8 @@ parked_option = click.option(
 
 
 def _options(ctx: click.Context, component: str, timeout: Optional[float], no_rollback: bool, dry_run: bool,
-             reason: Optional[str], keep_revisions: int, settle: float, force: bool, parked: bool = False) -> Any:
+             reason: Optional[str], keep_revisions: int, settle: float, force: bool, parked: bool = False,
+             confirming: bool = False) -> Any:
     from cpctl.core import manifests
     from cpctl.ops.edits import ApplyOptions
     manifests.validate_component_name(component)
@@ -77,7 +78,8 @@ def _options(ctx: click.Context, component: str, timeout: Optional[float], no_ro
     if not parked:        # a parked copy runs nowhere: changing it takes nothing down
         reason = guarded_reason(ctx, "apply", [component], force, reason)
     return ApplyOptions(timeout=timeout, rollback=not no_rollback, dry_run=dry_run, reason=reason,
-                        keep=keep_revisions, settle=settle, force=force, parked=parked)
+                        keep=keep_revisions, settle=settle, force=force, parked=parked,
+                        keep_verified=not confirming)
 
 
 keep_in_option = click.option(
@@ -154,6 +156,7 @@ def _show_diff(text: str) -> None:
 def change_text(data: Dict[str, Any]) -> str:
     lines = ["%s: %s" % (data.get("component"), data.get("message"))]
     lines += ["  %s" % line for line in data.get("flags") or []]
+    lines += ["  %s" % line for line in companion_lines(data)]
     lines += ["  warning: %s" % w for w in data.get("warnings") or []]
     keep = data.get("keep_in") or {}
     if keep:
@@ -164,6 +167,23 @@ def change_text(data: Dict[str, Any]) -> str:
     if keep.get("diff") and data.get("dry_run"):
         lines.append(keep["diff"])
     return "\n".join(lines)
+
+
+def companion_lines(data: Mapping[str, object]) -> List[str]:
+    """One line per companion file a change (or its dry run) writes or removes beside the manifest."""
+    out = []
+    would = "would " if data.get("dry_run") else ""
+    items = data.get("companions")
+    for item in items if isinstance(items, list) else []:
+        if not isinstance(item, Mapping):
+            continue
+        if item.get("checksum") is None:
+            out.append("%s%s %s (absent in that version)" % (would, "remove" if would else "removed", item.get("path")))
+        else:
+            source = " from %s" % item["source"] if item.get("source") else ""
+            out.append("%s%s %s%s (%s bytes, sha256 %s)" % (would, "write" if would else "wrote", item.get("path"),
+                                                          source, item.get("size"), str(item["checksum"])[:12]))
+    return out
 
 
 def _read_new(source: str) -> bytes:
@@ -201,7 +221,8 @@ def apply(ctx: click.Context, component: str, source: str, parked: bool, keep_in
     targets = _keep_targets(keep_in, parked)
     files = _companions(with_files, parked)
     confirm = _confirm(ctx, confirm_within, confirm_check, reason, dry_run, parked)
-    options = _options(ctx, component, timeout, no_rollback, dry_run, reason, keep_revisions, settle, force, parked)
+    options = _options(ctx, component, timeout, no_rollback, dry_run, reason, keep_revisions, settle, force, parked,
+                       confirming=confirm is not None)
     new = _read_new(source)
     where = "stdin" if source == "-" else source
 
@@ -255,7 +276,8 @@ def flags(ctx: click.Context, component: str, sets: Tuple[str, ...], unsets: Tup
     removed = [flagtools.parse_name(u) for u in unsets]
     files = _companions(with_files, parked)
     confirm = _confirm(ctx, confirm_within, confirm_check, reason, dry_run, parked)
-    options = _options(ctx, component, timeout, no_rollback, dry_run, reason, keep_revisions, settle, force, parked)
+    options = _options(ctx, component, timeout, no_rollback, dry_run, reason, keep_revisions, settle, force, parked,
+                       confirming=confirm is not None)
 
     def action(node: Any) -> Dict[str, Any]:
         from cpctl.core.manifests import checksum
@@ -315,7 +337,8 @@ def rollback(ctx: click.Context, component: str, to: Optional[int], timeout: Opt
     """Put a kept revision of COMPONENT's manifest back: an apply of its bytes (verified, rolled back)."""
     from cpctl.ops import edits
     confirm = _confirm(ctx, confirm_within, confirm_check, reason, dry_run)
-    options = _options(ctx, component, timeout, no_rollback, dry_run, reason, keep_revisions, settle, force)
+    options = _options(ctx, component, timeout, no_rollback, dry_run, reason, keep_revisions, settle, force,
+                       confirming=confirm is not None)
 
     def action(node: Any) -> Dict[str, Any]:
         revision, data, expect = edits.rollback_target(node, component, to, force)
@@ -376,6 +399,7 @@ def revisions_text(data: Dict[str, Any]) -> str:
                                                         found["note"])] if found else []
     if not rows:
         return "\n".join(["%s: no revisions kept (%s)" % (data.get("component"), data.get("file"))] + tail)
+    tail += _companions_by_revision(rows, wide())
     if wide():
         return "\n".join([table(["REV", "SAVED AT", "BY", "HOST", "ACTION", "SIZE", "SHA256", "NOTE", "REASON"],
                                 [[row["number"], row["saved_at"], row["saved_by"], row["host"], row["action"],
@@ -383,6 +407,19 @@ def revisions_text(data: Dict[str, Any]) -> str:
     return "\n".join([table(["REV", "SAVED AT", "BY", "ACTION", "SHA256", "NOTE", "REASON"],
                             [[row["number"], row["saved_at"], row["saved_by"], row["action"], row["checksum"][:12],
                               _notes(row), _reason(row)] for row in rows])] + tail)
+
+
+def _companions_by_revision(rows: List[Mapping[str, object]], whole: bool) -> List[str]:
+    """Below the table, the companion files each revision had (``absent``: it did not exist then)."""
+    lines = []
+    for row in rows:
+        items = row.get("companions")
+        for item in items if isinstance(items, list) else []:
+            if isinstance(item, Mapping):
+                checksum = item.get("checksum")
+                lines.append("  %s  %s  %s" % (row["number"], item.get("path"), "absent" if checksum is None else
+                                               (str(checksum) if whole else str(checksum)[:12])))
+    return ["companion files (REV  PATH  SHA256):"] + lines if lines else []
 
 
 def _label(row: Mapping[str, object]) -> str:
@@ -441,7 +478,8 @@ def edit(ctx: click.Context, component: str, yes: bool, editor_timeout: float, p
     targets = _keep_targets(keep_in, parked)
     files = _companions(with_files, parked)
     confirm = _confirm(ctx, confirm_within, confirm_check, reason, dry_run, parked)
-    options = _options(ctx, component, timeout, no_rollback, dry_run, reason, keep_revisions, settle, force, parked)
+    options = _options(ctx, component, timeout, no_rollback, dry_run, reason, keep_revisions, settle, force, parked,
+                       confirming=confirm is not None)
     tty = sys.stdin.isatty()
     if not yes and not dry_run and not tty:
         raise CpctlError("cpctl edit asks before it applies: without a terminal, pass --yes", ExitCode.USAGE)
@@ -455,8 +493,8 @@ def _edit_node(node: "Node", component: str, options: Any, yes: bool, targets: O
                files: Optional[List["Companion"]] = None, rounds: int = EDIT_ROUNDS,
                editor_timeout: float = EDITOR_TIMEOUT) -> Dict[str, Any]:
     """One master's edit: the editor rounds on a private copy, the diff, the question, the apply.
-    The copy is removed only when the edit applied or changed nothing; on every failure (and on
-    "no") it stays and the message says where."""
+    The copy (and its private directory) stays only when the edit did not apply and holds your work
+    (bytes that differ from the manifest): then the message says where; otherwise it is removed."""
     from cpctl.core.manifests import checksum
     from cpctl.errors import Interrupted, Terminated, interrupted_by
     from cpctl.ops import edits
@@ -485,7 +523,12 @@ def _edit_node(node: "Node", component: str, options: Any, yes: bool, targets: O
         for warning in checked.get("warnings") or []:
             note("%s: warning: %s" % (component, warning))
         question = printable("Apply this change to %s on %s?" % (component, node.node_name))
-        if not yes and not click.confirm(question, err=True):
+        try:
+            answer = yes or click.confirm(question, err=True)
+        except click.Abort:            # Ctrl-C or end of input at the question: the same "no"
+            raise Interrupted("SIGINT", "edit of %s: not applied (no answer)" % component,
+                              where="nothing changed") from None
+        if not answer:
             return {"node": node.node_name, "component": name, "changed": False,
                     "message": "not applied; %s" % kept, "copy": path}
         result = keepin.run(node, keep, options, lambda how: edits.replace(
@@ -494,14 +537,40 @@ def _edit_node(node: "Node", component: str, options: Any, yes: bool, targets: O
         done = True
         return result
     except CpctlError as exc:
-        exc.where = (exc.where + "; " if exc.where else "") + kept
+        if _holds_work(path, data) and not _applied(exc):
+            exc.where = (exc.where + "; " if exc.where else "") + kept
+        else:
+            done = True
         raise
     except (KeyboardInterrupt, Terminated) as exc:
-        raise Interrupted(interrupted_by(exc), "edit of %s interrupted" % component, where="nothing changed; " + kept
-                          ) from None
+        if not _holds_work(path, data):
+            done = True
+        raise Interrupted(interrupted_by(exc), "edit of %s interrupted" % component,
+                          where="nothing changed" + ("" if done else "; " + kept)) from None
+    except Exception:
+        if _holds_work(path, data):      # an unexpected failure: still say where the work is
+            note("edit of %s failed: %s" % (component, kept))
+        else:
+            done = True
+        raise
     finally:
         if done:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _holds_work(path: str, data: bytes) -> bool:
+    """The private copy exists and holds something other than the manifest (the person's edit)."""
+    try:
+        with open(path, "rb") as handle:
+            return _strip_marks(handle.read(MAX_NEW_MANIFEST + 1)) != data
+    except OSError:
+        return False
+
+
+def _applied(exc: CpctlError) -> bool:
+    """The failure came after the edit was in place and stays (kept after verification): nothing to redo."""
+    from cpctl.ops.edits import InterruptedKept
+    return isinstance(exc, InterruptedKept)
 
 
 def _copy_path(workdir: str, node_name: str, filename: str) -> str:

@@ -155,7 +155,10 @@ def _where_is(placement: "Placement", verb: str) -> str:
 @click.command()
 @click.argument("components", nargs=-1, required=True)
 @reason_option
-@click.option("--for", "duration", default=None, help="How long it may stay parked (e.g. 30m, 2h).")
+@click.option("--for", "duration", default=None,
+              help="How long it may stay parked (e.g. 30m, 2h): a reminder, nothing starts it by itself - past it "
+                   "cpctl check (and its timer) reports the park as overdue, cpctl check --fix or cpctl start "
+                   "restores it.")
 @wait_option
 @timeout_option
 @dry_run_option
@@ -176,6 +179,11 @@ def stop(ctx: click.Context, components: Tuple[str, ...], reason: Optional[str],
     check_reason(reason)
     change(ctx, "stop", list(components), dry_run, force, reason,
            lambda node, names, why: lifecycle.stop(node, names, why, until, not no_wait, timeout))
+    if until is not None and not dry_run:
+        from cpctl.cli.context import note
+        note("--for %s is a reminder: nothing starts %s by itself at %s; then cpctl check reports it overdue, and "
+             "cpctl check --fix or cpctl start restores it" % (duration, ", ".join(components),
+                                                               time.strftime("%H:%M", time.localtime(until))))
 
 
 @click.command()

@@ -6,12 +6,15 @@ crictl first (it answers while the API server is down), else the API server's ``
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional
 
 import click
 
 from cpctl.cli.context import note
 from cpctl.cli.fanout import execute
+
+if TYPE_CHECKING:
+    from cpctl.ops.logs import LogRequest
 
 
 @click.command()
@@ -22,8 +25,12 @@ from cpctl.cli.fanout import execute
 @click.option("--tail", type=click.IntRange(0), default=50, show_default=True,
               help="Lines from the end of the log (0: all of them).")
 @click.option("-c", "--container", default=None, help="The container (default: the pod's only one).")
+@click.option("-f", "--follow", is_flag=True,
+              help="Then print each new line as it is written, like kubectl logs -f, until the container exits "
+                   "or Ctrl-C (exit 0). This machine only, through crictl.")
 @click.pass_context
-def logs(ctx: click.Context, component: str, previous: bool, tail: int, container: Optional[str]) -> None:
+def logs(ctx: click.Context, component: str, previous: bool, tail: int, container: Optional[str],
+         follow: bool) -> None:
     """Show the log lines of COMPONENT's container (stdout and stderr, in the order written).
 
     From crictl on the node first: its newest sandbox, the newest attempt of the container. When
@@ -38,7 +45,32 @@ def logs(ctx: click.Context, component: str, previous: bool, tail: int, containe
     from cpctl.ops.logs import LogRequest, component_logs
     manifests.validate_component_name(component)
     request = LogRequest(component, tail, previous, container)
+    if follow:
+        _follow(ctx, request)
+        return
     execute(ctx, lambda node: component_logs(node, request, note), logs_text, probe="none")
+
+
+def _follow(ctx: click.Context, request: "LogRequest") -> None:
+    """``logs -f`` on this machine: the lines as they come, each made printable and redacted."""
+    from cpctl.cli.context import clear_progress, printable, state
+    from cpctl.errors import CpctlError, ExitCode, Terminated
+    from cpctl.host.local import LocalHost
+    from cpctl.ops.logs import follow
+    from cpctl.ops.wiring import open_node
+    from cpctl.redaction import redact_text
+    run = state(ctx)
+    if run.remote is not None:
+        raise CpctlError("logs -f follows a log on this machine only: run it on the master (over SSH: cpctl -H "
+                         "HOST logs shows the last lines)", ExitCode.USAGE)
+    if run.output not in ("text", "wide") or request.previous:
+        raise CpctlError("logs -f prints the lines as they come: as text, and of the running attempt (not with "
+                         "-o json/yaml or --previous)", ExitCode.USAGE)
+    node = open_node(run.settings, LocalHost(), probe="none", log=note)
+    try:
+        follow(node, request, note, lambda line: click.echo(redact_text(printable(line, block=True))))
+    except (KeyboardInterrupt, Terminated):
+        clear_progress()
 
 
 def logs_text(data: Dict[str, Any]) -> str:

@@ -51,8 +51,8 @@ def bind(ctx: click.Context, pod: str, node_name: str, namespace: str, wait: boo
     """Be the scheduler: bind a Pending POD to NODE through the pods/binding subresource."""
     from cpctl.core.manifests import validate_component_name
     from cpctl.ops import scheduling
-    for value in (pod, node_name, namespace):
-        validate_component_name(value)
+    for value, what in ((pod, "pod name"), (node_name, "node name"), (namespace, "namespace")):
+        validate_component_name(value, what)
     progress = progress_for(ctx)
 
     def action(node: "Node") -> Bound:

@@ -11,7 +11,7 @@ import os
 import re
 import shutil
 import sys
-from typing import Optional
+from typing import Mapping, Optional, Sequence
 
 import click
 
@@ -146,7 +146,7 @@ GOOD_INSTALL = ("install cpctl where the units can run it, e.g. python3 -m venv 
                 "PIPX_BIN_DIR=/usr/local/bin pipx install <cpctl wheel or source>")
 
 
-def unrunnable(path: str, hidden: Optional[dict] = None) -> Optional[str]:
+def unrunnable(path: str, hidden: Optional[Mapping[str, str]] = None) -> Optional[str]:
     """Why the hardened units could not run ``path`` (None: they can): it must exist, be an
     executable file, and neither it, the file a symlink leads to, nor a script's interpreter
     (its ``#!`` line: a venv's python) may lie where the sandbox hides files."""
@@ -180,6 +180,31 @@ def _interpreter(path: str) -> Optional[str]:
     return words[0] if words and words[0].startswith("/") else None
 
 
+# Pythons a venv the units can run may be made from (the distribution's, a local build's).
+SYSTEM_PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3")
+
+
+def install_hint(path: str, hidden: Optional[Mapping[str, str]] = None, pythons: Optional[Sequence[str]] = None) -> str:
+    """How to install cpctl so the units can run ``path``'s replacement. When the script's own
+    interpreter is what the sandbox hides (a venv made from a pyenv or home-dir Python: the venv's
+    python links there and its standard library stays there), repeating "python3 -m venv" with the
+    same python3 would fail the same way: name a Python the units can see instead."""
+    interpreter = _interpreter(path)
+    target = os.path.realpath(interpreter) if interpreter else ""
+    if not interpreter or target == interpreter or not unrunnable(target, hidden):
+        return GOOD_INSTALL
+    usable = next((p for p in (SYSTEM_PYTHONS if pythons is None else pythons)
+                   if os.path.exists(p) and not unrunnable(p, hidden)), None)
+    made = "its python %s is a link to %s, which the units cannot see" % (interpreter, target)
+    if usable is None:
+        return ("%s: install a Python outside /home, /root and /tmp (apt-get install python3-venv), then make the "
+                "venv from it: /usr/bin/python3 -m venv /opt/cpctl && /opt/cpctl/bin/pip install <cpctl wheel or "
+                "source>, then --cpctl-path /opt/cpctl/bin/cpctl" % made)
+    return ("%s, and a venv made from it would be too: make it from %s instead (%s -m venv /opt/cpctl && "
+            "/opt/cpctl/bin/pip install <cpctl wheel or source>), then --cpctl-path /opt/cpctl/bin/cpctl"
+            % (made, usable, usable))
+
+
 def check_runnable(path: str) -> None:
     """Refuse (exit 4) to write units whose ExecStart the sandbox cannot run: they would fail at
     every timer tick with status 203/EXEC, and nothing else would say why."""
@@ -187,7 +212,7 @@ def check_runnable(path: str) -> None:
     why = unrunnable(path)
     if why:
         raise CpctlError("refusing to install units with ExecStart=%s: %s" % (path, why), ExitCode.REFUSED,
-                         hint=GOOD_INSTALL)
+                         hint=install_hint(path))
 
 
 _cpctl_path_option = click.option("--cpctl-path", default=None, metavar="PATH",

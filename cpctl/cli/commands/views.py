@@ -15,15 +15,75 @@ if TYPE_CHECKING:
 
 @click.command()
 @click.argument("components", nargs=-1)
+@click.option("-w", "--watch", is_flag=True,
+              help="After the table, print a component's row again each time it changes (its file, pod, restarts "
+                   "or last change), like kubectl get -w; Ctrl-C ends it (exit 0). This machine only.")
+@click.option("--interval", type=click.FloatRange(0.2, 3600), default=2.0, show_default=True,
+              help="With -w: seconds between two looks.")
 @click.pass_context
-def status(ctx: click.Context, components: Tuple[str, ...]) -> None:
-    """Show each static pod: running or parked (since, by, why, until), checksum, mirror pod."""
+def status(ctx: click.Context, components: Tuple[str, ...], watch: bool, interval: float) -> None:
+    """Show each static pod: its file (present, parked, invalid), its pod (STATUS, RESTARTS, AGE) and
+    the last change; parked ones since when, by whom, why, until when. -o wide: phase, container
+    up, probe, mirror pod, UID, checksum."""
     from cpctl.core import views
     from cpctl.errors import CpctlError, ExitCode
+    if watch:
+        _watch(ctx, list(components), interval)
+        return
     shown = execute(ctx, lambda node: views.status(node, list(components) or None), status_text)
     broken = [data["unrecovered"] for data in shown if data.get("unrecovered")]
     if broken:   # everything that could be shown was; the exit code says the node needs a hand
         raise CpctlError(broken[0], ExitCode.ENVIRONMENT)
+
+
+def _watch(ctx: click.Context, components: List[str], interval: float) -> None:
+    """``status -w``: the table, then each row again when what it says changes (ages that merely
+    grow are no change), a row that went away as ``gone``; until Ctrl-C or SIGTERM (exit 0)."""
+    import time
+
+    from cpctl.cli.context import clear_progress, note, printable, state
+    from cpctl.core import views
+    from cpctl.errors import CpctlError, ExitCode, Terminated
+    from cpctl.host.local import LocalHost
+    from cpctl.ops.wiring import open_node
+    from cpctl.redaction import redact_text
+    run = state(ctx)
+    if run.remote is not None:
+        raise CpctlError("status -w watches this machine's node; for masters over SSH run cpctl status again "
+                         "(e.g. with watch(1))", ExitCode.USAGE)
+    if run.output not in ("text", "wide"):
+        raise CpctlError("status -w prints table rows: use it with -o text or -o wide", ExitCode.USAGE)
+    seen: Dict[str, Tuple[object, ...]] = {}
+    first = True
+    try:
+        while True:
+            data = views.status(open_node(run.settings, LocalHost(), log=note), components or None)
+            rows = data["components"]
+            lines = status_text(printable(data)).splitlines()
+            now = {str(row["file"]): _watched(row) for row in rows}
+            if first:
+                click.echo(redact_text("\n".join(lines)))
+            elif rows or seen:
+                for row, line in zip(rows, lines[2:]):
+                    if seen.get(str(row["file"])) != now[str(row["file"])]:
+                        click.echo(redact_text(line))
+                for gone in sorted(set(seen) - set(now)):
+                    click.echo("%s  gone" % printable(gone))
+            first, seen = False, now
+            time.sleep(interval)
+    except (KeyboardInterrupt, Terminated):
+        clear_progress()
+
+
+def _watched(row: Mapping[str, object]) -> Tuple[object, ...]:
+    """What a status row says, without the ages that grow by themselves."""
+    pod = row.get("observed")
+    seen = pod if isinstance(pod, Mapping) else {}
+    change = row.get("last_change")
+    last = change if isinstance(change, Mapping) else {}
+    return (row.get("state"), row.get("pod_state"), row.get("checksum"), row.get("error"), row.get("since"),
+            row.get("until"), row.get("overdue"), str(row.get("unconfirmed")), seen.get("uid"), seen.get("phase"),
+            seen.get("restarts"), seen.get("container_started"), last.get("action"), last.get("time"))
 
 
 @click.command()

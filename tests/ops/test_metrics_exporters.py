@@ -51,7 +51,7 @@ class Exporter:
                 return
             except OSError:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError("node_exporter did not come up: %s" % log.read_text())
+                    raise AssertionError("node_exporter did not come up: %s" % log.read_text()) from None
                 time.sleep(0.1)
 
     def scrape(self) -> str:

@@ -22,6 +22,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
@@ -332,6 +333,11 @@ def test_certs_runbook_runs_against_the_lab(lab: LabHandle, cpctl_in: Callable) 
             proc = cpctl_in(["lab", "certs-renew", "--dir", str(lab.dir)])
             assert proc.returncode == 0, proc.stderr
             renewed = True
+            # the API server's minute passes (the lab re-reads a file once its change is a scaled
+            # minute old; its "reloading" verdict inside it: tests/ops/test_certs_lab.py)
+            then = time.time() - 61
+            for name in ("apiserver.crt", "apiserver.key"):
+                os.utime(lab.root_dir() / "etc/kubernetes/pki" / name, (then, then))
         argv = local_argv(command.argv)
         if argv in seen or ("restart" in argv and "--dry-run" not in argv and restarted):
             continue
@@ -343,9 +349,10 @@ def test_certs_runbook_runs_against_the_lab(lab: LabHandle, cpctl_in: Callable) 
         if "--dry-run" in argv:
             assert "nothing changed" in proc.stdout and "etcd" in proc.stdout
         if argv[-1] == "certs":
-            verdicts = re.findall(r"^(etcd|kube-\S+)\s+(current|STALE|unknown)\s", proc.stdout, re.M)
+            verdicts = re.findall(r"^(etcd|kube-\S+)\s+(current|reloading|STALE|unknown)\s", proc.stdout, re.M)
             wanted = "STALE" if renewed and not restarted else "current"
-            assert [v for _, v in verdicts] == [wanted] * 4, proc.stdout
+            # etcd and the API server re-read their certificates: only the other two need the restart
+            assert [v for _, v in verdicts] == ["current", "current", wanted, wanted], proc.stdout
         if argv[:3] == ["-o", "json", "history"]:
             history = json.loads(proc.stdout)["history"]
     assert restarted

@@ -418,12 +418,13 @@ def judge_serving(cat: Catalogue, file_path: str, host: str, port: int,
     age = reply["time"] - cert.mtime if cert.mtime is not None else None
     if reload is not None and reload.reloads and age is not None and age < reload.window:
         return Evidence("serving", cert.name, RELOADING, "reloads by itself, not yet: serves %s on %s, not %s "
-                        "(changed %ds ago; %s re-reads it %s, within %ds)"
+                        "(changed %ds ago; %s re-reads it by itself, %s, within %ds)"
                         % (what, where, cert.name, max(0, int(age)), reload.component, reload.how,
                            int(reload.window)), port)
     late = ""
     if reload is not None and reload.reloads:
-        late = " (%s re-reads it %s, but the file changed %ds ago)" % (reload.component, reload.how, int(age or 0))
+        late = " (%s re-reads it by itself, %s, but the file changed %ds ago)" % (
+            reload.component, reload.how, int(age or 0))
     return Evidence("serving", cert.name, STALE, "serves %s on %s, not %s (valid until %s)%s: restart needed"
                     % (what, where, cert.name, _iso(cert.not_after), late), port)
 
@@ -549,12 +550,11 @@ def restart_plan(node: Node) -> Tuple[List[str], List[LeftAlone]]:
     and every other running control-plane component with why it is left alone (it uses the files,
     re-reads them by itself, or cpctl cannot tell - a restart is never made on a guess)."""
     data = report(node)
-    reasons = {CURRENT: "uses the files on disk, no restart needed",
-               RELOADING: "re-reads its certificates by itself, no restart needed",
-               UNKNOWN: "cpctl cannot tell whether it holds an old certificate, so it is not restarted "
-                        "(cpctl certs shows why; restart it by name if it must be)"}
+    prefix = {RELOADING: "no restart needed: ",
+              UNKNOWN: "cpctl cannot tell, so it does not restart it on a guess (restart it by name if it must "
+                       "be): "}
     left: List[LeftAlone] = [{"component": c["component"], "verdict": c["verdict"],
-                              "why": "%s: %s" % (reasons.get(c["verdict"], c["verdict"]), c["why"])}
+                              "why": prefix.get(c["verdict"], "") + c["why"]}
                              for c in data["components"] if c["verdict"] != STALE]
     return list(data["stale"]), left
 

@@ -175,6 +175,28 @@ def test_renew_then_restart_stale_certs(lab: LabHandle) -> None:
     assert {r["component"] for r in restarts} == set(NEED_RESTART)
 
 
+def test_the_api_server_turns_current_within_its_scaled_minute(lab_factory: Any) -> None:
+    """Done-when, on the lab's clock: with time scaled down 20 times the API server's minute is 3 s;
+    after certs-renew `cpctl certs` shows etcd and the API server current within that window (no
+    file's time is touched), the controller-manager and the scheduler STALE the whole time."""
+    import time
+    lab = lab_factory(masters=1, time_scale=0.05)
+    renew(lab)
+    renewed_at = time.monotonic()
+    seen = []
+    deadline = renewed_at + 120        # a busy machine: the window is 3 s, a certs run takes ~1 s
+    while True:
+        now = verdicts(certs_json(lab))
+        seen.append(now["kube-apiserver"])
+        assert {k: now[k] for k in ("etcd", *NEED_RESTART)} == {"etcd": "current", **dict.fromkeys(NEED_RESTART,
+                                                                                                "STALE")}
+        if now["kube-apiserver"] == "current" or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert seen[-1] == "current", seen
+    assert set(seen) <= {"reloading", "current"}, seen
+
+
 def test_restarting_only_the_scheduler_leaves_the_others_stale(lab: LabHandle) -> None:
     renew(lab)
     proc = run_cpctl(lab, "restart", "scheduler")

@@ -438,7 +438,10 @@ def test_ansible_playbooks_use_the_collection_rolling() -> None:
     assert restart["state"] == "restarted" and restart["reason"] == "{{ cpctl_reason }}"
     play, _ = _tasks(PLAYBOOK)
     assert play["vars"]["cpctl_reason"] == "kubeadm certs renew all"
-    assert play["vars"]["cpctl_components"] == ["etcd", "apiserver", "controller-manager", "scheduler"]
+    # by default the components cpctl certs finds STALE (etcd and the API server re-read theirs)
+    assert play["vars"]["cpctl_components"] == [] and restart.get("component") == "{{ item }}"
+    loop = next(t["loop"] for t in tasks if "cpctl.controlplane.static_pod" in t)
+    assert loop == "{{ cpctl_components or cpctl.certs.stale }}"
     _, tasks = _tasks(ADMISSION)
     flags = tasks[0]["cpctl.controlplane.static_pod_flags"]
     assert flags["component"] == "apiserver" and "enable-admission-plugins" in flags["set"]

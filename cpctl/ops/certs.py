@@ -422,9 +422,9 @@ def judge_serving(cat: Catalogue, file_path: str, host: str, port: int,
                         % (what, where, cert.name, max(0, int(age)), reload.component, reload.how,
                            int(reload.window)), port)
     late = ""
-    if reload is not None and reload.reloads:
+    if reload is not None and reload.reloads and age is not None:
         late = " (%s re-reads it by itself, %s, but the file changed %ds ago)" % (
-            reload.component, reload.how, int(age or 0))
+            reload.component, reload.how, int(age))
     return Evidence("serving", cert.name, STALE, "serves %s on %s, not %s (valid until %s)%s: restart needed"
                     % (what, where, cert.name, _iso(cert.not_after), late), port)
 

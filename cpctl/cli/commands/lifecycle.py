@@ -229,9 +229,9 @@ def restart(ctx: click.Context, components: Tuple[str, ...], stale_certs: bool, 
             dry_run: bool, force: bool, verify: bool) -> None:
     """Stop, wait until gone, start, wait until back and Ready - one component at a time.
 
-    With --stale-certs: on each master, the components `cpctl certs` finds STALE, in kubeadm's
-    order (etcd, apiserver, controller-manager, scheduler), each verified to use the files
-    afterwards; --dry-run shows which.
+    With --stale-certs: on each master, the components `cpctl certs` finds STALE (not those that
+    re-read their certificates by themselves), in kubeadm's order, each verified to use the files
+    afterwards, and why each other one is left running; --dry-run shows which.
     """
     from cpctl.ops import lifecycle
     state(ctx).settings = state(ctx).settings.with_overrides(canary=verify)   # the run's settings, with --verify

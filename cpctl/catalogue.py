@@ -98,6 +98,86 @@ COMPONENTS: Tuple[Component, ...] = (
               "scheduler", (ServingCert("secure-port", "tls-cert-file", 10259),), KUBECONFIG_FLAGS),
 )
 
+class CertReload(NamedTuple):
+    """Whether a running binary picks up a renewed certificate file without a restart.
+
+    ``component`` and ``flag``: the binary and the flag naming the file (a kubeconfig flag: the
+    client certificate in that kubeconfig). ``reloads``: True when the binary re-reads it by itself.
+    ``how``: when. ``window``: seconds after the file changed by which it has certainly re-read it
+    (cpctl's "reloads by itself, not yet" lasts this long; 0 for files it never re-reads).
+    ``since``: the release from which it reloads, where that changed (every release cpctl knows,
+    v1.30 on, reloads what this table says). ``source``: where the upstream code says so."""
+
+    component: str
+    flag: str
+    reloads: bool
+    how: str
+    window: float
+    since: str
+    source: str
+
+
+_DYNAMIC = "k8s.io/apiserver pkg/server/dynamiccertificates"
+_SERVING_HOW = "file watch (fsnotify) plus a re-read every minute"
+_SERVING_SOURCE = _DYNAMIC + " (DynamicCertKeyPairContent, FileRefreshDuration = 1m), pkg/server/options/serving.go"
+_CA_SOURCE = _DYNAMIC + " (DynamicFileCAContent); client-CA reload fixed in kubernetes#90360"
+_ETCD_SERVING_SOURCE = "etcd client/pkg/transport/listener.go (tls.Config.GetCertificate reads the files again)"
+_EMBEDDED_HOW = ("never: the client certificate is embedded in the kubeconfig, read once at start "
+                 "(client-go re-reads only a client-certificate FILE)")
+_EMBEDDED_SOURCE = "client-go transport (cert_rotation.go rotates file-based client certificates only)"
+#: A minute of re-read period plus time for its work queue; a handshake at once, a little slack.
+_MINUTE_WINDOW = 90.0
+_HANDSHAKE_WINDOW = 10.0
+#: client-go re-reads a client-certificate file every CertCallbackRefreshDuration (5 minutes).
+_CLIENT_GO_WINDOW = 330.0
+
+#: Per certificate flag: does the binary reload it (kubeadm certs renew rewrites the file, the CAs
+#: excepted)? ``cpctl certs`` judges a reloading serving certificate by its handshake only, a
+#: reloading client certificate not at all (nothing outside shows it), and a non-reloading one by the
+#: container's start time against the file. Sources: real-node-facts.md, "Which certificates a
+#: running binary reloads".
+CERT_RELOADS: Tuple[CertReload, ...] = (
+    CertReload(ETCD, "cert-file", True, "at each TLS handshake", _HANDSHAKE_WINDOW, "etcd v3.2",
+               _ETCD_SERVING_SOURCE),
+    CertReload(ETCD, "peer-cert-file", True, "at each TLS handshake", _HANDSHAKE_WINDOW, "etcd v3.2",
+               _ETCD_SERVING_SOURCE),
+    CertReload(ETCD, "trusted-ca-file", False, "never: the CA pool is built once at start", 0.0, "",
+               "etcd client/pkg/transport/listener.go (ClientCAs/RootCAs from TrustedCAFile at start)"),
+    CertReload(KUBE_APISERVER, "tls-cert-file", True, _SERVING_HOW, _MINUTE_WINDOW, "v1.17", _SERVING_SOURCE),
+    CertReload(KUBE_APISERVER, "client-ca-file", True, _SERVING_HOW, _MINUTE_WINDOW, "v1.17", _CA_SOURCE),
+    CertReload(KUBE_APISERVER, "requestheader-client-ca-file", True, _SERVING_HOW, _MINUTE_WINDOW, "v1.17",
+               _CA_SOURCE),
+    CertReload(KUBE_APISERVER, "proxy-client-cert-file", True, _SERVING_HOW, _MINUTE_WINDOW, "",
+               "kube-aggregator (NewDynamicServingContentFromFiles for the proxy client certificate)"),
+    CertReload(KUBE_APISERVER, "kubelet-client-certificate", True, "client-go's rotating dialer re-reads it "
+               "(ReloadTLSFiles) every 5 minutes and closes the old connections", _CLIENT_GO_WINDOW, "",
+               "pkg/kubelet/client/kubelet_client.go (ReloadTLSFiles), client-go transport/cert_rotation.go"),
+    CertReload(KUBE_APISERVER, "etcd-certfile", True, "at each new connection to etcd", _HANDSHAKE_WINDOW,
+               "", "etcd client/pkg/transport/listener.go (tls.Config.GetClientCertificate reads the files "
+               "again)"),
+) + tuple(
+    entry for name in (KUBE_CONTROLLER_MANAGER, KUBE_SCHEDULER) for entry in (
+        CertReload(name, "tls-cert-file", True, _SERVING_HOW, _MINUTE_WINDOW, "v1.17", _SERVING_SOURCE),
+        CertReload(name, "client-ca-file", True, _SERVING_HOW, _MINUTE_WINDOW, "v1.17", _CA_SOURCE),
+        CertReload(name, "kubeconfig", False, _EMBEDDED_HOW, 0.0, "", _EMBEDDED_SOURCE),
+        CertReload(name, "authentication-kubeconfig", False, _EMBEDDED_HOW, 0.0, "", _EMBEDDED_SOURCE),
+        CertReload(name, "authorization-kubeconfig", False, _EMBEDDED_HOW, 0.0, "", _EMBEDDED_SOURCE)))
+
+#: A kubeconfig whose client certificate is a FILE (``client-certificate:``, as kubelet.conf names
+#: kubelet-client-current.pem) rather than embedded data: client-go re-reads that file by itself.
+KUBECONFIG_CERT_FILE = CertReload("", "client-certificate", True, "client-go re-reads the file every 5 "
+                                  "minutes (CertCallbackRefreshDuration)", _CLIENT_GO_WINDOW, "",
+                                  "client-go transport/cert_rotation.go")
+
+_RELOADS: Dict[Tuple[str, str], CertReload] = {(r.component, r.flag): r for r in CERT_RELOADS}
+
+
+def cert_reload(component: str, flag: str) -> Optional[CertReload]:
+    """The ``CERT_RELOADS`` row of ``component``'s ``flag``; None for a flag the table does not know
+    (cpctl then assumes the file is read once, at start: a restart too many, never one too few)."""
+    return _RELOADS.get((canonical(component), flag))
+
+
 #: Ports kubeadm's control plane and the node's agents listen on even when no manifest spells them
 #: out (flag defaults): etcd client 2379 and peer 2380, the kubelet 10250, kube-proxy's health 10256,
 #: and every component's health port. A new port of cpctl's own (a second scheduler) avoids them.

@@ -19,15 +19,18 @@ What it simulates
   * API availability follows the static pods: no running kube-apiserver -> the API port refuses
     connections; no etcd quorum -> ``etcdserver: request timed out`` (500) and failing /readyz.
   * Health endpoints at the ports/paths/schemes of each running component's probes. HTTPS ones
-    serve the certificate file the component names (``--tls-cert-file``), as it was when the
-    component STARTED; etcd's client and peer ports answer TLS with ``--cert-file`` and
-    ``--peer-cert-file`` likewise. A component without such a flag (kubeadm's scheduler and
+    serve the certificate file the component names (``--tls-cert-file``), re-read as the binary
+    does: the API server within a minute (scaled) of the file's change; etcd's client and peer
+    ports answer TLS with ``--cert-file`` and ``--peer-cert-file`` read again at each handshake.
+    A component without such a flag (kubeadm's scheduler and
     controller-manager) serves a self-signed certificate made once per lab dir by ``openssl``
     (plain HTTP if openssl is missing).
   * Real certificates (:mod:`cpctl_lab.pki`, ``cryptography``): three CAs shared by every master,
     kubeadm's ``pki/`` leaves, kubeconfigs with embedded client certificates (``kubelet.conf``
     names ``kubelet-client-current.pem``); ``cpctl lab certs-renew`` rewrites them like
-    ``kubeadm certs renew all`` while what runs keeps the old ones until restarted.
+    ``kubeadm certs renew all``: etcd and the API server pick them up by themselves, the
+    controller-manager and the scheduler keep their kubeconfigs' old client certificates until
+    restarted.
   * A scheduler that binds pods only while a kube-scheduler static pod runs and holds its Lease,
     honouring ``spec.schedulerName`` and ``--config`` KubeSchedulerConfiguration profiles;
     leader Leases renewed every ``--lease-renew`` s; a ``crictl`` shim in ``DIR/bin``

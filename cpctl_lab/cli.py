@@ -346,8 +346,9 @@ def snapshot_restore_cmd(snapshot: Path, data_dir: str, name: str, initial_clust
               help="The lab dir [default: the lab $KUBECONFIG points at, else %s]." % control.DEFAULT_DIR)
 @click.option("--node", "nodes", multiple=True, help="Only this master (repeatable) [default: every master].")
 def certs_renew_cmd(directory: Optional[Path], nodes: tuple[str, ...]) -> None:
-    """Renew the certificates like `kubeadm certs renew all` on each master (running components
-    keep the old ones until they restart)."""
+    """Renew the certificates like `kubeadm certs renew all` on each master (etcd and the API
+    server re-read theirs; the controller-manager and the scheduler keep the old ones until they
+    restart)."""
     from . import pki
     directory = (directory or _pointed_lab()).expanduser().resolve()
     roots = sorted(p for p in directory.glob("root-*") if (p / "etc/kubernetes/pki/ca.key").is_file())

@@ -45,11 +45,11 @@ from . import (
     seeds,
 )
 from .apiserver import K8S_VERSION, RESOURCES, Api, ApiHandler, Res
-from .httpserve import LabHTTPServer, free_port, serve
+from .httpserve import LabHTTPServer, TlsSource, free_port, serve
 from .kubelet import Container, Kubelet, Worker, host_path, mounted_host_path
 from .profiles import LabSettings, go_duration
 from .store import ApiError, Obj, Store, now_micro, now_rfc3339, parse_time
-from .timing import Timing
+from .timing import CERT_REREAD, Timing
 
 TEXT = "text/plain; charset=utf-8"
 Answer = tuple[int, str, str]
@@ -950,7 +950,9 @@ class Lab:
                 continue
             host, port, scheme = key
             try:
-                tls = c.tls.get(port, self.tls) if scheme == "HTTPS" else None
+                tls: Optional[TlsSource] = None
+                if scheme == "HTTPS":
+                    tls = c.tls[port].context if port in c.tls else self.tls
                 srv = serve(host, port, HealthHandler, tls=tls, context=(self, node, c, paths))
                 self.health[key] = (srv, c)
             except OSError as exc:
@@ -1069,12 +1071,15 @@ class Lab:
     }
 
     def _serving_contexts(self, kubelet: Kubelet, w: Worker, c: Container,
-                          flags: dict[str, str]) -> dict[int, ssl.SSLContext]:
-        """Port -> the TLS context a starting component serves there: its certificate FILE as it is
-        now (the real binaries load it once at start; a later renewal does not reach them). A
-        component without a certificate flag (scheduler, controller-manager as kubeadm runs them)
-        serves an in-memory self-signed one, the lab's own (``self.tls``)."""
-        out: dict[int, ssl.SSLContext] = {}
+                          flags: dict[str, str]) -> dict[int, pki.ServedCert]:
+        """Port -> the certificate FILE a starting component serves there, re-read as its binary
+        does (real-node-facts.md, "Which certificates a running binary reloads"): etcd at each
+        handshake, the API server (and a scheduler or controller-manager given a --tls-cert-file:
+        the same dynamiccertificates code) within a minute, scaled. A component without a
+        certificate flag (scheduler, controller-manager as kubeadm runs them) serves an in-memory
+        self-signed one, the lab's own (``self.tls``)."""
+        out: dict[int, pki.ServedCert] = {}
+        reread = 0.0 if c.role == "etcd" else self.timing.scaled(CERT_REREAD)
         for port_flag, cert_flag, key_flag in self.SERVING_FLAGS.get(c.role, ()):
             raw = flags.get(port_flag, "")
             port = _port_of(raw)
@@ -1083,14 +1088,12 @@ class Lab:
             cert = host_path(w.pod, c.spec, flags[cert_flag], kubelet.on_node)
             key = host_path(w.pod, c.spec, flags.get(key_flag, ""), kubelet.on_node)
             try:
-                out[port] = pki.server_context(cert, key)
                 ca_flag = {"cert-file": "trusted-ca-file", "peer-cert-file": "peer-trusted-ca-file"}.get(cert_flag)
                 auth_flag = {"cert-file": "client-cert-auth", "peer-cert-file": "peer-client-cert-auth"}.get(cert_flag)
+                client_ca = None
                 if ca_flag and flags.get(auth_flag or "", "false").lower() == "true" and flags.get(ca_flag):
-                    # etcd with --client-cert-auth asks every client for a certificate its CA signed
-                    # (etcd embed/config.go: ClientTLSInfo.ClientCertAuth -> RequireAndVerifyClientCert)
-                    out[port].verify_mode = ssl.CERT_REQUIRED
-                    out[port].load_verify_locations(host_path(w.pod, c.spec, flags[ca_flag], kubelet.on_node))
+                    client_ca = host_path(w.pod, c.spec, flags[ca_flag], kubelet.on_node)
+                out[port] = pki.ServedCert(cert, key, reread, client_ca)
             except (OSError, ValueError) as exc:   # ssl.SSLError is an OSError
                 kubelet.log(f"{w.full_name[1]}: cannot load --{cert_flag} {cert}: {exc}; serving the lab's certificate")
         return out

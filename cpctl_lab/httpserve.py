@@ -15,7 +15,11 @@ import socket
 import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Optional
+from typing import Any, Callable, Optional, Union
+
+#: What a listener serves TLS with: one context, or a function giving the context of each handshake
+#: (a component that re-reads its certificate files: ``pki.ServedCert.context``).
+TlsSource = Union[ssl.SSLContext, Callable[[], ssl.SSLContext]]
 
 
 class LabHTTPServer(ThreadingHTTPServer):
@@ -29,7 +33,7 @@ class LabHTTPServer(ThreadingHTTPServer):
         self,
         addr: tuple[str, int],
         handler: type[BaseHTTPRequestHandler],
-        tls: Optional[ssl.SSLContext] = None,
+        tls: Optional[TlsSource] = None,
         context: Any = None,
     ) -> None:
         # Instance attribute read by TCPServer.__init__: an IPv6 literal needs an AF_INET6 socket.
@@ -46,7 +50,12 @@ class LabHTTPServer(ThreadingHTTPServer):
         sock, addr = self.socket.accept()
         if self.tls is not None:
             # Handshake happens in the handler thread (finish_request), never in the accept loop.
-            sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+            try:
+                ctx = self.tls if isinstance(self.tls, ssl.SSLContext) else self.tls()
+            except OSError:            # the component cannot load its certificate for this handshake
+                sock.close()
+                raise
+            sock = ctx.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
         return sock, addr
 
     def finish_request(self, request: Any, client_address: Any) -> None:
@@ -109,7 +118,7 @@ def serve(
     host: str,
     port: int,
     handler: type[BaseHTTPRequestHandler],
-    tls: Optional[ssl.SSLContext] = None,
+    tls: Optional[TlsSource] = None,
     context: Any = None,
 ) -> LabHTTPServer:
     """Bind and start a server in a daemon thread (raises OSError if the port is taken)."""

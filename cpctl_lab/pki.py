@@ -23,6 +23,7 @@ import ipaddress
 import os
 import ssl
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Union
@@ -325,3 +326,59 @@ def server_context(cert: Union[str, Path], key: Union[str, Path]) -> ssl.SSLCont
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(str(cert), str(key))
     return ctx
+
+
+class ServedCert:
+    """The certificate a component serves on one port, re-read from its files as its binary does.
+
+    ``reread`` None: read once, when the component starts (a renewal never reaches it); 0: read
+    again at each handshake (etcd: ``tls.Config.GetCertificate`` loads the files each time, so a
+    missing or broken pair fails that handshake); N seconds: the API server's dynamiccertificates
+    (file watch plus a re-read every minute), which the lab plays at its slowest: the first
+    handshake at least N seconds after the files last changed serves them, and a pair that does not
+    load (a cert renewed before its key) keeps the old one, as the real controller does.
+    """
+
+    def __init__(self, cert: Union[str, Path], key: Union[str, Path], reread: Optional[float],
+                 client_ca: Optional[Union[str, Path]] = None) -> None:
+        self.cert, self.key, self.reread = Path(cert), Path(key), reread
+        self.client_ca = client_ca
+        self._stamp = self._stat()
+        self._ctx = self._make()
+
+    def _make(self) -> ssl.SSLContext:
+        """A context for the files as they are now; with ``client_ca`` (etcd's --client-cert-auth and
+        --trusted-ca-file) every client must present a certificate that CA signed (etcd
+        embed/config.go: ClientCertAuth -> tls.RequireAndVerifyClientCert)."""
+        ctx = server_context(self.cert, self.key)
+        if self.client_ca is not None:
+            ctx.verify_mode = ssl.CERT_REQUIRED
+            ctx.load_verify_locations(str(self.client_ca))
+        return ctx
+
+    def _stat(self) -> tuple[tuple[int, int, int], ...]:
+        return tuple((st.st_mtime_ns, st.st_size, st.st_ino) for st in (self.cert.stat(), self.key.stat()))
+
+    def context(self) -> ssl.SSLContext:
+        """The TLS context of the next handshake (OSError: this handshake fails)."""
+        if self.reread is None:
+            return self._ctx
+        try:
+            stamp = self._stat()
+        except OSError:
+            if self.reread == 0:
+                raise
+            return self._ctx
+        if stamp == self._stamp:
+            return self._ctx
+        if self.reread > 0 and time.time() - max(s[0] for s in stamp) / 1e9 < self.reread:
+            return self._ctx
+        try:
+            ctx = self._make()
+        except (OSError, ValueError):
+            if self.reread == 0:
+                raise
+            return self._ctx
+        self._ctx, self._stamp = ctx, stamp
+        return ctx
+

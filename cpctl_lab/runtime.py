@@ -142,8 +142,8 @@ class Container:
     #: log's node path, the policy): it appends an audit event for each request it serves.
     audit: Optional[tuple[str, dict[str, Any]]] = None
     logs: list[LogLine] = field(default_factory=list)
-    #: Port -> the TLS server context (ssl.SSLContext) the component loaded from its certificate
-    #: files when it started (cluster.Lab._serving_contexts).
+    #: Port -> the certificate files the component serves there (pki.ServedCert: re-read as its
+    #: binary does, cluster.Lab._serving_contexts).
     tls: dict[int, Any] = field(default_factory=dict)
 
     @property

@@ -46,6 +46,9 @@ BOOT_REAL_MASTER = {"kube-apiserver": 45.0, "etcd": 7.0}
 #: pkg/kubelet/status/status_manager.go). Until then the API shows the old, frozen mirror pod.
 MIRROR_RETRY = 10.0
 STATUS_SYNC = 10.0
+#: The API server re-reads its serving certificate at least every minute (dynamiccertificates'
+#: FileRefreshDuration; its file watch is usually faster): the lab takes the whole minute, scaled.
+CERT_REREAD = 60.0
 #: PID 1 programs that install no SIGTERM handler: the kernel ignores the signal for them.
 IGNORES_SIGTERM = ("sleep", "sh", "bash", "tail")
 

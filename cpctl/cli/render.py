@@ -139,6 +139,8 @@ def outcomes_text(data: dict) -> str:
         waits = [result.get("wait")] + [(result.get(step) or {}).get("wait") for step in ("stop", "start")]
         details = [w["detail"] for w in waits if isinstance(w, dict) and w.get("detail")]
         lines.append(line + "".join(" - %s" % d for d in details))
+    lines += ["%s: not restarted (%s) - %s" % (left["component"], left["verdict"], left["why"])
+              for left in data.get("left") or []]
     return "\n".join(lines)
 
 
@@ -156,6 +158,8 @@ def plan_text(data: dict) -> str:
                 lines.append("     note: %s" % step["note"])
         else:
             lines.append("  %d. %s %s: %s" % (n, step["action"], step["component"], step["note"]))
+    lines += ["  not restarted: %s (%s) - %s" % (left["component"], left["verdict"], left["why"])
+              for left in data.get("left") or []]
     if data.get("diff"):
         lines.append(data["diff"].rstrip("\n"))
     return "\n".join(lines)

@@ -38,9 +38,11 @@ class ByteWriter(Protocol):
 
 
 class PeerCert(TypedDict):
-    """What ``peer_cert`` returns across the agent boundary: the served certificate, DER bytes."""
+    """What ``peer_cert`` returns across the agent boundary: the served certificate, DER bytes, and
+    the node's clock (Unix time) at the handshake, to compare with the file's mtime on that clock."""
 
     der: bytes
+    time: float
 
 
 class Stat(TypedDict):

@@ -841,7 +841,8 @@ def peer_cert(host, port, timeout=3.0, limit=PEER_CERT_LIMIT):
     handshake made here on the node (serving certificates often bind to 127.0.0.1). Nothing is
     verified - the caller compares the bytes with a file - and nothing is sent after the
     handshake. ``timeout`` bounds connect and handshake together; every failure (refused, timed
-    out, not TLS, no certificate, larger than ``limit``) is an ``OSError`` with cpctl's own words."""
+    out, not TLS, no certificate, larger than ``limit``) is an ``OSError`` with cpctl's own words.
+    ``time``: this node's clock when the handshake was made (its files' mtimes are on that clock)."""
     import socket
     import ssl
     deadline = time.monotonic() + timeout
@@ -863,7 +864,7 @@ def peer_cert(host, port, timeout=3.0, limit=PEER_CERT_LIMIT):
         raise OSError(errno.EPROTO, "the server presented no certificate")
     if len(der) > limit:
         raise OSError(errno.EFBIG, "certificate of %d bytes is over the limit of %d bytes" % (len(der), limit))
-    return {"der": der}
+    return {"der": der, "time": time.time()}
 
 
 def _printable(text):

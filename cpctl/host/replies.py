@@ -191,6 +191,15 @@ def _http(result: object, args: Mapping[str, object]) -> None:
     _bytes(result.get("body"), "body", limit if isinstance(limit, int) else hostops.HTTP_BODY_LIMIT)
 
 
+def _peer_cert(result: object, args: Mapping[str, object]) -> None:
+    if not isinstance(result, dict):
+        raise _Shape("peer_cert is not an object")
+    _bytes(result.get("der"), "der", hostops.PEER_CERT_LIMIT)
+    stamp = result.get("time")
+    if isinstance(stamp, bool) or not isinstance(stamp, (int, float)) or stamp != stamp:
+        raise _Shape("time is not a number")
+
+
 def _info(result: object, args: Mapping[str, object]) -> None:
     if not isinstance(result, dict):
         raise _Shape("info is not an object")
@@ -221,8 +230,8 @@ def _reset(result: object, args: Mapping[str, object]) -> None:
 # The results cpctl uses; the other ops (writes, locks) answer null, and cpctl never reads it.
 RESULTS: Dict[str, Callable[[object, Mapping[str, object]], None]] = {
     "lstat": _lstat, "listdir": _listdir, "scan_dir": _scan_dir, "read_file": _read, "read_tail": _read,
-    "move": _move, "unlink": _unlink, "run": _run, "http": _http, "info": _info, "batch": _batch,
-    "reset": _reset,
+    "move": _move, "unlink": _unlink, "run": _run, "http": _http, "peer_cert": _peer_cert, "info": _info,
+    "batch": _batch, "reset": _reset,
 }
 
 

@@ -4,18 +4,26 @@ After ``kubeadm certs renew`` the files are new, but a running process keeps wha
 it started (kubernetes/kubeadm#2306, #1784, #2409). ``kubeadm certs check-expiration`` reads the
 files only; this module also asks the running components:
 
+Not every binary needs a restart: which one re-reads which file by itself is the catalogue's
+``CERT_RELOADS`` table (etcd at each handshake, the API server within a minute, the
+controller-manager and scheduler never for the certificates embedded in their kubeconfigs).
+
 * a **serving** certificate (API server ``--tls-cert-file`` on ``--secure-port``, etcd
   ``--cert-file`` on its client URL and ``--peer-cert-file`` on its peer URL, scheduler and
   controller-manager when they name a ``--tls-cert-file``) is compared byte for byte with the leaf
-  a TLS handshake made on the node itself returns (``Host.peer_cert``);
-* a **client** certificate (``--etcd-certfile``, ``--kubelet-client-certificate``,
-  ``--proxy-client-cert-file``, the kubeconfigs ``--kubeconfig`` and friends name) cannot be seen
-  from outside: a container that started before the file last changed still holds the old one,
-  so its start time (crictl, else the mirror pod's ``containerStatuses[].state.running.startedAt``)
-  is compared with the file's modification time (and, for a kubeconfig naming a certificate file,
-  that file's).
+  a TLS handshake made on the node itself returns (``Host.peer_cert``); a binary that reloads it
+  and still serves the old one while the file changed less than its reload window ago (by the
+  node's clock at the handshake) "reloads by itself, not yet";
+* a **client** certificate the binary reloads (``--etcd-certfile``, ``--kubelet-client-certificate``,
+  ``--proxy-client-cert-file``, a kubeconfig naming a certificate FILE) is not judged: nothing
+  outside shows it, and the binary picks up the new file by itself;
+* a **client** certificate it does not reload (the one embedded in the kubeconfigs ``--kubeconfig``
+  and friends name) cannot be seen from outside either: a container that started before the file
+  last changed still holds the old one, so its start time (crictl, else the mirror pod's
+  ``containerStatuses[].state.running.startedAt``) is compared with the file's modification time.
 
-Verdict per component: ``current``, ``STALE`` (restart needed), or ``unknown`` with the reason.
+Verdict per component: ``current``, ``reloading`` (reloads by itself, not yet: no restart),
+``STALE`` (restart needed), or ``unknown`` with the reason.
 Everything read from a master is untrusted: files are read with a size limit, certificates parsed
 with ``cryptography`` on this side (the agent only returns bytes), and any parse error is a
 verdict of its own, never a traceback.
@@ -50,6 +58,11 @@ START_TIMEOUT = 5.0
 PKI_FILES = catalogue.PKI_CERTS
 KUBECONFIGS = catalogue.KUBECONFIGS
 CURRENT, STALE, UNKNOWN = "current", "STALE", "unknown"
+#: A component (or serving evidence) that still serves the old certificate but re-reads the file by
+#: itself and the file changed less than its reload window ago: no restart needed.
+RELOADING = "reloading"
+#: Evidence only: a client certificate the binary re-reads by itself (nothing to judge).
+RELOADS = "reloads"
 _PEM_CERT = re.compile(rb"-----BEGIN CERTIFICATE-----\r?\n(.{1,200000}?)-----END CERTIFICATE-----", re.S)
 
 
@@ -89,6 +102,14 @@ class Report(TypedDict):
     certificates: List[CertData]
     components: List[ComponentData]
     stale: List[str]
+
+
+class LeftAlone(TypedDict):
+    """``restart --stale-certs``: a component it does not restart, and why."""
+
+    component: str
+    verdict: str
+    why: str
 
 
 #: A container of a pod manifest, as parsed from YAML.
@@ -300,7 +321,8 @@ class ComponentCerts:
     evidence: List[Evidence] = field(default_factory=list)
 
     def decide(self) -> None:
-        """STALE if any evidence is; unknown if any is (and none is STALE); else current."""
+        """STALE if any evidence is; unknown if any is (and none is STALE); reloading if any
+        serving certificate is still the old one inside its reload window; else current."""
         verdicts = [e.verdict for e in self.evidence]
         if STALE in verdicts:
             self.verdict = STALE
@@ -311,8 +333,13 @@ class ComponentCerts:
         elif UNKNOWN in verdicts:
             self.verdict = UNKNOWN
             self.why = "; ".join(e.detail for e in self.evidence if e.verdict == UNKNOWN)
+        elif RELOADING in verdicts:
+            self.verdict = RELOADING
+            self.why = "; ".join(e.detail for e in self.evidence if e.verdict == RELOADING)
         else:
-            self.verdict, self.why = CURRENT, "uses the files on disk"
+            reloaded = [e.file for e in self.evidence if e.verdict == RELOADS]
+            self.verdict = CURRENT
+            self.why = "uses the files on disk" + ("; re-reads %s by itself" % ", ".join(reloaded) if reloaded else "")
 
     def to_dict(self) -> ComponentData:
         return {"component": self.component, "verdict": self.verdict, "why": self.why,
@@ -368,24 +395,47 @@ def container_started(node: Node, component: str) -> Tuple[Optional[float], str]
     return None, "; ".join(reasons) or "no probe can tell its start time"
 
 
-def judge_serving(cat: Catalogue, file_path: str, host: str, port: int) -> Evidence:
-    """Compare the leaf served on ``host``:``port`` with the certificate file."""
+def judge_serving(cat: Catalogue, file_path: str, host: str, port: int,
+                  reload: Optional[catalogue.CertReload] = None) -> Evidence:
+    """Compare the leaf served on ``host``:``port`` with the certificate file. ``reload``: the
+    catalogue's row for the flag naming it; a binary that re-reads the file by itself and serves the
+    old certificate less than its window after the file changed (the node's clock at the handshake
+    against the file's mtime) is RELOADING, not STALE."""
     cert = cat.file_cert(os.path.relpath(file_path, cat.kube_dir), file_path)
     where = "%s:%d" % (host, port)
     if cert.error or not cert.der:
         return Evidence("serving", cert.name, UNKNOWN, "%s: %s" % (cert.name, cert.error or "unreadable"), port)
     try:
-        served = cat.node.host.peer_cert(host, port, HANDSHAKE_TIMEOUT)["der"]
+        reply = cat.node.host.peer_cert(host, port, HANDSHAKE_TIMEOUT)
     except OSError as exc:
         return Evidence("serving", cert.name, UNKNOWN, "no TLS answer on %s: %s" % (where, exc.strerror or exc),
                         port)
-    if served == cert.der:
+    if reply["der"] == cert.der:
         return Evidence("serving", cert.name, CURRENT, "serves %s on %s" % (cert.name, where), port)
     old = Cert("served", where)
-    describe(old, served)
+    describe(old, reply["der"])
     what = old.error or "a certificate valid until %s" % _iso(old.not_after)
-    return Evidence("serving", cert.name, STALE, "serves %s on %s, not %s (valid until %s): restart needed"
-                    % (what, where, cert.name, _iso(cert.not_after)), port)
+    age = reply["time"] - cert.mtime if cert.mtime is not None else None
+    if reload is not None and reload.reloads and age is not None and age < reload.window:
+        return Evidence("serving", cert.name, RELOADING, "reloads by itself, not yet: serves %s on %s, not %s "
+                        "(changed %ds ago; %s re-reads it by itself, %s, within %ds)"
+                        % (what, where, cert.name, max(0, int(age)), reload.component, reload.how,
+                           int(reload.window)), port)
+    late = ""
+    if reload is not None and reload.reloads and age is not None:
+        late = " (%s re-reads it by itself, %s, but the file changed %ds ago)" % (
+            reload.component, reload.how, int(age))
+    return Evidence("serving", cert.name, STALE, "serves %s on %s, not %s (valid until %s)%s: restart needed"
+                    % (what, where, cert.name, _iso(cert.not_after), late), port)
+
+
+def judge_reloaded(cert: Cert, reload: catalogue.CertReload) -> Evidence:
+    """A client certificate the binary re-reads by itself: nothing to judge (nothing outside shows
+    it), but said, so the report tells why its start time does not matter."""
+    if cert.error:
+        return Evidence("client", cert.name, UNKNOWN, "%s: %s" % (cert.name, cert.error))
+    return Evidence("client", cert.name, RELOADS, "%s re-reads %s by itself (%s): no restart needed"
+                    % (reload.component or "client-go", cert.name, reload.how))
 
 
 def judge_client(comp: ComponentCerts, cert: Cert) -> Evidence:
@@ -401,7 +451,7 @@ def judge_client(comp: ComponentCerts, cert: Cert) -> Evidence:
                     % (_iso(comp.started), cert.name, _iso(cert.mtime)))
 
 
-Endpoint = Tuple[str, str, int]     # (certificate file on the node, host, port)
+Endpoint = Tuple[str, str, int, str]     # (certificate file on the node, host, port, the flag naming it)
 
 
 def _container(manifest: Manifest) -> Optional[Container]:
@@ -427,7 +477,8 @@ def serving_endpoints(manifest: Manifest, root: str = "/") -> List[Endpoint]:
         if serving.cert_flag in flags:
             host, port = _endpoint(flags.get(serving.port_flag, ""), serving.default_port, flags, container)
             path = flags[serving.cert_flag]
-            found.append((under_root(root, host_path_of(manifest.pod or {}, container, path) or path), host, port))
+            found.append((under_root(root, host_path_of(manifest.pod or {}, container, path) or path), host, port,
+                          serving.cert_flag))
     return found
 
 
@@ -441,8 +492,10 @@ def judge_component(cat: Catalogue, manifest: Manifest, endpoints: List[Endpoint
         comp.decide()
         return comp
     flags = _flag_values(container)
-    comp.evidence += [judge_serving(cat, path, host, port) for path, host, port in endpoints]
-    clients = []
+    comp.evidence += [judge_serving(cat, path, host, port, catalogue.cert_reload(name, flag))
+                      for path, host, port, flag in endpoints]
+    clients: List[Cert] = []
+    reloaded: Dict[str, Evidence] = {}
     entry = catalogue.get(name)
     for flag in entry.client_certs if entry else ():
         if flag not in flags:
@@ -450,13 +503,16 @@ def judge_component(cat: Catalogue, manifest: Manifest, endpoints: List[Endpoint
         path = under_root(cat.node.node_root, host_path_of(manifest.pod or {}, container, flags[flag]) or flags[flag])
         rel = os.path.relpath(path, cat.kube_dir)
         cert = cat.kubeconfig_cert(rel, path) if flag in catalogue.KUBECONFIG_FLAGS else cat.file_cert(rel, path)
-        if cert not in clients:
+        reload = catalogue.KUBECONFIG_CERT_FILE if cert.embedded is False else catalogue.cert_reload(name, flag)
+        if reload is not None and reload.reloads:
+            reloaded.setdefault(cert.path, judge_reloaded(cert, reload))
+        elif cert not in clients:
             clients.append(cert)
     if any(c.mtime is not None for c in clients):     # no file on disk: no start time to compare with
         comp.started, comp.started_source = container_started(cat.node, name)
     elif not clients:
-        comp.started_source = "not needed: no client certificate file; judged by the certificate it serves"
-    comp.evidence += [judge_client(comp, cert) for cert in clients]
+        comp.started_source = "not needed: no client certificate file it reads once; judged by what it serves"
+    comp.evidence += [judge_client(comp, cert) for cert in clients] + list(reloaded.values())
     comp.decide()
     return comp
 
@@ -471,7 +527,7 @@ def report(node: Node) -> Report:
         scan = node.scan()
     found = [(m, serving_endpoints(m, node.node_root)) for m in _control_plane(scan)]
     handshakes = [("peer_cert", {"host": host, "port": port, "timeout": HANDSHAKE_TIMEOUT})
-                  for _, endpoints in found for _, host, port in endpoints]
+                  for _, endpoints in found for _, host, port, _ in endpoints]
     with node.host.prefetched(handshakes):
         comps = [judge_component(cat, m, endpoints) for m, endpoints in found]
     return {"node": node.node_name, "kube_dir": cat.kube_dir,
@@ -488,7 +544,21 @@ def _control_plane(scan: DirScan) -> List[Manifest]:
 
 def stale_components(node: Node) -> List[str]:
     """The components whose verdict is STALE on ``node`` (for ``restart --stale-certs``)."""
-    return list(report(node)["stale"])
+    return restart_plan(node)[0]
+
+
+def restart_plan(node: Node) -> Tuple[List[str], List[LeftAlone]]:
+    """``restart --stale-certs`` on ``node``: the STALE components (to restart, kubeadm's order)
+    and every other running control-plane component with why it is left alone (it uses the files,
+    re-reads them by itself, or cpctl cannot tell - a restart is never made on a guess)."""
+    data = report(node)
+    prefix = {RELOADING: "no restart needed: ",
+              UNKNOWN: "cpctl cannot tell, so it does not restart it on a guess (restart it by name if it must "
+                       "be): "}
+    left: List[LeftAlone] = [{"component": c["component"], "verdict": c["verdict"],
+                              "why": prefix.get(c["verdict"], "") + c["why"]}
+                             for c in data["components"] if c["verdict"] != STALE]
+    return list(data["stale"]), left
 
 
 def restart_stale(node: Node, names: List[str], reason: Optional[str], timeout: float) -> List[Outcome]:

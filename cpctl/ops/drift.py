@@ -156,6 +156,10 @@ class Report:
         self.components: Dict[str, float] = {}     # component -> seconds parked (0 when not parked)
         self.missing: Set[str] = set()      # components whose baselined manifest is neither present nor parked
         self.certs: Optional[CertsReport] = None   # cpctl certs' report, when the check looked at certificates
+        self.parked_since: Dict[str, float] = {}    # component -> Unix time it was parked (when known)
+        self.parked_until: Dict[str, float] = {}    # component -> Unix time its --for deadline ends
+        #: (component, manifest file, Unix time the node reverts it) of each change awaiting cpctl confirm
+        self.unconfirmed: List[Tuple[str, str, float]] = []
 
     def add(self, finding: Finding) -> None:
         self.findings.append(finding)
@@ -542,6 +546,10 @@ def _check_unconfirmed(report: Report, node: Node) -> None:
         report.add(Finding("unconfirmed", WARNING, exc.message))
         return
     for arm in arms:
+        try:
+            report.unconfirmed.append((arm.component, arm.file, arm.deadline_epoch()))
+        except (TypeError, ValueError):     # a deadline that is no time: the finding still names it
+            pass
         report.add(Finding("unconfirmed", INFO, "%s: unconfirmed, reverts at %s (%s by %s)" % (
             arm.component, arm.deadline, arm.action, arm.by), file=arm.file, component=arm.component,
             deadline=arm.deadline))
@@ -573,6 +581,8 @@ def _check_parked(report: Report, parked: Mapping[str, Mapping[str, object]], no
         who = "parked %s by %s%s" % (meta.get("parked_at", "at an unknown time"), meta.get("parked_by", "?"),
                                      ": %s" % meta["reason"] if meta.get("reason") else "")
         until = meta.get("until")
+        if until:
+            report.parked_until[component] = parse_iso(until)
         if until and parse_iso(until) < now:
             report.add(Finding("overdue_park", CRITICAL, "%s is past its deadline %s (%s)" % (component, until, who),
                                file=filename, component=component, deadline=True))
@@ -717,6 +727,8 @@ def _inventory(report: Report, scan: DirScan, parked: Mapping[str, Mapping[str, 
         since = _parked_since(meta)
         component = _text(meta.get("component")) or manifests.file_stem(filename)
         report.components[component] = max(now - since, 1e-3) if since is not None else 1e-3
+        if since is not None:
+            report.parked_since[component] = since
     report.missing = {f.component or manifests.file_stem(f.file or "") for f in report.of_kind("missing")}
 
 

@@ -8,12 +8,13 @@ the whole file with a parse error, and alerts on ``cpctl_check_success`` would f
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, AbstractSet, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Tuple
 
 from cpctl.host.base import Host
 
 if TYPE_CHECKING:
     from cpctl.ops.certs import Report as CertsReport
+    from cpctl.ops.drift import Report
 
 #: One sample of a family: (labels, value).
 Sample = Tuple[Dict[str, str], float]
@@ -39,49 +40,70 @@ def format_value(value: float) -> str:
     return repr(float(value))
 
 
-def family(name: str, help_text: str, kind: str, samples: Iterable[Sample]) -> str:
-    """One metric family: # HELP, # TYPE and its samples, sorted by labels for stable diffs."""
+def family(name: str, help_text: str, kind: str, samples: Iterable[Sample],
+           merge: Callable[[float, float], float] = max) -> str:
+    """One metric family: # HELP, # TYPE and its samples, sorted by labels for stable diffs; "" when
+    it has no sample. ONE sample per label set, always: two with the same labels (a component
+    defined by two manifests, the very case ``check`` exists to catch) would make node_exporter drop
+    the whole file ("was collected before with the same name and label values"), so they are merged
+    (``merge``: the larger value by default - 1 wins over 0, the later time over the earlier)."""
+    merged: Dict[Tuple[Tuple[str, str], ...], float] = {}
+    for labels, value in samples:
+        key = tuple(sorted((k, str(v)) for k, v in labels.items()))
+        merged[key] = merge(merged[key], value) if key in merged else value
+    if not merged:
+        return ""
     lines = ["# HELP %s %s" % (name, escape_help(help_text)), "# TYPE %s %s" % (name, kind)]
-    for labels, value in sorted(samples, key=lambda s: sorted(s[0].items())):
-        label_text = ",".join('%s="%s"' % (k, escape_label(str(v))) for k, v in sorted(labels.items()))
+    for key, value in sorted(merged.items()):
+        label_text = ",".join('%s="%s"' % (k, escape_label(v)) for k, v in key)
         lines.append("%s%s %s" % (name, "{%s}" % label_text if label_text else "", format_value(value)))
     return "\n".join(lines) + "\n"
 
 
-def check_metrics(success: bool, now: float, counts: Optional[Mapping[str, int]] = None,
-                  components: Optional[Mapping[str, float]] = None, missing: Optional[AbstractSet[str]] = None,
-                  certs: "Optional[CertsReport]" = None) -> str:
-    """All cpctl check metrics; ``counts``/``components``/``missing`` are absent when the check failed,
-    ``certs`` (``cpctl certs``' report of the node) when it did not look at certificates.
+def check_metrics(now: float, report: "Optional[Report]") -> str:
+    """All cpctl check metrics. ``report``: the check's findings, None when the check failed: then
+    only ``cpctl_check_success 0`` and the run's time are written - no counts at all, rather than
+    zeros that would clear every drift alert while the check is broken.
 
     A component is in one of three states: its manifest in the manifests dir, parked by cpctl, or
     missing (in the baseline, neither present nor parked): ``cpctl_component_parked`` and
     ``cpctl_component_missing`` tell them apart (0 in both: the manifest is in place, which says
-    nothing about its pod)."""
-    from cpctl.ops.drift import KINDS
-    counts = counts if counts is not None else dict.fromkeys(KINDS, 0)
-    components = components or {}
-    missing = missing or frozenset()
+    nothing about its pod). Times are Unix timestamps (``..._timestamp_seconds``, as node_exporter's
+    ``node_boot_time_seconds``), never ages: an age is stale the moment the file is written, a
+    timestamp lets an alert compare it with ``time()``."""
     parts = [
+        family("cpctl_last_check_timestamp_seconds", "Unix time of the last cpctl check run.", "gauge",
+               [({}, round(now, 3))]),
+        family("cpctl_check_success", "1 when the last cpctl check could run (drift or not), 0 when it failed "
+               "(then no other cpctl series is written).", "gauge", [({}, 1 if report is not None else 0)]),
+    ]
+    if report is None:
+        return "".join(parts)
+    from cpctl.ops.drift import KINDS
+    counts = report.counts()
+    components = report.components
+    parts += [
         family("cpctl_drift_findings", "Findings of the last cpctl check, by kind (info kinds included).",
                "gauge", [({"kind": k}, counts.get(k, 0)) for k in KINDS]),
         family("cpctl_component_parked", "1 when the static pod's manifest is parked by cpctl, else 0.",
                "gauge", [({"component": c}, 1 if s > 0 else 0) for c, s in components.items()]),
         family("cpctl_component_missing", "1 when the static pod's manifest is in the baseline but neither in the "
                "manifests dir nor parked (it vanished), else 0.",
-               "gauge", [({"component": c}, 1 if c in missing else 0) for c in components]),
-        family("cpctl_component_parked_seconds", "Seconds since the component was parked (0 when not parked: its "
-               "manifest in place, or missing - see cpctl_component_missing).",
-               "gauge", [({"component": c}, round(s, 3)) for c, s in components.items()]),
+               "gauge", [({"component": c}, 1 if c in report.missing else 0) for c in components]),
+        family("cpctl_component_parked_since_timestamp_seconds", "Unix time the component was parked by cpctl "
+               "(only parked components).", "gauge",
+               [({"component": c}, round(t, 3)) for c, t in report.parked_since.items()]),
+        family("cpctl_component_parked_until_timestamp_seconds", "Unix time a parked component's --for deadline "
+               "ends (only components parked with --for).", "gauge",
+               [({"component": c}, round(t, 3)) for c, t in report.parked_until.items()]),
+        family("cpctl_change_unconfirmed_deadline_timestamp_seconds", "Unix time the node reverts a change made "
+               "with --confirm-within unless cpctl confirm keeps it (one series per change awaiting it).", "gauge",
+               [({"component": c, "file": f}, round(t, 3)) for c, f, t in report.unconfirmed]),
         family("cpctl_cert_not_after_seconds", "Unix time a kubeadm certificate (file, kubeconfig) expires.",
-               "gauge", _cert_samples(certs)),
+               "gauge", _cert_samples(report.certs), merge=min),
         family("cpctl_component_cert_stale", "1 when the running component still uses an old certificate "
-               "(restart it), 0 when it uses the files on disk; absent when that is unknown.",
-               "gauge", _stale_samples(certs)),
-        family("cpctl_last_check_timestamp_seconds", "Unix time of the last cpctl check run.", "gauge",
-               [({}, round(now, 3))]),
-        family("cpctl_check_success", "1 when the last cpctl check could run (drift or not), 0 when it failed.",
-               "gauge", [({}, 1 if success else 0)]),
+               "(restart it), 0 when it uses the files on disk or re-reads them by itself; absent when that is "
+               "unknown.", "gauge", _stale_samples(report.certs)),
     ]
     return "".join(parts)
 
@@ -102,11 +124,13 @@ def _cert_samples(certs: "Optional[CertsReport]") -> List[Sample]:
 
 
 def _stale_samples(certs: "Optional[CertsReport]") -> List[Sample]:
-    """(labels, 1/0) of each component whose verdict is known."""
+    """(labels, 1/0) of each component whose verdict is known (a component defined twice: one
+    series, 1 when either is STALE - ``family`` merges them)."""
+    from cpctl.ops.certs import CURRENT, RELOADING, STALE
     if not certs:
         return []
-    return [({"node": certs["node"], "component": c["component"]}, 1 if c["verdict"] == "STALE" else 0)
-            for c in certs["components"] if c["verdict"] in ("STALE", "current")]
+    return [({"node": certs["node"], "component": c["component"]}, 1 if c["verdict"] == STALE else 0)
+            for c in certs["components"] if c["verdict"] in (STALE, CURRENT, RELOADING)]
 
 
 def write_textfile(host: Host, path: str, text: str) -> None:

@@ -1,12 +1,14 @@
-"""``cpctl certs`` and ``restart --stale-certs`` against the lab's real certificates (issue 26).
+"""``cpctl certs`` and ``restart --stale-certs`` against the lab's real certificates (issues 26, 36).
 
-The lab makes a real CA and kubeadm's certificates at ``lab up``; its components serve TLS with the
-certificate file as it was when they started, and ``cpctl lab certs-renew`` rewrites the files like
-``kubeadm certs renew all``. So: after a renewal every component is STALE; ``restart --stale-certs``
-restarts exactly those and then every verdict is current; restarting only the scheduler leaves
-the others STALE; an expired certificate, one from another CA, a garbage file, a kubeconfig with
-an embedded and one with a file-referenced certificate, a component that does not answer TLS:
-each a clear verdict, never a traceback.
+The lab makes a real CA and kubeadm's certificates at ``lab up``; ``cpctl lab certs-renew`` rewrites
+the files like ``kubeadm certs renew all``, and its components re-read them as the real binaries do
+(real-node-facts.md; the catalogue's ``CERT_RELOADS``): etcd at each handshake, the API server within
+a (scaled) minute, the controller-manager and the scheduler never (their kubeconfigs embed the client
+certificate). So after a renewal etcd is current, the API server "reloads by itself, not yet" and then
+current, the controller-manager and the scheduler STALE; ``restart --stale-certs`` restarts those two
+only, says why it leaves the others, and then nothing is STALE. An expired certificate, one from
+another CA, a garbage file, a kubeconfig with an embedded and one with a file-referenced certificate,
+a component that does not answer TLS: each a clear verdict, never a traceback.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from cpctl_lab.control import LabHandle
 from tests.labfixture import mirror, run_cpctl
 
 COMPONENTS = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"]
+#: What a renewal leaves needing a restart: the binaries that never re-read their kubeconfigs.
+NEED_RESTART = ["kube-controller-manager", "kube-scheduler"]
 
 
 def certs_json(lab: LabHandle) -> dict[str, Any]:
@@ -70,6 +74,16 @@ def file_der(path: Path) -> bytes:
     return x509.load_pem_x509_certificate(path.read_bytes()).public_bytes(serialization.Encoding.DER)
 
 
+def minute_ago(*paths: Path) -> None:
+    """Make the files' last change 61 s old, as if the minute after a renewal had passed (the lab's
+    API server re-reads a changed file once it is a scaled minute old: it takes the slowest case)."""
+    import os
+    import time
+    then = time.time() - 61
+    for path in paths:
+        os.utime(path, (then, then))
+
+
 def seed_ports(lab: LabHandle) -> dict[str, int]:
     return json.loads((lab.dir / "seed-ports.json").read_text())[lab.masters[0]]
 
@@ -95,17 +109,25 @@ def test_lab_makes_kubeadm_pki_and_serves_the_files(lab: LabHandle) -> None:
     assert served_der(ports["apiserver"]) == file_der(etc / "pki/apiserver.crt")
     assert served_der(ports["etcd-client"]) == file_der(etc / "pki/etcd/server.crt")
     assert served_der(ports["etcd-peer"]) == file_der(etc / "pki/etcd/peer.crt")
-    # a renewal rewrites the files; what runs keeps serving the old certificate
+    # a renewal rewrites the files: etcd serves the new one at the next handshake, the API server
+    # keeps the old one until its (scaled) minute has passed since the files changed
     before = served_der(ports["apiserver"])
     out = renew(lab)
     assert "pki/apiserver.crt renewed" in out and "scheduler.conf renewed" in out and "kubelet.conf" not in out
     assert file_der(etc / "pki/apiserver.crt") != before
     assert served_der(ports["apiserver"]) == before
+    assert served_der(ports["etcd-client"]) == file_der(etc / "pki/etcd/server.crt")
+    assert served_der(ports["etcd-peer"]) == file_der(etc / "pki/etcd/peer.crt")
+    minute_ago(etc / "pki/apiserver.crt", etc / "pki/apiserver.key")
+    assert served_der(ports["apiserver"]) == file_der(etc / "pki/apiserver.crt")
 
 
 def test_renew_then_restart_stale_certs(lab: LabHandle) -> None:
-    """Done-when: after certs-renew every component is STALE; restart --stale-certs (dry run first:
-    the list, nothing moved) restarts them all in kubeadm's order; then every verdict is current."""
+    """Done-when (issue 36): after certs-renew etcd is current (it re-reads at each handshake), the API
+    server reloads by itself (not yet: inside its minute), the controller-manager and the scheduler
+    are STALE; restart --stale-certs (dry run first: the list, nothing moved) restarts those two only
+    and says why for the others; afterwards nothing is STALE, and once the minute has passed the API
+    server is current too."""
     fresh = certs_json(lab)
     assert verdicts(fresh) == dict.fromkeys(COMPONENTS, "current")
     certs = by_name(fresh)
@@ -114,41 +136,78 @@ def test_renew_then_restart_stale_certs(lab: LabHandle) -> None:
     assert certs["admin.conf"]["embedded"] is True and certs["kubelet.conf"]["embedded"] is False
     assert certs["kubelet.conf"]["subject"].startswith("CN=system:node:")
     renew(lab)
+    renewed = {"etcd": "current", "kube-apiserver": "reloading", "kube-controller-manager": "STALE",
+               "kube-scheduler": "STALE"}
     stale = certs_json(lab)
-    assert verdicts(stale) == dict.fromkeys(COMPONENTS, "STALE")
-    assert stale["stale"] == COMPONENTS
+    assert verdicts(stale) == renewed
+    assert stale["stale"] == NEED_RESTART
     why = {c["component"]: c for c in stale["components"]}
     assert {e["kind"] for e in why["etcd"]["evidence"]} == {"serving"}
-    assert {e["kind"] for e in why["kube-apiserver"]["evidence"]} == {"serving", "client"}
+    api = why["kube-apiserver"]
+    assert {(e["kind"], e["verdict"]) for e in api["evidence"]} == {("serving", "reloading"), ("client", "reloads")}
+    assert api["why"].startswith("reloads by itself, not yet: serves ") and "pki/apiserver.crt" in api["why"]
     assert "scheduler.conf" in why["kube-scheduler"]["why"]
 
     dry = run_cpctl(lab, "restart", "--stale-certs", "--dry-run", "-o", "json")
     assert dry.returncode == 0, dry.stderr
-    steps = json.loads(dry.stdout)["plan"]
-    assert [s["component"] for s in steps if s["action"] == "stop"] == COMPONENTS
-    assert verdicts(certs_json(lab)) == dict.fromkeys(COMPONENTS, "STALE")   # the dry run changed nothing
+    planned = json.loads(dry.stdout)
+    assert [s["component"] for s in planned["plan"] if s["action"] == "stop"] == NEED_RESTART
+    assert {left["component"]: left["verdict"] for left in planned["left"]} == {
+        "etcd": "current", "kube-apiserver": "reloading"}
+    assert verdicts(certs_json(lab)) == renewed   # the dry run changed nothing
 
     done = run_cpctl(lab, "restart", "--stale-certs", timeout=240)
     assert done.returncode == 0, done.stderr
-    assert [line.split(":")[0] for line in done.stdout.splitlines()] == COMPONENTS
+    lines = done.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == NEED_RESTART + ["etcd", "kube-apiserver"]
+    assert lines[2] == "etcd: not restarted (current) - uses the files on disk"
+    assert lines[3].startswith("kube-apiserver: not restarted (reloading) - no restart needed: reloads by "
+                               "itself, not yet: serves a certificate valid until ")
+    after = certs_json(lab)
+    assert "STALE" not in verdicts(after).values() and after["stale"] == []
+    assert verdicts(after) == dict(renewed, **dict.fromkeys(NEED_RESTART, "current"))
+    etc = lab.root_dir() / "etc/kubernetes"
+    minute_ago(etc / "pki/apiserver.crt", etc / "pki/apiserver.key")
     assert verdicts(certs_json(lab)) == dict.fromkeys(COMPONENTS, "current")
     again = run_cpctl(lab, "restart", "--stale-certs")
     assert again.returncode == 0 and "no component uses an old certificate" in again.stdout
     history = run_cpctl(lab, "history", "-o", "json")
     restarts = [r for r in json.loads(history.stdout)["history"] if r.get("reason") == "certificates renewed"]
-    assert {r["component"] for r in restarts} >= set(COMPONENTS)
+    assert {r["component"] for r in restarts} == set(NEED_RESTART)
+
+
+def test_the_api_server_turns_current_within_its_scaled_minute(lab_factory: Any) -> None:
+    """Done-when, on the lab's clock: with time scaled down 20 times the API server's minute is 3 s;
+    after certs-renew `cpctl certs` shows etcd and the API server current within that window (no
+    file's time is touched), the controller-manager and the scheduler STALE the whole time."""
+    import time
+    lab = lab_factory(masters=1, time_scale=0.05)
+    renew(lab)
+    renewed_at = time.monotonic()
+    seen = []
+    deadline = renewed_at + 120        # a busy machine: the window is 3 s, a certs run takes ~1 s
+    while True:
+        now = verdicts(certs_json(lab))
+        seen.append(now["kube-apiserver"])
+        assert {k: now[k] for k in ("etcd", *NEED_RESTART)} == {"etcd": "current", **dict.fromkeys(NEED_RESTART,
+                                                                                                "STALE")}
+        if now["kube-apiserver"] == "current" or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert seen[-1] == "current", seen
+    assert set(seen) <= {"reloading", "current"}, seen
 
 
 def test_restarting_only_the_scheduler_leaves_the_others_stale(lab: LabHandle) -> None:
     renew(lab)
     proc = run_cpctl(lab, "restart", "scheduler")
     assert proc.returncode == 0, proc.stderr
-    assert verdicts(certs_json(lab)) == {"etcd": "STALE", "kube-apiserver": "STALE",
+    assert verdicts(certs_json(lab)) == {"etcd": "current", "kube-apiserver": "reloading",
                                          "kube-controller-manager": "STALE", "kube-scheduler": "current"}
     text = run_cpctl(lab, "certs")
     assert text.returncode == 0
     assert "kube-scheduler           current" in text.stdout
-    assert "holds the old pki/etcd/server.crt, pki/etcd/peer.crt: restart needed" in text.stdout
+    assert "holds the old controller-manager.conf: restart needed" in text.stdout
 
 
 def test_bad_certificates_are_verdicts(lab: LabHandle) -> None:
@@ -225,7 +284,7 @@ def test_check_reports_expiring_and_stale_with_metrics(lab: LabHandle, tmp_path:
     stale = run_cpctl(lab, "check", "--prometheus-textfile", str(prom), "-o", "json")
     assert stale.returncode == 1
     found = {f["component"] for f in json.loads(stale.stdout)["findings"] if f["kind"] == "cert_stale"}
-    assert found == set(COMPONENTS)
+    assert found == set(NEED_RESTART)
     assert f'cpctl_component_cert_stale{{component="kube-scheduler",node="{node}"}} 1' in prom.read_text()
     bad = run_cpctl(lab, "check", "--cert-warn", "soon")
     assert bad.returncode == 2 and "--cert-warn" in bad.stderr

@@ -325,7 +325,10 @@ def test_exit_codes_when_the_check_cannot_run(capsys: Any, node: NodeDirs, tmp_p
     os.rename(node.manifests, node.manifests + ".gone")
     rc, _, err = cli(capsys, node, "check", "--prometheus-textfile", prom)
     assert rc == 7 and "does not exist" in err
-    assert "cpctl_check_success 0" in open(prom).read()
+    failed = parse_exposition(open(prom).read())
+    # a failed check writes no counts at all (zeros would clear every drift alert while it is broken)
+    assert set(failed) == {"cpctl_check_success", "cpctl_last_check_timestamp_seconds"}
+    assert failed["cpctl_check_success"]["samples"] == [({}, 0.0)]
     os.rename(node.manifests + ".gone", node.manifests)
     os.makedirs(node.state, mode=0o700)
     with open(os.path.join(node.state, "baseline.json"), "w") as handle:
@@ -432,17 +435,18 @@ def test_textfile_metrics_parse_back(capsys: Any, node: NodeDirs, tmp_path: Any)
     assert os.stat(prom).st_mode & 0o777 == 0o644
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".")], "temp file left behind"
     fams = parse_exposition(open(prom).read())
+    # no certificate families: check looked at none (no pki next to this manifests dir)
     assert set(fams) == {"cpctl_drift_findings", "cpctl_component_parked", "cpctl_component_missing",
-                         "cpctl_component_parked_seconds", "cpctl_cert_not_after_seconds", "cpctl_component_cert_stale",
-                         "cpctl_last_check_timestamp_seconds", "cpctl_check_success"}
+                         "cpctl_component_parked_since_timestamp_seconds", "cpctl_last_check_timestamp_seconds",
+                         "cpctl_check_success"}
     assert all(f["type"] == "gauge" for f in fams.values())
     findings = {s[0]["kind"]: s[1] for s in fams["cpctl_drift_findings"]["samples"]}
     assert set(findings) == set(drift.KINDS) and findings["stray"] == 1 and findings["duplicate"] == 1
     assert findings["missing"] == 0
     parked = {s[0]["component"]: s[1] for s in fams["cpctl_component_parked"]["samples"]}
     assert parked == {"etcd": 1, "kube-apiserver": 0, "kube-controller-manager": 0, "kube-scheduler": 0}
-    seconds = {s[0]["component"]: s[1] for s in fams["cpctl_component_parked_seconds"]["samples"]}
-    assert seconds["etcd"] > 0 and seconds["kube-apiserver"] == 0
+    since = {s[0]["component"]: s[1] for s in fams["cpctl_component_parked_since_timestamp_seconds"]["samples"]}
+    assert set(since) == {"etcd"} and before - 60 <= since["etcd"] <= before
     (stamp,) = fams["cpctl_last_check_timestamp_seconds"]["samples"]
     assert before - 1 <= stamp[1] <= time.time() + 1
     assert fams["cpctl_check_success"]["samples"] == [({}, 1.0)]
@@ -450,7 +454,11 @@ def test_textfile_metrics_parse_back(capsys: Any, node: NodeDirs, tmp_path: Any)
 
 def test_label_values_are_escaped() -> None:
     from cpctl.ops import metrics
-    text = metrics.check_metrics(True, 1.5, None, {'we"ird\\comp\nonent': 12.25})
+    report = drift.Report("node-1", 1.5)
+    report.components['we"ird\\comp\nonent'] = 12.25
+    report.parked_since['we"ird\\comp\nonent'] = 1000.25
+    text = metrics.check_metrics(1.5, report)
     fams = parse_exposition(text)
-    assert fams["cpctl_component_parked_seconds"]["samples"] == [({"component": 'we"ird\\comp\nonent'}, 12.25)]
+    assert fams["cpctl_component_parked_since_timestamp_seconds"]["samples"] == [
+        ({"component": 'we"ird\\comp\nonent'}, 1000.25)]
     assert 'component="we\\"ird\\\\comp\\nonent"' in text

@@ -178,11 +178,7 @@ def _write_metrics(host: "Host", path: Optional[str], report: Optional["Report"]
         note("skipped the metrics: %s %s (node_exporter's textfile collector is not set up here)"
              % (directory, "does not exist" if info is None else "is not a directory"))
         return
-    if report is None:
-        text = metrics.check_metrics(False, time.time())
-    else:
-        text = metrics.check_metrics(True, report.time, report.counts(), report.components, report.missing,
-                                     report.certs)
+    text = metrics.check_metrics(time.time() if report is None else report.time, report)
     try:
         metrics.write_textfile(host, path, text)
     except OSError as exc:

@@ -88,14 +88,16 @@ RunAction = Callable[["Node", List[str], Optional[str]], Sequence["Outcome"]]
 
 
 def change(ctx: click.Context, verb: str, components: List[str], dry_run: bool, force: bool, reason: Optional[str],
-           run_action: RunAction, names_of: Optional[Names] = None, mark: str = "all_parked") -> None:
+           run_action: RunAction, names_of: Optional[Names] = None, mark: str = "all_parked",
+           extra: Optional[Callable[["Node"], Dict[str, object]]] = None) -> None:
     """Shared path of stop/start/restart: dry run, fleet safety, then the change itself.
 
     ``names_of(node)`` gives the components on each node (default: ``components``; for
     ``start --all-parked`` the ones parked there, for ``restart --stale-certs`` the stale ones, and
     ``components`` are then those it may choose from, for the fleet guard); the output is marked
-    with ``mark``. ``run_action(node, names, reason)`` changes them. A Ctrl-C or SIGTERM ends with
-    where each of them was left (``interrupted_where``)."""
+    with ``mark``, and ``extra(node)`` adds to each node's result (``restart --stale-certs``: the
+    components it leaves alone, and why). ``run_action(node, names, reason)`` changes them. A
+    Ctrl-C or SIGTERM ends with where each of them was left (``interrupted_where``)."""
     from cpctl.ops import lifecycle
     lifecycle.order_components(components)   # validate names before anything connects or moves
     reason = guarded_reason(ctx, verb, components, force, reason)
@@ -110,7 +112,7 @@ def change(ctx: click.Context, verb: str, components: List[str], dry_run: bool, 
     if dry_run:
         def planned(node: "Node") -> Dict[str, object]:
             refuse_in_flight(node)
-            return dict(lifecycle.plan(node, verb, names(node)), **marked)
+            return dict(lifecycle.plan(node, verb, names(node)), **marked, **(extra(node) if extra else {}))
         execute(ctx, planned, plan_text)
         return
 
@@ -124,7 +126,7 @@ def change(ctx: click.Context, verb: str, components: List[str], dry_run: bool, 
             if where is exc:
                 raise
             raise where from None
-        return dict(outcomes_data(node, outcomes), **marked)
+        return dict(outcomes_data(node, outcomes), **marked, **(extra(node) if extra else {}))
     execute(ctx, action, outcomes_text, changing=True)
 
 
@@ -239,9 +241,9 @@ def restart(ctx: click.Context, components: Tuple[str, ...], stale_certs: bool, 
             dry_run: bool, force: bool, verify: bool) -> None:
     """Stop, wait until gone, start, wait until back and Ready - one component at a time.
 
-    With --stale-certs: on each master, the components `cpctl certs` finds STALE, in kubeadm's
-    order (etcd, apiserver, controller-manager, scheduler), each verified to use the files
-    afterwards; --dry-run shows which.
+    With --stale-certs: on each master, the components `cpctl certs` finds STALE (not those that
+    re-read their certificates by themselves), in kubeadm's order, each verified to use the files
+    afterwards, and why each other one is left running; --dry-run shows which.
     """
     from cpctl.ops import lifecycle
     state(ctx).settings = state(ctx).settings.with_overrides(canary=verify)   # the run's settings, with --verify
@@ -249,9 +251,17 @@ def restart(ctx: click.Context, components: Tuple[str, ...], stale_certs: bool, 
     if stale_certs:
         from cpctl.catalogue import START_ORDER
         from cpctl.ops import certs
+        plans: Dict[int, Tuple["Node", Tuple[List[str], List[certs.LeftAlone]]]] = {}
+
+        def plan_of(node: "Node") -> Tuple[List[str], List[certs.LeftAlone]]:
+            """One ``cpctl certs`` look per node for the whole run (the node is kept, so its id stays its own)."""
+            if id(node) not in plans:
+                plans[id(node)] = (node, certs.restart_plan(node))
+            return plans[id(node)][1]
         change(ctx, "restart", list(START_ORDER), dry_run, force, reason or "certificates renewed",
                lambda node, names, why: certs.restart_stale(node, names, why, timeout),
-               certs.stale_components, mark="stale_certs")
+               lambda node: plan_of(node)[0], mark="stale_certs",
+               extra=lambda node: {"left": list(plan_of(node)[1])})
         return
     change(ctx, "restart", list(components), dry_run, force, reason,
            lambda node, names, why: lifecycle.restart(node, names, why, timeout))

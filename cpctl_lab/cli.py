@@ -414,7 +414,13 @@ def _interrupt(_signum: int, _frame: Any) -> None:
               help="Stop half-way: new manifests staged in /etc/kubernetes/tmp, nothing moved (an upgrade in flight).")
 @click.option("--timeout", type=float, default=60.0, show_default=True,
               help="Seconds to wait for each upgraded component's new pod.")
-def kubeadm_upgrade_cmd(directory: Path, to: Optional[str], halt: bool, timeout: float) -> None:
+@click.option("--patches", "patches", default=None, metavar="DIR",
+              help="kubeadm's --patches: patch files in DIR (a path on the masters) applied to the rendered "
+                   "manifests. kubeadm remembers nothing: without it no patch file is applied.")
+@click.option("--certificate-renewal", "renewal", type=click.Choice(["true", "false"]), default="true",
+              show_default=True, help="Renew the masters' certificates during the upgrade, as kubeadm does.")
+def kubeadm_upgrade_cmd(directory: Path, to: Optional[str], halt: bool, timeout: float, patches: Optional[str],
+                        renewal: str) -> None:
     """Do to the manifests what `kubeadm upgrade apply` does: render each one from the
     ClusterConfiguration in kube-system/kubeadm-config (hand-made flags not in it disappear), back
     the old one up under /etc/kubernetes/tmp/kubeadm-backup-manifests-<time>/ and move the new one in."""
@@ -424,13 +430,18 @@ def kubeadm_upgrade_cmd(directory: Path, to: Optional[str], halt: bool, timeout:
     if not info:
         fail(f"no lab running in {directory}")
     try:
-        old, new, outcomes = upgrade(info, directory, to, halt, timeout)
+        if patches is not None and not patches.startswith("/"):
+            fail(f"--patches {patches}: give an absolute path on the masters", 2)
+        old, new, outcomes = upgrade(info, directory, to, halt, timeout, patches=patches,
+                                     renew_certs=renewal == "true")
     except (ConfigError, OSError, ValueError) as exc:
         fail(f"kubeadm upgrade: {exc}")
     for out in outcomes:
         if out.halted:
             click.echo(f"{out.node}: halted with new manifests staged in {out.staged_dir} (upgrade in flight)")
             continue
+        if out.renewed:
+            click.echo(f"{out.node}: renewed {len(out.renewed)} certificates")
         click.echo(f"{out.node}: upgraded {', '.join(out.upgraded) or 'nothing'}"
                    + (f"; unchanged {', '.join(out.skipped)}" if out.skipped else "")
                    + f"; backup in {out.backup_dir}")

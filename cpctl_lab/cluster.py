@@ -776,9 +776,20 @@ class Lab:
         }
 
     def version_info(self) -> Obj:
-        """``/version`` of the lab's apiservers: the profile's Kubernetes release."""
-        minor = str(self.release.minor)
-        return {**K8S_VERSION, "minor": minor, "gitVersion": f"{self.release.version}-lab"}
+        """``/version`` of the lab's apiservers: the release of the binary that answers - the image tag
+        of a running kube-apiserver (after ``lab kubeadm-upgrade`` the new one), else the profile's."""
+        version = self.release.version
+        try:
+            running = self._running("kube-apiserver")
+        except RuntimeError:          # a kubelet changed its containers meanwhile
+            running = []
+        tags = sorted({c.image.rpartition(":")[2] for c in running} - {""})
+        for tag in reversed(tags):
+            if tag.startswith("v") and tag.count(".") == 2:
+                version = tag
+                break
+        minor = version.lstrip("v").split(".")[1]
+        return {**K8S_VERSION, "minor": minor, "gitVersion": f"{version}-lab"}
 
     # ------------------------------------------------------------------ main loop
     def run(self) -> None:
@@ -1124,8 +1135,12 @@ class Lab:
         there (:mod:`cpctl_lab.etcddata`), as its "starting local member" line says."""
         data_dir = flags.get("data-dir", "default.etcd")
         kubelet = self.kubelets[node]
-        found, db = etcddata.open_member(Path(host_path(w.pod, c.spec, data_dir, kubelet.on_node)),
-                                         flags.get("name", node))
+        mounted = mounted_host_path(w.pod, c.spec, data_dir, kubelet.on_node)
+        if mounted is None:
+            # no hostPath mounts it: the dir is in the container's own writable layer, empty at every
+            # start and gone with the container (etcd really runs as a new, empty member)
+            mounted = str(self.dir / "containers" / c.id / "rootfs" / data_dir.lstrip("/"))
+        found, db = etcddata.open_member(Path(mounted), flags.get("name", node))
         fields = {"data-dir": data_dir, "local-member-name": db.get("member"), "cluster-id": db["cluster_id"],
                   "db": "opened existing" if found == "opened" else "new member, empty data dir"}
         if db.get("restored_from"):

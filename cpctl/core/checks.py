@@ -57,18 +57,27 @@ class Review:
     problems: List[str] = field(default_factory=list)
     doubts: List[str] = field(default_factory=list)      # refused unless --force (then warnings)
 
-    def refuse_if_bad(self, what: str, force: bool = False) -> None:
+    def refuse_if_bad(self, what: str, force: bool = False, edit: str = "") -> None:
         """Refuse (exit 4) for any problem, and for any doubt unless ``force``; forced doubts become
-        warnings, so the output still says what was overridden."""
+        warnings, so the output still says what was overridden. A path a flag writes that no hostPath
+        mounts (etcd's data dir: its data would be lost) gets the hint that keeps the data - change the
+        hostPath with the flag, ``edit`` (``cpctl edit etcd --parked``) -, never ``--force``."""
+        unmounted = [d for d in self.doubts if UNMOUNTED in d]
+        hint = ("change the hostPath volume and its mount with the flag, in one change: %s" % (edit or "cpctl edit")
+                if unmounted else "if cpctl's list is out of date for this release, pass --force to go ahead")
         if self.problems:
             raise CpctlError("%s refused: %s (nothing changed)" % (what, "; ".join(self.problems + self.doubts)),
                              ExitCode.REFUSED)
         if self.doubts and not force:
             raise CpctlError("%s refused: %s (nothing changed)" % (what, "; ".join(self.doubts)), ExitCode.REFUSED,
-                             hint="if cpctl's list is out of date for this release, pass --force to go ahead")
+                             hint=hint)
         if self.doubts:
             self.warnings.extend("%s (--force)" % doubt for doubt in self.doubts)
             self.doubts = []
+
+
+#: The words of a doubt about a written path that no hostPath volume holds.
+UNMOUNTED = "is on no hostPath volume mounted"
 
 
 def parse_new(data: bytes, source: str) -> Dict[str, Any]:
@@ -150,9 +159,9 @@ def _write_path_doubts(pod: Mapping[str, object], container: Mapping[str, object
             continue
         mount = mounts.mount_of(container, flag.value or "")
         if mounts.host_path_of(pod, container, flag.value or "") is None:
-            found.append("--%s=%s is on no hostPath volume mounted into container %s: what it writes would be "
-                         "lost with the container (add a hostPath volume and a volumeMount for its directory)"
-                         % (flag.name, flag.value, container.get("name")))
+            found.append("--%s=%s %s into container %s: what it writes would be lost with the container (add a "
+                         "hostPath volume and a volumeMount for its directory)"
+                         % (flag.name, flag.value, UNMOUNTED, container.get("name")))
         elif mount is not None and mount.get("readOnly"):
             found.append("--%s=%s is on the read-only mount %s of container %s: the component cannot write there"
                          % (flag.name, flag.value, mount.get("mountPath"), container.get("name")))

@@ -24,6 +24,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 
 import yaml
 
+from cpctl import catalogue
 from cpctl.core import manifests
 from cpctl.core.node import Node
 from cpctl.errors import CpctlError, ExitCode
@@ -139,7 +140,10 @@ def _image_tag(data: bytes) -> str:
 def in_flight(node: Node, now: Optional[float] = None) -> Optional[str]:
     """The kubeadm staging dir of an upgrade in flight (files younger than IN_FLIGHT_SECONDS), or None."""
     now = time.time() if now is None else now
+    failed = failed_upgrade(node)
     for directory in reversed(_subdirs(node.host, node.manifests_dir, UPGRADED_PREFIX)):
+        if failed is not None and directory == failed.staging:
+            continue                      # the leftovers of a failed upgrade: over, not in flight
         try:
             names = node.host.listdir(directory)
         except OSError:
@@ -149,6 +153,44 @@ def in_flight(node: Node, now: Optional[float] = None) -> Optional[str]:
             if info and now - float(info.get("mtime") or 0) < IN_FLIGHT_SECONDS:
                 return directory
     return None
+
+
+@dataclass
+class FailedUpgrade:
+    """The leftovers of a ``kubeadm upgrade`` that failed: kubeadm moved every manifest it had moved
+    back from its backup dir (rollbackOldManifests) and kept its tmp dirs."""
+
+    staging: str
+    backup: str
+    rolled_back: List[str]
+
+    def message(self) -> str:
+        return ("a kubeadm upgrade failed and was rolled back (%s is back from %s; its staged manifests stay in %s): "
+                "nothing is in flight, cpctl changes are allowed" % (", ".join(self.rolled_back), self.backup,
+                                                                     self.staging))
+
+
+def failed_upgrade(node: Node) -> Optional[FailedUpgrade]:
+    """A kubeadm staging dir left by a FAILED upgrade (None when there is none, or it may be in flight).
+
+    kubeadm (phases/upgrade/staticpods.go) stages every component's manifest, then per component
+    moves the current one to its backup dir and the staged one in; on a failure it moves every
+    backed-up manifest back and keeps both dirs. So a component whose staged manifest is gone and
+    whose backup is gone too was moved in and rolled back: that upgrade is over. While it is in
+    flight, a moved component's old manifest is in the backup dir."""
+    staged_dirs = _subdirs(node.host, node.manifests_dir, UPGRADED_PREFIX)
+    backups = _subdirs(node.host, node.manifests_dir, BACKUP_PREFIX)
+    if not staged_dirs or not backups:
+        return None
+    staging, backup = staged_dirs[-1], backups[-1]
+    try:
+        staged, backed = set(node.host.listdir(staging)), set(node.host.listdir(backup))
+    except OSError:
+        return None
+    if not staged:
+        return None
+    back = [c.name for c in catalogue.COMPONENTS if c.name + ".yaml" not in staged | backed]
+    return FailedUpgrade(staging, backup, back) if back else None
 
 
 def refuse_in_flight(node: Node, what: str) -> None:

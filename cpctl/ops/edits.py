@@ -236,7 +236,8 @@ def review(node: Node, manifest: Manifest, new: bytes, source: str, action: str,
     companion_files.check_mounted(new, companions, node.node_root, "%s of %s" % (action, component))
     verdict = checks.review(node.host, manifest, new, node.scan(), source, node.node_root,
                             _coming(node, companions))
-    verdict.refuse_if_bad("%s of %s%s" % (action, "the parked " if parked else "", component), force)
+    verdict.refuse_if_bad("%s of %s%s" % (action, "the parked " if parked else "", component), force,
+                          edit="cpctl edit %s%s" % (component, " --parked" if parked else ""))
     return verdict
 
 

@@ -95,6 +95,8 @@ def test_generated_json_patch_gives_the_command_cpctl_wrote() -> None:
                                                     new_pod["spec"]["containers"][0], change)))
     assert {"op": "add", "path": "/spec/containers/0/command/-", "value": "--audit-log-maxage=7"} in ops
     assert {"op": "replace", "path": "/spec/containers/0/command/2", "value": "--profiling=false"} in ops
+    assert ops[ops.index({"op": "replace", "path": "/spec/containers/0/command/2", "value": "--profiling=false"}) - 1] \
+        == {"op": "test", "path": "/spec/containers/0/command/2", "value": "--profiling=true"}
     assert jsonpatch.apply_patch(old_pod, ops) == new_pod
 
 
@@ -227,7 +229,9 @@ def test_keep_in_patches_writes_a_json_patch_through_the_journal(lab_factory: An
     ops = yaml.safe_load(patch.read_text())
     index = old["spec"]["containers"][0]["command"].index("--bind-address=127.0.0.1")
     assert ops == [{"op": "add", "path": "/spec/containers/0/command/-", "value": "--v=4"},
+                   {"op": "test", "path": f"/spec/containers/0/command/{index}", "value": "--bind-address=127.0.0.1"},
                    {"op": "replace", "path": f"/spec/containers/0/command/{index}", "value": "--bind-address=0.0.0.0"}]
+    assert "--patches /etc/kubernetes/patches" in proc.stdout and "kubeadm join" in proc.stdout
     new = yaml.safe_load((handle.manifests_dir() / "kube-scheduler.yaml").read_text())
     assert jsonpatch.apply_patch(old, ops) == new
     history = run_cpctl(handle, "history", "-o", "json")

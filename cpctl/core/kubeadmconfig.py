@@ -515,12 +515,15 @@ def render_next(pod: Mapping[str, object], index: int, config: Dict[str, object]
     ours = KUBEADM_FLAGS.get(component, frozenset())
     extras = extra_args(config, section)
     extra_names = {n for n, _ in extras}
+    # a test operation cpctl wrote holds the value kubeadm rendered before cpctl changed the flag
+    tested = {_names(o.get("value")): str(o.get("value")).partition("=")[2] for _, ops in patches for o in ops
+              if o.get("op") == "test" and _names(o.get("value"))}
     args = []
     for f in flagtools.flags_of(container):
         if f.name in ours and f.name not in extra_names:
             value = f.value if f.value is not None else "true"
             if f.name in changed_by_cpctl:
-                value = "<kubeadm's default>"
+                value = tested.get(f.name, "<kubeadm's default>")
             if component == catalogue.ETCD and f.name == "data-dir":
                 value = data_dir(config)
             args.append((f.name, value))

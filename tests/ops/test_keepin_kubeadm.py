@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import subprocess
 import sys
 import threading
@@ -264,3 +265,136 @@ def test_apply_and_edit_keep_the_flags_that_differ(lab_factory: Any, tmp_path: A
     assert proc.returncode == 0, proc.stderr
     assert "--v=5" in command(handle, "kube-scheduler")
     assert cluster_config(handle)["scheduler"]["extraArgs"] == {"profiling": "false", "v": "5"}
+
+
+# --- kept whole, kept by name (issue 34) -------------------------------------------------------------------
+def kubeadm_findings(handle: LabHandle) -> list[dict[str, Any]]:
+    proc = run_cpctl(handle, "check", "--kubeadm", "-o", "json")
+    assert proc.returncode in (0, 1, 2), proc.stderr
+    data = json.loads(proc.stdout)
+    items = data if isinstance(data, list) else [data]
+    return [f for item in items for f in item["findings"]
+            if f["kind"].startswith("kubeadm_") or f["kind"].startswith("upgrade_")]
+
+
+def test_patches_etcd_change_across_1_33_to_1_34_fails_loudly_never_a_wrong_flag(lab_factory: Any) -> None:
+    """etcd 3.6 (1.34) renames two flags sorted before --snapshot-count: the index cpctl's patch names
+    shifts. The test op makes kubeadm fail before anything moves, instead of replacing another flag."""
+    handle = lab_factory(k8s_version="1.33")
+    assert kubeadm_findings(handle) == []                         # a fresh kubeadm layout: silent
+    proc = run_cpctl(handle, "flags", "etcd", "--set", "snapshot-count=5000", "--keep-in", "patches",
+                     "--timeout", "60")
+    assert proc.returncode == 0, proc.stderr
+    assert "--patches /etc/kubernetes/patches" in proc.stdout and "kubeadm upgrade node" in proc.stdout
+    ops = yaml.safe_load((handle.root_dir() / "etc/kubernetes/patches/etcd+json.yaml").read_text())
+    assert [o["op"] for o in ops] == ["test", "replace"] and ops[0]["value"] == "--snapshot-count=10000"
+    assert kubeadm_findings(handle) == []                         # the patch keeps it: nothing dropped
+    before = command(handle, "etcd")
+    proc = upgrade(handle, "--to", "1.34", "--patches", "/etc/kubernetes/patches")
+    assert proc.returncode == 1 and "failed to patch static Pod manifest file for 'etcd'" in proc.stderr, proc.stderr
+    assert command(handle, "etcd") == before                      # nothing moved: every flag as it was
+    assert "--trusted-ca-file=/etc/kubernetes/pki/etcd/ca.crt" in before and "--snapshot-count=5000" in before
+    assert not [f for f in kubeadm_findings(handle) if f["kind"] == "upgrade_in_flight"]
+    # the way that survives a re-render: by name, in the ClusterConfiguration
+    proc = run_cpctl(handle, "flags", "etcd", "--set", "snapshot-count=5000", "--keep-in", "kubeadm-config",
+                     "--timeout", "60")
+    assert proc.returncode == 0, proc.stderr
+    (handle.root_dir() / "etc/kubernetes/patches/etcd+json.yaml").unlink()
+    proc = upgrade(handle, "--to", "1.34")
+    assert proc.returncode == 0, proc.stderr
+    after = command(handle, "etcd")
+    assert "--snapshot-count=5000" in after and "--watch-progress-notify-interval=5s" in after
+    assert "--trusted-ca-file=/etc/kubernetes/pki/etcd/ca.crt" in after
+    assert json.loads(kubectl(handle, "version", "-o", "json").stdout)["serverVersion"]["gitVersion"] \
+        == "v1.34.1-lab"
+
+
+AUDIT_POLICY = "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n  - level: Metadata\n"
+
+
+def test_audit_recipe_kept_in_kubeadm_config_survives_upgrade_with_its_mounts(lab_factory: Any,
+                                                                               tmp_path: Any) -> None:
+    handle = lab_factory(kubeadm_api="v1beta3")
+    policy = tmp_path / "audit-policy.yaml"
+    policy.write_text(AUDIT_POLICY)
+    proc = run_cpctl(handle, "flags", "kube-apiserver", "--set", "audit-policy-file=/etc/kubernetes/audit/policy.yaml",
+                     "--set", "audit-log-path=/var/log/kubernetes/audit/audit.log",
+                     "--with-file", f"/etc/kubernetes/audit/policy.yaml={policy}", "--mount",
+                     "--keep-in", "kubeadm-config", "--timeout", "60")
+    assert proc.returncode == 0, proc.stderr
+    api = cluster_config(handle)["apiServer"]
+    assert api["extraArgs"]["audit-policy-file"] == "/etc/kubernetes/audit/policy.yaml"
+    vols = {v["mountPath"]: v for v in api["extraVolumes"]}
+    assert vols["/etc/kubernetes/audit/policy.yaml"]["hostPath"] == "/etc/kubernetes/audit/policy.yaml"
+    assert vols["/etc/kubernetes/audit/policy.yaml"]["readOnly"] is True
+    assert vols["/var/log/kubernetes/audit"]["readOnly"] is False
+    assert kubeadm_findings(handle) == []
+    proc = upgrade(handle, "--to", "1.31")
+    assert proc.returncode == 0, proc.stderr                    # the new API server starts: its policy is mounted
+    pod = yaml.safe_load((handle.manifests_dir() / "kube-apiserver.yaml").read_text())
+    mounts = {m["mountPath"] for m in pod["spec"]["containers"][0]["volumeMounts"]}
+    assert {"/etc/kubernetes/audit/policy.yaml", "/var/log/kubernetes/audit"} <= mounts
+    assert "--audit-policy-file=/etc/kubernetes/audit/policy.yaml" in pod["spec"]["containers"][0]["command"]
+    # a hand-made volume the ClusterConfiguration does not hold: named, with the command that keeps it
+    cm = configmap(handle)
+    cfg = yaml.safe_load(cm["data"]["ClusterConfiguration"])
+    del cfg["apiServer"]["extraVolumes"]
+    cm["data"]["ClusterConfiguration"] = yaml.safe_dump(cfg)
+    (handle.dir / "cm.yaml").write_text(yaml.safe_dump(cm))
+    kubectl(handle, "replace", "-f", str(handle.dir / "cm.yaml"))
+    drops = [f for f in kubeadm_findings(handle) if f["kind"] == "kubeadm_drops"]
+    assert len(drops) == 2 and all(f["volumes"] for f in drops), drops
+    assert any("--set audit-policy-file=/etc/kubernetes/audit/policy.yaml --keep-in kubeadm-config" in f["fix"]
+               for f in drops), drops
+
+
+def test_not_kept_whole_is_refused_before_anything(lab_factory: Any, tmp_path: Any) -> None:
+    """An image change has no place in the ClusterConfiguration: refused, nothing written."""
+    handle = lab_factory()
+    files, text = snapshot(handle)
+    pod = yaml.safe_load((handle.manifests_dir() / "kube-scheduler.yaml").read_text())
+    pod["spec"]["containers"][0]["command"].append("--v=3")
+    pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "50m"}}
+    new = tmp_path / "kube-scheduler.yaml"
+    new.write_text(yaml.safe_dump(pod, sort_keys=False))
+    proc = run_cpctl(handle, "apply", "scheduler", "-f", str(new), "--keep-in", "kubeadm-config", "--timeout", "30")
+    assert proc.returncode == 4, proc.stderr
+    assert "cannot keep this change of kube-scheduler whole" in proc.stderr and "Nothing changed" in proc.stderr
+    assert snapshot(handle) == (files, text)
+
+
+ISSUERS = ["https://kubernetes.default.svc.cluster.local", "https://issuer.example"]
+
+
+def test_repeated_issuers_survive_keep_in_of_another_flag_and_of_the_issuer(lab_factory: Any,
+                                                                           tmp_path: Any) -> None:
+    handle = lab_factory(kubeadm_api="v1beta4")
+    path = handle.manifests_dir() / "kube-apiserver.yaml"
+    pod = yaml.safe_load(path.read_text())
+    cmd = pod["spec"]["containers"][0]["command"]
+    cmd.insert(cmd.index(f"--service-account-issuer={ISSUERS[0]}") + 1, f"--service-account-issuer={ISSUERS[1]}")
+    new = tmp_path / "kube-apiserver.yaml"
+    new.write_text(yaml.safe_dump(pod, sort_keys=False))
+    proc = run_cpctl(handle, "apply", "apiserver", "-f", str(new), "--keep-in", "kubeadm-config", "--timeout", "60")
+    assert proc.returncode == 0, proc.stderr
+    issuers = lambda: [v for n, v in kc.extra_args(cluster_config(handle), "apiServer")  # noqa: E731
+                       if n == "service-account-issuer"]
+    assert issuers() == ISSUERS
+    assert kubeadm_findings(handle) == []                        # both instances kept: no false drop
+    proc = run_cpctl(handle, "flags", "apiserver", "--set", "audit-log-maxage=7", "--keep-in", "kubeadm-config",
+                     "--timeout", "60")
+    assert proc.returncode == 0, proc.stderr
+    assert issuers() == ISSUERS                                   # another flag: both issuers stay
+    # the issuer itself (a third one, during a migration): every instance, in order
+    pod = yaml.safe_load(path.read_text())
+    cmd = pod["spec"]["containers"][0]["command"]
+    cmd.insert(cmd.index(f"--service-account-issuer={ISSUERS[1]}") + 1, "--service-account-issuer=https://third")
+    new.write_text(yaml.safe_dump(pod, sort_keys=False))
+    proc = run_cpctl(handle, "apply", "apiserver", "-f", str(new), "--keep-in", "kubeadm-config", "--timeout", "60")
+    assert proc.returncode == 0, proc.stderr
+    assert issuers() == [*ISSUERS, "https://third"]
+    assert kubeadm_findings(handle) == []
+    proc = upgrade(handle, "--to", "1.32")
+    assert proc.returncode == 0, proc.stderr
+    assert [a for a in command(handle, "kube-apiserver") if a.startswith("--service-account-issuer=")] == [
+        f"--service-account-issuer={v}" for v in sorted([*ISSUERS, "https://third"])]

@@ -311,8 +311,16 @@ _master_option = click.option("--master", type=int, default=1, show_default=True
 def snapshot_save_cmd(snapshot: Path, data_dir: str, directory: Path, master: int) -> None:
     """Like `etcdctl snapshot save SNAPSHOT`: a snapshot of master N's etcd member."""
     from .etcddata import EtcdDataError, snapshot_save
+    root = _master_root(directory, master)
+    info = control.running_state(directory.expanduser().resolve())
+    try:        # etcdctl reads the keys from the serving member
+        keys = control.control_call(info, "/etcd/keys", timeout=10) if info else None
+    except (control.LabError, OSError) as exc:
+        fail(f"Error: context deadline exceeded (no serving etcd member: {exc})")
+    if not keys:
+        fail("Error: context deadline exceeded (the lab does not run: no etcd member answers)")
     try:
-        taken = snapshot_save(_on_node(_master_root(directory, master), data_dir), snapshot)
+        taken = snapshot_save(_on_node(root, data_dir), snapshot, keys)
     except EtcdDataError as exc:
         fail(str(exc))
     click.echo(f"Snapshot saved at {snapshot} (cluster-id {taken['snapshot_of']})")
@@ -326,16 +334,21 @@ def snapshot_save_cmd(snapshot: Path, data_dir: str, directory: Path, master: in
               help="Every member as NAME=PEER-URL (the same on every member).")
 @click.option("--initial-cluster-token", default="etcd-cluster", show_default=True)
 @click.option("--initial-advertise-peer-urls", default="http://localhost:2380", show_default=True)
+@click.option("--bump-revision", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Raise the restored revision by this much (etcdutl): watchers' resourceVersions never go back.")
+@click.option("--mark-compacted", is_flag=True, help="Mark the restored revision compacted (etcdutl): watchers "
+                                                      "re-list instead of resuming.")
 @_dir_option
 @_master_option
 def snapshot_restore_cmd(snapshot: Path, data_dir: str, name: str, initial_cluster: str, initial_cluster_token: str,
-                         initial_advertise_peer_urls: str, directory: Path, master: int) -> None:
-    """Like `etcdctl snapshot restore SNAPSHOT --data-dir DIR`: a new data dir on master N."""
+                         initial_advertise_peer_urls: str, bump_revision: int, mark_compacted: bool, directory: Path,
+                         master: int) -> None:
+    """Like `etcdutl snapshot restore SNAPSHOT --data-dir DIR`: a new data dir on master N."""
     from .etcddata import EtcdDataError, snapshot_restore
     del initial_advertise_peer_urls            # accepted like etcdctl; the lab's members need no peer URL
     try:
         db = snapshot_restore(snapshot, _on_node(_master_root(directory, master), data_dir), name, initial_cluster,
-                              initial_cluster_token)
+                              initial_cluster_token, bump_revision, mark_compacted)
     except EtcdDataError as exc:
         fail(str(exc))
     click.echo(f"restored snapshot {snapshot} to {data_dir} (member {name}, cluster-id {db['cluster_id']})")

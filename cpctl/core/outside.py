@@ -35,6 +35,8 @@ BACKUP_PREFIX = "kubeadm-backup-manifests"
 UPGRADED_PREFIX = "kubeadm-upgraded-manifests"
 #: kubeadm waits up to 5 minutes for each of the four components.
 IN_FLIGHT_SECONDS = 20 * 60
+#: An empty staging dir older than this is a failed upgrade's (kubeadm fills a new one at once).
+EMPTY_SETTLED = 2.0
 #: History actions after which the manifest holds the bytes the record's checksum names.
 WRITES = ("apply", "edit", "flags", "rollback", "start", "scheduler-add")
 _FLAG_LINE = re.compile(r"^(?P<sign>[+-])\s*-\s+['\"]?--(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?:=(?P<value>[^'\"]*))?")
@@ -165,9 +167,10 @@ class FailedUpgrade:
     rolled_back: List[str]
 
     def message(self) -> str:
-        return ("a kubeadm upgrade failed and was rolled back (%s is back from %s; its staged manifests stay in %s): "
-                "nothing is in flight, cpctl changes are allowed" % (", ".join(self.rolled_back), self.backup,
-                                                                     self.staging))
+        back = ("%s back from %s" % (", ".join(self.rolled_back), self.backup) if self.rolled_back else
+                "its staging dir is empty and nothing waits in %s" % self.backup)
+        return ("a kubeadm upgrade failed and was rolled back (%s; its leftovers stay in %s): nothing is in "
+                "flight, cpctl changes are allowed" % (back, os.path.dirname(self.staging)))
 
 
 def failed_upgrade(node: Node) -> Optional[FailedUpgrade]:
@@ -188,7 +191,11 @@ def failed_upgrade(node: Node) -> Optional[FailedUpgrade]:
     except OSError:
         return None
     if not staged:
-        return None
+        # every manifest moved in, then all moved back (or none staged: a patch that did not apply);
+        # a staging dir kubeadm has only just made is younger than EMPTY_SETTLED seconds
+        info = node.host.lstat(staging)
+        settled = bool(info) and time.time() - float(info.get("mtime") or 0) > EMPTY_SETTLED
+        return FailedUpgrade(staging, backup, []) if settled and not backed else None
     back = [c.name for c in catalogue.COMPONENTS if c.name + ".yaml" not in staged | backed]
     return FailedUpgrade(staging, backup, back) if back else None
 

@@ -398,3 +398,30 @@ def test_repeated_issuers_survive_keep_in_of_another_flag_and_of_the_issuer(lab_
     assert proc.returncode == 0, proc.stderr
     assert [a for a in command(handle, "kube-apiserver") if a.startswith("--service-account-issuer=")] == [
         f"--service-account-issuer={v}" for v in sorted([*ISSUERS, "https://third"])]
+
+
+def test_failed_upgrade_leftovers_are_reported_not_refused_for_20_minutes(lab_factory: Any) -> None:
+    """A component that does not come back: kubeadm moves every manifest back and keeps its tmp dirs;
+    cpctl says what happened and lets the operator repair (no 'in flight' refusal)."""
+    handle = lab_factory(kubeadm_api="v1beta3")
+    cm = configmap(handle)
+    cfg = yaml.safe_load(cm["data"]["ClusterConfiguration"])
+    cfg["scheduler"] = {"extraArgs": {"no-such-flag": "x"}}
+    cm["data"]["ClusterConfiguration"] = yaml.safe_dump(cfg)
+    (handle.dir / "cm.yaml").write_text(yaml.safe_dump(cm))
+    kubectl(handle, "replace", "-f", str(handle.dir / "cm.yaml"))
+    before = command(handle, "kube-scheduler")
+    proc = upgrade(handle, "--to", "1.31", "--timeout", "5")
+    assert proc.returncode == 1 and "kube-scheduler" in proc.stderr and "recover" in proc.stderr, proc.stderr
+    assert command(handle, "kube-scheduler") == before
+    tmp = handle.root_dir() / "etc/kubernetes/tmp"
+    assert list(tmp.glob("kubeadm-upgraded-manifests-*")) and list(tmp.glob("kubeadm-backup-manifests-*"))
+    found: dict[str, Any] = {}
+
+    def reported() -> bool:         # an empty staging dir counts once it is EMPTY_SETTLED seconds old
+        found.update({f["kind"]: f for f in json.loads(run_cpctl(handle, "check", "-o", "json").stdout)["findings"]})
+        return "upgrade_failed" in found
+    wait_for(reported, 30, "upgrade_failed reported")
+    assert "upgrade_in_flight" not in found and "failed and was rolled back" in found["upgrade_failed"]["message"]
+    proc = run_cpctl(handle, "flags", "scheduler", "--set", "v=4", "--timeout", "30")
+    assert proc.returncode == 0, proc.stderr

@@ -390,7 +390,7 @@ def with_whole(config: Dict[str, object], section: str, whole: WholeChange) -> D
     the same name replaced, removed volumes dropped), etcd.local.dataDir (and no extraArgs
     ``data-dir``: kubeadm takes the flag from dataDir)."""
     out = with_flags(config, section, whole.flags)
-    if whole.volumes or whole.removed_volumes:
+    if (whole.volumes or whole.removed_volumes) and section != SECTIONS[catalogue.ETCD]:   # etcd: dataDir only
         part = _section(out, section, create=True)
         assert part is not None
         raw = part.get("extraVolumes")

@@ -425,3 +425,57 @@ def test_failed_upgrade_leftovers_are_reported_not_refused_for_20_minutes(lab_fa
     assert "upgrade_in_flight" not in found and "failed and was rolled back" in found["upgrade_failed"]["message"]
     proc = run_cpctl(handle, "flags", "scheduler", "--set", "v=4", "--timeout", "30")
     assert proc.returncode == 0, proc.stderr
+
+
+def _etcd_pod(data_dir: str = "/var/lib/etcd", host: str = "/var/lib/etcd") -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "etcd"}, "spec": {
+        "containers": [{"name": "etcd", "command": ["etcd", f"--data-dir={data_dir}", "--name=m1",
+                                                     "--snapshot-count=10000"],
+                        "volumeMounts": [{"mountPath": host, "name": "etcd-data"},
+                                         {"mountPath": "/etc/kubernetes/pki/etcd", "name": "etcd-certs"}]}],
+        "volumes": [{"hostPath": {"path": host, "type": "DirectoryOrCreate"}, "name": "etcd-data"},
+                    {"hostPath": {"path": "/etc/kubernetes/pki/etcd", "type": "DirectoryOrCreate"},
+                     "name": "etcd-certs"}]}}
+
+
+V4 = {"apiVersion": "kubeadm.k8s.io/v1beta4", "kind": "ClusterConfiguration",
+      "etcd": {"local": {"dataDir": "/var/lib/etcd"}}}
+
+
+def test_etcd_data_dir_is_kept_as_data_dir_never_as_a_flag() -> None:
+    old, new = _etcd_pod(), _etcd_pod("/var/lib/etcd-restore", "/var/lib/etcd-restore")
+    whole = kc.whole_change(old, new, 0, "etcd", kc.flag_change(old["spec"]["containers"][0],
+                                                                new["spec"]["containers"][0]))
+    assert whole.data_dir == "/var/lib/etcd-restore" and whole.flags.sets == [] and not whole.not_in_config
+    flag_only = dict(V4, etcd={"local": {"dataDir": "/var/lib/etcd",
+                                         "extraArgs": [{"name": "data-dir", "value": "/var/lib/etcd-restore"}]}})
+    kept = kc.with_whole(flag_only, "etcd.local", whole)
+    assert kept["etcd"]["local"] == {"dataDir": "/var/lib/etcd-restore"}      # the flag-only entry is gone
+    # what runs vs the next render: the flag-only data dir is named, critical, fixed without --force
+    drops = kc.next_upgrade_drops(new, 0, flag_only, "etcd")
+    assert [d.kind for d in drops] == ["data_dir"] and drops[0].critical
+    assert "no hostPath volume mounts" in drops[0].text and "empty member" in drops[0].text
+    assert drops[0].fix.startswith("cpctl flags etcd --set data-dir=/var/lib/etcd-restore --keep-in kubeadm-config")
+    assert "--force" not in drops[0].fix
+    assert kc.next_upgrade_drops(new, 0, kept, "etcd") == []
+    assert kc.next_upgrade_drops(old, 0, V4, "etcd") == []                   # fresh layout: silent
+    # upstream's shorter variant: only the hostPath moved, --data-dir stays /var/lib/etcd inside
+    short = _etcd_pod("/var/lib/etcd", "/var/lib/etcd")
+    short["spec"]["volumes"][0]["hostPath"]["path"] = "/var/lib/etcd-restore"
+    assert kc.whole_change(old, short, 0, "etcd", kc.FlagChange()).data_dir == "/var/lib/etcd-restore"
+
+
+def test_repeated_flag_in_v1beta3_refused_and_positions_refused_for_patches() -> None:
+    v3 = {"apiVersion": "kubeadm.k8s.io/v1beta3", "kind": "ClusterConfiguration", "apiServer": {}}
+    two = kc.FlagChange([("service-account-issuer", "a"), ("service-account-issuer", "b")])
+    with pytest.raises(kc.CpctlError, match="v1beta3"):
+        kc.with_flags(v3, "apiServer", two)
+    v4 = dict(v3, apiVersion="kubeadm.k8s.io/v1beta4", apiServer={"extraArgs": [
+        {"name": "service-account-issuer", "value": "a"}, {"name": "v", "value": "2"},
+        {"name": "service-account-issuer", "value": "b"}]})
+    out = kc.with_flags(v4, "apiServer", kc.FlagChange([("v", "3")]))
+    assert kc.extra_args(out, "apiServer") == [("service-account-issuer", "a"), ("v", "3"),
+                                               ("service-account-issuer", "b")]
+    container = {"command": ["kube-apiserver", "--service-account-issuer=a", "--service-account-issuer=b"]}
+    with pytest.raises(kc.CpctlError, match="position"):
+        kc.patch_ops([], 0, container, container, kc.FlagChange([("service-account-issuer", "c")]))

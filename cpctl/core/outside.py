@@ -194,7 +194,7 @@ def failed_upgrade(node: Node) -> Optional[FailedUpgrade]:
         # every manifest moved in, then all moved back (or none staged: a patch that did not apply);
         # a staging dir kubeadm has only just made is younger than EMPTY_SETTLED seconds
         info = node.host.lstat(staging)
-        settled = bool(info) and time.time() - float(info.get("mtime") or 0) > EMPTY_SETTLED
+        settled = info is not None and time.time() - float(info.get("mtime") or 0) > EMPTY_SETTLED
         return FailedUpgrade(staging, backup, []) if settled and not backed else None
     back = [c.name for c in catalogue.COMPONENTS if c.name + ".yaml" not in staged | backed]
     return FailedUpgrade(staging, backup, back) if back else None

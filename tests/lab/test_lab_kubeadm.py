@@ -193,3 +193,16 @@ def test_render_volumes_data_dir_repeats_and_patches_like_kubeadm(tmp_path: Path
     with pytest.raises(kubeadmconfig.PatchError, match="etcd"):
         kubeadmconfig.render({"kind": "ClusterConfiguration"}, _spec(tmp_path),
                              kubeadmconfig.profiles.RELEASES["1.34"], patches)
+
+
+def test_upgrade_renews_certificates_unless_told_not_to(lab_factory: Any) -> None:
+    """kubeadm upgrade apply --certificate-renewal (default true) renews the master's certificates."""
+    handle = lab_factory()
+    crt = handle.root_dir() / "etc/kubernetes/pki/apiserver.crt"
+    before = crt.read_bytes()
+    proc = upgrade(handle, "--to", "classic", "--certificate-renewal", "false")
+    assert proc.returncode == 0 and "renewed" not in proc.stdout, proc.stdout + proc.stderr
+    assert crt.read_bytes() == before
+    proc = upgrade(handle, "--to", "classic")
+    assert proc.returncode == 0 and "renewed" in proc.stdout, proc.stdout + proc.stderr
+    assert crt.read_bytes() != before

@@ -153,6 +153,9 @@ def plan(node: Node, component: str, old: bytes, new: bytes, change: kc.FlagChan
     keep.whole = whole = kc.whole_change(old_pod, new_pod, index, component, change)
     for target in targets:
         cannot = whole.not_kept + (whole.not_in_config if target.target == "kubeadm-config" else [])
+        if target.target == "patches" and whole.data_dir is not None:
+            cannot = cannot + ["etcd's data dir: keep it as etcd.local.dataDir with --keep-in kubeadm-config (kubeadm "
+                               "mounts it, points --data-dir at it, and no position can shift)"]
         if cannot:
             other = ("; --keep-in patches can hold it" if target.target == "kubeadm-config" and not whole.not_kept
                      else "")

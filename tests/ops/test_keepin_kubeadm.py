@@ -289,6 +289,8 @@ def test_patches_etcd_change_across_1_33_to_1_34_fails_loudly_never_a_wrong_flag
     ops = yaml.safe_load((handle.root_dir() / "etc/kubernetes/patches/etcd+json.yaml").read_text())
     assert [o["op"] for o in ops] == ["test", "replace"] and ops[0]["value"] == "--snapshot-count=10000"
     assert kubeadm_findings(handle) == []                         # the patch keeps it: nothing dropped
+    refused = run_cpctl(handle, "flags", "etcd", "--set", "data-dir=/var/lib/etcd", "--keep-in", "patches")
+    assert refused.returncode == 4 and "etcd.local.dataDir with --keep-in kubeadm-config" in refused.stderr
     before = command(handle, "etcd")
     proc = upgrade(handle, "--to", "1.34", "--patches", "/etc/kubernetes/patches")
     assert proc.returncode == 1 and "failed to patch static Pod manifest file for 'etcd'" in proc.stderr, proc.stderr

@@ -255,51 +255,75 @@ class PatchError(ConfigError):
 
 
 _PATCH_NAME = re.compile(r"^(?P<target>etcd|kube-apiserver|kube-controller-manager|kube-scheduler|"
-                         r"kubeletconfiguration)(?P<suffix>[^+.]*)(?:\+(?P<type>strategic|merge|json))?"
-                         r"\.(?:json|yaml)$")
+                         r"kubeletconfiguration)(?P<suffix>[^.+\n]*)(?P<plus>\+)?(?P<type>json|merge|strategic)?")
 
 
 def patch_files(patches: Path, target: str) -> list[tuple[Path, str]]:
-    """util/patches/patches.go getPatchSetsFromPath: the files ``target[suffix][+patchtype].(json|yaml)``
-    of the dir (not recursive), in file-name order, with their patch type (default ``strategic``)."""
-    try:
-        names = sorted(os.listdir(patches))
-    except OSError as exc:
-        raise PatchError(f"could not list patch files for path {str(patches)!r}: {exc.strerror}") from None
+    """util/patches/patches.go getPatchSetsFromPath/parseFilename: the files
+    ``target[suffix][+patchtype].(json|yaml)`` under the dir, walked in lexical order (as Go's
+    filepath.Walk does, sub-directories included), with their patch type (default ``strategic``); a
+    ``+`` without a known type is an error, an unknown target or extension is ignored."""
+    if not patches.is_dir():
+        raise PatchError(f"could not list patch files for path {str(patches)!r}: not a directory")
     out = []
-    for name in names:
-        match = _PATCH_NAME.match(name)
-        if match and match.group("target") == target and (patches / name).is_file():
-            out.append((patches / name, match.group("type") or "strategic"))
+    for path in _walk(patches):
+        if not re.match(r".+\.(json|yaml)$", path.name):
+            continue
+        match = _PATCH_NAME.match(path.name)
+        if match is None:
+            continue
+        if match.group("plus") and not match.group("type"):
+            raise PatchError(f"{path.name}: unknown or missing patch type after '+', must be one of "
+                             "[json merge strategic]")
+        if match.group("target") == target and path.stat().st_size:
+            out.append((path, match.group("type") or "strategic"))
+    return out
+
+
+def _walk(directory: Path) -> list[Path]:
+    out = []
+    for entry in sorted(directory.iterdir(), key=lambda p: p.name):
+        out.extend(_walk(entry) if entry.is_dir() else [entry])
     return out
 
 
 def patch_pod(pod: Obj, comp: str, patches: Path) -> Obj:
-    """The pod after every patch file for ``comp`` (staticpod PatchStaticPod): ``json`` RFC 6902 with
-    the ``jsonpatch`` library (no check that an index still points where it did - a ``test`` op is the
-    only guard), ``merge`` RFC 7386, ``strategic`` the strategic merge of a Pod (containers, volumes
-    and volumeMounts merged by their key; ``command`` and every other list replaced whole)."""
+    """The pod after every patch of every file for ``comp`` (staticpod PatchStaticPod; a file may hold
+    several YAML documents, each one patch): ``json`` RFC 6902 with the ``jsonpatch`` library (no
+    check that an index still points where it did - a ``test`` op is the only guard), ``merge`` RFC
+    7386, ``strategic`` the strategic merge of a Pod (containers, volumes and volumeMounts merged by
+    their key; ``command`` and every other list replaced whole). A patch that does not apply fails
+    the render (kubeadm: "could not apply the following patch ...")."""
     for path, kind in patch_files(patches, comp):
         try:
-            patch = yaml.safe_load(path.read_text())
+            docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
         except (OSError, yaml.YAMLError) as exc:
-            raise PatchError(f"could not parse patch file {path.name}: {exc}") from None
-        if kind == "json":
-            try:    # the lab's dependency (setup.cfg extras "lab"): a real RFC 6902 implementation
-                import jsonpatch
-            except ImportError:
-                raise PatchError("applying a JSON patch needs the jsonpatch package: pip install 'cpctl[lab]'"
-                                 ) from None
-            try:
-                pod = jsonpatch.apply_patch(pod, patch)
-            except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, TypeError, KeyError) as exc:
-                raise PatchError(f"failed to patch static Pod manifest file for {comp!r} with {path.name}: "
-                                 f"{exc}") from None
-        elif kind == "merge":
-            pod = store.merge_patch(pod, patch)
-        else:
-            pod = _strategic(pod, patch)
+            raise PatchError(f"could not convert patch to JSON ({path.name}): {exc}") from None
+        for patch in docs:
+            pod = _apply(pod, comp, path, kind, patch)
     return pod
+
+
+def _apply(pod: Obj, comp: str, path: Path, kind: str, patch: Any) -> Obj:
+    failed = f"failed to patch static Pod manifest file for {comp!r}: could not apply the following patch of type " \
+             f"{kind!r} to target {comp!r} ({path.name})"
+    if kind == "json":
+        try:    # the lab's dependency (setup.cfg extras "lab"): a real RFC 6902 implementation
+            import jsonpatch
+        except ImportError:
+            raise PatchError("applying a JSON patch needs the jsonpatch package: pip install 'cpctl[lab]'") from None
+        try:
+            out: Obj = jsonpatch.apply_patch(pod, patch)
+        except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, TypeError, KeyError) as exc:
+            raise PatchError(f"{failed}: {exc}") from None
+        return out
+    if not isinstance(patch, dict):
+        raise PatchError(f"{failed}: a {kind} patch must be an object")
+    if kind == "merge":
+        merged: Obj = store.merge_patch(pod, patch)
+        return merged
+    strategic: Obj = _strategic(pod, patch)
+    return strategic
 
 
 _MERGE_KEYS = {"containers": "name", "initContainers": "name", "volumes": "name", "volumeMounts": "mountPath",

@@ -71,6 +71,7 @@ KINDS = {
                      "ClusterConfiguration nor in a patch file)",
     "kubeadm_data_dir": "check --kubeadm: the next kubeadm upgrade points etcd away from the data it runs on",
     "kubeadm_patch_fails": "check --kubeadm: a kubeadm patch file does not apply to what the next upgrade renders",
+    "kubeadm_patch_unchecked": "check --kubeadm: a strategic or merge patch file cpctl does not evaluate",
     "upgrade_failed": "a kubeadm upgrade failed and rolled back: its leftovers are in /etc/kubernetes/tmp",
     "cert_expiring": "a kubeadm certificate expires within --cert-warn, or has expired",
     "cert_stale": "a running component still uses an old certificate (cpctl restart --stale-certs)",
@@ -131,6 +132,8 @@ def how_to_fix(kind: str, file: Optional[str], component: Optional[str], extra: 
         "kubeadm_drops": "cpctl flags %s --set NAME=VALUE --keep-in kubeadm-config (for each flag listed)" % name,
         "kubeadm_data_dir": "cpctl flags etcd --set data-dir=DIR --keep-in kubeadm-config (sets etcd.local.dataDir)",
         "kubeadm_patch_fails": "fix or remove the patch file; keep flags with --keep-in kubeadm-config instead",
+        "kubeadm_patch_unchecked": "compare by hand: kubeadm upgrade diff (or kubeadm upgrade apply --dry-run "
+                                   "--patches DIR) shows what it renders",
         "upgrade_failed": "read kubeadm's output, fix the cause, run kubeadm upgrade again; remove the leftover "
                           "kubeadm-upgraded-manifests dir once done",
         "cert_expiring": "kubeadm certs renew all on this master, then cpctl restart --stale-certs",
@@ -467,7 +470,13 @@ def _check_kubeadm(report: Report, node: Node, scan: DirScan) -> None:
         containers = (m.pod.get("spec") or {}).get("containers") or [{}]
         index = next((i for i, c in enumerate(containers) if isinstance(c, dict) and c.get("name") == m.pod_name), 0)
         changed = list(outside.flags_set_by_cpctl(node, m.file, records))
-        patches = keepin.patch_files(node, m.pod_name)
+        unchecked: List[str] = []
+        patches = keepin.patch_files(node, m.pod_name, unchecked=unchecked)
+        if unchecked:
+            report.add(Finding("kubeadm_patch_unchecked", INFO, "%s: the patch files %s are strategic or merge "
+                               "patches, which cpctl does not evaluate: what follows ignores them"
+                               % (m.file, ", ".join(unchecked)), file=m.file, component=m.pod_name,
+                               patches=unchecked))
         for drop in kc.next_upgrade_drops(m.pod, index, config, m.pod_name, changed, patches):
             shown = " ".join(flags.redact(i) for i in drop.items) if drop.kind == "flags" else ""
             text = flags.redact(drop.text)

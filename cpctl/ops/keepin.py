@@ -110,11 +110,12 @@ class KeepPlan:
                 % (self.patch.path, self.patch.node_dir or os.path.dirname(self.patch.path))]
 
 
-def patch_files(node: Node, component: str, directory: Optional[str] = None
-                ) -> List[Tuple[str, List[Dict[str, object]]]]:
+def patch_files(node: Node, component: str, directory: Optional[str] = None,
+                unchecked: Optional[List[str]] = None) -> List[Tuple[str, List[Dict[str, object]]]]:
     """The JSON patch files kubeadm would apply to ``component`` from the patches dir (default next to
     the manifests dir): ``component[suffix]+json.(yaml|json)`` in file-name order, as (name, ops);
-    a file that cannot be read or is no JSON patch counts as none (check reports, never fails)."""
+    a file that cannot be read or is no JSON patch counts as none (check reports, never fails).
+    ``unchecked`` collects the component's strategic and merge patch files (not evaluated)."""
     directory = directory or os.path.join(os.path.dirname(node.manifests_dir), kc.DEFAULT_PATCHES)
     try:
         names = sorted(node.host.listdir(directory))
@@ -124,6 +125,8 @@ def patch_files(node: Node, component: str, directory: Optional[str] = None
     for name in names:
         stem, _, ext = name.rpartition(".")
         if ext not in ("yaml", "json") or not stem.endswith("+json") or not stem.startswith(component):
+            if ext in ("yaml", "json") and stem.startswith(component) and unchecked is not None:
+                unchecked.append(name)        # a strategic or merge patch: cpctl does not evaluate it
             continue
         if "+" in stem[len(component):-len("+json")]:
             continue                      # target[suffix][+patchtype]: one "+" only

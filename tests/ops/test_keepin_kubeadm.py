@@ -324,6 +324,7 @@ def test_audit_recipe_kept_in_kubeadm_config_survives_upgrade_with_its_mounts(la
                      "--with-file", f"/etc/kubernetes/audit/policy.yaml={policy}", "--mount",
                      "--keep-in", "kubeadm-config", "--timeout", "60")
     assert proc.returncode == 0, proc.stderr
+    assert "kept with the flags: volumes " in proc.stdout, proc.stdout
     api = cluster_config(handle)["apiServer"]
     assert api["extraArgs"]["audit-policy-file"] == "/etc/kubernetes/audit/policy.yaml"
     vols = {v["mountPath"]: v for v in api["extraVolumes"]}

@@ -125,7 +125,8 @@ def test_single_master_etcd_restore(lab: Any, tmp_path: Any) -> None:
     assert [f["kind"] for f in found] == ["kubeadm_data_dir"] and found[0]["severity"] == "critical", found
     assert "/var/lib/etcd-restore" in found[0]["message"] and "--force" not in found[0]["fix"]
     assert found[0]["fix"].startswith("cpctl flags etcd --set data-dir=/var/lib/etcd-restore --keep-in kubeadm-config")
-    _cpctl(env, "flags", "etcd", "--set", "data-dir=/var/lib/etcd-restore", "--keep-in", "kubeadm-config")
+    kept = _cpctl(env, "flags", "etcd", "--set", "data-dir=/var/lib/etcd-restore", "--keep-in", "kubeadm-config")
+    assert "kept with the flags: etcd.local.dataDir /var/lib/etcd-restore" in kept, kept
     assert _kubeadm_findings(env) == []
     _lab(lab, "kubeadm-upgrade", "--to", "1.31")
     line = _member_line(env)

@@ -22,14 +22,15 @@ manifest again from it, so flags set by hand in a manifest and not in the Cluste
   render equals the seed.
 * The upgrade (phases/upgrade/staticpods.go): the new manifests go to
   ``/etc/kubernetes/tmp/kubeadm-upgraded-manifests-<time>/`` (inside the node's root); a patch that
-  does not apply fails the upgrade there, before anything moved. Certificates are renewed unless
-  ``--certificate-renewal=false``. Per component, in kubeadm's order, an unchanged manifest is
-  skipped, else the current one moves to ``/etc/kubernetes/tmp/kubeadm-backup-manifests-<time>/``
-  and the new one moves in; then kubeadm waits for the mirror pod's hash to change and the pod to
-  be Ready; when it does not, every manifest moved so far goes back and both tmp dirs stay (the
-  leftovers of a failed upgrade). ``halt=True`` stops after staging: the tmp manifests are fresh
-  and nothing has moved (an upgrade "in flight", for tests). Finally ``kubernetesVersion`` in the
-  ConfigMap names the new release, and ``/version`` reports it once the new API server runs.
+  does not apply fails the upgrade there, before anything moved. Per component, in kubeadm's order,
+  an unchanged manifest is skipped, else its certificates are renewed (unless
+  ``--certificate-renewal=false``; renewCertsByComponent) and the current one moves to
+  ``/etc/kubernetes/tmp/kubeadm-backup-manifests-<time>/`` and the new one moves in; then kubeadm
+  waits for the mirror pod's hash to change and the pod to be Ready; when it does not, every
+  manifest moved so far goes back and both tmp dirs stay (the leftovers of a failed upgrade).
+  ``halt=True`` stops after staging: the tmp manifests are fresh and nothing has moved (an upgrade
+  "in flight", for tests). Finally ``kubernetesVersion`` in the ConfigMap names the new release, and
+  ``/version`` reports it once the new API server runs.
 """
 
 from __future__ import annotations
@@ -408,8 +409,8 @@ def upgrade(info: Obj, directory: Path, to: Optional[str], halt: bool, timeout: 
     its config hash and is Ready (default: :func:`wait_mirror` on the lab's API); when it does not,
     the backup moves back and ConfigError is raised. ``patches``: the ``--patches`` dir, a path on
     the master (kubeadm remembers nothing: without it no patch file is applied). ``renew_certs``:
-    ``--certificate-renewal`` (kubeadm's default true renews every certificate of the master, like
-    ``kubeadm certs renew all``, before its manifests move)."""
+    ``--certificate-renewal`` (kubeadm's default true renews the certificates of each component it
+    moves, just before the move; a skipped component keeps its own)."""
     wait = wait or (lambda node, comp, old, t: wait_mirror(info, node, comp, old, t))
     cm = _api(info, "GET")
     cfg = parse((cm.get("data") or {}).get(KEY, ""))
@@ -455,9 +456,6 @@ def _upgrade_node(cfg: Obj, spec: NodeSpec, release: profiles.KubeRelease, halt:
     out = Outcome(spec.node, [], [], str(backup), str(staged), halt)
     if halt:
         return out
-    if renew_certs and (spec.root / "etc/kubernetes/pki/ca.key").is_file():
-        from . import pki
-        out.renewed = pki.renew_all(spec.root / "etc/kubernetes", spec.node)
     mdir = spec.root / "etc/kubernetes/manifests"
     for comp, text in texts.items():
         current = mdir / f"{comp}.yaml"
@@ -465,6 +463,10 @@ def _upgrade_node(cfg: Obj, spec: NodeSpec, release: profiles.KubeRelease, halt:
             out.skipped.append(comp)
             continue
         old = mirror_hash(info, spec.node, comp)
+        if renew_certs and (spec.root / "etc/kubernetes/pki/ca.key").is_file():
+            # renewCertsByComponent: a moved component's certificates, just before its move
+            from . import pki
+            out.renewed += pki.renew_all(spec.root / "etc/kubernetes", spec.node, pki.BY_COMPONENT[comp])
         if current.exists():
             os.replace(current, backup / current.name)
         os.replace(staged / current.name, current)

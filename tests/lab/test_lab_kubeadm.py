@@ -5,6 +5,7 @@ drops hand-made flags and keeps extraArgs, backs up under /etc/kubernetes/tmp, a
 # ruff: noqa: F811  (pytest fixtures are imported by name and then used as parameters)
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -196,13 +197,24 @@ def test_render_volumes_data_dir_repeats_and_patches_like_kubeadm(tmp_path: Path
 
 
 def test_upgrade_renews_certificates_unless_told_not_to(lab_factory: Any) -> None:
-    """kubeadm upgrade apply --certificate-renewal (default true) renews the master's certificates."""
-    handle = lab_factory()
-    crt = handle.root_dir() / "etc/kubernetes/pki/apiserver.crt"
-    before = crt.read_bytes()
+    """kubeadm upgrade apply --certificate-renewal (default true) renews the certificates of each
+    component it moves (renewCertsByComponent), none of a component it skips."""
+    handle = lab_factory(kubeadm_api="v1beta3")
+    etc = handle.root_dir() / "etc/kubernetes"
+    files = {p: p.read_bytes() for p in (etc / "pki/apiserver.crt", etc / "scheduler.conf")}
+
+    def scheduler_v(value: str) -> None:
+        cfg = cluster_config(handle)
+        cfg["scheduler"] = {"extraArgs": {"v": value}}
+        patch = {"data": {"ClusterConfiguration": yaml.safe_dump(cfg)}}
+        kubectl(handle, "-n", "kube-system", "patch", "cm", "kubeadm-config", "--type", "merge",
+                "-p", json.dumps(patch))
+    scheduler_v("3")
     proc = upgrade(handle, "--to", "classic", "--certificate-renewal", "false")
     assert proc.returncode == 0 and "renewed" not in proc.stdout, proc.stdout + proc.stderr
-    assert crt.read_bytes() == before
+    assert {p: p.read_bytes() for p in files} == files
+    scheduler_v("4")
     proc = upgrade(handle, "--to", "classic")
-    assert proc.returncode == 0 and "renewed" in proc.stdout, proc.stdout + proc.stderr
-    assert crt.read_bytes() != before
+    assert proc.returncode == 0 and "renewed 1 certificates" in proc.stdout, proc.stdout + proc.stderr
+    assert (etc / "scheduler.conf").read_bytes() != files[etc / "scheduler.conf"]       # moved: renewed
+    assert (etc / "pki/apiserver.crt").read_bytes() == files[etc / "pki/apiserver.crt"]  # skipped: kept

@@ -311,8 +311,16 @@ _master_option = click.option("--master", type=int, default=1, show_default=True
 def snapshot_save_cmd(snapshot: Path, data_dir: str, directory: Path, master: int) -> None:
     """Like `etcdctl snapshot save SNAPSHOT`: a snapshot of master N's etcd member."""
     from .etcddata import EtcdDataError, snapshot_save
+    root = _master_root(directory, master)
+    info = control.running_state(directory.expanduser().resolve())
+    try:        # etcdctl reads the keys from the serving member
+        keys = control.control_call(info, "/etcd/keys", timeout=10) if info else None
+    except (control.LabError, OSError) as exc:
+        fail(f"Error: context deadline exceeded (no serving etcd member: {exc})")
+    if not keys:
+        fail("Error: context deadline exceeded (the lab does not run: no etcd member answers)")
     try:
-        taken = snapshot_save(_on_node(_master_root(directory, master), data_dir), snapshot)
+        taken = snapshot_save(_on_node(root, data_dir), snapshot, keys)
     except EtcdDataError as exc:
         fail(str(exc))
     click.echo(f"Snapshot saved at {snapshot} (cluster-id {taken['snapshot_of']})")
@@ -326,16 +334,21 @@ def snapshot_save_cmd(snapshot: Path, data_dir: str, directory: Path, master: in
               help="Every member as NAME=PEER-URL (the same on every member).")
 @click.option("--initial-cluster-token", default="etcd-cluster", show_default=True)
 @click.option("--initial-advertise-peer-urls", default="http://localhost:2380", show_default=True)
+@click.option("--bump-revision", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Raise the restored revision by this much (etcdutl): watchers' resourceVersions never go back.")
+@click.option("--mark-compacted", is_flag=True, help="Mark the restored revision compacted (etcdutl): watchers "
+                                                      "re-list instead of resuming.")
 @_dir_option
 @_master_option
 def snapshot_restore_cmd(snapshot: Path, data_dir: str, name: str, initial_cluster: str, initial_cluster_token: str,
-                         initial_advertise_peer_urls: str, directory: Path, master: int) -> None:
-    """Like `etcdctl snapshot restore SNAPSHOT --data-dir DIR`: a new data dir on master N."""
+                         initial_advertise_peer_urls: str, bump_revision: int, mark_compacted: bool, directory: Path,
+                         master: int) -> None:
+    """Like `etcdutl snapshot restore SNAPSHOT --data-dir DIR`: a new data dir on master N."""
     from .etcddata import EtcdDataError, snapshot_restore
     del initial_advertise_peer_urls            # accepted like etcdctl; the lab's members need no peer URL
     try:
         db = snapshot_restore(snapshot, _on_node(_master_root(directory, master), data_dir), name, initial_cluster,
-                              initial_cluster_token)
+                              initial_cluster_token, bump_revision, mark_compacted)
     except EtcdDataError as exc:
         fail(str(exc))
     click.echo(f"restored snapshot {snapshot} to {data_dir} (member {name}, cluster-id {db['cluster_id']})")
@@ -415,7 +428,13 @@ def _interrupt(_signum: int, _frame: Any) -> None:
               help="Stop half-way: new manifests staged in /etc/kubernetes/tmp, nothing moved (an upgrade in flight).")
 @click.option("--timeout", type=float, default=60.0, show_default=True,
               help="Seconds to wait for each upgraded component's new pod.")
-def kubeadm_upgrade_cmd(directory: Path, to: Optional[str], halt: bool, timeout: float) -> None:
+@click.option("--patches", "patches", default=None, metavar="DIR",
+              help="kubeadm's --patches: patch files in DIR (a path on the masters) applied to the rendered "
+                   "manifests. kubeadm remembers nothing: without it no patch file is applied.")
+@click.option("--certificate-renewal", "renewal", type=click.Choice(["true", "false"]), default="true",
+              show_default=True, help="Renew the masters' certificates during the upgrade, as kubeadm does.")
+def kubeadm_upgrade_cmd(directory: Path, to: Optional[str], halt: bool, timeout: float, patches: Optional[str],
+                        renewal: str) -> None:
     """Do to the manifests what `kubeadm upgrade apply` does: render each one from the
     ClusterConfiguration in kube-system/kubeadm-config (hand-made flags not in it disappear), back
     the old one up under /etc/kubernetes/tmp/kubeadm-backup-manifests-<time>/ and move the new one in."""
@@ -425,13 +444,18 @@ def kubeadm_upgrade_cmd(directory: Path, to: Optional[str], halt: bool, timeout:
     if not info:
         fail(f"no lab running in {directory}")
     try:
-        old, new, outcomes = upgrade(info, directory, to, halt, timeout)
+        if patches is not None and not patches.startswith("/"):
+            fail(f"--patches {patches}: give an absolute path on the masters", 2)
+        old, new, outcomes = upgrade(info, directory, to, halt, timeout, patches=patches,
+                                     renew_certs=renewal == "true")
     except (ConfigError, OSError, ValueError) as exc:
         fail(f"kubeadm upgrade: {exc}")
     for out in outcomes:
         if out.halted:
             click.echo(f"{out.node}: halted with new manifests staged in {out.staged_dir} (upgrade in flight)")
             continue
+        if out.renewed:
+            click.echo(f"{out.node}: renewed {len(out.renewed)} certificates")
         click.echo(f"{out.node}: upgraded {', '.join(out.upgraded) or 'nothing'}"
                    + (f"; unchanged {', '.join(out.skipped)}" if out.skipped else "")
                    + f"; backup in {out.backup_dir}")

@@ -12,6 +12,7 @@ when inotify is unavailable).
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import heapq
 import itertools
@@ -224,6 +225,10 @@ class ControlHandler(BaseHTTPRequestHandler):
         if url.path == "/faults":
             self._json(*faults.control(lab.api.faults, "GET", b""))
             return
+        if url.path == "/etcd/keys":
+            keys = lab.etcd_keys()
+            self._json(200, keys) if keys is not None else self._json(503, {"error": "no etcd member serves"})
+            return
         with lab.lock:
             if url.path == "/ready":
                 self._json(
@@ -380,6 +385,7 @@ class Lab:
         self.gc_after = gc_after
         self.aggregated_discovery = aggregated_discovery
         self.store = Store()
+        self.restored_cluster = ""       # the restored etcd cluster whose keys the API serves (restore_keys)
         self.lock = self.store.lock
         self.cond = threading.Condition(self.lock)
         self.api = Api(self.store, self)
@@ -790,9 +796,20 @@ class Lab:
         }
 
     def version_info(self) -> Obj:
-        """``/version`` of the lab's apiservers: the profile's Kubernetes release."""
-        minor = str(self.release.minor)
-        return {**K8S_VERSION, "minor": minor, "gitVersion": f"{self.release.version}-lab"}
+        """``/version`` of the lab's apiservers: the release of the binary that answers - the image tag
+        of a running kube-apiserver (after ``lab kubeadm-upgrade`` the new one), else the profile's."""
+        version = self.release.version
+        try:
+            running = self._running("kube-apiserver")
+        except RuntimeError:          # a kubelet changed its containers meanwhile
+            running = []
+        tags = sorted({c.image.rpartition(":")[2] for c in running} - {""})
+        for tag in reversed(tags):
+            if tag.startswith("v") and tag.count(".") == 2:
+                version = tag
+                break
+        minor = version.lstrip("v").split(".")[1]
+        return {**K8S_VERSION, "minor": minor, "gitVersion": f"{version}-lab"}
 
     # ------------------------------------------------------------------ main loop
     def run(self) -> None:
@@ -1166,13 +1183,45 @@ class Lab:
         there (:mod:`cpctl_lab.etcddata`), as its "starting local member" line says."""
         data_dir = flags.get("data-dir", "default.etcd")
         kubelet = self.kubelets[node]
-        found, db = etcddata.open_member(Path(host_path(w.pod, c.spec, data_dir, kubelet.on_node)),
-                                         flags.get("name", node))
+        mounted = mounted_host_path(w.pod, c.spec, data_dir, kubelet.on_node)
+        if mounted is None:
+            # no hostPath mounts it: the dir is in the container's own writable layer, empty at every
+            # start and gone with the container (etcd really runs as a new, empty member)
+            mounted = str(self.dir / "containers" / c.id / "rootfs" / data_dir.lstrip("/"))
+        found, db = etcddata.open_member(Path(mounted), flags.get("name", node))
+        if isinstance(db.get("keys"), dict) and db["cluster_id"] != self.restored_cluster:
+            self.restore_keys(db["cluster_id"], db["keys"])
         fields = {"data-dir": data_dir, "local-member-name": db.get("member"), "cluster-id": db["cluster_id"],
                   "db": "opened existing" if found == "opened" else "new member, empty data dir"}
         if db.get("restored_from"):
             fields["restored-from-cluster-id"] = db["restored_from"]
         return componentlogs.zap("info", "etcdserver/server.go:532", "starting local member", fields)
+
+    def etcd_keys(self) -> Optional[Obj]:
+        """What ``etcdctl snapshot save`` reads from a serving member: the objects of
+        etcddata.DATA_RESOURCES and the revision (None while etcd has no quorum)."""
+        with self.lock:
+            if not self.etcd_ok():
+                return None
+            objects = [[r, ns, name, copy.deepcopy(obj)] for (r, ns, name), obj in sorted(self.store.objects.items())
+                       if r in etcddata.DATA_RESOURCES]
+            return {"revision": self.store.rv, "objects": objects}
+
+    def restore_keys(self, cluster_id: str, keys: Obj) -> None:
+        """etcd started on a restored data dir: the API serves the snapshot's objects (those created
+        after it are gone, deleted ones are back) at the restored revision - lower than now unless the
+        restore bumped it, and the watch history is gone (compacted)."""
+        with self.lock:
+            self.restored_cluster = cluster_id
+            for key in [k for k in self.store.objects if k[0] in etcddata.DATA_RESOURCES]:
+                del self.store.objects[key]
+            for resource, ns, name, obj in keys.get("objects") or []:
+                self.store.objects[(resource, ns, name)] = copy.deepcopy(obj)
+            self.store.rv = int(keys.get("revision") or self.store.rv)
+            self.store.history.clear()
+            self.store.cond.notify_all()
+            self.log(f"etcd: restored keys of cluster {cluster_id} (revision {self.store.rv}"
+                     f"{', compacted' if keys.get('compacted') else ''})")
 
     def _etcd_members(self, servers: str) -> tuple[str, ...]:
         """The masters whose etcd client port a --etcd-servers list names (on the nodes' loopback)."""

@@ -8,6 +8,14 @@ dir the way etcdctl/etcdutl do: refused when the dir exists and is not empty, an
 derived from ``--initial-cluster`` and ``--initial-cluster-token``, so every member of an HA
 cluster restored with the same values agrees on it (and it differs from the old cluster's). So an
 etcd restore drill shows whether the restored dir is the one etcd really runs on.
+
+The keys: ``snapshot save`` asks the running lab (its control channel) for the API objects of
+:data:`DATA_RESOURCES` and the store's revision, as etcdctl reads them from a serving member;
+``snapshot restore`` puts them in the new data dir, its revision raised by ``--bump-revision`` and
+marked compacted with ``--mark-compacted`` (etcdutl, etcd-io/etcd#16028). When etcd starts on such
+a dir the lab's API serves those objects again (:meth:`cpctl_lab.cluster.Lab.restore_keys`):
+objects created after the snapshot are gone, and without ``--bump-revision`` the revision goes
+back to the snapshot's, under the resourceVersions that watchers already hold.
 """
 
 from __future__ import annotations
@@ -17,11 +25,14 @@ import json
 import secrets
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 DB = ("member", "snap", "db")
 WAL = ("member", "wal")
 DEFAULT_CLUSTER_TOKEN = "etcd-cluster"
+#: The API objects a lab snapshot holds (what the lab itself keeps up - nodes, pods, leases, events -
+#: is written again by the kubelets and components once they run).
+DATA_RESOURCES = ("configmaps", "roles", "rolebindings", "clusterroles", "clusterrolebindings", "daemonsets")
 
 
 class EtcdDataError(Exception):
@@ -55,16 +66,18 @@ def open_member(data_dir: Path, name: str) -> tuple[str, dict[str, Any]]:
     return "new", db
 
 
-def snapshot_save(data_dir: Path, out: Path) -> dict[str, Any]:
-    """A snapshot of the member in ``data_dir`` written to ``out`` (what ``etcdctl snapshot save`` gets)."""
+def snapshot_save(data_dir: Path, out: Path, keys: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """A snapshot of the member in ``data_dir`` written to ``out`` (what ``etcdctl snapshot save`` gets):
+    its db and ``keys`` ({"revision", "objects"}) as the serving member answered."""
     db = read_db(data_dir)
-    snapshot = {"snapshot_of": db["cluster_id"], "taken": _now(), "db": db}
+    snapshot = {"snapshot_of": db["cluster_id"], "taken": _now(), "db": db, "keys": keys}
     out.write_text(json.dumps(snapshot, indent=2) + "\n")
     return snapshot
 
 
 def snapshot_restore(snapshot_file: Path, data_dir: Path, name: str, initial_cluster: str,
-                     token: str = DEFAULT_CLUSTER_TOKEN) -> dict[str, Any]:
+                     token: str = DEFAULT_CLUSTER_TOKEN, bump_revision: int = 0,
+                     mark_compacted: bool = False) -> dict[str, Any]:
     """``etcdctl snapshot restore``: a new data dir holding the snapshot as a new cluster."""
     try:
         snapshot = json.loads(snapshot_file.read_text())
@@ -77,6 +90,9 @@ def snapshot_restore(snapshot_file: Path, data_dir: Path, name: str, initial_clu
     cluster_id = hashlib.sha256(f"{initial_cluster}|{token}".encode()).hexdigest()[:16]
     db = {"cluster_id": cluster_id, "member": name, "origin": "restored", "restored_from": snapshot["snapshot_of"],
           "snapshot_taken": snapshot.get("taken"), "initial_cluster": initial_cluster, "created": _now()}
+    keys = snapshot.get("keys")
+    if isinstance(keys, dict):
+        db["keys"] = dict(keys, revision=int(keys.get("revision", 0)) + bump_revision, compacted=mark_compacted)
     _write_db(data_dir, db)
     return db
 

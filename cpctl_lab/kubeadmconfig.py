@@ -9,34 +9,45 @@ manifest again from it, so flags set by hand in a manifest and not in the Cluste
 * API versions: ``kubeadm.k8s.io/v1beta3`` keeps ``extraArgs`` as a map (``{name: value}``),
   ``v1beta4`` (kubeadm v1.31+) as a list of ``{name, value}``; the lab's ``kubeadm_api`` setting
   picks one (``auto``: v1beta4 from v1.31 on).
-* Rendering: the lab's seeded manifest of a component (:mod:`cpctl_lab.seeds`, kubeadm's defaults
-  for the release) with its ``extraArgs`` merged in, as kubeadm's ``ArgumentsToCommand`` does: an
-  extra argument replaces every default of the same name, the arguments are sorted by name. What is
-  node-specific (ports, advertise address, etcd members) comes from the node, as kubeadm takes it
-  from the node's Init/JoinConfiguration. With empty ``extraArgs`` the render equals the seed.
-* The upgrade: the new manifests go to ``/etc/kubernetes/tmp/kubeadm-upgraded-manifests-<time>/``
-  (inside the node's root); per component, in kubeadm's order, an unchanged manifest is skipped,
-  else the current one moves to ``/etc/kubernetes/tmp/kubeadm-backup-manifests-<time>/`` and the new
-  one moves in; then kubeadm waits for the mirror pod's hash to change and the pod to be Ready, and
-  moves the backup back if it does not. ``halt=True`` stops after staging: the tmp manifests are
-  fresh and nothing has moved (an upgrade "in flight", for tests). Finally ``kubernetesVersion`` in
-  the ConfigMap names the new release.
+* Rendering (cmd/kubeadm/app/phases/controlplane/manifests.go, phases/etcd/local.go): the lab's
+  seeded manifest of a component (:mod:`cpctl_lab.seeds`, kubeadm's defaults for the release) with
+  its ``extraArgs`` merged in as ``ArgumentsToCommand`` does (an extra argument replaces every
+  default of the same name, every instance of a repeated v1beta4 argument is kept, the arguments
+  are sorted by name then value), its ``extraVolumes`` added as hostPath volumes and mounts, etcd's
+  ``etcd-data`` hostPath, mount and ``--data-dir`` all from ``etcd.local.dataDir``, and then the
+  ``--patches`` files (util/patches/patches.go: ``target[suffix][+patchtype].(json|yaml)``, in
+  file-name order; a JSON patch applied with the ``jsonpatch`` library, blind to what an index now
+  points at). What is node-specific (ports, advertise address, etcd members) comes from the node,
+  as kubeadm takes it from the node's Init/JoinConfiguration. With an empty configuration the
+  render equals the seed.
+* The upgrade (phases/upgrade/staticpods.go): the new manifests go to
+  ``/etc/kubernetes/tmp/kubeadm-upgraded-manifests-<time>/`` (inside the node's root); a patch that
+  does not apply fails the upgrade there, before anything moved. Per component, in kubeadm's order,
+  an unchanged manifest is skipped, else its certificates are renewed (unless
+  ``--certificate-renewal=false``; renewCertsByComponent) and the current one moves to
+  ``/etc/kubernetes/tmp/kubeadm-backup-manifests-<time>/`` and the new one moves in; then kubeadm
+  waits for the mirror pod's hash to change and the pod to be Ready; when it does not, every
+  manifest moved so far goes back and both tmp dirs stay (the leftovers of a failed upgrade).
+  ``halt=True`` stops after staging: the tmp manifests are fresh and nothing has moved (an upgrade
+  "in flight", for tests). Finally ``kubernetesVersion`` in the ConfigMap names the new release, and
+  ``/version`` reports it once the new API server runs.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 import yaml
 
-from . import nodefiles, profiles, seeds
+from . import nodefiles, profiles, seeds, store
 
 Obj = dict[str, Any]
 NAMESPACE, NAME, KEY = "kube-system", "kubeadm-config", "ClusterConfiguration"
@@ -126,7 +137,9 @@ def extra_args(cfg: Obj, section: str) -> list[tuple[str, str]]:
 
 
 def merge_command(command: list[str], extras: list[tuple[str, str]]) -> list[str]:
-    """kubeadm's ArgumentsToCommand: extras replace defaults of the same name; sorted by name."""
+    """kubeadm's ArgumentsToCommand (cmd/kubeadm/app/util/arguments.go): an extra argument removes
+    every default of the same name, every extra instance is kept (v1beta4 may repeat a name), and
+    the arguments are sorted by name, then by value."""
     names = {n for n, _ in extras}
     args = []
     for arg in command[1:]:
@@ -134,8 +147,63 @@ def merge_command(command: list[str], extras: list[tuple[str, str]]) -> list[str
         if name not in names:
             args.append((name, value))
     args += extras
-    args.sort(key=lambda nv: nv[0])
+    args.sort()
     return command[:1] + [f"--{n}={v}" for n, v in args]
+
+
+def extra_volumes(cfg: Obj, section: str) -> list[Obj]:
+    """A section's ``extraVolumes`` (``name``, ``hostPath``, ``mountPath``, ``readOnly``, ``pathType``);
+    ``etcd.local`` has none (kubeadm mounts only etcd-data and etcd-certs into etcd)."""
+    part = cfg.get(section) or {}
+    raw = part.get("extraVolumes") if isinstance(part, dict) and section != "etcd" else None
+    if raw is None:
+        return []
+    if not isinstance(raw, list) or not all(isinstance(v, dict) and v.get("name") and v.get("hostPath")
+                                            and v.get("mountPath") for v in raw):
+        raise ConfigError(f"ClusterConfiguration {section}.extraVolumes: every entry needs name, hostPath and "
+                          "mountPath")
+    return raw
+
+
+def data_dir(cfg: Obj) -> str:
+    """``etcd.local.dataDir`` (kubeadm's default ``/var/lib/etcd``)."""
+    local = (cfg.get("etcd") or {}).get("local") or {}
+    return str(local.get("dataDir") or "/var/lib/etcd")
+
+
+def _with_volumes(pod: Obj, extras: list[Obj]) -> None:
+    """kubeadm's AddExtraHostPathMounts (phases/controlplane/volumes.go): each extra volume becomes a
+    hostPath volume and a mount of the same name (replacing one of kubeadm's own of that name), and
+    the volumes and mounts are listed sorted by name (staticpod.VolumeMapToSlice)."""
+    if not extras:
+        return
+    container = pod["spec"]["containers"][0]
+    vols = {v["name"]: v for v in pod["spec"].get("volumes") or []}
+    mounts = {m["name"]: m for m in container.get("volumeMounts") or []}
+    for extra in extras:
+        host: Obj = {"path": str(extra["hostPath"])}
+        if extra.get("pathType"):
+            host["type"] = str(extra["pathType"])
+        vols[extra["name"]] = {"hostPath": host, "name": extra["name"]}
+        mount: Obj = {"mountPath": str(extra["mountPath"]), "name": extra["name"]}
+        if extra.get("readOnly"):
+            mount["readOnly"] = True
+        mounts[extra["name"]] = mount
+    pod["spec"]["volumes"] = [vols[n] for n in sorted(vols)]
+    container["volumeMounts"] = [mounts[n] for n in sorted(mounts)]
+
+
+def _with_data_dir(pod: Obj, path: str) -> None:
+    """phases/etcd/local.go GetEtcdPodSpec: the ``etcd-data`` hostPath, its mount and ``--data-dir``
+    all come from ``etcd.local.dataDir`` (an extraArgs ``data-dir`` overrides the flag only)."""
+    for v in pod["spec"].get("volumes") or []:
+        if v.get("name") == "etcd-data":
+            v["hostPath"]["path"] = path
+    container = pod["spec"]["containers"][0]
+    for m in container.get("volumeMounts") or []:
+        if m.get("name") == "etcd-data":
+            m["mountPath"] = path
+    container["command"] = [f"--data-dir={path}" if a.startswith("--data-dir=") else a for a in container["command"]]
 
 
 @dataclass(frozen=True)
@@ -163,16 +231,127 @@ def release_of(version: str) -> profiles.KubeRelease:
                       f"({', '.join(r.version for r in profiles.RELEASES.values())})")
 
 
-def render(cfg: Obj, spec: NodeSpec, release: profiles.KubeRelease) -> dict[str, str]:
-    """Each component's manifest text as kubeadm renders it from ``cfg`` for ``release``."""
+def render(cfg: Obj, spec: NodeSpec, release: profiles.KubeRelease,
+           patches: Optional[Path] = None) -> dict[str, str]:
+    """Each component's manifest text as kubeadm renders it from ``cfg`` for ``release``: the seed with
+    ``dataDir``, ``extraArgs`` and ``extraVolumes``, then the patch files of ``patches`` (a dir on the
+    lab's disk; :func:`patch_pod`). PatchError when a patch does not apply."""
     pods = seeds.manifests(spec.seed_spec(release))
+    _with_data_dir(pods["etcd"], data_dir(cfg))
     out = {}
     for section, comp in SECTIONS:
         pod = pods[comp]
         container = pod["spec"]["containers"][0]
         container["command"] = merge_command(container["command"], extra_args(cfg, section))
+        _with_volumes(pod, extra_volumes(cfg, section))
+        if patches is not None:
+            pod = patch_pod(pod, comp, patches)
         out[comp] = yaml.safe_dump(pod, sort_keys=False, default_flow_style=False)
     return out
+
+
+# ----------------------------------------------------------------------------------- patch files
+class PatchError(ConfigError):
+    """A patch file that kubeadm would refuse or that does not apply (the upgrade fails)."""
+
+
+_PATCH_NAME = re.compile(r"^(?P<target>etcd|kube-apiserver|kube-controller-manager|kube-scheduler|"
+                         r"kubeletconfiguration)(?P<suffix>[^.+\n]*)(?P<plus>\+)?(?P<type>json|merge|strategic)?")
+
+
+def patch_files(patches: Path, target: str) -> list[tuple[Path, str]]:
+    """util/patches/patches.go getPatchSetsFromPath/parseFilename: the files
+    ``target[suffix][+patchtype].(json|yaml)`` under the dir, walked in lexical order (as Go's
+    filepath.Walk does, sub-directories included), with their patch type (default ``strategic``); a
+    ``+`` without a known type is an error, an unknown target or extension is ignored."""
+    if not patches.is_dir():
+        raise PatchError(f"could not list patch files for path {str(patches)!r}: not a directory")
+    out = []
+    for path in _walk(patches):
+        if not re.match(r".+\.(json|yaml)$", path.name):
+            continue
+        match = _PATCH_NAME.match(path.name)
+        if match is None:
+            continue
+        if match.group("plus") and not match.group("type"):
+            raise PatchError(f"{path.name}: unknown or missing patch type after '+', must be one of "
+                             "[json merge strategic]")
+        if match.group("target") == target and path.stat().st_size:
+            out.append((path, match.group("type") or "strategic"))
+    return out
+
+
+def _walk(directory: Path) -> list[Path]:
+    out = []
+    for entry in sorted(directory.iterdir(), key=lambda p: p.name):
+        out.extend(_walk(entry) if entry.is_dir() else [entry])
+    return out
+
+
+def patch_pod(pod: Obj, comp: str, patches: Path) -> Obj:
+    """The pod after every patch of every file for ``comp`` (staticpod PatchStaticPod; a file may hold
+    several YAML documents, each one patch): ``json`` RFC 6902 with the ``jsonpatch`` library (no
+    check that an index still points where it did - a ``test`` op is the only guard), ``merge`` RFC
+    7386, ``strategic`` the strategic merge of a Pod (containers, volumes and volumeMounts merged by
+    their key; ``command`` and every other list replaced whole). A patch that does not apply fails
+    the render (kubeadm: "could not apply the following patch ...")."""
+    for path, kind in patch_files(patches, comp):
+        try:
+            docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+        except (OSError, yaml.YAMLError) as exc:
+            raise PatchError(f"could not convert patch to JSON ({path.name}): {exc}") from None
+        for patch in docs:
+            pod = _apply(pod, comp, path, kind, patch)
+    return pod
+
+
+def _apply(pod: Obj, comp: str, path: Path, kind: str, patch: Any) -> Obj:
+    failed = f"failed to patch static Pod manifest file for {comp!r}: could not apply the following patch of type " \
+             f"{kind!r} to target {comp!r} ({path.name})"
+    if kind == "json":
+        try:    # the lab's dependency (setup.cfg extras "lab"): a real RFC 6902 implementation
+            import jsonpatch
+        except ImportError:
+            raise PatchError("applying a JSON patch needs the jsonpatch package: pip install 'cpctl[lab]'") from None
+        try:
+            out: Obj = jsonpatch.apply_patch(pod, patch)
+        except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, TypeError, KeyError) as exc:
+            raise PatchError(f"{failed}: {exc}") from None
+        return out
+    if not isinstance(patch, dict):
+        raise PatchError(f"{failed}: a {kind} patch must be an object")
+    if kind == "merge":
+        merged: Obj = store.merge_patch(pod, patch)
+        return merged
+    strategic: Obj = _strategic(pod, patch)
+    return strategic
+
+
+_MERGE_KEYS = {"containers": "name", "initContainers": "name", "volumes": "name", "volumeMounts": "mountPath",
+               "env": "name"}
+
+
+def _strategic(target: Any, patch: Any, key: str = "") -> Any:
+    if isinstance(target, dict) and isinstance(patch, dict):
+        out = dict(target)
+        for k, v in patch.items():
+            if v is None:
+                out.pop(k, None)
+            else:
+                out[k] = _strategic(target.get(k), v, k)
+        return out
+    if isinstance(target, list) and isinstance(patch, list) and key in _MERGE_KEYS:
+        merge_key = _MERGE_KEYS[key]
+        merged = list(target)
+        for item in patch:
+            at = [i for i, t in enumerate(merged) if isinstance(t, dict) and isinstance(item, dict)
+                  and t.get(merge_key) == item.get(merge_key)]
+            if at:
+                merged[at[0]] = _strategic(merged[at[0]], item)
+            else:
+                merged.append(item)
+        return merged
+    return patch
 
 
 # ----------------------------------------------------------------------------------- the upgrade
@@ -218,15 +397,20 @@ class Outcome:
     backup_dir: str
     staged_dir: str
     halted: bool
+    renewed: list[str] = field(default_factory=list)
 
 
 def upgrade(info: Obj, directory: Path, to: Optional[str], halt: bool, timeout: float,
-            wait: Optional[Callable[[str, str, str, float], bool]] = None) -> tuple[str, str, list[Outcome]]:
+            wait: Optional[Callable[[str, str, str, float], bool]] = None, patches: Optional[str] = None,
+            renew_certs: bool = True) -> tuple[str, str, list[Outcome]]:
     """``kubeadm upgrade apply`` on every master in turn; (old version, new version, outcomes).
 
     ``wait(node, component, old_hash, timeout)`` says whether the component's mirror pod changed
     its config hash and is Ready (default: :func:`wait_mirror` on the lab's API); when it does not,
-    the backup moves back and ConfigError is raised."""
+    the backup moves back and ConfigError is raised. ``patches``: the ``--patches`` dir, a path on
+    the master (kubeadm remembers nothing: without it no patch file is applied). ``renew_certs``:
+    ``--certificate-renewal`` (kubeadm's default true renews the certificates of each component it
+    moves, just before the move; a skipped component keeps its own)."""
     wait = wait or (lambda node, comp, old, t: wait_mirror(info, node, comp, old, t))
     cm = _api(info, "GET")
     cfg = parse((cm.get("data") or {}).get(KEY, ""))
@@ -236,7 +420,8 @@ def upgrade(info: Obj, directory: Path, to: Optional[str], halt: bool, timeout: 
     new = profiles.RELEASES[to] if to else next_release(old)
     outcomes = []
     for spec in node_specs(info, directory):
-        outcomes.append(_upgrade_node(cfg, spec, new, halt, timeout, wait, info))
+        patch_dir = spec.root / patches.lstrip("/") if patches else None
+        outcomes.append(_upgrade_node(cfg, spec, new, halt, timeout, wait, info, patch_dir, renew_certs))
         if halt:
             return old.version, new.version, outcomes
     cfg["kubernetesVersion"] = new.version
@@ -258,13 +443,14 @@ def manifest_health(spec: NodeSpec) -> None:
 
 
 def _upgrade_node(cfg: Obj, spec: NodeSpec, release: profiles.KubeRelease, halt: bool, timeout: float,
-                  wait: Callable[[str, str, str, float], bool], info: Obj) -> Outcome:
+                  wait: Callable[[str, str, str, float], bool], info: Obj, patches: Optional[Path] = None,
+                  renew_certs: bool = True) -> Outcome:
     stamp = time.strftime(STAMP, time.gmtime())
     tmp = spec.root / TMP
     staged, backup = tmp / f"kubeadm-upgraded-manifests-{stamp}", tmp / f"kubeadm-backup-manifests-{stamp}"
     staged.mkdir(parents=True, exist_ok=True)
     backup.mkdir(parents=True, exist_ok=True)
-    texts = render(cfg, spec, release)
+    texts = render(cfg, spec, release, patches)    # a patch that fails: nothing has moved yet
     for comp, text in texts.items():
         (staged / f"{comp}.yaml").write_text(text)
     out = Outcome(spec.node, [], [], str(backup), str(staged), halt)
@@ -277,13 +463,21 @@ def _upgrade_node(cfg: Obj, spec: NodeSpec, release: profiles.KubeRelease, halt:
             out.skipped.append(comp)
             continue
         old = mirror_hash(info, spec.node, comp)
+        if renew_certs and (spec.root / "etc/kubernetes/pki/ca.key").is_file():
+            # renewCertsByComponent: a moved component's certificates, just before its move
+            from . import pki
+            out.renewed += pki.renew_all(spec.root / "etc/kubernetes", spec.node, pki.BY_COMPONENT[comp])
         if current.exists():
             os.replace(current, backup / current.name)
         os.replace(staged / current.name, current)
         if not wait(spec.node, comp, old, timeout):
-            os.replace(backup / current.name, current)
-            raise ConfigError(f"{comp} on {spec.node} did not come back within {timeout:g}s: "
-                              "the previous manifest is back in place")
+            # rollbackOldManifests: every manifest moved so far goes back; the tmp dirs stay
+            for done in [*out.upgraded, comp]:
+                if (backup / f"{done}.yaml").exists():
+                    os.replace(backup / f"{done}.yaml", mdir / f"{done}.yaml")
+            raise ConfigError(f"{comp} on {spec.node} did not come back within {timeout:g}s: couldn't upgrade "
+                              "control plane. kubeadm has tried to recover everything into the earlier state; "
+                              f"its leftovers stay in {tmp}")
         out.upgraded.append(comp)
     for leftover in staged.iterdir():
         leftover.unlink()

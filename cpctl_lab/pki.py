@@ -284,15 +284,28 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
-def renew_all(etc: Path, node: str) -> list[str]:
+#: What ``kubeadm upgrade`` renews for a component it moves (phases/upgrade/staticpods.go
+#: renewCertsByComponent): leaf certificates and kubeconfigs, by component.
+BY_COMPONENT = {
+    "etcd": ("etcd/server", "etcd/peer", "etcd/healthcheck-client"),
+    "kube-apiserver": ("apiserver", "apiserver-kubelet-client", "apiserver-etcd-client", "front-proxy-client"),
+    "kube-controller-manager": ("controller-manager.conf",),
+    "kube-scheduler": ("scheduler.conf",),
+}
+
+
+def renew_all(etc: Path, node: str, only: Optional[tuple[str, ...]] = None) -> list[str]:
     """``kubeadm certs renew all`` on the master whose /etc/kubernetes is ``etc``: every leaf of
     ``pki/`` and the client certificate of every kubeconfig but kubelet.conf (the kubelet rotates
-    its own), each with a new key, signed by the CA on disk. The files renewed."""
+    its own), each with a new key, signed by the CA on disk (``only``: those leaves and kubeconfigs
+    by name). The files renewed."""
     import yaml
     pki = etc / "pki"
     cas = {name: load_pair(pki, name) for name in CAS}
     done = []
     for leaf in leaves(node):
+        if only is not None and leaf.name not in only:
+            continue
         old = x509.load_pem_x509_certificate((pki / f"{leaf.name}.crt").read_bytes())
         try:
             sans: Optional[SANs] = _sans_of(old)
@@ -302,7 +315,7 @@ def renew_all(etc: Path, node: str) -> list[str]:
         done.append(f"pki/{leaf.name}.crt")
     for conf in confs(node, (etc / "super-admin.conf").exists()):
         path = etc / conf.name
-        if not conf.embedded or not path.exists():
+        if not conf.embedded or not path.exists() or (only is not None and conf.name not in only):
             continue
         cfg = yaml.safe_load(path.read_text())
         issued = issue(cas["ca"], conf.cn, conf.orgs)

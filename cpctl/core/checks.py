@@ -79,6 +79,10 @@ class Review:
             self.doubts = []
 
 
+#: The words of a doubt about a written path that no hostPath volume holds.
+UNMOUNTED = "is on no hostPath volume mounted"
+
+
 def parse_new(data: bytes, source: str) -> Dict[str, Any]:
     """The pod the kubelet would run from ``data``; refused (exit 4) when it would run none."""
     try:
@@ -162,9 +166,9 @@ def _write_path_doubts(pod: Mapping[str, object], container: Mapping[str, object
             continue
         mount = mounts.mount_of(container, flag.value or "")
         if mounts.host_path_of(pod, container, flag.value or "") is None:
-            found.append("--%s=%s is on no hostPath volume mounted into container %s: what it writes would be "
-                         "lost with the container (add a hostPath volume and a volumeMount for its directory)"
-                         % (flag.name, flag.value, container.get("name")))
+            found.append("--%s=%s %s into container %s: what it writes would be lost with the container (add a "
+                         "hostPath volume and a volumeMount for its directory)"
+                         % (flag.name, flag.value, UNMOUNTED, container.get("name")))
         elif mount is not None and mount.get("readOnly"):
             found.append("--%s=%s is on the read-only mount %s of container %s: the component cannot write there"
                          % (flag.name, flag.value, mount.get("mountPath"), container.get("name")))

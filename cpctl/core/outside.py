@@ -24,6 +24,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 
 import yaml
 
+from cpctl import catalogue
 from cpctl.core import manifests
 from cpctl.core.node import Node
 from cpctl.errors import CpctlError, ExitCode
@@ -34,6 +35,8 @@ BACKUP_PREFIX = "kubeadm-backup-manifests"
 UPGRADED_PREFIX = "kubeadm-upgraded-manifests"
 #: kubeadm waits up to 5 minutes for each of the four components.
 IN_FLIGHT_SECONDS = 20 * 60
+#: An empty staging dir older than this is a failed upgrade's (kubeadm fills a new one at once).
+EMPTY_SETTLED = 2.0
 #: History actions after which the manifest holds the bytes the record's checksum names.
 WRITES = ("apply", "edit", "flags", "rollback", "start", "scheduler-add")
 _FLAG_LINE = re.compile(r"^(?P<sign>[+-])\s*-\s+['\"]?--(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?:=(?P<value>[^'\"]*))?")
@@ -139,7 +142,10 @@ def _image_tag(data: bytes) -> str:
 def in_flight(node: Node, now: Optional[float] = None) -> Optional[str]:
     """The kubeadm staging dir of an upgrade in flight (files younger than IN_FLIGHT_SECONDS), or None."""
     now = time.time() if now is None else now
+    failed = failed_upgrade(node)
     for directory in reversed(_subdirs(node.host, node.manifests_dir, UPGRADED_PREFIX)):
+        if failed is not None and directory == failed.staging:
+            continue                      # the leftovers of a failed upgrade: over, not in flight
         try:
             names = node.host.listdir(directory)
         except OSError:
@@ -149,6 +155,49 @@ def in_flight(node: Node, now: Optional[float] = None) -> Optional[str]:
             if info and now - float(info.get("mtime") or 0) < IN_FLIGHT_SECONDS:
                 return directory
     return None
+
+
+@dataclass
+class FailedUpgrade:
+    """The leftovers of a ``kubeadm upgrade`` that failed: kubeadm moved every manifest it had moved
+    back from its backup dir (rollbackOldManifests) and kept its tmp dirs."""
+
+    staging: str
+    backup: str
+    rolled_back: List[str]
+
+    def message(self) -> str:
+        back = ("%s back from %s" % (", ".join(self.rolled_back), self.backup) if self.rolled_back else
+                "its staging dir is empty and nothing waits in %s" % self.backup)
+        return ("a kubeadm upgrade failed and was rolled back (%s; its leftovers stay in %s): nothing is in "
+                "flight, cpctl changes are allowed" % (back, os.path.dirname(self.staging)))
+
+
+def failed_upgrade(node: Node) -> Optional[FailedUpgrade]:
+    """A kubeadm staging dir left by a FAILED upgrade (None when there is none, or it may be in flight).
+
+    kubeadm (phases/upgrade/staticpods.go) stages every component's manifest, then per component
+    moves the current one to its backup dir and the staged one in; on a failure it moves every
+    backed-up manifest back and keeps both dirs. So a component whose staged manifest is gone and
+    whose backup is gone too was moved in and rolled back: that upgrade is over. While it is in
+    flight, a moved component's old manifest is in the backup dir."""
+    staged_dirs = _subdirs(node.host, node.manifests_dir, UPGRADED_PREFIX)
+    backups = _subdirs(node.host, node.manifests_dir, BACKUP_PREFIX)
+    if not staged_dirs or not backups:
+        return None
+    staging, backup = staged_dirs[-1], backups[-1]
+    try:
+        staged, backed = set(node.host.listdir(staging)), set(node.host.listdir(backup))
+    except OSError:
+        return None
+    if not staged:
+        # every manifest moved in, then all moved back (or none staged: a patch that did not apply);
+        # a staging dir kubeadm has only just made is younger than EMPTY_SETTLED seconds
+        info = node.host.lstat(staging)
+        settled = info is not None and time.time() - float(info.get("mtime") or 0) > EMPTY_SETTLED
+        return FailedUpgrade(staging, backup, []) if settled and not backed else None
+    back = [c.name for c in catalogue.COMPONENTS if c.name + ".yaml" not in staged | backed]
+    return FailedUpgrade(staging, backup, back) if back else None
 
 
 def refuse_in_flight(node: Node, what: str) -> None:

@@ -67,7 +67,12 @@ KINDS = {
     "check_skipped": "mirror pod checks skipped: no probe that can describe pods",
     "lost_change": "flags cpctl set are gone: a writer other than cpctl (kubeadm upgrade) replaced the manifest",
     "upgrade_in_flight": "a kubeadm upgrade is in flight (fresh manifests in /etc/kubernetes/tmp): changes refused",
-    "kubeadm_drops": "check --kubeadm: manifest flags the next kubeadm upgrade drops (not in ClusterConfiguration)",
+    "kubeadm_drops": "check --kubeadm: flags or hostPath volumes the next kubeadm upgrade drops (not in the "
+                     "ClusterConfiguration nor in a patch file)",
+    "kubeadm_data_dir": "check --kubeadm: the next kubeadm upgrade points etcd away from the data it runs on",
+    "kubeadm_patch_fails": "check --kubeadm: a kubeadm patch file does not apply to what the next upgrade renders",
+    "kubeadm_patch_unchecked": "check --kubeadm: a strategic or merge patch file cpctl does not evaluate",
+    "upgrade_failed": "a kubeadm upgrade failed and rolled back: its leftovers are in /etc/kubernetes/tmp",
     "cert_expiring": "a kubeadm certificate expires within --cert-warn, or has expired",
     "cert_stale": "a running component still uses an old certificate (cpctl restart --stale-certs)",
 }
@@ -126,6 +131,12 @@ def how_to_fix(kind: str, file: Optional[str], component: Optional[str], extra: 
                        % (name, set_args(extra.get("lost")), name),
         "upgrade_in_flight": "let kubeadm upgrade finish (or clean up after a failed one), then retry",
         "kubeadm_drops": "cpctl flags %s %s --keep-in kubeadm-config" % (name, set_args(extra.get("flags"))),
+        "kubeadm_data_dir": "cpctl flags etcd --set data-dir=DIR --keep-in kubeadm-config (sets etcd.local.dataDir)",
+        "kubeadm_patch_fails": "fix or remove the patch file; keep flags with --keep-in kubeadm-config instead",
+        "kubeadm_patch_unchecked": "compare by hand: kubeadm upgrade diff (or kubeadm upgrade apply --dry-run "
+                                   "--patches DIR) shows what it renders",
+        "upgrade_failed": "read kubeadm's output, fix the cause, run kubeadm upgrade again; remove the leftover "
+                          "kubeadm-upgraded-manifests dir once done",
         "cert_expiring": "kubeadm certs renew all on this master, then cpctl restart --stale-certs",
         "cert_stale": "cpctl restart --stale-certs (cpctl certs shows why)",
     }
@@ -439,6 +450,10 @@ def _check_outside(report: Report, node: Node, scan: DirScan, now: float) -> Non
     if staging:
         report.add(Finding("upgrade_in_flight", WARNING, "a kubeadm upgrade is in flight (new manifests in %s): "
                            "cpctl refuses changes until it is done (or --force)" % staging, file=staging))
+    failed = outside.failed_upgrade(node)
+    if failed is not None:
+        report.add(Finding("upgrade_failed", WARNING, failed.message(), file=failed.staging,
+                           components=failed.rolled_back))
     try:
         records = outside.history(node)
     except CpctlError:
@@ -458,7 +473,10 @@ def _check_outside(report: Report, node: Node, scan: DirScan, now: float) -> Non
 
 
 def _check_kubeadm(report: Report, node: Node, scan: DirScan) -> None:
-    """``check --kubeadm``: per kubeadm component, the flags not kept in the ClusterConfiguration."""
+    """``check --kubeadm``: per kubeadm component, what the next ``kubeadm upgrade`` renders
+    (:func:`cpctl.core.kubeadmconfig.next_upgrade_drops`: the ClusterConfiguration's extraArgs,
+    extraVolumes and etcd dataDir, then the JSON patch files in the default patches dir) compared
+    with what runs; each finding's fix is the command that keeps the change whole."""
     from cpctl.ops import keepin
     config = keepin.read_cluster_config(node)
     try:
@@ -469,14 +487,31 @@ def _check_kubeadm(report: Report, node: Node, scan: DirScan) -> None:
         if m.pod is None or m.pod_name not in kc.SECTIONS:
             continue
         containers = (m.pod.get("spec") or {}).get("containers") or [{}]
-        first = containers[0] if isinstance(containers[0], dict) else {}
+        index = next((i for i, c in enumerate(containers) if isinstance(c, dict) and c.get("name") == m.pod_name), 0)
         changed = list(outside.flags_set_by_cpctl(node, m.file, records))
-        drops = kc.missing_flags(first, config, m.pod_name, changed)
-        if drops:
-            report.add(Finding("kubeadm_drops", WARNING, "%s: the next kubeadm upgrade drops or resets %s (not in the "
-                               "ClusterConfiguration's %s extraArgs; keep them with --keep-in kubeadm-config)"
-                               % (m.file, " ".join(flags.redact(d) for d in drops), kc.SECTIONS[m.pod_name]),
-                               file=m.file, component=m.pod_name, flags=drops))
+        unchecked: List[str] = []
+        patches = keepin.patch_files(node, m.pod_name, unchecked=unchecked)
+        if unchecked:
+            report.add(Finding("kubeadm_patch_unchecked", INFO, "%s: the patch files %s are strategic or merge "
+                               "patches, which cpctl does not evaluate: what follows ignores them"
+                               % (m.file, ", ".join(unchecked)), file=m.file, component=m.pod_name,
+                               patches=unchecked))
+        for drop in kc.next_upgrade_drops(m.pod, index, config, m.pod_name, changed, patches):
+            shown = " ".join(flags.redact(i) for i in drop.items) if drop.kind == "flags" else ""
+            text = flags.redact(drop.text)
+            if drop.kind in ("flags", "volumes"):
+                report.add(Finding("kubeadm_drops", WARNING, "%s: the next kubeadm upgrade %s (not in the "
+                                   "ClusterConfiguration's %s%s)" % (m.file, text, kc.SECTIONS[m.pod_name],
+                                                                     " nor a patch file" if patches else ""),
+                                   file=m.file, component=m.pod_name, fix=flags.redact(drop.fix) or None,
+                                   flags=drop.items if drop.kind == "flags" else [],
+                                   volumes=drop.items if drop.kind == "volumes" else [], shown=shown or None))
+            elif drop.kind == "data_dir":
+                report.add(Finding("kubeadm_data_dir", CRITICAL, "%s: the next kubeadm upgrade %s" % (m.file, text),
+                                   file=m.file, component=m.pod_name, fix=drop.fix, data_dir=drop.items[0]))
+            else:
+                report.add(Finding("kubeadm_patch_fails", WARNING, "%s: %s" % (m.file, text), file=m.file,
+                                   component=m.pod_name, fix=drop.fix))
 
 
 def _check_certs(report: Report, node: Node, warn: float, now: float) -> None:

@@ -240,7 +240,7 @@ def review(node: Node, manifest: Manifest, new: bytes, source: str, action: str,
     verdict = checks.review(node.host, manifest, new, node.scan(), source, node.node_root,
                             _coming(node, companions))
     verdict.refuse_if_bad("%s of %s%s" % (action, "the parked " if parked else "", component), force,
-                          "cpctl edit %s%s" % (component, " --parked" if parked else ""))
+                          edit="cpctl edit %s%s" % (component, " --parked" if parked else ""))
     return verdict
 
 

@@ -11,6 +11,16 @@ manifest is gone afterwards (:mod:`cpctl.core.kubeadmconfig`). ``flags``/``apply
   (rolled back), the ConfigMap change is undone the same way.
 * ``patches[=DIR]``: ``DIR/<component>+json.yaml`` (default ``/etc/kubernetes/patches``, next to the
   manifests dir), a JSON patch; written through the journal **after** the new manifest is verified.
+  kubeadm applies it to what the NEXT release renders, blind to positions, so every positional
+  operation is guarded by a ``test`` (:func:`cpctl.core.kubeadmconfig.patch_ops`), and kubeadm
+  remembers nothing: the result warns that ``--patches DIR`` must be given to every later
+  ``kubeadm upgrade apply``/``node`` and ``kubeadm join``.
+
+A kept change is kept whole (:func:`cpctl.core.kubeadmconfig.whole_change`): the flags by name
+(``extraArgs``, every instance of a repeated v1beta4 argument), the hostPath volume a kept flag's
+path is on (``extraVolumes``: the audit-policy recipe), etcd's data dir as ``etcd.local.dataDir``
+(kubeadm builds the etcd-data hostPath from it; an ``extraArgs`` ``data-dir`` would leave the data
+unmounted). What a target cannot hold whole is refused before anything is written.
 
 Everything is checked before anything changes (the ConfigMap exists and parses, a patch file that is
 there is a JSON patch, the component is one kubeadm renders); the diffs are shown first (and in
@@ -19,6 +29,7 @@ there is a JSON patch, the component is one kubeadm renders); the diffs are show
 
 from __future__ import annotations
 
+import copy
 import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -43,6 +54,7 @@ class ConfigPlan:
     old: str
     new: str
     before: List[Tuple[str, str]]        # the section's extraArgs before (to undo)
+    before_section: Dict[str, object] = field(default_factory=dict)   # extraArgs/extraVolumes/dataDir before
 
     @property
     def changed(self) -> bool:
@@ -56,6 +68,7 @@ class PatchPlan:
     path: str
     old: Optional[bytes]
     new: bytes
+    node_dir: str = ""                   # the dir as a path on the master (what kubeadm's --patches names)
 
 
 @dataclass
@@ -68,6 +81,7 @@ class KeepPlan:
     config: Optional[ConfigPlan] = None
     patch: Optional[PatchPlan] = None
     done: List[str] = field(default_factory=list)
+    whole: Optional[kc.WholeChange] = None
 
     def diffs(self) -> str:
         out = []
@@ -83,7 +97,46 @@ class KeepPlan:
                 "kubeadm_config": None if self.config is None else {"changed": self.config.changed},
                 "patch": None if self.patch is None else {"path": self.patch.path,
                                                           "changed": self.patch.new != (self.patch.old or b"")},
+                "volumes": [] if self.whole is None else [str(v["name"]) for v in self.whole.volumes],
+                "data_dir": None if self.whole is None else self.whole.data_dir,
                 "done": list(self.done), "diff": self.diffs()}
+
+    def warnings(self) -> List[str]:
+        """What the operator must do for the kept change to last (a patch file works only with --patches)."""
+        if self.patch is None:
+            return []
+        return ["the patch file %s works only when --patches %s is passed to EVERY later kubeadm upgrade apply, "
+                "kubeadm upgrade node and kubeadm join (kubeadm remembers nothing between runs)"
+                % (self.patch.path, self.patch.node_dir or os.path.dirname(self.patch.path))]
+
+
+def patch_files(node: Node, component: str, directory: Optional[str] = None,
+                unchecked: Optional[List[str]] = None) -> List[Tuple[str, List[Dict[str, object]]]]:
+    """The JSON patch files kubeadm would apply to ``component`` from the patches dir (default next to
+    the manifests dir): ``component[suffix]+json.(yaml|json)`` in file-name order, as (name, ops);
+    a file that cannot be read or is no JSON patch counts as none (check reports, never fails).
+    ``unchecked`` collects the component's strategic and merge patch files (not evaluated)."""
+    directory = directory or os.path.join(os.path.dirname(node.manifests_dir), kc.DEFAULT_PATCHES)
+    try:
+        names = sorted(node.host.listdir(directory))
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        stem, _, ext = name.rpartition(".")
+        if ext not in ("yaml", "json") or not stem.endswith("+json") or not stem.startswith(component):
+            if ext in ("yaml", "json") and stem.startswith(component) and unchecked is not None:
+                unchecked.append(name)        # a strategic or merge patch: cpctl does not evaluate it
+            continue
+        if "+" in stem[len(component):-len("+json")]:
+            continue                      # target[suffix][+patchtype]: one "+" only
+        path = os.path.join(directory, name)
+        try:
+            ops = kc.parse_patch(node.host.read_file(path, PATCH_LIMIT), path)
+        except (OSError, CpctlError):
+            continue
+        out.append((name, ops))
+    return out
 
 
 def patches_dir(node: Node, target: kc.KeepIn) -> str:
@@ -94,14 +147,29 @@ def patches_dir(node: Node, target: kc.KeepIn) -> str:
 # --- planning (reads only) -----------------------------------------------------------------------
 def plan(node: Node, component: str, old: bytes, new: bytes, change: kc.FlagChange,
          targets: List[kc.KeepIn], container: Optional[str] = None) -> KeepPlan:
-    """What to write for ``targets``; refuses (nothing changed) what cannot be kept."""
+    """What to write for ``targets``; refuses (nothing changed) what cannot be kept whole."""
+    from cpctl.core import flags as flagtools
     section = kc.section_of(component)
     keep = KeepPlan(component, section, change)
+    old_pod, new_pod = checks.parse_new(old, component), checks.parse_new(new, component)
+    index, _ = flagtools.pick_container(old_pod, container)
+    keep.whole = whole = kc.whole_change(old_pod, new_pod, index, component, change)
+    for target in targets:
+        cannot = whole.not_kept + (whole.not_in_config if target.target == "kubeadm-config" else [])
+        if target.target == "patches" and whole.data_dir is not None:
+            cannot = cannot + ["etcd's data dir: keep it as etcd.local.dataDir with --keep-in kubeadm-config (kubeadm "
+                               "mounts it, points --data-dir at it, and no position can shift)"]
+        if cannot:
+            other = ("; --keep-in patches can hold it" if target.target == "kubeadm-config" and not whole.not_kept
+                     else "")
+            raise CpctlError("--keep-in %s cannot keep this change of %s whole: %s%s. Nothing changed (a change kept "
+                             "partly would come back broken from the next kubeadm upgrade)"
+                             % (target.target, component, "; ".join(cannot), other), ExitCode.REFUSED)
     for target in targets:
         if target.target == "kubeadm-config":
-            keep.config = _config_plan(_client(node), section, change)
+            keep.config = _config_plan(_client(node), section, change, whole)
         else:
-            keep.patch = _patch_plan(node, component, old, new, change, patches_dir(node, target), container)
+            keep.patch = _patch_plan(node, component, old, new, change, patches_dir(node, target), container, whole)
     return keep
 
 
@@ -124,20 +192,35 @@ def read_cluster_config(node: Node) -> Dict[str, object]:
     return kc.parse_config(data.get(kc.KEY) if isinstance(data, dict) else None)
 
 
-def _config_plan(client: KubeClient, section: str, change: kc.FlagChange) -> ConfigPlan:
+def _config_plan(client: KubeClient, section: str, change: kc.FlagChange,
+                 whole: Optional[kc.WholeChange] = None) -> ConfigPlan:
     cm = _read_configmap(client)
     data = cm.get("data") if isinstance(cm.get("data"), dict) else {}
     text = data.get(kc.KEY) if isinstance(data, dict) else None
     config = kc.parse_config(text)
     before = kc.extra_args(config, section)
-    new_config = kc.with_flags(config, section, change)
+    new_config = kc.with_whole(config, section, whole if whole is not None else kc.WholeChange(change))
     assert isinstance(text, str)
-    new_text = text if kc.extra_args(new_config, section) == before else kc.dump_config(new_config)
-    return ConfigPlan(cm, text, new_text, before)
+    part = _section_copy(config, section)
+    new_text = text if _section_copy(new_config, section) == part else kc.dump_config(new_config)
+    return ConfigPlan(cm, text, new_text, before, part)
+
+
+def _section_copy(config: Dict[str, object], section: str) -> Dict[str, object]:
+    """What --keep-in changes in a section: its extraArgs, extraVolumes and dataDir (a copy)."""
+    part: object = config
+    for key in section.split("."):
+        part = part.get(key) if isinstance(part, dict) else None
+    if not isinstance(part, dict):
+        return {}
+    return copy.deepcopy({k: part[k] for k in KEPT_KEYS if k in part})
+
+
+KEPT_KEYS = ("extraArgs", "extraVolumes", "dataDir")
 
 
 def _patch_plan(node: Node, component: str, old: bytes, new: bytes, change: kc.FlagChange, directory: str,
-                container: Optional[str]) -> PatchPlan:
+                container: Optional[str], whole: Optional[kc.WholeChange] = None) -> PatchPlan:
     from cpctl.core import flags as flagtools
     path = os.path.join(directory, kc.patch_file_name(component))
     roots = journal.allowed_roots(node.manifests_dir, node.state.path)
@@ -154,7 +237,11 @@ def _patch_plan(node: Node, component: str, old: bytes, new: bytes, change: kc.F
     old_pod, new_pod = checks.parse_new(old, component), checks.parse_new(new, component)
     index, old_container = flagtools.pick_container(old_pod, container)
     _, new_container = flagtools.pick_container(new_pod, container)
-    return PatchPlan(path, existing, kc.dump_patch(kc.patch_ops(ops, index, old_container, new_container, change)))
+    ops = kc.patch_ops(ops, index, old_container, new_container, change)
+    if whole is not None and (whole.volumes or whole.removed_volumes):
+        ops = kc.volume_ops(ops, index, old_pod, whole.volumes, whole.removed_volumes)
+    from cpctl.core import mounts
+    return PatchPlan(path, existing, kc.dump_patch(ops), mounts.node_path(node.node_root, directory))
 
 
 # --- writing -------------------------------------------------------------------------------------
@@ -176,30 +263,43 @@ def write_config(node: Node, keep: KeepPlan) -> None:
             if attempt == 2:
                 raise CpctlError("%s/%s changed between cpctl's read and write, twice (someone else is editing it): "
                                  "nothing changed; try again" % (kc.NAMESPACE, kc.NAME), ExitCode.CONFLICT) from None
-            plan_now = _config_plan(client, keep.section, keep.change)
+            plan_now = _config_plan(client, keep.section, keep.change, keep.whole)
             if not plan_now.changed:
                 keep.config = plan_now
                 return
             continue
         break
-    keep.config = ConfigPlan(plan_now.configmap, plan_now.old, plan_now.new, plan_now.before)
+    keep.config = plan_now
     keep.done.append("%s/%s" % (kc.NAMESPACE, kc.NAME))
 
 
 def undo_config(node: Node, keep: KeepPlan) -> str:
-    """Put the section's extraArgs back as they were before ``write_config`` (after a failed change)."""
+    """Put the section's extraArgs, extraVolumes and dataDir back as they were before ``write_config``
+    (after a failed change): read again, those keys of the section replaced, written with its
+    resourceVersion (the rest of the ClusterConfiguration as it is now)."""
     if keep.config is None or "%s/%s" % (kc.NAMESPACE, kc.NAME) not in keep.done:
         return ""
-    before = dict(keep.config.before)
-    names = [n for n, _ in keep.change.sets] + list(keep.change.unsets)
-    inverse = kc.FlagChange(sets=[(n, before[n]) for n in names if n in before],
-                            unsets=[n for n in names if n not in before])
-    undo = KeepPlan(keep.component, keep.section, inverse)
     try:
-        undo.config = _config_plan(_client(node), keep.section, inverse)
-        write_config(node, undo)
+        client = _client(node)
+        for attempt in (1, 2):
+            cm = _read_configmap(client)
+            data = cm.get("data") if isinstance(cm.get("data"), dict) else {}
+            text = data.get(kc.KEY) if isinstance(data, dict) else None
+            config = kc.parse_config(text)
+            part = kc.section_dict(config, keep.section)
+            for key in KEPT_KEYS:
+                part.pop(key, None)
+            part.update(copy.deepcopy(keep.config.before_section))
+            body = dict(cm, data=dict(data if isinstance(data, dict) else {}, **{kc.KEY: kc.dump_config(config)}))
+            try:
+                client.update_configmap(kc.NAMESPACE, kc.NAME, body)
+                break
+            except ApiError as exc:
+                if exc.status != 409 or attempt == 2:
+                    raise CpctlError("HTTP %s" % exc.status, ExitCode.CONFLICT) from None
     except CpctlError as exc:
-        return "; %s/%s NOT put back (%s): undo the extraArgs change by hand" % (kc.NAMESPACE, kc.NAME, exc.message)
+        return "; %s/%s NOT put back (%s): undo the %s change by hand" % (kc.NAMESPACE, kc.NAME, exc.message,
+                                                                         keep.section)
     keep.done.remove("%s/%s" % (kc.NAMESPACE, kc.NAME))
     return "; its change to %s/%s was undone" % (kc.NAMESPACE, kc.NAME)
 
@@ -233,7 +333,8 @@ def run(node: Node, keep: Optional[KeepPlan], options: ApplyOptions, change: Cal
         outside.refuse_in_flight(node, "changing %s" % keep.component)
     diff = keep.diffs()
     if options.dry_run:
-        return dict(change(options), keep_in=keep.to_dict())
+        result = change(options)
+        return dict(result, keep_in=keep.to_dict(), warnings=list(result.get("warnings") or []) + keep.warnings())
     change(replace(options, dry_run=True))
     if diff:
         show(diff)
@@ -247,4 +348,4 @@ def run(node: Node, keep: Optional[KeepPlan], options: ApplyOptions, change: Cal
         exc.message += undo_config(node, keep)
         raise
     write_patch(node, keep, options.reason)
-    return dict(result, keep_in=keep.to_dict())
+    return dict(result, keep_in=keep.to_dict(), warnings=list(result.get("warnings") or []) + keep.warnings())

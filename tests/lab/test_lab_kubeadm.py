@@ -5,6 +5,7 @@ drops hand-made flags and keeps extraArgs, backs up under /etc/kubernetes/tmp, a
 # ruff: noqa: F811  (pytest fixtures are imported by name and then used as parameters)
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -127,3 +128,93 @@ def test_upgrade_refused_while_a_component_is_parked(lab_factory: Any) -> None:
     assert proc.returncode == 1
     assert "[ERROR StaticPodManifest]" in proc.stderr and "kube-scheduler.yaml" in proc.stderr
     assert not (handle.root_dir() / "etc/kubernetes/tmp").exists()
+
+
+def _spec(tmp_path: Path) -> kubeadmconfig.NodeSpec:
+    ports = {"apiserver": 6443, "controller-manager": 10257, "scheduler": 10259, "etcd-client": 2379,
+             "etcd-peer": 2380, "etcd-metrics": 2381}
+    return kubeadmconfig.NodeSpec("m1", tmp_path, ports, {"m1": ports}, "127.0.0.1", False)
+
+
+def _pod(text: str) -> dict[str, Any]:
+    pod: dict[str, Any] = yaml.safe_load(text)
+    return pod
+
+
+def test_render_volumes_data_dir_repeats_and_patches_like_kubeadm(tmp_path: Path) -> None:
+    """manifests.go/local.go/arguments.go/patches.go: extraVolumes become hostPath volumes and mounts,
+    etcd.local.dataDir moves the etcd-data hostPath, its mount and --data-dir together (an extraArgs
+    data-dir only the flag), repeated v1beta4 args all stay (sorted by name, then value), and patch
+    files apply in name order with blind JSON-patch indexes (a `test` op is the only guard)."""
+    rel = kubeadmconfig.profiles.RELEASES["1.33"]
+    cfg = {"kind": "ClusterConfiguration", "apiVersion": "kubeadm.k8s.io/v1beta4",
+           "etcd": {"local": {"dataDir": "/var/lib/etcd-restore"}},
+           "apiServer": {"extraArgs": [{"name": "service-account-issuer", "value": "https://new.example"},
+                                       {"name": "service-account-issuer", "value": "https://kubernetes.default.svc"},
+                                       {"name": "audit-policy-file", "value": "/etc/kubernetes/audit/policy.yaml"}],
+                         "extraVolumes": [{"name": "audit", "hostPath": "/etc/kubernetes/audit",
+                                           "mountPath": "/etc/kubernetes/audit", "readOnly": True,
+                                           "pathType": "DirectoryOrCreate"}]}}
+    out = kubeadmconfig.render(cfg, _spec(tmp_path), rel)
+    etcd = _pod(out["etcd"])
+    assert {"hostPath": {"path": "/var/lib/etcd-restore", "type": "DirectoryOrCreate"}, "name": "etcd-data"} \
+        in etcd["spec"]["volumes"]
+    assert {"mountPath": "/var/lib/etcd-restore", "name": "etcd-data"} in etcd["spec"]["containers"][0]["volumeMounts"]
+    assert "--data-dir=/var/lib/etcd-restore" in etcd["spec"]["containers"][0]["command"]
+    api = _pod(out["kube-apiserver"])
+    cmd = api["spec"]["containers"][0]["command"]
+    issuers = [a for a in cmd if a.startswith("--service-account-issuer=")]
+    assert issuers == ["--service-account-issuer=https://kubernetes.default.svc",
+                       "--service-account-issuer=https://new.example"]
+    assert {"hostPath": {"path": "/etc/kubernetes/audit", "type": "DirectoryOrCreate"}, "name": "audit"} \
+        in api["spec"]["volumes"]
+    assert {"mountPath": "/etc/kubernetes/audit", "name": "audit", "readOnly": True} \
+        in api["spec"]["containers"][0]["volumeMounts"]
+    # a flag-only data dir: the hostPath stays at dataDir (nothing mounts the new dir)
+    flag_only = {"kind": "ClusterConfiguration", "apiVersion": "kubeadm.k8s.io/v1beta4",
+                 "etcd": {"local": {"extraArgs": [{"name": "data-dir", "value": "/var/lib/etcd-restore"}]}}}
+    etcd = _pod(kubeadmconfig.render(flag_only, _spec(tmp_path), rel)["etcd"])
+    assert "--data-dir=/var/lib/etcd-restore" in etcd["spec"]["containers"][0]["command"]
+    assert [v["hostPath"]["path"] for v in etcd["spec"]["volumes"] if v["name"] == "etcd-data"] == ["/var/lib/etcd"]
+
+    patches = tmp_path / "patches"
+    patches.mkdir()
+    base = _pod(kubeadmconfig.render({"kind": "ClusterConfiguration"}, _spec(tmp_path), rel)["etcd"])
+    index = base["spec"]["containers"][0]["command"].index("--snapshot-count=10000")
+    (patches / "etcd+json.yaml").write_text(
+        f"- {{op: test, path: /spec/containers/0/command/{index}, value: --snapshot-count=10000}}\n"
+        f"- {{op: replace, path: /spec/containers/0/command/{index}, value: --snapshot-count=5000}}\n")
+    (patches / "kube-scheduler.yaml").write_text("spec:\n  containers:\n  - name: kube-scheduler\n"
+                                                 "    resources: {requests: {cpu: 50m}}\n")
+    out = kubeadmconfig.render({"kind": "ClusterConfiguration"}, _spec(tmp_path), rel, patches)
+    assert "--snapshot-count=5000" in _pod(out["etcd"])["spec"]["containers"][0]["command"]
+    sched = _pod(out["kube-scheduler"])["spec"]["containers"][0]
+    assert sched["resources"] == {"requests": {"cpu": "50m"}} and sched["command"][0] == "kube-scheduler"
+    # 1.34 (etcd 3.6) renames two flags before --snapshot-count: the index moved, the test op fails
+    with pytest.raises(kubeadmconfig.PatchError, match="etcd"):
+        kubeadmconfig.render({"kind": "ClusterConfiguration"}, _spec(tmp_path),
+                             kubeadmconfig.profiles.RELEASES["1.34"], patches)
+
+
+def test_upgrade_renews_certificates_unless_told_not_to(lab_factory: Any) -> None:
+    """kubeadm upgrade apply --certificate-renewal (default true) renews the certificates of each
+    component it moves (renewCertsByComponent), none of a component it skips."""
+    handle = lab_factory(kubeadm_api="v1beta3")
+    etc = handle.root_dir() / "etc/kubernetes"
+    files = {p: p.read_bytes() for p in (etc / "pki/apiserver.crt", etc / "scheduler.conf")}
+
+    def scheduler_v(value: str) -> None:
+        cfg = cluster_config(handle)
+        cfg["scheduler"] = {"extraArgs": {"v": value}}
+        patch = {"data": {"ClusterConfiguration": yaml.safe_dump(cfg)}}
+        kubectl(handle, "-n", "kube-system", "patch", "cm", "kubeadm-config", "--type", "merge",
+                "-p", json.dumps(patch))
+    scheduler_v("3")
+    proc = upgrade(handle, "--to", "classic", "--certificate-renewal", "false")
+    assert proc.returncode == 0 and "renewed" not in proc.stdout, proc.stdout + proc.stderr
+    assert {p: p.read_bytes() for p in files} == files
+    scheduler_v("4")
+    proc = upgrade(handle, "--to", "classic")
+    assert proc.returncode == 0 and "renewed 1 certificates" in proc.stdout, proc.stdout + proc.stderr
+    assert (etc / "scheduler.conf").read_bytes() != files[etc / "scheduler.conf"]       # moved: renewed
+    assert (etc / "pki/apiserver.crt").read_bytes() == files[etc / "pki/apiserver.crt"]  # skipped: kept

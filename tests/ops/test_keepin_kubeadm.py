@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import subprocess
 import sys
 import threading
@@ -95,6 +96,8 @@ def test_generated_json_patch_gives_the_command_cpctl_wrote() -> None:
                                                     new_pod["spec"]["containers"][0], change)))
     assert {"op": "add", "path": "/spec/containers/0/command/-", "value": "--audit-log-maxage=7"} in ops
     assert {"op": "replace", "path": "/spec/containers/0/command/2", "value": "--profiling=false"} in ops
+    assert ops[ops.index({"op": "replace", "path": "/spec/containers/0/command/2", "value": "--profiling=false"}) - 1] \
+        == {"op": "test", "path": "/spec/containers/0/command/2", "value": "--profiling=true"}
     assert jsonpatch.apply_patch(old_pod, ops) == new_pod
 
 
@@ -227,7 +230,9 @@ def test_keep_in_patches_writes_a_json_patch_through_the_journal(lab_factory: An
     ops = yaml.safe_load(patch.read_text())
     index = old["spec"]["containers"][0]["command"].index("--bind-address=127.0.0.1")
     assert ops == [{"op": "add", "path": "/spec/containers/0/command/-", "value": "--v=4"},
+                   {"op": "test", "path": f"/spec/containers/0/command/{index}", "value": "--bind-address=127.0.0.1"},
                    {"op": "replace", "path": f"/spec/containers/0/command/{index}", "value": "--bind-address=0.0.0.0"}]
+    assert "--patches /etc/kubernetes/patches" in proc.stdout and "kubeadm join" in proc.stdout
     new = yaml.safe_load((handle.manifests_dir() / "kube-scheduler.yaml").read_text())
     assert jsonpatch.apply_patch(old, ops) == new
     history = run_cpctl(handle, "history", "-o", "json")
@@ -260,3 +265,213 @@ def test_apply_and_edit_keep_the_flags_that_differ(lab_factory: Any, tmp_path: A
     assert proc.returncode == 0, proc.stderr
     assert "--v=5" in command(handle, "kube-scheduler")
     assert cluster_config(handle)["scheduler"]["extraArgs"] == {"profiling": "false", "v": "5"}
+
+
+# --- kept whole, kept by name (issue 34) -------------------------------------------------------------------
+def kubeadm_findings(handle: LabHandle) -> list[dict[str, Any]]:
+    proc = run_cpctl(handle, "check", "--kubeadm", "-o", "json")
+    assert proc.returncode in (0, 1, 2), proc.stderr
+    data = json.loads(proc.stdout)
+    items = data if isinstance(data, list) else [data]
+    return [f for item in items for f in item["findings"]
+            if f["kind"].startswith("kubeadm_") or f["kind"].startswith("upgrade_")]
+
+
+def test_patches_etcd_change_across_1_33_to_1_34_fails_loudly_never_a_wrong_flag(lab_factory: Any) -> None:
+    """etcd 3.6 (1.34) renames two flags sorted before --snapshot-count: the index cpctl's patch names
+    shifts. The test op makes kubeadm fail before anything moves, instead of replacing another flag."""
+    handle = lab_factory(k8s_version="1.33")
+    assert kubeadm_findings(handle) == []                         # a fresh kubeadm layout: silent
+    proc = run_cpctl(handle, "flags", "etcd", "--set", "snapshot-count=5000", "--keep-in", "patches",
+                     "--timeout", "60")
+    assert proc.returncode == 0, proc.stderr
+    assert "--patches /etc/kubernetes/patches" in proc.stdout and "kubeadm upgrade node" in proc.stdout
+    ops = yaml.safe_load((handle.root_dir() / "etc/kubernetes/patches/etcd+json.yaml").read_text())
+    assert [o["op"] for o in ops] == ["test", "replace"] and ops[0]["value"] == "--snapshot-count=10000"
+    assert kubeadm_findings(handle) == []                         # the patch keeps it: nothing dropped
+    refused = run_cpctl(handle, "flags", "etcd", "--set", "data-dir=/var/lib/etcd", "--keep-in", "patches")
+    assert refused.returncode == 4 and "etcd.local.dataDir with --keep-in kubeadm-config" in refused.stderr
+    before = command(handle, "etcd")
+    proc = upgrade(handle, "--to", "1.34", "--patches", "/etc/kubernetes/patches")
+    assert proc.returncode == 1 and "failed to patch static Pod manifest file for 'etcd'" in proc.stderr, proc.stderr
+    assert command(handle, "etcd") == before                      # nothing moved: every flag as it was
+    assert "--trusted-ca-file=/etc/kubernetes/pki/etcd/ca.crt" in before and "--snapshot-count=5000" in before
+    assert not [f for f in kubeadm_findings(handle) if f["kind"] == "upgrade_in_flight"]
+    # the way that survives a re-render: by name, in the ClusterConfiguration
+    proc = run_cpctl(handle, "flags", "etcd", "--set", "snapshot-count=5000", "--keep-in", "kubeadm-config",
+                     "--timeout", "60")
+    assert proc.returncode == 0, proc.stderr
+    (handle.root_dir() / "etc/kubernetes/patches/etcd+json.yaml").unlink()
+    proc = upgrade(handle, "--to", "1.34")
+    assert proc.returncode == 0, proc.stderr
+    after = command(handle, "etcd")
+    assert "--snapshot-count=5000" in after and "--watch-progress-notify-interval=5s" in after
+    assert "--trusted-ca-file=/etc/kubernetes/pki/etcd/ca.crt" in after
+    assert json.loads(kubectl(handle, "version", "-o", "json").stdout)["serverVersion"]["gitVersion"] \
+        == "v1.34.1-lab"
+
+
+AUDIT_POLICY = "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n  - level: Metadata\n"
+
+
+def test_audit_recipe_kept_in_kubeadm_config_survives_upgrade_with_its_mounts(lab_factory: Any,
+                                                                               tmp_path: Any) -> None:
+    handle = lab_factory(kubeadm_api="v1beta3")
+    policy = tmp_path / "audit-policy.yaml"
+    policy.write_text(AUDIT_POLICY)
+    proc = run_cpctl(handle, "flags", "kube-apiserver", "--set", "audit-policy-file=/etc/kubernetes/audit/policy.yaml",
+                     "--set", "audit-log-path=/var/log/kubernetes/audit/audit.log",
+                     "--with-file", f"/etc/kubernetes/audit/policy.yaml={policy}", "--mount",
+                     "--keep-in", "kubeadm-config", "--timeout", "60")
+    assert proc.returncode == 0, proc.stderr
+    assert "kept with the flags: volumes " in proc.stdout, proc.stdout
+    api = cluster_config(handle)["apiServer"]
+    assert api["extraArgs"]["audit-policy-file"] == "/etc/kubernetes/audit/policy.yaml"
+    vols = {v["mountPath"]: v for v in api["extraVolumes"]}
+    assert vols["/etc/kubernetes/audit/policy.yaml"]["hostPath"] == "/etc/kubernetes/audit/policy.yaml"
+    assert vols["/etc/kubernetes/audit/policy.yaml"]["readOnly"] is True
+    assert vols["/var/log/kubernetes/audit"]["readOnly"] is False
+    assert kubeadm_findings(handle) == []
+    proc = upgrade(handle, "--to", "1.31")
+    assert proc.returncode == 0, proc.stderr                    # the new API server starts: its policy is mounted
+    pod = yaml.safe_load((handle.manifests_dir() / "kube-apiserver.yaml").read_text())
+    mounts = {m["mountPath"] for m in pod["spec"]["containers"][0]["volumeMounts"]}
+    assert {"/etc/kubernetes/audit/policy.yaml", "/var/log/kubernetes/audit"} <= mounts
+    assert "--audit-policy-file=/etc/kubernetes/audit/policy.yaml" in pod["spec"]["containers"][0]["command"]
+    # a hand-made volume the ClusterConfiguration does not hold: named, with the command that keeps it
+    cm = configmap(handle)
+    cfg = yaml.safe_load(cm["data"]["ClusterConfiguration"])
+    del cfg["apiServer"]["extraVolumes"]
+    cm["data"]["ClusterConfiguration"] = yaml.safe_dump(cfg)
+    (handle.dir / "cm.yaml").write_text(yaml.safe_dump(cm))
+    kubectl(handle, "replace", "-f", str(handle.dir / "cm.yaml"))
+    drops = [f for f in kubeadm_findings(handle) if f["kind"] == "kubeadm_drops"]
+    assert len(drops) == 2 and all(f["volumes"] for f in drops), drops
+    assert any("--set audit-policy-file=/etc/kubernetes/audit/policy.yaml --keep-in kubeadm-config" in f["fix"]
+               for f in drops), drops
+
+
+def test_not_kept_whole_is_refused_before_anything(lab_factory: Any, tmp_path: Any) -> None:
+    """An image change has no place in the ClusterConfiguration: refused, nothing written."""
+    handle = lab_factory()
+    files, text = snapshot(handle)
+    pod = yaml.safe_load((handle.manifests_dir() / "kube-scheduler.yaml").read_text())
+    pod["spec"]["containers"][0]["command"].append("--v=3")
+    pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "50m"}}
+    new = tmp_path / "kube-scheduler.yaml"
+    new.write_text(yaml.safe_dump(pod, sort_keys=False))
+    proc = run_cpctl(handle, "apply", "scheduler", "-f", str(new), "--keep-in", "kubeadm-config", "--timeout", "30")
+    assert proc.returncode == 4, proc.stderr
+    assert "cannot keep this change of kube-scheduler whole" in proc.stderr and "Nothing changed" in proc.stderr
+    assert snapshot(handle) == (files, text)
+
+
+ISSUERS = ["https://kubernetes.default.svc.cluster.local", "https://issuer.example"]
+
+
+def test_repeated_issuers_survive_keep_in_of_another_flag_and_of_the_issuer(lab_factory: Any,
+                                                                           tmp_path: Any) -> None:
+    """apply --keep-in of the issuers themselves keeps every instance, in order; a --keep-in of another
+    flag leaves them alone; check --kubeadm reports no false drop; the upgrade renders both."""
+    handle = lab_factory(kubeadm_api="v1beta4")
+    path = handle.manifests_dir() / "kube-apiserver.yaml"
+    pod = yaml.safe_load(path.read_text())
+    cmd = pod["spec"]["containers"][0]["command"]
+    cmd.insert(cmd.index(f"--service-account-issuer={ISSUERS[0]}") + 1, f"--service-account-issuer={ISSUERS[1]}")
+    new = tmp_path / "kube-apiserver.yaml"
+    new.write_text(yaml.safe_dump(pod, sort_keys=False))
+    proc = run_cpctl(handle, "apply", "apiserver", "-f", str(new), "--keep-in", "kubeadm-config", "--timeout", "60")
+    assert proc.returncode == 0, proc.stderr
+    issuers = lambda: [v for n, v in kc.extra_args(cluster_config(handle), "apiServer")  # noqa: E731
+                       if n == "service-account-issuer"]
+    assert issuers() == ISSUERS
+    assert kubeadm_findings(handle) == []                        # both instances kept: no false drop
+    proc = run_cpctl(handle, "flags", "apiserver", "--set", "audit-log-maxage=7", "--keep-in", "kubeadm-config",
+                     "--timeout", "60")
+    assert proc.returncode == 0, proc.stderr
+    assert issuers() == ISSUERS                                   # another flag: both issuers stay
+    assert kubeadm_findings(handle) == []
+    proc = upgrade(handle, "--to", "classic")          # the same release: only what the render changes moves
+    assert proc.returncode == 0, proc.stderr
+    assert [a for a in command(handle, "kube-apiserver") if a.startswith("--service-account-issuer=")] == [
+        f"--service-account-issuer={v}" for v in sorted(ISSUERS)]          # ArgumentsToCommand: name, then value
+
+def test_failed_upgrade_leftovers_are_reported_not_refused_for_20_minutes(lab_factory: Any) -> None:
+    """A component that does not come back: kubeadm moves every manifest back and keeps its tmp dirs;
+    cpctl says what happened and lets the operator repair (no 'in flight' refusal)."""
+    handle = lab_factory(kubeadm_api="v1beta3")
+    cm = configmap(handle)
+    cfg = yaml.safe_load(cm["data"]["ClusterConfiguration"])
+    cfg["scheduler"] = {"extraArgs": {"no-such-flag": "x"}}
+    cm["data"]["ClusterConfiguration"] = yaml.safe_dump(cfg)
+    (handle.dir / "cm.yaml").write_text(yaml.safe_dump(cm))
+    kubectl(handle, "replace", "-f", str(handle.dir / "cm.yaml"))
+    before = command(handle, "kube-scheduler")
+    proc = upgrade(handle, "--to", "classic", "--timeout", "5")     # only the scheduler's render changes
+    assert proc.returncode == 1 and "kube-scheduler" in proc.stderr and "recover" in proc.stderr, proc.stderr
+    assert command(handle, "kube-scheduler") == before
+    tmp = handle.root_dir() / "etc/kubernetes/tmp"
+    assert list(tmp.glob("kubeadm-upgraded-manifests-*")) and list(tmp.glob("kubeadm-backup-manifests-*"))
+    found: dict[str, Any] = {}
+
+    def reported() -> bool:         # an empty staging dir counts once it is EMPTY_SETTLED seconds old
+        found.update({f["kind"]: f for f in json.loads(run_cpctl(handle, "check", "-o", "json").stdout)["findings"]})
+        return "upgrade_failed" in found
+    wait_for(reported, 30, "upgrade_failed reported")
+    assert "upgrade_in_flight" not in found and "failed and was rolled back" in found["upgrade_failed"]["message"]
+    proc = run_cpctl(handle, "flags", "scheduler", "--set", "v=4", "--timeout", "30")
+    assert proc.returncode == 0, proc.stderr
+
+
+def _etcd_pod(data_dir: str = "/var/lib/etcd", host: str = "/var/lib/etcd") -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "etcd"}, "spec": {
+        "containers": [{"name": "etcd", "command": ["etcd", f"--data-dir={data_dir}", "--name=m1",
+                                                     "--snapshot-count=10000"],
+                        "volumeMounts": [{"mountPath": host, "name": "etcd-data"},
+                                         {"mountPath": "/etc/kubernetes/pki/etcd", "name": "etcd-certs"}]}],
+        "volumes": [{"hostPath": {"path": host, "type": "DirectoryOrCreate"}, "name": "etcd-data"},
+                    {"hostPath": {"path": "/etc/kubernetes/pki/etcd", "type": "DirectoryOrCreate"},
+                     "name": "etcd-certs"}]}}
+
+
+V4 = {"apiVersion": "kubeadm.k8s.io/v1beta4", "kind": "ClusterConfiguration",
+      "etcd": {"local": {"dataDir": "/var/lib/etcd"}}}
+
+
+def test_etcd_data_dir_is_kept_as_data_dir_never_as_a_flag() -> None:
+    old, new = _etcd_pod(), _etcd_pod("/var/lib/etcd-restore", "/var/lib/etcd-restore")
+    whole = kc.whole_change(old, new, 0, "etcd", kc.flag_change(old["spec"]["containers"][0],
+                                                                new["spec"]["containers"][0]))
+    assert whole.data_dir == "/var/lib/etcd-restore" and whole.flags.sets == [] and not whole.not_in_config
+    flag_only = dict(V4, etcd={"local": {"dataDir": "/var/lib/etcd",
+                                         "extraArgs": [{"name": "data-dir", "value": "/var/lib/etcd-restore"}]}})
+    kept = kc.with_whole(flag_only, "etcd.local", whole)
+    assert kept["etcd"]["local"] == {"dataDir": "/var/lib/etcd-restore"}      # the flag-only entry is gone
+    # what runs vs the next render: the flag-only data dir is named, critical, fixed without --force
+    drops = kc.next_upgrade_drops(new, 0, flag_only, "etcd")
+    assert [d.kind for d in drops] == ["data_dir"] and drops[0].critical
+    assert "no hostPath volume mounts" in drops[0].text and "empty member" in drops[0].text
+    assert drops[0].fix.startswith("cpctl flags etcd --set data-dir=/var/lib/etcd-restore --keep-in kubeadm-config")
+    assert "--force" not in drops[0].fix
+    assert kc.next_upgrade_drops(new, 0, kept, "etcd") == []
+    assert kc.next_upgrade_drops(old, 0, V4, "etcd") == []                   # fresh layout: silent
+    # upstream's shorter variant: only the hostPath moved, --data-dir stays /var/lib/etcd inside
+    short = _etcd_pod("/var/lib/etcd", "/var/lib/etcd")
+    short["spec"]["volumes"][0]["hostPath"]["path"] = "/var/lib/etcd-restore"
+    assert kc.whole_change(old, short, 0, "etcd", kc.FlagChange()).data_dir == "/var/lib/etcd-restore"
+
+
+def test_repeated_flag_in_v1beta3_refused_and_positions_refused_for_patches() -> None:
+    v3 = {"apiVersion": "kubeadm.k8s.io/v1beta3", "kind": "ClusterConfiguration", "apiServer": {}}
+    two = kc.FlagChange([("service-account-issuer", "a"), ("service-account-issuer", "b")])
+    with pytest.raises(kc.CpctlError, match="v1beta3"):
+        kc.with_flags(v3, "apiServer", two)
+    v4 = dict(v3, apiVersion="kubeadm.k8s.io/v1beta4", apiServer={"extraArgs": [
+        {"name": "service-account-issuer", "value": "a"}, {"name": "v", "value": "2"},
+        {"name": "service-account-issuer", "value": "b"}]})
+    out = kc.with_flags(v4, "apiServer", kc.FlagChange([("v", "3")]))
+    assert kc.extra_args(out, "apiServer") == [("service-account-issuer", "a"), ("v", "3"),
+                                               ("service-account-issuer", "b")]
+    container = {"command": ["kube-apiserver", "--service-account-issuer=a", "--service-account-issuer=b"]}
+    with pytest.raises(kc.CpctlError, match="position"):
+        kc.patch_ops([], 0, container, container, kc.FlagChange([("service-account-issuer", "c")]))

@@ -67,11 +67,14 @@ def _restore(lab: Any, masters: List[int], snapshot: str, initial_cluster: str) 
     ids = {}
     for m, env in envs.items():
         out = _lab(lab, "etcdctl", "snapshot-restore", snapshot, "--data-dir", "/var/lib/etcd-restore",
-                   "--master", str(m), "--name", lab.node_name(m), "--initial-cluster", initial_cluster)
+                   "--master", str(m), "--name", lab.node_name(m), "--initial-cluster", initial_cluster,
+                   "--bump-revision", "1000000000", "--mark-compacted")
         ids[m] = out.rsplit("cluster-id ", 1)[1].rstrip(")\n")
         assert "--data-dir=/var/lib/etcd" in _cpctl(env, "flags", "etcd", "--parked").splitlines()
         refused = _cpctl(env, "flags", "etcd", "--parked", "--set", "data-dir=/var/lib/etcd-restore", rc=4)
         assert "is on no hostPath volume" in refused
+        assert "hint: change the hostPath with the flag: `cpctl edit etcd --parked`" in refused, refused
+        assert "cpctl edit etcd --parked" in refused and "--force" not in refused
         _cpctl(env, "edit", "etcd", "--parked", "--yes", "--reason", "etcd restore", EDITOR=EDITOR)
         assert _cpctl(env, "flags", "etcd", "--parked").count("--data-dir=/var/lib/etcd-restore") == 1
     for env in envs.values():
@@ -92,16 +95,43 @@ def _restore(lab: Any, masters: List[int], snapshot: str, initial_cluster: str) 
     return ids
 
 
+def _kubeadm_findings(env: Dict[str, str]) -> List[Dict[str, Any]]:
+    proc = run_cpctl(env, "check", "--kubeadm", "-o", "json")
+    assert proc.returncode in (0, 1, 2), proc.stderr
+    return [f for f in json.loads(proc.stdout)["findings"] if f["kind"].startswith("kubeadm_")]
+
+
 def test_single_master_etcd_restore(lab: Any, tmp_path: Any) -> None:
+    """The page, then an upgrade: objects made after the snapshot are gone, check --kubeadm names the
+    data dir the next upgrade would leave behind (no --force in its fix), the data dir kept as
+    etcd.local.dataDir, and after `lab kubeadm-upgrade` etcd still runs on the restored data."""
     env = lab.env_for(1)
     snapshot = str(tmp_path / "snap.db")
     before = _member_line(env)["cluster-id"]
+    assert _kubeadm_findings(env) == []
     _lab(lab, "etcdctl", "snapshot-save", snapshot)
+    kubectl(lab, "-n", "default", "create", "configmap", "after-snapshot", "--from-literal=k=v")
     initial = _flag(env, "initial-cluster")
     ids = _restore(lab, [1], snapshot, initial)
     assert ids[1] != before, "a restore starts a new cluster"
     assert _member_line(env)["restored-from-cluster-id"] == before
     assert kubectl(lab, "get", "--raw", "/readyz/etcd").stdout == "ok"
+    gone = kubectl(lab, "-n", "default", "get", "configmap", "after-snapshot", check=False)
+    assert gone.returncode == 1 and "NotFound" in gone.stderr, gone.stdout + gone.stderr
+    rv = json.loads(kubectl(lab, "-n", "kube-system", "get", "configmap", "kubeadm-config", "-o", "json").stdout)
+    listed = json.loads(kubectl(lab, "get", "--raw", "/api/v1/configmaps").stdout)
+    assert int(rv["metadata"]["resourceVersion"]) < 1000000000 < int(listed["metadata"]["resourceVersion"])  # bumped
+    found = _kubeadm_findings(env)
+    assert [f["kind"] for f in found] == ["kubeadm_data_dir"] and found[0]["severity"] == "critical", found
+    assert "/var/lib/etcd-restore" in found[0]["message"] and "--force" not in found[0]["fix"]
+    assert found[0]["fix"].startswith("cpctl flags etcd --set data-dir=/var/lib/etcd-restore --keep-in kubeadm-config")
+    kept = _cpctl(env, "flags", "etcd", "--set", "data-dir=/var/lib/etcd-restore", "--keep-in", "kubeadm-config")
+    assert "kept with the flags: etcd.local.dataDir /var/lib/etcd-restore" in kept, kept
+    assert _kubeadm_findings(env) == []
+    _lab(lab, "kubeadm-upgrade", "--to", "1.31")
+    line = _member_line(env)
+    assert line["data-dir"] == "/var/lib/etcd-restore" and line["db"] == "opened existing", line
+    assert line["cluster-id"] == ids[1]
     members = json.loads(kubectl(lab, "-n", "kube-system", "get", "pods", "-l", "component=etcd", "-o", "json").stdout)
     assert [p["spec"]["nodeName"] for p in members["items"]] == [lab.node_name(1)]
     wait_for(lambda: is_ready(mirror(lab, "etcd")), 30, "etcd's mirror pod Ready")

@@ -162,6 +162,10 @@ def change_text(data: Dict[str, Any]) -> str:
     if keep:
         lines.append("  kept in: %s" % (", ".join(keep.get("done") or []) or "nothing to change there"
                                          if not data.get("dry_run") else "(dry run)"))
+        whole = (["volumes %s" % ", ".join(keep["volumes"])] if keep.get("volumes") else []) + (
+            ["etcd.local.dataDir %s" % keep["data_dir"]] if keep.get("data_dir") else [])
+        if whole:
+            lines.append("  kept with the flags: %s" % "; ".join(whole))
     if data.get("diff"):
         lines.append(data["diff"])
     if keep.get("diff") and data.get("dry_run"):

@@ -675,17 +675,33 @@ def rollback_target(node: Node, component: str, to: Optional[int], force: bool =
 
 def rollback_companions(node: Node, revision: revisions.Revision) -> List[Companion]:
     """The companion files as they were when ``revision``'s bytes were in place: for each path a change
-    from ``revision`` on wrote, the bytes the first such change found (None: absent), verified."""
+    from ``revision`` on wrote, the bytes the first such change found (None: absent), verified.
+
+    A revision records every companion path a change met while it was in place, "absent" included
+    (``RevisionStore._relabel``). A store written before that rule may name a path only in a later
+    revision: when ``revision``'s own manifest does not mount it, those later bytes were never this
+    version's, and the path is left as it is (writing them would only be refused as not mounted)."""
     store = revisions_of(node)
     found: Dict[str, Companion] = {}
+    pod: Optional[Mapping[str, object]] = None
     for kept in store.list(revision.file):
         if kept.number < revision.number:
             continue
         for index, entry in enumerate(kept.companions):
-            if entry["path"] not in found:
-                found[entry["path"]] = Companion(entry["path"], store.read_companion(kept, index),
-                                                 "revision %d" % kept.number)
-    return list(found.values())
+            if entry["path"] in found:
+                continue
+            data = store.read_companion(kept, index)
+            if kept.number != revision.number and data is not None:
+                if pod is None:
+                    try:
+                        pod = manifests.parse_pod(store.read(revision))
+                    except manifests.InvalidManifest:
+                        pod = {}
+                if not companion_files.mounted(pod, mounts.node_path(node.node_root, entry["path"])):
+                    found[entry["path"]] = Companion(entry["path"], None, "")
+                    continue
+            found[entry["path"]] = Companion(entry["path"], data, "revision %d" % kept.number)
+    return [c for c in found.values() if c.source]
 
 
 def _refuse_crossing(node: Node, component: str, manifest: Manifest, kept: List[revisions.Revision],

@@ -103,3 +103,58 @@ def test_a_corrupt_companions_record_is_one_clear_error(node: NodeDirs, tmp_path
     proc = node.run("revisions", "scheduler", rc=7)
     assert "companions is not a list of {path, checksum}" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def _other(node: NodeDirs) -> str:
+    return os.path.join(node.root, "extra", "other.txt")
+
+
+def _with_other(node: NodeDirs, tmp_path: Any) -> bytes:
+    """v1 (note a) applied, then v3: v1 mounting a NEW companion path ``other`` too, applied with it."""
+    v1 = _mounting(node, 1)
+    _apply(node, v1, b"a\n", str(tmp_path))                      # rev 1 original, rev 2 v1 (+ note)
+    pod = yaml.safe_load(v1)
+    container = pod["spec"]["containers"][0]
+    pod["spec"]["volumes"].append({"name": "other", "hostPath": {"path": _other(node), "type": "File"}})
+    container["volumeMounts"].append({"name": "other", "mountPath": _other(node), "readOnly": True})
+    v3 = yaml.safe_dump(pod, sort_keys=False).encode()
+    local = os.path.join(str(tmp_path), "other.txt")
+    with open(local, "wb") as handle:
+        handle.write(b"other\n")
+    proc = subprocess.run(node.argv("apply", "scheduler", "-f", "-", "--with-file", "%s=%s" % (_other(node), local)),
+                          input=v3, env=node.env(), capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return v1
+
+
+def test_a_new_companion_path_is_recorded_absent_on_the_version_it_replaces(node: NodeDirs, tmp_path: Any) -> None:
+    """Issue 33 item 2: a change bringing a NEW companion path over a version kept already (which does not
+    know that path) records it there as absent; ``rollback --to`` any earlier revision then removes it
+    instead of writing the later change's bytes (and being refused: 'the manifest does not mount ...')."""
+    original, v1 = node.files["kube-scheduler.yaml"], _with_other(node, tmp_path)
+    listed = _listed(node)
+    assert listed[1]["companions"] == [{"path": _note(node), "checksum": sha(b"a\n")},
+                                       {"path": _other(node), "checksum": None}], listed[1]
+    node.run("rollback", "scheduler", "--to", "2")
+    assert _state(node) == {"manifest": v1, "note": b"a\n"} and not os.path.exists(_other(node))
+    node.run("rollback", "scheduler", "--to", "3")
+    assert os.path.exists(_other(node))
+    node.run("rollback", "scheduler", "--to", "1")
+    assert _state(node) == {"manifest": original, "note": None} and not os.path.exists(_other(node))
+
+
+def test_a_store_without_the_absent_record_does_not_block_an_earlier_rollback(node: NodeDirs, tmp_path: Any) -> None:
+    """A store written before that rule (revision 2 does not name ``other``): rolling back to a version
+    that does not mount ``other`` leaves it alone instead of writing revision 3's bytes (refused)."""
+    original = node.files["kube-scheduler.yaml"]
+    _with_other(node, tmp_path)
+    meta = os.path.join(node.state, "revisions", "kube-scheduler.yaml.2.json")
+    with open(meta) as handle:
+        record = json.load(handle)
+    record["companions"] = [c for c in record["companions"] if c["path"] != _other(node)]
+    with open(meta, "w") as handle:
+        json.dump(record, handle)
+    node.run("rollback", "scheduler", "--to", "1")
+    assert _state(node) == {"manifest": original, "note": None}
+    with open(_other(node), "rb") as handle:
+        assert handle.read() == b"other\n", "left as it was"

@@ -31,14 +31,14 @@ import secrets
 import subprocess
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 from cpctl.core import confirmations, journal, manifests, revisions
 from cpctl.core.confirmations import Arm
 from cpctl.core.node import Node
 from cpctl.core.replace import replace_change, revisions_of
 from cpctl.core.state import user_label
-from cpctl.errors import CpctlError, ExitCode
+from cpctl.errors import CpctlError, ExitCode, Interrupted, Terminated, interrupted_by
 from cpctl.ops import edits
 from cpctl.timeutil import iso
 
@@ -315,9 +315,18 @@ def revert(node: Node, wanted: str, why: str, op: str = "", log: Optional[Callab
         if armed is None or (op and armed.op != op):
             return {"node": node.node_name, "component": wanted, "changed": False, "reverted": False,
                     "message": "nothing armed for %s (confirmed or reverted already)" % wanted}
-        if stop_timer:
-            _stop_timer(node, armed)
-        return _revert_locked(node, armed, why, log or (lambda message, loud: None))
+        try:
+            return _revert_locked(node, armed, why, log or (lambda message, loud: None))
+        finally:     # once the arm is gone: a revert interrupted before its write keeps the timer to retry
+            if stop_timer and not _still_armed(node, armed):
+                _stop_timer(node, armed)
+
+
+def _still_armed(node: Node, armed: Arm) -> bool:
+    try:
+        return any(a.op == armed.op for a in confirmations.read_all(node.host, node.state))
+    except CpctlError:
+        return True                      # unreadable: leave the timer, its run says what is wrong
 
 
 def _revert_locked(node: Node, armed: Arm, why: str, log: Callable[[str, bool], None]) -> Dict[str, object]:
@@ -342,11 +351,13 @@ def _revert_locked(node: Node, armed: Arm, why: str, log: Callable[[str, bool], 
         raise _loud(log, CpctlError("unconfirmed change of %s NOT reverted: %s" % (name, exc.message),
                                     exc.code)) from None
     manifest = edits.current(node, name, "rollback")
-    options = edits.ApplyOptions(rollback=False, reason=why, force=True)
+    options = edits.ApplyOptions(rollback=False, reason=why, force=True, keep_on_signal=True)
     record = {"to_revision": armed.revision, "unconfirmed": True, "automatic": True, "armed_op": armed.op}
     try:
         result = edits._replace_locked(node, manifest, data, "revision %d" % armed.revision, "rollback", options,
                                        record, companions)
+    except (KeyboardInterrupt, Terminated, Interrupted) as stop:
+        raise _interrupted(node, armed, why, log, interrupted_by(stop) or "interrupted") from None
     except CpctlError as exc:
         if exc.code in (ExitCode.CONFLICT, ExitCode.REFUSED, ExitCode.ENVIRONMENT) and \
                 node.checksum_of(manifest.path) == armed.checksum:
@@ -365,11 +376,30 @@ def _revert_locked(node: Node, armed: Arm, why: str, log: Callable[[str, bool], 
     return dict(result, **done, changed=True, reverted=True, message=message)
 
 
+def _interrupted(node: Node, armed: Arm, why: str, log: Callable[[str, bool], None], signal: str) -> Interrupted:
+    """SIGINT/SIGTERM during a revert never flips it back: when the revert's bytes are in place (the
+    write is one journaled step, signals held while it runs) the arm is removed and the history says
+    "reverted, NOT verified: interrupted"; when they are not (the signal came before the write) the
+    arm stays, so the timer or the next cpctl command reverts it. Either way the error says which."""
+    name = armed.component
+    what = "%s during the revert of the unconfirmed change of %s" % (signal, name)
+    if node.checksum_of(node.manifests_dir + "/" + armed.file) != armed.previous:
+        return _loud(log, Interrupted(signal, what, where="NOT reverted yet: the arm stays, the revert is retried "
+                                                          "(cpctl revert-unconfirmed %s does it now)" % name))
+    node.apply(confirmations.disarm_change(node.state, armed, "reverted", why,
+                                           outcome="NOT verified: %s before its verdict" % signal))
+    return _loud(log, Interrupted(signal, what, where="reverted to revision %d, NOT verified (check it with cpctl "
+                                                      "status %s)" % (armed.revision, name)))
+
+
 def _drop(node: Node, armed: Arm, why: str) -> None:
     node.apply(confirmations.disarm_change(node.state, armed, "dropped", why))
 
 
-def _loud(log: Callable[[str, bool], None], exc: CpctlError) -> CpctlError:
+Loud = TypeVar("Loud", bound=CpctlError)
+
+
+def _loud(log: Callable[[str, bool], None], exc: Loud) -> Loud:
     log(exc.message, True)
     return exc
 
@@ -389,6 +419,8 @@ def revert_overdue(node: Node, log: Callable[[str, bool], None]) -> List[str]:
         try:
             lines.append(str(revert(node, armed.component, "not confirmed by %s (overdue, noticed by cpctl)"
                                     % armed.deadline, op=armed.op, log=log)["message"]))
+        except Interrupted:
+            raise                            # Ctrl-C on the command that noticed it ends that command
         except CpctlError as exc:
             lines.append(exc.message)
     return lines

@@ -106,6 +106,12 @@ class ApplyOptions:
     settle: float = 5.0
     force: bool = False              # go ahead despite flag-sanity doubts, and while a kubeadm upgrade is in flight
     parked: bool = False             # change the parked copy of a stopped component (not waited for)
+    keep_on_signal: bool = False     # a revert: SIGINT/SIGTERM after the write leaves the new bytes (``Reverting``)
+
+
+class Reverting(Interrupted):
+    """SIGINT/SIGTERM after a revert's write (``ApplyOptions.keep_on_signal``): its bytes stay in place,
+    not verified - a revert is never flipped back to the version it undoes."""
 
 
 # --- what is there now -------------------------------------------------------------------------
@@ -309,6 +315,10 @@ def _replace_locked(node: Node, manifest: Manifest, new: bytes, source: str, act
         _verify_companions(node, companions)
         return _judge(node, target, before, written, options, done, fail_fast)
     except (KeyboardInterrupt, Terminated) as exc:
+        if options.keep_on_signal:
+            raise Reverting(interrupted_by(exc), "%s while waiting for %s of %s" % (
+                interrupted_by(exc), action, written.component),
+                where="its version is in place, not verified") from None
         raise _put_back_now(node, target, before, written, options, exc) from None
     finally:
         pending.clear(node.host, node.state, manifest.file,      # the verdict is in (only SIGKILL skips this)

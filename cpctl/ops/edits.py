@@ -44,7 +44,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from cpctl.core import checks, flags, journal, manifests, mounts, outside, pending, revisions
+from cpctl.core import checks, flags, journal, keptin, manifests, mounts, outside, pending, revisions
 from cpctl.core import companions as companion_files
 from cpctl.core.companions import Companion
 from cpctl.core.manifests import Manifest
@@ -107,6 +107,7 @@ class ApplyOptions:
     force: bool = False              # go ahead despite flag-sanity doubts, and while a kubeadm upgrade is in flight
     parked: bool = False             # change the parked copy of a stopped component (not waited for)
     keep_on_signal: bool = False     # a revert: SIGINT/SIGTERM after the write leaves the new bytes (``Reverting``)
+    config_write: Optional[keptin.ConfigWrite] = None   # --keep-in kubeadm-config: written under the lock, first
 
 
 class Reverting(Interrupted):
@@ -214,6 +215,31 @@ def replace(node: Node, component: str, new: bytes, source: str, action: str, op
         return _replace_locked(node, manifest, new, source, action, options, record or {}, companions)
 
 
+def _replace_locked(node: Node, manifest: Manifest, new: bytes, source: str, action: str, options: ApplyOptions,
+                    record: Mapping[str, object], companions: Sequence[Companion] = ()) -> Dict[str, object]:
+    """The replacement under the node lock, then the one undo rule of a kept ClusterConfiguration
+    (``keptin.settle``): whatever put the previous manifest back (a failed, interrupted or refused
+    change, a rollback, a revert) puts its ClusterConfiguration back too; said in the result or error."""
+    try:
+        result = _replace_core(node, manifest, new, source, action, options, dict(record), companions)
+    except CpctlError as exc:
+        settled = _settle(node, manifest.file)
+        if settled:
+            exc.message += "; " + "; ".join(settled)
+        raise
+    settled = _settle(node, manifest.file)
+    if settled:
+        result = dict(result, message="%s; %s" % (result.get("message"), "; ".join(settled)), keep_in_undone=settled)
+    return result
+
+
+def _settle(node: Node, filename: str) -> List[str]:
+    try:
+        return keptin.settle(node, filename)
+    except CpctlError as exc:
+        return [exc.message]
+
+
 def _companions_unchanged(node: Node, manifest: Manifest, new: bytes, companions: Sequence[Companion],
                           action: str) -> bool:
     """True when nothing would change; REFUSED when only companion files would (the running pod would
@@ -281,8 +307,8 @@ def _result(node: Node, manifest: Manifest, action: str, changed: bool, **extra:
                  "changed": changed, "recovered": list(node.recovered)}, **extra)
 
 
-def _replace_locked(node: Node, manifest: Manifest, new: bytes, source: str, action: str, options: ApplyOptions,
-                    record: Dict[str, Any], companions: Sequence[Companion] = ()) -> Dict[str, Any]:
+def _replace_core(node: Node, manifest: Manifest, new: bytes, source: str, action: str, options: ApplyOptions,
+                  record: Dict[str, Any], companions: Sequence[Companion] = ()) -> Dict[str, Any]:
     assert manifest.data is not None and manifest.pod is not None
     verdict = review(node, manifest, new, source, action, options.force, companions)
     if verdict is None:
@@ -302,6 +328,9 @@ def _replace_locked(node: Node, manifest: Manifest, new: bytes, source: str, act
                    effect=effect)
     if companions:
         done["companions"] = [c.to_dict() for c in companions]
+    if options.config_write is not None:     # recorded first: whatever happens next, settle can undo it
+        keptin.write(node, options.config_write, written_component(manifest), manifest.file,
+                     manifests.checksum(manifest.data), change.checksum or "", change.op)
     if effect == manifests.KEEPS:
         node.apply(change)
         _verify_companions(node, companions)
@@ -323,6 +352,10 @@ def _replace_locked(node: Node, manifest: Manifest, new: bytes, source: str, act
     finally:
         pending.clear(node.host, node.state, manifest.file,      # the verdict is in (only SIGKILL skips this)
                       unless=older.op if older else "")
+
+
+def written_component(manifest: Manifest) -> str:
+    return manifest.pod_name or manifest.file
 
 
 def _kept_text(done: Mapping[str, object]) -> str:

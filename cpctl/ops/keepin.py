@@ -5,10 +5,12 @@ ClusterConfiguration in ``kube-system/kubeadm-config`` plus ``--patches``; a fla
 manifest is gone afterwards (:mod:`cpctl.core.kubeadmconfig`). ``flags``/``apply``/``edit`` with
 ``--keep-in`` keep it:
 
-* ``kubeadm-config``: read-modify-write of the ConfigMap with its ``resourceVersion``, **before** the
-  manifest changes. A conflict (someone changed it between our read and our write) re-reads and
-  retries once, then refuses (exit 10) with nothing changed. When the manifest change then fails
-  (rolled back), the ConfigMap change is undone the same way.
+* ``kubeadm-config``: read-modify-write of the ConfigMap with its ``resourceVersion``, under the
+  node lock, **before** the manifest changes. A conflict (someone changed it between our read and our
+  write) re-reads and retries once, then refuses (exit 10) with nothing changed. The text before and
+  the resourceVersion written are recorded (:mod:`cpctl.core.keptin`): whatever puts the previous
+  manifest back (a failed change, ``rollback``, an unconfirmed revert, a kill before the commit) puts
+  the ClusterConfiguration back too, unless someone else changed it since.
 * ``patches[=DIR]``: ``DIR/<component>+json.yaml`` (default ``/etc/kubernetes/patches``, next to the
   manifests dir), a JSON patch; written through the journal **after** the new manifest is verified.
 
@@ -23,7 +25,7 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from cpctl.core import checks, journal, manifests, outside
+from cpctl.core import checks, journal, keptin, manifests, outside
 from cpctl.core import kubeadmconfig as kc
 from cpctl.core.node import Node
 from cpctl.core.replace import text_diff
@@ -158,18 +160,20 @@ def _patch_plan(node: Node, component: str, old: bytes, new: bytes, change: kc.F
 
 
 # --- writing -------------------------------------------------------------------------------------
-def write_config(node: Node, keep: KeepPlan) -> None:
+def write_config(node: Node, keep: KeepPlan) -> str:
     """PUT the new ClusterConfiguration with the resourceVersion read; on a conflict re-read, redo the
-    change on what is there now and retry once; a second conflict refuses (exit 10), nothing changed."""
+    change on what is there now and retry once; a second conflict refuses (exit 10), nothing changed.
+    Returns the resourceVersion of the write ("" when nothing was written)."""
     if keep.config is None or not keep.config.changed:
-        return
+        return ""
     client = _client(node)
+    written: Dict[str, object] = {}
     plan_now = keep.config
     for attempt in (1, 2):
         data = plan_now.configmap.get("data")
         body = dict(plan_now.configmap, data=dict(data if isinstance(data, dict) else {}, **{kc.KEY: plan_now.new}))
         try:
-            client.update_configmap(kc.NAMESPACE, kc.NAME, body)
+            written = client.update_configmap(kc.NAMESPACE, kc.NAME, body)
         except ApiError as exc:
             if exc.status != 409:
                 raise
@@ -179,29 +183,26 @@ def write_config(node: Node, keep: KeepPlan) -> None:
             plan_now = _config_plan(client, keep.section, keep.change)
             if not plan_now.changed:
                 keep.config = plan_now
-                return
+                return ""
             continue
         break
     keep.config = ConfigPlan(plan_now.configmap, plan_now.old, plan_now.new, plan_now.before)
     keep.done.append("%s/%s" % (kc.NAMESPACE, kc.NAME))
+    meta = written.get("metadata") if isinstance(written, dict) else None
+    return str(meta.get("resourceVersion") or "?") if isinstance(meta, dict) else "?"
 
 
-def undo_config(node: Node, keep: KeepPlan) -> str:
-    """Put the section's extraArgs back as they were before ``write_config`` (after a failed change)."""
-    if keep.config is None or "%s/%s" % (kc.NAMESPACE, kc.NAME) not in keep.done:
-        return ""
-    before = dict(keep.config.before)
-    names = [n for n, _ in keep.change.sets] + list(keep.change.unsets)
-    inverse = kc.FlagChange(sets=[(n, before[n]) for n in names if n in before],
-                            unsets=[n for n in names if n not in before])
-    undo = KeepPlan(keep.component, keep.section, inverse)
-    try:
-        undo.config = _config_plan(_client(node), keep.section, inverse)
-        write_config(node, undo)
-    except CpctlError as exc:
-        return "; %s/%s NOT put back (%s): undo the extraArgs change by hand" % (kc.NAMESPACE, kc.NAME, exc.message)
-    keep.done.remove("%s/%s" % (kc.NAMESPACE, kc.NAME))
-    return "; its change to %s/%s was undone" % (kc.NAMESPACE, kc.NAME)
+def config_write(node: Node, keep: KeepPlan) -> Optional[keptin.ConfigWrite]:
+    """The ClusterConfiguration write as a part of the manifest change (``ApplyOptions.config_write``):
+    recorded and written under the node lock before the manifest, undone with it (``core.keptin``)."""
+    if keep.config is None or not keep.config.changed:
+        return None
+
+    def write() -> Tuple[str, str, str]:
+        version = write_config(node, keep)
+        assert keep.config is not None
+        return (keep.config.old, keep.config.new, version) if version else ("", "", "")
+    return keptin.ConfigWrite(kc.NAMESPACE, kc.NAME, kc.KEY, keep.config.old, keep.config.new, write)
 
 
 def write_patch(node: Node, keep: KeepPlan, reason: Optional[str]) -> None:
@@ -237,11 +238,6 @@ def run(node: Node, keep: Optional[KeepPlan], options: ApplyOptions, change: Cal
     change(replace(options, dry_run=True))
     if diff:
         show(diff)
-    write_config(node, keep)
-    try:
-        result = change(options)
-    except CpctlError as exc:
-        exc.message += undo_config(node, keep)
-        raise
+    result = change(replace(options, config_write=config_write(node, keep)))   # undone with it: core.keptin
     write_patch(node, keep, options.reason)
     return dict(result, keep_in=keep.to_dict())

@@ -262,6 +262,7 @@ def review(node: Node, manifest: Manifest, new: bytes, source: str, action: str,
     mount, and a file name too long to keep revisions for."""
     assert manifest.data is not None
     component = manifest.pod_name or manifest.file
+    checks.parse_new(new, source)        # what the kubelet cannot decode: one line, its line and column
     if _companions_unchanged(node, manifest, new, companions, action):
         return None
     check_revisable(manifest.file)

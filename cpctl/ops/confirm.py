@@ -72,14 +72,6 @@ def unit_name(component: str) -> str:
     return UNIT_PREFIX + component
 
 
-# --- before the change --------------------------------------------------------------------------
-def refuse_armed(node: Node, component: str, action: str) -> None:
-    """Refuse (exit 4, nothing changed) a change of a component whose last change awaits its
-    confirmation (``confirmations.refuse_armed``)."""
-    manifest = edits.current(node, component, action)
-    confirmations.refuse_armed(node.host, node.state, manifest.file, action)
-
-
 # --- arm ----------------------------------------------------------------------------------------
 def arm(node: Node, result: Mapping[str, object], options: ConfirmOptions, launcher: Launcher) -> Dict[str, object]:
     """After a verified change (``result`` of ``edits.replace``): start the node-side timer, then

@@ -42,9 +42,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
-from cpctl.core import checks, flags, journal, keptin, manifests, mounts, outside, pending, revisions
+from cpctl.core import checks, confirmations, flags, journal, keptin, manifests, mounts, outside, pending, revisions
 from cpctl.core import companions as companion_files
 from cpctl.core.companions import Companion
 from cpctl.core.manifests import Manifest
@@ -108,6 +108,29 @@ class ApplyOptions:
     parked: bool = False             # change the parked copy of a stopped component (not waited for)
     keep_on_signal: bool = False     # a revert: SIGINT/SIGTERM after the write leaves the new bytes (``Reverting``)
     config_write: Optional[keptin.ConfigWrite] = None   # --keep-in kubeadm-config: written under the lock, first
+
+
+class Stale(CpctlError):
+    """The manifest changed between the read a new version was made from and the node lock (exit 10,
+    nothing changed). A version cpctl computes from the manifest (``flags``) is made again:
+    :func:`until_fresh`; a person's edit is not."""
+
+
+R = TypeVar("R")
+
+
+def until_fresh(node: Node, attempt: Callable[[], R]) -> R:
+    """``attempt()`` - read the manifest, make the new version, replace under the lock - again while it
+    finds the manifest changed by another writer meanwhile (another cpctl's change of the same component
+    that held the lock first), until ``--lock-timeout`` has passed: concurrent changes queue on the lock
+    instead of failing with a conflict."""
+    deadline = time.monotonic() + node.lock_timeout
+    while True:
+        try:
+            return attempt()
+        except Stale:
+            if time.monotonic() >= deadline:
+                raise
 
 
 class Reverting(Interrupted):
@@ -197,8 +220,6 @@ def replace(node: Node, component: str, new: bytes, source: str, action: str, op
     changed since is a conflict (exit 10) and nothing changes. ``companions`` (--with-file): files
     written by the same change, mounted by ``new`` (checked first), rolled back with it."""
     manifests.validate_component_name(component)
-    if not options.force:
-        outside.refuse_in_flight(node, "%s of %s" % (action, component))
     companions = companion_files.on_node(companions, node.node_root)
     companion_files.check_places(companions, node.manifests_dir, options.force)
     if companions and options.parked:
@@ -209,9 +230,10 @@ def replace(node: Node, component: str, new: bytes, source: str, action: str, op
         return _replace_parked(node, component, new, source, action, options, record or {}, expect)
     with node.session("cpctl %s %s" % (action, component)):
         manifest = current(node, component, action)
+        refuse_now(node, manifest, action, options.force)
         if expect is not None and manifest.checksum != expect:
-            raise CpctlError("%s changed while you prepared the new version (someone else edited it): nothing "
-                             "changed; start again from its current content" % manifest.path, ExitCode.CONFLICT)
+            raise Stale("%s changed while you prepared the new version (someone else edited it): nothing "
+                        "changed; start again from its current content" % manifest.path, ExitCode.CONFLICT)
         return _replace_locked(node, manifest, new, source, action, options, record or {}, companions)
 
 
@@ -238,6 +260,19 @@ def _settle(node: Node, filename: str) -> List[str]:
         return keptin.settle(node, filename)
     except CpctlError as exc:
         return [exc.message]
+
+
+def refuse_now(node: Node, manifest: Manifest, action: str, force: bool, parked: bool = False) -> None:
+    """Every rule that refuses a change of ``manifest`` as the node stands (exit 4, nothing changed), in
+    one place: checked under the node lock by the real run (and by its dry run, which decides like it).
+    Its last change awaits confirmation (``--confirm-within``: a change under an arm would make the
+    revert undo the wrong one; a parked copy is not what an arm reverts); a kubeadm upgrade is in
+    flight (unless ``force``)."""
+    component = manifest.pod_name or manifest.file
+    if not parked:
+        confirmations.refuse_armed(node.host, node.state, manifest.file, action)
+    if not force:
+        outside.refuse_in_flight(node, "%s of %s%s" % (action, "the parked copy of " if parked else "", component))
 
 
 def _companions_unchanged(node: Node, manifest: Manifest, new: bytes, companions: Sequence[Companion],
@@ -278,6 +313,7 @@ def plan(node: Node, component: str, new: bytes, source: str, action: str, force
     """What ``replace`` would do, checked the same way, changing nothing (no lock, no state dir)."""
     manifest = parked_current(node, component, action)[0] if parked else current(node, component, action)
     assert manifest.data is not None
+    refuse_now(node, manifest, action, force, parked)
     result = _result(node, manifest, action, changed=False, dry_run=True, parked=parked)
     if companions:
         result["companions"] = [c.to_dict() for c in companions]
@@ -415,9 +451,10 @@ def _replace_parked(node: Node, component: str, new: bytes, source: str, action:
     with node.session("cpctl %s --parked %s" % (action, component)):
         manifest, meta = parked_current(node, component, action)
         assert manifest.data is not None
+        refuse_now(node, manifest, action, options.force, parked=True)
         if expect is not None and manifest.checksum != expect:
-            raise CpctlError("%s changed while you prepared the new version (someone else edited it): nothing "
-                             "changed; start again from its current content" % manifest.path, ExitCode.CONFLICT)
+            raise Stale("%s changed while you prepared the new version (someone else edited it): nothing "
+                        "changed; start again from its current content" % manifest.path, ExitCode.CONFLICT)
         verdict = review(node, manifest, new, source, action, options.force, parked=True)
         if verdict is None:
             return _result(node, manifest, action, False, parked=True,

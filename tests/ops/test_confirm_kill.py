@@ -168,3 +168,17 @@ def test_a_signal_at_every_step_of_a_revert_never_flips_it(signame: str, tmp_pat
         assert actions.count("reverted") == 1 and actions[-1] == "reverted", (at, actions)
         shutil.rmtree(root)
     assert seen["kept the arm"] and seen["reverted"], seen
+
+
+def test_a_change_meeting_an_overdue_arm_does_not_say_it_reverts_at_a_past_time(tmp_path: Any) -> None:
+    """Issue 33 item 6: the refusal under an arm whose deadline has passed (its revert runs or is about
+    to) says so instead of 'reverts at <a time already past>'; checked under the lock by the change."""
+    node = _prepare("revert", str(tmp_path))
+    past = _arm_of(node)
+    past.deadline = iso(time.time() - 60)
+    assert "is due since %s" % past.deadline in past.refusal("flags").message
+    assert "reverts at" not in past.refusal("flags").message
+    assert "reverts at" in _arm_of(node).refusal("flags").message
+    opened = open_node(_settings(node), LocalHost(), overdue=False)
+    with pytest.raises(Exception, match="has an unconfirmed change"):
+        edits.replace(opened, "scheduler", SCHEDULER, "test", "apply", OPTIONS)

@@ -208,6 +208,9 @@ def apply(ctx: click.Context, component: str, source: str, parked: bool, keep_in
     def action(node: Any) -> Dict[str, Any]:
         if not targets:
             return edits.replace(node, component, new, where, "apply", options, companions=files)
+        return edits.until_fresh(node, lambda: kept_apply(node))      # the kept flags made again from it
+
+    def kept_apply(node: Any) -> Dict[str, Any]:
         from cpctl.core.manifests import checksum
         _, data = edits.read_current(node, component, "apply")
         keep = _kept(node, component, data, new, targets)
@@ -258,6 +261,9 @@ def flags(ctx: click.Context, component: str, sets: Tuple[str, ...], unsets: Tup
     options = _options(ctx, component, timeout, no_rollback, dry_run, reason, keep_revisions, settle, force, parked)
 
     def action(node: Any) -> Dict[str, Any]:
+        return edits.until_fresh(node, lambda: attempt(node))    # another change first: made again from it
+
+    def attempt(node: Any) -> Dict[str, Any]:
         from cpctl.core.manifests import checksum
         _, data = edits.read_current(node, component, "flags", parked)
         new, said = edits.flags_version(data, component, container, wanted, removed)
@@ -462,6 +468,10 @@ def _edit_node(node: "Node", component: str, options: Any, yes: bool, targets: O
     from cpctl.ops import edits
     filename, data = edits.read_current(node, component, "edit", options.parked)
     name = edits.pod_name(node, component, "edit", options.parked)
+    if options.parked:    # refused before the editor opens (the change checks again under the lock)
+        edits.refuse_now(node, edits.parked_current(node, component, "edit")[0], "edit", options.force, True)
+    else:
+        edits.refuse_now(node, edits.current(node, component, "edit"), "edit", options.force)
     workdir = tempfile.mkdtemp(prefix="cpctl-edit-")
     path = _copy_path(workdir, node.node_name, filename)
     kept = "your edited copy is at %s" % path

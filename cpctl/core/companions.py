@@ -22,6 +22,7 @@ import yaml
 
 from cpctl.core import manifests, mounts
 from cpctl.errors import CpctlError, ExitCode
+from cpctl.host.base import Host
 
 MAX_COMPANION_BYTES = 1 << 20
 KUBE_DIR = "/etc/kubernetes"                 # what a flag value names inside the container (kubeadm's layout)
@@ -112,18 +113,22 @@ def kube_dir_of(manifests_dir: str) -> str:
     return os.path.dirname(os.path.normpath(manifests_dir)) or "/"
 
 
-def check_places(companions: Sequence[Companion], manifests_dir: str, force: bool) -> None:
-    """Refuse (before anything changes) a companion in the manifests dir (the kubelet would try to run
-    it), or outside the node's /etc/kubernetes without ``--force``."""
-    kube_dir, mdir = kube_dir_of(manifests_dir), os.path.normpath(manifests_dir)
+def check_places(host: Host, companions: Sequence[Companion], manifests_dir: str, state_dir: str) -> None:
+    """Refuse (before anything changes, exit 4; ``--force`` does not override) a companion file outside
+    the node's /etc/kubernetes, in the manifests dir or the state dir, one of kubeadm's credentials
+    (``journal.companion_place``: the same rule the journal applies), or below a directory that is a
+    symlink on the node (the write would land elsewhere)."""
+    from cpctl.core import journal
+    roots = journal.allowed_roots(manifests_dir, state_dir)
     for companion in companions:
-        if companion.path == mdir or companion.path.startswith(mdir + "/"):
-            raise CpctlError("--with-file %s: a companion file cannot live in the manifests dir %s (the kubelet "
-                             "would try to run it)" % (companion.path, mdir), ExitCode.REFUSED)
-        if not companion.path.startswith(kube_dir.rstrip("/") + "/") and not force:
-            raise CpctlError("--with-file %s: outside %s; pass --force to write a file there" % (companion.path,
-                                                                                                  kube_dir),
-                             ExitCode.REFUSED)
+        why = journal.companion_place(companion.path, roots)
+        if why is not None:
+            raise CpctlError("--with-file %s: %s: cpctl writes companion files only below %s, outside the "
+                             "manifests dir; nothing changed" % (companion.path, why, roots[2]), ExitCode.REFUSED)
+        link = journal.link_below(host, companion.path, roots[2])
+        if link is not None:
+            raise CpctlError("--with-file %s: %s is a symlink on the node (the file would land elsewhere): name the "
+                             "real directory; nothing changed" % (companion.path, link), ExitCode.REFUSED)
 
 
 def container_path(path: str, root: str) -> str:

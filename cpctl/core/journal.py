@@ -46,6 +46,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
+from cpctl import catalogue
 from cpctl.core import manifests
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host.base import Host
@@ -487,6 +488,9 @@ class ChangePath:
                 if not self._companion_allowed(change, step, path, roots):
                     raise CorruptJournal("path %r is outside the manifests dir and the state dir, and no companion "
                                          "file cpctl recorded" % (path,))
+                link = link_below(self.host, path, roots[2])      # on the node, now: its real directories
+                if link is not None:
+                    raise CorruptJournal("path %r lies below %s, a symlink" % (path, link))
 
     def _companion_allowed(self, change: Change, step: Step, path: str, roots: Tuple[str, str, str]) -> bool:
         """``path`` is a companion file this change may touch: one its ``companions`` field records
@@ -494,9 +498,10 @@ class ChangePath:
         a second scheduler's config created new by a ``scheduler-add`` that names it, or moved into
         the state dir by a ``scheduler-remove`` that names it, after a ``scheduler-add`` in the
         history wrote it."""
-        if path in change.companions:
+        if path in change.companions:          # --with-file: only inside the allowance (issue 33 item 4)
             return step.path == path and step.kind in (WRITE, REMOVE) and _companion_ok(path) and \
-                os.path.dirname(path) != roots[0] and not _below(path, roots[1])
+                companion_place(path, roots) is None and \
+                (step.kind != WRITE or (step.mode == COMPANION_MODE and step.uid is None and step.gid is None))
         if not companion_path(path, roots):
             return False
         if change.action == "keep-in":          # a kubeadm patch file (--keep-in patches)
@@ -575,6 +580,44 @@ def companion_path(path: str, roots: Tuple[str, str, str]) -> bool:
     return (parent != "/" and _below(norm, parent) and not _below(norm, manifests_dir)
             and not _below(norm, state_dir)
             and any(p.match(os.path.basename(norm)) is not None for p in (COMPANION_NAME, PATCH_NAME)))
+
+
+COMPANION_MODE = 0o600         # what a companion file is written with (``core.replace``)
+
+
+def companion_place(path: str, roots: Tuple[str, str, str]) -> Optional[str]:
+    """Why ``path`` cannot be a ``--with-file`` companion file (None: it can): it must lie below the
+    directory holding the manifests dir (kubeadm's /etc/kubernetes, never ``/``), outside the
+    manifests dir and the state dir, and not be one of kubeadm's credentials (``pki/``, its
+    kubeconfigs), which a change of a manifest never rewrites or removes."""
+    manifests_dir, state_dir, kube_dir = roots
+    if kube_dir == "/" or not _below(path, kube_dir):
+        return "outside %s" % kube_dir
+    if path == manifests_dir or _below(path, manifests_dir):
+        return "in the manifests dir %s (the kubelet would try to run it)" % manifests_dir
+    if path == state_dir or _below(path, state_dir):
+        return "in cpctl's state dir %s" % state_dir
+    if _below(path, kube_dir.rstrip("/") + "/pki") or os.path.dirname(path) == kube_dir.rstrip("/") and \
+            os.path.basename(path) in catalogue.KUBECONFIGS:
+        return "one of kubeadm's credentials (pki/, its kubeconfigs)"
+    return None
+
+
+def link_below(host: Host, path: str, top: str) -> Optional[str]:
+    """The first directory between ``top`` (excluded) and ``path`` (excluded) that is a symlink on the
+    node (a write or removal there would land elsewhere); None when there is none - checked on the
+    node when it is used, never on the path's text alone."""
+    if not _below(path, top):
+        return None
+    current = top.rstrip("/")
+    for part in path[len(current) + 1:].split("/")[:-1]:
+        current += "/" + part
+        found = host.lstat(current)
+        if found is None:
+            return None
+        if found["kind"] == "symlink":
+            return current
+    return None
 
 
 def _clean(path: object) -> bool:

@@ -221,7 +221,7 @@ def replace(node: Node, component: str, new: bytes, source: str, action: str, op
     written by the same change, mounted by ``new`` (checked first), rolled back with it."""
     manifests.validate_component_name(component)
     companions = companion_files.on_node(companions, node.node_root)
-    companion_files.check_places(companions, node.manifests_dir, options.force)
+    companion_files.check_places(node.host, companions, node.manifests_dir, node.state.path)
     if companions and options.parked:
         raise CpctlError("--with-file goes with a change of the running manifest, not with --parked", ExitCode.USAGE)
     if options.dry_run:

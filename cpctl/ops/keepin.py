@@ -146,6 +146,10 @@ def _patch_plan(node: Node, component: str, old: bytes, new: bytes, change: kc.F
     if not journal.companion_path(path, roots):
         raise CpctlError("--keep-in patches=%s: cpctl writes only below %s (next to the manifests dir)"
                          % (directory, roots[2]), ExitCode.REFUSED)
+    link = journal.link_below(node.host, path, roots[2])
+    if link is not None:
+        raise CpctlError("--keep-in patches=%s: %s is a symlink on the node (the patch would land elsewhere): name "
+                         "the real directory; nothing changed" % (directory, link), ExitCode.REFUSED)
     try:
         existing: Optional[bytes] = node.host.read_file(path, PATCH_LIMIT)
     except FileNotFoundError:

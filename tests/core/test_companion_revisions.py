@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tempfile
 from typing import Any, Dict, List
 
 import yaml
 
-from tests.coreutil import NodeDirs, check_result, sha
+from tests.coreutil import NodeDirs, check_result, run_in_process, sha
 
 
 def _note(node: NodeDirs) -> str:
@@ -158,3 +159,28 @@ def test_a_store_without_the_absent_record_does_not_block_an_earlier_rollback(no
     assert _state(node) == {"manifest": original, "note": None}
     with open(_other(node), "rb") as handle:
         assert handle.read() == b"other\n", "left as it was"
+
+
+def test_a_companion_below_a_symlinked_directory_or_outside_the_kube_dir_is_refused(node: NodeDirs,
+                                                                                     tmp_path: Any) -> None:
+    """Issue 33 item 5: the "below /etc/kubernetes" rule is checked on the node's real directories: a
+    companion path through a symlinked directory is refused (exit 4), and so is one outside the kube dir
+    or one of kubeadm's credentials, --force or not; nothing written anywhere."""
+    elsewhere = tempfile.mkdtemp(prefix="cpctl-outside-")          # outside the node's kube dir (tmp_path)
+    os.symlink(elsewhere, os.path.join(node.root, "extra"))        # _note(node) lies below it
+    local = os.path.join(str(tmp_path), "note-local.txt")
+    with open(local, "wb") as handle:
+        handle.write(b"a\n")
+    cases = [(_note(node), "is a symlink on the node"),
+             (os.path.join(elsewhere, "note.txt"), "cpctl writes companion files only below"),
+             (os.path.join(node.root, "pki", "ca.crt"), "one of kubeadm's credentials"),
+             (os.path.join(node.root, "admin.conf"), "one of kubeadm's credentials")]
+    for path, text in cases:
+        for force in ((), ("--force",)):
+            proc = run_in_process(node.argv("apply", "scheduler", "-f", "-", "--with-file", "%s=%s" % (path, local),
+                                            *force), node.env(), _mounting(node, 1))
+            check_result(proc, 4)
+            assert text in proc.stderr, (path, proc.stderr)
+    assert os.listdir(elsewhere) == [] and not os.path.exists(os.path.join(node.root, "admin.conf"))
+    os.rmdir(elsewhere)
+    assert _state(node)["manifest"] == node.files["kube-scheduler.yaml"] and node.history() == []

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, Dict
 
 import pytest
 import yaml
@@ -39,18 +39,68 @@ def _recover(node: NodeDirs) -> Any:
 
 
 def test_the_journal_reaches_a_companion_path_only_when_the_change_records_it(tmp_path: Any) -> None:
-    outside = str(tmp_path / "elsewhere" / "policy.yaml")
     node = NodeDirs(str(tmp_path / "a"))
-    _journal(node, outside, [])
+    inside = os.path.join(node.root, "audit", "policy.yaml")
+    _journal(node, inside, [])
     with pytest.raises(CpctlError, match="is corrupt .*outside the manifests dir"):
         _recover(node).changes.change_from_journal(json.load(open(node.journal)))
-    _journal(node, outside, [outside])
+    _journal(node, inside, [inside])
     change = _recover(node).changes.change_from_journal(json.load(open(node.journal)))
-    assert change.companions == [outside]
-    for bad in (["relative/path"], [outside + "/../x"], "not a list", ["/"]):
-        _journal(node, bad[0] if isinstance(bad, list) and bad[0].startswith("/") else outside, bad)
+    assert change.companions == [inside]
+    for bad in (["relative/path"], [inside + "/../x"], "not a list", ["/"]):
+        _journal(node, bad[0] if isinstance(bad, list) and bad[0].startswith("/") else inside, bad)
         with pytest.raises(CpctlError, match="is corrupt"):
             _recover(node).changes.change_from_journal(json.load(open(node.journal)))
+
+
+def _snapshot(*roots: str, skip: str = "") -> Dict[str, Any]:
+    """Every file below ``roots`` (but not below ``skip``): mode and bytes."""
+    found: Dict[str, Any] = {}
+    for root in roots:
+        for dirpath, _dirs, names in os.walk(root):
+            if skip and (dirpath + "/").startswith(skip + "/"):
+                continue
+            for name in names:
+                path = os.path.join(dirpath, name)
+                info = os.lstat(path)
+                found[path] = (info.st_mode, open(path, "rb").read() if os.path.isfile(path) else None)
+    return found
+
+
+def test_a_crafted_journal_cannot_reach_past_its_allowance_through_its_companions(tmp_path: Any) -> None:
+    """Issue 33 item 4: a journal naming targets in its own ``companions`` list is refused, nothing
+    touched: admin.conf removed, pki/ca.crt written mode 04755, a file outside the kube dir overwritten,
+    a write through a symlinked directory, a companion written with another mode."""
+    node = NodeDirs(str(tmp_path / "a"))
+    outside_dir = str(tmp_path / "outside")
+    os.makedirs(os.path.join(node.root, "pki"))
+    os.makedirs(outside_dir)
+    for path in (os.path.join(node.root, "admin.conf"), os.path.join(node.root, "pki", "ca.crt"),
+                 os.path.join(outside_dir, "victim")):
+        with open(path, "wb") as handle:
+            handle.write(b"precious")
+    os.symlink(outside_dir, os.path.join(node.root, "linked"))
+    before = _snapshot(node.root, outside_dir, skip=node.state)
+    admin = os.path.join(node.root, "admin.conf")
+    crafted = [
+        ({"kind": "remove", "path": admin, "kept": os.path.join(node.state, "staged", "op.0.removed")}, admin),
+        ({"kind": "write", "path": os.path.join(node.root, "pki", "ca.crt"), "mode": 0o4755}, None),
+        ({"kind": "write", "path": os.path.join(outside_dir, "victim")}, None),
+        ({"kind": "write", "path": os.path.join(node.root, "linked", "victim")}, None),
+        ({"kind": "write", "path": os.path.join(node.root, "audit", "policy.yaml"), "mode": 0o4755}, None),
+    ]
+    for step, _ in crafted:
+        _journal(node, step["path"], [step["path"]])
+        with open(node.journal) as handle:
+            entry = json.load(handle)
+        entry["steps"] = [dict(entry["steps"][0], **step)] if step["kind"] == "write" else [step]
+        with open(node.journal, "w") as handle:
+            json.dump(entry, handle)
+        with pytest.raises(CpctlError, match="is corrupt"):
+            _recover(node).changes.change_from_journal(json.load(open(node.journal)))
+        node.run("status", rc=None)                 # the next command meets it: refused, nothing touched
+        assert _snapshot(node.root, outside_dir, skip=node.state) == before, step
+        os.unlink(node.journal)
 
 
 def test_add_mounts_adds_a_read_only_file_and_a_writable_log_directory() -> None:

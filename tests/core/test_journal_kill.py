@@ -2,7 +2,7 @@
 
 Each kind of change (stop, start, start-edited, scheduler-add, scheduler-remove, move-stray,
 restore-missing, apply, apply-parked, rollback, keep-in, apply-companion: a manifest and a companion file
-outside the kube dir written by one change) runs in a forked child on a ``MockHost`` that
+written by one change) runs in a forked child on a ``MockHost`` that
 kills the process just before its Nth host call, for every N from the first call to the last - every
 instant between two file operations is a kill point. The next cpctl command (``status``, in-process)
 must then find the node in one of the two states the change goes between, completed or rolled back,
@@ -38,9 +38,9 @@ OLD_COMPANION, NEW_COMPANION = b"policy v1\n", b"policy v2\n"
 
 
 def _companion_path(root: str) -> str:
-    """A companion file outside the node's kube dir (``root``): allowed by --force, and by the journal
-    only because the change records it in ``companions``."""
-    return root + "-outside/companion/policy.yaml"
+    """A companion file below the node's kube dir (``root``): allowed by the journal only because the
+    change records it in ``companions``."""
+    return root + "/companion/policy.yaml"
 
 
 def _mounting(data: bytes, node_path: str) -> bytes:

@@ -210,7 +210,7 @@ def apply(ctx: click.Context, component: str, source: str, parked: bool, keep_in
             return edits.replace(node, component, new, where, "apply", options, companions=files)
         return edits.until_fresh(node, lambda: kept_apply(node))      # the kept flags made again from it
 
-    def kept_apply(node: Any) -> Dict[str, Any]:
+    def kept_apply(node: "Node") -> Dict[str, object]:
         from cpctl.core.manifests import checksum
         _, data = edits.read_current(node, component, "apply")
         keep = _kept(node, component, data, new, targets)
@@ -263,7 +263,7 @@ def flags(ctx: click.Context, component: str, sets: Tuple[str, ...], unsets: Tup
     def action(node: Any) -> Dict[str, Any]:
         return edits.until_fresh(node, lambda: attempt(node))    # another change first: made again from it
 
-    def attempt(node: Any) -> Dict[str, Any]:
+    def attempt(node: "Node") -> Dict[str, object]:
         from cpctl.core.manifests import checksum
         _, data = edits.read_current(node, component, "flags", parked)
         new, said = edits.flags_version(data, component, container, wanted, removed)

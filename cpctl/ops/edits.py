@@ -716,8 +716,9 @@ def mounts_version(data: bytes, root: str, component: str, container: Optional[s
     naming a path the container does not see, and one line per mount added (``root``: the node's
     root, ``--node-root``)."""
     pod = checks.parse_new(data, "the new manifest of %s" % component)
-    index, _ = flags.pick_container(pod, container)
-    wanted = companion_files.mount_wanted(sets, companion_files.on_node(companions, root), root)
+    index, chosen = flags.pick_container(pod, container)
+    wanted = companion_files.mount_wanted(sets, companion_files.on_node(companions, root), root,
+                                          checks.binary_of(chosen))
     return companion_files.add_mounts(data, index, wanted)
 
 

@@ -106,7 +106,7 @@ def test_a_crafted_journal_cannot_reach_past_its_allowance_through_its_companion
 def test_add_mounts_adds_a_read_only_file_and_a_writable_log_directory() -> None:
     data = MANIFESTS["kube-scheduler.yaml"]
     policy, log = "/etc/kubernetes/audit/policy.yaml", "/var/log/audit/audit.log"
-    new, said = companions.add_mounts(data, 0, [(policy, policy, False), (log, log, True)])
+    new, said = companions.add_mounts(data, 0, [(policy, policy, companions.READ), (log, log, companions.WRITES_FILE)])
     pod = yaml.safe_load(new)
     volumes = {v["name"]: v["hostPath"] for v in pod["spec"]["volumes"]}
     assert volumes["audit-policy-yaml"] == {"path": "/etc/kubernetes/audit/policy.yaml", "type": "File"}
@@ -114,7 +114,7 @@ def test_add_mounts_adds_a_read_only_file_and_a_writable_log_directory() -> None
     mounts = {m["name"]: m for m in pod["spec"]["containers"][0]["volumeMounts"]}
     assert mounts["audit-policy-yaml"]["readOnly"] is True and "readOnly" not in mounts["log-audit"]
     assert companions.add_mounts(new, 0, [("/etc/kubernetes/audit/policy.yaml",
-                                           "/etc/kubernetes/audit/policy.yaml", False)]) == (new, [])
+                                           "/etc/kubernetes/audit/policy.yaml", companions.READ)]) == (new, [])
     assert companions.mounted(pod, "/etc/kubernetes/audit/policy.yaml")
     assert not companions.mounted(pod, "/etc/kubernetes/audit/other.yaml")
     assert said[-1].endswith("comments are lost")
@@ -132,7 +132,7 @@ def test_node_paths_of_a_chrooted_node_go_through_the_node_root() -> None:
     assert companions.container_path(moved.path, root) == "/etc/kubernetes/a.yaml"
     assert mounts.node_path(root, mounts.under_root(root, "/etc/kubernetes/pki")) == "/etc/kubernetes/pki"
     assert companions.mount_wanted([("audit-policy-file", "/etc/kubernetes/a.yaml")], [moved], root) == \
-        [("/etc/kubernetes/a.yaml", "/etc/kubernetes/a.yaml", False)]
+        [("/etc/kubernetes/a.yaml", "/etc/kubernetes/a.yaml", companions.READ)]
 
 
 POLICY = "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n"
@@ -175,3 +175,39 @@ def test_audit_levels_follow_the_first_matching_rule() -> None:
                                     "kubectl")
     assert event["verb"] == "get" and event["objectRef"] == {"namespace": "kube-system", "resource": "pods",
                                                               "name": "p1", "apiVersion": "v1"}
+
+
+def test_mounts_are_as_narrow_as_the_flag_needs() -> None:
+    """Issue 33 item 5: ``--mount`` for a log file directly in /, /etc or /var is refused (it would mount
+    the whole directory writable into the API server); a data dir is mounted itself, writable
+    (DirectoryOrCreate), not as a read-only File; the change says which mount it added."""
+    data = MANIFESTS["kube-apiserver.yaml"]
+    for log in ("/x.log", "/etc/x.log", "/var/x.log"):
+        wanted = companions.mount_wanted([("audit-log-path", log)], [], "/", "kube-apiserver")
+        assert wanted == [(log, log, companions.WRITES_FILE)]
+        with pytest.raises(CpctlError, match="writable into the container") as refused:
+            companions.add_mounts(data, 0, wanted)
+        assert refused.value.code == 4
+    wanted = companions.mount_wanted([("audit-log-path", "/var/log/kubernetes/audit/audit.log")], [], "/",
+                                     "kube-apiserver")
+    new, said = companions.add_mounts(data, 0, wanted)
+    volume = yaml.safe_load(new)["spec"]["volumes"][-1]
+    assert volume["hostPath"] == {"path": "/var/log/kubernetes/audit", "type": "DirectoryOrCreate"}
+    assert "writable" in said[0] and "/var/log/kubernetes/audit" in said[0]
+    etcd = MANIFESTS["etcd.yaml"]
+    wanted = companions.mount_wanted([("data-dir", "/var/lib/etcd-restored")], [], "/", "etcd")
+    assert wanted == [("/var/lib/etcd-restored", "/var/lib/etcd-restored", companions.WRITES_DIR)]
+    new, said = companions.add_mounts(etcd, 0, wanted)
+    pod = yaml.safe_load(new)
+    assert pod["spec"]["volumes"][-1]["hostPath"] == {"path": "/var/lib/etcd-restored", "type": "DirectoryOrCreate"}
+    mount = pod["spec"]["containers"][0]["volumeMounts"][-1]
+    assert mount["mountPath"] == "/var/lib/etcd-restored" and not mount.get("readOnly")
+    with pytest.raises(CpctlError, match="writable into the container"):
+        companions.add_mounts(etcd, 0, companions.mount_wanted([("data-dir", "/data")], [], "/", "etcd"))
+
+
+def test_flags_mount_of_a_log_in_the_root_dir_is_refused_nothing_changed(node: NodeDirs) -> None:
+    proc = node.run("flags", "apiserver", "--set", "audit-log-path=/x.log", "--mount", rc=4)
+    assert "writable into the container" in proc.stderr and "nothing changed" in proc.stderr
+    with open(os.path.join(node.manifests, "kube-apiserver.yaml"), "rb") as handle:
+        assert handle.read() == node.files["kube-apiserver.yaml"]

@@ -49,6 +49,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 from cpctl import catalogue
 from cpctl.core import manifests
 from cpctl.errors import CpctlError, ExitCode
+from cpctl.host import ops as hostops
 from cpctl.host.base import Host
 from cpctl.timeutil import iso
 
@@ -606,18 +607,8 @@ def companion_place(path: str, roots: Tuple[str, str, str]) -> Optional[str]:
 def link_below(host: Host, path: str, top: str) -> Optional[str]:
     """The first directory between ``top`` (excluded) and ``path`` (excluded) that is a symlink on the
     node (a write or removal there would land elsewhere); None when there is none - checked on the
-    node when it is used, never on the path's text alone."""
-    if not _below(path, top):
-        return None
-    current = top.rstrip("/")
-    for part in path[len(current) + 1:].split("/")[:-1]:
-        current += "/" + part
-        found = host.lstat(current)
-        if found is None:
-            return None
-        if found["kind"] == "symlink":
-            return current
-    return None
+    node when it is used, never on the path's text alone (the agent's own rule, ``hostops.link_below``)."""
+    return hostops.link_below(path, top, host.lstat)
 
 
 def _clean(path: object) -> bool:

@@ -1212,14 +1212,82 @@ def _plan_verify(check):
     return False, "no new healthy container within %ds (%s)" % (check["timeout"], check.get("url") or "crictl")
 
 
+# How the timer starts this file (``ops.confirm._start_remote``): ``python3 -c VERIFY_LOADER AGENT SHA256
+# revert-plan PLAN --plan-sha256 SHA256 [--at EPOCH]``. The loader reads the agent file once, runs it only
+# when its sha256 is the one recorded at arm time (in the timer's own command line, not in the state
+# dir), and the agent applies the plan only when ITS sha256 is the one recorded. No ``%`` or ``$``
+# (systemd would expand them in a unit's command line).
+VERIFY_LOADER = (
+    "import hashlib,sys;p,h=sys.argv[1],sys.argv[2];d=open(p,'rb').read();"
+    "ok=hashlib.sha256(d).hexdigest()==h;"
+    "ok or sys.stderr.write('cpctl: '+p+' is not the agent cpctl armed (sha256 differs): not run (exit 7)\\n');"
+    "ok or sys.exit(7);sys.argv=[p]+sys.argv[3:];exec(compile(d,p,'exec'),{'__name__':'__main__','__file__':p})")
+
+
+def link_below(path, top, look=None):
+    """The first directory between ``top`` (excluded) and ``path`` (excluded) that is a symlink, or
+    None: a write or removal below it would land elsewhere (``look``: an lstat returning a dict with
+    ``kind``, this module's by default)."""
+    look = look or lstat
+    top = top.rstrip("/")
+    if not path.startswith(top + "/"):
+        return None
+    current = top
+    for part in path[len(top) + 1:].split("/")[:-1]:
+        current += "/" + part
+        found = look(current)
+        if found is None:
+            return None
+        if found["kind"] == "symlink":
+            return current
+    return None
+
+
+def _plan_paths_problem(plan):
+    """Why the plan names a path outside its allowance ("" when it does not): each step's paths lie in
+    the manifests dir (the file itself), below the state dir, or are one of its recorded companion
+    files below the kube dir; nothing below a symlinked directory (checked now, on this node)."""
+    entry = plan["entry"]
+    manifests_dir = os.path.dirname(entry["steps"][entry["commit"]]["path"])
+    state_dir = os.path.dirname(plan["journal"])
+    kube_dir = os.path.dirname(manifests_dir)
+    companions = set(entry.get("companions") or [])
+    for step in entry["steps"]:
+        for key in ("path", "src", "staged", "kept"):
+            path = step.get(key) or ""
+            if not path:
+                continue
+            if not path.startswith("/") or os.path.normpath(path) != path or "\0" in path:
+                return "the plan names %r" % path
+            if path == manifests_dir + "/" + entry["file"] or path.startswith(state_dir + "/"):
+                continue
+            if path in companions and key == "path" and kube_dir != "/" and path.startswith(kube_dir + "/") \
+                    and not path.startswith(manifests_dir + "/") and link_below(path, kube_dir) is None:
+                continue
+            return "the plan names %s, outside what a revert of %s may touch" % (path, entry["file"])
+    return ""
+
+
 def revert_plan_main(argv):
-    """``revert-plan PLAN [--at EPOCH]``: wait for the deadline, then revert (see above)."""
+    """``revert-plan PLAN --plan-sha256 SHA256 [--at EPOCH]``: wait for the deadline, then revert (see
+    above) - only a plan whose bytes are the ones recorded at arm time, naming only paths it may touch."""
+    import hashlib
     import json
+    options = dict(zip(argv[1::2], argv[2::2]))
     with open(argv[0], "rb") as handle:
-        plan = json.loads(handle.read(64 << 20).decode("utf-8"))
-    if len(argv) > 2 and argv[1] == "--at":
-        while time.time() < float(argv[2]):
-            time.sleep(min(1.0, max(0.0, float(argv[2]) - time.time())))
+        data = handle.read(64 << 20)
+    if hashlib.sha256(data).hexdigest() != options.get("--plan-sha256"):
+        _plan_log("the revert plan %s is not the one cpctl armed (sha256 differs): not applied (exit 7)" % argv[0],
+                  True)
+        return 7
+    plan = json.loads(data.decode("utf-8"))
+    problem = _plan_paths_problem(plan)
+    if problem:
+        _plan_log("revert plan %s refused: %s (exit 7)" % (argv[0], problem), True)
+        return 7
+    if "--at" in options:
+        while time.time() < float(options["--at"]):
+            time.sleep(min(1.0, max(0.0, float(options["--at"]) - time.time())))
             if lstat(plan["arm"]) is None:
                 _plan_log("nothing armed for %s any more (confirmed)" % plan["entry"]["component"])
                 return 0

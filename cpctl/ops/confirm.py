@@ -174,17 +174,23 @@ def _start_remote(node: Node, armed: Arm, deadline: int, launcher: Launcher) -> 
     plan into its state dir, and have a transient systemd timer (systemd is PID 1 there and the agent
     runs as root) or a detached process (``setsid``, pid recorded) run ``python3 AGENT revert-plan
     PLAN`` at the deadline (``cpctl.host.ops.revert_plan_main``)."""
+    import hashlib
     import json
 
+    from cpctl.host import ops as hostops
     from cpctl.host.agent import agent_source
     base = _plan_base(node, armed)
     node.host.makedirs(confirmations.directory(node.state), 0o700)
     plan = _plan(node, armed, base)
-    node.host.write_atomic(base + ".agent.py", agent_source())
-    node.host.write_atomic(base + ".plan", (json.dumps(plan, sort_keys=True) + "\n").encode("utf-8"))
+    agent = agent_source()
+    plan_bytes = (json.dumps(plan, sort_keys=True) + "\n").encode("utf-8")
+    node.host.write_atomic(base + ".agent.py", agent)
+    node.host.write_atomic(base + ".plan", plan_bytes)
     found = node.host.run(["sh", "-c", "command -v python3"], timeout=10.0)
     python = found.stdout.decode("utf-8", "replace").strip() or "/usr/bin/python3"
-    argv = [python, base + ".agent.py", "revert-plan", base + ".plan"]
+    # both digests live in the timer's command line, not in the state dir: verified before anything runs
+    argv = [python, "-c", hostops.VERIFY_LOADER, base + ".agent.py", hashlib.sha256(agent).hexdigest(),
+            "revert-plan", base + ".plan", "--plan-sha256", hashlib.sha256(plan_bytes).hexdigest()]
     if timer_kind(node) == "systemd":
         unit = unit_name(armed.component)
         _systemd_run(node, armed, max(1, deadline - int(time.time())), unit, argv, launcher)

@@ -505,9 +505,10 @@ class ChangePath:
                 (step.kind != WRITE or (step.mode == COMPANION_MODE and step.uid is None and step.gid is None))
         if not companion_path(path, roots):
             return False
-        if change.action == "keep-in":          # a kubeadm patch file (--keep-in patches)
-            return PATCH_NAME.match(os.path.basename(path)) is not None and step.kind == WRITE and \
-                step.path == path and change.record.get("patch") == path
+        if change.action == "keep-in":          # a kubeadm patch file (--keep-in patches), or its undo
+            return PATCH_NAME.match(os.path.basename(path)) is not None and step.path == path and \
+                change.record.get("patch") == path and \
+                (step.kind == WRITE or (step.kind == REMOVE and change.record.get("undo") is True))
         if change.record.get("config") != path or COMPANION_NAME.match(os.path.basename(path)) is None:
             return False
         if change.action == "scheduler-add":

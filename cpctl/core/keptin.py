@@ -22,7 +22,10 @@ changed in it (extraArgs, extraVolumes, ...).
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
+import os
 import re
 from dataclasses import asdict, dataclass, replace
 from typing import Callable, List, Optional, Tuple
@@ -86,6 +89,93 @@ def write(node: Node, config: ConfigWrite, component: str, filename: str, previo
     prune(node, filename)
 
 
+@dataclass
+class KeptPatch:
+    """One change's write of a kubeadm patch file (``--keep-in patches``): its bytes before (None: no
+    file) and the sha256 of the bytes cpctl wrote, and the manifest change it goes with."""
+
+    op: str
+    component: str
+    file: str
+    previous: str                 # sha256 of the manifest bytes before the change: when back, undo
+    checksum: str                 # sha256 of the manifest bytes the change wrote
+    path: str
+    before: Optional[bytes]
+    after: str
+    time: str = ""
+
+
+def save_patch(node: Node, kept: KeptPatch) -> None:
+    """Record a patch file write (after it was made, in the same session)."""
+    node.host.makedirs(directory(node), 0o700)
+    value = dict(asdict(replace(kept, time=kept.time or iso())), kind="patch",
+                 before=None if kept.before is None else base64.b64encode(kept.before).decode("ascii"))
+    node.host.write_atomic("%s/%s.%s.patch.json" % (directory(node), kept.file, kept.op),
+                           (json.dumps(value, indent=2, sort_keys=True) + "\n").encode())
+
+
+def _patch_records(node: Node, filename: Optional[str]) -> List[KeptPatch]:
+    where = directory(node)
+    if node.host.lstat(where) is None:
+        return []
+    found = []
+    for name in sorted(node.host.listdir(where)):
+        if not name.endswith(".patch.json") or (filename is not None and not name.startswith(filename + ".")):
+            continue
+        path = where + "/" + name
+        entry = node.host.lstat(path)
+        if entry is None or entry["kind"] != "file" or entry["size"] > MAX_RECORD_BYTES:
+            raise CpctlError("%s is not a --keep-in record cpctl wrote: inspect it by hand" % path,
+                             ExitCode.ENVIRONMENT)
+        try:
+            value = json.loads(node.host.read_file(path, MAX_RECORD_BYTES).decode("utf-8"))
+            before = value["before"]
+            kept = KeptPatch(str(value["op"]), str(value["component"]), str(value["file"]), str(value["previous"]),
+                             str(value["checksum"]), str(value["path"]),
+                             None if before is None else base64.b64decode(str(before), validate=True),
+                             str(value["after"]), str(value.get("time") or ""))
+        except (UnicodeDecodeError, ValueError, KeyError, TypeError, binascii.Error):
+            raise CpctlError("%s is not a --keep-in record cpctl wrote: inspect it by hand" % path,
+                             ExitCode.ENVIRONMENT) from None
+        if name == "%s.%s.patch.json" % (kept.file, kept.op) and _OP.match(kept.op):
+            found.append(kept)
+    return found
+
+
+def _drop_patch(node: Node, kept: KeptPatch) -> None:
+    node.host.unlink("%s/%s.%s.patch.json" % (directory(node), kept.file, kept.op))
+
+
+def undo_patch(node: Node, kept: KeptPatch) -> str:
+    """Put the patch file's bytes before the change back (remove it when there was none), through the
+    journal - only over cpctl's own bytes; someone else's are left and named."""
+    from cpctl.core import journal
+    info = node.host.lstat(kept.path)
+    now = manifests.checksum(node.host.read_file(kept.path, MAX_RECORD_BYTES)) \
+        if info is not None and info["kind"] == "file" else None
+    was = manifests.checksum(kept.before) if kept.before is not None else None
+    if now == was:
+        _drop_patch(node, kept)
+        return ""
+    if now != kept.after:
+        _drop_patch(node, kept)
+        return ("%s was changed by someone else since cpctl's --keep-in change of %s: left as it is - it may "
+                "still hold what was undone" % (kept.path, kept.component))
+    name = os.path.basename(kept.path)
+    record = {"patch": kept.path, "reason": "the manifest is back at the version before the change", "undo": True}
+    if kept.before is None:
+        change = journal.Change("keep-in", kept.component, name, None, [journal.remove(kept.path)], commit=0,
+                                record=record)
+    else:
+        step = journal.write(kept.path, manifests.checksum(kept.before), mode=0o600, before=kept.after)
+        change = journal.Change("keep-in", kept.component, name, manifests.checksum(kept.before), [step], commit=0,
+                                data={0: kept.before}, record=record)
+    node.apply(change)
+    _drop_patch(node, kept)
+    return "%s put back as it was before the change%s" % (kept.path, "" if kept.before is not None else
+                                                          " (removed: there was none)")
+
+
 def directory(node: Node) -> str:
     return node.state.path + "/" + SUBDIR
 
@@ -129,7 +219,7 @@ def read_all(node: Node, filename: Optional[str] = None) -> List[KeptConfig]:
         raise CpctlError("%s is not a directory: inspect it by hand" % where, ExitCode.ENVIRONMENT)
     found = []
     for name in sorted(node.host.listdir(where)):
-        if not name.endswith(".json") or name.startswith(".") or \
+        if not name.endswith(".json") or name.endswith(".patch.json") or name.startswith(".") or \
                 (filename is not None and not name.startswith(filename + ".")):
             continue
         path = where + "/" + name
@@ -159,6 +249,9 @@ def settle(node: Node, filename: Optional[str] = None) -> List[str]:
         now = node.checksum_of(node.manifests_dir + "/" + kept.file)
         if now == kept.previous:
             lines.append(undo(node, kept))
+    for patch in _patch_records(node, filename):
+        if node.checksum_of(node.manifests_dir + "/" + patch.file) == patch.previous:
+            lines.append(undo_patch(node, patch))
     return [line for line in lines if line]
 
 

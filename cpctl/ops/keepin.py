@@ -209,8 +209,11 @@ def config_write(node: Node, keep: KeepPlan) -> Optional[keptin.ConfigWrite]:
     return keptin.ConfigWrite(kc.NAMESPACE, kc.NAME, kc.KEY, keep.config.old, keep.config.new, write)
 
 
-def write_patch(node: Node, keep: KeepPlan, reason: Optional[str]) -> None:
-    """Write the patch file through the journal (one write step, the commit), recorded in history."""
+def write_patch(node: Node, keep: KeepPlan, reason: Optional[str], manifest: Optional[Tuple[str, str, str]] = None
+                ) -> None:
+    """Write the patch file through the journal (one write step, the commit), recorded in history;
+    ``manifest`` (file, checksum before, checksum after the change it goes with): also recorded, so
+    that whatever puts that manifest's previous bytes back puts the patch file back (``core.keptin``)."""
     patch = keep.patch
     if patch is None or patch.new == (patch.old or b""):
         return
@@ -223,6 +226,9 @@ def write_patch(node: Node, keep: KeepPlan, reason: Optional[str]) -> None:
                                     "diff": text_diff(patch.old or b"", patch.new, os.path.basename(patch.path))})
     with node.session("cpctl keep-in %s" % keep.component):
         node.apply(change)
+        if manifest is not None:
+            keptin.save_patch(node, keptin.KeptPatch(change.op, keep.component, manifest[0], manifest[1],
+                                                     manifest[2], patch.path, patch.old, change.checksum or ""))
     keep.done.append(patch.path)
 
 
@@ -243,5 +249,7 @@ def run(node: Node, keep: Optional[KeepPlan], options: ApplyOptions, change: Cal
     if diff:
         show(diff)
     result = change(replace(options, config_write=config_write(node, keep)))   # undone with it: core.keptin
-    write_patch(node, keep, options.reason)
+    written = (str(result.get("file")), str(result.get("previous")), str(result.get("checksum"))) \
+        if result.get("changed") else None
+    write_patch(node, keep, options.reason, written)
     return dict(result, keep_in=keep.to_dict())

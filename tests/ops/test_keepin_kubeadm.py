@@ -347,3 +347,34 @@ def test_a_kill_between_the_configmap_write_and_the_manifest_puts_the_configmap_
     assert proc2.returncode == 0, proc2.stderr
     assert "kube-system/kubeadm-config put back" in proc2.stdout, proc2.stdout
     assert _kept(handle)[0] == text and (handle.manifests_dir() / "kube-scheduler.yaml").read_bytes() == manifest
+
+
+def test_rollback_puts_the_kept_patch_file_back(lab_factory: Any) -> None:
+    """--keep-in patches undone by ``rollback``: a patch file the change created is removed, one it
+    changed gets its bytes before back (through the journal, on record); one someone else changed since
+    is left as it is, and the rollback says so."""
+    handle = lab_factory()
+    patch = handle.root_dir() / "etc/kubernetes/patches/kube-scheduler+json.yaml"
+    proc = run_cpctl(handle, "flags", "scheduler", "--set", "v=4", "--keep-in", "patches", *FAST)
+    assert proc.returncode == 0, proc.stderr
+    first = patch.read_bytes()
+    proc = run_cpctl(handle, "flags", "scheduler", "--set", "profiling=false", "--keep-in", "patches", *FAST)
+    assert proc.returncode == 0, proc.stderr
+    assert patch.read_bytes() != first
+    proc = run_cpctl(handle, "rollback", "scheduler", *FAST)
+    assert proc.returncode == 0, proc.stderr
+    assert "%s put back as it was" % patch in proc.stdout, proc.stdout
+    assert patch.read_bytes() == first
+    proc = run_cpctl(handle, "rollback", "scheduler", "--to", "1", *FAST)
+    assert proc.returncode == 0, proc.stderr
+    assert not patch.exists(), proc.stdout
+    history = run_cpctl(handle, "-o", "json", "history").stdout
+    assert history.count('"undo": true') == 2, history
+    # someone else's patch since: left as it is
+    proc = run_cpctl(handle, "flags", "scheduler", "--set", "v=6", "--keep-in", "patches", *FAST)
+    assert proc.returncode == 0, proc.stderr
+    patch.write_text(patch.read_text() + "# theirs\n")
+    theirs = patch.read_bytes()
+    proc = run_cpctl(handle, "rollback", "scheduler", *FAST)
+    assert proc.returncode == 0, proc.stderr
+    assert "changed by someone else since" in proc.stdout and patch.read_bytes() == theirs, proc.stdout

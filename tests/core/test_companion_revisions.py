@@ -184,3 +184,33 @@ def test_a_companion_below_a_symlinked_directory_or_outside_the_kube_dir_is_refu
     assert os.listdir(elsewhere) == [] and not os.path.exists(os.path.join(node.root, "admin.conf"))
     os.rmdir(elsewhere)
     assert _state(node)["manifest"] == node.files["kube-scheduler.yaml"] and node.history() == []
+
+
+def test_an_unconfirmed_revert_after_a_new_companion_path_works(node: NodeDirs, tmp_path: Any) -> None:
+    """Issue 33 item 2, the commit-confirmed half: after a change that brought a new companion path
+    (and was undone), a later unconfirmed change is reverted (it was dropped: 'the manifest does not
+    mount <that path>'), the new path absent as it was."""
+    import time
+
+    from cpctl.core import confirmations
+    from cpctl.core.confirmations import Arm
+    from cpctl.core.settings import Settings
+    from cpctl.host.local import LocalHost
+    from cpctl.ops import confirm, edits
+    from cpctl.ops.wiring import open_node
+    from cpctl.timeutil import iso
+    from tests.coreutil import NODE
+    v1 = _with_other(node, tmp_path)
+    node.run("rollback", "scheduler", "--to", "2")          # v1 back, other removed
+    settings = Settings(manifests_dir=node.manifests, state_dir=node.state, node_name=NODE, probe="none")
+    opened = open_node(settings, LocalHost())
+    v4 = v1.replace(b"--v=1", b"--v=4")
+    done = edits.replace(opened, "scheduler", v4, "test", "apply", edits.ApplyOptions(timeout=1, settle=0))
+    armed = Arm("0123456789abcdef", "kube-scheduler", "kube-scheduler.yaml", sha(v4), sha(v1), done["revision"],
+                "apply", iso(), iso(time.time() + 3600), "root", "test", NODE, "test", "none")
+    with opened.session("arm"):
+        opened.host.makedirs(confirmations.directory(opened.state), 0o700)
+        opened.apply(confirmations.arm_change(opened.state, armed))
+    confirm.revert(open_node(settings, LocalHost()), "scheduler", "test", op=armed.op)
+    assert _state(node) == {"manifest": v1, "note": b"a\n"} and not os.path.exists(_other(node))
+    assert [r["action"] for r in node.history()][-1] == "reverted"

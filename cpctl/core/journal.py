@@ -331,49 +331,19 @@ class ChangePath:
             return "the manifest is at %s" % commit.src
         return "%s holds its previous content" % commit.path
 
-    # --- steps ---------------------------------------------------------------------------------
+    # --- steps: host/ops.StepRunner, the one executor (the node-side revert runs it too) -----------
+    @property
+    def _steps(self) -> hostops.StepRunner:
+        return hostops.StepRunner(self.host, manifests.MAX_MANIFEST_BYTES)
+
     def _do(self, step: Step, data: Optional[bytes]) -> None:
-        if step.kind == MOVE:
-            if self._holds(step.path, step.checksum) and self._holds(step.src, step.checksum):
-                self.host.unlink(step.src)     # a copy across filesystems had finished but its unlink
-            elif not self._holds(step.path, step.checksum):
-                self.host.move(step.src, step.path)
-        elif step.kind == WRITE:
-            if not self._holds(step.path, step.checksum):
-                payload = data if data is not None else self._read(step.staged)
-                self.host.write_atomic(step.path, payload, step.mode, step.uid, step.gid,
-                                       expect=step.before or "absent")
-        elif step.kind == REMOVE:
-            if self.host.lstat(step.path) is None:
-                return
-            self.host.unlink(step.kept)
-            self.host.move(step.path, step.kept)
-        elif step.kind == TOUCH:
-            info = self.host.lstat(step.path)
-            if info is not None and info["kind"] == "file":
-                self.host.chmod(step.path, info["mode"])
+        self._steps.do(step.to_wire(), data)
 
     def _is_done(self, step: Step) -> bool:
-        if step.kind in (MOVE, WRITE):
-            return self._holds(step.path, step.checksum)
-        if step.kind == REMOVE:
-            return self.host.lstat(step.path) is None
-        return False
+        return bool(self._steps.is_done(step.to_wire()))
 
     def _undo_step(self, step: Step) -> None:
-        if step.kind == MOVE and self._holds(step.path, step.checksum):
-            if self._holds(step.src, step.checksum):
-                self.host.unlink(step.path)    # both copies exist (interrupted copy): drop the new one
-            else:
-                self.host.move(step.path, step.src)
-        elif step.kind == WRITE and self._holds(step.path, step.checksum):
-            if step.before:
-                self.host.write_atomic(step.path, self._read(step.kept), step.mode, step.uid, step.gid,
-                                       expect=step.checksum)
-            else:
-                self.host.unlink(step.path)
-        elif step.kind == REMOVE and self.host.lstat(step.path) is None and self.host.lstat(step.kept) is not None:
-            self.host.move(step.kept, step.path)
+        self._steps.undo(step.to_wire())
 
     def _undo(self, change: Change, indexes: List[int]) -> List[str]:
         """Undo these steps in reverse order; what could not be undone, as text."""
@@ -387,17 +357,7 @@ class ChangePath:
         return left
 
     def _holds(self, path: str, checksum: str) -> bool:
-        info = self.host.lstat(path)
-        if info is None or info["kind"] != "file" or not checksum:
-            return False
-        return manifests.checksum(self.host.read_file(path, info["size"] + 1)) == checksum
-
-    def _read(self, path: str) -> bytes:
-        try:
-            return self.host.read_file(path, manifests.MAX_MANIFEST_BYTES)
-        except OSError as exc:
-            raise CpctlError("cannot read %s kept by cpctl: %s" % (path, _strerror(exc)),
-                             ExitCode.ENVIRONMENT) from None
+        return bool(self._steps.holds(path, checksum))
 
     # --- recovery ------------------------------------------------------------------------------
     def recover(self, entry: Dict[str, Any]) -> Applied:
@@ -433,11 +393,7 @@ class ChangePath:
 
     def _before_state(self, step: Step) -> bool:
         """The commit step's starting point is still there (so rolling back loses nothing)."""
-        if step.kind == MOVE:
-            return self._holds(step.src, step.checksum)
-        if step.kind == WRITE:
-            return self._holds(step.path, step.before) if step.before else self.host.lstat(step.path) is None
-        return True
+        return bool(self._steps.before_state(step.to_wire()))
 
     def _nowhere(self, change: Change, started: str) -> CpctlError:
         commit = change.steps[change.commit]

@@ -1093,6 +1093,85 @@ def _sha_of(path):
     return hashlib.sha256(read_file(path, info["size"] + 1)).hexdigest()
 
 
+class StepRunner(object):
+    """THE executor of a journaled change's steps (wire form: dicts with ``kind``, ``path``, ``src``,
+    ``checksum``, ``staged``, ``before``, ``kept``, ``mode``, ``uid``, ``gid``), standard library only:
+    cpctl's journal runs it through a ``Host`` (``core.journal.ChangePath``: locally, or each call over
+    SSH), and the node-side revert of a remote ``--confirm-within`` runs it on this module's own
+    functions. Every step is idempotent: ``do`` a done step does nothing, ``undo`` an undone one either.
+
+    ``fs`` offers ``lstat``, ``read_file``, ``write_atomic``, ``move``, ``unlink``, ``chmod`` with this
+    module's signatures (``Host`` has the same); ``limit`` bounds what is read back."""
+
+    def __init__(self, fs, limit):
+        self.fs = fs
+        self.limit = limit
+
+    def holds(self, path, checksum):
+        """``path`` is a regular file whose sha256 is ``checksum``."""
+        import hashlib
+        info = self.fs.lstat(path) if path else None
+        if info is None or info["kind"] != "file" or not checksum:
+            return False
+        return hashlib.sha256(self.fs.read_file(path, info["size"] + 1)).hexdigest() == checksum
+
+    def do(self, step, data=None):
+        """Make the step's change (its new bytes: ``data``, else its staged copy)."""
+        kind, path = step["kind"], step["path"]
+        if kind == "move":
+            if self.holds(path, step.get("checksum")) and self.holds(step["src"], step.get("checksum")):
+                self.fs.unlink(step["src"])    # a copy across filesystems had finished but its unlink had not
+            elif not self.holds(path, step.get("checksum")):
+                self.fs.move(step["src"], path)
+        elif kind == "write":
+            if not self.holds(path, step.get("checksum")):
+                payload = data if data is not None else self.fs.read_file(step["staged"], self.limit)
+                self.fs.write_atomic(path, payload, step.get("mode", 0o600), step.get("uid"), step.get("gid"),
+                                     expect=step.get("before") or "absent")
+        elif kind == "remove":
+            if self.fs.lstat(path) is None:
+                return
+            self.fs.unlink(step["kept"])
+            self.fs.move(path, step["kept"])
+        elif kind == "touch":
+            info = self.fs.lstat(path)
+            if info is not None and info["kind"] == "file":
+                self.fs.chmod(path, info["mode"])
+
+    def is_done(self, step):
+        if step["kind"] in ("move", "write"):
+            return self.holds(step["path"], step.get("checksum"))
+        if step["kind"] == "remove":
+            return self.fs.lstat(step["path"]) is None
+        return False
+
+    def undo(self, step):
+        """Put back what the step changed (a write's replaced bytes wait in ``kept``)."""
+        kind, path = step["kind"], step["path"]
+        if kind == "move" and self.holds(path, step.get("checksum")):
+            if self.holds(step["src"], step.get("checksum")):
+                self.fs.unlink(path)           # both copies exist (interrupted copy): drop the new one
+            else:
+                self.fs.move(path, step["src"])
+        elif kind == "write" and self.holds(path, step.get("checksum")):
+            if step.get("before"):
+                self.fs.write_atomic(path, self.fs.read_file(step["kept"], self.limit), step.get("mode", 0o600),
+                                     step.get("uid"), step.get("gid"), expect=step.get("checksum"))
+            else:
+                self.fs.unlink(path)
+        elif kind == "remove" and self.fs.lstat(path) is None and self.fs.lstat(step["kept"]) is not None:
+            self.fs.move(step["kept"], path)
+
+    def before_state(self, step):
+        """The step's starting point is still there (so undoing it loses nothing)."""
+        if step["kind"] == "move":
+            return self.holds(step["src"], step.get("checksum"))
+        if step["kind"] == "write":
+            return self.holds(step["path"], step["before"]) if step.get("before") else \
+                self.fs.lstat(step["path"]) is None
+        return True
+
+
 def _plan_apply(plan):
     """Apply the plan's journaled change under the node lock: (exit code, message)."""
     import json
@@ -1129,14 +1208,12 @@ def _plan_apply(plan):
             write_atomic(step["kept"], read_file(step["path"], 64 << 20))
     entry = dict(entry, started=_utc_now(), pid=os.getpid())
     write_atomic(plan["journal"], (json.dumps(entry, indent=1, sort_keys=True) + "\n").encode("utf-8"))
+    import types
+    here = types.SimpleNamespace(lstat=lstat, read_file=read_file, write_atomic=write_atomic, move=move,
+                                 unlink=unlink, chmod=chmod)    # this node's primitives (also when exec'd)
+    runner = StepRunner(here, 64 << 20)                         # the journal's own executor, on this node
     for step in steps:
-        if step["kind"] == "write":
-            if _sha_of(step["path"]) != step["checksum"]:
-                write_atomic(step["path"], read_file(step["staged"], 64 << 20), step.get("mode", 0o600),
-                             step.get("uid"), step.get("gid"), expect=step.get("before") or "absent")
-        elif step["kind"] == "remove" and lstat(step["path"]) is not None:
-            unlink(step["kept"])
-            move(step["path"], step["kept"])
+        runner.do(step)
     record = dict(plan["record"], time=_utc_now(), op=entry["op"])
     append(plan["history"], (json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n").encode("utf-8"))
     unlink(plan["journal"])

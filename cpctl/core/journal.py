@@ -244,10 +244,7 @@ class ChangePath:
                              ExitCode.ENVIRONMENT) from None
 
     def _entry(self, change: Change) -> Dict[str, Any]:
-        return {"version": JOURNAL_VERSION, "op": change.op, "action": change.action,
-                "component": change.component, "file": change.file, "checksum": change.checksum,
-                "commit": change.commit, "steps": [s.to_wire() for s in change.steps], "record": change.record,
-                "started": iso(), "pid": self.who()["pid"], "companions": list(change.companions)}
+        return entry_of(change, iso(), int(self.who()["pid"] or 0))
 
     def _abort(self, change: Change, done: List[int], why: str) -> Applied:
         """A step up to the commit failed: undo what was done, then fail with the reason."""
@@ -538,6 +535,15 @@ def companion_path(path: str, roots: Tuple[str, str, str]) -> bool:
     return (parent != "/" and _below(norm, parent) and not _below(norm, manifests_dir)
             and not _below(norm, state_dir)
             and any(p.match(os.path.basename(norm)) is not None for p in (COMPANION_NAME, PATCH_NAME)))
+
+
+def entry_of(change: Change, started: str = "", pid: int = 0) -> Dict[str, Any]:
+    """The journal entry of ``change``: the one format, written here and by the node-side revert plan
+    (``ops.confirm._plan``, which the agent stamps with its own start and pid)."""
+    return {"version": JOURNAL_VERSION, "op": change.op, "action": change.action,
+            "component": change.component, "file": change.file, "checksum": change.checksum,
+            "commit": change.commit, "steps": [s.to_wire() for s in change.steps], "record": change.record,
+            "started": started, "pid": pid, "companions": list(change.companions)}
 
 
 COMPANION_MODE = 0o600         # what a companion file is written with (``core.replace``)

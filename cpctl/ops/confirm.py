@@ -239,10 +239,7 @@ def _plan(node: Node, armed: Arm, base: str) -> Dict[str, object]:
     verdict = {"user": "root", "host": str(who.get("hostname")), "node": node.node_name, "component": armed.component,
                "file": armed.file, "checksum": armed.previous, "revision": armed.revision, "reason": why,
                "armed_op": armed.op, "origin": origin}
-    entry = {"version": journal.JOURNAL_VERSION, "op": change.op, "action": change.action,
-             "component": change.component, "file": change.file, "checksum": change.checksum,
-             "commit": change.commit, "steps": [s.to_wire() for s in change.steps], "record": change.record,
-             "started": "", "pid": 0, "companions": list(change.companions)}
+    entry = journal.entry_of(change)
     return {"version": 1, "op": armed.op, "armed": armed.checksum, "arm": confirmations.path_of(node.state, armed.file),
             "lock": node.state.path + "/lock", "journal": node.state.journal_path, "history": node.state.history_path,
             "entry": entry, "record": history, "verdict": verdict, "verify": verify}

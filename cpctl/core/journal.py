@@ -243,7 +243,7 @@ class ChangePath:
                              % (change.action, change.component, self.state.path, _strerror(exc)),
                              ExitCode.ENVIRONMENT) from None
 
-    def _entry(self, change: Change) -> Dict[str, Any]:
+    def _entry(self, change: Change) -> Dict[str, object]:
         return entry_of(change, iso(), int(self.who()["pid"] or 0))
 
     def _abort(self, change: Change, done: List[int], why: str) -> Applied:
@@ -537,7 +537,7 @@ def companion_path(path: str, roots: Tuple[str, str, str]) -> bool:
             and any(p.match(os.path.basename(norm)) is not None for p in (COMPANION_NAME, PATCH_NAME)))
 
 
-def entry_of(change: Change, started: str = "", pid: int = 0) -> Dict[str, Any]:
+def entry_of(change: Change, started: str = "", pid: int = 0) -> Dict[str, object]:
     """The journal entry of ``change``: the one format, written here and by the node-side revert plan
     (``ops.confirm._plan``, which the agent stamps with its own start and pid)."""
     return {"version": JOURNAL_VERSION, "op": change.op, "action": change.action,

@@ -1292,12 +1292,12 @@ def _plan_verify(check):
 # How the timer starts this file (``ops.confirm._start_remote``): ``python3 -c VERIFY_LOADER AGENT SHA256
 # revert-plan PLAN --plan-sha256 SHA256 [--at EPOCH]``. The loader reads the agent file once, runs it only
 # when its sha256 is the one recorded at arm time (in the timer's own command line, not in the state
-# dir), and the agent applies the plan only when ITS sha256 is the one recorded. No ``%`` or ``$``
-# (systemd would expand them in a unit's command line).
+# dir), and the agent applies the plan only when ITS sha256 is the one recorded. No ``%``, ``$`` or
+# backslash: a unit's command line would expand or unescape them.
 VERIFY_LOADER = (
     "import hashlib,sys;p,h=sys.argv[1],sys.argv[2];d=open(p,'rb').read();"
     "ok=hashlib.sha256(d).hexdigest()==h;"
-    "ok or sys.stderr.write('cpctl: '+p+' is not the agent cpctl armed (sha256 differs): not run (exit 7)\\n');"
+    "ok or sys.stderr.write('cpctl: '+p+' is not the agent cpctl armed (sha256 differs): not run (exit 7)'+chr(10));"
     "ok or sys.exit(7);sys.argv=[p]+sys.argv[3:];exec(compile(d,p,'exec'),{'__name__':'__main__','__file__':p})")
 
 

@@ -169,6 +169,7 @@ def test_the_timer_runs_only_the_agent_and_the_plan_it_armed(tmp_path: Any) -> N
     import subprocess
 
     from cpctl.host.agent import agent_source
+    assert not set("%$\\") & set(hostops.VERIFY_LOADER), "a systemd unit's command line would expand these"
     node, plan = _prepare(str(tmp_path / "a"))
     tampered = agent_source().replace(b"def revert_plan_main(argv):", b"def revert_plan_main(argv):\n    return 0\n\n\n"
                                                                        b"def _unused(argv):", 1)

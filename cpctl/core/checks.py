@@ -114,7 +114,7 @@ def review(host: Host, current: Manifest, data: bytes, scan: DirScan, source: st
     _check_ports(pod, current, scan, verdict)
     already = set(sanity_doubts(current.pod)) if current.pod else set()
     lossy = {doubt for container in _containers(pod)
-             for doubt in _write_path_doubts(pod, container, _binary(container), flags.flags_of(container))}
+             for doubt in _write_path_doubts(pod, container, binary_of(container), flags.flags_of(container))}
     for doubt in sanity_doubts(pod):
         if doubt in already:
             verdict.warnings.append("%s (so does the current version)" % doubt)
@@ -130,7 +130,7 @@ def sanity_doubts(pod: Mapping[str, object]) -> List[str]:
     """What looks wrong in the flags of ``pod``'s containers by cpctl's lists (module docstring)."""
     found: List[str] = []
     for container in _containers(pod):
-        binary = _binary(container)
+        binary = binary_of(container)
         known = knownflags.known_flags(binary, str(container.get("image") or ""))
         if known is None:
             continue
@@ -285,7 +285,7 @@ def listeners(pod: Mapping[str, object]) -> List[Listener]:
 
 def _flag_listeners(container: Mapping[str, object]) -> Iterator[Listener]:
     given = {f.name: f.value for f in flags.flags_of(container) if f.value is not None}
-    binary = _binary(container)
+    binary = binary_of(container)
     entry = catalogue.BY_NAME.get(binary)
     if entry is not None and entry.port_flag is not None:
         port = _port(given.get(entry.port_flag)) if entry.port_flag in given else entry.health.port
@@ -306,7 +306,8 @@ def _flag_listeners(container: Mapping[str, object]) -> Iterator[Listener]:
             yield (_address(host.strip("[]")), int(port_text))
 
 
-def _binary(container: Mapping[str, object]) -> str:
+def binary_of(container: Mapping[str, object]) -> str:
+    """The file name of the container's command (``kube-apiserver``), "" when it has none."""
     command = _items(container.get("command"))
     first = command[0] if command and isinstance(command[0], str) else ""
     return first.rsplit("/", 1)[-1]

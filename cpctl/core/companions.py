@@ -22,10 +22,14 @@ import yaml
 
 from cpctl.core import manifests, mounts
 from cpctl.errors import CpctlError, ExitCode
+from cpctl.host.base import Host
 
 MAX_COMPANION_BYTES = 1 << 20
 KUBE_DIR = "/etc/kubernetes"                 # what a flag value names inside the container (kubeadm's layout)
-WRITTEN_FLAGS = ("audit-log-path",)          # flags naming a file the component writes: its directory, writable
+# How ``flags --mount`` mounts a path: a file the component reads (read-only, type File), a file it
+# writes (its directory, writable, DirectoryOrCreate), a directory it writes (itself, writable).
+READ, WRITES_FILE, WRITES_DIR = "read", "writes-file", "writes-dir"
+MIN_WRITABLE_DEPTH = 2      # a writable hostPath is never /, /etc, /var, /x: at least /var/log, /etc/kubernetes
 
 
 class CompanionDict(TypedDict):
@@ -112,18 +116,22 @@ def kube_dir_of(manifests_dir: str) -> str:
     return os.path.dirname(os.path.normpath(manifests_dir)) or "/"
 
 
-def check_places(companions: Sequence[Companion], manifests_dir: str, force: bool) -> None:
-    """Refuse (before anything changes) a companion in the manifests dir (the kubelet would try to run
-    it), or outside the node's /etc/kubernetes without ``--force``."""
-    kube_dir, mdir = kube_dir_of(manifests_dir), os.path.normpath(manifests_dir)
+def check_places(host: Host, companions: Sequence[Companion], manifests_dir: str, state_dir: str) -> None:
+    """Refuse (before anything changes, exit 4; ``--force`` does not override) a companion file outside
+    the node's /etc/kubernetes, in the manifests dir or the state dir, one of kubeadm's credentials
+    (``journal.companion_place``: the same rule the journal applies), or below a directory that is a
+    symlink on the node (the write would land elsewhere)."""
+    from cpctl.core import journal
+    roots = journal.allowed_roots(manifests_dir, state_dir)
     for companion in companions:
-        if companion.path == mdir or companion.path.startswith(mdir + "/"):
-            raise CpctlError("--with-file %s: a companion file cannot live in the manifests dir %s (the kubelet "
-                             "would try to run it)" % (companion.path, mdir), ExitCode.REFUSED)
-        if not companion.path.startswith(kube_dir.rstrip("/") + "/") and not force:
-            raise CpctlError("--with-file %s: outside %s; pass --force to write a file there" % (companion.path,
-                                                                                                  kube_dir),
-                             ExitCode.REFUSED)
+        why = journal.companion_place(companion.path, roots)
+        if why is not None:
+            raise CpctlError("--with-file %s: %s: cpctl writes companion files only below %s, outside the "
+                             "manifests dir; nothing changed" % (companion.path, why, roots[2]), ExitCode.REFUSED)
+        link = journal.link_below(host, companion.path, roots[2])
+        if link is not None:
+            raise CpctlError("--with-file %s: %s is a symlink on the node (the file would land elsewhere): name the "
+                             "real directory; nothing changed" % (companion.path, link), ExitCode.REFUSED)
 
 
 def container_path(path: str, root: str) -> str:
@@ -176,16 +184,24 @@ def check_mounted(data: bytes, companions: Sequence[Companion], root: str, what:
                          % (what, inside, name, inside, name, inside), ExitCode.REFUSED)
 
 
-def add_mounts(data: bytes, container_index: int, paths: Sequence[Tuple[str, str, bool]]) -> Tuple[bytes, List[str]]:
-    """The manifest with a hostPath volume and a mount for each (container path, node path, writable)
-    the container does not see yet: a file read-only (type File), a written file's directory writable
-    (DirectoryOrCreate). The file is re-written as a whole (comments are lost): (bytes, what was added)."""
+def add_mounts(data: bytes, container_index: int, paths: Sequence[Tuple[str, str, str]]) -> Tuple[bytes, List[str]]:
+    """The manifest with a hostPath volume and a mount for each (container path, node path, kind) the
+    container does not see yet, as narrow as the flag needs: a file it reads read-only (type File), the
+    directory of a file it writes, or a directory it writes, writable (DirectoryOrCreate). A writable
+    mount of a directory less than two levels deep (``/``, ``/etc``, ``/var``) is refused (exit 4).
+    The file is re-written as a whole (comments are lost): (bytes, what was added, one line each)."""
     pod = yaml.safe_load(data.decode("utf-8"))
     container = pod["spec"]["containers"][container_index]
     said: List[str] = []
-    for inside, node_path, writable in paths:
-        if writable:
+    for inside, node_path, kind in paths:
+        writable = kind != READ
+        if kind == WRITES_FILE:
             inside, node_path = os.path.dirname(inside), os.path.dirname(node_path)
+        if writable and len([p for p in inside.split("/") if p]) < MIN_WRITABLE_DEPTH:
+            raise CpctlError("--mount: %s would mount %s writable into the container (the whole of it): give the "
+                             "flag a path in a directory of its own (e.g. /var/log/kubernetes/audit/audit.log); "
+                             "nothing changed" % (inside if kind == WRITES_DIR else "a file directly in " + inside,
+                                                  inside), ExitCode.REFUSED)
         if mounts.host_path_of(pod, container, inside) == node_path:
             continue
         name = volume_name(inside)
@@ -199,24 +215,29 @@ def add_mounts(data: bytes, container_index: int, paths: Sequence[Tuple[str, str
         if not writable:
             mount["readOnly"] = True
         container.setdefault("volumeMounts", []).append(mount)
-        said.append("hostPath volume %s mounted at %s%s" % (name, inside, "" if writable else " (read-only)"))
+        said.append("hostPath volume %s (%s) mounted at %s, %s" % (
+            name, "DirectoryOrCreate" if writable else "File", inside, "writable" if writable else "read-only"))
     if not said:
         return data, said
     said.append("the file was re-written as a whole to add the mounts: comments are lost")
     return yaml.safe_dump(pod, default_flow_style=False, sort_keys=False).encode("utf-8"), said
 
 
-def mount_wanted(sets: Sequence[Tuple[str, str]], companions: Sequence[Companion], root: str
-                 ) -> List[Tuple[str, str, bool]]:
-    """(container path, node path, writable) for each ``--set`` value that names an absolute path:
-    the node path is the ``--with-file`` one ending with it, else the same path (kubeadm's layout:
-    hostPaths are node paths; ``root`` is the node's root, :func:`cpctl.core.mounts.node_path`)."""
+def mount_wanted(sets: Sequence[Tuple[str, str]], companions: Sequence[Companion], root: str, binary: str = ""
+                 ) -> List[Tuple[str, str, str]]:
+    """(container path, node path, kind: READ, WRITES_FILE or WRITES_DIR) for each ``--set`` value that
+    names an absolute path: written when the component's ``binary`` writes there (``knownflags``), a
+    directory for its directory flags; the node path is the ``--with-file`` one ending with it, else
+    the same path (kubeadm's layout: hostPaths are node paths; ``root`` is the node's root,
+    :func:`cpctl.core.mounts.node_path`)."""
+    from cpctl.core import knownflags
     placed = [container_path(c.path, root) for c in companions]
+    written = set(knownflags.WRITE_PATH_FLAGS.get(binary, ())) | {"audit-log-path"}
     wanted = []
     for name, value in sets:
         if not value.startswith("/") or any(part in (".", "..") for part in value.split("/")):
             continue
         node_path = next((p for p in placed if p == value or p.endswith(value)), value)
-        wanted.append((value, node_path, name in WRITTEN_FLAGS))
+        kind = READ if name not in written else WRITES_DIR if name in knownflags.WRITE_DIR_FLAGS else WRITES_FILE
+        wanted.append((value.rstrip("/") or "/", node_path.rstrip("/") or "/", kind))
     return wanted
-

@@ -81,9 +81,12 @@ class Arm:
         change under an arm would make the revert undo the wrong one; a stop would leave it nothing
         to revert (the revert puts the old bytes back in the manifests dir, so a parked manifest
         means the arm is dropped and the change stays unconfirmed)."""
-        return CpctlError("%s refused: %s has an unconfirmed change (%s by %s, reverts at %s); confirm it first "
+        import time
+        when = ("its revert is due since %s and in progress or about to run (see cpctl status %s)"
+                % (self.deadline, self.component)) if self.overdue(time.time()) else "reverts at %s" % self.deadline
+        return CpctlError("%s refused: %s has an unconfirmed change (%s by %s, %s); confirm it first "
                           "(cpctl confirm %s) or revert it now (cpctl revert-unconfirmed %s); nothing changed"
-                          % (action, self.component, self.action, self.by, self.deadline, self.component,
+                          % (action, self.component, self.action, self.by, when, self.component,
                              self.component), ExitCode.REFUSED)
 
 

@@ -46,8 +46,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
+from cpctl import catalogue
 from cpctl.core import manifests
 from cpctl.errors import CpctlError, ExitCode
+from cpctl.host import ops as hostops
 from cpctl.host.base import Host
 from cpctl.timeutil import iso
 
@@ -253,11 +255,8 @@ class ChangePath:
                              % (change.action, change.component, self.state.path, _strerror(exc)),
                              ExitCode.ENVIRONMENT) from None
 
-    def _entry(self, change: Change) -> Dict[str, Any]:
-        return {"version": JOURNAL_VERSION, "op": change.op, "action": change.action,
-                "component": change.component, "file": change.file, "checksum": change.checksum,
-                "commit": change.commit, "steps": [s.to_wire() for s in change.steps], "record": change.record,
-                "started": iso(), "pid": self.who()["pid"], "companions": list(change.companions)}
+    def _entry(self, change: Change) -> Dict[str, object]:
+        return entry_of(change, iso(), int(self.who()["pid"] or 0))
 
     def _abort(self, change: Change, done: List[int], why: str) -> Applied:
         """A step up to the commit failed: undo what was done, then fail with the reason."""
@@ -341,49 +340,19 @@ class ChangePath:
             return "the manifest is at %s" % commit.src
         return "%s holds its previous content" % commit.path
 
-    # --- steps ---------------------------------------------------------------------------------
+    # --- steps: host/ops.StepRunner, the one executor (the node-side revert runs it too) -----------
+    @property
+    def _steps(self) -> hostops.StepRunner:
+        return hostops.StepRunner(self.host, manifests.MAX_MANIFEST_BYTES)
+
     def _do(self, step: Step, data: Optional[bytes]) -> None:
-        if step.kind == MOVE:
-            if self._holds(step.path, step.checksum) and self._holds(step.src, step.checksum):
-                self.host.unlink(step.src)     # a copy across filesystems had finished but its unlink
-            elif not self._holds(step.path, step.checksum):
-                self.host.move(step.src, step.path)
-        elif step.kind == WRITE:
-            if not self._holds(step.path, step.checksum):
-                payload = data if data is not None else self._read(step.staged)
-                self.host.write_atomic(step.path, payload, step.mode, step.uid, step.gid,
-                                       expect=step.before or "absent")
-        elif step.kind == REMOVE:
-            if self.host.lstat(step.path) is None:
-                return
-            self.host.unlink(step.kept)
-            self.host.move(step.path, step.kept)
-        elif step.kind == TOUCH:
-            info = self.host.lstat(step.path)
-            if info is not None and info["kind"] == "file":
-                self.host.chmod(step.path, info["mode"])
+        self._steps.do(step.to_wire(), data)
 
     def _is_done(self, step: Step) -> bool:
-        if step.kind in (MOVE, WRITE):
-            return self._holds(step.path, step.checksum)
-        if step.kind == REMOVE:
-            return self.host.lstat(step.path) is None
-        return False
+        return bool(self._steps.is_done(step.to_wire()))
 
     def _undo_step(self, step: Step) -> None:
-        if step.kind == MOVE and self._holds(step.path, step.checksum):
-            if self._holds(step.src, step.checksum):
-                self.host.unlink(step.path)    # both copies exist (interrupted copy): drop the new one
-            else:
-                self.host.move(step.path, step.src)
-        elif step.kind == WRITE and self._holds(step.path, step.checksum):
-            if step.before:
-                self.host.write_atomic(step.path, self._read(step.kept), step.mode, step.uid, step.gid,
-                                       expect=step.checksum)
-            else:
-                self.host.unlink(step.path)
-        elif step.kind == REMOVE and self.host.lstat(step.path) is None and self.host.lstat(step.kept) is not None:
-            self.host.move(step.kept, step.path)
+        self._steps.undo(step.to_wire())
 
     def _undo(self, change: Change, indexes: List[int]) -> List[str]:
         """Undo these steps in reverse order; what could not be undone, as text."""
@@ -397,17 +366,7 @@ class ChangePath:
         return left
 
     def _holds(self, path: str, checksum: str) -> bool:
-        info = self.host.lstat(path)
-        if info is None or info["kind"] != "file" or not checksum:
-            return False
-        return manifests.checksum(self.host.read_file(path, info["size"] + 1)) == checksum
-
-    def _read(self, path: str) -> bytes:
-        try:
-            return self.host.read_file(path, manifests.MAX_MANIFEST_BYTES)
-        except OSError as exc:
-            raise CpctlError("cannot read %s kept by cpctl: %s" % (path, _strerror(exc)),
-                             ExitCode.ENVIRONMENT) from None
+        return bool(self._steps.holds(path, checksum))
 
     # --- recovery ------------------------------------------------------------------------------
     def recover(self, entry: Dict[str, Any]) -> Applied:
@@ -443,11 +402,7 @@ class ChangePath:
 
     def _before_state(self, step: Step) -> bool:
         """The commit step's starting point is still there (so rolling back loses nothing)."""
-        if step.kind == MOVE:
-            return self._holds(step.src, step.checksum)
-        if step.kind == WRITE:
-            return self._holds(step.path, step.before) if step.before else self.host.lstat(step.path) is None
-        return True
+        return bool(self._steps.before_state(step.to_wire()))
 
     def _nowhere(self, change: Change, started: str) -> CpctlError:
         commit = change.steps[change.commit]
@@ -499,6 +454,9 @@ class ChangePath:
                 if not self._companion_allowed(change, step, path, roots):
                     raise CorruptJournal("path %r is outside the manifests dir and the state dir, and no companion "
                                          "file cpctl recorded" % (path,))
+                link = link_below(self.host, path, roots[2])      # on the node, now: its real directories
+                if link is not None:
+                    raise CorruptJournal("path %r lies below %s, a symlink" % (path, link))
 
     def _companion_allowed(self, change: Change, step: Step, path: str, roots: Tuple[str, str, str]) -> bool:
         """``path`` is a companion file this change may touch: one its ``companions`` field records
@@ -506,14 +464,16 @@ class ChangePath:
         a second scheduler's config created new by a ``scheduler-add`` that names it, or moved into
         the state dir by a ``scheduler-remove`` that names it, after a ``scheduler-add`` in the
         history wrote it."""
-        if path in change.companions:
+        if path in change.companions:          # --with-file: only inside the allowance (issue 33 item 4)
             return step.path == path and step.kind in (WRITE, REMOVE) and _companion_ok(path) and \
-                os.path.dirname(path) != roots[0] and not _below(path, roots[1])
+                companion_place(path, roots) is None and \
+                (step.kind != WRITE or (step.mode == COMPANION_MODE and step.uid is None and step.gid is None))
         if not companion_path(path, roots):
             return False
-        if change.action == "keep-in":          # a kubeadm patch file (--keep-in patches)
-            return PATCH_NAME.match(os.path.basename(path)) is not None and step.kind == WRITE and \
-                step.path == path and change.record.get("patch") == path
+        if change.action == "keep-in":          # a kubeadm patch file (--keep-in patches), or its undo
+            return PATCH_NAME.match(os.path.basename(path)) is not None and step.path == path and \
+                change.record.get("patch") == path and \
+                (step.kind == WRITE or (step.kind == REMOVE and change.record.get("undo") is True))
         if change.record.get("config") != path or COMPANION_NAME.match(os.path.basename(path)) is None:
             return False
         if change.action == "scheduler-add":
@@ -587,6 +547,43 @@ def companion_path(path: str, roots: Tuple[str, str, str]) -> bool:
     return (parent != "/" and _below(norm, parent) and not _below(norm, manifests_dir)
             and not _below(norm, state_dir)
             and any(p.match(os.path.basename(norm)) is not None for p in (COMPANION_NAME, PATCH_NAME)))
+
+
+def entry_of(change: Change, started: str = "", pid: int = 0) -> Dict[str, object]:
+    """The journal entry of ``change``: the one format, written here and by the node-side revert plan
+    (``ops.confirm._plan``, which the agent stamps with its own start and pid)."""
+    return {"version": JOURNAL_VERSION, "op": change.op, "action": change.action,
+            "component": change.component, "file": change.file, "checksum": change.checksum,
+            "commit": change.commit, "steps": [s.to_wire() for s in change.steps], "record": change.record,
+            "started": started, "pid": pid, "companions": list(change.companions)}
+
+
+COMPANION_MODE = 0o600         # what a companion file is written with (``core.replace``)
+
+
+def companion_place(path: str, roots: Tuple[str, str, str]) -> Optional[str]:
+    """Why ``path`` cannot be a ``--with-file`` companion file (None: it can): it must lie below the
+    directory holding the manifests dir (kubeadm's /etc/kubernetes, never ``/``), outside the
+    manifests dir and the state dir, and not be one of kubeadm's credentials (``pki/``, its
+    kubeconfigs), which a change of a manifest never rewrites or removes."""
+    manifests_dir, state_dir, kube_dir = roots
+    if kube_dir == "/" or not _below(path, kube_dir):
+        return "outside %s" % kube_dir
+    if path == manifests_dir or _below(path, manifests_dir):
+        return "in the manifests dir %s (the kubelet would try to run it)" % manifests_dir
+    if path == state_dir or _below(path, state_dir):
+        return "in cpctl's state dir %s" % state_dir
+    if _below(path, kube_dir.rstrip("/") + "/pki") or os.path.dirname(path) == kube_dir.rstrip("/") and \
+            os.path.basename(path) in catalogue.KUBECONFIGS:
+        return "one of kubeadm's credentials (pki/, its kubeconfigs)"
+    return None
+
+
+def link_below(host: Host, path: str, top: str) -> Optional[str]:
+    """The first directory between ``top`` (excluded) and ``path`` (excluded) that is a symlink on the
+    node (a write or removal there would land elsewhere); None when there is none - checked on the
+    node when it is used, never on the path's text alone (the agent's own rule, ``hostops.link_below``)."""
+    return hostops.link_below(path, top, host.lstat)
 
 
 def _clean(path: object) -> bool:

@@ -179,6 +179,9 @@ WRITE_PATH_FLAGS = {catalogue.KUBE_APISERVER: ("audit-log-path", "cert-dir"),
                     catalogue.KUBE_CONTROLLER_MANAGER: ("cert-dir",),
                     catalogue.KUBE_SCHEDULER: ("cert-dir", "write-config-to"), catalogue.ETCD: ("data-dir", "wal-dir")}
 
+#: Of those, the flags whose value is a DIRECTORY the component writes in (the others name a file).
+WRITE_DIR_FLAGS = ("cert-dir", "data-dir", "wal-dir")
+
 _KUBE = {catalogue.KUBE_APISERVER: KUBE_APISERVER, catalogue.KUBE_CONTROLLER_MANAGER: KUBE_CONTROLLER_MANAGER,
          catalogue.KUBE_SCHEDULER: KUBE_SCHEDULER}
 _ETCD_TAG = re.compile(r"v?(\d+)\.(\d+)")

@@ -335,7 +335,7 @@ class _YamlDocument:
             return self._stream()
         except yaml.MarkedYAMLError as exc:
             mark = exc.problem_mark or exc.context_mark
-            where = " at line %d" % (mark.line + 1) if mark is not None else ""
+            where = " at line %d, column %d" % (mark.line + 1, mark.column + 1) if mark is not None else ""
             raise InvalidManifest("invalid YAML%s: %s" % (where, _one_line(exc.problem or exc.context or ""))) \
                 from None
         except yaml.YAMLError as exc:

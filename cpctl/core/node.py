@@ -112,6 +112,9 @@ class Node:
         self.dry_run = False
         self.planned: List[journal.Change] = []
         self.overdue_hook: Optional[Callable[[], List[str]]] = None   # ops.confirm, set by ops.wiring
+        # after the journal's recovery, under the lock: what else a killed change left to put back
+        # (``core.keptin.settle``: a ClusterConfiguration change whose manifest change did not stay)
+        self.recovery_hooks: List[Callable[[], List[str]]] = []
         self._planned_paths: Dict[str, Optional[str]] = {}   # path -> where its bytes are now (None: gone)
         self._check_layout()
 
@@ -245,13 +248,13 @@ class Node:
         if not pending.present(self.host, self.state):
             return [], []
         entries, problem = pending.read(self.host, self.state)
-        if entries and not held and self._lock_busy():
+        if entries and not held and self.lock_busy():
             return [], []
         found = [entries[name] for name in sorted(entries)]
         now = {e.file: self.checksum_of(self.manifests_dir + "/" + e.file) or None for e in found}
         return found, ([problem] if problem else []) + [pending.describe(e, now[e.file]) for e in found]
 
-    def _lock_busy(self) -> bool:
+    def lock_busy(self) -> bool:
         """True when another cpctl holds this node's lock now (taken and released at once if free)."""
         path = self.state.path + "/" + LOCK
         try:
@@ -707,6 +710,12 @@ class _Session:
         try:
             for message in self.node.recover():
                 self.node.log(message)
+            for hook in self.node.recovery_hooks:
+                try:
+                    for message in hook():
+                        self.node.log(message)
+                except CpctlError as exc:          # a corrupt record is named, never a dead tool
+                    self.node.log("warning: " + exc.message)
             for message in self.node.unverified(held=True)[1]:
                 self.node.log("warning: " + message)
             if self.changing:

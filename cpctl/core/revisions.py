@@ -329,11 +329,13 @@ class RevisionStore:
         records: List[CompanionRecord] = [{"path": c["path"], "checksum": c["checksum"], "kept": c["kept"]}
                                           for c in revision.companions]
         steps: List[Tuple[journal.Step, Optional[bytes]]] = []
+        added = False              # a path it has no record of: recorded, "absent" included (issue 33 item 2)
         for path, content in companions:
             checksum = None if content is None else manifests.checksum(content)
             index = next((i for i, c in enumerate(records) if c["path"] == path), len(records))
             if index == len(records):
                 records.append({"path": path, "checksum": None, "kept": revision.companion_path(index)})
+                added = True
             was = records[index]["checksum"]
             if was == checksum:
                 continue
@@ -342,7 +344,7 @@ class RevisionStore:
                 steps.append((journal.remove(revision.companion_path(index)), None))
             else:
                 steps.append((journal.write(revision.companion_path(index), checksum, before=was or ""), content))
-        if not steps and (revision.failed or not mark_failed):
+        if not steps and not added and (revision.failed or not mark_failed):
             return
         for step, content in steps:
             if content is not None:

@@ -7,6 +7,7 @@ Layout (all 0700/0600, owned by the user running cpctl, normally root)::
     STATE/staged/<op>.<n>.*      bytes a change in flight writes, replaces or removes (see journal)
     STATE/journal.json           the one change in flight (write-ahead), absent when idle
     STATE/pending.json           manifest changes whose new pod was never judged (see core.pending)
+    STATE/keepin/<file>.<op>.json  a --keep-in kubeadm-config change's ClusterConfiguration before/after (core.keptin)
     STATE/history.jsonl          the newest change records, one JSON object a line
     STATE/history.<time>.jsonl.gz  older records (rotated at HISTORY_ROTATE_BYTES, HISTORY_SEGMENTS kept)
     STATE/lock                   flock target; its content names the holder

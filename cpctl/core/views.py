@@ -70,7 +70,7 @@ def status(node: Node, wanted: Optional[List[str]] = None) -> Report:
     recent = ("read_tail", {"path": node.state.history_path, "limit": RECENT_HISTORY_BYTES})
     with node.host.prefetched(node.view_reads() + [node.state.read_call(node.state.baseline_path), recent]):
         overdue_first(node)
-        if node.state.ensure(create=False) and journal_pending(node):
+        if node.state.ensure(create=False) and (journal_pending(node) or kept_to_settle(node)):
             try:
                 node.finish_interrupted("cpctl status")
             except CpctlError as exc:
@@ -135,6 +135,22 @@ def journal_pending(node: Node) -> bool:
     if any(n == JOURNAL or hostops.is_temp_name(n) for n in node.host.listdir(node.state.path)):
         return True
     return node.host.lstat(node.state.staged_dir) is not None and bool(node.host.listdir(node.state.staged_dir))
+
+
+def kept_to_settle(node: Node) -> bool:
+    """A ``--keep-in kubeadm-config`` change whose manifest holds its previous bytes again (killed
+    before its commit): the session's recovery puts its ClusterConfiguration back (``core.keptin``) -
+    unless another cpctl holds the lock now (that change may be in flight)."""
+    from cpctl.core import keptin
+    if keptin.SUBDIR not in node.host.listdir(node.state.path):
+        return False
+    try:
+        records = keptin.read_all(node)
+    except CpctlError:
+        return False
+    if not any(node.checksum_of(node.manifests_dir + "/" + k.file) == k.previous for k in records):
+        return False
+    return not node.lock_busy()
 
 
 def pod_state(observed: Optional[Mapping[str, object]]) -> str:

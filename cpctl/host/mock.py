@@ -28,7 +28,10 @@ from cpctl.host.local import LocalHost
 # "EXDEV+<errno>" on "move": the copy across filesystems is made, then removing the source fails
 # (a read-only mount, an immutable file). "<errno>-after": the call does its work, then fails (an
 # fsync after a rename reporting EIO): the caller must undo a step that failed half way.
-ERRORS = ("ENOSPC", "EXDEV", "EIO", "EACCES", "EPERM", "EROFS", "ENAMETOOLONG", "lock-busy", "SIGKILL")
+# "SIGINT"/"SIGTERM": the process sends itself that signal just before the call (Ctrl-C, a shutdown),
+# delivered by Python as the running code sees it (KeyboardInterrupt, or the entry point's handler).
+ERRORS = ("ENOSPC", "EXDEV", "EIO", "EACCES", "EPERM", "EROFS", "ENAMETOOLONG", "lock-busy", "SIGKILL", "SIGINT",
+          "SIGTERM")
 ERRNOS = ("ENOSPC", "EIO", "EACCES", "EPERM", "EROFS", "ENAMETOOLONG")
 ANY_OP = "*"
 
@@ -98,9 +101,11 @@ class MockHost(LocalHost):
             fault = next((f for f in self.faults if f.hits(op, args)), None)
         if fault is None:
             return super()._call(op, **args)
-        if fault.error == "SIGKILL":
+        if fault.error in ("SIGKILL", "SIGINT", "SIGTERM"):
             import signal
-            os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), getattr(signal, fault.error))
+            if fault.error != "SIGKILL":           # held (signals deferred): the call goes on
+                return super()._call(op, **args)
         if fault.error == "lock-busy":
             raise hostops.LockBusy("pid 1 since 2026-01-01T00:00:00Z (injected by MockHost)")
         if fault.error == "EXDEV" and op == "move":

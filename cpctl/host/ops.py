@@ -1094,6 +1094,85 @@ def _sha_of(path):
     return hashlib.sha256(read_file(path, info["size"] + 1)).hexdigest()
 
 
+class StepRunner(object):
+    """THE executor of a journaled change's steps (wire form: dicts with ``kind``, ``path``, ``src``,
+    ``checksum``, ``staged``, ``before``, ``kept``, ``mode``, ``uid``, ``gid``), standard library only:
+    cpctl's journal runs it through a ``Host`` (``core.journal.ChangePath``: locally, or each call over
+    SSH), and the node-side revert of a remote ``--confirm-within`` runs it on this module's own
+    functions. Every step is idempotent: ``do`` a done step does nothing, ``undo`` an undone one either.
+
+    ``fs`` offers ``lstat``, ``read_file``, ``write_atomic``, ``move``, ``unlink``, ``chmod`` with this
+    module's signatures (``Host`` has the same); ``limit`` bounds what is read back."""
+
+    def __init__(self, fs, limit):
+        self.fs = fs
+        self.limit = limit
+
+    def holds(self, path, checksum):
+        """``path`` is a regular file whose sha256 is ``checksum``."""
+        import hashlib
+        info = self.fs.lstat(path) if path else None
+        if info is None or info["kind"] != "file" or not checksum:
+            return False
+        return hashlib.sha256(self.fs.read_file(path, info["size"] + 1)).hexdigest() == checksum
+
+    def do(self, step, data=None):
+        """Make the step's change (its new bytes: ``data``, else its staged copy)."""
+        kind, path = step["kind"], step["path"]
+        if kind == "move":
+            if self.holds(path, step.get("checksum")) and self.holds(step["src"], step.get("checksum")):
+                self.fs.unlink(step["src"])    # a copy across filesystems had finished but its unlink had not
+            elif not self.holds(path, step.get("checksum")):
+                self.fs.move(step["src"], path)
+        elif kind == "write":
+            if not self.holds(path, step.get("checksum")):
+                payload = data if data is not None else self.fs.read_file(step["staged"], self.limit)
+                self.fs.write_atomic(path, payload, step.get("mode", 0o600), step.get("uid"), step.get("gid"),
+                                     expect=step.get("before") or "absent")
+        elif kind == "remove":
+            if self.fs.lstat(path) is None:
+                return
+            self.fs.unlink(step["kept"])
+            self.fs.move(path, step["kept"])
+        elif kind == "touch":
+            info = self.fs.lstat(path)
+            if info is not None and info["kind"] == "file":
+                self.fs.chmod(path, info["mode"])
+
+    def is_done(self, step):
+        if step["kind"] in ("move", "write"):
+            return self.holds(step["path"], step.get("checksum"))
+        if step["kind"] == "remove":
+            return self.fs.lstat(step["path"]) is None
+        return False
+
+    def undo(self, step):
+        """Put back what the step changed (a write's replaced bytes wait in ``kept``)."""
+        kind, path = step["kind"], step["path"]
+        if kind == "move" and self.holds(path, step.get("checksum")):
+            if self.holds(step["src"], step.get("checksum")):
+                self.fs.unlink(path)           # both copies exist (interrupted copy): drop the new one
+            else:
+                self.fs.move(path, step["src"])
+        elif kind == "write" and self.holds(path, step.get("checksum")):
+            if step.get("before"):
+                self.fs.write_atomic(path, self.fs.read_file(step["kept"], self.limit), step.get("mode", 0o600),
+                                     step.get("uid"), step.get("gid"), expect=step.get("checksum"))
+            else:
+                self.fs.unlink(path)
+        elif kind == "remove" and self.fs.lstat(path) is None and self.fs.lstat(step["kept"]) is not None:
+            self.fs.move(step["kept"], path)
+
+    def before_state(self, step):
+        """The step's starting point is still there (so undoing it loses nothing)."""
+        if step["kind"] == "move":
+            return self.holds(step["src"], step.get("checksum"))
+        if step["kind"] == "write":
+            return self.holds(step["path"], step["before"]) if step.get("before") else \
+                self.fs.lstat(step["path"]) is None
+        return True
+
+
 def _plan_apply(plan):
     """Apply the plan's journaled change under the node lock: (exit code, message)."""
     import json
@@ -1130,14 +1209,12 @@ def _plan_apply(plan):
             write_atomic(step["kept"], read_file(step["path"], 64 << 20))
     entry = dict(entry, started=_utc_now(), pid=os.getpid())
     write_atomic(plan["journal"], (json.dumps(entry, indent=1, sort_keys=True) + "\n").encode("utf-8"))
+    import types
+    here = types.SimpleNamespace(lstat=lstat, read_file=read_file, write_atomic=write_atomic, move=move,
+                                 unlink=unlink, chmod=chmod)    # this node's primitives (also when exec'd)
+    runner = StepRunner(here, 64 << 20)                         # the journal's own executor, on this node
     for step in steps:
-        if step["kind"] == "write":
-            if _sha_of(step["path"]) != step["checksum"]:
-                write_atomic(step["path"], read_file(step["staged"], 64 << 20), step.get("mode", 0o600),
-                             step.get("uid"), step.get("gid"), expect=step.get("before") or "absent")
-        elif step["kind"] == "remove" and lstat(step["path"]) is not None:
-            unlink(step["kept"])
-            move(step["path"], step["kept"])
+        runner.do(step)
     record = dict(plan["record"], time=_utc_now(), op=entry["op"])
     append(plan["history"], (json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n").encode("utf-8"))
     unlink(plan["journal"])
@@ -1213,14 +1290,82 @@ def _plan_verify(check):
     return False, "no new healthy container within %ds (%s)" % (check["timeout"], check.get("url") or "crictl")
 
 
+# How the timer starts this file (``ops.confirm._start_remote``): ``python3 -c VERIFY_LOADER AGENT SHA256
+# revert-plan PLAN --plan-sha256 SHA256 [--at EPOCH]``. The loader reads the agent file once, runs it only
+# when its sha256 is the one recorded at arm time (in the timer's own command line, not in the state
+# dir), and the agent applies the plan only when ITS sha256 is the one recorded. No ``%``, ``$`` or
+# backslash: a unit's command line would expand or unescape them.
+VERIFY_LOADER = (
+    "import hashlib,sys;p,h=sys.argv[1],sys.argv[2];d=open(p,'rb').read();"
+    "ok=hashlib.sha256(d).hexdigest()==h;"
+    "ok or sys.stderr.write('cpctl: '+p+' is not the agent cpctl armed (sha256 differs): not run (exit 7)'+chr(10));"
+    "ok or sys.exit(7);sys.argv=[p]+sys.argv[3:];exec(compile(d,p,'exec'),{'__name__':'__main__','__file__':p})")
+
+
+def link_below(path, top, look=None):
+    """The first directory between ``top`` (excluded) and ``path`` (excluded) that is a symlink, or
+    None: a write or removal below it would land elsewhere (``look``: an lstat returning a dict with
+    ``kind``, this module's by default)."""
+    look = look or lstat
+    top = top.rstrip("/")
+    if not path.startswith(top + "/"):
+        return None
+    current = top
+    for part in path[len(top) + 1:].split("/")[:-1]:
+        current += "/" + part
+        found = look(current)
+        if found is None:
+            return None
+        if found["kind"] == "symlink":
+            return current
+    return None
+
+
+def _plan_paths_problem(plan):
+    """Why the plan names a path outside its allowance ("" when it does not): each step's paths lie in
+    the manifests dir (the file itself), below the state dir, or are one of its recorded companion
+    files below the kube dir; nothing below a symlinked directory (checked now, on this node)."""
+    entry = plan["entry"]
+    manifests_dir = os.path.dirname(entry["steps"][entry["commit"]]["path"])
+    state_dir = os.path.dirname(plan["journal"])
+    kube_dir = os.path.dirname(manifests_dir)
+    companions = set(entry.get("companions") or [])
+    for step in entry["steps"]:
+        for key in ("path", "src", "staged", "kept"):
+            path = step.get(key) or ""
+            if not path:
+                continue
+            if not path.startswith("/") or os.path.normpath(path) != path or "\0" in path:
+                return "the plan names %r" % path
+            if path == manifests_dir + "/" + entry["file"] or path.startswith(state_dir + "/"):
+                continue
+            if path in companions and key == "path" and kube_dir != "/" and path.startswith(kube_dir + "/") \
+                    and not path.startswith(manifests_dir + "/") and link_below(path, kube_dir) is None:
+                continue
+            return "the plan names %s, outside what a revert of %s may touch" % (path, entry["file"])
+    return ""
+
+
 def revert_plan_main(argv):
-    """``revert-plan PLAN [--at EPOCH]``: wait for the deadline, then revert (see above)."""
+    """``revert-plan PLAN --plan-sha256 SHA256 [--at EPOCH]``: wait for the deadline, then revert (see
+    above) - only a plan whose bytes are the ones recorded at arm time, naming only paths it may touch."""
+    import hashlib
     import json
+    options = dict(zip(argv[1::2], argv[2::2]))
     with open(argv[0], "rb") as handle:
-        plan = json.loads(handle.read(64 << 20).decode("utf-8"))
-    if len(argv) > 2 and argv[1] == "--at":
-        while time.time() < float(argv[2]):
-            time.sleep(min(1.0, max(0.0, float(argv[2]) - time.time())))
+        data = handle.read(64 << 20)
+    if hashlib.sha256(data).hexdigest() != options.get("--plan-sha256"):
+        _plan_log("the revert plan %s is not the one cpctl armed (sha256 differs): not applied (exit 7)" % argv[0],
+                  True)
+        return 7
+    plan = json.loads(data.decode("utf-8"))
+    problem = _plan_paths_problem(plan)
+    if problem:
+        _plan_log("revert plan %s refused: %s (exit 7)" % (argv[0], problem), True)
+        return 7
+    if "--at" in options:
+        while time.time() < float(options["--at"]):
+            time.sleep(min(1.0, max(0.0, float(options["--at"]) - time.time())))
             if lstat(plan["arm"]) is None:
                 _plan_log("nothing armed for %s any more (confirmed)" % plan["entry"]["component"])
                 return 0

@@ -31,14 +31,14 @@ import secrets
 import subprocess
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 from cpctl.core import confirmations, journal, manifests, revisions
 from cpctl.core.confirmations import Arm
 from cpctl.core.node import Node
 from cpctl.core.replace import replace_change, revisions_of
 from cpctl.core.state import user_label
-from cpctl.errors import CpctlError, ExitCode
+from cpctl.errors import CpctlError, ExitCode, Interrupted, Terminated, interrupted_by
 from cpctl.ops import edits
 from cpctl.timeutil import iso
 
@@ -70,14 +70,6 @@ class Launcher:
 
 def unit_name(component: str) -> str:
     return UNIT_PREFIX + component
-
-
-# --- before the change --------------------------------------------------------------------------
-def refuse_armed(node: Node, component: str, action: str) -> None:
-    """Refuse (exit 4, nothing changed) a change of a component whose last change awaits its
-    confirmation (``confirmations.refuse_armed``)."""
-    manifest = edits.current(node, component, action)
-    confirmations.refuse_armed(node.host, node.state, manifest.file, action)
 
 
 # --- arm ----------------------------------------------------------------------------------------
@@ -182,17 +174,23 @@ def _start_remote(node: Node, armed: Arm, deadline: int, launcher: Launcher) -> 
     plan into its state dir, and have a transient systemd timer (systemd is PID 1 there and the agent
     runs as root) or a detached process (``setsid``, pid recorded) run ``python3 AGENT revert-plan
     PLAN`` at the deadline (``cpctl.host.ops.revert_plan_main``)."""
+    import hashlib
     import json
 
+    from cpctl.host import ops as hostops
     from cpctl.host.agent import agent_source
     base = _plan_base(node, armed)
     node.host.makedirs(confirmations.directory(node.state), 0o700)
     plan = _plan(node, armed, base)
-    node.host.write_atomic(base + ".agent.py", agent_source())
-    node.host.write_atomic(base + ".plan", (json.dumps(plan, sort_keys=True) + "\n").encode("utf-8"))
+    agent = agent_source()
+    plan_bytes = (json.dumps(plan, sort_keys=True) + "\n").encode("utf-8")
+    node.host.write_atomic(base + ".agent.py", agent)
+    node.host.write_atomic(base + ".plan", plan_bytes)
     found = node.host.run(["sh", "-c", "command -v python3"], timeout=10.0)
     python = found.stdout.decode("utf-8", "replace").strip() or "/usr/bin/python3"
-    argv = [python, base + ".agent.py", "revert-plan", base + ".plan"]
+    # both digests live in the timer's command line, not in the state dir: verified before anything runs
+    argv = [python, "-c", hostops.VERIFY_LOADER, base + ".agent.py", hashlib.sha256(agent).hexdigest(),
+            "revert-plan", base + ".plan", "--plan-sha256", hashlib.sha256(plan_bytes).hexdigest()]
     if timer_kind(node) == "systemd":
         unit = unit_name(armed.component)
         _systemd_run(node, armed, max(1, deadline - int(time.time())), unit, argv, launcher)
@@ -241,10 +239,7 @@ def _plan(node: Node, armed: Arm, base: str) -> Dict[str, object]:
     verdict = {"user": "root", "host": str(who.get("hostname")), "node": node.node_name, "component": armed.component,
                "file": armed.file, "checksum": armed.previous, "revision": armed.revision, "reason": why,
                "armed_op": armed.op, "origin": origin}
-    entry = {"version": journal.JOURNAL_VERSION, "op": change.op, "action": change.action,
-             "component": change.component, "file": change.file, "checksum": change.checksum,
-             "commit": change.commit, "steps": [s.to_wire() for s in change.steps], "record": change.record,
-             "started": "", "pid": 0, "companions": list(change.companions)}
+    entry = journal.entry_of(change)
     return {"version": 1, "op": armed.op, "armed": armed.checksum, "arm": confirmations.path_of(node.state, armed.file),
             "lock": node.state.path + "/lock", "journal": node.state.journal_path, "history": node.state.history_path,
             "entry": entry, "record": history, "verdict": verdict, "verify": verify}
@@ -333,9 +328,18 @@ def revert(node: Node, wanted: str, why: str, op: str = "", log: Optional[Callab
         if armed is None or (op and armed.op != op):
             return {"node": node.node_name, "component": wanted, "changed": False, "reverted": False,
                     "message": "nothing armed for %s (confirmed or reverted already)" % wanted}
-        if stop_timer:
-            _stop_timer(node, armed)
-        return _revert_locked(node, armed, why, log or (lambda message, loud: None))
+        try:
+            return _revert_locked(node, armed, why, log or (lambda message, loud: None))
+        finally:     # once the arm is gone: a revert interrupted before its write keeps the timer to retry
+            if stop_timer and not _still_armed(node, armed):
+                _stop_timer(node, armed)
+
+
+def _still_armed(node: Node, armed: Arm) -> bool:
+    try:
+        return any(a.op == armed.op for a in confirmations.read_all(node.host, node.state))
+    except CpctlError:
+        return True                      # unreadable: leave the timer, its run says what is wrong
 
 
 def _revert_locked(node: Node, armed: Arm, why: str, log: Callable[[str, bool], None]) -> Dict[str, object]:
@@ -360,11 +364,13 @@ def _revert_locked(node: Node, armed: Arm, why: str, log: Callable[[str, bool], 
         raise _loud(log, CpctlError("unconfirmed change of %s NOT reverted: %s" % (name, exc.message),
                                     exc.code)) from None
     manifest = edits.current(node, name, "rollback")
-    options = edits.ApplyOptions(rollback=False, reason=why, force=True)
+    options = edits.ApplyOptions(rollback=False, reason=why, force=True, keep_on_signal=True)
     record = {"to_revision": armed.revision, "unconfirmed": True, "automatic": True, "armed_op": armed.op}
     try:
         result = edits._replace_locked(node, manifest, data, "revision %d" % armed.revision, "rollback", options,
                                        record, companions)
+    except (KeyboardInterrupt, Terminated, Interrupted) as stop:
+        raise _interrupted(node, armed, why, log, interrupted_by(stop) or "interrupted") from None
     except CpctlError as exc:
         if exc.code in (ExitCode.CONFLICT, ExitCode.REFUSED, ExitCode.ENVIRONMENT) and \
                 node.checksum_of(manifest.path) == armed.checksum:
@@ -383,11 +389,30 @@ def _revert_locked(node: Node, armed: Arm, why: str, log: Callable[[str, bool], 
     return dict(result, **done, changed=True, reverted=True, message=message)
 
 
+def _interrupted(node: Node, armed: Arm, why: str, log: Callable[[str, bool], None], signal: str) -> Interrupted:
+    """SIGINT/SIGTERM during a revert never flips it back: when the revert's bytes are in place (the
+    write is one journaled step, signals held while it runs) the arm is removed and the history says
+    "reverted, NOT verified: interrupted"; when they are not (the signal came before the write) the
+    arm stays, so the timer or the next cpctl command reverts it. Either way the error says which."""
+    name = armed.component
+    what = "%s during the revert of the unconfirmed change of %s" % (signal, name)
+    if node.checksum_of(node.manifests_dir + "/" + armed.file) != armed.previous:
+        return _loud(log, Interrupted(signal, what, where="NOT reverted yet: the arm stays, the revert is retried "
+                                                          "(cpctl revert-unconfirmed %s does it now)" % name))
+    node.apply(confirmations.disarm_change(node.state, armed, "reverted", why,
+                                           outcome="NOT verified: %s before its verdict" % signal))
+    return _loud(log, Interrupted(signal, what, where="reverted to revision %d, NOT verified (check it with cpctl "
+                                                      "status %s)" % (armed.revision, name)))
+
+
 def _drop(node: Node, armed: Arm, why: str) -> None:
     node.apply(confirmations.disarm_change(node.state, armed, "dropped", why))
 
 
-def _loud(log: Callable[[str, bool], None], exc: CpctlError) -> CpctlError:
+Loud = TypeVar("Loud", bound=CpctlError)
+
+
+def _loud(log: Callable[[str, bool], None], exc: Loud) -> Loud:
     log(exc.message, True)
     return exc
 
@@ -407,6 +432,8 @@ def revert_overdue(node: Node, log: Callable[[str, bool], None]) -> List[str]:
         try:
             lines.append(str(revert(node, armed.component, "not confirmed by %s (overdue, noticed by cpctl)"
                                     % armed.deadline, op=armed.op, log=log)["message"]))
+        except Interrupted:
+            raise                            # Ctrl-C on the command that noticed it ends that command
         except CpctlError as exc:
             lines.append(exc.message)
     return lines

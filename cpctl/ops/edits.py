@@ -42,9 +42,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
-from cpctl.core import checks, flags, journal, manifests, mounts, outside, pending, revisions
+from cpctl.core import checks, confirmations, flags, journal, keptin, manifests, mounts, outside, pending, revisions
 from cpctl.core import companions as companion_files
 from cpctl.core.companions import Companion
 from cpctl.core.manifests import Manifest
@@ -109,6 +109,36 @@ class ApplyOptions:
     # Ctrl-C/SIGTERM in the settle, once the new pod was verified (Running, Ready, its gate): keep it and
     # say so. Off with --confirm-within: the change must not stay without its armed revert.
     keep_verified: bool = True
+    keep_on_signal: bool = False     # a revert: SIGINT/SIGTERM after the write leaves the new bytes (``Reverting``)
+    config_write: Optional[keptin.ConfigWrite] = None   # --keep-in kubeadm-config: written under the lock, first
+
+
+class Stale(CpctlError):
+    """The manifest changed between the read a new version was made from and the node lock (exit 10,
+    nothing changed). A version cpctl computes from the manifest (``flags``) is made again:
+    :func:`until_fresh`; a person's edit is not."""
+
+
+R = TypeVar("R")
+
+
+def until_fresh(node: Node, attempt: Callable[[], R]) -> R:
+    """``attempt()`` - read the manifest, make the new version, replace under the lock - again while it
+    finds the manifest changed by another writer meanwhile (another cpctl's change of the same component
+    that held the lock first), until ``--lock-timeout`` has passed: concurrent changes queue on the lock
+    instead of failing with a conflict."""
+    deadline = time.monotonic() + node.lock_timeout
+    while True:
+        try:
+            return attempt()
+        except Stale:
+            if time.monotonic() >= deadline:
+                raise
+
+
+class Reverting(Interrupted):
+    """SIGINT/SIGTERM after a revert's write (``ApplyOptions.keep_on_signal``): its bytes stay in place,
+    not verified - a revert is never flipped back to the version it undoes."""
 
 
 # --- what is there now -------------------------------------------------------------------------
@@ -193,10 +223,8 @@ def replace(node: Node, component: str, new: bytes, source: str, action: str, op
     changed since is a conflict (exit 10) and nothing changes. ``companions`` (--with-file): files
     written by the same change, mounted by ``new`` (checked first), rolled back with it."""
     manifests.validate_component_name(component)
-    if not options.force:
-        outside.refuse_in_flight(node, "%s of %s" % (action, component))
     companions = companion_files.on_node(companions, node.node_root)
-    companion_files.check_places(companions, node.manifests_dir, options.force)
+    companion_files.check_places(node.host, companions, node.manifests_dir, node.state.path)
     if companions and options.parked:
         raise CpctlError("--with-file goes with a change of the running manifest, not with --parked", ExitCode.USAGE)
     if options.dry_run:
@@ -205,10 +233,49 @@ def replace(node: Node, component: str, new: bytes, source: str, action: str, op
         return _replace_parked(node, component, new, source, action, options, record or {}, expect)
     with node.session("cpctl %s %s" % (action, component)):
         manifest = current(node, component, action)
+        refuse_now(node, manifest, action, options.force)
         if expect is not None and manifest.checksum != expect:
-            raise CpctlError("%s changed while you prepared the new version (someone else edited it): nothing "
-                             "changed; start again from its current content" % manifest.path, ExitCode.CONFLICT)
+            raise Stale("%s changed while you prepared the new version (someone else edited it): nothing "
+                        "changed; start again from its current content" % manifest.path, ExitCode.CONFLICT)
         return _replace_locked(node, manifest, new, source, action, options, record or {}, companions)
+
+
+def _replace_locked(node: Node, manifest: Manifest, new: bytes, source: str, action: str, options: ApplyOptions,
+                    record: Mapping[str, object], companions: Sequence[Companion] = ()) -> Dict[str, object]:
+    """The replacement under the node lock, then the one undo rule of a kept ClusterConfiguration
+    (``keptin.settle``): whatever put the previous manifest back (a failed, interrupted or refused
+    change, a rollback, a revert) puts its ClusterConfiguration back too; said in the result or error."""
+    try:
+        result = _replace_core(node, manifest, new, source, action, options, dict(record), companions)
+    except CpctlError as exc:
+        settled = _settle_kept(node, manifest.file)
+        if settled:
+            exc.message += "; " + "; ".join(settled)
+        raise
+    settled = _settle_kept(node, manifest.file)
+    if settled:
+        result = dict(result, message="%s; %s" % (result.get("message"), "; ".join(settled)), keep_in_undone=settled)
+    return result
+
+
+def _settle_kept(node: Node, filename: str) -> List[str]:
+    try:
+        return keptin.settle(node, filename)
+    except CpctlError as exc:
+        return [exc.message]
+
+
+def refuse_now(node: Node, manifest: Manifest, action: str, force: bool, parked: bool = False) -> None:
+    """Every rule that refuses a change of ``manifest`` as the node stands (exit 4, nothing changed), in
+    one place: checked under the node lock by the real run (and by its dry run, which decides like it).
+    Its last change awaits confirmation (``--confirm-within``: a change under an arm would make the
+    revert undo the wrong one; a parked copy is not what an arm reverts); a kubeadm upgrade is in
+    flight (unless ``force``)."""
+    component = manifest.pod_name or manifest.file
+    if not parked:
+        confirmations.refuse_armed(node.host, node.state, manifest.file, action)
+    if not force:
+        outside.refuse_in_flight(node, "%s of %s%s" % (action, "the parked copy of " if parked else "", component))
 
 
 def _companions_unchanged(node: Node, manifest: Manifest, new: bytes, companions: Sequence[Companion],
@@ -233,6 +300,7 @@ def review(node: Node, manifest: Manifest, new: bytes, source: str, action: str,
     mount, and a file name too long to keep revisions for."""
     assert manifest.data is not None
     component = manifest.pod_name or manifest.file
+    checks.parse_new(new, source)        # what the kubelet cannot decode: one line, its line and column
     if _companions_unchanged(node, manifest, new, companions, action):
         return None
     check_revisable(manifest.file)
@@ -249,6 +317,7 @@ def plan(node: Node, component: str, new: bytes, source: str, action: str, force
     """What ``replace`` would do, checked the same way, changing nothing (no lock, no state dir)."""
     manifest = parked_current(node, component, action)[0] if parked else current(node, component, action)
     assert manifest.data is not None
+    refuse_now(node, manifest, action, force, parked)
     result = _result(node, manifest, action, changed=False, dry_run=True, parked=parked)
     if companions:
         result["companions"] = [c.to_dict() for c in companions]
@@ -279,8 +348,8 @@ def _result(node: Node, manifest: Manifest, action: str, changed: bool, **extra:
                  "changed": changed, "recovered": list(node.recovered)}, **extra)
 
 
-def _replace_locked(node: Node, manifest: Manifest, new: bytes, source: str, action: str, options: ApplyOptions,
-                    record: Dict[str, Any], companions: Sequence[Companion] = ()) -> Dict[str, Any]:
+def _replace_core(node: Node, manifest: Manifest, new: bytes, source: str, action: str, options: ApplyOptions,
+                  record: Dict[str, Any], companions: Sequence[Companion] = ()) -> Dict[str, Any]:
     assert manifest.data is not None and manifest.pod is not None
     verdict = review(node, manifest, new, source, action, options.force, companions)
     if verdict is None:
@@ -300,6 +369,9 @@ def _replace_locked(node: Node, manifest: Manifest, new: bytes, source: str, act
                    effect=effect)
     if companions:
         done["companions"] = [c.to_dict() for c in companions]
+    if options.config_write is not None:     # recorded first: whatever happens next, settle can undo it
+        keptin.write(node, options.config_write, written_component(manifest), manifest.file,
+                     manifests.checksum(manifest.data), change.checksum or "", change.op)
     if effect == manifests.KEEPS:
         node.apply(change)
         _verify_companions(node, companions)
@@ -313,10 +385,18 @@ def _replace_locked(node: Node, manifest: Manifest, new: bytes, source: str, act
         _verify_companions(node, companions)
         return _judge(node, target, before, written, options, done, fail_fast)
     except (KeyboardInterrupt, Terminated) as exc:
+        if options.keep_on_signal:
+            raise Reverting(interrupted_by(exc), "%s while waiting for %s of %s" % (
+                interrupted_by(exc), action, written.component),
+                where="its version is in place, not verified") from None
         raise _put_back_now(node, target, before, written, options, exc) from None
     finally:
         pending.clear(node.host, node.state, manifest.file,      # the verdict is in (only SIGKILL skips this)
                       unless=older.op if older else "")
+
+
+def written_component(manifest: Manifest) -> str:
+    return manifest.pod_name or manifest.file
 
 
 def _kept_text(done: Mapping[str, object]) -> str:
@@ -380,9 +460,10 @@ def _replace_parked(node: Node, component: str, new: bytes, source: str, action:
     with node.session("cpctl %s --parked %s" % (action, component)):
         manifest, meta = parked_current(node, component, action)
         assert manifest.data is not None
+        refuse_now(node, manifest, action, options.force, parked=True)
         if expect is not None and manifest.checksum != expect:
-            raise CpctlError("%s changed while you prepared the new version (someone else edited it): nothing "
-                             "changed; start again from its current content" % manifest.path, ExitCode.CONFLICT)
+            raise Stale("%s changed while you prepared the new version (someone else edited it): nothing "
+                        "changed; start again from its current content" % manifest.path, ExitCode.CONFLICT)
         verdict = review(node, manifest, new, source, action, options.force, parked=True)
         if verdict is None:
             return _result(node, manifest, action, False, parked=True,
@@ -683,8 +764,9 @@ def mounts_version(data: bytes, root: str, component: str, container: Optional[s
     naming a path the container does not see, and one line per mount added (``root``: the node's
     root, ``--node-root``)."""
     pod = checks.parse_new(data, "the new manifest of %s" % component)
-    index, _ = flags.pick_container(pod, container)
-    wanted = companion_files.mount_wanted(sets, companion_files.on_node(companions, root), root)
+    index, chosen = flags.pick_container(pod, container)
+    wanted = companion_files.mount_wanted(sets, companion_files.on_node(companions, root), root,
+                                          checks.binary_of(chosen))
     return companion_files.add_mounts(data, index, wanted)
 
 
@@ -723,17 +805,33 @@ def rollback_target(node: Node, component: str, to: Optional[int], force: bool =
 
 def rollback_companions(node: Node, revision: revisions.Revision) -> List[Companion]:
     """The companion files as they were when ``revision``'s bytes were in place: for each path a change
-    from ``revision`` on wrote, the bytes the first such change found (None: absent), verified."""
+    from ``revision`` on wrote, the bytes the first such change found (None: absent), verified.
+
+    A revision records every companion path a change met while it was in place, "absent" included
+    (``RevisionStore._relabel``). A store written before that rule may name a path only in a later
+    revision: when ``revision``'s own manifest does not mount it, those later bytes were never this
+    version's, and the path is left as it is (writing them would only be refused as not mounted)."""
     store = revisions_of(node)
     found: Dict[str, Companion] = {}
+    pod: Optional[Mapping[str, object]] = None
     for kept in store.list(revision.file):
         if kept.number < revision.number:
             continue
         for index, entry in enumerate(kept.companions):
-            if entry["path"] not in found:
-                found[entry["path"]] = Companion(entry["path"], store.read_companion(kept, index),
-                                                 "revision %d" % kept.number)
-    return list(found.values())
+            if entry["path"] in found:
+                continue
+            data = store.read_companion(kept, index)
+            if kept.number != revision.number and data is not None:
+                if pod is None:
+                    try:
+                        pod = manifests.parse_pod(store.read(revision))
+                    except manifests.InvalidManifest:
+                        pod = {}
+                if not companion_files.mounted(pod, mounts.node_path(node.node_root, entry["path"])):
+                    found[entry["path"]] = Companion(entry["path"], None, "")
+                    continue
+            found[entry["path"]] = Companion(entry["path"], data, "revision %d" % kept.number)
+    return [c for c in found.values() if c.source]
 
 
 def _refuse_crossing(node: Node, component: str, manifest: Manifest, kept: List[revisions.Revision],

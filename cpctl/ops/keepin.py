@@ -5,10 +5,12 @@ ClusterConfiguration in ``kube-system/kubeadm-config`` plus ``--patches``; a fla
 manifest is gone afterwards (:mod:`cpctl.core.kubeadmconfig`). ``flags``/``apply``/``edit`` with
 ``--keep-in`` keep it:
 
-* ``kubeadm-config``: read-modify-write of the ConfigMap with its ``resourceVersion``, **before** the
-  manifest changes. A conflict (someone changed it between our read and our write) re-reads and
-  retries once, then refuses (exit 10) with nothing changed. When the manifest change then fails
-  (rolled back), the ConfigMap change is undone the same way.
+* ``kubeadm-config``: read-modify-write of the ConfigMap with its ``resourceVersion``, under the
+  node lock, **before** the manifest changes. A conflict (someone changed it between our read and our
+  write) re-reads and retries once, then refuses (exit 10) with nothing changed. The text before and
+  the resourceVersion written are recorded (:mod:`cpctl.core.keptin`): whatever puts the previous
+  manifest back (a failed change, ``rollback``, an unconfirmed revert, a kill before the commit) puts
+  the ClusterConfiguration back too, unless someone else changed it since.
 * ``patches[=DIR]``: ``DIR/<component>+json.yaml`` (default ``/etc/kubernetes/patches``, next to the
   manifests dir), a JSON patch; written through the journal **after** the new manifest is verified.
   kubeadm applies it to what the NEXT release renders, blind to positions, so every positional
@@ -34,7 +36,7 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from cpctl.core import checks, journal, manifests, outside
+from cpctl.core import checks, journal, keptin, manifests, outside
 from cpctl.core import kubeadmconfig as kc
 from cpctl.core.node import Node
 from cpctl.core.replace import text_diff
@@ -227,6 +229,10 @@ def _patch_plan(node: Node, component: str, old: bytes, new: bytes, change: kc.F
     if not journal.companion_path(path, roots):
         raise CpctlError("--keep-in patches=%s: cpctl writes only below %s (next to the manifests dir)"
                          % (directory, roots[2]), ExitCode.REFUSED)
+    link = journal.link_below(node.host, path, roots[2])
+    if link is not None:
+        raise CpctlError("--keep-in patches=%s: %s is a symlink on the node (the patch would land elsewhere): name "
+                         "the real directory; nothing changed" % (directory, link), ExitCode.REFUSED)
     try:
         existing: Optional[bytes] = node.host.read_file(path, PATCH_LIMIT)
     except FileNotFoundError:
@@ -245,18 +251,20 @@ def _patch_plan(node: Node, component: str, old: bytes, new: bytes, change: kc.F
 
 
 # --- writing -------------------------------------------------------------------------------------
-def write_config(node: Node, keep: KeepPlan) -> None:
+def write_config(node: Node, keep: KeepPlan) -> str:
     """PUT the new ClusterConfiguration with the resourceVersion read; on a conflict re-read, redo the
-    change on what is there now and retry once; a second conflict refuses (exit 10), nothing changed."""
+    change on what is there now and retry once; a second conflict refuses (exit 10), nothing changed.
+    Returns the resourceVersion of the write ("" when nothing was written)."""
     if keep.config is None or not keep.config.changed:
-        return
+        return ""
     client = _client(node)
+    written: Dict[str, object] = {}
     plan_now = keep.config
     for attempt in (1, 2):
         data = plan_now.configmap.get("data")
         body = dict(plan_now.configmap, data=dict(data if isinstance(data, dict) else {}, **{kc.KEY: plan_now.new}))
         try:
-            client.update_configmap(kc.NAMESPACE, kc.NAME, body)
+            written = client.update_configmap(kc.NAMESPACE, kc.NAME, body)
         except ApiError as exc:
             if exc.status != 409:
                 raise
@@ -266,46 +274,33 @@ def write_config(node: Node, keep: KeepPlan) -> None:
             plan_now = _config_plan(client, keep.section, keep.change, keep.whole)
             if not plan_now.changed:
                 keep.config = plan_now
-                return
+                return ""
             continue
         break
     keep.config = plan_now
     keep.done.append("%s/%s" % (kc.NAMESPACE, kc.NAME))
+    meta = written.get("metadata") if isinstance(written, dict) else None
+    return str(meta.get("resourceVersion") or "?") if isinstance(meta, dict) else "?"
 
 
-def undo_config(node: Node, keep: KeepPlan) -> str:
-    """Put the section's extraArgs, extraVolumes and dataDir back as they were before ``write_config``
-    (after a failed change): read again, those keys of the section replaced, written with its
-    resourceVersion (the rest of the ClusterConfiguration as it is now)."""
-    if keep.config is None or "%s/%s" % (kc.NAMESPACE, kc.NAME) not in keep.done:
-        return ""
-    try:
-        client = _client(node)
-        for attempt in (1, 2):
-            cm = _read_configmap(client)
-            data = cm.get("data") if isinstance(cm.get("data"), dict) else {}
-            text = data.get(kc.KEY) if isinstance(data, dict) else None
-            config = kc.parse_config(text)
-            part = kc.section_dict(config, keep.section)
-            for key in KEPT_KEYS:
-                part.pop(key, None)
-            part.update(copy.deepcopy(keep.config.before_section))
-            body = dict(cm, data=dict(data if isinstance(data, dict) else {}, **{kc.KEY: kc.dump_config(config)}))
-            try:
-                client.update_configmap(kc.NAMESPACE, kc.NAME, body)
-                break
-            except ApiError as exc:
-                if exc.status != 409 or attempt == 2:
-                    raise CpctlError("HTTP %s" % exc.status, ExitCode.CONFLICT) from None
-    except CpctlError as exc:
-        return "; %s/%s NOT put back (%s): undo the %s change by hand" % (kc.NAMESPACE, kc.NAME, exc.message,
-                                                                         keep.section)
-    keep.done.remove("%s/%s" % (kc.NAMESPACE, kc.NAME))
-    return "; its change to %s/%s was undone" % (kc.NAMESPACE, kc.NAME)
+def config_write(node: Node, keep: KeepPlan) -> Optional[keptin.ConfigWrite]:
+    """The ClusterConfiguration write as a part of the manifest change (``ApplyOptions.config_write``):
+    recorded and written under the node lock before the manifest, undone with it (``core.keptin``)."""
+    if keep.config is None or not keep.config.changed:
+        return None
+
+    def write() -> Tuple[str, str, str]:
+        version = write_config(node, keep)
+        assert keep.config is not None
+        return (keep.config.old, keep.config.new, version) if version else ("", "", "")
+    return keptin.ConfigWrite(kc.NAMESPACE, kc.NAME, kc.KEY, keep.config.old, keep.config.new, write)
 
 
-def write_patch(node: Node, keep: KeepPlan, reason: Optional[str]) -> None:
-    """Write the patch file through the journal (one write step, the commit), recorded in history."""
+def write_patch(node: Node, keep: KeepPlan, reason: Optional[str], manifest: Optional[Tuple[str, str, str]] = None
+                ) -> None:
+    """Write the patch file through the journal (one write step, the commit), recorded in history;
+    ``manifest`` (file, checksum before, checksum after the change it goes with): also recorded, so
+    that whatever puts that manifest's previous bytes back puts the patch file back (``core.keptin``)."""
     patch = keep.patch
     if patch is None or patch.new == (patch.old or b""):
         return
@@ -318,6 +313,9 @@ def write_patch(node: Node, keep: KeepPlan, reason: Optional[str]) -> None:
                                     "diff": text_diff(patch.old or b"", patch.new, os.path.basename(patch.path))})
     with node.session("cpctl keep-in %s" % keep.component):
         node.apply(change)
+        if manifest is not None:
+            keptin.save_patch(node, keptin.KeptPatch(change.op, keep.component, manifest[0], manifest[1],
+                                                     manifest[2], patch.path, patch.old, change.checksum or ""))
     keep.done.append(patch.path)
 
 
@@ -338,14 +336,12 @@ def run(node: Node, keep: Optional[KeepPlan], options: ApplyOptions, change: Cal
     change(replace(options, dry_run=True))
     if diff:
         show(diff)
-    write_config(node, keep)
     try:
-        result = change(options)
+        result = change(replace(options, config_write=config_write(node, keep)))   # undone with it: core.keptin
     except InterruptedKept:          # the manifest change was verified and stays: so does the kept flag
         write_patch(node, keep, options.reason)
         raise
-    except CpctlError as exc:
-        exc.message += undo_config(node, keep)
-        raise
-    write_patch(node, keep, options.reason)
+    written = (str(result.get("file")), str(result.get("previous")), str(result.get("checksum"))) \
+        if result.get("changed") else None
+    write_patch(node, keep, options.reason, written)
     return dict(result, keep_in=keep.to_dict(), warnings=list(result.get("warnings") or []) + keep.warnings())

@@ -51,6 +51,7 @@ def open_node(settings: Settings, host: Host, probe: Optional[str] = None,
         if isinstance(node.waiter, VerifyingWaiter):     # --probe none verifies nothing, no gate either
             node.waiter.add_gate(CanaryGate())
     node.listeners.append(baseline_listener(node))
+    node.recovery_hooks.append(lambda: settle_kept(node))
     if overdue:
         node.overdue_hook = lambda: revert_overdue(node)
     return node
@@ -67,6 +68,15 @@ def make_waiter(kind: str, **options: Any) -> Waiter:
         raise CpctlError("unknown probe %r (one of %s)" % (kind, ", ".join(choices)), ExitCode.USAGE)
     from cpctl.probes.waiter import VerifyingWaiter
     return VerifyingWaiter(mode=kind, **options)
+
+
+def settle_kept(node: Node) -> List[str]:
+    """A ``--keep-in kubeadm-config`` change whose manifest change did not stay (killed before its
+    commit, put back): its ClusterConfiguration goes back too (``core.keptin``, imported only then)."""
+    from cpctl.core import keptin
+    if node.host.lstat(keptin.directory(node)) is None:
+        return []
+    return keptin.settle(node)
 
 
 def revert_overdue(node: Node) -> List[str]:

@@ -189,3 +189,57 @@ def test_the_yes_diff_is_a_real_diff_without_a_terminal(node: NodeDirs, tmp_path
     assert "+    - --v=4" in lines
     assert "+# evil \\u202etxt.exe" in lines, "a real control (bidi) character is escaped, in its own line"
     assert "\u202e" not in proc.stderr
+
+
+# The first round breaks the YAML (an unclosed flow sequence), the second puts the copy's text back
+# with one valid change and records what it saw on top of the copy.
+BROKEN_THEN_FIXED = """#!%s
+import sys
+path, count_file, seen = sys.argv[1], %r, %r
+try:
+    count = int(open(count_file).read())
+except FileNotFoundError:
+    count = 0
+open(count_file, "w").write(str(count + 1))
+text = open(path).read()
+open(seen, "a").write(text + "\\n=====\\n")
+if count == 0:
+    text = text.replace("- --leader-elect=true\\n", "- --leader-elect=true\\n    - [unclosed\\n", 1)
+else:
+    text = "".join(line for line in text.splitlines(True) if not line.startswith("# cpctl: "))
+    text = text.replace("    - [unclosed\\n", "    - --v=3\\n", 1)
+open(path, "w").write(text)
+"""
+
+
+def test_a_yaml_syntax_error_in_apply_is_exit_4_with_line_and_column(node: NodeDirs) -> None:
+    """Issue 33 item 6: a manifest that does not parse is one clear refusal naming its line and column
+    (it was exit 70, 'internal error', with \\x0a-escaped text), nothing changed."""
+    for broken, where in ((b"apiVersion: v1\nkind: Pod\nmetadata:\n  name: x\n  bad: [unclosed\n", "line 6, column 1"),
+                          (b"apiVersion: v1\nkind: Pod\nmetadata:\n\tname: x\n", "line 4, column 1")):
+        proc = subprocess.run(node.argv("apply", "scheduler", "-f", "-"), input=broken.decode(), env=node.env(),
+                              capture_output=True, text=True, timeout=60)
+        check_result(proc, 4)
+        assert "invalid YAML at %s" % where in proc.stderr and "nothing changed" in proc.stderr, proc.stderr
+        assert "internal error" not in proc.stderr and "\\x0a" not in proc.stderr
+    _unchanged(node)
+
+
+def test_edit_reopens_the_editor_on_a_yaml_syntax_error_with_the_error_on_top(node: NodeDirs, tmp_path: Any) -> None:
+    seen = os.path.join(str(tmp_path), "seen")
+    editor = _script(tmp_path, "editor.py", BROKEN_THEN_FIXED % (sys.executable, os.path.join(str(tmp_path), "count"),
+                                                                 seen))
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.run(node.argv("edit", "scheduler", "--yes"), env=node.env(EDITOR=editor, VISUAL=""),
+                              stdin=follower, capture_output=True, text=True, timeout=60)
+    finally:
+        os.close(follower)
+        os.close(leader)
+    check_result(proc, 0)
+    assert _rounds(tmp_path) == 2
+    with open(seen) as handle:
+        second = handle.read().split("=====\n")[1]
+    assert second.startswith("# cpctl: ") and "invalid YAML at line" in second and ", column " in second, second
+    with open(os.path.join(node.manifests, "kube-scheduler.yaml"), "rb") as handle:
+        assert b"    - --v=3\n" in handle.read()

@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tempfile
 from typing import Any, Dict, List
 
 import yaml
 
-from tests.coreutil import NodeDirs, check_result, sha
+from tests.coreutil import NodeDirs, check_result, run_in_process, sha
 
 
 def _note(node: NodeDirs) -> str:
@@ -103,3 +104,113 @@ def test_a_corrupt_companions_record_is_one_clear_error(node: NodeDirs, tmp_path
     proc = node.run("revisions", "scheduler", rc=7)
     assert "companions is not a list of {path, checksum}" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def _other(node: NodeDirs) -> str:
+    return os.path.join(node.root, "extra", "other.txt")
+
+
+def _with_other(node: NodeDirs, tmp_path: Any) -> bytes:
+    """v1 (note a) applied, then v3: v1 mounting a NEW companion path ``other`` too, applied with it."""
+    v1 = _mounting(node, 1)
+    _apply(node, v1, b"a\n", str(tmp_path))                      # rev 1 original, rev 2 v1 (+ note)
+    pod = yaml.safe_load(v1)
+    container = pod["spec"]["containers"][0]
+    pod["spec"]["volumes"].append({"name": "other", "hostPath": {"path": _other(node), "type": "File"}})
+    container["volumeMounts"].append({"name": "other", "mountPath": _other(node), "readOnly": True})
+    v3 = yaml.safe_dump(pod, sort_keys=False).encode()
+    local = os.path.join(str(tmp_path), "other.txt")
+    with open(local, "wb") as handle:
+        handle.write(b"other\n")
+    proc = subprocess.run(node.argv("apply", "scheduler", "-f", "-", "--with-file", "%s=%s" % (_other(node), local)),
+                          input=v3, env=node.env(), capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return v1
+
+
+def test_a_new_companion_path_is_recorded_absent_on_the_version_it_replaces(node: NodeDirs, tmp_path: Any) -> None:
+    """Issue 33 item 2: a change bringing a NEW companion path over a version kept already (which does not
+    know that path) records it there as absent; ``rollback --to`` any earlier revision then removes it
+    instead of writing the later change's bytes (and being refused: 'the manifest does not mount ...')."""
+    original, v1 = node.files["kube-scheduler.yaml"], _with_other(node, tmp_path)
+    listed = _listed(node)
+    assert listed[1]["companions"] == [{"path": _note(node), "checksum": sha(b"a\n")},
+                                       {"path": _other(node), "checksum": None}], listed[1]
+    node.run("rollback", "scheduler", "--to", "2")
+    assert _state(node) == {"manifest": v1, "note": b"a\n"} and not os.path.exists(_other(node))
+    node.run("rollback", "scheduler", "--to", "3")
+    assert os.path.exists(_other(node))
+    node.run("rollback", "scheduler", "--to", "1")
+    assert _state(node) == {"manifest": original, "note": None} and not os.path.exists(_other(node))
+
+
+def test_a_store_without_the_absent_record_does_not_block_an_earlier_rollback(node: NodeDirs, tmp_path: Any) -> None:
+    """A store written before that rule (revision 2 does not name ``other``): rolling back to a version
+    that does not mount ``other`` leaves it alone instead of writing revision 3's bytes (refused)."""
+    original = node.files["kube-scheduler.yaml"]
+    _with_other(node, tmp_path)
+    meta = os.path.join(node.state, "revisions", "kube-scheduler.yaml.2.json")
+    with open(meta) as handle:
+        record = json.load(handle)
+    record["companions"] = [c for c in record["companions"] if c["path"] != _other(node)]
+    with open(meta, "w") as handle:
+        json.dump(record, handle)
+    node.run("rollback", "scheduler", "--to", "1")
+    assert _state(node) == {"manifest": original, "note": None}
+    with open(_other(node), "rb") as handle:
+        assert handle.read() == b"other\n", "left as it was"
+
+
+def test_a_companion_below_a_symlinked_directory_or_outside_the_kube_dir_is_refused(node: NodeDirs,
+                                                                                     tmp_path: Any) -> None:
+    """Issue 33 item 5: the "below /etc/kubernetes" rule is checked on the node's real directories: a
+    companion path through a symlinked directory is refused (exit 4), and so is one outside the kube dir
+    or one of kubeadm's credentials, --force or not; nothing written anywhere."""
+    elsewhere = tempfile.mkdtemp(prefix="cpctl-outside-")          # outside the node's kube dir (tmp_path)
+    os.symlink(elsewhere, os.path.join(node.root, "extra"))        # _note(node) lies below it
+    local = os.path.join(str(tmp_path), "note-local.txt")
+    with open(local, "wb") as handle:
+        handle.write(b"a\n")
+    cases = [(_note(node), "is a symlink on the node"),
+             (os.path.join(elsewhere, "note.txt"), "cpctl writes companion files only below"),
+             (os.path.join(node.root, "pki", "ca.crt"), "one of kubeadm's credentials"),
+             (os.path.join(node.root, "admin.conf"), "one of kubeadm's credentials")]
+    for path, text in cases:
+        for force in ((), ("--force",)):
+            proc = run_in_process(node.argv("apply", "scheduler", "-f", "-", "--with-file", "%s=%s" % (path, local),
+                                            *force), node.env(), _mounting(node, 1))
+            check_result(proc, 4)
+            assert text in proc.stderr, (path, proc.stderr)
+    assert os.listdir(elsewhere) == [] and not os.path.exists(os.path.join(node.root, "admin.conf"))
+    os.rmdir(elsewhere)
+    assert _state(node)["manifest"] == node.files["kube-scheduler.yaml"] and node.history() == []
+
+
+def test_an_unconfirmed_revert_after_a_new_companion_path_works(node: NodeDirs, tmp_path: Any) -> None:
+    """Issue 33 item 2, the commit-confirmed half: after a change that brought a new companion path
+    (and was undone), a later unconfirmed change is reverted (it was dropped: 'the manifest does not
+    mount <that path>'), the new path absent as it was."""
+    import time
+
+    from cpctl.core import confirmations
+    from cpctl.core.confirmations import Arm
+    from cpctl.core.settings import Settings
+    from cpctl.host.local import LocalHost
+    from cpctl.ops import confirm, edits
+    from cpctl.ops.wiring import open_node
+    from cpctl.timeutil import iso
+    from tests.coreutil import NODE
+    v1 = _with_other(node, tmp_path)
+    node.run("rollback", "scheduler", "--to", "2")          # v1 back, other removed
+    settings = Settings(manifests_dir=node.manifests, state_dir=node.state, node_name=NODE, probe="none")
+    opened = open_node(settings, LocalHost())
+    v4 = v1.replace(b"--v=1", b"--v=4")
+    done = edits.replace(opened, "scheduler", v4, "test", "apply", edits.ApplyOptions(timeout=1, settle=0))
+    armed = Arm("0123456789abcdef", "kube-scheduler", "kube-scheduler.yaml", sha(v4), sha(v1), done["revision"],
+                "apply", iso(), iso(time.time() + 3600), "root", "test", NODE, "test", "none")
+    with opened.session("arm"):
+        opened.host.makedirs(confirmations.directory(opened.state), 0o700)
+        opened.apply(confirmations.arm_change(opened.state, armed))
+    confirm.revert(open_node(settings, LocalHost()), "scheduler", "test", op=armed.op)
+    assert _state(node) == {"manifest": v1, "note": b"a\n"} and not os.path.exists(_other(node))
+    assert [r["action"] for r in node.history()][-1] == "reverted"

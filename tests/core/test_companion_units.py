@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, Dict
 
 import pytest
 import yaml
@@ -39,24 +39,74 @@ def _recover(node: NodeDirs) -> Any:
 
 
 def test_the_journal_reaches_a_companion_path_only_when_the_change_records_it(tmp_path: Any) -> None:
-    outside = str(tmp_path / "elsewhere" / "policy.yaml")
     node = NodeDirs(str(tmp_path / "a"))
-    _journal(node, outside, [])
+    inside = os.path.join(node.root, "audit", "policy.yaml")
+    _journal(node, inside, [])
     with pytest.raises(CpctlError, match="is corrupt .*outside the manifests dir"):
         _recover(node).changes.change_from_journal(json.load(open(node.journal)))
-    _journal(node, outside, [outside])
+    _journal(node, inside, [inside])
     change = _recover(node).changes.change_from_journal(json.load(open(node.journal)))
-    assert change.companions == [outside]
-    for bad in (["relative/path"], [outside + "/../x"], "not a list", ["/"]):
-        _journal(node, bad[0] if isinstance(bad, list) and bad[0].startswith("/") else outside, bad)
+    assert change.companions == [inside]
+    for bad in (["relative/path"], [inside + "/../x"], "not a list", ["/"]):
+        _journal(node, bad[0] if isinstance(bad, list) and bad[0].startswith("/") else inside, bad)
         with pytest.raises(CpctlError, match="is corrupt"):
             _recover(node).changes.change_from_journal(json.load(open(node.journal)))
+
+
+def _snapshot(*roots: str, skip: str = "") -> Dict[str, Any]:
+    """Every file below ``roots`` (but not below ``skip``): mode and bytes."""
+    found: Dict[str, Any] = {}
+    for root in roots:
+        for dirpath, _dirs, names in os.walk(root):
+            if skip and (dirpath + "/").startswith(skip + "/"):
+                continue
+            for name in names:
+                path = os.path.join(dirpath, name)
+                info = os.lstat(path)
+                found[path] = (info.st_mode, open(path, "rb").read() if os.path.isfile(path) else None)
+    return found
+
+
+def test_a_crafted_journal_cannot_reach_past_its_allowance_through_its_companions(tmp_path: Any) -> None:
+    """Issue 33 item 4: a journal naming targets in its own ``companions`` list is refused, nothing
+    touched: admin.conf removed, pki/ca.crt written mode 04755, a file outside the kube dir overwritten,
+    a write through a symlinked directory, a companion written with another mode."""
+    node = NodeDirs(str(tmp_path / "a"))
+    outside_dir = str(tmp_path / "outside")
+    os.makedirs(os.path.join(node.root, "pki"))
+    os.makedirs(outside_dir)
+    for path in (os.path.join(node.root, "admin.conf"), os.path.join(node.root, "pki", "ca.crt"),
+                 os.path.join(outside_dir, "victim")):
+        with open(path, "wb") as handle:
+            handle.write(b"precious")
+    os.symlink(outside_dir, os.path.join(node.root, "linked"))
+    before = _snapshot(node.root, outside_dir, skip=node.state)
+    admin = os.path.join(node.root, "admin.conf")
+    crafted = [
+        ({"kind": "remove", "path": admin, "kept": os.path.join(node.state, "staged", "op.0.removed")}, admin),
+        ({"kind": "write", "path": os.path.join(node.root, "pki", "ca.crt"), "mode": 0o4755}, None),
+        ({"kind": "write", "path": os.path.join(outside_dir, "victim")}, None),
+        ({"kind": "write", "path": os.path.join(node.root, "linked", "victim")}, None),
+        ({"kind": "write", "path": os.path.join(node.root, "audit", "policy.yaml"), "mode": 0o4755}, None),
+    ]
+    for step, _ in crafted:
+        _journal(node, step["path"], [step["path"]])
+        with open(node.journal) as handle:
+            entry = json.load(handle)
+        entry["steps"] = [dict(entry["steps"][0], **step)] if step["kind"] == "write" else [step]
+        with open(node.journal, "w") as handle:
+            json.dump(entry, handle)
+        with pytest.raises(CpctlError, match="is corrupt"):
+            _recover(node).changes.change_from_journal(json.load(open(node.journal)))
+        node.run("status", rc=None)                 # the next command meets it: refused, nothing touched
+        assert _snapshot(node.root, outside_dir, skip=node.state) == before, step
+        os.unlink(node.journal)
 
 
 def test_add_mounts_adds_a_read_only_file_and_a_writable_log_directory() -> None:
     data = MANIFESTS["kube-scheduler.yaml"]
     policy, log = "/etc/kubernetes/audit/policy.yaml", "/var/log/audit/audit.log"
-    new, said = companions.add_mounts(data, 0, [(policy, policy, False), (log, log, True)])
+    new, said = companions.add_mounts(data, 0, [(policy, policy, companions.READ), (log, log, companions.WRITES_FILE)])
     pod = yaml.safe_load(new)
     volumes = {v["name"]: v["hostPath"] for v in pod["spec"]["volumes"]}
     assert volumes["audit-policy-yaml"] == {"path": "/etc/kubernetes/audit/policy.yaml", "type": "File"}
@@ -64,7 +114,7 @@ def test_add_mounts_adds_a_read_only_file_and_a_writable_log_directory() -> None
     mounts = {m["name"]: m for m in pod["spec"]["containers"][0]["volumeMounts"]}
     assert mounts["audit-policy-yaml"]["readOnly"] is True and "readOnly" not in mounts["log-audit"]
     assert companions.add_mounts(new, 0, [("/etc/kubernetes/audit/policy.yaml",
-                                           "/etc/kubernetes/audit/policy.yaml", False)]) == (new, [])
+                                           "/etc/kubernetes/audit/policy.yaml", companions.READ)]) == (new, [])
     assert companions.mounted(pod, "/etc/kubernetes/audit/policy.yaml")
     assert not companions.mounted(pod, "/etc/kubernetes/audit/other.yaml")
     assert said[-1].endswith("comments are lost")
@@ -82,7 +132,7 @@ def test_node_paths_of_a_chrooted_node_go_through_the_node_root() -> None:
     assert companions.container_path(moved.path, root) == "/etc/kubernetes/a.yaml"
     assert mounts.node_path(root, mounts.under_root(root, "/etc/kubernetes/pki")) == "/etc/kubernetes/pki"
     assert companions.mount_wanted([("audit-policy-file", "/etc/kubernetes/a.yaml")], [moved], root) == \
-        [("/etc/kubernetes/a.yaml", "/etc/kubernetes/a.yaml", False)]
+        [("/etc/kubernetes/a.yaml", "/etc/kubernetes/a.yaml", companions.READ)]
 
 
 POLICY = "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n"
@@ -125,3 +175,39 @@ def test_audit_levels_follow_the_first_matching_rule() -> None:
                                     "kubectl")
     assert event["verb"] == "get" and event["objectRef"] == {"namespace": "kube-system", "resource": "pods",
                                                               "name": "p1", "apiVersion": "v1"}
+
+
+def test_mounts_are_as_narrow_as_the_flag_needs() -> None:
+    """Issue 33 item 5: ``--mount`` for a log file directly in /, /etc or /var is refused (it would mount
+    the whole directory writable into the API server); a data dir is mounted itself, writable
+    (DirectoryOrCreate), not as a read-only File; the change says which mount it added."""
+    data = MANIFESTS["kube-apiserver.yaml"]
+    for log in ("/x.log", "/etc/x.log", "/var/x.log"):
+        wanted = companions.mount_wanted([("audit-log-path", log)], [], "/", "kube-apiserver")
+        assert wanted == [(log, log, companions.WRITES_FILE)]
+        with pytest.raises(CpctlError, match="writable into the container") as refused:
+            companions.add_mounts(data, 0, wanted)
+        assert refused.value.code == 4
+    wanted = companions.mount_wanted([("audit-log-path", "/var/log/kubernetes/audit/audit.log")], [], "/",
+                                     "kube-apiserver")
+    new, said = companions.add_mounts(data, 0, wanted)
+    volume = yaml.safe_load(new)["spec"]["volumes"][-1]
+    assert volume["hostPath"] == {"path": "/var/log/kubernetes/audit", "type": "DirectoryOrCreate"}
+    assert "writable" in said[0] and "/var/log/kubernetes/audit" in said[0]
+    etcd = MANIFESTS["etcd.yaml"]
+    wanted = companions.mount_wanted([("data-dir", "/var/lib/etcd-restored")], [], "/", "etcd")
+    assert wanted == [("/var/lib/etcd-restored", "/var/lib/etcd-restored", companions.WRITES_DIR)]
+    new, said = companions.add_mounts(etcd, 0, wanted)
+    pod = yaml.safe_load(new)
+    assert pod["spec"]["volumes"][-1]["hostPath"] == {"path": "/var/lib/etcd-restored", "type": "DirectoryOrCreate"}
+    mount = pod["spec"]["containers"][0]["volumeMounts"][-1]
+    assert mount["mountPath"] == "/var/lib/etcd-restored" and not mount.get("readOnly")
+    with pytest.raises(CpctlError, match="writable into the container"):
+        companions.add_mounts(etcd, 0, companions.mount_wanted([("data-dir", "/data")], [], "/", "etcd"))
+
+
+def test_flags_mount_of_a_log_in_the_root_dir_is_refused_nothing_changed(node: NodeDirs) -> None:
+    proc = node.run("flags", "apiserver", "--set", "audit-log-path=/x.log", "--mount", rc=4)
+    assert "writable into the container" in proc.stderr and "nothing changed" in proc.stderr
+    with open(os.path.join(node.manifests, "kube-apiserver.yaml"), "rb") as handle:
+        assert handle.read() == node.files["kube-apiserver.yaml"]

@@ -11,7 +11,9 @@ import subprocess
 import sys
 import time
 
-from tests.coreutil import NodeDirs, assert_settled, check_result, sha
+import pytest
+
+from tests.coreutil import NodeDirs, assert_settled, check_result, sha, temp_files
 
 HOLDER = """
 import sys, time
@@ -116,3 +118,25 @@ def test_eight_concurrent_loops(node):
     check_result(proc, 0)
     rows = {r["file"]: r["state"] for r in json.loads(proc.stdout)["components"]}
     assert rows == state
+
+
+@pytest.mark.slow
+def test_twenty_concurrent_flags_of_one_component_queue_on_the_lock(node):
+    """Issue 33 item 6: concurrent ``flags`` of one component each wait their turn on the node lock and
+    make their change from the manifest as it is then (they were exit 10, 'someone else edited it',
+    when the other writer was cpctl): every one exits 0 (or with a clear lock timeout, exit 5)."""
+    procs = [subprocess.Popen(node.argv("flags", "scheduler", "--set", "v=%d" % n, "--reason", "run %d" % n,
+                                        lock_timeout=240),
+                              env=node.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for n in range(20)]
+    results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+    for proc in procs:
+        proc.stdout.close()
+        proc.stderr.close()
+    assert all(rc == 0 or (rc == 5 and "lock" in err) for rc, err in results), results
+    done = [r for r in node.history() if r["action"] == "flags"]
+    assert len(done) == sum(1 for rc, _ in results if rc == 0), "every run that exited 0 made its change"
+    with open(os.path.join(node.manifests, "kube-scheduler.yaml")) as handle:
+        text = handle.read()
+    assert text.count("--v=") == 1 and "--v=%s" % done[-1]["reason"].split()[-1] in text
+    assert not os.path.exists(node.journal) and temp_files(node.manifests, node.state) == []

@@ -2,7 +2,7 @@
 
 Each kind of change (stop, start, start-edited, scheduler-add, scheduler-remove, move-stray,
 restore-missing, apply, apply-parked, rollback, keep-in, apply-companion: a manifest and a companion file
-outside the kube dir written by one change) runs in a forked child on a ``MockHost`` that
+written by one change) runs in a forked child on a ``MockHost`` that
 kills the process just before its Nth host call, for every N from the first call to the last - every
 instant between two file operations is a kill point. The next cpctl command (``status``, in-process)
 must then find the node in one of the two states the change goes between, completed or rolled back,
@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, Tuple
 
 import pytest
 
-from cpctl.core import kubeadmconfig, views
+from cpctl.core import keptin, kubeadmconfig, views
 from cpctl.core.companions import Companion
 from cpctl.core.settings import Settings
 from cpctl.errors import CpctlError, ExitCode
@@ -38,9 +38,9 @@ OLD_COMPANION, NEW_COMPANION = b"policy v1\n", b"policy v2\n"
 
 
 def _companion_path(root: str) -> str:
-    """A companion file outside the node's kube dir (``root``): allowed by --force, and by the journal
-    only because the change records it in ``companions``."""
-    return root + "-outside/companion/policy.yaml"
+    """A companion file below the node's kube dir (``root``): allowed by the journal only because the
+    change records it in ``companions``."""
+    return root + "/companion/policy.yaml"
 
 
 def _mounting(data: bytes, node_path: str) -> bytes:
@@ -100,12 +100,22 @@ CHANGES: Dict[str, Callable[[Any], Any]] = {
         node, "kube-scheduler", SCHEDULER, NEW_SCHEDULER, kubeadmconfig.FlagChange([("v", "4")]),
         [kubeadmconfig.KeepIn("patches")]), None),
     "displaced": _displace,
+    "keep-in-undo": lambda node: keptin.undo_patch(node, _kept_patch(node)),
 }
+
+PATCH_BYTES = b'- {"op": "add", "path": "/spec/containers/0/command/-", "value": "--v=4"}\n'
+
+
+def _kept_patch(node: Any) -> Any:
+    """The record of a --keep-in patches change that created the patch file (there was none before)."""
+    path = os.path.join(os.path.dirname(node.manifests_dir), "patches", "kube-scheduler+json.yaml")
+    return keptin.KeptPatch("0123456789abcdef", "kube-scheduler", "kube-scheduler.yaml", sha(SCHEDULER),
+                            sha(NEW_SCHEDULER), path, None, sha(PATCH_BYTES))
 
 
 def _prepare(kind: str, root: str) -> NodeDirs:
     """A node in the state the change starts from (set up without faults)."""
-    if kind in ("scheduler-add", "scheduler-remove", "apply", "rollback", "keep-in", "displaced"):
+    if kind in ("scheduler-add", "scheduler-remove", "apply", "rollback", "keep-in", "displaced", "keep-in-undo"):
         node = NodeDirs(root, files={"kube-scheduler.yaml": SCHEDULER})
     elif kind == "apply-companion":
         node = NodeDirs(root, files={"kube-scheduler.yaml": _mounting(SCHEDULER, _companion_path(root))})
@@ -126,6 +136,12 @@ def _prepare(kind: str, root: str) -> NodeDirs:
     if kind == "displaced":
         with open(os.path.join(node.manifests, "kube-scheduler.yaml"), "wb") as handle:
             handle.write(THEIRS)
+    if kind == "keep-in-undo":                  # the patch file a kept change wrote, and its record
+        _done(_run(node, "keep-in", 0))
+        settings = Settings(manifests_dir=node.manifests, state_dir=node.state, node_name=NODE, probe="none")
+        opened = open_node(settings, LocalHost())
+        with opened.session("test"):
+            keptin.save_patch(opened, _kept_patch(opened))
     if kind == "move-stray":
         with open(os.path.join(node.manifests, "kube-scheduler.yaml.orig"), "wb") as handle:
             handle.write(STRAY)
@@ -335,6 +351,18 @@ def _check_keep_in(node: NodeDirs, status: Dict[str, Any]) -> str:
     return "completed"
 
 
+def _check_keep_in_undo(node: NodeDirs, status: Dict[str, Any]) -> str:
+    """The patch file is there as the kept change wrote it (undo rolled back) or gone (undo recorded)."""
+    path = os.path.join(node.root, "patches", "kube-scheduler+json.yaml")
+    if os.path.exists(path):
+        with open(path, "rb") as handle:
+            assert handle.read() == PATCH_BYTES
+        assert _actions(node) == ["keep-in"]
+        return "rolled back"
+    assert _actions(node) == ["keep-in", "keep-in"] and node.history()[-1].get("undo") is True
+    return "completed"
+
+
 def _check_displaced(node: NodeDirs, status: Dict[str, Any]) -> str:
     """Theirs always stays in place; cpctl's bytes (revision 2, kept by the apply) are labelled
     ``displaced`` exactly when the change is recorded."""
@@ -378,6 +406,7 @@ CHECKS: Dict[str, Callable[..., str]] = {
     "keep-in": _check_keep_in,
     "apply-companion": _check_apply_companion,
     "displaced": _check_displaced,
+    "keep-in-undo": _check_keep_in_undo,
 }
 
 

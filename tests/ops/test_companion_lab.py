@@ -76,7 +76,7 @@ def test_bad_companion_input_is_one_line_and_changes_nothing(lab: Any, tmp_path:
         (["apply", "scheduler", "-f", str(new), "--with-file", "%s=%s" % (node_path, tmp_path / "big.txt")],
          2, "larger than 1 MiB"),
         (["apply", "scheduler", "-f", str(new), "--with-file", "%s=%s" % (outside, local)],
-         4, "pass --force"),
+         4, "cpctl writes companion files only below"),
         (["apply", "scheduler", "-f", str(unmounted), "--with-file", "%s=%s" % (node_path, local)],
          4, "the manifest does not mount %s: add to spec.volumes {name: extra-note-txt, hostPath: {path: %s, "
             "type: File}} and to the container's volumeMounts {name: extra-note-txt, mountPath: "
@@ -97,7 +97,7 @@ def test_bad_companion_input_is_one_line_and_changes_nothing(lab: Any, tmp_path:
     # JSON output: the same error as one object
     proc = run_cpctl(lab, "-o", "json", "apply", "scheduler", "-f", str(new), "--with-file",
                      "%s=%s" % (outside, local), *FAST)
-    assert proc.returncode == 4 and "pass --force" in json.loads(proc.stdout or proc.stderr)["error"]["message"]
+    assert proc.returncode == 4 and "only below" in json.loads(proc.stdout or proc.stderr)["error"]["message"]
 
 
 def test_rollback_restores_the_previous_companion_file(lab: Any, tmp_path: Any) -> None:

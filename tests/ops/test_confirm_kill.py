@@ -117,3 +117,68 @@ def test_sigkill_before_every_host_call_of_arm_confirm_revert(kind: str, tmp_pat
         seen[_check(node, kind)] += 1
         shutil.rmtree(root)
     assert seen["completed"] and seen["rolled back"], seen
+
+
+def _signalled_revert(node: NodeDirs, signame: str, at: int) -> Tuple[int, int]:
+    """The revert in a forked child that sends itself ``signame`` just before its ``at``-th host call
+    (0: never), SIGTERM raising ``Terminated`` as the entry point's handler does; the exception it ends
+    with is caught (the child exits 0): (wait status, host calls made)."""
+    from cpctl.cli.main import _on_sigterm
+    from cpctl.host.mock import Fault, MockHost
+    from tests.coreutil import in_child
+
+    def child() -> int:
+        signal.signal(signal.SIGTERM, _on_sigterm)
+        host = MockHost([Fault("*", signame, at=at)] if at else [])
+        try:
+            confirm.revert(open_node(_settings(node), host), "scheduler", "signal test", op="0123456789abcdef")
+        except BaseException:  # noqa: BLE001 - the interruption itself is what is swept
+            pass
+        return len(host.calls)
+    return in_child(child)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_a_signal_at_every_step_of_a_revert_never_flips_it(signame: str, tmp_path: Any) -> None:
+    """Issue 33 item 3: SIGINT/SIGTERM before any host call of a revert never leaves the unconfirmed
+    version in place without its arm, a "reverted" record means the previous version is in place, and
+    the revert's next run ends with the previous version, no arm, and one revert on record."""
+    status, calls = _signalled_revert(_prepare("revert", str(tmp_path / "count")), signame, 0)
+    assert os.WIFEXITED(status) and calls > 5
+    seen = {"kept the arm": 0, "reverted": 0}
+    for at in range(1, calls + 1):
+        root = str(tmp_path / ("s%d" % at))
+        node = _prepare("revert", root)
+        status, _ = _signalled_revert(node, signame, at)
+        assert os.WIFEXITED(status), "signal point %d: the child died (status %d)" % (at, status)
+        views.status(open_node(_settings(node), LocalHost()))          # the next command: recovery first
+        if _manifest(node) == NEW_SCHEDULER:
+            assert _armed(node), "signal point %d of %d: the unconfirmed version stands without an arm" % (at, calls)
+            assert "reverted" not in _actions(node), (at, _actions(node))
+            seen["kept the arm"] += 1
+        else:
+            assert _manifest(node) == SCHEDULER, at
+            seen["reverted"] += 1
+        if "reverted" in _actions(node):
+            assert _manifest(node) == SCHEDULER, (at, node.history()[-1])
+        confirm.revert(open_node(_settings(node), LocalHost()), "scheduler", "again", op="0123456789abcdef")
+        assert _manifest(node) == SCHEDULER and not _armed(node), at
+        actions = _actions(node)
+        assert actions.count("reverted") == 1 and actions[-1] == "reverted", (at, actions)
+        shutil.rmtree(root)
+    assert seen["kept the arm"] and seen["reverted"], seen
+
+
+def test_a_change_meeting_an_overdue_arm_does_not_say_it_reverts_at_a_past_time(tmp_path: Any) -> None:
+    """Issue 33 item 6: the refusal under an arm whose deadline has passed (its revert runs or is about
+    to) says so instead of 'reverts at <a time already past>'; checked under the lock by the change."""
+    node = _prepare("revert", str(tmp_path))
+    past = _arm_of(node)
+    past.deadline = iso(time.time() - 60)
+    assert "is due since %s" % past.deadline in past.refusal("flags").message
+    assert "reverts at" not in past.refusal("flags").message
+    assert "reverts at" in _arm_of(node).refusal("flags").message
+    opened = open_node(_settings(node), LocalHost(), overdue=False)
+    with pytest.raises(Exception, match="has an unconfirmed change"):
+        edits.replace(opened, "scheduler", SCHEDULER, "test", "apply", OPTIONS)

@@ -140,3 +140,58 @@ def test_the_plan_finishes_an_arm_whose_cpctl_was_killed(tmp_path: Any) -> None:
         outcomes.add(message == "reverted")
         shutil.rmtree(root)
     assert outcomes == {True, False}
+
+
+def _armed_files(node: NodeDirs, plan: Dict[str, Any], agent: bytes) -> "tuple[List[str], str]":
+    """The agent and the plan written as a remote arm writes them (its verify step made instant), and
+    the timer's command line: (argv, plan path)."""
+    import hashlib
+    import json
+    import sys
+
+    from cpctl.host.agent import agent_source
+    base = os.path.join(node.state, "confirm", "kube-scheduler.yaml." + OP)
+    plan = dict(plan, verify=dict(plan["verify"], url="", crictl="", settle=0, timeout=5))
+    data = (json.dumps(plan, sort_keys=True) + "\n").encode()
+    with open(base + ".agent.py", "wb") as handle:
+        handle.write(agent)
+    with open(base + ".plan", "wb") as handle:
+        handle.write(data)
+    real = agent_source()
+    return [sys.executable, "-c", hostops.VERIFY_LOADER, base + ".agent.py", hashlib.sha256(real).hexdigest(),
+            "revert-plan", base + ".plan", "--plan-sha256", hashlib.sha256(data).hexdigest()], base + ".plan"
+
+
+def test_the_timer_runs_only_the_agent_and_the_plan_it_armed(tmp_path: Any) -> None:
+    """Issue 33 item 4: the state dir's agent code and plan run only when their sha256 is the one the
+    timer's command line recorded at arm time; a plan naming a path outside a revert's allowance is
+    refused too. Each refusal changes nothing; the genuine pair reverts."""
+    import subprocess
+
+    from cpctl.host.agent import agent_source
+    assert not set("%$\\") & set(hostops.VERIFY_LOADER), "a systemd unit's command line would expand these"
+    node, plan = _prepare(str(tmp_path / "a"))
+    tampered = agent_source().replace(b"def revert_plan_main(argv):", b"def revert_plan_main(argv):\n    return 0\n\n\n"
+                                                                       b"def _unused(argv):", 1)
+    argv, _ = _armed_files(node, plan, tampered)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 7 and "is not the agent cpctl armed" in proc.stderr, proc.stderr
+    argv, plan_path = _armed_files(node, plan, agent_source())
+    with open(plan_path, "ab") as handle:
+        handle.write(b" ")                                   # changed after the arm
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 7, proc.stderr
+    crafted = dict(plan, entry=dict(plan["entry"], steps=plan["entry"]["steps"] + [
+        {"kind": "write", "path": os.path.join(node.root, "admin.conf"), "checksum": sha(b"x"),
+         "staged": plan["entry"]["steps"][0].get("staged") or os.path.join(node.state, "x")}]))
+    argv, _ = _armed_files(node, crafted, agent_source())      # its digest is right: its paths are not
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 7, proc.stderr
+    with open(os.path.join(node.manifests, "kube-scheduler.yaml"), "rb") as handle:
+        assert handle.read() == NEW_SCHEDULER
+    assert not os.path.exists(os.path.join(node.root, "admin.conf"))
+    argv, _ = _armed_files(node, plan, agent_source())
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    with open(os.path.join(node.manifests, "kube-scheduler.yaml"), "rb") as handle:
+        assert handle.read() == SCHEDULER

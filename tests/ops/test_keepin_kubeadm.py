@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -134,7 +135,7 @@ def test_failed_change_undoes_its_configmap_change(lab_factory: Any) -> None:
     proc = run_cpctl(handle, "flags", "scheduler", "--set", "bind-adress=0.0.0.0", "--keep-in", "kubeadm-config",
                      "--timeout", "10", "--force")
     assert proc.returncode == 11, proc.stderr
-    assert "ROLLED BACK" in proc.stderr and "its change to kube-system/kubeadm-config was undone" in proc.stderr
+    assert "ROLLED BACK" in proc.stderr and "kube-system/kubeadm-config put back as it was" in proc.stderr
     cfg = yaml.safe_load(configmap(handle)["data"]["ClusterConfiguration"])
     assert kc.extra_args(cfg, "scheduler") == [] and cfg == yaml.safe_load(text)
 
@@ -396,6 +397,7 @@ def test_repeated_issuers_survive_keep_in_of_another_flag_and_of_the_issuer(lab_
     assert [a for a in command(handle, "kube-apiserver") if a.startswith("--service-account-issuer=")] == [
         f"--service-account-issuer={v}" for v in sorted(ISSUERS)]          # ArgumentsToCommand: name, then value
 
+
 def test_failed_upgrade_leftovers_are_reported_not_refused_for_20_minutes(lab_factory: Any) -> None:
     """A component that does not come back: kubeadm moves every manifest back and keeps its tmp dirs;
     cpctl says what happened and lets the operator repair (no 'in flight' refusal)."""
@@ -475,3 +477,120 @@ def test_repeated_flag_in_v1beta3_refused_and_positions_refused_for_patches() ->
     container = {"command": ["kube-apiserver", "--service-account-issuer=a", "--service-account-issuer=b"]}
     with pytest.raises(kc.CpctlError, match="position"):
         kc.patch_ops([], 0, container, container, kc.FlagChange([("service-account-issuer", "c")]))
+
+
+# --- undo is whole (issue 33 item 1) -------------------------------------------------------------------
+FAST = ("--timeout", "60", "--settle", "1")
+
+
+def _kept(handle: LabHandle) -> tuple[str, str]:
+    cm = configmap(handle)
+    return cm["data"]["ClusterConfiguration"], cm["metadata"]["resourceVersion"]
+
+
+def test_rollback_and_an_unconfirmed_revert_put_the_kept_cluster_configuration_back(lab_factory: Any) -> None:
+    """A --keep-in kubeadm-config change undone by ``rollback`` and by ``revert-unconfirmed``: the
+    ClusterConfiguration is back as it was (only while its resourceVersion is the one cpctl wrote);
+    a ConfigMap someone else changed since is left as it is, and the undo says so."""
+    handle = lab_factory()
+    text, _ = _kept(handle)
+    # rollback
+    proc = run_cpctl(handle, "flags", "scheduler", "--set", "v=4", "--keep-in", "kubeadm-config", *FAST)
+    assert proc.returncode == 0, proc.stderr
+    assert kc.extra_args(cluster_config(handle), "scheduler") == [("v", "4")]
+    proc = run_cpctl(handle, "rollback", "scheduler", *FAST)
+    assert proc.returncode == 0, proc.stderr
+    assert "kube-system/kubeadm-config put back as it was" in proc.stdout, proc.stdout
+    back, version = _kept(handle)
+    assert back == text and "--v=4" not in command(handle, "kube-scheduler")
+    history = run_cpctl(handle, "-o", "json", "history").stdout
+    assert '"keep-in-undone"' in history and version in history
+    # an unconfirmed change's revert
+    proc = run_cpctl(handle, "flags", "scheduler", "--set", "v=5", "--keep-in", "kubeadm-config",
+                     "--confirm-within", "1h", *FAST)
+    assert proc.returncode == 0, proc.stderr
+    assert kc.extra_args(cluster_config(handle), "scheduler") == [("v", "5")]
+    proc = run_cpctl(handle, "revert-unconfirmed", "scheduler")
+    assert proc.returncode == 0, proc.stderr
+    assert _kept(handle)[0] == text and "--v=5" not in command(handle, "kube-scheduler")
+    # someone else changed the ConfigMap since: theirs stays, and the rollback says so
+    proc = run_cpctl(handle, "flags", "scheduler", "--set", "v=6", "--keep-in", "kubeadm-config", *FAST)
+    assert proc.returncode == 0, proc.stderr
+    kubectl(handle, "-n", "kube-system", "annotate", "cm", "kubeadm-config", "someone=else")
+    theirs = _kept(handle)
+    proc = run_cpctl(handle, "rollback", "scheduler", *FAST)
+    assert proc.returncode == 0, proc.stderr
+    assert "was changed by someone else since" in proc.stdout and theirs[1] in proc.stdout, proc.stdout
+    assert _kept(handle) == theirs and "--v=6" not in command(handle, "kube-scheduler")
+
+
+def test_a_kill_between_the_configmap_write_and_the_manifest_puts_the_configmap_back(lab_factory: Any) -> None:
+    """cpctl SIGKILLed after the API applied its ClusterConfiguration write and before the manifest
+    changed (the PUT's answer drips, one byte a second): the next command's recovery puts the
+    ClusterConfiguration back (cpctl never learnt the resourceVersion: its own text there is the proof)."""
+    handle = lab_factory()
+    text, _ = _kept(handle)
+    manifest = (handle.manifests_dir() / "kube-scheduler.yaml").read_bytes()
+    handle.inject_faults([{"method": "PUT", "path": "/configmaps/kubeadm-config$", "action": "drip", "interval": 5}])
+    env = dict(os.environ, **handle.env)
+    env.pop("CPCTL_PROBE", None)
+    proc = subprocess.Popen([sys.executable, "-m", "cpctl", "flags", "scheduler", "--set", "v=4", "--keep-in",
+                             "kubeadm-config", *FAST], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: _kept(handle)[0] != text, timeout=60, what="the ConfigMap written")
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)
+    handle.clear_faults()
+    assert (handle.manifests_dir() / "kube-scheduler.yaml").read_bytes() == manifest
+    assert kc.extra_args(cluster_config(handle), "scheduler") == [("v", "4")]
+    status = run_cpctl(handle, "status")
+    assert status.returncode == 0, status.stderr
+    assert "kube-system/kubeadm-config put back" in status.stderr, status.stderr
+    assert _kept(handle)[0] == text
+    # killed in the wait (the manifest changed, never verified): the rollback that undoes it puts the
+    # ClusterConfiguration back too
+    proc = subprocess.Popen([sys.executable, "-m", "cpctl", "flags", "scheduler", "--set", "v=7", "--keep-in",
+                             "kubeadm-config", "--timeout", "120", "--settle", "30"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: "--v=7" in command(handle, "kube-scheduler"), timeout=60, what="the manifest written")
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)
+    assert kc.extra_args(cluster_config(handle), "scheduler") == [("v", "7")]
+    proc2 = run_cpctl(handle, "rollback", "scheduler", *FAST)
+    assert proc2.returncode == 0, proc2.stderr
+    assert "kube-system/kubeadm-config put back" in proc2.stdout, proc2.stdout
+    assert _kept(handle)[0] == text and (handle.manifests_dir() / "kube-scheduler.yaml").read_bytes() == manifest
+
+
+def test_rollback_puts_the_kept_patch_file_back(lab_factory: Any) -> None:
+    """--keep-in patches undone by ``rollback``: a patch file the change created is removed, one it
+    changed gets its bytes before back (through the journal, on record); one someone else changed since
+    is left as it is, and the rollback says so."""
+    handle = lab_factory()
+    patch = handle.root_dir() / "etc/kubernetes/patches/kube-scheduler+json.yaml"
+    proc = run_cpctl(handle, "flags", "scheduler", "--set", "v=4", "--keep-in", "patches", *FAST)
+    assert proc.returncode == 0, proc.stderr
+    first = patch.read_bytes()
+    proc = run_cpctl(handle, "flags", "scheduler", "--set", "profiling=false", "--keep-in", "patches", *FAST)
+    assert proc.returncode == 0, proc.stderr
+    assert patch.read_bytes() != first
+    proc = run_cpctl(handle, "rollback", "scheduler", *FAST)
+    assert proc.returncode == 0, proc.stderr
+    assert "%s put back as it was" % patch in proc.stdout, proc.stdout
+    assert patch.read_bytes() == first
+    proc = run_cpctl(handle, "rollback", "scheduler", "--to", "1", *FAST)
+    assert proc.returncode == 0, proc.stderr
+    assert not patch.exists(), proc.stdout
+    history = run_cpctl(handle, "-o", "json", "history").stdout
+    assert history.count('"undo": true') == 2, history
+    # someone else's patch since: left as it is
+    proc = run_cpctl(handle, "flags", "scheduler", "--set", "v=6", "--keep-in", "patches", *FAST)
+    assert proc.returncode == 0, proc.stderr
+    patch.write_text(patch.read_text() + "# theirs\n")
+    theirs = patch.read_bytes()
+    proc = run_cpctl(handle, "rollback", "scheduler", *FAST)
+    assert proc.returncode == 0, proc.stderr
+    assert "changed by someone else since" in proc.stdout and patch.read_bytes() == theirs, proc.stdout

@@ -319,3 +319,46 @@ def test_test_files_sit_in_the_folder_of_their_package() -> None:
     misplaced = sorted(str(path.relative_to(tests)) for path in tests.rglob("test_*.py")
                        if path.parent.parent != tests or path.parent.name not in TEST_AREAS)
     assert not misplaced, "test files outside tests/{%s}/: %s" % (",".join(TEST_AREAS), misplaced)
+
+
+_MUTATORS = {"write_atomic": 1, "unlink": 1, "chmod": 1, "move": 2, "move_across": 2}   # name -> target args
+
+
+def _step_target(node: ast.AST) -> bool:
+    """``step.path``/``step.src`` or ``step["path"]``/``step["src"]`` (any name with "step" in it)."""
+    if isinstance(node, ast.Attribute) and node.attr in ("path", "src"):
+        return isinstance(node.value, ast.Name) and "step" in node.value.id
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and "step" in node.value.id:
+        key = node.slice
+        return isinstance(key, ast.Constant) and key.value in ("path", "src")
+    return False
+
+
+def _step_writers(tree: ast.AST) -> List[Tuple[str, int]]:
+    """(enclosing class, line) of every call that writes, moves, removes or chmods a step's target."""
+    found: List[Tuple[str, int]] = []
+
+    def walk(node: ast.AST, owner: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            here = child.name if isinstance(child, ast.ClassDef) else owner
+            if isinstance(child, ast.Call):
+                name = child.func.attr if isinstance(child.func, ast.Attribute) else \
+                    child.func.id if isinstance(child.func, ast.Name) else ""
+                if name in _MUTATORS and any(_step_target(a) for a in child.args[:_MUTATORS[name]]):
+                    found.append((owner, child.lineno))
+            walk(child, here)
+    walk(tree, "")
+    return found
+
+
+def test_one_executor_applies_journal_steps() -> None:
+    """Issue 33: a journaled step's target is changed only by ``host/ops.StepRunner`` - the executor the
+    journal runs through a Host and the node-side revert runs on the node. A second loop that writes,
+    moves or removes ``step.path``/``step["path"]`` anywhere else fails here."""
+    wrong = []
+    for name, path in sorted(modules("cpctl").items()):
+        for owner, line in _step_writers(parsed(path)):
+            if not (name == "cpctl.host.ops" and owner == "StepRunner"):
+                wrong.append("%s:%d (in %s)" % (path.relative_to(ROOT), line, owner or "module"))
+    assert not wrong, "journal steps applied outside host/ops.StepRunner:\n" + "\n".join(wrong)
+    assert _step_writers(parsed(ROOT / "cpctl/host/ops.py")), "the executor itself is found"

@@ -56,12 +56,11 @@ def parse_confirm(ctx: click.Context, within: Optional[str], check: Optional[str
 
 def guarded(ctx: click.Context, component: str, action_name: str, action: NodeAction,
             confirm: Optional["ConfirmOptions"], dry_run: bool) -> NodeAction:
-    """``action`` refused while the component's last change awaits confirmation (its dry run too:
-    it decides like the real run), and - with ``--confirm-within``, not in a dry run - followed by
-    the arm (and ``--confirm-check``)."""
+    """``action`` - with ``--confirm-within``, not in a dry run - followed by the arm (and
+    ``--confirm-check``). The change itself refuses, under the node lock, while the component's last
+    change awaits confirmation (``ops.edits.refuse_now``; its dry run decides the same way)."""
     def run(node: "Node") -> Dict[str, object]:
         from cpctl.ops import confirm as confirm_ops
-        confirm_ops.refuse_armed(node, component, action_name)
         result = action(node)
         if confirm is None or dry_run:
             return result

@@ -233,6 +233,9 @@ def apply(ctx: click.Context, component: str, source: str, parked: bool, keep_in
     def action(node: Any) -> Dict[str, Any]:
         if not targets:
             return edits.replace(node, component, new, where, "apply", options, companions=files)
+        return edits.until_fresh(node, lambda: kept_apply(node))      # the kept flags made again from it
+
+    def kept_apply(node: "Node") -> Dict[str, object]:
         from cpctl.core.manifests import checksum
         _, data = edits.read_current(node, component, "apply")
         keep = _kept(node, component, data, new, targets)
@@ -284,6 +287,9 @@ def flags(ctx: click.Context, component: str, sets: Tuple[str, ...], unsets: Tup
                        confirming=confirm is not None)
 
     def action(node: Any) -> Dict[str, Any]:
+        return edits.until_fresh(node, lambda: attempt(node))    # another change first: made again from it
+
+    def attempt(node: "Node") -> Dict[str, object]:
         from cpctl.core.manifests import checksum
         _, data = edits.read_current(node, component, "flags", parked)
         new, said = edits.flags_version(data, component, container, wanted, removed)
@@ -504,6 +510,10 @@ def _edit_node(node: "Node", component: str, options: Any, yes: bool, targets: O
     from cpctl.ops import edits
     filename, data = edits.read_current(node, component, "edit", options.parked)
     name = edits.pod_name(node, component, "edit", options.parked)
+    if options.parked:    # refused before the editor opens (the change checks again under the lock)
+        edits.refuse_now(node, edits.parked_current(node, component, "edit")[0], "edit", options.force, True)
+    else:
+        edits.refuse_now(node, edits.current(node, component, "edit"), "edit", options.force)
     workdir = tempfile.mkdtemp(prefix="cpctl-edit-")
     path = _copy_path(workdir, node.node_name, filename)
     kept = "your edited copy is at %s" % path

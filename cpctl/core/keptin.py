@@ -1,0 +1,312 @@
+"""What a ``--keep-in kubeadm-config`` change wrote outside the manifest, kept so that its undo is whole.
+
+``--keep-in kubeadm-config`` changes the cluster-wide ClusterConfiguration (``kube-system/kubeadm-config``)
+together with the manifest; the next ``kubeadm upgrade`` renders every master's manifest from it. A
+manifest change undone without it comes back, on every master, at that upgrade. So the change records,
+under the node lock and BEFORE it writes the ConfigMap, ``STATE/keepin/<file>.<op>.json``: the manifest's
+checksum before (``previous``) and after, and the ClusterConfiguration text before and after cpctl's write
+with the ``resourceVersion`` that write produced (recorded right after it).
+
+One rule puts it back (:func:`settle`): once the manifest holds the ``previous`` bytes again - a
+``rollback``, an unconfirmed change's revert, an automatic rollback, a change interrupted or killed
+before its commit (the journal's recovery put the old bytes back) - the ClusterConfiguration text
+before the change is written back, **only** when the ConfigMap still holds cpctl's write (its
+``resourceVersion`` is the one cpctl's write produced; when cpctl was killed before it could record
+that: its text is cpctl's text). Someone else's later change is left in place and named. The record
+is dropped once the ConfigMap is put back or left to its new writer; an API that cannot be asked
+keeps it, and the next command tries again.
+
+It is representation-agnostic: the snapshot is the ClusterConfiguration TEXT, whatever ``keepin``
+changed in it (extraArgs, extraVolumes, ...).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, replace
+from typing import Callable, List, Optional, Tuple
+
+from cpctl.core import manifests
+from cpctl.core.node import Node
+from cpctl.errors import CpctlError, ExitCode
+from cpctl.timeutil import iso
+
+SUBDIR = "keepin"
+MAX_RECORD_BYTES = 4 << 20
+KEEP_RECORDS = 20                 # per manifest file, newest kept (older ones can no longer come back)
+_OP = re.compile(r"^[0-9a-f]{8,64}$")
+
+
+@dataclass
+class KeptConfig:
+    """One change's write to the ClusterConfiguration, and the manifest change it goes with."""
+
+    op: str
+    component: str
+    file: str
+    previous: str                 # sha256 of the manifest bytes before the change: when back, undo
+    checksum: str                 # sha256 of the manifest bytes the change writes
+    namespace: str
+    name: str
+    key: str                      # the ConfigMap's data key (ClusterConfiguration)
+    before: str                   # its text before cpctl's write
+    after: str                    # the text cpctl wrote
+    resource_version: str = ""    # what cpctl's write produced ("": not recorded - killed right after it)
+    time: str = ""
+
+
+@dataclass
+class ConfigWrite:
+    """How one change writes the ClusterConfiguration (built by ``ops.keepin``): where, the text read
+    and the text meant, and ``write()``, the read-modify-write itself, returning (text before, text
+    written, resourceVersion of the write) - ("", "", "") when it found nothing to change."""
+
+    namespace: str
+    name: str
+    key: str
+    before: str
+    after: str
+    write: Callable[[], Tuple[str, str, str]]
+
+
+def write(node: Node, config: ConfigWrite, component: str, filename: str, previous: str, checksum: str,
+          op: str) -> None:
+    """Under the node lock, before the manifest change ``op`` (``previous`` -> ``checksum``) is applied:
+    record the ClusterConfiguration change, write it, record the resourceVersion it produced. A write
+    that fails (or finds nothing to change) leaves no record."""
+    kept = KeptConfig(op, component, filename, previous, checksum, config.namespace, config.name, config.key,
+                      config.before, config.after)
+    save(node, kept)
+    before, after, version = config.write()     # failed or interrupted: the record stays, ``settle`` decides
+    if not version:
+        drop(node, kept)
+        return
+    save(node, replace(kept, before=before, after=after, resource_version=version))
+    prune(node, filename)
+
+
+@dataclass
+class KeptPatch:
+    """One change's write of a kubeadm patch file (``--keep-in patches``): its bytes before (None: no
+    file) and the sha256 of the bytes cpctl wrote, and the manifest change it goes with."""
+
+    op: str
+    component: str
+    file: str
+    previous: str                 # sha256 of the manifest bytes before the change: when back, undo
+    checksum: str                 # sha256 of the manifest bytes the change wrote
+    path: str
+    before: Optional[bytes]
+    after: str
+    time: str = ""
+
+
+def save_patch(node: Node, kept: KeptPatch) -> None:
+    """Record a patch file write (after it was made, in the same session)."""
+    node.host.makedirs(directory(node), 0o700)
+    value = dict(asdict(replace(kept, time=kept.time or iso())), kind="patch",
+                 before=None if kept.before is None else base64.b64encode(kept.before).decode("ascii"))
+    node.host.write_atomic("%s/%s.%s.patch.json" % (directory(node), kept.file, kept.op),
+                           (json.dumps(value, indent=2, sort_keys=True) + "\n").encode())
+
+
+def _patch_records(node: Node, filename: Optional[str]) -> List[KeptPatch]:
+    where = directory(node)
+    if node.host.lstat(where) is None:
+        return []
+    found = []
+    for name in sorted(node.host.listdir(where)):
+        if not name.endswith(".patch.json") or (filename is not None and not name.startswith(filename + ".")):
+            continue
+        path = where + "/" + name
+        entry = node.host.lstat(path)
+        if entry is None or entry["kind"] != "file" or entry["size"] > MAX_RECORD_BYTES:
+            raise CpctlError("%s is not a --keep-in record cpctl wrote: inspect it by hand" % path,
+                             ExitCode.ENVIRONMENT)
+        try:
+            value = json.loads(node.host.read_file(path, MAX_RECORD_BYTES).decode("utf-8"))
+            before = value["before"]
+            kept = KeptPatch(str(value["op"]), str(value["component"]), str(value["file"]), str(value["previous"]),
+                             str(value["checksum"]), str(value["path"]),
+                             None if before is None else base64.b64decode(str(before), validate=True),
+                             str(value["after"]), str(value.get("time") or ""))
+        except (UnicodeDecodeError, ValueError, KeyError, TypeError, binascii.Error):
+            raise CpctlError("%s is not a --keep-in record cpctl wrote: inspect it by hand" % path,
+                             ExitCode.ENVIRONMENT) from None
+        if name == "%s.%s.patch.json" % (kept.file, kept.op) and _OP.match(kept.op):
+            found.append(kept)
+    return found
+
+
+def _drop_patch(node: Node, kept: KeptPatch) -> None:
+    node.host.unlink("%s/%s.%s.patch.json" % (directory(node), kept.file, kept.op))
+
+
+def undo_patch(node: Node, kept: KeptPatch) -> str:
+    """Put the patch file's bytes before the change back (remove it when there was none), through the
+    journal - only over cpctl's own bytes; someone else's are left and named."""
+    from cpctl.core import journal
+    info = node.host.lstat(kept.path)
+    now = manifests.checksum(node.host.read_file(kept.path, MAX_RECORD_BYTES)) \
+        if info is not None and info["kind"] == "file" else None
+    was = manifests.checksum(kept.before) if kept.before is not None else None
+    if now == was:
+        _drop_patch(node, kept)
+        return ""
+    if now != kept.after:
+        _drop_patch(node, kept)
+        return ("%s was changed by someone else since cpctl's --keep-in change of %s: left as it is - it may "
+                "still hold what was undone" % (kept.path, kept.component))
+    name = os.path.basename(kept.path)
+    record = {"patch": kept.path, "reason": "the manifest is back at the version before the change", "undo": True}
+    if kept.before is None:
+        change = journal.Change("keep-in", kept.component, name, None, [journal.remove(kept.path)], commit=0,
+                                record=record)
+    else:
+        step = journal.write(kept.path, manifests.checksum(kept.before), mode=0o600, before=kept.after)
+        change = journal.Change("keep-in", kept.component, name, manifests.checksum(kept.before), [step], commit=0,
+                                data={0: kept.before}, record=record)
+    node.apply(change)
+    _drop_patch(node, kept)
+    return "%s put back as it was before the change%s" % (kept.path, "" if kept.before is not None else
+                                                          " (removed: there was none)")
+
+
+def directory(node: Node) -> str:
+    return node.state.path + "/" + SUBDIR
+
+
+def _path(node: Node, kept: KeptConfig) -> str:
+    return "%s/%s.%s.json" % (directory(node), kept.file, kept.op)
+
+
+def save(node: Node, kept: KeptConfig) -> None:
+    """Write (or rewrite) the record, atomically, in the 0700 state dir."""
+    node.host.makedirs(directory(node), 0o700)
+    data = (json.dumps(asdict(replace(kept, time=kept.time or iso())), indent=2, sort_keys=True) + "\n").encode()
+    node.host.write_atomic(_path(node, kept), data)
+
+
+def drop(node: Node, kept: KeptConfig) -> None:
+    node.host.unlink(_path(node, kept))
+
+
+def _parse(data: bytes, path: str) -> KeptConfig:
+    """A record as cpctl writes it; anything else is one clear error (exit 7)."""
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        value = None
+    fields = [f for f in KeptConfig.__dataclass_fields__]
+    if not isinstance(value, dict) or any(not isinstance(value.get(f), str) for f in fields) or \
+            not _OP.match(str(value.get("op"))):
+        raise CpctlError("%s is not a --keep-in record cpctl wrote: inspect it by hand (remove it to forget the "
+                         "ClusterConfiguration change it names)" % path, ExitCode.ENVIRONMENT)
+    return KeptConfig(**{f: value[f] for f in fields})
+
+
+def read_all(node: Node, filename: Optional[str] = None) -> List[KeptConfig]:
+    """The records (of ``filename``), oldest first; none when the directory is absent."""
+    where = directory(node)
+    info = node.host.lstat(where)
+    if info is None:
+        return []
+    if info["kind"] != "dir":
+        raise CpctlError("%s is not a directory: inspect it by hand" % where, ExitCode.ENVIRONMENT)
+    found = []
+    for name in sorted(node.host.listdir(where)):
+        if not name.endswith(".json") or name.endswith(".patch.json") or name.startswith(".") or \
+                (filename is not None and not name.startswith(filename + ".")):
+            continue
+        path = where + "/" + name
+        entry = node.host.lstat(path)
+        if entry is None or entry["kind"] != "file" or entry["size"] > MAX_RECORD_BYTES:
+            raise CpctlError("%s is not a --keep-in record cpctl wrote: inspect it by hand" % path,
+                             ExitCode.ENVIRONMENT)
+        kept = _parse(node.host.read_file(path, MAX_RECORD_BYTES), path)
+        if name != "%s.%s.json" % (kept.file, kept.op) or (filename is not None and kept.file != filename):
+            continue
+        found.append(kept)
+    return sorted(found, key=lambda k: k.time)
+
+
+def prune(node: Node, filename: str) -> None:
+    """Keep the newest KEEP_RECORDS records of ``filename``."""
+    records = read_all(node, filename)
+    for old in records[:max(0, len(records) - KEEP_RECORDS)]:
+        drop(node, old)
+
+
+def settle(node: Node, filename: Optional[str] = None) -> List[str]:
+    """Put back the ClusterConfiguration of every recorded change (of ``filename``) whose manifest
+    holds its ``previous`` bytes again (see the module); one line per record handled."""
+    lines = []
+    for kept in read_all(node, filename):
+        now = node.checksum_of(node.manifests_dir + "/" + kept.file)
+        if now == kept.previous:
+            lines.append(undo(node, kept))
+    for patch in _patch_records(node, filename):
+        if node.checksum_of(node.manifests_dir + "/" + patch.file) == patch.previous:
+            lines.append(undo_patch(node, patch))
+    return [line for line in lines if line]
+
+
+def undo(node: Node, kept: KeptConfig) -> str:
+    """Write ``kept.before`` back when the ConfigMap still holds cpctl's write; say what happened."""
+    from cpctl.probes.kubeapi import ApiError, client_for
+    where = "%s/%s" % (kept.namespace, kept.name)
+    try:
+        client = client_for(node.host, node.kubeconfig)
+        found = client.get_configmap(kept.namespace, kept.name)
+        if found is None:
+            drop(node, kept)
+            return "%s is gone: its change by the %s of %s was not put back" % (where, kept.op, kept.component)
+        data = found.get("data") if isinstance(found.get("data"), dict) else {}
+        assert isinstance(data, dict)
+        meta = found.get("metadata") if isinstance(found.get("metadata"), dict) else {}
+        assert isinstance(meta, dict)
+        text, version = data.get(kept.key), str(meta.get("resourceVersion") or "")
+        if text == kept.before:
+            drop(node, kept)
+            return ""
+        if not kept.resource_version and text != kept.after:
+            drop(node, kept)           # cpctl's write never landed (or was not cpctl's to undo): nothing to do
+            return ""
+        if kept.resource_version and version != kept.resource_version:
+            drop(node, kept)
+            return ("%s was changed by someone else since cpctl's --keep-in change of %s (resourceVersion %s, "
+                    "cpctl wrote %s): left as it is - it may still hold what was undone: check it (cpctl check "
+                    "--kubeadm)" % (where, kept.component, version or "?", kept.resource_version or "?"))
+        written = client.update_configmap(kept.namespace, kept.name, dict(found, data=dict(data, **{
+            kept.key: kept.before})))
+    except ApiError as exc:
+        if exc.status == 409:
+            drop(node, kept)
+            return ("%s changed while cpctl put its --keep-in change of %s back (someone else writes it): left as "
+                    "it is: check it (cpctl check --kubeadm)" % (where, kept.component))
+        return _unreachable(where, kept, exc.message)
+    except (CpctlError, OSError) as exc:
+        return _unreachable(where, kept, getattr(exc, "message", None) or str(exc))
+    new_meta = written.get("metadata") if isinstance(written, dict) else None
+    new_version = str(new_meta.get("resourceVersion") or "") if isinstance(new_meta, dict) else ""
+    drop(node, kept)
+    for other in read_all(node):      # an older change whose text is back: ours again, at the new version
+        if other.after == kept.before and other.namespace == kept.namespace and other.name == kept.name:
+            save(node, replace(other, resource_version=new_version))
+    who = node.who()
+    node.state.append_history({
+        "time": iso(), "user": who.get("sudo_user") or who.get("user"), "host": who.get("hostname"),
+        "node": who.get("node"), "action": "keep-in-undone", "component": kept.component, "file": kept.file,
+        "checksum": manifests.checksum(kept.before.encode("utf-8")), "op": kept.op, "configmap": where,
+        "resource_version": new_version, "origin": who.get("origin") or "",
+        "reason": "the manifest is back at the version before the change"})
+    return "%s put back as it was before the change (resourceVersion %s)" % (where, new_version or "?")
+
+
+def _unreachable(where: str, kept: KeptConfig, why: str) -> str:
+    return ("%s NOT put back yet (%s): the --keep-in change of %s stays recorded; the next cpctl command tries "
+            "again" % (where, why, kept.component))

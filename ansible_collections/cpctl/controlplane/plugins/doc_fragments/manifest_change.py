@@ -1,5 +1,7 @@
 # -*- coding: utf-8 -*-
-# Apache-2.0 (see the cpctl repository's license)
+# Copyright: (c) 2026, cpctl maintainers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The options, attributes and notes every manifest-changing module shares (static_pod_manifest,
 static_pod_flags): one text, so that the modules cannot drift apart. Their argument specs share
 ``module_utils/specs.py`` the same way."""
@@ -44,6 +46,14 @@ attributes:
   diff_mode:
     support: full
     details: The manifest's unified diff.
+  platform:
+    platforms: posix
+  action:
+    support: full
+  async:
+    support: none
+  bypass_host_loop:
+    support: none
 notes:
   - Reads the same host variables as M(cpctl.controlplane.static_pod).
 """

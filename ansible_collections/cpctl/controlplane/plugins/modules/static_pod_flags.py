@@ -1,6 +1,8 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
-# Apache-2.0 (see the cpctl repository's license)
+# Copyright: (c) 2026, cpctl maintainers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 
 from __future__ import annotations
 
@@ -18,8 +20,10 @@ description:
   - Runs on the controller (action plugin) with the cpctl installed there; the master needs only
     C(python3). etcd and the API server keep cpctl's quorum guard, counted through the cluster.
 author:
-  - cpctl maintainers
+  - cpctl maintainers (@cpctl)
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.flow
   - cpctl.controlplane.manifest_change
 options:
   set:
@@ -71,7 +75,7 @@ from ansible_collections.cpctl.controlplane.plugins.module_utils.specs import MA
 
 ARGUMENT_SPEC = dict(
     MANIFEST_CHANGE,
-    set=dict(type="dict", default={}),
+    set=dict(type="dict", default={}, no_log=True),
     unset=dict(type="list", elements="str", default=[]),
     container=dict(type="str"),
 )

@@ -278,7 +278,14 @@ def cluster_census(ctx: click.Context) -> Tuple[List["HostResult"], Set[str], st
     from cpctl.fleet.targets import select_specs
     from cpctl.ops.fleetsafety import cluster_census_of, cluster_results
     remote = state(ctx).remote
-    assert remote is not None
+    if remote is None:           # on the master itself (Ansible's connection: local, ansible-pull)
+        from cpctl.fleet.runner import HostResult
+        try:
+            node = local_node(ctx, probe="none")
+            own: HostResult[Dict[str, object]] = HostResult(node.node_name, "ok", dict(cluster_census_of(node)))
+        except CpctlError as exc:
+            own = HostResult("this node", "failed", error=exc.message, code=int(exc.code))
+        return cluster_results([own])
     return cluster_results(run_on_hosts(ctx, select_specs(remote), lambda node: dict(cluster_census_of(node)), False,
                                         probe="none"))
 

@@ -123,7 +123,8 @@ def _command_words(name: Optional[str], command: Any, rest: List[str]) -> str:
 @click.option("--census", type=click.Choice(["inventory", "cluster"]), default="inventory", show_default=True,
               help="Where the etcd/API server quorum check counts: every inventory master, or the cluster "
                    "itself through the selected master's API server (mirror pods), for callers that see one "
-                   "master at a time (Ansible's serial); cluster also serialises such changes per cluster.")
+                   "master at a time (Ansible's serial); cluster also serialises such changes per cluster. Without "
+                   "-H/-i, cluster counts through this node's own API server (default: no fleet check).")
 @click.option("--host-timeout", envvar="CPCTL_HOST_TIMEOUT", type=click.FloatRange(0.1, 86400), default=None,
               metavar="SECONDS", help="Give up on a host whose run takes longer (its connection is closed) "
                                       "[default: 60 for read-only commands, none for changes].")
@@ -167,10 +168,7 @@ def main(ctx: click.Context, manifests_dir: Optional[str], kubelet_dir: str, sta
         ctx.obj.remote = _remote(ctx, list(hosts), inventory, ssh_config, known_hosts, accept_new_host_key,
                                  ask_become_pass, persist_seconds, forks, serial_value, keep_going, host_timeout)
         ctx.obj.remote.census = census
-    elif census != "inventory":
-        from cpctl.errors import CpctlError, ExitCode
-        raise CpctlError("--census cluster counts through a master's API server: select it with -H or --inventory",
-                         ExitCode.USAGE)
+    ctx.obj.census = census
     path, plugin, asks_help = ctx.meta.get(_PATH_KEY, ("", False, False))
     if not asks_help:
         from cpctl.cli.fanout import enforce

@@ -41,12 +41,15 @@ def guarded_reason(ctx: click.Context, verb: str, components: List[str], force: 
     """With an inventory, refuse what would take etcd or the API server down fleet-wide (a dry run
     is refused exactly like the real one); the reason to record, marked when ``--force``d."""
     remote = state(ctx).remote
-    if remote is None or verb not in ("stop", "restart", "apply"):
+    if verb not in ("stop", "restart", "apply"):
         return reason
     from cpctl.fleet.targets import select_specs
     from cpctl.ops import fleetsafety
     if not fleetsafety.guarded(components):
         return reason
+    if remote is None:        # on the node itself: only --census cluster has anything to count
+        return cluster_guarded_reason(ctx, verb, components, force, reason) if state(ctx).census == "cluster" \
+            else reason
     if remote.census == "cluster":
         return cluster_guarded_reason(ctx, verb, components, force, reason)
     if not remote.inventory:
@@ -63,9 +66,9 @@ def cluster_guarded_reason(ctx: click.Context, verb: str, components: List[str],
     one before it left. The census is taken again once the lock is held."""
     from cpctl.cli.fanout import cluster_census, hold_cluster_lock
     from cpctl.errors import CpctlError, ExitCode
+    from cpctl.fleet.runner import parse_serial
     from cpctl.ops import fleetsafety
     remote = state(ctx).remote
-    assert remote is not None
     try:
         results, targets, cluster = cluster_census(ctx)
         if hold_cluster_lock(ctx, cluster):
@@ -74,7 +77,8 @@ def cluster_guarded_reason(ctx: click.Context, verb: str, components: List[str],
         if exc.code != ExitCode.REFUSED or not force:
             raise
         return "[forced past: %s] %s" % (exc.message, reason or "")
-    return fleetsafety.preflight(results, targets, verb, components, remote.serial, force, reason)
+    serial = remote.serial if remote is not None else parse_serial(1)
+    return fleetsafety.preflight(results, targets, verb, components, serial, force, reason)
 
 
 #: The components a change acts on, per node (``start --all-parked``: the ones parked there).

@@ -52,7 +52,20 @@ class CpctlGroup(click.Group):
             module_name, attr = spec.entry.split(":")
             return getattr(importlib.import_module(module_name), attr)
         point = plugin_entry_points().get(name)
-        loaded = point.load() if point is not None else None
+        if point is None:
+            return None
+        try:
+            loaded = point.load()
+        except ModuleNotFoundError as exc:
+            module = point.target.partition(":")[0].strip()
+            if not exc.name or not (module == exc.name or module.startswith(exc.name + ".")):
+                raise                     # the plugin is there but broken: an internal error of that package
+            from cpctl.errors import CpctlError, ExitCode
+            raise CpctlError("cpctl %s: this install of %s declares the command but has no module %s (an install "
+                             "without it, such as examples/Dockerfile's)" % (name, point.package, exc.name),
+                             ExitCode.ENVIRONMENT,
+                             hint="install cpctl with it: pip install cpctl (from the package index), or pip "
+                                  "install . in a checkout of cpctl's repository") from None
         return loaded if isinstance(loaded, click.Command) else None
 
     def resolve_command(self, ctx: click.Context, args: List[str]) -> Tuple[Any, Any, List[str]]:

@@ -219,11 +219,34 @@ def up_cmd(directory: Path, legacy_discovery: bool, timeout: float, **options: A
 
 
 @lab.command("profiles")
-def profiles_cmd() -> None:
+@click.pass_context
+def profiles_cmd(ctx: click.Context) -> None:
     """List the profiles and the settings each one changes."""
+    if _output(ctx) in ("json", "yaml"):       # cpctl's -o json: {"profiles": [{"name", "help", "settings"}]}
+        import json
+        data = {"profiles": [{"name": name, "help": profiles.PROFILE_HELP.get(name, ""), "settings": dict(values)}
+                             for name, values in profiles.PROFILES.items()]}
+        if _output(ctx) == "json":
+            click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+        else:
+            import yaml
+            click.echo(yaml.safe_dump(json.loads(json.dumps(data, default=str)), sort_keys=True), nl=False)
+        return
     for name, values in profiles.PROFILES.items():
         changes = ", ".join(f"{k}={v}" for k, v in values.items()) or "(nothing: the lab's defaults)"
         click.echo(f"{name:14} {profiles.PROFILE_HELP.get(name, '')}\n{'':14} {changes}")
+
+
+def _output(ctx: click.Context) -> str:
+    """cpctl's ``-o`` of this run (``text`` when the lab runs on its own): the output mode is the
+    one attribute of cpctl's run state the lab reads, by name, without importing cpctl."""
+    node: Optional[click.Context] = ctx
+    while node is not None:
+        output = getattr(node.obj, "output", None)
+        if isinstance(output, str):
+            return output
+        node = node.parent
+    return "text"
 
 
 @lab.command("down")

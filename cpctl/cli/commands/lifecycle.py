@@ -25,9 +25,15 @@ force_option = click.option("--force", is_flag=True,
 reason_option = click.option("--reason", default=None, help="Why (recorded in status and history).")
 
 
+#: Fields of a stop/start/restart result that a no-op ("already stopped") has no value for: null
+#: rather than left out, so that one schema reads every answer (docs/json.md).
+OUTCOME_FIELDS = ("file", "checksum", "wait")
+
+
 def outcomes_data(node: "Node", outcomes: Sequence["Outcome"]) -> Dict[str, object]:
+    results = [dict(dict.fromkeys(OUTCOME_FIELDS), **o.to_dict()) for o in outcomes]
     return {"node": node.node_name, "recovered": list(node.recovered), "changed": any(o.changed for o in outcomes),
-            "results": [o.to_dict() for o in outcomes]}
+            "results": results}
 
 
 def check_reason(reason: Optional[str]) -> None:
@@ -110,7 +116,12 @@ def change(ctx: click.Context, verb: str, components: List[str], dry_run: bool, 
     if dry_run:
         def planned(node: "Node") -> Dict[str, object]:
             refuse_in_flight(node)
-            return dict(lifecycle.plan(node, verb, names(node)), **marked)
+            planned_data = dict(lifecycle.plan(node, verb, names(node)), **marked)
+            # what this dry run says a real run would change (changed: this run changed nothing)
+            plan_steps = planned_data.get("plan")
+            planned_data["would_change"] = isinstance(plan_steps, list) and any(
+                isinstance(step, dict) and step.get("move") for step in plan_steps)
+            return planned_data
         execute(ctx, planned, plan_text)
         return
 

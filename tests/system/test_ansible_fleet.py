@@ -320,3 +320,52 @@ def test_ansible_ssh_private_key_file_is_the_key_cpctl_uses(play: Play) -> None:
     with open(with_key, "w") as handle:
         handle.write(text)
     assert recap(play.run(info, inventory=with_key)) == {n: (1, 0, 0, 0, 0) for n in NAMES}
+
+
+def test_audit_logging_recipe_playbook(play: Play) -> None:
+    """docs/ansible.md's audit-logging playbook (examples/ansible/audit-logging.yml): the policy file from
+    the controller's files/, both flags and mounts, one master at a time; a second run changes nothing."""
+    shutil.copytree(str(EXAMPLES / "files"), os.path.join(play.tmp, "files"))
+    playbook = shutil.copy(str(EXAMPLES / "audit-logging.yml"), play.tmp)
+    before = play.snap()
+    proc = play.run(playbook, "--check", "--diff", "-e", "cpctl_settle=0.5")
+    assert play.snap() == before and recap(proc) == {n: (1, 1, 0, 0, 0) for n in NAMES}
+    assert "+    - --audit-policy-file=********" in proc.stdout
+    proc = play.run(playbook, "-e", "cpctl_settle=0.5")
+    assert recap(proc) == {n: (1, 1, 0, 0, 0) for n in NAMES}
+    policy = (EXAMPLES / "files" / "audit-policy.yaml").read_bytes()
+    for i in (1, 2, 3):
+        with open(play.manifest(i, "kube-apiserver.yaml")) as handle:
+            text = handle.read()
+        assert "--audit-policy-file=/etc/kubernetes/audit/policy.yaml" in text and "mountPath: /etc/kubernetes/audit" \
+            in text
+        root = play.hosts[NAMES[i - 1]]["node_root"]
+        with open(os.path.join(root, "etc/kubernetes/audit/policy.yaml"), "rb") as handle:
+            assert handle.read() == policy
+        record = read_history(play.state(i))[-1]
+        assert (record["action"], record["reason"]) == ("flags", "audit logging on") and record.get("companions")
+    assert recap(play.run(playbook, "-e", "cpctl_settle=0.5")) == {n: (1, 0, 0, 0, 0) for n in NAMES}
+
+
+def test_commit_confirmed_rolling_change_playbook(play: Play) -> None:
+    """docs/ansible.md's commit-confirmed playbook (examples/ansible/commit-confirmed.yml): each master's
+    change is armed, checked through the API and confirmed before the next master; no arm is left."""
+    playbook = str(EXAMPLES / "commit-confirmed.yml")
+    proc = play.run(playbook, "-e", "cpctl_settle=0.5")
+    assert recap(proc) == {n: (4, 2, 0, 0, 0) for n in NAMES}
+    times = []
+    for i in (1, 2, 3):
+        with open(play.manifest(i, "kube-apiserver.yaml")) as handle:
+            assert "--anonymous-auth=false" in handle.read()
+        records = [r for r in read_history(play.state(i)) if r["component"] == "kube-apiserver"]
+        assert [r["action"] for r in records][-3:] == ["flags", "armed", "confirmed"], records
+        times.append((records[-3]["time"], records[-1]["time"]))
+        arms = os.path.join(play.state(i), "confirm")
+        assert not [f for f in (os.listdir(arms) if os.path.isdir(arms) else []) if f.endswith(".json")]
+    # one master at a time: a master's change comes after the previous master's confirmation
+    assert times[0][1] <= times[1][0] and times[1][1] <= times[2][0]
+    # confirming again finds nothing armed: no change, no failure (check mode says the same)
+    again = play.playbook("again.yml", "- hosts: masters\n  gather_facts: false\n  tasks:\n"
+                                       "    - cpctl.controlplane.confirm: {component: apiserver}\n")
+    assert recap(play.run(again)) == {n: (1, 0, 0, 0, 0) for n in NAMES}
+    assert recap(play.run(again, "--check")) == {n: (1, 0, 0, 0, 0) for n in NAMES}

@@ -11,6 +11,7 @@ from ansible_collections.cpctl.controlplane.plugins.plugin_utils.cpctl import (
     CpctlAction,
     change_options,
     command,
+    companion_options,
     manifest_change,
 )
 
@@ -37,4 +38,10 @@ class ActionModule(CpctlAction):
             options += ["--unset", name]
         if args["container"]:
             options += ["--container", args["container"]]
-        return manifest_change(self, task_vars, command(["flags"], options + change_options(args), args["component"]))
+        if args["mount"]:
+            options.append("--mount")
+        companions, failure = companion_options(self, args)
+        if failure:
+            return failure
+        return manifest_change(self, task_vars, command(["flags"], options + companions + change_options(args),
+                                                        args["component"]))

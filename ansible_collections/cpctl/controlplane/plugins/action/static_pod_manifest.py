@@ -16,6 +16,7 @@ from ansible_collections.cpctl.controlplane.plugins.plugin_utils.cpctl import (
     CpctlAction,
     change_options,
     command,
+    companion_options,
     manifest_change,
 )
 
@@ -36,4 +37,7 @@ class ActionModule(CpctlAction):
             words = ["apply", "-f", source]
         else:
             words = ["apply", "-f", self.write_private("manifest.yaml", args["content"])]
-        return manifest_change(self, task_vars, command(words, change_options(args), args["component"]))
+        companions, failure = companion_options(self, args)
+        if failure:
+            return failure
+        return manifest_change(self, task_vars, command(words, companions + change_options(args), args["component"]))

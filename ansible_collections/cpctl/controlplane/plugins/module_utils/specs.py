@@ -20,4 +20,12 @@ MANIFEST_CHANGE = dict(
     rollback=dict(type="bool", default=True),
     keep_revisions=dict(type="int", default=10, no_log=False),
     force=FORCE,
+    confirm_within=dict(type="str"),
+    confirm_check=dict(type="str"),
+)
+
+#: The companion files and kubeadm bookkeeping of an apply or a flags change (not of a rollback).
+COMPANIONS = dict(
+    with_file=dict(type="dict", default={}),
+    keep_in=dict(type="list", elements="str", default=[]),
 )

@@ -26,6 +26,7 @@ extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.flow
   - cpctl.controlplane.manifest_change
+  - cpctl.controlplane.manifest_change.companions
 options:
   src:
     description: The new manifest, a file on the controller (searched in the role's or play's C(files/)).
@@ -72,10 +73,12 @@ rc:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.cpctl.controlplane.plugins.module_utils.specs import MANIFEST_CHANGE
+from ansible_collections.cpctl.controlplane.plugins.module_utils.specs import COMPANIONS, MANIFEST_CHANGE
 
 ARGUMENT_SPEC = dict(
     MANIFEST_CHANGE,
+    with_file=COMPANIONS["with_file"],
+    keep_in=COMPANIONS["keep_in"],
     src=dict(type="path"),
     content=dict(type="str", no_log=True),
     rollback_to=dict(type="int"),

@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 
-from ansible.errors import AnsibleActionFail
+from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.module_utils.common.parameters import remove_values
 from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
@@ -203,7 +203,7 @@ class CpctlAction(ActionBase):
             data = doc
         if rc not in ok_codes and not error:
             error = _error_line(proc.stderr) or _error_line(proc.stdout) or "cpctl exited %d" % rc
-        if rc in ok_codes and not isinstance(data, dict):
+        if rc == 0 and not isinstance(data, dict):
             rc, error = 70, "cpctl gave no JSON answer (%s)" % (_error_line(proc.stderr) or "exit %d" % proc.returncode)
         return rc, data, error
 
@@ -270,17 +270,26 @@ def change_options(args):
         argv.append("--no-rollback")
     if args["force"]:
         argv.append("--force")
+    if args.get("confirm_within"):
+        argv += ["--confirm-within", args["confirm_within"]]
+    if args.get("confirm_check"):
+        argv += ["--confirm-check", args["confirm_check"]]
+    for target in args.get("keep_in") or []:
+        argv += ["--keep-in", target]
     return argv
 
 
-CHANGE_SPEC = dict(
-    reason=dict(type="str"),
-    timeout=dict(type="float", default=120.0),
-    settle=dict(type="float", default=5.0),
-    rollback=dict(type="bool", default=True),
-    keep_revisions=dict(type="int", default=10),
-    force=dict(type="bool", default=False),
-)
+def companion_options(action, args):
+    """``--with-file NODE_PATH=LOCAL_FILE`` for each O(with_file) entry, the local file found like
+    ``src`` (the role's or play's ``files/``): (argv, None) or (None, the task's failure)."""
+    argv = []
+    for node_path, source in sorted((args.get("with_file") or {}).items()):
+        try:
+            local = action._find_needle("files", to_text(source))
+        except AnsibleError as exc:
+            return None, {"failed": True, "msg": "with_file %s: %s" % (node_path, exc)}
+        argv += ["--with-file", "%s=%s" % (node_path, local)]
+    return argv, None
 
 
 def manifest_change(action, task_vars, argv):

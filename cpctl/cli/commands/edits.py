@@ -152,7 +152,7 @@ def _guard(ctx: click.Context, component: str, action_name: str, action: NodeAct
 CHANGE_FIELDS = ("revision", "new_revision", "checksum", "previous", "effect", "wait", "diff")
 
 
-def change_shape(data: Dict[str, Any]) -> Dict[str, Any]:
+def change_shape(data: Dict[str, object]) -> Dict[str, object]:
     """apply/edit/flags/rollback's answer in its one shape: every documented field present (null when
     it has no value), ``dry_run`` always said, and ``would_change`` - whether the run (a dry run:
     would) change the manifest - next to ``changed`` (what this run changed: nothing, in a dry run)."""
@@ -167,7 +167,7 @@ def change_shape(data: Dict[str, Any]) -> Dict[str, Any]:
 
 def shaped(action: NodeAction) -> NodeAction:
     """``action`` whose answer has the one shape of a change (:func:`change_shape`)."""
-    def run(node: Any) -> Dict[str, Any]:
+    def run(node: "Node") -> Dict[str, object]:
         return change_shape(action(node))
     return run
 

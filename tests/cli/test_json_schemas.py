@@ -76,8 +76,13 @@ def test_every_answer_matches_its_schema_locally_and_remotely(both: Both) -> Non
     assert (noop["changed"], noop["would_change"], noop["revision"], noop["checksum"]) == (False, False, None, None)
     check = both("check", "check")
     assert check["actions"] is None and check["remaining"] == check["findings"]
+    history = both("history", "history")
+    assert [r["action"] for r in history["history"]][:2] == ["stop", "start"]
+    revisions = both("revisions", "revisions", "scheduler")
+    assert [r["current"] for r in revisions["revisions"]][-1] is True
 
 
+@pytest.mark.slow           # no lab, but four cpctl processes
 def test_commands_without_a_node_honour_json_and_errors_are_one_object(tmp_path: Path) -> None:
     env = dict(os.environ, HOME=str(tmp_path))
     for argv, name in ((["-o", "json", "completion", "bash"], "completion"),

@@ -334,6 +334,9 @@ def test_audit_logging_recipe_playbook(play: Play) -> None:
     proc = play.run(playbook, "-e", "cpctl_settle=0.5")
     assert recap(proc) == {n: (1, 1, 0, 0, 0) for n in NAMES}
     policy = (EXAMPLES / "files" / "audit-policy.yaml").read_bytes()
+    # the playbook's policy is the recipe's (docs/companion-files.md), not a second version of it
+    recipe = (Path(REPO) / "docs" / "companion-files.md").read_text()
+    assert "```yaml file=audit-policy.yaml\n" + policy.decode() + "```" in recipe
     for i in (1, 2, 3):
         with open(play.manifest(i, "kube-apiserver.yaml")) as handle:
             text = handle.read()

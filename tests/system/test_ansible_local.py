@@ -130,6 +130,7 @@ UNREACHABLE = """
 """
 
 
+@pytest.mark.slow           # no lab, but ansible-playbook: seconds
 def test_a_master_cpctl_cannot_reach_is_unreachable(tmp_path: Path) -> None:
     (tmp_path / "known_hosts").write_text("")
     inventory = ("[masters]\ngone ansible_host=127.0.0.1 ansible_port=%d ansible_connection=ssh "

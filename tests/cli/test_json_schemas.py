@@ -55,7 +55,11 @@ class Both:
 
 @pytest.fixture
 def both(sshd: SSHServer, lab: Any, tmp_path: Path) -> Iterator[Both]:
-    yield Both(Cli(sshd.ssh_config, sshd.known_hosts, clean_env(str(tmp_path / "home"), **lab.env_for(1))))
+    cli = Cli(sshd.ssh_config, sshd.known_hosts, clean_env(str(tmp_path / "home"), **lab.env_for(1)))
+    env = valid("lab-env", cli.json("lab", "env", "--dir", str(lab.dir), "--master", "1", ssh=False))
+    assert env["env"] == lab.env_for(1)                   # the same variables the export lines set
+    valid("lab-down", cli.json("lab", "down", "--dir", str(tmp_path / "no-lab"), ssh=False))
+    yield Both(cli)
 
 
 def test_every_answer_matches_its_schema_locally_and_remotely(both: Both) -> None:

@@ -190,7 +190,8 @@ def run_cmd(directory: Path, legacy_discovery: bool, **options: Any) -> None:
 @lab.command("up")
 @lab_options
 @click.option("--timeout", type=float, default=30.0, show_default=True, help="Seconds to wait for the API.")
-def up_cmd(directory: Path, legacy_discovery: bool, timeout: float, **options: Any) -> None:
+@click.pass_context
+def up_cmd(ctx: click.Context, directory: Path, legacy_discovery: bool, timeout: float, **options: Any) -> None:
     """Start the lab in the background (log: DIR/lab.log) and print its environment."""
     directory = directory.expanduser().resolve()
     running = control.running_state(directory)
@@ -199,7 +200,8 @@ def up_cmd(directory: Path, legacy_discovery: bool, timeout: float, **options: A
         # printed again so that `eval "$(cpctl lab up)"` works as often as it is run.
         note(f"a lab is already running in {directory} (pid {running.get('pid')}): its environment follows; "
              f"options given now are not applied (`cpctl lab down --dir {directory}` first to change them)")
-        click.echo(control.env_text(running, 1), nl=False)
+        if not _emitted(ctx, _env_data(running, directory, 1)):
+            click.echo(control.env_text(running, 1), nl=False)
         return
     try:
         profiles.node_names(settings_from(options), options["node_name"])
@@ -215,15 +217,51 @@ def up_cmd(directory: Path, legacy_discovery: bool, timeout: float, **options: A
         info = control.wait_ready(directory, proc, timeout)
     except (control.LabError, OSError) as exc:
         fail(str(exc))
-    click.echo(control.env_text(info, 1), nl=False)
+    if not _emitted(ctx, _env_data(info, directory, 1)):
+        click.echo(control.env_text(info, 1), nl=False)
 
 
 @lab.command("profiles")
-def profiles_cmd() -> None:
+@click.pass_context
+def profiles_cmd(ctx: click.Context) -> None:
     """List the profiles and the settings each one changes."""
+    if _emitted(ctx, {"profiles": [{"name": name, "help": profiles.PROFILE_HELP.get(name, ""),
+                                    "settings": dict(values)} for name, values in profiles.PROFILES.items()]}):
+        return
     for name, values in profiles.PROFILES.items():
         changes = ", ".join(f"{k}={v}" for k, v in values.items()) or "(nothing: the lab's defaults)"
         click.echo(f"{name:14} {profiles.PROFILE_HELP.get(name, '')}\n{'':14} {changes}")
+
+
+def _output(ctx: click.Context) -> str:
+    """cpctl's ``-o`` of this run (``text`` when the lab runs on its own): the output mode is the
+    one attribute of cpctl's run state the lab reads, by name, without importing cpctl."""
+    node: Optional[click.Context] = ctx
+    while node is not None:
+        output = getattr(node.obj, "output", None)
+        if isinstance(output, str):
+            return output
+        node = node.parent
+    return "text"
+
+
+def _emitted(ctx: click.Context, data: dict[str, Any]) -> bool:
+    """With cpctl's ``-o json``/``-o yaml``: print ``data`` so (like every cpctl command) and say so."""
+    output = _output(ctx)
+    if output not in ("json", "yaml"):
+        return False
+    import json
+    if output == "json":
+        click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+    else:
+        import yaml
+        click.echo(yaml.safe_dump(json.loads(json.dumps(data, default=str)), sort_keys=True), nl=False)
+    return True
+
+
+def _env_data(info: dict[str, Any], directory: Path, master: int) -> dict[str, Any]:
+    """``lab up``/``lab env`` with ``-o json``: {"dir", "pid", "master", "env"} (env: what the export lines set)."""
+    return {"dir": str(directory), "pid": info.get("pid"), "master": master, "env": control.env_vars(info, master)}
 
 
 @lab.command("down")
@@ -234,13 +272,15 @@ def profiles_cmd() -> None:
     default=control.DEFAULT_DIR,
     show_default=True,
 )
-def down_cmd(directory: Path) -> None:
+@click.pass_context
+def down_cmd(ctx: click.Context, directory: Path) -> None:
     """Stop a lab started with `up` (or `run`)."""
     directory = directory.expanduser().resolve()
     info = control.read_state(directory)
     if not info or not control.pid_alive(info.get("pid")):
         # Like `systemctl stop` of a stopped unit: the wanted state holds already, exit 0.
-        click.echo(f"no lab running in {directory}: nothing to stop")
+        if not _emitted(ctx, {"dir": str(directory), "changed": False}):
+            click.echo(f"no lab running in {directory}: nothing to stop")
         return
     try:
         control.stop_process(info)
@@ -249,7 +289,8 @@ def down_cmd(directory: Path) -> None:
     deadline = time.monotonic() + 5
     while control.pid_alive(info.get("pid")) and time.monotonic() < deadline:
         time.sleep(0.05)
-    click.echo(f"lab in {directory} stopped")
+    if not _emitted(ctx, {"dir": str(directory), "changed": True}):
+        click.echo(f"lab in {directory} stopped")
 
 
 @lab.command("env")
@@ -261,14 +302,16 @@ def down_cmd(directory: Path) -> None:
     show_default=True,
 )
 @click.option("--master", type=int, default=1, show_default=True, help="Which master (1-based).")
-def env_cmd(directory: Path, master: int) -> None:
+@click.pass_context
+def env_cmd(ctx: click.Context, directory: Path, master: int) -> None:
     """Print `export` lines that point cpctl at master N of the lab."""
     directory = directory.expanduser().resolve()
     info = control.read_state(directory)
     if not info:
         fail(f"no lab state in {directory} (start one with `cpctl lab up --dir {directory}`)")
     try:
-        click.echo(control.env_text(info, master), nl=False)
+        if not _emitted(ctx, _env_data(info, directory, master)):
+            click.echo(control.env_text(info, master), nl=False)
     except control.LabError as exc:
         fail(str(exc), 2)
 

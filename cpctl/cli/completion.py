@@ -284,4 +284,9 @@ def completion(ctx: click.Context, shell: str) -> None:
     """
     root = ctx.find_root()
     prog_name = root.info_name or "cpctl"
-    click.echo(COMPLETERS[shell](root.command, {}, prog_name, complete_var(prog_name)).source(), nl=False)
+    script = COMPLETERS[shell](root.command, {}, prog_name, complete_var(prog_name)).source()
+    from cpctl.cli.context import emit, state
+    if state(ctx).output in ("json", "yaml"):           # -o json: {"shell", "script"}, like every command
+        emit(ctx, {"shell": shell, "script": script}, "")
+        return
+    click.echo(script, nl=False)

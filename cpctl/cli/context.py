@@ -26,6 +26,7 @@ class CliState:
         self.output = output
         self.remote: Optional["RemoteOptions"] = None
         self.command = ""
+        self.census = "inventory"      # --census without -H/-i: "cluster" counts through this node's API server
 
 
 def state(ctx: click.Context) -> CliState:

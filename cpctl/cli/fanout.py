@@ -279,7 +279,14 @@ def cluster_census(ctx: click.Context) -> Tuple[List["HostResult"], Set[str], st
     from cpctl.fleet.targets import select_specs
     from cpctl.ops.fleetsafety import cluster_census_of, cluster_results
     remote = state(ctx).remote
-    assert remote is not None
+    if remote is None:           # on the master itself (Ansible's connection: local, ansible-pull)
+        from cpctl.fleet.runner import HostResult
+        try:
+            node = local_node(ctx, probe="none")
+            own: HostResult[Dict[str, object]] = HostResult(node.node_name, "ok", dict(cluster_census_of(node)))
+        except CpctlError as exc:
+            own = HostResult("this node", "failed", error=exc.message, code=int(exc.code))
+        return cluster_results([own])
     return cluster_results(run_on_hosts(ctx, select_specs(remote), lambda node: dict(cluster_census_of(node)), False,
                                         probe="none"))
 
@@ -319,21 +326,17 @@ def hold_cluster_lock(ctx: click.Context, cluster: str) -> bool:
 
 def hold_change_lease(ctx: click.Context, required: bool) -> None:
     """Take the cluster's own lock for guarded changes (``ops.changelease``: a Lease in kube-system)
-    through the first selected master's API server, held until the run ends, so that runs from other
-    machines take turns too; waits for another run holding it. ``required``: an API that cannot be
-    asked refuses (``--census cluster`` counts through it anyway); otherwise (the inventory census,
-    which needs no API: an outage is when it is needed) a warning says other machines are not kept out."""
-    from cpctl.fleet.targets import select_specs
+    through the first selected master's API server (this node's, on the node itself), held until
+    the run ends, so that runs from other machines take turns too; waits for another run holding it.
+    ``required``: an API that cannot be asked refuses (``--census cluster`` counts through it
+    anyway); otherwise (the inventory census, which needs no API: an outage is when it is needed) a
+    warning says other machines are not kept out."""
     from cpctl.ops import changelease
-    remote = state(ctx).remote
-    assert remote is not None
-    specs = select_specs(remote)[:1]
     me, waiting = changelease.holder_identity(), changelease.Waiting()
     deadline = time.monotonic() + CLUSTER_LOCK_WAIT
     noted = expired = ""
     while True:
-        take = functools.partial(changelease.try_take, me=me, expired_version=expired)
-        result = run_on_hosts(ctx, specs, take, False, probe="none")[0]
+        result = _lease_hosts(ctx, functools.partial(changelease.try_take, me=me, expired_version=expired))[0]
         if result.failed or not isinstance(result.data, changelease.LeaseSeen):
             why = "cannot take the cluster's change lease (kube-system/%s) through %s: %s" % (
                 changelease.LEASE_NAME, result.host, result.error or result.status)
@@ -361,19 +364,34 @@ def _release_change_lease(ctx: click.Context, me: str) -> None:
     """Give the lease back at the end of the run, through the first master whose API server
     answers (the change may just have taken the first one's down: a stacked etcd parked); if none
     does, it expires by itself."""
-    from cpctl.fleet.targets import all_inventory_specs, select_specs
     from cpctl.ops import changelease
+    try:
+        _lease_hosts(ctx, lambda node: changelease.release(node, me), every=True)
+    except (CpctlError, KeyboardInterrupt):
+        pass
+
+
+def _lease_hosts(ctx: click.Context, action: Callable[["Node"], T], every: bool = False) -> List["HostResult[T]"]:
+    """``action`` on this node (no ``-H``: cpctl runs on the master itself), else on the first selected
+    master; ``every``: then on the other selected and inventory masters until one succeeds."""
+    from cpctl.fleet.runner import HostResult
+    from cpctl.fleet.targets import all_inventory_specs, select_specs
     remote = state(ctx).remote
-    assert remote is not None
-    specs = select_specs(remote) + [s for s in (all_inventory_specs(remote) if remote.inventory else [])
-                                    if s.name not in {t.name for t in select_specs(remote)}]
-    for spec in specs:
+    if remote is None:
         try:
-            result = run_on_hosts(ctx, [spec], lambda node: changelease.release(node, me), False, probe="none")[0]
-        except (CpctlError, KeyboardInterrupt):
-            return
-        if not result.failed:
-            return
+            node = local_node(ctx, probe="none")
+            return [HostResult(node.node_name, "ok", action(node))]
+        except CpctlError as exc:
+            return [HostResult("this node", "failed", error=exc.message, code=int(exc.code))]
+    selected = select_specs(remote)
+    specs = selected + [s for s in (all_inventory_specs(remote) if remote.inventory and every else [])
+                        if s.name not in {t.name for t in selected}]
+    results: List[HostResult[T]] = []
+    for spec in specs if every else specs[:1]:
+        results += run_on_hosts(ctx, [spec], action, False, probe="none")
+        if not results[-1].failed:
+            break
+    return results
 
 
 def _connector(options: Optional["SSHOptions"]) -> Callable[["HostSpec"], "Host"]:

@@ -52,7 +52,20 @@ class CpctlGroup(click.Group):
             module_name, attr = spec.entry.split(":")
             return getattr(importlib.import_module(module_name), attr)
         point = plugin_entry_points().get(name)
-        loaded = point.load() if point is not None else None
+        if point is None:
+            return None
+        try:
+            loaded = point.load()
+        except ModuleNotFoundError as exc:
+            module = point.target.partition(":")[0].strip()
+            if not exc.name or not (module == exc.name or module.startswith(exc.name + ".")):
+                raise                     # the plugin is there but broken: an internal error of that package
+            from cpctl.errors import CpctlError, ExitCode
+            raise CpctlError("cpctl %s: this install of %s declares the command but has no module %s (an install "
+                             "without it, such as examples/Dockerfile's)" % (name, point.package, exc.name),
+                             ExitCode.ENVIRONMENT,
+                             hint="install cpctl with it: pip install cpctl (from the package index), or pip "
+                                  "install . in a checkout of cpctl's repository") from None
         return loaded if isinstance(loaded, click.Command) else None
 
     def resolve_command(self, ctx: click.Context, args: List[str]) -> Tuple[Any, Any, List[str]]:
@@ -139,7 +152,8 @@ def _command_words(name: Optional[str], command: Any, rest: List[str]) -> str:
 @click.option("--census", type=click.Choice(["inventory", "cluster"]), default="inventory", show_default=True,
               help="Where the etcd/API server quorum check counts: every inventory master, or the cluster "
                    "itself through the selected master's API server (mirror pods), for callers that see one "
-                   "master at a time (Ansible's serial); cluster also serialises such changes per cluster.")
+                   "master at a time (Ansible's serial); cluster also serialises such changes per cluster. Without "
+                   "-H/-i, cluster counts through this node's own API server (default: no fleet check).")
 @click.option("--host-timeout", envvar="CPCTL_HOST_TIMEOUT", type=click.FloatRange(0.1, 86400), default=None,
               metavar="SECONDS", help="Give up on a host whose run takes longer (its connection is closed) "
                                       "[default: 60 for read-only commands, none for changes].")
@@ -183,10 +197,7 @@ def main(ctx: click.Context, manifests_dir: Optional[str], kubelet_dir: str, sta
         ctx.obj.remote = _remote(ctx, list(hosts), inventory, ssh_config, known_hosts, accept_new_host_key,
                                  ask_become_pass, persist_seconds, forks, serial_value, keep_going, host_timeout)
         ctx.obj.remote.census = census
-    elif census != "inventory":
-        from cpctl.errors import CpctlError, ExitCode
-        raise CpctlError("--census cluster counts through a master's API server: select it with -H or --inventory",
-                         ExitCode.USAGE)
+    ctx.obj.census = census
     path, plugin, asks_help = ctx.meta.get(_PATH_KEY, ("", False, False))
     if not asks_help:
         from cpctl.cli.fanout import enforce

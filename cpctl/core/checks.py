@@ -13,6 +13,9 @@
 * the ports it listens on (hostNetwork: its container ports and the port flags of the known
   components) are not taken by another static pod in the manifests dir.
 
+Field names (``podfields``): every key of the pod is a field of its v1 API type (a typo such as
+``volumeMount`` is dropped by the kubelet without a word), with the nearest known name.
+
 Flag sanity (``sanity_doubts``): every flag name is one the component's binary knows in its release
 (:mod:`cpctl.core.knownflags`), every admission plugin is a known one, the probes' ports are ports
 the component listens on (``--secure-port=64430`` with probes on 6443 would be killed as
@@ -36,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 from cpctl import catalogue
-from cpctl.core import flags, knownflags, manifests, mounts
+from cpctl.core import flags, knownflags, manifests, mounts, podfields
 from cpctl.core.manifests import DirScan, Manifest
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host.base import Host
@@ -112,10 +115,10 @@ def review(host: Host, current: Manifest, data: bytes, scan: DirScan, source: st
         else:
             verdict.problems.append(problem)
     _check_ports(pod, current, scan, verdict)
-    already = set(sanity_doubts(current.pod)) if current.pod else set()
+    already = set(podfields.doubts(current.pod) + sanity_doubts(current.pod)) if current.pod else set()
     lossy = {doubt for container in _containers(pod)
              for doubt in _write_path_doubts(pod, container, binary_of(container), flags.flags_of(container))}
-    for doubt in sanity_doubts(pod):
+    for doubt in podfields.doubts(pod) + sanity_doubts(pod):
         if doubt in already:
             verdict.warnings.append("%s (so does the current version)" % doubt)
         else:

@@ -26,6 +26,7 @@ from typing import Any, Dict, Iterator, List
 import pytest
 
 from tests.coreutil import snapshot
+from tests.labfixture import run_cpctl
 from tests.remoteutil import REPO, Cli, clean_env, lab_vars, read_history, write_inventory
 from tests.sshfixture import SSHServer
 
@@ -58,7 +59,9 @@ class Play:
         for host, values in self.hosts.items():
             merged = dict(values, **override.get(host, {}))
             lines.append(host + "".join(" cpctl_%s=%s" % (k, v) for k, v in sorted(merged.items())))
-        lines += ["", "[masters:vars]", "ansible_connection=local",
+        # ssh: cpctl opens its own connection to each master (a local connection would mean this
+        # machine is the master: tests/system/test_ansible_local.py)
+        lines += ["", "[masters:vars]", "ansible_connection=ssh",
                   "ansible_python_interpreter=%s" % sys.executable, "cpctl_ssh_config=%s" % self.ssh_config,
                   "cpctl_known_hosts=%s" % self.known_hosts]
         path = os.path.join(self.tmp, name)
@@ -142,11 +145,13 @@ def test_admission_plugins_check_diff_then_change_then_nothing(play: Play) -> No
     assert play.snap() == before                                     # check mode changed nothing
     assert recap(proc) == {n: (1, 1, 0, 0, 0) for n in NAMES}
     assert "-    - --enable-admission-plugins=NodeRestriction\n" in proc.stdout
-    assert "+    - --enable-admission-plugins=NodeRestriction,AlwaysPullImages\n" in proc.stdout
+    # set is no_log: its values are masked in the task's output, the diff included
+    assert "+    - --enable-admission-plugins=********\n" in proc.stdout and "AlwaysPullImages" not in proc.stdout
 
     proc = play.run(playbook, "--diff", "-e", "cpctl_settle=0.5")
     assert recap(proc) == {n: (1, 1, 0, 0, 0) for n in NAMES}
-    assert "+    - --enable-admission-plugins=NodeRestriction,AlwaysPullImages\n" in proc.stdout
+    # set is no_log: its values are masked in the task's output, the diff included
+    assert "+    - --enable-admission-plugins=********\n" in proc.stdout and "AlwaysPullImages" not in proc.stdout
     for i in (1, 2, 3):
         with open(play.manifest(i, "kube-apiserver.yaml")) as handle:
             assert "--enable-admission-plugins=NodeRestriction,AlwaysPullImages" in handle.read()
@@ -196,6 +201,8 @@ INFO = """
     - ansible.builtin.copy:
         content: "{{ cpctl | to_json }}"
         dest: "%s/{{ inventory_hostname }}.json"
+        mode: "0600"
+      delegate_to: localhost
       check_mode: false
 """
 
@@ -228,6 +235,9 @@ def test_census_cluster_on_the_command_line(play: Play) -> None:
         before = play.snap()
         proc = cli.run("-i", inv, "-H", "master2", "--census", "cluster", "stop", "etcd", rc=4)
         assert "quorum" in proc.stderr and "1 of 3" in proc.stderr
+        # On the master itself (no -H: Ansible's connection: local), the same count through its own API server
+        proc = run_cpctl(play.lab.env_for(2), "--census", "cluster", "stop", "etcd")
+        assert proc.returncode == 4 and "quorum" in proc.stderr and "1 of 3" in proc.stderr, proc.stderr
         proc = cli.run("-i", inv, "-H", "master2", "--census", "cluster", "restart", "etcd", "--dry-run", rc=4)
         assert play.snap() == before
         hosts = json.loads(json.dumps({n: dict(host=n, **v) for n, v in play.hosts.items()}))
@@ -239,8 +249,6 @@ def test_census_cluster_on_the_command_line(play: Play) -> None:
         doc = cli.json("-i", inv, "-H", "master2", "--census", "cluster", "--probe", "none", "stop", "etcd",
                        "--force", "--reason", "drill")
         assert read_history(play.state(2))[-1]["reason"].startswith("[forced past: ")
-        proc = cli.run("--census", "cluster", "status", rc=2, ssh=False)
-        assert "-H or --inventory" in proc.stderr
     finally:
         cli.run("-i", inv, "--probe", "none", "start", "etcd", rc=None)
     assert all(os.path.exists(play.manifest(i, "etcd.yaml")) for i in (1, 2, 3))
@@ -304,11 +312,63 @@ def test_ansible_ssh_private_key_file_is_the_key_cpctl_uses(play: Play) -> None:
     info = play.playbook("info-key.yml", "- hosts: masters\n  gather_facts: false\n  tasks:\n"
                                           "    - cpctl.controlplane.controlplane_info:\n        drift: false\n")
     without = play.write_inventory("keyless.ini", **{n: {"ssh_config": keyless} for n in NAMES})
-    proc = play.run(info, inventory=without, rc=2)
-    assert all(recap(proc)[n][3] == 1 for n in NAMES) and "exit 8" in proc.stdout
+    proc = play.run(info, inventory=without, rc=4)          # ansible-playbook's exit code for unreachable hosts
+    assert all(recap(proc)[n][2:4] == (1, 0) for n in NAMES) and "exit 8" in proc.stdout
     with open(without) as handle:
         text = handle.read().replace("[masters:vars]", "[masters:vars]\nansible_ssh_private_key_file=%s" % key)
     with_key = os.path.join(play.tmp, "key.ini")
     with open(with_key, "w") as handle:
         handle.write(text)
     assert recap(play.run(info, inventory=with_key)) == {n: (1, 0, 0, 0, 0) for n in NAMES}
+
+
+def test_audit_logging_recipe_playbook(play: Play) -> None:
+    """docs/ansible.md's audit-logging playbook (examples/ansible/audit-logging.yml): the policy file from
+    the controller's files/, both flags and mounts, one master at a time; a second run changes nothing."""
+    shutil.copytree(str(EXAMPLES / "files"), os.path.join(play.tmp, "files"))
+    playbook = shutil.copy(str(EXAMPLES / "audit-logging.yml"), play.tmp)
+    before = play.snap()
+    proc = play.run(playbook, "--check", "--diff", "-e", "cpctl_settle=0.5")
+    assert play.snap() == before and recap(proc) == {n: (1, 1, 0, 0, 0) for n in NAMES}
+    assert "+    - --audit-policy-file=********" in proc.stdout
+    proc = play.run(playbook, "-e", "cpctl_settle=0.5")
+    assert recap(proc) == {n: (1, 1, 0, 0, 0) for n in NAMES}
+    policy = (EXAMPLES / "files" / "audit-policy.yaml").read_bytes()
+    # the playbook's policy is the recipe's (docs/companion-files.md), not a second version of it
+    recipe = (Path(REPO) / "docs" / "companion-files.md").read_text()
+    assert "```yaml file=audit-policy.yaml\n" + policy.decode() + "```" in recipe
+    for i in (1, 2, 3):
+        with open(play.manifest(i, "kube-apiserver.yaml")) as handle:
+            text = handle.read()
+        assert "--audit-policy-file=/etc/kubernetes/audit/policy.yaml" in text and "mountPath: /etc/kubernetes/audit" \
+            in text
+        root = play.hosts[NAMES[i - 1]]["node_root"]
+        with open(os.path.join(root, "etc/kubernetes/audit/policy.yaml"), "rb") as handle:
+            assert handle.read() == policy
+        record = read_history(play.state(i))[-1]
+        assert (record["action"], record["reason"]) == ("flags", "audit logging on") and record.get("companions")
+    assert recap(play.run(playbook, "-e", "cpctl_settle=0.5")) == {n: (1, 0, 0, 0, 0) for n in NAMES}
+
+
+def test_commit_confirmed_rolling_change_playbook(play: Play) -> None:
+    """docs/ansible.md's commit-confirmed playbook (examples/ansible/commit-confirmed.yml): each master's
+    change is armed, checked through the API and confirmed before the next master; no arm is left."""
+    playbook = str(EXAMPLES / "commit-confirmed.yml")
+    proc = play.run(playbook, "-e", "cpctl_settle=0.5")
+    assert recap(proc) == {n: (4, 2, 0, 0, 0) for n in NAMES}
+    times = []
+    for i in (1, 2, 3):
+        with open(play.manifest(i, "kube-apiserver.yaml")) as handle:
+            assert "--anonymous-auth=false" in handle.read()
+        records = [r for r in read_history(play.state(i)) if r["component"] == "kube-apiserver"]
+        assert [r["action"] for r in records][-3:] == ["flags", "armed", "confirmed"], records
+        times.append((records[-3]["time"], records[-1]["time"]))
+        arms = os.path.join(play.state(i), "confirm")
+        assert not [f for f in (os.listdir(arms) if os.path.isdir(arms) else []) if f.endswith(".json")]
+    # one master at a time: a master's change comes after the previous master's confirmation
+    assert times[0][1] <= times[1][0] and times[1][1] <= times[2][0]
+    # confirming again finds nothing armed: no change, no failure (check mode says the same)
+    again = play.playbook("again.yml", "- hosts: masters\n  gather_facts: false\n  tasks:\n"
+                                       "    - cpctl.controlplane.confirm: {component: apiserver}\n")
+    assert recap(play.run(again)) == {n: (1, 0, 0, 0, 0) for n in NAMES}
+    assert recap(play.run(again, "--check")) == {n: (1, 0, 0, 0, 0) for n in NAMES}

@@ -192,6 +192,8 @@ def _check_data(result: CheckRun) -> Dict[str, object]:
         final = result["final"]
         data.update(drift=final.drift, actions=[a.to_dict() for a in result["actions"]],
                     remaining=[f.to_dict() for f in final.findings])
+    else:                  # no --fix: nothing was tried (null), and every finding remains
+        data.update(actions=None, remaining=[f.to_dict() for f in result["report"].findings])
     return data
 
 

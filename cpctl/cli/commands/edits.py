@@ -146,7 +146,32 @@ def _guard(ctx: click.Context, component: str, action_name: str, action: NodeAct
     """The node action refused while the component's last change awaits confirmation - a dry run
     refused the same way - and armed with ``--confirm-within`` (not in a dry run). A --parked change
     is the action as it is: the parked copy is not what an arm reverts."""
-    return action if parked else guarded(ctx, component, action_name, action, confirm, dry_run)
+    return shaped(action if parked else guarded(ctx, component, action_name, action, confirm, dry_run))
+
+
+#: The fields of a change's JSON answer (docs/json.md) that a no-op, a dry run or a refusal has no
+#: value for: null rather than left out, so that one schema reads every answer.
+CHANGE_FIELDS = ("revision", "new_revision", "checksum", "previous", "effect", "wait", "diff")
+
+
+def change_shape(data: Dict[str, object]) -> Dict[str, object]:
+    """apply/edit/flags/rollback's answer in its one shape: every documented field present (null when
+    it has no value), ``dry_run`` always said, and ``would_change`` - whether the run (a dry run:
+    would) change the manifest - next to ``changed`` (what this run changed: nothing, in a dry run)."""
+    shaped_data = dict(data)
+    for field in CHANGE_FIELDS:
+        shaped_data.setdefault(field, None)
+    shaped_data.setdefault("warnings", [])
+    shaped_data.setdefault("dry_run", False)
+    shaped_data["would_change"] = bool(shaped_data["diff"]) if shaped_data["dry_run"] else bool(shaped_data["changed"])
+    return shaped_data
+
+
+def shaped(action: NodeAction) -> NodeAction:
+    """``action`` whose answer has the one shape of a change (:func:`change_shape`)."""
+    def run(node: "Node") -> Dict[str, object]:
+        return change_shape(action(node))
+    return run
 
 
 def _show_diff(text: str) -> None:

@@ -25,9 +25,15 @@ force_option = click.option("--force", is_flag=True,
 reason_option = click.option("--reason", default=None, help="Why (recorded in status and history).")
 
 
+#: Fields of a stop/start/restart result that a no-op ("already stopped") has no value for: null
+#: rather than left out, so that one schema reads every answer (docs/json.md).
+OUTCOME_FIELDS = ("file", "checksum", "wait")
+
+
 def outcomes_data(node: "Node", outcomes: Sequence["Outcome"]) -> Dict[str, object]:
+    results = [dict(dict.fromkeys(OUTCOME_FIELDS), **o.to_dict()) for o in outcomes]
     return {"node": node.node_name, "recovered": list(node.recovered), "changed": any(o.changed for o in outcomes),
-            "results": [o.to_dict() for o in outcomes]}
+            "results": results}
 
 
 def check_reason(reason: Optional[str]) -> None:
@@ -41,12 +47,15 @@ def guarded_reason(ctx: click.Context, verb: str, components: List[str], force: 
     """With an inventory, refuse what would take etcd or the API server down fleet-wide (a dry run
     is refused exactly like the real one); the reason to record, marked when ``--force``d."""
     remote = state(ctx).remote
-    if remote is None or verb not in ("stop", "restart", "apply"):
+    if verb not in ("stop", "restart", "apply"):
         return reason
     from cpctl.fleet.targets import select_specs
     from cpctl.ops import fleetsafety
     if not fleetsafety.guarded(components):
         return reason
+    if remote is None:        # on the node itself: only --census cluster has anything to count
+        return cluster_guarded_reason(ctx, verb, components, force, reason) if state(ctx).census == "cluster" \
+            else reason
     if remote.census == "cluster":
         return cluster_guarded_reason(ctx, verb, components, force, reason)
     if not remote.inventory:
@@ -66,9 +75,9 @@ def cluster_guarded_reason(ctx: click.Context, verb: str, components: List[str],
     turns and each counts what the one before it left. The census is taken again under the locks."""
     from cpctl.cli.fanout import cluster_census, hold_change_lease, hold_cluster_lock
     from cpctl.errors import CpctlError, ExitCode
+    from cpctl.fleet.runner import parse_serial
     from cpctl.ops import fleetsafety
     remote = state(ctx).remote
-    assert remote is not None
     try:
         results, targets, cluster = cluster_census(ctx)
         hold_cluster_lock(ctx, cluster)
@@ -78,7 +87,8 @@ def cluster_guarded_reason(ctx: click.Context, verb: str, components: List[str],
         if exc.code != ExitCode.REFUSED or not force:
             raise
         return "[forced past: %s] %s" % (exc.message, reason or "")
-    return fleetsafety.preflight(results, targets, verb, components, remote.serial, force, reason)
+    serial = remote.serial if remote is not None else parse_serial(1)
+    return fleetsafety.preflight(results, targets, verb, components, serial, force, reason)
 
 
 #: The components a change acts on, per node (``start --all-parked``: the ones parked there).
@@ -112,7 +122,12 @@ def change(ctx: click.Context, verb: str, components: List[str], dry_run: bool, 
     if dry_run:
         def planned(node: "Node") -> Dict[str, object]:
             refuse_in_flight(node)
-            return dict(lifecycle.plan(node, verb, names(node)), **marked, **(extra(node) if extra else {}))
+            planned_data = dict(lifecycle.plan(node, verb, names(node)), **marked, **(extra(node) if extra else {}))
+            # what this dry run says a real run would change (changed: this run changed nothing)
+            plan_steps = planned_data.get("plan")
+            planned_data["would_change"] = isinstance(plan_steps, list) and any(
+                isinstance(step, dict) and step.get("move") for step in plan_steps)
+            return planned_data
         execute(ctx, planned, plan_text)
         return
 

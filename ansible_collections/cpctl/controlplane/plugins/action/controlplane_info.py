@@ -1,12 +1,14 @@
 # -*- coding: utf-8 -*-
-# Apache-2.0 (see the cpctl repository's license)
+# Copyright: (c) 2026, cpctl maintainers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """cpctl.controlplane.controlplane_info: ``cpctl status``, ``check``, ``certs`` and ``revisions`` as the fact
 ``cpctl``."""
 
 from __future__ import annotations
 
 from ansible_collections.cpctl.controlplane.plugins.modules.controlplane_info import ARGUMENT_SPEC
-from ansible_collections.cpctl.controlplane.plugins.plugin_utils.cpctl import CpctlAction
+from ansible_collections.cpctl.controlplane.plugins.plugin_utils.cpctl import CpctlAction, command
 
 
 class ActionModule(CpctlAction):
@@ -19,7 +21,7 @@ class ActionModule(CpctlAction):
             steps.append(("drift", ["check"], (0, 1)))          # 1: drift found (reported, not a failure)
         if args["certs"]:
             steps.append(("certs", ["certs"], (0,)))
-        steps += [(name, ["revisions", name], (0,)) for name in args["revisions"]]
+        steps += [(name, command(["revisions"], [], name), (0,)) for name in args["revisions"]]
         for key, argv, ok in steps:
             rc, data, error = self.cpctl(task_vars, argv, ok_codes=ok)
             if rc not in ok:

@@ -1,11 +1,13 @@
 # -*- coding: utf-8 -*-
-# Apache-2.0 (see the cpctl repository's license)
+# Copyright: (c) 2026, cpctl maintainers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """cpctl.controlplane.static_pod: ``cpctl start|stop|restart COMPONENT`` on this task's master."""
 
 from __future__ import annotations
 
 from ansible_collections.cpctl.controlplane.plugins.modules.static_pod import ARGUMENT_SPEC
-from ansible_collections.cpctl.controlplane.plugins.plugin_utils.cpctl import CpctlAction
+from ansible_collections.cpctl.controlplane.plugins.plugin_utils.cpctl import CpctlAction, command, dry_run
 
 VERBS = {"started": "start", "stopped": "stop", "restarted": "restart"}
 
@@ -15,16 +17,17 @@ class ActionModule(CpctlAction):
 
     def act(self, args, task_vars):
         verb = VERBS[args["state"]]
-        argv = [verb, args["component"], "--timeout", str(args["timeout"])]
+        options = ["--timeout", str(args["timeout"])]
         if args["reason"] and verb != "start":
-            argv += ["--reason", args["reason"]]
+            options += ["--reason", args["reason"]]
         if args["until"] and verb == "stop":
-            argv += ["--for", args["until"]]
+            options += ["--for", args["until"]]
         if args["force"] and verb != "start":
-            argv.append("--force")
+            options.append("--force")
+        argv = command([verb], options, args["component"])
         planned = None
         if self._play_context.check_mode or self._task.diff:
-            rc, planned, error = self.cpctl(task_vars, argv + ["--dry-run"])
+            rc, planned, error = self.cpctl(task_vars, dry_run(argv))
             if rc != 0:
                 return self.failed(rc, error, planned)
         if self._play_context.check_mode:

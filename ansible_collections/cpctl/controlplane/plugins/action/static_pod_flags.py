@@ -1,5 +1,7 @@
 # -*- coding: utf-8 -*-
-# Apache-2.0 (see the cpctl repository's license)
+# Copyright: (c) 2026, cpctl maintainers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """cpctl.controlplane.static_pod_flags: ``cpctl flags COMPONENT --set/--unset`` on this task's master."""
 
 from __future__ import annotations
@@ -8,6 +10,8 @@ from ansible_collections.cpctl.controlplane.plugins.modules.static_pod_flags imp
 from ansible_collections.cpctl.controlplane.plugins.plugin_utils.cpctl import (
     CpctlAction,
     change_options,
+    command,
+    companion_options,
     manifest_change,
 )
 
@@ -27,11 +31,17 @@ class ActionModule(CpctlAction):
     def act(self, args, task_vars):
         if not args["set"] and not args["unset"]:
             return {"failed": True, "msg": "static_pod_flags: give set or unset (or both)"}
-        argv = ["flags", args["component"]]
+        options = []
         for name, value in sorted(args["set"].items()):
-            argv += ["--set", "%s=%s" % (name, flag_value(value))]
+            options += ["--set", "%s=%s" % (name, flag_value(value))]
         for name in args["unset"]:
-            argv += ["--unset", name]
+            options += ["--unset", name]
         if args["container"]:
-            argv += ["--container", args["container"]]
-        return manifest_change(self, task_vars, argv + change_options(args))
+            options += ["--container", args["container"]]
+        if args["mount"]:
+            options.append("--mount")
+        companions, failure = companion_options(self, args)
+        if failure:
+            return failure
+        return manifest_change(self, task_vars, command(["flags"], options + companions + change_options(args),
+                                                        args["component"]))

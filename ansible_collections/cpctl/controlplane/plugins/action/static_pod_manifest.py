@@ -1,5 +1,7 @@
 # -*- coding: utf-8 -*-
-# Apache-2.0 (see the cpctl repository's license)
+# Copyright: (c) 2026, cpctl maintainers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """cpctl.controlplane.static_pod_manifest: ``cpctl apply`` or ``cpctl rollback --to N`` on this task's master."""
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from ansible_collections.cpctl.controlplane.plugins.modules.static_pod_manifest 
 from ansible_collections.cpctl.controlplane.plugins.plugin_utils.cpctl import (
     CpctlAction,
     change_options,
+    command,
+    companion_options,
     manifest_change,
 )
 
@@ -24,13 +28,16 @@ class ActionModule(CpctlAction):
 
     def act(self, args, task_vars):
         if args["rollback_to"] is not None:
-            argv = ["rollback", args["component"], "--to", str(args["rollback_to"])]
+            words = ["rollback", "--to", str(args["rollback_to"])]
         elif args["src"] is not None:
             try:
                 source = self._find_needle("files", args["src"])
             except AnsibleError as exc:
                 return {"failed": True, "msg": "static_pod_manifest: src: %s" % exc}
-            argv = ["apply", args["component"], "-f", source]
+            words = ["apply", "-f", source]
         else:
-            argv = ["apply", args["component"], "-f", self.write_private("manifest.yaml", args["content"])]
-        return manifest_change(self, task_vars, argv + change_options(args))
+            words = ["apply", "-f", self.write_private("manifest.yaml", args["content"])]
+        companions, failure = companion_options(self, args)
+        if failure:
+            return failure
+        return manifest_change(self, task_vars, command(words, companions + change_options(args), args["component"]))

@@ -1,5 +1,7 @@
 # -*- coding: utf-8 -*-
-# Apache-2.0 (see the cpctl repository's license)
+# Copyright: (c) 2026, cpctl maintainers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The options, attributes and notes every manifest-changing module shares (static_pod_manifest,
 static_pod_flags): one text, so that the modules cannot drift apart. Their argument specs share
 ``module_utils/specs.py`` the same way."""
@@ -37,6 +39,16 @@ options:
     description: Override the etcd quorum / last API server guard (recorded in the history).
     type: bool
     default: false
+  confirm_within:
+    description:
+      - Commit-confirmed - the change reverts by itself (verified) unless it is confirmed within this
+        time (V(90s), V(5m)); confirm it with M(cpctl.controlplane.confirm). cpctl's C(--confirm-within).
+    type: str
+  confirm_check:
+    description:
+      - With O(confirm_within), a shell command run on the master right after the change; success
+        confirms it, failure reverts it at once (rc 11). cpctl's C(--confirm-check).
+    type: str
 attributes:
   check_mode:
     support: full
@@ -44,6 +56,34 @@ attributes:
   diff_mode:
     support: full
     details: The manifest's unified diff.
+  platform:
+    platforms: posix
+  action:
+    support: full
+  async:
+    support: none
+  bypass_host_loop:
+    support: none
 notes:
   - Reads the same host variables as M(cpctl.controlplane.static_pod).
+"""
+
+    # The companion files and kubeadm bookkeeping of an apply or a flags change.
+    COMPANIONS = r"""
+options:
+  with_file:
+    description:
+      - Companion files written with the manifest by the same journaled change (an audit policy, an
+        EncryptionConfiguration) - the path on the master to a file on the controller (searched in the
+        role's or play's C(files/)). Kept with the revision and rolled back with it; the new manifest
+        must mount the path. cpctl's C(--with-file NODE_PATH=LOCAL_FILE).
+    type: dict
+    default: {}
+  keep_in:
+    description:
+      - Also keep the change where the next C(kubeadm upgrade) looks - V(kubeadm-config) or
+        V(patches) / C(patches=DIR). cpctl's C(--keep-in).
+    type: list
+    elements: str
+    default: []
 """

@@ -1,5 +1,7 @@
 # -*- coding: utf-8 -*-
-# Apache-2.0 (see the cpctl repository's license)
+# Copyright: (c) 2026, cpctl maintainers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Argument specs the modules share: each option is defined once here and documented once in
 ``doc_fragments/manifest_change.py`` (the collection's tests check the two agree)."""
 
@@ -18,4 +20,12 @@ MANIFEST_CHANGE = dict(
     rollback=dict(type="bool", default=True),
     keep_revisions=dict(type="int", default=10, no_log=False),
     force=FORCE,
+    confirm_within=dict(type="str"),
+    confirm_check=dict(type="str"),
+)
+
+#: The companion files and kubeadm bookkeeping of an apply or a flags change (not of a rollback).
+COMPANIONS = dict(
+    with_file=dict(type="dict", default={}),
+    keep_in=dict(type="list", elements="str", default=[]),
 )

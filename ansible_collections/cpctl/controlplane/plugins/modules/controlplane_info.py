@@ -1,6 +1,8 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
-# Apache-2.0 (see the cpctl repository's license)
+# Copyright: (c) 2026, cpctl maintainers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 
 from __future__ import annotations
 
@@ -19,7 +21,11 @@ description:
   - Changes nothing, in check mode too. Runs on the controller (action plugin) with the cpctl
     installed there; the master needs only C(python3).
 author:
-  - cpctl maintainers
+  - cpctl maintainers (@cpctl)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.flow
+  - ansible.builtin.action_common_attributes.facts
 options:
   drift:
     description: Also run C(cpctl check) (drift findings).
@@ -42,6 +48,14 @@ attributes:
     support: none
   facts:
     support: full
+  platform:
+    platforms: posix
+  action:
+    support: full
+  async:
+    support: none
+  bypass_host_loop:
+    support: none
 notes:
   - Reads the same host variables as M(cpctl.controlplane.static_pod).
 seealso:

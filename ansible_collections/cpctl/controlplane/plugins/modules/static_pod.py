@@ -1,6 +1,8 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
-# Apache-2.0 (see the cpctl repository's license)
+# Copyright: (c) 2026, cpctl maintainers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 
 from __future__ import annotations
 
@@ -18,11 +20,14 @@ description:
     over SSH with its standard-library agent. The master needs only C(python3).
   - Stopping or restarting etcd or the API server is refused when it would break etcd's quorum or
     leave no API server serving, counted through the cluster (mirror pods), so this holds with any
-    O(serial); such changes of one cluster take turns on the controller.
+    C(serial); such changes of one cluster take turns on the controller.
   - O(state=restarted) always reports a change (like M(ansible.builtin.service)); started and
     stopped report one only when something moved.
 author:
-  - cpctl maintainers
+  - cpctl maintainers (@cpctl)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.flow
 options:
   component:
     description:
@@ -62,6 +67,14 @@ attributes:
   diff_mode:
     support: full
     details: The manifests dir listing before and after.
+  platform:
+    platforms: posix
+  action:
+    support: full
+  async:
+    support: none
+  bypass_host_loop:
+    support: none
 notes:
   - Host variables read (all optional) - C(ansible_host), C(ansible_port), C(ansible_user),
     C(ansible_ssh_private_key_file), C(ansible_python_interpreter), C(cpctl_node_name), C(cpctl_manifests_dir), C(cpctl_state_dir),

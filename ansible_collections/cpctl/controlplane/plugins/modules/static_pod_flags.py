@@ -1,6 +1,8 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
-# Apache-2.0 (see the cpctl repository's license)
+# Copyright: (c) 2026, cpctl maintainers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 
 from __future__ import annotations
 
@@ -18,9 +20,12 @@ description:
   - Runs on the controller (action plugin) with the cpctl installed there; the master needs only
     C(python3). etcd and the API server keep cpctl's quorum guard, counted through the cluster.
 author:
-  - cpctl maintainers
+  - cpctl maintainers (@cpctl)
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.flow
   - cpctl.controlplane.manifest_change
+  - cpctl.controlplane.manifest_change.companions
 options:
   set:
     description: Flags to set, C(NAME) (without the dashes) to C(VALUE).
@@ -34,6 +39,12 @@ options:
   container:
     description: The container (default - the only one, or the one named like the pod).
     type: str
+  mount:
+    description:
+      - For each O(set) value that is an absolute path the container does not see, add a hostPath
+        volume and a read-only mount (for C(audit-log-path) its directory, writable). cpctl's C(--mount).
+    type: bool
+    default: false
 notes:
   - A failure that cpctl rolled back fails the task (rc 11); a rollback that did not come back
     healthy either is rc 12.
@@ -67,13 +78,16 @@ rc:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.cpctl.controlplane.plugins.module_utils.specs import MANIFEST_CHANGE
+from ansible_collections.cpctl.controlplane.plugins.module_utils.specs import COMPANIONS, MANIFEST_CHANGE
 
 ARGUMENT_SPEC = dict(
     MANIFEST_CHANGE,
-    set=dict(type="dict", default={}),
+    with_file=COMPANIONS["with_file"],
+    keep_in=COMPANIONS["keep_in"],
+    set=dict(type="dict", default={}, no_log=True),
     unset=dict(type="list", elements="str", default=[]),
     container=dict(type="str"),
+    mount=dict(type="bool", default=False),
 )
 
 

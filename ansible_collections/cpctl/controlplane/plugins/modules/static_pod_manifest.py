@@ -1,6 +1,8 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
-# Apache-2.0 (see the cpctl repository's license)
+# Copyright: (c) 2026, cpctl maintainers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 
 from __future__ import annotations
 
@@ -19,9 +21,12 @@ description:
   - Runs on the controller (action plugin) with the cpctl installed there; the master needs only
     C(python3). etcd and the API server keep cpctl's quorum guard, counted through the cluster.
 author:
-  - cpctl maintainers
+  - cpctl maintainers (@cpctl)
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.flow
   - cpctl.controlplane.manifest_change
+  - cpctl.controlplane.manifest_change.companions
 options:
   src:
     description: The new manifest, a file on the controller (searched in the role's or play's C(files/)).
@@ -68,12 +73,14 @@ rc:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.cpctl.controlplane.plugins.module_utils.specs import MANIFEST_CHANGE
+from ansible_collections.cpctl.controlplane.plugins.module_utils.specs import COMPANIONS, MANIFEST_CHANGE
 
 ARGUMENT_SPEC = dict(
     MANIFEST_CHANGE,
+    with_file=COMPANIONS["with_file"],
+    keep_in=COMPANIONS["keep_in"],
     src=dict(type="path"),
-    content=dict(type="str"),
+    content=dict(type="str", no_log=True),
     rollback_to=dict(type="int"),
 )
 MUTUALLY_EXCLUSIVE = [["src", "content", "rollback_to"]]

@@ -1,13 +1,19 @@
 # -*- coding: utf-8 -*-
-# Apache-2.0 (see the cpctl repository's license)
+# Copyright: (c) 2026, cpctl maintainers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The controller side of every cpctl.controlplane module: run cpctl against one master.
 
 Each task runs the cpctl installed on the controller (``python -m cpctl`` in the Python that runs
 Ansible, or ``cpctl_command``) with a one-host inventory made from the task's host variables, and
 ``--census cluster``: cpctl reaches the master over its own SSH transport with its
 standard-library agent (nothing is installed on the master), and its etcd/API server quorum rules
-count through the cluster, since under ``serial`` a task sees only its own host. Check mode is
-cpctl's ``--dry-run``; cpctl's JSON answer becomes the task's result.
+count through the cluster, since under ``serial`` a task sees only its own host. With a local
+connection (``connection: local``, ``ansible-pull``, ``delegate_to: localhost``) the machine that runs
+Ansible is the master: cpctl runs there without SSH, its node options from the same variables, and
+its quorum rules count through this node's API server (``--census cluster`` locally). Check mode is
+cpctl's ``--dry-run``; cpctl's JSON answer becomes the task's result; an unreachable master is
+``unreachable``, not ``failed``.
 """
 
 from __future__ import annotations
@@ -19,7 +25,8 @@ import subprocess
 import sys
 import tempfile
 
-from ansible.errors import AnsibleActionFail
+from ansible.errors import AnsibleActionFail, AnsibleError
+from ansible.module_utils.common.parameters import remove_values
 from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 
@@ -40,6 +47,17 @@ HOST_KEYS = (
     ("crictl", ("cpctl_crictl",)),
     ("node_root", ("cpctl_node_root",)),
 )
+# The same variables as cpctl's global options, when cpctl runs on this machine (a local connection).
+LOCAL_OPTIONS = (
+    ("--node-name", "cpctl_node_name"),
+    ("--manifests-dir", "cpctl_manifests_dir"),
+    ("--state-dir", "cpctl_state_dir"),
+    ("--kubelet-dir", "cpctl_kubelet_dir"),
+    ("--kubeconfig", "cpctl_kubeconfig"),
+    ("--crictl", "cpctl_crictl"),
+    ("--node-root", "cpctl_node_root"),
+)
+UNREACHABLE = 8         # cpctl's exit code for a master it could not reach
 # Leave the master's paths and the run's options to the inventory and the task: the controller's
 # environment variables for cpctl's global options must not leak in (CPCTL_KEEPER_DIR may).
 DROPPED_ENV = ("KUBECONFIG", "CPCTL_MANIFESTS_DIR", "CPCTL_KUBELET_DIR", "CPCTL_STATE_DIR", "CPCTL_NODE_NAME",
@@ -59,15 +77,18 @@ class CpctlAction(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         del tmp
-        _validated, args = self.validate_argument_spec(argument_spec=self.ARGUMENT_SPEC,
-                                                       mutually_exclusive=self.MUTUALLY_EXCLUSIVE,
-                                                       required_one_of=self.REQUIRED_ONE_OF)
+        validated, args = self.validate_argument_spec(argument_spec=self.ARGUMENT_SPEC,
+                                                      mutually_exclusive=self.MUTUALLY_EXCLUSIVE,
+                                                      required_one_of=self.REQUIRED_ONE_OF)
         self._workdir = tempfile.mkdtemp(prefix="cpctl-ansible-")
         try:
             result.update(self.act(args, task_vars or {}))
         finally:
             shutil.rmtree(self._workdir, ignore_errors=True)
-        return result
+        # The values of no_log options (flag values, a manifest's content) never show in the result,
+        # as a module's exit_json masks them.
+        secrets = getattr(validated, "_no_log_values", set())
+        return remove_values(result, secrets) if secrets else result
 
     def act(self, args, task_vars):
         """The module's work: a dict merged into the task's result."""
@@ -98,6 +119,12 @@ class CpctlAction(ActionBase):
             json.dump({"all": {"hosts": {name: entry}}}, handle)
         return path, name
 
+    def runs_locally(self):
+        """True when this task's connection is the machine running Ansible (``connection: local``,
+        ``ansible-pull``, ``delegate_to: localhost``): cpctl then acts on this node, without SSH."""
+        connection = getattr(self, "_connection", None)
+        return getattr(connection, "transport", None) in ("local", "ansible.builtin.local")
+
     def _base_argv(self, task_vars):
         command = self._var(task_vars, ("cpctl_command",))
         if isinstance(command, str):
@@ -106,6 +133,15 @@ class CpctlAction(ActionBase):
             argv = [to_text(word) for word in command]
         else:
             argv = [sys.executable, "-m", "cpctl"]
+        if self.runs_locally():
+            if self._play_context.become and os.geteuid() != 0:
+                argv = ["sudo", "-n", "--"] + argv
+            argv += ["--census", "cluster", "-o", "json"]
+            for option, var in LOCAL_OPTIONS + (("--probe", "cpctl_probe"),):
+                value = self._var(task_vars, (var,))
+                if value not in (None, ""):
+                    argv += [option, to_text(value)]
+            return argv
         inventory, name = self._inventory(task_vars)
         argv += ["-i", inventory, "-H", name, "--census", "cluster", "-o", "json"]
         config = self._ssh_config(task_vars)
@@ -137,11 +173,14 @@ class CpctlAction(ActionBase):
         return self.write_private("ssh_config", "\n".join(lines) + "\n")
 
     def cpctl(self, task_vars, args, ok_codes=(0,), timeout=None):
-        """Run ``cpctl ARGS`` for this host: (exit code, the host's data or None, error message)."""
+        """Run ``cpctl ARGS`` for this host: (exit code, the host's data or None, error message).
+
+        The answer is the same whichever way cpctl ran: the one host's data (``-H``), or the data
+        itself (on this node). A run that exits 0 without a JSON answer is an error too."""
         argv = self._base_argv(task_vars) + list(args)
         env = {k: v for k, v in os.environ.items() if k not in DROPPED_ENV}
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout,
+            proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout, check=False,
                                   stdin=subprocess.DEVNULL)
         except FileNotFoundError as exc:
             raise AnsibleActionFail("cpctl not found on the controller (%s): install it in the Python that runs "
@@ -153,18 +192,29 @@ class CpctlAction(ActionBase):
             doc = json.loads(proc.stdout) if proc.stdout.strip() else {}
         except ValueError:
             doc = {}
-        hosts = doc.get("hosts") if isinstance(doc, dict) else None
-        if hosts:
+        rc = proc.returncode
+        hosts = doc.get("hosts") if isinstance(doc, dict) and not self.runs_locally() else None
+        if isinstance(hosts, list) and hosts and isinstance(hosts[0], dict):
             data = hosts[0].get("data")
             error = hosts[0].get("error") or ""
-        if proc.returncode not in ok_codes and not error:
-            error = _error_line(proc.stderr) or "cpctl exited %d" % proc.returncode
-        return proc.returncode, data, error
+            if hosts[0].get("status") == "unreachable":
+                rc = UNREACHABLE
+        elif isinstance(doc, dict) and doc and "error" not in doc:
+            data = doc
+        if rc not in ok_codes and not error:
+            error = _error_line(proc.stderr) or _error_line(proc.stdout) or "cpctl exited %d" % rc
+        if rc == 0 and not isinstance(data, dict):
+            rc, error = 70, "cpctl gave no JSON answer (%s)" % (_error_line(proc.stderr) or "exit %d" % proc.returncode)
+        return rc, data, error
 
     def failed(self, rc, error, data=None):
-        """The task's result for a failed cpctl run (``rc`` is cpctl's documented exit code)."""
+        """The task's result for a failed cpctl run (``rc`` is cpctl's documented exit code); a master
+        cpctl could not reach is ``unreachable`` (Ansible's recap, ``ignore_unreachable``)."""
         result = {"failed": True, "changed": False, "rc": rc,
                   "msg": "cpctl: %s (exit %d: %s)" % (error, rc, EXIT_WORDS.get(rc, "error"))}
+        if rc == UNREACHABLE:        # (no rc: Ansible counts a result with a non-zero rc as failed)
+            del result["failed"], result["rc"]
+            result["unreachable"] = True
         if isinstance(data, dict):
             result["cpctl"] = data
             result["changed"] = bool(data.get("changed"))
@@ -197,6 +247,19 @@ def _error_line(stderr):
     return lines[-1] if lines else ""
 
 
+def command(words, options, component):
+    """cpctl's argv for one component: the command words, its options, then ``--`` and the
+    component, so that a component that looks like an option (``--help``) is a name cpctl refuses
+    with its own message, not an option."""
+    return list(words) + list(options) + ["--", component]
+
+
+def dry_run(argv):
+    """``argv`` (made by :func:`command`) as a dry run: ``--dry-run`` before the ``--``."""
+    at = argv.index("--")
+    return argv[:at] + ["--dry-run"] + argv[at:]
+
+
 def change_options(args):
     """The options every verified manifest change shares (cpctl apply/flags/rollback)."""
     argv = ["--timeout", str(args["timeout"]), "--settle", str(args["settle"]),
@@ -207,24 +270,33 @@ def change_options(args):
         argv.append("--no-rollback")
     if args["force"]:
         argv.append("--force")
+    if args.get("confirm_within"):
+        argv += ["--confirm-within", args["confirm_within"]]
+    if args.get("confirm_check"):
+        argv += ["--confirm-check", args["confirm_check"]]
+    for target in args.get("keep_in") or []:
+        argv += ["--keep-in", target]
     return argv
 
 
-CHANGE_SPEC = dict(
-    reason=dict(type="str"),
-    timeout=dict(type="float", default=120.0),
-    settle=dict(type="float", default=5.0),
-    rollback=dict(type="bool", default=True),
-    keep_revisions=dict(type="int", default=10),
-    force=dict(type="bool", default=False),
-)
+def companion_options(action, args):
+    """``--with-file NODE_PATH=LOCAL_FILE`` for each O(with_file) entry, the local file found like
+    ``src`` (the role's or play's ``files/``): (argv, None) or (None, the task's failure)."""
+    argv = []
+    for node_path, source in sorted((args.get("with_file") or {}).items()):
+        try:
+            local = action._find_needle("files", to_text(source))
+        except AnsibleError as exc:
+            return None, {"failed": True, "msg": "with_file %s: %s" % (node_path, exc)}
+        argv += ["--with-file", "%s=%s" % (node_path, local)]
+    return argv, None
 
 
 def manifest_change(action, task_vars, argv):
     """apply/flags/rollback: check mode is cpctl's --dry-run; with --diff a dry run first gives the
     diff; the real run's answer says whether anything changed (the same bytes: changed=false)."""
     if action._play_context.check_mode:
-        rc, data, error = action.cpctl(task_vars, argv + ["--dry-run"])
+        rc, data, error = action.cpctl(task_vars, dry_run(argv))
         if rc != 0:
             return action.failed(rc, error, data)
         changed = bool(data.get("diff"))
@@ -234,7 +306,7 @@ def manifest_change(action, task_vars, argv):
         return result
     planned = None
     if action._task.diff:
-        rc, planned, error = action.cpctl(task_vars, argv + ["--dry-run"])
+        rc, planned, error = action.cpctl(task_vars, dry_run(argv))
         if rc != 0:
             return action.failed(rc, error, planned)
     rc, data, error = action.cpctl(task_vars, argv)

@@ -113,7 +113,9 @@ def test_failing_confirm_check_reverts_at_once(lab: Any) -> None:
                      "false", *FAST)
     assert proc.returncode == 11, proc.stdout + proc.stderr
     assert "REVERTED to revision" in proc.stderr and "--confirm-check 'false' failed" in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    # one error line (a progress line of the settle, printed on a busy machine, is not one)
+    errors = [line for line in proc.stderr.strip().splitlines() if not line.startswith("cpctl: waiting: ")]
+    assert len(errors) == 1, proc.stderr
     assert _read(_manifest(lab)) == original and not os.path.exists(_arm_path(lab))
     assert _actions(lab)[-4:] == ["flags", "armed", "rollback", "reverted"]
     proc = run_cpctl(lab, "flags", "scheduler", "--set", "v=4", "--confirm-within", "5m", "--confirm-check",

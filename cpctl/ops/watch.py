@@ -42,8 +42,15 @@ POLL_INTERVAL = 0.2
 # one directory delivers both in the same read(), so 25 ms keeps pairing and makes "moved out"
 # (cpctl stop parks by rename) reach the first verdict within the 100 ms target.
 MOVE_PAIRING_DELAY = 0.025
+# A file created or written to is judged once its writer closes it (IN_CLOSE_WRITE), never while it is
+# half written (a 10 MiB file written in chunks must not be judged "empty"). A writer that keeps the file
+# open without writing for this long (or a file that was hard-linked in: no close follows) is judged as
+# it is then, and the verdict says no close was seen.
+WRITE_SETTLE = 2.0
 
 _EVENT_KINDS = {"created": "created", "modified": "modified", "closed": "modified", "deleted": "deleted"}
+# inotify events that mean a writer has the file open (a close-after-write is still to come)
+_WRITING = ("created", "modified")
 
 
 def _shorten_move_pairing() -> None:
@@ -55,16 +62,24 @@ def _shorten_move_pairing() -> None:
 
 
 class _Pending:
-    """A burst of events for one file, flushed as one verdict after the debounce delay."""
+    """A burst of events for one file, flushed as one verdict after the debounce delay, or, while a
+    writer still has the file open, after its close-after-write (at the latest ``settle`` seconds after
+    the last write)."""
 
-    def __init__(self, deadline: float) -> None:
+    def __init__(self) -> None:
         self.kinds: List[str] = []
-        self.deadline = deadline
+        self.deadline = 0.0
+        self.writing = False
 
-    def add(self, kind: str, deadline: float) -> None:
-        if kind not in self.kinds:
-            self.kinds.append(kind)
-        self.deadline = deadline
+    def add(self, kind: str, now: float, debounce: float, settle: float, writing: bool) -> None:
+        shown = _EVENT_KINDS.get(kind, kind)
+        if shown not in self.kinds:
+            self.kinds.append(shown)
+        if kind == "closed" or kind not in _WRITING:
+            self.writing = False        # closed, or the name now points elsewhere (moved, deleted)
+        elif writing:
+            self.writing = True
+        self.deadline = now + (max(settle, debounce) if self.writing else debounce)
 
 
 def transient_detail(name: str) -> str:
@@ -85,7 +100,7 @@ class Watch:
 
     def __init__(self, manifests_dir: str, emit: Callable[[Record], None], waiter: Optional[Waiter] = None,
                  node_name: str = "", timeout: float = 30.0, debounce: float = 0.05,
-                 host: Optional[Host] = None, relist: float = 20.0) -> None:
+                 host: Optional[Host] = None, relist: float = 20.0, settle: float = WRITE_SETTLE) -> None:
         self.dir = os.path.normpath(manifests_dir)
         self.parent = os.path.dirname(self.dir) or "/"
         self.emit_record = emit
@@ -94,12 +109,14 @@ class Watch:
         self.timeout = timeout
         self.relist = relist            # the kubelet's fileCheckFrequency: its full re-list period
         self.debounce = debounce
+        self.settle = settle            # how long a file still open for writing may stay silent
         self.host = host or LocalHost()
         self.events: Any = queue.SimpleQueue()
         self.pending: Dict[str, _Pending] = {}
         # file -> (namespace, pod, checksum, decoded digest) as the kubelet has it
         self.loaded: Dict[str, Tuple[str, str, Optional[str], Optional[str]]] = {}
         self.verdicts = 0
+        self._unclosed = False          # the verdict being made is of a file no close-after-write ended
         self._observer: Any = None
         self._handler: Any = None
         self._watch: Any = None
@@ -109,6 +126,8 @@ class Watch:
     # --- output ---------------------------------------------------------------------------------
     def _emit(self, event: str, file: Optional[str], verdict: str, pod: Optional[str], detail: str,
               **extra: object) -> None:
+        if self._unclosed and file is not None:
+            detail += " (no close-after-write within %gs of the last write: judged as the file is now)" % self.settle
         record: Record = {"time": iso_millis(), "event": event, "file": file, "verdict": verdict, "pod": pod,
                   "detail": detail}
         record.update(extra)
@@ -198,9 +217,12 @@ class Watch:
         elif os.path.dirname(path) == self.dir:
             self._touch(os.path.basename(path), kind)
 
-    def _touch(self, name: str, kind: str) -> None:
-        deadline = time.monotonic() + self.debounce
-        self.pending.setdefault(name, _Pending(deadline)).add(kind, deadline)
+    def _touch(self, name: str, kind: str, writing: bool = True) -> None:
+        """One event for a file; ``writing``: the event may come from a writer that has not closed it yet
+        (false for a file found by listing the dir, a directory or a symlink, which no close follows)."""
+        if writing and kind == "created" and not _regular_file(os.path.join(self.dir, name)):
+            writing = False
+        self.pending.setdefault(name, _Pending()).add(kind, time.monotonic(), self.debounce, self.settle, writing)
 
     # --- the manifests dir itself -------------------------------------------------------------------
     def _check_dir(self) -> None:
@@ -218,7 +240,7 @@ class Watch:
             self._emit("dir_created", None, "watching", None, "manifests dir %s is back: watching it again"
                        % self.dir)
             for name in self._listdir():
-                self._touch(name, "created")
+                self._touch(name, "created", writing=False)
 
     def _dir_gone(self) -> None:
         for name in sorted(self.loaded):
@@ -248,7 +270,9 @@ class Watch:
         for name in due:
             burst = self.pending.pop(name, None)
             if scan is not None and burst is not None:
+                self._unclosed = burst.writing
                 self._verdict(name, "+".join(burst.kinds), scan)
+        self._unclosed = False
 
     def _scan(self) -> Optional[manifests.DirScan]:
         try:
@@ -407,7 +431,7 @@ class _Handler:
                 kind, src, dest = "moved_in", dest, ""
             self.events.put(("fs", kind, src, dest))
         elif kind in _EVENT_KINDS or (event.is_directory and kind in ("created", "deleted")):
-            self.events.put(("fs", _EVENT_KINDS.get(kind, kind), _text(event.src_path), ""))
+            self.events.put(("fs", kind, _text(event.src_path), ""))
 
 
 def _text(path: Union[str, bytes]) -> str:
@@ -434,6 +458,13 @@ def _schedule(observer: "BaseObserver", handler: Any, path: str, dirs_only: bool
         return observer.schedule(handler, path, recursive=False, event_filter=wanted)
     except TypeError:  # watchdog < 4: no event filter, the handler drops what it does not need
         return observer.schedule(handler, path, recursive=False)
+
+
+def _regular_file(path: str) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _dir_identity(path: str) -> Optional[Tuple[int, int]]:

@@ -119,6 +119,7 @@ class Watch:
         self._unclosed = False          # the verdict being made is of a file no close-after-write ended
         self._observer: Any = None
         self._handler: Any = None
+        self._generation = 0            # of the manifests dir's watch: bumped by every re-arm
         self._watch: Any = None
         self._ident: Optional[Tuple[int, int]] = None
         self._stopping = threading.Event()
@@ -144,7 +145,7 @@ class Watch:
         manifests.check_manifests_dir(self.host, self.dir)
         _shorten_move_pairing()
         self._observer = _make_observer()
-        self._handler = _Handler(self.events)
+        self._handler = _Handler(self.events, None)
         _schedule(self._observer, self._handler, self.parent, dirs_only=True)
         self._arm()
         self._observer.start()
@@ -156,7 +157,12 @@ class Watch:
 
     def _arm(self) -> None:
         self._ident = _dir_identity(self.dir)
-        self._watch = _schedule(self._observer, self._handler, self.dir, dirs_only=False)
+        # A handler of its own per watch of the dir: a removed dir's watch may still deliver the events
+        # of its files' deletion (another watchdog thread) after the dir is back, and a stale "deleted"
+        # must not be judged against the new dir ("kube-scheduler.yaml appeared and vanished").
+        self._generation += 1
+        handler = _Handler(self.events, self._generation)
+        self._watch = _schedule(self._observer, handler, self.dir, dirs_only=False)
 
     def _disarm(self) -> None:
         if self._watch is not None:
@@ -202,19 +208,19 @@ class Watch:
         if item[0] == "follow":
             self._emit(**item[1])
             return
-        _, kind, src, dest = item
+        _, kind, src, dest, generation = item
         if kind == "moved":
-            self._path_event(src, "moved_out")
-            self._path_event(dest, "moved_in")
+            self._path_event(src, "moved_out", generation)
+            self._path_event(dest, "moved_in", generation)
         else:
-            self._path_event(src, kind)
+            self._path_event(src, kind, generation)
 
-    def _path_event(self, path: str, kind: str) -> None:
+    def _path_event(self, path: str, kind: str, generation: Optional[int]) -> None:
         if not path:
             return
         if path == self.dir:
             self._check_dir()
-        elif os.path.dirname(path) == self.dir:
+        elif os.path.dirname(path) == self.dir and generation in (None, self._generation):
             self._touch(os.path.basename(path), kind)
 
     def _touch(self, name: str, kind: str, writing: bool = True) -> None:
@@ -416,10 +422,12 @@ def followed(verdict: str, state: Optional[Mapping[str, object]], before: Option
 # --- watchdog glue ---------------------------------------------------------------------------------
 
 class _Handler:
-    """watchdog handler that only forwards (kind, src, dest) tuples to the main thread."""
+    """watchdog handler that only forwards ("fs", kind, src, dest, generation) tuples to the main
+    thread; ``generation``: the dir watch it serves (None: the parent dir's watch)."""
 
-    def __init__(self, events: Any) -> None:
+    def __init__(self, events: Any, generation: Optional[int]) -> None:
         self.events = events
+        self.generation = generation
 
     def dispatch(self, event: "FileSystemEvent") -> None:
         kind = event.event_type
@@ -429,9 +437,9 @@ class _Handler:
                 kind, dest = "moved_out", ""
             elif dest and not src:
                 kind, src, dest = "moved_in", dest, ""
-            self.events.put(("fs", kind, src, dest))
+            self.events.put(("fs", kind, src, dest, self.generation))
         elif kind in _EVENT_KINDS or (event.is_directory and kind in ("created", "deleted")):
-            self.events.put(("fs", kind, _text(event.src_path), ""))
+            self.events.put(("fs", kind, _text(event.src_path), "", self.generation))
 
 
 def _text(path: Union[str, bytes]) -> str:

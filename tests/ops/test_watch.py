@@ -261,7 +261,8 @@ def test_dir_removed_and_recreated(node: NodeDirs, watcher: WatchProc) -> None:
     os.mkdir(node.manifests)
     assert watcher.until(lambda r: r["event"] == "dir_created")[-1]["verdict"] == "watching"
     touch(node, "kube-scheduler.yaml", POD)
-    assert watcher.verdict("kube-scheduler.yaml")["verdict"] == "load"
+    rec = watcher.verdict("kube-scheduler.yaml")
+    assert rec["verdict"] == "load", watcher.seen
     os.rename(node.manifests, node.manifests + ".old")      # moved away, then a new one moved in
     watcher.until(lambda r: r["event"] == "dir_removed" and r["file"] is None)
     shutil.copytree(node.manifests + ".old", node.manifests + ".new")
@@ -323,6 +324,39 @@ def test_followed() -> None:
     assert not watchmod.followed("reload", up, up, 0.5), "same uid: not recreated yet"
     assert watchmod.followed("reload", up, dict(up, uid="a"), 0.5)
     assert watchmod.followed("reload", {"present": True, "ready": True, "age_seconds": 1.0}, {"present": True}, 0.5)
+
+
+def test_a_removed_dirs_late_events_are_not_judged_against_the_new_dir(node: NodeDirs) -> None:
+    """The file deletions of a removed dir come from its own watch's thread and may arrive after the
+    dir is back (seen under load: the first verdict for kube-scheduler.yaml written into the new dir
+    was "ignore: appeared and vanished", the old file's deletion). Events of a watch that was
+    replaced are dropped; the same event from the current watch is judged."""
+    records: Any = queue.Queue()
+    runner = watchmod.Watch(node.manifests, records.put, node_name=NODE, debounce=0.02)
+    thread = threading.Thread(target=lambda: (runner.start(), runner.run(), runner.close()), daemon=True)
+    thread.start()
+
+    def until_file(name: str) -> list:
+        got = []
+        while True:
+            rec = records.get(timeout=WAIT)
+            got.append(rec)
+            if rec.get("file") == name:
+                return got
+    try:
+        assert records.get(timeout=WAIT)["verdict"] == "watching"
+        current = runner._generation
+        stale = path(node, "kube-scheduler.yaml")
+        runner.events.put(("fs", "deleted", stale, "", current - 1))      # an earlier watch's event
+        touch(node, ".marker", b"")
+        assert [r["file"] for r in until_file(".marker")] == [".marker"]
+        runner.events.put(("fs", "deleted", path(node, "etcd.yaml"), "", current))
+        os.unlink(path(node, "etcd.yaml"))
+        rec = until_file("etcd.yaml")[-1]
+        assert rec["verdict"] == "stop", rec
+    finally:
+        runner.stop("test")
+        thread.join(WAIT)
 
 
 def test_a_file_left_open_is_judged_after_the_settle(node: NodeDirs) -> None:

@@ -265,10 +265,11 @@ def test_ssh_config_resolves_every_master_through_the_bastion() -> None:
 # --------------------------------------------------------------------------- runbooks
 
 
-def test_command_extraction_helpers() -> None:
+def test_command_extraction_helpers(tmp_path: Path) -> None:
     assert parse_cli(["-i", "inv.yaml", "--serial", "1", "restart", "etcd", "--timeout", "5"]) == [
         ([], ["-i", "--serial"]), (["restart"], ["--timeout"])]
-    assert parse_cli(["lab", "up", "--dir", "/tmp/x"])[-1] == (["lab", "up"], ["--dir"])
+    # a dir of this test's own: `lab up --dir` refuses a path that is a file (a shared /tmp/x was one)
+    assert parse_cli(["lab", "up", "--dir", str(tmp_path / "x")])[-1] == (["lab", "up"], ["--dir"])
     for bad in (["restart", "etcd", "--serial", "1"], ["restart"], ["-o", "xml", "status"],
                 ["restart", "etcd", "--timeout", "0"], ["stop", "etcd", "--no-such-option"]):
         with pytest.raises((click.ClickException, AssertionError)):

@@ -61,3 +61,11 @@ def refuse_empty(names: Iterable[str], environ: Mapping[str, str] = os.environ) 
     empty = [name for name in names if name in environ and not environ[name].strip()]
     if empty:
         raise CpctlError("%s set but empty: unset it or give a value" % " and ".join(empty), ExitCode.USAGE)
+
+
+def load_yaml(text: "str | bytes") -> object:
+    """``yaml.safe_load`` through libyaml's C parser when PyYAML has it (the same safe constructor
+    and resolver, 5-10x faster: a kubeconfig with embedded certificates, a KubeletConfiguration);
+    raises ``yaml.YAMLError`` like ``safe_load``. Manifests are decoded by ``core.manifests``."""
+    import yaml
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))

@@ -93,8 +93,13 @@ def api(
         return exc.code, json.loads(exc.read() or b"null")
 
 
-def wait_for(pred: Callable[[], Any], timeout: float = 5.0, what: str = "condition") -> Any:
-    """Poll pred until it returns something truthy (exceptions count as not yet)."""
+def wait_for(pred: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
+    """Poll pred until it returns something truthy (exceptions count as not yet).
+
+    The default deadline is the margin of a busy machine (the lab's simulated kubelet shares two
+    cores with the suite's other worker and everything else running there): a passing wait returns
+    as soon as ``pred`` holds, so only a failing test pays for it. A shorter ``timeout`` belongs only
+    to a wait whose window is the point (before the kubelet's next re-list)."""
     deadline = time.monotonic() + timeout
     last: Optional[BaseException] = None
     while time.monotonic() < deadline:

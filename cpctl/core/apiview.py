@@ -20,6 +20,7 @@ import time
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 from cpctl.host.base import Host
+from cpctl.inputs import load_yaml
 
 KUBELET_CONF = "kubelet.conf"
 CACHE_SECONDS = 5.0
@@ -71,7 +72,7 @@ class LocalApiCheck:
         import yaml
         try:
             data = self.host.read_file(self.conf_path, MAX_CONF_BYTES)
-            config = yaml.safe_load(data.decode("utf-8", "replace"))
+            config = load_yaml(data.decode("utf-8", "replace"))
         except (OSError, yaml.YAMLError, ValueError, RecursionError):
             return ""
         if not isinstance(config, dict):

@@ -24,6 +24,7 @@ from typing import Dict, Generic, List, Optional, Tuple, TypeVar
 
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host.base import Host
+from cpctl.inputs import load_yaml
 
 DEFAULT_KUBELET_DIR = "/var/lib/kubelet"
 DEFAULT_MANIFESTS_DIR = "/etc/kubernetes/manifests"
@@ -162,7 +163,7 @@ def _read_config(host: Host, path: str, view: KubeletView) -> None:
         return
     import yaml
     try:
-        config = yaml.safe_load(text)
+        config = load_yaml(text)
     except yaml.YAMLError:
         view.problems.append("%s is not valid YAML" % path)
         return

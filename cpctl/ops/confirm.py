@@ -442,11 +442,16 @@ def revert_overdue(node: Node, log: Callable[[str, bool], None]) -> List[str]:
 # --- the node side: the timer's run, and --confirm-check ---------------------------------------
 def wait_until(node: Node, component: str, op: str, at: float) -> bool:
     """Sleep until ``at`` (the fallback process's timer); False when the arm went away meanwhile
-    (confirmed: nothing to do)."""
+    (confirmed: nothing to do). The timer starts BEFORE its arm is recorded (module doc): an arm not
+    seen yet is not one that went away - on a busy node cpctl may need seconds to record it - so only
+    an arm seen and then gone ends the wait early; at ``at`` the revert finds whatever is there."""
+    seen = False
     while time.time() < at:
         time.sleep(min(CHECK_POLL, max(0.0, at - time.time())))
         arm_now = next((a for a in confirmations.read_all(node.host, node.state) if a.op == op), None)
-        if arm_now is None:
+        if arm_now is not None:
+            seen = True
+        elif seen:
             return False
     return True
 

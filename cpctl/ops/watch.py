@@ -42,8 +42,15 @@ POLL_INTERVAL = 0.2
 # one directory delivers both in the same read(), so 25 ms keeps pairing and makes "moved out"
 # (cpctl stop parks by rename) reach the first verdict within the 100 ms target.
 MOVE_PAIRING_DELAY = 0.025
+# A file created or written to is judged once its writer closes it (IN_CLOSE_WRITE), never while it is
+# half written (a 10 MiB file written in chunks must not be judged "empty"). A writer that keeps the file
+# open without writing for this long (or a file that was hard-linked in: no close follows) is judged as
+# it is then, and the verdict says no close was seen.
+WRITE_SETTLE = 2.0
 
 _EVENT_KINDS = {"created": "created", "modified": "modified", "closed": "modified", "deleted": "deleted"}
+# inotify events that mean a writer has the file open (a close-after-write is still to come)
+_WRITING = ("created", "modified")
 
 
 def _shorten_move_pairing() -> None:
@@ -55,16 +62,24 @@ def _shorten_move_pairing() -> None:
 
 
 class _Pending:
-    """A burst of events for one file, flushed as one verdict after the debounce delay."""
+    """A burst of events for one file, flushed as one verdict after the debounce delay, or, while a
+    writer still has the file open, after its close-after-write (at the latest ``settle`` seconds after
+    the last write)."""
 
-    def __init__(self, deadline: float) -> None:
+    def __init__(self) -> None:
         self.kinds: List[str] = []
-        self.deadline = deadline
+        self.deadline = 0.0
+        self.writing = False
 
-    def add(self, kind: str, deadline: float) -> None:
-        if kind not in self.kinds:
-            self.kinds.append(kind)
-        self.deadline = deadline
+    def add(self, kind: str, now: float, debounce: float, settle: float, writing: bool) -> None:
+        shown = _EVENT_KINDS.get(kind, kind)
+        if shown not in self.kinds:
+            self.kinds.append(shown)
+        if kind == "closed" or kind not in _WRITING:
+            self.writing = False        # closed, or the name now points elsewhere (moved, deleted)
+        elif writing:
+            self.writing = True
+        self.deadline = now + (max(settle, debounce) if self.writing else debounce)
 
 
 def transient_detail(name: str) -> str:
@@ -85,7 +100,7 @@ class Watch:
 
     def __init__(self, manifests_dir: str, emit: Callable[[Record], None], waiter: Optional[Waiter] = None,
                  node_name: str = "", timeout: float = 30.0, debounce: float = 0.05,
-                 host: Optional[Host] = None, relist: float = 20.0) -> None:
+                 host: Optional[Host] = None, relist: float = 20.0, settle: float = WRITE_SETTLE) -> None:
         self.dir = os.path.normpath(manifests_dir)
         self.parent = os.path.dirname(self.dir) or "/"
         self.emit_record = emit
@@ -94,14 +109,17 @@ class Watch:
         self.timeout = timeout
         self.relist = relist            # the kubelet's fileCheckFrequency: its full re-list period
         self.debounce = debounce
+        self.settle = settle            # how long a file still open for writing may stay silent
         self.host = host or LocalHost()
         self.events: Any = queue.SimpleQueue()
         self.pending: Dict[str, _Pending] = {}
         # file -> (namespace, pod, checksum, decoded digest) as the kubelet has it
         self.loaded: Dict[str, Tuple[str, str, Optional[str], Optional[str]]] = {}
         self.verdicts = 0
+        self._unclosed = False          # the verdict being made is of a file no close-after-write ended
         self._observer: Any = None
         self._handler: Any = None
+        self._generation = 0            # of the manifests dir's watch: bumped by every re-arm
         self._watch: Any = None
         self._ident: Optional[Tuple[int, int]] = None
         self._stopping = threading.Event()
@@ -109,6 +127,8 @@ class Watch:
     # --- output ---------------------------------------------------------------------------------
     def _emit(self, event: str, file: Optional[str], verdict: str, pod: Optional[str], detail: str,
               **extra: object) -> None:
+        if self._unclosed and file is not None:
+            detail += " (no close-after-write within %gs of the last write: judged as the file is now)" % self.settle
         record: Record = {"time": iso_millis(), "event": event, "file": file, "verdict": verdict, "pod": pod,
                   "detail": detail}
         record.update(extra)
@@ -125,7 +145,7 @@ class Watch:
         manifests.check_manifests_dir(self.host, self.dir)
         _shorten_move_pairing()
         self._observer = _make_observer()
-        self._handler = _Handler(self.events)
+        self._handler = _Handler(self.events, None)
         _schedule(self._observer, self._handler, self.parent, dirs_only=True)
         self._arm()
         self._observer.start()
@@ -137,7 +157,12 @@ class Watch:
 
     def _arm(self) -> None:
         self._ident = _dir_identity(self.dir)
-        self._watch = _schedule(self._observer, self._handler, self.dir, dirs_only=False)
+        # A handler of its own per watch of the dir: a removed dir's watch may still deliver the events
+        # of its files' deletion (another watchdog thread) after the dir is back, and a stale "deleted"
+        # must not be judged against the new dir ("kube-scheduler.yaml appeared and vanished").
+        self._generation += 1
+        handler = _Handler(self.events, self._generation)
+        self._watch = _schedule(self._observer, handler, self.dir, dirs_only=False)
 
     def _disarm(self) -> None:
         if self._watch is not None:
@@ -183,24 +208,27 @@ class Watch:
         if item[0] == "follow":
             self._emit(**item[1])
             return
-        _, kind, src, dest = item
+        _, kind, src, dest, generation = item
         if kind == "moved":
-            self._path_event(src, "moved_out")
-            self._path_event(dest, "moved_in")
+            self._path_event(src, "moved_out", generation)
+            self._path_event(dest, "moved_in", generation)
         else:
-            self._path_event(src, kind)
+            self._path_event(src, kind, generation)
 
-    def _path_event(self, path: str, kind: str) -> None:
+    def _path_event(self, path: str, kind: str, generation: Optional[int]) -> None:
         if not path:
             return
         if path == self.dir:
             self._check_dir()
-        elif os.path.dirname(path) == self.dir:
+        elif os.path.dirname(path) == self.dir and generation in (None, self._generation):
             self._touch(os.path.basename(path), kind)
 
-    def _touch(self, name: str, kind: str) -> None:
-        deadline = time.monotonic() + self.debounce
-        self.pending.setdefault(name, _Pending(deadline)).add(kind, deadline)
+    def _touch(self, name: str, kind: str, writing: bool = True) -> None:
+        """One event for a file; ``writing``: the event may come from a writer that has not closed it yet
+        (false for a file found by listing the dir, a directory or a symlink, which no close follows)."""
+        if writing and kind == "created" and not _regular_file(os.path.join(self.dir, name)):
+            writing = False
+        self.pending.setdefault(name, _Pending()).add(kind, time.monotonic(), self.debounce, self.settle, writing)
 
     # --- the manifests dir itself -------------------------------------------------------------------
     def _check_dir(self) -> None:
@@ -218,7 +246,7 @@ class Watch:
             self._emit("dir_created", None, "watching", None, "manifests dir %s is back: watching it again"
                        % self.dir)
             for name in self._listdir():
-                self._touch(name, "created")
+                self._touch(name, "created", writing=False)
 
     def _dir_gone(self) -> None:
         for name in sorted(self.loaded):
@@ -248,7 +276,9 @@ class Watch:
         for name in due:
             burst = self.pending.pop(name, None)
             if scan is not None and burst is not None:
+                self._unclosed = burst.writing
                 self._verdict(name, "+".join(burst.kinds), scan)
+        self._unclosed = False
 
     def _scan(self) -> Optional[manifests.DirScan]:
         try:
@@ -392,10 +422,12 @@ def followed(verdict: str, state: Optional[Mapping[str, object]], before: Option
 # --- watchdog glue ---------------------------------------------------------------------------------
 
 class _Handler:
-    """watchdog handler that only forwards (kind, src, dest) tuples to the main thread."""
+    """watchdog handler that only forwards ("fs", kind, src, dest, generation) tuples to the main
+    thread; ``generation``: the dir watch it serves (None: the parent dir's watch)."""
 
-    def __init__(self, events: Any) -> None:
+    def __init__(self, events: Any, generation: Optional[int]) -> None:
         self.events = events
+        self.generation = generation
 
     def dispatch(self, event: "FileSystemEvent") -> None:
         kind = event.event_type
@@ -405,9 +437,9 @@ class _Handler:
                 kind, dest = "moved_out", ""
             elif dest and not src:
                 kind, src, dest = "moved_in", dest, ""
-            self.events.put(("fs", kind, src, dest))
+            self.events.put(("fs", kind, src, dest, self.generation))
         elif kind in _EVENT_KINDS or (event.is_directory and kind in ("created", "deleted")):
-            self.events.put(("fs", _EVENT_KINDS.get(kind, kind), _text(event.src_path), ""))
+            self.events.put(("fs", kind, _text(event.src_path), "", self.generation))
 
 
 def _text(path: Union[str, bytes]) -> str:
@@ -434,6 +466,13 @@ def _schedule(observer: "BaseObserver", handler: Any, path: str, dirs_only: bool
         return observer.schedule(handler, path, recursive=False, event_filter=wanted)
     except TypeError:  # watchdog < 4: no event filter, the handler drops what it does not need
         return observer.schedule(handler, path, recursive=False)
+
+
+def _regular_file(path: str) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _dir_identity(path: str) -> Optional[Tuple[int, int]]:

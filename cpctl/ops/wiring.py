@@ -80,13 +80,28 @@ def settle_kept(node: Node) -> List[str]:
 
 
 def revert_overdue(node: Node) -> List[str]:
-    """Revert arms past their deadline (the node calls this once, before its first session or view;
-    ``ops.confirm`` is imported only when the node's confirm dir exists)."""
-    from cpctl.core import confirmations
-    if node.host.lstat(confirmations.directory(node.state)) is None:
+    """Revert arms past their deadline (the node calls this once, before its first session or view).
+    The arm records are read here, with the arm module alone: the change pipeline (``ops.confirm``,
+    the journal, replace, edits) is imported only when an arm is overdue or cannot be read, so a
+    ``status`` of a node with pending (or no) confirmations loads none of it."""
+    if not _overdue_arms(node):
         return []
     from cpctl.ops import confirm
     return confirm.revert_overdue(node, confirm.syslog_writer())
+
+
+def _overdue_arms(node: Node) -> bool:
+    """Is an arm of the node past its deadline, or is one unreadable (``ops.confirm`` reports it)?"""
+    from cpctl.core import confirmations
+    if node.dry_run or node.host.lstat(confirmations.directory(node.state)) is None:
+        return False
+    if not node.state.ensure(create=False):
+        return False
+    import time
+    try:
+        return any(arm.overdue(time.time()) for arm in confirmations.read_all(node.host, node.state))
+    except CpctlError:
+        return True
 
 
 def baseline_listener(node: Node) -> Callable[[Change, bool], None]:

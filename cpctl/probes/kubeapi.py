@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
 
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host.base import Host, HttpReply, TlsOptions
+from cpctl.inputs import load_yaml
 from cpctl.probes.shape import ShapeError, get_bool, get_list, get_object, get_objects, get_str, kind_of
 
 if TYPE_CHECKING:
@@ -237,7 +238,7 @@ def _read_kubeconfig(host: Host, path: str) -> Dict[str, object]:
         raise _env_error("cannot read kubeconfig %s: %s" % (path, exc.strerror or exc),
                          hint="pass --kubeconfig or set KUBECONFIG") from None
     try:   # the parser's messages quote the file: never shown, a token may be right there
-        config = yaml.safe_load(raw.decode("utf-8", "replace"))
+        config = load_yaml(raw.decode("utf-8", "replace"))
     except (yaml.YAMLError, ValueError, RecursionError):
         raise _env_error("kubeconfig %s is not valid YAML" % path) from None
     if not isinstance(config, dict):

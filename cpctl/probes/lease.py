@@ -6,6 +6,7 @@ from typing import Any, Dict, List, Optional
 
 from cpctl import catalogue
 from cpctl.host.base import Host
+from cpctl.inputs import load_yaml
 from cpctl.probes.base import PodTarget
 
 FALSE_WORDS = ("false", "0", "f", "no")   # what Go's strconv.ParseBool reads as false (and "no")
@@ -51,7 +52,7 @@ def lease_name(target: PodTarget, host: Optional[Host] = None) -> str:
 def _config_lease(host: Host, path: str) -> Optional[str]:
     import yaml
     try:
-        config: Any = yaml.safe_load(host.read_file(path, 1 << 20))
+        config: Any = load_yaml(host.read_file(path, 1 << 20))
     except (OSError, yaml.YAMLError, ValueError, RecursionError):
         return None
     election: Dict[str, Any] = {}

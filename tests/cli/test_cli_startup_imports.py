@@ -8,9 +8,11 @@ load shows up (the lab plugin, package metadata scanning, the journal, OpenSSL's
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import time
 from typing import Dict, List, Set, Tuple
 
 import pytest
@@ -36,6 +38,10 @@ NOT_FOR_HELP = NEVER + ("yaml", "json", "dataclasses", "signal", "shutil", "subp
 NOT_FOR_STATUS = NEVER + ("cpctl.core.journal", "cpctl.core.revisions", "cpctl.probes.diagnose", "hashlib",
                           "_hashlib", "hmac", "secrets", "random", "decimal", "calendar", "urllib.parse",
                           "ipaddress", "subprocess", "shlex")
+# Whatever the node holds, a view loads no change pipeline: an arm's record is read by the arm module
+# (core.confirmations) alone; ops.confirm and what it needs come only to revert an overdue arm.
+CHANGE_PIPELINE = ("cpctl.ops.confirm", "cpctl.ops.edits", "cpctl.core.replace", "cpctl.core.journal",
+                   "cpctl.core.revisions", "cpctl.core.companions", "cpctl.core.checks", "secrets")
 
 
 def _run(argv: List[str], env: Dict[str, str]) -> Tuple[subprocess.CompletedProcess, Set[str]]:
@@ -100,3 +106,37 @@ def test_status_without_a_probe_imports_no_more(env: Dict[str, str]) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert '"component": "kube-scheduler"' in proc.stdout
     assert _forbidden(modules, NOT_FOR_STATUS) == []
+
+
+def _arm(env: Dict[str, str], deadline: float) -> None:
+    """An arm record as cpctl writes it (STATE/confirm/kube-scheduler.yaml.json, dirs 0700)."""
+    confirm = os.path.join(env["CPCTL_STATE_DIR"], "confirm")
+    os.makedirs(confirm, mode=0o700)
+    os.chmod(env["CPCTL_STATE_DIR"], 0o700)
+
+    def iso(at: float) -> str:
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
+    record = {"op": "op-1", "component": "kube-scheduler", "file": "kube-scheduler.yaml", "checksum": "a" * 64,
+              "previous": "b" * 64, "revision": 1, "action": "flags", "armed_at": iso(time.time() - 60),
+              "deadline": iso(deadline), "by": "tester", "host": "bench", "node": "bench", "reason": None,
+              "timer": "none", "unit": "", "pid": 0, "check": ""}
+    with open(os.path.join(confirm, "kube-scheduler.yaml.json"), "w") as handle:
+        json.dump(record, handle)
+
+
+def test_status_of_a_node_with_a_pending_confirmation_loads_no_change_code(env: Dict[str, str]) -> None:
+    _arm(env, time.time() + 3600)
+    proc, modules = _imports(["status", "-o", "json"], env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    shown = json.loads(proc.stdout)
+    rows = {row["component"]: row for row in shown["components"]}
+    assert rows["kube-scheduler"]["unconfirmed"]["action"] == "flags", shown
+    assert _forbidden(modules, NOT_FOR_STATUS + CHANGE_PIPELINE) == []
+
+
+def test_status_loads_the_revert_only_for_an_overdue_arm(env: Dict[str, str]) -> None:
+    """The same record past its deadline: now the view reverts it first, so the revert code loads
+    (the check above is not blind: it reads the record's deadline)."""
+    _arm(env, time.time() - 5)
+    proc, modules = _imports(["status", "-o", "json"], env)
+    assert "cpctl.ops.confirm" in modules, proc.stderr[-2000:]

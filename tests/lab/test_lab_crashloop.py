@@ -68,7 +68,7 @@ def crashlooping(lab: LabHandle, component: str, restarts: int = 2) -> dict[str,
         waiting = (st.get("state") or {}).get("waiting") or {}
         return pod if waiting.get("reason") == "CrashLoopBackOff" and st["restartCount"] >= restarts else None
 
-    return wait_for(looping, timeout=8, what=f"{component} in CrashLoopBackOff")
+    return wait_for(looping, timeout=30, what=f"{component} in CrashLoopBackOff")
 
 
 # --------------------------------------------------------------------------- (b) values the flag cannot parse
@@ -135,8 +135,8 @@ def test_unknown_flag_on_the_apiserver_takes_the_api_down_and_back(lab_factory, 
     path = lab.manifests_dir() / "kube-apiserver.yaml"
     (tmp_path / "api.yaml").write_text(good)
     (tmp_path / "api.yaml").rename(path)  # what cpctl apply's rollback does
-    wait_for(lambda: api(lab, "GET", "/version")[0] == 200, timeout=8, what="API back")
-    wait_for(lambda: is_ready(mirror(lab, "kube-apiserver")), timeout=8, what="apiserver Ready")
+    wait_for(lambda: api(lab, "GET", "/version")[0] == 200, timeout=30, what="API back")
+    wait_for(lambda: is_ready(mirror(lab, "kube-apiserver")), timeout=30, what="apiserver Ready")
 
 
 def test_etcd_flag_errors_exit_2_with_go_flag_messages(lab_factory):
@@ -178,7 +178,7 @@ def test_missing_file_crashloops_until_it_appears_on_the_node(lab_factory):
     # the pki dir is a hostPath volume: the file on the node side is what the container sees
     (lab.root_dir() / "etc/kubernetes/pki/extra-ca.crt").write_text((lab.root_dir() / "etc/kubernetes/pki/ca.crt")
                                                                       .read_text())
-    wait_for(lambda: is_ready(mirror(lab, "kube-controller-manager")), timeout=8, what="healthy once the file exists")
+    wait_for(lambda: is_ready(mirror(lab, "kube-controller-manager")), timeout=30, what="healthy once the file exists")
     assert status_of(mirror(lab, "kube-controller-manager"))["restartCount"] >= 1
 
 
@@ -231,7 +231,7 @@ def test_missing_file_hostpath_keeps_the_pod_in_container_creating(lab_factory, 
     assert failed == [f'MountVolume.SetUp failed for volume "policy" : hostPath type check failed: {extra} '
                       "is not a file"]
     on_node.write_text("kind: Policy\n")
-    wait_for(lambda: is_ready(mirror(lab, "kube-scheduler")), timeout=8, what="started once the file exists")
+    wait_for(lambda: is_ready(mirror(lab, "kube-scheduler")), timeout=30, what="started once the file exists")
 
 
 # --------------------------------------------------------------------------- crictl logs

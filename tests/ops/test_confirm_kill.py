@@ -182,3 +182,28 @@ def test_a_change_meeting_an_overdue_arm_does_not_say_it_reverts_at_a_past_time(
     opened = open_node(_settings(node), LocalHost(), overdue=False)
     with pytest.raises(Exception, match="has an unconfirmed change"):
         edits.replace(opened, "scheduler", SCHEDULER, "test", "apply", OPTIONS)
+
+
+def test_the_fallback_timer_waits_for_an_arm_recorded_after_it_started(tmp_path: Any, monkeypatch: Any) -> None:
+    """The detached timer starts before cpctl records the arm: on a busy node the record may come
+    after the timer's first look. An arm not seen yet must not end the wait (it did: "nothing armed
+    any more (confirmed)", and the change was never reverted); one seen and then gone does."""
+    import threading
+    monkeypatch.setattr(confirm, "CHECK_POLL", 0.05)
+    node = _prepare("arm", str(tmp_path / "late"))
+    settings = _settings(node)
+    late = threading.Timer(0.4, lambda: _arm(open_node(settings, LocalHost())))
+    late.start()
+    try:
+        assert confirm.wait_until(open_node(settings, LocalHost()), "scheduler", "0123456789abcdef",
+                                  time.time() + 1.5) is True
+    finally:
+        late.join()
+    assert _armed(node)
+    gone = threading.Timer(0.4, lambda: confirm.confirm(open_node(settings, LocalHost()), "scheduler", "test"))
+    gone.start()
+    try:
+        assert confirm.wait_until(open_node(settings, LocalHost()), "scheduler", "0123456789abcdef",
+                                  time.time() + 30) is False
+    finally:
+        gone.join()

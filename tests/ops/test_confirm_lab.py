@@ -66,14 +66,20 @@ def test_armed_change_reverts_by_itself_after_cpctl_is_killed(lab: Any) -> None:
     armed = json.loads(_read(_arm_path(lab)))
     assert armed["timer"] == "process" and armed["pid"] > 1
     assert _read(_manifest(lab)) != original
-    wait_for(lambda: _read(_manifest(lab)) == original, 90, "the node-side revert")
-    wait_for(lambda: not os.path.exists(_arm_path(lab)), 90, "the arm removed")
+    log = os.path.join(str(lab.state_dir()), "confirm", "kube-scheduler.yaml.log")
+    try:
+        # the timer fires 5 s after the arm; the revert then writes the old bytes at once ...
+        wait_for(lambda: _read(_manifest(lab)) == original, 90, "the node-side revert")
+        # ... and removes the arm only once its verification ends, which may take the reverted pod's
+        # startupProbe budget (kubeadm's scheduler: 10 s + 24 x 10 s) and the 5 s settle
+        wait_for(lambda: not os.path.exists(_arm_path(lab)), 250 + 5 + 60, "the arm removed")
+    except AssertionError as exc:
+        raise AssertionError("%s; the timer's log: %r" % (exc, _read(log) if os.path.exists(log) else None)) from None
     wait_for(lambda: is_ready(mirror(lab, "kube-scheduler")), 60, "scheduler Ready again")
     wait_for(lambda: "reverted" in _actions(lab), 60, "history: reverted")
     records = [r for r in _history(lab) if r.get("component") == "kube-scheduler"]
     assert [r["action"] for r in records][-4:] == ["flags", "armed", "rollback", "reverted"]
     assert records[-1]["outcome"] == "verified" and records[-2]["unconfirmed"] is True
-    log = os.path.join(str(lab.state_dir()), "confirm", "kube-scheduler.yaml.log")
     wait_for(lambda: b"unconfirmed change of kube-scheduler reverted to revision" in _read(log), 10, "the node log")
 
 

@@ -21,7 +21,7 @@ from cpctl.probes.base import PodTarget, Waiter
 from tests.coreutil import CLI, MANIFESTS, NODE, NodeDirs
 
 POD = MANIFESTS["kube-scheduler.yaml"]
-WAIT = 10.0
+WAIT = 30.0                 # a busy machine: a passing wait returns at once
 
 
 class WatchProc:
@@ -157,6 +157,31 @@ def test_reject(node: NodeDirs, watcher: WatchProc, why: str) -> None:
     assert rec["verdict"] == "reject" and why in rec["detail"]
 
 
+def write_in_chunks(target: str, data: bytes, chunks: int, pause: float) -> None:
+    """One open, several writes with pauses far longer than the debounce, then the close."""
+    step = -(-len(data) // chunks)
+    with open(target, "wb") as handle:
+        for start in range(0, len(data), step):
+            handle.write(data[start:start + step])
+            handle.flush()
+            threading.Event().wait(pause)
+
+
+@pytest.mark.parametrize("what", ["valid pod", "too large"])
+def test_a_file_written_in_chunks_is_judged_once_closed(node: NodeDirs, watcher: WatchProc, what: str) -> None:
+    """The writer pauses 0.3 s between chunks (6x the 50 ms debounce): the only verdict comes after
+    the close (IN_CLOSE_WRITE), never a half-written file judged "empty" or truncated YAML."""
+    data = POD.replace(b"name: kube-scheduler", b"name: chunked") if what == "valid pod" else REJECTS["too large"]
+    write_in_chunks(path(node, "chunked.yaml"), data, 4, 0.3)
+    seen = [r for r in watcher.marker(node, "m-chunks") if r["file"] == "chunked.yaml" and r["event"] != "mirror"]
+    assert len(seen) == 1, seen
+    if what == "valid pod":
+        assert seen[0]["verdict"] == "load" and seen[0]["pod"] == "chunked-" + NODE, seen
+    else:
+        assert seen[0]["verdict"] == "reject" and "too large" in seen[0]["detail"], seen
+    assert "close-after-write" not in seen[0]["detail"]
+
+
 def test_previously_running_file_turned_invalid(node: NodeDirs, watcher: WatchProc) -> None:
     touch(node, "kube-scheduler.yaml", POD + b"  bad: [\n")
     rec = watcher.verdict("kube-scheduler.yaml")
@@ -236,7 +261,8 @@ def test_dir_removed_and_recreated(node: NodeDirs, watcher: WatchProc) -> None:
     os.mkdir(node.manifests)
     assert watcher.until(lambda r: r["event"] == "dir_created")[-1]["verdict"] == "watching"
     touch(node, "kube-scheduler.yaml", POD)
-    assert watcher.verdict("kube-scheduler.yaml")["verdict"] == "load"
+    rec = watcher.verdict("kube-scheduler.yaml")
+    assert rec["verdict"] == "load", watcher.seen
     os.rename(node.manifests, node.manifests + ".old")      # moved away, then a new one moved in
     watcher.until(lambda r: r["event"] == "dir_removed" and r["file"] is None)
     shutil.copytree(node.manifests + ".old", node.manifests + ".new")
@@ -298,6 +324,59 @@ def test_followed() -> None:
     assert not watchmod.followed("reload", up, up, 0.5), "same uid: not recreated yet"
     assert watchmod.followed("reload", up, dict(up, uid="a"), 0.5)
     assert watchmod.followed("reload", {"present": True, "ready": True, "age_seconds": 1.0}, {"present": True}, 0.5)
+
+
+def test_a_removed_dirs_late_events_are_not_judged_against_the_new_dir(node: NodeDirs) -> None:
+    """The file deletions of a removed dir come from its own watch's thread and may arrive after the
+    dir is back (seen under load: the first verdict for kube-scheduler.yaml written into the new dir
+    was "ignore: appeared and vanished", the old file's deletion). Events of a watch that was
+    replaced are dropped; the same event from the current watch is judged."""
+    records: Any = queue.Queue()
+    runner = watchmod.Watch(node.manifests, records.put, node_name=NODE, debounce=0.02)
+    thread = threading.Thread(target=lambda: (runner.start(), runner.run(), runner.close()), daemon=True)
+    thread.start()
+
+    def until_file(name: str) -> list:
+        got = []
+        while True:
+            rec = records.get(timeout=WAIT)
+            got.append(rec)
+            if rec.get("file") == name:
+                return got
+    try:
+        assert records.get(timeout=WAIT)["verdict"] == "watching"
+        current = runner._generation
+        stale = path(node, "kube-scheduler.yaml")
+        runner.events.put(("fs", "deleted", stale, "", current - 1))      # an earlier watch's event
+        touch(node, ".marker", b"")
+        assert [r["file"] for r in until_file(".marker")] == [".marker"]
+        runner.events.put(("fs", "deleted", path(node, "etcd.yaml"), "", current))
+        os.unlink(path(node, "etcd.yaml"))
+        rec = until_file("etcd.yaml")[-1]
+        assert rec["verdict"] == "stop", rec
+    finally:
+        runner.stop("test")
+        thread.join(WAIT)
+
+
+def test_a_file_left_open_is_judged_after_the_settle(node: NodeDirs) -> None:
+    """A writer that keeps the file open and stops writing: judged as it is after ``settle`` seconds
+    without a write, and the verdict says no close was seen."""
+    records: Any = queue.Queue()
+    runner = watchmod.Watch(node.manifests, records.put, node_name=NODE, debounce=0.02, settle=0.5)
+    thread = threading.Thread(target=lambda: (runner.start(), runner.run(), runner.close()), daemon=True)
+    thread.start()
+    try:
+        assert records.get(timeout=WAIT)["verdict"] == "watching"
+        with open(path(node, "open.yaml"), "wb") as handle:
+            handle.write(POD.replace(b"name: kube-scheduler", b"name: open"))
+            handle.flush()
+            rec = records.get(timeout=WAIT)         # while the file is still open
+        assert rec["file"] == "open.yaml" and rec["verdict"] == "load", rec
+        assert "no close-after-write within 0.5s" in rec["detail"], rec
+    finally:
+        runner.stop("test")
+        thread.join(WAIT)
 
 
 def test_follow_up_lines_with_fake_waiter(node: NodeDirs) -> None:

@@ -353,6 +353,10 @@ def _replace_core(node: Node, manifest: Manifest, new: bytes, source: str, actio
     assert manifest.data is not None and manifest.pod is not None
     verdict = review(node, manifest, new, source, action, options.force, companions)
     if verdict is None:
+        if options.config_write is not None:
+            # the manifest already holds the change: the ClusterConfiguration write is all there is to
+            # do (keeping what runs for the next upgrade); no manifest change to undo it with, no record
+            options.config_write.write()
         return _result(node, manifest, action, False, message="unchanged (the file already holds these bytes)")
     effect = manifests.pod_effect(manifest.data, new)
     target = node.target_for(manifests.parse_pod(new), manifest.file)    # judged by the NEW manifest

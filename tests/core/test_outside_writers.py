@@ -122,6 +122,6 @@ def test_check_kubeadm_lists_what_the_next_upgrade_drops(lab_factory: Any) -> No
     assert code == 1 and len(drops) == 1 and drops[0]["component"] == "kube-scheduler"
     assert sorted(drops[0]["flags"]) == ["--bind-address=0.0.0.0", "--profiling=false"]
     assert "--set bind-address=0.0.0.0" in drops[0]["fix"] and "--set profiling=false" in drops[0]["fix"], drops[0]
-    assert drops[0]["fix"].startswith("cpctl flags kube-scheduler --set ") and "NAME" not in drops[0]["fix"]
+    assert drops[0]["fix"].startswith("cpctl flags scheduler --set ") and "NAME" not in drops[0]["fix"]
     upgrade(handle, "--to", "classic")
     assert "--bind-address=127.0.0.1" in command(handle) and "--profiling=false" not in command(handle)

@@ -134,6 +134,7 @@ def members(census: List[HostResult]) -> List[Member]:
 
 
 def _mapping(value: object) -> Mapping[str, object]:
+    """``value`` when it is a JSON object, else an empty one (a census or an API answer is untrusted)."""
     return value if isinstance(value, Mapping) else {}
 
 
@@ -279,10 +280,10 @@ def _member_view(node: Node, name: str, mirrors: Sequence[Mapping[str, object]])
 
 def _readyz(node: Node, endpoint: object) -> Tuple[bool, str]:
     """(serving, why it could not be asked) of the API server at ``endpoint`` (``host:port``)."""
-    from cpctl.probes.etcdcluster import _is_url
+    from cpctl.probes.etcdcluster import is_url
     from cpctl.probes.kubeapi import node_http
     url = "https://%s/readyz" % endpoint if isinstance(endpoint, str) else ""
-    if not _is_url(url):
+    if not is_url(url):
         return False, "no address known (its mirror pod has no %s annotation)" % APISERVER_ENDPOINT_ANNOTATION
     try:
         reply = node_http(node.host, "GET", url, 2.0, 1 << 16, tls={"insecure": True})
@@ -399,8 +400,7 @@ def _count_etcd(view: ClusterView, etcd: "EtcdCensus") -> None:
 
 def _field(obj: object, key: str) -> Mapping[str, object]:
     """``obj[key]`` when both are JSON objects, else an empty one: an API answer is untrusted."""
-    value = _value(obj, key)
-    return value if isinstance(value, Mapping) else {}
+    return _mapping(_value(obj, key))
 
 
 def _value(obj: object, key: str) -> object:

@@ -109,7 +109,7 @@ def member_list(host: Host, endpoint: str, tls: TlsOptions,
         name = entry.get("name")
         urls = entry.get("clientURLs")
         members.append((_clean(name) if isinstance(name, str) else "",
-                        tuple(u for u in (urls if isinstance(urls, list) else [])[:MAX_URLS] if _is_url(u))))
+                        tuple(u for u in (urls if isinstance(urls, list) else [])[:MAX_URLS] if is_url(u))))
     return members, ""
 
 
@@ -146,12 +146,12 @@ def _with_health(host: Host, name: str, urls: Tuple[str, ...], tls: TlsOptions, 
 def _unique(endpoints: Sequence[str]) -> List[str]:
     seen: List[str] = []
     for endpoint in endpoints:
-        if _is_url(endpoint) and endpoint not in seen:
+        if is_url(endpoint) and endpoint not in seen:
             seen.append(endpoint)
     return seen
 
 
-def _is_url(value: object) -> bool:
+def is_url(value: object) -> bool:
     """An http(s) URL with a host and nothing a terminal or a request line could be tricked by."""
     if not isinstance(value, str) or not value or len(value) > 256 or not value.isprintable() or " " in value:
         return False

@@ -52,6 +52,10 @@ def restore(play: Play) -> None:
 def test_a_second_member_is_refused_although_its_mirror_pod_says_ready(ha_play: Play) -> None:
     play, cli, inv = ha_play, ha_play.cli, ha_play.cpctl_inv
     try:
+        # a dry run counts the same way but writes nothing to the cluster: no change lease
+        cli.run("-i", inv, "-H", "master3", "--census", "cluster", "stop", "etcd", "--dry-run")
+        missing = kubectl_admin(play, "-n", "kube-system", "get", "lease", "cpctl-control-plane-changes")
+        assert missing.returncode != 0 and "NotFound" in missing.stderr, missing.stdout + missing.stderr
         cli.run("-i", inv, "-H", "master3", "--census", "cluster", "stop", "etcd")
         assert etcd_in_place(play) == [True, True, False]
         # The case the guard used to miss: the API still says master3's etcd is Ready.

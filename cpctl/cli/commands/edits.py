@@ -76,7 +76,7 @@ def _options(ctx: click.Context, component: str, timeout: Optional[float], no_ro
     manifests.validate_component_name(component)
     check_reason(reason)
     if not parked:        # a parked copy runs nowhere: changing it takes nothing down
-        reason = guarded_reason(ctx, "apply", [component], force, reason)
+        reason = guarded_reason(ctx, "apply", [component], force, reason, dry_run)
     return ApplyOptions(timeout=timeout, rollback=not no_rollback, dry_run=dry_run, reason=reason,
                         keep=keep_revisions, settle=settle, force=force, parked=parked,
                         keep_verified=not confirming)

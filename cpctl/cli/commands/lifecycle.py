@@ -43,9 +43,10 @@ def check_reason(reason: Optional[str]) -> None:
 
 
 def guarded_reason(ctx: click.Context, verb: str, components: List[str], force: bool,
-                   reason: Optional[str]) -> Optional[str]:
+                   reason: Optional[str], dry_run: bool = False) -> Optional[str]:
     """With an inventory, refuse what would take etcd or the API server down fleet-wide (a dry run
-    is refused exactly like the real one); the reason to record, marked when ``--force``d."""
+    is refused exactly like the real one); the reason to record, marked when ``--force``d. A dry run
+    counts the same way but takes no change lease (a write to the cluster, and a wait for other runs)."""
     remote = state(ctx).remote
     if verb not in ("stop", "restart", "apply"):
         return reason
@@ -54,20 +55,21 @@ def guarded_reason(ctx: click.Context, verb: str, components: List[str], force: 
     if not fleetsafety.guarded(components):
         return reason
     if remote is None:        # on the node itself: only --census cluster has anything to count
-        return cluster_guarded_reason(ctx, verb, components, force, reason) if state(ctx).census == "cluster" \
-            else reason
+        return cluster_guarded_reason(ctx, verb, components, force, reason, dry_run) \
+            if state(ctx).census == "cluster" else reason
     if remote.census == "cluster":
-        return cluster_guarded_reason(ctx, verb, components, force, reason)
+        return cluster_guarded_reason(ctx, verb, components, force, reason, dry_run)
     if not remote.inventory:
         return reason
-    from cpctl.cli.fanout import hold_change_lease
-    hold_change_lease(ctx, required=False)
+    if not dry_run:
+        from cpctl.cli.fanout import hold_change_lease
+        hold_change_lease(ctx, required=False)
     targets = {spec.name for spec in select_specs(remote)}
     return fleetsafety.preflight(census(ctx), targets, verb, components, remote.serial, force, reason)
 
 
 def cluster_guarded_reason(ctx: click.Context, verb: str, components: List[str], force: bool,
-                           reason: Optional[str]) -> Optional[str]:
+                           reason: Optional[str], dry_run: bool = False) -> Optional[str]:
     """``--census cluster``: the same rules, counted through the selected masters (etcd's own member
     list and health, each API server's /readyz), under this machine's lock for that cluster and the
     cluster's own change lease (both held until the run ends), so that runs which each see one
@@ -81,7 +83,8 @@ def cluster_guarded_reason(ctx: click.Context, verb: str, components: List[str],
     try:
         results, targets, cluster = cluster_census(ctx)
         hold_cluster_lock(ctx, cluster)
-        hold_change_lease(ctx, required=True)
+        if not dry_run:
+            hold_change_lease(ctx, required=True)
         results, targets, cluster = cluster_census(ctx)
     except CpctlError as exc:
         if exc.code != ExitCode.REFUSED or not force:
@@ -110,7 +113,7 @@ def change(ctx: click.Context, verb: str, components: List[str], dry_run: bool, 
     Ctrl-C or SIGTERM ends with where each of them was left (``interrupted_where``)."""
     from cpctl.ops import lifecycle
     lifecycle.order_components(components)   # validate names before anything connects or moves
-    reason = guarded_reason(ctx, verb, components, force, reason)
+    reason = guarded_reason(ctx, verb, components, force, reason, dry_run)
     names = names_of or (lambda node: list(components))
     marked = {mark: True} if names_of is not None else {}
 

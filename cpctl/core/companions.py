@@ -25,6 +25,7 @@ from cpctl.errors import CpctlError, ExitCode
 from cpctl.host.base import Host
 
 MAX_COMPANION_BYTES = 1 << 20
+MODE = 0o600                                 # the mode cpctl writes a companion file with
 KUBE_DIR = "/etc/kubernetes"                 # what a flag value names inside the container (kubeadm's layout)
 # How ``flags --mount`` mounts a path: a file the component reads (read-only, type File), a file it
 # writes (its directory, writable, DirectoryOrCreate), a directory it writes (itself, writable).

@@ -73,20 +73,19 @@ class ConfigWrite:
     write: Callable[[], Tuple[str, str, str]]
 
 
-def write(node: Node, config: ConfigWrite, component: str, filename: str, previous: str, checksum: str,
-          op: str) -> None:
-    """Under the node lock, before the manifest change ``op`` (``previous`` -> ``checksum``) is applied:
-    record the ClusterConfiguration change, write it, record the resourceVersion it produced. A write
-    that fails (or finds nothing to change) leaves no record."""
-    kept = KeptConfig(op, component, filename, previous, checksum, config.namespace, config.name, config.key,
-                      config.before, config.after)
+def write(node: Node, config: ConfigWrite, kept: KeptConfig) -> None:
+    """Under the node lock, before the manifest change ``kept.op`` (``kept.previous`` -> ``kept.checksum``)
+    is applied: record ``kept`` - the inverse of the change's ClusterConfiguration part, computed with its
+    plan (``core.plan.Plan.inverse``) -, write the change, record the texts and the resourceVersion the
+    write produced (the undo is only made over that version). A write that fails (or finds nothing to
+    change) leaves no record."""
     save(node, kept)
     before, after, version = config.write()     # failed or interrupted: the record stays, ``settle`` decides
     if not version:
         drop(node, kept)
         return
     save(node, replace(kept, before=before, after=after, resource_version=version))
-    prune(node, filename)
+    prune(node, kept.file)
 
 
 @dataclass

@@ -16,7 +16,7 @@ import secrets
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 from cpctl.core import journal, manifests, outside, pending
-from cpctl.core.companions import MAX_COMPANION_BYTES, Companion
+from cpctl.core.companions import MAX_COMPANION_BYTES, MODE, Companion
 from cpctl.core.flags import redact
 from cpctl.core.manifests import Manifest
 from cpctl.core.node import NAME_MAX, Node
@@ -63,7 +63,8 @@ def replace_change(node: Node, manifest: Manifest, new: bytes, action: str, reas
 
 def replace_plan(node: Node, manifest: Manifest, new: bytes, action: str, reason: Optional[str], keep: int,
                  record: Optional[Dict[str, Any]] = None, replaced_failed: bool = False,
-                 companions: Sequence[Companion] = (), awaits: bool = False) -> Tuple[journal.Change, Keeping]:
+                 companions: Sequence[Companion] = (), awaits: bool = False,
+                 found_now: Optional[Sequence[Optional[bytes]]] = None) -> Tuple[journal.Change, Keeping]:
     """(the change, what it does to the revisions) that writes ``new`` over ``manifest``: the bytes
     replaced and the bytes written are each kept once as a revision (``replaced_failed``: the bytes
     replaced are a version that did not become healthy, marked failed). Each companion file is
@@ -71,7 +72,9 @@ def replace_plan(node: Node, manifest: Manifest, new: bytes, action: str, reason
     replaced records the companions' previous bytes, the revision of the bytes written their new ones.
 
     ``awaits``: a new pod will be waited for, so the change also records "verification pending"
-    for the file (:mod:`cpctl.core.pending`) before its commit step; the verdict clears it."""
+    for the file (:mod:`cpctl.core.pending`) before its commit step; the verdict clears it.
+    ``found_now``: each companion file's bytes now (None: absent) as the caller read them for its plan
+    (``ops.edits.build``); read here when not given."""
     if action not in ACTIONS:
         raise ValueError("unknown replace action %r" % action)
     assert manifest.data is not None and manifest.pod_name is not None
@@ -81,7 +84,8 @@ def replace_plan(node: Node, manifest: Manifest, new: bytes, action: str, reason
     meta = {"saved_at": iso(), "saved_by": user_label(node.host), "host": str(node.host.info()["hostname"]),
             "action": action, "reason": reason, "op": op}
     found = outside.detect(node, manifest.file, manifest.checksum)
-    previous = [(c.path, companion_now(node, c.path)) for c in companions]
+    previous = [(c.path, was) for c, was in zip(companions, found_now)] if found_now is not None else \
+        [(c.path, companion_now(node, c.path)) for c in companions]
     kept = store.plan_keep(manifest.file, old, manifest.mode, meta, keep, store.list(manifest.file), new=new,
                            mark_failed=replaced_failed,
                            outside_writer=(found.previous, found.note) if found is not None else None,
@@ -90,7 +94,7 @@ def replace_plan(node: Node, manifest: Manifest, new: bytes, action: str, reason
     for companion, (_, was) in zip(companions, previous):
         if companion.data is not None and companion.data != was:
             data[len(before)] = companion.data
-            before.append(journal.write(companion.path, manifests.checksum(companion.data), mode=0o600,
+            before.append(journal.write(companion.path, manifests.checksum(companion.data), mode=MODE,
                                         before=manifests.checksum(was) if was is not None else ""))
         elif companion.data is None and was is not None:
             before.append(journal.remove(companion.path))

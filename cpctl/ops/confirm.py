@@ -26,6 +26,7 @@ revision is no longer kept it refuses (exit 4), nothing changed. What it did goe
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 import subprocess
@@ -73,26 +74,26 @@ def unit_name(component: str) -> str:
 
 
 # --- arm ----------------------------------------------------------------------------------------
-def arm(node: Node, result: Mapping[str, object], options: ConfirmOptions, launcher: Launcher) -> Dict[str, object]:
+def arm(node: Node, result: edits.ChangeResult, options: ConfirmOptions, launcher: Launcher) -> edits.ChangeResult:
     """After a verified change (``result`` of ``edits.replace``): start the node-side timer, then
     record the arm through the journal. A change that changed nothing, or a dry run, is not armed."""
-    if not result.get("changed") or result.get("dry_run") or result.get("parked"):
-        return dict(result, confirm={"armed": False})
-    component, filename = str(result["component"]), str(result["file"])
+    if not result.changed or result.dry_run or result.parked or result.revision is None:
+        return dataclasses.replace(result, confirm={"armed": False})
+    component, filename = result.component, result.file
     with node.session("cpctl arm %s" % component):
         manifest = edits.current(node, component, "apply")
-        if manifest.checksum != result.get("checksum"):
+        if manifest.checksum != result.checksum:
             raise CpctlError("%s changed again before cpctl could arm its revert (another writer): NOT armed; the "
                              "change stands" % manifest.path, ExitCode.CONFLICT)
-        number = int(str(result["revision"]))
-        _kept_revision(node, filename, number, str(result.get("previous")))
+        number = result.revision
+        _kept_revision(node, filename, number, str(result.previous))
         if confirmations.read(node.host, node.state, filename) is not None:
             raise CpctlError("%s has an unconfirmed change already: NOT armed" % component, ExitCode.REFUSED)
         op = secrets.token_hex(8)
         deadline = int(time.time()) + options.within
         who = node.who()
-        armed = Arm(op, component, filename, str(result["checksum"]), str(result["previous"]), number,
-                    str(result.get("action")), iso(), iso(deadline), user_label(node.host), str(who.get("hostname")),
+        armed = Arm(op, component, filename, str(result.checksum), str(result.previous), number,
+                    result.action, iso(), iso(deadline), user_label(node.host), str(who.get("hostname")),
                     node.node_name, options.reason, "none", check=options.check)
         armed.timer, armed.unit, armed.pid = _start_timer(node, armed, deadline, launcher)
         try:
@@ -101,7 +102,7 @@ def arm(node: Node, result: Mapping[str, object], options: ConfirmOptions, launc
         except BaseException:
             _stop_timer(node, armed)
             raise
-    return dict(result, confirm=dict(armed.to_dict(), armed=True))
+    return dataclasses.replace(result, confirm=dict(armed.to_dict(), armed=True))
 
 
 def _kept_revision(node: Node, filename: str, number: int, previous: str) -> revisions.Revision:
@@ -384,9 +385,9 @@ def _revert_locked(node: Node, armed: Arm, why: str, log: Callable[[str, bool], 
                                     ExitCode.ROLLBACK_FAILED)) from None
     node.apply(confirmations.disarm_change(node.state, armed, "reverted", why, outcome="verified"))
     message = "unconfirmed change of %s reverted to revision %d (%s): %s" % (name, armed.revision, why,
-                                                                          result.get("message"))
+                                                                          result.message)
     log(message, False)
-    return dict(result, **done, changed=True, reverted=True, message=message)
+    return dict(result.to_dict(), **done, changed=True, reverted=True, message=message)
 
 
 def _interrupted(node: Node, armed: Arm, why: str, log: Callable[[str, bool], None], signal: str) -> Interrupted:

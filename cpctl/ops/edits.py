@@ -40,20 +40,21 @@ revision, written through the same journaled change together with the parked met
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, NoReturn, Optional, Sequence, Tuple, TypeVar
 
 from cpctl.core import checks, confirmations, flags, journal, keptin, manifests, mounts, outside, pending, revisions
 from cpctl.core import companions as companion_files
-from cpctl.core.companions import Companion
+from cpctl.core.companions import Companion, CompanionDict
 from cpctl.core.manifests import Manifest
 from cpctl.core.node import Node, parked_content
+from cpctl.core.plan import FilePart, KeepPlan, Plan, mounts_added
 from cpctl.core.replace import (
     check_revisable,
     companion_now,
     displaced_change,
-    replace_change,
     replace_plan,
     revisions_of,
     text_diff,
@@ -111,6 +112,57 @@ class ApplyOptions:
     keep_verified: bool = True
     keep_on_signal: bool = False     # a revert: SIGINT/SIGTERM after the write leaves the new bytes (``Reverting``)
     config_write: Optional[keptin.ConfigWrite] = None   # --keep-in kubeadm-config: written under the lock, first
+    keep_in: Optional[KeepPlan] = None   # --keep-in: the kubeadm part of the change's Plan (built by ops.keepin)
+
+
+@dataclass
+class ChangeResult:
+    """What apply, edit, flags or rollback (or its dry run) did on one node: the fields of its JSON
+    answer (docs/json.md, tests/schemas/change.json), typed. ``plan`` is the change as one value
+    (``core.plan.Plan``): what the dry run would apply, what the real run applied; None when nothing
+    was to change."""
+
+    node: str
+    component: str
+    file: str
+    action: str
+    changed: bool
+    message: str = ""
+    recovered: List[str] = field(default_factory=list)
+    dry_run: bool = False
+    parked: bool = False
+    revision: Optional[int] = None
+    new_revision: Optional[int] = None
+    checksum: Optional[str] = None
+    previous: Optional[str] = None
+    warnings: List[str] = field(default_factory=list)
+    effect: Optional[str] = None
+    wait: Optional[Dict[str, object]] = None
+    diff: Optional[str] = None
+    companions: Optional[List[CompanionDict]] = None     # --with-file: the files written (or removed)
+    flags: Optional[List[str]] = None                    # flags: one line per effect
+    keep_in: Optional[Dict[str, object]] = None          # --keep-in: KeepPlan.to_dict()
+    keep_in_undone: Optional[List[str]] = None           # the ClusterConfiguration or patch put back
+    copy: Optional[str] = None                           # edit answered "no": the private copy
+    confirm: Optional[Dict[str, object]] = None          # --confirm-within: the arm (ops.confirm.arm)
+    plan: Optional[Plan] = None
+
+    def to_dict(self) -> Dict[str, object]:
+        """The JSON answer: the fields every change has, and those of its options when they apply."""
+        out: Dict[str, object] = {"node": self.node, "component": self.component, "file": self.file,
+                                  "action": self.action, "changed": self.changed, "message": self.message,
+                                  "recovered": list(self.recovered), "dry_run": self.dry_run,
+                                  "revision": self.revision, "new_revision": self.new_revision,
+                                  "checksum": self.checksum, "previous": self.previous,
+                                  "warnings": list(self.warnings), "effect": self.effect, "wait": self.wait,
+                                  "diff": self.diff, "plan": None if self.plan is None else self.plan.to_dict()}
+        if self.parked or self.dry_run:
+            out["parked"] = self.parked
+        for name in ("companions", "flags", "keep_in", "keep_in_undone", "copy", "confirm"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        return out
 
 
 class Stale(CpctlError):
@@ -216,7 +268,7 @@ def read_any(node: Node, component: str) -> Tuple[str, bytes, bool]:
 # --- the flow --------------------------------------------------------------------------------------
 def replace(node: Node, component: str, new: bytes, source: str, action: str, options: ApplyOptions,
             record: Optional[Dict[str, Any]] = None, expect: Optional[str] = None,
-            companions: Sequence[Companion] = ()) -> Dict[str, Any]:
+            companions: Sequence[Companion] = ()) -> ChangeResult:
     """Validate ``new`` for ``component``, then apply, verify and roll back as the module says.
 
     ``expect`` (edit, flags): the checksum of the bytes the new version was made from; a manifest
@@ -228,7 +280,8 @@ def replace(node: Node, component: str, new: bytes, source: str, action: str, op
     if companions and options.parked:
         raise CpctlError("--with-file goes with a change of the running manifest, not with --parked", ExitCode.USAGE)
     if options.dry_run:
-        return plan(node, component, new, source, action, options.force, options.parked, companions)
+        return plan(node, component, new, source, action, options.force, options.parked, companions,
+                    options.keep_in, options.keep)
     if options.parked:
         return _replace_parked(node, component, new, source, action, options, record or {}, expect)
     with node.session("cpctl %s %s" % (action, component)):
@@ -241,7 +294,7 @@ def replace(node: Node, component: str, new: bytes, source: str, action: str, op
 
 
 def _replace_locked(node: Node, manifest: Manifest, new: bytes, source: str, action: str, options: ApplyOptions,
-                    record: Mapping[str, object], companions: Sequence[Companion] = ()) -> Dict[str, object]:
+                    record: Mapping[str, object], companions: Sequence[Companion] = ()) -> ChangeResult:
     """The replacement under the node lock, then the one undo rule of a kept ClusterConfiguration
     (``keptin.settle``): whatever put the previous manifest back (a failed, interrupted or refused
     change, a rollback, a revert) puts its ClusterConfiguration back too; said in the result or error."""
@@ -254,7 +307,8 @@ def _replace_locked(node: Node, manifest: Manifest, new: bytes, source: str, act
         raise
     settled = _settle_kept(node, manifest.file)
     if settled:
-        result = dict(result, message="%s; %s" % (result.get("message"), "; ".join(settled)), keep_in_undone=settled)
+        result = dataclasses.replace(result, message="%s; %s" % (result.message, "; ".join(settled)),
+                                     keep_in_undone=settled)
     return result
 
 
@@ -313,23 +367,50 @@ def review(node: Node, manifest: Manifest, new: bytes, source: str, action: str,
 
 
 def plan(node: Node, component: str, new: bytes, source: str, action: str, force: bool = False,
-         parked: bool = False, companions: Sequence[Companion] = ()) -> Dict[str, Any]:
-    """What ``replace`` would do, checked the same way, changing nothing (no lock, no state dir)."""
+         parked: bool = False, companions: Sequence[Companion] = (), keep_in: Optional[KeepPlan] = None,
+         keep: int = revisions.DEFAULT_KEEP) -> ChangeResult:
+    """What ``replace`` would do, checked the same way, changing nothing (no lock, no state dir): the
+    ``Plan`` the real run's own code (``build``) makes of the same inputs."""
     manifest = parked_current(node, component, action)[0] if parked else current(node, component, action)
     assert manifest.data is not None
     refuse_now(node, manifest, action, force, parked)
     result = _result(node, manifest, action, changed=False, dry_run=True, parked=parked)
     if companions:
-        result["companions"] = [c.to_dict() for c in companions]
+        result.companions = [c.to_dict() for c in companions]
     verdict = review(node, manifest, new, source, action, force, companions, parked)
     if verdict is None:
-        return dict(result, message="unchanged (the %s already holds these bytes)" % ("parked copy" if parked else
-                                                                                     "file"))
+        return dataclasses.replace(result, message="unchanged (the %s already holds these bytes)"
+                                   % ("parked copy" if parked else "file"))
     effect = _effect_text(node, manifest, new, manifests.pod_effect(manifest.data, new), "would ")
     if parked:
         effect = "it is parked: nothing runs it until cpctl start %s" % component
-    return dict(result, message="would %s %s: %s" % (action, manifest.path, effect), warnings=verdict.warnings,
-                diff=text_diff(manifest.data, new, manifest.file))
+    _, _, planned = build(node, manifest, new, action, None, keep, {}, companions, keep_in, parked)
+    return dataclasses.replace(result, message="would %s %s: %s" % (action, manifest.path, effect),
+                               warnings=verdict.warnings, diff=text_diff(manifest.data, new, manifest.file),
+                               plan=planned)
+
+
+def build(node: Node, manifest: Manifest, new: bytes, action: str, reason: Optional[str], keep: int,
+          record: Mapping[str, object], companions: Sequence[Companion] = (), keep_in: Optional[KeepPlan] = None,
+          parked: bool = False, awaits: bool = False, replaced_failed: bool = False
+          ) -> Tuple[journal.Change, revisions.Keeping, Plan]:
+    """The change of ``manifest`` to ``new`` as one ``Plan`` - manifest, companion files (each read once
+    here: its bytes before, None when absent), the mounts ``new`` adds, the ``--keep-in`` part, the
+    revisions it records - and the journaled change that applies exactly it (``replace_plan``); its
+    inverse is computed with it. Reads only: the dry run prints the plan, the real run applies the change."""
+    assert manifest.data is not None
+    before = [companion_now(node, c.path) for c in companions]
+    change, kept = replace_plan(node, manifest, new, action, reason, keep, dict(record), replaced_failed, companions,
+                                awaits, found_now=before)
+    try:
+        added = mounts_added(manifest.pod or {}, manifests.parse_pod(new))
+    except manifests.InvalidManifest:
+        added = []
+    planned = Plan(node.node_name, manifest.pod_name or manifest.file, manifest.file, action, change.op,
+                   manifests.pod_effect(manifest.data, new), FilePart(manifest.path, manifest.mode, manifest.data, new),
+                   [FilePart(c.path, companion_files.MODE, was, c.data) for c, was in zip(companions, before)],
+                   added, kept.previous, None if parked else kept.current, keep_in, parked)
+    return change, kept, planned
 
 
 def _effect_text(node: Node, manifest: Manifest, new: bytes, effect: str, would: str = "") -> str:
@@ -343,13 +424,13 @@ def _effect_text(node: Node, manifest: Manifest, new: bytes, effect: str, would:
     return "the kubelet %sreplace%s pod %s" % (would, "" if would else "s", pod)
 
 
-def _result(node: Node, manifest: Manifest, action: str, changed: bool, **extra: Any) -> Dict[str, Any]:
-    return dict({"node": node.node_name, "component": manifest.pod_name, "file": manifest.file, "action": action,
-                 "changed": changed, "recovered": list(node.recovered)}, **extra)
+def _result(node: Node, manifest: Manifest, action: str, changed: bool, **extra: Any) -> ChangeResult:
+    return ChangeResult(node.node_name, manifest.pod_name or manifest.file, manifest.file, action, changed,
+                        recovered=list(node.recovered), **extra)
 
 
 def _replace_core(node: Node, manifest: Manifest, new: bytes, source: str, action: str, options: ApplyOptions,
-                  record: Dict[str, Any], companions: Sequence[Companion] = ()) -> Dict[str, Any]:
+                  record: Dict[str, Any], companions: Sequence[Companion] = ()) -> ChangeResult:
     assert manifest.data is not None and manifest.pod is not None
     verdict = review(node, manifest, new, source, action, options.force, companions)
     if verdict is None:
@@ -363,26 +444,27 @@ def _replace_core(node: Node, manifest: Manifest, new: bytes, source: str, actio
     old_target = node.target_for(manifest.pod, manifest.file)
     before = None if effect == manifests.KEEPS else node.waiter.before(target)
     fail_fast = crash_loop_check(node, target, effect)        # the sandboxes there before the change
-    previous = [Companion(c.path, companion_now(node, c.path), "before %s" % action) for c in companions]
+    # the change as one value, its inverse with it; ``change`` is what applies exactly it
+    change, kept, planned = build(node, manifest, new, action, options.reason, options.keep, record, companions,
+                                  options.keep_in, awaits=effect != manifests.KEEPS)
     _make_dirs(node, companions)
-    change, kept = replace_plan(node, manifest, new, action, options.reason, options.keep, record,
-                                companions=companions, awaits=effect != manifests.KEEPS)
     number = kept.previous
     done = _result(node, manifest, action, True, revision=number, new_revision=kept.current,
                    checksum=change.checksum, previous=manifests.checksum(manifest.data), warnings=verdict.warnings,
-                   effect=effect)
+                   effect=effect, plan=planned)
     if companions:
-        done["companions"] = [c.to_dict() for c in companions]
+        done.companions = [c.to_dict() for c in companions]
     if options.config_write is not None:     # recorded first: whatever happens next, settle can undo it
-        keptin.write(node, options.config_write, written_component(manifest), manifest.file,
-                     manifests.checksum(manifest.data), change.checksum or "", change.op)
+        undo = planned.inverse.config
+        assert undo is not None, "a ClusterConfiguration write without its part in the plan"
+        keptin.write(node, options.config_write, undo)
     if effect == manifests.KEEPS:
         node.apply(change)
         _verify_companions(node, companions)
-        return dict(done, message="%s: the kubelet sees the same pod (comments, formatting, API defaults or fields "
-                                  "it ignores): %s; %s" % (_past(action), KEEPS_MESSAGE, _kept_text(done)))
-    written = Written(manifest, new, change.checksum or "", number, action, old_target=old_target,
-                      companions_before=previous)
+        return dataclasses.replace(done, message="%s: the kubelet sees the same pod (comments, formatting, API "
+                                                 "defaults or fields it ignores): %s; %s"
+                                                 % (_past(action), KEEPS_MESSAGE, _kept_text(done)))
+    written = Written(manifest, new, change.checksum or "", number, action, old_target=old_target, plan=planned)
     older = pending.read(node.host, node.state)[0].get(manifest.file)     # a change killed in its wait before
     try:                  # a signal held during the journaled write arrives as it returns: inside this try
         node.apply(change)
@@ -403,9 +485,9 @@ def written_component(manifest: Manifest) -> str:
     return manifest.pod_name or manifest.file
 
 
-def _kept_text(done: Mapping[str, object]) -> str:
+def _kept_text(done: ChangeResult) -> str:
     """Where the two versions of a replacement are kept: "now revision N, previous version kept as revision M"."""
-    return "now revision %s, previous version kept as revision %s" % (done["new_revision"], done["revision"])
+    return "now revision %s, previous version kept as revision %s" % (done.new_revision, done.revision)
 
 
 Before = Optional[Dict[str, object]]      # Waiter.before's snapshot: {"probe", "state", "gates"}
@@ -423,7 +505,14 @@ class Written:
     action: str
     kept: str = ""                 # where cpctl's bytes went once another writer displaced them
     old_target: Optional[PodTarget] = None          # the previous version, judged by its own manifest
-    companions_before: Sequence[Companion] = ()      # the companion files as they were (None: absent)
+    plan: Optional[Plan] = None                      # the change as one value: its inverse undoes it
+
+    @property
+    def companions_before(self) -> List[Companion]:
+        """The companion files as they were (None: absent): the plan's inverse."""
+        if self.plan is None:
+            return []
+        return [Companion(c.path, c.after, "before %s" % self.action) for c in self.plan.inverse.companions]
 
     @property
     def component(self) -> str:
@@ -436,7 +525,7 @@ class Written:
 
 
 def _judge(node: Node, target: PodTarget, before: Before, written: Written, options: ApplyOptions,
-           done: Dict[str, object], fail_fast: Optional[Callable[[], Optional[str]]] = None) -> Dict[str, object]:
+           done: ChangeResult, fail_fast: Optional[Callable[[], Optional[str]]] = None) -> ChangeResult:
     """Wait for the new pod, then the verdict - for the bytes cpctl wrote, if they are still there."""
     action, component = written.action, written.component
     try:
@@ -450,15 +539,15 @@ def _judge(node: Node, target: PodTarget, before: Before, written: Written, opti
                           where="%s; cpctl rollback %s undoes it" % (_kept_text(done), component)) from None
     still_ours(node, written, options, "before its verdict")
     if result.verified or isinstance(node.waiter, NoWait):
-        return dict(done, wait=result.to_dict(),
-                    message="%s: %s; %s" % (_past(action), result.detail, _kept_text(done)))
+        return dataclasses.replace(done, wait=dict(result.to_dict()),
+                                   message="%s: %s; %s" % (_past(action), result.detail, _kept_text(done)))
     raise CpctlError("%s of %s is in place but NOT verified: %s; not rolled back (nothing showed it failing): check "
                      "with cpctl status, undo with cpctl rollback %s" % (action, component, result.detail, component),
                      ExitCode.TIMEOUT)
 
 
 def _replace_parked(node: Node, component: str, new: bytes, source: str, action: str, options: ApplyOptions,
-                    record: Dict[str, Any], expect: Optional[str]) -> Dict[str, Any]:
+                    record: Dict[str, Any], expect: Optional[str]) -> ChangeResult:
     """``replace`` for the parked copy: validated, the old bytes kept as a revision, the new ones and
     the parked metadata written by one journaled change; no wait (nothing runs a parked manifest)."""
     with node.session("cpctl %s --parked %s" % (action, component)):
@@ -472,8 +561,9 @@ def _replace_parked(node: Node, component: str, new: bytes, source: str, action:
         if verdict is None:
             return _result(node, manifest, action, False, parked=True,
                            message="unchanged (the parked copy already holds these bytes)")
-        change, number = replace_change(node, manifest, new, action, options.reason, options.keep,
-                                        dict(record, parked=True))
+        change, kept, planned = build(node, manifest, new, action, options.reason, options.keep,
+                                      dict(record, parked=True), parked=True)
+        number = kept.previous
         meta_path = node.state.meta_path(manifest.file)
         meta_bytes = node.state.meta_bytes(dict(meta, checksum=change.checksum, content=parked_content(new)))
         change.steps.append(journal.write(meta_path, manifests.checksum(meta_bytes),
@@ -481,7 +571,7 @@ def _replace_parked(node: Node, component: str, new: bytes, source: str, action:
         change.data[len(change.steps) - 1] = meta_bytes
         node.apply(change)
     return _result(node, manifest, action, True, parked=True, revision=number, checksum=change.checksum,
-                   previous=manifests.checksum(manifest.data), warnings=verdict.warnings,
+                   previous=manifests.checksum(manifest.data), warnings=verdict.warnings, plan=planned,
                    message="%s in the parked copy %s (not running: nothing to wait for; cpctl start %s runs it); "
                            "previous version kept as revision %d" % (_past(action), manifest.path, component, number))
 
@@ -646,7 +736,7 @@ def _why_failed(node: Node, target: PodTarget, message: str) -> str:
 
 
 def _failed(node: Node, target: PodTarget, written: Written, options: ApplyOptions, message: str,
-            exc: CpctlError) -> Dict[str, Any]:
+            exc: CpctlError) -> NoReturn:
     """The new version (``target``) did not come: report why, and roll back to the previous bytes (and
     each companion file to its previous bytes) unless --no-rollback - only over cpctl's own version;
     the old version is judged by its own manifest (``written.old_target``)."""
@@ -693,7 +783,9 @@ def _restore(node: Node, written: Written, reason: str, options: ApplyOptions) -
     cpctl's: another writer's version is a conflict, never overwritten."""
     still_ours(node, written, options, "before putting the previous version back")
     manifest = current(node, written.component, "rollback")
-    change, kept = replace_plan(node, manifest, written.previous, "rollback", reason, options.keep,
+    back = written.plan.inverse.manifest.after if written.plan is not None else written.previous
+    assert back is not None
+    change, kept = replace_plan(node, manifest, back, "rollback", reason, options.keep,
                                 {"automatic": True}, replaced_failed=True, companions=written.companions_before,
                                 awaits=True)
     node.apply(change)

@@ -33,83 +33,20 @@ from __future__ import annotations
 
 import copy
 import os
-from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from dataclasses import replace
+from typing import Callable, Dict, List, Optional, Tuple
 
 from cpctl.core import checks, journal, keptin, manifests, outside
 from cpctl.core import kubeadmconfig as kc
 from cpctl.core.node import Node
+from cpctl.core.plan import ConfigPlan, KeepPlan, PatchPlan
 from cpctl.core.replace import text_diff
 from cpctl.errors import CpctlError, ExitCode
-from cpctl.ops.edits import ApplyOptions, InterruptedKept
+from cpctl.ops.edits import ApplyOptions, ChangeResult, InterruptedKept
 from cpctl.probes.kubeapi import ApiError, KubeClient, client_for
 
 PATCH_LIMIT = 1 << 20
 PATCH_MODE = 0o600
-
-
-@dataclass
-class ConfigPlan:
-    """The ClusterConfiguration change: the ConfigMap as read, and the texts before and after."""
-
-    configmap: Dict[str, object]
-    old: str
-    new: str
-    before: List[Tuple[str, str]]        # the section's extraArgs before (to undo)
-    before_section: Dict[str, object] = field(default_factory=dict)   # extraArgs/extraVolumes/dataDir before
-
-    @property
-    def changed(self) -> bool:
-        return self.old != self.new
-
-
-@dataclass
-class PatchPlan:
-    """The patch file change: where, the bytes there now (None: no file) and the new bytes."""
-
-    path: str
-    old: Optional[bytes]
-    new: bytes
-    node_dir: str = ""                   # the dir as a path on the master (what kubeadm's --patches names)
-
-
-@dataclass
-class KeepPlan:
-    """What ``--keep-in`` will write for one change of one component."""
-
-    component: str
-    section: str
-    change: kc.FlagChange
-    config: Optional[ConfigPlan] = None
-    patch: Optional[PatchPlan] = None
-    done: List[str] = field(default_factory=list)
-    whole: Optional[kc.WholeChange] = None
-
-    def diffs(self) -> str:
-        out = []
-        if self.config is not None and self.config.changed:
-            out.append(kc.config_diff(self.config.old, self.config.new))
-        if self.patch is not None and self.patch.new != (self.patch.old or b""):
-            out.append(text_diff(self.patch.old or b"", self.patch.new, os.path.basename(self.patch.path)))
-        return "\n".join(out)
-
-    def to_dict(self) -> Dict[str, object]:
-        return {"component": self.component, "section": self.section,
-                "set": ["%s=%s" % nv for nv in self.change.sets], "unset": list(self.change.unsets),
-                "kubeadm_config": None if self.config is None else {"changed": self.config.changed},
-                "patch": None if self.patch is None else {"path": self.patch.path,
-                                                          "changed": self.patch.new != (self.patch.old or b"")},
-                "volumes": [] if self.whole is None else [str(v["name"]) for v in self.whole.volumes],
-                "data_dir": None if self.whole is None else self.whole.data_dir,
-                "done": list(self.done), "diff": self.diffs()}
-
-    def warnings(self) -> List[str]:
-        """What the operator must do for the kept change to last (a patch file works only with --patches)."""
-        if self.patch is None:
-            return []
-        return ["the patch file %s works only when --patches %s is passed to EVERY later kubeadm upgrade apply, "
-                "kubeadm upgrade node and kubeadm join (kubeadm remembers nothing between runs)"
-                % (self.patch.path, self.patch.node_dir or os.path.dirname(self.patch.path))]
 
 
 def patch_files(node: Node, component: str, directory: Optional[str] = None,
@@ -296,10 +233,9 @@ def config_write(node: Node, keep: KeepPlan) -> Optional[keptin.ConfigWrite]:
     return keptin.ConfigWrite(kc.NAMESPACE, kc.NAME, kc.KEY, keep.config.old, keep.config.new, write)
 
 
-def write_patch(node: Node, keep: KeepPlan, reason: Optional[str], manifest: Optional[Tuple[str, str, str]] = None
-                ) -> None:
+def write_patch(node: Node, keep: KeepPlan, reason: Optional[str], undo: Optional[keptin.KeptPatch] = None) -> None:
     """Write the patch file through the journal (one write step, the commit), recorded in history;
-    ``manifest`` (file, checksum before, checksum after the change it goes with): also recorded, so
+    ``undo``: the patch part of the manifest change's inverse (``Plan.inverse.patch``), recorded so
     that whatever puts that manifest's previous bytes back puts the patch file back (``core.keptin``)."""
     patch = keep.patch
     if patch is None or patch.new == (patch.old or b""):
@@ -313,14 +249,13 @@ def write_patch(node: Node, keep: KeepPlan, reason: Optional[str], manifest: Opt
                                     "diff": text_diff(patch.old or b"", patch.new, os.path.basename(patch.path))})
     with node.session("cpctl keep-in %s" % keep.component):
         node.apply(change)
-        if manifest is not None:
-            keptin.save_patch(node, keptin.KeptPatch(change.op, keep.component, manifest[0], manifest[1],
-                                                     manifest[2], patch.path, patch.old, change.checksum or ""))
+        if undo is not None:
+            keptin.save_patch(node, undo)
     keep.done.append(patch.path)
 
 
-def run(node: Node, keep: Optional[KeepPlan], options: ApplyOptions, change: Callable[[ApplyOptions], Dict[str, Any]],
-        show: Callable[[str], None]) -> Dict[str, Any]:
+def run(node: Node, keep: Optional[KeepPlan], options: ApplyOptions, change: Callable[[ApplyOptions], ChangeResult],
+        show: Callable[[str], None]) -> ChangeResult:
     """The manifest change ``change`` (run with ``options``) with ``keep``: diff shown, ConfigMap
     first, patch file after (nothing written while a kubeadm upgrade is in flight, unless
     ``--force``). The manifest change's own checks run first, as its dry run: a change they refuse
@@ -330,9 +265,9 @@ def run(node: Node, keep: Optional[KeepPlan], options: ApplyOptions, change: Cal
     if not options.force:
         outside.refuse_in_flight(node, "changing %s" % keep.component)
     diff = keep.diffs()
+    options = replace(options, keep_in=keep)          # the kubeadm part of the change's Plan
     if options.dry_run:
-        result = change(options)
-        return dict(result, keep_in=keep.to_dict(), warnings=list(result.get("warnings") or []) + keep.warnings())
+        return _with_keep(change(options), keep)
     change(replace(options, dry_run=True))
     if diff:
         show(diff)
@@ -341,7 +276,9 @@ def run(node: Node, keep: Optional[KeepPlan], options: ApplyOptions, change: Cal
     except InterruptedKept:          # the manifest change was verified and stays: so does the kept flag
         write_patch(node, keep, options.reason)
         raise
-    written = (str(result.get("file")), str(result.get("previous")), str(result.get("checksum"))) \
-        if result.get("changed") else None
-    write_patch(node, keep, options.reason, written)
-    return dict(result, keep_in=keep.to_dict(), warnings=list(result.get("warnings") or []) + keep.warnings())
+    write_patch(node, keep, options.reason, result.plan.inverse.patch if result.changed and result.plan else None)
+    return _with_keep(result, keep)
+
+
+def _with_keep(result: ChangeResult, keep: KeepPlan) -> ChangeResult:
+    return replace(result, keep_in=keep.to_dict(), warnings=list(result.warnings) + keep.warnings())

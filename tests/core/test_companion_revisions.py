@@ -206,7 +206,7 @@ def test_an_unconfirmed_revert_after_a_new_companion_path_works(node: NodeDirs, 
     opened = open_node(settings, LocalHost())
     v4 = v1.replace(b"--v=1", b"--v=4")
     done = edits.replace(opened, "scheduler", v4, "test", "apply", edits.ApplyOptions(timeout=1, settle=0))
-    armed = Arm("0123456789abcdef", "kube-scheduler", "kube-scheduler.yaml", sha(v4), sha(v1), done["revision"],
+    armed = Arm("0123456789abcdef", "kube-scheduler", "kube-scheduler.yaml", sha(v4), sha(v1), done.revision,
                 "apply", iso(), iso(time.time() + 3600), "root", "test", NODE, "test", "none")
     with opened.session("arm"):
         opened.host.makedirs(confirmations.directory(opened.state), 0o700)

@@ -201,7 +201,7 @@ def _version(node: NodeDirs, number: int) -> bytes:
 def test_revisions_are_bounded_and_keep_counting(node: NodeDirs) -> None:
     for number in range(1, 8):
         result = _apply(node, _version(node, number), keep=3)
-        assert (result["revision"], result["new_revision"]) == (number, number + 1)
+        assert (result.revision, result.new_revision) == (number, number + 1)
     listed = edits.list_revisions(_opened(node), "scheduler")["revisions"]
     assert [r["number"] for r in listed] == [1, 6, 7, 8], "the original stays, then the newest 3"
     assert listed[0]["original"] and listed[0]["action"] == "original" and listed[-1]["current"]

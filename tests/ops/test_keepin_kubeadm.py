@@ -5,11 +5,13 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import os
 import subprocess
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import jsonpatch
@@ -594,3 +596,117 @@ def test_rollback_puts_the_kept_patch_file_back(lab_factory: Any) -> None:
     proc = run_cpctl(handle, "rollback", "scheduler", *FAST)
     assert proc.returncode == 0, proc.stderr
     assert "changed by someone else since" in proc.stdout and patch.read_bytes() == theirs, proc.stdout
+
+
+# --- a change is one typed value: its plan and its inverse (issue 33, the Plan) ------------------------------
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _cm_text_sha(handle: LabHandle) -> str:
+    return _sha(_kept(handle)[0].encode("utf-8"))
+
+
+def _on_disk(part: dict[str, Any]) -> Any:
+    """A plan's file part as the node holds it now: {"checksum", "size"}, None when absent."""
+    path = Path(part["path"])
+    if not path.exists():
+        return None
+    data = path.read_bytes()
+    return {"checksum": _sha(data), "size": len(data)}
+
+
+def _json(proc: subprocess.CompletedProcess) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(proc.stdout)
+    return data
+
+
+def test_the_dry_run_plan_is_what_the_real_run_applies_and_its_inverse_undoes_every_part(lab_factory: Any,
+                                                                                          tmp_path: Any) -> None:
+    """One change with a companion file, the mounts --mount adds and --keep-in kubeadm-config: the plan
+    its dry run prints is the plan the real run applies (same parts, same bytes: the files and the
+    ClusterConfiguration then hold its "after" side), and its inverse is what comes back - by
+    ``rollback`` (whose own plan is that inverse), by the automatic rollback of a change that fails, and
+    by an unconfirmed change's revert (the ClusterConfiguration someone else changed since is left theirs)."""
+    handle = lab_factory(kubeadm_api="v1beta3")
+    policy = tmp_path / "audit-policy.yaml"
+    policy.write_text(AUDIT_POLICY)
+    node_policy = handle.root_dir() / "etc/kubernetes/audit/policy.yaml"
+    manifest = handle.manifests_dir() / "kube-apiserver.yaml"
+    original, text_before = manifest.read_bytes(), _kept(handle)[0]
+    change = ("flags", "kube-apiserver", "--set", "audit-policy-file=/etc/kubernetes/audit/policy.yaml",
+              "--set", "audit-log-path=/var/log/kubernetes/audit/audit.log",
+              "--with-file", f"/etc/kubernetes/audit/policy.yaml={policy}", "--mount", "--keep-in", "kubeadm-config")
+    dry = run_cpctl(handle, "-o", "json", *change, *FAST, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    plan = _json(dry)["plan"]
+    assert plan["manifest"]["before"] == {"checksum": _sha(original), "size": len(original)}
+    assert plan["companions"] == [{"path": str(node_policy), "mode": "0600", "before": None,
+                                   "after": {"checksum": _sha(policy.read_bytes()), "size": len(AUDIT_POLICY)}}]
+    mounts = {m["mount_path"]: m for m in plan["mounts"]}
+    assert mounts["/etc/kubernetes/audit/policy.yaml"]["writable"] is False
+    assert mounts["/etc/kubernetes/audit/policy.yaml"]["type"] == "File"
+    assert (mounts["/var/log/kubernetes/audit"]["writable"], mounts["/var/log/kubernetes/audit"]["type"]) == \
+        (True, "DirectoryOrCreate")
+    config = plan["kubeadm_config"]
+    assert config["changed"] and config["resource_version"] == _kept(handle)[1]
+    assert config["before"]["checksum"] == _sha(text_before.encode("utf-8"))
+    assert plan["inverse"]["manifest"] == {**plan["manifest"], "before": plan["manifest"]["after"],
+                                           "after": plan["manifest"]["before"]}
+    assert plan["inverse"]["companions"][0]["after"] is None and plan["inverse"]["kubeadm_config"] is not None
+    text = run_cpctl(handle, *change, *FAST, "--dry-run")
+    assert text.returncode == 0, text.stderr
+    assert "  plan (what the real run applies" in text.stdout, text.stdout
+    assert "companion %s (mode 0600): absent -> sha256 %s" % (node_policy, _sha(policy.read_bytes())[:12]) \
+        in text.stdout, text.stdout
+    assert "mount hostPath /var/log/kubernetes/audit (DirectoryOrCreate) at /var/log/kubernetes/audit" in text.stdout
+    assert "undo: companion %s removed (absent before)" % node_policy in text.stdout, text.stdout
+    assert (manifest.read_bytes(), _kept(handle)[0], node_policy.exists()) == (original, text_before, False)
+
+    real = run_cpctl(handle, "-o", "json", *change, *FAST)
+    assert real.returncode == 0, real.stderr
+    assert _json(real)["plan"] == plan                          # what the dry run printed is what was applied
+    assert _on_disk(plan["manifest"]) == plan["manifest"]["after"]
+    assert _on_disk(plan["companions"][0]) == plan["companions"][0]["after"]
+    assert _cm_text_sha(handle) == config["after"]["checksum"]
+
+    # rollback: its own plan is the inverse of the change's, and it leaves every part as the change found it
+    back = run_cpctl(handle, "-o", "json", "rollback", "kube-apiserver", *FAST, "--dry-run")
+    assert back.returncode == 0, back.stderr
+    undo = _json(back)["plan"]
+    assert undo["manifest"]["after"] == plan["inverse"]["manifest"]["after"]
+    assert [(c["path"], c["after"]) for c in undo["companions"]] == \
+        [(c["path"], c["after"]) for c in plan["inverse"]["companions"]]
+    done = run_cpctl(handle, "rollback", "kube-apiserver", *FAST)
+    assert done.returncode == 0, done.stderr
+    assert "kube-system/kubeadm-config put back as it was" in done.stdout, done.stdout
+    assert _on_disk(plan["manifest"]) == plan["inverse"]["manifest"]["after"]
+    assert _on_disk(plan["companions"][0]) is None
+    assert _cm_text_sha(handle) == config["before"]["checksum"]
+
+    # an automatic rollback: a policy the API server refuses; the dry run's inverse is what comes back
+    policy.write_text("apiVersion: audit.k8s.io/v1\nkind: Policy\n")        # no rules: it crash-loops
+    dry = run_cpctl(handle, "-o", "json", *change, *FAST, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    plan = _json(dry)["plan"]
+    failed = run_cpctl(handle, *change, *FAST, "--force")
+    assert failed.returncode == 11, failed.stderr
+    assert "ROLLED BACK" in failed.stderr and "kube-system/kubeadm-config put back as it was" in failed.stderr
+    assert _on_disk(plan["manifest"]) == plan["inverse"]["manifest"]["after"]
+    assert _on_disk(plan["companions"][0]) is None
+    assert _cm_text_sha(handle) == plan["kubeadm_config"]["before"]["checksum"]
+
+    # an unconfirmed change's revert: manifest and companion file back; the ClusterConfiguration someone
+    # else changed since is left theirs, and the revert says so
+    policy.write_text(AUDIT_POLICY)
+    armed = run_cpctl(handle, "-o", "json", *change, *FAST, "--confirm-within", "1h")
+    assert armed.returncode == 0, armed.stderr
+    plan = _json(armed)["plan"]
+    kubectl(handle, "-n", "kube-system", "annotate", "cm", "kubeadm-config", "someone=else")
+    theirs = _kept(handle)
+    reverted = run_cpctl(handle, "revert-unconfirmed", "kube-apiserver")
+    assert reverted.returncode == 0, reverted.stderr
+    assert "was changed by someone else since" in reverted.stdout and theirs[1] in reverted.stdout, reverted.stdout
+    assert _on_disk(plan["manifest"]) == plan["inverse"]["manifest"]["after"]
+    assert _on_disk(plan["companions"][0]) is None
+    assert _kept(handle) == theirs

@@ -20,8 +20,10 @@ from cpctl.errors import CpctlError, ExitCode
 if TYPE_CHECKING:
     from cpctl.core.node import Node
     from cpctl.ops.confirm import ConfirmOptions, Launcher
+    from cpctl.ops.edits import ChangeResult
 
 NodeAction = Callable[["Node"], Dict[str, object]]
+ChangeAction = Callable[["Node"], "ChangeResult"]
 Command = TypeVar("Command", bound=Callable[..., object])
 
 
@@ -54,7 +56,7 @@ def parse_confirm(ctx: click.Context, within: Optional[str], check: Optional[str
     return ConfirmOptions(seconds, check or "", reason)
 
 
-def guarded(ctx: click.Context, component: str, action_name: str, action: NodeAction,
+def guarded(ctx: click.Context, component: str, action_name: str, action: ChangeAction,
             confirm: Optional["ConfirmOptions"], dry_run: bool) -> NodeAction:
     """``action`` - with ``--confirm-within``, not in a dry run - followed by the arm (and
     ``--confirm-check``). The change itself refuses, under the node lock, while the component's last
@@ -63,12 +65,11 @@ def guarded(ctx: click.Context, component: str, action_name: str, action: NodeAc
         from cpctl.ops import confirm as confirm_ops
         result = action(node)
         if confirm is None or dry_run:
-            return result
+            return result.to_dict()
         armed = confirm_ops.arm(node, result, confirm, launcher(ctx, node))
-        state_of = armed.get("confirm")
-        if confirm.check and isinstance(state_of, dict) and state_of.get("armed"):
-            return _checked(node, armed, confirm)
-        return armed
+        if confirm.check and armed.confirm is not None and armed.confirm.get("armed"):
+            return _checked(node, armed.to_dict(), confirm)
+        return armed.to_dict()
     return run
 
 

@@ -7,6 +7,7 @@ The flow itself is :mod:`cpctl.ops.edits`; this module parses, runs the editor, 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shlex
 import shutil
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, 
 
 import click
 
-from cpctl.cli.commands.confirm import NodeAction, armed_text, confirm_options, guarded, parse_confirm
+from cpctl.cli.commands.confirm import ChangeAction, NodeAction, armed_text, confirm_options, guarded, parse_confirm
 from cpctl.cli.commands.lifecycle import check_reason, guarded_reason, reason_option
 from cpctl.cli.context import note, printable
 from cpctl.cli.fanout import execute
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from cpctl.core.companions import Companion
     from cpctl.core.node import Node
     from cpctl.ops.confirm import ConfirmOptions
+    from cpctl.ops.edits import ChangeResult
 
 MAX_NEW_MANIFEST = 10 << 20
 NAME_MAX_LOCAL = 255       # bytes in one file name: the local copy's name is cut there
@@ -141,17 +143,20 @@ def _confirm(ctx: click.Context, within: Optional[str], check: Optional[str], re
     return parse_confirm(ctx, within, check, reason, dry_run)
 
 
-def _guard(ctx: click.Context, component: str, action_name: str, action: NodeAction,
+def _guard(ctx: click.Context, component: str, action_name: str, action: ChangeAction,
            confirm: Optional["ConfirmOptions"], dry_run: bool, parked: bool = False) -> NodeAction:
     """The node action refused while the component's last change awaits confirmation - a dry run
     refused the same way - and armed with ``--confirm-within`` (not in a dry run). A --parked change
-    is the action as it is: the parked copy is not what an arm reverts."""
-    return shaped(action if parked else guarded(ctx, component, action_name, action, confirm, dry_run))
+    is the action as it is: the parked copy is not what an arm reverts. Its typed result
+    (``ops.edits.ChangeResult``) becomes the JSON answer here."""
+    if parked:
+        return shaped(lambda node: action(node).to_dict())
+    return shaped(guarded(ctx, component, action_name, action, confirm, dry_run))
 
 
 #: The fields of a change's JSON answer (docs/json.md) that a no-op, a dry run or a refusal has no
 #: value for: null rather than left out, so that one schema reads every answer.
-CHANGE_FIELDS = ("revision", "new_revision", "checksum", "previous", "effect", "wait", "diff")
+CHANGE_FIELDS = ("revision", "new_revision", "checksum", "previous", "effect", "wait", "diff", "plan")
 
 
 def change_shape(data: Dict[str, object]) -> Dict[str, object]:
@@ -191,11 +196,73 @@ def change_text(data: Dict[str, Any]) -> str:
             ["etcd.local.dataDir %s" % keep["data_dir"]] if keep.get("data_dir") else [])
         if whole:
             lines.append("  kept with the flags: %s" % "; ".join(whole))
+    plan = data.get("plan")
+    if data.get("dry_run") and isinstance(plan, Mapping):
+        lines.append("  plan (what the real run applies; undo: what a rollback puts back):")
+        lines += ["    %s" % line for line in plan_lines(plan)]
     if data.get("diff"):
         lines.append(data["diff"])
     if keep.get("diff") and data.get("dry_run"):
         lines.append(keep["diff"])
     return "\n".join(lines)
+
+
+def _bytes_text(value: object) -> str:
+    if not isinstance(value, Mapping):
+        return "absent"
+    return "sha256 %s (%s bytes)" % (str(value.get("checksum"))[:12], value.get("size"))
+
+
+def _file_text(part: object) -> str:
+    part = part if isinstance(part, Mapping) else {}
+    return "%s (mode %s): %s -> %s" % (part.get("path"), part.get("mode"), _bytes_text(part.get("before")),
+                                       _bytes_text(part.get("after")))
+
+
+def _items(value: object) -> List[Mapping[str, object]]:
+    return [item for item in value if isinstance(item, Mapping)] if isinstance(value, list) else []
+
+
+def plan_lines(plan: Mapping[str, object]) -> List[str]:
+    """A change's plan (``core.plan.Plan.to_dict``) as text, one part a line, then its undo."""
+    lines = ["manifest %s" % _file_text(plan.get("manifest"))]
+    if plan.get("revision") is not None:
+        lines.append("revisions: the bytes replaced kept as revision %s%s" % (
+            plan["revision"], "" if plan.get("new_revision") is None else
+            ", the bytes written as revision %s" % plan["new_revision"]))
+    lines += ["companion %s" % _file_text(c) for c in _items(plan.get("companions"))]
+    lines += ["mount hostPath %s (%s) at %s as volume %s, %s" % (
+        m.get("host_path"), m.get("type") or "no type", m.get("mount_path"), m.get("volume"),
+        "writable" if m.get("writable") else "read-only") for m in _items(plan.get("mounts"))]
+    config = plan.get("kubeadm_config")
+    if isinstance(config, Mapping):
+        lines.append("%s/%s %s: %s (read at resourceVersion %s)" % (
+            config.get("namespace"), config.get("name"), config.get("key"),
+            "%s -> %s" % (_bytes_text(config.get("before")), _bytes_text(config.get("after")))
+            if config.get("changed") else "unchanged", config.get("resource_version") or "?"))
+    if isinstance(plan.get("patch"), Mapping):
+        lines.append("patch %s" % _file_text(plan.get("patch")))
+    undo = plan.get("inverse")
+    undo = undo if isinstance(undo, Mapping) else {}
+    manifest = undo.get("manifest")
+    if isinstance(manifest, Mapping):
+        lines.append("undo: manifest back to %s%s" % (_bytes_text(manifest.get("after")), "" if undo.get(
+            "revision") is None else " (revision %s)" % undo["revision"]))
+    for companion in _items(undo.get("companions")):
+        if companion.get("before") != companion.get("after"):
+            lines.append("undo: companion %s %s" % (companion.get("path"), "removed (absent before)" if
+                                                    companion.get("after") is None else
+                                                    "back to " + _bytes_text(companion.get("after"))))
+    kept = undo.get("kubeadm_config")
+    if isinstance(kept, Mapping):
+        lines.append("undo: %s/%s %s back to the text before, unless someone else changed it since "
+                     "(resourceVersion)" % (kept.get("namespace"), kept.get("name"), kept.get("key")))
+    patch = undo.get("patch")
+    if isinstance(patch, Mapping):
+        lines.append("undo: %s %s, unless someone else changed it since" % (
+            patch.get("path"), "removed" if patch.get("before") is None else "back to " + _bytes_text(
+                patch.get("before"))))
+    return lines
 
 
 def companion_lines(data: Mapping[str, object]) -> List[str]:
@@ -255,12 +322,12 @@ def apply(ctx: click.Context, component: str, source: str, parked: bool, keep_in
     new = _read_new(source)
     where = "stdin" if source == "-" else source
 
-    def action(node: Any) -> Dict[str, Any]:
+    def action(node: Any) -> "ChangeResult":
         if not targets:
             return edits.replace(node, component, new, where, "apply", options, companions=files)
         return edits.until_fresh(node, lambda: kept_apply(node))      # the kept flags made again from it
 
-    def kept_apply(node: "Node") -> Dict[str, object]:
+    def kept_apply(node: "Node") -> "ChangeResult":
         from cpctl.core.manifests import checksum
         _, data = edits.read_current(node, component, "apply")
         keep = _kept(node, component, data, new, targets)
@@ -311,10 +378,10 @@ def flags(ctx: click.Context, component: str, sets: Tuple[str, ...], unsets: Tup
     options = _options(ctx, component, timeout, no_rollback, dry_run, reason, keep_revisions, settle, force, parked,
                        confirming=confirm is not None)
 
-    def action(node: Any) -> Dict[str, Any]:
+    def action(node: Any) -> "ChangeResult":
         return edits.until_fresh(node, lambda: attempt(node))    # another change first: made again from it
 
-    def attempt(node: "Node") -> Dict[str, object]:
+    def attempt(node: "Node") -> "ChangeResult":
         from cpctl.core.manifests import checksum
         _, data = edits.read_current(node, component, "flags", parked)
         new, said = edits.flags_version(data, component, container, wanted, removed)
@@ -325,7 +392,7 @@ def flags(ctx: click.Context, component: str, sets: Tuple[str, ...], unsets: Tup
         result = keepin.run(node, keep, options, lambda how: edits.replace(
             node, component, new, "flags", "flags", how, {"flags": said}, expect=checksum(data),
             companions=files), _show_diff)
-        return dict(result, flags=said)
+        return dataclasses.replace(result, flags=said)
     execute(ctx, _guard(ctx, component, "flags", action, confirm, dry_run, parked), armed_text(change_text),
             changing=not dry_run)
 
@@ -375,7 +442,7 @@ def rollback(ctx: click.Context, component: str, to: Optional[int], timeout: Opt
     options = _options(ctx, component, timeout, no_rollback, dry_run, reason, keep_revisions, settle, force,
                        confirming=confirm is not None)
 
-    def action(node: Any) -> Dict[str, Any]:
+    def action(node: Any) -> "ChangeResult":
         revision, data, expect = edits.rollback_target(node, component, to, force)
         return edits.replace(node, component, data, "revision %d" % revision.number, "rollback", options,
                              {"to_revision": revision.number}, expect=expect,
@@ -526,7 +593,7 @@ def edit(ctx: click.Context, component: str, yes: bool, editor_timeout: float, p
 
 def _edit_node(node: "Node", component: str, options: Any, yes: bool, targets: Optional[List[Any]] = None,
                files: Optional[List["Companion"]] = None, rounds: int = EDIT_ROUNDS,
-               editor_timeout: float = EDITOR_TIMEOUT) -> Dict[str, Any]:
+               editor_timeout: float = EDITOR_TIMEOUT) -> "ChangeResult":
     """One master's edit: the editor rounds on a private copy, the diff, the question, the apply.
     The copy (and its private directory) stays only when the edit did not apply and holds your work
     (bytes that differ from the manifest): then the message says where; otherwise it is removed."""
@@ -546,20 +613,24 @@ def _edit_node(node: "Node", component: str, options: Any, yes: bool, targets: O
     try:
         new, checked = _edit_until_valid(node, component, path, data, rounds, editor_timeout, options.force,
                                          options.parked, files or [])
-        if new is None:
+        if new is None or checked is None:
             done = True
-            return {"node": node.node_name, "component": name, "changed": False,
-                    "message": "edit cancelled, no changes made"}
+            return edits.ChangeResult(node.node_name, name, filename, "edit", False,
+                                      message="edit cancelled, no changes made", dry_run=options.dry_run)
         from cpctl.ops import keepin
         keep = _kept(node, component, data, new, targets or [])
         if options.dry_run:
             done = True
-            return dict(checked, keep_in=keep.to_dict()) if keep else checked
-        if checked.get("diff"):
-            click.echo(printable(checked["diff"], block=True), err=True)
+            if keep is None:
+                return checked
+            return keepin.run(node, keep, options, lambda how: edits.replace(      # the plan with its kubeadm part
+                node, component, new, "your edit", "edit", how, expect=checksum(data), companions=files or []),
+                _show_diff)
+        if checked.diff:
+            click.echo(printable(checked.diff, block=True), err=True)
         if keep is not None and keep.diffs():
             _show_diff(keep.diffs())
-        for warning in checked.get("warnings") or []:
+        for warning in checked.warnings:
             note("%s: warning: %s" % (component, warning))
         question = printable("Apply this change to %s on %s?" % (component, node.node_name))
         try:
@@ -568,8 +639,8 @@ def _edit_node(node: "Node", component: str, options: Any, yes: bool, targets: O
             raise Interrupted("SIGINT", "edit of %s: not applied (no answer)" % component,
                               where="nothing changed") from None
         if not answer:
-            return {"node": node.node_name, "component": name, "changed": False,
-                    "message": "not applied; %s" % kept, "copy": path}
+            return edits.ChangeResult(node.node_name, name, filename, "edit", False,
+                                      message="not applied; %s" % kept, copy=path)
         result = keepin.run(node, keep, options, lambda how: edits.replace(
             node, component, new, "your edit", "edit", how, expect=checksum(data), companions=files or []),
             lambda _diff: None)
@@ -629,7 +700,7 @@ def _copy_path(workdir: str, node_name: str, filename: str) -> str:
 
 def _edit_until_valid(node: Any, component: str, path: str, data: bytes, rounds: int = EDIT_ROUNDS,
                       editor_timeout: float = EDITOR_TIMEOUT, force: bool = False, parked: bool = False,
-                      files: Optional[List["Companion"]] = None) -> Tuple[Optional[bytes], Dict[str, Any]]:
+                      files: Optional[List["Companion"]] = None) -> Tuple[Optional[bytes], Optional["ChangeResult"]]:
     """Open the editor until the result is valid (it mounts every --with-file too), at most ``rounds``
     times: (new bytes or None when unchanged, the plan). An invalid last round, or the same invalid
     bytes saved twice, fails (exit 4)."""
@@ -653,7 +724,7 @@ def _edit_until_valid(node: Any, component: str, path: str, data: bytes, rounds:
                              ExitCode.REFUSED)
         edited = _strip_marks(raw)
         if edited == data:
-            return None, {}
+            return None, None
         if last_invalid is not None and edited == last_invalid:
             raise CpctlError("edit of %s: still invalid (%s)" % (component, "; ".join(problems)), ExitCode.REFUSED)
         try:

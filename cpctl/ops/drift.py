@@ -23,7 +23,7 @@ import difflib
 import json
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, AbstractSet, Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, AbstractSet, Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple, TypedDict
 
 from cpctl.core import flags, journal, manifests, outside, views
 from cpctl.core import kubeadmconfig as kc
@@ -326,7 +326,17 @@ def compare(old: Optional[Mapping[str, object]], new: Mapping[str, object]) -> L
     return lines
 
 
-def record(node: Node, accept: bool) -> Dict[str, object]:
+class BaselineRecorded(TypedDict, total=False):
+    """``check --record-baseline``'s answer: ``replaced`` only when it was recorded."""
+
+    recorded: bool
+    replaced: bool
+    path: str
+    baseline: Dict[str, object]
+    differences: List[str]
+
+
+def record(node: Node, accept: bool) -> BaselineRecorded:
     """Record the baseline (first time, or with ``accept`` to replace it); under the node lock."""
     with node.session("cpctl baseline"):
         corrupt = ""

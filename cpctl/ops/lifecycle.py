@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 import os
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, TypedDict
 
 from cpctl import catalogue
 from cpctl.core import confirmations, journal, manifests
@@ -137,7 +137,18 @@ def _why(exc: BaseException) -> str:
     return getattr(exc, "message", None) or str(exc) or type(exc).__name__
 
 
-def plan(node: Node, verb: str, components: Sequence[str]) -> Dict[str, object]:
+class LifecyclePlan(TypedDict):
+    """stop/start/restart ``--dry-run``'s answer (docs/json.md, tests/schemas/plan.json)."""
+
+    node: str
+    dry_run: bool
+    changed: bool
+    recovered: List[str]
+    plan: List[Dict[str, object]]
+    diff: str
+
+
+def plan(node: Node, verb: str, components: Sequence[str]) -> LifecyclePlan:
     """What stop/start/restart would do: the real run itself, on a node in dry-run mode (every
     check and refusal the same; its journal ``Change``s recorded instead of applied), printed as
     the moves in order and the manifests dir's listing before and after. A reason, a ``--for``

@@ -23,7 +23,7 @@ import os
 import re
 import secrets
 from dataclasses import dataclass
-from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple, cast
+from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple, TypedDict, cast
 
 from cpctl import catalogue
 from cpctl.core import journal, manifests, views
@@ -399,12 +399,54 @@ class Plan:
         new = self.manifest.decode("utf-8").splitlines(keepends=True)
         return "".join(difflib.unified_diff(old, new, self.source_file, os.path.basename(self.manifest_path)))
 
-    def to_dict(self) -> Dict[str, object]:
+    def to_dict(self) -> "PlanDict":
         return {"name": self.name, "source": self.source_file, "version": "%d.%d" % self.version,
                 "config_api": self.api_version, "port": self.port, "kubeconfig": self.kubeconfig,
                 "config_file": self.config_path, "manifest_file": self.manifest_path,
                 "config": self.config.decode("utf-8"), "manifest": self.manifest.decode("utf-8"),
                 "diff": self.diff()}
+
+
+class PlanDict(TypedDict):
+    """A second scheduler's plan in JSON: what ``scheduler add`` (and its dry run) writes."""
+
+    name: str
+    source: str
+    version: str
+    config_api: str
+    port: int
+    kubeconfig: str
+    config_file: str
+    manifest_file: str
+    config: str
+    manifest: str
+    diff: str
+
+
+class AddResult(PlanDict, total=False):
+    """``scheduler add``'s answer: the plan, the Lease RBAC, and (not in a dry run) the wait."""
+
+    dry_run: bool
+    changed: bool
+    rbac: Dict[str, object]
+    wait: Dict[str, object]
+
+
+class RemoveResult(TypedDict, total=False):
+    """``scheduler remove``'s answer: its dry run names the files and where they would go; the real
+    run what moved where, the wait and the RBAC it revoked."""
+
+    name: str
+    dry_run: bool
+    changed: bool
+    config_kept: Optional[str]
+    files: List[str]
+    state: str
+    state_dir: str
+    moved: Dict[str, str]
+    removed_dir: str
+    wait: Dict[str, object]
+    rbac: List[str]
 
 
 def config_dir_for(node: Node, config_dir: Optional[str]) -> str:
@@ -443,7 +485,7 @@ def plan_add(node: Node, name: str, source: str = DEFAULT_SOURCE, port: Optional
 
 def add(node: Node, name: str, source: str = DEFAULT_SOURCE, port: Optional[int] = None,
         config_dir: Optional[str] = None, wait: bool = True, timeout: float = 120.0,
-        dry_run: bool = False, grant_rbac: bool = False) -> Dict[str, object]:
+        dry_run: bool = False, grant_rbac: bool = False) -> AddResult:
     """Check the Lease RBAC, write config then manifest under the node lock, record history, wait
     for the mirror pod."""
     # Plan read-only first: a refusal or --dry-run leaves no trace (not even the state dir); the
@@ -454,8 +496,10 @@ def add(node: Node, name: str, source: str = DEFAULT_SOURCE, port: Optional[int]
     if dry_run:
         identity = schedrbac.identity_of(node, kubeconfig)
         access = schedrbac.check(node, name, identity)
-        return dict(plan.to_dict(), dry_run=True, changed=False,
-                    rbac=dict(access.to_dict(), yaml=schedrbac.as_yaml(name, access.identity, access.create_rule)))
+        dry: AddResult = {**plan.to_dict(), "dry_run": True, "changed": False,
+                          "rbac": dict(access.to_dict(), yaml=schedrbac.as_yaml(name, access.identity,
+                                                                                access.create_rule))}
+        return dry
     access = schedrbac.ensure(node, name, kubeconfig, grant_rbac)
     with node.session("cpctl scheduler add %s" % name):
         plan = plan_add(node, name, source, port, config_dir)
@@ -467,8 +511,10 @@ def add(node: Node, name: str, source: str = DEFAULT_SOURCE, port: Optional[int]
             "not checked: %s" % access.why
         node.apply(change)
         result = node.waiter.wait_started(target, before, timeout) if wait else _not_waited()
-    return dict(plan.to_dict(), dry_run=False, changed=True, wait=result.to_dict(),
-                rbac=dict(access.to_dict(), yaml=schedrbac.as_yaml(name, access.identity, access.create_rule)))
+    done: AddResult = {**plan.to_dict(), "dry_run": False, "changed": True, "wait": dict(result.to_dict()),
+                       "rbac": dict(access.to_dict(), yaml=schedrbac.as_yaml(name, access.identity,
+                                                                             access.create_rule))}
+    return done
 
 
 def scheduler_kubeconfig_on_node(plan: Plan) -> str:
@@ -586,7 +632,7 @@ def plan_remove(node: Node, name: str) -> RemovePlan:
 
 
 def remove(node: Node, name: str, wait: bool = True, timeout: float = 120.0, dry_run: bool = False
-           ) -> Dict[str, object]:
+           ) -> RemoveResult:
     """Move the generated manifest (then its config) into STATE/removed/<ts>/ and wait for the pod."""
     plan = plan_remove(node, name)   # read-only: refuse (or answer --dry-run) before the session
     if dry_run:

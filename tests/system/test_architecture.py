@@ -362,3 +362,66 @@ def test_one_executor_applies_journal_steps() -> None:
                 wrong.append("%s:%d (in %s)" % (path.relative_to(ROOT), line, owner or "module"))
     assert not wrong, "journal steps applied outside host/ops.StepRunner:\n" + "\n".join(wrong)
     assert _step_writers(parsed(ROOT / "cpctl/host/ops.py")), "the executor itself is found"
+
+
+# --- typed results ops -> CLI (issue 33) ----------------------------------------------------------------------
+#: Change functions of ``ops`` that still return a free dict: this list only shrinks (an entry that is no
+#: longer one fails the test, so it is struck off when its function gets a typed result).
+UNTYPED_CHANGE_RESULTS: Set[str] = {
+    # confirm/revert-unconfirmed: ops/confirm.py is being reworked by issue 35 this round (left to it)
+    "cpctl.ops.confirm._revert_locked", "cpctl.ops.confirm.confirm", "cpctl.ops.confirm.revert",
+}
+
+_FREE = re.compile(r"^(typing\.)?(Dict|dict|Mapping|MutableMapping|Any)\b")
+_CHANGING_CALLS = {"apply", "session"}        # node.apply(change): the journal; node.session(...): the node lock
+
+
+def _calls(function: ast.AST) -> Set[Tuple[str, str]]:
+    """(qualifier, name) of every call in ``function``: ("", f) for ``f(...)``, ("x", f) for ``x.f(...)``."""
+    names = set()
+    for node in ast.walk(function):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Name):
+                names.add(("", func.id))
+            elif isinstance(func, ast.Attribute):
+                owner = func.value.id if isinstance(func.value, ast.Name) else ""
+                names.add((owner, func.attr))
+    return names
+
+
+def ops_change_functions() -> Dict[str, ast.FunctionDef]:
+    """``module.function`` -> definition of every top-level function of ``cpctl/ops`` that changes a node:
+    it applies a journaled change or takes the node lock (``x.apply(...)``, ``x.session(...)``), or calls
+    one that does - of its own module by name, of another ops module as ``module.name(...)``."""
+    defined: Dict[str, Dict[str, ast.FunctionDef]] = {}
+    for name, path in sorted(modules("cpctl").items()):
+        if name.startswith("cpctl.ops."):
+            defined[name] = {f.name: f for f in parsed(path).body if isinstance(f, ast.FunctionDef)}
+    calls = {(m, f): _calls(d) for m, functions in defined.items() for f, d in functions.items()}
+    changing = {key for key, called in calls.items() if any(owner and name in _CHANGING_CALLS
+                                                            for owner, name in called)}
+    grew = True
+    while grew:                       # callers of a change function change the node too (fixed point)
+        grew = False
+        for (module, fname), called in calls.items():
+            if (module, fname) in changing:
+                continue
+            short = {m.rpartition(".")[2]: m for m in defined}
+            if any((owner == "" and (module, name) in changing) or
+                   (owner in short and (short[owner], name) in changing) for owner, name in called):
+                changing.add((module, fname))
+                grew = True
+    return {"%s.%s" % key: defined[key[0]][key[1]] for key in sorted(changing)}
+
+
+def test_ops_change_functions_return_typed_values() -> None:
+    """Issue 33: what an ``ops`` change function returns to the CLI is a typed value (a dataclass such as
+    ``ops.edits.ChangeResult``, a list of ``Outcome``s, a TypedDict), never ``Dict[str, object]``."""
+    found = ops_change_functions()
+    assert {"cpctl.ops.edits.replace", "cpctl.ops.edits._replace_core", "cpctl.ops.keepin.run",
+            "cpctl.ops.confirm.arm"} <= set(found), "the change functions are found"
+    free = sorted(name for name, definition in found.items()
+                  if definition.returns is not None and _FREE.match(ast.unparse(definition.returns)))
+    assert [n for n in free if n not in UNTYPED_CHANGE_RESULTS] == [], "change functions returning a free dict"
+    assert sorted(UNTYPED_CHANGE_RESULTS - set(free)) == [], "typed now: strike them off UNTYPED_CHANGE_RESULTS"

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import click
 
 from cpctl import catalogue
 from cpctl.cli.fanout import execute
+
+if TYPE_CHECKING:
+    from cpctl.ops.scheduler import AddResult, RemoveResult
 
 
 @click.group()
@@ -56,7 +59,7 @@ def add(ctx: click.Context, name: str, source: str, port: Optional[int], config_
         raise
 
 
-def _dry_run_text(data: dict) -> str:
+def _dry_run_text(data: "AddResult") -> str:
     return ("dry run: nothing changed. Would write, in this order:\n"
             "  1. %(config_file)s (mode 0644)\n  2. %(manifest_file)s (mode 0600)\n"
             "kube-scheduler v%(version)s -> %(config_api)s, --secure-port=%(port)d, kubeconfig %(kubeconfig)s\n"
@@ -75,7 +78,7 @@ def _rbac_text(rbac: dict, name: str) -> str:
             % (rbac["identity"], " and ".join(rbac["denied"]), lease, rbac["yaml"]))
 
 
-def _added_text(data: dict) -> str:
+def _added_text(data: "AddResult") -> str:
     from cpctl.ops import scheduler as secondsched
     wait = data.get("wait") or {}
     rbac = data["rbac"]
@@ -105,7 +108,7 @@ def remove(ctx: click.Context, name: str, no_wait: bool, timeout: float, dry_run
             _removed_text, changing=not dry_run, probe="none" if no_wait or dry_run else None)
 
 
-def _removed_text(data: dict) -> str:
+def _removed_text(data: "RemoveResult") -> str:
     if data["dry_run"]:
         return "dry run: nothing changed. Would move to %s/removed/<time>/:\n%s" % (
             data["state_dir"], "\n".join("  " + f for f in data["files"]))

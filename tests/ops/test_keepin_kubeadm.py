@@ -626,8 +626,9 @@ def test_the_dry_run_plan_is_what_the_real_run_applies_and_its_inverse_undoes_ev
     """One change with a companion file, the mounts --mount adds and --keep-in kubeadm-config: the plan
     its dry run prints is the plan the real run applies (same parts, same bytes: the files and the
     ClusterConfiguration then hold its "after" side), and its inverse is what comes back - by
-    ``rollback`` (whose own plan is that inverse), by the automatic rollback of a change that fails, and
-    by an unconfirmed change's revert (the ClusterConfiguration someone else changed since is left theirs)."""
+    the automatic rollback of a change that fails (a companion file present before gets its bytes back),
+    by ``rollback`` (whose own plan is that inverse: a companion file absent before is removed), and by an
+    unconfirmed change's revert (the ClusterConfiguration someone else changed since is left theirs)."""
     handle = lab_factory(kubeadm_api="v1beta3")
     policy = tmp_path / "audit-policy.yaml"
     policy.write_text(AUDIT_POLICY)
@@ -670,7 +671,29 @@ def test_the_dry_run_plan_is_what_the_real_run_applies_and_its_inverse_undoes_ev
     assert _on_disk(plan["companions"][0]) == plan["companions"][0]["after"]
     assert _cm_text_sha(handle) == config["after"]["checksum"]
 
-    # rollback: its own plan is the inverse of the change's, and it leaves every part as the change found it
+    # an automatic rollback: a second change (one more flag) rewrites the policy with one the API server
+    # refuses; what comes back is its plan's inverse - the policy file present again with its bytes before
+    first = plan
+    good = policy.read_bytes()
+    policy.write_text("apiVersion: audit.k8s.io/v1\nkind: Policy\n")        # no rules: it crash-loops
+    second = (*change, "--set", "audit-log-maxage=7")
+    dry = run_cpctl(handle, "-o", "json", *second, *FAST, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    plan = _json(dry)["plan"]
+    assert plan["companions"][0]["before"] == {"checksum": _sha(good), "size": len(good)} and plan["mounts"] == []
+    assert plan["kubeadm_config"]["before"] == first["kubeadm_config"]["after"]
+    failed = run_cpctl(handle, *second, *FAST)
+    assert failed.returncode == 11, failed.stderr
+    assert "ROLLED BACK" in failed.stderr and "kube-system/kubeadm-config put back as it was" in failed.stderr
+    assert _on_disk(plan["manifest"]) == plan["inverse"]["manifest"]["after"] == first["manifest"]["after"]
+    assert _on_disk(plan["companions"][0]) == plan["inverse"]["companions"][0]["after"]
+    assert node_policy.read_bytes() == good
+    assert _cm_text_sha(handle) == plan["kubeadm_config"]["before"]["checksum"]
+
+    # rollback: its own plan is the inverse of the first change's, and it leaves every part as that change
+    # found it - the policy file absent, the ClusterConfiguration's text before it
+    policy.write_bytes(good)
+    plan = first
     back = run_cpctl(handle, "-o", "json", "rollback", "kube-apiserver", *FAST, "--dry-run")
     assert back.returncode == 0, back.stderr
     undo = _json(back)["plan"]
@@ -684,21 +707,8 @@ def test_the_dry_run_plan_is_what_the_real_run_applies_and_its_inverse_undoes_ev
     assert _on_disk(plan["companions"][0]) is None
     assert _cm_text_sha(handle) == config["before"]["checksum"]
 
-    # an automatic rollback: a policy the API server refuses; the dry run's inverse is what comes back
-    policy.write_text("apiVersion: audit.k8s.io/v1\nkind: Policy\n")        # no rules: it crash-loops
-    dry = run_cpctl(handle, "-o", "json", *change, *FAST, "--dry-run")
-    assert dry.returncode == 0, dry.stderr
-    plan = _json(dry)["plan"]
-    failed = run_cpctl(handle, *change, *FAST, "--force")
-    assert failed.returncode == 11, failed.stderr
-    assert "ROLLED BACK" in failed.stderr and "kube-system/kubeadm-config put back as it was" in failed.stderr
-    assert _on_disk(plan["manifest"]) == plan["inverse"]["manifest"]["after"]
-    assert _on_disk(plan["companions"][0]) is None
-    assert _cm_text_sha(handle) == plan["kubeadm_config"]["before"]["checksum"]
-
     # an unconfirmed change's revert: manifest and companion file back; the ClusterConfiguration someone
     # else changed since is left theirs, and the revert says so
-    policy.write_text(AUDIT_POLICY)
     armed = run_cpctl(handle, "-o", "json", *change, *FAST, "--confirm-within", "1h")
     assert armed.returncode == 0, armed.stderr
     plan = _json(armed)["plan"]

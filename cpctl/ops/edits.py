@@ -5,14 +5,18 @@ upgrade recipe for an operator's own change:
 
 1. validate before touching anything (:func:`cpctl.core.checks.review`); identical bytes are
    "unchanged";
-2. write the new bytes through the journaled change path, keeping the old ones as a revision;
+2. build the change as one value, a :class:`cpctl.core.plan.Plan` (manifest, companion files, mounts
+   added, the ``--keep-in`` part, revisions; its inverse with it: :func:`build`) - what ``--dry-run``
+   prints - then write the new bytes through the journaled change path it was built with, keeping
+   the old ones as a revision;
 3. wait for the **new** pod: a pod that is not the one running before (new config hash, new
    container), Running and Ready, past the component's health gate, and still so after a short
    settle time;
-4. when it does not come: say why (container state, exit code, restarts, its last log lines), put
-   the previous bytes back through the same path, wait until the old version is healthy again and
-   fail with ``ROLLED_BACK`` (11) -- or with ``ROLLBACK_FAILED`` (12) when even that does not come
-   back, both versions kept. ``--no-rollback`` leaves the new version and only reports.
+4. when it does not come: say why (container state, exit code, restarts, its last log lines), apply
+   the plan's inverse (the previous bytes, each companion file as it was) through the same path,
+   wait until the old version is healthy again and fail with ``ROLLED_BACK`` (11) -- or with
+   ``ROLLBACK_FAILED`` (12) when even that does not come back, both versions kept. ``--no-rollback``
+   leaves the new version and only reports.
    SIGINT/SIGTERM at any point after the write and before the verdict (the wait, the diagnosis,
    the automatic rollback) puts the previous bytes back and waits for them, then exits 130.
 

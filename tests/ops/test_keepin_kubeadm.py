@@ -714,9 +714,13 @@ def test_the_dry_run_plan_is_what_the_real_run_applies_and_its_inverse_undoes_ev
     plan = _json(armed)["plan"]
     kubectl(handle, "-n", "kube-system", "annotate", "cm", "kubeadm-config", "someone=else")
     theirs = _kept(handle)
-    reverted = run_cpctl(handle, "revert-unconfirmed", "kube-apiserver")
+    reverted = run_cpctl(handle, "-o", "json", "revert-unconfirmed", "kube-apiserver")
     assert reverted.returncode == 0, reverted.stderr
-    assert "was changed by someone else since" in reverted.stdout and theirs[1] in reverted.stdout, reverted.stdout
+    answer = _json(reverted)
+    assert "was changed by someone else since" in answer["message"] and theirs[1] in answer["message"], answer
+    assert answer["plan"]["manifest"]["after"] == plan["inverse"]["manifest"]["after"]      # the revert's plan is
+    assert [(c["path"], c["after"]) for c in answer["plan"]["companions"]] == \
+        [(c["path"], c["after"]) for c in plan["inverse"]["companions"]]                   # the change's inverse
     assert _on_disk(plan["manifest"]) == plan["inverse"]["manifest"]["after"]
     assert _on_disk(plan["companions"][0]) is None
     assert _kept(handle) == theirs

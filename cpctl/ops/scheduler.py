@@ -51,7 +51,6 @@ CONFIG_MODE = 0o644
 MANIFEST_MODE = 0o600
 MAX_CONFIG_BYTES = 1 << 20
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
 # Flags the config file replaces (or that no longer exist); --config/--secure-port are re-added.
 _DROPPED = ("--kubeconfig", "--leader-elect", "--scheduler-name", "--lock-object-", "--config",
             "--secure-port")
@@ -81,13 +80,11 @@ def validate_name(name: str) -> str:
 def image_version(image: str) -> Tuple[int, int]:
     """(major, minor) from ``registry.k8s.io/kube-scheduler:v1.X.Y`` (a registry port or a digest
     does not confuse it); REFUSED when the tag says nothing, since the config API depends on it."""
-    ref = image.split("@", 1)[0].rsplit("/", 1)[-1]
-    tag = ref.split(":", 1)[1] if ":" in ref else ""
-    match = _VERSION.match(tag)
-    if not match:
+    version = catalogue.image_release(image)
+    if version is None:
         raise CpctlError("cannot tell the Kubernetes version from image %r (want a tag like v1.30.4)" % image,
                          ExitCode.REFUSED)
-    return int(match.group(1)), int(match.group(2))
+    return version
 
 
 def config_api_version(version: Tuple[int, int]) -> str:

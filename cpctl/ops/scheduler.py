@@ -451,7 +451,7 @@ def add(node: Node, name: str, source: str = DEFAULT_SOURCE, port: Optional[int]
     if dry_run:
         identity = schedrbac.identity_of(node, kubeconfig)
         access = schedrbac.check(node, name, identity)
-        return dict(plan.to_dict(), dry_run=True, changed=False,
+        return dict(plan.to_dict(), node=node.node_name, dry_run=True, changed=False, would_change=True, wait=None,
                     rbac=dict(access.to_dict(), yaml=schedrbac.as_yaml(name, access.identity, access.create_rule)))
     access = schedrbac.ensure(node, name, kubeconfig, grant_rbac)
     with node.session("cpctl scheduler add %s" % name):
@@ -464,7 +464,8 @@ def add(node: Node, name: str, source: str = DEFAULT_SOURCE, port: Optional[int]
             "not checked: %s" % access.why
         node.apply(change)
         result = node.waiter.wait_started(target, before, timeout) if wait else _not_waited()
-    return dict(plan.to_dict(), dry_run=False, changed=True, wait=result.to_dict(),
+    return dict(plan.to_dict(), node=node.node_name, dry_run=False, changed=True, would_change=True,
+                wait=result.to_dict(),
                 rbac=dict(access.to_dict(), yaml=schedrbac.as_yaml(name, access.identity, access.create_rule)))
 
 
@@ -587,8 +588,9 @@ def remove(node: Node, name: str, wait: bool = True, timeout: float = 120.0, dry
     """Move the generated manifest (then its config) into STATE/removed/<ts>/ and wait for the pod."""
     plan = plan_remove(node, name)   # read-only: refuse (or answer --dry-run) before the session
     if dry_run:
-        return {"name": name, "dry_run": True, "changed": False, "files": plan.files, "state": plan.state,
-                "state_dir": node.state.path, "config_kept": plan.config_kept}
+        return {"node": node.node_name, "name": name, "dry_run": True, "changed": False, "would_change": True,
+                "files": plan.files, "state": plan.state, "state_dir": node.state.path, "config_kept": plan.config_kept,
+                "moved": None, "removed_dir": None, "wait": None, "rbac": None}
     with node.session("cpctl scheduler remove %s" % name):
         plan = plan_remove(node, name)
         running, pod, manifest = plan.state == "present", plan.pod, plan.manifest
@@ -603,8 +605,10 @@ def remove(node: Node, name: str, wait: bool = True, timeout: float = 120.0, dry
         else:
             result = _not_waited("not waited (--no-wait)" if running else "pod was not running")
     moved = {step.src: step.path for step in change.steps}
-    return {"name": name, "dry_run": False, "changed": True, "moved": moved, "removed_dir": dest,
-            "wait": result.to_dict(), "config_kept": plan.config_kept, "rbac": schedrbac.revoke(node, name)}
+    return {"node": node.node_name, "name": name, "dry_run": False, "changed": True, "would_change": True,
+            "files": list(moved), "state": plan.state, "state_dir": node.state.path, "moved": moved,
+            "removed_dir": dest, "wait": result.to_dict(), "config_kept": plan.config_kept,
+            "rbac": schedrbac.revoke(node, name)}
 
 
 def remove_change(node: Node, name: str, plan: RemovePlan, dest: str) -> journal.Change:

@@ -57,7 +57,13 @@ def baseline(ctx: click.Context, accept: bool) -> None:
     Without --accept an existing baseline is kept and the differences are shown.
     """
     from cpctl.ops import drift
-    execute(ctx, lambda node: drift.record(node, accept), baseline_text, changing=True, probe="none")
+
+    def action(node: "Node") -> Dict[str, object]:
+        # one shape: the node, and "replaced" false when nothing was recorded (docs/json.md)
+        recorded = drift.record(node, accept)
+        return dict(recorded, node=node.node_name, replaced=bool(recorded.get("replaced")),
+                    changed=bool(recorded.get("recorded")))
+    execute(ctx, action, baseline_text, changing=True, probe="none")
 
 
 def baseline_text(result: Mapping[str, object]) -> str:

@@ -548,8 +548,8 @@ def _edit_node(node: "Node", component: str, options: Any, yes: bool, targets: O
                                          options.parked, files or [])
         if new is None:
             done = True
-            return {"node": node.node_name, "component": name, "changed": False,
-                    "message": "edit cancelled, no changes made"}
+            return {"node": node.node_name, "component": name, "file": filename, "action": "edit", "changed": False,
+                    "recovered": list(node.recovered), "message": "edit cancelled, no changes made"}
         from cpctl.ops import keepin
         keep = _kept(node, component, data, new, targets or [])
         if options.dry_run:

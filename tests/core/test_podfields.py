@@ -154,3 +154,22 @@ def test_the_generator_makes_the_module_from_a_wheel(tmp_path: Path) -> None:
     assert space["TYPES"] == {"Pod": {"spec": "PodSpec", "status": ""}, "PodSpec": {"containers": "Container"},
                               "Container": {"name": "", "new": "", "old": ""}}
     assert space["SPANS"] == {"Container.new": (31, 31), "Container.old": (30, 30)}
+
+
+def test_an_apply_on_a_node_newer_than_the_tables_says_which_table_judged_it(tmp_path: Path) -> None:
+    """Through the CLI (a dry run of apply): the release comes from the node's kube-apiserver
+    manifest, and a release newer than every table is checked against the newest, in a warning."""
+    import json
+
+    from tests.coreutil import MANIFESTS, NodeDirs
+    newest = podschema.MINORS[-1]
+    ahead = b"v1.%d.0" % (newest + 1)
+    files = dict(MANIFESTS, **{"kube-apiserver.yaml": MANIFESTS["kube-apiserver.yaml"].replace(b"v1.30.0", ahead)})
+    node = NodeDirs(str(tmp_path / "node"), files=files)
+    new = tmp_path / "scheduler.yaml"
+    new.write_bytes(MANIFESTS["kube-scheduler.yaml"].replace(b"leader-elect=true", b"leader-elect=false"))
+    done = json.loads(node.run("-o", "json", "apply", "scheduler", "-f", str(new), "--dry-run").stdout)
+    assert done["would_change"] is True
+    assert ["the node runs Kubernetes 1.%d (registry.k8s.io/kube-apiserver:%s), newer than cpctl's pod field "
+            "tables: checked against 1.%d, the nearest older one" % (newest + 1, ahead.decode(), newest)] == [
+        w for w in done["warnings"] if "pod field tables" in w], done["warnings"]

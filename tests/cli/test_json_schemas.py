@@ -148,6 +148,7 @@ class Watching:
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         assert self.proc.stdout is not None
         first = self.proc.stdout.readline()            # the "watching" line: inotify is armed
+        assert first, "watch exited: %s" % (self.proc.stderr.read() if self.proc.stderr else "")
         self.lines = [first]
 
     def stop(self) -> List[Dict[str, Any]]:

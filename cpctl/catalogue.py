@@ -10,6 +10,7 @@ on when a manifest does not say.
 
 from __future__ import annotations
 
+import re
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
 ETCD = "etcd"
@@ -188,6 +189,18 @@ BY_NAME: Dict[str, Component] = {c.name: c for c in COMPONENTS}
 ALIASES: Dict[str, str] = {c.alias: c.name for c in COMPONENTS}
 #: kubeadm's order for bringing a control plane up; stopping goes the other way.
 START_ORDER: List[str] = [c.name for c in sorted(COMPONENTS, key=lambda c: c.start_rank)]
+
+
+#: A Kubernetes image tag: v1.30.4 (a registry port or a digest elsewhere in the image does not count).
+_RELEASE_TAG = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def image_release(image: str) -> Optional[Tuple[int, int]]:
+    """(major, minor) of a control-plane image such as ``registry.k8s.io/kube-scheduler:v1.30.4``
+    (kubeadm tags each with the release it runs); None when the tag says nothing."""
+    ref = image.split("@", 1)[0].rsplit("/", 1)[-1]
+    match = _RELEASE_TAG.match(ref.split(":", 1)[1] if ":" in ref else "")
+    return (int(match.group(1)), int(match.group(2))) if match else None
 
 
 def canonical(name: str) -> str:

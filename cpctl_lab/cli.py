@@ -141,7 +141,32 @@ def fail(msg: str, code: int = 1) -> NoReturn:
     sys.exit(code)
 
 
-@click.group(name="lab")
+#: The lab commands that print text only, and why: with cpctl's ``-o json``/``-o yaml`` they are a usage
+#: error (exit 2), not text where a JSON document was asked for. Every other lab command prints its
+#: result as JSON then (docs/json.md; tests/cli/test_json_schemas.py holds each to its schema).
+TEXT_ONLY: dict[str, str] = {
+    "run": "it runs the lab in the foreground until a signal: a process, no result",
+    "demo": "a walkthrough narrated for a person, step by step",
+    "etcdctl": "a stand-in for etcdctl/etcdutl: it prints those tools' text",
+    "certs-renew": "a stand-in for kubeadm certs renew: it prints kubeadm's text",
+    "kubeadm-upgrade": "a stand-in for kubeadm upgrade apply: it prints kubeadm's text",
+}
+
+
+class _LabGroup(click.Group):
+    """The lab's group: a text-only command (``TEXT_ONLY``) asked for JSON or YAML is a usage error
+    before it runs (its ``--help`` is still shown)."""
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[Any, Any, list[str]]:
+        name, command, rest = super().resolve_command(ctx, args)
+        why = TEXT_ONLY.get(name or "")
+        output = _output(ctx)
+        if why and output in ("json", "yaml") and not ctx.resilient_parsing and not {"-h", "--help"} & set(rest):
+            raise click.UsageError(f"cpctl lab {name} prints text only ({why}): run it without -o {output}", ctx)
+        return name, command, rest
+
+
+@click.group(name="lab", cls=_LabGroup)
 def lab() -> None:
     """Simulated kubeadm control-plane node(s) plus a worker, for newcomers and CI (not a real cluster)."""
 

@@ -13,8 +13,9 @@
 * the ports it listens on (hostNetwork: its container ports and the port flags of the known
   components) are not taken by another static pod in the manifests dir.
 
-Field names (``podfields``): every key of the pod is a field of its v1 API type (a typo such as
-``volumeMount`` is dropped by the kubelet without a word), with the nearest known name.
+Field names (``podfields``): every key of the pod is a field of its v1 API type in the release the
+node runs (a typo such as ``volumeMount``, or a field of a newer release, is dropped by the kubelet
+without a word), with the nearest known name.
 
 Flag sanity (``sanity_doubts``): every flag name is one the component's binary knows in its release
 (:mod:`cpctl.core.knownflags`), every admission plugin is a known one, the probes' ports are ports
@@ -115,10 +116,13 @@ def review(host: Host, current: Manifest, data: bytes, scan: DirScan, source: st
         else:
             verdict.problems.append(problem)
     _check_ports(pod, current, scan, verdict)
-    already = set(podfields.doubts(current.pod) + sanity_doubts(current.pod)) if current.pod else set()
+    release = podfields.node_release([m.pod for m in scan.valid] + [current.pod, pod])
+    if release.note:
+        verdict.warnings.append(release.note)
+    already = set(podfields.doubts(current.pod, release) + sanity_doubts(current.pod)) if current.pod else set()
     lossy = {doubt for container in _containers(pod)
              for doubt in _write_path_doubts(pod, container, binary_of(container), flags.flags_of(container))}
-    for doubt in podfields.doubts(pod) + sanity_doubts(pod):
+    for doubt in podfields.doubts(pod, release) + sanity_doubts(pod):
         if doubt in already:
             verdict.warnings.append("%s (so does the current version)" % doubt)
         else:

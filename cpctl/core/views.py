@@ -7,7 +7,7 @@ never a half-done change.
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Mapping, Optional, TypedDict
+from typing import Callable, Dict, List, Mapping, Optional, TypedDict, cast
 
 from cpctl import catalogue
 from cpctl.core import confirmations, manifests
@@ -22,7 +22,8 @@ from cpctl.timeutil import parse_iso
 
 class Row(TypedDict, total=False):
     """One component of ``status`` (``-o json``: an item of ``components``). ``state`` is the
-    file's (present, invalid, parked, missing), ``pod_state`` its pod's (``pod_state``)."""
+    file's (present, invalid, parked, missing), ``pod_state`` its pod's (``pod_state``). Every row
+    of the answer has every field (``ROW_FIELDS``): null where its state has no value for it."""
 
     component: str
     namespace: Optional[str]
@@ -37,10 +38,17 @@ class Row(TypedDict, total=False):
     by: Optional[str]
     reason: Optional[str]
     until: Optional[str]
-    overdue: bool
-    fix: str
-    unconfirmed: Dict[str, object]      # a change awaiting cpctl confirm: its deadline, by, action, revision
-    last_change: Dict[str, object]      # the newest history record of it: action, time, user, reason, automatic
+    overdue: Optional[bool]
+    fix: Optional[str]
+    unconfirmed: Optional[Dict[str, object]]   # a change awaiting cpctl confirm: its deadline, by, action, revision
+    last_change: Optional[Dict[str, object]]   # the newest history record of it: action, time, user, reason, automatic
+
+
+#: The fields of every status row (docs/json.md): one shape whatever the file's state.
+ROW_FIELDS = ("component", "namespace", "file", "state", "checksum", "error", "pod", "pod_state", "observed",
+              "since", "by", "reason", "until", "overdue", "fix", "unconfirmed", "last_change")
+#: The fields of a row's ``last_change`` (null when the history holds none for it).
+CHANGE_FIELDS = ("action", "time", "user", "reason", "automatic")
 
 
 # How much of the history's end ``status`` reads for each component's last change (a few hundred
@@ -97,6 +105,8 @@ def status(node: Node, wanted: Optional[List[str]] = None) -> Report:
                                stale_api=stale)
             observed = node.waiter.describe(target)
             row["observed"], row["pod_state"] = observed, pod_state(observed)
+        for field in ROW_FIELDS:
+            cast(Dict[str, object], row).setdefault(field, None)
     found = stuck + never + unconfirmed + warnings(scan) + (["kubelet configuration: %s" % p for p in known.problems]
                                               if known else [])
     data: Report = {"node": node.node_name, "manifests_dir": node.manifests_dir, "state_dir": node.state.path,
@@ -203,8 +213,7 @@ def _last_changes(node: Node, rows: List[Row]) -> None:
     for row in rows:
         record = newest.get(row["file"]) or newest.get(row["component"]) or {}
         if record:
-            row["last_change"] = {key: record.get(key) for key in ("action", "time", "user", "reason", "automatic")
-                                  if record.get(key) is not None}
+            row["last_change"] = {key: record.get(key) for key in CHANGE_FIELDS}
 
 
 def _present_row(m: Manifest) -> Row:

@@ -51,7 +51,6 @@ CONFIG_MODE = 0o644
 MANIFEST_MODE = 0o600
 MAX_CONFIG_BYTES = 1 << 20
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
 # Flags the config file replaces (or that no longer exist); --config/--secure-port are re-added.
 _DROPPED = ("--kubeconfig", "--leader-elect", "--scheduler-name", "--lock-object-", "--config",
             "--secure-port")
@@ -81,13 +80,11 @@ def validate_name(name: str) -> str:
 def image_version(image: str) -> Tuple[int, int]:
     """(major, minor) from ``registry.k8s.io/kube-scheduler:v1.X.Y`` (a registry port or a digest
     does not confuse it); REFUSED when the tag says nothing, since the config API depends on it."""
-    ref = image.split("@", 1)[0].rsplit("/", 1)[-1]
-    tag = ref.split(":", 1)[1] if ":" in ref else ""
-    match = _VERSION.match(tag)
-    if not match:
+    version = catalogue.image_release(image)
+    if version is None:
         raise CpctlError("cannot tell the Kubernetes version from image %r (want a tag like v1.30.4)" % image,
                          ExitCode.REFUSED)
-    return int(match.group(1)), int(match.group(2))
+    return version
 
 
 def config_api_version(version: Tuple[int, int]) -> str:
@@ -426,27 +423,31 @@ class PlanDict(TypedDict):
 class AddResult(PlanDict, total=False):
     """``scheduler add``'s answer: the plan, the Lease RBAC, and (not in a dry run) the wait."""
 
+    node: str
     dry_run: bool
     changed: bool
+    would_change: bool
     rbac: Dict[str, object]
-    wait: Dict[str, object]
+    wait: Optional[Dict[str, object]]
 
 
 class RemoveResult(TypedDict, total=False):
     """``scheduler remove``'s answer: its dry run names the files and where they would go; the real
     run what moved where, the wait and the RBAC it revoked."""
 
+    node: str
     name: str
     dry_run: bool
     changed: bool
+    would_change: bool
     config_kept: Optional[str]
     files: List[str]
     state: str
     state_dir: str
-    moved: Dict[str, str]
-    removed_dir: str
-    wait: Dict[str, object]
-    rbac: List[str]
+    moved: Optional[Dict[str, str]]
+    removed_dir: Optional[str]
+    wait: Optional[Dict[str, object]]
+    rbac: Optional[List[str]]
 
 
 def config_dir_for(node: Node, config_dir: Optional[str]) -> str:
@@ -496,7 +497,8 @@ def add(node: Node, name: str, source: str = DEFAULT_SOURCE, port: Optional[int]
     if dry_run:
         identity = schedrbac.identity_of(node, kubeconfig)
         access = schedrbac.check(node, name, identity)
-        dry: AddResult = {**plan.to_dict(), "dry_run": True, "changed": False,
+        dry: AddResult = {**plan.to_dict(), "node": node.node_name, "dry_run": True, "changed": False,
+                          "would_change": True, "wait": None,
                           "rbac": dict(access.to_dict(), yaml=schedrbac.as_yaml(name, access.identity,
                                                                                 access.create_rule))}
         return dry
@@ -511,7 +513,8 @@ def add(node: Node, name: str, source: str = DEFAULT_SOURCE, port: Optional[int]
             "not checked: %s" % access.why
         node.apply(change)
         result = node.waiter.wait_started(target, before, timeout) if wait else _not_waited()
-    done: AddResult = {**plan.to_dict(), "dry_run": False, "changed": True, "wait": dict(result.to_dict()),
+    done: AddResult = {**plan.to_dict(), "node": node.node_name, "dry_run": False, "changed": True,
+                       "would_change": True, "wait": dict(result.to_dict()),
                        "rbac": dict(access.to_dict(), yaml=schedrbac.as_yaml(name, access.identity,
                                                                              access.create_rule))}
     return done
@@ -636,8 +639,9 @@ def remove(node: Node, name: str, wait: bool = True, timeout: float = 120.0, dry
     """Move the generated manifest (then its config) into STATE/removed/<ts>/ and wait for the pod."""
     plan = plan_remove(node, name)   # read-only: refuse (or answer --dry-run) before the session
     if dry_run:
-        return {"name": name, "dry_run": True, "changed": False, "files": plan.files, "state": plan.state,
-                "state_dir": node.state.path, "config_kept": plan.config_kept}
+        return {"node": node.node_name, "name": name, "dry_run": True, "changed": False, "would_change": True,
+                "files": plan.files, "state": plan.state, "state_dir": node.state.path, "config_kept": plan.config_kept,
+                "moved": None, "removed_dir": None, "wait": None, "rbac": None}
     with node.session("cpctl scheduler remove %s" % name):
         plan = plan_remove(node, name)
         running, pod, manifest = plan.state == "present", plan.pod, plan.manifest
@@ -652,8 +656,10 @@ def remove(node: Node, name: str, wait: bool = True, timeout: float = 120.0, dry
         else:
             result = _not_waited("not waited (--no-wait)" if running else "pod was not running")
     moved = {step.src: step.path for step in change.steps}
-    return {"name": name, "dry_run": False, "changed": True, "moved": moved, "removed_dir": dest,
-            "wait": result.to_dict(), "config_kept": plan.config_kept, "rbac": schedrbac.revoke(node, name)}
+    return {"node": node.node_name, "name": name, "dry_run": False, "changed": True, "would_change": True,
+            "files": list(moved), "state": plan.state, "state_dir": node.state.path, "moved": moved,
+            "removed_dir": dest, "wait": result.to_dict(), "config_kept": plan.config_kept,
+            "rbac": schedrbac.revoke(node, name)}
 
 
 def remove_change(node: Node, name: str, plan: RemovePlan, dest: str) -> journal.Change:

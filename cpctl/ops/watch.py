@@ -129,8 +129,9 @@ class Watch:
               **extra: object) -> None:
         if self._unclosed and file is not None:
             detail += " (no close-after-write within %gs of the last write: judged as the file is now)" % self.settle
+        # one shape (docs/json.md): what only some events carry is there in every one, null or false
         record: Record = {"time": iso_millis(), "event": event, "file": file, "verdict": verdict, "pod": pod,
-                  "detail": detail}
+                          "detail": detail, "elapsed_seconds": None, "files": None, "bounce": False}
         record.update(extra)
         if verdict not in ("watching", "exit", FOLLOWED, NOT_FOLLOWED):
             self.verdicts += 1

@@ -1,29 +1,75 @@
 """Issue #37: one JSON shape per command, local or remote, checked against its JSON Schema
 (tests/schemas/NAME.json; docs/json.md is the prose). A no-op or a dry run has every field - null
 where there is no value - and a dry run says what a real run would change (``would_change``) next
-to what it changed (``changed``: nothing). ``completion`` and ``lab profiles`` honour ``-o json``.
+to what it changed (``changed``: nothing). Every command of the registry (and of the lab plugin)
+has a schema here, or says why it prints text only (and then refuses ``-o json``, exit 2).
 
-Each command runs on the lab's master locally and through ``-H`` (a real sshd on 127.0.0.1): the
-remote host's ``data`` is validated against the same schema as the local answer.
+The commands run on the lab's master locally and, where they may, through ``-H`` (a real sshd on
+127.0.0.1): the remote host's ``data`` is validated against the same schema as the local answer and
+has the same fields.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Dict, Iterator
+from typing import Any, Dict, Iterator, List, Tuple
 
+import click
 import jsonschema
 import pytest
 
+from tests.coreutil import CLI, run_in_process
+from tests.labfixture import kubectl
 from tests.remoteutil import Cli, clean_env
 from tests.sshfixture import SSHServer
 
 SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
 pytestmark = pytest.mark.timeout(300)
+
+#: command path -> the schemas of its ``-o json`` answers (several: a dry run, a listing...). Every
+#: failure is ``error``; every ``-H``/``-i`` run is ``fleet`` with each host's ``data`` as here.
+SCHEMA_OF: Dict[str, Tuple[str, ...]] = {
+    "status": ("status",), "is-running": ("is-running",), "history": ("history",),
+    "stop": ("outcomes", "plan"), "start": ("outcomes", "plan"), "restart": ("outcomes", "plan"),
+    "apply": ("change",), "edit": ("change",), "flags": ("change", "flags-list"), "rollback": ("change",),
+    "confirm": ("confirm",), "revert-unconfirmed": ("revert",),
+    "revisions": ("revisions", "revision", "revisions-diff"),
+    "logs": ("logs",), "pending": ("pending",), "bind": ("bind",), "baseline": ("baseline",), "check": ("check",),
+    "certs": ("certs",), "scheduler add": ("scheduler-add",), "scheduler remove": ("scheduler-remove",),
+    "scheduler list": ("scheduler-list",), "watch": ("watch-event",), "systemd install": ("systemd-install",),
+    "systemd show": ("systemd-show",), "keeper status": ("keeper-status",), "keeper stop": ("keeper-stop",),
+    "version": ("version",), "completion": ("completion",),
+    "lab up": ("lab-env",), "lab env": ("lab-env",), "lab down": ("lab-down",), "lab profiles": ("lab-profiles",),
+}
+EVERY_RUN = ("error", "fleet")
+
+
+def text_only() -> Dict[str, str]:
+    """command path -> why it prints no JSON: the lab's own table (``cpctl_lab.cli.TEXT_ONLY``), a
+    group's reason standing for each of its subcommands."""
+    from cpctl_lab.cli import TEXT_ONLY, lab
+    out = {}
+    for name, why in TEXT_ONLY.items():
+        out.update({path: why for path in _leaves("lab " + name, lab.commands[name])})
+    return out
+
+
+def _leaves(path: str, command: click.Command) -> List[str]:
+    if isinstance(command, click.Group):
+        return [leaf for name, sub in sorted(command.commands.items()) for leaf in _leaves(path + " " + name, sub)]
+    return [path]
+
+
+def every_command() -> List[str]:
+    """Every leaf command of ``cpctl`` as its group loads them: the registry's and the plugins' (the lab)."""
+    from cpctl.cli.main import main
+    ctx = click.Context(main)
+    return [leaf for name in main.list_commands(ctx) for leaf in _leaves(name, main.get_command(ctx, name))]
 
 
 def schema(name: str) -> Dict[str, Any]:
@@ -38,65 +84,212 @@ def valid(name: str, doc: Any) -> Any:
     return doc
 
 
+def test_every_command_has_a_schema_or_says_why_it_prints_text() -> None:
+    from cpctl.cli import registry
+    commands, no_json = every_command(), text_only()
+    declared = [path for path, spec in registry.COMMANDS.items() if spec.mode is not None]
+    assert sorted(p for p in commands if not p.startswith("lab ")) == sorted(declared)   # the registry is all
+    missing = [path for path in commands if path not in SCHEMA_OF and path not in no_json]
+    assert not missing, "commands with no JSON schema and no reason to print text only: %s" % missing
+    assert not set(SCHEMA_OF) & set(no_json) and set(SCHEMA_OF) | set(no_json) == set(commands)
+    assert all(len(why) > 20 for why in no_json.values())
+    named = {name for names in SCHEMA_OF.values() for name in names} | set(EVERY_RUN)
+    assert named == {path.stem for path in SCHEMAS.glob("*.json")}           # no schema file unused
+    source = Path(__file__).read_text()
+    checks = source[source.index("\nclass Both"):]        # the tests below hold each to a real answer
+    for name in named:
+        schema(name)
+        assert '"%s"' % name in checks, "schema %s is checked against no answer" % name
+
+
 class Both:
-    """One command, locally and through -H: both answers valid against ``name``'s schema."""
+    """One command, locally (in this process, as the CLI runs it) and through ``-H``: both answers
+    valid against ``name``'s schema, with the same fields."""
 
     def __init__(self, cli: Cli) -> None:
         self.cli = cli
 
-    def __call__(self, name: str, *args: str, rc: int = 0) -> Dict[str, Any]:
-        local = valid(name, self.cli.json(*args, ssh=False, rc=rc))
+    def local(self, name: str, *args: str, rc: int = 0, env: Any = None) -> Dict[str, Any]:
+        proc = run_in_process(CLI + ["-o", "json", *args], dict(self.cli.env, **(env or {})))
+        assert proc.returncode == rc, (args, proc.returncode, proc.stderr)
+        assert "Traceback" not in proc.stderr
+        return dict(valid(name, json.loads(proc.stdout)))
+
+    def remote(self, name: str, *args: str, rc: int = 0) -> Dict[str, Any]:
         fleet = valid("fleet", self.cli.json("-H", "master", *args, rc=rc))
-        remote = fleet["hosts"][0]["data"]
-        valid(name, remote)
+        return dict(valid(name, fleet["hosts"][0]["data"]))
+
+    def __call__(self, name: str, *args: str, rc: int = 0) -> Dict[str, Any]:
+        local = self.local(name, *args, rc=rc)
+        remote = self.remote(name, *args, rc=rc)
         assert sorted(remote) == sorted(local), (name, args, sorted(remote), sorted(local))
-        return dict(local)
+        return local
 
 
 @pytest.fixture
 def both(sshd: SSHServer, lab: Any, tmp_path: Path) -> Iterator[Both]:
-    cli = Cli(sshd.ssh_config, sshd.known_hosts, clean_env(str(tmp_path / "home"), **lab.env_for(1)))
-    env = valid("lab-env", cli.json("lab", "env", "--dir", str(lab.dir), "--master", "1", ssh=False))
+    # EDITOR=true: an edit saved as it was
+    cli = Cli(sshd.ssh_config, sshd.known_hosts, clean_env(str(tmp_path / "home"), EDITOR="true", **lab.env_for(1)))
+    checker = Both(cli)
+    env = checker.local("lab-env", "lab", "env", "--dir", str(lab.dir), "--master", "1")
     assert env["env"] == lab.env_for(1)                   # the same variables the export lines set
-    valid("lab-down", cli.json("lab", "down", "--dir", str(tmp_path / "no-lab"), ssh=False))
-    yield Both(cli)
+    up = checker.local("lab-env", "lab", "up", "--dir", str(lab.dir))   # running: the same environment again
+    assert up["env"] == lab.env_for(1)
+    checker.local("lab-down", "lab", "down", "--dir", str(tmp_path / "no-lab"))
+    yield checker
 
 
-def test_every_answer_matches_its_schema_locally_and_remotely(both: Both) -> None:
+class Watching:
+    """``cpctl -o json watch`` on the lab's master (its probe follows the mirror pods) in a child
+    process; ``stop`` ends it and returns every line, each one JSON object."""
+
+    def __init__(self, env: Dict[str, str]) -> None:
+        self.proc = subprocess.Popen(CLI + ["-o", "json", "watch", "--timeout", "60"], env=env, text=True,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert self.proc.stdout is not None
+        first = self.proc.stdout.readline()            # the "watching" line: inotify is armed
+        assert first, "watch exited: %s" % (self.proc.stderr.read() if self.proc.stderr else "")
+        self.lines = [first]
+
+    def stop(self) -> List[Dict[str, Any]]:
+        self.proc.send_signal(signal.SIGTERM)
+        out, err = self.proc.communicate(timeout=60)
+        assert self.proc.returncode == 0, err
+        return [json.loads(line) for line in self.lines + out.splitlines() if line.strip()]
+
+
+def test_every_answer_matches_its_schema_locally_and_remotely(both: Both, lab: Any, tmp_path: Path) -> None:
+    watching = Watching(dict(both.cli.env, CPCTL_PROBE="api"))
     both("status", "status")
-    both("is-running", "is-running", "scheduler")
+    both.local("is-running", "is-running", "scheduler")
+    both("version", "version")
+    certs = both("certs", "certs")
+    assert {c["component"] for c in certs["components"]} >= {"kube-apiserver", "kube-scheduler"}
+    logs = both.local("logs", "logs", "scheduler", "--tail", "2")
+    assert logs["source"] == "crictl" and len(logs["lines"]) == 2
+
     plan = both("plan", "stop", "scheduler", "--dry-run")
     assert plan["would_change"] is True and plan["changed"] is False
-    both("outcomes", "stop", "scheduler")
-    plan = both("plan", "stop", "scheduler", "--dry-run")
+    both.local("plan", "restart", "scheduler", "--dry-run")
+    stale = both.local("plan", "restart", "--stale-certs", "--dry-run")
+    assert stale["would_change"] is False and stale["left"]
+    both.local("outcomes", "stop", "scheduler")
+    plan = both.local("plan", "stop", "scheduler", "--dry-run")
     assert plan["would_change"] is False                      # already parked: nothing would change
-    both("outcomes", "start", "scheduler")
+
+    # the scheduler is parked: a new pod waits; bind it by hand (once, cluster-wide: through -H)
+    kubectl(lab, "run", "json-pod", "--image=httpd:2.4-alpine")
+    pending = both.local("pending", "pending")
+    assert [p["name"] for p in pending["pending"]] == ["json-pod"]
+    dry = both("bind", "bind", "json-pod", "--node", lab.node_name(), "--dry-run")
+    assert (dry["dry_run"], dry["changed"], dry["would_change"], dry["phase"]) == (True, False, True, None)
+    bound = both.remote("bind", "bind", "json-pod", "--node", lab.node_name())
+    assert bound["changed"] is True and bound["dry_run"] is False and sorted(bound) == sorted(dry)
+    both.remote("outcomes", "start", "scheduler")
+
+    listed = both.local("flags-list", "flags", "scheduler")
+    assert listed["container"] == "kube-scheduler" and listed["parked"] is False
     dry = both("change", "flags", "scheduler", "--set", "v=3", "--dry-run")
     assert (dry["changed"], dry["would_change"], dry["revision"], dry["wait"]) == (False, True, None, None)
     assert "+    - --v=3" in dry["diff"]
-    done = both("change", "flags", "scheduler", "--set", "v=3", "--settle", "0.2")
+    done = both.local("change", "flags", "scheduler", "--set", "v=3", "--settle", "0.2")
     assert done["changed"] is True and isinstance(done["new_revision"], int) and done["wait"]["verified"]
     noop = both("change", "flags", "scheduler", "--set", "v=3")
     assert (noop["changed"], noop["would_change"], noop["revision"], noop["checksum"]) == (False, False, None, None)
-    check = both("check", "check")
-    assert check["actions"] is None and check["remaining"] == check["findings"]
+    unchanged = both.local("change", "edit", "scheduler", "--yes")          # EDITOR=true: saved as it was
+    assert unchanged["changed"] is False and unchanged["action"] == "edit"
+    current = Path(lab.manifests_dir()) / "kube-scheduler.yaml"
+    both.local("change", "apply", "scheduler", "-f", str(current), "--dry-run")
+    both.local("change", "rollback", "scheduler", "--dry-run")
+
+    # commit-confirmed: armed over SSH, confirmed here, then "already confirmed" over SSH
+    armed = both.remote("change", "flags", "scheduler", "--set", "v=4", "--settle", "0.2", "--confirm-within", "5m")
+    assert armed["confirm"]["armed"] is True
+    kept = both.local("confirm", "confirm", "scheduler")
+    assert kept["changed"] is True and kept["confirmed"] == ["kube-scheduler"]
+    again = both.remote("confirm", "confirm", "scheduler")
+    assert again["changed"] is False and again["confirmed"] == [] and "already confirmed" in again["message"]
+    # armed here and reverted by hand (revert-unconfirmed runs on the master itself), then nothing armed
+    both.local("change", "flags", "scheduler", "--set", "v=5", "--settle", "0.2", "--confirm-within", "5m")
+    reverted = both.local("revert", "revert-unconfirmed", "scheduler")
+    assert reverted["reverted"] is True and reverted["action"] == "rollback" and reverted["wait"]["verified"]
+    nothing = both.local("revert", "revert-unconfirmed", "scheduler")
+    assert (nothing["reverted"], nothing["component"], nothing["file"], nothing["wait"]) == (
+        False, "kube-scheduler", None, None)
+    assert sorted(nothing) == sorted(reverted)
+
+    revisions = both("revisions", "revisions", "scheduler")
+    assert [r["current"] for r in revisions["revisions"]].count(True) == 1
+    first = both.local("revision", "revisions", "scheduler", "1")
+    assert first["revision"]["original"] is True and "kube-scheduler" in first["manifest"]
+    diff = both.local("revisions-diff", "revisions", "scheduler", "--diff", "1", "2")
+    assert diff["identical"] is False and "--v=3" in diff["diff"]
     history = both("history", "history")
     assert [r["action"] for r in history["history"]][:2] == ["stop", "start"]
-    revisions = both("revisions", "revisions", "scheduler")
-    assert [r["current"] for r in revisions["revisions"]][-1] is True
+
+    recorded = both.local("baseline", "baseline")
+    kept_base = both.remote("baseline", "baseline")
+    assert (recorded["recorded"], kept_base["recorded"], kept_base["replaced"]) == (True, False, False)
+    assert sorted(recorded) == sorted(kept_base)
+    check = both("check", "check")
+    assert check["actions"] is None and check["remaining"] == check["findings"]
+    fix = both.local("check", "check", "--fix", "--dry-run")
+    assert fix["actions"] == [] and fix["dry_run"] is True
+
+    add = both.local("scheduler-add", "scheduler", "add", "json-sched", "--dry-run")
+    assert (add["dry_run"], add["would_change"], add["wait"]) == (True, True, None)
+    added = both.local("scheduler-add", "scheduler", "add", "json-sched", "--no-wait")
+    assert added["changed"] is True and sorted(added) == sorted(add)
+    schedulers = both("scheduler-list", "scheduler", "list")
+    assert [s["name"] for s in schedulers["schedulers"]] == ["json-sched"]
+    plan_rm = both.local("scheduler-remove", "scheduler", "remove", "json-sched", "--dry-run")
+    removed = both.remote("scheduler-remove", "scheduler", "remove", "json-sched", "--no-wait")
+    assert (plan_rm["moved"], removed["changed"], sorted(removed["files"])) == (None, True, sorted(plan_rm["files"]))
+
+    # the keeper: none yet; one kept by --persist; stopped
+    assert both.local("keeper-status", "keeper", "status")["running"] is False
+    both.cli.run("--persist", "60s", "-H", "master", "version")
+    running = both.local("keeper-status", "keeper", "status")
+    assert running["running"] is True and [c["target"] for c in running["connections"]] == ["master"]
+    stopped = both.local("keeper-stop", "keeper", "stop")
+    assert stopped["stopped"] is True and stopped["connections"] == 1
+    assert both.local("keeper-stop", "keeper", "stop")["stopped"] is False
+
+    events = watching.stop()
+    for event in events:
+        valid("watch-event", event)
+    verdicts = [(e["file"], e["verdict"]) for e in events]
+    assert ("kube-scheduler.yaml", "stop") in verdicts and ("kube-scheduler.yaml", "followed") in verdicts
+    assert events[-1]["verdict"] == "exit"
 
 
-@pytest.mark.slow           # no lab, but four cpctl processes
-def test_commands_without_a_node_honour_json_and_errors_are_one_object(tmp_path: Path) -> None:
+@pytest.mark.slow           # no lab, but a dozen cpctl processes
+def test_commands_without_a_node_honour_json_and_the_others_refuse_it(tmp_path: Path) -> None:
     env = dict(os.environ, HOME=str(tmp_path))
+
+    def cpctl(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "cpctl", *argv], capture_output=True, text=True, env=env,
+                              timeout=60, cwd=str(tmp_path))
     for argv, name in ((["-o", "json", "completion", "bash"], "completion"),
                        (["completion", "zsh", "-o", "json"], "completion"),
-                       (["-o", "json", "lab", "profiles"], "lab-profiles")):
-        proc = subprocess.run([sys.executable, "-m", "cpctl", *argv], capture_output=True, text=True, env=env,
-                              timeout=60, cwd=str(tmp_path))
+                       (["-o", "json", "lab", "profiles"], "lab-profiles"),
+                       (["-o", "json", "systemd", "show", "--cpctl-path", "/usr/local/bin/cpctl"], "systemd-show"),
+                       # any executable the units' sandbox can run stands for cpctl here: only files are written
+                       (["-o", "json", "systemd", "install", "--prefix", str(tmp_path / "units"), "--cpctl-path",
+                         os.path.realpath("/bin/true")], "systemd-install")):
+        proc = cpctl(*argv)
         assert proc.returncode == 0, proc.stderr
         valid(name, json.loads(proc.stdout))
-    proc = subprocess.run([sys.executable, "-m", "cpctl", "-o", "json", "--manifests-dir", str(tmp_path / "none"),
-                           "status"], capture_output=True, text=True, env=env, timeout=60, cwd=str(tmp_path))
+    assert sorted(os.listdir(tmp_path / "units")) == ["cpctl-check.service", "cpctl-check.timer",
+                                                      "cpctl-watch.service"]
+    proc = cpctl("-o", "json", "--manifests-dir", str(tmp_path / "none"), "status")
     assert proc.returncode == 7
     valid("error", json.loads(proc.stderr.strip().splitlines()[-1]))
+    # the text-only commands refuse -o json before doing anything: one error object, exit 2
+    for path, why in text_only().items():
+        proc = cpctl("-o", "json", *path.split(), "--help")
+        assert proc.returncode == 0                         # --help is text, whatever -o says
+        proc = cpctl("-o", "json", *path.split(), "--dir", str(tmp_path / "no-lab"))
+        assert (proc.returncode, proc.stdout) == (2, ""), (path, proc.stderr)
+        error = valid("error", json.loads(proc.stderr.strip()))["error"]
+        assert "prints text only" in error["message"] and why in error["message"], error

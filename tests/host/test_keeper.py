@@ -366,7 +366,8 @@ def test_keeper_ends_when_idle_and_on_stop(rig: Rig) -> None:
     rig.persisted("status")
     stopped = rig.cli.json("keeper", "stop", ssh=False)
     assert stopped["stopped"] is True and stopped["connections"] == 1
-    assert rig.cli.json("keeper", "stop", ssh=False) == {"running": False, "stopped": False}
+    assert rig.cli.json("keeper", "stop", ssh=False) == {"running": False, "stopped": False, "pid": None,
+                                                         "connections": 0}
 
 
 def _zombie(pid: int) -> bool:

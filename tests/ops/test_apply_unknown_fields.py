@@ -28,6 +28,13 @@ def test_a_typo_in_a_field_name_is_refused_with_did_you_mean(lab: Any, tmp_path:
         assert handle.read() == original                                 # nothing changed
     dry = run_cpctl(lab, "apply", "scheduler", "-f", str(source), "--dry-run")
     assert dry.returncode == 4 and "did you mean volumeMounts?" in dry.stderr      # the dry run decides alike
+    # a field of a newer release than the node's (the lab's manifests are tagged v1.30.4): dropped the same way
+    assert b"\n  hostNetwork: true\n" in original
+    source.write_bytes(original.replace(b"\n  hostNetwork: true\n", b"\n  hostNetwork: true\n  hostnameOverride: cp\n"))
+    newer = run_cpctl(lab, "apply", "scheduler", "-f", str(source), "--dry-run")
+    assert newer.returncode == 4 and "spec: field hostnameOverride is not in Kubernetes 1.30 (1.34 and later)" \
+        in newer.stderr, newer.stderr
+    source.write_bytes(typo)
     # --force overrides the doubt, not what the typo causes: the kubeconfig is then mounted nowhere
     forced = run_cpctl(lab, "apply", "scheduler", "-f", str(source), "--force")
     assert forced.returncode == 4 and "which no hostPath volume mounts" in forced.stderr

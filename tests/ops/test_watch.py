@@ -107,7 +107,8 @@ def path(node: NodeDirs, name: str) -> str:
 
 def test_start_line_names_what_runs(watcher: WatchProc) -> None:
     assert "4 manifests" in watcher.start["detail"]
-    assert set(watcher.start) == {"time", "event", "file", "verdict", "pod", "detail"}
+    assert set(watcher.start) == {"time", "event", "file", "verdict", "pod", "detail", "elapsed_seconds", "files",
+                                  "bounce"}
 
 
 def test_load_reload_stop_and_unchanged(node: NodeDirs, watcher: WatchProc) -> None:

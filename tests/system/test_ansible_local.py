@@ -6,7 +6,9 @@
   guard still counts through this node's API server (stopping the only etcd is refused, rc 4);
 * a component that looks like an option (``--help``) fails with cpctl's own message, no crash;
 * a flag value (a no_log option) never shows in the output, not even in the diff;
-* a master cpctl cannot reach is ``unreachable`` in the recap, not ``failed``.
+* a master cpctl cannot reach is ``unreachable`` in the recap, not ``failed``;
+* the real ``ansible-pull`` - the playbook pulled from a git repository (a ``file://`` URL: no
+  network) and run on this node - stops and starts a component with the collection.
 
 One lab master, no sshd: the lab's paths are this machine's paths.
 """
@@ -28,6 +30,7 @@ from tests.remoteutil import REPO, clean_env, lab_vars, read_history
 
 pytestmark = [pytest.mark.timeout(600)]
 PLAYBOOK = shutil.which("ansible-playbook", path=os.path.dirname(sys.executable)) or shutil.which("ansible-playbook")
+PULL = shutil.which("ansible-pull", path=os.path.dirname(sys.executable)) or shutil.which("ansible-pull")
 RECAP = re.compile(r"^(\S+)\s*: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)\s+skipped=(\d+)\s+"
                    r"rescued=(\d+)\s+ignored=(\d+)", re.M)
 
@@ -37,16 +40,21 @@ def recap(out: str) -> Dict[str, Tuple[int, ...]]:
     return {m.group(1): tuple(int(m.group(i)) for i in range(2, 9)) for m in RECAP.finditer(out)}
 
 
+def ansible_env(tmp: Path) -> Dict[str, str]:
+    """A clean environment for Ansible: this checkout's collection, no config file, private dirs."""
+    os.makedirs(tmp / "run", mode=0o700, exist_ok=True)
+    return clean_env(str(tmp / "home"), ANSIBLE_COLLECTIONS_PATH=REPO, ANSIBLE_NOCOLOR="1",
+                     ANSIBLE_LOCAL_TEMP=str(tmp / "ansible-tmp"), ANSIBLE_RETRY_FILES_ENABLED="0",
+                     ANSIBLE_CONFIG=str(tmp / "none.cfg"), XDG_RUNTIME_DIR=str(tmp / "run"))
+
+
 def ansible(tmp: Path, inventory: str, playbook: str, *args: str) -> subprocess.CompletedProcess:
     assert PLAYBOOK, "ansible-playbook is not installed (ansible-core is a test dependency)"
     (tmp / "hosts.ini").write_text(inventory)
     (tmp / "play.yml").write_text(playbook)
-    os.makedirs(tmp / "run", mode=0o700, exist_ok=True)
-    env = clean_env(str(tmp / "home"), ANSIBLE_COLLECTIONS_PATH=REPO, ANSIBLE_NOCOLOR="1",
-                    ANSIBLE_LOCAL_TEMP=str(tmp / "ansible-tmp"), ANSIBLE_RETRY_FILES_ENABLED="0",
-                    ANSIBLE_CONFIG=str(tmp / "none.cfg"), XDG_RUNTIME_DIR=str(tmp / "run"))
-    proc = subprocess.run([PLAYBOOK, "-i", str(tmp / "hosts.ini"), str(tmp / "play.yml"), *args], env=env,
-                          cwd=str(tmp), capture_output=True, text=True, timeout=500, stdin=subprocess.DEVNULL)
+    proc = subprocess.run([PLAYBOOK, "-i", str(tmp / "hosts.ini"), str(tmp / "play.yml"), *args],
+                          env=ansible_env(tmp), cwd=str(tmp), capture_output=True, text=True, timeout=500,
+                          stdin=subprocess.DEVNULL)
     assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
     return proc
 
@@ -139,3 +147,50 @@ def test_a_master_cpctl_cannot_reach_is_unreachable(tmp_path: Path) -> None:
     assert proc.returncode == 4, proc.stdout[-3000:] + proc.stderr[-3000:]    # ansible-playbook: hosts unreachable
     assert recap(proc.stdout)["gone"][2:4] == (1, 0), proc.stdout
     assert "UNREACHABLE!" in proc.stdout and "exit 8: unreachable" in proc.stdout
+
+
+PULLED = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: park the scheduler on this node
+      cpctl.controlplane.static_pod: {component: scheduler, state: stopped, reason: ansible-pull, timeout: 60}
+      register: stopped
+    - name: the facts of this node
+      cpctl.controlplane.controlplane_info: {certs: false, drift: false}
+    - name: it is parked
+      ansible.builtin.assert:
+        that:
+          - stopped.changed and stopped.node == cpctl.status.node
+          - (cpctl.status.components | selectattr('component', 'equalto', 'kube-scheduler') | first).state == 'parked'
+    - name: put it back
+      cpctl.controlplane.static_pod: {component: scheduler, state: started, timeout: 60}
+      register: started
+    - name: it is back
+      ansible.builtin.assert:
+        that: [started.changed]
+"""
+
+
+def test_ansible_pull_runs_the_collection_on_this_node(lab: Any, tmp_path: Path) -> None:
+    """The real ansible-pull: it clones the repository (file:// URL) with its git module, then runs
+    ``local.yml`` from the checkout with a local connection, limited to this machine's names."""
+    assert PULL, "ansible-pull is not installed (ansible-core is a test dependency)"
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "local.yml").write_text(PULLED)
+    git = ["git", "-C", str(repo), "-c", "user.name=cpctl test", "-c", "user.email=test@cpctl.invalid"]
+    for argv in (["init", "-q", "-b", "main"], ["add", "local.yml"], ["commit", "-q", "-m", "the node's playbook"]):
+        subprocess.run(git + argv, check=True, capture_output=True, timeout=60)
+    (tmp_path / "hosts.ini").write_text("[masters]\n" + host_line("localhost", lab, ansible_connection="local"))
+    proc = subprocess.run([PULL, "-U", "file://%s" % repo, "-C", "main", "-d", str(tmp_path / "checkout"),
+                           "-i", str(tmp_path / "hosts.ini"), "local.yml"], env=ansible_env(tmp_path),
+                          cwd=str(tmp_path), capture_output=True, text=True, timeout=500, stdin=subprocess.DEVNULL)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "Traceback" not in out, out[-6000:]
+    assert (tmp_path / "checkout" / "local.yml").read_text() == PULLED             # what it ran: the pulled copy
+    assert recap(proc.stdout)["localhost"] == (5, 2, 0, 0, 0, 0, 0), proc.stdout[-3000:]
+    records = [r for r in read_history(lab_vars(lab, 1)["state_dir"]) if r["component"] == "kube-scheduler"]
+    assert [r["action"] for r in records] == ["stop", "start"] and records[0]["reason"] == "ansible-pull"
+    assert os.path.exists(os.path.join(lab_vars(lab, 1)["manifests_dir"], "kube-scheduler.yaml"))
+    assert "cpctl-ansible-" not in proc.stdout      # no one-host inventory: no SSH run was made

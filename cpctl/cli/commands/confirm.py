@@ -157,9 +157,12 @@ def revert_unconfirmed(ctx: click.Context, component: str, op: str, at: Optional
     from cpctl.timeutil import iso
     manifests.validate_component_name(component)
     cli_state = state(ctx)
+    from cpctl.cli.context import emit
     node = open_node(cli_state.settings, local_host(ctx), log=note, overdue=False)
     if at is not None and not confirm_ops.wait_until(node, component, op, at):
-        click.echo("nothing armed for %s any more (confirmed)" % component)
+        message = "nothing armed for %s any more (confirmed)" % component
+        emit(ctx, revert_shape({"node": node.node_name, "component": component, "changed": False, "reverted": False,
+                                "message": message}), message)
         return
     why = "not confirmed by %s" % iso(at) if at else \
         "not confirmed in time" if op else "reverted by hand (cpctl revert-unconfirmed)"
@@ -171,8 +174,22 @@ def revert_unconfirmed(ctx: click.Context, component: str, op: str, at: Optional
         if at is not None:      # the detached fallback: its stderr is STATE/confirm/<file>.log
             sys.stderr.write("cpctl: revert-unconfirmed %s: exit %d\n" % (component, int(exc.code)))
         raise
-    from cpctl.cli.context import emit
-    emit(ctx, data, str(data.get("message")))
+    emit(ctx, revert_shape(data), str(data.get("message")))
+
+
+#: The fields of ``revert-unconfirmed``'s answer besides node/component/changed/reverted/message: a
+#: revert is a rollback (the change fields of docs/json.md), null when nothing was reverted.
+REVERT_FIELDS = ("file", "revision", "action", "new_revision", "checksum", "previous", "effect", "wait")
+
+
+def revert_shape(data: Mapping[str, object]) -> Dict[str, object]:
+    """``revert-unconfirmed``'s one shape, whether it reverted or found nothing armed: every field
+    (null without a value), ``component`` the pod's name (``scheduler`` -> ``kube-scheduler``)."""
+    from cpctl.catalogue import canonical
+    shaped: Dict[str, object] = dict(dict.fromkeys(REVERT_FIELDS), warnings=[], recovered=[])
+    shaped.update(data)
+    shaped["component"] = canonical(str(shaped["component"]))
+    return shaped
 
 
 def overdue_lines(found: List[str]) -> None:

@@ -57,7 +57,13 @@ def baseline(ctx: click.Context, accept: bool) -> None:
     Without --accept an existing baseline is kept and the differences are shown.
     """
     from cpctl.ops import drift
-    execute(ctx, lambda node: drift.record(node, accept), baseline_text, changing=True, probe="none")
+
+    def action(node: "Node") -> Dict[str, object]:
+        # one shape: the node, and "replaced" false when nothing was recorded (docs/json.md)
+        recorded = drift.record(node, accept)
+        return dict(recorded, node=node.node_name, replaced=bool(recorded.get("replaced")),
+                    changed=bool(recorded.get("recorded")))
+    execute(ctx, action, baseline_text, changing=True, probe="none")
 
 
 def baseline_text(result: Mapping[str, object]) -> str:
@@ -133,8 +139,10 @@ def check(ctx: click.Context, fix: bool, remove_strays: bool, allow_restart: boo
             raise
         _write_metrics(node.host, prometheus_textfile, result["final"])
         data = _check_data(result)
-        data.update(problems=len(result["final"].problems), changed=bool(result["actions"]) and not dry_run,
-                    dry_run=dry_run)
+        changed = bool(result["actions"]) and not dry_run
+        # a dry run of --fix says what the real one would repair (docs/json.md); without --fix, nothing
+        would = any(a.ok for a in result["actions"] or []) if dry_run else changed
+        data.update(problems=len(result["final"].problems), changed=changed, dry_run=dry_run, would_change=would)
         data["summary"] = check_text(data)
         return data
 

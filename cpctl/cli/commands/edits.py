@@ -616,7 +616,8 @@ def _edit_node(node: "Node", component: str, options: Any, yes: bool, targets: O
         if new is None or checked is None:
             done = True
             return edits.ChangeResult(node.node_name, name, filename, "edit", False,
-                                      message="edit cancelled, no changes made", dry_run=options.dry_run)
+                                      message="edit cancelled, no changes made", dry_run=options.dry_run,
+                                      recovered=list(node.recovered))
         from cpctl.ops import keepin
         keep = _kept(node, component, data, new, targets or [])
         if options.dry_run:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Dict
 
 import click
 
@@ -33,6 +34,11 @@ def _text(info: dict) -> str:
     return "\n".join(lines)
 
 
+#: ``keeper status`` without a keeper: every field of a running keeper's answer, null (docs/json.md).
+NOT_RUNNING: Dict[str, object] = {"running": False, "pid": None, "started_at": None, "persist": None,
+                                  "runs_attached": None, "expires_in": None, "connections": []}
+
+
 @keeper.command()
 @click.pass_context
 def status(ctx: click.Context) -> None:
@@ -40,9 +46,9 @@ def status(ctx: click.Context) -> None:
     from cpctl.host import keeper as client
     info = client.request("status")
     if info is None:
-        emit(ctx, {"running": False}, "no keeper running (%s)" % client.keeper_dir())
+        emit(ctx, dict(NOT_RUNNING), "no keeper running (%s)" % client.keeper_dir())
         return
-    emit(ctx, dict(info, running=True), _text(info))
+    emit(ctx, dict(NOT_RUNNING, **{k: v for k, v in info.items() if k in NOT_RUNNING}, running=True), _text(info))
 
 
 @keeper.command()
@@ -52,7 +58,8 @@ def stop(ctx: click.Context) -> None:
     from cpctl.host import keeper as client
     info = client.request("stop")
     if info is None:
-        emit(ctx, {"running": False, "stopped": False}, "no keeper running (%s)" % client.keeper_dir())
+        emit(ctx, {"running": False, "stopped": False, "pid": None, "connections": 0},
+             "no keeper running (%s)" % client.keeper_dir())
         return
     gone = client.wait_gone()
     pid, connections = info.get("pid"), info.get("connections")

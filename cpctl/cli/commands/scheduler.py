@@ -113,7 +113,8 @@ def _removed_text(data: "RemoveResult") -> str:
         return "dry run: nothing changed. Would move to %s/removed/<time>/:\n%s" % (
             data["state_dir"], "\n".join("  " + f for f in data["files"]))
     kept = "\n  %s" % data["config_kept"] if data.get("config_kept") else ""
-    return "%s: removed (moved to %s) - %s%s" % (data["name"], data["removed_dir"], data["wait"]["detail"], kept) + \
+    wait = data["wait"] or {}
+    return "%s: removed (moved to %s) - %s%s" % (data["name"], data["removed_dir"], wait.get("detail"), kept) + \
         "".join("\n  %s" % line for line in data.get("rbac") or [])
 
 

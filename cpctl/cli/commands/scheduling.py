@@ -21,20 +21,23 @@ if TYPE_CHECKING:
     from cpctl.ops.scheduling import PendingPod
 
 
-class Bound(TypedDict, total=False):
-    """``bind``'s result: the pod, the node, and (after the binding) the phase seen."""
+class Bound(TypedDict):
+    """``bind``'s result: the pod, the node it is (a dry run: would be) bound to, and the phase seen
+    after the binding (null in a dry run). ``node`` is the node bound to, as the binding names it."""
 
     pod: str
     namespace: str
     node: str
     dry_run: bool
     changed: bool
+    would_change: bool
     phase: Optional[str]
 
 
 class Pending(TypedDict):
-    """``pending``'s result on one master."""
+    """``pending``'s result on one master: ``node``, the master asked."""
 
+    node: str
     pending: List["PendingPod"]
 
 
@@ -59,13 +62,15 @@ def bind(ctx: click.Context, pod: str, node_name: str, namespace: str, wait: boo
         client = scheduling.client_of(node)
         result = scheduling.bind(client, namespace, pod, node_name, dry_run)
         if dry_run:
-            return {"pod": pod, "namespace": namespace, "node": node_name, "dry_run": True, "changed": False}
+            return {"pod": pod, "namespace": namespace, "node": node_name, "dry_run": True, "changed": False,
+                    "would_change": True, "phase": None}
         status = result.get("status")
         seen = status.get("phase") if isinstance(status, dict) else None
         phase = seen if isinstance(seen, str) else None
         if wait:
             phase = scheduling.wait_running(client, namespace, pod, timeout, progress)
-        return {"pod": pod, "namespace": namespace, "node": node_name, "phase": phase, "changed": True}
+        return {"pod": pod, "namespace": namespace, "node": node_name, "phase": phase, "changed": True,
+                "dry_run": False, "would_change": True}
     execute(ctx, action, _bind_text, changing=not dry_run)
 
 
@@ -85,7 +90,7 @@ def pending(ctx: click.Context, namespace: Optional[str]) -> None:
     from cpctl.ops import scheduling
 
     def action(node: "Node") -> Pending:
-        return {"pending": scheduling.pending(scheduling.client_of(node), namespace)}
+        return {"node": node.node_name, "pending": scheduling.pending(scheduling.client_of(node), namespace)}
     execute(ctx, action, _pending_text, probe="none")
 
 

@@ -17,12 +17,23 @@ from cpctl.cli.context import emit, state
 from cpctl.cli.fanout import execute
 
 if TYPE_CHECKING:
-    from cpctl.core.node import Node
+    from cpctl.host.base import HostInfo
+
+
+class ClientVersion(TypedDict):
+    """This cpctl: its version, its build (the agent code's digest) and its Python."""
+
+    version: str
+    build: str
+    python: str
 
 
 class AgentVersion(TypedDict):
-    """``version``'s result on one master: the agent the client shipped there, as it answered."""
+    """``version``'s one answer, local or per master: the client, and what acts on the node - the
+    agent the client shipped there (``-H``/``-i``), or this cpctl itself (a local run: no agent, the
+    same code runs in this process) - its version and build, the node's Python, host name and user."""
 
+    client: ClientVersion
     agent: str
     build: str
     python: str
@@ -30,10 +41,15 @@ class AgentVersion(TypedDict):
     user: str
 
 
-def _client() -> "dict[str, str]":
+def _client() -> ClientVersion:
     from cpctl import __version__
     from cpctl.host.keeper import BUILD_ID
     return {"version": __version__, "build": BUILD_ID, "python": platform.python_version()}
+
+
+def _answer(client: ClientVersion, info: "HostInfo") -> AgentVersion:
+    return {"client": client, "agent": client["version"], "build": client["build"], "python": info["python"],
+            "hostname": info["hostname"], "user": info["user"]}
 
 
 @click.command()
@@ -42,17 +58,13 @@ def version(ctx: click.Context) -> None:
     """Print cpctl's version; with -H/-i also the agent on each master (its Python, its user)."""
     client = _client()
     line = "client: cpctl %s (build %s, python %s)" % (client["version"], client["build"], client["python"])
-    if state(ctx).remote is None:
-        emit(ctx, {"client": client}, line)
+    if state(ctx).remote is None:        # no node needed: version answers on any machine
+        from cpctl.host.local import LocalHost
+        emit(ctx, _answer(client, LocalHost().info()), line)
         return
     if state(ctx).output == "text":
         click.echo(line)
-
-    def action(node: "Node") -> AgentVersion:
-        info = node.host.info()
-        return {"agent": client["version"], "build": client["build"], "python": info["python"],
-                "hostname": info["hostname"], "user": info["user"]}
-    execute(ctx, action, _agent_text, probe="none")
+    execute(ctx, lambda node: _answer(client, node.host.info()), _agent_text, probe="none")
 
 
 def _agent_text(data: Optional[AgentVersion]) -> str:

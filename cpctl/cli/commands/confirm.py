@@ -179,7 +179,8 @@ def revert_unconfirmed(ctx: click.Context, component: str, op: str, at: Optional
 
 #: The fields of ``revert-unconfirmed``'s answer besides node/component/changed/reverted/message: a
 #: revert is a rollback (the change fields of docs/json.md), null when nothing was reverted.
-REVERT_FIELDS = ("file", "revision", "action", "new_revision", "checksum", "previous", "effect", "wait")
+REVERT_FIELDS = ("file", "revision", "action", "new_revision", "checksum", "previous", "effect", "wait", "dry_run",
+                 "diff", "plan")
 
 
 def revert_shape(data: Mapping[str, object]) -> Dict[str, object]:

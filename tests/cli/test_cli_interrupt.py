@@ -78,6 +78,12 @@ def test_start_interrupted_says_what_is_still_parked(slow_lab: Any) -> None:
     stopped = subprocess.run([sys.executable, "-m", "cpctl", "stop", "scheduler", "controller-manager",
                               "--no-wait"], env=env, capture_output=True, text=True, timeout=60)
     assert stopped.returncode == 0, stopped.stderr
+    # Both parks seen by the kubelet before the start (on a busy machine it may take seconds): a start
+    # that comes first finds the old pods still running and keeps them, with no wait to interrupt.
+    log = slow_lab.dir / "lab.log"
+    wait_until(lambda: all("stopping pod kube-system/%s-%s " % (pod, slow_lab.node_name()) in log.read_text()
+                           for pod in ("kube-scheduler", "kube-controller-manager")),
+               timeout=60, what="the kubelet stopping both pods")
     # The old pods take 60 s to go: the restored manifest's new pod cannot be Ready before that.
     proc = cpctl(env, "start", "--all-parked")
     result = interrupt(proc, signal.SIGINT, lambda: present(slow_lab, CONTROLLER))

@@ -71,6 +71,8 @@ def _detail(c: Mapping[str, object]) -> str:
     fix; unconfirmed: the deadline), else the component's last change."""
     if c.get("unconfirmed"):
         armed = c["unconfirmed"]
+        if isinstance(armed, Mapping) and armed.get("overdue"):
+            return "unconfirmed, overdue since %s: reverts now by the node's timer" % armed.get("deadline")
         return "unconfirmed, reverts at %s" % (armed.get("deadline") if isinstance(armed, Mapping) else "?")
     if c["state"] == "parked":
         detail = "since %s by %s" % (c.get("since") or "?", c.get("by") or "?")

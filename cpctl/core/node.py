@@ -102,6 +102,10 @@ class Node:
         self.waiter = waiter or NoWait()
         self.lock_timeout = lock_timeout
         self.log = log or (lambda message: None)
+        self.invocation: Tuple[str, ...] = ()    # what reaches this node again (-H/-i...): hints repeat it
+        # What stands on the node if this run stops now, while a step blocks that a signal cannot end
+        # (a --confirm-check on a master): an interrupted fan-out reports it at once ("" : nothing known).
+        self.standing = ""
         self.recovered: List[str] = []
         self._local_api = LocalApiCheck(host, self.manifests_dir)
         self.origin = "cpctl"                 # the command in whose session changes happen (history)
@@ -111,7 +115,6 @@ class Node:
         # and the node's view (scan, parked) as it would be after them (``_planned_paths``).
         self.dry_run = False
         self.planned: List[journal.Change] = []
-        self.overdue_hook: Optional[Callable[[], List[str]]] = None   # ops.confirm, set by ops.wiring
         # after the journal's recovery, under the lock: what else a killed change left to put back
         # (``core.keptin.settle``: a ClusterConfiguration change whose manifest change did not stay)
         self.recovery_hooks: List[Callable[[], List[str]]] = []
@@ -120,6 +123,12 @@ class Node:
 
     def _log(self, message: str) -> None:
         self.log(message)
+
+    def command(self, *words: str) -> str:
+        """A cpctl command line for a hint about this node (``cpctl -H m1 confirm kube-apiserver``
+        over SSH): the one way a message names a cpctl command (``settings.command_hint``)."""
+        from cpctl.core.settings import command_hint
+        return command_hint(self.invocation, *words)
 
     @property
     def identity(self) -> Optional[NodeIdentity]:
@@ -326,12 +335,6 @@ class Node:
             ("scan_dir", {"path": self.manifests_dir, "limit": manifests.MAX_MANIFEST_BYTES}),
             ("lstat", {"path": confirmations.directory(self.state)}),
             ("scan_dir", {"path": confirmations.directory(self.state), "limit": confirmations.MAX_ARM_BYTES})]
-
-    def revert_overdue(self) -> List[str]:
-        """Revert unconfirmed changes past their deadline (``--confirm-within``) through the hook
-        ``ops.wiring`` sets, once per run; what it did, one line each."""
-        hook, self.overdue_hook = self.overdue_hook, None
-        return hook() if hook is not None and not self.dry_run else []
 
     def resolve(self, wanted: str, scan: DirScan, parked: Mapping[str, Mapping[str, object]]
                 ) -> Tuple[List[Manifest], List[str]]:
@@ -698,8 +701,6 @@ class _Session:
         self._lock: Optional[ContextManager[None]] = None
 
     def __enter__(self) -> Node:
-        for message in self.node.revert_overdue():      # before the lock: the revert takes it itself
-            self.node.log(message)
         self.node.origin = self.what
         manifests.check_manifests_dir(self.node.host, self.node.manifests_dir)
         if self.node.dry_run:

@@ -273,7 +273,7 @@ def refuse_now(node: Node, manifest: Manifest, action: str, force: bool, parked:
     flight (unless ``force``)."""
     component = manifest.pod_name or manifest.file
     if not parked:
-        confirmations.refuse_armed(node.host, node.state, manifest.file, action)
+        confirmations.refuse_armed(node.host, node.state, manifest.file, action, node.command)
     if not force:
         outside.refuse_in_flight(node, "%s of %s%s" % (action, "the parked copy of " if parked else "", component))
 

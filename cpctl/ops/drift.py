@@ -61,7 +61,7 @@ KINDS = {
     "mirror_of_parked": "component parked but its mirror pod still exists",
     "interrupted": "a cpctl operation was interrupted (STATE/journal.json present)",
     "unverified": "a manifest change whose new pod was never verified (cpctl stopped during its wait)",
-    "unconfirmed": "a change made with --confirm-within awaits cpctl confirm: the node reverts it at its deadline",
+    "unconfirmed": "a change made with --confirm-within awaits confirmation: the node reverts it at its deadline",
     "permissions": "state dir is a symlink, group/world accessible or owned by someone else",
     "editor_swap": "an editor swap file: someone is editing a manifest or an editor crashed",
     "no_baseline": "no baseline recorded: missing/changed/unexpected checks skipped",
@@ -243,7 +243,7 @@ def baseline_path(node: Node) -> str:
 def read_baseline(node: Node) -> Optional[Dict[str, object]]:
     """The recorded baseline, None when there is none; a corrupt file is an environment error."""
     path = baseline_path(node)
-    repair = "inspect it, or replace it with cpctl baseline --accept"
+    repair = "inspect it, or replace it with %s" % node.command("baseline", "--accept")
     value = node.state.read_json(path, repair)
     if value is None:
         return None
@@ -316,7 +316,8 @@ def snapshot(node: Node) -> Dict[str, object]:
     if report.problems:
         listed = "; ".join("%s: %s" % (f.file, f.message) for f in report.problems)
         raise CpctlError("refusing to record a baseline while the manifests dir has strays (%s)" % listed,
-                         ExitCode.REFUSED, hint="move them away first (cpctl check --fix --remove-strays)")
+                         ExitCode.REFUSED, hint="move them away first (%s)" % node.command("check", "--fix",
+                                                                                          "--remove-strays"))
     entries: Dict[str, Dict[str, object]] = {m.file: _entry(m.pod, m.data, "present") for m in scan.valid}
     for filename in parked:
         data = _read_parked(node, filename)
@@ -447,8 +448,8 @@ def check(node: Node, max_parked: Optional[float] = None, now: Optional[float] =
     _check_parked(report, parked, now, max_parked)
     _check_strays(report, scan, baseline, parked)
     if baseline is None:
-        report.add(Finding("no_baseline", INFO, "no baseline recorded: run cpctl baseline to enable the "
-                           "missing/changed/unexpected checks"))
+        report.add(Finding("no_baseline", INFO, "no baseline recorded: run %s to enable the "
+                           "missing/changed/unexpected checks" % node.command("baseline")))
     else:
         _check_baseline(report, node, scan, parked, baseline)
     _check_mirrors(report, node, scan, parked)
@@ -604,7 +605,8 @@ def _check_unconfirmed(report: Report, node: Node, now: float) -> None:
             pass
         overdue = arm.overdue(now)
         report.add(Finding("unconfirmed", WARNING if overdue else INFO, "%s: %s (%s by %s)" % (
-            arm.component, arm.pending_text(now), arm.action, arm.by), file=arm.file, component=arm.component,
+            arm.component, arm.pending_text(now, node.command), arm.action, arm.by), file=arm.file,
+            component=arm.component,
             deadline=arm.deadline, overdue=overdue))
 
 
@@ -716,7 +718,8 @@ def _check_baseline(report: Report, node: Node, scan: DirScan, parked: Mapping[s
     for m in scan.valid:
         if m.file not in expected and m.file not in stray_files:
             report.add(Finding("unexpected", WARNING, "%s (pod %s) is not in the baseline: if it is intended, run "
-                               "cpctl baseline --accept" % (m.file, m.pod_name), file=m.file, component=m.pod_name))
+                               "%s" % (m.file, m.pod_name, report.command("baseline", "--accept")), file=m.file,
+                               component=m.pod_name))
 
 
 def unified_diff(old: str, new: str, old_name: str, new_name: str) -> str:
@@ -736,13 +739,14 @@ def _add_changed(report: Report, filename: str, entry: Mapping[str, object], dat
     diff = unified_diff(expected, text, "baseline/" + filename, path)
     if manifests.same_pod(expected.encode("utf-8"), data):
         report.add(Finding("changed", INFO, "%s differs from the baseline only in comments, formatting or API "
-                           "defaults: the kubelet runs the same pod (cpctl baseline --accept records it)" % path,
+                           "defaults: the kubelet runs the same pod (%s records it)" % (
+                               path, report.command("baseline", "--accept")),
                            file=filename,
                            component=_text(entry.get("pod")), diff=diff))
         return
-    report.add(Finding("changed", WARNING, "%s differs from the baseline (changed out of band; cpctl baseline "
-                       "--accept makes it the new truth)" % path, file=filename, component=_text(entry.get("pod")),
-                       diff=diff))
+    report.add(Finding("changed", WARNING, "%s differs from the baseline (changed out of band; %s makes it the new "
+                       "truth)" % (path, report.command("baseline", "--accept")), file=filename,
+                       component=_text(entry.get("pod")), diff=diff))
 
 
 def _check_mirrors(report: Report, node: Node, scan: DirScan, parked: Dict[str, Dict[str, Any]]) -> None:
@@ -851,8 +855,8 @@ def _action(action: str, file: Optional[str], component: Optional[str], ok: bool
 def _restore(node: Node, finding: Finding, timeout: float) -> FixAction:
     if not finding.extra.get("deadline"):
         return _action("start", finding.file, finding.component, False,
-                       "not restored: no --for deadline was set, so it may be parked on purpose (cpctl start %s)"
-                       % finding.component)
+                       "not restored: no --for deadline was set, so it may be parked on purpose (%s)"
+                       % node.command("start", str(finding.component)))
     try:
         outcome = node.start(finding.component or manifests.file_stem(finding.file or ""), wait=True,
                              timeout=timeout, reason="its --for deadline passed")

@@ -33,7 +33,7 @@ import secrets
 import subprocess
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 from cpctl.core import confirmations, journal, manifests, revisions
 from cpctl.core.confirmations import Arm
@@ -43,6 +43,9 @@ from cpctl.core.state import user_label
 from cpctl.errors import CpctlError, ExitCode, Interrupted, Terminated, interrupted_by
 from cpctl.ops import edits
 from cpctl.timeutil import iso
+
+if TYPE_CHECKING:
+    from cpctl.host.base import RunResult
 
 SYSTEMD_DIR = "/run/systemd/system"       # exists when systemd is PID 1 (sd_booted)
 TIMER_ENV = "CPCTL_CONFIRM_TIMER"         # force "systemd" or "process" (tests, odd init systems)
@@ -478,7 +481,8 @@ def run_check(node: Node, armed: Mapping[str, object], options: ConfirmOptions) 
     from cpctl.timeutil import parse_iso
     left = max(1.0, parse_iso(str(armed["deadline"])) - time.time())
     try:
-        proc = node.host.run(["sh", "-c", options.check], timeout=left)
+        proc = node.host.run(["sh", "-c", options.check], timeout=left) if node.host.is_remote else \
+            _run_here(options.check, left)
     except CpctlError as exc:
         if exc.code == ExitCode.UNREACHABLE:     # the connection is gone: nothing can revert from here
             raise
@@ -489,6 +493,34 @@ def run_check(node: Node, armed: Mapping[str, object], options: ConfirmOptions) 
         return True, "--confirm-check %r succeeded" % options.check
     return False, "--confirm-check %r failed (exit %s): %s" % (options.check, proc.rc,
                                                                _text(proc.stderr or proc.stdout))
+
+
+def _run_here(check: str, timeout: float) -> "RunResult":
+    """``sh -c check`` on this machine in a process group of its own: a Ctrl-C or SIGTERM of cpctl, or
+    the deadline, stops the whole check (what the shell started too), not only the shell."""
+    import signal
+
+    from cpctl.host.base import RunResult
+    proc = subprocess.Popen(["sh", "-c", check], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        return RunResult(124, out, b"timed out")
+    except BaseException:
+        _kill_group(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    return RunResult(proc.returncode, out, err)
+
+
+def _kill_group(pid: int, signal_number: int) -> None:
+    try:
+        os.killpg(pid, signal_number)
+    except OSError:                  # the group is gone already
+        pass
 
 
 def node_log(node: Node) -> Callable[[str, bool], None]:

@@ -91,7 +91,8 @@ def _lost(during: str, node: "Node", standing: str) -> Iterator[None]:
 
 
 def _host(node: "Node") -> str:
-    return str(getattr(node.host, "name", "") or node.node_name)
+    """The master as the operator named it (``-H``/inventory name), else this node's name."""
+    return str(getattr(node.host, "name", "") or node.node_name) if node.host.is_remote else node.node_name
 
 
 def armed_line(node: "Node", armed: Mapping[str, object]) -> str:

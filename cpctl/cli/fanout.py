@@ -201,6 +201,24 @@ def host_invocation(ctx: click.Context, spec: "HostSpec") -> Tuple[str, ...]:
     return tuple(words) + cli_state.node_options
 
 
+def run_hint(ctx: click.Context, *words: str) -> str:
+    """A cpctl command line for every master this run selected (``-i INV -H`` as given, the SSH
+    options, the node options), or for this machine: for a message about the whole run."""
+    from cpctl.core.settings import command_hint
+    cli_state = state(ctx)
+    remote = cli_state.remote
+    if remote is None:
+        return command_hint((), *words)
+    selection = (["-i", remote.inventory] if remote.inventory else []) + (["-H", ",".join(remote.hosts)]
+                                                                          if remote.hosts else [])
+    options = remote.ssh_options
+    if options is not None and options.ssh_config:
+        selection += ["--ssh-config", options.ssh_config]
+    for known in (options.known_hosts or []) if options is not None else []:
+        selection += ["--known-hosts", known]
+    return command_hint(tuple(selection) + cli_state.node_options, *words)
+
+
 def hint_for(ctx: click.Context, host: str, *words: str) -> str:
     """A cpctl command line about master ``host`` (its name in the run's results), for a message
     the fan-out itself prints (``settings.command_hint``)."""

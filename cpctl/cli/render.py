@@ -20,7 +20,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 
 # How ``status`` says a component's last change (its history action) in words.
 _CHANGED = {"stop": "stopped", "start": "started", "restart": "restarted", "apply": "applied", "edit": "edited",
-            "flags": "flags changed", "rollback": "rolled back", "armed": "changed, awaiting cpctl confirm",
+            "flags": "flags changed", "rollback": "rolled back", "armed": "changed, awaiting confirmation",
             "confirmed": "change confirmed", "reverted": "reverted unconfirmed change",
             "dropped": "unconfirmed change dropped", "displaced": "replaced by another writer",
             "keep-in": "flags kept for kubeadm upgrade", "move-stray": "stray moved away",

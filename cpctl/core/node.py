@@ -41,7 +41,7 @@ KEPT_MESSAGE = "the kubelet never stopped the pod: the running pod is kept"
 # A restore puts back the very bytes that were parked: same pod UID, so a crash-looping pod keeps
 # the kubelet's back-off, which is keyed by that UID (up to 5 minutes).
 BACKOFF_NOTE = ("the restored manifest is unchanged, so the pod keeps its UID and the kubelet keeps its "
-                "CrashLoopBackOff (up to 5 min): fix the manifest (cpctl edit) rather than restart it")
+                "CrashLoopBackOff (up to 5 min): fix the manifest (%s) rather than restart it")
 
 
 class Outcome:
@@ -261,7 +261,7 @@ class Node:
             return [], []
         found = [entries[name] for name in sorted(entries)]
         now = {e.file: self.checksum_of(self.manifests_dir + "/" + e.file) or None for e in found}
-        return found, ([problem] if problem else []) + [pending.describe(e, now[e.file]) for e in found]
+        return found, ([problem] if problem else []) + [pending.describe(e, now[e.file], self.command) for e in found]
 
     def lock_busy(self) -> bool:
         """True when another cpctl holds this node's lock now (taken and released at once if free)."""
@@ -638,7 +638,7 @@ class Node:
                 found = why_not_running(self.host, self.crictl, self.kubeconfig, target)
                 message += " (%s)" % "; ".join(found) if found else ""
                 if any(_crash_looping(line) for line in found):
-                    message += "; " + BACKOFF_NOTE
+                    message += "; " + BACKOFF_NOTE % self.command("edit", target.component)
             raise CpctlError(message, exc.code, hint=exc.hint, where=where) from None
         except (KeyboardInterrupt, Terminated) as exc:
             signal = interrupted_by(exc)
@@ -731,7 +731,7 @@ class _Session:
         real run would finish or undo it first."""
         if self.node.state.ensure(create=False) and self.node.state.read_journal() is not None:
             self.node.recovered.append("an interrupted change is pending: the real run finishes or undoes it "
-                                       "first (cpctl status shows it)")
+                                       "first (%s shows it)" % self.node.command("status"))
         if self.changing:
             self.node.check_registered()
         return self.node

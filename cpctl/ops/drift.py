@@ -513,7 +513,7 @@ def _check_kubeadm(report: Report, node: Node, scan: DirScan) -> None:
                                "patches, which cpctl does not evaluate: what follows ignores them"
                                % (m.file, ", ".join(unchecked)), file=m.file, component=m.pod_name,
                                patches=unchecked))
-        for drop in kc.next_upgrade_drops(m.pod, index, config, m.pod_name, changed, patches):
+        for drop in kc.next_upgrade_drops(m.pod, index, config, m.pod_name, changed, patches, node.command):
             shown = " ".join(flags.redact(i) for i in drop.items) if drop.kind == "flags" else ""
             text = flags.redact(drop.text)
             if drop.kind in ("flags", "volumes"):

@@ -333,7 +333,7 @@ def _nothing_armed(node: Node, wanted: str) -> Dict[str, object]:
         raise CpctlError("%s has no unconfirmed change: it was REVERTED at %s (%s), the change is not in place; make "
                          "it again to keep it" % (wanted, last.get("time"), last.get("reason") or "not confirmed"),
                          ExitCode.NOT_FOUND)
-    raise CpctlError("%s has no unconfirmed change on %s (nothing armed; %s shows its changes)"
+    raise CpctlError("%s has no unconfirmed change (nothing armed on %s; %s shows its changes)"
                      % (wanted, node.node_name, node.command("history", wanted)), ExitCode.NOT_FOUND)
 
 

@@ -58,7 +58,7 @@ notes:
   - O(state=reverted) reverts now over SSH (C(cpctl -H MASTER revert-unconfirmed)) as on the master itself
     (a local connection, as C(ansible-pull) runs); without it the revert timer on the master reverts an
     unconfirmed change at its deadline by itself.
-  - O(state=confirmed) of a change past its deadline fails (rc 4): too late to keep it, its revert is owed.
+  - O(state=confirmed) of a change past its deadline fails with rc 4, too late to keep it (its revert is owed).
   - Reads the same host variables as M(cpctl.controlplane.static_pod).
 seealso:
   - module: cpctl.controlplane.static_pod_flags

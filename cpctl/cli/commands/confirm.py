@@ -235,7 +235,7 @@ def revert_unconfirmed(ctx: click.Context, component: Optional[str], overdue: bo
     try:
         data = _revert_now(node, component, op, why, log, stop_timer=not op)
     except CpctlError as exc:
-        log("revert-unconfirmed %s ended with exit %d" % (component, int(exc.code)), True)
+        log("revert-unconfirmed %s ended with exit %d" % (component or "--overdue", int(exc.code)), True)
         if at is not None:      # the detached fallback: its stderr is STATE/confirm/<file>.log
             sys.stderr.write("cpctl: revert-unconfirmed %s: exit %d\n" % (component, int(exc.code)))
         raise

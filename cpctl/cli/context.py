@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import sys
 import time
-from typing import TYPE_CHECKING, Any, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional, Tuple
 
 import click
 
@@ -27,6 +27,7 @@ class CliState:
         self.remote: Optional["RemoteOptions"] = None
         self.command = ""
         self.census = "inventory"      # --census without -H/-i: "cluster" counts through this node's API server
+        self.node_options: Tuple[str, ...] = ()   # with -H/-i: node options given on the command line (hints)
 
 
 def state(ctx: click.Context) -> CliState:

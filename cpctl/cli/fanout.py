@@ -162,13 +162,17 @@ def _run_tracked(ctx: click.Context, specs: List["HostSpec"], action: Callable[[
     assert remote is not None
     prepare_process_for_fanout(remote.ssh_options)
     pool = remote.pool(_connector(remote.ssh_options))
-    interruption: _Interruption[T] = _Interruption()
+    interruption: _Interruption[T] = _Interruption(pool.abandon, lambda host: hint_for(ctx, host, "status"))
 
     def on_host(spec: "HostSpec") -> T:
+        from cpctl.fleet.runner import host_name
         settings = cli_state.settings.with_overrides(
             manifests_dir=spec.manifests_dir, kubelet_dir=spec.kubelet_dir, state_dir=spec.state_dir,
-            node_name=spec.node_name, kubeconfig=spec.kubeconfig, crictl=spec.crictl, node_root=spec.node_root)
-        return action(open_node(settings, pool.get(spec), probe=probe, progress=interruption.check))
+            node_name=spec.node_name, kubeconfig=spec.kubeconfig, crictl=spec.crictl, node_root=spec.node_root,
+            invocation=host_invocation(ctx, spec))
+        node = open_node(settings, pool.get(spec), probe=probe, progress=interruption.check)
+        interruption.nodes[host_name(spec)] = node
+        return action(node)
 
     tracked = interruption.track(on_host)
     try:
@@ -181,6 +185,50 @@ def _run_tracked(ctx: click.Context, specs: List["HostSpec"], action: Callable[[
         return interruption.stop(exc, specs), interrupted_by(exc)
 
 
+def host_invocation(ctx: click.Context, spec: "HostSpec") -> Tuple[str, ...]:
+    """The global options that reach this one master again, for the hints its run prints: ``-i
+    INVENTORY -H NAME`` (or ``-H TARGET``), the ``--ssh-config``/``--known-hosts`` given, then the
+    node options given on the command line (``CliState.node_options``): ``Settings.invocation``."""
+    cli_state = state(ctx)
+    remote = cli_state.remote
+    assert remote is not None
+    words = ["-i", remote.inventory, "-H", spec.name] if remote.inventory else ["-H", spec.target]
+    options = remote.ssh_options
+    if options is not None and options.ssh_config:
+        words += ["--ssh-config", options.ssh_config]
+    for known in (options.known_hosts or []) if options is not None else []:
+        words += ["--known-hosts", known]
+    return tuple(words) + cli_state.node_options
+
+
+def run_hint(ctx: click.Context, *words: str) -> str:
+    """A cpctl command line for every master this run selected (``-i INV -H`` as given, the SSH
+    options, the node options), or for this machine: for a message about the whole run."""
+    from cpctl.core.settings import command_hint
+    cli_state = state(ctx)
+    remote = cli_state.remote
+    if remote is None:
+        return command_hint((), *words)
+    selection = (["-i", remote.inventory] if remote.inventory else []) + (["-H", ",".join(remote.hosts)]
+                                                                          if remote.hosts else [])
+    options = remote.ssh_options
+    if options is not None and options.ssh_config:
+        selection += ["--ssh-config", options.ssh_config]
+    for known in (options.known_hosts or []) if options is not None else []:
+        selection += ["--known-hosts", known]
+    return command_hint(tuple(selection) + cli_state.node_options, *words)
+
+
+def hint_for(ctx: click.Context, host: str, *words: str) -> str:
+    """A cpctl command line about master ``host`` (its name in the run's results), for a message
+    the fan-out itself prints (``settings.command_hint``)."""
+    from cpctl.core.settings import command_hint
+    from cpctl.fleet.targets import select_specs
+    remote = state(ctx).remote
+    spec = next((s for s in select_specs(remote) if s.name == host), None) if remote is not None else None
+    return command_hint(host_invocation(ctx, spec) if spec is not None else ("-H", host), *words)
+
+
 class _Interruption(Generic[T]):
     """Ctrl-C or SIGTERM during a fan-out: Python delivers it to the main thread, which waits for
     the hosts' threads; each host's run must still unwind like a local run does (a restart puts
@@ -191,11 +239,19 @@ class _Interruption(Generic[T]):
 
     GRACE = 20.0
 
-    def __init__(self) -> None:
+    def __init__(self, abandon: Callable[["HostSpec"], None] = lambda spec: None,
+                 status_hint: Callable[[str], str] = lambda host: "cpctl -H %s status" % host) -> None:
         self.signal: Optional[BaseException] = None
         self.changed = threading.Condition()
         self.running: Dict[str, float] = {}
         self.results: Dict[str, HostResult[T]] = {}
+        self.nodes: Dict[str, "Node"] = {}       # each host's node: what stands there (``Node.standing``)
+        self.abandon = abandon
+        self.status_hint = status_hint
+
+    def _standing(self, name: str) -> str:
+        node = self.nodes.get(name)
+        return node.standing if node is not None else ""
 
     def check(self, _text: str = "") -> None:
         """A host's progress callback: raise the interruption in that host's thread once it came."""
@@ -232,7 +288,9 @@ class _Interruption(Generic[T]):
         try:
             with self.changed:
                 self.signal = exc
-                while self.running and time.monotonic() < deadline:
+                # a host blocked in a step that says what stands (``Node.standing``) is not waited for
+                while self.running and time.monotonic() < deadline and \
+                        not all(self._standing(name) for name in self.running):
                     self.changed.wait(0.1)
         except (KeyboardInterrupt, Terminated):
             pass                          # a second signal: report what is known now
@@ -242,9 +300,14 @@ class _Interruption(Generic[T]):
                 name = host_name(spec)
                 if name in self.results:
                     results.append(self.results[name])
+                elif name in self.running and self._standing(name):
+                    results.append(HostResult(name, "failed", None, "interrupted (%s): %s" % (
+                        signal, self._standing(name)), time.monotonic() - self.running[name],
+                        int(ExitCode.INTERRUPTED)))
+                    self.abandon(spec)        # its blocked request ends; it acts no further
                 elif name in self.running:
                     results.append(HostResult(name, "failed", None, "interrupted (%s) while it ran; it did not say "
-                                              "where it left things: check with cpctl -H %s status" % (signal, name),
+                                              "where it left things: check with %s" % (signal, self.status_hint(name)),
                                               time.monotonic() - self.running[name], int(ExitCode.INTERRUPTED)))
                 else:
                     results.append(HostResult(name, "skipped", None, "not run: interrupted (%s)" % signal))

@@ -197,11 +197,26 @@ def main(ctx: click.Context, manifests_dir: Optional[str], kubelet_dir: str, sta
         ctx.obj.remote = _remote(ctx, list(hosts), inventory, ssh_config, known_hosts, accept_new_host_key,
                                  ask_become_pass, persist_seconds, forks, serial_value, keep_going, host_timeout)
         ctx.obj.remote.census = census
+        ctx.obj.node_options = _given_node_options(ctx, manifests_dir=manifests_dir, state_dir=state_dir,
+                                                   node_name=node_name, kubeconfig=kubeconfig,
+                                                   kubelet_dir=kubelet_dir, crictl=crictl, node_root=node_root)
     ctx.obj.census = census
     path, plugin, asks_help = ctx.meta.get(_PATH_KEY, ("", False, False))
     if not asks_help:
         from cpctl.cli.fanout import enforce
         enforce(ctx, path, plugin)
+
+
+def _given_node_options(ctx: click.Context, **values: Optional[str]) -> Tuple[str, ...]:
+    """The options that say which node (paths, its name) as given on this command line with ``-H``/
+    ``-i``: the hints about a master repeat them after its ``-H`` (``fanout.host_invocation``). Values
+    from the environment are left out: a command pasted into the same shell has them too."""
+    from click.core import ParameterSource
+    words: List[str] = []
+    for name, value in values.items():
+        if value is not None and ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE:
+            words += ["--" + name.replace("_", "-"), value]
+    return tuple(words)
 
 
 def _absolute_dirs(remote: bool, manifests_dir: Optional[str], state_dir: str, kubelet_dir: str

@@ -68,7 +68,7 @@ _SPECS: Tuple[CommandSpec, ...] = (
     CommandSpec("confirm", Mode.CHANGE, "disarms the pending revert on each master it is armed on",
                 "cpctl.cli.commands.confirm:confirm",
                 "Keep a change made with --confirm-within: stop its revert on the node."),
-    CommandSpec("revert-unconfirmed", Mode.LOCAL, "run on the master itself, by the revert timer cpctl armed there",
+    CommandSpec("revert-unconfirmed", Mode.CHANGE, "reverts the unconfirmed change on each master, one at a time",
                 "cpctl.cli.commands.confirm:revert_unconfirmed",
                 "Revert an unconfirmed change now (what the node-side timer runs at the deadline)."),
     CommandSpec("revisions", Mode.READ, "each master's kept manifest revisions", "cpctl.cli.commands.edits:revisions",

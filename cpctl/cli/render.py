@@ -20,7 +20,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 
 # How ``status`` says a component's last change (its history action) in words.
 _CHANGED = {"stop": "stopped", "start": "started", "restart": "restarted", "apply": "applied", "edit": "edited",
-            "flags": "flags changed", "rollback": "rolled back", "armed": "changed, awaiting cpctl confirm",
+            "flags": "flags changed", "rollback": "rolled back", "armed": "changed, awaiting confirmation",
             "confirmed": "change confirmed", "reverted": "reverted unconfirmed change",
             "dropped": "unconfirmed change dropped", "displaced": "replaced by another writer",
             "keep-in": "flags kept for kubeadm upgrade", "move-stray": "stray moved away",
@@ -71,6 +71,8 @@ def _detail(c: Mapping[str, object]) -> str:
     fix; unconfirmed: the deadline), else the component's last change."""
     if c.get("unconfirmed"):
         armed = c["unconfirmed"]
+        if isinstance(armed, Mapping) and armed.get("overdue"):
+            return "unconfirmed, overdue since %s: reverts now by the node's timer" % armed.get("deadline")
         return "unconfirmed, reverts at %s" % (armed.get("deadline") if isinstance(armed, Mapping) else "?")
     if c["state"] == "parked":
         detail = "since %s by %s" % (c.get("since") or "?", c.get("by") or "?")

@@ -168,7 +168,8 @@ def mounted(pod: Mapping[str, object], node_path: str) -> bool:
     return False
 
 
-def check_mounted(data: bytes, companions: Sequence[Companion], root: str, what: str) -> None:
+def check_mounted(data: bytes, companions: Sequence[Companion], root: str, what: str,
+                  flags: str = "cpctl flags") -> None:
     """Refuse (before anything changes) a new manifest that does not mount a companion file, naming the
     exact volume and mount to add."""
     pod = yaml.safe_load(data.decode("utf-8", "replace"))
@@ -181,8 +182,8 @@ def check_mounted(data: bytes, companions: Sequence[Companion], root: str, what:
         name = volume_name(inside)
         raise CpctlError("%s: the manifest does not mount %s: add to spec.volumes {name: %s, hostPath: {path: %s, "
                          "type: File}} and to the container's volumeMounts {name: %s, mountPath: %s, readOnly: true} "
-                         "(or use cpctl flags ... --mount); nothing changed"
-                         % (what, inside, name, inside, name, inside), ExitCode.REFUSED)
+                         "(or use %s ... --mount); nothing changed"
+                         % (what, inside, name, inside, name, inside, flags), ExitCode.REFUSED)
 
 
 def add_mounts(data: bytes, container_index: int, paths: Sequence[Tuple[str, str, str]]) -> Tuple[bytes, List[str]]:

@@ -16,10 +16,11 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Dict, List, Optional
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional
 
 from cpctl import catalogue
 from cpctl.core import manifests
+from cpctl.core.settings import command_hint_here
 from cpctl.core.state import StateDir
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host.base import Host
@@ -76,18 +77,33 @@ class Arm:
         return wanted in (self.component, self.file, manifests.file_stem(self.file)) or \
             catalogue.canonical(wanted) == self.component
 
-    def refusal(self, action: str) -> CpctlError:
+    def pending_text(self, now: float, command: Callable[..., str] = command_hint_here) -> str:
+        """What awaits this arm, for ``status``, ``check`` and refusals: "unconfirmed, reverts at T
+        unless: cpctl confirm C", or once past the deadline "overdue since T": a read-only command only
+        says so - the node's revert timer reverts it (``revert-unconfirmed`` does it now). ``command``:
+        ``Node.command``, the hint's cpctl command line with the ``-H``/``-i`` that reach the node."""
+        if self.overdue(now):
+            return ("unconfirmed, overdue since %s: reverts now by the node's timer (not confirmed in time; %s "
+                    "reverts it at once)" % (self.deadline, command("revert-unconfirmed", self.component)))
+        return "unconfirmed, reverts at %s unless: %s" % (self.deadline, command("confirm", self.component))
+
+    def refusal(self, action: str, command: Callable[..., str] = command_hint_here) -> CpctlError:
         """Why ``action`` of the armed component is refused (exit 4, nothing changed): another
         change under an arm would make the revert undo the wrong one; a stop would leave it nothing
         to revert (the revert puts the old bytes back in the manifests dir, so a parked manifest
-        means the arm is dropped and the change stays unconfirmed)."""
+        means the arm is dropped and the change stays unconfirmed). An overdue arm refuses the same
+        way: a change never builds on a version whose revert is owed, and never reverts it by the way."""
         import time
-        when = ("its revert is due since %s and in progress or about to run (see cpctl status %s)"
-                % (self.deadline, self.component)) if self.overdue(time.time()) else "reverts at %s" % self.deadline
-        return CpctlError("%s refused: %s has an unconfirmed change (%s by %s, %s); confirm it first "
-                          "(cpctl confirm %s) or revert it now (cpctl revert-unconfirmed %s); nothing changed"
-                          % (action, self.component, self.action, self.by, when, self.component,
-                             self.component), ExitCode.REFUSED)
+        if self.overdue(time.time()):
+            return CpctlError("%s refused: %s has an unconfirmed change (%s by %s) overdue since %s: the node's timer "
+                              "reverts it; revert it now (%s), then retry; nothing changed"
+                              % (action, self.component, self.action, self.by, self.deadline,
+                                 command("revert-unconfirmed", self.component)), ExitCode.REFUSED)
+        return CpctlError("%s refused: %s has an unconfirmed change (%s by %s, reverts at %s); confirm it first "
+                          "(%s) or revert it now (%s); nothing changed"
+                          % (action, self.component, self.action, self.by, self.deadline,
+                             command("confirm", self.component), command("revert-unconfirmed", self.component)),
+                          ExitCode.REFUSED)
 
 
 def directory(state: StateDir) -> str:
@@ -158,12 +174,13 @@ def read(host: Host, state: StateDir, filename: str) -> Optional[Arm]:
     return arm
 
 
-def refuse_armed(host: Host, state: StateDir, filename: str, action: str) -> None:
+def refuse_armed(host: Host, state: StateDir, filename: str, action: str,
+                 command: Callable[..., str] = command_hint_here) -> None:
     """Refuse ``action`` of manifest ``filename`` while its last change awaits confirmation
-    (``Arm.refusal``)."""
+    (``Arm.refusal``; ``command``: ``Node.command``)."""
     arm = read(host, state, filename) if state.ensure(create=False) else None
     if arm is not None:
-        raise arm.refusal(action)
+        raise arm.refusal(action, command)
 
 
 def read_all(host: Host, state: StateDir) -> List[Arm]:

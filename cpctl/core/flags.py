@@ -115,12 +115,12 @@ def parse_name(text: str) -> str:
 
 
 # --- computing the new lists -----------------------------------------------------------------
-def new_lists(container: Mapping[str, object], sets: Sequence[Tuple[str, str]], unsets: Sequence[str]
-              ) -> Tuple[Dict[str, List[str]], List[str]]:
+def new_lists(container: Mapping[str, object], sets: Sequence[Tuple[str, str]], unsets: Sequence[str],
+              edit: str = "cpctl edit") -> Tuple[Dict[str, List[str]], List[str]]:
     """The container's command and args (strings in a valid pod) after the change, and one line
-    per effect."""
+    per effect. ``edit``: the command a refusal points to (``Node.command("edit", COMPONENT)``)."""
     lists = {where: [i for i in _items(container.get(where)) if isinstance(i, str)] for where in LISTS}
-    _refuse_two_word_forms(lists, [n for n, _ in sets] + list(unsets))
+    _refuse_two_word_forms(lists, [n for n, _ in sets] + list(unsets), edit)
     said = []
     for name in unsets:
         before = sum(len(items) for items in lists.values())
@@ -131,7 +131,7 @@ def new_lists(container: Mapping[str, object], sets: Sequence[Tuple[str, str]], 
             _refuse_misspelt_unset(container, lists, name)
         said.append("--%s removed" % name if gone else "--%s was not set" % name)
     for name, value in sets:
-        said.append(_set_one(lists, name, value))
+        said.append(_set_one(lists, name, value, edit))
     return lists, said
 
 
@@ -161,21 +161,21 @@ def _is_flag(item: object, name: str) -> bool:
     return bool(match and match.group("name") == name)
 
 
-def _refuse_two_word_forms(lists: Dict[str, List[str]], names: List[str]) -> None:
+def _refuse_two_word_forms(lists: Dict[str, List[str]], names: List[str], edit: str) -> None:
     for where, items in lists.items():
         for index, item in enumerate(items[:-1]):
             following = items[index + 1]
             if item in ["--" + n for n in names] and isinstance(following, str) and not following.startswith("-"):
                 shown = REDACTED if is_secret_name(item) else following
                 raise CpctlError("%s is followed by %r in %s: cpctl cannot tell whether that is its value; change it "
-                                 "with cpctl edit" % (item, shown, where), ExitCode.REFUSED)
+                                 "with %s" % (item, shown, where, edit), ExitCode.REFUSED)
 
 
-def _set_one(lists: Dict[str, List[str]], name: str, value: str) -> str:
+def _set_one(lists: Dict[str, List[str]], name: str, value: str, edit: str) -> str:
     item = "--%s=%s" % (name, value)
     hits = [(where, i) for where in LISTS for i, x in enumerate(lists[where]) if _is_flag(x, name)]
     if len(hits) > 1:
-        raise CpctlError("--%s is given %d times: change it with cpctl edit" % (name, len(hits)), ExitCode.REFUSED)
+        raise CpctlError("--%s is given %d times: change it with %s" % (name, len(hits), edit), ExitCode.REFUSED)
     if hits:
         where, index = hits[0]
         if lists[where][index] == item:

@@ -278,15 +278,16 @@ def undo(node: Node, kept: KeptConfig) -> str:
         if kept.resource_version and version != kept.resource_version:
             drop(node, kept)
             return ("%s was changed by someone else since cpctl's --keep-in change of %s (resourceVersion %s, "
-                    "cpctl wrote %s): left as it is - it may still hold what was undone: check it (cpctl check "
-                    "--kubeadm)" % (where, kept.component, version or "?", kept.resource_version or "?"))
+                    "cpctl wrote %s): left as it is - it may still hold what was undone: check it (%s)"
+                    % (where, kept.component, version or "?", kept.resource_version or "?",
+                       node.command("check", "--kubeadm")))
         written = client.update_configmap(kept.namespace, kept.name, dict(found, data=dict(data, **{
             kept.key: kept.before})))
     except ApiError as exc:
         if exc.status == 409:
             drop(node, kept)
             return ("%s changed while cpctl put its --keep-in change of %s back (someone else writes it): left as "
-                    "it is: check it (cpctl check --kubeadm)" % (where, kept.component))
+                    "it is: check it (%s)" % (where, kept.component, node.command("check", "--kubeadm")))
         return _unreachable(where, kept, exc.message)
     except (CpctlError, OSError) as exc:
         return _unreachable(where, kept, getattr(exc, "message", None) or str(exc))

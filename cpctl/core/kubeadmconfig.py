@@ -20,13 +20,14 @@ import difflib
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import yaml
 
 from cpctl import catalogue
 from cpctl.core import flags as flagtools
 from cpctl.core import manifests, mounts
+from cpctl.core.settings import command_hint_here
 from cpctl.errors import CpctlError, ExitCode
 
 NAMESPACE, NAME, KEY = "kube-system", "kubeadm-config", "ClusterConfiguration"
@@ -563,17 +564,18 @@ def render_next(pod: Mapping[str, object], index: int, config: Dict[str, object]
 
 def next_upgrade_drops(pod: Mapping[str, object], index: int, config: Dict[str, object], component: str,
                        changed_by_cpctl: Sequence[str] = (),
-                       patches: Sequence[Tuple[str, Sequence[Mapping[str, object]]]] = ()) -> List[Drop]:
+                       patches: Sequence[Tuple[str, Sequence[Mapping[str, object]]]] = (),
+                       command: Callable[..., str] = command_hint_here) -> List[Drop]:
     """What runs now and the next upgrade would not render (:func:`render_next`), each with the
-    cpctl command that keeps it whole; [] on a fresh kubeadm layout."""
+    cpctl command that keeps it whole (``command``: ``Node.command``); [] on a fresh kubeadm layout."""
     name = catalogue.BY_NAME[component].alias if component in catalogue.BY_NAME else component
     try:
         rendered = render_next(pod, index, config, component, changed_by_cpctl, patches)
     except PatchFailed as exc:
         return [Drop("patch", "the next kubeadm upgrade with --patches fails: %s (kubeadm applies a JSON patch "
                      "blind to what an index now points at; the test operation caught it)" % exc,
-                     "fix or remove the patch file; keep flags with cpctl flags %s --set ... --keep-in "
-                     "kubeadm-config instead" % name)]
+                     "fix or remove the patch file; keep flags with %s --set ... --keep-in "
+                     "kubeadm-config instead" % command("flags", name))]
     running, future = _container(pod, index), _container(rendered, index)
     drops: List[Drop] = []
     later = [(f.name, f.value if f.value is not None else "true") for f in flagtools.flags_of(future)]
@@ -583,7 +585,7 @@ def next_upgrade_drops(pod: Mapping[str, object], index: int, config: Dict[str, 
         items = [_item(f) for f in lost]
         repeated = {f.name for f in lost} & set(_repeats(running))
         sets = " ".join("--set %s" % quote(i[2:]) for i in items if i[2:].partition("=")[0] not in repeated)
-        fix = "cpctl flags %s %s --keep-in kubeadm-config" % (name, sets) if sets else ""
+        fix = "%s %s --keep-in kubeadm-config" % (command("flags", name), sets) if sets else ""
         if repeated:
             fix += ("; " if fix else "") + ("add every instance of --%s to extraArgs (kubeadm.k8s.io/v1beta4 "
                                             "keeps each; kubectl -n kube-system edit cm kubeadm-config)"
@@ -595,8 +597,8 @@ def next_upgrade_drops(pod: Mapping[str, object], index: int, config: Dict[str, 
         users = [f for f in flagtools.flags_of(running) if (f.value or "").startswith("/")
                  and mounts.mount_of(running, f.value or "") is not None
                  and _mapping(mounts.mount_of(running, f.value or "")).get("name") == vol["name"]]
-        fix = ("cpctl flags %s %s --keep-in kubeadm-config (keeps the flag and its volume together)"
-               % (name, " ".join("--set %s" % quote(_item(f)[2:]) for f in users)) if users and
+        fix = ("%s %s --keep-in kubeadm-config (keeps the flag and its volume together)"
+               % (command("flags", name), " ".join("--set %s" % quote(_item(f)[2:]) for f in users)) if users and
                component != catalogue.ETCD else
                "add it to %s.extraVolumes (kubectl -n kube-system edit cm kubeadm-config)" % section_of(component)
                if component != catalogue.ETCD else "keep it with --keep-in patches (etcd.local has no extraVolumes)")
@@ -604,14 +606,15 @@ def next_upgrade_drops(pod: Mapping[str, object], index: int, config: Dict[str, 
                                                                                  vol["mountPath"]), fix,
                           [str(vol["name"])]))
     if component == catalogue.ETCD:
-        drop = _data_dir_drop(pod, running, rendered, future, config, name)
+        drop = _data_dir_drop(pod, running, rendered, future, config, name, command)
         if drop is not None:
             drops.append(drop)
     return drops
 
 
 def _data_dir_drop(pod: Mapping[str, object], running: Mapping[str, object], rendered: Mapping[str, object],
-                   future: Mapping[str, object], config: Dict[str, object], name: str) -> Optional[Drop]:
+                   future: Mapping[str, object], config: Dict[str, object], name: str,
+                   command: Callable[..., str] = command_hint_here) -> Optional[Drop]:
     """etcd's data: the node path it is at now, and where the next upgrade points etcd."""
     flag_now = next((f.value for f in flagtools.flags_of(running) if f.name == "data-dir"), None) or ""
     flag_then = next((f.value for f in flagtools.flags_of(future) if f.name == "data-dir"), None) or ""
@@ -619,8 +622,8 @@ def _data_dir_drop(pod: Mapping[str, object], running: Mapping[str, object], ren
     there = mounts.host_path_of(rendered, future, flag_then) if flag_then.startswith("/") else None
     if here is None or here == there:
         return None
-    fix = ("cpctl flags %s --set data-dir=%s --keep-in kubeadm-config (sets etcd.local.dataDir to %s: kubeadm "
-           "mounts it and points --data-dir at it)" % (name, quote(flag_now), here))
+    fix = ("%s --set data-dir=%s --keep-in kubeadm-config (sets etcd.local.dataDir to %s: kubeadm "
+           "mounts it and points --data-dir at it)" % (command("flags", name), quote(flag_now), here))
     if there is None:
         text = ("points etcd at --data-dir=%s, which no hostPath volume mounts (etcd.local.extraArgs sets the flag "
                 "only; kubeadm mounts etcd.local.dataDir %s): etcd starts as a new, empty member and the data at %s "

@@ -41,7 +41,7 @@ KEPT_MESSAGE = "the kubelet never stopped the pod: the running pod is kept"
 # A restore puts back the very bytes that were parked: same pod UID, so a crash-looping pod keeps
 # the kubelet's back-off, which is keyed by that UID (up to 5 minutes).
 BACKOFF_NOTE = ("the restored manifest is unchanged, so the pod keeps its UID and the kubelet keeps its "
-                "CrashLoopBackOff (up to 5 min): fix the manifest (cpctl edit) rather than restart it")
+                "CrashLoopBackOff (up to 5 min): fix the manifest (%s) rather than restart it")
 
 
 class Outcome:
@@ -102,6 +102,10 @@ class Node:
         self.waiter = waiter or NoWait()
         self.lock_timeout = lock_timeout
         self.log = log or (lambda message: None)
+        self.invocation: Tuple[str, ...] = ()    # what reaches this node again (-H/-i...): hints repeat it
+        # What stands on the node if this run stops now, while a step blocks that a signal cannot end
+        # (a --confirm-check on a master): an interrupted fan-out reports it at once ("" : nothing known).
+        self.standing = ""
         self.recovered: List[str] = []
         self._local_api = LocalApiCheck(host, self.manifests_dir)
         self.origin = "cpctl"                 # the command in whose session changes happen (history)
@@ -111,7 +115,6 @@ class Node:
         # and the node's view (scan, parked) as it would be after them (``_planned_paths``).
         self.dry_run = False
         self.planned: List[journal.Change] = []
-        self.overdue_hook: Optional[Callable[[], List[str]]] = None   # ops.confirm, set by ops.wiring
         # after the journal's recovery, under the lock: what else a killed change left to put back
         # (``core.keptin.settle``: a ClusterConfiguration change whose manifest change did not stay)
         self.recovery_hooks: List[Callable[[], List[str]]] = []
@@ -120,6 +123,12 @@ class Node:
 
     def _log(self, message: str) -> None:
         self.log(message)
+
+    def command(self, *words: str) -> str:
+        """A cpctl command line for a hint about this node (``cpctl -H m1 confirm kube-apiserver``
+        over SSH): the one way a message names a cpctl command (``settings.command_hint``)."""
+        from cpctl.core.settings import command_hint
+        return command_hint(self.invocation, *words)
 
     @property
     def identity(self) -> Optional[NodeIdentity]:
@@ -252,7 +261,7 @@ class Node:
             return [], []
         found = [entries[name] for name in sorted(entries)]
         now = {e.file: self.checksum_of(self.manifests_dir + "/" + e.file) or None for e in found}
-        return found, ([problem] if problem else []) + [pending.describe(e, now[e.file]) for e in found]
+        return found, ([problem] if problem else []) + [pending.describe(e, now[e.file], self.command) for e in found]
 
     def lock_busy(self) -> bool:
         """True when another cpctl holds this node's lock now (taken and released at once if free)."""
@@ -326,12 +335,6 @@ class Node:
             ("scan_dir", {"path": self.manifests_dir, "limit": manifests.MAX_MANIFEST_BYTES}),
             ("lstat", {"path": confirmations.directory(self.state)}),
             ("scan_dir", {"path": confirmations.directory(self.state), "limit": confirmations.MAX_ARM_BYTES})]
-
-    def revert_overdue(self) -> List[str]:
-        """Revert unconfirmed changes past their deadline (``--confirm-within``) through the hook
-        ``ops.wiring`` sets, once per run; what it did, one line each."""
-        hook, self.overdue_hook = self.overdue_hook, None
-        return hook() if hook is not None and not self.dry_run else []
 
     def resolve(self, wanted: str, scan: DirScan, parked: Mapping[str, Mapping[str, object]]
                 ) -> Tuple[List[Manifest], List[str]]:
@@ -635,7 +638,7 @@ class Node:
                 found = why_not_running(self.host, self.crictl, self.kubeconfig, target)
                 message += " (%s)" % "; ".join(found) if found else ""
                 if any(_crash_looping(line) for line in found):
-                    message += "; " + BACKOFF_NOTE
+                    message += "; " + BACKOFF_NOTE % self.command("edit", target.component)
             raise CpctlError(message, exc.code, hint=exc.hint, where=where) from None
         except (KeyboardInterrupt, Terminated) as exc:
             signal = interrupted_by(exc)
@@ -698,8 +701,6 @@ class _Session:
         self._lock: Optional[ContextManager[None]] = None
 
     def __enter__(self) -> Node:
-        for message in self.node.revert_overdue():      # before the lock: the revert takes it itself
-            self.node.log(message)
         self.node.origin = self.what
         manifests.check_manifests_dir(self.node.host, self.node.manifests_dir)
         if self.node.dry_run:
@@ -730,7 +731,7 @@ class _Session:
         real run would finish or undo it first."""
         if self.node.state.ensure(create=False) and self.node.state.read_journal() is not None:
             self.node.recovered.append("an interrupted change is pending: the real run finishes or undoes it "
-                                       "first (cpctl status shows it)")
+                                       "first (%s shows it)" % self.node.command("status"))
         if self.changing:
             self.node.check_registered()
         return self.node

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
 from cpctl.core import manifests
+from cpctl.core.settings import command_hint_here
 from cpctl.core.state import MAX_STATE_FILE, PENDING, StateDir
 from cpctl.host.base import Host
 
@@ -124,16 +125,17 @@ def clear(host: Host, state: StateDir, filename: str, op: Optional[str] = None, 
         pass
 
 
-def describe(entry: Pending, in_place: Optional[str]) -> str:
-    """One line about a change never verified: which, when, by whom, and what to do."""
+def describe(entry: Pending, in_place: Optional[str], command: Callable[..., str] = command_hint_here) -> str:
+    """One line about a change never verified: which, when, by whom, and what to do (``command``:
+    ``Node.command``, the hints' cpctl command lines)."""
     text = ("%s of %s (%s) on %s at %s by %s (pid %d) was never verified: cpctl stopped while waiting for the new "
             "pod, so the version in place may not be healthy" % (entry.action, entry.component, entry.file,
                                                                   entry.node, entry.started, entry.by, entry.pid))
     if in_place is not None and in_place != entry.checksum:
         text += " (the file has changed since)"
-    return text + ("; check it with cpctl status %s, then confirm it with cpctl start %s or undo it with cpctl "
-                   "rollback %s (revision %d holds the previous version)"
-                   % (entry.component, entry.component, entry.component, entry.revision))
+    return text + ("; check it with %s, then confirm it with %s or undo it with %s (revision %d holds the previous "
+                   "version)" % (command("status", entry.component), command("start", entry.component),
+                                 command("rollback", entry.component), entry.revision))
 
 
 def notices(host: Host, state: StateDir, in_place: Dict[str, Optional[str]]) -> List[str]:

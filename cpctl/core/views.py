@@ -77,7 +77,6 @@ def status(node: Node, wanted: Optional[List[str]] = None) -> Report:
     stuck: List[str] = []
     recent = ("read_tail", {"path": node.state.history_path, "limit": RECENT_HISTORY_BYTES})
     with node.host.prefetched(node.view_reads() + [node.state.read_call(node.state.baseline_path), recent]):
-        overdue_first(node)
         if node.state.ensure(create=False) and (journal_pending(node) or kept_to_settle(node)):
             try:
                 node.finish_interrupted("cpctl status")
@@ -173,14 +172,6 @@ def pod_state(observed: Optional[Mapping[str, object]]) -> str:
     return "running" if observed.get("ready") else "not-ready"
 
 
-def overdue_first(node: Node) -> None:
-    """Before a view: revert unconfirmed changes past their deadline (the node's hook, once; the
-    confirm dir's lstat is one of ``view_reads``; a revert's writes drop the prefetched answers)."""
-    if node.overdue_hook is not None and node.host.lstat(confirmations.directory(node.state)) is not None:
-        for message in node.revert_overdue():
-            node.log(message)
-
-
 def _unconfirmed(node: Node, rows: List[Row]) -> List[str]:
     """Mark each row whose last change awaits ``cpctl confirm`` (``unconfirmed``: its deadline);
     a confirm record that cannot be read is a warning line, never a dead view."""
@@ -188,14 +179,15 @@ def _unconfirmed(node: Node, rows: List[Row]) -> List[str]:
         arms = confirmations.read_all(node.host, node.state) if node.state.ensure(create=False) else []
     except CpctlError as exc:
         return [exc.message]
+    import time
+    now = time.time()
     by_file = {a.file: a for a in arms}
     for row in rows:
         arm = by_file.get(str(row.get("file") or ""))
         if arm is not None and row.get("state") == "present":
             row["unconfirmed"] = {"deadline": arm.deadline, "by": arm.by, "action": arm.action,
-                                  "revision": arm.revision, "timer": arm.timer}
-    return ["%s: unconfirmed, reverts at %s unless: cpctl confirm %s" % (a.component, a.deadline, a.component)
-            for a in arms]
+                                  "revision": arm.revision, "timer": arm.timer, "overdue": arm.overdue(now)}
+    return ["%s: %s" % (a.component, a.pending_text(now, node.command)) for a in arms]
 
 
 def _last_changes(node: Node, rows: List[Row]) -> None:
@@ -262,7 +254,7 @@ def _missing_rows(node: Node, scan: DirScan, parked: Mapping[str, Mapping[str, o
         rows.append({"component": str(entry.get("pod") or manifests.file_stem(filename)),
                      "namespace": namespace if isinstance(namespace, str) else None, "file": filename,
                      "state": "missing", "checksum": checksum if isinstance(checksum, str) else None,
-                     "pod_state": None, "fix": "cpctl check --fix --restore-missing"})
+                     "pod_state": None, "fix": node.command("check", "--fix", "--restore-missing")})
     return rows
 
 

@@ -12,8 +12,10 @@
 The timer comes first: a cpctl killed in between leaves a timer that finds no arm and does nothing
 (the change then stands unarmed, as a plain change); once the arm is recorded, a revert happens
 even if cpctl, its terminal or its SSH session die: by the timer, or - when the timer was lost (a
-reboot drops transient units) - by the next cpctl command that opens the node
-(:func:`revert_overdue`; the shipped ``cpctl-check.timer`` runs one every 5 minutes).
+reboot drops transient units) - by ``cpctl revert-unconfirmed --overdue`` (:func:`revert_overdue`; the
+shipped ``cpctl-check.service`` runs it every 5 minutes). No other command reverts an overdue arm:
+read-only ones report it, changes of the armed component refuse (``Arm.refusal``), ``confirm`` of it
+refuses (too late).
 
 :func:`confirm` stops the timer and removes the arm (history ``confirmed``). :func:`revert` puts
 the arm's revision back - manifest and companion files - through the one change path and the
@@ -32,7 +34,7 @@ import secrets
 import subprocess
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 from cpctl.core import confirmations, journal, manifests, revisions
 from cpctl.core.confirmations import Arm
@@ -42,6 +44,9 @@ from cpctl.core.state import user_label
 from cpctl.errors import CpctlError, ExitCode, Interrupted, Terminated, interrupted_by
 from cpctl.ops import edits
 from cpctl.timeutil import iso
+
+if TYPE_CHECKING:
+    from cpctl.host.base import RunResult
 
 SYSTEMD_DIR = "/run/systemd/system"       # exists when systemd is PID 1 (sd_booted)
 TIMER_ENV = "CPCTL_CONFIRM_TIMER"         # force "systemd" or "process" (tests, odd init systems)
@@ -102,7 +107,8 @@ def arm(node: Node, result: edits.ChangeResult, options: ConfirmOptions, launche
         except BaseException:
             _stop_timer(node, armed)
             raise
-    return dataclasses.replace(result, confirm=dict(armed.to_dict(), armed=True))
+    return dataclasses.replace(result, confirm=dict(armed.to_dict(), armed=True,
+                                                    hint=node.command("confirm", component)))
 
 
 def _kept_revision(node: Node, filename: str, number: int, previous: str) -> revisions.Revision:
@@ -162,8 +168,8 @@ def _systemd_run(node: Node, armed: Arm, seconds: int, unit: str, argv: List[str
     proc = node.host.run(command + ["--"] + argv, timeout=30.0)
     if proc.rc != 0:
         raise CpctlError("cannot arm the revert of %s: systemd-run failed: %s; the change stands, NOT armed (undo "
-                         "it with cpctl rollback %s)" % (armed.component, _text(proc.stderr), armed.component),
-                         ExitCode.ENVIRONMENT)
+                         "it with %s)" % (armed.component, _text(proc.stderr),
+                                          node.command("rollback", armed.component)), ExitCode.ENVIRONMENT)
 
 
 def _plan_base(node: Node, armed: Arm) -> str:
@@ -201,8 +207,9 @@ def _start_remote(node: Node, armed: Arm, deadline: int, launcher: Launcher) -> 
                             + argv + ["--at", str(deadline)], timeout=30.0, env={"CPCTL_CONFIRM_LOG": log})
     pid = started.stdout.decode("ascii", "replace").strip()
     if started.rc != 0 or not pid.isdigit():
-        raise CpctlError("cannot arm the revert of %s on %s: %s; the change stands, NOT armed" % (
-            armed.component, node.node_name, _text(started.stderr)), ExitCode.ENVIRONMENT)
+        raise CpctlError("cannot arm the revert of %s on %s: %s; the change stands, NOT armed (undo it with %s)" % (
+            armed.component, node.node_name, _text(started.stderr), node.command("rollback", armed.component)),
+            ExitCode.ENVIRONMENT)
     return "process", "", int(pid)
 
 
@@ -285,17 +292,30 @@ def _is_our_process(node: Node, armed: Arm) -> bool:
 # --- confirm ------------------------------------------------------------------------------------
 def confirm(node: Node, wanted: Optional[str], why: Optional[str] = None) -> Dict[str, object]:
     """Disarm ``wanted`` (a component; None: every arm of the node): timer stopped, arm removed
-    (history ``confirmed``). Nothing armed for a named component: NOT_FOUND (exit 3)."""
+    (history ``confirmed``). Nothing armed for a named component: "already confirmed" (exit 0) or
+    NOT_FOUND (exit 3, ``_nothing_armed``). An arm past its deadline is not confirmed: too late, its
+    revert is owed (the node's timer does it; nothing here reverts it): REFUSED (exit 4), after the
+    others of ``--all`` are confirmed."""
     with node.session("cpctl confirm %s" % (wanted or "--all"), changing=False):
         arms = confirmations.read_all(node.host, node.state)
         chosen = arms if wanted is None else [a for a in arms if a.matches(wanted)]
         if wanted is not None and not chosen:
             return _nothing_armed(node, wanted)
+        now = time.time()
+        late = [a for a in chosen if a.overdue(now)]
         done = []
         for armed in chosen:
+            if armed in late:
+                continue
             node.apply(confirmations.disarm_change(node.state, armed, "confirmed", why or "confirmed by the operator"))
             _stop_timer(node, armed)
             done.append(armed.component)
+    if late:
+        raise CpctlError("%sNOT confirmed: %s: not confirmed by %s, too late to keep (%s); the change is not kept: "
+                         "make it again once reverted" % ("confirmed: %s; " % ", ".join(done) if done else "",
+                                                     ", ".join(a.component for a in late), late[0].deadline,
+                                                     late[0].pending_text(now, node.command)),
+                         ExitCode.REFUSED)
     message = "confirmed: %s" % ", ".join(done) if done else "nothing armed"
     return {"node": node.node_name, "changed": bool(done), "confirmed": done, "message": message}
 
@@ -315,8 +335,8 @@ def _nothing_armed(node: Node, wanted: str) -> Dict[str, object]:
         raise CpctlError("%s has no unconfirmed change: it was REVERTED at %s (%s), the change is not in place; make "
                          "it again to keep it" % (wanted, last.get("time"), last.get("reason") or "not confirmed"),
                          ExitCode.NOT_FOUND)
-    raise CpctlError("%s has no unconfirmed change (nothing armed; cpctl history %s shows its changes)"
-                     % (wanted, wanted), ExitCode.NOT_FOUND)
+    raise CpctlError("%s has no unconfirmed change (nothing armed on %s; %s shows its changes)"
+                     % (wanted, node.node_name, node.command("history", wanted)), ExitCode.NOT_FOUND)
 
 
 # --- revert -------------------------------------------------------------------------------------
@@ -399,11 +419,12 @@ def _interrupted(node: Node, armed: Arm, why: str, log: Callable[[str, bool], No
     what = "%s during the revert of the unconfirmed change of %s" % (signal, name)
     if node.checksum_of(node.manifests_dir + "/" + armed.file) != armed.previous:
         return _loud(log, Interrupted(signal, what, where="NOT reverted yet: the arm stays, the revert is retried "
-                                                          "(cpctl revert-unconfirmed %s does it now)" % name))
+                                                          "(%s does it now)" % node.command("revert-unconfirmed",
+                                                                                             name)))
     node.apply(confirmations.disarm_change(node.state, armed, "reverted", why,
                                            outcome="NOT verified: %s before its verdict" % signal))
-    return _loud(log, Interrupted(signal, what, where="reverted to revision %d, NOT verified (check it with cpctl "
-                                                      "status %s)" % (armed.revision, name)))
+    return _loud(log, Interrupted(signal, what, where="reverted to revision %d, NOT verified (check it with %s)"
+                                                      % (armed.revision, node.command("status", name))))
 
 
 def _drop(node: Node, armed: Arm, why: str) -> None:
@@ -419,9 +440,9 @@ def _loud(log: Callable[[str, bool], None], exc: Loud) -> Loud:
 
 
 def revert_overdue(node: Node, log: Callable[[str, bool], None]) -> List[str]:
-    """Revert every arm past its deadline (a timer lost to a reboot, a process killed): what the
-    next cpctl command on the node does first. Returns one line per arm handled; a failed revert is
-    a line too (the command that noticed it goes on)."""
+    """Revert every arm past its deadline (a timer lost to a reboot, a process killed): ``cpctl
+    revert-unconfirmed --overdue``, the step the shipped ``cpctl-check.service`` runs. Returns one line
+    per arm handled; a failed revert is a line too (the others are still tried)."""
     if node.dry_run or not node.state.ensure(create=False):
         return []
     try:
@@ -462,13 +483,61 @@ def run_check(node: Node, armed: Mapping[str, object], options: ConfirmOptions) 
     from cpctl.timeutil import parse_iso
     left = max(1.0, parse_iso(str(armed["deadline"])) - time.time())
     try:
-        proc = node.host.run(["sh", "-c", options.check], timeout=left)
-    except (OSError, CpctlError) as exc:
-        return False, "--confirm-check could not run: %s" % getattr(exc, "message", exc)
+        proc = node.host.run(["sh", "-c", options.check], timeout=left) if node.host.is_remote else \
+            _run_here(options.check, left)
+    except CpctlError as exc:
+        if exc.code == ExitCode.UNREACHABLE:     # the connection is gone: nothing can revert from here
+            raise
+        return False, "--confirm-check could not run: %s" % exc.message
+    except OSError as exc:
+        return False, "--confirm-check could not run: %s" % exc
     if proc.rc == 0:
         return True, "--confirm-check %r succeeded" % options.check
     return False, "--confirm-check %r failed (exit %s): %s" % (options.check, proc.rc,
                                                                _text(proc.stderr or proc.stdout))
+
+
+def _run_here(check: str, timeout: float) -> "RunResult":
+    """``sh -c check`` on this machine in a process group of its own: a Ctrl-C or SIGTERM of cpctl, or
+    the deadline, stops the whole check (what the shell started too), not only the shell."""
+    import signal
+
+    from cpctl.host.base import RunResult
+    proc = subprocess.Popen(["sh", "-c", check], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        return RunResult(124, out, b"timed out")
+    except BaseException:
+        _kill_group(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    return RunResult(proc.returncode, out, err)
+
+
+def _kill_group(pid: int, signal_number: int) -> None:
+    try:
+        os.killpg(pid, signal_number)
+    except OSError:                  # the group is gone already
+        pass
+
+
+def node_log(node: Node) -> Callable[[str, bool], None]:
+    """Where a revert's lines go on ``node``: this machine's syslog (``syslog_writer``), or for a
+    master over SSH the master's, through its ``logger`` (best effort: the run's own output says it too)."""
+    if not node.host.is_remote:
+        return syslog_writer()
+
+    def write(message: str, loud: bool) -> None:
+        try:
+            node.host.run(["logger", "-t", "cpctl", "-p", "daemon.err" if loud else "daemon.notice", "--",
+                           ("ERROR: " if loud else "") + message], timeout=10.0)
+        except (OSError, CpctlError):
+            pass
+    return write
 
 
 def syslog_writer(tag: str = "cpctl") -> Callable[[str, bool], None]:

@@ -23,13 +23,27 @@ import difflib
 import json
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, AbstractSet, Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple, TypedDict
+from typing import (
+    TYPE_CHECKING,
+    AbstractSet,
+    Any,
+    Callable,
+    Dict,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+    TypedDict,
+)
 
-from cpctl.core import flags, journal, manifests, outside, views
+from cpctl.core import flags, journal, manifests, outside
 from cpctl.core import kubeadmconfig as kc
 from cpctl.core.manifests import DirScan
 from cpctl.core.node import Node
 from cpctl.core.podspec import shown
+from cpctl.core.settings import command_hint_here
 from cpctl.core.state import BASELINE as BASELINE_FILE
 from cpctl.core.state import user_label
 from cpctl.errors import Corrupt, CpctlError, ExitCode
@@ -60,7 +74,7 @@ KINDS = {
     "mirror_of_parked": "component parked but its mirror pod still exists",
     "interrupted": "a cpctl operation was interrupted (STATE/journal.json present)",
     "unverified": "a manifest change whose new pod was never verified (cpctl stopped during its wait)",
-    "unconfirmed": "a change made with --confirm-within awaits cpctl confirm: the node reverts it at its deadline",
+    "unconfirmed": "a change made with --confirm-within awaits confirmation: the node reverts it at its deadline",
     "permissions": "state dir is a symlink, group/world accessible or owned by someone else",
     "editor_swap": "an editor swap file: someone is editing a manifest or an editor crashed",
     "no_baseline": "no baseline recorded: missing/changed/unexpected checks skipped",
@@ -93,6 +107,7 @@ class Finding:
         self.component = component
         self.diff = diff
         self.extra: Dict[str, object] = extra       # kind-specific JSON fields (deadline, lost, files...)
+        self.given_fix = fix                        # else ``how_to_fix``, for the node (``Report.add``)
         self.fix = fix or how_to_fix(kind, file, component, extra)
 
     def to_dict(self) -> Dict[str, object]:
@@ -103,42 +118,52 @@ class Finding:
         return data
 
 
-def how_to_fix(kind: str, file: Optional[str], component: Optional[str], extra: Mapping[str, object]) -> str:
-    """The command (or step) that repairs a finding of ``kind``: every finding says how to act on it."""
+def how_to_fix(kind: str, file: Optional[str], component: Optional[str], extra: Mapping[str, object],
+               command: Callable[..., str] = command_hint_here) -> str:
+    """The command (or step) that repairs a finding of ``kind``: every finding says how to act on it.
+    ``command``: how a cpctl command line is written for the node checked (``Node.command``: with the
+    ``-H``/``-i`` that reach it)."""
     name = component or manifests.file_stem(file or "") or "COMPONENT"
     if kind == "overdue_park":
-        return "cpctl start %s%s" % (name, " (or cpctl check --fix)" if extra.get("deadline") else "")
+        return command("start", name) + (" (or %s)" % command("check", "--fix") if extra.get("deadline") else "")
     if kind == "stray":
-        return "cpctl check --fix --remove-strays%s" % (" --allow-restart" if extra.get("runs_pod") else "")
+        return command("check", "--fix", "--remove-strays", *(["--allow-restart"] if extra.get("runs_pod") else []))
+    if kind == "unconfirmed":
+        if extra.get("overdue"):
+            return ("nothing: the node's revert timer reverts it (overdue since its deadline); %s reverts it now"
+                    % command("revert-unconfirmed", name))
+        return "%s (keeps the change), or let it revert at its deadline" % command("confirm", name)
     fixes = {
-        "missing": "cpctl check --fix --restore-missing (writes it back from the baseline's copy)",
-        "changed": "cpctl baseline --accept (if the change is intended; otherwise put the baseline content shown in "
-                   "the diff back with cpctl apply %s -f FILE)" % name,
-        "unexpected": "cpctl baseline --accept (if it is intended; otherwise cpctl stop %s parks it)" % name,
-        "duplicate": "cpctl check --fix --remove-strays --allow-restart",
-        "mirror_not_ready": "cpctl logs %s --previous (why it does not run), then cpctl rollback %s or fix the "
-                            "manifest" % (name, name),
+        "missing": "%s (writes it back from the baseline's copy)" % command("check", "--fix", "--restore-missing"),
+        "changed": "%s (if the change is intended; otherwise put the baseline content shown in the diff back with "
+                   "%s)" % (command("baseline", "--accept"), command("apply", name, "-f", "FILE")),
+        "unexpected": "%s (if it is intended; otherwise %s parks it)" % (command("baseline", "--accept"),
+                                                                         command("stop", name)),
+        "duplicate": command("check", "--fix", "--remove-strays", "--allow-restart"),
+        "mirror_not_ready": "%s (why it does not run), then %s or fix the manifest" % (
+            command("logs", name, "--previous"), command("rollback", name)),
         "mirror_of_parked": "wait for the kubelet to drop it, else check the kubelet (journalctl -u kubelet)",
-        "interrupted": "cpctl check --fix",
-        "unverified": "cpctl start %s (waits for the pod and confirms the change) or cpctl rollback %s" % (name, name),
-        "unconfirmed": "cpctl confirm %s (keeps the change), or let it revert at its deadline" % name,
+        "interrupted": command("check", "--fix"),
+        "unverified": "%s (waits for the pod and confirms the change) or %s" % (command("start", name),
+                                                                                 command("rollback", name)),
         "permissions": "chown root: %s && chmod 700 %s (a symlink: replace it with a directory)" % (file, file),
         "editor_swap": "finish the edit, or remove %s if the editor crashed" % file,
-        "no_baseline": "cpctl baseline",
-        "check_skipped": "cpctl check --probe api (or --probe crictl)",
-        "lost_change": "set them again, kept where the next upgrade looks: cpctl flags %s %s --keep-in "
-                       "kubeadm-config (cpctl revisions %s shows the version they were in)"
-                       % (name, set_args(extra.get("lost")), name),
+        "no_baseline": command("baseline"),
+        "check_skipped": "%s (or --probe crictl)" % command("check", "--probe", "api"),
+        "lost_change": "set them again, kept where the next upgrade looks: %s %s --keep-in kubeadm-config (%s shows "
+                       "the version they were in)" % (command("flags", name), set_args(extra.get("lost")),
+                                                      command("revisions", name)),
         "upgrade_in_flight": "let kubeadm upgrade finish (or clean up after a failed one), then retry",
-        "kubeadm_drops": "cpctl flags %s %s --keep-in kubeadm-config" % (name, set_args(extra.get("flags"))),
-        "kubeadm_data_dir": "cpctl flags etcd --set data-dir=DIR --keep-in kubeadm-config (sets etcd.local.dataDir)",
+        "kubeadm_drops": "%s %s --keep-in kubeadm-config" % (command("flags", name), set_args(extra.get("flags"))),
+        "kubeadm_data_dir": "%s (sets etcd.local.dataDir)" % command("flags", "etcd", "--set", "data-dir=DIR",
+                                                                     "--keep-in", "kubeadm-config"),
         "kubeadm_patch_fails": "fix or remove the patch file; keep flags with --keep-in kubeadm-config instead",
         "kubeadm_patch_unchecked": "compare by hand: kubeadm upgrade diff (or kubeadm upgrade apply --dry-run "
                                    "--patches DIR) shows what it renders",
         "upgrade_failed": "read kubeadm's output, fix the cause, run kubeadm upgrade again; remove the leftover "
                           "kubeadm-upgraded-manifests dir once done",
-        "cert_expiring": "kubeadm certs renew all on this master, then cpctl restart --stale-certs",
-        "cert_stale": "cpctl restart --stale-certs (cpctl certs shows why)",
+        "cert_expiring": "kubeadm certs renew all on this master, then %s" % command("restart", "--stale-certs"),
+        "cert_stale": "%s (%s shows why)" % (command("restart", "--stale-certs"), command("certs")),
     }
     return fixes[kind]
 
@@ -171,8 +196,11 @@ class Report:
         self.parked_until: Dict[str, float] = {}    # component -> Unix time its --for deadline ends
         #: (component, manifest file, Unix time the node reverts it) of each change awaiting cpctl confirm
         self.unconfirmed: List[Tuple[str, str, float]] = []
+        self.command: Callable[..., str] = command_hint_here     # ``Node.command`` of the node checked
 
     def add(self, finding: Finding) -> None:
+        if not finding.given_fix:         # its command lines with the -H/-i that reach this node
+            finding.fix = how_to_fix(finding.kind, finding.file, finding.component, finding.extra, self.command)
         self.findings.append(finding)
 
     @property
@@ -228,7 +256,7 @@ def baseline_path(node: Node) -> str:
 def read_baseline(node: Node) -> Optional[Dict[str, object]]:
     """The recorded baseline, None when there is none; a corrupt file is an environment error."""
     path = baseline_path(node)
-    repair = "inspect it, or replace it with cpctl baseline --accept"
+    repair = "inspect it, or replace it with %s" % node.command("baseline", "--accept")
     value = node.state.read_json(path, repair)
     if value is None:
         return None
@@ -296,11 +324,13 @@ def snapshot(node: Node) -> Dict[str, object]:
     """
     scan, parked = node.scan(), node.parked()
     report = Report(node.node_name, time.time())
+    report.command = node.command
     _check_strays(report, scan, None, parked)
     if report.problems:
         listed = "; ".join("%s: %s" % (f.file, f.message) for f in report.problems)
         raise CpctlError("refusing to record a baseline while the manifests dir has strays (%s)" % listed,
-                         ExitCode.REFUSED, hint="move them away first (cpctl check --fix --remove-strays)")
+                         ExitCode.REFUSED, hint="move them away first (%s)" % node.command("check", "--fix",
+                                                                                          "--remove-strays"))
     entries: Dict[str, Dict[str, object]] = {m.file: _entry(m.pod, m.data, "present") for m in scan.valid}
     for filename in parked:
         data = _read_parked(node, filename)
@@ -429,20 +459,20 @@ def check(node: Node, max_parked: Optional[float] = None, now: Optional[float] =
     now = time.time() if now is None else now
     reads = node.view_reads() + [node.state.read_call(p) for p in (node.state.journal_path, baseline_path(node))]
     with node.host.prefetched(reads + outside.view_reads(node)):
-        views.overdue_first(node)           # an unconfirmed change past its deadline reverts first
-        report = Report(node.node_name, now)
+        report = Report(node.node_name, now)     # read-only: an overdue arm is reported, never reverted
+        report.command = node.command
         _check_permissions(report, node)
         _check_journal(report, node)
         scan, parked = node.scan(), node.parked()
         baseline = read_baseline(node)
         _check_outside(report, node, scan, now)
         _check_unverified(report, node)        # one prefetched lstat when nothing is pending
-        _check_unconfirmed(report, node)
+        _check_unconfirmed(report, node, now)
     _check_parked(report, parked, now, max_parked)
     _check_strays(report, scan, baseline, parked)
     if baseline is None:
-        report.add(Finding("no_baseline", INFO, "no baseline recorded: run cpctl baseline to enable the "
-                           "missing/changed/unexpected checks"))
+        report.add(Finding("no_baseline", INFO, "no baseline recorded: run %s to enable the "
+                           "missing/changed/unexpected checks" % node.command("baseline")))
     else:
         _check_baseline(report, node, scan, parked, baseline)
     _check_mirrors(report, node, scan, parked)
@@ -506,7 +536,7 @@ def _check_kubeadm(report: Report, node: Node, scan: DirScan) -> None:
                                "patches, which cpctl does not evaluate: what follows ignores them"
                                % (m.file, ", ".join(unchecked)), file=m.file, component=m.pod_name,
                                patches=unchecked))
-        for drop in kc.next_upgrade_drops(m.pod, index, config, m.pod_name, changed, patches):
+        for drop in kc.next_upgrade_drops(m.pod, index, config, m.pod_name, changed, patches, node.command):
             shown = " ".join(flags.redact(i) for i in drop.items) if drop.kind == "flags" else ""
             text = flags.redact(drop.text)
             if drop.kind in ("flags", "volumes"):
@@ -573,15 +603,16 @@ def _check_journal(report: Report, node: Node) -> None:
     if entry is None:
         return
     report.add(Finding("interrupted", CRITICAL,
-                       "interrupted %s of %s (%s): the next cpctl command completes or rolls it back; cpctl "
-                       "check --fix does it now" % (entry.get("action"), entry.get("component"),
-                                                    journal.started_text(entry)),
+                       "interrupted %s of %s (%s): the next cpctl command completes or rolls it back; %s does "
+                       "it now" % (entry.get("action"), entry.get("component"), journal.started_text(entry),
+                                   node.command("check", "--fix")),
                        file=entry.get("file"), component=entry.get("component")))
 
 
-def _check_unconfirmed(report: Report, node: Node) -> None:
+def _check_unconfirmed(report: Report, node: Node, now: float) -> None:
     """Changes armed with --confirm-within (``ops.confirm``): an info finding each, with the deadline
-    (the textfile metrics count them as ``kind="unconfirmed"``)."""
+    (the textfile metrics count them as ``kind="unconfirmed"``); a warning once overdue - reported, not
+    reverted: that is the node's timer's job, or ``revert-unconfirmed``'s."""
     from cpctl.core import confirmations
     if node.host.lstat(confirmations.directory(node.state)) is None:
         return
@@ -595,9 +626,11 @@ def _check_unconfirmed(report: Report, node: Node) -> None:
             report.unconfirmed.append((arm.component, arm.file, arm.deadline_epoch()))
         except (TypeError, ValueError):     # a deadline that is no time: the finding still names it
             pass
-        report.add(Finding("unconfirmed", INFO, "%s: unconfirmed, reverts at %s (%s by %s)" % (
-            arm.component, arm.deadline, arm.action, arm.by), file=arm.file, component=arm.component,
-            deadline=arm.deadline))
+        overdue = arm.overdue(now)
+        report.add(Finding("unconfirmed", WARNING if overdue else INFO, "%s: %s (%s by %s)" % (
+            arm.component, arm.pending_text(now, node.command), arm.action, arm.by), file=arm.file,
+            component=arm.component,
+            deadline=arm.deadline, overdue=overdue))
 
 
 def _check_unverified(report: Report, node: Node) -> None:
@@ -708,7 +741,8 @@ def _check_baseline(report: Report, node: Node, scan: DirScan, parked: Mapping[s
     for m in scan.valid:
         if m.file not in expected and m.file not in stray_files:
             report.add(Finding("unexpected", WARNING, "%s (pod %s) is not in the baseline: if it is intended, run "
-                               "cpctl baseline --accept" % (m.file, m.pod_name), file=m.file, component=m.pod_name))
+                               "%s" % (m.file, m.pod_name, report.command("baseline", "--accept")), file=m.file,
+                               component=m.pod_name))
 
 
 def unified_diff(old: str, new: str, old_name: str, new_name: str) -> str:
@@ -728,13 +762,14 @@ def _add_changed(report: Report, filename: str, entry: Mapping[str, object], dat
     diff = unified_diff(expected, text, "baseline/" + filename, path)
     if manifests.same_pod(expected.encode("utf-8"), data):
         report.add(Finding("changed", INFO, "%s differs from the baseline only in comments, formatting or API "
-                           "defaults: the kubelet runs the same pod (cpctl baseline --accept records it)" % path,
+                           "defaults: the kubelet runs the same pod (%s records it)" % (
+                               path, report.command("baseline", "--accept")),
                            file=filename,
                            component=_text(entry.get("pod")), diff=diff))
         return
-    report.add(Finding("changed", WARNING, "%s differs from the baseline (changed out of band; cpctl baseline "
-                       "--accept makes it the new truth)" % path, file=filename, component=_text(entry.get("pod")),
-                       diff=diff))
+    report.add(Finding("changed", WARNING, "%s differs from the baseline (changed out of band; %s makes it the new "
+                       "truth)" % (path, report.command("baseline", "--accept")), file=filename,
+                       component=_text(entry.get("pod")), diff=diff))
 
 
 def _check_mirrors(report: Report, node: Node, scan: DirScan, parked: Dict[str, Dict[str, Any]]) -> None:
@@ -843,8 +878,8 @@ def _action(action: str, file: Optional[str], component: Optional[str], ok: bool
 def _restore(node: Node, finding: Finding, timeout: float) -> FixAction:
     if not finding.extra.get("deadline"):
         return _action("start", finding.file, finding.component, False,
-                       "not restored: no --for deadline was set, so it may be parked on purpose (cpctl start %s)"
-                       % finding.component)
+                       "not restored: no --for deadline was set, so it may be parked on purpose (%s)"
+                       % node.command("start", str(finding.component)))
     try:
         outcome = node.start(finding.component or manifests.file_stem(finding.file or ""), wait=True,
                              timeout=timeout, reason="its --for deadline passed")

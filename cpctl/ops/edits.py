@@ -204,9 +204,10 @@ def current(node: Node, component: str, action: str) -> Manifest:
     present, parked_hits = node.resolve(component, scan, parked)
     if not present:
         if parked_hits:
-            raise CpctlError("%s is parked (%s): start it first (cpctl start %s), then %s it; or %s the parked "
-                             "copy: cpctl %s %s --parked" % (component, node.state.parked_path(parked_hits[0]),
-                                                             component, action, action, action, component),
+            raise CpctlError("%s is parked (%s): start it first (%s), then %s it; or %s the parked "
+                             "copy: %s" % (component, node.state.parked_path(parked_hits[0]),
+                                           node.command("start", component), action, action,
+                                           node.command(action, component, "--parked")),
                              ExitCode.REFUSED)
         raise node.not_found(component)
     manifest = node.single(component, present, "it cannot be %s: fix or remove the file by hand" % _done(action))
@@ -331,7 +332,7 @@ def refuse_now(node: Node, manifest: Manifest, action: str, force: bool, parked:
     flight (unless ``force``)."""
     component = manifest.pod_name or manifest.file
     if not parked:
-        confirmations.refuse_armed(node.host, node.state, manifest.file, action)
+        confirmations.refuse_armed(node.host, node.state, manifest.file, action, node.command)
     if not force:
         outside.refuse_in_flight(node, "%s of %s%s" % (action, "the parked copy of " if parked else "", component))
 
@@ -362,11 +363,12 @@ def review(node: Node, manifest: Manifest, new: bytes, source: str, action: str,
     if _companions_unchanged(node, manifest, new, companions, action):
         return None
     check_revisable(manifest.file)
-    companion_files.check_mounted(new, companions, node.node_root, "%s of %s" % (action, component))
+    companion_files.check_mounted(new, companions, node.node_root, "%s of %s" % (action, component),
+                                  node.command("flags", component))
     verdict = checks.review(node.host, manifest, new, node.scan(), source, node.node_root,
                             _coming(node, companions))
     verdict.refuse_if_bad("%s of %s%s" % (action, "the parked " if parked else "", component), force,
-                          edit="cpctl edit %s%s" % (component, " --parked" if parked else ""))
+                          edit=node.command("edit", component, *(["--parked"] if parked else [])))
     return verdict
 
 
@@ -387,7 +389,7 @@ def plan(node: Node, component: str, new: bytes, source: str, action: str, force
                                    % ("parked copy" if parked else "file"))
     effect = _effect_text(node, manifest, new, manifests.pod_effect(manifest.data, new), "would ")
     if parked:
-        effect = "it is parked: nothing runs it until cpctl start %s" % component
+        effect = "it is parked: nothing runs it until %s" % node.command("start", component)
     _, _, planned = build(node, manifest, new, action, None, keep, {}, companions, keep_in, parked)
     return dataclasses.replace(result, message="would %s %s: %s" % (action, manifest.path, effect),
                                warnings=verdict.warnings, diff=text_diff(manifest.data, new, manifest.file),
@@ -540,14 +542,14 @@ def _judge(node: Node, target: PodTarget, before: Before, written: Written, opti
         still_ours(node, written, options, "before its verdict")
         raise InterruptedKept(stop.signal, "%s of %s interrupted after verification (%s; %.0fs of the %.0fs settle "
                           "watched); kept" % (action, component, stop.result.detail, stop.waited, options.settle),
-                          where="%s; cpctl rollback %s undoes it" % (_kept_text(done), component)) from None
+                          where="%s; %s undoes it" % (_kept_text(done), node.command("rollback", component))) from None
     still_ours(node, written, options, "before its verdict")
     if result.verified or isinstance(node.waiter, NoWait):
         return dataclasses.replace(done, wait=dict(result.to_dict()),
                                    message="%s: %s; %s" % (_past(action), result.detail, _kept_text(done)))
     raise CpctlError("%s of %s is in place but NOT verified: %s; not rolled back (nothing showed it failing): check "
-                     "with cpctl status, undo with cpctl rollback %s" % (action, component, result.detail, component),
-                     ExitCode.TIMEOUT)
+                     "with %s, undo with %s" % (action, component, result.detail, node.command("status"),
+                                                node.command("rollback", component)), ExitCode.TIMEOUT)
 
 
 def _replace_parked(node: Node, component: str, new: bytes, source: str, action: str, options: ApplyOptions,
@@ -576,8 +578,9 @@ def _replace_parked(node: Node, component: str, new: bytes, source: str, action:
         node.apply(change)
     return _result(node, manifest, action, True, parked=True, revision=number, checksum=change.checksum,
                    previous=manifests.checksum(manifest.data), warnings=verdict.warnings, plan=planned,
-                   message="%s in the parked copy %s (not running: nothing to wait for; cpctl start %s runs it); "
-                           "previous version kept as revision %d" % (_past(action), manifest.path, component, number))
+                   message="%s in the parked copy %s (not running: nothing to wait for; %s runs it); "
+                           "previous version kept as revision %d" % (_past(action), manifest.path,
+                                                                     node.command("start", component), number))
 
 
 def crash_loop_check(node: Node, target: PodTarget, effect: str) -> Optional[Callable[[], Optional[str]]]:
@@ -632,9 +635,9 @@ def still_ours(node: Node, written: Written, options: ApplyOptions, when: str) -
     kept = _keep_displaced(node, written, now or "")
     raise CpctlError("%s changed while cpctl waited for the new version of %s: another writer %s; stopped %s: "
                      "their version stays in place, not verified and not rolled back; cpctl's version is %s, the "
-                     "one before it revision %d; compare them and decide (cpctl revisions %s)"
+                     "one before it revision %d; compare them and decide (%s)"
                      % (written.old.path, written.component, theirs, when, kept, written.revision,
-                        written.component), ExitCode.CONFLICT)
+                        node.command("revisions", written.component)), ExitCode.CONFLICT)
 
 
 def _checksum_now(node: Node, path: str) -> Optional[str]:
@@ -750,7 +753,7 @@ def _failed(node: Node, target: PodTarget, written: Written, options: ApplyOptio
     still_ours(node, written, options, "before rolling back")
     if not options.rollback:
         raise CpctlError("new version of %s did not become healthy: %s; left in place (--no-rollback); the previous "
-                         "version is revision %d: cpctl rollback %s" % (component, why, number, component),
+                         "version is revision %d: %s" % (component, why, number, node.command("rollback", component)),
                          exc.code, hint=exc.hint)
     before = node.waiter.before(old_target)      # the failed pod: what the old one must not be taken for
     failed_number = _restore(node, written, "automatic rollback: %s" % message, options)
@@ -814,10 +817,10 @@ def _put_back_now(node: Node, target: PodTarget, original: Before, written: Writ
         if again.code == ExitCode.CONFLICT:
             return CpctlError("%s; %s" % (what, again.message), ExitCode.CONFLICT)
         return Interrupted(signal, "%s, and putting the previous version back failed: %s" % (what, again.message),
-                           where="the new version is still in place: cpctl rollback %s" % component)
+                           where="the new version is still in place: %s" % node.command("rollback", component))
     except (KeyboardInterrupt, Terminated):
         return Interrupted(signal, "%s, interrupted again while putting the previous version back" % what,
-                           where="see where it stands with cpctl status %s" % component)
+                           where="see where it stands with %s" % node.command("status", component))
     kept = "" if number is None else "; the new one is revision %d" % number
     try:
         back = _verify(node, written.old_target or target, before, options)
@@ -845,11 +848,12 @@ def _baseline(node: Node, target: PodTarget, original: Before) -> Before:
 
 # --- flags, rollback, revisions ----------------------------------------------------------------------
 def flags_version(data: bytes, component: str, container: Optional[str], sets: Sequence[Tuple[str, str]],
-                  unsets: Sequence[str]) -> Tuple[bytes, List[str]]:
-    """The manifest ``data`` with the flags changed, and one line per effect (re-formatting noted)."""
+                  unsets: Sequence[str], edit: str = "cpctl edit") -> Tuple[bytes, List[str]]:
+    """The manifest ``data`` with the flags changed, and one line per effect (re-formatting noted);
+    ``edit``: the command a refusal points to."""
     pod = checks.parse_new(data, "the current manifest of %s" % component)
     index, chosen = flags.pick_container(pod, container)
-    lists, said = flags.new_lists(chosen, sets, unsets)
+    lists, said = flags.new_lists(chosen, sets, unsets, edit)
     if lists == {where: list(chosen.get(where) or []) for where in flags.LISTS}:
         return data, said
     new, rewritten = flags.set_flags(data, pod, index, lists)
@@ -893,8 +897,8 @@ def rollback_target(node: Node, component: str, to: Optional[int], force: bool =
     else:
         usable = [r for r in kept if r.checksum != manifest.checksum and not r.failed and r.action != "displaced"]
         if not usable:
-            raise CpctlError("%s has no earlier healthy revision to roll back to (see cpctl revisions %s; choose one "
-                             "with --to)" % (component, component), ExitCode.NOT_FOUND)
+            raise CpctlError("%s has no earlier healthy revision to roll back to (see %s; choose one "
+                             "with --to)" % (component, node.command("revisions", component)), ExitCode.NOT_FOUND)
         before = _replaced_last(node, manifest)
         now = next((r.number for r in reversed(kept) if r.checksum == manifest.checksum), None)
         earlier = [r for r in usable if now is None or r.number < now]
@@ -952,8 +956,8 @@ def _refuse_crossing(node: Node, component: str, manifest: Manifest, kept: List[
     else:
         what = "the manifest in place is no kept revision: replaced outside cpctl"
     raise CpctlError("%s was changed by a writer other than cpctl (%s) since revision %d was in place: rolling back "
-                     "to it would undo that change too; nothing changed. Choose the revision with --to N (see cpctl "
-                     "revisions %s)" % (component, what, chosen.number, component), ExitCode.REFUSED)
+                     "to it would undo that change too; nothing changed. Choose the revision with --to N (see %s)"
+                     % (component, what, chosen.number, node.command("revisions", component)), ExitCode.REFUSED)
 
 
 def _replaced_last(node: Node, manifest: Manifest) -> Optional[str]:

@@ -49,7 +49,7 @@ def _refuse_armed(node: Node, components: Sequence[str]) -> None:
         return
     for arm in confirmations.read_all(node.host, node.state):     # one read of the confirm dir
         if any(arm.matches(wanted) for wanted in components):
-            raise arm.refusal("stop")
+            raise arm.refusal("stop", node.command)
 
 
 def start(node: Node, components: Sequence[str], wait: bool, timeout: float) -> List[Outcome]:
@@ -100,8 +100,9 @@ def _stop_for_restart(node: Node, component: str, reason: str, timeout: float) -
             node.start(component, wait=False, reason="restart aborted: %s" % why)
         except BaseException as again:  # noqa: BLE001 - reported loudly with where it stays
             raise CpctlError("restart of %s aborted (%s) and its manifest could NOT be put back (%s): it stays "
-                             "parked in %s; run: cpctl start %s" % (component, why, _why(again), node.state.parked_dir,
-                                                                   component), ExitCode.ENVIRONMENT) from None
+                             "parked in %s; run: %s" % (component, why, _why(again), node.state.parked_dir,
+                                                        node.command("start", component)),
+                             ExitCode.ENVIRONMENT) from None
         code = exc.code if isinstance(exc, CpctlError) else \
             ExitCode.INTERRUPTED if interrupted_by(exc) else ExitCode.ENVIRONMENT
         raise CpctlError("restart of %s aborted, manifest restored to %s: %s" % (component, node.manifests_dir, why),
@@ -122,7 +123,7 @@ def _where_left(node: Node, component: str, step: str, exc: BaseException) -> Ba
     if not isinstance(exc, (CpctlError, KeyboardInterrupt, Terminated)):
         return exc
     placement = node.placement(component)
-    where = "still parked in %s (cpctl start %s)" % (node.state.parked_dir, component) \
+    where = "still parked in %s (%s)" % (node.state.parked_dir, node.command("start", component)) \
         if placement.parked and not placement.present else "back in %s" % node.manifests_dir
     code = exc.code if isinstance(exc, CpctlError) else ExitCode.INTERRUPTED
     return CpctlError("restart of %s: %s failed (%s); the manifest is %s" % (component, step, _why(exc), where),

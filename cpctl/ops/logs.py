@@ -86,8 +86,8 @@ def follow(node: Node, request: LogRequest, say: Callable[[str], None], show: Ca
         raise CpctlError("no logs of %s on %s: %s" % (target.mirror_name, node.node_name, exc),
                          ExitCode.NOT_FOUND) from None
     except LogsUnavailable as exc:
-        raise CpctlError("cannot follow the log of %s: crictl could not answer (%s); cpctl logs %s without -f "
-                         "asks the API server" % (target.mirror_name, exc, request.component),
+        raise CpctlError("cannot follow the log of %s: crictl could not answer (%s); %s without -f "
+                         "asks the API server" % (target.mirror_name, exc, node.command("logs", request.component)),
                          ExitCode.ENVIRONMENT) from None
     say("%s: following container %s (attempt %d) through crictl; Ctrl-C ends"
         % (target.mirror_name, container, found.attempt))
@@ -110,8 +110,8 @@ def follow(node: Node, request: LogRequest, say: Callable[[str], None], show: Ca
     if proc.returncode:
         raise CpctlError("crictl logs --follow of %s ended with exit %d" % (target.mirror_name, proc.returncode),
                          ExitCode.ENVIRONMENT)
-    say("%s: container %s exited (attempt %d); cpctl logs -f %s follows the next one"
-        % (target.mirror_name, container, found.attempt, request.component))
+    say("%s: container %s exited (attempt %d); %s follows the next one"
+        % (target.mirror_name, container, found.attempt, node.command("logs", "-f", request.component)))
 
 
 def running_target(node: Node, component: str) -> PodTarget:
@@ -127,9 +127,9 @@ def running_target(node: Node, component: str) -> PodTarget:
     if parked_hits:
         meta = parked[parked_hits[0]]
         why = "; reason: %s" % meta["reason"] if meta.get("reason") else ""
-        raise CpctlError("%s is not running on %s: parked since %s by %s%s (`cpctl start %s` brings it back)"
+        raise CpctlError("%s is not running on %s: parked since %s by %s%s (`%s` brings it back)"
                          % (meta.get("component") or component, node.node_name, meta.get("parked_at", "?"),
-                            meta.get("parked_by", "?"), why, component), ExitCode.NOT_FOUND)
+                            meta.get("parked_by", "?"), why, node.command("start", component)), ExitCode.NOT_FOUND)
     raise node.not_found(component)
 
 

@@ -57,9 +57,9 @@ class LeaseForbidden(CpctlError):
     """The scheduler could never take its Lease: refused before anything is written (``yaml``
     holds the Role and RoleBinding that would allow it)."""
 
-    def __init__(self, message: str, yaml: str) -> None:
+    def __init__(self, message: str, yaml: str, dry_run: str = "cpctl scheduler add --dry-run") -> None:
         super().__init__(message, ExitCode.REFUSED, hint="rerun with --grant-rbac, or apply the Role and "
-                                                          "RoleBinding that cpctl scheduler add --dry-run prints")
+                                                          "RoleBinding that %s prints" % dry_run)
         self.yaml = yaml
 
 
@@ -270,8 +270,8 @@ def ensure(node: Node, lease: str, kubeconfig: str, allow_grant: bool) -> LeaseA
     identity = identity_of(node, kubeconfig)
     access = check(node, lease, identity)
     if access.allowed is None and allow_grant and not identity.user:
-        raise CpctlError("--grant-rbac: %s; grant the Lease by hand (cpctl scheduler add --dry-run prints the "
-                         "Role and RoleBinding for a user you name)" % access.why, ExitCode.REFUSED)
+        raise CpctlError("--grant-rbac: %s; grant the Lease by hand (%s prints the Role and RoleBinding for a user "
+                         "you name)" % (access.why, node.command("scheduler", "add", "--dry-run")), ExitCode.REFUSED)
     if access.allowed is False and allow_grant:
         create_rule = access.create_rule
         grant(node, lease, identity.user, create_rule)
@@ -280,5 +280,6 @@ def ensure(node: Node, lease: str, kubeconfig: str, allow_grant: bool) -> LeaseA
     if access.allowed is False:
         raise LeaseForbidden("%s may not %s Lease %s/%s, so the scheduler would never take it and never schedule"
                              % (identity.user, " and ".join(access.denied), NAMESPACE, lease),
-                             as_yaml(lease, identity.user, access.create_rule))
+                             as_yaml(lease, identity.user, access.create_rule),
+                             node.command("scheduler", "add", "--dry-run"))
     return access

@@ -358,8 +358,9 @@ def check_clash(node: Node, scan: DirScan, name: str) -> None:
                              ExitCode.REFUSED)
     for parked_file, meta in node.parked().items():
         if name in (meta.get("component"), manifests.file_stem(parked_file)):
-            raise CpctlError("%r is parked (%s): pick another name or `cpctl start %s`"
-                             % (name, node.state.parked_path(parked_file), name), ExitCode.REFUSED)
+            raise CpctlError("%r is parked (%s): pick another name or `%s`"
+                             % (name, node.state.parked_path(parked_file), node.command("start", name)),
+                             ExitCode.REFUSED)
 
 
 def check_config_path(host: Host, path: str, data: bytes) -> bool:

@@ -25,10 +25,10 @@ if TYPE_CHECKING:
 
 def open_node(settings: Settings, host: Host, probe: Optional[str] = None,
               log: Optional[Callable[[str], None]] = None,
-              progress: Optional[Callable[[str], None]] = None, overdue: bool = True) -> Node:
+              progress: Optional[Callable[[str], None]] = None) -> Node:
     """The node on ``host`` as every command uses it: waiter configured (``probe`` overrides
-    ``settings.probe``), listeners attached, and (``overdue``) any unconfirmed change past its
-    deadline reverted before its first session or view (``ops.confirm``: a timer lost to a reboot).
+    ``settings.probe``), listeners attached. An unconfirmed change past its deadline is NOT
+    reverted here: reverting is the node-side timer's job, or ``revert-unconfirmed``'s (docs/confirm.md).
     The node name and the manifests dir follow the kubelet's own configuration unless given."""
     if settings.manifests_dir and settings.node_name:       # nothing waits for the kubelet's files
         node = Node(host, settings.manifests_dir, settings.state_dir, settings.node_name,
@@ -42,6 +42,7 @@ def open_node(settings: Settings, host: Host, probe: Optional[str] = None,
         node = Node(host, found.manifests_dir.value, settings.state_dir, found.node_name.value,
                     lock_timeout=settings.lock_timeout, log=log, kubeconfig=settings.kubeconfig, identity=found)
     node.crictl = settings.crictl
+    node.invocation = settings.invocation
     node.node_root = settings.node_root
     node.waiter = make_waiter(probe or settings.probe, host=host, kubeconfig=settings.kubeconfig,
                               crictl=settings.crictl, progress=progress)
@@ -52,8 +53,6 @@ def open_node(settings: Settings, host: Host, probe: Optional[str] = None,
             node.waiter.add_gate(CanaryGate())
     node.listeners.append(baseline_listener(node))
     node.recovery_hooks.append(lambda: settle_kept(node))
-    if overdue:
-        node.overdue_hook = lambda: revert_overdue(node)
     return node
 
 
@@ -77,31 +76,6 @@ def settle_kept(node: Node) -> List[str]:
     if node.host.lstat(keptin.directory(node)) is None:
         return []
     return keptin.settle(node)
-
-
-def revert_overdue(node: Node) -> List[str]:
-    """Revert arms past their deadline (the node calls this once, before its first session or view).
-    The arm records are read here, with the arm module alone: the change pipeline (``ops.confirm``,
-    the journal, replace, edits) is imported only when an arm is overdue or cannot be read, so a
-    ``status`` of a node with pending (or no) confirmations loads none of it."""
-    if not _overdue_arms(node):
-        return []
-    from cpctl.ops import confirm
-    return confirm.revert_overdue(node, confirm.syslog_writer())
-
-
-def _overdue_arms(node: Node) -> bool:
-    """Is an arm of the node past its deadline, or is one unreadable (``ops.confirm`` reports it)?"""
-    from cpctl.core import confirmations
-    if node.dry_run or node.host.lstat(confirmations.directory(node.state)) is None:
-        return False
-    if not node.state.ensure(create=False):
-        return False
-    import time
-    try:
-        return any(arm.overdue(time.time()) for arm in confirmations.read_all(node.host, node.state))
-    except CpctlError:
-        return True
 
 
 def baseline_listener(node: Node) -> Callable[[Change, bool], None]:

@@ -134,9 +134,13 @@ def test_status_of_a_node_with_a_pending_confirmation_loads_no_change_code(env: 
     assert _forbidden(modules, NOT_FOR_STATUS + CHANGE_PIPELINE) == []
 
 
-def test_status_loads_the_revert_only_for_an_overdue_arm(env: Dict[str, str]) -> None:
-    """The same record past its deadline: now the view reverts it first, so the revert code loads
-    (the check above is not blind: it reads the record's deadline)."""
+def test_status_of_an_overdue_arm_reports_it_and_loads_no_revert(env: Dict[str, str]) -> None:
+    """The same record past its deadline (issue 35: read-only means read-only): the view reports it
+    overdue and leaves it to the node's timer - no revert code loads, the record stays."""
     _arm(env, time.time() - 5)
     proc, modules = _imports(["status", "-o", "json"], env)
-    assert "cpctl.ops.confirm" in modules, proc.stderr[-2000:]
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {row["component"]: row for row in json.loads(proc.stdout)["components"]}
+    assert rows["kube-scheduler"]["unconfirmed"]["overdue"] is True, rows
+    assert _forbidden(modules, NOT_FOR_STATUS + CHANGE_PIPELINE) == []
+    assert os.path.exists(os.path.join(env["CPCTL_STATE_DIR"], "confirm", "kube-scheduler.yaml.json"))

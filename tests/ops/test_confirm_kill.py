@@ -176,10 +176,10 @@ def test_a_change_meeting_an_overdue_arm_does_not_say_it_reverts_at_a_past_time(
     node = _prepare("revert", str(tmp_path))
     past = _arm_of(node)
     past.deadline = iso(time.time() - 60)
-    assert "is due since %s" % past.deadline in past.refusal("flags").message
+    assert "overdue since %s: the node's timer reverts it" % past.deadline in past.refusal("flags").message
     assert "reverts at" not in past.refusal("flags").message
     assert "reverts at" in _arm_of(node).refusal("flags").message
-    opened = open_node(_settings(node), LocalHost(), overdue=False)
+    opened = open_node(_settings(node), LocalHost())
     with pytest.raises(Exception, match="has an unconfirmed change"):
         edits.replace(opened, "scheduler", SCHEDULER, "test", "apply", OPTIONS)
 

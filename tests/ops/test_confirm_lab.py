@@ -211,20 +211,69 @@ def test_a_stop_under_an_arm_is_refused_and_a_hand_parked_manifest_is_named(lab:
     wait_for(lambda: not _alive(arm["pid"]), 10, "the revert process stopped")
 
 
-def test_an_overdue_arm_is_reverted_by_the_next_command(lab: Any) -> None:
-    """The timer is lost (a reboot drops transient units; here its process is killed): the next
-    cpctl command that opens the node reverts first."""
+def test_an_overdue_arm_is_reported_by_views_and_reverted_by_the_explicit_step(lab: Any) -> None:
+    """The timer is lost (a reboot drops transient units; here its process is killed): read-only
+    commands say it is overdue and leave it (issue 35: they reverted it, restarting a component);
+    ``revert-unconfirmed --overdue`` - cpctl-check.service's first step - reverts it."""
     original = _read(_manifest(lab))
     proc = run_cpctl(lab, "flags", "scheduler", "--set", "v=4", "--confirm-within", "3s", *FAST)
     assert proc.returncode == 0, proc.stderr
-    pid = json.loads(_read(_arm_path(lab)))["pid"]
-    os.kill(pid, signal.SIGKILL)
+    armed = json.loads(_read(_arm_path(lab)))
+    os.kill(armed["pid"], signal.SIGKILL)
     time.sleep(4)
-    assert _read(_manifest(lab)) != original
-    proc = run_cpctl(lab, "status")
+    changed = _read(_manifest(lab))
+    assert changed != original
+    for args in (["status"], ["check"], ["certs"], ["history"], ["revisions", "scheduler"], ["status", "-o", "json"]):
+        proc = run_cpctl(lab, *args)
+        assert proc.returncode in (0, 1), (args, proc.stderr)
+        assert "reverted" not in proc.stderr, (args, proc.stderr)
+        assert _read(_manifest(lab)) == changed and os.path.exists(_arm_path(lab)), args
+    proc = run_cpctl(lab, "status", "scheduler")
+    assert "unconfirmed, overdue since %s: reverts now by the node's timer" % armed["deadline"] in proc.stdout
+    assert "cpctl revert-unconfirmed kube-scheduler reverts it at once" in proc.stdout, proc.stdout
+    proc = run_cpctl(lab, "revert-unconfirmed", "--overdue")
     assert proc.returncode == 0, proc.stderr
-    assert "unconfirmed change of kube-scheduler reverted to revision" in proc.stderr
+    assert "unconfirmed change of kube-scheduler reverted to revision" in proc.stdout, proc.stdout
     assert _read(_manifest(lab)) == original and not os.path.exists(_arm_path(lab))
+    proc = run_cpctl(lab, "revert-unconfirmed", "--overdue")
+    assert proc.returncode == 0 and "nothing overdue" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_ctrl_c_during_the_confirm_check_says_the_change_is_armed(lab: Any) -> None:
+    """Issue 35: SIGINT while --confirm-check runs ended with "aborted"; now: interrupted, the change
+    applied and armed, when it reverts and how to confirm it - and the check stopped (here)."""
+    env = dict(os.environ, **lab.env)
+    env.pop("CPCTL_PROBE", None)
+    proc = subprocess.Popen([sys.executable, "-m", "cpctl", "flags", "scheduler", "--set", "v=4", "--confirm-within",
+                             "5m", "--confirm-check", "sleep 39", *FAST], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+    def check_runs() -> bool:
+        return any(p.isdigit() and _cmdline(p) == [b"sleep", b"39"] for p in os.listdir("/proc"))
+    try:
+        wait_for(lambda: os.path.exists(_arm_path(lab)) and check_runs(), 90, "armed, the check running")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    armed = json.loads(_read(_arm_path(lab)))
+    assert proc.returncode == 130, (out, err)
+    assert "SIGINT during the --confirm-check of kube-scheduler" in err, err
+    assert "kube-scheduler is applied and ARMED on %s: it reverts at %s unless confirmed (cpctl confirm " \
+           "kube-scheduler); the check was stopped" % (armed["node"], armed["deadline"]) in err, err
+    wait_for(lambda: not check_runs(), 10, "the check stopped")
+    assert _actions(lab)[-1] == "armed"
+    assert run_cpctl(lab, "confirm", "scheduler").returncode == 0
+
+
+def _cmdline(pid: str) -> List[bytes]:
+    try:
+        with open("/proc/%s/cmdline" % pid, "rb") as handle:
+            return handle.read().split(b"\0")[:2]
+    except OSError:
+        return []
 
 
 def test_the_revert_covers_the_companion_files(lab: Any, tmp_path: Any) -> None:

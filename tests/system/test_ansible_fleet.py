@@ -14,6 +14,7 @@ drives cpctl's own fan-out.
 
 from __future__ import annotations
 
+import calendar
 import json
 import os
 import re
@@ -372,3 +373,47 @@ def test_commit_confirmed_rolling_change_playbook(play: Play) -> None:
                                        "    - cpctl.controlplane.confirm: {component: apiserver}\n")
     assert recap(play.run(again)) == {n: (1, 0, 0, 0, 0) for n in NAMES}
     assert recap(play.run(again, "--check")) == {n: (1, 0, 0, 0, 0) for n in NAMES}
+
+
+OVERDUE = """
+- hosts: masters
+  gather_facts: false
+  tasks:
+    - cpctl.controlplane.controlplane_info: {revisions: [scheduler]}
+    - cpctl.controlplane.confirm: {component: scheduler, state: reverted}
+      register: would
+    - ansible.builtin.assert:
+        that:
+          - (cpctl.status.components | selectattr('component', 'equalto', 'kube-scheduler') | first).unconfirmed.overdue
+          - would is changed
+"""
+
+
+def test_an_overdue_arm_survives_check_mode_and_state_reverted_reverts_it_over_ssh(play: Play) -> None:
+    """Issue 35: read-only is read-only - ``controlplane_info`` and check mode leave an arm past its
+    deadline (its timer lost) and its manifest alone, and say it is overdue; ``confirm`` with
+    ``state: reverted`` reverts it over SSH (``cpctl -H MASTER revert-unconfirmed``)."""
+    import signal
+    import time
+    originals = [open(play.manifest(i, "kube-scheduler.yaml"), "rb").read() for i in (1, 2, 3)]
+    doc = play.cli.json("-i", play.cpctl_inv, "flags", "scheduler", "--set", "v=4", "--confirm-within", "10s",
+                        "--timeout", "60", "--settle", "0.5")
+    for host in doc["hosts"]:
+        os.kill(host["data"]["confirm"]["pid"], signal.SIGKILL)     # the masters' timers lost (a reboot)
+    deadline = max(host["data"]["confirm"]["deadline"] for host in doc["hosts"])
+    while time.time() < calendar.timegm(time.strptime(deadline, "%Y-%m-%dT%H:%M:%SZ")) + 1:
+        time.sleep(0.5)
+    before = play.snap()
+    proc = play.run(play.playbook("overdue.yml", OVERDUE), "--check")
+    assert play.snap() == before, "check mode changed a master"
+    assert recap(proc) == {n: (3, 1, 0, 0, 0) for n in NAMES}     # confirm says it would revert
+    for i in (1, 2, 3):
+        assert open(play.manifest(i, "kube-scheduler.yaml"), "rb").read() != originals[i - 1]
+        assert os.path.exists(os.path.join(play.state(i), "confirm", "kube-scheduler.yaml.json"))
+    revert = play.playbook("revert.yml", "- hosts: masters\n  gather_facts: false\n  tasks:\n"
+                                         "    - cpctl.controlplane.confirm: {component: scheduler, state: reverted}\n")
+    assert recap(play.run(revert)) == {n: (1, 1, 0, 0, 0) for n in NAMES}
+    for i in (1, 2, 3):
+        assert open(play.manifest(i, "kube-scheduler.yaml"), "rb").read() == originals[i - 1]
+        assert [r["action"] for r in read_history(play.state(i))][-2:] == ["rollback", "reverted"]
+    assert recap(play.run(revert)) == {n: (1, 0, 0, 0, 0) for n in NAMES}      # nothing armed: no change

@@ -30,7 +30,9 @@ def test_unit_semantics() -> None:
     check, timer, watch = (units.render()[n] for n in ("cpctl-check.service", "cpctl-check.timer",
                                                        "cpctl-watch.service"))
     assert "Type=oneshot" in check and "SuccessExitStatus=1\n" in check
-    assert "ExecStart=/usr/local/bin/cpctl check --prometheus-textfile " \
+    # issue 35: the check never reverts; an overdue arm is reverted by an explicit step before it
+    assert "ExecStart=-/usr/local/bin/cpctl revert-unconfirmed --overdue\n" \
+           "ExecStart=/usr/local/bin/cpctl check --prometheus-textfile " \
            "/var/lib/node_exporter/textfile_collector/cpctl.prom\n" in check
     assert "ReadWritePaths=/etc/kubernetes/manifests /var/lib/cpctl -/var/lib/node_exporter/textfile_collector" \
         in check

@@ -7,9 +7,10 @@ arm, and prints the line that says when it reverts. Docs: docs/confirm.md.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
-from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, TypeVar
+from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Mapping, Optional, TypeVar
 
 import click
 
@@ -63,28 +64,80 @@ def guarded(ctx: click.Context, component: str, action_name: str, action: Change
     change awaits confirmation (``ops.edits.refuse_now``; its dry run decides the same way)."""
     def run(node: "Node") -> Dict[str, object]:
         from cpctl.ops import confirm as confirm_ops
-        result = action(node)
         if confirm is None or dry_run:
-            return result.to_dict()
-        armed = confirm_ops.arm(node, result, confirm, launcher(ctx, node))
+            return action(node).to_dict()
+        with _lost("the %s of %s" % (action_name, component), node, "the change may or may not be in place, and it is "
+                   "NOT armed: nothing reverts it by itself"):
+            result = action(node)
+        with _lost("arming the revert of %s" % component, node, "the change is in place; its revert may or may not be "
+                   "armed"):
+            armed = confirm_ops.arm(node, result, confirm, launcher(ctx, node))
         if confirm.check and armed.confirm is not None and armed.confirm.get("armed"):
             return _checked(node, armed.to_dict(), confirm)
         return armed.to_dict()
     return run
 
 
+@contextlib.contextmanager
+def _lost(during: str, node: "Node", standing: str) -> Iterator[None]:
+    """A connection to a master lost ``during`` a step of a commit-confirmed change: one line that says
+    what may stand on it (``standing``) and how to look, instead of only "connection lost" (exit 8)."""
+    try:
+        yield
+    except CpctlError as exc:
+        if exc.code != ExitCode.UNREACHABLE or not node.host.is_remote:
+            raise
+        raise CpctlError("connection to %s lost during %s: %s; look: %s" % (
+            _host(node), during, standing, node.command("status")), ExitCode.UNREACHABLE) from None
+
+
+def _host(node: "Node") -> str:
+    """The master as the operator named it (``-H``/inventory name), else this node's name."""
+    return str(getattr(node.host, "name", "") or node.node_name) if node.host.is_remote else node.node_name
+
+
+def armed_line(node: "Node", armed: Mapping[str, object]) -> str:
+    """What stands once the arm is recorded: applied, armed, when it reverts, how to keep it."""
+    component = str(armed.get("component"))
+    return "%s is applied and ARMED on %s: it reverts at %s unless confirmed (%s)" % (
+        component, _host(node), armed.get("deadline"), node.command("confirm", component))
+
+
 def _checked(node: "Node", result: Dict[str, object], options: "ConfirmOptions") -> Dict[str, object]:
-    """Run --confirm-check on the node: success confirms, failure reverts at once (exit 11)."""
+    """Run --confirm-check on the node: success confirms, failure reverts at once (exit 11). The arm
+    stands while it runs: a Ctrl-C (the check is stopped here; over SSH it goes on on the master,
+    unheard), a lost connection, say so and when it reverts (``Node.standing`` for the fan-out)."""
+    from cpctl.errors import Interrupted, Terminated, interrupted_by
     from cpctl.ops import confirm as confirm_ops
     component = str(result["component"])
     armed = result["confirm"]
     assert isinstance(armed, dict)
-    passed, why = confirm_ops.run_check(node, armed, options)
+    stands = armed_line(node, armed)
+    node.standing = "%s; the --confirm-check goes on on the master until it ends, its verdict unheard" % stands
+    try:
+        passed, why = confirm_ops.run_check(node, armed, options)
+    except (KeyboardInterrupt, Terminated) as stop:
+        raise Interrupted(interrupted_by(stop), "%s during the --confirm-check of %s" % (interrupted_by(stop),
+                                                                                          component),
+                          where="%s; the check %s" % (stands, "goes on on the master, its verdict unheard"
+                                                      if node.host.is_remote else "was stopped")) from None
+    except CpctlError as exc:
+        if exc.code != ExitCode.UNREACHABLE:
+            raise
+        raise CpctlError("connection to %s lost during the --confirm-check of %s: %s; the check's verdict was not "
+                         "heard" % (_host(node), component, stands), ExitCode.UNREACHABLE) from None
+    finally:
+        node.standing = ""
     if passed:
-        confirm_ops.confirm(node, component, why)
+        with _lost("the confirm of %s after its --confirm-check passed" % component, node,
+                   "it may or may not be confirmed (if not: %s)" % stands):
+            confirm_ops.confirm(node, component, why)
         return dict(result, confirm=dict(armed, armed=False, confirmed=True), message="%s; confirmed: %s"
                     % (result.get("message"), why))
-    done = confirm_ops.revert(node, component, why, log=confirm_ops.syslog_writer())
+    with _lost("the revert of %s after its --confirm-check failed (%s)" % (component, why), node,
+               "the revert may be half-way; the arm stays until it is done (the master's timer reverts it at %s)"
+               % armed.get("deadline")):
+        done = confirm_ops.revert(node, component, why, log=confirm_ops.node_log(node))
     raise CpctlError("%s: %s; the change is REVERTED to revision %s and verified" % (component, why,
                                                                                      done.get("revision")),
                      ExitCode.ROLLED_BACK)
@@ -113,8 +166,8 @@ def armed_text(text_of: Callable[[Dict[str, object]], str]) -> Callable[[Dict[st
         if isinstance(armed, Mapping) and armed.get("armed"):
             from cpctl.timeutil import parse_iso
             at = time.strftime("%H:%M:%S", time.localtime(parse_iso(str(armed["deadline"]))))
-            out += "\n%s changed, reverts at %s unless you run: cpctl confirm %s" % (
-                armed["component"], at, armed["component"])
+            out += "\n%s changed, reverts at %s unless you run: %s" % (
+                armed["component"], at, armed.get("hint") or "cpctl confirm %s" % armed["component"])
         return out
     return text
 
@@ -140,26 +193,43 @@ def confirm(ctx: click.Context, component: Optional[str], everything: bool, reas
 
 
 @click.command("revert-unconfirmed")
-@click.argument("component")
+@click.argument("component", required=False)
+@click.option("--overdue", is_flag=True,
+              help="Revert every unconfirmed change past its deadline (a timer lost to a reboot): the step the "
+                   "shipped cpctl-check.service runs every 5 minutes.")
 @click.option("--op", default="", help="Only the arm with this id (the node-side timer passes it).")
 @click.option("--at", "at", type=float, default=None,
-              help="Wait until this UNIX time first (the detached fallback of the timer).")
+              help="Wait until this UNIX time first (the detached fallback of the timer; not with -H/-i).")
 @click.pass_context
-def revert_unconfirmed(ctx: click.Context, component: str, op: str, at: Optional[float]) -> None:
+def revert_unconfirmed(ctx: click.Context, component: Optional[str], overdue: bool, op: str,
+                       at: Optional[float]) -> None:
     """Revert COMPONENT's unconfirmed change now: the revision before it, verified (run by the timer).
 
-    Exit 0: reverted and healthy, or nothing armed; 12: reverted but NOT healthy; 10: another writer
-    replaced the armed version (not reverted); 4: the revision is no longer kept (not reverted).
+    With -H/-i it runs on each master through cpctl's agent, as any change does. Exit 0: reverted and
+    healthy, or nothing armed; 12: reverted but NOT healthy; 10: another writer replaced the armed
+    version (not reverted); 4: the revision is no longer kept (not reverted).
     """
     from cpctl.core import manifests
     from cpctl.ops import confirm as confirm_ops
     from cpctl.ops.wiring import open_node
     from cpctl.timeutil import iso
-    manifests.validate_component_name(component)
+    if bool(component) == overdue:
+        raise CpctlError("cpctl revert-unconfirmed: name one COMPONENT or pass --overdue", ExitCode.USAGE)
+    if overdue and (op or at is not None):
+        raise CpctlError("cpctl revert-unconfirmed --overdue: --op and --at name one arm", ExitCode.USAGE)
+    if component:
+        manifests.validate_component_name(component)
     cli_state = state(ctx)
     from cpctl.cli.context import emit
-    node = open_node(cli_state.settings, local_host(ctx), log=note, overdue=False)
-    if at is not None and not confirm_ops.wait_until(node, component, op, at):
+    if cli_state.remote is not None:
+        if at is not None:
+            raise CpctlError("cpctl revert-unconfirmed --at is the node-side timer's own wait: not with -H/-i (the "
+                             "revert runs now)", ExitCode.USAGE)
+        execute(ctx, lambda node: _shaped(_revert_now(node, component, op)), lambda d: str(d.get("message")),
+                changing=True)
+        return
+    node = open_node(cli_state.settings, local_host(ctx), log=note)
+    if component and at is not None and not confirm_ops.wait_until(node, component, op, at):
         message = "nothing armed for %s any more (confirmed)" % component
         emit(ctx, revert_shape({"node": node.node_name, "component": component, "changed": False, "reverted": False,
                                 "message": message}), message)
@@ -168,13 +238,13 @@ def revert_unconfirmed(ctx: click.Context, component: str, op: str, at: Optional
         "not confirmed in time" if op else "reverted by hand (cpctl revert-unconfirmed)"
     log = confirm_ops.syslog_writer()
     try:
-        data = confirm_ops.revert(node, component, why, op=op, log=log, stop_timer=not op)
+        data = _revert_now(node, component, op, why, log, stop_timer=not op)
     except CpctlError as exc:
-        log("revert-unconfirmed %s ended with exit %d" % (component, int(exc.code)), True)
+        log("revert-unconfirmed %s ended with exit %d" % (component or "--overdue", int(exc.code)), True)
         if at is not None:      # the detached fallback: its stderr is STATE/confirm/<file>.log
             sys.stderr.write("cpctl: revert-unconfirmed %s: exit %d\n" % (component, int(exc.code)))
         raise
-    emit(ctx, revert_shape(data), str(data.get("message")))
+    emit(ctx, _shaped(data), str(data.get("message")))
 
 
 #: The fields of ``revert-unconfirmed``'s answer besides node/component/changed/reverted/message: a
@@ -191,6 +261,31 @@ def revert_shape(data: Mapping[str, object]) -> Dict[str, object]:
     shaped.update(data)
     shaped["component"] = canonical(str(shaped["component"]))
     return shaped
+
+
+def _shaped(data: Mapping[str, object]) -> Dict[str, object]:
+    """One arm's revert in ``revert_shape``; ``--overdue``'s answer (``reverted``: the lines, no
+    ``component``) as it is."""
+    return revert_shape(data) if "component" in data else dict(data)
+
+
+def _revert_now(node: "Node", component: Optional[str], op: str, why: str = "reverted by hand (cpctl "
+                "revert-unconfirmed)", log: Optional[Callable[[str, bool], None]] = None,
+                stop_timer: bool = True) -> Dict[str, object]:
+    """``component``'s arm reverted now, or (None) every arm past its deadline (``--overdue``)."""
+    from cpctl.ops import confirm as confirm_ops
+    log = log or confirm_ops.node_log(node)
+    if component is None:
+        lines = confirm_ops.revert_overdue(node, log)
+        from cpctl.core import confirmations
+        left = [a.component for a in confirmations.read_all(node.host, node.state) if a.overdue(time.time())] \
+            if lines else []
+        if left:          # a revert that could not run (lock, environment): the arm stays, the next run retries
+            raise CpctlError("%s; still armed and overdue: %s" % ("; ".join(lines), ", ".join(left)),
+                             ExitCode.ENVIRONMENT)
+        return {"node": node.node_name, "changed": bool(lines), "reverted": lines,
+                "message": "\n".join(lines) or "nothing overdue"}
+    return confirm_ops.revert(node, component, why, op=op, log=log, stop_timer=stop_timer)
 
 
 def overdue_lines(found: List[str]) -> None:

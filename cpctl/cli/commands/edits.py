@@ -384,7 +384,7 @@ def flags(ctx: click.Context, component: str, sets: Tuple[str, ...], unsets: Tup
     def attempt(node: "Node") -> "ChangeResult":
         from cpctl.core.manifests import checksum
         _, data = edits.read_current(node, component, "flags", parked)
-        new, said = edits.flags_version(data, component, container, wanted, removed)
+        new, said = edits.flags_version(data, component, container, wanted, removed, node.command("edit", component))
         if mount:
             new, added = edits.mounts_version(new, node.node_root, component, container, wanted, files)
             said = said + added

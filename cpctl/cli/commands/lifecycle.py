@@ -201,9 +201,11 @@ def stop(ctx: click.Context, components: Tuple[str, ...], reason: Optional[str],
            lambda node, names, why: lifecycle.stop(node, names, why, until, not no_wait, timeout))
     if until is not None and not dry_run:
         from cpctl.cli.context import note
-        note("--for %s is a reminder: nothing starts %s by itself at %s; then cpctl check reports it overdue, and "
-             "cpctl check --fix or cpctl start restores it" % (duration, ", ".join(components),
-                                                               time.strftime("%H:%M", time.localtime(until))))
+        from cpctl.cli.fanout import run_hint
+        note("--for %s is a reminder: nothing starts %s by itself at %s; then %s reports it overdue, and "
+             "%s or %s restores it" % (duration, ", ".join(components), time.strftime("%H:%M", time.localtime(until)),
+                                       run_hint(ctx, "check"), run_hint(ctx, "check", "--fix"),
+                                       run_hint(ctx, "start")))
 
 
 @click.command()

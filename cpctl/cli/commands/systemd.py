@@ -59,6 +59,10 @@ ConditionPathIsDirectory=/etc/kubernetes/manifests
 
 [Service]
 Type=oneshot
+# An unconfirmed change (--confirm-within) past its deadline whose own timer was lost (a transient
+# unit is gone after a reboot) is reverted first - the check itself never reverts anything. "-": a
+# revert that fails is logged (ERROR:) and the check below still runs and reports the overdue arm.
+ExecStart=-@CPCTL@ revert-unconfirmed --overdue
 ExecStart=@CPCTL@ check --prometheus-textfile """ + TEXTFILE + """
 # 1 = drift found: reported through the metrics and the journal, the check itself worked.
 # Any other non-zero code (7 environment, 5 locked, ...) still marks the unit failed.

@@ -55,9 +55,10 @@ attributes:
   bypass_host_loop:
     support: none
 notes:
-  - O(state=reverted) runs on the master itself (a local connection, as C(ansible-pull) runs); over
-    SSH cpctl refuses it (usage, rc 2) - the revert timer on the master reverts an unconfirmed change
-    at its deadline by itself.
+  - O(state=reverted) reverts now over SSH (C(cpctl -H MASTER revert-unconfirmed)) as on the master itself
+    (a local connection, as C(ansible-pull) runs); without it the revert timer on the master reverts an
+    unconfirmed change at its deadline by itself.
+  - O(state=confirmed) of a change past its deadline fails with rc 4, too late to keep it (its revert is owed).
   - Reads the same host variables as M(cpctl.controlplane.static_pod).
 seealso:
   - module: cpctl.controlplane.static_pod_flags

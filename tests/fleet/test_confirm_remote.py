@@ -1,0 +1,252 @@
+"""Commit-confirmed changes over SSH, the operator's side (issue 35 items 5 and 6), against one lab
+master behind a real sshd (nothing of cpctl on the master):
+
+* every hint a remote arm prints - text and JSON, the arm line, status, check, the refusals under
+  the arm, the overdue report - names the master with the ``-i``/``-H`` (and ``--ssh-config``,
+  ``--known-hosts``) the operator used, so that a pasted command runs there and not on the laptop;
+* read-only commands report an overdue arm and leave it (and its manifest) alone; ``revert-unconfirmed
+  -H`` reverts it;
+* a connection dropped for real after the arm (the sshd processes serving the session killed) says
+  the change is applied and armed, when it reverts and how to confirm it; Ctrl-C during
+  ``--confirm-check`` says the same at once and that the check goes on on the master;
+* ``confirm`` twice: the second exits 0, "already confirmed".
+"""
+
+# ruff: noqa: F811  (pytest fixtures are imported by name and then used as parameters)
+from __future__ import annotations
+
+import calendar
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from typing import Any, Iterator, List
+
+import pytest
+
+from cpctl.cli.registry import COMMANDS
+from tests.labfixture import lab, wait_for  # noqa: F401
+from tests.remoteutil import Cli, clean_env, lab_vars, read_history, write_inventory
+from tests.sshfixture import SSHServer, sshd  # noqa: F401
+
+pytestmark = pytest.mark.timeout(400)
+FAST = ("--timeout", "60", "--settle", "1")
+WORDS = {path.split()[0] for path in COMMANDS}
+HINT = re.compile(r"\bcpctl\s+(\S+)")
+
+
+class Master:
+    """One lab master reached as ``-i inv.yaml -H master`` (inventory vars: the lab's paths)."""
+
+    def __init__(self, server: SSHServer, handle: Any, tmp: str) -> None:
+        self.server, self.lab = server, handle
+        self.cli = Cli(server.ssh_config, server.known_hosts, clean_env(os.path.join(tmp, "home")))
+        self.inv = write_inventory(os.path.join(tmp, "inv.yaml"), {"master": dict(host="master",
+                                                                                  **lab_vars(handle, 1))})
+        self.prefix = "cpctl -i %s -H master --ssh-config %s --known-hosts %s" % (
+            self.inv, server.ssh_config, server.known_hosts)
+        self.manifest = os.path.join(str(handle.manifests_dir(1)), "kube-scheduler.yaml")
+        self.arm = os.path.join(str(handle.state_dir(1)), "confirm", "kube-scheduler.yaml.json")
+
+    def run(self, *args: str, rc: int = 0) -> subprocess.CompletedProcess:
+        return self.cli.run("-i", self.inv, *args, rc=rc, timeout=240)
+
+    def popen(self, *args: str) -> subprocess.Popen:
+        return self.cli.popen("-i", self.inv, *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def read(self) -> bytes:
+        with open(self.manifest, "rb") as handle:
+            return handle.read()
+
+    def actions(self) -> List[str]:
+        return [r["action"] for r in read_history(str(self.lab.state_dir(1))) if r.get("component") == "kube-scheduler"]
+
+
+@pytest.fixture
+def master(sshd: SSHServer, lab: Any, tmp_path: Any) -> Iterator[Master]:
+    yield Master(sshd, lab, str(tmp_path))
+
+
+def hints(master: Master, *texts: str) -> List[str]:
+    """Every cpctl command line the texts name; each must reach the master (fails on one that does
+    not: ``cpctl confirm ...`` pasted would run on this machine)."""
+    found = []
+    for text in texts:
+        for match in HINT.finditer(text):
+            assert match.group(1) not in WORDS, "a hint without -H: %r in %s" % (
+                text[match.start():match.start() + 80], text)
+            if text.startswith(master.prefix, match.start()):
+                found.append(text[match.start():].split(")")[0].split(";")[0])
+    return found
+
+
+def strings(value: Any) -> List[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in strings(v)]
+    return []
+
+
+def _epoch(iso: str) -> float:
+    return calendar.timegm(time.strptime(iso, "%Y-%m-%dT%H:%M:%SZ"))
+
+
+def test_every_hint_of_a_remote_arm_names_the_master_and_views_never_revert(master: Master) -> None:
+    original = master.read()
+    arm = master.run("-o", "json", "flags", "scheduler", "--set", "v=4", "--confirm-within", "5m", *FAST)
+    armed = json.loads(arm.stdout)["hosts"][0]["data"]["confirm"]
+    assert armed["armed"] and armed["hint"] == master.prefix + " confirm kube-scheduler", armed
+    for args, rc in ((("status",), 0), (("status", "scheduler"), 0), (("check",), 0),
+                     (("flags", "scheduler", "--set", "v=5", *FAST), 4), (("stop", "scheduler"), 4),
+                     (("rollback", "scheduler", "--dry-run"), 4)):
+        text = master.run(*args, rc=rc)
+        found = hints(master, text.stdout, text.stderr)
+        assert any(h.startswith(master.prefix + " confirm kube-scheduler") for h in found), (args, text.stderr)
+        if args[0] in ("stop", "rollback"):
+            continue                     # the same refusal as the flags one (Arm.refusal), its JSON checked there
+        as_json = master.run("-o", "json", *args, rc=rc)
+        found = hints(master, *strings(json.loads(as_json.stdout)), *[
+            s for line in as_json.stderr.splitlines() if line.startswith("{") for s in strings(json.loads(line))])
+        assert any(h.startswith(master.prefix + " confirm kube-scheduler") for h in found), (args, as_json.stderr)
+    check = json.loads(master.run("-o", "json", "check").stdout)["hosts"][0]["data"]
+    fixes = [f["fix"] for f in check["findings"] if f["kind"] == "unconfirmed"]
+    assert fixes == [master.prefix + " confirm kube-scheduler (keeps the change), or let it revert at its deadline"]
+
+    # the explicit revert, over SSH (refused with -H until issue 35)
+    done = json.loads(master.run("-o", "json", "revert-unconfirmed", "scheduler").stdout)
+    data = done["hosts"][0]["data"]
+    assert done["hosts"][0]["status"] == "changed" and data["reverted"] is True, done
+    assert master.read() == original and not os.path.exists(master.arm)
+    assert master.actions()[-2:] == ["rollback", "reverted"], master.actions()
+    again = json.loads(master.run("-o", "json", "revert-unconfirmed", "scheduler").stdout)
+    assert again["hosts"][0]["status"] == "ok" and again["hosts"][0]["data"]["reverted"] is False, again
+    usage = master.run("revert-unconfirmed", "scheduler", "--at", "1", rc=2)
+    assert "not with -H/-i" in usage.stderr
+
+    # an arm whose timer is lost (as to a reboot), past its deadline: every view reports it, none reverts
+    arm = master.run("flags", "scheduler", "--set", "v=4", "--confirm-within", "12s", *FAST)
+    with open(master.arm) as handle:
+        armed = json.load(handle)
+    os.kill(armed["pid"], signal.SIGKILL)
+    assert re.search(r"kube-scheduler changed, reverts at \d\d:\d\d:\d\d unless you run: %s confirm kube-scheduler\n"
+                     % re.escape(master.prefix), arm.stdout), arm.stdout
+    hints(master, arm.stdout, arm.stderr)
+    changed = master.read()
+    assert changed != original
+    wait_for(lambda: time.time() > _epoch(armed["deadline"]) + 1, 60, "the deadline passed")
+    status = master.run("status")
+    assert "unconfirmed, overdue since %s: reverts now by the node's timer" % armed["deadline"] in status.stdout
+    assert "%s revert-unconfirmed kube-scheduler reverts it at once" % master.prefix in status.stdout + status.stderr
+    hints(master, status.stdout, status.stderr)
+    check_text = master.run("check", rc=1)            # an overdue arm is a warning (drift found)
+    assert "overdue since" in check_text.stdout
+    hints(master, check_text.stdout, check_text.stderr)
+    row = json.loads(master.run("-o", "json", "status", "scheduler").stdout)["hosts"][0]["data"]["components"][0]
+    assert row["unconfirmed"]["overdue"] is True, row
+    late = master.run("confirm", "scheduler", rc=4)
+    assert "NOT confirmed: kube-scheduler" in late.stderr and "too late" in late.stderr, late.stderr
+    hints(master, late.stdout, late.stderr)
+    assert master.read() == changed and os.path.exists(master.arm)
+    assert master.actions()[-2:] == ["flags", "armed"], master.actions()
+    # the cpctl-check.service step, over SSH here
+    done = json.loads(master.run("-o", "json", "revert-unconfirmed", "--overdue").stdout)["hosts"][0]
+    assert done["status"] == "changed" and "reverted to revision" in done["data"]["reverted"][0], done
+    assert master.read() == original and not os.path.exists(master.arm)
+
+
+def _sshd_children(server: SSHServer) -> List[int]:
+    """The sshd processes serving sessions: descendants of the listener we started whose command is
+    sshd's (not the agent or what it runs)."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open("/proc/%s/stat" % entry) as handle:
+                    stat = handle.read()
+                with open("/proc/%s/cmdline" % entry, "rb") as handle:
+                    cmdline = handle.read()
+            except OSError:
+                continue
+            parents[int(entry)] = (int(stat.rsplit(")", 1)[1].split()[1]), cmdline)
+    found, todo = [], [server.proc.pid]
+    while todo:
+        parent = todo.pop()
+        for pid, (ppid, cmdline) in parents.items():
+            if ppid == parent:
+                todo.append(pid)
+                if cmdline.startswith(b"sshd"):
+                    found.append(pid)
+    return found
+
+
+def _check_runs(seconds: str) -> List[int]:
+    """Pids of the --confirm-check ``sleep SECONDS`` (run by the agent, on the master = here)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open("/proc/%s/cmdline" % entry, "rb") as handle:
+                    if handle.read().split(b"\0")[:2] == [b"sleep", seconds.encode()]:
+                        pids.append(int(entry))
+            except OSError:
+                continue
+    return pids
+
+
+def test_a_dropped_connection_or_ctrl_c_after_the_arm_says_it_is_armed(master: Master) -> None:
+    # the connection is lost for real while --confirm-check runs on the master
+    proc = master.popen("flags", "scheduler", "--set", "v=4", "--confirm-within", "5m", "--confirm-check",
+                        "sleep 41", *FAST)
+    try:
+        wait_for(lambda: os.path.exists(master.arm) and _check_runs("41"), 150, "armed, the check running")
+        serving = _sshd_children(master.server)
+        assert serving, "no sshd process serves the session"
+        for pid in serving:
+            os.kill(pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    deadline = json.loads(open(master.arm).read())["deadline"]
+    assert proc.returncode == 8, (out, err)
+    assert "Traceback" not in err
+    assert "connection to master lost during the --confirm-check of kube-scheduler: kube-scheduler is applied and " \
+           "ARMED on master: it reverts at %s unless confirmed (%s confirm kube-scheduler)" % (
+               deadline, master.prefix) in err, err
+    hints(master, out, err)
+    # confirm over SSH, twice: the second is no error
+    first = master.run("confirm", "scheduler")
+    assert "confirmed: kube-scheduler" in first.stdout, first.stdout
+    second = master.run("confirm", "scheduler")
+    assert "kube-scheduler: already confirmed (" in second.stdout, second.stdout
+    assert not os.path.exists(master.arm)
+
+    # Ctrl-C while --confirm-check runs: at once, what stands and that the check goes on there
+    proc = master.popen("flags", "scheduler", "--set", "v=5", "--confirm-within", "5m", "--confirm-check",
+                        "sleep 43", *FAST)
+    try:
+        wait_for(lambda: os.path.exists(master.arm) and _check_runs("43"), 150, "armed, the check running")
+        proc.send_signal(signal.SIGINT)
+        started = time.monotonic()
+        out, err = proc.communicate(timeout=120)
+        took = time.monotonic() - started
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    deadline = json.loads(open(master.arm).read())["deadline"]
+    assert proc.returncode == 130, (out, err)
+    assert "interrupted (SIGINT): kube-scheduler is applied and ARMED on master: it reverts at %s unless confirmed " \
+           "(%s confirm kube-scheduler); the --confirm-check goes on on the master until it ends, its verdict " \
+           "unheard" % (deadline, master.prefix) in out + err, (out, err)
+    assert took < 15, took                  # not the fan-out's 20 s grace for a host that says nothing
+    assert _check_runs("43"), "the check was said to go on on the master"
+    hints(master, out, err)
+    assert master.actions()[-1] == "armed"
+    master.run("confirm", "scheduler")

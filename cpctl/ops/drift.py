@@ -38,6 +38,7 @@ from typing import (
     TypedDict,
 )
 
+from cpctl.catalogue import ETCD
 from cpctl.core import flags, journal, manifests, outside
 from cpctl.core import kubeadmconfig as kc
 from cpctl.core.manifests import DirScan
@@ -155,7 +156,7 @@ def how_to_fix(kind: str, file: Optional[str], component: Optional[str], extra: 
                                                       command("revisions", name)),
         "upgrade_in_flight": "let kubeadm upgrade finish (or clean up after a failed one), then retry",
         "kubeadm_drops": "%s %s --keep-in kubeadm-config" % (command("flags", name), set_args(extra.get("flags"))),
-        "kubeadm_data_dir": "%s (sets etcd.local.dataDir)" % command("flags", "etcd", "--set", "data-dir=DIR",
+        "kubeadm_data_dir": "%s (sets etcd.local.dataDir)" % command("flags", ETCD, "--set", "data-dir=DIR",
                                                                      "--keep-in", "kubeadm-config"),
         "kubeadm_patch_fails": "fix or remove the patch file; keep flags with --keep-in kubeadm-config instead",
         "kubeadm_patch_unchecked": "compare by hand: kubeadm upgrade diff (or kubeadm upgrade apply --dry-run "

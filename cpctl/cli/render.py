@@ -71,7 +71,10 @@ def _detail(c: Mapping[str, object]) -> str:
     fix; unconfirmed: the deadline), else the component's last change."""
     if c.get("unconfirmed"):
         armed = c["unconfirmed"]
-        return "unconfirmed, reverts at %s" % (armed.get("deadline") if isinstance(armed, Mapping) else "?")
+        if not isinstance(armed, Mapping):
+            return "unconfirmed, reverts at ?"
+        failing = ", revert failing: %s" % armed["failing"] if armed.get("failing") else ""
+        return "unconfirmed, reverts at %s%s" % (armed.get("deadline"), failing)
     if c["state"] == "parked":
         detail = "since %s by %s" % (c.get("since") or "?", c.get("by") or "?")
         if c.get("until"):

@@ -183,9 +183,11 @@ def _unconfirmed(node: Node, rows: List[Row]) -> List[str]:
         arm = by_file.get(str(row.get("file") or ""))
         if arm is not None and row.get("state") == "present":
             row["unconfirmed"] = {"deadline": arm.deadline, "by": arm.by, "action": arm.action,
-                                  "revision": arm.revision, "timer": arm.timer}
-    return ["%s: unconfirmed, reverts at %s unless: cpctl confirm %s" % (a.component, a.deadline, a.component)
-            for a in arms]
+                                  "revision": arm.revision, "timer": arm.timer, "failing": arm.failing,
+                                  "attempts": arm.attempts, "next_try": arm.next_try}
+    return ["%s: unconfirmed, reverts at %s unless: cpctl confirm %s%s" % (
+        a.component, a.deadline, a.component, "; " + a.failing_text() + ", the node retries" if a.failing else "")
+        for a in arms]
 
 
 def _last_changes(node: Node, rows: List[Row]) -> None:

@@ -171,6 +171,7 @@ class Report:
         self.parked_until: Dict[str, float] = {}    # component -> Unix time its --for deadline ends
         #: (component, manifest file, Unix time the node reverts it) of each change awaiting cpctl confirm
         self.unconfirmed: List[Tuple[str, str, float]] = []
+        self.revert_failing: List[Tuple[str, str, int]] = []      # (component, file, failed attempts)
 
     def add(self, finding: Finding) -> None:
         self.findings.append(finding)
@@ -585,6 +586,13 @@ def _check_unconfirmed(report: Report, node: Node) -> None:
             report.unconfirmed.append((arm.component, arm.file, arm.deadline_epoch()))
         except (TypeError, ValueError):     # a deadline that is no time: the finding still names it
             pass
+        if arm.failing:     # the node's revert met an environment error: it keeps the arm and retries
+            report.revert_failing.append((arm.component, arm.file, arm.attempts))
+            report.add(Finding("unconfirmed", WARNING, "%s: unconfirmed, reverts at %s (%s by %s); %s, the node "
+                               "retries" % (arm.component, arm.deadline, arm.action, arm.by, arm.failing_text()),
+                               file=arm.file, component=arm.component, deadline=arm.deadline, failing=arm.failing,
+                               attempts=arm.attempts, next_try=arm.next_try))
+            continue
         report.add(Finding("unconfirmed", INFO, "%s: unconfirmed, reverts at %s (%s by %s)" % (
             arm.component, arm.deadline, arm.action, arm.by), file=arm.file, component=arm.component,
             deadline=arm.deadline))

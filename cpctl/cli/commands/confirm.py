@@ -61,10 +61,12 @@ def guarded(ctx: click.Context, component: str, action_name: str, action: NodeAc
     change awaits confirmation (``ops.edits.refuse_now``; its dry run decides the same way)."""
     def run(node: "Node") -> Dict[str, object]:
         from cpctl.ops import confirm as confirm_ops
-        result = action(node)
         if confirm is None or dry_run:
-            return result
-        armed = confirm_ops.arm(node, result, confirm, launcher(ctx, node))
+            return action(node)
+        starts = launcher(ctx, node)
+        confirm_ops.preflight(node, starts)      # a revert that could not run: refused before the change
+        result = action(node)
+        armed = confirm_ops.arm(node, result, confirm, starts)
         state_of = armed.get("confirm")
         if confirm.check and isinstance(state_of, dict) and state_of.get("armed"):
             return _checked(node, armed, confirm)
@@ -140,34 +142,38 @@ def confirm(ctx: click.Context, component: Optional[str], everything: bool, reas
 
 @click.command("revert-unconfirmed")
 @click.argument("component")
-@click.option("--op", default="", help="Only the arm with this id (the node-side timer passes it).")
-@click.option("--at", "at", type=float, default=None,
-              help="Wait until this UNIX time first (the detached fallback of the timer).")
+@click.option("--op", default="", help="Only the arm with this id (the node-side timer passes it): wait until it is "
+                                       "due by the node's clock, retry environment errors with back-off.")
+@click.option("--within", "within", type=click.FloatRange(0, 10 ** 7), default=None, hidden=True,
+              help="The detached fallback timer: the arm's window in seconds (ends the wait when no arm ever shows).")
+@click.option("--at", "at", type=float, default=None, hidden=True,
+              help="Accepted from timers armed by an older cpctl; the arm's own deadline decides.")
 @click.pass_context
-def revert_unconfirmed(ctx: click.Context, component: str, op: str, at: Optional[float]) -> None:
+def revert_unconfirmed(ctx: click.Context, component: str, op: str, within: Optional[float],
+                       at: Optional[float]) -> None:
     """Revert COMPONENT's unconfirmed change now: the revision before it, verified (run by the timer).
 
     Exit 0: reverted and healthy, or nothing armed; 12: reverted but NOT healthy; 10: another writer
     replaced the armed version (not reverted); 4: the revision is no longer kept (not reverted).
+    With --op (the node-side timer), an environment error (5 lock held, 7 I/O) keeps the arm, is
+    recorded in it, and is retried with back-off until the revert happens or the arm is confirmed.
     """
     from cpctl.core import manifests
     from cpctl.ops import confirm as confirm_ops
     from cpctl.ops.wiring import open_node
-    from cpctl.timeutil import iso
     manifests.validate_component_name(component)
     cli_state = state(ctx)
     node = open_node(cli_state.settings, local_host(ctx), log=note, overdue=False)
-    if at is not None and not confirm_ops.wait_until(node, component, op, at):
-        click.echo("nothing armed for %s any more (confirmed)" % component)
-        return
-    why = "not confirmed by %s" % iso(at) if at else \
-        "not confirmed in time" if op else "reverted by hand (cpctl revert-unconfirmed)"
     log = confirm_ops.syslog_writer()
+    detached = within is not None or at is not None
     try:
-        data = confirm_ops.revert(node, component, why, op=op, log=log, stop_timer=not op)
+        if op:
+            data = confirm_ops.timer_run(node, component, op, within, log)
+        else:
+            data = confirm_ops.revert(node, component, "reverted by hand (cpctl revert-unconfirmed)", log=log)
     except CpctlError as exc:
         log("revert-unconfirmed %s ended with exit %d" % (component, int(exc.code)), True)
-        if at is not None:      # the detached fallback: its stderr is STATE/confirm/<file>.log
+        if detached:      # the detached fallback: its stderr is STATE/confirm/<file>.log
             sys.stderr.write("cpctl: revert-unconfirmed %s: exit %d\n" % (component, int(exc.code)))
         raise
     from cpctl.cli.context import emit

@@ -330,6 +330,7 @@ def _stage_persistent(run_dir: Path) -> None:
     persist = run_dir / "persist"
     for name in PERSISTENT:
         (persist / name).mkdir(parents=True)
+        (persist / name).chmod(0o700 if name == "var-lib-cpctl" else 0o755)    # as on a node: the state dir 0700
     units = persist / "etc-systemd-system"
     shutil.rmtree(units)
     shutil.copytree(IMAGE_DIR / "etc/systemd/system", units, symlinks=True)

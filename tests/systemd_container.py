@@ -319,8 +319,10 @@ def _prune_wheel_sets(wheels_root: Path) -> None:
 
 # The node's disk that survives a "reboot" (a second boot of the same run): bound from the run
 # dir, never from this machine's /etc or /var; everything else is the volatile overlay again.
+# /var/lib/systemd/timers holds the persistent timers' stamps (Persistent=true compares the deadline
+# with the last trigger recorded there; a real node keeps /var).
 PERSISTENT = {"etc-kubernetes": "/etc/kubernetes", "etc-systemd-system": "/etc/systemd/system",
-              "var-lib-cpctl": "/var/lib/cpctl", "opt": "/opt"}
+              "var-lib-cpctl": "/var/lib/cpctl", "opt": "/opt", "var-lib-systemd-timers": "/var/lib/systemd/timers"}
 REBOOT_WAIT_MAX = 120
 
 

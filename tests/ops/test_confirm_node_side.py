@@ -66,10 +66,16 @@ def test_arming_is_refused_before_the_change_when_the_unit_could_not_run(tmp_pat
         confirm.preflight(opened, confirm.Launcher(["/root/venv/bin/python", "-m", "cpctl"]))
     assert caught.value.code == ExitCode.REFUSED
     assert "/root/venv/bin/python is under /root, which ProtectHome=yes hides" in caught.value.message
+    assert node.state.startswith(("/tmp/", "/var/tmp/")), "pytest's tmp dir is where PrivateTmp hides it"
+    with pytest.raises(CpctlError) as caught:
+        confirm.preflight(opened, confirm.Launcher([os.path.realpath("/usr/bin/python3"), "-m", "cpctl"]))
+    assert caught.value.code == ExitCode.REFUSED
+    assert "the state dir: %s is under" % node.state in caught.value.message, caught.value.message
+    assert "PrivateTmp=yes hides" in caught.value.message
     proc = subprocess.run(node.argv("flags", "scheduler", "--set", "v=4", "--confirm-within", "1m"),
                           env=node.env(CPCTL_CONFIRM_TIMER="systemd"), capture_output=True, text=True, timeout=60)
     assert proc.returncode == 4, proc.stderr
-    assert "PrivateTmp=yes hides" in proc.stderr and "nothing changed, nothing armed" in proc.stderr, proc.stderr
+    assert "hides from the unit" in proc.stderr and "nothing changed, nothing armed" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
     assert _manifest(node) == SCHEDULER and _arm_record(node) is None
     assert not os.path.exists(node.history_file) or b"flags" not in open(node.history_file, "rb").read()

@@ -148,6 +148,7 @@ def unrunnable(path: str, hidden: Optional[Mapping[str, str]] = None) -> Optiona
     """Why the hardened units could not run ``path`` (None: they can): it must exist, be an
     executable file, and neither it, the file a symlink leads to, nor a script's interpreter
     (its ``#!`` line: a venv's python) may lie where the sandbox hides files."""
+    hidden = HIDDEN_FROM_UNITS if hidden is None else hidden
     for what, candidate in (("", path), (" (symlink target)", os.path.realpath(path))):
         why = sandbox.hidden_reason(candidate, what, hidden)
         if why:

@@ -581,7 +581,9 @@ def revert_overdue(node: Node, log: Callable[[str, bool], None]) -> List[str]:
     if node.dry_run or not node.state.ensure(create=False):
         return []
     try:
-        arms = [a for a in confirmations.read_all(node.host, node.state) if a.overdue(time.time())]
+        found = confirmations.read_all(node.host, node.state)
+        clock = confirmations.node_clock(node.host) if found else None
+        arms = [a for a in found if clock is not None and a.overdue(clock)]
     except CpctlError as exc:
         return [exc.message]
     lines = []

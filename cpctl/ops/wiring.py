@@ -97,9 +97,12 @@ def _overdue_arms(node: Node) -> bool:
         return False
     if not node.state.ensure(create=False):
         return False
-    import time
     try:
-        return any(arm.overdue(time.time()) for arm in confirmations.read_all(node.host, node.state))
+        arms = confirmations.read_all(node.host, node.state)
+        if not arms:
+            return False
+        clock = confirmations.node_clock(node.host)     # the node's clock decides, not this machine's
+        return any(arm.overdue(clock) for arm in arms)
     except CpctlError:
         return True
 

@@ -122,9 +122,10 @@ def test_a_revert_that_finds_the_lock_held_keeps_the_arm_says_why_and_succeeds_o
     the lock is free, reverts the change."""
     node = NodeDirs(str(tmp_path / "n"), files={"kube-scheduler.yaml": SCHEDULER})
     _changed_and_armed(node, 0.5)
-    holder = subprocess.Popen([sys.executable, "-c", "import fcntl,os,sys; fd=os.open(sys.argv[1], os.O_RDWR|os.O_CREAT,"
-                               " 0o600); fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()",
-                               os.path.join(node.state, "lock")], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    hold = ("import fcntl,os,sys; fd=os.open(sys.argv[1], os.O_RDWR|os.O_CREAT, 0o600); "
+            "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()")
+    holder = subprocess.Popen([sys.executable, "-c", hold, os.path.join(node.state, "lock")], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE)
     assert holder.stdout is not None and holder.stdin is not None
     assert holder.stdout.readline() == b"held\n"
     pauses: List[float] = []

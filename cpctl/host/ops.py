@@ -1507,7 +1507,9 @@ def revert_plan_main(argv):
         _plan_failed(plan, message, pause)
         _plan_log("revert of the unconfirmed change of %s failed (attempt %d): %s; the arm stays, next try in %ds"
                   % (component, attempts + 1, message, pause), True)
-        time.sleep(pause)
+        end = boottime() + pause
+        while boottime() < end and (_arm_record(plan["arm"]) or {}).get("op") == plan["op"]:
+            time.sleep(min(1.0, max(0.0, end - boottime())))
     if message != "reverted":
         _plan_log("%s (exit %d)" % (message, code), code != 0)
         _plan_cleanup(argv[0])

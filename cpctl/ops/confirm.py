@@ -273,6 +273,9 @@ def _install_units(node: Node, armed: Arm, argv: List[str], launcher: Launcher) 
     writable = _writable(node, armed)
     texts = unit_texts(armed, argv, writable, launcher.hardening, node.state)
     try:
+        # a run of an earlier arm of the component may still sleep in its back-off (its arm is gone,
+        # it would end within a second): stopped, so that this arm's timer finds its service free
+        node.host.run(["systemctl", "stop", unit + ".service"], timeout=60.0)
         for path, text in texts.items():
             node.host.write_atomic(path, text.encode("utf-8"), 0o644)
         for command in (["systemctl", "daemon-reload"], ["systemctl", "enable", "--quiet", unit + ".timer"],
@@ -656,7 +659,21 @@ def timer_run(node: Node, component: str, op: str, within: Optional[float], log:
             record_failure(node, current, exc.message, pause)
             log("revert of the unconfirmed change of %s failed (attempt %d): %s; the arm stays, next try in %ds"
                 % (component, current.attempts + 1, exc.message, pause), True)
-            sleep(pause)
+            if not _pause_while_armed(node, op, pause, sleep):
+                return nothing
+
+
+def _pause_while_armed(node: Node, op: str, pause: float, sleep: Callable[[float], None]) -> bool:
+    """The back-off between two tries, looking at the arm every second: False as soon as it is gone
+    (confirmed: the run ends now and frees the unit for the next arm of the component)."""
+    end = confirmations.node_clock(node.host).boottime + pause
+    while True:
+        left = end - confirmations.node_clock(node.host).boottime
+        if left <= 0:
+            return True
+        sleep(min(CHECK_POLL, left))
+        if _arm_of(node, op) is None:
+            return False
 
 
 def _arm_of(node: Node, op: str) -> Optional[Arm]:

@@ -206,3 +206,5 @@ def test_the_timer_runs_only_the_agent_and_the_plan_it_armed(tmp_path: Any) -> N
     assert proc.returncode == 0, proc.stderr
     with open(os.path.join(node.manifests, "kube-scheduler.yaml"), "rb") as handle:
         assert handle.read() == SCHEDULER
+    left = sorted(n for n in os.listdir(os.path.join(node.state, "confirm")) if n.startswith("kube-scheduler.yaml."))
+    assert left == [], "the reverted plan's files pile up in the state dir: %s" % left

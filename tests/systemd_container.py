@@ -17,7 +17,9 @@ cleanup empties the real /tmp of the whole machine.
 
 Inside, ``tests/systemd_real/cpctl-e2e.service`` (pulled in with ``systemd.wants=``) runs
 ``tests/systemd_real/scenario.py``, which writes ``results.json`` to a bound directory and ends
-the container; :func:`run_scenario` returns that JSON with the console log and the timings.
+the container; :func:`run_scenario` returns that JSON with the console log and the timings. When
+the first boot asks for it (``results["reboot"]``), the node is booted a second time after the given
+moment, with the dirs a real node keeps on disk (``PERSISTENT``) carried over from the first boot.
 """
 
 from __future__ import annotations

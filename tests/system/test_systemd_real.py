@@ -4,10 +4,14 @@ One boot per module (tests/systemd_container.py) runs tests/systemd_real/scenari
 cpctl installed from wheels of a commit (CPCTL_E2E_COMMIT, default HEAD of this checkout), four
 kubeadm-like manifests, ``cpctl systemd install``; the check run by its timer and directly, with
 and without node_exporter's textfile dir; the watch while a manifest leaves the dir and comes
-back; the hardening as systemd applies it. The scenario records, these tests judge.
+back; the hardening as systemd applies it; ``--confirm-within`` arms whose node is "rebooted": a
+second boot of the same run, with /etc/kubernetes, /etc/systemd/system, /var/lib/cpctl, /opt and
+/var/lib/systemd/timers kept (bound from the run dir), the rest the pristine image again. The
+scenario records, these tests judge.
 
-Skipped only where no container can boot at all (not root, no cgroup write access). About 20-35 s
-with the image cached under /var/cache/cpctl-test, about 2 min the first time (debootstrap).
+Skipped only where no container can boot at all (not root, no cgroup write access). About 60-90 s
+with the image cached under /var/cache/cpctl-test (of which ~25 s the node is "down" past the arms'
+deadline, and ~2 s the second boot), about 2.5 min the first time (debootstrap).
 """
 
 from __future__ import annotations

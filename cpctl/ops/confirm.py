@@ -710,7 +710,7 @@ def record_failure(node: Node, armed: Arm, why: str, pause: float) -> bool:
 def run_check(node: Node, armed: Mapping[str, object], options: ConfirmOptions) -> Tuple[bool, str]:
     """Run ``--confirm-check`` on the node (``sh -c``), bounded by the arm's deadline: (passed, why)."""
     from cpctl.timeutil import parse_iso
-    left = max(1.0, parse_iso(str(armed["deadline"])) - time.time())
+    left = max(1.0, parse_iso(str(armed["deadline"])) - confirmations.node_clock(node.host).time)   # node time
     try:
         proc = node.host.run(["sh", "-c", options.check], timeout=left)
     except (OSError, CpctlError) as exc:

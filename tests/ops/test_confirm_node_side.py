@@ -223,3 +223,24 @@ def test_a_wall_clock_step_does_not_change_when_an_arm_is_due() -> None:
     assert armed.overdue(same_boot(1061, 5.0, "b2" * 8))
     old = dataclasses.replace(armed, boot_id="", due_boottime=0.0)          # a record from before issue 35
     assert old.overdue(same_boot(1061, 561.0, "b1" * 8)) and not old.overdue(same_boot(1059, 999.0, "b1" * 8))
+
+
+def test_a_revert_meeting_erofs_keeps_the_arm_and_the_change_is_not_dropped(tmp_path: Any) -> None:
+    """Issue #35 item 2: the revert's write of the manifest fails with EROFS (a sandbox that makes
+    it read-only, a remounted filesystem): the arm is NOT dropped (it was, and the unconfirmed change
+    stayed for good); the error says it is retried; nothing half-done."""
+    from cpctl.core.node import Node
+    from cpctl.host.mock import Fault, MockHost
+    node = NodeDirs(str(tmp_path / "n"), files={"kube-scheduler.yaml": SCHEDULER})
+    _changed_and_armed(node, 0.0)
+    host = MockHost([Fault("write_atomic", "EROFS", times=50, path=node.manifests)])
+    opened = Node(host, node.manifests, node.state, NODE, lock_timeout=1)
+    with pytest.raises(CpctlError) as caught:
+        confirm.revert(opened, "kube-scheduler", "test", op=OP, stop_timer=False)
+    assert caught.value.code == ExitCode.ENVIRONMENT
+    assert "the arm stays and the revert is retried" in caught.value.message, caught.value.message
+    assert _manifest(node) == NEW_SCHEDULER and _arm_record(node)["op"] == OP
+    assert "dropped" not in [r["action"] for r in node.history()]
+    done = confirm.revert(open_node(_settings(node), LocalHost(), overdue=False), "kube-scheduler", "test", op=OP,
+                          stop_timer=False)                       # the filesystem writable again: the retry
+    assert done["reverted"] is True and _manifest(node) == SCHEDULER and _arm_record(node) is None

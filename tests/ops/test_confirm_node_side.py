@@ -77,6 +77,9 @@ def test_arming_is_refused_before_the_change_when_the_unit_could_not_run(tmp_pat
     assert proc.returncode == 4, proc.stderr
     assert "hides from the unit" in proc.stderr and "nothing changed, nothing armed" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
+    dry = subprocess.run(node.argv("flags", "scheduler", "--set", "v=4", "--confirm-within", "1m", "--dry-run"),
+                         env=node.env(CPCTL_CONFIRM_TIMER="systemd"), capture_output=True, text=True, timeout=60)
+    assert dry.returncode == 4 and "hides from the unit" in dry.stderr, dry.stderr     # its dry run says so too
     assert _manifest(node) == SCHEDULER and _arm_record(node) is None
     assert not os.path.exists(node.history_file) or b"flags" not in open(node.history_file, "rb").read()
 

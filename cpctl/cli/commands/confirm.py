@@ -61,11 +61,13 @@ def guarded(ctx: click.Context, component: str, action_name: str, action: NodeAc
     change awaits confirmation (``ops.edits.refuse_now``; its dry run decides the same way)."""
     def run(node: "Node") -> Dict[str, object]:
         from cpctl.ops import confirm as confirm_ops
-        if confirm is None or dry_run:
+        if confirm is None:
             return action(node)
         starts = launcher(ctx, node)
         confirm_ops.preflight(node, starts)      # a revert that could not run: refused before the change
-        result = action(node)
+        result = action(node)                    # (its dry run refuses the same way; it only reads)
+        if dry_run:
+            return result
         armed = confirm_ops.arm(node, result, confirm, starts)
         state_of = armed.get("confirm")
         if confirm.check and isinstance(state_of, dict) and state_of.get("armed"):

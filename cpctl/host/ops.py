@@ -1079,15 +1079,17 @@ def agent_main(stdin=None, stdout=None):
 
 
 # --- the node-side revert of an unconfirmed change (cpctl confirm, remote mode) -----------------
-# ``python3 <this file> revert-plan PLAN [--at EPOCH]``: nothing of cpctl is installed on a master,
-# so ``--confirm-within`` over SSH writes this file and a plan into the master's state dir, and a
-# transient systemd timer (or a detached process) runs it at the deadline. The plan holds the
+# ``python3 <this file> revert-plan PLAN [--within SECONDS]``: nothing of cpctl is installed on a
+# master, so ``--confirm-within`` over SSH writes this file and a plan into the master's state dir, and
+# a persistent systemd timer (or a detached process) runs it when the arm is due by the master's own
+# clock (CLOCK_BOOTTIME within the boot it was armed in, the UTC deadline after a reboot). The plan holds the
 # journaled change cpctl itself built (the rollback to the revision before the armed change,
 # manifest and companion files, and the removal of the arm record); this applies it the way
 # cpctl.core.journal does - journal first, each step idempotent, dot-temp files renamed into place -
 # so a kill at any instant is finished or rolled back by the next cpctl run. Exit codes as cpctl's:
 # 0 reverted and verified (or nothing armed), 12 reverted but not verified, 10 another writer
-# replaced the armed version (nothing changed), 7 an environment error (the journal stays).
+# replaced the armed version (nothing changed), 7 a refused agent or plan. An environment error (the
+# lock held, EROFS, EIO, a pending journal) keeps the arm and is retried with back-off.
 
 def _utc_now():
     """Now as the records cpctl writes give it (``cpctl.timeutil.iso``; the agent imports no cpctl)."""

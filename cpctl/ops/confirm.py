@@ -3,16 +3,18 @@
 ``apply``/``edit``/``flags``/``rollback --confirm-within D`` first make the change as always
 (validated, written, verified, rolled back on failure). Then :func:`arm`:
 
-1. starts a node-side timer that runs ``cpctl revert-unconfirmed COMPONENT --op OP`` at the
-   deadline: a transient systemd timer (``systemd-run --on-active``, unit ``cpctl-confirm-<component>``,
-   the shipped units' hardening) when systemd is PID 1, else a detached process (its own session,
-   reparented to init when cpctl exits) whose pid is recorded;
+0. (:func:`preflight`, before the change) refuses when that revert could not run on the node;
+1. starts a node-side timer that runs ``cpctl revert-unconfirmed COMPONENT --op OP`` when the arm is
+   due by the node's clock: a persistent systemd timer + service in /etc/systemd/system (unit
+   ``cpctl-confirm-<component>``, ``OnCalendar=`` the UTC deadline with ``Persistent=true``, enabled:
+   it fires after a reboot too; the shipped units' hardening) when systemd is PID 1, else a detached
+   process (its own session, reparented to init when cpctl exits) whose pid is recorded;
 2. records the arm in the state dir through the journal (history ``armed``).
 
 The timer comes first: a cpctl killed in between leaves a timer that finds no arm and does nothing
 (the change then stands unarmed, as a plain change); once the arm is recorded, a revert happens
-even if cpctl, its terminal or its SSH session die: by the timer, or - when the timer was lost (a
-reboot drops transient units) - by the next cpctl command that opens the node
+even if cpctl, its terminal or its SSH session die, or the node reboots: by the timer, or - when the
+timer was lost (the detached process dies with the machine) - by the next cpctl command that opens the node
 (:func:`revert_overdue`; the shipped ``cpctl-check.timer`` runs one every 5 minutes).
 
 :func:`confirm` stops the timer and removes the arm (history ``confirmed``). :func:`revert` puts
@@ -63,7 +65,7 @@ class ConfirmOptions:
 class Launcher:
     """How the node-side revert is started: ``command`` is cpctl with the node's global options
     (``revert-unconfirmed COMPONENT --op OP`` is appended), ``hardening`` the shipped units'
-    sandbox lines (``Name=value``) for the transient systemd unit."""
+    sandbox lines (``Name=value``) for the persistent revert unit."""
 
     command: List[str]
     hardening: Sequence[str] = ()
@@ -172,8 +174,8 @@ def _kept_revision(node: Node, filename: str, number: int, previous: str) -> rev
 
 
 def timer_kind(node: Node) -> str:
-    """``systemd`` when systemd is PID 1 on the node and cpctl acts there as root (systemd-run can
-    be used), else ``process``; ``CPCTL_CONFIRM_TIMER`` forces one."""
+    """``systemd`` when systemd is PID 1 on the node and cpctl acts there as root (it can install
+    and start a unit), else ``process``; ``CPCTL_CONFIRM_TIMER`` forces one."""
     forced = os.environ.get(TIMER_ENV, "")
     if forced in ("systemd", "process"):
         return forced

@@ -17,7 +17,9 @@ cleanup empties the real /tmp of the whole machine.
 
 Inside, ``tests/systemd_real/cpctl-e2e.service`` (pulled in with ``systemd.wants=``) runs
 ``tests/systemd_real/scenario.py``, which writes ``results.json`` to a bound directory and ends
-the container; :func:`run_scenario` returns that JSON with the console log and the timings.
+the container; :func:`run_scenario` returns that JSON with the console log and the timings. When
+the first boot asks for it (``results["reboot"]``), the node is booted a second time after the given
+moment, with the dirs a real node keeps on disk (``PERSISTENT``) carried over from the first boot.
 """
 
 from __future__ import annotations
@@ -317,6 +319,28 @@ def _prune_wheel_sets(wheels_root: Path) -> None:
 
 # --- the boot -----------------------------------------------------------------------------------
 
+# The node's disk that survives a "reboot" (a second boot of the same run): bound from the run
+# dir, never from this machine's /etc or /var; everything else is the volatile overlay again.
+# /var/lib/systemd/timers holds the persistent timers' stamps (Persistent=true compares the deadline
+# with the last trigger recorded there; a real node keeps /var).
+PERSISTENT = {"etc-kubernetes": "/etc/kubernetes", "etc-systemd-system": "/etc/systemd/system",
+              "var-lib-cpctl": "/var/lib/cpctl", "opt": "/opt", "var-lib-systemd-timers": "/var/lib/systemd/timers"}
+REBOOT_WAIT_MAX = 120
+
+
+def _stage_persistent(run_dir: Path) -> None:
+    """The persistent dirs of the node, seeded from the image (its /etc/systemd/system, symlinks
+    kept), with the scenario's driver unit in place."""
+    persist = run_dir / "persist"
+    for name in PERSISTENT:
+        (persist / name).mkdir(parents=True)
+        (persist / name).chmod(0o700 if name == "var-lib-cpctl" else 0o755)    # as on a node: the state dir 0700
+    units = persist / "etc-systemd-system"
+    shutil.rmtree(units)
+    shutil.copytree(IMAGE_DIR / "etc/systemd/system", units, symlinks=True)
+    shutil.copyfile(SCENARIO_DIR / E2E_UNIT, units / E2E_UNIT)
+
+
 def _stage_run_dir() -> Path:
     """A run dir under CACHE_DIR for the scenario files and the results: the private mount
     namespace puts a fresh tmpfs on /tmp, so nothing bound may live there (pytest's tmp dirs, a
@@ -329,6 +353,7 @@ def _stage_run_dir() -> Path:
     run_dir = Path(tempfile.mkdtemp(prefix="boot-", dir=runs))
     shutil.copytree(SCENARIO_DIR, run_dir / "e2e", ignore=shutil.ignore_patterns("__pycache__"))
     (run_dir / "out").mkdir()
+    _stage_persistent(run_dir)
     return run_dir
 
 
@@ -339,7 +364,7 @@ def _nspawn_command(run_dir: Path, wheels: Path, machine: str) -> List[str]:
             "--resolv-conf=off", "--timezone=off", "--console=read-only",
             "--bind-ro=%s:/wheels" % wheels,
             "--bind-ro=%s:/e2e" % e2e,
-            "--bind-ro=%s:/etc/systemd/system/%s" % (e2e / E2E_UNIT, E2E_UNIT),
+            *("--bind=%s:%s" % (run_dir / "persist" / name, where) for name, where in PERSISTENT.items()),
             "--bind=%s:/results" % (run_dir / "out"),
             "--boot", "--", "systemd.wants=%s" % E2E_UNIT]
 
@@ -423,13 +448,22 @@ def boot(run_dir: Path, wheels: Path, timeout: int = BOOT_TIMEOUT) -> Tuple[int,
     kernel = _KernelLog()
     script = _boot_script(cgroups, _nspawn_command(run_dir, wheels, name), timeout)
     try:
-        with open(run_dir / "out" / CONSOLE_FILE, "wb") as console:
+        with open(run_dir / "out" / CONSOLE_FILE, "ab") as console:     # a second boot appends
             proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
                                   stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT,
                                   timeout=timeout + 60)
         return proc.returncode, kernel.read_new()
     finally:
         _remove_cgroups(cgroups)
+
+
+def _reboot_after(results: Path) -> Optional[float]:
+    """When the first boot asked for a second one: the Unix time to boot again at (None: no reboot)."""
+    try:
+        asked = json.loads(results.read_text()).get("reboot")
+    except (OSError, ValueError):
+        return None
+    return float(asked["after"]) if isinstance(asked, dict) and not asked.get("done") else None
 
 
 def run_scenario(repo: Path = REPO, commit: str = "HEAD", keep_dir: Optional[Path] = None) -> ScenarioRun:
@@ -449,7 +483,14 @@ def run_scenario(repo: Path = REPO, commit: str = "HEAD", keep_dir: Optional[Pat
         mark = time.monotonic()
         with _locked("image", exclusive=False):
             returncode, kernel_lines = boot(run_dir, wheels)
-        timings["boot"] = time.monotonic() - mark
+            timings["boot"] = time.monotonic() - mark
+            reboot = _reboot_after(run_dir / "out" / RESULTS_FILE) if returncode == 0 else None
+            if reboot is not None:     # the node goes down inside the arms' window, comes up after it
+                time.sleep(max(0.0, min(REBOOT_WAIT_MAX, reboot - time.time())))
+                mark = time.monotonic()
+                returncode, more = boot(run_dir, wheels)
+                kernel_lines = None if kernel_lines is None or more is None else kernel_lines + more
+                timings["boot2"] = time.monotonic() - mark
         out = run_dir / "out"
         if kernel_lines is not None:
             (out / KERNEL_FILE).write_text("\n".join(kernel_lines) + "\n")

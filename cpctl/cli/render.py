@@ -71,9 +71,12 @@ def _detail(c: Mapping[str, object]) -> str:
     fix; unconfirmed: the deadline), else the component's last change."""
     if c.get("unconfirmed"):
         armed = c["unconfirmed"]
-        if isinstance(armed, Mapping) and armed.get("overdue"):
-            return "unconfirmed, overdue since %s: reverts now by the node's timer" % armed.get("deadline")
-        return "unconfirmed, reverts at %s" % (armed.get("deadline") if isinstance(armed, Mapping) else "?")
+        if not isinstance(armed, Mapping):
+            return "unconfirmed, reverts at ?"
+        failing = ", revert failing: %s" % armed["failing"] if armed.get("failing") else ""
+        if armed.get("overdue"):
+            return "unconfirmed, overdue since %s: reverts now by the node's timer%s" % (armed.get("deadline"), failing)
+        return "unconfirmed, reverts at %s%s" % (armed.get("deadline"), failing)
     if c["state"] == "parked":
         detail = "since %s by %s" % (c.get("since") or "?", c.get("by") or "?")
         if c.get("until"):

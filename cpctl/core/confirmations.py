@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Union
 
 from cpctl import catalogue
 from cpctl.core import manifests
@@ -35,6 +35,21 @@ MAX_ARM_BYTES = 64 << 10
 TIMERS = ("systemd", "process", "none")
 _TEXT = ("op", "component", "file", "checksum", "previous", "action", "armed_at", "deadline", "by", "host",
          "node", "timer", "unit", "check")
+# Added by issue 35 (optional: a record written before has none of them): the node's boot and its
+# CLOCK_BOOTTIME deadline, and why the last revert attempt failed, how often, when it tries again.
+_OPTIONAL_TEXT = ("boot_id", "failing", "next_try")
+_BOOT_ID = re.compile(r"^(|[0-9a-f-]{16,64})$")
+
+
+@dataclass
+class NodeClock:
+    """The node's clocks at one instant (``Host.clock``): wall time (Unix seconds), CLOCK_BOOTTIME
+    seconds (monotonic, counts suspend, restarts at boot) and the boot it belongs to. "Overdue" is
+    judged on these, never on the operator's clock."""
+
+    time: float
+    boottime: float
+    boot_id: str
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 _UNIT = re.compile(r"^(|cpctl-confirm-[A-Za-z0-9._-]{1,200})$")
 
@@ -62,6 +77,11 @@ class Arm:
     unit: str = ""
     pid: int = 0
     check: str = ""
+    boot_id: str = ""            # the node's boot id when armed ("" in a record from before issue 35)
+    due_boottime: float = 0.0    # CLOCK_BOOTTIME (s) at which it is due, within that boot
+    failing: str = ""            # why the last revert attempt failed ("" none did): it is retried
+    attempts: int = 0            # revert attempts that failed so far
+    next_try: str = ""           # when the node tries again (UTC, the node's clock)
 
     def to_dict(self) -> Dict[str, object]:
         return asdict(self)
@@ -69,7 +89,18 @@ class Arm:
     def deadline_epoch(self) -> float:
         return parse_iso(self.deadline)
 
-    def overdue(self, now: float) -> bool:
+    def due_in(self, clock: NodeClock) -> float:
+        """Seconds until the revert is due, judged on the node: within the boot it was armed in, by
+        CLOCK_BOOTTIME (a wall-clock step changes nothing); after a reboot (or for a record without
+        a boot id) by the wall-clock deadline, the one the persistent timer fires at."""
+        if self.boot_id and self.due_boottime > 0 and clock.boot_id == self.boot_id:
+            return self.due_boottime - clock.boottime
+        return self.deadline_epoch() - clock.time
+
+    def overdue(self, now: Union[float, NodeClock]) -> bool:
+        """Past the deadline: on the node's ``NodeClock`` (see ``due_in``), or a bare wall time."""
+        if isinstance(now, NodeClock):
+            return self.due_in(now) <= 0
         return now >= self.deadline_epoch()
 
     def matches(self, wanted: str) -> bool:
@@ -77,15 +108,24 @@ class Arm:
         return wanted in (self.component, self.file, manifests.file_stem(self.file)) or \
             catalogue.canonical(wanted) == self.component
 
-    def pending_text(self, now: float, command: Callable[..., str] = command_hint_here) -> str:
+    def pending_text(self, now: Union[float, "NodeClock"], command: Callable[..., str] = command_hint_here) -> str:
         """What awaits this arm, for ``status``, ``check`` and refusals: "unconfirmed, reverts at T
         unless: cpctl confirm C", or once past the deadline "overdue since T": a read-only command only
         says so - the node's revert timer reverts it (``revert-unconfirmed`` does it now). ``command``:
         ``Node.command``, the hint's cpctl command line with the ``-H``/``-i`` that reach the node."""
+        failing = "; %s, the node retries" % self.failing_text() if self.failing else ""
         if self.overdue(now):
             return ("unconfirmed, overdue since %s: reverts now by the node's timer (not confirmed in time; %s "
-                    "reverts it at once)" % (self.deadline, command("revert-unconfirmed", self.component)))
-        return "unconfirmed, reverts at %s unless: %s" % (self.deadline, command("confirm", self.component))
+                    "reverts it at once)%s" % (self.deadline, command("revert-unconfirmed", self.component), failing))
+        return "unconfirmed, reverts at %s unless: %s%s" % (self.deadline, command("confirm", self.component),
+                                                            failing)
+
+    def failing_text(self) -> str:
+        """"revert failing: WHY (attempt N, next try T)" while the node retries a revert, else ""."""
+        if not self.failing:
+            return ""
+        return "revert failing: %s (attempt %d%s)" % (self.failing, self.attempts,
+                                                       ", next try %s" % self.next_try if self.next_try else "")
 
     def refusal(self, action: str, command: Callable[..., str] = command_hint_here) -> CpctlError:
         """Why ``action`` of the armed component is refused (exit 4, nothing changed): another
@@ -104,6 +144,12 @@ class Arm:
                           % (action, self.component, self.action, self.by, self.deadline,
                              command("confirm", self.component), command("revert-unconfirmed", self.component)),
                           ExitCode.REFUSED)
+
+
+def node_clock(host: Host) -> NodeClock:
+    """The node's clocks now (one agent call; CLOCK_BOOTTIME and the boot id read on the node)."""
+    found = host.clock()
+    return NodeClock(float(found["time"]), float(found["boottime"]), str(found["boot_id"]))
 
 
 def directory(state: StateDir) -> str:
@@ -125,7 +171,7 @@ def parse(where: str, data: bytes) -> Arm:
     if problem:
         raise CpctlError("%s is corrupt (%s): inspect it, then remove it by hand" % (where, problem),
                          ExitCode.ENVIRONMENT)
-    fields = {k: value.get(k) for k in Arm.__dataclass_fields__}
+    fields = {k: value[k] for k in Arm.__dataclass_fields__ if k in value}
     return Arm(**fields)
 
 
@@ -142,6 +188,21 @@ def _problem(value: object) -> str:
         number = value.get(key)
         if not isinstance(number, int) or isinstance(number, bool) or number < 0:
             return "%s is not a number" % key
+    for key in _OPTIONAL_TEXT:
+        if not isinstance(value.get(key, ""), str) or len(value.get(key, "")) > 2000:
+            return "%s is not text" % key
+    attempts, due = value.get("attempts", 0), value.get("due_boottime", 0.0)
+    if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 0:
+        return "attempts is not a number"
+    if not isinstance(due, (int, float)) or isinstance(due, bool) or not 0 <= due < 1e12:
+        return "due_boottime is not a number"
+    if not _BOOT_ID.match(value.get("boot_id", "")):
+        return "boot_id is not a boot id"
+    if value.get("next_try"):
+        try:
+            parse_iso(value["next_try"])
+        except ValueError:
+            return "next_try is not a time"
     if not _SHA.match(value["checksum"]) or not _SHA.match(value["previous"]):
         return "checksum is not a sha256"
     if value["timer"] not in TIMERS or not _UNIT.match(value["unit"]):

@@ -179,14 +179,16 @@ def _unconfirmed(node: Node, rows: List[Row]) -> List[str]:
         arms = confirmations.read_all(node.host, node.state) if node.state.ensure(create=False) else []
     except CpctlError as exc:
         return [exc.message]
-    import time
-    now = time.time()
+    if not arms:
+        return []
+    now = confirmations.node_clock(node.host)     # the node's clock decides, not this machine's
     by_file = {a.file: a for a in arms}
     for row in rows:
         arm = by_file.get(str(row.get("file") or ""))
         if arm is not None and row.get("state") == "present":
             row["unconfirmed"] = {"deadline": arm.deadline, "by": arm.by, "action": arm.action,
-                                  "revision": arm.revision, "timer": arm.timer, "overdue": arm.overdue(now)}
+                                  "revision": arm.revision, "timer": arm.timer, "overdue": arm.overdue(now),
+                                  "failing": arm.failing, "attempts": arm.attempts, "next_try": arm.next_try}
     return ["%s: %s" % (a.component, a.pending_text(now, node.command)) for a in arms]
 
 

@@ -92,6 +92,14 @@ class HostInfo(TypedDict):
     python: str
 
 
+class ClockReading(TypedDict):
+    """The node's clocks at one instant (``Host.clock``): wall time, CLOCK_BOOTTIME, boot id."""
+
+    time: float
+    boottime: float
+    boot_id: str
+
+
 class TlsOptions(TypedDict, total=False):
     """How ``http`` verifies and authenticates (a kubeconfig's cluster and user, or ``insecure``
     for a node-local health endpoint): inline PEM data or files on the node."""
@@ -244,6 +252,10 @@ class Host:
         if cached is None:
             cached = self._info = self._call("info")
         return cached
+
+    def clock(self) -> ClockReading:
+        """The node's own clocks now (never cached): what decides when an arm is overdue."""
+        return cast(ClockReading, self._call("clock"))
 
     def close(self) -> None:
         """Release the connection, if any (and with it every lock the agent holds)."""

@@ -896,6 +896,26 @@ def info():
             "pid": os.getpid(), "euid": os.geteuid(), "python": sys.version.split()[0]}
 
 
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+
+
+def boottime():
+    """CLOCK_BOOTTIME in seconds: monotonic (a wall-clock step does not move it), counting suspend,
+    restarting at boot (``time.CLOCK_BOOTTIME``, Linux; CLOCK_MONOTONIC where Python lacks it)."""
+    return time.clock_gettime(getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC))
+
+
+def clock():
+    """The node's clocks at one instant: wall time, CLOCK_BOOTTIME and the boot id they belong to
+    ("" where the kernel does not say): what decides when an unconfirmed change is overdue."""
+    try:
+        with open(BOOT_ID_PATH, "rb") as handle:
+            boot_id = handle.read(64).decode("ascii", "replace").strip()
+    except OSError:
+        boot_id = ""
+    return {"time": time.time(), "boottime": boottime(), "boot_id": boot_id}
+
+
 def reset():
     """Forget the run this agent served: release its locks, close its HTTP connections.
 
@@ -936,7 +956,7 @@ OPS = {  # type: dict
     "write_atomic": write_atomic, "move": move, "unlink": unlink, "makedirs": makedirs,
     "chmod": chmod, "append": append, "lock": lock, "lock_dir": lock_dir, "unlock": unlock, "run": run,
     "http": http, "peer_cert": peer_cert,
-    "info": info, "fsync_dir": fsync_dir, "batch": batch, "reset": reset,
+    "info": info, "clock": clock, "fsync_dir": fsync_dir, "batch": batch, "reset": reset,
 }
 
 # Values of these keys travel base64-encoded over the agent protocol.
@@ -1059,15 +1079,17 @@ def agent_main(stdin=None, stdout=None):
 
 
 # --- the node-side revert of an unconfirmed change (cpctl confirm, remote mode) -----------------
-# ``python3 <this file> revert-plan PLAN [--at EPOCH]``: nothing of cpctl is installed on a master,
-# so ``--confirm-within`` over SSH writes this file and a plan into the master's state dir, and a
-# transient systemd timer (or a detached process) runs it at the deadline. The plan holds the
+# ``python3 <this file> revert-plan PLAN [--within SECONDS]``: nothing of cpctl is installed on a
+# master, so ``--confirm-within`` over SSH writes this file and a plan into the master's state dir, and
+# a persistent systemd timer (or a detached process) runs it when the arm is due by the master's own
+# clock (CLOCK_BOOTTIME within the boot it was armed in, the UTC deadline after a reboot). The plan holds the
 # journaled change cpctl itself built (the rollback to the revision before the armed change,
 # manifest and companion files, and the removal of the arm record); this applies it the way
 # cpctl.core.journal does - journal first, each step idempotent, dot-temp files renamed into place -
 # so a kill at any instant is finished or rolled back by the next cpctl run. Exit codes as cpctl's:
 # 0 reverted and verified (or nothing armed), 12 reverted but not verified, 10 another writer
-# replaced the armed version (nothing changed), 7 an environment error (the journal stays).
+# replaced the armed version (nothing changed), 7 a refused agent or plan. An environment error (the
+# lock held, EROFS, EIO, a pending journal) keeps the arm and is retried with back-off.
 
 def _utc_now():
     """Now as the records cpctl writes give it (``cpctl.timeutil.iso``; the agent imports no cpctl)."""
@@ -1346,9 +1368,112 @@ def _plan_paths_problem(plan):
     return ""
 
 
+RETRY_FIRST, RETRY_MAX = 5.0, 300.0    # a revert that meets an environment error: again after 5 s, 10 s, ... 5 min
+
+
+def _arm_record(path):
+    """The arm record at ``path`` as a dict (None: none, or not readable as one)."""
+    import json
+    try:
+        with open(path, "rb") as handle:
+            value = json.loads(handle.read(1 << 16).decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def arm_due_in(arm, now=None):
+    """Seconds until ``arm`` is due by this node's clocks (``cpctl.core.confirmations.Arm.due_in``):
+    CLOCK_BOOTTIME within the boot it was armed in, the wall-clock deadline after a reboot."""
+    import calendar
+    now = now or clock()
+    due = arm.get("due_boottime")
+    if arm.get("boot_id") and isinstance(due, (int, float)) and due > 0 and arm.get("boot_id") == now["boot_id"]:
+        return float(due) - now["boottime"]
+    try:
+        deadline = calendar.timegm(time.strptime(str(arm.get("deadline")), "%Y-%m-%dT%H:%M:%SZ"))
+    except ValueError:
+        return 0.0
+    return deadline - now["time"]
+
+
+def _plan_wait(plan, within):
+    """Wait until the plan's arm is due (``arm_due_in``); False when it went away meanwhile (an arm
+    never seen ends the wait after ``within`` seconds, or at once without it: the timer fired)."""
+    started = boottime()
+    seen = False
+    while True:
+        arm = _arm_record(plan["arm"])
+        if arm is not None and arm.get("op") == plan["op"]:
+            seen = True
+            left = arm_due_in(arm)
+        elif seen:
+            return False
+        else:
+            left = started + within - boottime() if within is not None else 0.0
+        if left <= 0:
+            return True
+        time.sleep(min(1.0, left))
+
+
+def _plan_failed(plan, why, pause):
+    """Note in the arm record why the revert failed, the attempt count and the next try (one atomic
+    rewrite, only while the record holds the bytes just read: a confirm in between wins)."""
+    import hashlib
+    import json
+    try:
+        data = read_file(plan["arm"], 1 << 16)
+        arm = json.loads(data.decode("utf-8"))
+    except (OSError, ValueError):
+        return
+    if not isinstance(arm, dict) or arm.get("op") != plan["op"]:
+        return
+    attempts = arm.get("attempts")
+    arm["attempts"] = (attempts if isinstance(attempts, int) and not isinstance(attempts, bool) else 0) + 1
+    arm["failing"] = " ".join(why.split())[:500]
+    arm["next_try"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + pause))
+    try:
+        write_atomic(plan["arm"], (json.dumps(arm, indent=2, sort_keys=True) + "\n").encode("utf-8"), 0o600,
+                     expect=hashlib.sha256(data).hexdigest())
+    except OSError:
+        pass
+
+
+def _plan_cleanup(plan_path):
+    """Remove the plan's files (``<file>.<op>.agent.py``, ``.plan``, staged copies): the revert is
+    over, they must not pile up in the state dir."""
+    base = plan_path[:-len(".plan")] if plan_path.endswith(".plan") else plan_path
+    folder, prefix = os.path.dirname(base), os.path.basename(base) + "."
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        if name.startswith(prefix):
+            _unlink_quiet(os.path.join(folder, name))
+
+
+def _plan_attempt(plan):
+    """One try under the node lock: (exit code, message); 5 and 7 are retried."""
+    component = plan["entry"]["component"]
+    try:
+        lock(plan["lock"], 120, "pid %d (cpctl revert-plan %s)" % (os.getpid(), component))
+    except Exception as exc:  # noqa: BLE001 - LockBusy, or an I/O error
+        return 5, "the node lock: %s" % exc
+    try:
+        return _plan_apply(plan)
+    except OSError as exc:
+        return 7, ("%s; the journal (if written) is finished or rolled back by the next cpctl run"
+                   % (exc.strerror or exc))
+    finally:
+        unlock(plan["lock"])
+
+
 def revert_plan_main(argv):
-    """``revert-plan PLAN --plan-sha256 SHA256 [--at EPOCH]``: wait for the deadline, then revert (see
-    above) - only a plan whose bytes are the ones recorded at arm time, naming only paths it may touch."""
+    """``revert-plan PLAN --plan-sha256 SHA256 [--within SECONDS]``: wait until the arm is due by
+    this node's clock, then revert (see above) - only a plan whose bytes are the ones recorded at
+    arm time, naming only paths it may touch. An environment error (the lock held, EROFS, EIO, a
+    pending journal) keeps the arm: it is noted in the arm record and tried again with back-off."""
     import hashlib
     import json
     options = dict(zip(argv[1::2], argv[2::2]))
@@ -1363,28 +1488,33 @@ def revert_plan_main(argv):
     if problem:
         _plan_log("revert plan %s refused: %s (exit 7)" % (argv[0], problem), True)
         return 7
-    if "--at" in options:
-        while time.time() < float(options["--at"]):
-            time.sleep(min(1.0, max(0.0, float(options["--at"]) - time.time())))
-            if lstat(plan["arm"]) is None:
-                _plan_log("nothing armed for %s any more (confirmed)" % plan["entry"]["component"])
-                return 0
+    within = float(options["--within"]) if "--within" in options else None
+    if within is None and "--at" in options:       # a timer armed by an older cpctl
+        within = max(0.0, float(options["--at"]) - time.time())
     component = plan["entry"]["component"]
-    try:
-        lock(plan["lock"], 120, "pid %d (cpctl revert-plan %s)" % (os.getpid(), component))
-    except Exception as exc:  # noqa: BLE001 - LockBusy, or an I/O error
-        _plan_log("cannot revert the unconfirmed change of %s: the node lock: %s (exit 5)" % (component, exc), True)
-        return 5
-    try:
-        code, message = _plan_apply(plan)
-    except OSError as exc:
-        _plan_log("revert of the unconfirmed change of %s failed: %s; the journal (if written) is finished or rolled "
-                  "back by the next cpctl run (exit 7)" % (component, exc.strerror or exc), True)
-        return 7
-    finally:
-        unlock(plan["lock"])
+    if not _plan_wait(plan, within):
+        _plan_log("nothing armed for %s any more (confirmed)" % component)
+        _plan_cleanup(argv[0])
+        return 0
+    while True:
+        code, message = _plan_attempt(plan)
+        if code not in (5, 7):
+            break
+        arm = _arm_record(plan["arm"])
+        if arm is None or arm.get("op") != plan["op"]:
+            code, message = 0, "nothing armed for %s any more (confirmed)" % component
+            break
+        attempts = arm.get("attempts") if isinstance(arm.get("attempts"), int) else 0
+        pause = min(RETRY_MAX, RETRY_FIRST * 2 ** min(attempts, 10))
+        _plan_failed(plan, message, pause)
+        _plan_log("revert of the unconfirmed change of %s failed (attempt %d): %s; the arm stays, next try in %ds"
+                  % (component, attempts + 1, message, pause), True)
+        end = boottime() + pause
+        while boottime() < end and (_arm_record(plan["arm"]) or {}).get("op") == plan["op"]:
+            time.sleep(min(1.0, max(0.0, end - boottime())))
     if message != "reverted":
         _plan_log("%s (exit %d)" % (message, code), code != 0)
+        _plan_cleanup(argv[0])
         return code
     ok, why = _plan_verify(plan["verify"])
     verdict = dict(plan["verdict"], time=_utc_now(), action="reverted",
@@ -1396,6 +1526,7 @@ def revert_plan_main(argv):
         _plan_log("unconfirmed change of %s reverted to revision %s, but the reverted version is NOT verified "
                   "healthy: %s; act now (exit 12)" % (component, plan["verdict"]["revision"], why), True)
     append(plan["history"], (json.dumps(verdict, sort_keys=True, separators=(",", ":")) + "\n").encode("utf-8"))
+    _plan_cleanup(argv[0])
     return 0 if ok else 12
 
 

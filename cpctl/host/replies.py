@@ -211,6 +211,18 @@ def _info(result: object, args: Mapping[str, object]) -> None:
     _int(result.get("euid"), "euid")
 
 
+def _clock(result: object, args: Mapping[str, object]) -> None:
+    if not isinstance(result, dict):
+        raise _Shape("clock is not an object")
+    for key in ("time", "boottime"):
+        stamp = result.get(key)
+        if isinstance(stamp, bool) or not isinstance(stamp, (int, float)) or stamp != stamp or not 0 <= stamp < 1e12:
+            raise _Shape("%s is not a number" % key)
+    _text(result.get("boot_id"), "boot_id")
+    if len(str(result["boot_id"])) > 64:
+        raise _Shape("boot_id is too long")
+
+
 def _batch(result: object, args: Mapping[str, object]) -> None:
     requests = args.get("requests")
     if not isinstance(requests, list):
@@ -231,7 +243,7 @@ def _reset(result: object, args: Mapping[str, object]) -> None:
 RESULTS: Dict[str, Callable[[object, Mapping[str, object]], None]] = {
     "lstat": _lstat, "listdir": _listdir, "scan_dir": _scan_dir, "read_file": _read, "read_tail": _read,
     "move": _move, "unlink": _unlink, "run": _run, "http": _http, "peer_cert": _peer_cert, "info": _info,
-    "batch": _batch, "reset": _reset,
+    "clock": _clock, "batch": _batch, "reset": _reset,
 }
 
 

@@ -3,19 +3,21 @@
 ``apply``/``edit``/``flags``/``rollback --confirm-within D`` first make the change as always
 (validated, written, verified, rolled back on failure). Then :func:`arm`:
 
-1. starts a node-side timer that runs ``cpctl revert-unconfirmed COMPONENT --op OP`` at the
-   deadline: a transient systemd timer (``systemd-run --on-active``, unit ``cpctl-confirm-<component>``,
-   the shipped units' hardening) when systemd is PID 1, else a detached process (its own session,
-   reparented to init when cpctl exits) whose pid is recorded;
+0. (:func:`preflight`, before the change) refuses when that revert could not run on the node;
+1. starts a node-side timer that runs ``cpctl revert-unconfirmed COMPONENT --op OP`` when the arm is
+   due by the node's clock: a persistent systemd timer + service in /etc/systemd/system (unit
+   ``cpctl-confirm-<component>``, ``OnCalendar=`` the UTC deadline with ``Persistent=true``, enabled:
+   it fires after a reboot too; the shipped units' hardening) when systemd is PID 1, else a detached
+   process (its own session, reparented to init when cpctl exits) whose pid is recorded;
 2. records the arm in the state dir through the journal (history ``armed``).
 
 The timer comes first: a cpctl killed in between leaves a timer that finds no arm and does nothing
 (the change then stands unarmed, as a plain change); once the arm is recorded, a revert happens
-even if cpctl, its terminal or its SSH session die: by the timer, or - when the timer was lost (a
-reboot drops transient units) - by ``cpctl revert-unconfirmed --overdue`` (:func:`revert_overdue`; the
-shipped ``cpctl-check.service`` runs it every 5 minutes). No other command reverts an overdue arm:
-read-only ones report it, changes of the armed component refuse (``Arm.refusal``), ``confirm`` of it
-refuses (too late).
+even if cpctl, its terminal or its SSH session die, or the node reboots: by the persistent timer,
+or - when a detached-process timer was lost (a node without systemd dies with it) - by ``cpctl
+revert-unconfirmed --overdue`` (:func:`revert_overdue`; the shipped ``cpctl-check.service`` runs it
+every 5 minutes). No other command reverts an overdue arm: read-only ones report it, changes of the
+armed component refuse (``Arm.refusal``), ``confirm`` of it refuses (too late).
 
 :func:`confirm` stops the timer and removes the arm (history ``confirmed``). :func:`revert` puts
 the arm's revision back - manifest and companion files - through the one change path and the
@@ -40,9 +42,9 @@ from cpctl.core import confirmations, journal, manifests, revisions
 from cpctl.core.confirmations import Arm
 from cpctl.core.node import Node
 from cpctl.core.replace import replace_change, revisions_of
-from cpctl.core.state import user_label
+from cpctl.core.state import StateDir, user_label
 from cpctl.errors import CpctlError, ExitCode, Interrupted, Terminated, interrupted_by
-from cpctl.ops import edits
+from cpctl.ops import edits, sandbox
 from cpctl.timeutil import iso
 
 if TYPE_CHECKING:
@@ -52,6 +54,8 @@ SYSTEMD_DIR = "/run/systemd/system"       # exists when systemd is PID 1 (sd_boo
 TIMER_ENV = "CPCTL_CONFIRM_TIMER"         # force "systemd" or "process" (tests, odd init systems)
 CHECK_POLL = 1.0
 UNIT_PREFIX = "cpctl-confirm-"
+UNIT_DIR = "/etc/systemd/system"          # the persistent revert unit: survives a reboot (docs/confirm.md)
+RETRY_FIRST, RETRY_MAX = 5.0, 300.0       # a revert that meets an environment error retries: 5 s, 10 s, ... 5 min
 
 
 @dataclass
@@ -67,7 +71,7 @@ class ConfirmOptions:
 class Launcher:
     """How the node-side revert is started: ``command`` is cpctl with the node's global options
     (``revert-unconfirmed COMPONENT --op OP`` is appended), ``hardening`` the shipped units'
-    sandbox lines (``Name=value``) for the transient systemd unit."""
+    sandbox lines (``Name=value``) for the persistent revert unit."""
 
     command: List[str]
     hardening: Sequence[str] = ()
@@ -79,9 +83,61 @@ def unit_name(component: str) -> str:
 
 
 # --- arm ----------------------------------------------------------------------------------------
+def preflight(node: Node, launcher: Launcher) -> None:
+    """Refuse (exit 4) BEFORE the change when the node-side revert could not run: no interpreter on
+    the node, or - where the revert is a systemd unit - an interpreter, state dir, manifests dir or
+    kubeconfig that the unit's sandbox hides (``ProtectHome``: /root, /home; ``PrivateTmp``: /tmp,
+    /var/tmp; the rule ``cpctl systemd install`` refuses by, ``ops.sandbox``), or a path a unit file
+    cannot carry. Nothing is changed, nothing armed."""
+    systemd = timer_kind(node) == "systemd"
+    interpreter = _node_python(node) if launcher.remote else (launcher.command[0] if launcher.command else "")
+    where = "on %s" % node.node_name
+    if not interpreter:
+        raise _refuse_arm("there is no python3 %s to run the node-side revert" % where)
+    paths = [("the interpreter", interpreter), ("the state dir", node.state.path),
+             ("the manifests dir", node.manifests_dir)]
+    if not launcher.remote and node.kubeconfig:
+        paths.append(("the kubeconfig", node.kubeconfig))
+    for what, path in paths if systemd else []:
+        if not sandbox.SAFE_PATH.match(path):
+            raise _refuse_arm("%s %r is not a plain absolute path a unit file can carry (letters, digits, ._+/-)"
+                              % (what, path))
+        real = _node_realpath(node, path)
+        why = sandbox.hidden_reason(path) or (sandbox.hidden_reason(real, " (symlink target)") if real else None)
+        if why:
+            raise _refuse_arm("%s: %s" % (what, why))
+    real = _node_realpath(node, interpreter)
+    found = node.host.lstat(real) if real else None
+    if found is None or found["kind"] != "file" or not found["mode"] & 0o111:
+        raise _refuse_arm("the interpreter %s does not exist %s or is not executable" % (interpreter, where))
+
+
+def _refuse_arm(why: str) -> CpctlError:
+    return CpctlError("--confirm-within refused: the node-side revert could not run: %s; nothing changed, nothing "
+                      "armed" % why, ExitCode.REFUSED,
+                      hint="install cpctl (and its python) outside /home, /root and /tmp, e.g. under /opt, and keep "
+                           "the state dir and kubeconfig there too (docs/confirm.md)")
+
+
+def _node_python(node: Node) -> str:
+    found = node.host.run(["sh", "-c", "command -v python3"], timeout=10.0)
+    path = found.stdout.decode("utf-8", "replace").strip()
+    return path if found.rc == 0 and path.startswith("/") and "\n" not in path else ""
+
+
+def _node_realpath(node: Node, path: str) -> str:
+    """``path`` with every symlink resolved on the node ("" when it does not exist)."""
+    found = node.host.run(["readlink", "-e", "--", path], timeout=10.0)
+    text = found.stdout.decode("utf-8", "replace").strip()
+    return text if found.rc == 0 and text.startswith("/") else ""
+
+
 def arm(node: Node, result: edits.ChangeResult, options: ConfirmOptions, launcher: Launcher) -> edits.ChangeResult:
     """After a verified change (``result`` of ``edits.replace``): start the node-side timer, then
-    record the arm through the journal. A change that changed nothing, or a dry run, is not armed."""
+    record the arm through the journal. A change that changed nothing, or a dry run, is not armed.
+    The deadline is the NODE's: its wall clock for the record and the persistent timer, its
+    CLOCK_BOOTTIME (with the boot id) for "overdue" within this boot; the operator's clock is not
+    asked."""
     if not result.changed or result.dry_run or result.parked or result.revision is None:
         return dataclasses.replace(result, confirm={"armed": False})
     component, filename = result.component, result.file
@@ -95,12 +151,14 @@ def arm(node: Node, result: edits.ChangeResult, options: ConfirmOptions, launche
         if confirmations.read(node.host, node.state, filename) is not None:
             raise CpctlError("%s has an unconfirmed change already: NOT armed" % component, ExitCode.REFUSED)
         op = secrets.token_hex(8)
-        deadline = int(time.time()) + options.within
+        clock = confirmations.node_clock(node.host)
+        deadline = int(clock.time) + options.within
         who = node.who()
         armed = Arm(op, component, filename, str(result.checksum), str(result.previous), number,
-                    result.action, iso(), iso(deadline), user_label(node.host), str(who.get("hostname")),
-                    node.node_name, options.reason, "none", check=options.check)
-        armed.timer, armed.unit, armed.pid = _start_timer(node, armed, deadline, launcher)
+                    result.action, iso(clock.time), iso(deadline), user_label(node.host),
+                    str(who.get("hostname")), node.node_name, options.reason, "none", check=options.check,
+                    boot_id=clock.boot_id, due_boottime=round(clock.boottime + options.within, 3))
+        armed.timer, armed.unit, armed.pid = _start_timer(node, armed, options.within, launcher)
         try:
             node.host.makedirs(confirmations.directory(node.state), 0o700)
             node.apply(confirmations.arm_change(node.state, armed))
@@ -123,8 +181,8 @@ def _kept_revision(node: Node, filename: str, number: int, previous: str) -> rev
 
 
 def timer_kind(node: Node) -> str:
-    """``systemd`` when systemd is PID 1 on the node and cpctl acts there as root (systemd-run can
-    be used), else ``process``; ``CPCTL_CONFIRM_TIMER`` forces one."""
+    """``systemd`` when systemd is PID 1 on the node and cpctl acts there as root (it can install
+    and start a unit), else ``process``; ``CPCTL_CONFIRM_TIMER`` forces one."""
     forced = os.environ.get(TIMER_ENV, "")
     if forced in ("systemd", "process"):
         return forced
@@ -133,54 +191,153 @@ def timer_kind(node: Node) -> str:
         else "process"
 
 
-def _start_timer(node: Node, armed: Arm, deadline: int, launcher: Launcher) -> Tuple[str, str, int]:
-    """(timer kind, unit, pid) of the node-side revert just started for ``armed``."""
+def _start_timer(node: Node, armed: Arm, within: int, launcher: Launcher) -> Tuple[str, str, int]:
+    """(timer kind, unit, pid) of the node-side revert just started for ``armed``, due in ``within``
+    seconds of the node's clock."""
     if launcher.remote:
-        return _start_remote(node, armed, deadline, launcher)
+        return _start_remote(node, armed, within, launcher)
     argv = launcher.command + ["revert-unconfirmed", armed.component, "--op", armed.op]
     if timer_kind(node) == "systemd":
-        unit = unit_name(armed.component)
-        seconds = max(1, deadline - int(time.time()))
-        _systemd_run(node, armed, seconds, unit, argv, launcher)
-        return "systemd", unit, 0
+        return "systemd", _install_units(node, armed, argv, launcher), 0
     log = confirmations.directory(node.state) + "/" + armed.file + ".log"
     node.host.makedirs(confirmations.directory(node.state), 0o700)
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
-        child = subprocess.Popen(argv + ["--at", str(deadline)], stdin=subprocess.DEVNULL, stdout=fd, stderr=fd,
+        child = subprocess.Popen(argv + ["--within", str(within)], stdin=subprocess.DEVNULL, stdout=fd, stderr=fd,
                                  start_new_session=True, close_fds=True, cwd="/")
     finally:
         os.close(fd)
     return "process", "", child.pid
 
 
-def _systemd_run(node: Node, armed: Arm, seconds: int, unit: str, argv: List[str], launcher: Launcher) -> None:
-    """The transient timer + oneshot service ``unit`` running ``argv`` in ``seconds``, sandboxed like
-    the shipped units, writable: the manifests dir, the state dir, the companion files' dirs."""
-    writable = sorted({node.manifests_dir, node.state.path} | {os.path.dirname(c) for c in _companion_paths(
-        node, armed)})
-    command = ["systemd-run", "--quiet", "--collect", "--unit=" + unit, "--on-active=%ds" % seconds,
-               "--timer-property=AccuracySec=1s",
-               "--description=cpctl: revert %s unless confirmed" % armed.component,
-               "-p", "Type=oneshot", "-p", "ReadWritePaths=" + " ".join(writable)]
-    for line in launcher.hardening:
-        command += ["-p", line]
-    proc = node.host.run(command + ["--"] + argv, timeout=30.0)
-    if proc.rc != 0:
-        raise CpctlError("cannot arm the revert of %s: systemd-run failed: %s; the change stands, NOT armed (undo "
-                         "it with %s)" % (armed.component, _text(proc.stderr),
-                                          node.command("rollback", armed.component)), ExitCode.ENVIRONMENT)
+def unit_paths(component: str) -> List[str]:
+    """The files of the persistent revert unit of ``component``: service, timer, and the
+    ``timers.target.wants`` link ``systemctl enable`` makes (removed with them)."""
+    unit = unit_name(component)
+    return [UNIT_DIR + "/" + unit + ".service", UNIT_DIR + "/" + unit + ".timer",
+            UNIT_DIR + "/timers.target.wants/" + unit + ".timer"]
+
+
+def _unit_word(arg: str) -> str:
+    """One ExecStart word, quoted for a unit file: no specifier (``%``) or variable (``$``) expands."""
+    if "\n" in arg or "\0" in arg:
+        raise CpctlError("cannot arm the revert: %r cannot go into a unit file; nothing armed" % arg[:80],
+                         ExitCode.REFUSED)
+    return '"%s"' % arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
+
+
+def unit_texts(armed: Arm, argv: Sequence[str], writable: Sequence[str], hardening: Sequence[str],
+               state: StateDir) -> Dict[str, str]:
+    """The persistent revert unit of ``armed``: a timer at the arm's wall-clock deadline in UTC
+    (``OnCalendar=``, ``Persistent=true``: a deadline passed while the node was down fires at boot)
+    and its oneshot service, sandboxed like the shipped units, writable only where the revert
+    writes, restarted on a crash; once the arm is gone (reverted, confirmed, dropped) its
+    ``ExecStopPost`` removes the unit files (unless a newer arm rewrote them)."""
+    unit = unit_name(armed.component)
+    service, timer, wants = unit_paths(armed.component)
+    arm_path = confirmations.path_of(state, armed.file)
+    cleanup = ("grep -qs -- %s %s || { grep -qs -- %s %s && rm -f %s %s %s; }; exit 0"
+               % (armed.op, arm_path, armed.op, service, wants, timer, service))
+    service_text = "\n".join([
+        "# Written by cpctl --confirm-within (docs/confirm.md): reverts %s unless confirmed." % armed.component,
+        "[Unit]",
+        "Description=cpctl: revert %s unless confirmed (armed %s, deadline %s)" % (armed.component, armed.op,
+                                                                                  armed.deadline),
+        "StartLimitIntervalSec=0",
+        "",
+        "[Service]",
+        "Type=oneshot",
+        "ExecStart=" + " ".join(_unit_word(a) for a in argv),
+        "ExecStopPost=+/bin/sh -c '%s'" % cleanup.replace("%", "%%").replace("$", "$$"),
+        # the run retries an environment error itself (back-off, the arm keeps it); a crash restarts it
+        "Restart=on-failure",
+        "RestartSec=30s",
+        "RestartPreventExitStatus=2 3 4 10 11 12",
+        "TimeoutStartSec=infinity",
+        "ReadWritePaths=" + " ".join("-" + w for w in writable),
+    ] + list(hardening)) + "\n"
+    timer_text = "\n".join([
+        "# Written by cpctl --confirm-within (docs/confirm.md).",
+        "[Unit]",
+        "Description=cpctl: revert %s at %s unless confirmed" % (armed.component, armed.deadline),
+        "",
+        "[Timer]",
+        "OnCalendar=%s UTC" % armed.deadline.replace("T", " ").rstrip("Z"),
+        "Persistent=true",
+        "AccuracySec=1s",
+        "Unit=%s.service" % unit,
+        "",
+        "[Install]",
+        "WantedBy=timers.target",
+    ]) + "\n"
+    return {service: service_text, timer: timer_text}
+
+
+def _install_units(node: Node, armed: Arm, argv: List[str], launcher: Launcher) -> str:
+    """Write, enable and start the persistent revert unit of ``armed`` (``unit_texts``): each file a
+    dot-temp file, fsynced, renamed; ``daemon-reload``; ``enable`` (it survives a reboot);
+    ``restart`` of the timer. A failure removes what was written and raises (the change stands,
+    NOT armed)."""
+    unit = unit_name(armed.component)
+    writable = _writable(node, armed)
+    texts = unit_texts(armed, argv, writable, launcher.hardening, node.state)
+    try:
+        # a run of an earlier arm of the component may still sleep in its back-off (its arm is gone,
+        # it would end within a second): stopped, so that this arm's timer finds its service free
+        node.host.run(["systemctl", "stop", unit + ".service"], timeout=60.0)
+        for path, text in texts.items():
+            node.host.write_atomic(path, text.encode("utf-8"), 0o644)
+        for command in (["systemctl", "daemon-reload"], ["systemctl", "enable", "--quiet", unit + ".timer"],
+                        ["systemctl", "restart", unit + ".timer"]):
+            proc = node.host.run(command, timeout=60.0)
+            if proc.rc != 0:
+                raise CpctlError("%s failed: %s" % (" ".join(command), _text(proc.stderr)), ExitCode.ENVIRONMENT)
+    except (CpctlError, OSError) as exc:
+        _remove_units(node, armed)
+        why = exc.message if isinstance(exc, CpctlError) else str(exc)
+        raise CpctlError("cannot arm the revert of %s: %s; the change stands, NOT armed (undo it with %s)"
+                         % (armed.component, why, node.command("rollback", armed.component)),
+                         ExitCode.ENVIRONMENT) from None
+    return unit
+
+
+def _remove_units(node: Node, armed: Arm) -> None:
+    """Stop and remove the persistent revert unit of ``armed`` - only while its files still name
+    this arm (a newer arm of the component rewrote them otherwise). Best effort."""
+    unit = unit_name(armed.component)
+    service = unit_paths(armed.component)[0]
+    try:
+        mine = armed.op.encode() in node.host.read_file(service, 1 << 20)
+    except OSError:
+        mine = False
+    if not mine:
+        return
+    node.host.run(["systemctl", "disable", "--now", "--quiet", unit + ".timer"], timeout=60.0)
+    for path in unit_paths(armed.component):
+        try:
+            node.host.unlink(path)
+        except OSError:
+            pass
+    node.host.run(["systemctl", "daemon-reload"], timeout=60.0)
+
+
+def _writable(node: Node, armed: Arm) -> List[str]:
+    """What the revert unit may write: the manifests dir, the state dir, and the directory of every
+    companion file the revert may write or remove (those of the revision it goes back to and of the
+    change it undoes, e.g. /etc/kubernetes/audit) - exactly what the plan touches."""
+    return sorted({node.manifests_dir, node.state.path} | {os.path.dirname(c) for c in _companion_paths(node, armed)})
 
 
 def _plan_base(node: Node, armed: Arm) -> str:
     return "%s/%s.%s" % (confirmations.directory(node.state), armed.file, armed.op)
 
 
-def _start_remote(node: Node, armed: Arm, deadline: int, launcher: Launcher) -> Tuple[str, str, int]:
+def _start_remote(node: Node, armed: Arm, within: int, launcher: Launcher) -> Tuple[str, str, int]:
     """A master reached over SSH has no cpctl: write the stdlib agent and a self-contained revert
-    plan into its state dir, and have a transient systemd timer (systemd is PID 1 there and the agent
-    runs as root) or a detached process (``setsid``, pid recorded) run ``python3 AGENT revert-plan
-    PLAN`` at the deadline (``cpctl.host.ops.revert_plan_main``)."""
+    plan into its state dir, and have the persistent systemd timer (systemd is PID 1 there and the
+    agent runs as root) or a detached process (``setsid``, pid recorded) run ``python3 AGENT
+    revert-plan PLAN`` when the arm is due (``cpctl.host.ops.revert_plan_main``). The window goes as
+    a duration (``--within``): the node's own clock turns it into the moment."""
     import hashlib
     import json
 
@@ -193,18 +350,15 @@ def _start_remote(node: Node, armed: Arm, deadline: int, launcher: Launcher) -> 
     plan_bytes = (json.dumps(plan, sort_keys=True) + "\n").encode("utf-8")
     node.host.write_atomic(base + ".agent.py", agent)
     node.host.write_atomic(base + ".plan", plan_bytes)
-    found = node.host.run(["sh", "-c", "command -v python3"], timeout=10.0)
-    python = found.stdout.decode("utf-8", "replace").strip() or "/usr/bin/python3"
+    python = _node_python(node) or "/usr/bin/python3"
     # both digests live in the timer's command line, not in the state dir: verified before anything runs
     argv = [python, "-c", hostops.VERIFY_LOADER, base + ".agent.py", hashlib.sha256(agent).hexdigest(),
             "revert-plan", base + ".plan", "--plan-sha256", hashlib.sha256(plan_bytes).hexdigest()]
     if timer_kind(node) == "systemd":
-        unit = unit_name(armed.component)
-        _systemd_run(node, armed, max(1, deadline - int(time.time())), unit, argv, launcher)
-        return "systemd", unit, 0
+        return "systemd", _install_units(node, armed, argv, launcher), 0
     log = confirmations.directory(node.state) + "/" + armed.file + ".log"
     started = node.host.run(["sh", "-c", 'setsid "$0" "$@" </dev/null >>"$CPCTL_CONFIRM_LOG" 2>&1 & echo $!']
-                            + argv + ["--at", str(deadline)], timeout=30.0, env={"CPCTL_CONFIRM_LOG": log})
+                            + argv + ["--within", str(within)], timeout=30.0, env={"CPCTL_CONFIRM_LOG": log})
     pid = started.stdout.decode("ascii", "replace").strip()
     if started.rc != 0 or not pid.isdigit():
         raise CpctlError("cannot arm the revert of %s on %s: %s; the change stands, NOT armed (undo it with %s)" % (
@@ -254,9 +408,10 @@ def _plan(node: Node, armed: Arm, base: str) -> Dict[str, object]:
 
 
 def _companion_paths(node: Node, armed: Arm) -> List[str]:
-    """The node paths of the companion files the revert may write (those the change recorded)."""
-    found = next((r for r in revisions_of(node).list(armed.file) if r.number == armed.revision), None)
-    return [c["path"] for c in found.companions] if found else []
+    """The node paths of the companion files the revert may write or remove: those the revision it
+    goes back to and every later one (the armed change's) recorded."""
+    return sorted({str(c["path"]) for r in revisions_of(node).list(armed.file) if r.number >= armed.revision
+                   for c in r.companions})
 
 
 def _text(data: object) -> str:
@@ -268,7 +423,7 @@ def _stop_timer(node: Node, armed: Arm) -> None:
     """Stop the node-side revert of ``armed`` and drop its plan files, if any (best effort: a timer
     that fires later finds no arm and does nothing)."""
     if armed.timer == "systemd" and armed.unit:
-        node.host.run(["systemctl", "stop", armed.unit + ".timer"], timeout=30.0)
+        _remove_units(node, armed)
     elif armed.timer == "process" and armed.pid > 1 and _is_our_process(node, armed):
         node.host.run(["kill", "-TERM", str(armed.pid)], timeout=10.0)
     prefix = "%s.%s." % (armed.file, armed.op)
@@ -381,6 +536,8 @@ def _revert_locked(node: Node, armed: Arm, why: str, log: Callable[[str, bool], 
         data = revisions_of(node).read(revision)
         companions = edits.rollback_companions(node, revision)
     except CpctlError as exc:
+        if exc.code == ExitCode.ENVIRONMENT:     # fail closed: the arm stays, the timer's run retries
+            raise _loud(log, _failing(name, exc)) from None
         _drop(node, armed, "not reverted: %s" % exc.message)
         raise _loud(log, CpctlError("unconfirmed change of %s NOT reverted: %s" % (name, exc.message),
                                     exc.code)) from None
@@ -393,8 +550,9 @@ def _revert_locked(node: Node, armed: Arm, why: str, log: Callable[[str, bool], 
     except (KeyboardInterrupt, Terminated, Interrupted) as stop:
         raise _interrupted(node, armed, why, log, interrupted_by(stop) or "interrupted") from None
     except CpctlError as exc:
-        if exc.code in (ExitCode.CONFLICT, ExitCode.REFUSED, ExitCode.ENVIRONMENT) and \
-                node.checksum_of(manifest.path) == armed.checksum:
+        if exc.code in (ExitCode.ENVIRONMENT, ExitCode.LOCKED) and node.checksum_of(manifest.path) == armed.checksum:
+            raise _loud(log, _failing(name, exc)) from None     # fail closed: the arm stays, retried
+        if exc.code in (ExitCode.CONFLICT, ExitCode.REFUSED) and node.checksum_of(manifest.path) == armed.checksum:
             _drop(node, armed, "not reverted: %s" % exc.message)
             raise _loud(log, CpctlError("unconfirmed change of %s NOT reverted: %s" % (name, exc.message),
                                         exc.code)) from None
@@ -427,6 +585,11 @@ def _interrupted(node: Node, armed: Arm, why: str, log: Callable[[str, bool], No
                                                       % (armed.revision, node.command("status", name))))
 
 
+def _failing(name: str, exc: CpctlError) -> CpctlError:
+    return CpctlError("unconfirmed change of %s NOT reverted yet: %s; the arm stays and the revert is retried"
+                      % (name, exc.message), exc.code)
+
+
 def _drop(node: Node, armed: Arm, why: str) -> None:
     node.apply(confirmations.disarm_change(node.state, armed, "dropped", why))
 
@@ -446,7 +609,9 @@ def revert_overdue(node: Node, log: Callable[[str, bool], None]) -> List[str]:
     if node.dry_run or not node.state.ensure(create=False):
         return []
     try:
-        arms = [a for a in confirmations.read_all(node.host, node.state) if a.overdue(time.time())]
+        found = confirmations.read_all(node.host, node.state)
+        clock = confirmations.node_clock(node.host) if found else None
+        arms = [a for a in found if clock is not None and a.overdue(clock)]
     except CpctlError as exc:
         return [exc.message]
     lines = []
@@ -462,26 +627,115 @@ def revert_overdue(node: Node, log: Callable[[str, bool], None]) -> List[str]:
 
 
 # --- the node side: the timer's run, and --confirm-check ---------------------------------------
-def wait_until(node: Node, component: str, op: str, at: float) -> bool:
-    """Sleep until ``at`` (the fallback process's timer); False when the arm went away meanwhile
-    (confirmed: nothing to do). The timer starts BEFORE its arm is recorded (module doc): an arm not
-    seen yet is not one that went away - on a busy node cpctl may need seconds to record it - so only
-    an arm seen and then gone ends the wait early; at ``at`` the revert finds whatever is there."""
+RETRYABLE = (ExitCode.LOCKED, ExitCode.ENVIRONMENT)
+
+
+def wait_due(node: Node, op: str, within: Optional[float] = None,
+             sleep: Callable[[float], None] = time.sleep) -> bool:
+    """Wait until the arm ``op`` is due by the NODE's clock (``Arm.due_in``: CLOCK_BOOTTIME within
+    its boot, so a wall-clock step neither fires it early nor late; the wall-clock deadline after a
+    reboot); False when it went away meanwhile (confirmed: nothing to do). The timer starts BEFORE
+    its arm is recorded (module doc): an arm not seen yet is not one that went away - on a busy node
+    cpctl may need seconds to record it - so only an arm seen and then gone ends the wait early;
+    one never seen ends it after ``within`` seconds (the fallback process), or at once (the systemd
+    timer, which fires at the deadline): the revert then finds whatever is there."""
+    started = confirmations.node_clock(node.host).boottime
     seen = False
-    while time.time() < at:
-        time.sleep(min(CHECK_POLL, max(0.0, at - time.time())))
-        arm_now = next((a for a in confirmations.read_all(node.host, node.state) if a.op == op), None)
-        if arm_now is not None:
+    while True:
+        clock = confirmations.node_clock(node.host)
+        found = next((a for a in confirmations.read_all(node.host, node.state) if a.op == op), None)
+        if found is not None:
             seen = True
+            left = found.due_in(clock)
         elif seen:
             return False
+        else:
+            left = started + within - clock.boottime if within is not None else 0.0
+        if left <= 0:
+            return True
+        sleep(min(CHECK_POLL, left))
+
+
+def timer_run(node: Node, component: str, op: str, within: Optional[float], log: Callable[[str, bool], None],
+              sleep: Callable[[float], None] = time.sleep) -> Dict[str, object]:
+    """What the node-side timer runs: wait until the arm is due (``wait_due``), then revert it. An
+    environment error (the node lock held past ``--lock-timeout``, EROFS, EIO, ...) never drops
+    the arm: it is recorded in the arm (``failing``, ``attempts``, ``next_try``: status, check and
+    the metrics show it) and the revert is tried again after 5 s, 10 s, 20 s ... at most 5 min
+    apart, until it reverts, or the arm is confirmed or gone."""
+    nothing = {"node": node.node_name, "component": component, "changed": False, "reverted": False,
+               "message": "nothing armed for %s any more (confirmed)" % component}
+    if not wait_due(node, op, within, sleep):
+        return nothing
+    while True:
+        current = _arm_of(node, op)
+        why = "not confirmed by %s" % current.deadline if current is not None else "not confirmed in time"
+        try:
+            return revert(node, component, why, op=op, log=log, stop_timer=False)
+        except Interrupted:
+            raise
+        except CpctlError as exc:
+            if exc.code not in RETRYABLE:
+                raise
+            current = _arm_of(node, op)
+            if current is None:
+                return nothing
+            pause = min(RETRY_MAX, RETRY_FIRST * 2 ** min(current.attempts, 10))
+            record_failure(node, current, exc.message, pause)
+            log("revert of the unconfirmed change of %s failed (attempt %d): %s; the arm stays, next try in %ds"
+                % (component, current.attempts + 1, exc.message, pause), True)
+            if not _pause_while_armed(node, op, pause, sleep):
+                return nothing
+
+
+def _pause_while_armed(node: Node, op: str, pause: float, sleep: Callable[[float], None]) -> bool:
+    """The back-off between two tries, looking at the arm every second: False as soon as it is gone
+    (confirmed: the run ends now and frees the unit for the next arm of the component)."""
+    end = confirmations.node_clock(node.host).boottime + pause
+    while True:
+        left = end - confirmations.node_clock(node.host).boottime
+        if left <= 0:
+            return True
+        sleep(min(CHECK_POLL, left))
+        if _arm_of(node, op) is None:
+            return False
+
+
+def _arm_of(node: Node, op: str) -> Optional[Arm]:
+    try:
+        return next((a for a in confirmations.read_all(node.host, node.state) if a.op == op), None)
+    except CpctlError:
+        return None
+
+
+def record_failure(node: Node, armed: Arm, why: str, pause: float) -> bool:
+    """Note in the arm record why its revert failed, the attempt count and the next try (node
+    time). One atomic rewrite, only while the record still holds the bytes just read (a confirm in
+    between wins: nothing is written back); False when it did not."""
+    import hashlib
+    import json
+    where = confirmations.path_of(node.state, armed.file)
+    try:
+        before = node.host.read_file(where, confirmations.MAX_ARM_BYTES)
+        now = confirmations.parse(where, before)
+    except (OSError, CpctlError):
+        return False
+    if now.op != armed.op:
+        return False
+    now.failing, now.attempts = " ".join(why.split())[:500], now.attempts + 1
+    now.next_try = iso(confirmations.node_clock(node.host).time + pause)
+    data = (json.dumps(now.to_dict(), indent=2, sort_keys=True) + "\n").encode("utf-8")
+    try:
+        node.host.write_atomic(where, data, 0o600, expect=hashlib.sha256(before).hexdigest())
+    except OSError:
+        return False
     return True
 
 
 def run_check(node: Node, armed: Mapping[str, object], options: ConfirmOptions) -> Tuple[bool, str]:
     """Run ``--confirm-check`` on the node (``sh -c``), bounded by the arm's deadline: (passed, why)."""
     from cpctl.timeutil import parse_iso
-    left = max(1.0, parse_iso(str(armed["deadline"])) - time.time())
+    left = max(1.0, parse_iso(str(armed["deadline"])) - confirmations.node_clock(node.host).time)   # node time
     try:
         proc = node.host.run(["sh", "-c", options.check], timeout=left) if node.host.is_remote else \
             _run_here(options.check, left)

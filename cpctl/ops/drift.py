@@ -198,6 +198,7 @@ class Report:
         #: (component, manifest file, Unix time the node reverts it) of each change awaiting cpctl confirm
         self.unconfirmed: List[Tuple[str, str, float]] = []
         self.command: Callable[..., str] = command_hint_here     # ``Node.command`` of the node checked
+        self.revert_failing: List[Tuple[str, str, int]] = []      # (component, file, failed attempts)
 
     def add(self, finding: Finding) -> None:
         if not finding.given_fix:         # its command lines with the -H/-i that reach this node
@@ -622,16 +623,20 @@ def _check_unconfirmed(report: Report, node: Node, now: float) -> None:
     except CpctlError as exc:
         report.add(Finding("unconfirmed", WARNING, exc.message))
         return
+    clock = confirmations.node_clock(node.host) if arms else now      # the node's clock decides
     for arm in arms:
         try:
             report.unconfirmed.append((arm.component, arm.file, arm.deadline_epoch()))
         except (TypeError, ValueError):     # a deadline that is no time: the finding still names it
             pass
-        overdue = arm.overdue(now)
-        report.add(Finding("unconfirmed", WARNING if overdue else INFO, "%s: %s (%s by %s)" % (
-            arm.component, arm.pending_text(now, node.command), arm.action, arm.by), file=arm.file,
-            component=arm.component,
-            deadline=arm.deadline, overdue=overdue))
+        overdue = arm.overdue(clock)
+        found = Finding("unconfirmed", WARNING if overdue or arm.failing else INFO, "%s: %s (%s by %s)" % (
+            arm.component, arm.pending_text(clock, node.command), arm.action, arm.by), file=arm.file,
+            component=arm.component, deadline=arm.deadline, overdue=overdue)
+        if arm.failing:     # the node's revert met an environment error: it keeps the arm and retries
+            report.revert_failing.append((arm.component, arm.file, arm.attempts))
+            found.extra.update(failing=arm.failing, attempts=arm.attempts, next_try=arm.next_try)
+        report.add(found)
 
 
 def _check_unverified(report: Report, node: Node) -> None:

@@ -99,6 +99,10 @@ def check_metrics(now: float, report: "Optional[Report]") -> str:
         family("cpctl_change_unconfirmed_deadline_timestamp_seconds", "Unix time the node reverts a change made "
                "with --confirm-within unless cpctl confirm keeps it (one series per change awaiting it).", "gauge",
                [({"component": c, "file": f}, round(t, 3)) for c, f, t in report.unconfirmed]),
+        family("cpctl_change_revert_failed_attempts", "Failed attempts of the node-side revert of an unconfirmed "
+               "change (an environment error: the node keeps the arm and retries with back-off); only changes "
+               "whose revert is failing.", "gauge",
+               [({"component": c, "file": f}, n) for c, f, n in report.revert_failing]),
         family("cpctl_cert_not_after_seconds", "Unix time a kubeadm certificate (file, kubeconfig) expires.",
                "gauge", _cert_samples(report.certs), merge=min),
         family("cpctl_component_cert_stale", "1 when the running component still uses an old certificate "

@@ -9,6 +9,7 @@ revert on record.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import signal
@@ -187,23 +188,39 @@ def test_a_change_meeting_an_overdue_arm_does_not_say_it_reverts_at_a_past_time(
 def test_the_fallback_timer_waits_for_an_arm_recorded_after_it_started(tmp_path: Any, monkeypatch: Any) -> None:
     """The detached timer starts before cpctl records the arm: on a busy node the record may come
     after the timer's first look. An arm not seen yet must not end the wait (it did: "nothing armed
-    any more (confirmed)", and the change was never reverted); one seen and then gone does."""
+    any more (confirmed)", and the change was never reverted); one seen and then gone does. Once
+    seen, the arm's own deadline on the node's clock decides (2.5 s after it was recorded, past the
+    fallback's 1.5 s window)."""
     import threading
     monkeypatch.setattr(confirm, "CHECK_POLL", 0.05)
     node = _prepare("arm", str(tmp_path / "late"))
     settings = _settings(node)
-    late = threading.Timer(0.4, lambda: _arm(open_node(settings, LocalHost())))
+
+    def soon(seconds: float) -> Arm:
+        clock = confirmations.node_clock(LocalHost())
+        return dataclasses.replace(_arm_of(None), deadline=iso(clock.time + seconds), boot_id=clock.boot_id,
+                                   due_boottime=clock.boottime + seconds)
+
+    def record(arm: Arm) -> None:
+        opened = open_node(settings, LocalHost())
+        with opened.session("late arm"):
+            opened.host.makedirs(confirmations.directory(opened.state), 0o700)
+            opened.apply(confirmations.arm_change(opened.state, arm))
+
+    late = threading.Timer(0.4, lambda: record(soon(2.5)))
     late.start()
+    started = time.monotonic()
     try:
-        assert confirm.wait_until(open_node(settings, LocalHost()), "scheduler", "0123456789abcdef",
-                                  time.time() + 1.5) is True
+        assert confirm.wait_due(open_node(settings, LocalHost()), "0123456789abcdef", 1.5) is True
     finally:
         late.join()
+    assert time.monotonic() - started >= 2.8, "it ended before the arm recorded late was due"
     assert _armed(node)
+    confirm.confirm(open_node(settings, LocalHost(), overdue=False), "scheduler", "test")
+    record(soon(3600))
     gone = threading.Timer(0.4, lambda: confirm.confirm(open_node(settings, LocalHost()), "scheduler", "test"))
     gone.start()
     try:
-        assert confirm.wait_until(open_node(settings, LocalHost()), "scheduler", "0123456789abcdef",
-                                  time.time() + 30) is False
+        assert confirm.wait_due(open_node(settings, LocalHost()), "0123456789abcdef", 30) is False
     finally:
         gone.join()

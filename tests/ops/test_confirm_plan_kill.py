@@ -162,6 +162,16 @@ def _armed_files(node: NodeDirs, plan: Dict[str, Any], agent: bytes) -> "tuple[L
             "revert-plan", base + ".plan", "--plan-sha256", hashlib.sha256(data).hexdigest()], base + ".plan"
 
 
+def _make_due(arm_path: str) -> None:
+    """The arm record's deadline moved to now: the plan run waits for the arm to be due."""
+    import json
+    with open(arm_path) as handle:
+        record = json.load(handle)
+    record["deadline"] = iso(time.time() - 1)
+    with open(arm_path, "w") as handle:
+        json.dump(record, handle)
+
+
 def test_the_timer_runs_only_the_agent_and_the_plan_it_armed(tmp_path: Any) -> None:
     """Issue 33 item 4: the state dir's agent code and plan run only when their sha256 is the one the
     timer's command line recorded at arm time; a plan naming a path outside a revert's allowance is
@@ -190,8 +200,11 @@ def test_the_timer_runs_only_the_agent_and_the_plan_it_armed(tmp_path: Any) -> N
     with open(os.path.join(node.manifests, "kube-scheduler.yaml"), "rb") as handle:
         assert handle.read() == NEW_SCHEDULER
     assert not os.path.exists(os.path.join(node.root, "admin.conf"))
+    _make_due(plan["arm"])                                    # the timer fires at the deadline
     argv, _ = _armed_files(node, plan, agent_source())
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     with open(os.path.join(node.manifests, "kube-scheduler.yaml"), "rb") as handle:
         assert handle.read() == SCHEDULER
+    left = sorted(n for n in os.listdir(os.path.join(node.state, "confirm")) if n.startswith("kube-scheduler.yaml."))
+    assert left == [], "the reverted plan's files pile up in the state dir: %s" % left

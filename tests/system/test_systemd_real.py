@@ -4,10 +4,14 @@ One boot per module (tests/systemd_container.py) runs tests/systemd_real/scenari
 cpctl installed from wheels of a commit (CPCTL_E2E_COMMIT, default HEAD of this checkout), four
 kubeadm-like manifests, ``cpctl systemd install``; the check run by its timer and directly, with
 and without node_exporter's textfile dir; the watch while a manifest leaves the dir and comes
-back; the hardening as systemd applies it. The scenario records, these tests judge.
+back; the hardening as systemd applies it; ``--confirm-within`` arms whose node is "rebooted": a
+second boot of the same run, with /etc/kubernetes, /etc/systemd/system, /var/lib/cpctl, /opt and
+/var/lib/systemd/timers kept (bound from the run dir), the rest the pristine image again. The
+scenario records, these tests judge.
 
-Skipped only where no container can boot at all (not root, no cgroup write access). About 20-35 s
-with the image cached under /var/cache/cpctl-test, about 2 min the first time (debootstrap).
+Skipped only where no container can boot at all (not root, no cgroup write access). About 60-90 s
+with the image cached under /var/cache/cpctl-test (of which ~25 s the node is "down" past the arms'
+deadline, and ~2 s the second boot), about 2.5 min the first time (debootstrap).
 """
 
 from __future__ import annotations
@@ -244,3 +248,42 @@ def test_confirm_within_reverts_by_a_transient_timer_under_the_hardening(scenari
     assert result["stays"]
     assert result["history"][-7:] == ["flags", "armed", "rollback", "reverted", "flags", "armed", "confirmed"], \
         result["history"]
+
+
+@pytest.mark.parametrize("component", ["kube-scheduler", "kube-apiserver"])
+def test_an_armed_change_is_reverted_after_a_reboot_with_no_cpctl_command(scenario: ScenarioRun,
+                                                                          component: str) -> None:
+    """Issue #35: armed with a 20 s window, the node goes down inside it and comes back after it
+    (the container booted again with the same /etc/kubernetes, /etc/systemd/system, /var/lib/cpctl
+    and /opt; the check timer and the watch disabled, nothing runs cpctl): the persistent timer
+    (OnCalendar= in UTC, Persistent=true) fires at boot and its service reverts the change - for the
+    API server with its companion file under /etc/kubernetes/audit, which the unit may write
+    (ReadWritePaths widened to what the plan touches) - then removes its own unit files."""
+    armed = step(scenario, "reboot_arm")
+    index = 0 if component == "kube-scheduler" else 1
+    assert armed["arms"][index]["rc"] == 0, armed["arms"][index]
+    assert all(armed["changed"].values()) and armed["audit_written"], armed
+    unit = "cpctl-confirm-%s" % component
+    assert {unit + ".service", unit + ".timer", "timers.target.wants/%s.timer" % unit} <= set(armed["units"]), \
+        armed["units"]
+    timer = armed["unit_texts"][unit + ".timer"]
+    assert "Persistent=true" in timer and re.search(r"^OnCalendar=\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$", timer, re.M), \
+        timer
+    service = armed["unit_texts"][unit + ".service"]
+    if component == "kube-apiserver":
+        assert "/etc/kubernetes/audit" in armed["service"]["ReadWritePaths"], armed["service"]
+        assert armed["timer"]["UnitFileState"] == "enabled", armed["timer"]
+    assert "ProtectHome=yes" in service and "PrivateTmp=yes" in service, service
+    after = step(scenario, "after_reboot")
+    journal = show_journal(after["journal"][unit + ".service"])
+    name = component + ".yaml"
+    assert after["manifests"][name], "not reverted after the reboot:\n" + journal
+    assert after["reverted"] and not after["arms_left"], (after["arms_left"], journal)
+    if component == "kube-apiserver":
+        assert not after["audit_left"], "the companion file the change added is still there:\n" + journal
+    assert any("unconfirmed change of %s reverted to revision" % component in line
+               for line in service_lines(after["journal"][unit + ".service"])), journal
+    assert not DENIAL.search(journal), journal
+    actions = [r.get("action") for r in after["history"] if r.get("component") == component]
+    assert actions[-2:] == ["rollback", "reverted"], actions
+    assert not after["units_left"], after["units_left"]

@@ -145,7 +145,7 @@ def install() -> Record:
     steps = [run([sys.executable, "-m", "venv", str(VENV)]),
              run([str(VENV / "bin" / "pip"), "install", "-q", "--no-index", "--find-links", "/wheels", "cpctl"],
                  timeout=300, PIP_DISABLE_PIP_VERSION_CHECK="1")]
-    MANIFESTS.mkdir(parents=True, mode=0o755)
+    MANIFESTS.mkdir(parents=True, mode=0o755, exist_ok=True)      # /etc/kubernetes is the node's disk
     for manifest in sorted((E2E / "manifests").glob("*.yaml")):
         target = MANIFESTS / manifest.name
         shutil.copyfile(manifest, target)
@@ -309,6 +309,65 @@ def confirm_revert() -> Record:
     return result
 
 
+AUDIT_POLICY = Path("/etc/kubernetes/audit/policy.yaml")
+APISERVER = "kube-apiserver.yaml"
+REBOOT_WINDOW = "20s"
+HISTORY = Path("/var/lib/cpctl/history.jsonl")
+
+
+def _sha(path: Path) -> Optional[str]:
+    import hashlib
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
+
+
+def reboot_arm() -> Record:
+    """The last step of the first boot: nothing of cpctl may run at the next boot but the revert
+    units (the check timer and the watch disabled), then two changes armed with a 20 s window -
+    the scheduler's flags, and the API server's audit policy with its companion file under
+    /etc/kubernetes/audit - and the container ends (the node "reboots") inside the window."""
+    result: Record = {"disable": [run(["systemctl", "disable", "--now", TIMER]),
+                                  run(["systemctl", "disable", "--now", WATCH])]}
+    result["originals"] = {name: _sha(MANIFESTS / name) for name in (MOVED, APISERVER)}
+    base = [str(CPCTL), "--probe", "none", "-o", "json"]
+    result["arms"] = [
+        run(base + ["flags", "kube-scheduler", "--set", "v=5", "--force", "--confirm-within", REBOOT_WINDOW]),
+        run(base + ["flags", "kube-apiserver", "--set", "audit-policy-file=%s" % AUDIT_POLICY,
+                    "--with-file", "%s=%s" % (AUDIT_POLICY, E2E / "audit-policy.yaml"), "--mount", "--force",
+                    "--confirm-within", REBOOT_WINDOW])]
+    armed = [json.loads(a["stdout"]).get("confirm") or {} if a["rc"] == 0 else {} for a in result["arms"]]
+    result["deadlines"] = [a.get("deadline") for a in armed]
+    result["changed"] = {name: _sha(MANIFESTS / name) != digest for name, digest in result["originals"].items()}
+    result["audit_written"] = AUDIT_POLICY.exists()
+    result["units"] = sorted(p.name for p in UNIT_DIR.glob("cpctl-confirm-*")) + sorted(
+        "timers.target.wants/" + p.name for p in (UNIT_DIR / "timers.target.wants").glob("cpctl-confirm-*"))
+    result["unit_texts"] = {p.name: p.read_text() for p in UNIT_DIR.glob("cpctl-confirm-*")}
+    result["timer"] = show("cpctl-confirm-kube-apiserver.timer", ["LoadState", "ActiveState", "UnitFileState",
+                                                                   "TimersCalendar", "Persistent"])
+    result["service"] = show("cpctl-confirm-kube-apiserver.service", ["ReadWritePaths", "ExecStart"])
+    run(["sync"])
+    return result
+
+
+def after_reboot(first: Record) -> Record:
+    """The second boot: no cpctl command runs; the persistent timers must have reverted both
+    changes (deadline passed while the node was down: Persistent=true fires at boot)."""
+    originals = first["originals"]
+    result: Record = {"boot_id": Path("/proc/sys/kernel/random/boot_id").read_text().strip()}
+    result["reverted"] = bool(wait_for(lambda: all(_sha(MANIFESTS / n) == d for n, d in originals.items())
+                                       and not list(Path("/var/lib/cpctl/confirm").glob("*.json")), WAIT * 2))
+    result["manifests"] = {name: _sha(MANIFESTS / name) == digest for name, digest in originals.items()}
+    result["arms_left"] = sorted(p.name for p in Path("/var/lib/cpctl/confirm").glob("*.json"))
+    result["audit_left"] = AUDIT_POLICY.exists()
+    result["units_left"] = wait_for(lambda: not list(UNIT_DIR.glob("cpctl-confirm-*")), 20) is None and sorted(
+        p.name for p in UNIT_DIR.glob("cpctl-confirm-*"))
+    run(["journalctl", "--sync"])
+    result["journal"] = {unit: journal(unit) for unit in ("cpctl-confirm-kube-scheduler.service",
+                                                          "cpctl-confirm-kube-apiserver.service")}
+    lines = HISTORY.read_text().splitlines() if HISTORY.exists() else []
+    result["history"] = [json.loads(line) for line in lines if line.strip()]
+    return result
+
+
 def whole_journal() -> Record:
     """Every entry about the cpctl units since boot: the test looks for denials in them."""
     run(["systemctl", "stop", WATCH])
@@ -319,8 +378,18 @@ def whole_journal() -> Record:
 # --- driver -------------------------------------------------------------------------------------
 
 def main(results_dir: Path) -> int:
-    results: Record = {"errors": {}, "completed": []}
     out = results_dir / "results.json"
+    if out.exists():                          # the second boot of the run: the node was "rebooted"
+        results: Record = json.loads(out.read_text())
+        try:
+            results["after_reboot"] = after_reboot(results["reboot_arm"])
+            results["completed"].append("after_reboot")
+        except Exception:  # noqa: BLE001 - recorded for the test, which shows it
+            results["errors"]["after_reboot"] = traceback.format_exc()
+        results["reboot"]["done"] = True
+        out.write_text(json.dumps(results, indent=1, sort_keys=True))
+        return 1 if results["errors"] else 0
+    results = {"errors": {}, "completed": []}
 
     def step(name: str, action: Callable[[], Any]) -> None:
         print("scenario: %s" % name, flush=True)
@@ -341,6 +410,12 @@ def main(results_dir: Path) -> int:
     step("hardening", hardening)
     step("confirm_revert", confirm_revert)
     step("journal", whole_journal)
+    step("reboot_arm", reboot_arm)
+    if "reboot_arm" in results["completed"]:
+        from calendar import timegm
+        deadlines = [timegm(time.strptime(d, "%Y-%m-%dT%H:%M:%SZ")) for d in results["reboot_arm"]["deadlines"] if d]
+        results["reboot"] = {"after": max(deadlines or [time.time()]) + 3}
+        out.write_text(json.dumps(results, indent=1, sort_keys=True))
     return 1 if results["errors"] else 0
 
 

@@ -64,14 +64,18 @@ def guarded(ctx: click.Context, component: str, action_name: str, action: Change
     change awaits confirmation (``ops.edits.refuse_now``; its dry run decides the same way)."""
     def run(node: "Node") -> Dict[str, object]:
         from cpctl.ops import confirm as confirm_ops
-        if confirm is None or dry_run:
+        if confirm is None:
+            return action(node).to_dict()
+        starts = launcher(ctx, node)
+        confirm_ops.preflight(node, starts)      # a revert that could not run: refused before the change
+        if dry_run:                              # (its dry run refuses the same way; it only reads)
             return action(node).to_dict()
         with _lost("the %s of %s" % (action_name, component), node, "the change may or may not be in place, and it is "
                    "NOT armed: nothing reverts it by itself"):
             result = action(node)
         with _lost("arming the revert of %s" % component, node, "the change is in place; its revert may or may not be "
                    "armed"):
-            armed = confirm_ops.arm(node, result, confirm, launcher(ctx, node))
+            armed = confirm_ops.arm(node, result, confirm, starts)
         if confirm.check and armed.confirm is not None and armed.confirm.get("armed"):
             return _checked(node, armed.to_dict(), confirm)
         return armed.to_dict()
@@ -195,53 +199,55 @@ def confirm(ctx: click.Context, component: Optional[str], everything: bool, reas
 @click.command("revert-unconfirmed")
 @click.argument("component", required=False)
 @click.option("--overdue", is_flag=True,
-              help="Revert every unconfirmed change past its deadline (a timer lost to a reboot): the step the "
-                   "shipped cpctl-check.service runs every 5 minutes.")
-@click.option("--op", default="", help="Only the arm with this id (the node-side timer passes it).")
-@click.option("--at", "at", type=float, default=None,
-              help="Wait until this UNIX time first (the detached fallback of the timer; not with -H/-i).")
+              help="Revert every unconfirmed change past its deadline by the node's clock (a timer lost with a "
+                   "node without systemd): the step the shipped cpctl-check.service runs every 5 minutes.")
+@click.option("--op", default="", help="Only the arm with this id (the node-side timer passes it): wait until it is "
+                                       "due by the node's clock, retry environment errors with back-off.")
+@click.option("--within", "within", type=click.FloatRange(0, 10 ** 7), default=None, hidden=True,
+              help="The detached fallback timer: the arm's window in seconds (ends the wait when no arm ever shows).")
+@click.option("--at", "at", type=float, default=None, hidden=True,
+              help="Accepted from timers armed by an older cpctl; the arm's own deadline decides.")
 @click.pass_context
 def revert_unconfirmed(ctx: click.Context, component: Optional[str], overdue: bool, op: str,
-                       at: Optional[float]) -> None:
+                       within: Optional[float], at: Optional[float]) -> None:
     """Revert COMPONENT's unconfirmed change now: the revision before it, verified (run by the timer).
 
     With -H/-i it runs on each master through cpctl's agent, as any change does. Exit 0: reverted and
     healthy, or nothing armed; 12: reverted but NOT healthy; 10: another writer replaced the armed
-    version (not reverted); 4: the revision is no longer kept (not reverted).
+    version (not reverted); 4: the revision is no longer kept (not reverted). With --op (the
+    node-side timer), an environment error (5 lock held, 7 I/O) keeps the arm, is recorded in it, and
+    is retried with back-off until the revert happens or the arm is confirmed.
     """
     from cpctl.core import manifests
     from cpctl.ops import confirm as confirm_ops
     from cpctl.ops.wiring import open_node
-    from cpctl.timeutil import iso
     if bool(component) == overdue:
         raise CpctlError("cpctl revert-unconfirmed: name one COMPONENT or pass --overdue", ExitCode.USAGE)
-    if overdue and (op or at is not None):
-        raise CpctlError("cpctl revert-unconfirmed --overdue: --op and --at name one arm", ExitCode.USAGE)
+    timer_only = op or within is not None or at is not None
+    if overdue and timer_only:
+        raise CpctlError("cpctl revert-unconfirmed --overdue: --op, --within and --at name one arm", ExitCode.USAGE)
     if component:
         manifests.validate_component_name(component)
     cli_state = state(ctx)
     from cpctl.cli.context import emit
     if cli_state.remote is not None:
-        if at is not None:
-            raise CpctlError("cpctl revert-unconfirmed --at is the node-side timer's own wait: not with -H/-i (the "
-                             "revert runs now)", ExitCode.USAGE)
+        if within is not None or at is not None:
+            raise CpctlError("cpctl revert-unconfirmed --within/--at are the node-side timer's own wait: not with "
+                             "-H/-i (the revert runs now)", ExitCode.USAGE)
         execute(ctx, lambda node: _shaped(_revert_now(node, component, op)), lambda d: str(d.get("message")),
                 changing=True)
         return
     node = open_node(cli_state.settings, local_host(ctx), log=note)
-    if component and at is not None and not confirm_ops.wait_until(node, component, op, at):
-        message = "nothing armed for %s any more (confirmed)" % component
-        emit(ctx, revert_shape({"node": node.node_name, "component": component, "changed": False, "reverted": False,
-                                "message": message}), message)
-        return
-    why = "not confirmed by %s" % iso(at) if at else \
-        "not confirmed in time" if op else "reverted by hand (cpctl revert-unconfirmed)"
     log = confirm_ops.syslog_writer()
+    detached = within is not None or at is not None
     try:
-        data = _revert_now(node, component, op, why, log, stop_timer=not op)
+        if op and component:
+            data = confirm_ops.timer_run(node, component, op, within, log)
+        else:
+            data = _revert_now(node, component, op, log=log)
     except CpctlError as exc:
         log("revert-unconfirmed %s ended with exit %d" % (component or "--overdue", int(exc.code)), True)
-        if at is not None:      # the detached fallback: its stderr is STATE/confirm/<file>.log
+        if detached:      # the detached fallback: its stderr is STATE/confirm/<file>.log
             sys.stderr.write("cpctl: revert-unconfirmed %s: exit %d\n" % (component, int(exc.code)))
         raise
     emit(ctx, _shaped(data), str(data.get("message")))

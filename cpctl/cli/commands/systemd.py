@@ -8,7 +8,6 @@ installed package never needs data files to find them.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import sys
 from typing import Mapping, Optional, Sequence
@@ -17,6 +16,7 @@ import click
 
 from cpctl.cli.context import emit, note
 from cpctl.cli.fanout import local_host
+from cpctl.ops import sandbox
 
 DEFAULT_CPCTL = "/usr/local/bin/cpctl"
 DEFAULT_PREFIX = "/etc/systemd/system"
@@ -108,7 +108,7 @@ WantedBy=multi-user.target
 UNITS = {"cpctl-check.service": CHECK_SERVICE, "cpctl-check.timer": CHECK_TIMER,
          "cpctl-watch.service": WATCH_SERVICE}
 
-_SAFE_PATH = re.compile(r"^/[A-Za-z0-9._+/-]+$")
+_SAFE_PATH = sandbox.SAFE_PATH
 
 
 def render(cpctl_path: str = DEFAULT_CPCTL) -> dict:
@@ -141,10 +141,8 @@ def check_cpctl_path(path: Optional[str]) -> str:
     return path
 
 
-# What the units' sandbox hides from ExecStart: ProtectHome=yes makes /home, /root and /run/user
-# inaccessible, PrivateTmp=yes gives the service its own empty /tmp and /var/tmp.
-HIDDEN_FROM_UNITS = {"/home": "ProtectHome=yes", "/root": "ProtectHome=yes", "/run/user": "ProtectHome=yes",
-                     "/tmp": "PrivateTmp=yes", "/var/tmp": "PrivateTmp=yes"}
+# What the units' sandbox hides from ExecStart (one rule, shared with the --confirm-within revert unit).
+HIDDEN_FROM_UNITS = sandbox.HIDDEN_FROM_UNITS
 GOOD_INSTALL = ("install cpctl where the units can run it, e.g. python3 -m venv /opt/cpctl && /opt/cpctl/bin/pip "
                 "install <cpctl wheel or source> (then --cpctl-path /opt/cpctl/bin/cpctl), or PIPX_HOME=/opt/pipx "
                 "PIPX_BIN_DIR=/usr/local/bin pipx install <cpctl wheel or source>")
@@ -156,9 +154,9 @@ def unrunnable(path: str, hidden: Optional[Mapping[str, str]] = None) -> Optiona
     (its ``#!`` line: a venv's python) may lie where the sandbox hides files."""
     hidden = HIDDEN_FROM_UNITS if hidden is None else hidden
     for what, candidate in (("", path), (" (symlink target)", os.path.realpath(path))):
-        for root, setting in hidden.items():
-            if candidate == root or candidate.startswith(root.rstrip("/") + "/"):
-                return "%s%s is under %s, which %s hides from the unit" % (candidate, what, root, setting)
+        why = sandbox.hidden_reason(candidate, what, hidden)
+        if why:
+            return why
     if not os.path.exists(path):
         return "%s does not exist" % path
     if not os.path.isfile(path) or not os.access(path, os.X_OK):

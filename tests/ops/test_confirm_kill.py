@@ -216,7 +216,7 @@ def test_the_fallback_timer_waits_for_an_arm_recorded_after_it_started(tmp_path:
         late.join()
     assert time.monotonic() - started >= 2.8, "it ended before the arm recorded late was due"
     assert _armed(node)
-    confirm.confirm(open_node(settings, LocalHost(), overdue=False), "scheduler", "test")
+    confirm.confirm(open_node(settings, LocalHost()), "scheduler", "test")
     record(soon(3600))
     gone = threading.Timer(0.4, lambda: confirm.confirm(open_node(settings, LocalHost()), "scheduler", "test"))
     gone.start()

@@ -141,7 +141,7 @@ def test_a_revert_that_finds_the_lock_held_keeps_the_arm_says_why_and_succeeds_o
         record = _arm_record(node)
         if record and record.get("attempts") and holder.poll() is None:   # in the first retry's back-off
             seen.append(record)
-            opened = open_node(_settings(node), LocalHost(), overdue=False)
+            opened = open_node(_settings(node), LocalHost())
             report = drift.check(opened)
             seen.append([f.to_dict() for f in report.findings if f.kind == "unconfirmed"])
             seen.append(metrics.check_metrics(time.time(), report))
@@ -151,7 +151,7 @@ def test_a_revert_that_finds_the_lock_held_keeps_the_arm_says_why_and_succeeds_o
             time.sleep(min(seconds, 0.05))
     logged: List[str] = []
     try:
-        done = confirm.timer_run(open_node(_settings(node), LocalHost(), overdue=False), "kube-scheduler", OP,
+        done = confirm.timer_run(open_node(_settings(node), LocalHost()), "kube-scheduler", OP,
                                  None, lambda message, loud: logged.append(message), sleep=sleep)
     finally:
         if holder.poll() is None:
@@ -244,6 +244,6 @@ def test_a_revert_meeting_erofs_keeps_the_arm_and_the_change_is_not_dropped(tmp_
     assert "the arm stays and the revert is retried" in caught.value.message, caught.value.message
     assert _manifest(node) == NEW_SCHEDULER and _arm_record(node)["op"] == OP
     assert "dropped" not in [r["action"] for r in node.history()]
-    done = confirm.revert(open_node(_settings(node), LocalHost(), overdue=False), "kube-scheduler", "test", op=OP,
+    done = confirm.revert(open_node(_settings(node), LocalHost()), "kube-scheduler", "test", op=OP,
                           stop_timer=False)                       # the filesystem writable again: the retry
     assert done["reverted"] is True and _manifest(node) == SCHEDULER and _arm_record(node) is None

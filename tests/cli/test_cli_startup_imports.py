@@ -140,3 +140,25 @@ def test_status_loads_the_revert_only_for_an_overdue_arm(env: Dict[str, str]) ->
     _arm(env, time.time() - 5)
     proc, modules = _imports(["status", "-o", "json"], env)
     assert "cpctl.ops.confirm" in modules, proc.stderr[-2000:]
+
+
+# Against a live API server (the lab's: plain HTTP on 127.0.0.1, as an insecure port would be) the
+# probe's requests go through cpctl's own HTTP/1.1 reader: no http.client and its email parser, no
+# ssl for a server that is not HTTPS, no idna codec for a host name; and still no change code. (The
+# lab's manifests carry resource quantities, checked with decimal, and its kubelet a
+# kubeadm-flags.env, split with shlex: a real node's do too.)
+NOT_FOR_LIVE_STATUS = tuple(n for n in NOT_FOR_STATUS if n not in ("decimal", "shlex")) + CHANGE_PIPELINE + (
+    "http", "ssl", "_ssl", "encodings.idna", "stringprep")
+
+
+def test_status_against_a_live_api_imports_no_http_library(lab) -> None:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("CPCTL_")}
+    env = dict(clean, **lab.env)
+    proc, modules = _imports(["status", "-o", "json"], env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {row["component"]: row for row in json.loads(proc.stdout)["components"]}
+    assert sorted(rows) == sorted(COMPONENTS)
+    # the pods were read from the API (not the runtime): the check below is not blind
+    assert all(row["observed"]["source"] == "api" and row["pod_state"] == "running" for row in rows.values()), rows
+    assert "cpctl.probes.kubeapi" in modules
+    assert _forbidden(modules, NOT_FOR_LIVE_STATUS) == []

@@ -27,6 +27,7 @@ import os
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
 
 from cpctl.errors import CpctlError, ExitCode
+from cpctl.host import ops as hostops
 from cpctl.host.base import Host, HttpReply, TlsOptions
 from cpctl.inputs import load_yaml
 from cpctl.probes.shape import ShapeError, get_bool, get_list, get_object, get_objects, get_str, kind_of
@@ -38,8 +39,13 @@ if TYPE_CHECKING:
 # urllib.parse (and the ipaddress module it imports, ~3 ms) is imported when a URL is first made or
 # read: every probe imports this module, and a status without a kubeconfig never makes a request.
 def quote(text: str, safe: str = "/") -> str:
+    if set(text) <= _NEVER_QUOTED:     # a name (pods, namespaces, nodes): quote would return it as it is
+        return text
     from urllib.parse import quote as url_quote
     return url_quote(text, safe=safe)
+
+
+_NEVER_QUOTED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~")
 
 
 def urlencode(query: Mapping[str, object]) -> str:
@@ -265,6 +271,8 @@ def _server(cluster: Mapping[str, object], path: str) -> str:
     server = get_str(cluster, "server", "cluster")
     if not server.startswith(("http://", "https://")):
         raise _env_error("kubeconfig %s: cluster has no http(s) server" % path)
+    if hostops.split_url(server) is not None:   # scheme://host[:port]/...: no user info, a valid port
+        return server
     try:
         parts = urlsplit(server)
         valid = bool(parts.hostname) and (parts.port or 0) >= 0   # .port raises ValueError when invalid

@@ -196,8 +196,9 @@ VOLUME_SOURCES = (
     "portworxVolume", "scaleIO", "storageos", "csi", "ephemeral", "image")
 
 _INT_RANGES = {INT32: (-(1 << 31), (1 << 31) - 1), INT64: (-(1 << 63), (1 << 63) - 1)}
-_RFC3339 = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?"
-                      r"([Zz]|[+-][0-9]{2}:[0-9]{2})")
+# (compiled on first use, through re's cache: kubeadm's manifests carry no such field)
+_RFC3339 = (r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?"
+            r"([Zz]|[+-][0-9]{2}:[0-9]{2})")
 
 
 class _TypeError(Exception):
@@ -248,7 +249,7 @@ def _scalar(value: object, kind: str, path: str) -> object:
                              "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$' (%s)" % (path, shown(value)))
         return value
     if kind == TIME:
-        if not isinstance(value, str) or not _RFC3339.fullmatch(value):
+        if not isinstance(value, str) or not re.fullmatch(_RFC3339, value):
             raise _wrong(path, "an RFC 3339 time or null", value)
         return value
     return value
@@ -316,7 +317,7 @@ _LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _QUALIFIED = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
-_PORT_NAME = re.compile(r"[-a-z0-9]+")
+_PORT_NAME = r"[-a-z0-9]+"     # compiled on first use (re's cache): kubeadm names no port
 _LABEL_TEXT = ("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must "
                "start and end with an alphanumeric character")
 _SUBDOMAIN_TEXT = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
@@ -356,7 +357,7 @@ def port_name_problem(name: str) -> Optional[str]:
     """Why ``name`` is not an IANA service name (a named port), or None."""
     if len(name) > 15:
         return "must be no more than 15 characters"
-    if not _PORT_NAME.fullmatch(name):
+    if not re.fullmatch(_PORT_NAME, name):
         return "must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)"
     if "--" in name:
         return "must not contain consecutive hyphens"
@@ -416,7 +417,7 @@ MOUNT_PROPAGATIONS = ("Bidirectional", "HostToContainer", "None")
 FIELD_PATHS = ("metadata.name", "metadata.namespace", "metadata.uid", "metadata.labels", "metadata.annotations",
                "spec.nodeName", "spec.serviceAccountName", "status.hostIP", "status.hostIPs", "status.podIP",
                "status.podIPs")
-_FIELD_PATH_KEYED = re.compile(r"metadata\.(labels|annotations)\['[^']+'\]")
+_FIELD_PATH_KEYED = r"metadata\.(labels|annotations)\['[^']+'\]"   # compiled on first use (re's cache)
 CONTAINER_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 ANNOTATIONS_MAX_BYTES = 256 << 10
 NAME_SUFFIX = "-node"   # the kubelet validates "<name>-<node name>"; a stand-in node name
@@ -702,7 +703,7 @@ def _env_source_errors(source: Mapping[str, object], path: str, has_value: bool)
         where = _text(field.get("fieldPath"))
         if not where:
             return [_required(path + ".fieldRef.fieldPath")]
-        if where not in FIELD_PATHS and not _FIELD_PATH_KEYED.fullmatch(where):
+        if where not in FIELD_PATHS and not re.fullmatch(_FIELD_PATH_KEYED, where):
             return [_unsupported(path + ".fieldRef.fieldPath", where, FIELD_PATHS)]
     if kinds[0] == "resourceFieldRef" and not _mapping(source.get("resourceFieldRef")).get("resource"):
         return [_required(path + ".resourceFieldRef.resource")]

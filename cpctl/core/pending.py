@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from cpctl.core import manifests
-from cpctl.core.state import MAX_STATE_FILE, PENDING, StateDir
+from cpctl.core.state import MAX_STATE_FILE, StateDir
 from cpctl.host.base import Host
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ class Pending:
 
 
 def path(state: StateDir) -> str:
-    return state.path + "/" + PENDING
+    return state.pending_path
 
 
 def read(host: Host, state: StateDir) -> Tuple[Dict[str, Pending], str]:

@@ -224,6 +224,11 @@ class StateDir:
     def baseline_path(self) -> str:
         return self._join(BASELINE)
 
+    @property
+    def pending_path(self) -> str:
+        """Changes never verified (read and written by ``cpctl.core.pending``)."""
+        return self._join(PENDING)
+
     # --- history ----------------------------------------------------------------------------
     @property
     def history_path(self) -> str:

@@ -37,7 +37,8 @@ NOT_FOR_HELP = NEVER + ("yaml", "json", "dataclasses", "signal", "shutil", "subp
 # parsing without a kubeconfig, no fork to learn that crictl is missing, no OpenSSL for sha256.
 NOT_FOR_STATUS = NEVER + ("cpctl.core.journal", "cpctl.core.revisions", "cpctl.probes.diagnose", "hashlib",
                           "_hashlib", "hmac", "secrets", "random", "decimal", "calendar", "urllib.parse",
-                          "ipaddress", "subprocess", "shlex")
+                          "ipaddress", "subprocess", "shlex",
+                          "cpctl.core.pending")   # read only when a change was left unverified
 # Whatever the node holds, a view loads no change pipeline: an arm's record is read by the arm module
 # (core.confirmations) alone; ops.confirm and what it needs come only to revert an overdue arm.
 CHANGE_PIPELINE = ("cpctl.ops.confirm", "cpctl.ops.edits", "cpctl.core.replace", "cpctl.core.journal",

@@ -244,7 +244,7 @@ def _scalar(value: object, kind: str, path: str) -> object:
     if kind == INTSTR:
         return value if isinstance(value, str) else _as_int(value, INT32, path)
     if kind == QUANTITY:
-        if isinstance(value, bool) or not isinstance(value, (str, int, float)) or parse_quantity(value) is None:
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)) or not is_quantity(value):
             raise _TypeError("%s: quantities must match the regular expression "
                              "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$' (%s)" % (path, shown(value)))
         return value
@@ -383,15 +383,42 @@ _SUFFIX: Dict[str, Union[int, str]] = {
     "Ti": 1 << 40, "Pi": 1 << 50, "Ei": 1 << 60}
 
 
-def parse_quantity(value: Union[str, int, float]) -> Optional[Decimal]:
-    """The amount a resource quantity (``250m``, ``1Gi``, ``1e3``, ``2``) stands for, or None."""
+def _quantity_parts(value: Union[str, int, float]) -> Optional[Tuple[str, str]]:
+    """(number, suffix) of a resource quantity's text, None when it is not one."""
     text = value.strip() if isinstance(value, str) else repr(value)
     match = _QUANTITY.fullmatch(text) if len(text) <= 64 else None
-    if match is None:
+    return (match.group(1), match.group(2) or "") if match else None
+
+
+def is_quantity(value: Union[str, int, float]) -> bool:
+    """``parse_quantity(value) is not None``, with ``decimal`` imported only for an exponent (the
+    one form whose amount can be out of range): kubeadm's ``250m`` and ``1Gi`` always have one."""
+    parts = _quantity_parts(value)
+    if parts is None:
+        return False
+    return parse_quantity(value) is not None if parts[1][:1] in ("e", "E") else True
+
+
+def _negative(value: Union[str, int, float]) -> bool:
+    """``parse_quantity(value) < 0`` for a quantity, without ``decimal`` unless it has an exponent:
+    the suffix's factor is positive, so the sign is the number's (``-0.0`` is not below 0)."""
+    parts = _quantity_parts(value)
+    if parts is None:
+        return False
+    if parts[1][:1] in ("e", "E"):
+        amount = parse_quantity(value)
+        return amount is not None and amount < 0
+    return parts[0].startswith("-") and any(c in "123456789" for c in parts[0])
+
+
+def parse_quantity(value: Union[str, int, float]) -> Optional[Decimal]:
+    """The amount a resource quantity (``250m``, ``1Gi``, ``1e3``, ``2``) stands for, or None."""
+    parts = _quantity_parts(value)
+    if parts is None:
         return None
     from decimal import Decimal
     try:
-        number, suffix = Decimal(match.group(1)), match.group(2) or ""
+        number, suffix = Decimal(parts[0]), parts[1]
         if suffix[:1] in ("e", "E"):
             return number * Decimal(10) ** int(suffix[1:])
         factor = _SUFFIX[suffix]
@@ -742,19 +769,22 @@ def validate_mounts(mounts: List[object], path: str, volumes: Dict[str, Mapping[
 def validate_resources(resources: Mapping[str, object], path: str) -> List[str]:
     """Resource names, non-negative quantities, requests not above limits."""
     errors: List[str] = []
-    amounts: Dict[str, Dict[str, Decimal]] = {"limits": {}, "requests": {}}
+    amounts: Dict[str, Dict[str, Union[str, int, float]]] = {"limits": {}, "requests": {}}
     for section in ("limits", "requests"):
         for name, value in _mapping(resources.get(section)).items():
             where = "%s.%s[%s]" % (path, section, path_key(name))
             errors += _resource_name_errors(name, where)
-            amount = parse_quantity(value) if isinstance(value, (str, int, float)) else None
-            if amount is not None and amount < 0:
+            if not isinstance(value, (str, int, float)) or not is_quantity(value):
+                continue
+            if _negative(value):
                 errors.append(_invalid(where, value, "must be greater than or equal to 0"))
-            if amount is not None:
-                amounts[section][name] = amount
-    for name, request in amounts["requests"].items():
-        limit = amounts["limits"].get(name)
-        if limit is not None and request > limit and name in CONTAINER_RESOURCES:
+            amounts[section][name] = value
+    for name, requested_value in amounts["requests"].items():
+        limited_value = amounts["limits"].get(name)
+        if limited_value is None or name not in CONTAINER_RESOURCES:
+            continue        # (amounts compared only here: kubeadm's manifests set requests alone)
+        request, limit = parse_quantity(requested_value), parse_quantity(limited_value)
+        if request is not None and limit is not None and request > limit:
             requested, limited = _mapping(resources.get("requests"))[name], _mapping(resources.get("limits"))[name]
             errors.append(_invalid("%s.requests[%s]" % (path, path_key(name)), requested,
                                    "must be less than or equal to %s limit of %s" % (name, limited)))

@@ -146,10 +146,10 @@ def test_status_loads_the_revert_only_for_an_overdue_arm(env: Dict[str, str]) ->
 # Against a live API server (the lab's: plain HTTP on 127.0.0.1, as an insecure port would be) the
 # probe's requests go through cpctl's own HTTP/1.1 reader: no http.client and its email parser, no
 # ssl for a server that is not HTTPS, no idna codec for a host name; and still no change code. Nor
-# the socket module (the C module _socket is enough), urllib.parse or ipaddress for a plain URL, or
-# decimal for the manifests' resource requests (kubeadm's, as the lab's). (The lab's kubelet has a
-# kubeadm-flags.env, split with shlex, as a real node's.)
-NOT_FOR_LIVE_STATUS = tuple(n for n in NOT_FOR_STATUS if n != "shlex") + CHANGE_PIPELINE + (
+# the socket module (the C module _socket is enough), urllib.parse or ipaddress for a plain URL,
+# decimal for the manifests' resource requests (kubeadm's, as the lab's) or shlex for the kubelet's
+# kubeadm-flags.env (no quotes in kubeadm's).
+NOT_FOR_LIVE_STATUS = NOT_FOR_STATUS + CHANGE_PIPELINE + (
     "http", "ssl", "_ssl", "encodings.idna", "stringprep", "socket", "selectors")
 
 

@@ -21,7 +21,7 @@ from cpctl.core import manifests
 from cpctl.core.apiview import LocalApiCheck
 from cpctl.core.identity import NodeIdentity
 from cpctl.core.manifests import DirScan, Manifest
-from cpctl.core.state import LOCK, StateDir, user_label
+from cpctl.core.state import LOCK, MAX_ARM_BYTES, StateDir, user_label
 from cpctl.errors import CpctlError, ExitCode, Interrupted, Terminated, interrupted_by
 from cpctl.host import ops as hostops
 from cpctl.host.base import Host
@@ -322,12 +322,11 @@ class Node:
         dir, parked manifests and their metadata), as ``Host.prefetched`` wants them: over SSH
         they then cost one round trip instead of one each."""
         pending = self._identity_reads if self._identity_loader is not None else []
-        from cpctl.core import confirmations
         return pending + self.state.view_reads() + [self._local_api.read_call(),
             ("info", {}), ("lstat", {"path": self.manifests_dir}),
             ("scan_dir", {"path": self.manifests_dir, "limit": manifests.MAX_MANIFEST_BYTES}),
-            ("lstat", {"path": confirmations.directory(self.state)}),
-            ("scan_dir", {"path": confirmations.directory(self.state), "limit": confirmations.MAX_ARM_BYTES})]
+            ("lstat", {"path": self.state.confirm_dir}),      # (confirmations.directory: read_all's)
+            ("scan_dir", {"path": self.state.confirm_dir, "limit": MAX_ARM_BYTES})]
 
     def revert_overdue(self) -> List[str]:
         """Revert unconfirmed changes past their deadline (``--confirm-within``) through the hook

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Callable, Dict, List, Mapping, Optional, TypedDict
 
 from cpctl import catalogue
-from cpctl.core import confirmations, manifests
+from cpctl.core import manifests
 from cpctl.core.manifests import DirScan, Manifest
 from cpctl.core.node import Node
 from cpctl.core.state import JOURNAL
@@ -166,7 +166,7 @@ def pod_state(observed: Optional[Mapping[str, object]]) -> str:
 def overdue_first(node: Node) -> None:
     """Before a view: revert unconfirmed changes past their deadline (the node's hook, once; the
     confirm dir's lstat is one of ``view_reads``; a revert's writes drop the prefetched answers)."""
-    if node.overdue_hook is not None and node.host.lstat(confirmations.directory(node.state)) is not None:
+    if node.overdue_hook is not None and node.host.lstat(node.state.confirm_dir) is not None:
         for message in node.revert_overdue():
             node.log(message)
 
@@ -175,7 +175,11 @@ def _unconfirmed(node: Node, rows: List[Row]) -> List[str]:
     """Mark each row whose last change awaits ``cpctl confirm`` (``unconfirmed``: its deadline);
     a confirm record that cannot be read is a warning line, never a dead view."""
     try:
-        arms = confirmations.read_all(node.host, node.state) if node.state.ensure(create=False) else []
+        arms = []
+        # the arm module only when there is a confirm dir (the batch's lstat): never used, never loaded
+        if node.state.ensure(create=False) and node.host.lstat(node.state.confirm_dir) is not None:
+            from cpctl.core import confirmations
+            arms = confirmations.read_all(node.host, node.state)
     except CpctlError as exc:
         return [exc.message]
     by_file = {a.file: a for a in arms}

@@ -201,3 +201,15 @@ def test_start_up_makes_no_garbage_collector_pass(env: Dict[str, str]) -> None:
                                                                    "from cpctl.cli.main import entry")],
                              env=env, capture_output=True, text=True, timeout=60)
     assert default.returncode == 0 and "GC PASSES 0\n" not in default.stderr, default.stderr[-500:]
+
+
+def test_status_without_a_confirm_dir_loads_no_arm_code(env: Dict[str, str]) -> None:
+    """A node where ``--confirm-within`` was never used has a state dir but no STATE/confirm: the
+    arm records' module is not loaded at all (with one, the test above shows what is)."""
+    os.makedirs(env["CPCTL_STATE_DIR"], mode=0o700)
+    proc, modules = _imports(["status", "-o", "json"], env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "cpctl.core.state" in modules and "cpctl.core.confirmations" not in modules
+    _arm(env, time.time() + 3600)
+    proc, modules = _imports(["status", "-o", "json"], env)
+    assert proc.returncode == 0 and "cpctl.core.confirmations" in modules, proc.stderr[-2000:]

@@ -618,9 +618,8 @@ class _HttpConnection(object):
     parser (and ``ssl`` even for plain HTTP), ~8 ms of every ``status`` that asks an API server.
     """
 
-    def __init__(self, sock, host_header):
+    def __init__(self, sock):
         self.sock = sock
-        self.host_header = host_header
         self.deadline = 0.0
         self.buffer = bytearray()
 
@@ -788,7 +787,7 @@ def _http_exchange(method, target, headers, body, tls, deadline, limit):
     server closed meanwhile is replaced once, within the same deadline."""
     scheme, host, port, path = target
     key = (scheme, host, port, _tls_pool_key(tls))
-    request = None
+    request = _http_request(method, path, _host_header(scheme, host, port), headers, body)   # before any connection
     for attempt in (0, 1):
         conn = _CONNECTIONS.pop(key, None)
         reused = conn is not None and conn.sock is not None
@@ -796,8 +795,6 @@ def _http_exchange(method, target, headers, body, tls, deadline, limit):
             if conn is not None:
                 conn.close()
             conn = _http_connect(scheme, host, port, tls, deadline)
-        if request is None:
-            request = _http_request(method, path, conn.host_header, headers, body)
         try:
             conn.deadline = deadline
             conn.send(request)
@@ -819,13 +816,26 @@ def _http_exchange(method, target, headers, body, tls, deadline, limit):
     raise _HttpError(errno.ECONNRESET, "connection closed without an answer")
 
 
-def _http_connect(scheme, host, port, tls, deadline):
-    """A new connection whose connect and TLS handshake end by ``deadline``. The host name goes to
-    the resolver as ASCII bytes (as text it would load the ``idna`` codec for nothing)."""
+def _host_name(host):
+    """The host name as ASCII bytes, for the resolver, TLS and the Host header (as text, each of
+    them would load the ``idna`` codec for nothing)."""
     try:
-        name = host.encode("ascii")
+        return host.encode("ascii")
     except UnicodeError:
-        name = host.encode("idna")
+        return host.encode("idna")
+
+
+def _host_header(scheme, host, port):
+    name = _host_name(host)
+    shown = b"[" + name + b"]" if b":" in name else name
+    if port != (443 if scheme == "https" else 80):
+        shown += b":%d" % port
+    return shown
+
+
+def _http_connect(scheme, host, port, tls, deadline):
+    """A new connection whose connect and TLS handshake end by ``deadline``."""
+    name = _host_name(host)
     sock = _tcp_connect(name, port, deadline)
     try:
         if scheme == "https":
@@ -837,10 +847,7 @@ def _http_connect(scheme, host, port, tls, deadline):
     except BaseException:
         sock.close()
         raise
-    shown = b"[" + name + b"]" if b":" in name else name
-    if port != (443 if scheme == "https" else 80):
-        shown += b":%d" % port
-    return _HttpConnection(sock, shown)
+    return _HttpConnection(sock)
 
 
 def _tcp_connect(name, port, deadline):

@@ -786,7 +786,8 @@ def _http_exchange(method, target, headers, body, tls, deadline, limit):
     """Send on a kept-alive connection (checked out of the pool while in use); a reused one the
     server closed meanwhile is replaced once, within the same deadline."""
     scheme, host, port, path = target
-    key = (scheme, host, port, _tls_pool_key(tls))
+    # TLS material tells connections apart only for HTTPS (a plain one serves any request to it)
+    key = (scheme, host, port, _tls_pool_key(tls) if scheme == "https" else ())
     request = _http_request(method, path, _host_header(scheme, host, port), headers, body)   # before any connection
     for attempt in (0, 1):
         conn = _CONNECTIONS.pop(key, None)

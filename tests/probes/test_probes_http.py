@@ -422,3 +422,18 @@ def test_a_request_line_with_a_space_or_control_character_is_not_sent(serve):
     exc, _ = timed(lambda: ops.http("GET /x HTTP/1.1\r\n", server.url("/")))
     assert exc is not None and exc.errno == errno.EINVAL
     assert seen == []
+
+
+def test_plain_http_reuses_one_connection_whatever_the_tls_options(serve):
+    # the local-API check asks with {"insecure": True}, the API client with its kubeconfig's
+    # material: over plain HTTP neither is used, so both share the kept-alive connection
+    connections: list = []
+
+    def counting(conn: socket.socket) -> None:
+        connections.append(conn)
+        answer(b"same")(conn)
+
+    server = serve(counting)
+    for tls in (None, {"insecure": True}, {"ca_data": b"x"}):
+        assert ops.http("GET", server.url("/"), tls=tls)["body"] == b"same"
+    assert len(connections) == 1

@@ -88,15 +88,18 @@ def status(node: Node, wanted: Optional[List[str]] = None) -> Report:
         _last_changes(node, rows)
     if wanted:
         rows = _filter_rows(node, rows, wanted, scan, parked)
+    targets: List[PodTarget] = []
     for row in rows:
         namespace = row.get("namespace")
         if namespace and row["state"] != "invalid":
             row["pod"] = "%s-%s" % (row["component"], node.node_name.lower())
         if row["state"] == "present" and namespace:     # a valid manifest: it has a namespace
-            target = PodTarget(row["component"], namespace, node.node_name, file=row["file"],
-                               stale_api=stale)
-            observed = node.waiter.describe(target)
-            row["observed"], row["pod_state"] = observed, pod_state(observed)
+            targets.append(PodTarget(row["component"], namespace, node.node_name, file=row["file"],
+                                     stale_api=stale))
+    node.waiter.prepare_describe(targets)               # one API list for the pods, not a GET each
+    for row, target in zip([r for r in rows if r["state"] == "present" and r.get("namespace")], targets):
+        observed = node.waiter.describe(target)
+        row["observed"], row["pod_state"] = observed, pod_state(observed)
     found = stuck + never + unconfirmed + warnings(scan) + (["kubelet configuration: %s" % p for p in known.problems]
                                               if known else [])
     data: Report = {"node": node.node_name, "manifests_dir": node.manifests_dir, "state_dir": node.state.path,

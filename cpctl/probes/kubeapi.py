@@ -49,8 +49,19 @@ _NEVER_QUOTED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0
 
 
 def urlencode(query: Mapping[str, object]) -> str:
+    words = [(_ascii_quote_plus(str(k)), _ascii_quote_plus(str(v))) for k, v in query.items()
+             if not isinstance(k, bytes) and not isinstance(v, bytes)]
+    if len(words) == len(query) and all(k is not None and v is not None for k, v in words):
+        return "&".join("%s=%s" % pair for pair in words)   # what urllib.parse.urlencode writes
     from urllib.parse import urlencode as url_encode
     return url_encode(query)
+
+
+def _ascii_quote_plus(text: str) -> Optional[str]:
+    """``urllib.parse.quote_plus(text)`` for ASCII text (None for any other)."""
+    if not text.isascii():
+        return None
+    return "".join(c if c in _NEVER_QUOTED else "+" if c == " " else "%%%02X" % ord(c) for c in text)
 
 
 def urlsplit(url: str) -> SplitResult:

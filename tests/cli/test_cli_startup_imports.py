@@ -171,7 +171,11 @@ def _imports_without_site(argv: List[str], env: Dict[str, str]) -> Tuple[subproc
 def test_status_against_a_live_api_imports_no_http_library(lab) -> None:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("CPCTL_")}
     env = dict(clean, **lab.env)
+    # one list of the node's pods answers the four mirror pods: a GET of one would fail here
+    lab.inject_faults([{"method": "GET", "path": "^/api/v1/namespaces/kube-system/pods/", "action": "status",
+                        "code": 500}])
     proc, modules = _imports_without_site(["status", "-o", "json"], env)
+    assert [rule["hits"] for rule in lab.clear_faults()] == [0]
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = {row["component"]: row for row in json.loads(proc.stdout)["components"]}
     assert sorted(rows) == sorted(COMPONENTS)

@@ -87,3 +87,12 @@ def test_is_own_as_with_ipaddress(server: str, advertised: str, own: bool) -> No
                                   "x%2F", "?q"])
 def test_quote_fast_path_is_urllib_quote(name: str) -> None:
     assert kubeapi.quote(name, safe="") == urllib.parse.quote(name, safe="")
+
+
+@pytest.mark.parametrize("query", [
+    {"fieldSelector": "spec.nodeName=lab-master1"}, {"labelSelector": "a in (b, c),d!=e", "limit": 500},
+    {"fieldSelector": "involvedObject.name=kube-apiserver-cp1", "watch": True}, {"x": "é"}, {"k y": "a+b&c=d/e?f"},
+    {"b": b"raw"}, {}, {"dryRun": "All", "fieldManager": "cpctl"}, {"ctl": "\x00\x7f~"},
+])
+def test_urlencode_fast_path_is_urllib_urlencode(query: dict) -> None:
+    assert kubeapi.urlencode(query) == urllib.parse.urlencode(query)

@@ -53,7 +53,7 @@ class ApiProbe:
         self._listed = {}
         wanted: Dict[Tuple[str, str], set] = {}
         for target in targets:
-            wanted.setdefault((target.namespace, target.node), set()).add(target.mirror_name)
+            wanted.setdefault((target.namespace, target.node.lower()), set()).add(target.mirror_name)
         for (namespace, node), names in wanted.items():
             if len(names) < 2:
                 continue                    # one GET costs what the list would

@@ -1,3 +1,3 @@
-from cpctl.cli.main import entry
+from cpctl.cli.start import entry
 
 entry()

@@ -15,7 +15,7 @@ from typing import Optional
 from cpctl.errors import CpctlError, ExitCode
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-_PART = re.compile(r"(\d{1,6})([smhdw])")
+_PART = r"(\d{1,6})([smhdw])"     # compiled on first use (re's cache): a status parses no duration
 MAX_SECONDS = 366 * 86400
 
 
@@ -23,7 +23,7 @@ def parse_duration(text: str, option: str = "--for") -> int:
     """Seconds in ``text``; anything else (0, negative, units missing, > 366 days) is refused."""
     cleaned = text.strip().lower()
     pos, total = 0, 0
-    for match in _PART.finditer(cleaned):
+    for match in re.finditer(_PART, cleaned):
         if match.start() != pos:
             break
         total += int(match.group(1)) * _UNITS[match.group(2)]

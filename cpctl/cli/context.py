@@ -142,7 +142,8 @@ def fail(message: str, code: int, hint: str = "") -> None:
 
 
 HEARTBEAT = 5.0                       # seconds between "still waiting" lines when stderr is no terminal
-_ELAPSED = re.compile(r"^(?P<what>.*), (?P<seconds>\d+(?:\.\d+)?)s(?: of (?P<limit>[0-9.e+]+)s)?$", re.DOTALL)
+# Patterns a status never uses are text, compiled on first use through re's own cache.
+_ELAPSED = r"^(?P<what>.*), (?P<seconds>\d+(?:\.\d+)?)s(?: of (?P<limit>[0-9.e+]+)s)?$"
 _SHOWN: List["Progress"] = []         # progress lines drawn now (cleared before any output)
 
 
@@ -177,7 +178,7 @@ class Progress:
         now = time.monotonic()
         if self.started is None:
             self.started = now
-        match = _ELAPSED.match(text)
+        match = re.match(_ELAPSED, text, re.DOTALL)
         what, elapsed = (match.group("what"), float(match.group("seconds"))) if match else (text, now - self.started)
         limit = float(match.group("limit")) if match and match.group("limit") else self.timeout
         of = " of %gs" % limit if limit else ""

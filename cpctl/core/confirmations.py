@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Union
 from cpctl import catalogue
 from cpctl.core import manifests
 from cpctl.core.settings import command_hint_here
-from cpctl.core.state import StateDir
+from cpctl.core.state import CONFIRM as SUBDIR
+from cpctl.core.state import MAX_ARM_BYTES, StateDir
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host.base import Host
 from cpctl.timeutil import parse_iso
@@ -29,9 +30,7 @@ from cpctl.timeutil import parse_iso
 if TYPE_CHECKING:               # the journal loads with a node's first change, not for a status
     from cpctl.core import journal
 
-SUBDIR = "confirm"
 SUFFIX = ".json"
-MAX_ARM_BYTES = 64 << 10
 TIMERS = ("systemd", "process", "none")
 _TEXT = ("op", "component", "file", "checksum", "previous", "action", "armed_at", "deadline", "by", "host",
          "node", "timer", "unit", "check")

@@ -136,13 +136,19 @@ def _env_value(text: str, variable: str) -> str:
     return ""
 
 
+_SHELL_QUOTING = frozenset("\"'\\")
+
+
 def _flags(text: str) -> List[Tuple[str, str]]:
     """``--flag=value`` and ``--flag value`` pairs of a kubelet command line, in order."""
-    import shlex  # only when kubeadm-flags.env is read (a status given the node name never does)
-    try:
-        words = shlex.split(text)
-    except ValueError:
-        words = text.split()
+    if _SHELL_QUOTING.isdisjoint(text):     # no quote, no escape: shlex.split's words, without shlex
+        words = [w for w in text.replace("\t", " ").replace("\r", " ").replace("\n", " ").split(" ") if w]
+    else:
+        import shlex
+        try:
+            words = shlex.split(text)
+        except ValueError:
+            words = text.split()
     pairs = []
     for index, word in enumerate(words):
         if not word.startswith("--"):

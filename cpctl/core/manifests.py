@@ -38,7 +38,8 @@ if TYPE_CHECKING:
 MAX_MANIFEST_BYTES = 10 << 20
 
 
-_COMPONENT_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$")
+# Patterns a status rarely uses are text, compiled on first use through re's own cache.
+_COMPONENT_RE = r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$"
 _FILE_SUFFIXES = (".yaml", ".yml", ".json")
 
 
@@ -49,7 +50,7 @@ def validate_component_name(name: str, what: str = "component name") -> str:
         raise CpctlError("empty %s" % what, ExitCode.USAGE)
     if len(name) > 253:
         raise CpctlError("%s too long (%d characters, at most 253)" % (what, len(name)), ExitCode.USAGE)
-    if not _COMPONENT_RE.match(name) or ".." in name:
+    if not re.match(_COMPONENT_RE, name) or ".." in name:
         shown = name if name.isprintable() else repr(name)
         raise CpctlError("invalid %s %r: use letters, digits, '.', '-', '_' only" % (what, shown),
                          ExitCode.USAGE)
@@ -97,9 +98,9 @@ def checksum(data: bytes) -> str:
 # --- names editors, package managers and humans leave next to a manifest -----------------------
 # Matched on the whole name's end, so a real component name never matches by accident.
 VIM_WRITE_TEST = "4913"     # vim writes and deletes this non-dot file to test the directory
-_LEFTOVER_RE = re.compile(r"(~|\.bak\d*|\.backup|\.orig|\.old|\.save|\.sw[a-px]|\.tmp|\.rej"
-                          r"|\.dpkg-(old|new|dist|bak)|\.rpm(save|new|orig)|\.ucf-(old|dist))$", re.IGNORECASE)
-_SWAP_RE = re.compile(r"^\.(.+)\.sw[a-px]$")   # vim: .swp, then .swo ... .swa; .swx while testing
+_LEFTOVER_RE = (r"(~|\.bak\d*|\.backup|\.orig|\.old|\.save|\.sw[a-px]|\.tmp|\.rej"   # re.IGNORECASE
+                r"|\.dpkg-(old|new|dist|bak)|\.rpm(save|new|orig)|\.ucf-(old|dist))$")
+_SWAP_RE = r"^\.(.+)\.sw[a-px]$"   # vim: .swp, then .swo ... .swa; .swx while testing
 
 
 def leftover_kind(name: str) -> Optional[str]:
@@ -108,14 +109,14 @@ def leftover_kind(name: str) -> Optional[str]:
         return "vim's write-test file"
     if name.endswith("~"):
         return "an editor backup"
-    if _LEFTOVER_RE.search(name):
+    if re.search(_LEFTOVER_RE, name, re.IGNORECASE):
         return "a backup/editor leftover name"
     return None
 
 
 def swap_file_of(name: str) -> Optional[str]:
     """The file a vim swap file (``.kube-apiserver.yaml.swp``) belongs to, None for other names."""
-    match = _SWAP_RE.match(name)
+    match = re.match(_SWAP_RE, name)
     return match.group(1) if match else None
 
 
@@ -149,7 +150,7 @@ _WORD_STARTS = frozenset("yYnNtTfFoO~")
 _NUMBER_STARTS = frozenset("0123456789+-")
 _GO_INT = re.compile(r"[+-]?(?:0[xX][0-9a-fA-F]+|0[oO][0-7]+|0[bB][01]+|0[0-7]*|[1-9][0-9]*)")
 _GO_FLOAT = re.compile(r"[-+]?[0-9]*\.?[0-9]+(?:[eE][-+][0-9]+)?")      # yaml.v2's yamlStyleFloat
-_DOT_FLOAT = re.compile(r"\.[0-9]+(?:[eE][-+]?[0-9]+)?")
+_DOT_FLOAT = r"\.[0-9]+(?:[eE][-+]?[0-9]+)?"   # compiled on first use (re's cache)
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _JSON_START = re.compile(r"\s*\{")    # utilyaml.ToJSON: JSON is what starts with "{" after white space
 
@@ -183,7 +184,7 @@ def _plain_scalar(text: str) -> object:
         if text in _PLAIN_WORDS:
             return _PLAIN_WORDS[text]
         if first == ".":
-            return float(text) if _DOT_FLOAT.fullmatch(text) else text
+            return float(text) if re.fullmatch(_DOT_FLOAT, text) else text
         if first in _NUMBER_STARTS:
             plain = text.replace("_", "")
             number = _go_int(plain)

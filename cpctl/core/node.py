@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Callable, ContextManager, Dict, List, Mapping,
 
 from cpctl import catalogue
 from cpctl.core import identity as identity_mod
-from cpctl.core import manifests, pending
+from cpctl.core import manifests
 from cpctl.core.apiview import LocalApiCheck
 from cpctl.core.identity import NodeIdentity
 from cpctl.core.manifests import DirScan, Manifest
-from cpctl.core.state import LOCK, StateDir, user_label
+from cpctl.core.state import LOCK, MAX_ARM_BYTES, StateDir, user_label
 from cpctl.errors import CpctlError, ExitCode, Interrupted, Terminated, interrupted_by
 from cpctl.host import ops as hostops
 from cpctl.host.base import Host
@@ -29,8 +29,9 @@ from cpctl.probes.base import NoWait, PodTarget, Waiter, WaitResult
 from cpctl.timeutil import iso
 
 if TYPE_CHECKING:
-    # Imported where a change or a diagnosis needs them: a view (``status``) never does.
-    from cpctl.core import journal
+    # Imported where a change or a diagnosis needs them: a view (``status``) never does, nor
+    # pending unless a change was left unverified.
+    from cpctl.core import journal, pending
 
 NAME_MAX = 255          # bytes in one file name on Linux filesystems
 META_SUFFIX = ".json"
@@ -254,8 +255,9 @@ class Node:
 
         A change cpctl is verifying right now is not one of them: unless this run holds the node
         lock (``held``), an entry counts only when no other cpctl holds it either."""
-        if not pending.present(self.host, self.state):
+        if self.host.lstat(self.state.pending_path) is None:    # what pending.present asks
             return [], []
+        from cpctl.core import pending
         entries, problem = pending.read(self.host, self.state)
         if entries and not held and self.lock_busy():
             return [], []
@@ -329,12 +331,11 @@ class Node:
         dir, parked manifests and their metadata), as ``Host.prefetched`` wants them: over SSH
         they then cost one round trip instead of one each."""
         pending = self._identity_reads if self._identity_loader is not None else []
-        from cpctl.core import confirmations
         return pending + self.state.view_reads() + [self._local_api.read_call(),
             ("info", {}), ("lstat", {"path": self.manifests_dir}),
             ("scan_dir", {"path": self.manifests_dir, "limit": manifests.MAX_MANIFEST_BYTES}),
-            ("lstat", {"path": confirmations.directory(self.state)}),
-            ("scan_dir", {"path": confirmations.directory(self.state), "limit": confirmations.MAX_ARM_BYTES})]
+            ("lstat", {"path": self.state.confirm_dir}),      # (confirmations.directory: read_all's)
+            ("scan_dir", {"path": self.state.confirm_dir, "limit": MAX_ARM_BYTES})]
 
     def resolve(self, wanted: str, scan: DirScan, parked: Mapping[str, Mapping[str, object]]
                 ) -> Tuple[List[Manifest], List[str]]:
@@ -591,6 +592,7 @@ class Node:
     def _confirm_pending(self, manifest: Manifest) -> str:
         """A change of this manifest never verified, whose bytes are the ones now seen running and
         Ready: verified now, so its "verification pending" goes ("" when there is none)."""
+        from cpctl.core import pending
         entries, _problem = pending.read(self.host, self.state)
         entry = entries.get(manifest.file)
         if entry is None or entry.checksum != manifest.checksum:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
 from cpctl.core import manifests
 from cpctl.core.settings import command_hint_here
-from cpctl.core.state import MAX_STATE_FILE, PENDING, StateDir
+from cpctl.core.state import MAX_STATE_FILE, StateDir
 from cpctl.host.base import Host
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ class Pending:
 
 
 def path(state: StateDir) -> str:
-    return state.path + "/" + PENDING
+    return state.pending_path
 
 
 def read(host: Host, state: StateDir) -> Tuple[Dict[str, Pending], str]:

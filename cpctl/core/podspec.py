@@ -196,8 +196,9 @@ VOLUME_SOURCES = (
     "portworxVolume", "scaleIO", "storageos", "csi", "ephemeral", "image")
 
 _INT_RANGES = {INT32: (-(1 << 31), (1 << 31) - 1), INT64: (-(1 << 63), (1 << 63) - 1)}
-_RFC3339 = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?"
-                      r"([Zz]|[+-][0-9]{2}:[0-9]{2})")
+# (compiled on first use, through re's cache: kubeadm's manifests carry no such field)
+_RFC3339 = (r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?"
+            r"([Zz]|[+-][0-9]{2}:[0-9]{2})")
 
 
 class _TypeError(Exception):
@@ -243,12 +244,12 @@ def _scalar(value: object, kind: str, path: str) -> object:
     if kind == INTSTR:
         return value if isinstance(value, str) else _as_int(value, INT32, path)
     if kind == QUANTITY:
-        if isinstance(value, bool) or not isinstance(value, (str, int, float)) or parse_quantity(value) is None:
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)) or not is_quantity(value):
             raise _TypeError("%s: quantities must match the regular expression "
                              "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$' (%s)" % (path, shown(value)))
         return value
     if kind == TIME:
-        if not isinstance(value, str) or not _RFC3339.fullmatch(value):
+        if not isinstance(value, str) or not re.fullmatch(_RFC3339, value):
             raise _wrong(path, "an RFC 3339 time or null", value)
         return value
     return value
@@ -316,7 +317,7 @@ _LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _QUALIFIED = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
-_PORT_NAME = re.compile(r"[-a-z0-9]+")
+_PORT_NAME = r"[-a-z0-9]+"     # compiled on first use (re's cache): kubeadm names no port
 _LABEL_TEXT = ("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must "
                "start and end with an alphanumeric character")
 _SUBDOMAIN_TEXT = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
@@ -356,7 +357,7 @@ def port_name_problem(name: str) -> Optional[str]:
     """Why ``name`` is not an IANA service name (a named port), or None."""
     if len(name) > 15:
         return "must be no more than 15 characters"
-    if not _PORT_NAME.fullmatch(name):
+    if not re.fullmatch(_PORT_NAME, name):
         return "must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)"
     if "--" in name:
         return "must not contain consecutive hyphens"
@@ -382,15 +383,42 @@ _SUFFIX: Dict[str, Union[int, str]] = {
     "Ti": 1 << 40, "Pi": 1 << 50, "Ei": 1 << 60}
 
 
-def parse_quantity(value: Union[str, int, float]) -> Optional[Decimal]:
-    """The amount a resource quantity (``250m``, ``1Gi``, ``1e3``, ``2``) stands for, or None."""
+def _quantity_parts(value: Union[str, int, float]) -> Optional[Tuple[str, str]]:
+    """(number, suffix) of a resource quantity's text, None when it is not one."""
     text = value.strip() if isinstance(value, str) else repr(value)
     match = _QUANTITY.fullmatch(text) if len(text) <= 64 else None
-    if match is None:
+    return (match.group(1), match.group(2) or "") if match else None
+
+
+def is_quantity(value: Union[str, int, float]) -> bool:
+    """``parse_quantity(value) is not None``, with ``decimal`` imported only for an exponent (the
+    one form whose amount can be out of range): kubeadm's ``250m`` and ``1Gi`` always have one."""
+    parts = _quantity_parts(value)
+    if parts is None:
+        return False
+    return parse_quantity(value) is not None if parts[1][:1] in ("e", "E") else True
+
+
+def _negative(value: Union[str, int, float]) -> bool:
+    """``parse_quantity(value) < 0`` for a quantity, without ``decimal`` unless it has an exponent:
+    the suffix's factor is positive, so the sign is the number's (``-0.0`` is not below 0)."""
+    parts = _quantity_parts(value)
+    if parts is None:
+        return False
+    if parts[1][:1] in ("e", "E"):
+        amount = parse_quantity(value)
+        return amount is not None and amount < 0
+    return parts[0].startswith("-") and any(c in "123456789" for c in parts[0])
+
+
+def parse_quantity(value: Union[str, int, float]) -> Optional[Decimal]:
+    """The amount a resource quantity (``250m``, ``1Gi``, ``1e3``, ``2``) stands for, or None."""
+    parts = _quantity_parts(value)
+    if parts is None:
         return None
     from decimal import Decimal
     try:
-        number, suffix = Decimal(match.group(1)), match.group(2) or ""
+        number, suffix = Decimal(parts[0]), parts[1]
         if suffix[:1] in ("e", "E"):
             return number * Decimal(10) ** int(suffix[1:])
         factor = _SUFFIX[suffix]
@@ -416,7 +444,7 @@ MOUNT_PROPAGATIONS = ("Bidirectional", "HostToContainer", "None")
 FIELD_PATHS = ("metadata.name", "metadata.namespace", "metadata.uid", "metadata.labels", "metadata.annotations",
                "spec.nodeName", "spec.serviceAccountName", "status.hostIP", "status.hostIPs", "status.podIP",
                "status.podIPs")
-_FIELD_PATH_KEYED = re.compile(r"metadata\.(labels|annotations)\['[^']+'\]")
+_FIELD_PATH_KEYED = r"metadata\.(labels|annotations)\['[^']+'\]"   # compiled on first use (re's cache)
 CONTAINER_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 ANNOTATIONS_MAX_BYTES = 256 << 10
 NAME_SUFFIX = "-node"   # the kubelet validates "<name>-<node name>"; a stand-in node name
@@ -702,7 +730,7 @@ def _env_source_errors(source: Mapping[str, object], path: str, has_value: bool)
         where = _text(field.get("fieldPath"))
         if not where:
             return [_required(path + ".fieldRef.fieldPath")]
-        if where not in FIELD_PATHS and not _FIELD_PATH_KEYED.fullmatch(where):
+        if where not in FIELD_PATHS and not re.fullmatch(_FIELD_PATH_KEYED, where):
             return [_unsupported(path + ".fieldRef.fieldPath", where, FIELD_PATHS)]
     if kinds[0] == "resourceFieldRef" and not _mapping(source.get("resourceFieldRef")).get("resource"):
         return [_required(path + ".resourceFieldRef.resource")]
@@ -741,19 +769,22 @@ def validate_mounts(mounts: List[object], path: str, volumes: Dict[str, Mapping[
 def validate_resources(resources: Mapping[str, object], path: str) -> List[str]:
     """Resource names, non-negative quantities, requests not above limits."""
     errors: List[str] = []
-    amounts: Dict[str, Dict[str, Decimal]] = {"limits": {}, "requests": {}}
+    amounts: Dict[str, Dict[str, Union[str, int, float]]] = {"limits": {}, "requests": {}}
     for section in ("limits", "requests"):
         for name, value in _mapping(resources.get(section)).items():
             where = "%s.%s[%s]" % (path, section, path_key(name))
             errors += _resource_name_errors(name, where)
-            amount = parse_quantity(value) if isinstance(value, (str, int, float)) else None
-            if amount is not None and amount < 0:
+            if not isinstance(value, (str, int, float)) or not is_quantity(value):
+                continue
+            if _negative(value):
                 errors.append(_invalid(where, value, "must be greater than or equal to 0"))
-            if amount is not None:
-                amounts[section][name] = amount
-    for name, request in amounts["requests"].items():
-        limit = amounts["limits"].get(name)
-        if limit is not None and request > limit and name in CONTAINER_RESOURCES:
+            amounts[section][name] = value
+    for name, requested_value in amounts["requests"].items():
+        limited_value = amounts["limits"].get(name)
+        if limited_value is None or name not in CONTAINER_RESOURCES:
+            continue        # (amounts compared only here: kubeadm's manifests set requests alone)
+        request, limit = parse_quantity(requested_value), parse_quantity(limited_value)
+        if request is not None and limit is not None and request > limit:
             requested, limited = _mapping(resources.get("requests"))[name], _mapping(resources.get("limits"))[name]
             errors.append(_invalid("%s.requests[%s]" % (path, path_key(name)), requested,
                                    "must be less than or equal to %s limit of %s" % (name, limited)))

@@ -32,6 +32,8 @@ from cpctl.timeutil import iso, parse_iso, stamp
 JOURNAL = "journal.json"
 BASELINE = "baseline.json"          # the drift baseline (cpctl.ops.drift); status reads it for "missing"
 PENDING = "pending.json"              # see cpctl.core.pending
+CONFIRM = "confirm"                   # STATE/confirm/<file>.json: armed changes (see cpctl.core.confirmations)
+MAX_ARM_BYTES = 64 << 10              # one arm record (a view reads them in its batch)
 HISTORY = "history.jsonl"
 HISTORY_SEGMENT_PREFIX = "history."
 LOCK = "lock"
@@ -223,6 +225,16 @@ class StateDir:
     @property
     def baseline_path(self) -> str:
         return self._join(BASELINE)
+
+    @property
+    def confirm_dir(self) -> str:
+        """The armed changes' records (``cpctl.core.confirmations.directory``; a view looks for it first)."""
+        return self.path.rstrip("/") + "/" + CONFIRM
+
+    @property
+    def pending_path(self) -> str:
+        """Changes never verified (read and written by ``cpctl.core.pending``)."""
+        return self._join(PENDING)
 
     # --- history ----------------------------------------------------------------------------
     @property

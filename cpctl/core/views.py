@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Callable, Dict, List, Mapping, Optional, TypedDict, cast
 
 from cpctl import catalogue
-from cpctl.core import confirmations, manifests
+from cpctl.core import manifests
 from cpctl.core.manifests import DirScan, Manifest
 from cpctl.core.node import Node
 from cpctl.core.state import JOURNAL
@@ -95,15 +95,19 @@ def status(node: Node, wanted: Optional[List[str]] = None) -> Report:
         _last_changes(node, rows)
     if wanted:
         rows = _filter_rows(node, rows, wanted, scan, parked)
+    targets: List[PodTarget] = []
     for row in rows:
         namespace = row.get("namespace")
         if namespace and row["state"] != "invalid":
             row["pod"] = "%s-%s" % (row["component"], node.node_name.lower())
         if row["state"] == "present" and namespace:     # a valid manifest: it has a namespace
-            target = PodTarget(row["component"], namespace, node.node_name, file=row["file"],
-                               stale_api=stale)
-            observed = node.waiter.describe(target)
-            row["observed"], row["pod_state"] = observed, pod_state(observed)
+            targets.append(PodTarget(row["component"], namespace, node.node_name, file=row["file"],
+                                     stale_api=stale))
+    node.waiter.prepare_describe(targets)               # one API list for the pods, not a GET each
+    for row, target in zip([r for r in rows if r["state"] == "present" and r.get("namespace")], targets):
+        observed = node.waiter.describe(target)
+        row["observed"], row["pod_state"] = observed, pod_state(observed)
+    for row in rows:
         for field in ROW_FIELDS:
             cast(Dict[str, object], row).setdefault(field, None)
     found = stuck + never + unconfirmed + warnings(scan) + (["kubelet configuration: %s" % p for p in known.problems]
@@ -176,7 +180,11 @@ def _unconfirmed(node: Node, rows: List[Row]) -> List[str]:
     """Mark each row whose last change awaits ``cpctl confirm`` (``unconfirmed``: its deadline);
     a confirm record that cannot be read is a warning line, never a dead view."""
     try:
-        arms = confirmations.read_all(node.host, node.state) if node.state.ensure(create=False) else []
+        arms = []
+        # the arm module only when there is a confirm dir (the batch's lstat): never used, never loaded
+        if node.state.ensure(create=False) and node.host.lstat(node.state.confirm_dir) is not None:
+            from cpctl.core import confirmations
+            arms = confirmations.read_all(node.host, node.state)
     except CpctlError as exc:
         return [exc.message]
     if not arms:

@@ -597,55 +597,76 @@ class _HttpError(OSError):
     message). ``http`` re-raises it as a plain ``OSError`` with the same errno and text."""
 
 
+class _NoAnswer(_HttpError):
+    """The connection ended before the first byte of an answer (a kept-alive one the server
+    closed while it was idle: the request is sent again, once, on a new connection)."""
+
+
 HTTP_BODY_LIMIT = 32 << 20   # default cap on an answer's body (callers pass their own ``limit``)
+HTTP_LINE_LIMIT = 64 << 10   # a status, header or chunk-size line (http.client's bound)
+HTTP_HEADER_LIMIT = 100      # header (or trailer) lines in one answer (http.client's bound)
 _CONNECTIONS = {}  # type: dict
 
 
-class _DeadlineSocket(object):
-    """A connected (TLS) socket for ``http.client`` whose every send and receive ends by one
-    ``deadline`` (``time.monotonic()``): each call gets the time that is left as its timeout, so
-    a server that drips one byte a second cannot stretch a request past its deadline.
+class _HttpConnection(object):
+    """One HTTP/1.1 connection over a connected (TLS) socket, with the bytes read past what was
+    consumed. Every send and receive ends by ``deadline`` (``time.monotonic()``): each call gets
+    the time that is left as its timeout, so a server that drips one byte a second cannot stretch
+    a request past its deadline.
 
-    ``makefile`` keeps the io reference count that ``http.client`` relies on: a ``Connection:
-    close`` answer closes the connection before its body is read, and the socket must stay open
-    until the response's reader is closed too.
+    The answer is read here rather than by ``http.client``: that module imports the ``email``
+    parser (and ``ssl`` even for plain HTTP), ~8 ms of every ``status`` that asks an API server.
     """
 
     def __init__(self, sock):
         self.sock = sock
         self.deadline = 0.0
-        self._io_refs = 0
-        self._closed = False
-
-    def _arm(self):
-        self.sock.settimeout(_time_left(self.deadline))
-
-    def sendall(self, data):
-        self._arm()
-        return self.sock.sendall(data)
-
-    def recv_into(self, buffer, nbytes=0):
-        self._arm()
-        return self.sock.recv_into(buffer, nbytes)
-
-    def fileno(self):
-        return self.sock.fileno()
-
-    def makefile(self, mode="rb"):
-        import io
-        import socket
-        self._io_refs += 1
-        return io.BufferedReader(socket.SocketIO(self, "rb"))  # type: ignore[arg-type]  # a duck-typed socket
-
-    def _decref_socketios(self):
-        self._io_refs -= 1
-        if self._closed and self._io_refs <= 0:
-            self.sock.close()
+        self.buffer = bytearray()
 
     def close(self):
-        self._closed = True
-        if self._io_refs <= 0:
+        if self.sock is not None:
             self.sock.close()
+            self.sock = None
+
+    def send(self, data):
+        self.sock.settimeout(_time_left(self.deadline))
+        self.sock.sendall(data)
+
+    def _fill(self):
+        """Receive more bytes into the buffer; False at the end of the stream."""
+        self.sock.settimeout(_time_left(self.deadline))
+        data = self.sock.recv(1 << 16)
+        self.buffer += data
+        return bool(data)
+
+    def readline(self):
+        """The next line without its CRLF (or LF); None when the stream ended before any byte of
+        it. A line longer than ``HTTP_LINE_LIMIT`` is refused before it is read whole."""
+        start = 0
+        while True:
+            end = self.buffer.find(b"\n", start)
+            if end >= 0:
+                break
+            start = len(self.buffer)
+            if start > HTTP_LINE_LIMIT:
+                raise _HttpError(errno.EPROTO, "malformed HTTP answer (a line too long)")
+            if not self._fill():
+                if self.buffer:
+                    raise _HttpError(errno.EPROTO, "answer cut short (in a line of its head)")
+                return None
+        if end > HTTP_LINE_LIMIT:
+            raise _HttpError(errno.EPROTO, "malformed HTTP answer (a line too long)")
+        line = bytes(self.buffer[:end])
+        del self.buffer[:end + 1]
+        return line[:-1] if line.endswith(b"\r") else line
+
+    def read(self, size):
+        """At most ``size`` (> 0) bytes; b"" at the end of the stream."""
+        if not self.buffer and not self._fill():
+            return b""
+        data = bytes(self.buffer[:size])
+        del self.buffer[:size]
+        return data
 
 
 def _time_left(deadline):
@@ -678,6 +699,10 @@ def http(method, url, headers=None, body=None, timeout=5.0, tls=None, limit=None
 
 def _http_target(url):
     """(scheme, host, port, path with query) of ``url``; EINVAL for anything but http(s)://host."""
+    simple = split_url(url)
+    if simple is not None:
+        scheme, host, port, path = simple
+        return scheme, host, port or (443 if scheme == "https" else 80), path
     from urllib.parse import urlsplit
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -691,6 +716,53 @@ def _http_target(url):
     if parts.query:
         path += "?" + parts.query
     return parts.scheme, parts.hostname, port or (443 if parts.scheme == "https" else 80), path
+
+
+_URL_HOST_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789.-")
+
+
+def split_url(url):
+    """(scheme, host, port, path with query) of a plain http(s) URL - ``scheme://host[:port]``,
+    then a ``/path`` and a ``?query`` - exactly as ``urllib.parse.urlsplit`` reads it (scheme and
+    host in lower case, port None when not given, "/" for no path, no "?" for an empty query), but
+    without importing urllib.parse and ipaddress (~1.5 ms of every status); None for any other URL
+    (user info, an IPv6 literal, a fragment, a character outside printable ASCII, a port out of
+    range...): callers hand those to urllib.parse, whose reading and checks they keep."""
+    head, sep, rest = url.partition("://")
+    scheme = head.lower()
+    if not sep or scheme not in ("http", "https"):
+        return None
+    cut = len(rest)
+    for mark in ("/", "?"):
+        found = rest.find(mark)
+        if 0 <= found < cut:
+            cut = found
+    host, colon, port_text = rest[:cut].partition(":")
+    host = host.lower()
+    if not host or not set(host) <= _URL_HOST_CHARS:
+        return None
+    port = None
+    if colon:
+        if not (port_text.isascii() and port_text.isdigit() and len(port_text) <= 5) or int(port_text) > 65535:
+            return None
+        port = int(port_text)
+    target = rest[cut:]
+    if "#" in target or not all("!" <= c <= "~" for c in target):
+        return None
+    path, _mark, query = target.partition("?")
+    return scheme, host, port, (path or "/") + ("?" + query if query else "")
+
+
+def packed_address(text):
+    """The packed bytes of an IPv4 or IPv6 address (``inet_pton``: strict, no leading zeros), None
+    for anything else, a host name included; ``ipaddress`` costs ~1 ms to import."""
+    import _socket
+    for family in (_socket.AF_INET, _socket.AF_INET6):
+        try:
+            return _socket.inet_pton(family, text)
+        except (OSError, ValueError):
+            continue
+    return None
 
 
 _HEADER_NAME_CHARS = frozenset(b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
@@ -714,7 +786,9 @@ def _http_exchange(method, target, headers, body, tls, deadline, limit):
     """Send on a kept-alive connection (checked out of the pool while in use); a reused one the
     server closed meanwhile is replaced once, within the same deadline."""
     scheme, host, port, path = target
-    key = (scheme, host, port, _tls_pool_key(tls))
+    # TLS material tells connections apart only for HTTPS (a plain one serves any request to it)
+    key = (scheme, host, port, _tls_pool_key(tls) if scheme == "https" else ())
+    request = _http_request(method, path, _host_header(scheme, host, port), headers, body)   # before any connection
     for attempt in (0, 1):
         conn = _CONNECTIONS.pop(key, None)
         reused = conn is not None and conn.sock is not None
@@ -722,111 +796,254 @@ def _http_exchange(method, target, headers, body, tls, deadline, limit):
             if conn is not None:
                 conn.close()
             conn = _http_connect(scheme, host, port, tls, deadline)
-        resp = None
         try:
-            conn.sock.deadline = deadline
-            conn.request(method, path, body=body, headers=headers)
-            resp = conn.getresponse()
-            data = _read_body(resp, limit)
+            conn.deadline = deadline
+            conn.send(request)
+            status, fields, framing, will_close = _http_head(conn, method)
+            data = _http_body(conn, framing, limit)
         except Exception as exc:
-            _discard(conn, resp)
+            conn.close()
             if attempt == 0 and reused and _closed_while_idle(exc) and deadline > time.monotonic():
                 continue
             raise
-        if conn.sock is not None and not resp.will_close:
+        if will_close or conn.buffer:   # bytes beyond the answer: nothing more is read on it
+            conn.close()
+        else:
             old = _CONNECTIONS.pop(key, None)
             if old is not None:
                 old.close()
             _CONNECTIONS[key] = conn
-        else:
-            conn.close()
-        return {"status": resp.status, "headers": dict(resp.getheaders()), "body": data}
+        return {"status": status, "headers": fields, "body": data}
     raise _HttpError(errno.ECONNRESET, "connection closed without an answer")
 
 
-def _discard(conn, resp):
-    """Close a connection that failed mid-request, its socket at once (not when the response's
-    reader is collected)."""
-    if resp is not None:
-        resp.close()
-    sock = conn.sock
-    conn.close()
-    if isinstance(sock, _DeadlineSocket):
-        sock.sock.close()
+def _host_name(host):
+    """The host name as ASCII bytes, for the resolver, TLS and the Host header (as text, each of
+    them would load the ``idna`` codec for nothing)."""
+    try:
+        return host.encode("ascii")
+    except UnicodeError:
+        return host.encode("idna")
+
+
+def _host_header(scheme, host, port):
+    name = _host_name(host)
+    shown = b"[" + name + b"]" if b":" in name else name
+    if port != (443 if scheme == "https" else 80):
+        shown += b":%d" % port
+    return shown
 
 
 def _http_connect(scheme, host, port, tls, deadline):
     """A new connection whose connect and TLS handshake end by ``deadline``."""
-    import http.client
-    import socket
-    sock = socket.create_connection((host, port), _time_left(deadline))
+    name = _host_name(host)
+    sock = _tcp_connect(name, port, deadline)
     try:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if scheme == "https":
+            import socket
             context = _ssl_context(tls or {})
+            sock = socket.socket(sock.family, sock.type, sock.proto, fileno=sock.detach())
             sock.settimeout(_time_left(deadline))   # CPython bounds the whole handshake by it
-            sock = context.wrap_socket(sock, server_hostname=host)
+            sock = context.wrap_socket(sock, server_hostname=name)   # ASCII bytes: no idna codec either
     except BaseException:
         sock.close()
         raise
-    conn = http.client.HTTPConnection(host, port)
-    conn.auto_open = 0   # never reconnect behind our back (plain, without TLS or deadline)
-    conn.sock = _DeadlineSocket(sock)
-    return conn
+    return _HttpConnection(sock)
 
 
-def _read_body(resp, limit):
+def _tcp_connect(name, port, deadline):
+    """A TCP connection (no Nagle delay) to the first address of ``name`` that takes one, each
+    attempt within what is left of ``deadline``: ``socket.create_connection`` made with the C
+    module ``_socket``, as ``socket`` (its enums, ``selectors``) costs ~2 ms to import and a plain
+    HTTP request needs none of it."""
+    import _socket
+    error = None
+    for family, kind, proto, _canonical, address in _socket.getaddrinfo(name, port, 0, _socket.SOCK_STREAM):
+        sock = _socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(_time_left(deadline))
+            sock.connect(address)
+            sock.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
+            return sock
+        except OSError as exc:
+            sock.close()
+            if isinstance(exc, _HttpError):   # the deadline has passed
+                raise
+            error = exc
+    if error is None:
+        raise _HttpError(errno.EHOSTUNREACH, "host name not resolved")
+    raise error
+
+
+_CHUNKED, _UNTIL_CLOSE = -2, -1   # an answer's framing when it is not a Content-Length
+_METHOD_CHARS = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def _http_request(method, path, host_header, headers, body):
+    """The request's bytes: its line, Host, Accept-Encoding: identity (no compressed answer), a
+    Content-Length for a body (or for a POST, PUT or PATCH without one), then ``headers``."""
+    verb = method.encode("ascii", "replace")
+    target = path.encode("utf-8", "replace")
+    if not verb or not set(verb) <= _METHOD_CHARS:
+        raise _HttpError(errno.EINVAL, "invalid HTTP method")
+    if any(byte <= 0x20 or byte == 0x7F for byte in bytearray(target)):
+        raise _HttpError(errno.EINVAL, "invalid URL (a control character or space in it?)")
+    given = set(name.lower() for name in headers)
+    lines = [b"%s %s HTTP/1.1" % (verb, target)]
+    if "host" not in given:
+        lines.append(b"Host: " + host_header)
+    if "accept-encoding" not in given:
+        lines.append(b"Accept-Encoding: identity")
+    if "content-length" not in given and (body is not None or method in ("POST", "PUT", "PATCH")):
+        lines.append(b"Content-Length: %d" % len(body or b""))
+    for name, value in headers.items():
+        lines.append(name.encode("ascii") + b": " + value)
+    return b"\r\n".join(lines) + b"\r\n\r\n" + (body or b"")
+
+
+def _http_head(conn, method):
+    """(status, headers, framing, will_close) of the answer: interim (1xx) answers are skipped;
+    ``framing`` is the body's length, ``_CHUNKED`` or ``_UNTIL_CLOSE`` (the server closes)."""
+    while True:
+        line = conn.readline()
+        if line is None:
+            raise _NoAnswer(errno.ECONNRESET, "connection closed without an answer")
+        parts = line.split(None, 2)
+        if (len(parts) < 2 or parts[0] not in (b"HTTP/1.1", b"HTTP/1.0") or len(parts[1]) != 3
+                or not parts[1].isdigit() or parts[1][:1] == b"0"):
+            raise _HttpError(errno.EPROTO, "malformed HTTP answer (its status line)")
+        status = int(parts[1])
+        fields = _http_fields(conn)
+        if status >= 200 or status == 101:
+            break
+    if status == 101:
+        raise _HttpError(errno.EPROTO, "malformed HTTP answer (a protocol switch that was not asked for)")
+    found = {}  # type: dict
+    for name, value in fields:
+        found.setdefault(name.lower(), []).append(value)
+    tokens = set(t.strip().lower() for v in found.get("connection", []) for t in v.split(","))
+    will_close = "close" in tokens or (parts[0] == b"HTTP/1.0" and "keep-alive" not in tokens)
+    if method == "HEAD" or status in (204, 304):
+        framing = 0
+    elif "transfer-encoding" in found:
+        codings = [t.strip().lower() for v in found["transfer-encoding"] for t in v.split(",")]
+        if codings[-1] != "chunked":
+            raise _HttpError(errno.EPROTO, "malformed HTTP answer (a transfer coding other than chunked)")
+        framing = _CHUNKED
+    elif "content-length" in found:
+        sizes = set(t.strip() for v in found["content-length"] for t in v.split(","))
+        size = sizes.pop() if len(sizes) == 1 else ""
+        if not size.isdigit() or len(size) > 18:
+            raise _HttpError(errno.EPROTO, "malformed HTTP answer (its Content-Length)")
+        framing = int(size)
+    else:
+        framing = _UNTIL_CLOSE
+    if framing == _UNTIL_CLOSE:
+        will_close = True
+    return status, dict(fields), framing, will_close
+
+
+def _http_fields(conn):
+    """The header (or trailer) lines up to the empty line, as (name, value) text pairs."""
+    fields = []  # type: list
+    while True:
+        line = conn.readline()
+        if line is None:
+            raise _HttpError(errno.EPROTO, "answer cut short (in its head)")
+        if not line:
+            return fields
+        if len(fields) >= HTTP_HEADER_LIMIT:
+            raise _HttpError(errno.EPROTO, "malformed HTTP answer (over %d header lines)" % HTTP_HEADER_LIMIT)
+        if line[:1] in (b" ", b"\t"):
+            if not fields:    # an obsolete folded line continues the previous one
+                raise _HttpError(errno.EPROTO, "malformed HTTP answer (a header line)")
+            name, value = fields.pop()
+            fields.append((name, (value + " " + line.strip(b" \t").decode("latin-1")).strip()))
+            continue
+        name, colon, value = line.partition(b":")
+        if not colon or not name or not set(name) <= _HEADER_NAME_CHARS:
+            raise _HttpError(errno.EPROTO, "malformed HTTP answer (a header line)")
+        fields.append((name.decode("ascii"), value.strip(b" \t").decode("latin-1")))
+
+
+def _http_body(conn, framing, limit):
     """The whole body, refused (EFBIG) as soon as it is known to be over ``limit`` bytes."""
-    declared = (resp.getheader("Content-Length") or "").strip()
-    if declared.isdigit() and int(declared) > limit:
-        raise _HttpError(errno.EFBIG, "answer of %s bytes is over the limit of %d bytes" % (declared, limit))
+    if framing == _CHUNKED:
+        return _http_chunked(conn, limit)
+    until_close = framing == _UNTIL_CLOSE
+    if not until_close and framing > limit:
+        raise _HttpError(errno.EFBIG, "answer of %d bytes is over the limit of %d bytes" % (framing, limit))
     chunks = []  # type: list
     total = 0
-    while True:
-        chunk = resp.read(min(1 << 16, limit + 1 - total))
+    while until_close or total < framing:
+        chunk = conn.read(min(1 << 16, (limit + 1 if until_close else framing) - total))
         if not chunk:
-            if resp.length:   # read(amt) returns b"" at an early end instead of raising IncompleteRead
-                raise _HttpError(errno.EPROTO, "answer cut short (%d bytes of its body missing)" % resp.length)
-            return b"".join(chunks)
+            if not until_close:
+                raise _HttpError(errno.EPROTO, "answer cut short (%d bytes of its body missing)" % (framing - total))
+            break
         total += len(chunk)
         if total > limit:
             raise _HttpError(errno.EFBIG, "answer larger than the limit of %d bytes" % limit)
         chunks.append(chunk)
+    return b"".join(chunks)
+
+
+_HEX_DIGITS = frozenset(b"0123456789abcdefABCDEF")
+
+
+def _http_chunked(conn, limit):
+    """A chunked body (RFC 9112 7.1), its chunk extensions and trailers read and dropped."""
+    chunks = []  # type: list
+    total = 0
+    while True:
+        line = conn.readline()
+        if line is None:
+            raise _HttpError(errno.EPROTO, "answer cut short (its chunked body unfinished)")
+        digits = line.split(b";", 1)[0].strip(b" \t")
+        if not digits or len(digits) > 15 or not set(digits) <= _HEX_DIGITS:
+            raise _HttpError(errno.EPROTO, "malformed HTTP answer (a chunk size)")
+        size = int(digits, 16)
+        if size == 0:
+            _http_fields(conn)
+            return b"".join(chunks)
+        if total + size > limit:
+            raise _HttpError(errno.EFBIG, "answer larger than the limit of %d bytes" % limit)
+        left = size
+        while left:
+            chunk = conn.read(min(1 << 16, left))
+            if not chunk:
+                raise _HttpError(errno.EPROTO, "answer cut short (%d bytes of its body missing)" % left)
+            chunks.append(chunk)
+            left -= len(chunk)
+        total += size
+        end = conn.readline()
+        if end is None:
+            raise _HttpError(errno.EPROTO, "answer cut short (its chunked body unfinished)")
+        if end:
+            raise _HttpError(errno.EPROTO, "malformed HTTP answer (a chunk longer than its size)")
 
 
 def _closed_while_idle(exc):
     """True for the failures of a kept-alive connection the server had closed while it was idle."""
-    import http.client
-    return isinstance(exc, (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError,
-                            ConnectionAbortedError))
+    return isinstance(exc, (_NoAnswer, ConnectionResetError, BrokenPipeError, ConnectionAbortedError))
 
 
 def _http_failure(exc, timeout):
     """``exc`` as a plain ``OSError`` (of the errno's subclass: ConnectionRefusedError...) with
     cpctl's own words or the system's errno text (see ``_HttpError``)."""
-    import http.client
-    import socket
-    if isinstance(exc, (socket.timeout, TimeoutError)) or getattr(exc, "errno", None) == errno.ETIMEDOUT:
+    socket = sys.modules.get("_socket")   # neither is imported before a connection is made
+    ssl = sys.modules.get("ssl")
+    if isinstance(exc, TimeoutError) or (socket is not None and isinstance(exc, socket.timeout)) \
+            or getattr(exc, "errno", None) == errno.ETIMEDOUT:
         return OSError(errno.ETIMEDOUT, "no complete answer within %.3gs" % timeout)
     if isinstance(exc, _HttpError):
         return OSError(exc.errno, exc.strerror)
-    ssl = sys.modules.get("ssl")
     if ssl is not None and isinstance(exc, ssl.SSLCertVerificationError):
         return OSError(errno.EPROTO, "TLS: server certificate not accepted (%s)"
                        % _printable(getattr(exc, "verify_message", "") or "verification failed"))
     if ssl is not None and isinstance(exc, ssl.SSLError):
         return OSError(errno.EPROTO, "TLS error (%s)" % _printable(getattr(exc, "reason", "") or "handshake"))
-    if isinstance(exc, http.client.RemoteDisconnected):
-        return OSError(errno.ECONNRESET, "connection closed without an answer")
-    if isinstance(exc, http.client.IncompleteRead):
-        return OSError(errno.EPROTO, "answer cut short (%d bytes of its body missing)" % (exc.expected or 0))
-    if isinstance(exc, http.client.InvalidURL):
-        return OSError(errno.EINVAL, "invalid URL (a control character or space in it?)")
-    if isinstance(exc, http.client.LineTooLong):
-        return OSError(errno.EPROTO, "malformed HTTP answer (a line too long)")
-    if isinstance(exc, http.client.HTTPException):
-        return OSError(errno.EPROTO, "malformed HTTP answer (%s)" % type(exc).__name__)
-    if isinstance(exc, socket.gaierror):
+    if socket is not None and isinstance(exc, socket.gaierror):
         return OSError(errno.EHOSTUNREACH, "host name not resolved")
     if isinstance(exc, OSError) and exc.errno:
         return OSError(exc.errno, os.strerror(exc.errno))

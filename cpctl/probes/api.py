@@ -7,11 +7,11 @@ error status (403, 429, 5xx...), no answer, an answer that is not a pod - is "co
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 from cpctl.host.base import Host
 from cpctl.probes.base import API_TIMEOUT, PodState, PodTarget, ProbeOptions, Unavailable
-from cpctl.probes.kubeapi import ApiFailure, KubeClient
+from cpctl.probes.kubeapi import ApiFailure, ApiUnreachable, KubeClient
 from cpctl.probes.shape import ShapeError, get_object, get_objects, get_str
 from cpctl.timeutil import parse_rfc3339
 
@@ -30,6 +30,8 @@ class ApiProbe:
     def __init__(self, host: Host, kubeconfig: str, options: Optional[ProbeOptions] = None) -> None:
         self.host = host
         self.options = options or ProbeOptions(host, kubeconfig)
+        # (namespace, name) -> the pod one list gave, or the text of that list's "no answer"
+        self._listed: Dict[Tuple[str, str], object] = {}
 
     @classmethod
     def from_options(cls, options: ProbeOptions) -> "ApiProbe":
@@ -41,10 +43,44 @@ class ApiProbe:
         """The API client; ``ProbeMissing`` when the kubeconfig is unusable (it stays so this run)."""
         return self.options.client()
 
+    def prefetch(self, targets: Sequence[PodTarget]) -> None:
+        """Before several looks (``status``): one list of each namespace's pods on the targets'
+        node (``fieldSelector=spec.nodeName``) instead of a GET per mirror pod; each listed mirror
+        pod then answers the next ``observe`` of it, once. A pod the list does not hold is asked
+        for by name as before (only a 404 means gone), and so is every pod when the list is
+        refused or malformed (RBAC may grant get and not list); a list with no answer at all is
+        the answer of each of its pods (the same server would not answer their GETs either)."""
+        self._listed = {}
+        wanted: Dict[Tuple[str, str], set] = {}
+        for target in targets:
+            wanted.setdefault((target.namespace, target.node.lower()), set()).add(target.mirror_name)
+        for (namespace, node), names in wanted.items():
+            if len(names) < 2:
+                continue                    # one GET costs what the list would
+            try:
+                pods = self.client.list_pods(namespace, field_selector="spec.nodeName=%s" % node,
+                                             timeout=DEFAULT_TIMEOUT)
+            except ApiUnreachable as exc:
+                self._listed.update({(namespace, name): exc.message for name in names})
+                continue
+            except (ApiFailure, Unavailable):   # refused, malformed, or no usable kubeconfig: GETs decide
+                continue
+            for pod in pods:
+                meta = pod.get("metadata")
+                if not isinstance(meta, dict) or meta.get("namespace") not in (namespace, None):
+                    continue
+                name = meta.get("name")
+                if isinstance(name, str) and name in names:
+                    self._listed[(namespace, name)] = pod
+
     def observe(self, target: PodTarget, timeout: Optional[float] = None) -> PodState:
         budget = DEFAULT_TIMEOUT if timeout is None else max(MIN_CALL, min(DEFAULT_TIMEOUT, timeout))
+        listed = self._listed.pop((target.namespace, target.mirror_name), None) if self._listed else None
+        if isinstance(listed, str):
+            raise Unavailable(listed)
         try:
-            pod = self.client.get_pod(target.namespace, target.mirror_name, timeout=budget)
+            pod = listed if isinstance(listed, dict) else \
+                self.client.get_pod(target.namespace, target.mirror_name, timeout=budget)
         except ApiFailure as exc:
             raise Unavailable(exc.message) from None
         if pod is None:

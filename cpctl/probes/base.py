@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Protocol, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Protocol, Sequence, Tuple
 
 from cpctl.timeutil import iso
 
@@ -88,6 +88,10 @@ class Waiter:
     def describe(self, target: PodTarget) -> Optional[dict]:
         """The pod's current state for ``status`` (None: this waiter cannot tell)."""
         return None
+
+    def prepare_describe(self, targets: Sequence[PodTarget]) -> None:
+        """``describe`` will be asked about each of ``targets`` next: a chance to look at them
+        together (one API list instead of a GET each). Default: nothing."""
 
     def wait_kept(self, target: PodTarget, before: object, seconds: float) -> Optional[WaitResult]:
         """After a restore of unchanged bytes while the pod seen ``before`` still ran: that pod,

@@ -27,6 +27,7 @@ import os
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
 
 from cpctl.errors import CpctlError, ExitCode
+from cpctl.host import ops as hostops
 from cpctl.host.base import Host, HttpReply, TlsOptions
 from cpctl.inputs import load_yaml
 from cpctl.probes.shape import ShapeError, get_bool, get_list, get_object, get_objects, get_str, kind_of
@@ -38,13 +39,29 @@ if TYPE_CHECKING:
 # urllib.parse (and the ipaddress module it imports, ~3 ms) is imported when a URL is first made or
 # read: every probe imports this module, and a status without a kubeconfig never makes a request.
 def quote(text: str, safe: str = "/") -> str:
+    if set(text) <= _NEVER_QUOTED:     # a name (pods, namespaces, nodes): quote would return it as it is
+        return text
     from urllib.parse import quote as url_quote
     return url_quote(text, safe=safe)
 
 
+_NEVER_QUOTED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~")
+
+
 def urlencode(query: Mapping[str, object]) -> str:
+    words = [(_ascii_quote_plus(str(k)), _ascii_quote_plus(str(v))) for k, v in query.items()
+             if not isinstance(k, bytes) and not isinstance(v, bytes)]
+    if len(words) == len(query) and all(k is not None and v is not None for k, v in words):
+        return "&".join("%s=%s" % pair for pair in words)   # what urllib.parse.urlencode writes
     from urllib.parse import urlencode as url_encode
     return url_encode(query)
+
+
+def _ascii_quote_plus(text: str) -> Optional[str]:
+    """``urllib.parse.quote_plus(text)`` for ASCII text (None for any other)."""
+    if not text.isascii():
+        return None
+    return "".join(c if c in _NEVER_QUOTED else "+" if c == " " else "%%%02X" % ord(c) for c in text)
 
 
 def urlsplit(url: str) -> SplitResult:
@@ -265,6 +282,8 @@ def _server(cluster: Mapping[str, object], path: str) -> str:
     server = get_str(cluster, "server", "cluster")
     if not server.startswith(("http://", "https://")):
         raise _env_error("kubeconfig %s: cluster has no http(s) server" % path)
+    if hostops.split_url(server) is not None:   # scheme://host[:port]/...: no user info, a valid port
+        return server
     try:
         parts = urlsplit(server)
         valid = bool(parts.hostname) and (parts.port or 0) >= 0   # .port raises ValueError when invalid

@@ -40,7 +40,7 @@ an API view as stale.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from cpctl import catalogue
 from cpctl.errors import CpctlError, ExitCode
@@ -186,6 +186,15 @@ class VerifyingWaiter(Waiter):
             _, seen, _ = self._round(target, clock, self._via_api(False, identifies=True))
             state = seen or state
         return state.to_dict() if state is not None else None
+
+    def prepare_describe(self, targets: Sequence[PodTarget]) -> None:
+        """The first probe ``describe`` asks about fresh targets, if it can look at several at
+        once (the api probe's ``prefetch``), looks at them now."""
+        fresh = [t for t in targets if not self.is_stale(t)]
+        chosen = self._quick([p for p in self.probes if p.identifies])
+        prefetch = getattr(chosen[0], "prefetch", None) if fresh and chosen else None
+        if prefetch is not None:
+            prefetch(fresh)
 
     def settle_view(self, target: PodTarget) -> Optional[dict]:
         """The pod as the waits see it: through the same probes in the same order. For the API

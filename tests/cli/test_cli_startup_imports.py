@@ -37,7 +37,8 @@ NOT_FOR_HELP = NEVER + ("yaml", "json", "dataclasses", "signal", "shutil", "subp
 # parsing without a kubeconfig, no fork to learn that crictl is missing, no OpenSSL for sha256.
 NOT_FOR_STATUS = NEVER + ("cpctl.core.journal", "cpctl.core.revisions", "cpctl.probes.diagnose", "hashlib",
                           "_hashlib", "hmac", "secrets", "random", "decimal", "calendar", "urllib.parse",
-                          "ipaddress", "subprocess", "shlex")
+                          "ipaddress", "subprocess", "shlex",
+                          "cpctl.core.pending")   # read only when a change was left unverified
 # Whatever the node holds, a view loads no change pipeline: an arm's record is read by the arm module
 # (core.confirmations) alone; ops.confirm and what it needs come only to revert an overdue arm.
 CHANGE_PIPELINE = ("cpctl.ops.confirm", "cpctl.ops.edits", "cpctl.core.replace", "cpctl.core.journal",
@@ -144,3 +145,79 @@ def test_status_of_an_overdue_arm_reports_it_and_loads_no_revert(env: Dict[str, 
     assert rows["kube-scheduler"]["unconfirmed"]["overdue"] is True, rows
     assert _forbidden(modules, NOT_FOR_STATUS + CHANGE_PIPELINE) == []
     assert os.path.exists(os.path.join(env["CPCTL_STATE_DIR"], "confirm", "kube-scheduler.yaml.json"))
+
+
+# Against a live API server (the lab's: plain HTTP on 127.0.0.1, as an insecure port would be) the
+# probe's requests go through cpctl's own HTTP/1.1 reader: no http.client and its email parser, no
+# ssl for a server that is not HTTPS, no idna codec for a host name; and still no change code. Nor
+# the socket module (the C module _socket is enough), urllib.parse or ipaddress for a plain URL,
+# decimal for the manifests' resource requests (kubeadm's, as the lab's) or shlex for the kubelet's
+# kubeadm-flags.env (no quotes in kubeadm's).
+NOT_FOR_LIVE_STATUS = NOT_FOR_STATUS + CHANGE_PIPELINE + (
+    "http", "ssl", "_ssl", "encodings.idna", "stringprep", "socket", "selectors")
+
+
+def _imports_without_site(argv: List[str], env: Dict[str, str]) -> Tuple[subprocess.CompletedProcess, Set[str]]:
+    """``_imports`` under ``python -S``, cpctl, click and yaml found through PYTHONPATH: no .pth file
+    runs, so what an editable install's finder imports at start-up (pathlib, urllib.parse,
+    ipaddress) is not taken for the interpreter's own and left out of the check."""
+    import click
+    import yaml
+
+    import cpctl
+    roots = [os.path.dirname(os.path.dirname(os.path.abspath(m.__file__ or ""))) for m in (cpctl, click, yaml)]
+    env = dict(env, PYTHONPATH=os.pathsep.join(dict.fromkeys(roots)))
+    proc, modules = _run(["-S", "-m", "cpctl"] + argv, env)
+    assert "cpctl.cli.main" in modules, proc.stderr[-2000:]
+    return proc, modules - _run(["-S", "-c", "pass"], env)[1]
+
+
+def test_status_against_a_live_api_imports_no_http_library(lab) -> None:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("CPCTL_")}
+    env = dict(clean, **lab.env)
+    # one list of the node's pods answers the four mirror pods: a GET of one would fail here
+    lab.inject_faults([{"method": "GET", "path": "^/api/v1/namespaces/kube-system/pods/", "action": "status",
+                        "code": 500}])
+    proc, modules = _imports_without_site(["status", "-o", "json"], env)
+    assert [rule["hits"] for rule in lab.clear_faults()] == [0]
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {row["component"]: row for row in json.loads(proc.stdout)["components"]}
+    assert sorted(rows) == sorted(COMPONENTS)
+    # the pods were read from the API (not the runtime): the check below is not blind
+    assert all(row["observed"]["source"] == "api" and row["pod_state"] == "running" for row in rows.values()), rows
+    assert "cpctl.probes.kubeapi" in modules and "_socket" in modules
+    assert _forbidden(modules, NOT_FOR_LIVE_STATUS) == []
+
+
+def test_start_up_makes_no_garbage_collector_pass(env: Dict[str, str]) -> None:
+    """``cpctl.cli.start`` widens the collector's young generation before click is imported, so a
+    status (imports, the view, the output) ends without one pass: the default (700) made 35 of
+    them, ~4.5 ms. Counted with ``gc.callbacks`` in a fresh interpreter running the entry point."""
+    script = ("import atexit, gc, sys\n"
+              "passes = []\n"
+              "gc.callbacks.append(lambda phase, info: passes.append(1) if phase == 'start' else None)\n"
+              "atexit.register(lambda: sys.stderr.write('GC PASSES %d\\n' % len(passes)))\n"
+              "sys.argv = ['cpctl', 'status']\n"
+              "from cpctl.cli.start import entry\n"
+              "entry()\n")
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "kube-scheduler" in proc.stdout
+    assert "GC PASSES 0\n" in proc.stderr, proc.stderr[-500:]
+    # the count is not blind: with the default threshold the same run makes passes
+    default = subprocess.run([sys.executable, "-c", script.replace("from cpctl.cli.start import entry",
+                                                                   "from cpctl.cli.main import entry")],
+                             env=env, capture_output=True, text=True, timeout=60)
+    assert default.returncode == 0 and "GC PASSES 0\n" not in default.stderr, default.stderr[-500:]
+
+
+def test_status_without_a_confirm_dir_loads_no_arm_code(env: Dict[str, str]) -> None:
+    """A node where ``--confirm-within`` was never used has a state dir but no STATE/confirm: the
+    arm records' module is not loaded at all (with one, the test above shows what is)."""
+    os.makedirs(env["CPCTL_STATE_DIR"], mode=0o700)
+    proc, modules = _imports(["status", "-o", "json"], env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "cpctl.core.state" in modules and "cpctl.core.confirmations" not in modules
+    _arm(env, time.time() + 3600)
+    proc, modules = _imports(["status", "-o", "json"], env)
+    assert proc.returncode == 0 and "cpctl.core.confirmations" in modules, proc.stderr[-2000:]

@@ -132,3 +132,28 @@ def test_fqdn_host_name_in_mixed_case(lab_factory: Any) -> None:
     assert stop.returncode == 0 and "gone (api)" in stop.stdout, stop.stdout + stop.stderr
     start = cpctl("start", "scheduler", "--timeout", "30")
     assert start.returncode == 0 and "Running and Ready" in start.stdout, start.stdout + start.stderr
+
+
+@pytest.mark.parametrize("text", [
+    "--container-runtime-endpoint=unix:///var/run/containerd/containerd.sock "
+    "--pod-infra-container-image=registry.k8s.io/pause:3.10",
+    "  --a=1\t--b 2\r\n--c", "", "   ", "--a\x0b--b", "--a=é --b=\xa0x", '--a="q w" --b', "--a='x' --c=d", "--a=x\\ y",
+    "--node-ip=10.0.0.5 --v 2 -x --flag", '--a="unterminated',
+])
+def test_kubeadm_flags_split_as_shlex_does(text: str) -> None:
+    """Issue 38: a line without quotes or escapes is split without importing shlex; the pairs are
+    the ones shlex's words give (a quoted line still goes through shlex)."""
+    import shlex
+
+    from cpctl.core import identity
+    try:
+        words = shlex.split(text)
+    except ValueError:
+        words = text.split()
+    expected = []
+    for index, word in enumerate(words):
+        if word.startswith("--"):
+            following = words[index + 1] if index + 1 < len(words) else ""
+            expected.append(tuple(word.split("=", 1)) if "=" in word
+                            else (word, following if not following.startswith("-") else ""))
+    assert identity._flags(text) == expected

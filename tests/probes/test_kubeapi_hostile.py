@@ -311,3 +311,42 @@ def test_cli_with_a_token_block_exits_7_in_one_line_without_the_token(fake, tmp_
         assert len(proc.stderr.splitlines()) == 1 and proc.stderr.startswith("cpctl: kubeconfig ")
         assert TOKEN not in proc.stderr + proc.stdout and "Invalid header" not in proc.stderr
     assert server.seen == []
+
+
+def test_a_status_lists_the_nodes_pods_once_and_falls_back_to_gets(lab, client):
+    """Issue 38: ``prefetch`` makes one list (``fieldSelector=spec.nodeName``) for the mirror pods
+    a status shows; each answers one ``observe``. A pod the list lacks is asked for by name (only a
+    404 means gone); a refused list leaves every pod to its GET; a list without an answer is the
+    answer of each of its pods (no GET is tried after it)."""
+    from cpctl.probes.api import ApiProbe
+    from cpctl.probes.base import PodTarget
+    node = lab.node_name()
+    names = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+    targets = [PodTarget(name, "kube-system", node) for name in names]
+    missing = PodTarget("no-such-pod", "kube-system", node)
+    pod_gets = {"method": "GET", "path": "^/api/v1/namespaces/kube-system/pods/", "action": "status", "code": 500}
+    the_list = {"method": "GET", "path": "^/api/v1/namespaces/kube-system/pods$", "query": "fieldSelector="}
+
+    probe = ApiProbe(LocalHost(), lab.kubeconfig)
+    probe.prefetch(targets + [missing])
+    lab.inject_faults([dict(pod_gets, path=pod_gets["path"] + "(etcd|kube-)")])   # a GET of a listed pod fails
+    states = [probe.observe(t) for t in targets]
+    assert all(s.present and s.uid and s.source == "api" for s in states)
+    assert [r["hits"] for r in lab.faults()] == [0]              # all four came from the list
+    assert probe.observe(missing).present is False                # not listed: its own GET (404)
+    with pytest.raises(Unavailable):                              # used once: the next look is a GET
+        probe.observe(targets[0])
+
+    lab.inject_faults([dict(the_list, action="status", code=403)])
+    probe.prefetch(targets)
+    assert [probe.observe(t).present for t in targets] == [True] * 4   # by GET, as before
+    assert [r["hits"] for r in lab.faults()] == [1]
+
+    lab.inject_faults([dict(the_list, action="reset"), pod_gets])
+    hostops.reset()     # a fresh connection: a reset on a kept-alive one is retried once, on a new one
+    probe.prefetch(targets)
+    for target in targets:
+        with pytest.raises(Unavailable, match="reset"):
+            probe.observe(target)
+    assert [r["hits"] for r in lab.faults()] == [1, 0]
+    lab.clear_faults()

@@ -158,10 +158,16 @@ def test_cli_stop_start_and_status_survive_a_hostile_api(lab):
     proc = cpctl(lab, "stop", "scheduler")
     assert proc.returncode == 0, proc.stderr   # was: exit 9, "API GET ...: 403"
     assert "gone (crictl)" in proc.stdout and "api could not look" in proc.stdout
+    # status lists the node's pods first (issue 38): a hostile list leaves each pod to its GET
+    lab.inject_faults([mirror_rule(lab, action="status", code=403),
+                       mirror_rule(lab, "kube-controller-manager", action="body", json=["a", "list"]),
+                       {"path": "^/api/v1/namespaces/kube-system/pods$", "query": "fieldSelector=",
+                        "action": "body", "json": {"kind": "PodList", "items": "not a list"}}])
     proc = cpctl(lab, "-o", "json", "status")
     assert proc.returncode == 0, proc.stderr   # was: exit 70, AttributeError on a list
     rows = {c["component"]: c for c in json.loads(proc.stdout)["components"]}
     assert rows["kube-controller-manager"]["observed"]["source"] == "crictl"
+    assert [rule["hits"] for rule in lab.faults()][2] == 1
     proc = cpctl(lab, "start", "scheduler")
     assert proc.returncode == 0 and "Running and Ready (crictl)" in proc.stdout, proc.stderr
     lab.inject_faults([mirror_rule(lab, action="drip", interval=0.5)])

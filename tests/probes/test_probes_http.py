@@ -317,3 +317,123 @@ def test_tls_failures_name_the_material_never_its_bytes(serve, tmp_path):
     exc, _ = timed(lambda: ops.http("GET", url, tls={"insecure": True, "cert_data": b"junk", "key_data": b"junk"}))
     assert exc is not None and "client certificate/key: not valid PEM" in exc.strerror
     assert b"junk" not in str(exc).encode() and SECRET not in str(exc)
+
+
+# --- the answer's framing (cpctl reads HTTP/1.1 itself: no http.client, no email parser) ------------
+def test_requests_carry_host_and_identity_encoding(serve):
+    seen: list = []
+
+    def record(conn: socket.socket) -> None:
+        head = read_request(conn)
+        seen.append(head)
+        size = int(head.lower().split(b"content-length: ", 1)[1].split(b"\r\n", 1)[0]) if b"ength: " in head else 0
+        body = head.split(b"\r\n\r\n", 1)[1]
+        while len(body) < size:
+            body += conn.recv(4096)
+        seen.append(body)
+        conn.sendall(b"HTTP/1.1 201 Created\r\nContent-Length: 0\r\n\r\n")
+
+    for family in (socket.AF_INET, socket.AF_INET6):
+        server = serve(record, family=family)
+        reply = ops.http("POST", server.url("/api/v1/x?dryRun=All"), headers={"Content-Type": "application/json"},
+                         body=b'{"a": 1}')
+        assert reply["status"] == 201 and reply["body"] == b""
+        head, body = seen[-2:]
+        lines = head.split(b"\r\n")
+        assert lines[0] == b"POST /api/v1/x?dryRun=All HTTP/1.1"
+        shown = b"[::1]" if family == socket.AF_INET6 else b"127.0.0.1"
+        assert b"Host: %s:%d" % (shown, server.port) in lines
+        assert b"Accept-Encoding: identity" in lines and b"Content-Type: application/json" in lines
+        assert b"Content-Length: 8" in lines and body == b'{"a": 1}'
+
+
+def _scripted(*answers: bytes) -> Handler:
+    """Answers each request on the connection with the next of ``answers``, then hangs up."""
+    def handler(conn: socket.socket) -> None:
+        for data in answers:
+            if not read_request(conn):
+                return
+            conn.sendall(data)
+    return handler
+
+
+def test_chunked_interim_and_until_close_answers(serve):
+    chunked = (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-Folded: one\r\n two\r\n\r\n"
+               b"5;name=value\r\nhello\r\nA\r\n, world!!!\r\n0\r\nX-Trailer: t\r\n\r\n")
+    interim = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n" \
+              b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+    connections: list = []
+
+    def counting(conn: socket.socket) -> None:
+        connections.append(conn)
+        _scripted(chunked, interim, chunked)(conn)
+
+    server = serve(counting)
+    first = ops.http("GET", server.url("/"))
+    assert first["body"] == b"hello, world!!!" and first["headers"]["X-Folded"] == "one two"
+    assert ops.http("GET", server.url("/"))["body"] == b"ok"
+    assert ops.http("GET", server.url("/"))["body"] == b"hello, world!!!"
+    assert len(connections) == 1   # all three on one kept-alive connection
+
+    until_close = serve(_scripted(b"HTTP/1.0 200 OK\r\n\r\n" + b"u" * 3000))
+    assert ops.http("GET", until_close.url("/"))["body"] == b"u" * 3000
+    exc, _ = timed(lambda: ops.http("GET", until_close.url("/"), limit=1000))
+    assert exc is not None and exc.errno == errno.EFBIG
+    head_only = serve(_scripted(b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\n"))
+    assert ops.http("HEAD", head_only.url("/"))["body"] == b""
+
+
+SECRET_BYTES = SECRET.encode()
+
+
+@pytest.mark.parametrize("data, words", [
+    (b"HTTP/1.1 200 OK\r\nX-%s\r\n\r\n" % SECRET_BYTES, "malformed HTTP answer (a header line)"),
+    (b"HTTP/1.1 200 OK\r\n %s: folded first\r\n\r\n" % SECRET_BYTES, "malformed HTTP answer (a header line)"),
+    (b"HTTP/1.1 200 OK\r\n" + b"X: y\r\n" * 101 + b"\r\n", "malformed HTTP answer (over 100 header lines)"),
+    (b"HTTP/1.1 200 OK\r\nX: " + b"y" * 70000 + b"\r\n\r\n", "malformed HTTP answer (a line too long)"),
+    (b"HTTP/1.1 200 OK\r\nX: " + b"y" * 70000, "malformed HTTP answer (a line too long)"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nokk", "its Content-Length"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: -2\r\n\r\nok", "its Content-Length"),
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\nxx", "a transfer coding other than chunked"),
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "malformed HTTP answer (a chunk size)"),
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nokk\r\n0\r\n\r\n", "a chunk longer than its size"),
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n10\r\nshort", "answer cut short (11 bytes"),
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n", "its chunked body unfinished"),
+    (b"HTTP/1.1 200 OK\r\nContent-Le", "answer cut short (in a line of its head)"),
+    (b"HTTP/1.1 200 OK\r\nServer: x\r\n", "answer cut short (in its head)"),
+    (b"HTTP/1.1 101 Switching Protocols\r\n\r\n", "a protocol switch that was not asked for"),
+    (b"HTTP/2 200\r\n\r\n", "malformed HTTP answer (its status line)"),
+    (b"HTTP/1.1 20 OK\r\n\r\n", "malformed HTTP answer (its status line)"),
+    (b"ICY 200 OK\r\n\r\n", "malformed HTTP answer (its status line)"),
+])
+def test_malformed_framing_is_refused_in_cpctls_words(serve, data, words):
+    server = serve(_scripted(data))
+    exc, _ = timed(lambda: ops.http("GET", server.url("/"), timeout=3))
+    assert exc is not None and exc.errno in (errno.EPROTO, errno.EFBIG) and words in exc.strerror, exc
+    assert SECRET not in str(exc)
+
+
+def test_a_request_line_with_a_space_or_control_character_is_not_sent(serve):
+    seen: list = []
+    server = serve(lambda conn: seen.append(read_request(conn)))
+    for path in ("/a b", "/a\r\nX-Injected: 1", "/\x7f"):
+        exc, _ = timed(lambda path=path: ops.http("GET", server.url(path)))
+        assert exc is not None and exc.errno == errno.EINVAL and "control character or space" in exc.strerror
+    exc, _ = timed(lambda: ops.http("GET /x HTTP/1.1\r\n", server.url("/")))
+    assert exc is not None and exc.errno == errno.EINVAL
+    assert seen == []
+
+
+def test_plain_http_reuses_one_connection_whatever_the_tls_options(serve):
+    # the local-API check asks with {"insecure": True}, the API client with its kubeconfig's
+    # material: over plain HTTP neither is used, so both share the kept-alive connection
+    connections: list = []
+
+    def counting(conn: socket.socket) -> None:
+        connections.append(conn)
+        answer(b"same")(conn)
+
+    server = serve(counting)
+    for tls in (None, {"insecure": True}, {"ca_data": b"x"}):
+        assert ops.http("GET", server.url("/"), tls=tls)["body"] == b"same"
+    assert len(connections) == 1

@@ -188,7 +188,7 @@ def test_the_node_clock_decides_when_a_remote_arm_reverts(tmp_path: Any, monkeyp
         monkeypatch.setattr(time, "time", lambda: real() + skew)          # the operator's clock only
         armed = confirm.arm(opened, result, confirm.ConfirmOptions(3), confirm.Launcher([], remote=True))
         monkeypatch.setattr(time, "time", real)
-        state = armed["confirm"]
+        state = armed.confirm                # a typed ChangeResult (issue 33)
         assert isinstance(state, dict)
         pid = int(state["pid"])
         node_now = real()

@@ -36,7 +36,7 @@ import secrets
 import subprocess
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypedDict, TypeVar, cast
 
 from cpctl.core import confirmations, journal, manifests, revisions
 from cpctl.core.confirmations import Arm
@@ -445,7 +445,29 @@ def _is_our_process(node: Node, armed: Arm) -> bool:
 
 
 # --- confirm ------------------------------------------------------------------------------------
-def confirm(node: Node, wanted: Optional[str], why: Optional[str] = None) -> Dict[str, object]:
+class ConfirmResult(TypedDict):
+    """``confirm``'s answer: the components confirmed now (none: "already confirmed")."""
+
+    node: str
+    changed: bool
+    confirmed: List[str]
+    message: str
+
+
+class RevertResult(TypedDict, total=False):
+    """``revert-unconfirmed``'s answer for one arm: whether it reverted, and - when it did - the
+    rollback's change fields (``edits.ChangeResult.to_dict``: file, revision, plan, wait...)."""
+
+    node: str
+    component: str
+    file: str
+    revision: int
+    changed: bool
+    reverted: bool
+    message: str
+
+
+def confirm(node: Node, wanted: Optional[str], why: Optional[str] = None) -> ConfirmResult:
     """Disarm ``wanted`` (a component; None: every arm of the node): timer stopped, arm removed
     (history ``confirmed``). Nothing armed for a named component: "already confirmed" (exit 0) or
     NOT_FOUND (exit 3, ``_nothing_armed``). An arm past its deadline is not confirmed: too late, its
@@ -456,8 +478,8 @@ def confirm(node: Node, wanted: Optional[str], why: Optional[str] = None) -> Dic
         chosen = arms if wanted is None else [a for a in arms if a.matches(wanted)]
         if wanted is not None and not chosen:
             return _nothing_armed(node, wanted)
-        now = time.time()
-        late = [a for a in chosen if a.overdue(now)]
+        now = confirmations.node_clock(node.host) if chosen else None     # the node's clock decides
+        late = [a for a in chosen if now is not None and a.overdue(now)]
         done = []
         for armed in chosen:
             if armed in late:
@@ -469,13 +491,13 @@ def confirm(node: Node, wanted: Optional[str], why: Optional[str] = None) -> Dic
         raise CpctlError("%sNOT confirmed: %s: not confirmed by %s, too late to keep (%s); the change is not kept: "
                          "make it again once reverted" % ("confirmed: %s; " % ", ".join(done) if done else "",
                                                      ", ".join(a.component for a in late), late[0].deadline,
-                                                     late[0].pending_text(now, node.command)),
+                                                     late[0].pending_text(now or time.time(), node.command)),
                          ExitCode.REFUSED)
     message = "confirmed: %s" % ", ".join(done) if done else "nothing armed"
     return {"node": node.node_name, "changed": bool(done), "confirmed": done, "message": message}
 
 
-def _nothing_armed(node: Node, wanted: str) -> Dict[str, object]:
+def _nothing_armed(node: Node, wanted: str) -> ConfirmResult:
     """``confirm`` of a component with no arm: "already confirmed" (exit 0, as ``start`` of a running
     component) when its last commit-confirmed record is a confirmation; else NOT_FOUND (exit 3),
     saying when it was reverted -- the change is NOT in place -- or that none was made."""
@@ -496,7 +518,7 @@ def _nothing_armed(node: Node, wanted: str) -> Dict[str, object]:
 
 # --- revert -------------------------------------------------------------------------------------
 def revert(node: Node, wanted: str, why: str, op: str = "", log: Optional[Callable[[str, bool], None]] = None,
-           stop_timer: bool = True) -> Dict[str, object]:
+           stop_timer: bool = True) -> RevertResult:
     """Revert the armed change of ``wanted`` now (see the module). ``op``: only that arm (the
     timer's own run: an arm confirmed and re-armed since is left alone)."""
     with node.session("cpctl revert-unconfirmed %s" % wanted):
@@ -518,14 +540,14 @@ def _still_armed(node: Node, armed: Arm) -> bool:
         return True                      # unreadable: leave the timer, its run says what is wrong
 
 
-def _revert_locked(node: Node, armed: Arm, why: str, log: Callable[[str, bool], None]) -> Dict[str, object]:
+def _revert_locked(node: Node, armed: Arm, why: str, log: Callable[[str, bool], None]) -> RevertResult:
     name = armed.component
     now = node.checksum_of(node.manifests_dir + "/" + armed.file)
-    done = {"node": node.node_name, "component": name, "file": armed.file, "revision": armed.revision}
+    done: RevertResult = {"node": node.node_name, "component": name, "file": armed.file, "revision": armed.revision}
     if now == armed.previous:          # an interrupted revert had put it back: finish the bookkeeping
         node.apply(confirmations.disarm_change(node.state, armed, "reverted", why, outcome="already in place"))
-        return dict(done, changed=False, reverted=True, message="%s was already back at revision %d" % (name,
-                                                                                                     armed.revision))
+        return {**done, "changed": False, "reverted": True,
+                "message": "%s was already back at revision %d" % (name, armed.revision)}
     if now != armed.checksum:
         _drop(node, armed, "not reverted: another writer replaced the armed version")
         raise _loud(log, CpctlError(
@@ -565,7 +587,8 @@ def _revert_locked(node: Node, armed: Arm, why: str, log: Callable[[str, bool], 
     message = "unconfirmed change of %s reverted to revision %d (%s): %s" % (name, armed.revision, why,
                                                                           result.message)
     log(message, False)
-    return dict(result.to_dict(), **done, changed=True, reverted=True, message=message)
+    answer = dict(result.to_dict(), **done, changed=True, reverted=True, message=message)
+    return cast(RevertResult, answer)          # the rollback's change fields besides the declared ones
 
 
 def _interrupted(node: Node, armed: Arm, why: str, log: Callable[[str, bool], None], signal: str) -> Interrupted:
@@ -657,14 +680,14 @@ def wait_due(node: Node, op: str, within: Optional[float] = None,
 
 
 def timer_run(node: Node, component: str, op: str, within: Optional[float], log: Callable[[str, bool], None],
-              sleep: Callable[[float], None] = time.sleep) -> Dict[str, object]:
+              sleep: Callable[[float], None] = time.sleep) -> RevertResult:
     """What the node-side timer runs: wait until the arm is due (``wait_due``), then revert it. An
     environment error (the node lock held past ``--lock-timeout``, EROFS, EIO, ...) never drops
     the arm: it is recorded in the arm (``failing``, ``attempts``, ``next_try``: status, check and
     the metrics show it) and the revert is tried again after 5 s, 10 s, 20 s ... at most 5 min
     apart, until it reverts, or the arm is confirmed or gone."""
-    nothing = {"node": node.node_name, "component": component, "changed": False, "reverted": False,
-               "message": "nothing armed for %s any more (confirmed)" % component}
+    nothing: RevertResult = {"node": node.node_name, "component": component, "changed": False, "reverted": False,
+                             "message": "nothing armed for %s any more (confirmed)" % component}
     if not wait_due(node, op, within, sleep):
         return nothing
     while True:

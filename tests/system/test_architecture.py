@@ -367,10 +367,7 @@ def test_one_executor_applies_journal_steps() -> None:
 # --- typed results ops -> CLI (issue 33) ----------------------------------------------------------------------
 #: Change functions of ``ops`` that still return a free dict: this list only shrinks (an entry that is no
 #: longer one fails the test, so it is struck off when its function gets a typed result).
-UNTYPED_CHANGE_RESULTS: Set[str] = {
-    # confirm/revert-unconfirmed: ops/confirm.py is being reworked by issue 35 this round (left to it)
-    "cpctl.ops.confirm._revert_locked", "cpctl.ops.confirm.confirm", "cpctl.ops.confirm.revert",
-}
+UNTYPED_CHANGE_RESULTS: Set[str] = set()       # may only shrink; confirm/revert-unconfirmed are typed since issue 35
 
 _FREE = re.compile(r"^(typing\.)?(Dict|dict|Mapping|MutableMapping|Any)\b")
 _CHANGING_CALLS = {"apply", "session"}        # node.apply(change): the journal; node.session(...): the node lock

@@ -242,7 +242,7 @@ def revert_unconfirmed(ctx: click.Context, component: Optional[str], overdue: bo
     detached = within is not None or at is not None
     try:
         if op and component:
-            data = confirm_ops.timer_run(node, component, op, within, log)
+            data: Mapping[str, object] = confirm_ops.timer_run(node, component, op, within, log)
         else:
             data = _revert_now(node, component, op, log=log)
     except CpctlError as exc:
@@ -284,14 +284,15 @@ def _revert_now(node: "Node", component: Optional[str], op: str, why: str = "rev
     if component is None:
         lines = confirm_ops.revert_overdue(node, log)
         from cpctl.core import confirmations
-        left = [a.component for a in confirmations.read_all(node.host, node.state) if a.overdue(time.time())] \
-            if lines else []
+        clock = confirmations.node_clock(node.host) if lines else None      # the node's clock decides
+        left = [a.component for a in confirmations.read_all(node.host, node.state)
+                if clock is not None and a.overdue(clock)]
         if left:          # a revert that could not run (lock, environment): the arm stays, the next run retries
             raise CpctlError("%s; still armed and overdue: %s" % ("; ".join(lines), ", ".join(left)),
                              ExitCode.ENVIRONMENT)
         return {"node": node.node_name, "changed": bool(lines), "reverted": lines,
                 "message": "\n".join(lines) or "nothing overdue"}
-    return confirm_ops.revert(node, component, why, op=op, log=log, stop_timer=stop_timer)
+    return dict(confirm_ops.revert(node, component, why, op=op, log=log, stop_timer=stop_timer))
 
 
 def overdue_lines(found: List[str]) -> None:

@@ -71,6 +71,10 @@ SOCKET_NAME = "keeper-%s-%s.sock" % (__version__, BUILD_ID)
 LOCK_NAME = "keeper.lock"
 LOG_NAME = "keeper.log"
 START_TIMEOUT = 30.0
+# Without --persist a remote run keeps its connections this long (seconds after its end), like
+# OpenSSH's ControlPersist: an operator's next command within it is warm. Short, so that logged-in
+# connections (as root, or root through sudo) do not outlive a maintenance by much.
+DEFAULT_PERSIST = 60.0
 MAX_SOCKET_PATH = 100            # sun_path is 108 bytes on Linux
 NOT_WIRED = ("prompt", "become_password", "keyring", "persist")
 
@@ -82,10 +86,19 @@ def keeper_dir() -> str:
     if explicit:
         return explicit
     runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and os.path.isdir(runtime):
+    if runtime and _ours(runtime):      # (sudo may pass on another user's: never share theirs)
         return os.path.join(runtime, "cpctl")
     import tempfile  # only here: it costs a warm run ~7 ms of imports (random, shutil)
     return os.path.join(tempfile.gettempdir(), "cpctl-%d" % os.geteuid())
+
+
+def _ours(path: str) -> bool:
+    """A real directory owned by this process's effective user."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid()
 
 
 def _refuse(path: str, why: str) -> CpctlError:
@@ -113,6 +126,22 @@ def ensure_private_dir(path: str) -> str:
         raise CpctlError("keeper dir %s: path too long for a Unix socket" % path, ExitCode.ENVIRONMENT,
                          "set %s to a shorter path" % ENV_DIR)
     return path
+
+
+_CHECKED_DIRS: Set[str] = set()      # keeper dirs found private in this run
+
+
+def unusable_dir(directory: Optional[str] = None) -> Optional[str]:
+    """Why the keeper dir cannot be used (not private, not creatable), or None when it can: the
+    default persistence then connects directly instead of failing the run."""
+    directory = directory or keeper_dir()
+    if directory in _CHECKED_DIRS:
+        return None
+    try:
+        _CHECKED_DIRS.add(ensure_private_dir(directory))
+    except CpctlError as exc:
+        return exc.message
+    return None
 
 
 def peer_uid(sock: socket.socket) -> Optional[int]:
@@ -167,9 +196,6 @@ def dial(directory: str) -> socket.socket:
         sock.close()
         raise _refuse(directory, "its socket is served by uid %d" % uid)
     return sock
-
-
-_CHECKED_DIRS: Set[str] = set()
 
 
 def connect(persist: float, directory: Optional[str] = None) -> socket.socket:

@@ -44,6 +44,8 @@ from cpctl.host.agent import AgentHost
 from cpctl.host.base import ByteWriter, LineReader
 
 if TYPE_CHECKING:
+    import subprocess
+
     from cpctl.host.sshconfig import SSHOptions
 
 ENV_DIR = "CPCTL_KEEPER_DIR"
@@ -231,23 +233,67 @@ def connect(persist: float, directory: Optional[str] = None) -> socket.socket:
 
 def _start(directory: str, persist: float) -> None:
     """Start the keeper and wait until its socket listens (it says "ready", then detaches)."""
+    if not _ready(_spawn(directory, persist)):
+        raise CpctlError("the connection keeper did not start (see %s)" % os.path.join(directory, LOG_NAME),
+                         ExitCode.ENVIRONMENT)
+
+
+def _spawn(directory: str, persist: float) -> "subprocess.Popen[bytes]":
     import subprocess  # only when a keeper is started, not on every run through one
-    log_path = os.path.join(directory, LOG_NAME)
-    log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    log_fd = os.open(os.path.join(directory, LOG_NAME), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+                     | os.O_CLOEXEC, 0o600)
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "cpctl.host.keeperd", directory, "%g" % persist],
+        return subprocess.Popen([sys.executable, "-m", "cpctl.host.keeperd", directory, "%g" % persist],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log_fd,
                                 start_new_session=True)
     finally:
         os.close(log_fd)
+
+
+def _ready(proc: "subprocess.Popen[bytes]") -> bool:
+    """Wait until the starting keeper said "ready" (its first process exits then; the keeper
+    itself has detached); False when it failed or did not say so in time."""
+    import subprocess
     try:
         out, _ = proc.communicate(timeout=START_TIMEOUT)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
         out = b""
-    if proc.returncode != 0 or out != b"ready\n":
-        raise CpctlError("the connection keeper did not start (see %s)" % log_path, ExitCode.ENVIRONMENT)
+    return proc.returncode == 0 and out == b"ready\n"
+
+
+def start_soon(persist: float) -> None:
+    """Start the keeper now, if none is there, without waiting for it: its start and its import
+    of paramiko (~0.1-0.3 s) then run on another core while this run loads the command's code;
+    the first ``attach`` waits for it on the start lock (held until the keeper said ready, by a
+    thread of this run). Anything odd (a dir not private, the lock taken by another run that is
+    starting one) is left to ``connect``, which reports it."""
+    directory = keeper_dir()
+    if unusable_dir(directory) is not None or os.path.exists(os.path.join(directory, SOCKET_NAME)):
+        return                  # a keeper runs (a stale socket is replaced by ``connect``)
+    try:
+        lock_fd = os.open(os.path.join(directory, LOCK_NAME), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW
+                          | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if os.path.exists(os.path.join(directory, SOCKET_NAME)):
+            raise BlockingIOError()     # started meanwhile
+        proc = _spawn(directory, persist)
+    except OSError:
+        os.close(lock_fd)
+        return
+    import threading
+
+    def wait_ready() -> None:
+        try:
+            _ready(proc)
+        finally:
+            os.close(lock_fd)           # ``connect`` goes on: dials it, or starts one and reports
+
+    threading.Thread(target=wait_ready, name="cpctl-keeper-start", daemon=True).start()
 
 
 def request(op: str, directory: Optional[str] = None) -> Optional[Dict[str, object]]:

@@ -345,7 +345,7 @@ def test_changed_known_hosts_is_checked_again(rig: Rig, tmp_path: Any) -> None:
 
 
 def _age(*paths: str, seconds: float = 3600) -> None:
-    """Back-date mtimes: files the keeper may trust by their stat (older than keeperd.RACY)."""
+    """Back-date mtimes: files the keeper may trust by their stat (older than sshconfig.RACY)."""
     when = time.time() - seconds
     for path in paths:
         os.utime(path, (when, when))

@@ -625,3 +625,32 @@ def test_attach_asks_again_when_an_exiting_keeper_hangs_up(keeper_dir: str) -> N
         keeper.attach("master", SSHOptions(persist=60.0))
     assert caught.value.code == ExitCode.UNREACHABLE
     twice.close()
+
+
+def _keepers_in(directory: str) -> list:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open("/proc/%s/cmdline" % entry, "rb") as handle:
+                    argv = handle.read().split(b"\0")
+            except OSError:
+                continue
+            if b"cpctl.host.keeperd" in argv and directory.encode() in argv and not _zombie(int(entry)):
+                pids.append(int(entry))
+    return pids
+
+
+def test_a_keeper_started_early_is_the_one_attached_to(keeper_dir: str) -> None:
+    """``start_soon`` (the CLI calls it once the options are read) returns at once; the run's
+    first ``connect`` waits on the start lock until that keeper listens, and dials it: one
+    keeper, not two. With a keeper already there, it starts none."""
+    started = time.monotonic()
+    keeper.start_soon(30.0)
+    assert time.monotonic() - started < 0.5 * keeper.START_TIMEOUT
+    keeper.connect(30.0).close()
+    assert len(_keepers_in(keeper_dir)) == 1
+    pid = keeper.request("status", keeper_dir)["pid"]
+    keeper.start_soon(30.0)
+    keeper.connect(30.0).close()
+    assert _keepers_in(keeper_dir) == [pid]

@@ -96,7 +96,9 @@ def _keep_no_connections_by_default() -> None:
     tests: ``CPCTL_PERSIST=0`` here (and in ``remoteutil.clean_env``); a test of the keeper asks
     for it explicitly, in a ``keeper_dir`` of its own that is stopped afterwards."""
     os.environ["CPCTL_PERSIST"] = "0"
-    os.environ.setdefault(RUN_MARK, "%d-%d" % (os.getpid(), int(time.time())))
+    # this process's own mark (each xdist worker sets its own over the one it inherited): a
+    # worker checks only the keepers its own tests started, never another worker's running one
+    os.environ[RUN_MARK] = "%d-%d" % (os.getpid(), int(time.time()))
 
 
 _keep_no_connections_by_default()

@@ -253,8 +253,9 @@ def import_paramiko_without_invoke() -> None:
 
 Prompt = Callable[..., str]
 
-#: What a file was when read: (path, inode, size, mtime_ns); (path, None, 0, 0) when missing.
-Mark = Tuple[str, Optional[int], int, int]
+#: What a file was when read: (path, inode, size, mtime_ns, ctime_ns); (path, None, 0, 0, 0) when
+#: missing. The ctime tells a rewrite whose mtime was set back (utime cannot set the ctime).
+Mark = Tuple[str, Optional[int], int, int, int]
 RACY = 2.0      # seconds: a file changed this recently is read again, not trusted by its stat
 
 
@@ -262,8 +263,8 @@ def stat_mark(path: str) -> Mark:
     try:
         info = os.stat(os.path.expanduser(path))
     except OSError:
-        return (path, None, 0, 0)
-    return (path, info.st_ino, info.st_size, info.st_mtime_ns)
+        return (path, None, 0, 0, 0)
+    return (path, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
 
 def marks_vouch(marks: Sequence[Mark]) -> bool:

@@ -272,8 +272,15 @@ class Slot:
                 "connected_at": self.connected_at}
 
     def close(self) -> None:
-        with self.lock:
+        """Drop the connection. A run's connect stuck on it (a master that does not answer) holds
+        the lock for up to its timeouts: the exiting keeper waits 2 s at most, then closes the
+        connection under it, which ends that connect too (``keeper stop`` means now)."""
+        locked = self.lock.acquire(timeout=2.0)
+        try:
             self._drop()
+        finally:
+            if locked:
+                self.lock.release()
 
 
 class RunSocket:

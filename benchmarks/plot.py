@@ -13,8 +13,9 @@ import matplotlib.pyplot as plt  # noqa: E402  (after choosing the headless back
 from matplotlib.ticker import NullFormatter  # noqa: E402
 
 CPCTL_STYLE = dict(color="#d62728", linewidth=3, marker="o", zorder=5)
-# cpctl's variants: all red, told apart by line style (direct cold, keeper cold, keeper warm).
-CPCTL_VARIANTS = {"cold": "-", "persist cold": "--", "persist warm": ":"}
+# cpctl's variants: all red, told apart by line style (cold: the first command, which starts the
+# keeper by default; warm: the next command; direct: --persist 0, no keeper).
+CPCTL_VARIANTS = {"cold": "-", "warm": ":", "direct": "--"}
 # Tableau colours without cpctl's red, so no other line can be mistaken for it.
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
 MARKERS = ["s", "^", "v", "D", "P", "X", "<", ">", "*"]
@@ -41,7 +42,7 @@ def plot_fanout(series: Dict[str, Dict[int, float]], counts: Sequence[int], path
         xs = [n for n in counts if n in per]
         ys = [per[n] for n in xs]
         if label.startswith("cpctl"):
-            variant = ("persist " if "--persist" in label else "") + ("warm" if "(warm)" in label else "cold")
+            variant = "direct" if "--persist 0" in label else "warm" if "(warm)" in label else "cold"
             style = dict(CPCTL_STYLE, linestyle=CPCTL_VARIANTS[variant])
         else:
             style = dict(color=COLORS[others % len(COLORS)], marker=MARKERS[others % len(MARKERS)], linewidth=1.6)

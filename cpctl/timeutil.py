@@ -109,8 +109,11 @@ def parse_rfc3339(text: Optional[str]) -> Optional[float]:
     return seconds + (float("0." + frac) if frac.isdigit() else 0.0)
 
 
-def parse_persist(text: Optional[str]) -> float:
-    """``--persist``: a duration in seconds, or 0 for ``0``/``off``/``no``/``none`` (the default)."""
-    if text is None or text.strip().lower() in ("", "0", "off", "no", "none"):
+def parse_persist(text: Optional[str]) -> Optional[float]:
+    """``--persist``: a duration in seconds, 0 for ``0``/``off``/``no``/``none``, None when not
+    given (the keeper's default idle time then applies: ``cpctl.host.keeper.DEFAULT_PERSIST``)."""
+    if text is None:
+        return None
+    if text.strip().lower() in ("", "0", "off", "no", "none"):
         return 0.0
     return float(parse_duration(text, "--persist"))

@@ -18,8 +18,10 @@ import functools
 import inspect
 import os
 import re
+import signal
 import tempfile
-from typing import Any
+import time
+from typing import Any, Iterator, List
 
 import pytest
 
@@ -82,6 +84,63 @@ def _cache_bytecode_outside_the_tree() -> None:
 
 
 _cache_bytecode_outside_the_tree()
+
+#: In the environment of every process this test run starts (and so of every keeper a cpctl run
+#: started): how ``no_keeper_left`` tells this run's keepers from other people's on the machine.
+RUN_MARK = "PYTEST_CPCTL_RUN"
+
+
+def _keep_no_connections_by_default() -> None:
+    """A remote run keeps its connections for 60 s by default (a keeper process, docs/keeper.md).
+    The suite's hundreds of remote runs must not leave keepers behind, nor share one between
+    tests: ``CPCTL_PERSIST=0`` here (and in ``remoteutil.clean_env``); a test of the keeper asks
+    for it explicitly, in a ``keeper_dir`` of its own that is stopped afterwards."""
+    os.environ["CPCTL_PERSIST"] = "0"
+    # this process's own mark (each xdist worker sets its own over the one it inherited): a
+    # worker checks only the keepers its own tests started, never another worker's running one
+    os.environ[RUN_MARK] = "%d-%d" % (os.getpid(), int(time.time()))
+
+
+_keep_no_connections_by_default()
+
+
+def keepers_of_this_run() -> List[int]:
+    """Pids of the keeper processes (``python -m cpctl.host.keeperd``) started by this test run."""
+    mark = ("%s=%s" % (RUN_MARK, os.environ[RUN_MARK])).encode()
+    pids = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % name, "rb") as handle:
+                if b"cpctl.host.keeperd" not in handle.read().split(b"\0"):
+                    continue
+            with open("/proc/%s/environ" % name, "rb") as handle:
+                if mark in handle.read().split(b"\0"):
+                    pids.append(int(name))
+        except OSError:
+            continue
+    return pids
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_keeper_left() -> Iterator[None]:
+    """After each test module: no keeper started by it is still running (each is stopped by the
+    test that asked for it, or ends after its idle time). One left over fails the module (and is
+    killed: it is ours)."""
+    before = set(keepers_of_this_run())
+    yield
+    deadline = time.monotonic() + 15.0          # a stopped keeper closes its connections first
+    left = [pid for pid in keepers_of_this_run() if pid not in before]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = [pid for pid in keepers_of_this_run() if pid not in before]
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    assert not left, "keeper process(es) %s left running by this module" % left
 
 #: Fixtures that start a lab, an sshd or sudo users: a test that uses one (directly or through
 #: another fixture) is in the ``lab`` tier. So is one that uses a fixture named ``*_lab`` or

@@ -19,11 +19,13 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def clean_env(home: str, **extra: str) -> Dict[str, str]:
-    """os.environ without cpctl/kube/ssh-agent settings, with an empty HOME (no ~/.ssh)."""
+    """os.environ without cpctl/kube/ssh-agent settings, with an empty HOME (no ~/.ssh), and no
+    kept connections (``CPCTL_PERSIST=0``: a keeper test passes its own value, or pops it)."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("CPCTL_") and k not in ("KUBECONFIG", "SSH_AUTH_SOCK", "SSH_AGENT_PID")}
     os.makedirs(home, exist_ok=True)
     env["HOME"] = home
+    env["CPCTL_PERSIST"] = "0"
     env.update(extra)
     return env
 

@@ -348,10 +348,24 @@ def sudo_users(ssh_session: SSHSession) -> Iterator[SudoUsers]:
                            stderr=subprocess.DEVNULL)
 
 
+def _exits(pid: int, timeout: float) -> bool:
+    """True once process ``pid`` is gone (or a zombie) within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open("/proc/%d/stat" % pid) as handle:
+                if handle.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return True
+        except OSError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
 @pytest.fixture
 def keeper_dir(monkeypatch: Any) -> Iterator[str]:
     """A private keeper dir for this test, in $CPCTL_KEEPER_DIR (short: a Unix socket path has
-    ~100 bytes); the keeper started in it is stopped afterwards (killed if it does not answer)."""
+    ~100 bytes); the keeper started in it is stopped afterwards (killed if it does not exit)."""
     from cpctl.errors import CpctlError
     from cpctl.host import keeper
     directory = tempfile.mkdtemp(prefix="cpk-")
@@ -359,7 +373,7 @@ def keeper_dir(monkeypatch: Any) -> Iterator[str]:
     yield directory
     try:
         info = keeper.request("stop", directory)
-        if info and not keeper.wait_gone(directory):
+        if info and not (keeper.wait_gone(directory) and _exits(info["pid"], 15.0)):
             os.kill(info["pid"], signal.SIGKILL)
     except (CpctlError, OSError):
         pass

@@ -56,6 +56,10 @@ def enforce(ctx: click.Context, path: str, plugin: bool = False) -> None:
         why = registry.PLUGIN_WHY % path.split()[0] if plugin or spec is None else spec.why
         raise CpctlError("cpctl %s runs only on this machine (%s): drop -H/--inventory, or run it on the master"
                          % (path, why), ExitCode.USAGE)
+    options = cli_state.remote.ssh_options
+    if options is not None and options.persist > 0 and options.become_password is None:
+        from cpctl.host import keeper  # its start overlaps with loading the command's code
+        keeper.start_soon(options.persist)
 
 
 def _mode(ctx: click.Context) -> registry.Mode:

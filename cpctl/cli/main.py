@@ -143,8 +143,9 @@ def _command_words(name: Optional[str], command: Any, rest: List[str]) -> str:
 @click.option("--accept-new-host-key", is_flag=True, help="Record unknown host keys (a changed key is always refused).")
 @click.option("--ask-become-pass", is_flag=True, help="Prompt for the sudo password of non-root logins.")
 @click.option("--persist", envvar="CPCTL_PERSIST", default=None, metavar="DURATION",
-              help="Keep SSH connections and a ready agent per master this long after the run (e.g. 60s), "
-                   "so the next run skips the handshakes; 0 or off: never [default: off].")
+              help="Keep SSH connections and a ready agent per master this long after the run, so the "
+                   "next run within it skips the handshakes (like ssh's ControlPersist); 0 or off: never "
+                   "[default: 60s].")
 @click.option("--forks", type=click.IntRange(1, 500), default=10, show_default=True,
               help="Hosts queried in parallel by read-only commands.")
 @click.option("--serial", default="1", show_default=True, help="Hosts changed at a time (N or N%).")
@@ -249,7 +250,7 @@ def _serial(text: str, remote: bool) -> Optional[Serial]:
 
 
 def _remote(ctx: click.Context, hosts: List[str], inventory: Optional[str], ssh_config: Optional[str],
-            known_hosts: Optional[str], accept_new: bool, ask_become_pass: bool, persist: float, forks: int,
+            known_hosts: Optional[str], accept_new: bool, ask_become_pass: bool, persist: Optional[float], forks: int,
             serial: Any, keep_going: bool, host_timeout: Optional[float]) -> Any:
     """Where to run: nothing remote (not even the fleet code, let alone paramiko) is imported
     unless a host or an inventory is given."""
@@ -257,11 +258,12 @@ def _remote(ctx: click.Context, hosts: List[str], inventory: Optional[str], ssh_
     from cpctl.host.sshconfig import SSHOptions
     options = SSHOptions(ssh_config=ssh_config, accept_new_host_key=accept_new, prompt=_prompt,
                          known_hosts=[known_hosts] if known_hosts else None)
-    options.persist = persist
     if ask_become_pass:
         options.become_password = _prompt("BECOME password: ", True)
         if persist:
             note("--persist is not used with --ask-become-pass (the keeper keeps no passwords)")
+        persist = 0.0
+    options.persist = persist if persist is not None else _default_persist()
     targets = split_hosts(hosts)
     if hosts and not targets:       # ``-H ''``: a change on zero hosts must not "succeed"
         from cpctl.errors import CpctlError, ExitCode
@@ -269,6 +271,18 @@ def _remote(ctx: click.Context, hosts: List[str], inventory: Optional[str], ssh_
     remote = RemoteOptions(targets, inventory, options, forks, serial, keep_going, host_timeout)
     ctx.call_on_close(remote.close)
     return remote
+
+
+def _default_persist() -> float:
+    """The keeper's idle time when ``--persist`` is not given; 0 (connect directly, as with
+    ``--persist 0``) when the keeper dir cannot be used safely: said once, the run goes on."""
+    from cpctl.host import keeper
+    refused = keeper.unusable_dir()
+    if refused is not None:
+        note("connections are not kept after this run: %s (--persist 0 turns keeping off without this note)"
+             % refused)
+        return 0.0
+    return keeper.DEFAULT_PERSIST
 
 
 def _prompt(text: str, secret: bool = True) -> str:

@@ -44,6 +44,8 @@ from cpctl.host.agent import AgentHost
 from cpctl.host.base import ByteWriter, LineReader
 
 if TYPE_CHECKING:
+    import subprocess
+
     from cpctl.host.sshconfig import SSHOptions
 
 ENV_DIR = "CPCTL_KEEPER_DIR"
@@ -71,6 +73,10 @@ SOCKET_NAME = "keeper-%s-%s.sock" % (__version__, BUILD_ID)
 LOCK_NAME = "keeper.lock"
 LOG_NAME = "keeper.log"
 START_TIMEOUT = 30.0
+# Without --persist a remote run keeps its connections this long (seconds after its end), like
+# OpenSSH's ControlPersist: an operator's next command within it is warm. Short, so that logged-in
+# connections (as root, or root through sudo) do not outlive a maintenance by much.
+DEFAULT_PERSIST = 60.0
 MAX_SOCKET_PATH = 100            # sun_path is 108 bytes on Linux
 NOT_WIRED = ("prompt", "become_password", "keyring", "persist")
 
@@ -82,10 +88,19 @@ def keeper_dir() -> str:
     if explicit:
         return explicit
     runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and os.path.isdir(runtime):
+    if runtime and _ours(runtime):      # (sudo may pass on another user's: never share theirs)
         return os.path.join(runtime, "cpctl")
     import tempfile  # only here: it costs a warm run ~7 ms of imports (random, shutil)
     return os.path.join(tempfile.gettempdir(), "cpctl-%d" % os.geteuid())
+
+
+def _ours(path: str) -> bool:
+    """A real directory owned by this process's effective user."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid()
 
 
 def _refuse(path: str, why: str) -> CpctlError:
@@ -113,6 +128,22 @@ def ensure_private_dir(path: str) -> str:
         raise CpctlError("keeper dir %s: path too long for a Unix socket" % path, ExitCode.ENVIRONMENT,
                          "set %s to a shorter path" % ENV_DIR)
     return path
+
+
+_CHECKED_DIRS: Set[str] = set()      # keeper dirs found private in this run
+
+
+def unusable_dir(directory: Optional[str] = None) -> Optional[str]:
+    """Why the keeper dir cannot be used (not private, not creatable), or None when it can: the
+    default persistence then connects directly instead of failing the run."""
+    directory = directory or keeper_dir()
+    if directory in _CHECKED_DIRS:
+        return None
+    try:
+        _CHECKED_DIRS.add(ensure_private_dir(directory))
+    except CpctlError as exc:
+        return exc.message
+    return None
 
 
 def peer_uid(sock: socket.socket) -> Optional[int]:
@@ -169,9 +200,6 @@ def dial(directory: str) -> socket.socket:
     return sock
 
 
-_CHECKED_DIRS: Set[str] = set()
-
-
 def connect(persist: float, directory: Optional[str] = None) -> socket.socket:
     """A socket to the running keeper, starting one first when none answers.
 
@@ -205,23 +233,67 @@ def connect(persist: float, directory: Optional[str] = None) -> socket.socket:
 
 def _start(directory: str, persist: float) -> None:
     """Start the keeper and wait until its socket listens (it says "ready", then detaches)."""
+    if not _ready(_spawn(directory, persist)):
+        raise CpctlError("the connection keeper did not start (see %s)" % os.path.join(directory, LOG_NAME),
+                         ExitCode.ENVIRONMENT)
+
+
+def _spawn(directory: str, persist: float) -> "subprocess.Popen[bytes]":
     import subprocess  # only when a keeper is started, not on every run through one
-    log_path = os.path.join(directory, LOG_NAME)
-    log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    log_fd = os.open(os.path.join(directory, LOG_NAME), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+                     | os.O_CLOEXEC, 0o600)
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "cpctl.host.keeperd", directory, "%g" % persist],
+        return subprocess.Popen([sys.executable, "-m", "cpctl.host.keeperd", directory, "%g" % persist],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log_fd,
                                 start_new_session=True)
     finally:
         os.close(log_fd)
+
+
+def _ready(proc: "subprocess.Popen[bytes]") -> bool:
+    """Wait until the starting keeper said "ready" (its first process exits then; the keeper
+    itself has detached); False when it failed or did not say so in time."""
+    import subprocess
     try:
         out, _ = proc.communicate(timeout=START_TIMEOUT)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
         out = b""
-    if proc.returncode != 0 or out != b"ready\n":
-        raise CpctlError("the connection keeper did not start (see %s)" % log_path, ExitCode.ENVIRONMENT)
+    return proc.returncode == 0 and out == b"ready\n"
+
+
+def start_soon(persist: float) -> None:
+    """Start the keeper now, if none is there, without waiting for it: its start and its import
+    of paramiko (~0.1-0.3 s) then run on another core while this run loads the command's code;
+    the first ``attach`` waits for it on the start lock (held until the keeper said ready, by a
+    thread of this run). Anything odd (a dir not private, the lock taken by another run that is
+    starting one) is left to ``connect``, which reports it."""
+    directory = keeper_dir()
+    if unusable_dir(directory) is not None or os.path.exists(os.path.join(directory, SOCKET_NAME)):
+        return                  # a keeper runs (a stale socket is replaced by ``connect``)
+    try:
+        lock_fd = os.open(os.path.join(directory, LOCK_NAME), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW
+                          | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if os.path.exists(os.path.join(directory, SOCKET_NAME)):
+            raise BlockingIOError()     # started meanwhile
+        proc = _spawn(directory, persist)
+    except OSError:
+        os.close(lock_fd)
+        return
+    import threading
+
+    def wait_ready() -> None:
+        try:
+            _ready(proc)
+        finally:
+            os.close(lock_fd)           # ``connect`` goes on: dials it, or starts one and reports
+
+    threading.Thread(target=wait_ready, name="cpctl-keeper-start", daemon=True).start()
 
 
 def request(op: str, directory: Optional[str] = None) -> Optional[Dict[str, object]]:

@@ -13,7 +13,6 @@ after the last run ended, on ``stop``, on SIGTERM, or when its socket is removed
 from __future__ import annotations
 
 import datetime
-import glob
 import hashlib
 import json
 import os
@@ -30,10 +29,13 @@ from cpctl.host import keeper
 from cpctl.host.base import FAST_SWITCH
 from cpctl.host.sshconfig import (
     Endpoint,
+    Mark,
     SSHOptions,
+    marks_vouch,
     read_config_text,
     remember_login_name,
     ssh_config_path,
+    stat_mark,
 )
 
 if TYPE_CHECKING:                   # paramiko is imported only when a connection is made
@@ -44,7 +46,6 @@ if TYPE_CHECKING:                   # paramiko is imported only when a connectio
 ACCEPT_POLL = 0.5
 PING_TIMEOUT = 5.0
 VERIFY_EVERY = 10.0      # spare agents are pinged this often, off the runs' critical path
-RACY = 2.0               # seconds: a file changed this recently is read again, not trusted by its stat
 QUIET = 0.3              # spare agents start once no run has been attached for this long
 
 
@@ -57,18 +58,6 @@ def log(message: str) -> None:
 def _ssh() -> Any:
     from cpctl.host import ssh
     return ssh
-
-
-#: What a file was when checked: (path, inode, size, mtime_ns); (path, None, 0, 0) when missing.
-Mark = Tuple[str, Optional[int], int, int]
-
-
-def _stat_mark(path: str) -> Mark:
-    try:
-        info = os.stat(os.path.expanduser(path))
-    except OSError:
-        return (path, None, 0, 0)
-    return (path, info.st_ino, info.st_size, info.st_mtime_ns)
 
 
 class ConfigDigests:
@@ -84,29 +73,19 @@ class ConfigDigests:
     def digest(self, path: str) -> str:
         with self._lock:
             cached = self._cached.get(path)
-        if cached is not None and tuple(_stat_mark(mark[0]) for mark in cached[0]) == cached[0]:
+        if cached is not None and tuple(stat_mark(mark[0]) for mark in cached[0]) == cached[0]:
             return cached[1]
         sources: List[str] = []
         try:
             text = read_config_text(path, sources=sources).encode("utf-8")
         except (OSError, CpctlError):
             return "?"
-        marks = tuple(_stat_mark(p) for p in sources)
+        marks = tuple(stat_mark(p) for p in sources)
         digest = hashlib.sha256(text).hexdigest()
-        if self._can_vouch(sources, marks):
+        if marks_vouch(marks):
             with self._lock:
                 self._cached[path] = (marks, digest)
         return digest
-
-    @staticmethod
-    def _can_vouch(sources: List[str], marks: Tuple[Mark, ...]) -> bool:
-        """Will a later stat of ``sources`` tell a change? Not for a wildcard directory, nor for
-        a file modified within the last RACY seconds: a same-size rewrite in the same mtime tick
-        would look unchanged (git's "racily clean" entries)."""
-        if any(glob.has_magic(p) for p in sources):
-            return False
-        newest = max((mark[3] for mark in marks if mark[1] is not None), default=0)
-        return newest < time.time_ns() - int(RACY * 1e9)
 
 
 CONFIG_DIGESTS = ConfigDigests()
@@ -185,7 +164,7 @@ class Slot:
         digest = CONFIG_DIGESTS.digest(config) if config is not None else ""
         paths = list(self.options.global_known_hosts) + list(self.ep.known_hosts if self.ep else [])
         paths += list(self.ep.identity_files if self.ep else [])
-        return digest, tuple(_stat_mark(p) for p in paths)
+        return digest, tuple(stat_mark(p) for p in paths)
 
     def _connected(self) -> bool:
         if not self.clients:
@@ -293,8 +272,15 @@ class Slot:
                 "connected_at": self.connected_at}
 
     def close(self) -> None:
-        with self.lock:
+        """Drop the connection. A run's connect stuck on it (a master that does not answer) holds
+        the lock for up to its timeouts: the exiting keeper waits 2 s at most, then closes the
+        connection under it, which ends that connect too (``keeper stop`` means now)."""
+        locked = self.lock.acquire(timeout=2.0)
+        try:
             self._drop()
+        finally:
+            if locked:
+                self.lock.release()
 
 
 class RunSocket:

@@ -15,7 +15,7 @@ import ipaddress
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from cpctl.errors import CpctlError, ExitCode
 
@@ -252,6 +252,31 @@ def import_paramiko_without_invoke() -> None:
 
 
 Prompt = Callable[..., str]
+
+#: What a file was when read: (path, inode, size, mtime_ns, ctime_ns); (path, None, 0, 0, 0) when
+#: missing. The ctime tells a rewrite whose mtime was set back (utime cannot set the ctime).
+Mark = Tuple[str, Optional[int], int, int, int]
+RACY = 2.0      # seconds: a file changed this recently is read again, not trusted by its stat
+
+
+def stat_mark(path: str) -> Mark:
+    try:
+        info = os.stat(os.path.expanduser(path))
+    except OSError:
+        return (path, None, 0, 0, 0)
+    return (path, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
+def marks_vouch(marks: Sequence[Mark]) -> bool:
+    """Will a later ``stat_mark`` of these files tell a change? Not for a wildcard path, nor for
+    a file modified within the last RACY seconds: a same-size rewrite in the same mtime tick
+    would look unchanged (git's "racily clean" entries). What is cached by marks (a parsed
+    known_hosts or ssh_config, a config digest in the keeper) is kept only when they vouch."""
+    import time
+    if any(glob.has_magic(mark[0]) for mark in marks):
+        return False
+    newest = max((mark[3] for mark in marks if mark[1] is not None), default=0)
+    return newest < time.time_ns() - int(RACY * 1e9)
 
 
 def ssh_config_path(option: Optional[str]) -> Optional[str]:

@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -99,10 +100,94 @@ def test_second_run_reuses_the_connection_without_paramiko(rig: Rig) -> None:
     text = rig.cli.run("keeper", "status", ssh=False).stdout
     assert "keeper pid %d" % status["pid"] in text and "connects=1 runs=2" in text
 
-    # Without --persist a run connects by itself and leaves the keeper alone.
-    rig.cli.json("-H", "master", "status")
+    # With --persist 0 a run connects by itself and leaves the keeper alone.
+    rig.cli.json("--persist", "0", "-H", "master", "status")
     assert accepted(rig.sshd) == logins + 2
     assert rig.keeper_status()["connections"][0]["sessions"] == 2
+
+
+def _by_default(rig: Rig) -> Cli:
+    """The rig's CLI with neither --persist nor CPCTL_PERSIST: as an operator runs it."""
+    env = dict(rig.env)
+    del env["CPCTL_PERSIST"]
+    return Cli(rig.sshd.ssh_config, rig.sshd.known_hosts, env)
+
+
+def test_the_second_command_is_warm_without_a_flag(rig: Rig) -> None:
+    """Issue 38, persistent by default (ControlPersist's way): the first remote command starts
+    a keeper for the default idle time, in a dir and on a socket private to this user, and the
+    next command within it goes through that keeper: the same SSH connection (no new login) and
+    no paramiko in the second process."""
+    cli = _by_default(rig)
+    assert keeper.request("status", rig.directory) is None
+    logins = accepted(rig.sshd)
+    first = cli.json("-H", "master", "status")
+    assert first["recap"]["master"]["ok"] == 1 and accepted(rig.sshd) == logins + 1
+    started = keeper.request("status", rig.directory)
+    assert started is not None, "the first remote command started no keeper"
+    assert started["persist"] == keeper.DEFAULT_PERSIST == 60.0
+    assert [(c["connects"], c["sessions"]) for c in started["connections"]] == [(1, 1)]
+
+    directory = os.lstat(rig.directory)
+    assert stat.S_ISDIR(directory.st_mode) and directory.st_uid == os.geteuid()
+    assert stat.S_IMODE(directory.st_mode) == 0o700
+    sock = os.lstat(os.path.join(rig.directory, keeper.SOCKET_NAME))
+    assert stat.S_ISSOCK(sock.st_mode) and sock.st_uid == os.geteuid() and stat.S_IMODE(sock.st_mode) == 0o600
+
+    argv = [sys.executable, "-c", NO_PARAMIKO] + cli.argv("-o", "json", "-H", "master", "status")[len(CLI):]
+    proc = subprocess.run(argv, env=cli.env, cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "paramiko imported: False\n"
+    assert _rows(json.loads(proc.stdout)) == _rows(first)
+    assert accepted(rig.sshd) == logins + 1                  # no new login: the kept connection
+    warm = keeper.request("status", rig.directory)
+    assert warm is not None and warm["pid"] == started["pid"]
+    assert [(c["connects"], c["sessions"]) for c in warm["connections"]] == [(1, 2)]
+
+
+@pytest.mark.parametrize("how", ["--persist 0", "--persist off", "CPCTL_PERSIST=0"])
+def test_persist_0_starts_no_keeper(rig: Rig, how: str) -> None:
+    cli = _by_default(rig)
+    if how.startswith("CPCTL_PERSIST="):
+        cli.env["CPCTL_PERSIST"] = how.partition("=")[2]
+        args: tuple = ()
+    else:
+        args = tuple(how.split())
+    logins = accepted(rig.sshd)
+    assert cli.json(*args, "-H", "master", "status")["recap"]["master"]["ok"] == 1
+    assert accepted(rig.sshd) == logins + 1
+    assert keeper.request("status", rig.directory) is None
+    assert not os.path.exists(os.path.join(rig.directory, keeper.SOCKET_NAME))
+
+
+def test_a_keeper_dir_not_private_is_not_used_by_default(rig: Rig) -> None:
+    """Without --persist, a keeper dir that is not ours alone is not used (never a socket in it)
+    and the command still runs, directly, saying once why its connections are not kept; with
+    --persist given, test_keeper_dir_must_be_private: refused, exit 7."""
+    bad = tempfile.mkdtemp(prefix="cpk-open-")
+    try:
+        os.chmod(bad, 0o755)
+        cli = _by_default(rig)
+        cli.env[keeper.ENV_DIR] = bad
+        proc = cli.run("-H", "master", "status")
+        assert proc.stderr == ("cpctl: connections are not kept after this run: refusing keeper dir %s: mode 0755, "
+                               "must be 0700 (--persist 0 turns keeping off without this note)\n" % bad)
+        assert "kube-scheduler" in proc.stdout
+        assert os.listdir(bad) == []
+    finally:
+        shutil.rmtree(bad, ignore_errors=True)
+
+
+def test_another_users_runtime_dir_is_not_shared(tmp_path: Any, monkeypatch: Any) -> None:
+    """$XDG_RUNTIME_DIR is used only when it is ours (sudo may keep another user's): else the
+    keeper lives in /tmp/cpctl-UID, never beside another user's keeper."""
+    monkeypatch.delenv(keeper.ENV_DIR, raising=False)
+    runtime = tmp_path / "run-user"
+    runtime.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    assert keeper.keeper_dir() == str(runtime / "cpctl")
+    os.chown(str(runtime), 65534, 65534)
+    assert keeper.keeper_dir() == os.path.join(tempfile.gettempdir(), "cpctl-%d" % os.geteuid())
 
 
 def test_stop_and_start_through_the_keeper(rig: Rig) -> None:
@@ -260,7 +345,7 @@ def test_changed_known_hosts_is_checked_again(rig: Rig, tmp_path: Any) -> None:
 
 
 def _age(*paths: str, seconds: float = 3600) -> None:
-    """Back-date mtimes: files the keeper may trust by their stat (older than keeperd.RACY)."""
+    """Back-date mtimes: files the keeper may trust by their stat (older than sshconfig.RACY)."""
     when = time.time() - seconds
     for path in paths:
         os.utime(path, (when, when))
@@ -541,3 +626,32 @@ def test_attach_asks_again_when_an_exiting_keeper_hangs_up(keeper_dir: str) -> N
         keeper.attach("master", SSHOptions(persist=60.0))
     assert caught.value.code == ExitCode.UNREACHABLE
     twice.close()
+
+
+def _keepers_in(directory: str) -> list:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open("/proc/%s/cmdline" % entry, "rb") as handle:
+                    argv = handle.read().split(b"\0")
+            except OSError:
+                continue
+            if b"cpctl.host.keeperd" in argv and directory.encode() in argv and not _zombie(int(entry)):
+                pids.append(int(entry))
+    return pids
+
+
+def test_a_keeper_started_early_is_the_one_attached_to(keeper_dir: str) -> None:
+    """``start_soon`` (the CLI calls it once the options are read) returns at once; the run's
+    first ``connect`` waits on the start lock until that keeper listens, and dials it: one
+    keeper, not two. With a keeper already there, it starts none."""
+    started = time.monotonic()
+    keeper.start_soon(30.0)
+    assert time.monotonic() - started < 0.5 * keeper.START_TIMEOUT
+    keeper.connect(30.0).close()
+    assert len(_keepers_in(keeper_dir)) == 1
+    pid = keeper.request("status", keeper_dir)["pid"]
+    keeper.start_soon(30.0)
+    keeper.connect(30.0).close()
+    assert _keepers_in(keeper_dir) == [pid]

@@ -94,3 +94,30 @@ def test_hashed_known_hosts_entry(sshd_factory: Callable[..., SSHServer], tmp_pa
     assert str(server.port) not in known.read_text()
     server.connect(known_hosts=[str(known)]).close()
     assert os.path.exists(str(known) + ".old")
+
+
+_KEY_A = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHmx4D4SYSE4Ms7b0Y4tPvT0QpYf8SP7QBrxc9EBCfU0"
+_KEY_B = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBhSx6L3RUrYCy5yLbx3SMOQsw5hiwrQbvMLF1LBEo5q"
+
+
+def test_known_hosts_are_parsed_once_and_again_when_changed(tmp_path) -> None:
+    """Issue 38: every connection of a run (and of the keeper) checks against one parse of the
+    known_hosts files; a change to a file (a fixed key, an accept-new append) is parsed again,
+    and a file changed within the last RACY seconds is never trusted by its stat."""
+    from cpctl.host import ssh
+    from cpctl.host.sshconfig import RACY
+    known = tmp_path / "known_hosts"
+    known.write_text("[10.0.0.1]:22 %s\n" % _KEY_A)
+    cache = ssh.KnownHosts()
+    fresh = cache.keys([str(known)])
+    assert cache.keys([str(known)]) is not fresh            # just written: parsed every time
+    old = os.stat(known).st_mtime - 2 * RACY
+    os.utime(known, (old, old))
+    first = cache.keys([str(known), str(tmp_path / "missing")])
+    assert cache.keys([str(known), str(tmp_path / "missing")]) is first       # one parse, shared
+    assert first.lookup("[10.0.0.1]:22")["ssh-ed25519"].get_base64() == _KEY_A.split()[1]
+    known.write_text("[10.0.0.1]:22 %s\n" % _KEY_B)     # the key replaced in place: same inode, size
+    os.utime(known, (old, old))                   # and mtime set back: the ctime still tells
+    again = cache.keys([str(known), str(tmp_path / "missing")])
+    assert again is not first
+    assert again.lookup("[10.0.0.1]:22")["ssh-ed25519"].get_base64() == _KEY_B.split()[1]

@@ -64,7 +64,9 @@ class Play:
         # machine is the master: tests/system/test_ansible_local.py)
         lines += ["", "[masters:vars]", "ansible_connection=ssh",
                   "ansible_python_interpreter=%s" % sys.executable, "cpctl_ssh_config=%s" % self.ssh_config,
-                  "cpctl_known_hosts=%s" % self.known_hosts]
+                  "cpctl_known_hosts=%s" % self.known_hosts,
+                  # no keeper left behind (the collection drops CPCTL_PERSIST; cpctl keeps 60 s by default)
+                  "cpctl_persist=0"]
         path = os.path.join(self.tmp, name)
         with open(path, "w") as handle:
             handle.write("\n".join(lines) + "\n")

@@ -142,7 +142,7 @@ UNREACHABLE = """
 def test_a_master_cpctl_cannot_reach_is_unreachable(tmp_path: Path) -> None:
     (tmp_path / "known_hosts").write_text("")
     inventory = ("[masters]\ngone ansible_host=127.0.0.1 ansible_port=%d ansible_connection=ssh "
-                 "cpctl_known_hosts=%s\n" % (_closed_port(), tmp_path / "known_hosts"))
+                 "cpctl_known_hosts=%s cpctl_persist=0\n" % (_closed_port(), tmp_path / "known_hosts"))
     proc = ansible(tmp_path, inventory, UNREACHABLE)
     assert proc.returncode == 4, proc.stdout[-3000:] + proc.stderr[-3000:]    # ansible-playbook: hosts unreachable
     assert recap(proc.stdout)["gone"][2:4] == (1, 0), proc.stdout

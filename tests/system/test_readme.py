@@ -149,7 +149,8 @@ def lab_shell_env(handle: Any, home: Path) -> Dict[str, str]:
     env = {key: value for key, value in os.environ.items()
            if not key.startswith("CPCTL_") and key != "KUBECONFIG"}
     env.update(handle.env)
-    env.update(HOME=str(home), README_PYTHON=sys.executable,
+    # no keeper left behind by a walkthrough's -H command (the default keeps connections 60 s)
+    env.update(HOME=str(home), README_PYTHON=sys.executable, CPCTL_PERSIST="0",
                PATH=os.pathsep.join([os.path.dirname(KUBECTL), env.get("PATH", "")]))
     return env
 

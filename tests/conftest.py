@@ -104,6 +104,31 @@ def _keep_no_connections_by_default() -> None:
 _keep_no_connections_by_default()
 
 
+def _boot_entries_in_a_scratch_dir() -> None:
+    """A commit-confirmed arm on a node without systemd writes an ``@reboot`` entry into the node's
+    /etc/cron.d (``ops.confirm.boot_entry_path``); the tests' nodes without a node root of their own
+    are this machine: their entries go to a scratch dir (``CPCTL_CONFIRM_BOOT_DIR``), never to this
+    machine's /etc/cron.d (``no_boot_entry_on_this_machine`` checks it)."""
+    if "CPCTL_CONFIRM_BOOT_DIR" not in os.environ:
+        os.environ["CPCTL_CONFIRM_BOOT_DIR"] = tempfile.mkdtemp(prefix="cpctl-test-cron.d-")
+
+
+_boot_entries_in_a_scratch_dir()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_boot_entry_on_this_machine() -> Iterator[None]:
+    """Fails the run if a test wrote a cpctl @reboot entry into this machine's own /etc/cron.d."""
+    def ours() -> List[str]:
+        try:
+            return sorted(n for n in os.listdir("/etc/cron.d") if n.startswith("cpctl-confirm-"))
+        except OSError:
+            return []
+    before = ours()
+    yield
+    assert ours() == before, "a test wrote a cpctl boot entry into this machine's /etc/cron.d"
+
+
 def keepers_of_this_run() -> List[int]:
     """Pids of the keeper processes (``python -m cpctl.host.keeperd``) started by this test run."""
     mark = ("%s=%s" % (RUN_MARK, os.environ[RUN_MARK])).encode()

@@ -26,6 +26,7 @@ def clean_env(home: str, **extra: str) -> Dict[str, str]:
     os.makedirs(home, exist_ok=True)
     env["HOME"] = home
     env["CPCTL_PERSIST"] = "0"
+    env["CPCTL_CONFIRM_BOOT_DIR"] = os.environ["CPCTL_CONFIRM_BOOT_DIR"]      # tests/conftest.py: never /etc/cron.d
     env.update(extra)
     return env
 

@@ -55,6 +55,8 @@ TIMER_ENV = "CPCTL_CONFIRM_TIMER"         # force "systemd" or "process" (tests,
 CHECK_POLL = 1.0
 UNIT_PREFIX = "cpctl-confirm-"
 UNIT_DIR = "/etc/systemd/system"          # the persistent revert unit: survives a reboot (docs/confirm.md)
+CRON_DIR = "/etc/cron.d"                  # a node without systemd: the @reboot entry that restarts the revert
+BOOT_DIR_ENV = "CPCTL_CONFIRM_BOOT_DIR"   # another dir for that entry (tests: never this machine's /etc/cron.d)
 RETRY_FIRST, RETRY_MAX = 5.0, 300.0       # a revert that meets an environment error retries: 5 s, 10 s, ... 5 min
 
 
@@ -201,6 +203,7 @@ def _start_timer(node: Node, armed: Arm, within: int, launcher: Launcher) -> Tup
         return "systemd", _install_units(node, armed, argv, launcher), 0
     log = confirmations.directory(node.state) + "/" + armed.file + ".log"
     node.host.makedirs(confirmations.directory(node.state), 0o700)
+    _install_boot_entry(node, armed, argv + ["--within", str(within)], log)
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         child = subprocess.Popen(argv + ["--within", str(within)], stdin=subprocess.DEVNULL, stdout=fd, stderr=fd,
@@ -208,6 +211,63 @@ def _start_timer(node: Node, armed: Arm, within: int, launcher: Launcher) -> Tup
     finally:
         os.close(fd)
     return "process", "", child.pid
+
+
+def boot_entry_path(node: Node, component: str) -> Optional[str]:
+    """Where the ``@reboot`` entry of ``component``'s arm goes on a node without systemd: the node's
+    ``/etc/cron.d`` (``CPCTL_CONFIRM_BOOT_DIR`` instead when set), None when there is no such dir (no
+    cron that reads it: the revert then waits for an explicit ``revert-unconfirmed``). The name has
+    no dot: cron skips files in cron.d whose names have one."""
+    from cpctl.core.mounts import under_root
+    directory = os.environ.get(BOOT_DIR_ENV) or under_root(node.node_root, CRON_DIR)
+    found = node.host.lstat(directory)
+    if found is None or found["kind"] != "dir":
+        return None
+    return directory.rstrip("/") + "/" + unit_name(component)
+
+
+def boot_entry_text(node: Node, armed: Arm, argv: Sequence[str], log: str, path: str) -> str:
+    """The cron.d file that, at the next boot, starts the same revert again - only while the arm is
+    still recorded (its op in the arm file) - and then removes itself. The revert run waits until
+    the arm is due by the node's clock (after a reboot: its wall-clock deadline; one passed while
+    the node was down reverts at once), as the process the reboot killed would have."""
+    import shlex
+    arm_path = confirmations.path_of(node.state, armed.file)
+    command = "grep -qs -- %s %s && %s </dev/null >>%s 2>&1; rm -f %s" % (
+        armed.op, shlex.quote(arm_path), " ".join(shlex.quote(a) for a in argv), shlex.quote(log), shlex.quote(path))
+    return ("# Written by cpctl --confirm-within (docs/confirm.md): after a reboot, reverts %s unless confirmed\n"
+            "# (arm %s, deadline %s). Removed when confirmed, or by itself at the next boot.\n"
+            "SHELL=/bin/sh\nPATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"
+            "@reboot root %s\n" % (armed.component, armed.op, armed.deadline, command.replace("%", "\\%")))
+
+
+def _install_boot_entry(node: Node, armed: Arm, argv: Sequence[str], log: str) -> None:
+    """A node without systemd: the detached revert process dies with the machine, so an ``@reboot``
+    cron entry starts it again after a reboot (``boot_entry_text``); written before the process
+    starts, a dot-temp file renamed. No cron.d dir: nothing (docs/confirm.md says what then)."""
+    path = boot_entry_path(node, armed.component)
+    if path is None:
+        return
+    try:
+        node.host.write_atomic(path, boot_entry_text(node, armed, argv, log, path).encode("utf-8"), 0o644)
+    except OSError as exc:
+        raise CpctlError("cannot arm the revert of %s: writing its boot entry %s failed: %s; the change stands, NOT "
+                         "armed (undo it with %s)" % (armed.component, path, exc.strerror or exc,
+                                                     node.command("rollback", armed.component)),
+                         ExitCode.ENVIRONMENT) from None
+
+
+def _remove_boot_entry(node: Node, component: str, op: str) -> None:
+    """Remove the @reboot entry of ``component``'s arm ``op`` - only while it still names this arm
+    (a newer arm of the component rewrote it otherwise). Best effort."""
+    path = boot_entry_path(node, component)
+    if path is None:
+        return
+    try:
+        if op.encode() in node.host.read_file(path, 1 << 16):
+            node.host.unlink(path)
+    except OSError:
+        pass
 
 
 def unit_paths(component: str) -> List[str]:
@@ -357,6 +417,7 @@ def _start_remote(node: Node, armed: Arm, within: int, launcher: Launcher) -> Tu
     if timer_kind(node) == "systemd":
         return "systemd", _install_units(node, armed, argv, launcher), 0
     log = confirmations.directory(node.state) + "/" + armed.file + ".log"
+    _install_boot_entry(node, armed, argv + ["--within", str(within)], log)
     started = node.host.run(["sh", "-c", 'setsid "$0" "$@" </dev/null >>"$CPCTL_CONFIRM_LOG" 2>&1 & echo $!']
                             + argv + ["--within", str(within)], timeout=30.0, env={"CPCTL_CONFIRM_LOG": log})
     pid = started.stdout.decode("ascii", "replace").strip()
@@ -424,8 +485,10 @@ def _stop_timer(node: Node, armed: Arm) -> None:
     that fires later finds no arm and does nothing)."""
     if armed.timer == "systemd" and armed.unit:
         _remove_units(node, armed)
-    elif armed.timer == "process" and armed.pid > 1 and _is_our_process(node, armed):
-        node.host.run(["kill", "-TERM", str(armed.pid)], timeout=10.0)
+    elif armed.timer == "process":
+        if armed.pid > 1 and _is_our_process(node, armed):
+            node.host.run(["kill", "-TERM", str(armed.pid)], timeout=10.0)
+        _remove_boot_entry(node, armed.component, armed.op)
     prefix = "%s.%s." % (armed.file, armed.op)
     try:
         for name in node.host.listdir(confirmations.directory(node.state)):
@@ -686,6 +749,15 @@ def timer_run(node: Node, component: str, op: str, within: Optional[float], log:
     the arm: it is recorded in the arm (``failing``, ``attempts``, ``next_try``: status, check and
     the metrics show it) and the revert is tried again after 5 s, 10 s, 20 s ... at most 5 min
     apart, until it reverts, or the arm is confirmed or gone."""
+    try:
+        return _timer_run(node, component, op, within, log, sleep)
+    finally:            # the arm is gone (reverted, confirmed): its @reboot entry, if any, goes with it
+        if _arm_of(node, op) is None:
+            _remove_boot_entry(node, component, op)
+
+
+def _timer_run(node: Node, component: str, op: str, within: Optional[float], log: Callable[[str, bool], None],
+               sleep: Callable[[float], None]) -> RevertResult:
     nothing: RevertResult = {"node": node.node_name, "component": component, "changed": False, "reverted": False,
                              "message": "nothing armed for %s any more (confirmed)" % component}
     if not wait_due(node, op, within, sleep):

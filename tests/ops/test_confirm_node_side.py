@@ -247,3 +247,54 @@ def test_a_revert_meeting_erofs_keeps_the_arm_and_the_change_is_not_dropped(tmp_
     done = confirm.revert(open_node(_settings(node), LocalHost()), "kube-scheduler", "test", op=OP,
                           stop_timer=False)                       # the filesystem writable again: the retry
     assert done["reverted"] is True and _manifest(node) == SCHEDULER and _arm_record(node) is None
+
+
+# --- 1. a node without systemd: the @reboot entry ------------------------------------------------
+def _boot_entry(cron: Any) -> str:
+    path = os.path.join(str(cron), "cpctl-confirm-kube-scheduler")
+    if not os.path.exists(path):
+        return ""
+    with open(path) as handle:
+        return handle.read()
+
+
+def _reboot_line(text: str) -> str:
+    """The command of the entry's @reboot line, as cron hands it to /bin/sh (``\\%`` is a ``%``)."""
+    line = next(line for line in text.splitlines() if line.startswith("@reboot "))
+    user, command = line[len("@reboot "):].split(" ", 1)
+    assert user == "root", line
+    return command.replace("\\%", "%")
+
+
+def test_without_systemd_a_boot_entry_restarts_the_revert_after_a_reboot(tmp_path: Any) -> None:
+    """No systemd as PID 1: the detached revert process dies with the machine, so the arm also writes
+    an ``@reboot`` entry into the node's cron.d. The "reboot" here: the process killed inside the
+    window (SIGKILL, as a power cut), nothing reverts by itself past the deadline; then the entry's
+    command run as cron runs it at boot (``/bin/sh -c``, cron's bare environment) reverts the change
+    and removes the entry. A confirmed arm's entry is removed by ``confirm``."""
+    cron = tmp_path / "cron.d"
+    cron.mkdir()
+    node = NodeDirs(str(tmp_path / "n"), files={"kube-scheduler.yaml": SCHEDULER})
+    env = node.env(CPCTL_CONFIRM_TIMER="process", CPCTL_CONFIRM_BOOT_DIR=str(cron))
+    armed = subprocess.run(node.argv("flags", "scheduler", "--set", "v=4", "--confirm-within", "3s"), env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert armed.returncode == 0, armed.stderr
+    record = _arm_record(node)
+    text = _boot_entry(cron)
+    assert record["op"] in text and "@reboot root " in text, text
+    os.kill(int(record["pid"]), signal.SIGKILL)          # the machine goes down: the process with it
+    time.sleep(max(0.0, confirmations.parse_iso(record["deadline"]) - time.time()) + 1.5)
+    assert _manifest(node) != SCHEDULER and _arm_record(node) is not None, "nothing reverts a lost process"
+    boot = subprocess.run(["/bin/sh", "-c", _reboot_line(text)], env={"PATH": "/usr/bin:/bin"},
+                          capture_output=True, text=True, timeout=120)
+    assert boot.returncode == 0, boot.stderr
+    assert _manifest(node) == SCHEDULER and _arm_record(node) is None
+    assert _boot_entry(cron) == "", "the entry removes itself once it ran"
+    assert [r["action"] for r in node.history()][-3:] == ["armed", "rollback", "reverted"]
+    # confirmed: confirm removes the entry (no revert at the next boot)
+    again = subprocess.run(node.argv("flags", "scheduler", "--set", "v=4", "--confirm-within", "5m"), env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and _arm_record(node)["op"] in _boot_entry(cron), again.stderr
+    done = subprocess.run(node.argv("confirm", "scheduler"), env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert _boot_entry(cron) == "" and _arm_record(node) is None

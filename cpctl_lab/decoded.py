@@ -8,6 +8,14 @@ filled in (pkg/apis/core/v1/defaults.go). ``decoded_pod`` builds that object fro
 value, so in the lab - as on a real node - comments, written-out defaults, ``status: {}``,
 ``creationTimestamp: null`` or an unknown field keep the pod, and a rename gives a new one.
 
+"Unknown" is the kubelet's release's: its Go struct has only the fields of that release, so a field
+added later (``hostnameOverride`` before 1.34, ``resources`` of a PodSpec before 1.32) is dropped
+like a typo - adding one to a 1.30 node's manifest gives the same pod, not a new one. ``_SINCE``
+says which release added each modelled field that not every release of the lab has. It is the
+lab's own list (written from the upstream API changes); a unit test checks it against the field
+spans cpctl generates from upstream's OpenAPI schemas (``cpctl/core/podschema.py``), so neither can
+drift from upstream unnoticed, and a bug in cpctl's reading of them is not copied into the lab.
+
 This is the lab's own model (the product is never imported here), so a test fails when cpctl's
 idea of "the same pod" differs from the kubelet's.
 """
@@ -67,6 +75,18 @@ def _fields(spec: str) -> dict[str, tuple[bool, str]]:
     return out
 
 
+#: "Type.field" -> the minor release (1.MINOR) whose Go struct first has the field; a field not
+#: listed is in every release the lab models. The kubelet of an older release drops it on decode.
+_SINCE: dict[str, int] = {
+    "PodSpec.schedulingGates": 26, "PodSpec.resourceClaims": 26, "PodSpec.resources": 32,
+    "PodSpec.hostnameOverride": 34, "Container.resizePolicy": 27, "Container.restartPolicy": 28,
+    "Container.restartPolicyRules": 34, "VolumeMount.recursiveReadOnly": 30, "Volume.image": 31,
+    "ResourceRequirements.claims": 26,
+}
+
+#: The newest release whose fields the lab models (``decoded_pod`` without a release).
+NEWEST = 34
+
 _FIELDS = {name: _fields(spec) for name, spec in _STRUCTS.items()}
 _VOLUME_SOURCES = [name for name in _FIELDS["Volume"] if name != "name"]
 
@@ -79,20 +99,25 @@ def _drop_nulls(value: Any) -> Any:
     return value
 
 
-def _as_struct(value: Any, kind: str) -> Any:
-    """``value`` as the Go struct ``kind`` holds it."""
+def known_in(kind: str, field: str, minor: int) -> bool:
+    """Whether the Go struct ``kind`` of Kubernetes 1.``minor`` has ``field``."""
+    return field in _FIELDS[kind] and _SINCE.get(f"{kind}.{field}", 0) <= minor
+
+
+def _as_struct(value: Any, kind: str, minor: int) -> Any:
+    """``value`` as the Go struct ``kind`` of release 1.``minor`` holds it."""
     if isinstance(value, list):
-        return [_as_struct(v, kind) for v in value]
+        return [_as_struct(v, kind, minor) for v in value]
     if not isinstance(value, dict):
         return value
     fields = _FIELDS[kind]
     out: Obj = {}
     for key, item in value.items():
-        if key not in fields:
-            continue                                # unknown field: the decoder drops it
+        if not known_in(kind, key, minor):
+            continue                                # unknown field (in this release): the decoder drops it
         pointer, inner = fields[key]
         if inner:
-            item = _as_struct(item, inner)
+            item = _as_struct(item, inner, minor)
         if not pointer and (item == {} and (inner or key in ("metadata", "spec", "status"))
                             or (not isinstance(item, (dict, list, float)) and item in ("", 0, False))):
             continue                                # a zero non-pointer field is the same as absent
@@ -177,8 +202,25 @@ def _defaults(pod: Obj) -> None:
             vol["projected"].setdefault("defaultMode", 420)
 
 
-def decoded_pod(raw: Obj) -> Obj:
-    """The decoded, defaulted pod the kubelet hashes (a new object; ``raw`` is unchanged)."""
-    pod = _as_struct(_drop_nulls(copy.deepcopy(raw)), "Pod")
+def known_fields(value: Any, kind: str = "Pod", minor: int = NEWEST) -> Any:
+    """``value`` without the fields the kubelet of 1.``minor`` drops on decode (unknown in that
+    release, in the structs the lab models), nothing else changed: what its mirror pod and its
+    containers are made of (a new object)."""
+    if isinstance(value, list):
+        return [known_fields(v, kind, minor) for v in value]
+    if not isinstance(value, dict):
+        return copy.deepcopy(value)
+    out: Obj = {}
+    for key, item in value.items():
+        if known_in(kind, key, minor):
+            inner = _FIELDS[kind][key][1]
+            out[key] = known_fields(item, inner, minor) if inner else copy.deepcopy(item)
+    return out
+
+
+def decoded_pod(raw: Obj, minor: int = NEWEST) -> Obj:
+    """The decoded, defaulted pod the kubelet of Kubernetes 1.``minor`` hashes (a new object;
+    ``raw`` is unchanged)."""
+    pod = _as_struct(_drop_nulls(copy.deepcopy(raw)), "Pod", minor)
     _defaults(pod)
     return pod

@@ -55,7 +55,7 @@ import yaml
 
 from . import nodefiles
 from .componentflags import HostFile, check_command
-from .decoded import decoded_pod
+from .decoded import decoded_pod, known_fields
 from .profiles import go_duration
 from .runtime import (
     EXITED,
@@ -144,8 +144,9 @@ def _check_aliasing(root: yaml.Node) -> None:
     size(root)
 
 
-def parse_manifest(path: str, node: str) -> Obj:
-    """Decode one file the way kubelet's file source does, and apply its static-pod defaults."""
+def parse_manifest(path: str, node: str, minor: int) -> Obj:
+    """Decode one file the way kubelet's file source of Kubernetes 1.``minor`` does (the fields that
+    release does not know dropped), and apply its static-pod defaults."""
     st = os.stat(path)
     if st.st_size > MAX_MANIFEST:
         raise ManifestError("file exceeds 10MB")
@@ -175,10 +176,10 @@ def parse_manifest(path: str, node: str) -> Obj:
     ):
         raise ManifestError("invalid pod: spec.containers: Required value (name and image)")
     try:
-        uid = meta.get("uid") or static_pod_hash(decoded_pod(pod), node, path)
+        uid = meta.get("uid") or static_pod_hash(decoded_pod(pod, minor), node, path)
     except (TypeError, ValueError) as exc:     # keys of mixed types, values JSON cannot hold
         raise ManifestError(f"invalid pod: cannot be converted to JSON: {exc}") from None
-    out = copy.deepcopy(pod)
+    out = known_fields(pod, "Pod", minor)
     meta = out["metadata"]
     meta["name"] = f"{meta['name']}-{node.lower()}"
     meta["namespace"] = meta.get("namespace") or "default"
@@ -249,6 +250,8 @@ class Kubelet:
     def __init__(self, lab: Any, node: str, manifests_dir: Optional[Path], hostname: str = "") -> None:
         self.lab = lab
         self.node = node
+        #: The kubelet's release (1.MINOR): the pod fields its decoder knows.
+        self.minor: int = lab.release.minor
         #: The simulated kernel host name (Lease holder identities are ``<hostname>_<uuid>``).
         self.hostname = hostname or node
         self.dir = manifests_dir
@@ -291,7 +294,7 @@ class Kubelet:
         if hit is not None and hit[0] == stamp:
             pod = copy.deepcopy(hit[1])
         else:
-            pod = parse_manifest(path, self.node)
+            pod = parse_manifest(path, self.node, self.minor)
             self._parsed[path] = (stamp, copy.deepcopy(pod))
         uid = pod["metadata"]["uid"]
         pod["metadata"]["annotations"][SEEN] = self.seen.setdefault(uid, now_micro())
@@ -470,7 +473,7 @@ class Kubelet:
             elif src == "api":
                 w.pod = pod
             elif w.state == "running" and w.pod.get("spec") != pod.get("spec") and \
-                    _containers(w.pod) != _containers(pod):
+                    _containers(w.pod, self.minor) != _containers(pod, self.minor):
                 self._update_in_place(w, pod)
             if (
                 src == "api"
@@ -498,7 +501,7 @@ class Kubelet:
         """A static pod whose manifest pins ``metadata.uid`` changed: same UID, so no new pod and
         no new mirror pod; each container whose spec changed is stopped and started again with the
         new spec in the same sandbox (the kubelet's container hash differs: SyncPod restarts it)."""
-        old, new = _containers(w.pod), _containers(pod)
+        old, new = _containers(w.pod, self.minor), _containers(pod, self.minor)
         w.pod = pod
         for spec in (pod.get("spec") or {}).get("containers") or []:
             cur = w.current(str(spec.get("name")))
@@ -1067,10 +1070,10 @@ class Kubelet:
                 pass
 
 
-def _containers(pod: Obj) -> dict[Any, Obj]:
-    """The pod's containers by name as the kubelet decodes them (defaults filled in): what its
-    per-container hash is taken of, so a default written out restarts nothing."""
-    spec = decoded_pod(pod).get("spec") or {}
+def _containers(pod: Obj, minor: int) -> dict[Any, Obj]:
+    """The pod's containers by name as the kubelet of 1.``minor`` decodes them (defaults filled in):
+    what its per-container hash is taken of, so a default written out restarts nothing."""
+    spec = decoded_pod(pod, minor).get("spec") or {}
     return {c.get("name"): c for c in spec.get("containers") or [] if isinstance(c, dict)}
 
 

@@ -63,6 +63,8 @@ class Review:
     # the doubts about where a flag writes: --force would lose what the component writes (etcd's
     # data), so their hint is the real fix, never --force
     lossy: List[str] = field(default_factory=list)
+    # the release the node's kubelet decodes pods as (its pod fields), None before ``review`` sets it
+    release: Optional[podfields.Release] = None
 
     def refuse_if_bad(self, what: str, force: bool = False, edit: str = "cpctl edit") -> None:
         """Refuse (exit 4) for any problem, and for any doubt unless ``force``; forced doubts become
@@ -116,7 +118,7 @@ def review(host: Host, current: Manifest, data: bytes, scan: DirScan, source: st
         else:
             verdict.problems.append(problem)
     _check_ports(pod, current, scan, verdict)
-    release = podfields.node_release([m.pod for m in scan.valid] + [current.pod, pod])
+    release = verdict.release = podfields.node_release([m.pod for m in scan.valid] + [current.pod, pod])
     if release.note:
         verdict.warnings.append(release.note)
     already = set(podfields.doubts(current.pod, release) + sanity_doubts(current.pod)) if current.pod else set()

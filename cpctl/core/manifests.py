@@ -33,6 +33,8 @@ from cpctl.host.base import DirEntry, Host, Stat
 if TYPE_CHECKING:
     from _hashlib import HASH
 
+    from cpctl.core import podfields
+
 # The kubelet reads at most this much of a manifest (maxConfigLength, pkg/kubelet/config/common.go);
 # a larger file is one it cannot load.
 MAX_MANIFEST_BYTES = 10 << 20
@@ -634,16 +636,27 @@ def same_pod(a: bytes, b: bytes) -> bool:
 KEEPS, IN_PLACE, NEW_POD = "keeps", "in-place", "new-pod"
 
 
-def pod_effect(a: bytes, b: bytes) -> str:
+def pod_effect(a: bytes, b: bytes, release: Optional[podfields.Release] = None) -> str:
     """KEEPS (same pod: nothing restarts), IN_PLACE (both pin the same ``metadata.uid``: the pod
     keeps its UID and mirror pod, the changed containers restart) or NEW_POD (a new UID: the old
-    pod stops and a new one starts)."""
+    pod stops and a new one starts).
+
+    ``release``: the node's (``podfields.node_release``). Its kubelet's decoder drops every field
+    that release does not know (a typo, a field of a newer release) before it hashes the pod, so
+    manifests that differ only in such fields are the same pod there (KEEPS). Without it only the
+    fields no release has are known to be dropped."""
     if same_pod(a, b):
         return KEEPS
     try:
-        old, new = podview.pinned_uid(parsed(a).pod), podview.pinned_uid(parsed(b).pod)
+        old_pod, new_pod = parsed(a).pod, parsed(b).pod
     except InvalidManifest:
         return NEW_POD
+    if release is not None:
+        from cpctl.core import podfields as fields  # the generated tables, imported when asked
+
+        if decoded_digest(fields.known_only(old_pod, release)) == decoded_digest(fields.known_only(new_pod, release)):
+            return KEEPS
+    old, new = podview.pinned_uid(old_pod), podview.pinned_uid(new_pod)
     return IN_PLACE if old is not None and old == new else NEW_POD
 
 

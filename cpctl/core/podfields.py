@@ -124,6 +124,26 @@ def doubts(pod: Mapping[str, object], release: Optional[Release] = None) -> List
     return found
 
 
+def known_only(pod: Mapping[str, object], release: Release) -> Mapping[str, object]:
+    """``pod`` as the kubelet of ``release`` decodes it, as far as field names go: every field its
+    type does not have in that release (a typo, a newer field) left out, the rest as it is; ``pod``
+    itself when it has none (no copy)."""
+    if not unknown_fields(pod, release):
+        return pod
+    kept = _known(pod, "Pod", release.minor)
+    return kept if isinstance(kept, Mapping) else pod
+
+
+def _known(value: object, type_name: str, minor: int) -> object:
+    if isinstance(value, list):
+        return [_known(item, type_name, minor) for item in value]
+    if not isinstance(value, Mapping):
+        return value
+    fields = podschema.TYPES[type_name]
+    return {key: _known(item, fields[str(key)], minor) if fields[str(key)] else item
+            for key, item in value.items() if _has(type_name, str(key), minor)}
+
+
 def _has(type_name: str, field: str, minor: int) -> bool:
     span = podschema.SPANS.get("%s.%s" % (type_name, field))
     return field in podschema.TYPES.get(type_name, {}) and (span is None or span[0] <= minor <= span[1])

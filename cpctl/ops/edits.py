@@ -55,6 +55,7 @@ from cpctl.core.companions import Companion, CompanionDict
 from cpctl.core.manifests import Manifest
 from cpctl.core.node import Node, parked_content
 from cpctl.core.plan import FilePart, KeepPlan, Plan, mounts_added
+from cpctl.core.podfields import Release
 from cpctl.core.replace import (
     check_revisable,
     companion_now,
@@ -387,10 +388,11 @@ def plan(node: Node, component: str, new: bytes, source: str, action: str, force
     if verdict is None:
         return dataclasses.replace(result, message="unchanged (the %s already holds these bytes)"
                                    % ("parked copy" if parked else "file"))
-    effect = _effect_text(node, manifest, new, manifests.pod_effect(manifest.data, new), "would ")
+    effect = _effect_text(node, manifest, new, manifests.pod_effect(manifest.data, new, verdict.release), "would ")
     if parked:
         effect = "it is parked: nothing runs it until %s" % node.command("start", component)
-    _, _, planned = build(node, manifest, new, action, None, keep, {}, companions, keep_in, parked)
+    _, _, planned = build(node, manifest, new, action, None, keep, {}, companions, keep_in, parked,
+                          release=verdict.release)
     return dataclasses.replace(result, message="would %s %s: %s" % (action, manifest.path, effect),
                                warnings=verdict.warnings, diff=text_diff(manifest.data, new, manifest.file),
                                plan=planned)
@@ -398,12 +400,13 @@ def plan(node: Node, component: str, new: bytes, source: str, action: str, force
 
 def build(node: Node, manifest: Manifest, new: bytes, action: str, reason: Optional[str], keep: int,
           record: Mapping[str, object], companions: Sequence[Companion] = (), keep_in: Optional[KeepPlan] = None,
-          parked: bool = False, awaits: bool = False, replaced_failed: bool = False
-          ) -> Tuple[journal.Change, revisions.Keeping, Plan]:
+          parked: bool = False, awaits: bool = False, replaced_failed: bool = False,
+          release: Optional[Release] = None) -> Tuple[journal.Change, revisions.Keeping, Plan]:
     """The change of ``manifest`` to ``new`` as one ``Plan`` - manifest, companion files (each read once
     here: its bytes before, None when absent), the mounts ``new`` adds, the ``--keep-in`` part, the
     revisions it records - and the journaled change that applies exactly it (``replace_plan``); its
-    inverse is computed with it. Reads only: the dry run prints the plan, the real run applies the change."""
+    inverse is computed with it. Reads only: the dry run prints the plan, the real run applies the change.
+    ``release``: the node's (the review's), whose kubelet drops the pod fields it does not know."""
     assert manifest.data is not None
     before = [companion_now(node, c.path) for c in companions]
     change, kept = replace_plan(node, manifest, new, action, reason, keep, dict(record), replaced_failed, companions,
@@ -413,10 +416,19 @@ def build(node: Node, manifest: Manifest, new: bytes, action: str, reason: Optio
     except manifests.InvalidManifest:
         added = []
     planned = Plan(node.node_name, manifest.pod_name or manifest.file, manifest.file, action, change.op,
-                   manifests.pod_effect(manifest.data, new), FilePart(manifest.path, manifest.mode, manifest.data, new),
+                   manifests.pod_effect(manifest.data, new, release),
+                   FilePart(manifest.path, manifest.mode, manifest.data, new),
                    [FilePart(c.path, companion_files.MODE, was, c.data) for c, was in zip(companions, before)],
                    added, kept.previous, None if parked else kept.current, keep_in, parked)
     return change, kept, planned
+
+
+def _same_pod_why(old: bytes, new: bytes, release: Optional[Release]) -> str:
+    """Why the kubelet sees the same pod in ``new``: what differs is only what any decode ignores, or
+    fields the node's release does not know (its decoder drops them; the warnings name them)."""
+    if release is not None and not manifests.same_pod(old, new):
+        return "what differs are fields Kubernetes 1.%d does not have: its kubelet drops them" % release.minor
+    return "comments, formatting, API defaults or fields it ignores"
 
 
 def _effect_text(node: Node, manifest: Manifest, new: bytes, effect: str, would: str = "") -> str:
@@ -445,14 +457,14 @@ def _replace_core(node: Node, manifest: Manifest, new: bytes, source: str, actio
             # do (keeping what runs for the next upgrade); no manifest change to undo it with, no record
             options.config_write.write()
         return _result(node, manifest, action, False, message="unchanged (the file already holds these bytes)")
-    effect = manifests.pod_effect(manifest.data, new)
+    effect = manifests.pod_effect(manifest.data, new, verdict.release)
     target = node.target_for(manifests.parse_pod(new), manifest.file)    # judged by the NEW manifest
     old_target = node.target_for(manifest.pod, manifest.file)
     before = None if effect == manifests.KEEPS else node.waiter.before(target)
     fail_fast = crash_loop_check(node, target, effect)        # the sandboxes there before the change
     # the change as one value, its inverse with it; ``change`` is what applies exactly it
     change, kept, planned = build(node, manifest, new, action, options.reason, options.keep, record, companions,
-                                  options.keep_in, awaits=effect != manifests.KEEPS)
+                                  options.keep_in, awaits=effect != manifests.KEEPS, release=verdict.release)
     _make_dirs(node, companions)
     number = kept.previous
     done = _result(node, manifest, action, True, revision=number, new_revision=kept.current,
@@ -467,9 +479,9 @@ def _replace_core(node: Node, manifest: Manifest, new: bytes, source: str, actio
     if effect == manifests.KEEPS:
         node.apply(change)
         _verify_companions(node, companions)
-        return dataclasses.replace(done, message="%s: the kubelet sees the same pod (comments, formatting, API "
-                                                 "defaults or fields it ignores): %s; %s"
-                                                 % (_past(action), KEEPS_MESSAGE, _kept_text(done)))
+        return dataclasses.replace(done, message="%s: the kubelet sees the same pod (%s): %s; %s"
+                                                 % (_past(action), _same_pod_why(manifest.data, new, verdict.release),
+                                                    KEEPS_MESSAGE, _kept_text(done)))
     written = Written(manifest, new, change.checksum or "", number, action, old_target=old_target, plan=planned)
     older = pending.read(node.host, node.state)[0].get(manifest.file)     # a change killed in its wait before
     try:                  # a signal held during the journaled write arrives as it returns: inside this try
@@ -568,7 +580,7 @@ def _replace_parked(node: Node, component: str, new: bytes, source: str, action:
             return _result(node, manifest, action, False, parked=True,
                            message="unchanged (the parked copy already holds these bytes)")
         change, kept, planned = build(node, manifest, new, action, options.reason, options.keep,
-                                      dict(record, parked=True), parked=True)
+                                      dict(record, parked=True), parked=True, release=verdict.release)
         number = kept.previous
         meta_path = node.state.meta_path(manifest.file)
         meta_bytes = node.state.meta_bytes(dict(meta, checksum=change.checksum, content=parked_content(new)))

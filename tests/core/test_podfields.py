@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any, Dict
 
 import pytest
+import yaml
 
-from cpctl.core import podfields, podschema
+from cpctl.core import manifests, podfields, podschema
 
 POD: Dict[str, Any] = {
     "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "kube-scheduler", "namespace": "kube-system",
@@ -93,6 +94,46 @@ def test_a_field_of_a_newer_release_is_flagged_for_an_older_node() -> None:
     assert podfields.doubts(pod, podfields.table_for((1, 30))) == []
     (doubt,) = podfields.doubts(pod, podfields.table_for((1, 31)))
     assert doubt.startswith("spec.resourceClaims[0]: field source is not in Kubernetes 1.31 (1.26 to 1.30)"), doubt
+
+
+def test_known_only_leaves_out_what_the_release_drops_and_nothing_else() -> None:
+    pod = copy.deepcopy(POD)
+    pod["spec"]["hostnameOverride"] = "cp-1"
+    pod["spec"]["containers"][0]["volumeMounts"][0]["readOnlyy"] = True           # a typo: no release has it
+    pod["spec"]["containers"][0]["volumeMounts"][0]["recursiveReadOnly"] = "Disabled"    # 1.30 and later
+    at_130 = podfields.known_only(pod, podfields.Release(30))
+    assert "hostnameOverride" not in at_130["spec"]
+    assert at_130["spec"]["containers"][0]["volumeMounts"][0] == dict(
+        POD["spec"]["containers"][0]["volumeMounts"][0], recursiveReadOnly="Disabled")
+    assert at_130["status"] == {} and at_130["metadata"] == POD["metadata"]
+    assert pod["spec"]["hostnameOverride"] == "cp-1"                               # the input is unchanged
+    assert podfields.known_only(POD, podfields.Release(30)) is POD                 # nothing to leave out: no copy
+    assert podfields.known_only(pod, podfields.Release(34))["spec"]["hostnameOverride"] == "cp-1"
+
+
+def test_a_change_only_in_fields_the_nodes_release_drops_keeps_the_pod() -> None:
+    """The kubelet hashes the pod its release decodes: a field that release does not have changes
+    nothing there (KEEPS: no new pod to wait for), while the same change on a newer node does."""
+    old = yaml.safe_dump(POD).encode()
+    pod = copy.deepcopy(POD)
+    pod["spec"]["hostnameOverride"] = "cp-1"
+    new = yaml.safe_dump(pod).encode()
+    assert manifests.pod_effect(old, new, podfields.Release(30)) == manifests.KEEPS
+    assert manifests.pod_effect(old, new, podfields.Release(33)) == manifests.KEEPS
+    assert manifests.pod_effect(old, new, podfields.Release(34)) == manifests.NEW_POD
+    assert manifests.pod_effect(old, new) == manifests.NEW_POD          # no release: only typos are known dropped
+    # a real change next to the dropped field is still a new pod
+    pod["spec"]["containers"][0]["command"] = ["kube-scheduler", "--v=3"]
+    assert manifests.pod_effect(old, yaml.safe_dump(pod).encode(), podfields.Release(30)) == manifests.NEW_POD
+    # a pinned uid: the same pod (KEEPS), not containers restarted in place
+    pinned = copy.deepcopy(POD)
+    pinned["metadata"]["uid"] = "u-1"
+    both = copy.deepcopy(pinned)
+    both["spec"]["containers"][0]["restartPolicyRules"] = [{"action": "Restart"}]
+    assert manifests.pod_effect(yaml.safe_dump(pinned).encode(), yaml.safe_dump(both).encode(),
+                                podfields.Release(30)) == manifests.KEEPS
+    assert manifests.pod_effect(yaml.safe_dump(pinned).encode(), yaml.safe_dump(both).encode(),
+                                podfields.Release(34)) == manifests.IN_PLACE
 
 
 def test_the_release_comes_from_the_control_planes_image_and_an_unknown_one_says_so() -> None:

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tests.labfixture import run_cpctl
+from tests.labfixture import crictl, is_ready, mirror, run_cpctl, wait_for
 
 
 def test_a_typo_in_a_field_name_is_refused_with_did_you_mean(lab: Any, tmp_path: Path) -> None:
@@ -52,3 +52,45 @@ def test_a_typo_in_a_field_name_is_refused_with_did_you_mean(lab: Any, tmp_path:
     assert any("did you mean imagePullPolicy?" in w and w.endswith("(--force)") for w in warnings), warnings
     with open(path, "rb") as handle:
         assert handle.read() == harmless
+
+
+def test_forcing_a_field_newer_than_the_node_keeps_the_pod_as_its_kubelet_does(lab: Any, tmp_path: Path) -> None:
+    """A 1.30 kubelet drops ``hostnameOverride`` (1.34 and later) before it hashes the pod: the forced
+    apply of a manifest that only adds it is the same pod there. cpctl says so and waits for no new pod
+    (which would never come: it would time out and roll back), and the lab's pod is not restarted."""
+    path = os.path.join(str(lab.manifests_dir()), "kube-scheduler.yaml")
+    with open(path, "rb") as handle:
+        original = handle.read()
+    before = wait_for(lambda: is_ready(mirror(lab, "kube-scheduler")) and mirror(lab, "kube-scheduler"), 60,
+                      "kube-scheduler Ready")
+    ids = crictl(lab.crictl, "ps", "-q", "--name", "^kube-scheduler$").stdout.split()
+    assert len(ids) == 1
+    newer = original.replace(b"\n  hostNetwork: true\n", b"\n  hostNetwork: true\n  hostnameOverride: cp\n")
+    assert newer != original
+    source = tmp_path / "newer.yaml"
+    source.write_bytes(newer)
+    dry = run_cpctl(lab, "apply", "scheduler", "-f", str(source), "--force", "--dry-run")
+    assert dry.returncode == 0 and "the kubelet would keep the running pod" in dry.stdout, dry.stdout + dry.stderr
+    forced = run_cpctl(lab, "-o", "json", "apply", "scheduler", "-f", str(source), "--force", "--timeout", "60")
+    assert forced.returncode == 0, forced.stderr
+    result = json.loads(forced.stdout)
+    assert result["changed"] is True and result["effect"] == "keeps", result
+    assert "what differs are fields Kubernetes 1.30 does not have: its kubelet drops them" in result["message"]
+    assert "the kubelet keeps the running pod" in result["message"]
+    assert any(w.startswith("spec: field hostnameOverride is not in Kubernetes 1.30 (1.34 and later)")
+               for w in result["warnings"]), result["warnings"]
+    with open(path, "rb") as handle:
+        assert handle.read() == newer                                          # written, not rolled back
+    # the lab's kubelet has read the file once it has read a later one: a pod of its own, as a barrier
+    barrier = os.path.join(str(lab.manifests_dir()), "barrier.yaml")
+    with open(barrier + ".tmp", "w") as handle:
+        handle.write("apiVersion: v1\nkind: Pod\nmetadata: {name: barrier, namespace: kube-system}\n"
+                     "spec: {containers: [{name: barrier, image: 'registry.k8s.io/pause:3.9'}]}\n")
+    os.rename(barrier + ".tmp", barrier)
+    wait_for(lambda: mirror(lab, "barrier"), 60, "the barrier pod's mirror pod")
+    after = mirror(lab, "kube-scheduler")
+    assert after is not None and is_ready(after)
+    hashes = [p["metadata"]["annotations"]["kubernetes.io/config.hash"] for p in (before, after)]
+    assert hashes[0] == hashes[1], "the 1.30 kubelet sees the same pod"
+    assert "hostnameOverride" not in after["spec"]                            # dropped: not in the mirror pod
+    assert crictl(lab.crictl, "ps", "-q", "--name", "^kube-scheduler$").stdout.split() == ids   # not restarted

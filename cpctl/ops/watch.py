@@ -21,7 +21,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
-from cpctl.core import manifests
+from cpctl.core import manifests, podfields
 from cpctl.errors import CpctlError
 from cpctl.host.base import Host
 from cpctl.host.local import LocalHost
@@ -51,6 +51,16 @@ WRITE_SETTLE = 2.0
 _EVENT_KINDS = {"created": "created", "modified": "modified", "closed": "modified", "deleted": "deleted"}
 # inotify events that mean a writer has the file open (a close-after-write is still to come)
 _WRITING = ("created", "modified")
+
+
+def _loaded(entry: manifests.Manifest, release: podfields.Release
+            ) -> Tuple[str, str, Optional[str], Optional[str], str]:
+    """What ``Watcher.loaded`` keeps of a valid manifest: its pod's digest as any kubelet decodes it,
+    and as the kubelet of ``release`` does (without the fields that release does not have)."""
+    pod = entry.pod or {}
+    known = podfields.known_only(pod, release)
+    return (entry.namespace, entry.pod_name or "", entry.checksum, entry.digest,
+            entry.digest or "" if known is pod else manifests.decoded_digest(known))
 
 
 def _shorten_move_pairing() -> None:
@@ -113,8 +123,9 @@ class Watch:
         self.host = host or LocalHost()
         self.events: Any = queue.SimpleQueue()
         self.pending: Dict[str, _Pending] = {}
-        # file -> (namespace, pod, checksum, decoded digest) as the kubelet has it
-        self.loaded: Dict[str, Tuple[str, str, Optional[str], Optional[str]]] = {}
+        # file -> (namespace, pod, checksum, decoded digest, decoded digest of the fields the node's
+        # release knows: its kubelet drops the others) as the kubelet has it
+        self.loaded: Dict[str, Tuple[str, str, Optional[str], Optional[str], str]] = {}
         self.verdicts = 0
         self._unclosed = False          # the verdict being made is of a file no close-after-write ended
         self._observer: Any = None
@@ -151,7 +162,8 @@ class Watch:
         self._arm()
         self._observer.start()
         scan = manifests.scan(self.host, self.dir)
-        self.loaded = {m.file: (m.namespace, m.pod_name or "", m.checksum, m.digest) for m in scan.valid}
+        release = podfields.node_release(m.pod for m in scan.valid)
+        self.loaded = {m.file: _loaded(m, release) for m in scan.valid}
         names = ", ".join(sorted(m.file for m in scan.valid)) or "none"
         self._emit("start", None, "watching", None, "watching %s: the kubelet runs %d manifest%s (%s)"
                    % (self.dir, len(self.loaded), "" if len(self.loaded) == 1 else "s", names))
@@ -338,7 +350,8 @@ class Watch:
     def _valid(self, entry: manifests.Manifest, event: str, scan: manifests.DirScan) -> None:
         key = (entry.namespace, entry.pod_name)
         prev = self.loaded.get(entry.file)
-        self.loaded[entry.file] = (entry.namespace, entry.pod_name or "", entry.checksum, entry.digest)
+        release = podfields.node_release(m.pod for m in scan.valid)
+        self.loaded[entry.file] = now = _loaded(entry, release)
         pod = self.mirror_name(entry.pod_name or "")
         target = PodTarget(entry.pod_name or "", entry.namespace, self.node_name, entry.pod or {}, entry.file)
         others = [f for f in scan.duplicates().get(key, []) if f != entry.file]
@@ -354,6 +367,9 @@ class Watch:
         elif prev[:2] == key and prev[3] == entry.digest:
             self._emit(event, entry.file, IGNORE, pod, "only comments, formatting or API defaults changed: the "
                        "kubelet sees the same pod and keeps pod %s/%s running" % key)
+        elif prev[:2] == key and prev[4] == now[4]:
+            self._emit(event, entry.file, IGNORE, pod, "only fields Kubernetes 1.%d does not have changed: its "
+                       "kubelet drops them, sees the same pod and keeps pod %s/%s running" % ((release.minor,) + key))
         else:
             was = "" if prev[:2] == key else " (was pod %s/%s)" % prev[:2]
             self._emit(event, entry.file, RELOAD, pod, "content changed: the kubelet recreates pod %s/%s%s"

@@ -122,6 +122,11 @@ def test_load_reload_stop_and_unchanged(node: NodeDirs, watcher: WatchProc) -> N
         b"spec:\n", b"spec:\n  restartPolicy: Always\n", 1))
     rec = watcher.verdict("extra.yaml")     # an API default written out: still the same pod
     assert rec["verdict"] == "ignore", rec
+    touch(node, "extra.yaml", POD.replace(b"name: kube-scheduler", b"name: extra").replace(
+        b"spec:\n", b"spec:\n  restartPolicy: Always\n  hostnameOverride: cp\n", 1))
+    rec = watcher.verdict("extra.yaml")     # a 1.34 field on this 1.30 node (kube-apiserver:v1.30.0): dropped
+    assert rec["verdict"] == "ignore" and "only fields Kubernetes 1.30 does not have changed: its kubelet drops " \
+        "them" in rec["detail"], rec
     changed = POD.replace(b"name: kube-scheduler", b"name: extra").replace(b"tier: control-plane", b"tier: x")
     touch(node, "extra.yaml", changed)
     assert watcher.verdict("extra.yaml")["verdict"] == "reload"

@@ -87,7 +87,7 @@ def test_forcing_a_field_newer_than_the_node_keeps_the_pod_as_its_kubelet_does(l
         handle.write("apiVersion: v1\nkind: Pod\nmetadata: {name: barrier, namespace: kube-system}\n"
                      "spec: {containers: [{name: barrier, image: 'registry.k8s.io/pause:3.9'}]}\n")
     os.rename(barrier + ".tmp", barrier)
-    wait_for(lambda: mirror(lab, "barrier"), 60, "the barrier pod's mirror pod")
+    wait_for(lambda: is_ready(mirror(lab, "barrier")), 60, "the barrier pod Ready")   # its kubelet synced since
     after = mirror(lab, "kube-scheduler")
     assert after is not None and is_ready(after)
     hashes = [p["metadata"]["annotations"]["kubernetes.io/config.hash"] for p in (before, after)]

@@ -643,15 +643,17 @@ def pod_effect(a: bytes, b: bytes, release: Optional[podfields.Release] = None) 
 
     ``release``: the node's (``podfields.node_release``). Its kubelet's decoder drops every field
     that release does not know (a typo, a field of a newer release) before it hashes the pod, so
-    manifests that differ only in such fields are the same pod there (KEEPS). Without it only the
-    fields no release has are known to be dropped."""
+    manifests that differ only in such fields are the same pod there (KEEPS). Without it, or when
+    its table is not the node's own release's (``release.note``: a node newer than cpctl's tables
+    may know a field they lack), nothing more is taken as dropped: cpctl then waits for a new pod
+    rather than skip a wait the kubelet needs."""
     if same_pod(a, b):
         return KEEPS
     try:
         old_pod, new_pod = parsed(a).pod, parsed(b).pod
     except InvalidManifest:
         return NEW_POD
-    if release is not None:
+    if release is not None and not release.note:
         from cpctl.core import podfields as fields  # the generated tables, imported when asked
 
         if decoded_digest(fields.known_only(old_pod, release)) == decoded_digest(fields.known_only(new_pod, release)):

@@ -27,9 +27,10 @@ the change is recorded as "verification pending" (:mod:`cpctl.core.pending`): a 
 the wait leaves that record, and the next command says so.
 
 What the kubelet counts as a change is its own rule (``manifests.pod_effect``, see
-``cpctl.core.podview``): comments, formatting, API defaults written out, unknown fields give the
-same pod - the kubelet keeps the running pod (same config hash), so the change is written,
-recorded and reported, and not waited for. A manifest that pins ``metadata.uid`` keeps its pod
+``cpctl.core.podview``): comments, formatting, API defaults written out, unknown fields (also those
+the node's release does not have yet: its decoder drops them) give the same pod - the kubelet keeps
+the running pod (same config hash), so the change is written, recorded and reported, and not waited
+for. A manifest that pins ``metadata.uid`` keeps its pod
 and mirror pod; its changed containers restart in place (waited for as new containers).
 
 The new version is judged by the NEW manifest (its health endpoint, its Lease and --leader-elect),

@@ -56,9 +56,10 @@ _WRITING = ("created", "modified")
 def _loaded(entry: manifests.Manifest, release: podfields.Release
             ) -> Tuple[str, str, Optional[str], Optional[str], str]:
     """What ``Watcher.loaded`` keeps of a valid manifest: its pod's digest as any kubelet decodes it,
-    and as the kubelet of ``release`` does (without the fields that release does not have)."""
+    and as the kubelet of ``release`` does (without the fields that release does not have; only when
+    the table is the node's own release's, as ``manifests.pod_effect`` decides)."""
     pod = entry.pod or {}
-    known = podfields.known_only(pod, release)
+    known = podfields.known_only(pod, release) if not release.note else pod
     return (entry.namespace, entry.pod_name or "", entry.checksum, entry.digest,
             entry.digest or "" if known is pod else manifests.decoded_digest(known))
 

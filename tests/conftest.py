@@ -116,6 +116,20 @@ def _boot_entries_in_a_scratch_dir() -> None:
 _boot_entries_in_a_scratch_dir()
 
 
+def _ctrl_c_reaches_the_processes_we_start() -> None:
+    """A suite started in the background by a non-interactive shell (``.ci/run &``, ``nohup ... &``)
+    inherits SIGINT ignored (POSIX: no job control), every process it starts would inherit that too,
+    and Python keeps an inherited SIG_IGN: the tests' Ctrl-C (``os.kill(pid, SIGINT)``) would then
+    never reach a cpctl they started, and a dozen interruption tests fail for a reason that is not
+    cpctl's. This process takes Python's usual handler back, so what it starts gets SIGINT's default
+    (a handler is reset at exec; an ignored signal would stay ignored)."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+_ctrl_c_reaches_the_processes_we_start()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_boot_entry_on_this_machine() -> Iterator[None]:
     """Fails the run if a test wrote a cpctl @reboot entry into this machine's own /etc/cron.d."""

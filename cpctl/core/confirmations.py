@@ -126,14 +126,16 @@ class Arm:
         return "revert failing: %s (attempt %d%s)" % (self.failing, self.attempts,
                                                        ", next try %s" % self.next_try if self.next_try else "")
 
-    def refusal(self, action: str, command: Callable[..., str] = command_hint_here) -> CpctlError:
+    def refusal(self, action: str, command: Callable[..., str] = command_hint_here,
+                now: Optional[Union[float, "NodeClock"]] = None) -> CpctlError:
         """Why ``action`` of the armed component is refused (exit 4, nothing changed): another
         change under an arm would make the revert undo the wrong one; a stop would leave it nothing
         to revert (the revert puts the old bytes back in the manifests dir, so a parked manifest
         means the arm is dropped and the change stays unconfirmed). An overdue arm refuses the same
-        way: a change never builds on a version whose revert is owed, and never reverts it by the way."""
+        way: a change never builds on a version whose revert is owed, and never reverts it by the way.
+        ``now``: the node's clock (``node_clock``), which decides whether it is overdue."""
         import time
-        if self.overdue(time.time()):
+        if self.overdue(time.time() if now is None else now):
             return CpctlError("%s refused: %s has an unconfirmed change (%s by %s) overdue since %s: the node's timer "
                               "reverts it; revert it now (%s), then retry; nothing changed"
                               % (action, self.component, self.action, self.by, self.deadline,
@@ -240,7 +242,7 @@ def refuse_armed(host: Host, state: StateDir, filename: str, action: str,
     (``Arm.refusal``; ``command``: ``Node.command``)."""
     arm = read(host, state, filename) if state.ensure(create=False) else None
     if arm is not None:
-        raise arm.refusal(action, command)
+        raise arm.refusal(action, command, node_clock(host))      # the node's clock says if it is overdue
 
 
 def read_all(host: Host, state: StateDir) -> List[Arm]:

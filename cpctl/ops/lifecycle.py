@@ -49,7 +49,7 @@ def _refuse_armed(node: Node, components: Sequence[str]) -> None:
         return
     for arm in confirmations.read_all(node.host, node.state):     # one read of the confirm dir
         if any(arm.matches(wanted) for wanted in components):
-            raise arm.refusal("stop", node.command)
+            raise arm.refusal("stop", node.command, confirmations.node_clock(node.host))
 
 
 def start(node: Node, components: Sequence[str], wait: bool, timeout: float) -> List[Outcome]:

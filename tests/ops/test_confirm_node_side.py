@@ -298,3 +298,25 @@ def test_without_systemd_a_boot_entry_restarts_the_revert_after_a_reboot(tmp_pat
     done = subprocess.run(node.argv("confirm", "scheduler"), env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert _boot_entry(cron) == "" and _arm_record(node) is None
+
+
+def test_a_refusal_under_an_arm_judges_overdue_on_the_nodes_clock(tmp_path: Any, monkeypatch: Any) -> None:
+    """A change of the armed component is refused either way (exit 4); whether the arm is "overdue
+    since T" or "reverts at T" is the node's to say: with the operator's clock two hours ahead, an
+    arm due in an hour on the node (the agent in a child process: its clock is the node's) is not
+    overdue - it said "overdue since" before."""
+    node = NodeDirs(str(tmp_path / "n"), files={"kube-scheduler.yaml": SCHEDULER})
+    _changed_and_armed(node, 3600.0)
+    host = SubprocessAgentHost()
+    real = time.time
+    try:
+        opened = open_node(_settings(node), host)
+        monkeypatch.setattr(time, "time", lambda: real() + 7200)          # the operator's clock only
+        with pytest.raises(CpctlError) as caught:
+            confirmations.refuse_armed(opened.host, opened.state, "kube-scheduler.yaml", "flags", opened.command)
+        monkeypatch.setattr(time, "time", real)
+    finally:
+        host.close()
+    assert caught.value.code == ExitCode.REFUSED
+    assert "reverts at %s" % _arm_record(node)["deadline"] in caught.value.message, caught.value.message
+    assert "overdue" not in caught.value.message

@@ -201,7 +201,7 @@ def _start_timer(node: Node, armed: Arm, within: int, launcher: Launcher) -> Tup
     argv = launcher.command + ["revert-unconfirmed", armed.component, "--op", armed.op]
     if timer_kind(node) == "systemd":
         return "systemd", _install_units(node, armed, argv, launcher), 0
-    log = confirmations.directory(node.state) + "/" + armed.file + ".log"
+    log = _revert_log(node, armed)
     node.host.makedirs(confirmations.directory(node.state), 0o700)
     _install_boot_entry(node, armed, argv + ["--within", str(within)], log)
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -211,6 +211,11 @@ def _start_timer(node: Node, armed: Arm, within: int, launcher: Launcher) -> Tup
     finally:
         os.close(fd)
     return "process", "", child.pid
+
+
+def _revert_log(node: Node, armed: Arm) -> str:
+    """``STATE/confirm/<file>.log``: where a detached revert process (and its boot entry) writes."""
+    return confirmations.directory(node.state) + "/" + armed.file + ".log"
 
 
 def boot_entry_path(node: Node, component: str) -> Optional[str]:
@@ -263,11 +268,20 @@ def _remove_boot_entry(node: Node, component: str, op: str) -> None:
     path = boot_entry_path(node, component)
     if path is None:
         return
-    try:
-        if op.encode() in node.host.read_file(path, 1 << 16):
+    if _names_arm(node, path, op, 1 << 16):
+        try:
             node.host.unlink(path)
+        except OSError:
+            pass
+
+
+def _names_arm(node: Node, path: str, op: str, limit: int) -> bool:
+    """The node-side file ``path`` (a revert unit, a boot entry) still names the arm ``op``: a newer
+    arm of the component rewrote it otherwise, and it is that arm's to remove."""
+    try:
+        return op.encode() in node.host.read_file(path, limit)
     except OSError:
-        pass
+        return False
 
 
 def unit_paths(component: str) -> List[str]:
@@ -365,12 +379,7 @@ def _remove_units(node: Node, armed: Arm) -> None:
     """Stop and remove the persistent revert unit of ``armed`` - only while its files still name
     this arm (a newer arm of the component rewrote them otherwise). Best effort."""
     unit = unit_name(armed.component)
-    service = unit_paths(armed.component)[0]
-    try:
-        mine = armed.op.encode() in node.host.read_file(service, 1 << 20)
-    except OSError:
-        mine = False
-    if not mine:
+    if not _names_arm(node, unit_paths(armed.component)[0], armed.op, 1 << 20):
         return
     node.host.run(["systemctl", "disable", "--now", "--quiet", unit + ".timer"], timeout=60.0)
     for path in unit_paths(armed.component):
@@ -416,7 +425,7 @@ def _start_remote(node: Node, armed: Arm, within: int, launcher: Launcher) -> Tu
             "revert-plan", base + ".plan", "--plan-sha256", hashlib.sha256(plan_bytes).hexdigest()]
     if timer_kind(node) == "systemd":
         return "systemd", _install_units(node, armed, argv, launcher), 0
-    log = confirmations.directory(node.state) + "/" + armed.file + ".log"
+    log = _revert_log(node, armed)
     _install_boot_entry(node, armed, argv + ["--within", str(within)], log)
     started = node.host.run(["sh", "-c", 'setsid "$0" "$@" </dev/null >>"$CPCTL_CONFIRM_LOG" 2>&1 & echo $!']
                             + argv + ["--within", str(within)], timeout=30.0, env={"CPCTL_CONFIRM_LOG": log})

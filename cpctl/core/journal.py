@@ -218,16 +218,11 @@ class ChangePath:
                              ExitCode.REFUSED) from None
         self._stage(change)
         self.state.write_journal(self._entry(change))
-        done: List[int] = []
-        for index, step in enumerate(change.steps):
-            try:
-                self._do(step, change.data.get(index))
-            except OSError as exc:
-                if index <= change.commit:     # the failed step may be half done (a copy made): undo it too
-                    return self._abort(change, done + [index], "%s: %s" % (_describe(step), _strerror(exc)))
-                return self._finish_with_leftovers(change, index, exc)
-            done.append(index)
-        return self._close(change, [], recovered=False)
+        outcome = self._steps.run(self._wire(change), change.commit, change.data)
+        failed = self._words(change, outcome.failed)
+        if outcome.state == "aborted":      # a step up to the commit failed; the runner undid what was done
+            return self._abort(change, failed[0], self._words(change, outcome.not_undone, " not undone"))
+        return self._close(change, failed, recovered=False)
 
     def _stage(self, change: Change) -> None:
         """Keep the new bytes of each write (and the bytes it replaces) in the state dir first, and
@@ -258,9 +253,9 @@ class ChangePath:
     def _entry(self, change: Change) -> Dict[str, object]:
         return entry_of(change, iso(), int(self.who()["pid"] or 0))
 
-    def _abort(self, change: Change, done: List[int], why: str) -> Applied:
-        """A step up to the commit failed: undo what was done, then fail with the reason."""
-        left = self._undo(change, done)
+    def _abort(self, change: Change, why: str, left: List[str]) -> Applied:
+        """A step up to the commit failed and what was done is undone (``left``: what could not be):
+        fail with the reason."""
         if left:
             raise CpctlError("%s of %s failed (%s) and could not be rolled back: %s; journal kept at %s, the "
                              "next cpctl run tries again" % (change.action, change.component, why, "; ".join(left),
@@ -268,16 +263,6 @@ class ChangePath:
         self._forget(change)
         raise CpctlError("%s of %s failed: %s (nothing changed)" % (change.action, change.component, why),
                          ExitCode.ENVIRONMENT)
-
-    def _finish_with_leftovers(self, change: Change, failed: int, exc: OSError) -> Applied:
-        """The commit step is done and a later one failed: try the rest, then record what is left."""
-        left = ["%s: %s" % (_describe(change.steps[failed]), _strerror(exc))]
-        for step, data in [(s, change.data.get(i)) for i, s in enumerate(change.steps) if i > failed]:
-            try:
-                self._do(step, data)
-            except OSError as later:
-                left.append("%s: %s" % (_describe(step), _strerror(later)))
-        return self._close(change, left, recovered=False)
 
     def _close(self, change: Change, unfinished: List[str], recovered: bool) -> Applied:
         """History, listeners, then forget the journal. No history -> no change: roll back."""
@@ -340,44 +325,37 @@ class ChangePath:
             return "the manifest is at %s" % commit.src
         return "%s holds its previous content" % commit.path
 
-    # --- steps: host/ops.StepRunner, the one executor (the node-side revert runs it too) -----------
+    # --- steps: host/ops.StepRunner, the one executor and its loops (the node-side revert runs them too)
     @property
     def _steps(self) -> hostops.StepRunner:
-        return hostops.StepRunner(self.host, manifests.MAX_MANIFEST_BYTES)
+        return hostops.StepRunner(self.host, manifests.MAX_MANIFEST_BYTES, tolerated=(OSError, CpctlError))
 
-    def _do(self, step: Step, data: Optional[bytes]) -> None:
-        self._steps.do(step.to_wire(), data)
+    @staticmethod
+    def _wire(change: Change) -> List[Dict[str, Any]]:
+        return [step.to_wire() for step in change.steps]
 
-    def _is_done(self, step: Step) -> bool:
-        return bool(self._steps.is_done(step.to_wire()))
-
-    def _undo_step(self, step: Step) -> None:
-        self._steps.undo(step.to_wire())
+    @staticmethod
+    def _words(change: Change, failures: List[Tuple[int, BaseException]], suffix: str = "") -> List[str]:
+        """A runner's [(step index, error)] as text: "<what the step does><suffix>: <why>"."""
+        return ["%s%s: %s" % (_describe(change.steps[index]), suffix, _strerror(exc)) for index, exc in failures]
 
     def _undo(self, change: Change, indexes: List[int]) -> List[str]:
         """Undo these steps in reverse order; what could not be undone, as text."""
-        left = []
-        for index in sorted(indexes, reverse=True):
-            step = change.steps[index]
-            try:
-                self._undo_step(step)
-            except (OSError, CpctlError) as exc:
-                left.append("%s not undone: %s" % (_describe(step), _strerror(exc)))
-        return left
-
-    def _holds(self, path: str, checksum: str) -> bool:
-        return bool(self._steps.holds(path, checksum))
+        return self._words(change, self._steps.undo_all(self._wire(change), indexes), " not undone")
 
     # --- recovery ------------------------------------------------------------------------------
     def recover(self, entry: Dict[str, Any]) -> Applied:
         """Finish or roll back the change a killed cpctl left in the journal ``entry``."""
         change = self.change_from_journal(entry)
         started = started_text(entry)
-        if self._is_done(change.steps[change.commit]):
-            return self._roll_forward(change, started)
-        if not self._before_state(change.steps[change.commit]):
+        outcome = self._steps.recover(self._wire(change), change.commit)
+        if outcome.state == "completed":
+            finished = self._close(change, self._words(change, outcome.failed), recovered=True)
+            finished.message = "completed interrupted %s of %s (%s)" % (change.action, change.component, started)
+            return finished
+        if outcome.state == "nowhere":
             raise self._nowhere(change, started)
-        left = self._undo(change, list(range(change.commit)))
+        left = self._words(change, outcome.not_undone, " not undone")
         if left:
             raise CpctlError("interrupted %s of %s (%s) can be neither completed nor rolled back: %s; journal kept "
                              "at %s" % (change.action, change.component, started, "; ".join(left),
@@ -385,24 +363,6 @@ class ChangePath:
         self._forget(change)
         return Applied(change, False, message="rolled back interrupted %s of %s (%s; %s)"
                        % (change.action, change.component, started, self._where(change)))
-
-    def _roll_forward(self, change: Change, started: str) -> Applied:
-        """The commit step is done: redo every step that is not (all are idempotent: this finishes an
-        interrupted copy across filesystems too), record the history, say so."""
-        left = []
-        for index, step in enumerate(change.steps):
-            try:
-                if index == change.commit or not self._is_done(step):
-                    self._do(step, change.data.get(index))
-            except (OSError, CpctlError) as exc:
-                left.append("%s: %s" % (_describe(step), _strerror(exc)))
-        outcome = self._close(change, left, recovered=True)
-        outcome.message = "completed interrupted %s of %s (%s)" % (change.action, change.component, started)
-        return outcome
-
-    def _before_state(self, step: Step) -> bool:
-        """The commit step's starting point is still there (so rolling back loses nothing)."""
-        return bool(self._steps.before_state(step.to_wire()))
 
     def _nowhere(self, change: Change, started: str) -> CpctlError:
         commit = change.steps[change.commit]

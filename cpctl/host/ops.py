@@ -1333,6 +1333,20 @@ def _sha_of(path):
     return hashlib.sha256(read_file(path, info["size"] + 1)).hexdigest()
 
 
+class StepOutcome(object):
+    """What ``StepRunner.run`` or ``recover`` did: ``state`` is ``completed``, ``aborted`` (run: a step
+    up to the commit failed, what was done is undone), ``rolled_back`` or ``nowhere`` (recover);
+    ``failed``: [(step index, error)] of steps that could not be done; ``not_undone``: the same for
+    steps an undo could not put back."""
+
+    __slots__ = ("state", "failed", "not_undone")
+
+    def __init__(self, state):
+        self.state = state
+        self.failed = []
+        self.not_undone = []
+
+
 class StepRunner(object):
     """THE executor of a journaled change's steps (wire form: dicts with ``kind``, ``path``, ``src``,
     ``checksum``, ``staged``, ``before``, ``kept``, ``mode``, ``uid``, ``gid``), standard library only:
@@ -1341,11 +1355,69 @@ class StepRunner(object):
     functions. Every step is idempotent: ``do`` a done step does nothing, ``undo`` an undone one either.
 
     ``fs`` offers ``lstat``, ``read_file``, ``write_atomic``, ``move``, ``unlink``, ``chmod`` with this
-    module's signatures (``Host`` has the same); ``limit`` bounds what is read back."""
+    module's signatures (``Host`` has the same); ``limit`` bounds what is read back; ``tolerated``:
+    the errors an undo or a roll-forward notes and goes on after (OSError; through a Host also its
+    own error for a lost connection).
 
-    def __init__(self, fs, limit):
+    ``run`` and ``recover`` are THE loops over a change's steps - how a change is applied and how an
+    interrupted one is finished or rolled back - for every caller: the journal (locally or over
+    SSH) and the node-side revert alike. They return a ``StepOutcome``; the caller words it and
+    records the history."""
+
+    def __init__(self, fs, limit, tolerated=(OSError,)):
         self.fs = fs
         self.limit = limit
+        self.tolerated = tuple(tolerated)
+
+    def run(self, steps, commit, data=None):
+        """Do ``steps`` in order (new bytes of a write: ``data[index]``, else its staged copy). A step
+        up to the commit that fails (it may be half done) is undone with all done before it, in
+        reverse: ``completed`` False, nothing changed unless ``not_undone`` says otherwise. A step
+        after the commit that fails is noted and the rest still done: the change has happened."""
+        outcome = StepOutcome("aborted")
+        done = []  # type: list
+        for index, step in enumerate(steps):
+            try:
+                self.do(step, (data or {}).get(index))
+            except OSError as exc:
+                outcome.failed.append((index, exc))
+                if index <= commit:
+                    outcome.not_undone = self.undo_all(steps, done + [index])
+                    return outcome
+                continue
+            done.append(index)
+        outcome.state = "completed"
+        return outcome
+
+    def recover(self, steps, commit):
+        """Finish or roll back a change interrupted at any instant, from the files alone: the commit
+        step is done -> redo every step that is not (and the commit step: it finishes an interrupted
+        copy across filesystems), ``completed``; its starting point is still there -> undo the steps
+        before it, ``rolled_back``; neither -> ``nowhere`` (the file is in neither form: touch nothing)."""
+        if self.is_done(steps[commit]):
+            outcome = StepOutcome("completed")
+            for index, step in enumerate(steps):
+                try:
+                    if index == commit or not self.is_done(step):
+                        self.do(step)
+                except self.tolerated as exc:
+                    outcome.failed.append((index, exc))
+            return outcome
+        if not self.before_state(steps[commit]):
+            return StepOutcome("nowhere")
+        outcome = StepOutcome("rolled_back")
+        outcome.not_undone = self.undo_all(steps, list(range(commit)))
+        return outcome
+
+    def undo_all(self, steps, indexes):
+        """Undo these steps in reverse order: [(index, error)] of those that could not be undone."""
+        left = []
+        for index in sorted(indexes, reverse=True):
+            try:
+                self.undo(steps[index])
+            except self.tolerated as exc:
+                left.append((index, exc))
+        return left
 
     def holds(self, path, checksum):
         """``path`` is a regular file whose sha256 is ``checksum``."""
@@ -1412,31 +1484,73 @@ class StepRunner(object):
         return True
 
 
-def _plan_apply(plan):
-    """Apply the plan's journaled change under the node lock: (exit code, message)."""
+def _node_runner():
+    """The journal's own executor (``StepRunner``) on this node's primitives (also when exec'd)."""
+    import types
+    here = types.SimpleNamespace(lstat=lstat, read_file=read_file, write_atomic=write_atomic, move=move,
+                                 unlink=unlink, chmod=chmod)
+    return StepRunner(here, 64 << 20)
+
+
+def _read_json(path, limit):
+    """The JSON object at ``path`` (None: none, or not readable as one)."""
     import json
+    try:
+        with open(path, "rb") as handle:
+            value = json.loads(handle.read(limit).decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _step_failures(steps, failures, suffix=""):
+    """A runner's [(step index, error)] as text, as cpctl's journal words it."""
+    return ["%s %s%s: %s" % (steps[index]["kind"], steps[index]["path"], suffix, getattr(exc, "strerror", None) or exc)
+            for index, exc in failures]
+
+
+def _forget_steps(plan, steps, keys):
+    """Remove the journal, then the steps' files named by ``keys`` (``staged``, ``kept``)."""
+    unlink(plan["journal"])
+    for step in steps:
+        for key in keys:
+            if step.get(key):
+                unlink(step[key])
+
+
+def _recorded(plan, op):
+    """The history already holds a record of change ``op`` (as cpctl's recovery checks)."""
+    try:
+        return ('"op":"%s"' % op).encode("utf-8") in read_tail(plan["history"], 256 << 10)
+    except OSError:
+        return False
+
+
+def _record_revert(plan, unfinished):
+    import json
+    record = dict(plan["record"], time=_utc_now(), op=plan["entry"]["op"])
+    if unfinished:
+        record["unfinished"] = unfinished
+    append(plan["history"], (json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n").encode("utf-8"))
+
+
+def _plan_apply(plan):
+    """Apply the plan's journaled change under the node lock with the journal's own loop
+    (``StepRunner.run``): (exit code, message). A step that fails before the change has happened
+    leaves everything as it was (exit 7: the arm stays, the revert is tried again)."""
+    import json
+    runner = _node_runner()
     entry = plan["entry"]
     steps = entry["steps"]
-    armed = plan["armed"]
-    try:
-        with open(plan["arm"], "rb") as handle:
-            arm = json.loads(handle.read(1 << 16).decode("utf-8"))
-    except (OSError, ValueError):
-        arm = None
     if lstat(plan["journal"]) is not None:
-        problem = _finish_arm(plan)
-        if problem:
-            return 7, problem
-        try:
-            with open(plan["arm"], "rb") as handle:
-                arm = json.loads(handle.read(1 << 16).decode("utf-8"))
-        except (OSError, ValueError):
-            arm = None
-    if not isinstance(arm, dict) or arm.get("op") != plan["op"]:
+        code, message = _pending_journal(plan, runner)
+        if code is not None:
+            return code, message
+    arm = _arm_record(plan["arm"])
+    if arm is None or arm.get("op") != plan["op"]:
         return 0, "nothing armed for %s any more (confirmed or reverted already)" % entry["component"]
     commit = steps[entry["commit"]]
-    now = _sha_of(commit["path"])
-    if now != armed:
+    if _sha_of(commit["path"]) != plan["armed"]:
         return 10, ("unconfirmed change of %s NOT reverted: %s no longer holds the armed version (another writer "
                     "replaced it); it stays as it is" % (entry["component"], commit["path"]))
     for step in steps:                       # the bytes each write replaces are still the expected ones
@@ -1446,57 +1560,66 @@ def _plan_apply(plan):
     for step in steps:                       # keep what each write replaces (for the journal's undo)
         if step["kind"] == "write" and step.get("before"):
             write_atomic(step["kept"], read_file(step["path"], 64 << 20))
-    entry = dict(entry, started=_utc_now(), pid=os.getpid())
-    write_atomic(plan["journal"], (json.dumps(entry, indent=1, sort_keys=True) + "\n").encode("utf-8"))
-    import types
-    here = types.SimpleNamespace(lstat=lstat, read_file=read_file, write_atomic=write_atomic, move=move,
-                                 unlink=unlink, chmod=chmod)    # this node's primitives (also when exec'd)
-    runner = StepRunner(here, 64 << 20)                         # the journal's own executor, on this node
-    for step in steps:
-        runner.do(step)
-    record = dict(plan["record"], time=_utc_now(), op=entry["op"])
-    append(plan["history"], (json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n").encode("utf-8"))
-    unlink(plan["journal"])
-    for step in steps:
-        for key in ("staged", "kept"):
-            if step.get(key):
-                unlink(step[key])
+    started = dict(entry, started=_utc_now(), pid=os.getpid())
+    write_atomic(plan["journal"], (json.dumps(started, indent=1, sort_keys=True) + "\n").encode("utf-8"))
+    outcome = runner.run(steps, entry["commit"])
+    failed = _step_failures(steps, outcome.failed)
+    if outcome.state == "aborted":
+        left = _step_failures(steps, outcome.not_undone, " not undone")
+        if left:                             # the journal stays: the next try (or cpctl) finishes it
+            return 7, "%s, and undoing it failed: %s" % (failed[0], "; ".join(left))
+        _forget_steps(plan, steps, ("kept",))    # the staged bytes stay for the next try
+        return 7, "%s (nothing changed)" % failed[0]
+    _record_revert(plan, failed)
+    _forget_steps(plan, steps, ("staged", "kept"))
     return 0, "reverted"
 
 
-def _finish_arm(plan):
-    """A journal is pending: when it is the arm of this very plan (cpctl killed right after writing
-    the arm, before its history record), finish it as cpctl's recovery would - the arm file holds its
-    bytes: record it; it does not: forget it. Anything else is cpctl's to recover: the reason."""
+def _pending_journal(plan, runner):
+    """A journal is pending. When it is this plan's own - its revert, interrupted; or the arm that
+    started it (cpctl killed right after writing the arm, before its history record) - the journal's
+    recovery (``StepRunner.recover``) finishes or rolls it back and records it as cpctl's would:
+    (None, "") to go on, or (0, "reverted") when it finished the revert itself. Anything else is
+    cpctl's to recover (exit 7 and why)."""
     import json
     import pwd
     import socket
-    try:
-        with open(plan["journal"], "rb") as handle:
-            entry = json.loads(handle.read(1 << 20).decode("utf-8"))
-    except (OSError, ValueError):
-        entry = None
+    entry = _read_json(plan["journal"], 1 << 20)
+    own = plan["entry"]
+    state_dir = os.path.dirname(plan["journal"]) + "/"
+    if isinstance(entry, dict) and entry.get("op") == own["op"] and entry.get("steps") == own["steps"] \
+            and entry.get("commit") == own["commit"]:
+        outcome = runner.recover(own["steps"], own["commit"])
+        if outcome.state == "completed":
+            if not _recorded(plan, own["op"]):
+                _record_revert(plan, _step_failures(own["steps"], outcome.failed))
+            _forget_steps(plan, own["steps"], ("staged", "kept"))
+            return 0, "reverted"
+        if outcome.state == "rolled_back" and not outcome.not_undone:
+            _forget_steps(plan, own["steps"], ("kept",))
+            return None, ""
+        return 7, ("the interrupted revert of %s (%s) can be neither completed nor rolled back: %s" % (
+            own["component"], plan["journal"],
+            "; ".join(_step_failures(own["steps"], outcome.not_undone, " not undone")) or "its manifest is in "
+            "neither form"))
     steps = entry.get("steps") if isinstance(entry, dict) else None
+    arm_step = steps[0] if isinstance(steps, list) and len(steps) == 1 and isinstance(steps[0], dict) else {}
     if not isinstance(entry, dict) or entry.get("action") != "armed" or entry.get("op") != plan["op"] + "-arm" \
-            or not isinstance(steps, list) or len(steps) != 1 or steps[0].get("path") != plan["arm"]:
-        return ("an interrupted cpctl change is pending (%s): the unconfirmed change of %s is NOT reverted; run any "
-                "cpctl command on this node (it finishes that change, then reverts)" % (plan["journal"],
-                                                                                       plan["entry"]["component"]))
-    try:                                     # its history record may be written already (as cpctl's recovery checks)
-        recorded = ('"op":"%s"' % entry["op"]).encode("utf-8") in read_tail(plan["history"], 256 << 10)
-    except OSError:
-        recorded = False
-    if _sha_of(plan["arm"]) == steps[0].get("checksum") and not recorded:
+            or entry.get("commit") != 0 or arm_step.get("kind") != "write" or arm_step.get("path") != plan["arm"] \
+            or not all(not arm_step.get(key) or str(arm_step[key]).startswith(state_dir) for key in ("staged", "kept")):
+        return 7, ("an interrupted cpctl change is pending (%s): the unconfirmed change of %s is NOT reverted; run any "
+                   "cpctl command on this node (it finishes that change, then reverts)" % (plan["journal"],
+                                                                                          own["component"]))
+    outcome = runner.recover(steps, 0)
+    if outcome.state == "completed" and not _recorded(plan, entry["op"]):
         record = dict(entry.get("record") or {}, time=_utc_now(),
                       user=pwd.getpwuid(os.geteuid()).pw_name, host=socket.gethostname(), node=plan["verdict"]["node"],
                       action="armed", component=entry.get("component"), file=entry.get("file"),
                       checksum=entry.get("checksum"), op=entry["op"], recovered=True,
                       origin="recovered by the node-side revert")
         append(plan["history"], (json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n").encode("utf-8"))
-    unlink(plan["journal"])
-    if steps[0].get("staged"):
-        unlink(steps[0]["staged"])
-    return ""
+    _forget_steps(plan, steps, ("staged", "kept"))
+    return None, ""
 
 
 def _plan_verify(check):
@@ -1590,13 +1713,7 @@ RETRY_FIRST, RETRY_MAX = 5.0, 300.0    # a revert that meets an environment erro
 
 def _arm_record(path):
     """The arm record at ``path`` as a dict (None: none, or not readable as one)."""
-    import json
-    try:
-        with open(path, "rb") as handle:
-            value = json.loads(handle.read(1 << 16).decode("utf-8"))
-    except (OSError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
+    return _read_json(path, 1 << 16)
 
 
 def arm_due_in(arm, now=None):

@@ -104,6 +104,54 @@ def test_sigkill_before_every_file_change_of_the_node_side_revert(tmp_path: Any)
 
 
 @pytest.mark.slow
+def test_the_node_side_revert_finishes_its_own_interrupted_run(tmp_path: Any) -> None:
+    """Issue 33 (one recovery): the node-side revert SIGKILLed before any of its file operations (a
+    reboot, the OOM killer) and nothing of cpctl run since - the next run of the revert itself (the
+    timer firing again after the reboot) finishes or rolls back its own journal with the journal's
+    recovery (``StepRunner.recover``), then reverts: the old version back, the arm gone, one
+    ``rollback`` in the history, no journal (the plan's own files go with ``_plan_cleanup`` at the
+    end of every run). It used to refuse ("run any cpctl command on this
+    node"), which a master managed over SSH never gets."""
+    _, calls = _run(_prepare(str(tmp_path / "count"))[1], 0)
+    for kill_at in range(1, calls + 1):
+        root = str(tmp_path / ("k%d" % kill_at))
+        node, plan = _prepare(root)
+        status, _ = _run(plan, kill_at)
+        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, kill_at
+        rc, message = hostops._plan_apply(plan)
+        assert rc == 0, (kill_at, message)
+        assert not os.path.exists(node.journal), kill_at
+        assert _manifest(node) == SCHEDULER, (kill_at, message)
+        assert not os.path.exists(os.path.join(node.state, "confirm", "kube-scheduler.yaml.json")), kill_at
+        assert _actions(node).count("rollback") == 1 and _actions(node)[-1] == "rollback", (kill_at, _actions(node))
+        shutil.rmtree(root)
+
+
+def test_a_revert_step_that_fails_before_the_commit_changes_nothing_and_is_retried(tmp_path: Any,
+                                                                                   monkeypatch: Any) -> None:
+    """The journal's own loop (``StepRunner.run``) on the node: the manifest's write fails (EROFS)
+    -> what was done is undone, the journal cleared, the arm kept, exit 7 (retried with back-off);
+    the next try, the filesystem writable again, reverts from the same staged bytes."""
+    import errno
+    node, plan = _prepare(str(tmp_path / "n"))
+    real = hostops.write_atomic
+
+    def read_only(path: str, *args: Any, **kwargs: Any) -> Any:
+        if path.startswith(node.manifests + "/"):
+            raise OSError(errno.EROFS, "Read-only file system", path)
+        return real(path, *args, **kwargs)
+    monkeypatch.setattr(hostops, "write_atomic", read_only)
+    rc, message = hostops._plan_apply(plan)
+    assert rc == 7 and "Read-only file system" in message and "nothing changed" in message, message
+    assert _manifest(node) == NEW_SCHEDULER and not os.path.exists(node.journal)
+    assert os.path.exists(os.path.join(node.state, "confirm", "kube-scheduler.yaml.json"))
+    assert _actions(node)[-1] == "armed"
+    monkeypatch.setattr(hostops, "write_atomic", real)
+    assert hostops._plan_apply(plan) == (0, "reverted")
+    assert _manifest(node) == SCHEDULER and _actions(node)[-1] == "rollback"
+
+
+@pytest.mark.slow
 def test_the_plan_finishes_an_arm_whose_cpctl_was_killed(tmp_path: Any) -> None:
     """cpctl killed at any point of writing the arm (its journal, the record, the history line, the
     journal cleared): the node-side plan finishes that journal as cpctl's recovery would - the arm on

@@ -364,6 +364,40 @@ def test_one_executor_applies_journal_steps() -> None:
     assert _step_writers(parsed(ROOT / "cpctl/host/ops.py")), "the executor itself is found"
 
 
+_STEP_CALLS = {"do", "undo", "is_done", "before_state"}     # one step at a time: only the runner's own loops
+
+
+def _step_drivers(tree: ast.AST) -> List[Tuple[str, int, str]]:
+    """(enclosing class, line, method) of every ``x.do(...)``/``.undo``/``.is_done``/``.before_state`` call."""
+    found: List[Tuple[str, int, str]] = []
+
+    def walk(node: ast.AST, owner: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            here = child.name if isinstance(child, ast.ClassDef) else owner
+            if isinstance(child, ast.Call) and isinstance(child.func, ast.Attribute) and child.func.attr in _STEP_CALLS:
+                found.append((owner, child.lineno, child.func.attr))
+            walk(child, here)
+    walk(tree, "")
+    return found
+
+
+def test_one_loop_and_one_recovery_over_journal_steps() -> None:
+    """Issue 33: how a change's steps are run in order (and undone when one fails before the commit),
+    and how an interrupted change is finished or rolled back, is ``StepRunner.run`` / ``recover`` -
+    used by the journal and by the node-side revert alike. A second loop or recovery that drives the
+    steps one by one (``runner.do(step)``, ``.undo``, ``.is_done``, ``.before_state``) anywhere but in
+    ``StepRunner`` itself fails here."""
+    wrong = []
+    for name, path in sorted(modules("cpctl").items()):
+        for owner, line, call in _step_drivers(parsed(path)):
+            if not (name == "cpctl.host.ops" and owner == "StepRunner"):
+                wrong.append("%s:%d .%s() (in %s)" % (path.relative_to(ROOT), line, call, owner or "module"))
+    assert not wrong, "journal steps driven one by one outside host/ops.StepRunner:\n" + "\n".join(wrong)
+    runner = next(n for n in parsed(ROOT / "cpctl/host/ops.py").body if isinstance(n, ast.ClassDef)
+                  and n.name == "StepRunner")
+    assert {"run", "recover"} <= {f.name for f in runner.body if isinstance(f, ast.FunctionDef)}
+
+
 # --- typed results ops -> CLI (issue 33) ----------------------------------------------------------------------
 #: Change functions of ``ops`` that still return a free dict: this list only shrinks (an entry that is no
 #: longer one fails the test, so it is struck off when its function gets a typed result).

@@ -73,6 +73,17 @@ class DirEntry(_NamedStat, total=False):
     target_size: int
 
 
+class PodIdentity(TypedDict):
+    """What tells one instance of a static pod from the next (``host.ops.is_new_since`` compares
+    two): ``crictl_pod``'s answer has these keys, and so does ``PodState.identity()``; a revert
+    plan carries the one seen at arm time."""
+
+    present: bool
+    uid: str
+    containers: List[str]
+    started: Optional[float]
+
+
 class HttpReply(TypedDict):
     """What ``http`` returns across the agent boundary: the status, headers and (bounded) body."""
 

@@ -440,7 +440,10 @@ def _start_remote(node: Node, armed: Arm, within: int, launcher: Launcher) -> Tu
 def _plan(node: Node, armed: Arm, base: str) -> Dict[str, object]:
     """The journaled change that reverts ``armed`` - built by cpctl's own ``replace_change`` now,
     its new bytes staged next to the plan - plus what the node checks and records (``host.ops``)."""
+    from cpctl.host.base import PodIdentity
     from cpctl.probes import health
+    from cpctl.probes.base import Unavailable
+    from cpctl.probes.crictl import CrictlProbe
     revision = _kept_revision(node, armed.file, armed.revision, armed.previous)
     previous = revisions_of(node).read(revision)
     manifest = edits.current(node, armed.component, "rollback")
@@ -462,11 +465,12 @@ def _plan(node: Node, armed: Arm, base: str) -> Dict[str, object]:
                "component": change.component, "file": change.file, "checksum": change.checksum, "origin": origin}
     history.update({k: v for k, v in change.record.items() if v is not None})
     target = node.target_for(manifests.parse_pod(previous), manifest.file)
-    seen = node.host.run([node.crictl, "ps", "-q", "--label", "io.kubernetes.pod.name=" + target.mirror_name],
-                         timeout=10.0)
-    containers = seen.stdout.decode("utf-8", "replace").split() if seen.rc == 0 else None
-    verify = {"url": health.health_url(target) or "", "crictl": node.crictl if containers is not None else "",
-              "pod": target.mirror_name, "containers": containers,
+    try:                                  # the pod running now, as the revert's check will read it then
+        before: Optional[PodIdentity] = CrictlProbe(node.host, node.crictl).observe(target).identity()
+    except Unavailable:                   # no crictl (or it cannot tell now): the health endpoint alone
+        before = None
+    verify = {"url": health.health_url(target) or "", "crictl": node.crictl if before is not None else "",
+              "pod": target.mirror_name, "namespace": target.namespace, "before": before,
               "timeout": int(edits.wait_limit(edits.ApplyOptions(), target.pod)), "settle": 5}
     verdict = {"user": "root", "host": str(who.get("hostname")), "node": node.node_name, "component": armed.component,
                "file": armed.file, "checksum": armed.previous, "revision": armed.revision, "reason": why,

@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Protocol, Sequence, Tuple
 
+from cpctl.host.base import PodIdentity
+from cpctl.host.ops import is_new_since
 from cpctl.timeutil import iso
 
 if TYPE_CHECKING:
@@ -151,14 +153,14 @@ class PodState:
     restarts: Optional[int] = None   # container restarts (crictl: attempt; API: restartCount), None: unknown
 
     def is_new_since(self, before: Optional["PodState"]) -> bool:
-        """True when this pod cannot be the one observed in ``before``."""
-        if before is None or not before.present:
-            return True
-        if self.uid and before.uid and self.uid != before.uid:
-            return True
-        if self.containers and before.containers and not set(self.containers) & set(before.containers):
-            return True
-        return bool(self.started and before.started and self.started > before.started)
+        """True when this pod cannot be the one observed in ``before``: the rule of
+        ``host.ops.is_new_since``, which the node-side revert's check applies too."""
+        return bool(is_new_since(self.identity(), before.identity() if before is not None else None))
+
+    def identity(self) -> PodIdentity:
+        """What tells this pod from another one (the shape ``host.ops.is_new_since`` compares)."""
+        return {"present": self.present, "uid": self.uid, "containers": list(self.containers),
+                "started": self.started}
 
     def to_dict(self) -> dict:
         age = time.time() - self.created if self.created else None

@@ -256,3 +256,39 @@ def test_the_timer_runs_only_the_agent_and_the_plan_it_armed(tmp_path: Any) -> N
         assert handle.read() == SCHEDULER
     left = sorted(n for n in os.listdir(os.path.join(node.state, "confirm")) if n.startswith("kube-scheduler.yaml."))
     assert left == [], "the reverted plan's files pile up in the state dir: %s" % left
+
+
+def _crictl_shim(tmp_path: Any, uid: str, container: str) -> str:
+    """A crictl printing one ready sandbox of uid ``uid`` running ``container`` (as crictl's JSON)."""
+    import json
+    import sys
+    pods = {"items": [{"id": "sb-" + uid, "state": "SANDBOX_READY", "createdAt": "1000",
+                       "metadata": {"name": "kube-scheduler-" + NODE, "namespace": "kube-system", "uid": uid}}]}
+    ps = {"containers": [{"id": container, "state": "CONTAINER_RUNNING", "createdAt": "2000000000000000000",
+                          "metadata": {"name": "kube-scheduler", "attempt": 0}}]}
+    path = str(tmp_path / ("crictl-" + container))
+    with open(path, "w") as handle:
+        handle.write("#!%s\nimport sys\nprint(%r if sys.argv[1] == 'pods' else %r)\n"
+                     % (sys.executable, json.dumps(pods), json.dumps(ps)))
+    os.chmod(path, 0o755)
+    return path
+
+
+def test_the_node_side_check_reads_the_pod_as_the_crictl_probe_does(tmp_path: Any) -> None:
+    """Issue 33 (no second verifier): the node-side revert's check reads crictl with the crictl probe's
+    own reader (``host.ops.crictl_pod``) and judges "new" with the waiter's rule (``is_new_since``)
+    against the pod cpctl's crictl probe saw at arm time: the old pod still running is NOT verified,
+    a new one is."""
+    from cpctl.host.local import LocalHost
+    from cpctl.probes.base import PodTarget
+    from cpctl.probes.crictl import CrictlProbe
+    old = _crictl_shim(tmp_path, "u1", "c1")
+    target = PodTarget("kube-scheduler", "kube-system", NODE, {}, "kube-scheduler.yaml")
+    before = CrictlProbe(LocalHost(), old).observe(target).identity()
+    assert before == {"present": True, "uid": "u1", "containers": ["c1"], "started": 2000000000.0}
+    check = {"crictl": old, "pod": target.mirror_name, "namespace": "kube-system", "before": before, "url": "",
+             "timeout": 2, "settle": 0}
+    ok, why = hostops._plan_verify(check)
+    assert not ok and "still the old pod" in why, why
+    ok, why = hostops._plan_verify(dict(check, crictl=_crictl_shim(tmp_path, "u2", "c2")))
+    assert ok and "a new kube-scheduler-%s pod runs" % NODE in why, why

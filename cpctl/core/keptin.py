@@ -33,6 +33,7 @@ from typing import Callable, List, Optional, Tuple
 from cpctl.core import manifests
 from cpctl.core.node import Node
 from cpctl.errors import CpctlError, ExitCode
+from cpctl.host import ops as hostops
 from cpctl.timeutil import iso
 
 SUBDIR = "keepin"
@@ -269,13 +270,12 @@ def undo(node: Node, kept: KeptConfig) -> str:
         meta = found.get("metadata") if isinstance(found.get("metadata"), dict) else {}
         assert isinstance(meta, dict)
         text, version = data.get(kept.key), str(meta.get("resourceVersion") or "")
-        if text == kept.before:
+        decision = hostops.config_undo(text if isinstance(text, str) else "", version, kept.before, kept.after,
+                                       kept.resource_version)
+        if decision in ("done", "nothing"):  # back already / cpctl's write never landed: nothing to do
             drop(node, kept)
             return ""
-        if not kept.resource_version and text != kept.after:
-            drop(node, kept)           # cpctl's write never landed (or was not cpctl's to undo): nothing to do
-            return ""
-        if kept.resource_version and version != kept.resource_version:
+        if decision == "theirs":
             drop(node, kept)
             return ("%s was changed by someone else since cpctl's --keep-in change of %s (resourceVersion %s, "
                     "cpctl wrote %s): left as it is - it may still hold what was undone: check it (%s)"

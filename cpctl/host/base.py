@@ -84,6 +84,19 @@ class PodIdentity(TypedDict):
     started: Optional[float]
 
 
+class NodeApiAccess(TypedDict):
+    """How a node-side revert reaches the API server with the node's kubeconfig and no copy of a
+    credential (``probes.kubeapi.node_access`` builds it, ``host.ops._api_from`` uses it): the server,
+    the TLS options that name files (or ``insecure``), and for each credential embedded in the file
+    the byte range of its base64 text, valid only while the file's sha256 is ``sha256``."""
+
+    server: str
+    kubeconfig: str
+    sha256: str
+    tls: TlsOptions
+    slices: Dict[str, List[int]]
+
+
 class HttpReply(TypedDict):
     """What ``http`` returns across the agent boundary: the status, headers and (bounded) body."""
 

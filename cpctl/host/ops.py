@@ -1622,6 +1622,183 @@ def _pending_journal(plan, runner):
     return None, ""
 
 
+# --- putting back a --keep-in write to a ConfigMap: ONE rule, for cpctl (``core.keptin.undo``) and for
+# the node-side revert of a master without cpctl (``_plan_keepin``) ------------------------------------------
+def config_undo(text, version, before, after, written_version):
+    """What undoing cpctl's write of ``after`` over ``before`` (which produced ``written_version``;
+    "" when cpctl was killed before it could record it) does with the ConfigMap key as found now
+    (``text``, None: no such ConfigMap; ``version``: its resourceVersion): ``gone`` (nothing to put
+    back), ``done`` (it holds ``before`` already), ``nothing`` (cpctl's write never landed),
+    ``theirs`` (someone else changed it since: leave it, say so) or ``write`` (put ``before`` back,
+    over exactly this resourceVersion)."""
+    if text is None:
+        return "gone"
+    if text == before:
+        return "done"
+    if not written_version:
+        return "write" if text == after else "nothing"
+    return "write" if version == written_version else "theirs"
+
+
+def _api_from(ref):
+    """(server, tls) for the node-side revert to reach the API server: the credentials read from the
+    node's kubeconfig itself, at the byte offsets of their base64 text cpctl recorded at arm time
+    (``probes.kubeapi.node_access``: no copy of a credential anywhere), and only while the file is
+    the one cpctl read (its sha256; ``kubeadm certs renew`` rewrites admin.conf). None when not."""
+    import base64
+    import hashlib
+    raw = read_file(ref["kubeconfig"], 4 << 20)
+    if hashlib.sha256(raw).hexdigest() != ref["sha256"]:
+        return None
+    tls = dict((k, v) for k, v in (ref.get("tls") or {}).items()
+               if k in ("insecure", "ca_file", "cert_file", "key_file"))
+    for key, where in (ref.get("slices") or {}).items():
+        if key not in ("ca_data", "cert_data", "key_data") or not isinstance(where, list) or len(where) != 2:
+            return None
+        tls[key] = base64.b64decode(raw[int(where[0]):int(where[1])], validate=True)
+    return ref["server"], tls
+
+
+_K8S_NAME = "^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+_KEPT_FIELDS = ("op", "component", "file", "previous", "checksum", "namespace", "name", "key", "before", "after",
+                "resource_version", "time")
+
+
+def _kept_record(path, state_dir, manifest_file):
+    """A ``--keep-in kubeadm-config`` record (``STATE/keepin/<file>.<op>.json``, as ``core.keptin`` writes
+    it) of the reverted manifest file, checked like cpctl checks it; None when gone or not one."""
+    import re
+    if os.path.dirname(path) != state_dir + "/keepin":
+        return None
+    kept = _read_json(path, 4 << 20)
+    if kept is None or any(not isinstance(kept.get(f), str) for f in _KEPT_FIELDS) or \
+            not re.match("^[0-9a-f]{8,64}$", kept["op"]) or kept["file"] != manifest_file or \
+            os.path.basename(path) != "%s.%s.json" % (kept["file"], kept["op"]) or \
+            not re.match(_K8S_NAME, kept["namespace"]) or not re.match(_K8S_NAME, kept["name"]):
+        return None
+    return kept
+
+
+def _plan_keepin(plan):
+    """After the revert, under the node lock: put back the ClusterConfiguration the reverted change
+    wrote (``--keep-in kubeadm-config``), with cpctl's own rule (``config_undo``: only over cpctl's
+    write; someone else's later change is left and named), its record dropped, history
+    ``keep-in-undone`` - what ``core.keptin.settle`` does at the next cpctl command, done here at once
+    because a master managed over SSH may see none for a long time. What cannot be done now (no API,
+    the kubeconfig changed) stays recorded for that next command. One line per record handled."""
+    state_dir = os.path.dirname(plan["journal"])
+    records = [r for r in (_kept_record(p, state_dir, plan["entry"]["file"]) for p in plan.get("keepin") or []) if r]
+    if not records:
+        return []
+    try:
+        access = _api_from(plan["api"]) if plan.get("api") else None
+        why = "" if access else "the node's kubeconfig is not the one cpctl read at arm time, or cannot be used"
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        access, why = None, "the node's kubeconfig: %s" % (getattr(exc, "strerror", None) or type(exc).__name__)
+    lines = []
+    for kept in records:
+        where = "%s/%s" % (kept["namespace"], kept["name"])
+        try:
+            if access is None:
+                raise OSError(errno.EACCES, why)
+            line = _put_back_config(plan, kept, access)
+            unlink("%s/keepin/%s.%s.json" % (state_dir, kept["file"], kept["op"]))
+        except (OSError, ValueError) as exc:
+            line = ("%s NOT put back yet (%s): the --keep-in change of %s stays recorded; the next cpctl command "
+                    "tries again" % (where, getattr(exc, "strerror", None) or exc, kept["component"]))
+        if line:
+            lines.append(line)
+    return lines
+
+
+def _api_json(method, url, access, body=None):
+    """(status, the JSON object answered, or None) of one request to the API server."""
+    import json
+    server, tls = access
+    headers = {"Accept": "application/json"}
+    if body is not None:
+        headers["Content-Type"] = "application/json"
+        body = json.dumps(body).encode("utf-8")
+    reply = http(method, server + url, headers=headers, body=body, timeout=10.0, tls=tls, limit=4 << 20)
+    if reply["status"] != 200:
+        return reply["status"], None
+    found = json.loads(reply["body"].decode("utf-8"))
+    if not isinstance(found, dict):
+        raise ValueError("%s %s: the answer is not an object" % (method, url))
+    return 200, found
+
+
+def _put_back_config(plan, kept, access):
+    """One record: GET the ConfigMap, decide with ``config_undo``, PUT ``before`` back over the
+    resourceVersion cpctl's write produced; what happened, as one line ("" when nothing to say).
+    OSError/ValueError: the API could not be asked (the record stays)."""
+    where = "%s/%s" % (kept["namespace"], kept["name"])
+    url = "/api/v1/namespaces/%s/configmaps/%s" % (kept["namespace"], kept["name"])
+    status, found = _api_json("GET", url, access)
+    if status not in (200, 404):
+        raise OSError(errno.EIO, "GET %s answered HTTP %d" % (where, status))
+    data = (found or {}).get("data")
+    data = data if isinstance(data, dict) else {}
+    meta = (found or {}).get("metadata")
+    version = str(meta.get("resourceVersion") or "") if isinstance(meta, dict) else ""
+    text = data.get(kept["key"])
+    decision = config_undo(None if found is None else text if isinstance(text, str) else "", version,
+                           kept["before"], kept["after"], kept["resource_version"])
+    if decision == "gone":
+        return "%s is gone: its change by the %s of %s was not put back" % (where, kept["op"], kept["component"])
+    if decision == "theirs":
+        return ("%s was changed by someone else since cpctl's --keep-in change of %s (resourceVersion %s, cpctl wrote "
+                "%s): left as it is - it may still hold what was undone: check it (cpctl check --kubeadm)"
+                % (where, kept["component"], version or "?", kept["resource_version"]))
+    if decision != "write":
+        return ""
+    status, written = _api_json("PUT", url, access, dict(found or {}, data=dict(data, **{kept["key"]: kept["before"]})))
+    if status == 409:
+        return ("%s changed while cpctl put its --keep-in change of %s back (someone else writes it): left as it is: "
+                "check it (cpctl check --kubeadm)" % (where, kept["component"]))
+    if status != 200:
+        raise OSError(errno.EIO, "PUT %s answered HTTP %d" % (where, status))
+    meta = (written or {}).get("metadata")
+    version = str(meta.get("resourceVersion") or "") if isinstance(meta, dict) else ""
+    _kept_ours_again(os.path.dirname(plan["journal"]), kept, version)
+    _record_config_undone(plan, kept, where, version)
+    return "%s put back as it was before the change (resourceVersion %s)" % (where, version or "?")
+
+
+def _record_config_undone(plan, kept, where, version):
+    """History ``keep-in-undone``, as ``core.keptin.undo`` records it."""
+    import hashlib
+    import json
+    verdict = plan["verdict"]
+    record = {"time": _utc_now(), "user": verdict.get("user"), "host": verdict.get("host"), "node": verdict.get("node"),
+              "action": "keep-in-undone", "component": kept["component"], "file": kept["file"],
+              "checksum": hashlib.sha256(kept["before"].encode("utf-8")).hexdigest(), "op": kept["op"],
+              "configmap": where, "resource_version": version, "origin": verdict.get("origin") or "",
+              "reason": "the manifest is back at the version before the change"}
+    append(plan["history"], (json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n").encode("utf-8"))
+
+
+def _kept_ours_again(state_dir, kept, version):
+    """An older recorded change whose text is back now: cpctl's write again, at ``version`` (as
+    ``core.keptin.undo`` re-saves it)."""
+    import json
+    folder = state_dir + "/keepin"
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        path = folder + "/" + name
+        if not name.endswith(".json") or name.endswith(".patch.json") or name.startswith("."):
+            continue
+        other = _kept_record(path, state_dir, name.split(".json")[0].rsplit(".", 1)[0])
+        if other is None or other["op"] == kept["op"] or other["after"] != kept["before"] or \
+                other["namespace"] != kept["namespace"] or other["name"] != kept["name"]:
+            continue
+        other["resource_version"] = version
+        write_atomic(path, (json.dumps(other, indent=2, sort_keys=True) + "\n").encode("utf-8"))
+
+
 # --- the runtime's view of a static pod: ONE reading of crictl's JSON, for cpctl's crictl probe
 # (``cpctl.probes.crictl``, through a Host) and for the node-side revert's verification (here) ----------
 CRICTL_JSON_LIMIT = 8 << 20    # bytes of one crictl JSON answer read: kilobytes in practice
@@ -1955,7 +2132,11 @@ def _plan_attempt(plan):
     except Exception as exc:  # noqa: BLE001 - LockBusy, or an I/O error
         return 5, "the node lock: %s" % exc
     try:
-        return _plan_apply(plan)
+        code, message = _plan_apply(plan)
+        if code == 0 and message == "reverted":
+            for line in _plan_keepin(plan):
+                _plan_log(line, "NOT" in line or "someone else" in line)
+        return code, message
     except OSError as exc:
         return 7, ("%s; the journal (if written) is finished or rolled back by the next cpctl run"
                    % (exc.strerror or exc))

@@ -478,7 +478,24 @@ def _plan(node: Node, armed: Arm, base: str) -> Dict[str, object]:
     entry = journal.entry_of(change)
     return {"version": 1, "op": armed.op, "armed": armed.checksum, "arm": confirmations.path_of(node.state, armed.file),
             "lock": node.state.path + "/lock", "journal": node.state.journal_path, "history": node.state.history_path,
-            "entry": entry, "record": history, "verdict": verdict, "verify": verify}
+            "entry": entry, "record": history, "verdict": verdict, "verify": verify,
+            **_kept_part(node, armed, previous)}
+
+
+def _kept_part(node: Node, armed: Arm, previous: bytes) -> Dict[str, object]:
+    """The ``--keep-in kubeadm-config`` part of a node-side revert plan: the records the revert's
+    manifest bytes settle (``core.keptin``: their ``previous`` is what the revert puts back) and how
+    the agent reaches the API with the node's kubeconfig (``kubeapi.node_access``); {} when none."""
+    from cpctl.core import keptin
+    from cpctl.probes.kubeapi import node_access
+    try:
+        records = [k for k in keptin.read_all(node, armed.file) if k.previous == manifests.checksum(previous)]
+    except CpctlError:                      # a record cpctl did not write: left to cpctl's own settle
+        return {}
+    if not records:
+        return {}
+    return {"keepin": ["%s/%s.%s.json" % (keptin.directory(node), k.file, k.op) for k in records],
+            "api": node_access(node.host, node.kubeconfig)}
 
 
 def _companion_paths(node: Node, armed: Arm) -> List[str]:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
 
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host import ops as hostops
-from cpctl.host.base import Host, HttpReply, TlsOptions
+from cpctl.host.base import Host, HttpReply, NodeApiAccess, TlsOptions
 from cpctl.inputs import load_yaml
 from cpctl.probes.shape import ShapeError, get_bool, get_list, get_object, get_objects, get_str, kind_of
 
@@ -611,6 +611,40 @@ class KubeClient:
         except ApiError as exc:
             if not exc.is_not_found(name):
                 raise
+
+
+def node_access(host: Host, path: str) -> Optional[NodeApiAccess]:
+    """The kubeconfig ``path`` on the node as a node-side revert can use it without cpctl
+    (``NodeApiAccess``): parsed here by the real parser, the credentials left in the file - only
+    where each embedded one's base64 text lies in it is kept, with the file's sha256. None when that
+    cannot be done: a list of files, no usable kubeconfig, a token or password (the agent sends no
+    auth header), a credential not written as one base64 run."""
+    import hashlib
+    if len(kubeconfig_files(path)) != 1:
+        return None
+    try:
+        raw = host.read_file(path, 4 << 20)
+        access = load_kubeconfig(host, path)
+    except (CpctlError, OSError):
+        return None
+    if access.headers:
+        return None
+    tls: TlsOptions = {}
+    slices: Dict[str, List[int]] = {}
+    for key in ("insecure", "ca_file", "cert_file", "key_file"):
+        if key in access.tls:
+            tls[key] = access.tls[key]
+    embedded = {"ca_data": access.tls.get("ca_data"), "cert_data": access.tls.get("cert_data"),
+                "key_data": access.tls.get("key_data")}
+    for key, value in embedded.items():
+        if value is not None:
+            text = base64.b64encode(value)
+            at = raw.find(text)
+            if at < 0 or raw.find(text, at + 1) >= 0:
+                return None
+            slices[key] = [at, at + len(text)]
+    return {"server": access.server, "kubeconfig": path, "sha256": hashlib.sha256(raw).hexdigest(), "tls": tls,
+            "slices": slices}
 
 
 def client_for(host: Host, kubeconfig: str) -> KubeClient:

@@ -250,3 +250,42 @@ def test_a_dropped_connection_or_ctrl_c_after_the_arm_says_it_is_armed(master: M
     hints(master, out, err)
     assert master.actions()[-1] == "armed"
     master.run("confirm", "scheduler")
+
+
+def _cluster_configuration(master: Master) -> Any:
+    """The kubeadm-config ConfigMap as kubectl shows it (JSON)."""
+    from tests.labfixture import KUBECTL
+    out = subprocess.run([KUBECTL, "--kubeconfig", master.lab.kubeconfig, "-n", "kube-system", "get", "configmap",
+                          "kubeadm-config", "-o", "json"], check=True, capture_output=True, text=True, timeout=60)
+    return json.loads(out.stdout)
+
+
+def test_the_master_itself_puts_a_kept_cluster_configuration_back(master: Master) -> None:
+    """Issue 33 item 1 on a master without cpctl: a ``--keep-in kubeadm-config`` change left
+    unconfirmed is reverted by the master on its own - the manifest AND the ClusterConfiguration,
+    over exactly the resourceVersion cpctl's write produced, with no cpctl command in between (a
+    master managed over SSH may see none before the next ``kubeadm upgrade`` renders the flag
+    again). The agent reads the credentials from the node's kubeconfig itself (kubeadm's admin.conf,
+    certificate and key embedded): the plan holds none, only where they are in the file."""
+    node_conf = os.path.join(str(master.lab.root_dir(1)), "etc", "kubernetes", "admin.conf")
+    write_inventory(master.inv, {"master": dict(host="master", **dict(lab_vars(master.lab, 1), kubeconfig=node_conf))})
+    original, before = master.read(), _cluster_configuration(master)
+    master.run("flags", "scheduler", "--set", "v=4", "--keep-in", "kubeadm-config", "--confirm-within", "20s", *FAST)
+    changed = _cluster_configuration(master)
+    assert changed["data"]["ClusterConfiguration"] != before["data"]["ClusterConfiguration"]
+    plans = [n for n in os.listdir(os.path.dirname(master.arm)) if n.endswith(".plan")]
+    assert len(plans) == 1, plans
+    plan_text = open(os.path.join(os.path.dirname(master.arm), plans[0])).read()
+    kubeconfig = open(node_conf).read()        # kubeadm's admin.conf: certificate and key embedded
+    key = next(line.split(":", 1)[1].strip() for line in kubeconfig.splitlines() if "client-key-data" in line)
+    assert key not in plan_text and '"slices"' in plan_text, "the plan names where the key is, never the key"
+    wait_for(lambda: "keep-in-undone" in master.actions(), 150, "the master puts the ClusterConfiguration back")
+    after = _cluster_configuration(master)
+    assert master.read() == original
+    assert after["data"]["ClusterConfiguration"] == before["data"]["ClusterConfiguration"]
+    undone = [r for r in read_history(str(master.lab.state_dir(1))) if r["action"] == "keep-in-undone"]
+    assert len(undone) == 1 and undone[0]["resource_version"] == after["metadata"]["resourceVersion"], undone
+    assert int(after["metadata"]["resourceVersion"]) > int(changed["metadata"]["resourceVersion"])
+    assert "node-side plan" in undone[0]["origin"], undone
+    keepin = os.path.join(str(master.lab.state_dir(1)), "keepin")
+    assert not [n for n in os.listdir(keepin) if n.endswith(".json")] if os.path.isdir(keepin) else True

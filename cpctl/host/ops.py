@@ -1844,7 +1844,7 @@ def _crictl_restarts(containers):
     return total if known else None
 
 
-def _crictl_json(run, crictl, args, deadline, least):
+def crictl_json(run, crictl, args, deadline, least):
     """``crictl ARGS -o json`` as an object, within ``deadline`` (time.monotonic()); ``run(argv,
     timeout, limit)`` -> (rc, stdout, stderr) runs it where the pod is."""
     import json
@@ -1903,7 +1903,7 @@ def crictl_pod(run, crictl, name, namespace, timeout, least=0.2):
     import re
     deadline = time.monotonic() + timeout
     # --name/--namespace are regexes: anchor them, or kube-apiserver would match more.
-    listing = _crictl_json(run, crictl, ("pods", "--name", "^%s$" % re.escape(name), "--namespace",
+    listing = crictl_json(run, crictl, ("pods", "--name", "^%s$" % re.escape(name), "--namespace",
                                          "^%s$" % re.escape(namespace)), deadline, least)
     live = [s for s in _crictl_list(listing, "items", "pods") if _crictl_text(s, "state", "sandbox") == "SANDBOX_READY"]
     if not live:
@@ -1916,7 +1916,7 @@ def crictl_pod(run, crictl, name, namespace, timeout, least=0.2):
     meta = sandbox.get("metadata")
     if meta is not None and not isinstance(meta, dict):
         raise PodLookError("crictl printed malformed JSON: sandbox.metadata is not an object")
-    found = _crictl_json(run, crictl, ("ps", "--pod", sandbox_id), deadline, least)
+    found = crictl_json(run, crictl, ("ps", "--pod", sandbox_id), deadline, least)
     containers = _crictl_list(found, "containers", "ps")
     running = [c for c in containers if _crictl_text(c, "state", "container") == "CONTAINER_RUNNING"]
     created = [_nanos(c.get("createdAt")) / 1e9 for c in running]

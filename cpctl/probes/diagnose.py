@@ -14,12 +14,12 @@ to show) ends the command, ``LogsUnavailable`` (crictl cannot answer) sends it t
 from __future__ import annotations
 
 import calendar
-import json
 import re
 import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Set, Tuple
 
+from cpctl.host import ops as hostops
 from cpctl.host.base import Host
 from cpctl.probes.base import PodTarget
 from cpctl.probes.shape import ShapeError, get_list, get_object, get_str
@@ -165,15 +165,15 @@ class Diagnosis:
         return res.stdout, res.stderr
 
     def _json(self, args: List[str]) -> Dict[str, object]:
-        out, _ = self._run(args + ["-o", "json"], limit=JSON_LIMIT + 1)
-        if len(out) > JSON_LIMIT:
-            raise _Failed("crictl %s printed more than %d bytes" % (args[0], JSON_LIMIT))
+        """``crictl ARGS -o json`` as an object, read as the crictl probe reads it (``host.ops.crictl_json``)."""
+        def run(argv: List[str], timeout: float, limit: int) -> Tuple[int, bytes, bytes]:
+            res = self.host.run(argv, timeout=timeout, limit=limit)
+            return res.rc, res.stdout, res.stderr
         try:
-            value = json.loads(out.decode("utf-8"))
-        except (ValueError, UnicodeDecodeError, RecursionError):
-            raise _Failed("crictl %s printed no JSON" % args[0]) from None
-        if not isinstance(value, dict):
-            raise _Failed("crictl %s printed JSON that is not an object" % args[0])
+            value: Dict[str, object] = hostops.crictl_json(run, self.crictl, args, time.monotonic() + CALL_TIMEOUT,
+                                                           CALL_TIMEOUT)
+        except hostops.PodLookError as exc:
+            raise _Failed(exc.message) from None
         return value
 
     def attempts(self, target: PodTarget, tail: int = 5, previous: bool = False) -> List[Attempt]:

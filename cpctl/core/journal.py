@@ -453,7 +453,7 @@ class ChangePath:
 
 
 COMPANION_NAME = re.compile(r"^[a-z0-9](?:[-a-z0-9.]*[a-z0-9])?-config\.yaml$")      # a second scheduler's config
-PATCH_NAME = re.compile(r"^[a-z0-9](?:[-a-z0-9]*[a-z0-9])?\+json\.yaml$")              # kubeadm's patch file
+PATCH_NAME = re.compile(hostops.PATCH_FILE_NAME)                                          # kubeadm's patch file
 
 
 @contextmanager

@@ -28,13 +28,16 @@ import json
 import os
 import re
 from dataclasses import asdict, dataclass, replace
-from typing import Callable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, List, Optional, Tuple
 
 from cpctl.core import manifests
 from cpctl.core.node import Node
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host import ops as hostops
 from cpctl.timeutil import iso
+
+if TYPE_CHECKING:
+    from cpctl.core import journal
 
 SUBDIR = "keepin"
 MAX_RECORD_BYTES = 4 << 20
@@ -114,7 +117,8 @@ def save_patch(node: Node, kept: KeptPatch) -> None:
                            (json.dumps(value, indent=2, sort_keys=True) + "\n").encode())
 
 
-def _patch_records(node: Node, filename: Optional[str]) -> List[KeptPatch]:
+def patch_records(node: Node, filename: Optional[str]) -> List[KeptPatch]:
+    """The ``--keep-in patches`` records (of ``filename``); a record cpctl did not write: exit 7."""
     where = directory(node)
     if node.host.lstat(where) is None:
         return []
@@ -143,35 +147,44 @@ def _patch_records(node: Node, filename: Optional[str]) -> List[KeptPatch]:
 
 
 def _drop_patch(node: Node, kept: KeptPatch) -> None:
-    node.host.unlink("%s/%s.%s.patch.json" % (directory(node), kept.file, kept.op))
+    node.host.unlink(patch_path_of(node, kept))
+
+
+def patch_path_of(node: Node, kept: KeptPatch) -> str:
+    """Where ``kept`` is recorded in the state dir."""
+    return "%s/%s.%s.patch.json" % (directory(node), kept.file, kept.op)
+
+
+def patch_undo_change(kept: KeptPatch) -> "journal.Change":
+    """The journaled change that puts the patch file's bytes before ``kept`` back (removes it when
+    there was none), made only over cpctl's own bytes (``before`` of its write step)."""
+    from cpctl.core import journal
+    name = os.path.basename(kept.path)
+    record = {"patch": kept.path, "reason": "the manifest is back at the version before the change", "undo": True}
+    if kept.before is None:
+        return journal.Change("keep-in", kept.component, name, None, [journal.remove(kept.path)], commit=0,
+                              record=record)
+    step = journal.write(kept.path, manifests.checksum(kept.before), mode=0o600, before=kept.after)
+    return journal.Change("keep-in", kept.component, name, manifests.checksum(kept.before), [step], commit=0,
+                          data={0: kept.before}, record=record)
 
 
 def undo_patch(node: Node, kept: KeptPatch) -> str:
     """Put the patch file's bytes before the change back (remove it when there was none), through the
-    journal - only over cpctl's own bytes; someone else's are left and named."""
-    from cpctl.core import journal
+    journal - only over cpctl's own bytes (``host.ops.patch_undo``); someone else's are left and named."""
     info = node.host.lstat(kept.path)
     now = manifests.checksum(node.host.read_file(kept.path, MAX_RECORD_BYTES)) \
         if info is not None and info["kind"] == "file" else None
-    was = manifests.checksum(kept.before) if kept.before is not None else None
-    if now == was:
-        _drop_patch(node, kept)
-        return ""
-    if now != kept.after:
-        _drop_patch(node, kept)
+    decision = hostops.patch_undo(now, manifests.checksum(kept.before) if kept.before is not None else None,
+                                  kept.after)
+    if decision == "write":
+        node.apply(patch_undo_change(kept))
+    _drop_patch(node, kept)
+    if decision == "theirs":
         return ("%s was changed by someone else since cpctl's --keep-in change of %s: left as it is - it may "
                 "still hold what was undone" % (kept.path, kept.component))
-    name = os.path.basename(kept.path)
-    record = {"patch": kept.path, "reason": "the manifest is back at the version before the change", "undo": True}
-    if kept.before is None:
-        change = journal.Change("keep-in", kept.component, name, None, [journal.remove(kept.path)], commit=0,
-                                record=record)
-    else:
-        step = journal.write(kept.path, manifests.checksum(kept.before), mode=0o600, before=kept.after)
-        change = journal.Change("keep-in", kept.component, name, manifests.checksum(kept.before), [step], commit=0,
-                                data={0: kept.before}, record=record)
-    node.apply(change)
-    _drop_patch(node, kept)
+    if decision == "done":
+        return ""
     return "%s put back as it was before the change%s" % (kept.path, "" if kept.before is not None else
                                                           " (removed: there was none)")
 
@@ -249,7 +262,7 @@ def settle(node: Node, filename: Optional[str] = None) -> List[str]:
         now = node.checksum_of(node.manifests_dir + "/" + kept.file)
         if now == kept.previous:
             lines.append(undo(node, kept))
-    for patch in _patch_records(node, filename):
+    for patch in patch_records(node, filename):
         if node.checksum_of(node.manifests_dir + "/" + patch.file) == patch.previous:
             lines.append(undo_patch(node, patch))
     return [line for line in lines if line]

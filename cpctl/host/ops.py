@@ -1526,19 +1526,44 @@ def _recorded(plan, op):
         return False
 
 
-def _record_revert(plan, unfinished):
+def _record_entry(plan, entry, record, unfinished):
+    """The history record of one of the plan's journaled changes, as cpctl's journal writes it."""
     import json
-    record = dict(plan["record"], time=_utc_now(), op=plan["entry"]["op"])
+    record = dict(record, time=_utc_now(), op=entry["op"])
     if unfinished:
         record["unfinished"] = unfinished
     append(plan["history"], (json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n").encode("utf-8"))
 
 
-def _plan_apply(plan):
-    """Apply the plan's journaled change under the node lock with the journal's own loop
-    (``StepRunner.run``): (exit code, message). A step that fails before the change has happened
-    leaves everything as it was (exit 7: the arm stays, the revert is tried again)."""
+def _run_entry(plan, entry, record, runner):
+    """Run one of the plan's journaled changes (the revert, or a patch file's undo) as cpctl's journal
+    runs it, with its own loop (``StepRunner.run``): the bytes each write replaces kept, the journal
+    written, the steps, the history record, the journal cleared: (0, "done") or (7, why). A step that
+    fails before the change has happened leaves everything as it was."""
     import json
+    steps = entry["steps"]
+    for step in steps:                       # keep what each write replaces (for the journal's undo)
+        if step["kind"] == "write" and step.get("before"):
+            write_atomic(step["kept"], read_file(step["path"], 64 << 20))
+    started = dict(entry, started=_utc_now(), pid=os.getpid())
+    write_atomic(plan["journal"], (json.dumps(started, indent=1, sort_keys=True) + "\n").encode("utf-8"))
+    outcome = runner.run(steps, entry["commit"])
+    failed = _step_failures(steps, outcome.failed)
+    if outcome.state == "aborted":
+        left = _step_failures(steps, outcome.not_undone, " not undone")
+        if left:                             # the journal stays: the next try (or cpctl) finishes it
+            return 7, "%s, and undoing it failed: %s" % (failed[0], "; ".join(left))
+        _forget_steps(plan, steps, ("kept",))    # the staged bytes stay for the next try
+        return 7, "%s (nothing changed)" % failed[0]
+    _record_entry(plan, entry, record, failed)
+    _forget_steps(plan, steps, ("staged", "kept"))
+    return 0, "done"
+
+
+def _plan_apply(plan):
+    """Apply the plan's journaled change under the node lock (``_run_entry``): (exit code, message).
+    A step that fails before the change has happened leaves everything as it was (exit 7: the arm
+    stays, the revert is tried again)."""
     runner = _node_runner()
     entry = plan["entry"]
     steps = entry["steps"]
@@ -1557,22 +1582,39 @@ def _plan_apply(plan):
         if step["kind"] == "write" and step.get("before") and _sha_of(step["path"]) != step["before"]:
             return 10, "unconfirmed change of %s NOT reverted: %s changed since the arm" % (
                 entry["component"], step["path"])
-    for step in steps:                       # keep what each write replaces (for the journal's undo)
-        if step["kind"] == "write" and step.get("before"):
-            write_atomic(step["kept"], read_file(step["path"], 64 << 20))
-    started = dict(entry, started=_utc_now(), pid=os.getpid())
-    write_atomic(plan["journal"], (json.dumps(started, indent=1, sort_keys=True) + "\n").encode("utf-8"))
-    outcome = runner.run(steps, entry["commit"])
-    failed = _step_failures(steps, outcome.failed)
-    if outcome.state == "aborted":
-        left = _step_failures(steps, outcome.not_undone, " not undone")
-        if left:                             # the journal stays: the next try (or cpctl) finishes it
-            return 7, "%s, and undoing it failed: %s" % (failed[0], "; ".join(left))
-        _forget_steps(plan, steps, ("kept",))    # the staged bytes stay for the next try
-        return 7, "%s (nothing changed)" % failed[0]
-    _record_revert(plan, failed)
-    _forget_steps(plan, steps, ("staged", "kept"))
-    return 0, "reverted"
+    code, message = _run_entry(plan, entry, plan["record"], runner)
+    return (0, "reverted") if code == 0 else (code, message)
+
+
+def _own_entries(plan):
+    """[(journal entry, history record, keep-in record path or "")] of the changes the plan runs."""
+    return [(plan["entry"], plan["record"], "")] + [(item["entry"], item["history"], item["record"])
+                                                    for item in plan.get("patches") or []]
+
+
+def _plan_patches(plan, runner):
+    """After the revert, under the node lock: put back the kubeadm patch file the reverted change wrote
+    (``--keep-in patches``) with cpctl's rule (``patch_undo``: only over cpctl's own bytes) and the
+    journaled change cpctl built for it at arm time (``core.keptin.patch_undo_change``), its record
+    dropped - what ``core.keptin.settle`` does at the next cpctl command. One line per record."""
+    lines = []
+    for item in plan.get("patches") or []:
+        if lstat(item["record"]) is None:    # settled already
+            continue
+        path = item["entry"]["steps"][0]["path"]
+        decision = patch_undo(_sha_of(path), item["was"], item["after"])
+        if decision == "write":
+            code, why = _run_entry(plan, item["entry"], item["history"], runner)
+            if code:
+                lines.append("%s NOT put back yet (%s): the next cpctl command tries again" % (path, why))
+                continue
+            lines.append("%s put back as it was before the change%s" % (
+                path, "" if item["was"] else " (removed: there was none)"))
+        elif decision == "theirs":
+            lines.append("%s was changed by someone else since cpctl's --keep-in change of %s: left as it is - it "
+                         "may still hold what was undone" % (path, item["entry"]["component"]))
+        unlink(item["record"])
+    return lines
 
 
 def _pending_journal(plan, runner):
@@ -1587,20 +1629,24 @@ def _pending_journal(plan, runner):
     entry = _read_json(plan["journal"], 1 << 20)
     own = plan["entry"]
     state_dir = os.path.dirname(plan["journal"]) + "/"
-    if isinstance(entry, dict) and entry.get("op") == own["op"] and entry.get("steps") == own["steps"] \
-            and entry.get("commit") == own["commit"]:
-        outcome = runner.recover(own["steps"], own["commit"])
+    for mine, record, kept in _own_entries(plan):
+        if not isinstance(entry, dict) or entry.get("op") != mine["op"] or entry.get("steps") != mine["steps"] \
+                or entry.get("commit") != mine["commit"]:
+            continue
+        outcome = runner.recover(mine["steps"], mine["commit"])
         if outcome.state == "completed":
-            if not _recorded(plan, own["op"]):
-                _record_revert(plan, _step_failures(own["steps"], outcome.failed))
-            _forget_steps(plan, own["steps"], ("staged", "kept"))
-            return 0, "reverted"
+            if not _recorded(plan, mine["op"]):
+                _record_entry(plan, mine, record, _step_failures(mine["steps"], outcome.failed))
+            _forget_steps(plan, mine["steps"], ("staged", "kept"))
+            if kept:
+                unlink(kept)
+            return (0, "reverted") if mine is own else (None, "")
         if outcome.state == "rolled_back" and not outcome.not_undone:
-            _forget_steps(plan, own["steps"], ("kept",))
+            _forget_steps(plan, mine["steps"], ("kept",))
             return None, ""
-        return 7, ("the interrupted revert of %s (%s) can be neither completed nor rolled back: %s" % (
-            own["component"], plan["journal"],
-            "; ".join(_step_failures(own["steps"], outcome.not_undone, " not undone")) or "its manifest is in "
+        return 7, ("the interrupted %s of %s (%s) can be neither completed nor rolled back: %s" % (
+            mine["action"], mine["component"], plan["journal"],
+            "; ".join(_step_failures(mine["steps"], outcome.not_undone, " not undone")) or "its file is in "
             "neither form"))
     steps = entry.get("steps") if isinstance(entry, dict) else None
     arm_step = steps[0] if isinstance(steps, list) and len(steps) == 1 and isinstance(steps[0], dict) else {}
@@ -1638,6 +1684,21 @@ def config_undo(text, version, before, after, written_version):
     if not written_version:
         return "write" if text == after else "nothing"
     return "write" if version == written_version else "theirs"
+
+
+#: kubeadm's patch file as cpctl writes it (``--keep-in patches``): ``<component>+json.yaml``
+PATCH_FILE_NAME = r"^[a-z0-9](?:[-a-z0-9]*[a-z0-9])?\+json\.yaml$"
+
+
+def patch_undo(now, was, after):
+    """What undoing cpctl's write of a kubeadm patch file does, given the sha256 of the file now
+    (None: no file), before the change (None: there was none) and of cpctl's bytes: ``done`` (it
+    is as before already), ``theirs`` (someone else's bytes: leave them, say so) or ``write`` (put
+    the bytes before back, or remove the file). One rule for ``core.keptin.undo_patch`` and the
+    node-side revert (``_plan_patches``)."""
+    if now == was:
+        return "done"
+    return "write" if now == after else "theirs"
 
 
 def _api_from(ref):
@@ -2023,25 +2084,40 @@ def link_below(path, top, look=None):
 def _plan_paths_problem(plan):
     """Why the plan names a path outside its allowance ("" when it does not): each step's paths lie in
     the manifests dir (the file itself), below the state dir, or are one of its recorded companion
-    files below the kube dir; nothing below a symlinked directory (checked now, on this node)."""
+    files below the kube dir, or - in a patch file's undo - that kubeadm patch file below the kube dir;
+    nothing below a symlinked directory (checked now, on this node)."""
+    import re
     entry = plan["entry"]
     manifests_dir = os.path.dirname(entry["steps"][entry["commit"]]["path"])
     state_dir = os.path.dirname(plan["journal"])
     kube_dir = os.path.dirname(manifests_dir)
+
+    def outside(path, allowed, manifest_ok=True):
+        if not path.startswith("/") or os.path.normpath(path) != path or "\0" in path:
+            return "the plan names %r" % path
+        if (manifest_ok and path == manifests_dir + "/" + entry["file"]) or path.startswith(state_dir + "/"):
+            return ""
+        if allowed(path) and kube_dir != "/" and path.startswith(kube_dir + "/") \
+                and not path.startswith(manifests_dir + "/") and link_below(path, kube_dir) is None:
+            return ""
+        return "the plan names %s, outside what a revert of %s may touch" % (path, entry["file"])
+
     companions = set(entry.get("companions") or [])
     for step in entry["steps"]:
         for key in ("path", "src", "staged", "kept"):
-            path = step.get(key) or ""
-            if not path:
-                continue
-            if not path.startswith("/") or os.path.normpath(path) != path or "\0" in path:
-                return "the plan names %r" % path
-            if path == manifests_dir + "/" + entry["file"] or path.startswith(state_dir + "/"):
-                continue
-            if path in companions and key == "path" and kube_dir != "/" and path.startswith(kube_dir + "/") \
-                    and not path.startswith(manifests_dir + "/") and link_below(path, kube_dir) is None:
-                continue
-            return "the plan names %s, outside what a revert of %s may touch" % (path, entry["file"])
+            problem = step.get(key) and outside(step[key], lambda p, k=key: k == "path" and p in companions)
+            if problem:
+                return problem
+    for item in plan.get("patches") or []:
+        record = item.get("record") or ""
+        if os.path.dirname(record) != state_dir + "/keepin" or not record.endswith(".patch.json"):
+            return "the plan names %r as a keep-in record" % record
+        for step in item["entry"]["steps"]:
+            for key in ("path", "src", "staged", "kept"):
+                problem = step.get(key) and outside(step[key], lambda p, k=key: k == "path" and re.match(
+                    PATCH_FILE_NAME, os.path.basename(p)) is not None, manifest_ok=False)
+                if problem:
+                    return problem
     return ""
 
 
@@ -2134,7 +2210,7 @@ def _plan_attempt(plan):
     try:
         code, message = _plan_apply(plan)
         if code == 0 and message == "reverted":
-            for line in _plan_keepin(plan):
+            for line in _plan_keepin(plan) + _plan_patches(plan, _node_runner()):
                 _plan_log(line, "NOT" in line or "someone else" in line)
         return code, message
     except OSError as exc:

@@ -452,18 +452,10 @@ def _plan(node: Node, armed: Arm, base: str) -> Dict[str, object]:
     change, _ = replace_change(node, manifest, previous, "rollback", why, revisions.DEFAULT_KEEP, record,
                                companions=edits.rollback_companions(node, revision))
     change.steps.append(journal.remove(confirmations.path_of(node.state, armed.file)))
-    for index, step in enumerate(change.steps):
-        if step.kind == journal.WRITE:
-            step.staged = "%s.%d.new" % (base, index)
-            node.host.write_atomic(step.staged, change.data[index])
-            step.kept = "%s.%d.old" % (base, index) if step.before else ""
-        elif step.kind == journal.REMOVE:
-            step.kept = "%s.%d.removed" % (base, index)
+    _stage(node, change, base)
     who = node.who()
     origin = "cpctl revert-unconfirmed %s (node-side plan, armed by %s)" % (armed.component, armed.by)
-    history = {"user": "root", "host": str(who.get("hostname")), "node": node.node_name, "action": change.action,
-               "component": change.component, "file": change.file, "checksum": change.checksum, "origin": origin}
-    history.update({k: v for k, v in change.record.items() if v is not None})
+    history = _node_record(node, change, origin)
     target = node.target_for(manifests.parse_pod(previous), manifest.file)
     try:                                  # the pod running now, as the revert's check will read it then
         before: Optional[PodIdentity] = CrictlProbe(node.host, node.crictl).observe(target).identity()
@@ -479,7 +471,30 @@ def _plan(node: Node, armed: Arm, base: str) -> Dict[str, object]:
     return {"version": 1, "op": armed.op, "armed": armed.checksum, "arm": confirmations.path_of(node.state, armed.file),
             "lock": node.state.path + "/lock", "journal": node.state.journal_path, "history": node.state.history_path,
             "entry": entry, "record": history, "verdict": verdict, "verify": verify,
-            **_kept_part(node, armed, previous)}
+            **_kept_part(node, armed, previous), **_patch_part(node, armed, previous, base, origin)}
+
+
+def _stage(node: Node, change: journal.Change, base: str) -> None:
+    """Stage the new bytes of ``change``'s writes next to the plan and name where the bytes each step
+    replaces or removes wait (``<base>.<index>.new/.old/.removed``): what the node-side run needs."""
+    for index, step in enumerate(change.steps):
+        if step.kind == journal.WRITE:
+            step.staged = "%s.%d.new" % (base, index)
+            node.host.write_atomic(step.staged, change.data[index])
+            step.kept = "%s.%d.old" % (base, index) if step.before else ""
+        elif step.kind == journal.REMOVE:
+            step.kept = "%s.%d.removed" % (base, index)
+
+
+def _node_record(node: Node, change: journal.Change, origin: str) -> Dict[str, object]:
+    """The history record the node-side run writes for ``change`` (it adds the time and the op), as
+    cpctl's journal writes it."""
+    who = node.who()
+    record: Dict[str, object] = {"user": "root", "host": str(who.get("hostname")), "node": node.node_name,
+                                 "action": change.action, "component": change.component, "file": change.file,
+                                 "checksum": change.checksum, "origin": origin}
+    record.update({k: v for k, v in change.record.items() if v is not None})
+    return record
 
 
 def _kept_part(node: Node, armed: Arm, previous: bytes) -> Dict[str, object]:
@@ -496,6 +511,25 @@ def _kept_part(node: Node, armed: Arm, previous: bytes) -> Dict[str, object]:
         return {}
     return {"keepin": ["%s/%s.%s.json" % (keptin.directory(node), k.file, k.op) for k in records],
             "api": node_access(node.host, node.kubeconfig)}
+
+
+def _patch_part(node: Node, armed: Arm, previous: bytes, base: str, origin: str) -> Dict[str, object]:
+    """The ``--keep-in patches`` part of a node-side revert plan: for each patch file the revert's
+    manifest bytes settle, the journaled change that puts it back (``keptin.patch_undo_change``, staged
+    next to the plan), the sha256 of its bytes before (None: none) and of cpctl's, and its record."""
+    from cpctl.core import keptin
+    try:
+        records = [k for k in keptin.patch_records(node, armed.file) if k.previous == manifests.checksum(previous)]
+    except CpctlError:                      # a record cpctl did not write: left to cpctl's own settle
+        return {}
+    items = []
+    for number, kept in enumerate(records):
+        change = keptin.patch_undo_change(kept)
+        _stage(node, change, "%s.patch%d" % (base, number))
+        items.append({"entry": journal.entry_of(change), "history": _node_record(node, change, origin),
+                      "record": keptin.patch_path_of(node, kept), "after": kept.after,
+                      "was": manifests.checksum(kept.before) if kept.before is not None else None})
+    return {"patches": items} if items else {}
 
 
 def _companion_paths(node: Node, armed: Arm) -> List[str]:

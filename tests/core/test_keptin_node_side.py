@@ -69,3 +69,39 @@ def test_a_kubeconfig_the_agent_cannot_use_gives_no_access(tmp_path: Any, user: 
                                                                 base64.b64encode(CERT).decode(),
                                                                 base64.b64encode(KEY).decode())),
                                               os.devnull)) is None      # a list of files
+
+
+@pytest.mark.parametrize("now,was,expected", [
+    ("b", "b", "done"), (None, None, "done"),        # as before the change already
+    ("a", "b", "write"), ("a", None, "write"),       # cpctl's bytes: put back (or remove)
+    ("x", "b", "theirs"), (None, "b", "theirs"),     # someone else's (or removed by someone): left
+])
+def test_one_rule_for_putting_a_kept_patch_file_back(now: Any, was: Any, expected: str) -> None:
+    assert hostops.patch_undo(now, was, "a") == expected
+
+
+def _plan_with_patch(tmp_path: Any, patch_path: str, record: str = "") -> Any:
+    kube = str(tmp_path / "etc" / "kubernetes")
+    os.makedirs(kube + "/manifests")
+    state = str(tmp_path / "state")
+    manifest = kube + "/manifests/kube-scheduler.yaml"
+    revert = {"file": "kube-scheduler.yaml", "commit": 0, "steps": [{"kind": "write", "path": manifest}]}
+    undo = {"file": os.path.basename(patch_path), "commit": 0,
+            "steps": [{"kind": "remove", "path": patch_path, "kept": state + "/confirm/x.patch0.0.removed"}]}
+    return {"entry": revert, "journal": state + "/journal.json",
+            "patches": [{"entry": undo, "record": record or state + "/keepin/kube-scheduler.yaml.0a1b2c3d.patch.json"}]}
+
+
+def test_a_patch_undo_in_a_plan_touches_only_a_kubeadm_patch_file_below_the_kube_dir(tmp_path: Any) -> None:
+    kube = str(tmp_path / "etc" / "kubernetes")
+    good = _plan_with_patch(tmp_path / "a", str(tmp_path / "a" / "etc" / "kubernetes" / "patches" /
+                                                  "kube-scheduler+json.yaml"))
+    assert hostops._plan_paths_problem(good) == ""
+    for bad in (kube + "/admin.conf", kube + "/manifests/kube-scheduler.yaml", "/etc/passwd",
+                kube + "/patches/../admin.conf"):
+        plan = _plan_with_patch(tmp_path / str(abs(hash(bad))), bad.replace(kube, str(
+            tmp_path / str(abs(hash(bad))) / "etc" / "kubernetes")))
+        assert hostops._plan_paths_problem(plan), bad
+    elsewhere = _plan_with_patch(tmp_path / "r", str(tmp_path / "r" / "etc" / "kubernetes" / "patches" /
+                                                      "kube-scheduler+json.yaml"), record="/etc/kubernetes/admin.conf")
+    assert "keep-in record" in hostops._plan_paths_problem(elsewhere)

@@ -289,3 +289,21 @@ def test_the_master_itself_puts_a_kept_cluster_configuration_back(master: Master
     assert "node-side plan" in undone[0]["origin"], undone
     keepin = os.path.join(str(master.lab.state_dir(1)), "keepin")
     assert not [n for n in os.listdir(keepin) if n.endswith(".json")] if os.path.isdir(keepin) else True
+
+
+def test_the_master_itself_puts_a_kept_patch_file_back(master: Master) -> None:
+    """The same for ``--keep-in patches``: the kubeadm patch file the unconfirmed change wrote is put
+    back (here: removed, there was none) by the master's own revert, through the journaled change
+    cpctl built for it at arm time, with no cpctl command in between."""
+    patch = os.path.join(str(master.lab.root_dir(1)), "etc", "kubernetes", "patches", "kube-scheduler+json.yaml")
+    assert not os.path.exists(patch)
+    original = master.read()
+    master.run("flags", "scheduler", "--set", "v=4", "--keep-in", "patches", "--confirm-within", "20s", *FAST)
+    assert os.path.exists(patch) and "--v=4" in open(patch).read()
+    wait_for(lambda: master.read() == original and not os.path.exists(patch), 150, "the master reverts both")
+    history = [r for r in read_history(str(master.lab.state_dir(1))) if r.get("component") == "kube-scheduler"]
+    undo = [r for r in history if r["action"] == "keep-in" and r.get("undo") is True]
+    assert len(undo) == 1 and undo[0]["patch"] == patch and "node-side plan" in undo[0]["origin"], history
+    keepin = os.path.join(str(master.lab.state_dir(1)), "keepin")
+    assert not [n for n in os.listdir(keepin) if n.endswith(".patch.json")], os.listdir(keepin)
+    assert not os.path.exists(os.path.join(str(master.lab.state_dir(1)), "journal.json"))

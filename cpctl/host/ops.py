@@ -2200,6 +2200,18 @@ def _plan_cleanup(plan_path):
             _unlink_quiet(os.path.join(folder, name))
 
 
+def _plan_kept_parts(plan):
+    """The revert is done: put its ``--keep-in`` parts back and log each line. Whatever goes wrong
+    here never stops the revert's verification: the records stay for the next cpctl command."""
+    try:
+        lines = _plan_keepin(plan) + _plan_patches(plan, _node_runner())
+    except Exception as exc:  # noqa: BLE001 - the revert itself is done and recorded
+        lines = ["the --keep-in part of the reverted change is NOT put back yet (%s: %s): the next cpctl command "
+                 "tries again" % (type(exc).__name__, getattr(exc, "strerror", None) or exc)]
+    for line in lines:
+        _plan_log(line, "NOT" in line or "someone else" in line)
+
+
 def _plan_attempt(plan):
     """One try under the node lock: (exit code, message); 5 and 7 are retried."""
     component = plan["entry"]["component"]
@@ -2210,8 +2222,7 @@ def _plan_attempt(plan):
     try:
         code, message = _plan_apply(plan)
         if code == 0 and message == "reverted":
-            for line in _plan_keepin(plan) + _plan_patches(plan, _node_runner()):
-                _plan_log(line, "NOT" in line or "someone else" in line)
+            _plan_kept_parts(plan)
         return code, message
     except OSError as exc:
         return 7, ("%s; the journal (if written) is finished or rolled back by the next cpctl run"

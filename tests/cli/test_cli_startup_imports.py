@@ -34,11 +34,13 @@ NOT_FOR_HELP = NEVER + ("yaml", "json", "dataclasses", "signal", "shutil", "subp
                         "cpctl.core", "cpctl.ops", "cpctl.host", "cpctl.probes.base", "cpctl.probes.waiter",
                         "cpctl.cli.commands", "cpctl.cli.fanout")
 # A local status reads the manifests and the state dir: no change code, no diagnosis, no URL
-# parsing without a kubeconfig, no fork to learn that crictl is missing, no OpenSSL for sha256.
+# parsing without a kubeconfig, no fork to learn that crictl is missing, no OpenSSL for sha256,
+# no gates (what a wait checks after Ready: the Lease, /readyz).
 NOT_FOR_STATUS = NEVER + ("cpctl.core.journal", "cpctl.core.revisions", "cpctl.probes.diagnose", "hashlib",
                           "_hashlib", "hmac", "secrets", "random", "decimal", "calendar", "urllib.parse",
                           "ipaddress", "subprocess", "shlex",
-                          "cpctl.core.pending")   # read only when a change was left unverified
+                          "cpctl.core.pending",   # read only when a change was left unverified
+                          "cpctl.probes.gates", "cpctl.probes.lease")   # a wait's gates: a view waits for nothing
 # Whatever the node holds, a view loads no change pipeline: an arm's record is read by the arm module
 # (core.confirmations) alone; ops.confirm and what it needs come only to revert an overdue arm.
 CHANGE_PIPELINE = ("cpctl.ops.confirm", "cpctl.ops.edits", "cpctl.core.replace", "cpctl.core.journal",

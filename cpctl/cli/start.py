@@ -10,13 +10,13 @@ collector stays on for the commands that run for hours (``watch``, long waits), 
 ``YOUNG_GENERATION`` allocations costs about what 70 small ones did and holds a few MiB at most.
 
 At exit the interpreter makes one more, full, pass over every object still alive (the modules,
-their classes and functions: ~5 ms of a ``status``'s ~60 ms of CPU, as much again as in a bare
-``import click, yaml``), only to run the finalizers of garbage in reference cycles before the
+their classes and functions: ~8 ms of a ``status``'s ~60 ms of CPU, about twice what a bare
+``import click, yaml`` pays), only to run the finalizers of garbage in reference cycles before the
 modules are torn down. cpctl leaves nothing to such a finalizer: its files are written, fsynced
 and closed where they are written, locks and sockets are the kernel's to release. So the last
 ``atexit`` handler (registered first: they run in reverse) freezes what is alive
-(``gc.freeze``), and that pass skips it; every other ``atexit`` handler (threading's, paramiko's)
-has run by then, and objects made afterwards are collected as before.
+(``gc.freeze``), and that pass skips it; every other ``atexit`` handler (paramiko's) has run by
+then, non-daemon threads were joined before any, and objects made afterwards are collected as before.
 """
 
 import atexit

@@ -214,7 +214,7 @@ def test_start_up_makes_no_garbage_collector_pass(env: Dict[str, str]) -> None:
 
 
 def test_exit_skips_the_collectors_last_pass_over_what_is_alive(env: Dict[str, str]) -> None:
-    """At exit the interpreter makes a full collector pass over every object alive (~5 ms of a
+    """At exit the interpreter makes a full collector pass over every object alive (~8 ms of a
     status) before it tears the modules down; ``cpctl.cli.start`` freezes them in an atexit handler
     that runs after every other one the command's libraries register (handlers run in reverse
     order of registration): a handler registered before the entry point sees the heap frozen, and

@@ -12,7 +12,7 @@ import json
 import os
 import sys
 import threading
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host import ops as hostops
@@ -21,6 +21,9 @@ from cpctl.host.base import ByteWriter, Call, Host, LineReader, LockBusy
 from cpctl.host.replies import MAX_REPLY_BYTES, BadReply
 
 HELLO_LIMIT = 512          # bytes of the agent's ready line (or of what a shell printed instead)
+
+#: What identifies a read among the prefetched answers (``_call_key``).
+CallKey = Union[str, Tuple[str, Tuple[Tuple[str, Union[str, int]], ...]]]
 
 
 def raise_remote_error(response: Mapping[str, object]) -> None:
@@ -47,7 +50,7 @@ class AgentHost(Host):
         self.name = name
         self._reader, self._writer = reader, writer
         self._mutex = threading.Lock()
-        self._prefetched: Dict[str, Mapping[str, object]] = {}
+        self._prefetched: Dict[CallKey, Mapping[str, object]] = {}
         self._broken: Optional[BadReply] = None
         check_hello(name, self._reader.readline(HELLO_LIMIT))
 
@@ -93,8 +96,18 @@ class AgentHost(Host):
         return _result(response)
 
 
-def _call_key(op: str, args: Mapping[str, object]) -> str:
-    return json.dumps([op, hostops.encode(args)], sort_keys=True)
+def _call_key(op: str, args: Mapping[str, object]) -> CallKey:
+    """The op and its arguments, as a dict key: two calls get the same key exactly when they send
+    the same request. When every argument is a string or an integer (a read's path and limit)
+    that is the op and the sorted items (``"1"`` is not ``1``; a bool, which would equal 1, is no
+    integer here); otherwise the JSON text of the encoded arguments with sorted keys. (A status
+    of 50 masters makes ~1900 keys: the JSON text for each cost ~4 us, ~7 ms of the run's CPU.)"""
+    items: List[Tuple[str, Union[str, int]]] = []
+    for name, value in sorted(args.items()):
+        if not isinstance(value, str) and (not isinstance(value, int) or isinstance(value, bool)):
+            return json.dumps([op, hostops.encode(args)], sort_keys=True)
+        items.append((name, value))
+    return op, tuple(items)
 
 
 def _result(response: Mapping[str, object]) -> Any:

@@ -172,6 +172,29 @@ class PodState:
 
 
 API_TIMEOUT = 3.0   # seconds one API request takes at most, however long the wait has left
+MIN_CALL = 0.2      # the least time one probe call gets, even at the very end of a wait
+
+
+class Clock:
+    """One wait's (or one look's) deadline: what is elapsed and left, and how long the next call may take."""
+
+    def __init__(self, timeout: float) -> None:
+        self.start = time.monotonic()
+        self.timeout = timeout
+        self.deadline = self.start + timeout
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    def left(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+    def expired(self) -> bool:
+        return time.monotonic() >= self.deadline
+
+    def budget(self) -> float:
+        """The time one probe call may take: what is left, but at least MIN_CALL."""
+        return max(MIN_CALL, self.left())
 
 
 class ProbeOptions:

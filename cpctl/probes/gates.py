@@ -23,7 +23,7 @@ from typing import Callable, List, Optional, Protocol, Tuple
 
 from cpctl import catalogue
 from cpctl.host.base import Host
-from cpctl.probes.base import API_TIMEOUT, PodTarget, ProbeOptions, Unavailable
+from cpctl.probes.base import API_TIMEOUT, Clock, PodTarget, ProbeOptions, Unavailable
 from cpctl.probes.health import HealthProbe, health_url
 from cpctl.probes.kubeapi import ApiError, ApiFailure, KubeClient
 from cpctl.probes.lease import lease_name, uses_lease
@@ -31,30 +31,7 @@ from cpctl.probes.shape import ShapeError, get_object, get_str
 from cpctl.timeutil import parse_rfc3339
 
 BLIND_GRACE = 10.0      # seconds of "no probe can look" after which a wait says "not verified"
-MIN_CALL = 0.2          # the least time one probe call gets, even at the very end of a wait
 API_CALL = API_TIMEOUT  # the most one API request of a gate (Lease, canary) may take
-
-
-class Clock:
-    """One wait's deadline: what is elapsed and left, and how long the next call may take."""
-
-    def __init__(self, timeout: float) -> None:
-        self.start = time.monotonic()
-        self.timeout = timeout
-        self.deadline = self.start + timeout
-
-    def elapsed(self) -> float:
-        return time.monotonic() - self.start
-
-    def left(self) -> float:
-        return max(0.0, self.deadline - time.monotonic())
-
-    def expired(self) -> bool:
-        return time.monotonic() >= self.deadline
-
-    def budget(self) -> float:
-        """The time one probe call may take: what is left, but at least MIN_CALL."""
-        return max(MIN_CALL, self.left())
 
 
 class Blindness:

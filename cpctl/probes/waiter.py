@@ -40,13 +40,15 @@ an API view as stale.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from cpctl import catalogue
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host.base import Host
 from cpctl.probes import registry
 from cpctl.probes.base import (
+    API_TIMEOUT,
+    Clock,
     PodState,
     PodTarget,
     Probe,
@@ -56,7 +58,9 @@ from cpctl.probes.base import (
     Waiter,
     WaitResult,
 )
-from cpctl.probes.gates import API_CALL, BLIND_GRACE, Blindness, Clock, Gate, GateResult, GateRun, builtin_gates
+
+if TYPE_CHECKING:   # the gates load with a wait's first gate, not with a view (status, describe)
+    from cpctl.probes.gates import Blindness, Gate, GateRun
 
 BEFORE_BUDGET = 5.0     # seconds the snapshot before a change may take (a hanging API costs ~3 s)
 DESCRIBE_BUDGET = 5.0   # seconds one ``describe`` may take
@@ -84,7 +88,7 @@ class VerifyingWaiter(Waiter):
         self.progress = progress or (lambda text: None)
         self.options = ProbeOptions(host, kubeconfig, crictl)
         self.probes: List[Probe] = registry.build_probes(self.options) if probes is None else list(probes)
-        self.gates: List[Gate] = builtin_gates() if gates is None else list(gates)
+        self._gates: Optional[List[Gate]] = None if gates is None else list(gates)
         self._missing: Dict[Tuple[str, str], str] = {}   # (probe, pod) -> why it can never look
         self._errors: Dict[str, str] = {}                 # probe -> why its last call could not look
         self._slow: Dict[str, float] = {}                 # hanging probe -> when its last call hung
@@ -96,6 +100,15 @@ class VerifyingWaiter(Waiter):
 
     def probe(self, name: str) -> Optional[Probe]:
         return next((p for p in self.probes if p.name == name), None)
+
+    @property
+    def gates(self) -> List[Gate]:
+        """The gates, in order: the given ones, else the built-in ones, made (and their module
+        imported) when a wait first needs them: a view (``status``, ``describe``) never does."""
+        if self._gates is None:
+            from cpctl.probes.gates import builtin_gates
+            self._gates = builtin_gates()
+        return self._gates
 
     def add_gate(self, gate: Gate) -> None:
         """Run ``gate`` after the others once a started pod is Ready (the canary of --verify)."""
@@ -214,7 +227,7 @@ class VerifyingWaiter(Waiter):
         if self.mode != "auto" or not mirrors or any(p in self.probes_for(target) for p in mirrors):
             return ""
         try:
-            state = mirrors[0].observe(target, timeout=min(API_CALL, DESCRIBE_BUDGET))
+            state = mirrors[0].observe(target, timeout=min(API_TIMEOUT, DESCRIBE_BUDGET))
         except Unavailable as exc:
             return "; info: the API cannot show its mirror pod yet (%s)" % exc
         later = "(the kubelet updates it at its next sync)"
@@ -224,7 +237,7 @@ class VerifyingWaiter(Waiter):
         if not runtimes:
             return ""
         try:
-            running = runtimes[0].observe(target, timeout=min(API_CALL, DESCRIBE_BUDGET))
+            running = runtimes[0].observe(target, timeout=min(API_TIMEOUT, DESCRIBE_BUDGET))
         except Unavailable:
             return ""
         shown = {c.split("://", 1)[-1] for c in state.containers}
@@ -311,6 +324,7 @@ class VerifyingWaiter(Waiter):
         what it saw (and the probes after it) and returns the result, or what is still awaited (the
         progress line, and the TIMEOUT message once the deadline passed). A round in which no probe
         can look is the blindness rule's (``_blind_verdict``)."""
+        from cpctl.probes.gates import Blindness
         clock, blind = Clock(timeout), Blindness()
         while True:
             probe, state, rest = self._round(target, clock)
@@ -331,6 +345,7 @@ class VerifyingWaiter(Waiter):
         passed or when it lasted BLIND_GRACE seconds; else None after a pause (poll again)."""
         if self._never_looks(target):
             return self._unverified(target, clock)
+        from cpctl.probes.gates import BLIND_GRACE
         if clock.expired() or blind.seconds() >= min(clock.timeout, BLIND_GRACE):
             return self._unverified(target, clock)
         self._pause(clock, "no probe can observe %s yet" % target.mirror_name)
@@ -384,6 +399,8 @@ class VerifyingWaiter(Waiter):
     def _gate_run(self, target: PodTarget, clock: Clock, check: Callable[[], None] = lambda: None) -> GateRun:
         """What the gates get for one target and clock: this waiter's pauses and TIMEOUT; each
         TIMEOUT tick first runs ``check`` (the wait's fail-fast question)."""
+        from cpctl.probes.gates import GateRun
+
         def tick(text: str) -> None:
             check()
             self._tick(clock, target, text)
@@ -397,6 +414,7 @@ class VerifyingWaiter(Waiter):
         ``check`` runs at each of their ticks: a new API server or etcd that the runtime shows
         crash-looping while its gate waits for /readyz is a verdict at once (issue 32), not after
         the whole startup budget."""
+        from cpctl.probes.gates import GateResult
         run = self._gate_run(target, clock, check)
         taken = before.get("gates") if isinstance(before, dict) else None
         result = GateResult("", True)

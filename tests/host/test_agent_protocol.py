@@ -147,6 +147,24 @@ def test_a_batch_carries_reads_only(agent: CountingAgent, tmp_path) -> None:
             agent.read_file(str(tmp_path / "missing"), 10)
 
 
+def test_a_prefetched_answer_serves_exactly_the_same_request() -> None:
+    """The snapshot's key (``agent._call_key``) is equal for two calls exactly when their request
+    lines carry the same JSON (arguments in any order); the cheap key of string and integer
+    arguments never mistakes "1" for 1 or True for 1, and other values fall back to the JSON text."""
+    cases = [("read_file", {"path": "/a", "limit": 1}), ("read_file", {"limit": 1, "path": "/a"}),
+             ("read_file", {"path": "/a", "limit": "1"}), ("read_file", {"path": "/a", "limit": True}),
+             ("read_file", {"path": "/a", "limit": 1.0}), ("read_file", {"path": "/a", "limit": None}),
+             ("read_tail", {"path": "/a", "limit": 1}), ("lstat", {"path": "/a"}), ("lstat", {"path": b"/a"}),
+             ("lstat", {"path": ["/a"]}), ("lstat", {"path": ("/a",)}), ("info", {}), ("info", {"x": {"b64": "L2E="}})]
+    for op, args in cases:
+        for other_op, other_args in cases:
+            same_request = json.dumps([op, hostops.encode(args)], sort_keys=True) == json.dumps(
+                [other_op, hostops.encode(other_args)], sort_keys=True)
+            same_key = host_module._call_key(op, args) == host_module._call_key(other_op, other_args)
+            assert same_key == same_request, (op, args, other_op, other_args)
+    assert isinstance(host_module._call_key("read_file", {"path": "/a", "limit": 1}), tuple)   # the cheap key
+
+
 @pytest.mark.parametrize("damage", ["corrupt", "symlink"])
 def test_a_bad_parked_meta_is_one_clear_error(agent: CountingAgent, tmp_path, damage: str) -> None:
     node = _node_with_parked(tmp_path)

@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 import time
-from typing import Dict, List, Set, Tuple
+from typing import Any, Dict, List, Set, Tuple
 
 import pytest
 
@@ -191,6 +191,18 @@ def test_status_against_a_live_api_imports_no_http_library(lab) -> None:
     assert _forbidden(modules, NOT_FOR_LIVE_STATUS) == []
 
 
+def _status_with_and_without_start(env: Dict[str, str], script: str) -> Tuple[Any, Any]:
+    """``script`` (a ``cpctl status`` through ``cpctl.cli.start``) run in a fresh interpreter, and the
+    same with ``cpctl.cli.main``'s entry instead (no start-up settings): both must succeed."""
+    runs = []
+    for module in ("cpctl.cli.start", "cpctl.cli.main"):
+        text = script.replace("from cpctl.cli.start import entry", "from %s import entry" % module)
+        proc = subprocess.run([sys.executable, "-c", text], env=env, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0 and "kube-scheduler" in proc.stdout, proc.stderr[-2000:]
+        runs.append(proc)
+    return runs[0], runs[1]
+
+
 def test_start_up_makes_no_garbage_collector_pass(env: Dict[str, str]) -> None:
     """``cpctl.cli.start`` widens the collector's young generation before click is imported, so a
     status (imports, the view, the output) ends without one pass: the default (700) made 35 of
@@ -202,15 +214,10 @@ def test_start_up_makes_no_garbage_collector_pass(env: Dict[str, str]) -> None:
               "sys.argv = ['cpctl', 'status']\n"
               "from cpctl.cli.start import entry\n"
               "entry()\n")
-    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "kube-scheduler" in proc.stdout
+    proc, default = _status_with_and_without_start(env, script)
     assert "GC PASSES 0\n" in proc.stderr, proc.stderr[-500:]
     # the count is not blind: with the default threshold the same run makes passes
-    default = subprocess.run([sys.executable, "-c", script.replace("from cpctl.cli.start import entry",
-                                                                   "from cpctl.cli.main import entry")],
-                             env=env, capture_output=True, text=True, timeout=60)
-    assert default.returncode == 0 and "GC PASSES 0\n" not in default.stderr, default.stderr[-500:]
+    assert "GC PASSES 0\n" not in default.stderr, default.stderr[-500:]
 
 
 def test_exit_skips_the_collectors_last_pass_over_what_is_alive(env: Dict[str, str]) -> None:
@@ -224,16 +231,11 @@ def test_exit_skips_the_collectors_last_pass_over_what_is_alive(env: Dict[str, s
               "sys.argv = ['cpctl', 'status']\n"
               "from cpctl.cli.start import entry\n"
               "entry()\n")
-    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "kube-scheduler" in proc.stdout
+    proc, plain = _status_with_and_without_start(env, script)
     frozen = [int(line.split()[1]) for line in proc.stderr.splitlines() if line.startswith("FROZEN ")]
     assert len(frozen) == 1 and frozen[0] > 10000, proc.stderr[-500:]   # click, yaml, cpctl: ~10^5 objects
     # not blind: the command line without the entry point's settings leaves the heap unfrozen
-    plain = subprocess.run([sys.executable, "-c", script.replace("from cpctl.cli.start import entry",
-                                                                 "from cpctl.cli.main import entry")],
-                           env=env, capture_output=True, text=True, timeout=60)
-    assert plain.returncode == 0 and "FROZEN 0\n" in plain.stderr, plain.stderr[-500:]
+    assert "FROZEN 0\n" in plain.stderr, plain.stderr[-500:]
 
 
 def test_status_without_a_confirm_dir_loads_no_arm_code(env: Dict[str, str]) -> None:

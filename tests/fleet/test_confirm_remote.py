@@ -260,6 +260,11 @@ def _cluster_configuration(master: Master) -> Any:
     return json.loads(out.stdout)
 
 
+def _kept_records(keepin: str, suffix: str) -> List[str]:
+    """The keep-in records in ``keepin`` whose name ends with ``suffix``."""
+    return [n for n in os.listdir(keepin) if n.endswith(suffix)] if os.path.isdir(keepin) else []
+
+
 def test_the_master_itself_puts_a_kept_cluster_configuration_back(master: Master) -> None:
     """Issue 33 item 1 on a master without cpctl: a ``--keep-in kubeadm-config`` change left
     unconfirmed is reverted by the master on its own - the manifest AND the ClusterConfiguration,
@@ -279,7 +284,10 @@ def test_the_master_itself_puts_a_kept_cluster_configuration_back(master: Master
     kubeconfig = open(node_conf).read()        # kubeadm's admin.conf: certificate and key embedded
     key = next(line.split(":", 1)[1].strip() for line in kubeconfig.splitlines() if "client-key-data" in line)
     assert key not in plan_text and '"slices"' in plan_text, "the plan names where the key is, never the key"
-    wait_for(lambda: "keep-in-undone" in master.actions(), 150, "the master puts the ClusterConfiguration back")
+    keepin = os.path.join(str(master.lab.state_dir(1)), "keepin")
+    # the end of it: history written, then the record dropped (the test must not read in between)
+    wait_for(lambda: "keep-in-undone" in master.actions() and not _kept_records(keepin, ".json"), 150,
+             "the master puts the ClusterConfiguration back")
     after = _cluster_configuration(master)
     assert master.read() == original
     assert after["data"]["ClusterConfiguration"] == before["data"]["ClusterConfiguration"]
@@ -287,8 +295,6 @@ def test_the_master_itself_puts_a_kept_cluster_configuration_back(master: Master
     assert len(undone) == 1 and undone[0]["resource_version"] == after["metadata"]["resourceVersion"], undone
     assert int(after["metadata"]["resourceVersion"]) > int(changed["metadata"]["resourceVersion"])
     assert "node-side plan" in undone[0]["origin"], undone
-    keepin = os.path.join(str(master.lab.state_dir(1)), "keepin")
-    assert not [n for n in os.listdir(keepin) if n.endswith(".json")] if os.path.isdir(keepin) else True
 
 
 def test_the_master_itself_puts_a_kept_patch_file_back(master: Master) -> None:
@@ -300,10 +306,11 @@ def test_the_master_itself_puts_a_kept_patch_file_back(master: Master) -> None:
     original = master.read()
     master.run("flags", "scheduler", "--set", "v=4", "--keep-in", "patches", "--confirm-within", "20s", *FAST)
     assert os.path.exists(patch) and "--v=4" in open(patch).read()
-    wait_for(lambda: master.read() == original and not os.path.exists(patch), 150, "the master reverts both")
+    keepin = os.path.join(str(master.lab.state_dir(1)), "keepin")
+    # the end of it: the file removed, history written, then the record dropped
+    wait_for(lambda: master.read() == original and not os.path.exists(patch) and
+             not _kept_records(keepin, ".patch.json"), 150, "the master reverts both")
     history = [r for r in read_history(str(master.lab.state_dir(1))) if r.get("component") == "kube-scheduler"]
     undo = [r for r in history if r["action"] == "keep-in" and r.get("undo") is True]
     assert len(undo) == 1 and undo[0]["patch"] == patch and "node-side plan" in undo[0]["origin"], history
-    keepin = os.path.join(str(master.lab.state_dir(1)), "keepin")
-    assert not [n for n in os.listdir(keepin) if n.endswith(".patch.json")], os.listdir(keepin)
     assert not os.path.exists(os.path.join(str(master.lab.state_dir(1)), "journal.json"))

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 SUBDIR = "keepin"
 MAX_RECORD_BYTES = 4 << 20
 KEEP_RECORDS = 20                 # per manifest file, newest kept (older ones can no longer come back)
-_OP = re.compile(r"^[0-9a-f]{8,64}$")
+_OP = re.compile(hostops.KEPT_OP)
 
 
 @dataclass
@@ -180,20 +180,18 @@ def undo_patch(node: Node, kept: KeptPatch) -> str:
     if decision == "write":
         node.apply(patch_undo_change(kept))
     _drop_patch(node, kept)
-    if decision == "theirs":
-        return ("%s was changed by someone else since cpctl's --keep-in change of %s: left as it is - it may "
-                "still hold what was undone" % (kept.path, kept.component))
     if decision == "done":
         return ""
-    return "%s put back as it was before the change%s" % (kept.path, "" if kept.before is not None else
-                                                          " (removed: there was none)")
+    return hostops.kept_patch_said("put-back" if decision == "write" else decision, kept.path, kept.component,
+                                   removed=kept.before is None)
 
 
 def directory(node: Node) -> str:
     return node.state.path + "/" + SUBDIR
 
 
-def _path(node: Node, kept: KeptConfig) -> str:
+def record_path(node: Node, kept: KeptConfig) -> str:
+    """Where ``kept`` is recorded in the state dir (``STATE/keepin/<file>.<op>.json``)."""
     return "%s/%s.%s.json" % (directory(node), kept.file, kept.op)
 
 
@@ -201,11 +199,11 @@ def save(node: Node, kept: KeptConfig) -> None:
     """Write (or rewrite) the record, atomically, in the 0700 state dir."""
     node.host.makedirs(directory(node), 0o700)
     data = (json.dumps(asdict(replace(kept, time=kept.time or iso())), indent=2, sort_keys=True) + "\n").encode()
-    node.host.write_atomic(_path(node, kept), data)
+    node.host.write_atomic(record_path(node, kept), data)
 
 
 def drop(node: Node, kept: KeptConfig) -> None:
-    node.host.unlink(_path(node, kept))
+    node.host.unlink(record_path(node, kept))
 
 
 def _parse(data: bytes, path: str) -> KeptConfig:
@@ -277,7 +275,7 @@ def undo(node: Node, kept: KeptConfig) -> str:
         found = client.get_configmap(kept.namespace, kept.name)
         if found is None:
             drop(node, kept)
-            return "%s is gone: its change by the %s of %s was not put back" % (where, kept.op, kept.component)
+            return hostops.kept_config_said("gone", where, kept.component, kept.op)
         data = found.get("data") if isinstance(found.get("data"), dict) else {}
         assert isinstance(data, dict)
         meta = found.get("metadata") if isinstance(found.get("metadata"), dict) else {}
@@ -290,17 +288,14 @@ def undo(node: Node, kept: KeptConfig) -> str:
             return ""
         if decision == "theirs":
             drop(node, kept)
-            return ("%s was changed by someone else since cpctl's --keep-in change of %s (resourceVersion %s, "
-                    "cpctl wrote %s): left as it is - it may still hold what was undone: check it (%s)"
-                    % (where, kept.component, version or "?", kept.resource_version or "?",
-                       node.command("check", "--kubeadm")))
+            return hostops.kept_config_said("theirs", where, kept.component, kept.op, version, kept.resource_version,
+                                            node.command("check", "--kubeadm"))
         written = client.update_configmap(kept.namespace, kept.name, dict(found, data=dict(data, **{
             kept.key: kept.before})))
     except ApiError as exc:
         if exc.status == 409:
             drop(node, kept)
-            return ("%s changed while cpctl put its --keep-in change of %s back (someone else writes it): left as "
-                    "it is: check it (%s)" % (where, kept.component, node.command("check", "--kubeadm")))
+            return hostops.kept_config_said("conflict", where, kept.component, hint=node.command("check", "--kubeadm"))
         return _unreachable(where, kept, exc.message)
     except (CpctlError, OSError) as exc:
         return _unreachable(where, kept, getattr(exc, "message", None) or str(exc))
@@ -311,15 +306,11 @@ def undo(node: Node, kept: KeptConfig) -> str:
         if other.after == kept.before and other.namespace == kept.namespace and other.name == kept.name:
             save(node, replace(other, resource_version=new_version))
     who = node.who()
-    node.state.append_history({
-        "time": iso(), "user": who.get("sudo_user") or who.get("user"), "host": who.get("hostname"),
-        "node": who.get("node"), "action": "keep-in-undone", "component": kept.component, "file": kept.file,
-        "checksum": manifests.checksum(kept.before.encode("utf-8")), "op": kept.op, "configmap": where,
-        "resource_version": new_version, "origin": who.get("origin") or "",
-        "reason": "the manifest is back at the version before the change"})
-    return "%s put back as it was before the change (resourceVersion %s)" % (where, new_version or "?")
+    node.state.append_history(hostops.config_undone_record(
+        {"user": who.get("sudo_user") or who.get("user"), "host": who.get("hostname"), "node": who.get("node"),
+         "origin": who.get("origin")}, asdict(kept), where, new_version))
+    return hostops.kept_config_said("put-back", where, kept.component, version=new_version)
 
 
 def _unreachable(where: str, kept: KeptConfig, why: str) -> str:
-    return ("%s NOT put back yet (%s): the --keep-in change of %s stays recorded; the next cpctl command tries "
-            "again" % (where, why, kept.component))
+    return hostops.kept_config_said("not-yet", where, kept.component, why=why)

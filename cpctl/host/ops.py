@@ -1526,13 +1526,18 @@ def _recorded(plan, op):
         return False
 
 
+def _append_record(plan, record):
+    """One history record, appended as cpctl's state dir writes it (one JSON line)."""
+    import json
+    append(plan["history"], (json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n").encode("utf-8"))
+
+
 def _record_entry(plan, entry, record, unfinished):
     """The history record of one of the plan's journaled changes, as cpctl's journal writes it."""
-    import json
     record = dict(record, time=_utc_now(), op=entry["op"])
     if unfinished:
         record["unfinished"] = unfinished
-    append(plan["history"], (json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n").encode("utf-8"))
+    _append_record(plan, record)
 
 
 def _run_entry(plan, entry, record, runner):
@@ -1608,11 +1613,9 @@ def _plan_patches(plan, runner):
             if code:
                 lines.append("%s NOT put back yet (%s): the next cpctl command tries again" % (path, why))
                 continue
-            lines.append("%s put back as it was before the change%s" % (
-                path, "" if item["was"] else " (removed: there was none)"))
+            lines.append(kept_patch_said("put-back", path, item["entry"]["component"], removed=not item["was"]))
         elif decision == "theirs":
-            lines.append("%s was changed by someone else since cpctl's --keep-in change of %s: left as it is - it "
-                         "may still hold what was undone" % (path, item["entry"]["component"]))
+            lines.append(kept_patch_said("theirs", path, item["entry"]["component"]))
         unlink(item["record"])
     return lines
 
@@ -1623,7 +1626,6 @@ def _pending_journal(plan, runner):
     recovery (``StepRunner.recover``) finishes or rolls it back and records it as cpctl's would:
     (None, "") to go on, or (0, "reverted") when it finished the revert itself. Anything else is
     cpctl's to recover (exit 7 and why)."""
-    import json
     import pwd
     import socket
     entry = _read_json(plan["journal"], 1 << 20)
@@ -1663,7 +1665,7 @@ def _pending_journal(plan, runner):
                       action="armed", component=entry.get("component"), file=entry.get("file"),
                       checksum=entry.get("checksum"), op=entry["op"], recovered=True,
                       origin="recovered by the node-side revert")
-        append(plan["history"], (json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n").encode("utf-8"))
+        _append_record(plan, record)
     _forget_steps(plan, steps, ("staged", "kept"))
     return None, ""
 
@@ -1684,6 +1686,48 @@ def config_undo(text, version, before, after, written_version):
     if not written_version:
         return "write" if text == after else "nothing"
     return "write" if version == written_version else "theirs"
+
+
+def kept_config_said(what, where, component, op="", version="", written="", hint="", why=""):
+    """The one line cpctl (``core.keptin.undo``) and the node-side revert (``_plan_keepin``) say about
+    putting a ``--keep-in`` write to ConfigMap ``where`` back: ``what`` is ``gone``, ``theirs`` (changed
+    by someone else: ``version`` now, ``written`` cpctl's), ``conflict`` (a 409 on the write),
+    ``put-back`` (``version`` the write produced) or ``not-yet`` (``why``); ``hint``: how to run
+    ``check --kubeadm`` on that master."""
+    if what == "gone":
+        return "%s is gone: its change by the %s of %s was not put back" % (where, op, component)
+    if what == "theirs":
+        return ("%s was changed by someone else since cpctl's --keep-in change of %s (resourceVersion %s, cpctl wrote "
+                "%s): left as it is - it may still hold what was undone: check it (%s)"
+                % (where, component, version or "?", written or "?", hint))
+    if what == "conflict":
+        return ("%s changed while cpctl put its --keep-in change of %s back (someone else writes it): left as it is: "
+                "check it (%s)" % (where, component, hint))
+    if what == "put-back":
+        return "%s put back as it was before the change (resourceVersion %s)" % (where, version or "?")
+    return ("%s NOT put back yet (%s): the --keep-in change of %s stays recorded; the next cpctl command tries again"
+            % (where, why, component))
+
+
+def config_undone_record(who, kept, where, version):
+    """The history record ``keep-in-undone`` of putting ``kept`` (a keep-in record's fields: component,
+    file, op, before) back, by ``who`` (user, host, node, origin): one shape for cpctl and the node-side
+    revert."""
+    import hashlib
+    return {"time": _utc_now(), "user": who["user"], "host": who["host"], "node": who["node"],
+            "action": "keep-in-undone", "component": kept["component"], "file": kept["file"],
+            "checksum": hashlib.sha256(kept["before"].encode("utf-8")).hexdigest(), "op": kept["op"],
+            "configmap": where, "resource_version": version, "origin": who["origin"] or "",
+            "reason": "the manifest is back at the version before the change"}
+
+
+def kept_patch_said(what, path, component, removed=False):
+    """The one line about putting a ``--keep-in patches`` file back: ``theirs`` or ``put-back``
+    (``removed``: there was none before)."""
+    if what == "theirs":
+        return ("%s was changed by someone else since cpctl's --keep-in change of %s: left as it is - it may still "
+                "hold what was undone" % (path, component))
+    return "%s put back as it was before the change%s" % (path, " (removed: there was none)" if removed else "")
 
 
 #: kubeadm's patch file as cpctl writes it (``--keep-in patches``): ``<component>+json.yaml``
@@ -1721,19 +1765,20 @@ def _api_from(ref):
 
 
 _K8S_NAME = "^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+KEPT_OP = "^[0-9a-f]{8,64}$"     #: the change id in a keep-in record's name (``core.keptin`` checks it too)
 _KEPT_FIELDS = ("op", "component", "file", "previous", "checksum", "namespace", "name", "key", "before", "after",
                 "resource_version", "time")
 
 
-def _kept_record(path, state_dir, manifest_file):
+def _kept_record(path, state_dir, manifest_file=None):
     """A ``--keep-in kubeadm-config`` record (``STATE/keepin/<file>.<op>.json``, as ``core.keptin`` writes
-    it) of the reverted manifest file, checked like cpctl checks it; None when gone or not one."""
+    it) - of ``manifest_file`` when given -, checked like cpctl checks it; None when gone or not one."""
     import re
     if os.path.dirname(path) != state_dir + "/keepin":
         return None
     kept = _read_json(path, 4 << 20)
     if kept is None or any(not isinstance(kept.get(f), str) for f in _KEPT_FIELDS) or \
-            not re.match("^[0-9a-f]{8,64}$", kept["op"]) or kept["file"] != manifest_file or \
+            not re.match(KEPT_OP, kept["op"]) or manifest_file not in (None, kept["file"]) or \
             os.path.basename(path) != "%s.%s.json" % (kept["file"], kept["op"]) or \
             not re.match(_K8S_NAME, kept["namespace"]) or not re.match(_K8S_NAME, kept["name"]):
         return None
@@ -1765,8 +1810,7 @@ def _plan_keepin(plan):
             line = _put_back_config(plan, kept, access)
             unlink("%s/keepin/%s.%s.json" % (state_dir, kept["file"], kept["op"]))
         except (OSError, ValueError) as exc:
-            line = ("%s NOT put back yet (%s): the --keep-in change of %s stays recorded; the next cpctl command "
-                    "tries again" % (where, getattr(exc, "strerror", None) or exc, kept["component"]))
+            line = kept_config_said("not-yet", where, kept["component"], why=getattr(exc, "strerror", None) or exc)
         if line:
             lines.append(line)
     return lines
@@ -1805,38 +1849,24 @@ def _put_back_config(plan, kept, access):
     text = data.get(kept["key"])
     decision = config_undo(None if found is None else text if isinstance(text, str) else "", version,
                            kept["before"], kept["after"], kept["resource_version"])
-    if decision == "gone":
-        return "%s is gone: its change by the %s of %s was not put back" % (where, kept["op"], kept["component"])
-    if decision == "theirs":
-        return ("%s was changed by someone else since cpctl's --keep-in change of %s (resourceVersion %s, cpctl wrote "
-                "%s): left as it is - it may still hold what was undone: check it (cpctl check --kubeadm)"
-                % (where, kept["component"], version or "?", kept["resource_version"]))
+    hint = plan.get("check_hint") or "cpctl check --kubeadm"
+    if decision in ("gone", "theirs"):
+        return kept_config_said(decision, where, kept["component"], kept["op"], version, kept["resource_version"], hint)
     if decision != "write":
         return ""
     status, written = _api_json("PUT", url, access, dict(found or {}, data=dict(data, **{kept["key"]: kept["before"]})))
     if status == 409:
-        return ("%s changed while cpctl put its --keep-in change of %s back (someone else writes it): left as it is: "
-                "check it (cpctl check --kubeadm)" % (where, kept["component"]))
+        return kept_config_said("conflict", where, kept["component"], hint=hint)
     if status != 200:
         raise OSError(errno.EIO, "PUT %s answered HTTP %d" % (where, status))
     meta = (written or {}).get("metadata")
     version = str(meta.get("resourceVersion") or "") if isinstance(meta, dict) else ""
     _kept_ours_again(os.path.dirname(plan["journal"]), kept, version)
-    _record_config_undone(plan, kept, where, version)
-    return "%s put back as it was before the change (resourceVersion %s)" % (where, version or "?")
-
-
-def _record_config_undone(plan, kept, where, version):
-    """History ``keep-in-undone``, as ``core.keptin.undo`` records it."""
-    import hashlib
-    import json
     verdict = plan["verdict"]
-    record = {"time": _utc_now(), "user": verdict.get("user"), "host": verdict.get("host"), "node": verdict.get("node"),
-              "action": "keep-in-undone", "component": kept["component"], "file": kept["file"],
-              "checksum": hashlib.sha256(kept["before"].encode("utf-8")).hexdigest(), "op": kept["op"],
-              "configmap": where, "resource_version": version, "origin": verdict.get("origin") or "",
-              "reason": "the manifest is back at the version before the change"}
-    append(plan["history"], (json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n").encode("utf-8"))
+    who = {"user": verdict.get("user"), "host": verdict.get("host"), "node": verdict.get("node"),
+           "origin": verdict.get("origin")}
+    _append_record(plan, config_undone_record(who, kept, where, version))
+    return kept_config_said("put-back", where, kept["component"], version=version)
 
 
 def _kept_ours_again(state_dir, kept, version):
@@ -1852,7 +1882,7 @@ def _kept_ours_again(state_dir, kept, version):
         path = folder + "/" + name
         if not name.endswith(".json") or name.endswith(".patch.json") or name.startswith("."):
             continue
-        other = _kept_record(path, state_dir, name.split(".json")[0].rsplit(".", 1)[0])
+        other = _kept_record(path, state_dir)
         if other is None or other["op"] == kept["op"] or other["after"] != kept["before"] or \
                 other["namespace"] != kept["namespace"] or other["name"] != kept["name"]:
             continue
@@ -2287,7 +2317,7 @@ def revert_plan_main(argv):
     else:
         _plan_log("unconfirmed change of %s reverted to revision %s, but the reverted version is NOT verified "
                   "healthy: %s; act now (exit 12)" % (component, plan["verdict"]["revision"], why), True)
-    append(plan["history"], (json.dumps(verdict, sort_keys=True, separators=(",", ":")) + "\n").encode("utf-8"))
+    _append_record(plan, verdict)
     _plan_cleanup(argv[0])
     return 0 if ok else 12
 

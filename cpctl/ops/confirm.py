@@ -509,8 +509,8 @@ def _kept_part(node: Node, armed: Arm, previous: bytes) -> Dict[str, object]:
         return {}
     if not records:
         return {}
-    return {"keepin": ["%s/%s.%s.json" % (keptin.directory(node), k.file, k.op) for k in records],
-            "api": node_access(node.host, node.kubeconfig)}
+    return {"keepin": [keptin.record_path(node, k) for k in records], "api": node_access(node.host, node.kubeconfig),
+            "check_hint": node.command("check", "--kubeadm")}
 
 
 def _patch_part(node: Node, armed: Arm, previous: bytes, base: str, origin: str) -> Dict[str, object]:

@@ -16,12 +16,16 @@ from cpctl.host.base import Host
 def open_host(target: str, options: Any, become: Optional[bool] = None, python: Optional[str] = None) -> Host:
     """A connected ``Host`` for ``target`` (an ssh_config alias or [user@]host[:port]).
 
-    ``become``/``python`` override the options per host (inventory vars)."""
+    ``become``/``python`` override the options per host (inventory vars) in a copy that shares
+    the run's key ring: each private key is read, and its passphrase asked, once per run."""
+    direct = not (options.persist > 0 and options.become_password is None)
+    if direct:
+        from cpctl.host import ssh
+        ssh.keyring_of(options)        # made on the run's options, before any per-host copy
     if become is not None or python is not None:
         options = dataclasses.replace(options, become=options.become if become is None else become,
                                       python=python or options.python)
-    if options.persist > 0 and options.become_password is None:
+    if not direct:
         from cpctl.host import keeper  # no paramiko in this process: the keeper has it
         return keeper.attach(target, options)
-    from cpctl.host import ssh
     return ssh.connect(target, options)

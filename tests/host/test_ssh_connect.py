@@ -74,6 +74,17 @@ def test_passphrase_prompted_once_per_run(sshd: SSHServer, ssh_session, tmp_path
     assert calls == [("Enter passphrase for key '%s': " % key, True)]
 
 
+def test_passphrase_prompted_once_with_per_host_inventory_vars(sshd: SSHServer, ssh_session, tmp_path) -> None:
+    """An inventory's per-host ``become``/``python`` give each master its own copy of the options;
+    the copies share the run's key ring, so the key is read and its passphrase asked once."""
+    key, prompt, calls = locked_key(ssh_session, str(tmp_path))
+    options = sshd.options(identity_files=[key], prompt=prompt, persist=0)
+    from cpctl.host.connect import open_host
+    for become, python in ((False, None), (None, "python3"), (False, "python3")):
+        open_host(sshd.target(), options, become=become, python=python).close()
+    assert calls == [("Enter passphrase for key '%s': " % key, True)]
+
+
 def test_encrypted_key_without_prompt_is_skipped(sshd: SSHServer, tmp_path) -> None:
     key = str(tmp_path / "locked_key")
     keygen(key, passphrase="pw")

@@ -18,14 +18,17 @@ def open_host(target: str, options: Any, become: Optional[bool] = None, python: 
 
     ``become``/``python`` override the options per host (inventory vars) in a copy that shares
     the run's key ring: each private key is read, and its passphrase asked, once per run."""
-    direct = not (options.persist > 0 and options.become_password is None)
-    if direct:
-        from cpctl.host import ssh
-        ssh.keyring_of(options)        # made on the run's options, before any per-host copy
-    if become is not None or python is not None:
-        options = dataclasses.replace(options, become=options.become if become is None else become,
-                                      python=python or options.python)
-    if not direct:
+    if options.persist > 0 and options.become_password is None:
         from cpctl.host import keeper  # no paramiko in this process: the keeper has it
-        return keeper.attach(target, options)
-    return ssh.connect(target, options)
+        return keeper.attach(target, _per_host(options, become, python))
+    from cpctl.host import ssh
+    ssh.keyring_of(options)            # made on the run's options, before any per-host copy
+    return ssh.connect(target, _per_host(options, become, python))
+
+
+def _per_host(options: Any, become: Optional[bool], python: Optional[str]) -> Any:
+    """``options`` with this host's inventory vars, or ``options`` itself when it has none."""
+    if become is None and python is None:
+        return options
+    return dataclasses.replace(options, become=options.become if become is None else become,
+                               python=python or options.python)

@@ -9,6 +9,7 @@ import pwd
 import subprocess
 import sys
 import textwrap
+import time
 from typing import Any
 
 import pytest
@@ -84,3 +85,93 @@ def test_login_name_is_remembered_only_when_missing(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("USER", "someone-else")
     remember_login_name()
     assert "LOGNAME" not in os.environ and getpass.getuser() == "someone-else"
+
+
+NARROWED = """\
+Host h1 h2
+  HostName 10.0.0.1
+  IdentityFile ~/.ssh/one
+Host h3,h4
+  Port 2203
+Host h2
+  User second
+  IdentityFile ~/.ssh/two
+Host !h5 h*
+  Port 2299
+Host h1?
+  User tens
+Match originalhost h3 user root
+  Port 2233
+Match host 10.0.0.1
+  ForwardAgent yes
+Host [ab]x
+  User bracket
+Match localuser %s
+  ServerAliveInterval 7
+Host h5
+  Port 2205
+  IdentityFile ~/.ssh/five
+Host *
+  User fallback
+  IdentityFile ~/.ssh/all
+"""
+
+
+@pytest.mark.parametrize("host", ["h1", "h2", "h3", "h3,h4", "h4", "h5", "h10", "h6", "ax", "bx", "cx",
+                                  "10.0.0.1", "H1", "other"])
+def test_a_narrowed_lookup_answers_as_paramiko_walking_every_block(host: str) -> None:
+    """Skipping the Host blocks of plain names that are not the host changes no answer: the same
+    keys, values and IdentityFile order as paramiko's own lookup over the whole config."""
+    text = NARROWED % getpass.getuser()
+    parsed = ssh.paramiko.SSHConfig.from_text(text)
+    lookups = ssh.SSHConfigLookups(ssh.paramiko.SSHConfig.from_text(text), remember=True)
+    assert lookups._index is not None
+    assert lookups.lookup(host) == dict(parsed.lookup(host))
+
+
+def test_only_blocks_that_can_match_are_walked() -> None:
+    text = "".join("Host m%d\n  HostName 10.0.1.%d\n" % (i, i) for i in range(200)) + "Host *\n  Port 2200\n"
+    lookups = ssh.SSHConfigLookups(ssh.paramiko.SSHConfig.from_text(text), remember=True)
+    view = lookups._for_host("m7")
+    assert [block.get("host") for block in view._config] == [["*"], ["m7"], ["*"]]
+    assert lookups.lookup("m7")["hostname"] == "10.0.1.7" and lookups.lookup("m7")["port"] == "2200"
+
+
+def test_a_canonicalizing_config_is_walked_whole() -> None:
+    """With CanonicalizeHostname, paramiko's second pass matches the canonical name, which a block
+    of plain names may be: nothing is skipped."""
+    text = ("Host m1\n  CanonicalizeHostname yes\n  CanonicalDomains example.invalid\n"
+            "Host m1.example.invalid\n  Port 2\n")
+    lookups = ssh.SSHConfigLookups(ssh.paramiko.SSHConfig.from_text(text), remember=True)
+    assert lookups._index is None and lookups._for_host("m1") is lookups._parsed
+
+
+def test_parallel_first_loads_parse_once(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The masters of a fan-out load the config at the same moment: one parse serves them all."""
+    import threading
+    path = tmp_path / "config"
+    path.write_text(CONFIG)
+    os.utime(path, (1, 1))                  # not modified just now: its text may be remembered
+    monkeypatch.setattr(ssh, "_CONFIGS", {})
+    parses: list = []
+    real = ssh.paramiko.SSHConfig.from_text
+    start = threading.Barrier(8)
+
+    def slow_parse(text: str) -> Any:
+        parses.append(text)
+        time.sleep(0.05)                    # a parse long enough for every thread to ask meanwhile
+        return real(text)
+
+    monkeypatch.setattr(ssh.paramiko.SSHConfig, "from_text", staticmethod(slow_parse))
+    seen: list = []
+
+    def load() -> None:
+        start.wait()
+        seen.append(ssh.load_ssh_config(str(path)))
+
+    threads = [threading.Thread(target=load) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(parses) == 1 and len(seen) == 8 and all(config is seen[0] for config in seen)

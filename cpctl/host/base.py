@@ -19,6 +19,10 @@ LockBusy = hostops.LockBusy
 # keeper's relays) wait up to the GIL switch interval at each hand-over: 5 ms by default; measured
 # -25% on 20 hosts with this one. Entry points set it (process-wide state is not a library's).
 FAST_SWITCH = 0.0005
+# SSH handshakes are the opposite: CPU in Python (paramiko's packets, its key exchange) in many
+# threads at once, where a switch every 0.5 ms only adds switches. While any runs, the process
+# uses Python's default (``cpctl.host.ssh.handshaking``): 50 masters, --persist 0: -5% of CPU.
+HANDSHAKE_SWITCH = 0.005
 
 
 class LineReader(Protocol):

@@ -12,12 +12,14 @@ This is the only cpctl module that imports paramiko (~0.45 s): import it lazily.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
 import re
 import shlex
 import socket
+import sys
 import threading
 from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -30,6 +32,7 @@ from paramiko.auth_strategy import AuthFailure, AuthStrategy, InMemoryPrivateKey
 
 from cpctl.errors import CpctlError, ExitCode  # noqa: E402
 from cpctl.host.agent import AgentHost, agent_bootstrap, agent_payload, check_hello  # noqa: E402
+from cpctl.host.base import HANDSHAKE_SWITCH  # noqa: E402
 from cpctl.host.sshconfig import (  # noqa: E402
     DEFAULT_IDENTITIES,
     DEFAULT_PORT,
@@ -354,6 +357,34 @@ def _client_for(ep: Endpoint, options: SSHOptions) -> paramiko.SSHClient:
     return client
 
 
+class _Handshakes:
+    """Counts the SSH handshakes under way in this process; while there is one, the GIL switch
+    interval is ``HANDSHAKE_SWITCH`` (see there), and what it was before once the last ends."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running = 0
+        self._before = 0.0
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        with self._lock:
+            self._running += 1
+            if self._running == 1:
+                self._before = sys.getswitchinterval()
+                sys.setswitchinterval(max(self._before, HANDSHAKE_SWITCH))
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._running -= 1
+                if self._running == 0:
+                    sys.setswitchinterval(self._before)
+
+
+handshaking = _Handshakes().running
+
+
 def connect_endpoint(ep: Endpoint, options: SSHOptions,
                      sock: Optional[Union[socket.socket, paramiko.Channel]] = None) -> paramiko.SSHClient:
     """Handshake, verify the host key (paramiko does it before any auth), then authenticate."""
@@ -363,10 +394,11 @@ def connect_endpoint(ep: Endpoint, options: SSHOptions,
     connected = False
     try:
         # With ``sock`` given, paramiko uses hostname/port only to name the key in known_hosts.
-        client.connect(ep.host_key_alias or ep.hostname, port=DEFAULT_PORT if ep.host_key_alias else ep.port,
-                       username=ep.user, sock=sock,
-                       timeout=ep.connect_timeout, banner_timeout=ep.connect_timeout,
-                       auth_timeout=ep.connect_timeout, auth_strategy=auth)
+        with handshaking():
+            client.connect(ep.host_key_alias or ep.hostname, port=DEFAULT_PORT if ep.host_key_alias else ep.port,
+                           username=ep.user, sock=sock,
+                           timeout=ep.connect_timeout, banner_timeout=ep.connect_timeout,
+                           auth_timeout=ep.connect_timeout, auth_strategy=auth)
         connected = True
     except (paramiko.SSHException, OSError, EOFError) as exc:
         raise _connect_error(ep, auth, exc) from None

@@ -73,6 +73,58 @@ for conn, result in results.items():
 group.close()
 """
 
+# The floor of any paramiko fan-out, cpctl's included: one thread per host, each connecting
+# (host key checked against known_hosts, RejectPolicy) and running one command, no other work.
+# ``ls``: the others' job; ``agent``: cpctl's remote start (the stdlib agent read from stdin, as
+# cpctl sends it) answering one ``listdir`` of the manifests dir, without any of cpctl's own code
+# in the client. Side by side with cpctl and parallel-ssh, it tells what the SSH library and the
+# remote Python cost on this machine from what cpctl adds.
+PARAMIKO_FLOOR = """import json, os, sys, threading
+import paramiko
+mode, port, key_path, known, base, payload_path, agent_cmd = sys.argv[1:8]
+hosts = sys.argv[8:]
+key = paramiko.Ed25519Key.from_private_key_file(key_path)
+keys = paramiko.HostKeys(known)
+payload = open(payload_path, "rb").read() if mode == "agent" else b""
+out, failed = {}, []
+
+def one(host):
+    try:
+        client = paramiko.SSHClient()
+        client._system_host_keys = keys
+        client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        client.connect(host, port=int(port), username="root", pkey=key, look_for_keys=False,
+                       allow_agent=False)
+        chan = client.get_transport().open_session()
+        manifests = os.path.join(base, "hosts", host, "manifests")
+        if mode == "ls":
+            chan.exec_command("ls " + manifests)
+        else:
+            chan.exec_command(agent_cmd)
+            chan.sendall(payload + json.dumps({"op": "listdir", "args": {"path": manifests}}).encode() + b"\\n")
+            chan.shutdown_write()
+        data = b""
+        while True:
+            chunk = chan.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        out[host] = data.decode()
+        if chan.recv_exit_status() != 0:
+            failed.append(host)
+        client.close()
+    except Exception as exc:
+        failed.append("%s: %s" % (host, exc))
+
+threads = [threading.Thread(target=one, args=(h,)) for h in hosts]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+sys.stdout.write("".join(out[h] for h in hosts if h in out))
+sys.exit("failed: %s" % failed if failed else 0)
+"""
+
 SSH_SEQ = 'for h in $HOSTS; do ssh -F "$CFG" "$h" "$CMD" || exit 1; done'
 SSH_PAR = 'for h in $HOSTS; do ssh -F "$CFG" "$h" "$CMD" & done; wait'
 
@@ -179,12 +231,32 @@ def tools(fleet: Fleet, count: int, work: str) -> list:
     ]
     out.append(Tool("parallel-ssh", [py, "-c", PSSH, str(fleet.port), fleet.client_key, cmd] + addresses,
                     base_env))
+    payload, agent_cmd = _agent_start(work)
+    for mode in ("ls", "agent"):
+        out.append(Tool(PARAMIKO_FLOOR_NAMES[mode], [py, "-c", PARAMIKO_FLOOR, mode, str(fleet.port), fleet.client_key,
+                                                     fleet.known_hosts, fleet.base, payload, agent_cmd] + addresses,
+                        base_env))
     out.append(Tool("fabric ThreadingGroup", [py, "-c", FABRIC, fleet.ssh_config, fleet.known_hosts, cmd] + aliases,
                     base_env))
     ssh_env = dict(base_env, HOSTS=" ".join(aliases), CFG=fleet.ssh_config, CMD=cmd)
     out.append(Tool("ssh loop (sequential)", ["bash", "-c", SSH_SEQ], ssh_env))
     out.append(Tool("ssh loop (parallel &)", ["bash", "-c", SSH_PAR], ssh_env))
     return out
+
+
+PARAMIKO_FLOOR_NAMES = {"ls": "paramiko, bare: ls", "agent": "paramiko, bare: cpctl's agent"}
+
+
+def _agent_start(work: str) -> Tuple[str, str]:
+    """The agent's stdin payload, in a file, and its start command, as cpctl sends them."""
+    import shlex
+
+    from cpctl.host.agent import agent_bootstrap, agent_payload
+    path = os.path.join(work, "agent-payload")
+    if not os.path.exists(path):
+        with open(path, "wb") as handle:
+            handle.write(agent_payload())
+    return path, " ".join(shlex.quote(arg) for arg in agent_bootstrap("python3"))
 
 
 def _once(tool: Tool, count: int, check: bool, fleet: Optional[Fleet] = None) -> Tuple[float, Optional[tuple]]:
@@ -310,6 +382,13 @@ def run(runs: int = 0) -> str:
             ratio = medians[key][top] / pssh[top]
             verdicts.append("%s (%s) ÷ parallel-ssh at %d hosts = %.2f (goal ≤ 0.67, host keys checked by cpctl "
                             "only: %s)" % (key + (top, ratio, "met" if ratio <= 0.67 else "MISSED")))
+    floor = medians.get((PARAMIKO_FLOOR_NAMES["agent"], "cold"), {})
+    bare_ls = medians.get((PARAMIKO_FLOOR_NAMES["ls"], "cold"), {})
+    if top in floor and top in pssh and top in bare_ls and (DIRECT, "cold") in medians:
+        verdicts.append("at %d hosts, paramiko alone ÷ parallel-ssh = %.2f running `ls` and %.2f starting cpctl's "
+                        "agent (no cpctl code in the client: the floor of cpctl's design on this machine); "
+                        "%s (cold) ÷ that floor = %.2f" % (top, bare_ls[top] / pssh[top], floor[top] / pssh[top],
+                                                           DIRECT, medians[(DIRECT, "cold")][top] / floor[top]))
     for key in ((CPCTL, "cold"), (CPCTL, "warm"), (DIRECT, "cold")):
         if key in medians:
             scaling = medians[key][top] / medians[key][COUNTS[0]]
@@ -354,6 +433,11 @@ def run(runs: int = 0) -> str:
             "previous run (no TCP/SSH handshake, only new sessions on the old connections). Tuned = "
             "forks 20, pipelining, interpreter set (no discovery); stock = forks 5, no pipelining, "
             "interpreter discovery.\n"
+            "* *paramiko, bare*: a `python3 -c` script, one thread per host, each connecting with "
+            "paramiko (known_hosts, RejectPolicy, the same key) and running one command, nothing else: "
+            "`ls` (the others' job) or cpctl's agent, started as cpctl starts it (the same payload on "
+            "stdin) and answering one `listdir`. What the SSH library and the remote Python cost here, "
+            "whatever the client adds.\n"
             "* parallel-ssh (ssh2-python) does no host key verification; Fabric was given the same "
             "known_hosts with RejectPolicy; the ssh loops use the shared ssh_config (BatchMode, strict).\n"
             "* parallel-ssh and Fabric run as `python3 -c <script>` in a fresh process, so their import "

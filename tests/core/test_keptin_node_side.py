@@ -105,3 +105,25 @@ def test_a_patch_undo_in_a_plan_touches_only_a_kubeadm_patch_file_below_the_kube
     elsewhere = _plan_with_patch(tmp_path / "r", str(tmp_path / "r" / "etc" / "kubernetes" / "patches" /
                                                       "kube-scheduler+json.yaml"), record="/etc/kubernetes/admin.conf")
     assert "keep-in record" in hostops._plan_paths_problem(elsewhere)
+
+
+@pytest.mark.parametrize("answers,said", [
+    ([(200, {"data": {"ClusterConfiguration": "someone else's"}, "metadata": {"resourceVersion": "12"}})],
+     "changed by someone else"),
+    ([(200, {"data": {"ClusterConfiguration": "after"}, "metadata": {"resourceVersion": "7"}}), (409, None)],
+     "changed while cpctl put"),
+])
+def test_what_the_master_leaves_for_the_operator_names_the_check_as_run_on_that_master(
+        monkeypatch: pytest.MonkeyPatch, answers: list, said: str) -> None:
+    """When the master's own revert leaves the ClusterConfiguration as it is (someone else changed
+    it, or wrote it meanwhile), its line says how to check it: the command as the operator runs it
+    against that master (``-H``/``-i``), carried in the plan, never a bare ``cpctl check`` that would
+    run on the operator's own machine."""
+    asked = list(answers)
+    monkeypatch.setattr(hostops, "_api_json", lambda method, url, access, body=None: asked.pop(0))
+    kept = {"namespace": "kube-system", "name": "kubeadm-config", "key": "ClusterConfiguration",
+            "before": "before", "after": "after", "resource_version": "7", "component": "kube-scheduler",
+            "op": "flags"}
+    hint = "cpctl -H admin@10.0.0.11 check --kubeadm"
+    line = hostops._put_back_config({"check_hint": hint}, kept, ("https://10.0.0.11:6443", {}))
+    assert said in line and line.endswith("check it (%s)" % hint) and not asked

@@ -284,6 +284,9 @@ def test_the_master_itself_puts_a_kept_cluster_configuration_back(master: Master
     kubeconfig = open(node_conf).read()        # kubeadm's admin.conf: certificate and key embedded
     key = next(line.split(":", 1)[1].strip() for line in kubeconfig.splitlines() if "client-key-data" in line)
     assert key not in plan_text and '"slices"' in plan_text, "the plan names where the key is, never the key"
+    # what the master's log tells the operator to run reaches this master, not the operator's machine
+    hint = json.loads(plan_text)["check_hint"]
+    assert hint.startswith("cpctl -i %s -H master " % master.inv) and hint.endswith(" check --kubeadm"), hint
     keepin = os.path.join(str(master.lab.state_dir(1)), "keepin")
     # the end of it: history written, then the record dropped (the test must not read in between)
     wait_for(lambda: "keep-in-undone" in master.actions() and not _kept_records(keepin, ".json"), 150,

@@ -14,10 +14,12 @@ leaves them out of the fast tier.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import inspect
 import os
 import re
+import shutil
 import signal
 import tempfile
 import time
@@ -110,7 +112,9 @@ def _boot_entries_in_a_scratch_dir() -> None:
     are this machine: their entries go to a scratch dir (``CPCTL_CONFIRM_BOOT_DIR``), never to this
     machine's /etc/cron.d (``no_boot_entry_on_this_machine`` checks it)."""
     if "CPCTL_CONFIRM_BOOT_DIR" not in os.environ:
-        os.environ["CPCTL_CONFIRM_BOOT_DIR"] = tempfile.mkdtemp(prefix="cpctl-test-cron.d-")
+        scratch = tempfile.mkdtemp(prefix="cpctl-test-cron.d-")
+        os.environ["CPCTL_CONFIRM_BOOT_DIR"] = scratch
+        atexit.register(shutil.rmtree, scratch, True)     # made by this process: gone with it
 
 
 _boot_entries_in_a_scratch_dir()

@@ -49,9 +49,14 @@ SLACK = 0.6    # how much a request may overrun its timeout on a loaded 2-core m
 @pytest.fixture(scope="module")
 def lab() -> Iterator[LabHandle]:
     """One lab for the module: each test sets its own faults and clears them."""
+    import shutil
     import tempfile
-    with start_lab(Path(tempfile.mkdtemp(prefix="cpctl-hostile-")) / "lab", **FAST) as handle:
-        yield handle
+    scratch = tempfile.mkdtemp(prefix="cpctl-hostile-")
+    try:
+        with start_lab(Path(scratch) / "lab", **FAST) as handle:
+            yield handle
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 @pytest.fixture

@@ -113,8 +113,7 @@ def save_patch(node: Node, kept: KeptPatch) -> None:
     node.host.makedirs(directory(node), 0o700)
     value = dict(asdict(replace(kept, time=kept.time or iso())), kind="patch",
                  before=None if kept.before is None else base64.b64encode(kept.before).decode("ascii"))
-    node.host.write_atomic("%s/%s.%s.patch.json" % (directory(node), kept.file, kept.op),
-                           (json.dumps(value, indent=2, sort_keys=True) + "\n").encode())
+    node.host.write_atomic(patch_path_of(node, kept), (json.dumps(value, indent=2, sort_keys=True) + "\n").encode())
 
 
 def patch_records(node: Node, filename: Optional[str]) -> List[KeptPatch]:
@@ -141,7 +140,7 @@ def patch_records(node: Node, filename: Optional[str]) -> List[KeptPatch]:
         except (UnicodeDecodeError, ValueError, KeyError, TypeError, binascii.Error):
             raise CpctlError("%s is not a --keep-in record cpctl wrote: inspect it by hand" % path,
                              ExitCode.ENVIRONMENT) from None
-        if name == "%s.%s.patch.json" % (kept.file, kept.op) and _OP.match(kept.op):
+        if name == hostops.kept_record_name(kept.file, kept.op, patch=True) and _OP.match(kept.op):
             found.append(kept)
     return found
 
@@ -152,7 +151,7 @@ def _drop_patch(node: Node, kept: KeptPatch) -> None:
 
 def patch_path_of(node: Node, kept: KeptPatch) -> str:
     """Where ``kept`` is recorded in the state dir."""
-    return "%s/%s.%s.patch.json" % (directory(node), kept.file, kept.op)
+    return "%s/%s" % (directory(node), hostops.kept_record_name(kept.file, kept.op, patch=True))
 
 
 def patch_undo_change(kept: KeptPatch) -> "journal.Change":
@@ -192,7 +191,7 @@ def directory(node: Node) -> str:
 
 def record_path(node: Node, kept: KeptConfig) -> str:
     """Where ``kept`` is recorded in the state dir (``STATE/keepin/<file>.<op>.json``)."""
-    return "%s/%s.%s.json" % (directory(node), kept.file, kept.op)
+    return "%s/%s" % (directory(node), hostops.kept_record_name(kept.file, kept.op))
 
 
 def save(node: Node, kept: KeptConfig) -> None:
@@ -239,7 +238,7 @@ def read_all(node: Node, filename: Optional[str] = None) -> List[KeptConfig]:
             raise CpctlError("%s is not a --keep-in record cpctl wrote: inspect it by hand" % path,
                              ExitCode.ENVIRONMENT)
         kept = _parse(node.host.read_file(path, MAX_RECORD_BYTES), path)
-        if name != "%s.%s.json" % (kept.file, kept.op) or (filename is not None and kept.file != filename):
+        if name != hostops.kept_record_name(kept.file, kept.op) or (filename is not None and kept.file != filename):
             continue
         found.append(kept)
     return sorted(found, key=lambda k: k.time)

@@ -1766,6 +1766,12 @@ def _api_from(ref):
 
 _K8S_NAME = "^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 KEPT_OP = "^[0-9a-f]{8,64}$"     #: the change id in a keep-in record's name (``core.keptin`` checks it too)
+
+
+def kept_record_name(manifest_file, op, patch=False):
+    """The file name of a keep-in record in ``STATE/keepin``: ``<file>.<op>.json`` for a ClusterConfiguration
+    write, ``<file>.<op>.patch.json`` for a patch file; ``core.keptin`` writes it, the node side finds it."""
+    return "%s.%s.%s" % (manifest_file, op, "patch.json" if patch else "json")
 _KEPT_FIELDS = ("op", "component", "file", "previous", "checksum", "namespace", "name", "key", "before", "after",
                 "resource_version", "time")
 
@@ -1779,7 +1785,7 @@ def _kept_record(path, state_dir, manifest_file=None):
     kept = _read_json(path, 4 << 20)
     if kept is None or any(not isinstance(kept.get(f), str) for f in _KEPT_FIELDS) or \
             not re.match(KEPT_OP, kept["op"]) or manifest_file not in (None, kept["file"]) or \
-            os.path.basename(path) != "%s.%s.json" % (kept["file"], kept["op"]) or \
+            os.path.basename(path) != kept_record_name(kept["file"], kept["op"]) or \
             not re.match(_K8S_NAME, kept["namespace"]) or not re.match(_K8S_NAME, kept["name"]):
         return None
     return kept
@@ -1793,7 +1799,8 @@ def _plan_keepin(plan):
     because a master managed over SSH may see none for a long time. What cannot be done now (no API,
     the kubeconfig changed) stays recorded for that next command. One line per record handled."""
     state_dir = os.path.dirname(plan["journal"])
-    records = [r for r in (_kept_record(p, state_dir, plan["entry"]["file"]) for p in plan.get("keepin") or []) if r]
+    records = [(p, r) for p, r in ((p, _kept_record(p, state_dir, plan["entry"]["file"]))
+                                   for p in plan.get("keepin") or []) if r]
     if not records:
         return []
     try:
@@ -1802,13 +1809,13 @@ def _plan_keepin(plan):
     except (OSError, ValueError, KeyError, TypeError) as exc:
         access, why = None, "the node's kubeconfig: %s" % (getattr(exc, "strerror", None) or type(exc).__name__)
     lines = []
-    for kept in records:
+    for path, kept in records:
         where = "%s/%s" % (kept["namespace"], kept["name"])
         try:
             if access is None:
                 raise OSError(errno.EACCES, why)
             line = _put_back_config(plan, kept, access)
-            unlink("%s/keepin/%s.%s.json" % (state_dir, kept["file"], kept["op"]))
+            unlink(path)
         except (OSError, ValueError) as exc:
             line = kept_config_said("not-yet", where, kept["component"], why=getattr(exc, "strerror", None) or exc)
         if line:

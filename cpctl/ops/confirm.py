@@ -912,21 +912,45 @@ def run_check(node: Node, armed: Mapping[str, object], options: ConfirmOptions) 
 
 def _run_here(check: str, timeout: float) -> "RunResult":
     """``sh -c check`` on this machine in a process group of its own: a Ctrl-C or SIGTERM of cpctl, or
-    the deadline, stops the whole check (what the shell started too), not only the shell."""
+    the deadline, stops the whole check (what the shell started too), not only the shell.
+
+    The check is started by a helper thread: Python runs signal handlers in the main thread only, so a
+    Ctrl-C that lands while ``Popen`` is still starting the child (its exec done, the parent not yet
+    back, a window a busy machine widens) can no longer leave a check behind that nobody knows the
+    PID of (issue 44): the main thread waits for the start to finish either way, then stops the group."""
     import signal
+    import threading
 
     from cpctl.host.base import RunResult
-    proc = subprocess.Popen(["sh", "-c", check], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True)
+    started: List["subprocess.Popen[bytes]"] = []
+    failed: List[BaseException] = []
+    done = threading.Event()
+
+    def start() -> None:
+        try:
+            started.append(subprocess.Popen(["sh", "-c", check], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                            stderr=subprocess.PIPE, start_new_session=True))
+        except BaseException as exc:     # noqa: BLE001 - handed to the main thread as it is
+            failed.append(exc)
+        finally:
+            done.set()
+    threading.Thread(target=start, name="confirm-check-start", daemon=True).start()
     try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        return RunResult(124, out, b"timed out")
+        done.wait()
+        if failed:
+            raise failed[0]
+        proc = started[0]
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            return RunResult(124, out, b"timed out")
     except BaseException:
-        _kill_group(proc.pid, signal.SIGKILL)
-        proc.wait()
+        done.wait()                      # a start under way finishes: then its group is known and stopped
+        for proc in started:
+            _kill_group(proc.pid, signal.SIGKILL)
+            proc.wait()
         raise
     return RunResult(proc.returncode, out, err)
 

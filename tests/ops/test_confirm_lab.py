@@ -18,6 +18,10 @@ from typing import Any, Dict, List
 from tests.labfixture import is_ready, mirror, run_cpctl, wait_for
 
 FAST = ("--timeout", "60", "--settle", "1")
+# How long a wait below allows for a process of this machine to act on what it was just told, with
+# both cores kept busy by other work (issue 44: 10 s failed there): a Python process started or
+# signalled by cpctl may wait several seconds for a core, then reads its state and exits.
+PROCESS_MARGIN = 60
 
 
 def _read(path: str) -> bytes:
@@ -80,7 +84,9 @@ def test_armed_change_reverts_by_itself_after_cpctl_is_killed(lab: Any) -> None:
     records = [r for r in _history(lab) if r.get("component") == "kube-scheduler"]
     assert [r["action"] for r in records][-4:] == ["flags", "armed", "rollback", "reverted"]
     assert records[-1]["outcome"] == "verified" and records[-2]["unconfirmed"] is True
-    wait_for(lambda: b"unconfirmed change of kube-scheduler reverted to revision" in _read(log), 10, "the node log")
+    # the timer process writes its log line after history, then exits: a processs margin
+    wait_for(lambda: b"unconfirmed change of kube-scheduler reverted to revision" in _read(log), PROCESS_MARGIN,
+             "the node log")
 
 
 def test_confirmed_change_stays_and_status_shows_the_deadline(lab: Any) -> None:
@@ -103,7 +109,8 @@ def test_confirmed_change_stays_and_status_shows_the_deadline(lab: Any) -> None:
     proc = run_cpctl(lab, "confirm", "scheduler", "--reason", "looks good")
     assert proc.returncode == 0 and "confirmed: kube-scheduler" in proc.stdout, proc.stdout + proc.stderr
     assert not os.path.exists(_arm_path(lab))
-    wait_for(lambda: not _alive(armed["pid"]), 10, "the revert process stopped")
+    # confirm drops the arm and stops the timer process; it exits once it is scheduled
+    wait_for(lambda: not _alive(armed["pid"]), PROCESS_MARGIN, "the revert process stopped")
     from cpctl.timeutil import parse_iso
     time.sleep(max(0.0, parse_iso(armed["deadline"]) - time.time()) + 2)      # past the deadline
     assert _read(_manifest(lab)) == changed != original
@@ -180,7 +187,8 @@ def test_overlapping_arms_and_bad_input_change_nothing(lab: Any) -> None:
     assert proc.returncode == 4 and "no longer in the revision store" in proc.stderr, proc.stderr
     assert _read(_manifest(lab)) == armed_bytes
     assert _actions(lab)[-1] == "dropped" and not os.path.exists(_arm_path(lab))
-    wait_for(lambda: not _alive(json.loads(arm)["pid"]), 10, "the revert process stopped")
+    # the arm was dropped and its timer process stopped; it exits once it is scheduled
+    wait_for(lambda: not _alive(json.loads(arm)["pid"]), PROCESS_MARGIN, "the revert process stopped")
 
 
 def test_a_stop_under_an_arm_is_refused_and_a_hand_parked_manifest_is_named(lab: Any) -> None:
@@ -208,7 +216,8 @@ def test_a_stop_under_an_arm_is_refused_and_a_hand_parked_manifest_is_named(lab:
     assert proc.returncode == 10 and "no longer holds the armed version" in proc.stderr, proc.stderr
     assert _actions(lab)[-1] == "dropped" and not os.path.exists(_arm_path(lab))
     os.rename(parked, _manifest(lab))
-    wait_for(lambda: not _alive(arm["pid"]), 10, "the revert process stopped")
+    # the arm was dropped and its timer process stopped; it exits once it is scheduled
+    wait_for(lambda: not _alive(arm["pid"]), PROCESS_MARGIN, "the revert process stopped")
 
 
 def test_an_overdue_arm_is_reported_by_views_and_reverted_by_the_explicit_step(lab: Any) -> None:
@@ -251,6 +260,7 @@ def test_ctrl_c_during_the_confirm_check_says_the_change_is_armed(lab: Any) -> N
     def check_runs() -> bool:
         return any(p.isdigit() and _cmdline(p) == [b"sleep", b"39"] for p in os.listdir("/proc"))
     try:
+        # the change, its settle and the arm before the check starts: a lab change's margin
         wait_for(lambda: os.path.exists(_arm_path(lab)) and check_runs(), 90, "armed, the check running")
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
@@ -263,7 +273,9 @@ def test_ctrl_c_during_the_confirm_check_says_the_change_is_armed(lab: Any) -> N
     assert "SIGINT during the --confirm-check of kube-scheduler" in err, err
     assert "kube-scheduler is applied and ARMED on %s: it reverts at %s unless confirmed (cpctl confirm " \
            "kube-scheduler); the check was stopped" % (armed["node"], armed["deadline"]) in err, err
-    wait_for(lambda: not check_runs(), 10, "the check stopped")
+    # cpctl stops the check's process group and reaps it before it exits, also when the SIGINT lands
+    # while the check is still being started (issue 44); the margin covers /proc catching up only
+    wait_for(lambda: not check_runs(), PROCESS_MARGIN, "the check stopped")
     assert _actions(lab)[-1] == "armed"
     assert run_cpctl(lab, "confirm", "scheduler").returncode == 0
 

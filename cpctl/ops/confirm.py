@@ -30,13 +30,27 @@ revision is no longer kept it refuses (exit 4), nothing changed. What it did goe
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import secrets
 import subprocess
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypedDict, TypeVar, cast
+from typing import (
+    TYPE_CHECKING,
+    Callable,
+    Dict,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    TypedDict,
+    TypeVar,
+    cast,
+)
 
 from cpctl.core import confirmations, journal, manifests, revisions
 from cpctl.core.confirmations import Arm
@@ -914,32 +928,17 @@ def _run_here(check: str, timeout: float) -> "RunResult":
     """``sh -c check`` on this machine in a process group of its own: a Ctrl-C or SIGTERM of cpctl, or
     the deadline, stops the whole check (what the shell started too), not only the shell.
 
-    The check is started by a helper thread: Python runs signal handlers in the main thread only, so a
-    Ctrl-C that lands while ``Popen`` is still starting the child (its exec done, the parent not yet
-    back, a window a busy machine widens) can no longer leave a check behind that nobody knows the
-    PID of (issue 44): the main thread waits for the start to finish either way, then stops the group."""
+    A Ctrl-C or SIGTERM that lands while ``Popen`` is still starting the check (the child's exec done,
+    the parent not yet back: a window a busy machine widens) is held until ``Popen`` is back, so the
+    check's group is known when the interrupt is raised (issue 44: the check was left running)."""
     import signal
-    import threading
 
     from cpctl.host.base import RunResult
-    started: List["subprocess.Popen[bytes]"] = []
-    failed: List[BaseException] = []
-    done = threading.Event()
-
-    def start() -> None:
-        try:
-            started.append(subprocess.Popen(["sh", "-c", check], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                            stderr=subprocess.PIPE, start_new_session=True))
-        except BaseException as exc:     # noqa: BLE001 - handed to the main thread as it is
-            failed.append(exc)
-        finally:
-            done.set()
-    threading.Thread(target=start, name="confirm-check-start", daemon=True).start()
+    proc: "Optional[subprocess.Popen[bytes]]" = None
     try:
-        done.wait()
-        if failed:
-            raise failed[0]
-        proc = started[0]
+        with _signals_held(signal.SIGINT, signal.SIGTERM):
+            proc = subprocess.Popen(["sh", "-c", check], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, start_new_session=True)
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -947,12 +946,36 @@ def _run_here(check: str, timeout: float) -> "RunResult":
             out, err = proc.communicate()
             return RunResult(124, out, b"timed out")
     except BaseException:
-        done.wait()                      # a start under way finishes: then its group is known and stopped
-        for proc in started:
+        if proc is not None:
             _kill_group(proc.pid, signal.SIGKILL)
             proc.wait()
         raise
     return RunResult(proc.returncode, out, err)
+
+
+@contextlib.contextmanager
+def _signals_held(*signals: int) -> Iterator[None]:
+    """Within the block, the given signals are noted instead of handled; at its end their handlers are
+    back and the first signal noted is raised again (so its handler runs right after the block). Only
+    the main thread handles signals: elsewhere, and for a handler not set from Python, nothing changes."""
+    import signal
+    import threading
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    noted: List[int] = []
+    previous = {}
+    for number in signals:
+        handler = signal.getsignal(number)
+        if handler is not None:
+            previous[number] = signal.signal(number, lambda got, _frame: noted.append(got))
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        if noted:
+            signal.raise_signal(noted[0])
 
 
 def _kill_group(pid: int, signal_number: int) -> None:

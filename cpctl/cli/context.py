@@ -15,6 +15,7 @@ import click
 if TYPE_CHECKING:
     from cpctl.core.settings import Settings
     from cpctl.fleet.targets import RemoteOptions
+    from cpctl.ops.changelease import Holder
 
 
 class CliState:
@@ -28,6 +29,7 @@ class CliState:
         self.command = ""
         self.census = "inventory"      # --census without -H/-i: "cluster" counts through this node's API server
         self.node_options: Tuple[str, ...] = ()   # with -H/-i: node options given on the command line (hints)
+        self.change_lease: Optional["Holder"] = None   # the cluster's change lease, while this run holds it
 
 
 def state(ctx: click.Context) -> CliState:

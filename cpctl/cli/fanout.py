@@ -29,6 +29,7 @@ if TYPE_CHECKING:                   # types only: the CLI loads these modules wh
     from cpctl.host.base import Host
     from cpctl.host.local import LocalHost
     from cpctl.host.sshconfig import SSHOptions
+    from cpctl.ops.changelease import Holder, LeaseSeen
 
 #: A command's result on one node: its JSON output, which its ``text_of`` renders as text.
 R = TypeVar("R", bound=Mapping[str, object])
@@ -100,6 +101,12 @@ def execute(ctx: click.Context, action: Callable[["Node"], R], text_of: Callable
         from cpctl.ops.wiring import open_node
         data = action(open_node(cli_state.settings, LocalHost(), probe=probe, log=note, progress=progress_for(ctx)))
         emit(ctx, data, text_of(printable(data)))
+        if changing and cli_state.change_lease is not None and cli_state.change_lease.lost:
+            # no next master to stop before: the change is done, but another run may have changed too
+            fail("this run lost the cluster's change lease (kube-system/cpctl-control-plane-changes) to %s while it "
+                 "ran: another run may have changed the cluster's etcd/API servers meanwhile"
+                 % cli_state.change_lease.lost, int(ExitCode.LOCKED))
+            ctx.exit(int(ExitCode.LOCKED))
         return [data]
     return _fan_out(ctx, mode, action, text_of, changing, probe)
 
@@ -178,6 +185,8 @@ def _run_tracked(ctx: click.Context, specs: List["HostSpec"], action: Callable[[
 
     def on_host(spec: "HostSpec") -> T:
         from cpctl.fleet.runner import host_name
+        if changing:
+            lease_lost(ctx, host_name(spec))      # a run that lost the cluster's change lease stops here
         settings = cli_state.settings.with_overrides(
             manifests_dir=spec.manifests_dir, kubelet_dir=spec.kubelet_dir, state_dir=spec.state_dir,
             node_name=spec.node_name, kubeconfig=spec.kubeconfig, crictl=spec.crictl, node_root=spec.node_root,
@@ -422,7 +431,10 @@ def hold_change_lease(ctx: click.Context, required: bool) -> None:
             return
         seen = result.data
         if seen.taken:
-            ctx.call_on_close(lambda: _release_change_lease(ctx, me))
+            holder = changelease.Holder(me, functools.partial(_renew_change_lease, ctx, me))
+            state(ctx).change_lease = holder
+            ctx.call_on_close(functools.partial(_release_change_lease, ctx, holder))
+            holder.start()
             return
         expired = waiting.expired_version(seen)       # its holder gone: the next try takes it over
         if time.monotonic() > deadline:
@@ -435,15 +447,49 @@ def hold_change_lease(ctx: click.Context, required: bool) -> None:
         time.sleep(1.0)
 
 
-def _release_change_lease(ctx: click.Context, me: str) -> None:
-    """Give the lease back at the end of the run, through the first master whose API server
-    answers (the change may just have taken the first one's down: a stacked etcd parked); if none
-    does, it expires by itself."""
+def _renew_change_lease(ctx: click.Context, me: str) -> "LeaseSeen":
+    """Renew the lease once, through the first master whose API server answers (the run may have
+    taken the first one's down); a CpctlError saying why when none does."""
     from cpctl.ops import changelease
+    results = _lease_hosts(ctx, functools.partial(changelease.renew, me=me), every=True)
+    for result in results:
+        if not result.failed and isinstance(result.data, changelease.LeaseSeen):
+            return result.data
+    raise CpctlError("; ".join("%s: %s" % (r.host, r.error or r.status) for r in results) or "no master to ask",
+                     ExitCode.API)
+
+
+def _release_change_lease(ctx: click.Context, holder: "Holder") -> None:
+    """Stop renewing, then give the lease back at the end of the run, through the first master whose
+    API server answers (the change may just have taken the first one's down: a stacked etcd parked).
+    A release that fails is said (the lease then expires by itself), and so is a lease another run
+    holds by now."""
+    from cpctl.ops import changelease
+    holder.stop()
     try:
-        _lease_hosts(ctx, lambda node: changelease.release(node, me), every=True)
-    except (CpctlError, KeyboardInterrupt):
-        pass
+        results = _lease_hosts(ctx, lambda node: changelease.release(node, holder.me), every=True)
+    except (CpctlError, KeyboardInterrupt) as exc:
+        note("could not give back the cluster's change lease (kube-system/%s): %s; it expires by itself %ds after "
+             "its last renewal" % (changelease.LEASE_NAME, getattr(exc, "message", None) or "interrupted",
+                                   changelease.LEASE_SECONDS))
+        return
+    done = [r for r in results if not r.failed]
+    if not done:
+        note("could not give back the cluster's change lease (kube-system/%s) through any master (%s); it expires by "
+             "itself %ds after its last renewal" % (changelease.LEASE_NAME, "; ".join(
+                 "%s: %s" % (r.host, r.error or r.status) for r in results) or "no master to ask",
+                 changelease.LEASE_SECONDS))
+    elif done[0].data and not holder.lost:
+        note("the cluster's change lease (kube-system/%s) was held by %s at the end of this run: this run had lost it"
+             % (changelease.LEASE_NAME, done[0].data))
+
+
+def lease_lost(ctx: click.Context, before: str) -> None:
+    """Before the next master of a change: LOCKED when this run no longer surely holds the cluster's
+    change lease (``changelease.Holder.check``); nothing without a lease."""
+    holder = state(ctx).change_lease
+    if holder is not None:
+        holder.check(before)
 
 
 def _lease_hosts(ctx: click.Context, action: Callable[["Node"], T], every: bool = False) -> List["HostResult[T]"]:

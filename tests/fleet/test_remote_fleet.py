@@ -269,3 +269,33 @@ def test_unreachable_master_stops_roll_and_counts_as_down(fleet: Fleet) -> None:
     doc = fleet.json("--probe", "none", "start", "scheduler", inv=down, rc=8)
     assert _statuses(doc) == [("master1", "changed"), ("master2", "unreachable"), ("master3", "skipped")]
     assert fleet.present(1)
+
+
+def test_a_run_that_lost_the_change_lease_stops_before_its_next_master(fleet: Fleet) -> None:
+    """Issue 45: the holder of the cluster's change lease was never told when another run took it over;
+    both went on changing masters. While master1's restart waits for its node lock, another run takes
+    the Lease (written here as kubectl would): the roll finishes master1 - already under way - and
+    stops before master2, saying so, exit 5; master2 and master3 are not touched."""
+    from tests.labfixture import kubectl
+    before = {i: len(read_history(fleet.state(i))) for i in (2, 3)}
+    lock = HeldLock(fleet.state(1))
+    try:
+        proc = fleet.popen("--probe", "none", "restart", "etcd", "--reason", "roll")
+        _wait_agent_waiting(lock)                      # the roll holds the Lease and waits on master1
+        lease = json.loads(kubectl(fleet.lab, "-n", "kube-system", "get", "lease", "cpctl-control-plane-changes",
+                                   "-o", "json").stdout)
+        assert lease["spec"]["holderIdentity"].startswith("cpctl ")
+        lease["spec"]["holderIdentity"] = "cpctl ops@laptop pid 42 machine 1a2b3c4d/5e6f7a8b/9c0d1e2f abcd1234"
+        env = dict(os.environ, KUBECONFIG=fleet.lab.kubeconfig, HOME=fleet.tmp)
+        subprocess.run(["kubectl", "replace", "-f", "-"], input=json.dumps(lease), env=env, capture_output=True,
+                       text=True, timeout=30, check=True)
+    finally:
+        lock.release()
+    doc = _finish(proc, rc=5)
+    assert _statuses(doc)[0] == ("master1", "changed")
+    assert [s for _, s in _statuses(doc)[1:]] in (["failed", "skipped"], ["failed", "failed"])
+    errors = [h["error"] or "" for h in doc["hosts"][1:]]
+    assert "not started on master2: this run lost the cluster's change lease" in errors[0]
+    assert "cpctl ops@laptop pid 42" in errors[0]
+    assert {i: len(read_history(fleet.state(i))) for i in (2, 3)} == before        # nothing changed there
+    assert fleet.present(2, "etcd.yaml") and fleet.present(3, "etcd.yaml") and fleet.present(1, "etcd.yaml")

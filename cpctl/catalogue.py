@@ -228,3 +228,12 @@ def quorum_guarded(name: str) -> bool:
     """True for the components the fleet guard protects (etcd, the API server)."""
     entry = get(name)
     return entry is not None and entry.quorum_rule is not None
+
+#: etcd's data dir (etcd server/etcdserver bootstrap, 3.4-3.6): ``--data-dir`` holds the member in
+#: ``member/`` (``member/snap/db`` and, unless ``--wal-dir`` puts it elsewhere, ``member/wal``). A
+#: starting etcd that finds no WAL there starts a NEW member ("new member, empty data dir"): with
+#: ``--initial-cluster-state=new`` (kubeadm's first master) a brand-new empty cluster. Only a member
+#: added to a running cluster (``--initial-cluster-state=existing``) starts from an empty dir by design.
+ETCD_DATA_DIR_FLAG = "data-dir"
+ETCD_WAL_DIR_FLAG = "wal-dir"
+ETCD_MEMBER_DIR = "member"

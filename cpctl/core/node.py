@@ -492,9 +492,10 @@ class Node:
 
     # --- start ------------------------------------------------------------------------------
     def start(self, wanted: str, *, reason: Optional[str] = None, wait: bool = True,
-              timeout: float = 120.0) -> Outcome:
+              timeout: float = 120.0, new_member: bool = False) -> Outcome:
         """Restore ``wanted``'s parked manifest (one journaled change), then wait for a new Ready
-        pod. The keywords come in the same order as ``stop``'s."""
+        pod. The keywords come in the same order as ``stop``'s. etcd on a data dir that holds no
+        member is refused first unless ``new_member`` (``core.etcddata``)."""
         scan, parked = self.scan(), self.parked()
         present, parked_hits = self.resolve(wanted, scan, parked)
         if present and not parked_hits:
@@ -508,6 +509,9 @@ class Node:
                              ExitCode.REFUSED)
         filename = parked_hits[0]
         pod, data = self.check_restorable(filename, scan)
+        from cpctl.core import etcddata
+        etcddata.refuse_empty(self.host, pod, self.node_root, "start of %s" % wanted, new_member,
+                              self.command("start", wanted, "--new-member"))
         target = self.target_for(pod, filename)
         wait = wait and not self.dry_run
         before = self.waiter.before(target) if wait else None

@@ -50,7 +50,19 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, NoReturn, Optional, Sequence, Tuple, TypeVar
 
-from cpctl.core import checks, confirmations, flags, journal, keptin, manifests, mounts, outside, pending, revisions
+from cpctl.core import (
+    checks,
+    confirmations,
+    etcddata,
+    flags,
+    journal,
+    keptin,
+    manifests,
+    mounts,
+    outside,
+    pending,
+    revisions,
+)
 from cpctl.core import companions as companion_files
 from cpctl.core.companions import Companion, CompanionDict
 from cpctl.core.manifests import Manifest
@@ -119,6 +131,7 @@ class ApplyOptions:
     keep_on_signal: bool = False     # a revert: SIGINT/SIGTERM after the write leaves the new bytes (``Reverting``)
     config_write: Optional[keptin.ConfigWrite] = None   # --keep-in kubeadm-config: written under the lock, first
     keep_in: Optional[KeepPlan] = None   # --keep-in: the kubeadm part of the change's Plan (built by ops.keepin)
+    new_member: bool = False         # etcd: a new member on purpose (core.etcddata; the identity gate)
 
 
 @dataclass
@@ -288,7 +301,7 @@ def replace(node: Node, component: str, new: bytes, source: str, action: str, op
         raise CpctlError("--with-file goes with a change of the running manifest, not with --parked", ExitCode.USAGE)
     if options.dry_run:
         return plan(node, component, new, source, action, options.force, options.parked, companions,
-                    options.keep_in, options.keep)
+                    options.keep_in, options.keep, options.new_member)
     if options.parked:
         return _replace_parked(node, component, new, source, action, options, record or {}, expect)
     with node.session("cpctl %s %s" % (action, component)):
@@ -339,6 +352,13 @@ def refuse_now(node: Node, manifest: Manifest, action: str, force: bool, parked:
         outside.refuse_in_flight(node, "%s of %s%s" % (action, "the parked copy of " if parked else "", component))
 
 
+def refuse_empty_data(node: Node, manifest: Manifest, new: bytes, action: str, new_member: bool) -> None:
+    """etcd's new version would start on a data dir that holds no member: refused (``core.etcddata``)."""
+    component = manifest.pod_name or manifest.file
+    etcddata.refuse_empty(node.host, manifests.parse_pod(new), node.node_root, "%s of %s" % (action, component),
+                          new_member, node.command(action, component, "--new-member"))
+
+
 def _companions_unchanged(node: Node, manifest: Manifest, new: bytes, companions: Sequence[Companion],
                           action: str) -> bool:
     """True when nothing would change; REFUSED when only companion files would (the running pod would
@@ -376,7 +396,7 @@ def review(node: Node, manifest: Manifest, new: bytes, source: str, action: str,
 
 def plan(node: Node, component: str, new: bytes, source: str, action: str, force: bool = False,
          parked: bool = False, companions: Sequence[Companion] = (), keep_in: Optional[KeepPlan] = None,
-         keep: int = revisions.DEFAULT_KEEP) -> ChangeResult:
+         keep: int = revisions.DEFAULT_KEEP, new_member: bool = False) -> ChangeResult:
     """What ``replace`` would do, checked the same way, changing nothing (no lock, no state dir): the
     ``Plan`` the real run's own code (``build``) makes of the same inputs."""
     manifest = parked_current(node, component, action)[0] if parked else current(node, component, action)
@@ -389,6 +409,8 @@ def plan(node: Node, component: str, new: bytes, source: str, action: str, force
     if verdict is None:
         return dataclasses.replace(result, message="unchanged (the %s already holds these bytes)"
                                    % ("parked copy" if parked else "file"))
+    if not parked:
+        refuse_empty_data(node, manifest, new, action, new_member)
     effect = _effect_text(node, manifest, new, manifests.pod_effect(manifest.data, new, verdict.release), "would ")
     if parked:
         effect = "it is parked: nothing runs it until %s" % node.command("start", component)
@@ -458,6 +480,7 @@ def _replace_core(node: Node, manifest: Manifest, new: bytes, source: str, actio
             # do (keeping what runs for the next upgrade); no manifest change to undo it with, no record
             options.config_write.write()
         return _result(node, manifest, action, False, message="unchanged (the file already holds these bytes)")
+    refuse_empty_data(node, manifest, new, action, options.new_member)
     effect = manifests.pod_effect(manifest.data, new, verdict.release)
     target = node.target_for(manifests.parse_pod(new), manifest.file)    # judged by the NEW manifest
     old_target = node.target_for(manifest.pod, manifest.file)

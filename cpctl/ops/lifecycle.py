@@ -52,10 +52,11 @@ def _refuse_armed(node: Node, components: Sequence[str]) -> None:
             raise arm.refusal("stop", node.command, confirmations.node_clock(node.host))
 
 
-def start(node: Node, components: Sequence[str], wait: bool, timeout: float) -> List[Outcome]:
+def start(node: Node, components: Sequence[str], wait: bool, timeout: float,
+          new_member: bool = False) -> List[Outcome]:
     ordered = order_components(components)  # validate names before any side effect
     with node.session("cpctl start %s" % " ".join(components)):
-        return [node.start(c, wait=wait, timeout=timeout) for c in ordered]
+        return [node.start(c, wait=wait, timeout=timeout, new_member=new_member) for c in ordered]
 
 
 def parked_components(node: Node) -> List[str]:
@@ -63,7 +64,8 @@ def parked_components(node: Node) -> List[str]:
     return order_components([manifests.file_stem(filename) for filename in sorted(node.parked())])
 
 
-def restart(node: Node, components: Sequence[str], reason: Optional[str], timeout: float) -> List[Outcome]:
+def restart(node: Node, components: Sequence[str], reason: Optional[str], timeout: float,
+            new_member: bool = False) -> List[Outcome]:
     """Stop and start each component in turn, waiting for the kubelet at both steps.
 
     A restart never leaves a component parked: whatever stops its stop phase (a timeout, an API
@@ -75,15 +77,27 @@ def restart(node: Node, components: Sequence[str], reason: Optional[str], timeou
     node.check_parkable(ordered)
     with node.session("cpctl restart %s" % " ".join(components)):
         for component in ordered:
+            _refuse_empty_data(node, component, new_member)      # before its stop: nothing moves
             stopped = _stop_for_restart(node, component, reason or "restart", timeout)
             try:
-                started = node.start(component, wait=True, timeout=timeout, reason=reason or "restart")
+                started = node.start(component, wait=True, timeout=timeout, reason=reason or "restart",
+                                     new_member=new_member)
             except BaseException as exc:  # noqa: BLE001 - every failure gets where the manifest is
                 raise _where_left(node, component, "start", exc) from None
             outcomes.append(Outcome(started.component, "restart", stopped.changed or started.changed,
                                     "restarted" if stopped.changed else "started (was stopped)",
                                     stop=stopped.to_dict(), start=started.to_dict()))
     return outcomes
+
+
+def _refuse_empty_data(node: Node, component: str, new_member: bool) -> None:
+    """A restart of etcd whose manifest names a data dir that holds no member is refused before the
+    stop (``core.etcddata``): it would come back as a new, empty member."""
+    from cpctl.core import etcddata
+    for manifest in node.scan().find(component):
+        if manifest.valid and manifest.pod is not None:
+            etcddata.refuse_empty(node.host, manifest.pod, node.node_root, "restart of %s" % component, new_member,
+                                  node.command("restart", component, "--new-member"))
 
 
 def _stop_for_restart(node: Node, component: str, reason: str, timeout: float) -> Outcome:

@@ -42,6 +42,14 @@ change_force_option = click.option(
          "etcd/apiserver (recorded in history).")
 
 
+new_member_option = click.option(
+    "--new-member", is_flag=True, expose_value=False,
+    callback=lambda ctx, _param, value: ctx.meta.__setitem__("cpctl.new_member", bool(value)),
+    help="etcd: the new version starts a NEW member on purpose (a member added with etcdctl member add, or a "
+         "snapshot restored into a new data dir: docs/etcd-restore.md): an empty or missing data dir is not "
+         "refused, and its member ID and cluster ID are not compared with the ones before.")
+
+
 def _change_options(function: Callable[..., Any]) -> Callable[..., Any]:
     """The options every manifest change shares."""
     for option in reversed([
@@ -59,6 +67,7 @@ def _change_options(function: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--settle", type=click.FloatRange(0, 600), default=5.0, show_default=True,
                      help="Seconds the new pod must stay Ready after it first is."),
         change_force_option,
+        new_member_option,
     ]):
         function = option(function)
     return function
@@ -81,7 +90,7 @@ def _options(ctx: click.Context, component: str, timeout: Optional[float], no_ro
         reason = guarded_reason(ctx, "apply", [component], force, reason, dry_run)
     return ApplyOptions(timeout=timeout, rollback=not no_rollback, dry_run=dry_run, reason=reason,
                         keep=keep_revisions, settle=settle, force=force, parked=parked,
-                        keep_verified=not confirming)
+                        keep_verified=not confirming, new_member=bool(ctx.meta.get("cpctl.new_member")))
 
 
 keep_in_option = click.option(

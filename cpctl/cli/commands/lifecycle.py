@@ -23,6 +23,11 @@ force_option = click.option("--force", is_flag=True,
                             help="Override the fleet quorum check for etcd/apiserver (recorded in history) and the "
                                  "refusal while a kubeadm upgrade is in flight.")
 reason_option = click.option("--reason", default=None, help="Why (recorded in status and history).")
+new_member_option = click.option(
+    "--new-member", is_flag=True,
+    help="etcd: it starts as a NEW member on purpose (a member added with etcdctl member add, or a snapshot "
+         "restored into a new data dir: docs/etcd-restore.md): an empty or missing data dir is not refused, and "
+         "its member ID and cluster ID are not compared with the ones before.")
 
 
 #: Fields of a stop/start/restart result that a no-op ("already stopped") has no value for: null
@@ -216,9 +221,10 @@ def stop(ctx: click.Context, components: Tuple[str, ...], reason: Optional[str],
 @timeout_option
 @dry_run_option
 @verify_option
+@new_member_option
 @click.pass_context
 def start(ctx: click.Context, components: Tuple[str, ...], all_parked: bool, no_wait: bool, timeout: float,
-          dry_run: bool, verify: bool) -> None:
+          dry_run: bool, verify: bool, new_member: bool) -> None:
     """Restore COMPONENT's parked manifest and wait until a new pod is Running and Ready.
 
     With --all-parked (and no COMPONENT): every parked manifest, in kubeadm's start order;
@@ -232,7 +238,7 @@ def start(ctx: click.Context, components: Tuple[str, ...], all_parked: bool, no_
         raise CpctlError("name the COMPONENT(s) to start, or --all-parked", ExitCode.USAGE)
     state(ctx).settings = state(ctx).settings.with_overrides(canary=verify)   # the run's settings, with --verify
     change(ctx, "start", list(components), dry_run, False, None,
-           lambda node, names, why: lifecycle.start(node, names, not no_wait, timeout),
+           lambda node, names, why: lifecycle.start(node, names, not no_wait, timeout, new_member),
            lifecycle.parked_components if all_parked else None)
 
 
@@ -256,9 +262,10 @@ class _ComponentsOrStaleCerts(click.Command):
 @dry_run_option
 @force_option
 @verify_option
+@new_member_option
 @click.pass_context
 def restart(ctx: click.Context, components: Tuple[str, ...], stale_certs: bool, reason: Optional[str], timeout: float,
-            dry_run: bool, force: bool, verify: bool) -> None:
+            dry_run: bool, force: bool, verify: bool, new_member: bool) -> None:
     """Stop, wait until gone, start, wait until back and Ready - one component at a time.
 
     With --stale-certs: on each master, the components `cpctl certs` finds STALE (not those that
@@ -284,4 +291,4 @@ def restart(ctx: click.Context, components: Tuple[str, ...], stale_certs: bool, 
                extra=lambda node: {"left": list(plan_of(node)[1])})
         return
     change(ctx, "restart", list(components), dry_run, force, reason,
-           lambda node, names, why: lifecycle.restart(node, names, why, timeout))
+           lambda node, names, why: lifecycle.restart(node, names, why, timeout, new_member))

@@ -131,7 +131,7 @@ class ApplyOptions:
     keep_on_signal: bool = False     # a revert: SIGINT/SIGTERM after the write leaves the new bytes (``Reverting``)
     config_write: Optional[keptin.ConfigWrite] = None   # --keep-in kubeadm-config: written under the lock, first
     keep_in: Optional[KeepPlan] = None   # --keep-in: the kubeadm part of the change's Plan (built by ops.keepin)
-    new_member: bool = False         # etcd: a new member on purpose (core.etcddata; the identity gate)
+    new_member: bool = False         # etcd: a new member on purpose: its empty data dir is not refused (core.etcddata)
 
 
 @dataclass

@@ -26,8 +26,7 @@ reason_option = click.option("--reason", default=None, help="Why (recorded in st
 new_member_option = click.option(
     "--new-member", is_flag=True,
     help="etcd: it starts as a NEW member on purpose (a member added with etcdctl member add, or a snapshot "
-         "restored into a new data dir: docs/etcd-restore.md): an empty or missing data dir is not refused, and "
-         "its member ID and cluster ID are not compared with the ones before.")
+         "restored into a new data dir: docs/etcd-restore.md): an empty or missing data dir is not refused.")
 
 
 #: Fields of a stop/start/restart result that a no-op ("already stopped") has no value for: null

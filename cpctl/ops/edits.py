@@ -78,6 +78,7 @@ from cpctl.core.replace import (
     text_diff,
 )
 from cpctl.errors import CpctlError, ExitCode, Interrupted, Terminated, interrupted_by
+from cpctl.ops import etcdidentity
 from cpctl.probes.base import NoWait, PodState, PodTarget, WaitResult
 from cpctl.probes.diagnose import Diagnosis, why_not_running
 
@@ -411,6 +412,7 @@ def plan(node: Node, component: str, new: bytes, source: str, action: str, force
                                    % ("parked copy" if parked else "file"))
     if not parked:
         refuse_empty_data(node, manifest, new, action, new_member)
+        etcdidentity.accept_new_member(node, new_member)
     effect = _effect_text(node, manifest, new, manifests.pod_effect(manifest.data, new, verdict.release), "would ")
     if parked:
         effect = "it is parked: nothing runs it until %s" % node.command("start", component)
@@ -481,6 +483,7 @@ def _replace_core(node: Node, manifest: Manifest, new: bytes, source: str, actio
             options.config_write.write()
         return _result(node, manifest, action, False, message="unchanged (the file already holds these bytes)")
     refuse_empty_data(node, manifest, new, action, options.new_member)
+    etcdidentity.accept_new_member(node, options.new_member)
     effect = manifests.pod_effect(manifest.data, new, verdict.release)
     target = node.target_for(manifests.parse_pod(new), manifest.file)    # judged by the NEW manifest
     old_target = node.target_for(manifest.pod, manifest.file)

@@ -12,6 +12,7 @@ from cpctl import catalogue
 from cpctl.core import confirmations, journal, manifests
 from cpctl.core.node import Node, Outcome
 from cpctl.errors import CpctlError, ExitCode, Terminated, interrupted_by
+from cpctl.ops import etcdidentity
 
 PLAN_TIMEOUT = 120.0    # the timeout a dry run passes on: nothing waits in one, so it decides nothing
 
@@ -55,8 +56,32 @@ def _refuse_armed(node: Node, components: Sequence[str]) -> None:
 def start(node: Node, components: Sequence[str], wait: bool, timeout: float,
           new_member: bool = False) -> List[Outcome]:
     ordered = order_components(components)  # validate names before any side effect
+    etcdidentity.accept_new_member(node, new_member)
     with node.session("cpctl start %s" % " ".join(components)):
-        return [node.start(c, wait=wait, timeout=timeout, new_member=new_member) for c in ordered]
+        return [_start_same_member(node, c, wait=wait, timeout=timeout, new_member=new_member) for c in ordered]
+
+
+def _start_same_member(node: Node, component: str, *, reason: Optional[str] = None, wait: bool = True,
+                       timeout: float = 120.0, new_member: bool = False) -> Outcome:
+    """``Node.start``; an etcd that came back as another member (``ops.etcdidentity``: another member
+    or cluster ID, a revision gone back) is parked again - the failed change rolled back: a new, empty
+    member under the API server is worse than a stopped one - and that is the error (exit 11)."""
+    try:
+        return node.start(component, reason=reason, wait=wait, timeout=timeout, new_member=new_member)
+    except CpctlError as exc:
+        why = etcdidentity.changed_member(node)
+        if not why:
+            raise
+        try:
+            node.stop(component, reason="rolled back: etcd came back as another member (%s)" % why, wait=True,
+                      timeout=timeout)
+        except CpctlError as again:
+            raise CpctlError("%s; parking it again failed too (%s): act now, %s" % (
+                exc.message, again.message, node.command("stop", component)), ExitCode.ROLLBACK_FAILED) from None
+        raise CpctlError("start of %s ROLLED BACK (parked again): %s; check the data dir its manifest names "
+                         "(%s), or start it with --new-member if a new member is the intent"
+                         % (component, exc.message, node.command("edit", component, "--parked")),
+                         ExitCode.ROLLED_BACK) from None
 
 
 def parked_components(node: Node) -> List[str]:
@@ -75,13 +100,14 @@ def restart(node: Node, components: Sequence[str], reason: Optional[str], timeou
     outcomes: List[Outcome] = []
     ordered = order_components(components)  # validate names before any side effect
     node.check_parkable(ordered)
+    etcdidentity.accept_new_member(node, new_member)
     with node.session("cpctl restart %s" % " ".join(components)):
         for component in ordered:
             _refuse_empty_data(node, component, new_member)      # before its stop: nothing moves
             stopped = _stop_for_restart(node, component, reason or "restart", timeout)
             try:
-                started = node.start(component, wait=True, timeout=timeout, reason=reason or "restart",
-                                     new_member=new_member)
+                started = _start_same_member(node, component, wait=True, timeout=timeout,
+                                             reason=reason or "restart", new_member=new_member)
             except BaseException as exc:  # noqa: BLE001 - every failure gets where the manifest is
                 raise _where_left(node, component, "start", exc) from None
             outcomes.append(Outcome(started.component, "restart", stopped.changed or started.changed,

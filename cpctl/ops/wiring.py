@@ -21,6 +21,7 @@ from cpctl.probes.base import NoWait, Waiter
 
 if TYPE_CHECKING:
     from cpctl.core.journal import Change  # the journal code loads with a node's first change
+    from cpctl.probes.gates import Gate
 
 
 def open_node(settings: Settings, host: Host, probe: Optional[str] = None,
@@ -46,14 +47,22 @@ def open_node(settings: Settings, host: Host, probe: Optional[str] = None,
     node.node_root = settings.node_root
     node.waiter = make_waiter(probe or settings.probe, host=host, kubeconfig=settings.kubeconfig,
                               crictl=settings.crictl, progress=progress)
-    if settings.canary:
-        from cpctl.ops.canary import CanaryGate
-        from cpctl.probes.waiter import VerifyingWaiter
-        if isinstance(node.waiter, VerifyingWaiter):     # --probe none verifies nothing, no gate either
+    from cpctl.probes.waiter import VerifyingWaiter
+    if isinstance(node.waiter, VerifyingWaiter):         # --probe none verifies nothing, no gate either
+        node.waiter.add_gate_later(lambda: _etcd_identity_gate(node))   # etcd comes back as the same member
+        if settings.canary:
+            from cpctl.ops.canary import CanaryGate
             node.waiter.add_gate(CanaryGate())
     node.listeners.append(baseline_listener(node))
     node.recovery_hooks.append(lambda: settle_kept(node))
     return node
+
+
+def _etcd_identity_gate(node: Node) -> "Gate":
+    """The gate that holds an etcd change to its member's identity (``ops.etcdidentity``, loaded
+    with a wait's first gate)."""
+    from cpctl.ops.etcdidentity import EtcdIdentityGate
+    return EtcdIdentityGate(node)
 
 
 def make_waiter(kind: str, **options: Any) -> Waiter:

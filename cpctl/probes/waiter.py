@@ -89,6 +89,7 @@ class VerifyingWaiter(Waiter):
         self.options = ProbeOptions(host, kubeconfig, crictl)
         self.probes: List[Probe] = registry.build_probes(self.options) if probes is None else list(probes)
         self._gates: Optional[List[Gate]] = None if gates is None else list(gates)
+        self._later: List[Callable[[], Gate]] = []        # gates made with the others (add_gate_later)
         self._missing: Dict[Tuple[str, str], str] = {}   # (probe, pod) -> why it can never look
         self._errors: Dict[str, str] = {}                 # probe -> why its last call could not look
         self._slow: Dict[str, float] = {}                 # hanging probe -> when its last call hung
@@ -107,12 +108,20 @@ class VerifyingWaiter(Waiter):
         imported) when a wait first needs them: a view (``status``, ``describe``) never does."""
         if self._gates is None:
             from cpctl.probes.gates import builtin_gates
-            self._gates = builtin_gates()
+            self._gates = builtin_gates() + [make() for make in self._later]
         return self._gates
 
     def add_gate(self, gate: Gate) -> None:
         """Run ``gate`` after the others once a started pod is Ready (the canary of --verify)."""
         self.gates.append(gate)
+
+    def add_gate_later(self, make: Callable[[], Gate]) -> None:
+        """Run the gate ``make`` returns after the others, made only when a wait first needs the gates
+        (a view never loads it: the etcd identity gate of every waiter)."""
+        if self._gates is None:
+            self._later.append(make)
+        else:
+            self._gates.append(make())
 
     def probes_for(self, target: PodTarget) -> List[Probe]:
         """The probes a wait asks about ``target``, in order: the one ``--probe`` named, or all in

@@ -132,12 +132,18 @@ class HealthHandler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         """etcd's gRPC gateway on a client port: ``POST /v3/cluster/member/list`` (``etcdctl member
-        list``); anything else is a 404, as on a real member."""
+        list``) and ``/v3/maintenance/alarm`` (``etcdctl alarm list``: the imitation raises none);
+        anything else is a 404, as on a real member."""
         lab, node, c, _paths = self.server.context  # type: ignore[attr-defined]
         self.rfile.read(min(int(self.headers.get("Content-Length") or 0), 1 << 16))
         with lab.lock:
             port = int(self.server.server_address[1])  # type: ignore[index]
-            answer = lab.etcd_member_list(node, c, port) if self.path == "/v3/cluster/member/list" else None
+            if self.path == "/v3/cluster/member/list":
+                answer = lab.etcd_member_list(node, c, port)
+            elif self.path == "/v3/maintenance/alarm":
+                answer = lab.etcd_alarms(node, c, port)
+            else:
+                answer = None
         if answer is None:
             self._reply(404, "404 page not found\n")
         else:
@@ -1037,6 +1043,15 @@ class Lab:
         header = {"cluster_id": "14841639068965178418", "member_id": own[0] if own else "0",
                   "raft_term": "2"}
         return 200, json.dumps({"header": header, "members": members}), "application/json"
+
+    def etcd_alarms(self, node: str, c: Container, port: int) -> Optional[Answer]:
+        """``AlarmRequest{action: GET}``'s answer: the imitation never raises an alarm, and etcd
+        leaves out the empty ``alarms`` list (real-node-facts.md "etcd, measured")."""
+        listed = self.etcd_member_list(node, c, port)
+        if listed is None:
+            return None
+        header = json.loads(listed[1])["header"]
+        return 200, json.dumps({"header": header}), "application/json"
 
     def probe_passes(self, node: str, c: Container, probe: Obj) -> bool:
         """Whether an httpGet probe of ``c`` succeeds now (other probe kinds always do)."""

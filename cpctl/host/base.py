@@ -109,6 +109,25 @@ class HttpReply(TypedDict):
     body: bytes
 
 
+class HttpRequest(TypedDict, total=False):
+    """One request of ``http_many`` (``http``'s arguments but the timeout)."""
+
+    method: str
+    url: str
+    headers: Optional[Mapping[str, str]]
+    body: Optional[bytes]
+    tls: Optional["TlsOptions"]
+    limit: int
+
+
+class HttpManyAnswer(TypedDict, total=False):
+    """One answer of ``http_many``: ``reply`` (``http``'s answer), or ``errno`` and ``error`` (text)."""
+
+    reply: HttpReply
+    errno: int
+    error: str
+
+
 class HostInfo(TypedDict):
     """Who and where the process acting on the node is (``Host.info``)."""
 
@@ -251,9 +270,17 @@ class Host:
             args["limit"] = limit
         return self._call("http", **args)
 
-    def peer_cert(self, host: str, port: int, timeout: float = 3.0) -> PeerCert:
+    def http_many(self, requests: Sequence[HttpRequest], timeout: float) -> List[HttpManyAnswer]:
+        """Several HTTP requests made from the node at once, all ending within ``timeout`` seconds:
+        one answer per request, in order (``reply``, or ``errno`` and ``error``)."""
+        return cast(List[HttpManyAnswer], self._call("http_many", requests=list(requests), timeout=timeout))
+
+    def peer_cert(self, host: str, port: int, timeout: float = 3.0, tls: Optional[TlsOptions] = None) -> PeerCert:
         """The certificate (DER) the TLS server at ``host``:``port`` presents to the node itself,
-        unverified (compare it with a file); an OSError when none could be had."""
+        unverified (compare it with a file); an OSError when none could be had. ``tls``: a client
+        certificate to present (etcd's client and peer ports refuse a handshake without one)."""
+        if tls:
+            return cast(PeerCert, self._call("peer_cert", host=host, port=port, timeout=timeout, tls=tls))
         return cast(PeerCert, self._call("peer_cert", host=host, port=port, timeout=timeout))
 
     @contextmanager

@@ -191,6 +191,22 @@ def _http(result: object, args: Mapping[str, object]) -> None:
     _bytes(result.get("body"), "body", limit if isinstance(limit, int) else hostops.HTTP_BODY_LIMIT)
 
 
+def _http_many(result: object, args: Mapping[str, object]) -> None:
+    requests = args.get("requests")
+    if not isinstance(requests, list) or not isinstance(result, list) or len(result) != len(requests):
+        raise _Shape("http_many is not one answer per request")
+    for request, answer in zip(requests, result):
+        if not isinstance(answer, dict):
+            raise _Shape("an http_many answer is not an object")
+        if "reply" in answer:
+            _http(answer["reply"], request if isinstance(request, dict) else {})
+        else:
+            _int(answer.get("errno"), "errno")
+            _text(answer.get("error"), "error")
+            if len(str(answer["error"])) > 200:
+                raise _Shape("an http_many error is too long")
+
+
 def _peer_cert(result: object, args: Mapping[str, object]) -> None:
     if not isinstance(result, dict):
         raise _Shape("peer_cert is not an object")
@@ -242,8 +258,8 @@ def _reset(result: object, args: Mapping[str, object]) -> None:
 # The results cpctl uses; the other ops (writes, locks) answer null, and cpctl never reads it.
 RESULTS: Dict[str, Callable[[object, Mapping[str, object]], None]] = {
     "lstat": _lstat, "listdir": _listdir, "scan_dir": _scan_dir, "read_file": _read, "read_tail": _read,
-    "move": _move, "unlink": _unlink, "run": _run, "http": _http, "peer_cert": _peer_cert, "info": _info,
-    "clock": _clock, "batch": _batch, "reset": _reset,
+    "move": _move, "unlink": _unlink, "run": _run, "http": _http, "http_many": _http_many, "peer_cert": _peer_cert,
+    "info": _info, "clock": _clock, "batch": _batch, "reset": _reset,
 }
 
 

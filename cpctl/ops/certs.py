@@ -49,6 +49,8 @@ from cpctl.probes.base import PodTarget, ProbeMissing, Unavailable
 if TYPE_CHECKING:       # cryptography is imported when a certificate is parsed (not by every check)
     from cryptography.x509 import Certificate
 
+    from cpctl.host.base import TlsOptions
+
 CERT_LIMIT = 256 << 10          # a certificate file (a chain at most) is a few KiB
 KUBECONFIG_LIMIT = 4 << 20      # as cpctl.probes.kubeapi reads kubeconfigs
 HANDSHAKE_TIMEOUT = 3.0
@@ -396,17 +398,18 @@ def container_started(node: Node, component: str) -> Tuple[Optional[float], str]
 
 
 def judge_serving(cat: Catalogue, file_path: str, host: str, port: int,
-                  reload: Optional[catalogue.CertReload] = None) -> Evidence:
+                  reload: Optional[catalogue.CertReload] = None, tls: Optional["TlsOptions"] = None) -> Evidence:
     """Compare the leaf served on ``host``:``port`` with the certificate file. ``reload``: the
     catalogue's row for the flag naming it; a binary that re-reads the file by itself and serves the
     old certificate less than its window after the file changed (the node's clock at the handshake
-    against the file's mtime) is RELOADING, not STALE."""
+    against the file's mtime) is RELOADING, not STALE. ``tls``: the client certificate the handshake
+    presents (etcd's: see ``handshake_tls``)."""
     cert = cat.file_cert(os.path.relpath(file_path, cat.kube_dir), file_path)
     where = "%s:%d" % (host, port)
     if cert.error or not cert.der:
         return Evidence("serving", cert.name, UNKNOWN, "%s: %s" % (cert.name, cert.error or "unreadable"), port)
     try:
-        reply = cat.node.host.peer_cert(host, port, HANDSHAKE_TIMEOUT)
+        reply = cat.node.host.peer_cert(host, port, HANDSHAKE_TIMEOUT, tls=tls)
     except OSError as exc:
         return Evidence("serving", cert.name, UNKNOWN, "no TLS answer on %s: %s" % (where, exc.strerror or exc),
                         port)
@@ -482,8 +485,30 @@ def serving_endpoints(manifest: Manifest, root: str = "/") -> List[Endpoint]:
     return found
 
 
-def judge_component(cat: Catalogue, manifest: Manifest, endpoints: List[Endpoint]) -> ComponentCerts:
-    """The verdict for the component of one valid manifest in the manifests dir."""
+def handshake_tls(node: Node, manifest: Manifest, scan: DirScan) -> Optional["TlsOptions"]:
+    """The client certificate a handshake with ``manifest``'s component presents: for etcd, the
+    node's etcd client pair (the API server's --etcd-certfile, else etcd/healthcheck-client). etcd
+    3.5 caps TLS at 1.2 and, with kubeadm's --client-cert-auth=true, ends a handshake without a
+    client certificate before the client sees its certificate (real-node-facts.md "etcd,
+    measured"); its peer port asks for one too (--peer-client-cert-auth). None for the others."""
+    if manifest.pod_name != catalogue.ETCD:
+        return None
+    from cpctl.ops.fleetsafety import etcd_client_tls
+    return etcd_client_tls(node, scan)
+
+
+def _peer_cert_args(host: str, port: int, tls: Optional["TlsOptions"]) -> Dict[str, object]:
+    """``Host.peer_cert``'s arguments as its call passes them (a prefetched answer must match)."""
+    args: Dict[str, object] = {"host": host, "port": port, "timeout": HANDSHAKE_TIMEOUT}
+    if tls:
+        args["tls"] = tls
+    return args
+
+
+def judge_component(cat: Catalogue, manifest: Manifest, endpoints: List[Endpoint],
+                    tls: Optional["TlsOptions"] = None) -> ComponentCerts:
+    """The verdict for the component of one valid manifest in the manifests dir (``tls``: the client
+    certificate its handshakes present)."""
     name = manifest.pod_name or ""
     comp = ComponentCerts(name)
     container = _container(manifest)
@@ -492,7 +517,7 @@ def judge_component(cat: Catalogue, manifest: Manifest, endpoints: List[Endpoint
         comp.decide()
         return comp
     flags = _flag_values(container)
-    comp.evidence += [judge_serving(cat, path, host, port, catalogue.cert_reload(name, flag))
+    comp.evidence += [judge_serving(cat, path, host, port, catalogue.cert_reload(name, flag), tls)
                       for path, host, port, flag in endpoints]
     clients: List[Cert] = []
     reloaded: Dict[str, Evidence] = {}
@@ -525,11 +550,12 @@ def report(node: Node) -> Report:
     with node.host.prefetched(cat.reads() + node.view_reads()):
         cat.load()
         scan = node.scan()
-    found = [(m, serving_endpoints(m, node.node_root)) for m in _control_plane(scan)]
-    handshakes = [("peer_cert", {"host": host, "port": port, "timeout": HANDSHAKE_TIMEOUT})
-                  for _, endpoints in found for _, host, port, _ in endpoints]
+    found = [(m, serving_endpoints(m, node.node_root), handshake_tls(node, m, scan)) for m in _control_plane(scan)]
+    handshakes: List[Tuple[str, Dict[str, object]]] = [
+        ("peer_cert", _peer_cert_args(host, port, tls)) for _, endpoints, tls in found
+        for _, host, port, _ in endpoints]
     with node.host.prefetched(handshakes):
-        comps = [judge_component(cat, m, endpoints) for m, endpoints in found]
+        comps = [judge_component(cat, m, endpoints, tls) for m, endpoints, tls in found]
     return {"node": node.node_name, "kube_dir": cat.kube_dir,
             "certificates": [c.to_dict() for c in cat.certs.values()],
             "components": [c.to_dict() for c in comps],

@@ -47,7 +47,10 @@ def census_of(node: Node) -> "MemberCensus":
     view = status(node)
     states = {row["component"]: row["state"] for row in view["components"]}
     scan = node.scan()
-    stacked = any(_uses_local_etcd(m.pod) for m in scan.valid if m.pod_name == APISERVER)
+    # stacked: the API server's --etcd-servers are this node's own etcd static pod (in place or
+    # parked); a host etcd on 127.0.0.1 without one is external, and does not tie the API server
+    # to an etcd the rules count
+    stacked = ETCD in states and any(_uses_local_etcd(m.pod) for m in scan.valid if m.pod_name == APISERVER)
     running: Dict[str, bool] = {}
     unasked: Dict[str, str] = {}
     for manifest in scan.valid:
@@ -56,7 +59,8 @@ def census_of(node: Node) -> "MemberCensus":
             running[name], why = endpoint_answers(node, manifest)
             if why:
                 unasked[name] = why
-    return MemberCensus(components=states, apiserver_stacked=stacked, running=running, unasked=unasked)
+    return MemberCensus(components=states, apiserver_stacked=stacked, running=running, unasked=unasked,
+                        etcd_learner=False, etcd_alarms=[])
 
 
 def endpoint_answers(node: Node, manifest: Manifest) -> Tuple[bool, str]:
@@ -107,10 +111,20 @@ class Member:
     stacked: bool = False
     running: Dict[str, bool] = field(default_factory=dict)
     unasked: Dict[str, str] = field(default_factory=dict)
+    #: its etcd member is a learner: listed, named, never counted toward quorum
+    etcd_learner: bool = False
+    #: etcd's active alarms as etcd listed them ("NOSPACE (raised by m1)")
+    etcd_alarms: List[str] = field(default_factory=list)
+
+    def votes(self, component: str) -> bool:
+        """Whether it counts toward ``component``'s rule at all (an etcd learner does not)."""
+        return not (component == ETCD and self.etcd_learner)
 
     def runs(self, component: str, stopped: Set[str]) -> bool:
         """Whether ``component`` keeps running here once ``stopped`` components are stopped."""
         if not self.reachable or component in stopped or self.states.get(component) != "present":
+            return False
+        if not self.votes(component):
             return False
         if not self.running.get(component, False):
             return False
@@ -127,10 +141,21 @@ def members(census: List[HostResult]) -> List[Member]:
         if result.failed or not isinstance(data, dict):
             out.append(Member(result.host, False))
             continue
+        alarms = data.get("etcd_alarms")
         out.append(Member(result.host, True, _text_map(data.get("components")), bool(data.get("apiserver_stacked")),
                           {k: v is True for k, v in _mapping(data.get("running")).items()},
-                          _text_map(data.get("unasked"))))
+                          _text_map(data.get("unasked")), data.get("etcd_learner") is True,
+                          [str(a)[:200] for a in alarms[:MAX_ALARM_TEXTS]] if isinstance(alarms, list) else []))
     return out
+
+
+MAX_ALARM_TEXTS = 64
+
+
+def alarm_notes(census: List[HostResult]) -> List[str]:
+    """etcd's active alarms as the census saw them, once each: for the operator to read before the
+    change goes on (a NOSPACE alarm allows the restarts that fix it; any other alarm refuses)."""
+    return alarm_notes_of(members(census))
 
 
 def _mapping(value: object) -> Mapping[str, object]:
@@ -142,6 +167,8 @@ def _text_map(value: object) -> Dict[str, str]:
     return {str(k): str(v) for k, v in _mapping(value).items()}
 
 
+ALARM_HINT = ("see `etcdctl alarm list`; a CORRUPT member is removed and added again from a healthy member's "
+              "data or the cluster restored from a snapshot (docs/etcd-restore.md), then the alarm disarmed")
 QUORUM_HINT = ("wait until the other members run again (cpctl -H HOST status), and change one master at a time "
                "(--serial 1)")
 UNASKED_HINT = ("a member that could not be asked counts as not running: make its endpoint answer, or count "
@@ -175,7 +202,8 @@ def _problem(component: str, verb: str, fleet: List[Member], down: Set[str], sto
         return ""
     if component == APISERVER and not stopping & {APISERVER, ETCD}:
         return ""
-    is_member = [m for m in fleet if not m.reachable or component in m.states]
+    is_member = [m for m in fleet if (not m.reachable or component in m.states) and m.votes(component)]
+    learners = [m.host for m in fleet if component in m.states and not m.votes(component)]
     running_now = [m for m in fleet if m.runs(component, set())]
     left = [m for m in fleet if m.runs(component, stopping if m.host in down else set())]
     need = len(is_member) // 2 + 1 if component == ETCD else 1
@@ -184,11 +212,21 @@ def _problem(component: str, verb: str, fleet: List[Member], down: Set[str], sto
     dark = [m.host for m in fleet if not m.reachable]
     unasked = ["%s (%s)" % (m.host, m.unasked[component]) for m in is_member
                if m.reachable and component in m.unasked]
+    alarms = alarm_notes_of(fleet) if component == ETCD else []
     what = "%s %s on %s" % (verb, ",".join(sorted(stopping)), ",".join(sorted(down)) or "-")
-    return "%s would leave %d of %d %s running, %d now (%s%s%s)" % (
+    return "%s would leave %d of %d %s running, %d now (%s%s%s%s%s)" % (
         what, len(left), len(is_member), component, len(running_now), catalogue.BY_NAME[component].quorum_rule,
         "; unreachable: %s" % ",".join(dark) if dark else "",
-        "; could not ask, counted as not running: %s" % ", ".join(unasked) if unasked else "")
+        "; could not ask, counted as not running: %s" % ", ".join(unasked) if unasked else "",
+        "".join("; learner %s, not a voter" % name for name in sorted(learners)),
+        "; etcd alarm %s" % ", ".join(alarms) if alarms else "")
+
+
+def alarm_notes_of(fleet: List[Member]) -> List[str]:
+    seen: List[str] = []
+    for member in fleet:
+        seen += [a for a in member.etcd_alarms if a not in seen]
+    return seen
 
 
 # --------------------------------------------------------------------------- the cluster's own view
@@ -211,6 +249,8 @@ class MemberCensus(TypedDict):
     apiserver_stacked: bool
     running: Dict[str, bool]
     unasked: Dict[str, str]
+    etcd_learner: bool
+    etcd_alarms: List[str]
 
 
 class ClusterView(TypedDict):
@@ -222,6 +262,8 @@ class ClusterView(TypedDict):
     cluster: str
     api_error: str
     etcd_error: str
+    etcd_alarms: List[str]
+    etcd_blocking: List[str]
 
 
 def cluster_census_of(node: Node) -> ClusterView:
@@ -241,7 +283,8 @@ def cluster_census_of(node: Node) -> ClusterView:
     answer in ``api_error``, an etcd without a readable member list in ``etcd_error`` (the caller
     refuses then), a member that did not answer in its ``unasked`` (it counts as not running)."""
     own = census_of(node)
-    view = ClusterView(node=node.node_name, members={}, cluster="", api_error="", etcd_error="", own=own)
+    view = ClusterView(node=node.node_name, members={}, cluster="", api_error="", etcd_error="", own=own,
+                       etcd_alarms=[], etcd_blocking=[])
     try:
         from cpctl.probes.kubeapi import client_for
         client = client_for(node.host, node.kubeconfig)
@@ -258,19 +301,22 @@ def cluster_census_of(node: Node) -> ClusterView:
         if isinstance(name, str) and name and name != node.node_name:
             view["members"][name] = _member_view(node, name, mirrors)
     if ETCD in own["components"] or any(_component_of(p) == ETCD for p in mirrors):
-        _count_etcd(view, _ask_etcd(node, mirrors))
+        census, own_peers = _ask_etcd(node, mirrors)
+        _count_etcd(view, census, own_peers)
     return view
 
 
 def _member_view(node: Node, name: str, mirrors: Sequence[Mapping[str, object]]) -> MemberCensus:
     """Another control-plane node's API server: present while the API has its mirror pod, serving
     when its own /readyz answers (asked from ``node``). etcd is added from etcd's member list."""
-    member = MemberCensus(components={APISERVER: "not running"}, apiserver_stacked=False, running={}, unasked={})
+    member = MemberCensus(components={APISERVER: "not running"}, apiserver_stacked=False, running={}, unasked={},
+                          etcd_learner=False, etcd_alarms=[])
+    has_etcd = any(_component_of(p) == ETCD and _value(_field(p, "spec"), "nodeName") == name for p in mirrors)
     for pod in mirrors:
         if _component_of(pod) != APISERVER or _value(_field(pod, "spec"), "nodeName") != name:
             continue
         member["components"][APISERVER] = "present"
-        member["apiserver_stacked"] = _uses_local_etcd(dict(pod))
+        member["apiserver_stacked"] = has_etcd and _uses_local_etcd(dict(pod))
         endpoint = _field(_field(pod, "metadata"), "annotations").get(APISERVER_ENDPOINT_ANNOTATION)
         member["running"][APISERVER], why = _readyz(node, endpoint)
         if why:
@@ -291,22 +337,32 @@ def _readyz(node: Node, endpoint: object) -> Tuple[bool, str]:
         return False, ""                # nothing listens: it does not serve, for certain
     except OSError as exc:
         return False, "%s: %s" % (url, exc.strerror or exc)
+    if reply["status"] in (401, 403):     # anonymous auth off (a CIS step): not an answer about serving
+        return False, "could not ask (%d): %s" % (reply["status"], url)
     return reply["status"] == 200, ""
 
 
-def _ask_etcd(node: Node, mirrors: Sequence[Mapping[str, object]]) -> "EtcdCensus":
-    """etcd's members and their health, asked from ``node`` through its own member first, then
-    any member kubeadm's annotations name (addresses only: their health is asked of etcd)."""
+def _ask_etcd(node: Node, mirrors: Sequence[Mapping[str, object]]) -> Tuple["EtcdCensus", List[str]]:
+    """etcd's members, alarms and health, asked from ``node`` through its own member first, then
+    any member kubeadm's annotations name (addresses only: their health is asked of etcd); and
+    this node's own etcd peer URLs (how its member is found in the list: by peer URL, not name).
+    Plain http:// URLs are asked only when this node's own etcd manifest uses http."""
     from cpctl.probes.etcdcluster import take_census
-    endpoints = []
+    endpoints: List[str] = []
+    own_peers: List[str] = []
+    own_http = False
     scan = node.scan()
-    for manifest in scan.valid:
-        for container in _containers(manifest.pod):
+    for pod in [m.pod for m in scan.valid if m.pod_name in CLUSTER_COMPONENTS] + _parked_pods(node):
+        for container in _containers(pod):
             values = {f.name: f.value or "" for f in flags_of(container)}
-            if manifest.pod_name == ETCD:
-                endpoints += _urls(values.get("listen-client-urls", ""), loopback_first=True)
-                endpoints += _urls(values.get("advertise-client-urls", ""))
-            elif manifest.pod_name == APISERVER:
+            if _name_of(pod) == ETCD:
+                clients = _urls(values.get("listen-client-urls", ""), loopback_first=True)
+                clients += _urls(values.get("advertise-client-urls", ""))
+                own_http = own_http or any(u.startswith("http://") for u in clients)
+                endpoints += clients
+                own_peers += _urls(values.get("initial-advertise-peer-urls", ""))
+                own_peers += _urls(values.get("listen-peer-urls", ""))
+            elif _name_of(pod) == APISERVER:
                 endpoints += _urls(values.get("etcd-servers", ""))
     for pod in mirrors:
         if _component_of(pod) == ETCD:
@@ -315,8 +371,8 @@ def _ask_etcd(node: Node, mirrors: Sequence[Mapping[str, object]]) -> "EtcdCensu
     if tls is None:
         from cpctl.probes.etcdcluster import EtcdCensus
         return EtcdCensus(error="no etcd client certificate found (neither the API server's --etcd-certfile nor "
-                                "kubeadm's etcd/healthcheck-client beside etcd's --trusted-ca-file)")
-    return take_census(node.host, endpoints, tls)
+                                "kubeadm's etcd/healthcheck-client beside etcd's --trusted-ca-file)"), own_peers
+    return take_census(node.host, endpoints, tls, allow_http=own_http), own_peers
 
 
 def etcd_client_tls(node: Node, scan: Optional[DirScan] = None) -> Optional[TlsOptions]:
@@ -375,25 +431,34 @@ def _urls(text: str, loopback_first: bool = False) -> List[str]:
     return urls
 
 
-def _count_etcd(view: ClusterView, etcd: "EtcdCensus") -> None:
-    """Put etcd's own account of its members into the view: a control-plane node is an etcd
-    member when etcd lists it (kubeadm names a stacked member after its node), a listed member
-    that is no node the API knows is a member of its own; each runs when its /health answered."""
+def _count_etcd(view: ClusterView, etcd: "EtcdCensus", own_peers: Sequence[str] = ()) -> None:
+    """Put etcd's own account of its members into the view, keyed by member ID: this node's own
+    member is the one whose peer URL its etcd manifest names (not its name: ``--name`` may differ
+    from the node name); a control-plane node is an etcd member when etcd lists it under its name
+    (kubeadm names a stacked member after its node), a listed member that is no node the API knows
+    is a member of its own; each runs when its health answered. A learner is listed and named but
+    never counted; alarms go with the view (CORRUPT and other non-NOSPACE ones refuse)."""
     if etcd.error:
         view["etcd_error"] = etcd.error
         return
+    view["etcd_alarms"] = etcd.alarm_texts()
+    view["etcd_blocking"] = etcd.blocking_alarms
     own = view["own"]
+    peers = {p.rstrip("/") for p in own_peers}
     for member in etcd.members:
-        if member.name == view["node"]:
+        if peers & set(member.peer_urls):
             own["running"][ETCD] = own["running"].get(ETCD, False) and member.running
+            own["etcd_learner"] = member.learner
             if member.why_not and own["components"].get(ETCD) == "present":
                 own["unasked"][ETCD] = member.why_not
             continue
-        key = member.name if member.name in view["members"] else "etcd member %s" % member.label
+        named = member.name if member.name in view["members"] and member.name != view["node"] else ""
+        key = named or "etcd member %s" % member.label
         entry = view["members"].setdefault(key, MemberCensus(components={}, apiserver_stacked=False, running={},
-                                                             unasked={}))
+                                                             unasked={}, etcd_learner=False, etcd_alarms=[]))
         entry["components"][ETCD] = "present"
         entry["running"][ETCD] = member.running
+        entry["etcd_learner"] = member.learner
         if member.why_not and member.why_not != "connection refused":
             entry["unasked"][ETCD] = member.why_not
 
@@ -435,10 +500,15 @@ def cluster_results(views: List[HostResult]) -> Tuple[List[HostResult], Set[str]
         if view.get("etcd_error"):
             raise CpctlError("refused: cannot count etcd members from %s: %s" % (result.host, view["etcd_error"]),
                              ExitCode.REFUSED, hint=UNASKED_HINT)
+        blocking = view.get("etcd_blocking")
+        if isinstance(blocking, list) and blocking:
+            raise CpctlError("refused: etcd reports alarm %s (asked from %s): its data cannot be trusted"
+                             % (", ".join(str(b)[:200] for b in blocking[:MAX_ALARM_TEXTS]), result.host),
+                             ExitCode.REFUSED, hint=ALARM_HINT)
         cluster = cluster or str(view.get("cluster") or "")
         for name, member in (view.get("members") or {}).items():
             census.setdefault(name, HostResult(name, "ok", member))
         own = str(view["node"])         # a master's own files win over another's API view of it
         targets.add(own)
-        census[own] = HostResult(own, "ok", view["own"])
+        census[own] = HostResult(own, "ok", dict(view["own"], etcd_alarms=view.get("etcd_alarms") or []))
     return [census[name] for name in sorted(census)], targets, cluster

@@ -31,15 +31,21 @@ def etcd(*members: EtcdMember) -> EtcdCensus:
     return EtcdCensus(members=members, asked="https://127.0.0.1:2379")
 
 
-def member(name: str, running: bool, why: str = "") -> EtcdMember:
-    return EtcdMember(name, ("https://10.0.0.1:2379",), running, why)
+def peer(name: str) -> str:
+    """A master's etcd peer URL (m2 -> https://10.0.0.2:2380): how its own member is found."""
+    return "https://10.0.0.%s:2380" % name.lstrip("m")
+
+
+def member(name: str, running: bool, why: str = "", learner: bool = False) -> EtcdMember:
+    return EtcdMember(name, ("https://10.0.0.%s:2379" % name.lstrip("m"),), running, why,
+                      member_id=str((1 << 63) + int(name.lstrip("m"))), learner=learner, peer_urls=(peer(name),))
 
 
 def view(node: str, members: Dict[str, MemberCensus], census: EtcdCensus, api_error: str = "",
          own_census: Any = None) -> HostResult:
     data = ClusterView(node=node, own=own_census or own(), members=members, cluster="uid-1", api_error=api_error,
-                       etcd_error="")
-    _count_etcd(data, census)
+                       etcd_error="", etcd_alarms=[], etcd_blocking=[])
+    _count_etcd(data, census, [peer(node)])
     return HostResult(node, "ok", dict(data))
 
 
@@ -65,12 +71,13 @@ def test_the_membership_is_etcds_member_list() -> None:
     an external member) still counts; one that was added and never started counts as not running."""
     members = {"m1": api_member(True)}
     census, targets, _ = cluster_results([view("m2", members, etcd(
-        member("m1", True), member("m2", True), EtcdMember("", (), False, "no client URL: added but never started")))])
+        member("m1", True), member("m2", True),
+        EtcdMember("", (), False, "no client URL: added but never started", member_id="77")))])
     assert len([r for r in census if "etcd" in r.data["components"]]) == 3
     with pytest.raises(CpctlError) as err:
         preflight(census, targets, "stop", ["etcd"], parse_serial(1), False, None)
     assert "1 of 3 etcd running, 2 now" in err.value.message
-    assert "could not ask, counted as not running: etcd member an unstarted member" in err.value.message
+    assert "could not ask, counted as not running: etcd member an unstarted member (ID 4d)" in err.value.message
 
 
 def test_api_servers_count_by_their_own_readyz() -> None:
@@ -83,7 +90,8 @@ def test_api_servers_count_by_their_own_readyz() -> None:
 
 
 def test_an_etcd_that_cannot_be_asked_refuses() -> None:
-    data = ClusterView(node="m2", own=own(), members={}, cluster="uid-1", api_error="", etcd_error="")
+    data = ClusterView(node="m2", own=own(), members={}, cluster="uid-1", api_error="", etcd_error="", etcd_alarms=[],
+                       etcd_blocking=[])
     _count_etcd(data, EtcdCensus(error="no etcd member answered with the member list (https://x: timed out)"))
     with pytest.raises(CpctlError) as err:
         cluster_results([HostResult("m2", "ok", dict(data))])

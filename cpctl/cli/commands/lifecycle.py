@@ -95,7 +95,12 @@ def cluster_guarded_reason(ctx: click.Context, verb: str, components: List[str],
             raise
         return "[forced past: %s] %s" % (exc.message, reason or "")
     serial = remote.serial if remote is not None else parse_serial(1)
-    return fleetsafety.preflight(results, targets, verb, components, serial, force, reason)
+    decided = fleetsafety.preflight(results, targets, verb, components, serial, force, reason)
+    from cpctl.cli.context import note
+    for alarm in fleetsafety.alarm_notes(results):     # NOSPACE: the restarts that fix it go on
+        note("etcd alarm %s is active: `etcdctl alarm list`; raise --quota-backend-bytes or defragment, then "
+             "`etcdctl alarm disarm`" % alarm)
+    return decided
 
 
 #: The components a change acts on, per node (``start --all-parked``: the ones parked there).

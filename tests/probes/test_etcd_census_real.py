@@ -1,0 +1,208 @@
+"""cpctl's etcd census against a real etcd (issue 45), next to what etcdctl says of the same cluster.
+
+Each scenario runs the census as ``--census cluster`` does on a master (``probes.etcdcluster``
+through the node's agent primitives, ``fleetsafety._count_etcd``, ``cluster_results``,
+``preflight``), on the real etcd of tests/realetcd.py with kubeadm's flags and PKI, and puts its
+count and verdict next to ``etcdctl member list -w json`` / ``endpoint health --cluster -w json``:
+quorum is a majority of the voters etcdctl lists, running voters are the ones etcdctl calls
+healthy (real-node-facts.md "etcd, measured on the real binaries"). CI never skips these."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional
+
+import pytest
+
+from cpctl.errors import CpctlError, ExitCode
+from cpctl.fleet.runner import HostResult, parse_serial
+from cpctl.host.base import TlsOptions
+from cpctl.host.local import LocalHost
+from cpctl.ops.fleetsafety import ClusterView, MemberCensus, _count_etcd, alarm_notes, cluster_results, preflight
+from cpctl.probes.etcdcluster import EtcdCensus, take_census
+from cpctl_lab import pki
+from tests.realetcd import Factory, RealEtcd
+
+
+@dataclass
+class Verdict:
+    """The census of one master and what it decides for one change."""
+
+    census: EtcdCensus
+    allowed: bool
+    message: str            # the refusal, or "" when allowed
+    notes: List[str]        # the alarms the run names before it goes on
+
+
+def tls_of(cluster: RealEtcd, node: str) -> TlsOptions:
+    ca, cert, key = cluster.client_pair(node)
+    return TlsOptions(ca_file=ca, cert_file=cert, key_file=key)
+
+
+def census_verdict(cluster: RealEtcd, node: str, verb: str = "stop", tls: Optional[TlsOptions] = None) -> Verdict:
+    """What ``cpctl --census cluster VERB etcd`` on master ``node`` decides (its own etcd in place).
+    No real API server runs here (the lab's on real etcd is another part of issue 45): the master's
+    API server is one that keeps serving, so only etcd's rule decides."""
+    member = cluster.members[node]
+    endpoints = [member.client_url] + cluster.endpoints(list(cluster.members))
+    census = take_census(LocalHost(), endpoints, tls or tls_of(cluster, node))
+    own = MemberCensus(components={"etcd": "present", "kube-apiserver": "present"}, apiserver_stacked=False,
+                       running={"etcd": member.running, "kube-apiserver": True}, unasked={}, etcd_learner=False,
+                       etcd_alarms=[])
+    view = ClusterView(node=node, own=own, members={}, cluster="uid", api_error="", etcd_error="", etcd_alarms=[],
+                       etcd_blocking=[])
+    _count_etcd(view, census, [member.peer_url])
+    try:
+        results, targets, _ = cluster_results([HostResult(node, "ok", dict(view))])
+        preflight(results, targets, verb, ["etcd"], parse_serial(1), False, None)
+    except CpctlError as exc:
+        assert exc.code == ExitCode.REFUSED and "--force" not in (exc.hint or "")
+        return Verdict(census, False, exc.message, [])
+    return Verdict(census, True, "", alarm_notes(results))
+
+
+@dataclass
+class Etcdctl:
+    """etcdctl's account: voters, learners, healthy voters, and what the rule allows."""
+
+    voters: int
+    learners: int
+    healthy_voters: int
+
+    def allows_one_down(self, target_healthy: bool = True) -> bool:
+        """A majority of the voters still healthy with the target down."""
+        return self.healthy_voters - (1 if target_healthy else 0) >= self.voters // 2 + 1
+
+
+def etcdctl_view(cluster: RealEtcd) -> Etcdctl:
+    listed = cluster.member_list()
+    health = {h["endpoint"]: h["health"] is True for h in cluster.endpoint_health()}
+    voters = [m for m in listed if not m["isLearner"]]
+    healthy = [m for m in voters if any(health.get(u) for u in m.get("clientURLs") or [])]
+    return Etcdctl(len(voters), len(listed) - len(voters), len(healthy))
+
+
+def agree(verdict: Verdict, ctl: Etcdctl) -> None:
+    """cpctl's count is etcdctl's: as many voters, learners and running voters; the same verdict."""
+    census = verdict.census
+    assert not census.error, census.error
+    assert (len(census.voters), len(census.learners), len(census.running)) == (
+        ctl.voters, ctl.learners, ctl.healthy_voters), (census, ctl)
+    assert verdict.allowed == ctl.allows_one_down(), (verdict, ctl)
+
+
+@pytest.mark.parametrize("version", ["3.5", "3.4"])
+def test_three_healthy_members_one_may_stop(real_etcd_factory: Factory, version: str) -> None:
+    cluster = real_etcd_factory(version=version)
+    verdict = census_verdict(cluster, "m1")
+    agree(verdict, etcdctl_view(cluster))
+    assert verdict.allowed and verdict.census.answered_by and verdict.census.cluster_id
+    assert all(int(m.member_id) > 0 for m in verdict.census.members)
+
+
+def test_one_member_down_a_second_stop_is_refused(real_etcd: RealEtcd) -> None:
+    real_etcd.stop("m3")
+    verdict = census_verdict(real_etcd, "m1")
+    agree(verdict, etcdctl_view(real_etcd))
+    assert "would leave 1 of 3 etcd running, 2 now" in verdict.message
+
+
+def test_a_learner_added_but_not_started_is_no_voter_down(real_etcd: RealEtcd) -> None:
+    """The issue's case: 3 healthy voters and an unstarted learner; the old census said 'would leave
+    2 of 4'. The learner has no name and no client URLs; it counts by its kind: not at all."""
+    real_etcd.add_member("m4", learner=True, start=False)
+    verdict = census_verdict(real_etcd, "m1")
+    agree(verdict, etcdctl_view(real_etcd))
+    assert verdict.allowed
+    (learner,) = verdict.census.learners
+    assert not learner.started and learner.label.startswith("an unstarted learner (ID ")
+
+
+def test_a_running_learner_with_two_voters_refuses_a_voters_stop(real_etcd_factory: Factory) -> None:
+    """2 voters + 1 running learner: stopping a voter loses quorum (measured: RAFT NO LEADER). The
+    learner's /health says true; etcdctl calls it unhealthy ("rpc not supported for learner")."""
+    cluster = real_etcd_factory(members=2)
+    cluster.add_member("m3", learner=True, start=True)
+    verdict = census_verdict(cluster, "m1")
+    agree(verdict, etcdctl_view(cluster))
+    assert not verdict.allowed
+    assert "would leave 1 of 2 etcd running, 2 now" in verdict.message
+    assert "learner etcd member m3, not a voter" in verdict.message
+    (learner,) = verdict.census.learners
+    assert learner.running                    # it runs, and still does not count
+
+
+@pytest.mark.parametrize("version", ["3.5", "3.4"])
+def test_nospace_members_run_and_the_restart_that_fixes_it_is_allowed(real_etcd_factory: Factory,
+                                                                       version: str) -> None:
+    """A NOSPACE alarm makes a plain /health false on every member (etcdctl: all unhealthy); the
+    kubelet's probe (exclude=NOSPACE) keeps them alive, and so does the census: restart allowed,
+    alarm named. etcd 3.5.1 may raise one alarm per member (etcd-io/etcd#13467), failing
+    exclude=NOSPACE too: the census then asks each member's status for a leader."""
+    cluster = real_etcd_factory(quota_backend_bytes=2 << 20, version=version)
+    cluster.fill_until_nospace()
+    alarms = cluster.alarms()
+    assert alarms and {a["alarm"] for a in alarms} == {"NOSPACE"}
+    etcdctl_health = [h["health"] for h in cluster.endpoint_health()]
+    # etcdctl 3.5 calls every member unhealthy ("Active Alarm(s): NOSPACE"); 3.4's check is a read, which passes
+    assert etcdctl_health == [version == "3.4"] * 3
+    assert all(cluster.health(name)[0] == 503 for name in cluster.members)   # a plain /health: false everywhere
+    verdict = census_verdict(cluster, "m1", verb="restart")
+    assert verdict.allowed, verdict.message
+    assert len(verdict.census.running) == 3
+    ids = {str(a["memberID"]) for a in alarms}
+    assert {a.member_id for a in verdict.census.alarms} == ids
+    assert verdict.notes and all(n.startswith("NOSPACE (raised by m") for n in verdict.notes)
+
+
+def test_a_corrupt_alarm_refuses_with_the_alarm_named(real_etcd: RealEtcd) -> None:
+    real_etcd.activate_alarm("m2", "CORRUPT")
+    assert [a["alarm"] for a in real_etcd.alarms()] == ["CORRUPT"]
+    verdict = census_verdict(real_etcd, "m1", verb="restart")
+    assert not verdict.allowed
+    assert "etcd reports alarm CORRUPT (raised by m2)" in verdict.message
+
+
+def test_a_wrong_client_certificate_refuses_and_says_so(real_etcd: RealEtcd, tmp_path: object) -> None:
+    """A client pair from another CA: etcd ends the handshake (--client-cert-auth=true); etcdctl
+    fails the same way; the census cannot count and refuses, naming the TLS failure."""
+    from pathlib import Path
+    other = pki.make_ca("another-etcd-ca")
+    stranger = pki.issue(other, "kube-etcd-healthcheck-client")
+    where = Path(str(tmp_path))
+    pki.write_pair(where, "stranger", stranger)
+    ca = real_etcd.client_pair("m1")[0]
+    tls = TlsOptions(ca_file=ca, cert_file=str(where / "stranger.crt"), key_file=str(where / "stranger.key"))
+    verdict = census_verdict(real_etcd, "m1", tls=tls)
+    assert not verdict.allowed
+    assert "cannot count etcd members from m1: no etcd member answered with the member list" in verdict.message
+    assert "TLS" in verdict.message or "reset" in verdict.message or "closed" in verdict.message, verdict.message
+    ctl = real_etcd.ctl("member", "list")        # the good pair still works: the cluster is fine
+    assert ctl.rc == 0
+
+
+def test_ipv6_loopback(real_etcd_factory: Factory) -> None:
+    cluster = real_etcd_factory(host="::1")
+    verdict = census_verdict(cluster, "m1")
+    agree(verdict, etcdctl_view(cluster))
+    assert verdict.allowed and all(u.startswith("https://[::1]:") for m in verdict.census.members
+                                   for u in m.client_urls)
+    cluster.stop("m2")
+    verdict = census_verdict(cluster, "m1")
+    agree(verdict, etcdctl_view(cluster))
+    assert not verdict.allowed
+
+
+def test_own_member_found_by_peer_url_not_name(real_etcd: RealEtcd) -> None:
+    """A node whose name differs from its etcd --name (m1 runs on node 'cp-a'): its own member is
+    found by peer URL and counted once; the old census counted it twice (a false 'safe')."""
+    member = real_etcd.members["m1"]
+    census = take_census(LocalHost(), [member.client_url], tls_of(real_etcd, "m1"))
+    own = MemberCensus(components={"etcd": "present"}, apiserver_stacked=False, running={"etcd": True}, unasked={},
+                       etcd_learner=False, etcd_alarms=[])
+    view = ClusterView(node="cp-a", own=own, members={}, cluster="uid", api_error="", etcd_error="", etcd_alarms=[],
+                       etcd_blocking=[])
+    _count_etcd(view, census, [member.peer_url])
+    results, targets, _ = cluster_results([HostResult("cp-a", "ok", dict(view))])
+    assert sorted(r.host for r in results) == ["cp-a", "etcd member m2", "etcd member m3"]
+    assert census.answered_by == str(real_etcd.member_id("m1"))

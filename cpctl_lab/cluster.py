@@ -132,7 +132,8 @@ class HealthHandler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         """etcd's gRPC gateway on a client port: ``POST /v3/cluster/member/list`` (``etcdctl member
-        list``) and ``/v3/maintenance/alarm`` (``etcdctl alarm list``: the imitation raises none);
+        list``), ``/v3/maintenance/alarm`` (``etcdctl alarm list``: the imitation raises none) and
+        ``/v3/maintenance/status`` (the member's identity and revision);
         anything else is a 404, as on a real member."""
         lab, node, c, _paths = self.server.context  # type: ignore[attr-defined]
         self.rfile.read(min(int(self.headers.get("Content-Length") or 0), 1 << 16))
@@ -142,6 +143,8 @@ class HealthHandler(BaseHTTPRequestHandler):
                 answer = lab.etcd_member_list(node, c, port)
             elif self.path == "/v3/maintenance/alarm":
                 answer = lab.etcd_alarms(node, c, port)
+            elif self.path == "/v3/maintenance/status":
+                answer = lab.etcd_status(node, c, port)
             else:
                 answer = None
         if answer is None:
@@ -1052,6 +1055,17 @@ class Lab:
             return None
         header = json.loads(listed[1])["header"]
         return 200, json.dumps({"header": header}), "application/json"
+
+    def etcd_status(self, node: str, c: Container, port: int) -> Optional[Answer]:
+        """``StatusResponse`` of a member as the gRPC gateway returns it (``etcdctl endpoint status``):
+        its header names the member, the cluster and the store's revision (the lab store's
+        resourceVersion); the imitation has no leader election or database to report more of."""
+        listed = self.etcd_member_list(node, c, port)
+        if listed is None:
+            return None
+        header = dict(json.loads(listed[1])["header"], revision=str(self.store.rv))
+        return 200, json.dumps({"header": header, "version": "3.5.1-lab", "leader": header["member_id"]}), \
+            "application/json"
 
     def probe_passes(self, node: str, c: Container, probe: Obj) -> bool:
         """Whether an httpGet probe of ``c`` succeeds now (other probe kinds always do)."""

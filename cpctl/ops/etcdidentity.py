@@ -32,7 +32,7 @@ from cpctl.core.flags import flags_of
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host.base import TlsOptions
 from cpctl.probes.base import PodTarget
-from cpctl.probes.gates import BLIND_GRACE, Blindness, GateResult, GateRun
+from cpctl.probes.gates import Blindness, GateResult, GateRun
 
 if TYPE_CHECKING:
     from cpctl.core.node import Node
@@ -41,6 +41,9 @@ STATUS_PATH = "/v3/maintenance/status"
 ASK_TIMEOUT = 2.0
 ANSWER_LIMIT = 1 << 16
 RECORD = "etcd-member.json"
+#: With nothing known before the change, how long a member that answers healthy may take to answer
+#: the status call too before the gate says "not checked": the call needs no more than /health did.
+UNKNOWN_GRACE = 3.0
 _UINT64 = re.compile(r"^[0-9]{1,20}$")
 
 
@@ -164,7 +167,7 @@ class EtcdIdentityGate:
             if now is not None:
                 break
             where = "%s on %s" % (STATUS_PATH, ", ".join(client_urls(target)) or "no client URL")
-            if was is None and (run.clock.expired() or blind.seconds() >= min(run.clock.timeout, BLIND_GRACE)):
+            if was is None and (run.clock.expired() or blind.seconds() >= min(run.clock.timeout, UNKNOWN_GRACE)):
                 # nothing known before either (an etcd without the maintenance API, no client certificate)
                 return GateResult(", member identity not checked (%s could not be read)" % where, True)
             if run.clock.expired():

@@ -564,11 +564,41 @@ def _stop_timer(node: Node, armed: Arm) -> None:
 
 def _is_our_process(node: Node, armed: Arm) -> bool:
     """The pid still runs cpctl's revert of this very arm (its command line names the op or plan)."""
-    try:
-        cmdline = node.host.read_file("/proc/%d/cmdline" % armed.pid, 1 << 16)
-    except OSError:
-        return False
-    return any(armed.op.encode() in part for part in cmdline.split(b"\0"))
+    return confirmations.process_reverts(node.host, armed.pid, armed.op)
+
+
+def restart_dead_timers(node: Node, launcher: Launcher) -> List[str]:
+    """Give every arm of the node whose revert timer died (``confirmations.timer_problem``: the
+    process OOM-killed, the unit stopped by hand) a new one, the way ``arm`` started it, and record
+    it (history ``rearmed``): run by the next change session on the node (``Node.change_hooks``),
+    under its lock. The new timer waits for the arm's own deadline - one already past reverts as soon
+    as this command frees the lock; nothing is reverted here. One line per timer restarted."""
+    if node.dry_run or node.host.lstat(confirmations.directory(node.state)) is None:
+        return []
+    lines = []
+    for armed in confirmations.read_all(node.host, node.state):
+        why = confirmations.timer_problem(node.host, armed)
+        if not why:                     # running, or not known to be dead: left alone
+            continue
+        clock = confirmations.node_clock(node.host)
+        within = max(1, int(armed.due_in(clock) + 0.999))
+        fresh = dataclasses.replace(armed)
+        try:
+            fresh.timer, fresh.unit, fresh.pid = _start_timer(node, armed, within, launcher)
+            if fresh.timer == "systemd" and armed.overdue(clock):   # a calendar time past: run it now
+                node.host.run(["systemctl", "start", "--no-block", fresh.unit + ".service"], timeout=60.0)
+        except CpctlError as exc:
+            lines.append("warning: the revert timer of %s's unconfirmed change is not running (%s) and could not be "
+                         "restarted: %s; %s reverts it now" % (armed.component, why, exc.message,
+                                                               node.command("revert-unconfirmed", armed.component)))
+            continue
+        before = node.checksum_of(confirmations.path_of(node.state, armed.file)) or ""
+        node.apply(confirmations.rearm_change(node.state, fresh, why, before))
+        lines.append("the revert timer of %s's unconfirmed change was not running (%s): restarted (%s); %s" % (
+            armed.component, why, "unit %s" % fresh.unit if fresh.unit else "pid %d" % fresh.pid,
+            "it reverts it now (overdue since %s)" % armed.deadline if armed.overdue(clock)
+            else "it reverts at %s unless confirmed" % armed.deadline))
+    return lines
 
 
 # --- confirm ------------------------------------------------------------------------------------

@@ -214,8 +214,15 @@ def _start_timer(node: Node, armed: Arm, within: int, launcher: Launcher) -> Tup
 
 
 def _revert_log(node: Node, armed: Arm) -> str:
-    """``STATE/confirm/<file>.log``: where a detached revert process (and its boot entry) writes."""
-    return confirmations.directory(node.state) + "/" + armed.file + ".log"
+    """``STATE/confirm/<file>.<op>.log``: where a detached revert process (and its boot entry) writes;
+    removed with the arm (``_remove_op_files``), like every ``<file>.<op>.*`` file of it."""
+    return _plan_base(node, armed) + ".log"
+
+
+# The longest command cron runs from a crontab line: Vixie cron (Debian's, Ubuntu's) reads at most
+# MAX_COMMAND (1000) bytes of it and cuts the rest - a revert's full command line (cpctl and the
+# node's options, or the agent's loader) is longer. The @reboot line runs a short wrapper instead.
+CRON_MAX_COMMAND = 1000
 
 
 def boot_entry_path(node: Node, component: str) -> Optional[str]:
@@ -231,15 +238,32 @@ def boot_entry_path(node: Node, component: str) -> Optional[str]:
     return directory.rstrip("/") + "/" + unit_name(component)
 
 
-def boot_entry_text(node: Node, armed: Arm, argv: Sequence[str], log: str, path: str) -> str:
-    """The cron.d file that, at the next boot, starts the same revert again - only while the arm is
-    still recorded (its op in the arm file) - and then removes itself. The revert run waits until
-    the arm is due by the node's clock (after a reboot: its wall-clock deadline; one passed while
-    the node was down reverts at once), as the process the reboot killed would have."""
+def boot_wrapper_text(node: Node, armed: Arm, argv: Sequence[str], log: str) -> str:
+    """The script the ``@reboot`` entry runs (``STATE/confirm/<file>.<op>.boot``, 0700 in the 0700
+    state dir): only while the arm is still recorded (its op in the arm file), the same revert again,
+    its output appended to the arm's log. The revert run waits until the arm is due by the node's
+    clock (after a reboot: its wall-clock deadline; one passed while the node was down reverts at
+    once), as the process the reboot killed would have."""
     import shlex
     arm_path = confirmations.path_of(node.state, armed.file)
-    command = "grep -qs -- %s %s && %s </dev/null >>%s 2>&1; rm -f %s" % (
-        armed.op, shlex.quote(arm_path), " ".join(shlex.quote(a) for a in argv), shlex.quote(log), shlex.quote(path))
+    return ("#!/bin/sh\n# Written by cpctl --confirm-within (docs/confirm.md): after a reboot, reverts %s unless "
+            "confirmed\n# (arm %s, deadline %s).\ngrep -qs -- %s %s || exit 0\nexec %s </dev/null >>%s 2>&1\n"
+            % (armed.component, armed.op, armed.deadline, armed.op, shlex.quote(arm_path),
+               " ".join(shlex.quote(a) for a in argv), shlex.quote(log)))
+
+
+def boot_entry_text(node: Node, armed: Arm, wrapper: str, digest: str, path: str) -> str:
+    """The cron.d file that, at the next boot, runs the arm's wrapper (``boot_wrapper_text``) - only
+    when its sha256 is still ``digest`` (kept here, not in the state dir) - and then removes itself.
+    Its command stays short (a path, a digest), far below cron's ``CRON_MAX_COMMAND``."""
+    import shlex
+    command = '[ "$(sha256sum <%s)" = "%s  -" ] && /bin/sh %s; rm -f %s' % (
+        shlex.quote(wrapper), digest, shlex.quote(wrapper), shlex.quote(path))
+    if len(command.encode("utf-8")) > CRON_MAX_COMMAND - 100:
+        raise CpctlError("cannot arm the revert of %s: the state dir's path is too long for a cron @reboot line "
+                         "(%d bytes, at most %d); the change stands, NOT armed (undo it with %s)"
+                         % (armed.component, len(command), CRON_MAX_COMMAND - 100,
+                            node.command("rollback", armed.component)), ExitCode.ENVIRONMENT)
     return ("# Written by cpctl --confirm-within (docs/confirm.md): after a reboot, reverts %s unless confirmed\n"
             "# (arm %s, deadline %s). Removed when confirmed, or by itself at the next boot.\n"
             "SHELL=/bin/sh\nPATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"
@@ -248,13 +272,19 @@ def boot_entry_text(node: Node, armed: Arm, argv: Sequence[str], log: str, path:
 
 def _install_boot_entry(node: Node, armed: Arm, argv: Sequence[str], log: str) -> None:
     """A node without systemd: the detached revert process dies with the machine, so an ``@reboot``
-    cron entry starts it again after a reboot (``boot_entry_text``); written before the process
-    starts, a dot-temp file renamed. No cron.d dir: nothing (docs/confirm.md says what then)."""
+    cron entry starts it again after a reboot (``boot_entry_text``, running ``boot_wrapper_text``);
+    both written before the process starts, each a dot-temp file renamed. No cron.d dir: nothing
+    (docs/confirm.md says what then)."""
+    import hashlib
     path = boot_entry_path(node, armed.component)
     if path is None:
         return
+    wrapper = _plan_base(node, armed) + ".boot"
+    script = boot_wrapper_text(node, armed, argv, log).encode("utf-8")
     try:
-        node.host.write_atomic(path, boot_entry_text(node, armed, argv, log, path).encode("utf-8"), 0o644)
+        node.host.write_atomic(wrapper, script, 0o700)
+        node.host.write_atomic(path, boot_entry_text(node, armed, wrapper, hashlib.sha256(script).hexdigest(),
+                                                     path).encode("utf-8"), 0o644)
     except OSError as exc:
         raise CpctlError("cannot arm the revert of %s: writing its boot entry %s failed: %s; the change stands, NOT "
                          "armed (undo it with %s)" % (armed.component, path, exc.strerror or exc,
@@ -553,10 +583,17 @@ def _stop_timer(node: Node, armed: Arm) -> None:
         if armed.pid > 1 and _is_our_process(node, armed):
             node.host.run(["kill", "-TERM", str(armed.pid)], timeout=10.0)
         _remove_boot_entry(node, armed.component, armed.op)
-    prefix = "%s.%s." % (armed.file, armed.op)
+    _remove_op_files(node, armed.file, armed.op)
+
+
+def _remove_op_files(node: Node, filename: str, op: str) -> None:
+    """Every ``STATE/confirm/<file>.<op>.*`` file of an arm that is gone: its log, boot wrapper, and
+    (over SSH) agent, plan and staged bytes (``filename`` "": whichever file, by the op alone - a
+    random id no other arm shares). Best effort."""
+    prefix, marker = "%s.%s." % (filename, op), ".%s." % op
     try:
         for name in node.host.listdir(confirmations.directory(node.state)):
-            if name.startswith(prefix):
+            if name.startswith(prefix) if filename else (marker in name and not name.startswith(".")):
                 node.host.unlink(confirmations.directory(node.state) + "/" + name)
     except OSError:
         pass
@@ -845,9 +882,10 @@ def timer_run(node: Node, component: str, op: str, within: Optional[float], log:
     apart, until it reverts, or the arm is confirmed or gone."""
     try:
         return _timer_run(node, component, op, within, log, sleep)
-    finally:            # the arm is gone (reverted, confirmed): its @reboot entry, if any, goes with it
+    finally:            # the arm is gone (reverted, confirmed): its @reboot entry, log and wrapper go with it
         if _arm_of(node, op) is None:
             _remove_boot_entry(node, component, op)
+            _remove_op_files(node, "", op)
 
 
 def _timer_run(node: Node, component: str, op: str, within: Optional[float], log: Callable[[str, bool], None],

@@ -2,7 +2,8 @@
 
 A value is secret when the flag or environment variable that carries it is named like a credential:
 its name holds one of ``SECRET_WORDS`` (``initial-cluster-token``, ``token``, ``oidc-client-secret``,
-``ETCD_PASSWORD``, ``api-key``...), unless it names a file, a path or a dir (``--token-auth-file``
+``ETCD_PASSWORD``, ``api-key``, kubeadm's ``certificate-key``...) or one of ``SECRET_SEGMENTS`` as a
+whole word (``--db-pass``, ``--auth-pass``), unless it names a file, a path or a dir (``--token-auth-file``
 holds a path, not the token). Private key material (a PEM ``PRIVATE KEY`` block) is secret wherever
 it appears. The value is replaced by ``<redacted>`` in every form it takes:
 
@@ -24,8 +25,11 @@ import re
 from typing import List
 
 REDACTED = "<redacted>"
-SECRET_WORDS = ("token", "password", "passwd", "secret", "credential", "apikey", "api-key", "private-key",
-                "privatekey", "auth-key", "encryption-key", "bootstrap-key")
+SECRET_WORDS = ("token", "password", "passwd", "passphrase", "secret", "credential", "apikey", "api-key",
+                "private-key", "privatekey", "auth-key", "encryption-key", "bootstrap-key", "certificate-key")
+# Whole words of a name (split at ``-``) that carry a credential on their own: ``--db-pass``,
+# ``--auth-pass``, ``--admin-pw`` (never a word inside another one: ``--bypass``, ``--passthrough``).
+SECRET_SEGMENTS = ("pass", "pw", "pwd", "passwd")
 NOT_SECRET_SUFFIXES = ("-file", "-path", "-dir", "-files", "-ttl", "-lifetime")
 
 _NAME = r"[A-Za-z0-9][A-Za-z0-9._-]*"
@@ -86,7 +90,7 @@ def _may_hold_secret(text: str) -> bool:
     if "private key" in low:
         return True
     low = low.replace("_", "-")
-    return any(word in low for word in SECRET_WORDS)
+    return any(word in low for word in SECRET_WORDS + SECRET_SEGMENTS)
 
 
 def is_secret_name(name: str) -> bool:
@@ -94,7 +98,7 @@ def is_secret_name(name: str) -> bool:
     norm = name.lower().lstrip("-").replace("_", "-")
     if norm.endswith(NOT_SECRET_SUFFIXES):
         return False
-    return any(word in norm for word in SECRET_WORDS)
+    return any(word in norm for word in SECRET_WORDS) or any(part in SECRET_SEGMENTS for part in norm.split("-"))
 
 
 def _sub_value(pattern: "re.Pattern[str]", head: str, text: str) -> str:

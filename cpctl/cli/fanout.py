@@ -95,6 +95,8 @@ def execute(ctx: click.Context, action: Callable[["Node"], R], text_of: Callable
     if changing and mode is registry.Mode.READ:        # (a change's --dry-run runs as a read)
         raise CpctlError("cpctl %s declared %r but ran as a change (a bug: please report it)"
                          % (state(ctx).command, mode.value), ExitCode.INTERNAL)
+    if mode is not registry.Mode.READ:
+        action = _restarting_timers(ctx, action)
     cli_state = state(ctx)
     if cli_state.remote is None:
         from cpctl.host.local import LocalHost
@@ -109,6 +111,21 @@ def execute(ctx: click.Context, action: Callable[["Node"], R], text_of: Callable
             ctx.exit(int(ExitCode.LOCKED))
         return [data]
     return _fan_out(ctx, mode, action, text_of, changing, probe)
+
+
+def _restarting_timers(ctx: click.Context, action: Callable[["Node"], R]) -> Callable[["Node"], R]:
+    """``action`` on a node whose change sessions first restart the revert timer of every arm whose
+    timer died (``ops.confirm.restart_dead_timers``, issue 49): the next cpctl change on a node
+    brings it back, locally and with -H/-i. A read-only command, a dry run and ``confirm`` open no
+    change session: they only report a dead timer, they never start a revert."""
+    def run(node: "Node") -> R:
+        def restart() -> List[str]:
+            from cpctl.cli.commands.confirm import launcher
+            from cpctl.ops.confirm import restart_dead_timers
+            return restart_dead_timers(node, launcher(ctx, node))
+        node.change_hooks.append(restart)
+        return action(node)
+    return run
 
 
 def _fan_out(ctx: click.Context, mode: registry.Mode, action: Callable[["Node"], R], text_of: Callable[[R], str],

@@ -22,7 +22,8 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 _CHANGED = {"stop": "stopped", "start": "started", "restart": "restarted", "apply": "applied", "edit": "edited",
             "flags": "flags changed", "rollback": "rolled back", "armed": "changed, awaiting confirmation",
             "confirmed": "change confirmed", "reverted": "reverted unconfirmed change",
-            "dropped": "unconfirmed change dropped", "displaced": "replaced by another writer",
+            "rearmed": "revert timer restarted", "dropped": "unconfirmed change dropped",
+            "displaced": "replaced by another writer",
             "keep-in": "flags kept for kubeadm upgrade", "move-stray": "stray moved away",
             "restore-missing": "restored from the baseline", "scheduler-add": "added", "scheduler-remove": "removed"}
 
@@ -74,6 +75,10 @@ def _detail(c: Mapping[str, object]) -> str:
         if not isinstance(armed, Mapping):
             return "unconfirmed, reverts at ?"
         failing = ", revert failing: %s" % armed["failing"] if armed.get("failing") else ""
+        if armed.get("timer_problem"):
+            return "unconfirmed, %s %s, revert timer NOT running: %s" % (
+                "overdue since" if armed.get("overdue") else "reverts at", armed.get("deadline"),
+                armed["timer_problem"])
         if armed.get("overdue"):
             return "unconfirmed, overdue since %s: reverts now by the node's timer%s" % (armed.get("deadline"), failing)
         return "unconfirmed, reverts at %s%s" % (armed.get("deadline"), failing)

@@ -107,12 +107,20 @@ class Arm:
         return wanted in (self.component, self.file, manifests.file_stem(self.file)) or \
             catalogue.canonical(wanted) == self.component
 
-    def pending_text(self, now: Union[float, "NodeClock"], command: Callable[..., str] = command_hint_here) -> str:
+    def pending_text(self, now: Union[float, "NodeClock"], command: Callable[..., str] = command_hint_here,
+                     dead: str = "") -> str:
         """What awaits this arm, for ``status``, ``check`` and refusals: "unconfirmed, reverts at T
         unless: cpctl confirm C", or once past the deadline "overdue since T": a read-only command only
-        says so - the node's revert timer reverts it (``revert-unconfirmed`` does it now). ``command``:
-        ``Node.command``, the hint's cpctl command line with the ``-H``/``-i`` that reach the node."""
+        says so - the node's revert timer reverts it (``revert-unconfirmed`` does it now). ``dead``:
+        why its timer no longer runs (``timer_problem``): then nothing reverts it by itself, and the
+        text says so and names the one command that reverts it. ``command``: ``Node.command``, the
+        hint's cpctl command line with the ``-H``/``-i`` that reach the node."""
         failing = "; %s, the node retries" % self.failing_text() if self.failing else ""
+        if dead:
+            when = "overdue since %s" % self.deadline if self.overdue(now) else "reverts at %s" % self.deadline
+            return ("unconfirmed, %s, but its revert timer is NOT running (%s): nothing reverts it by itself; %s "
+                    "reverts it now (the next cpctl change on this node restarts the timer)%s"
+                    % (when, dead, command("revert-unconfirmed", self.component), failing))
         if self.overdue(now):
             return ("unconfirmed, overdue since %s: reverts now by the node's timer (not confirmed in time; %s "
                     "reverts it at once)%s" % (self.deadline, command("revert-unconfirmed", self.component), failing))
@@ -145,6 +153,62 @@ class Arm:
                           % (action, self.component, self.action, self.by, self.deadline,
                              command("confirm", self.component), command("revert-unconfirmed", self.component)),
                           ExitCode.REFUSED)
+
+
+# Whether an arm's node-side timer can still revert it (issue 49): the one rule every reader of an
+# arm (status, check, the metrics) and the next change on the node (which restarts a dead one) use.
+ALIVE_STATES = ("active", "activating", "reloading")     # systemctl is-active: a timer waiting/elapsed, a run
+
+
+def timer_problem(host: Host, arm: Arm) -> Optional[str]:
+    """Why the node-side timer of ``arm`` can no longer revert it ("" when it runs; None when that
+    cannot be told: no ``systemctl`` answer). A systemd arm: its timer or service unit active (a
+    timer waits, or has fired and its run retries). A process arm: its recorded pid - or one a
+    boot entry started again after a reboot - runs the revert of this very arm
+    (``/proc/PID/cmdline`` names its op). Read-only: nothing is started or reverted here."""
+    if arm.timer == "systemd" and arm.unit:
+        try:
+            found = host.run(["systemctl", "is-active", arm.unit + ".timer", arm.unit + ".service"], timeout=10.0)
+        except (OSError, CpctlError):
+            return None
+        states = found.stdout.decode("ascii", "replace").split()
+        if found.rc == 127 or len(states) != 2:
+            return None
+        if any(s in ALIVE_STATES for s in states):
+            return ""
+        return "its systemd timer %s.timer is %s" % (arm.unit, states[0][:40])
+    if arm.timer != "process":
+        return None            # a record that names no timer (``none``): nothing to look at
+    if arm.pid > 1 and process_reverts(host, arm.pid, arm.op):
+        return ""
+    if any(process_reverts(host, pid, arm.op) for pid in _pids_naming(host, arm.op)):
+        return ""          # a boot entry started it again after a reboot (its pid is not recorded)
+    return "its revert process (pid %d) is gone" % arm.pid
+
+
+def process_reverts(host: Host, pid: int, op: str) -> bool:
+    """Process ``pid`` on the node runs the revert of the arm ``op``: ``cpctl revert-unconfirmed ...
+    --op OP``, or the agent's ``revert-plan .../<file>.OP.plan`` (a pid reused by anything else is not)."""
+    try:
+        parts = host.read_file("/proc/%d/cmdline" % pid, 1 << 16).split(b"\0")
+    except OSError:
+        return False
+    word = op.encode("ascii")
+    if any(a == b"--op" and b == word for a, b in zip(parts, parts[1:])):
+        return b"revert-unconfirmed" in parts
+    return b"revert-plan" in parts and any(p.endswith(b"." + word + b".plan") for p in parts)
+
+
+def _pids_naming(host: Host, op: str) -> List[int]:
+    """Pids whose command line contains ``op`` (``pgrep -f``; none when the node has no pgrep)."""
+    if not re.match(r"^[0-9a-f]{8,64}$", op):
+        return []
+    try:
+        found = host.run(["pgrep", "-f", "--", op], timeout=10.0, limit=4096)
+    except (OSError, CpctlError):
+        return []
+    text = found.stdout.decode("ascii", "replace").split() if found.rc == 0 else []
+    return [int(p) for p in text[:50] if p.isdigit()]
 
 
 def node_clock(host: Host) -> NodeClock:
@@ -280,6 +344,18 @@ def arm_change(state: StateDir, arm: Arm) -> journal.Change:
               "pid": arm.pid or None}
     return journal.Change("armed", arm.component, arm.file, arm.checksum, [step], commit=0, record=record,
                           data={0: data}, op=arm.op + "-arm")
+
+
+def rearm_change(state: StateDir, arm: Arm, why: str, before: str) -> journal.Change:
+    """The journaled change that records ``arm`` with its restarted timer (its unit or new pid;
+    history action ``rearmed``, ``why`` its old timer had died) over the record of sha256 ``before``."""
+    from cpctl.core import journal
+    data = (json.dumps(arm.to_dict(), indent=2, sort_keys=True) + "\n").encode("utf-8")
+    step = journal.write(path_of(state, arm.file), manifests.checksum(data), before=before)
+    record = {"reason": "revert timer restarted: %s" % why, "armed_op": arm.op, "deadline": arm.deadline,
+              "revision": arm.revision, "timer": arm.timer, "unit": arm.unit or None, "pid": arm.pid or None}
+    return journal.Change("rearmed", arm.component, arm.file, arm.checksum, [step], commit=0, record=record,
+                          data={0: data})
 
 
 def disarm_change(state: StateDir, arm: Arm, action: str, why: str, **record: object) -> journal.Change:

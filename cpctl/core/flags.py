@@ -104,6 +104,11 @@ def parse_assignment(text: str) -> Tuple[str, str]:
     if not sep or not NAME.match(name):
         raise CpctlError("--set %r: expected NAME=VALUE (e.g. --set enable-admission-plugins=NodeRestriction)" % text,
                          ExitCode.USAGE)
+    bad = next(((n, c) for n, c in enumerate(value) if not c.isprintable()), None)
+    if bad is not None:         # a newline, ESC, a bidi override: never a flag value, often a trick
+        raise CpctlError("--set %s: the value holds a control or format character (U+%04X at position %d): a flag "
+                         "value is one line of printable text; refused, nothing changed" % (name, ord(bad[1]), bad[0]),
+                         ExitCode.USAGE)
     return name, value
 
 

@@ -119,6 +119,10 @@ class Node:
         # after the journal's recovery, under the lock: what else a killed change left to put back
         # (``core.keptin.settle``: a ClusterConfiguration change whose manifest change did not stay)
         self.recovery_hooks: List[Callable[[], List[str]]] = []
+        # then, only in a session that changes something (never a view, a dry run or ``confirm``):
+        # what a change command owes the node besides (``ops.confirm.restart_dead_timers``: an arm
+        # whose revert timer died gets it back)
+        self.change_hooks: List[Callable[[], List[str]]] = []
         self._planned_paths: Dict[str, Optional[str]] = {}   # path -> where its bytes are now (None: gone)
         self._check_layout()
 
@@ -373,16 +377,39 @@ class Node:
                           ExitCode.NOT_FOUND)
 
     def target_for(self, pod: Dict[str, object], filename: str,
-                   parked: Optional[Mapping[str, Mapping[str, object]]] = None) -> PodTarget:
-        """The static pod ``pod`` (from ``filename``) on this node, marked ``stale_api`` while this
-        node's API server or etcd is parked (``parked``: already read, else read now)."""
+                   parked: Optional[Mapping[str, Mapping[str, object]]] = None, waiting: bool = True) -> PodTarget:
+        """The static pod ``pod`` (from ``filename``) on this node, marked ``stale_api`` by the one
+        rule ``api_view_stale`` (``parked``: already read, else read now). ``waiting``: a wait will
+        bring this pod back (a change of it), so its own absence does not count; False for a look at
+        it as it stands (``check``, ``status``)."""
         metadata = pod.get("metadata", {})     # a valid pod's: an object with a string name (podspec)
         meta: Mapping[str, object] = metadata if isinstance(metadata, dict) else {}
-        stale = self.local_api_parked(parked, besides=filename) or (
-            not catalogue.carries_api(str(meta["name"])) and bool(self.local_api_down()))
+        stale = bool(self.api_view_stale(parked, besides=filename if waiting else "",
+                                         carrier=waiting and catalogue.carries_api(str(meta["name"]))))
         namespace = meta.get("namespace")
         return PodTarget(str(meta["name"]), namespace if isinstance(namespace, str) and namespace else "default",
                          self.node_name, pod, filename, stale_api=stale)
+
+    def api_view_stale(self, parked: Optional[Mapping[str, Mapping[str, object]]] = None, besides: str = "",
+                       carrier: bool = False) -> str:
+        """Why the API's view of this node's pods cannot be trusted now ("" when it can, or cannot be
+        told): this node's API server or etcd is parked (a kubelet in local mode, on by default from
+        v1.33, then cannot update its mirror pods while the other API servers keep serving the frozen
+        ones), or - in local mode - its own API server does not answer or cannot serve
+        (``local_api_down``). Waits then believe the runtime and the health endpoints only. The one rule
+        ``status``, ``check``, the metrics and the waits judge by (issue 49). For a wait that brings
+        the API server or etcd itself back (``besides`` its file, ``carrier``), its own absence is
+        what the wait ends: neither its park nor the API being down because of it counts."""
+        try:
+            found = self.parked() if parked is None else parked
+        except CpctlError:
+            found = {}
+        carriers = [str(meta.get("component") or manifests.file_stem(name)) for name, meta in found.items()
+                    if name != besides and catalogue.carries_api(str(meta.get("component")
+                                                                     or manifests.file_stem(name)))]
+        if carriers:
+            return "this node's %s is parked: its kubelet cannot update its mirror pods" % ", ".join(sorted(carriers))
+        return "" if carrier else self.local_api_down()
 
     def local_api_down(self) -> str:
         """Why this node's kubelet cannot update its mirror pods although nothing is parked (local
@@ -393,21 +420,6 @@ class Node:
             except CpctlError:
                 return None
         return self._local_api.down(apiserver)
-
-    def local_api_parked(self, parked: Optional[Mapping[str, Mapping[str, object]]] = None,
-                         besides: str = "") -> bool:
-        """True while this node's kube-apiserver or etcd is parked: a kubelet in local mode
-        (ControlPlaneKubeletLocalMode, on by default from v1.33) then cannot update its mirror pods,
-        while the other API servers keep serving the frozen ones. Waits for this node's pods then
-        believe the runtime and the health endpoints only (whatever the kubelet's mode: those two
-        are always this node's truth). ``besides``: the file being started itself does not count
-        (the API server coming back is what ends the staleness)."""
-        try:
-            found = self.parked() if parked is None else parked
-        except CpctlError:
-            return False
-        return any(catalogue.carries_api(str(meta.get("component") or manifests.file_stem(name)))
-                   for name, meta in found.items() if name != besides)
 
     # --- stop -------------------------------------------------------------------------------
     def check_parkable(self, components: List[str]) -> None:
@@ -726,11 +738,20 @@ class _Session:
             for message in self.node.unverified(held=True)[1]:
                 self.node.log("warning: " + message)
             if self.changing:
+                self._run_change_hooks()
                 self.node.check_registered()
         except BaseException:
             self._lock.__exit__(None, None, None)
             raise
         return self.node
+
+    def _run_change_hooks(self) -> None:
+        for hook in self.node.change_hooks:
+            try:
+                for message in hook():
+                    self.node.log(message)
+            except CpctlError as exc:          # never blocks the change it came with: named instead
+                self.node.log("warning: " + exc.message)
 
     def _enter_dry_run(self) -> Node:
         """A dry run takes no lock and creates nothing; an interrupted change is named, since the

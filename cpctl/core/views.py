@@ -88,7 +88,7 @@ def status(node: Node, wanted: Optional[List[str]] = None) -> Report:
         missing = _missing_rows(node, scan, parked)
         known = node.identity                      # read in the same round trip when deferred
         never = node.unverified(held=False)[1]     # one prefetched lstat when nothing is pending
-        stale = node.local_api_parked(parked) or bool(node.local_api_down())
+        stale = bool(node.api_view_stale(parked))      # the one rule (check and the waits share it)
         rows = [_present_row(m) for m in scan.manifests] + [_parked_row(f, meta) for f, meta in parked.items()]
         rows += missing
         unconfirmed = _unconfirmed(node, rows)
@@ -190,14 +190,17 @@ def _unconfirmed(node: Node, rows: List[Row]) -> List[str]:
     if not arms:
         return []
     now = confirmations.node_clock(node.host)     # the node's clock decides, not this machine's
+    dead = {a.op: confirmations.timer_problem(node.host, a) for a in arms}    # a timer that died reverts nothing
     by_file = {a.file: a for a in arms}
     for row in rows:
         arm = by_file.get(str(row.get("file") or ""))
         if arm is not None and row.get("state") == "present":
             row["unconfirmed"] = {"deadline": arm.deadline, "by": arm.by, "action": arm.action,
                                   "revision": arm.revision, "timer": arm.timer, "overdue": arm.overdue(now),
-                                  "failing": arm.failing, "attempts": arm.attempts, "next_try": arm.next_try}
-    return ["%s: %s" % (a.component, a.pending_text(now, node.command)) for a in arms]
+                                  "failing": arm.failing, "attempts": arm.attempts, "next_try": arm.next_try,
+                                  "timer_running": None if dead[arm.op] is None else not dead[arm.op],
+                                  "timer_problem": dead[arm.op] or None}
+    return ["%s: %s" % (a.component, a.pending_text(now, node.command, dead[a.op] or "")) for a in arms]
 
 
 def _last_changes(node: Node, rows: List[Row]) -> None:

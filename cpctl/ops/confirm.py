@@ -228,8 +228,15 @@ def _start_timer(node: Node, armed: Arm, within: int, launcher: Launcher) -> Tup
 
 
 def _revert_log(node: Node, armed: Arm) -> str:
-    """``STATE/confirm/<file>.log``: where a detached revert process (and its boot entry) writes."""
-    return confirmations.directory(node.state) + "/" + armed.file + ".log"
+    """``STATE/confirm/<file>.<op>.log``: where a detached revert process (and its boot entry) writes;
+    removed with the arm (``_remove_op_files``), like every ``<file>.<op>.*`` file of it."""
+    return _plan_base(node, armed) + ".log"
+
+
+# The longest command cron runs from a crontab line: Vixie cron (Debian's, Ubuntu's) reads at most
+# MAX_COMMAND (1000) bytes of it and cuts the rest - a revert's full command line (cpctl and the
+# node's options, or the agent's loader) is longer. The @reboot line runs a short wrapper instead.
+CRON_MAX_COMMAND = 1000
 
 
 def boot_entry_path(node: Node, component: str) -> Optional[str]:
@@ -245,15 +252,32 @@ def boot_entry_path(node: Node, component: str) -> Optional[str]:
     return directory.rstrip("/") + "/" + unit_name(component)
 
 
-def boot_entry_text(node: Node, armed: Arm, argv: Sequence[str], log: str, path: str) -> str:
-    """The cron.d file that, at the next boot, starts the same revert again - only while the arm is
-    still recorded (its op in the arm file) - and then removes itself. The revert run waits until
-    the arm is due by the node's clock (after a reboot: its wall-clock deadline; one passed while
-    the node was down reverts at once), as the process the reboot killed would have."""
+def boot_wrapper_text(node: Node, armed: Arm, argv: Sequence[str], log: str) -> str:
+    """The script the ``@reboot`` entry runs (``STATE/confirm/<file>.<op>.boot``, 0700 in the 0700
+    state dir): only while the arm is still recorded (its op in the arm file), the same revert again,
+    its output appended to the arm's log. The revert run waits until the arm is due by the node's
+    clock (after a reboot: its wall-clock deadline; one passed while the node was down reverts at
+    once), as the process the reboot killed would have."""
     import shlex
     arm_path = confirmations.path_of(node.state, armed.file)
-    command = "grep -qs -- %s %s && %s </dev/null >>%s 2>&1; rm -f %s" % (
-        armed.op, shlex.quote(arm_path), " ".join(shlex.quote(a) for a in argv), shlex.quote(log), shlex.quote(path))
+    return ("#!/bin/sh\n# Written by cpctl --confirm-within (docs/confirm.md): after a reboot, reverts %s unless "
+            "confirmed\n# (arm %s, deadline %s).\ngrep -qs -- %s %s || exit 0\nexec %s </dev/null >>%s 2>&1\n"
+            % (armed.component, armed.op, armed.deadline, armed.op, shlex.quote(arm_path),
+               " ".join(shlex.quote(a) for a in argv), shlex.quote(log)))
+
+
+def boot_entry_text(node: Node, armed: Arm, wrapper: str, digest: str, path: str) -> str:
+    """The cron.d file that, at the next boot, runs the arm's wrapper (``boot_wrapper_text``) - only
+    when its sha256 is still ``digest`` (kept here, not in the state dir) - and then removes itself.
+    Its command stays short (a path, a digest), far below cron's ``CRON_MAX_COMMAND``."""
+    import shlex
+    command = '[ "$(sha256sum <%s)" = "%s  -" ] && /bin/sh %s; rm -f %s' % (
+        shlex.quote(wrapper), digest, shlex.quote(wrapper), shlex.quote(path))
+    if len(command.encode("utf-8")) > CRON_MAX_COMMAND - 100:
+        raise CpctlError("cannot arm the revert of %s: the state dir's path is too long for a cron @reboot line "
+                         "(%d bytes, at most %d); the change stands, NOT armed (undo it with %s)"
+                         % (armed.component, len(command), CRON_MAX_COMMAND - 100,
+                            node.command("rollback", armed.component)), ExitCode.ENVIRONMENT)
     return ("# Written by cpctl --confirm-within (docs/confirm.md): after a reboot, reverts %s unless confirmed\n"
             "# (arm %s, deadline %s). Removed when confirmed, or by itself at the next boot.\n"
             "SHELL=/bin/sh\nPATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"
@@ -262,13 +286,19 @@ def boot_entry_text(node: Node, armed: Arm, argv: Sequence[str], log: str, path:
 
 def _install_boot_entry(node: Node, armed: Arm, argv: Sequence[str], log: str) -> None:
     """A node without systemd: the detached revert process dies with the machine, so an ``@reboot``
-    cron entry starts it again after a reboot (``boot_entry_text``); written before the process
-    starts, a dot-temp file renamed. No cron.d dir: nothing (docs/confirm.md says what then)."""
+    cron entry starts it again after a reboot (``boot_entry_text``, running ``boot_wrapper_text``);
+    both written before the process starts, each a dot-temp file renamed. No cron.d dir: nothing
+    (docs/confirm.md says what then)."""
+    import hashlib
     path = boot_entry_path(node, armed.component)
     if path is None:
         return
+    wrapper = _plan_base(node, armed) + ".boot"
+    script = boot_wrapper_text(node, armed, argv, log).encode("utf-8")
     try:
-        node.host.write_atomic(path, boot_entry_text(node, armed, argv, log, path).encode("utf-8"), 0o644)
+        node.host.write_atomic(wrapper, script, 0o700)
+        node.host.write_atomic(path, boot_entry_text(node, armed, wrapper, hashlib.sha256(script).hexdigest(),
+                                                     path).encode("utf-8"), 0o644)
     except OSError as exc:
         raise CpctlError("cannot arm the revert of %s: writing its boot entry %s failed: %s; the change stands, NOT "
                          "armed (undo it with %s)" % (armed.component, path, exc.strerror or exc,
@@ -567,10 +597,17 @@ def _stop_timer(node: Node, armed: Arm) -> None:
         if armed.pid > 1 and _is_our_process(node, armed):
             node.host.run(["kill", "-TERM", str(armed.pid)], timeout=10.0)
         _remove_boot_entry(node, armed.component, armed.op)
-    prefix = "%s.%s." % (armed.file, armed.op)
+    _remove_op_files(node, armed.file, armed.op)
+
+
+def _remove_op_files(node: Node, filename: str, op: str) -> None:
+    """Every ``STATE/confirm/<file>.<op>.*`` file of an arm that is gone: its log, boot wrapper, and
+    (over SSH) agent, plan and staged bytes (``filename`` "": whichever file, by the op alone - a
+    random id no other arm shares). Best effort."""
+    prefix, marker = "%s.%s." % (filename, op), ".%s." % op
     try:
         for name in node.host.listdir(confirmations.directory(node.state)):
-            if name.startswith(prefix):
+            if name.startswith(prefix) if filename else (marker in name and not name.startswith(".")):
                 node.host.unlink(confirmations.directory(node.state) + "/" + name)
     except OSError:
         pass
@@ -578,11 +615,41 @@ def _stop_timer(node: Node, armed: Arm) -> None:
 
 def _is_our_process(node: Node, armed: Arm) -> bool:
     """The pid still runs cpctl's revert of this very arm (its command line names the op or plan)."""
-    try:
-        cmdline = node.host.read_file("/proc/%d/cmdline" % armed.pid, 1 << 16)
-    except OSError:
-        return False
-    return any(armed.op.encode() in part for part in cmdline.split(b"\0"))
+    return confirmations.process_reverts(node.host, armed.pid, armed.op)
+
+
+def restart_dead_timers(node: Node, launcher: Launcher) -> List[str]:
+    """Give every arm of the node whose revert timer died (``confirmations.timer_problem``: the
+    process OOM-killed, the unit stopped by hand) a new one, the way ``arm`` started it, and record
+    it (history ``rearmed``): run by the next change session on the node (``Node.change_hooks``),
+    under its lock. The new timer waits for the arm's own deadline - one already past reverts as soon
+    as this command frees the lock; nothing is reverted here. One line per timer restarted."""
+    if node.dry_run or node.host.lstat(confirmations.directory(node.state)) is None:
+        return []
+    lines = []
+    for armed in confirmations.read_all(node.host, node.state):
+        why = confirmations.timer_problem(node.host, armed)
+        if not why:                     # running, or not known to be dead: left alone
+            continue
+        clock = confirmations.node_clock(node.host)
+        within = max(1, int(armed.due_in(clock) + 0.999))
+        fresh = dataclasses.replace(armed)
+        try:
+            fresh.timer, fresh.unit, fresh.pid = _start_timer(node, armed, within, launcher)
+            if fresh.timer == "systemd" and armed.overdue(clock):   # a calendar time past: run it now
+                node.host.run(["systemctl", "start", "--no-block", fresh.unit + ".service"], timeout=60.0)
+        except CpctlError as exc:
+            lines.append("warning: the revert timer of %s's unconfirmed change is not running (%s) and could not be "
+                         "restarted: %s; %s reverts it now" % (armed.component, why, exc.message,
+                                                               node.command("revert-unconfirmed", armed.component)))
+            continue
+        before = node.checksum_of(confirmations.path_of(node.state, armed.file)) or ""
+        node.apply(confirmations.rearm_change(node.state, fresh, why, before))
+        lines.append("the revert timer of %s's unconfirmed change was not running (%s): restarted (%s); %s" % (
+            armed.component, why, "unit %s" % fresh.unit if fresh.unit else "pid %d" % fresh.pid,
+            "it reverts it now (overdue since %s)" % armed.deadline if armed.overdue(clock)
+            else "it reverts at %s unless confirmed" % armed.deadline))
+    return lines
 
 
 # --- confirm ------------------------------------------------------------------------------------
@@ -829,9 +896,10 @@ def timer_run(node: Node, component: str, op: str, within: Optional[float], log:
     apart, until it reverts, or the arm is confirmed or gone."""
     try:
         return _timer_run(node, component, op, within, log, sleep)
-    finally:            # the arm is gone (reverted, confirmed): its @reboot entry, if any, goes with it
+    finally:            # the arm is gone (reverted, confirmed): its @reboot entry, log and wrapper go with it
         if _arm_of(node, op) is None:
             _remove_boot_entry(node, component, op)
+            _remove_op_files(node, "", op)
 
 
 def _timer_run(node: Node, component: str, op: str, within: Optional[float], log: Callable[[str, bool], None],

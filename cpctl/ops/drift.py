@@ -76,6 +76,8 @@ KINDS = {
     "interrupted": "a cpctl operation was interrupted (STATE/journal.json present)",
     "unverified": "a manifest change whose new pod was never verified (cpctl stopped during its wait)",
     "unconfirmed": "a change made with --confirm-within awaits confirmation: the node reverts it at its deadline",
+    "unknown": "a present manifest whose pod check could not judge: no probe could look at it, or only the API's "
+               "stale view of this node could",
     "permissions": "state dir is a symlink, group/world accessible or owned by someone else",
     "editor_swap": "an editor swap file: someone is editing a manifest or an editor crashed",
     "no_baseline": "no baseline recorded: missing/changed/unexpected checks skipped",
@@ -130,6 +132,9 @@ def how_to_fix(kind: str, file: Optional[str], component: Optional[str], extra: 
     if kind == "stray":
         return command("check", "--fix", "--remove-strays", *(["--allow-restart"] if extra.get("runs_pod") else []))
     if kind == "unconfirmed":
+        if extra.get("timer_problem"):      # nothing reverts it by itself: the one command that does
+            return "%s reverts it now (its revert timer is not running; the next cpctl change on this node " \
+                   "restarts the timer)" % command("revert-unconfirmed", name)
         if extra.get("overdue"):
             return ("nothing: the node's revert timer reverts it (overdue since its deadline); %s reverts it now"
                     % command("revert-unconfirmed", name))
@@ -145,6 +150,8 @@ def how_to_fix(kind: str, file: Optional[str], component: Optional[str], extra: 
             command("logs", name, "--previous"), command("rollback", name)),
         "mirror_of_parked": "wait for the kubelet to drop it, else check the kubelet (journalctl -u kubelet)",
         "interrupted": command("check", "--fix"),
+        "unknown": "%s (what the runtime and the health endpoint show; install crictl or fix what the finding "
+                   "names, then check again)" % command("status", name),
         "unverified": "%s (waits for the pod and confirms the change) or %s" % (command("start", name),
                                                                                  command("rollback", name)),
         "permissions": "chown root: %s && chmod 700 %s (a symlink: replace it with a directory)" % (file, file),
@@ -199,6 +206,9 @@ class Report:
         self.unconfirmed: List[Tuple[str, str, float]] = []
         self.command: Callable[..., str] = command_hint_here     # ``Node.command`` of the node checked
         self.revert_failing: List[Tuple[str, str, int]] = []      # (component, file, failed attempts)
+        self.api_stale = ""             # why the API's view of this node is stale ("" it is not: Node.api_view_stale)
+        #: (component, file, 1/0) whether the node-side timer of each arm still runs (unknown: absent)
+        self.timer_running: List[Tuple[str, str, int]] = []
 
     def add(self, finding: Finding) -> None:
         if not finding.given_fix:         # its command lines with the -H/-i that reach this node
@@ -477,6 +487,7 @@ def check(node: Node, max_parked: Optional[float] = None, now: Optional[float] =
                            "missing/changed/unexpected checks" % node.command("baseline")))
     else:
         _check_baseline(report, node, scan, parked, baseline)
+    report.api_stale = node.api_view_stale(parked)     # the rule status and the waits judge by too
     _check_mirrors(report, node, scan, parked)
     if kubeadm:
         _check_kubeadm(report, node, scan)
@@ -630,9 +641,13 @@ def _check_unconfirmed(report: Report, node: Node, now: float) -> None:
         except (TypeError, ValueError):     # a deadline that is no time: the finding still names it
             pass
         overdue = arm.overdue(clock)
-        found = Finding("unconfirmed", WARNING if overdue or arm.failing else INFO, "%s: %s (%s by %s)" % (
-            arm.component, arm.pending_text(clock, node.command), arm.action, arm.by), file=arm.file,
-            component=arm.component, deadline=arm.deadline, overdue=overdue)
+        dead = confirmations.timer_problem(node.host, arm)     # a timer that died reverts nothing
+        if dead is not None:
+            report.timer_running.append((arm.component, arm.file, 0 if dead else 1))
+        found = Finding("unconfirmed", WARNING if overdue or arm.failing or dead else INFO, "%s: %s (%s by %s)" % (
+            arm.component, arm.pending_text(clock, node.command, dead or ""), arm.action, arm.by), file=arm.file,
+            component=arm.component, deadline=arm.deadline, overdue=overdue, timer_running=None if dead is None
+            else not dead, **({"timer_problem": dead} if dead else {}))
         if arm.failing:     # the node's revert met an environment error: it keeps the arm and retries
             report.revert_failing.append((arm.component, arm.file, arm.attempts))
             found.extra.update(failing=arm.failing, attempts=arm.attempts, next_try=arm.next_try)
@@ -788,8 +803,12 @@ def _check_mirrors(report: Report, node: Node, scan: DirScan, parked: Dict[str, 
     for m in scan.valid:
         if m.file in dupes:
             continue
-        state = node.waiter.describe(node.target_for(m.pod, m.file, parked))
-        if state is not None and not (state.get("present") and state.get("ready")):
+        target = node.target_for(m.pod, m.file, parked, waiting=False)
+        state = node.waiter.describe(target)
+        if state is None or state.get("stale"):        # never "OK" about a pod nobody could see
+            _unknown(report, node, target, state)
+            continue
+        if not (state.get("present") and state.get("ready")):
             what = "missing" if not state.get("present") else "not Ready (phase %s)" % state.get("phase")
             report.add(Finding("mirror_not_ready", CRITICAL, "%s: mirror pod %s-%s is %s"
                                % (m.file, m.pod_name, node.node_name, what), file=m.file, component=m.pod_name))
@@ -801,6 +820,21 @@ def _check_mirrors(report: Report, node: Node, scan: DirScan, parked: Dict[str, 
             report.add(Finding("mirror_of_parked", WARNING, "%s is parked but mirror pod %s still exists (phase %s)"
                                % (component, target.mirror_name, state.get("phase")), file=filename,
                                component=component))
+
+
+def _unknown(report: Report, node: Node, target: PodTarget, state: Optional[Dict[str, Any]]) -> None:
+    """A present manifest whose pod no probe could see (``describe`` None), or seen only through the
+    API's stale view of this node (a frozen mirror pod says nothing): a warning, never "OK"."""
+    why = node.waiter.blind_reason(target) or "no probe could look at it"
+    if state is not None:
+        why = "only the API's stale view of this node shows it (%s: %s)" % (
+            report.api_stale or "its mirror pod is frozen", "present and Ready" if state.get("present")
+            and state.get("ready") else "absent" if not state.get("present") else "not Ready")
+    elif report.api_stale:
+        why = "%s; the API's view of this node is stale: %s" % (why, report.api_stale)
+    report.add(Finding("unknown", WARNING, "%s: pod %s could not be judged: %s" % (target.file, target.mirror_name,
+                                                                                  why),
+                       file=target.file, component=target.component, why=why))
 
 
 def _inventory(report: Report, scan: DirScan, parked: Mapping[str, Mapping[str, object]],

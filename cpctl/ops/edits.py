@@ -983,7 +983,9 @@ def _refuse_crossing(node: Node, component: str, manifest: Manifest, kept: List[
     REFUSED, naming it, when the bytes in place were written by another writer (detected, or no
     revision holds them), or an ``outside`` revision lies between ``chosen`` and the one in place."""
     found = outside.detect(node, manifest.file, manifest.checksum)
-    crossed = [r for r in kept if r.action == revisions.OUTSIDE and (r.number > chosen.number or r is chosen)
+    # an outside revision AFTER the chosen one is crossed; the chosen one itself is not: going back to
+    # the bytes a kubeadm upgrade wrote keeps that upgrade (issue 49: it was refused as undoing it)
+    crossed = [r for r in kept if r.action == revisions.OUTSIDE and r.number > chosen.number
                and (now is None or r.number <= now)]
     unknown = now is None and not any(r.legacy for r in kept)
     if found is None and not crossed and not unknown:

@@ -103,6 +103,14 @@ def check_metrics(now: float, report: "Optional[Report]") -> str:
                "change (an environment error: the node keeps the arm and retries with back-off); only changes "
                "whose revert is failing.", "gauge",
                [({"component": c, "file": f}, n) for c, f, n in report.revert_failing]),
+        family("cpctl_api_view_stale", "1 when the API's view of this node's pods cannot be trusted (its API server "
+               "or etcd parked, or - local mode - its own API server not answering): pod states come from the "
+               "runtime and the health endpoints only, else they are unknown.", "gauge",
+               [({}, 1 if report.api_stale else 0)]),
+        family("cpctl_change_revert_timer_running", "1 while the node-side timer that reverts an unconfirmed "
+               "change runs, 0 when it died (nothing reverts the change by itself: cpctl revert-unconfirmed does); "
+               "absent when that is unknown.", "gauge",
+               [({"component": c, "file": f}, n) for c, f, n in report.timer_running]),
         family("cpctl_cert_not_after_seconds", "Unix time a kubeadm certificate (file, kubeconfig) expires.",
                "gauge", _cert_samples(report.certs), merge=min),
         family("cpctl_component_cert_stale", "1 when the running component still uses an old certificate "

@@ -91,6 +91,11 @@ class Waiter:
         """The pod's current state for ``status`` (None: this waiter cannot tell)."""
         return None
 
+    def blind_reason(self, target: PodTarget) -> str:
+        """Why ``describe`` could not look at ``target`` just now (after it returned None, or only
+        a stale view): each probe's error, "" when nothing is known."""
+        return ""
+
     def prepare_describe(self, targets: Sequence[PodTarget]) -> None:
         """``describe`` will be asked about each of ``targets`` next: a chance to look at them
         together (one API list instead of a GET each). Default: nothing."""

@@ -361,6 +361,12 @@ class VerifyingWaiter(Waiter):
         return None
 
     def _unverified(self, target: PodTarget, clock: Clock) -> WaitResult:
+        return WaitResult(False, "not verified: no probe could observe the pod (%s)" % self.blind_reason(target),
+                          clock.elapsed())
+
+    def blind_reason(self, target: PodTarget) -> str:
+        """Why no probe could look at ``target`` (each probe's last error; the stale API view), for an
+        unverified wait and for ``check``'s "unknown" finding."""
         reasons = []
         for probe in self.probes_for(target):
             why = self._missing.get((probe.name, target.mirror_name)) or self._errors.get(probe.name)
@@ -369,8 +375,7 @@ class VerifyingWaiter(Waiter):
         if self.is_stale(target) and not self.probes_for(target):
             reasons.append("the API's view of node %s is stale and --probe %s uses only the API"
                            % (target.node, self.mode))
-        return WaitResult(False, "not verified: no probe could observe the pod (%s)" % "; ".join(reasons),
-                          clock.elapsed())
+        return "; ".join(reasons)
 
     def _blind_note(self, target: PodTarget, seen_by: Probe) -> str:
         """", api could not look" when a probe before the deciding one was blind (not missing)."""

@@ -88,6 +88,24 @@ def test_rollback_after_upgrade_needs_to(lab_factory: Any) -> None:
     assert (kept / "kube-scheduler.yaml.3").read_bytes() == upgraded      # the upgrade's, kept when replaced
 
 
+def test_rollback_to_the_upgraded_revision_itself_is_not_refused(lab_factory: Any) -> None:
+    """Issue 49: after a kubeadm upgrade and a cpctl change on top of it, ``rollback etcd`` goes back to
+    the upgrade's own bytes - that keeps the upgrade, it does not undo it; it was refused as crossing it."""
+    handle = lab_factory()
+    cpctl_ok(handle, "flags", "etcd", "--set", "snapshot-count=20000", "--timeout", "60")   # cpctl knew it before
+    upgrade(handle, "--to", "1.31")
+    upgraded = (handle.manifests_dir() / "etcd.yaml").read_bytes()
+    cpctl_ok(handle, "flags", "etcd", "--set", "snapshot-count=30000", "--timeout", "60")
+    assert (handle.manifests_dir() / "etcd.yaml").read_bytes() != upgraded
+    proc = run_cpctl(handle, "rollback", "etcd", "--timeout", "60")
+    assert proc.returncode == 0, proc.stderr
+    assert (handle.manifests_dir() / "etcd.yaml").read_bytes() == upgraded
+    rows = json.loads(cpctl_ok(handle, "revisions", "etcd", "-o", "json").stdout)
+    rows = rows[0] if isinstance(rows, list) else rows
+    current = [r for r in rows["revisions"] if r["current"]]
+    assert [(r["action"], r["reason"]) for r in current] == [("outside", "kubeadm upgrade 3.5.12-0 -> 3.5.15-0")]
+
+
 def test_change_during_upgrade_in_flight_refused(lab_factory: Any) -> None:
     handle = lab_factory()
     upgrade(handle, "--halt")

@@ -70,7 +70,8 @@ def test_armed_change_reverts_by_itself_after_cpctl_is_killed(lab: Any) -> None:
     armed = json.loads(_read(_arm_path(lab)))
     assert armed["timer"] == "process" and armed["pid"] > 1
     assert _read(_manifest(lab)) != original
-    log = os.path.join(str(lab.state_dir()), "confirm", "kube-scheduler.yaml.log")
+    log = os.path.join(str(lab.state_dir()), "confirm", "kube-scheduler.yaml.%s.log" % armed["op"])
+    assert os.path.exists(log)
     try:
         # the timer fires 5 s after the arm; the revert then writes the old bytes at once ...
         wait_for(lambda: _read(_manifest(lab)) == original, 90, "the node-side revert")
@@ -84,9 +85,10 @@ def test_armed_change_reverts_by_itself_after_cpctl_is_killed(lab: Any) -> None:
     records = [r for r in _history(lab) if r.get("component") == "kube-scheduler"]
     assert [r["action"] for r in records][-4:] == ["flags", "armed", "rollback", "reverted"]
     assert records[-1]["outcome"] == "verified" and records[-2]["unconfirmed"] is True
-    # the timer process writes its log line after history, then exits: a processs margin
-    wait_for(lambda: b"unconfirmed change of kube-scheduler reverted to revision" in _read(log), PROCESS_MARGIN,
-             "the node log")
+    # the arm gone, its timer process removes its log (issue 49: STATE/confirm/<file>.<op>.log went with
+    # the arm no more) and exits: a process's margin
+    wait_for(lambda: not os.path.exists(log), PROCESS_MARGIN, "the timer's log removed with the arm")
+    assert not [n for n in os.listdir(os.path.dirname(log)) if n.endswith(".log")]
 
 
 def test_confirmed_change_stays_and_status_shows_the_deadline(lab: Any) -> None:
@@ -147,13 +149,13 @@ def test_a_revert_that_cannot_verify_says_so(lab: Any) -> None:
     assert proc.returncode != 0, proc.stdout
     proc = run_cpctl(lab, "flags", "scheduler", "--unset", "bind-adress", "--force", "--confirm-within", "4s", *FAST)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    log = os.path.join(str(lab.state_dir()), "confirm", "kube-scheduler.yaml.log")
-    wait_for(lambda: os.path.exists(log) and b"exit 12" in _read(log), 120, "the revert's verdict in the node log")
-    text = _read(log).decode()
-    assert "NOT verified healthy" in text and "act now" in text, text
+    # the verdict: the history record (and the node's syslog); the timer's log goes with the arm
+    wait_for(lambda: "reverted" in _actions(lab), 120, "the revert's verdict in the history")
     assert b"bind-adress" in _read(_manifest(lab)) and not os.path.exists(_arm_path(lab))
     records = [r for r in _history(lab) if r["action"] == "reverted"]
     assert records and records[-1]["outcome"].startswith("NOT healthy")
+    where = os.path.join(str(lab.state_dir()), "confirm")
+    wait_for(lambda: not [n for n in os.listdir(where) if n.endswith(".log")], PROCESS_MARGIN, "the log removed")
 
 
 def test_overlapping_arms_and_bad_input_change_nothing(lab: Any) -> None:
@@ -238,14 +240,71 @@ def test_an_overdue_arm_is_reported_by_views_and_reverted_by_the_explicit_step(l
         assert "reverted" not in proc.stderr, (args, proc.stderr)
         assert _read(_manifest(lab)) == changed and os.path.exists(_arm_path(lab)), args
     proc = run_cpctl(lab, "status", "scheduler")
-    assert "unconfirmed, overdue since %s: reverts now by the node's timer" % armed["deadline"] in proc.stdout
-    assert "cpctl revert-unconfirmed kube-scheduler reverts it at once" in proc.stdout, proc.stdout
+    # issue 49: its timer is dead, so nothing reverts it by itself: never "reverts now by the node's timer"
+    assert "reverts now by the node's timer" not in proc.stdout, proc.stdout
+    assert "unconfirmed, overdue since %s, but its revert timer is NOT running (its revert process (pid %d) is " \
+           "gone): nothing reverts it by itself; cpctl revert-unconfirmed kube-scheduler reverts it now" \
+           % (armed["deadline"], armed["pid"]) in proc.stdout, proc.stdout
     proc = run_cpctl(lab, "revert-unconfirmed", "--overdue")
     assert proc.returncode == 0, proc.stderr
     assert "unconfirmed change of kube-scheduler reverted to revision" in proc.stdout, proc.stdout
     assert _read(_manifest(lab)) == original and not os.path.exists(_arm_path(lab))
     proc = run_cpctl(lab, "revert-unconfirmed", "--overdue")
     assert proc.returncode == 0 and "nothing overdue" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_a_dead_timer_is_a_finding_and_the_next_change_restarts_it(lab: Any, tmp_path: Any) -> None:
+    """Issue 49: a timer process that died without a reboot (the OOM killer, a stray kill) reverts
+    nothing. Every reader of the arm checks that its timer runs: ``status``, ``check`` and the metrics
+    say it is dead and name the one command that reverts it, and read nothing back; the next change
+    command on the node (here ``baseline``) restarts it - before the deadline a timer that waits for
+    it, past it one that reverts at once."""
+    original = _read(_manifest(lab))
+    proc = run_cpctl(lab, "flags", "scheduler", "--set", "v=4", "--confirm-within", "10m", *FAST)
+    assert proc.returncode == 0, proc.stderr
+    first = json.loads(_read(_arm_path(lab)))
+    os.kill(first["pid"], signal.SIGKILL)
+    wait_for(lambda: not _alive(first["pid"]), PROCESS_MARGIN, "the timer process gone")
+    proc = run_cpctl(lab, "status", "scheduler")
+    assert "unconfirmed, reverts at %s, but its revert timer is NOT running (its revert process (pid %d) is gone): " \
+           "nothing reverts it by itself; cpctl revert-unconfirmed kube-scheduler reverts it now" \
+           % (first["deadline"], first["pid"]) in proc.stdout, proc.stdout
+    row = json.loads(run_cpctl(lab, "-o", "json", "status", "scheduler").stdout)["components"][0]
+    assert row["unconfirmed"]["timer_running"] is False, row
+    textfile = str(tmp_path / "cpctl.prom")
+    proc = run_cpctl(lab, "-o", "json", "check", "--prometheus-textfile", textfile)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    found = [f for f in json.loads(proc.stdout)["findings"] if f["kind"] == "unconfirmed"]
+    assert len(found) == 1 and found[0]["severity"] == "warning" and found[0]["timer_running"] is False, found
+    assert found[0]["fix"].startswith("cpctl revert-unconfirmed kube-scheduler reverts it now"), found
+    prom = _read(textfile).decode()
+    assert 'cpctl_change_revert_timer_running{component="kube-scheduler",file="kube-scheduler.yaml"} 0' in prom, prom
+    # a change command restarts it: a new process, recorded (history "rearmed"), waiting for the same deadline
+    proc = run_cpctl(lab, "baseline", "--accept")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "the revert timer of kube-scheduler's unconfirmed change was not running" in proc.stderr, proc.stderr
+    second = json.loads(_read(_arm_path(lab)))
+    assert second["op"] == first["op"] and second["deadline"] == first["deadline"] and second["pid"] != first["pid"]
+    assert _alive(second["pid"]) and _actions(lab)[-1] == "rearmed"
+    proc = run_cpctl(lab, "status", "scheduler")
+    assert "NOT running" not in proc.stdout and "reverts at %s unless" % first["deadline"] in proc.stdout, proc.stdout
+    assert run_cpctl(lab, "confirm", "scheduler").returncode == 0
+    wait_for(lambda: not _alive(second["pid"]), PROCESS_MARGIN, "the restarted timer stopped by confirm")
+    # past its deadline: the restarted timer reverts it (a read-only command never does)
+    proc = run_cpctl(lab, "flags", "scheduler", "--set", "v=5", "--confirm-within", "3s", *FAST)
+    assert proc.returncode == 0, proc.stderr
+    third = json.loads(_read(_arm_path(lab)))
+    os.kill(third["pid"], signal.SIGKILL)
+    time.sleep(4)                       # past the 3 s deadline
+    changed = _read(_manifest(lab))
+    assert run_cpctl(lab, "check").returncode == 1 and _read(_manifest(lab)) == changed
+    proc = run_cpctl(lab, "baseline", "--accept")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "it reverts it now (overdue since %s)" % third["deadline"] in proc.stderr, proc.stderr
+    wait_for(lambda: _read(_manifest(lab)) != changed, PROCESS_MARGIN, "the restarted timer's revert")
+    # the revert's verification (the reverted pod's startup budget) before the arm goes
+    wait_for(lambda: not os.path.exists(_arm_path(lab)), 250 + 5 + 60, "the arm removed")
+    assert _actions(lab)[-2:] == ["rollback", "reverted"] and _read(_manifest(lab)) != original
 
 
 def test_ctrl_c_during_the_confirm_check_says_the_change_is_armed(lab: Any) -> None:

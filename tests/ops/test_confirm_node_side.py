@@ -282,6 +282,10 @@ def test_without_systemd_a_boot_entry_restarts_the_revert_after_a_reboot(tmp_pat
     record = _arm_record(node)
     text = _boot_entry(cron)
     assert record["op"] in text and "@reboot root " in text, text
+    # issue 49: a short line (a wrapper's path and digest), far below Vixie cron's 1000-byte command limit
+    assert len(_reboot_line(text)) < 500 and "revert-unconfirmed" not in _reboot_line(text), text
+    confirm_dir = os.path.join(node.state, "confirm")
+    assert sorted(n.split(".")[-1] for n in os.listdir(confirm_dir) if record["op"] in n) == ["boot", "log"]
     os.kill(int(record["pid"]), signal.SIGKILL)          # the machine goes down: the process with it
     time.sleep(max(0.0, confirmations.parse_iso(record["deadline"]) - time.time()) + 1.5)
     assert _manifest(node) != SCHEDULER and _arm_record(node) is not None, "nothing reverts a lost process"
@@ -290,6 +294,7 @@ def test_without_systemd_a_boot_entry_restarts_the_revert_after_a_reboot(tmp_pat
     assert boot.returncode == 0, boot.stderr
     assert _manifest(node) == SCHEDULER and _arm_record(node) is None
     assert _boot_entry(cron) == "", "the entry removes itself once it ran"
+    assert os.listdir(confirm_dir) == [], "the arm's log and wrapper go with it"
     assert [r["action"] for r in node.history()][-3:] == ["armed", "rollback", "reverted"]
     # confirmed: confirm removes the entry (no revert at the next boot)
     again = subprocess.run(node.argv("flags", "scheduler", "--set", "v=4", "--confirm-within", "5m"), env=env,
@@ -298,6 +303,31 @@ def test_without_systemd_a_boot_entry_restarts_the_revert_after_a_reboot(tmp_pat
     done = subprocess.run(node.argv("confirm", "scheduler"), env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert _boot_entry(cron) == "" and _arm_record(node) is None
+    assert os.listdir(confirm_dir) == [], "confirm removes the arm's log and wrapper"
+
+
+def test_a_boot_entry_runs_only_the_wrapper_it_was_written_with(tmp_path: Any) -> None:
+    """The wrapper lives in the state dir; its sha256 lives in the cron line: a wrapper changed since
+    the arm is not run at boot (the entry still removes itself)."""
+    cron = tmp_path / "cron.d"
+    cron.mkdir()
+    node = NodeDirs(str(tmp_path / "n"), files={"kube-scheduler.yaml": SCHEDULER})
+    env = node.env(CPCTL_CONFIRM_TIMER="process", CPCTL_CONFIRM_BOOT_DIR=str(cron))
+    armed = subprocess.run(node.argv("flags", "scheduler", "--set", "v=4", "--confirm-within", "5m"), env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert armed.returncode == 0, armed.stderr
+    record = _arm_record(node)
+    text = _boot_entry(cron)
+    wrapper = os.path.join(node.state, "confirm", "kube-scheduler.yaml.%s.boot" % record["op"])
+    marker = tmp_path / "ran"
+    with open(wrapper) as handle:
+        script = handle.read()
+    with open(wrapper, "w") as handle:        # what a writer of the state dir would run as root at boot
+        handle.write("#!/bin/sh\ntouch %s\n%s" % (marker, script))
+    boot = subprocess.run(["/bin/sh", "-c", _reboot_line(text)],
+                          env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=60)
+    assert boot.returncode == 0 and not marker.exists() and _boot_entry(cron) == "", boot.stderr
+    assert subprocess.run(node.argv("confirm", "scheduler"), env=env, timeout=120).returncode == 0
 
 
 def test_a_refusal_under_an_arm_judges_overdue_on_the_nodes_clock(tmp_path: Any, monkeypatch: Any) -> None:

@@ -262,6 +262,32 @@ def test_mirror_checks_with_fake_waiter(node: NodeDirs) -> None:
     assert not report.of_kind("check_skipped")
 
 
+class BlindWaiter(FakeWaiter):
+    """A waiter whose probes could not look at some pods (crictl missing, the API down)."""
+
+    def blind_reason(self, target: PodTarget) -> str:
+        return "crictl: not found; api: connection refused"
+
+
+def test_a_pod_no_probe_could_see_is_unknown_never_ok(node: NodeDirs) -> None:
+    """Issue 49: ``describe`` None ("could not look") was skipped without a finding, so check said
+    "OK: no drift" about a pod nobody saw. Now it is a warning (``unknown``, with why); a pod seen
+    only through the API's stale view is unknown too (a frozen mirror pod says nothing)."""
+    ready = {"present": True, "phase": "Running", "ready": True, "age_seconds": 100}
+    blind = BlindWaiter({"etcd-cp-1": ready, "kube-apiserver-cp-1": dict(ready, stale=True),
+                         "kube-controller-manager-cp-1": ready})
+    report = drift.check(open_node(node, blind))
+    unknown = {f.component: f for f in report.of_kind("unknown")}
+    assert set(unknown) == {"kube-scheduler", "kube-apiserver"} and report.drift, report.counts()
+    scheduler = unknown["kube-scheduler"]
+    assert scheduler.severity == "warning" and scheduler.file == "kube-scheduler.yaml"
+    assert scheduler.message == ("kube-scheduler.yaml: pod kube-scheduler-cp-1 could not be judged: crictl: not "
+                                 "found; api: connection refused"), scheduler.message
+    assert scheduler.fix.startswith("cpctl status kube-scheduler"), scheduler.fix
+    assert "only the API's stale view of this node shows it" in unknown["kube-apiserver"].message
+    assert not report.of_kind("mirror_not_ready")
+
+
 def test_mirror_checks_skipped_without_probe(node: NodeDirs) -> None:
     report = drift.check(open_node(node))
     assert [f.severity for f in report.of_kind("check_skipped")] == ["info"] and not report.drift
@@ -438,8 +464,10 @@ def test_textfile_metrics_parse_back(capsys: Any, node: NodeDirs, tmp_path: Any)
     # no certificate families: check looked at none (no pki next to this manifests dir)
     assert set(fams) == {"cpctl_drift_findings", "cpctl_component_parked", "cpctl_component_missing",
                          "cpctl_component_parked_since_timestamp_seconds", "cpctl_last_check_timestamp_seconds",
-                         "cpctl_check_success"}
+                         "cpctl_check_success", "cpctl_api_view_stale"}
     assert all(f["type"] == "gauge" for f in fams.values())
+    # etcd parked: the API's view of this node is stale (issue 49: the rule status and the waits use)
+    assert fams["cpctl_api_view_stale"]["samples"] == [({}, 1)], fams["cpctl_api_view_stale"]
     findings = {s[0]["kind"]: s[1] for s in fams["cpctl_drift_findings"]["samples"]}
     assert set(findings) == set(drift.KINDS) and findings["stray"] == 1 and findings["duplicate"] == 1
     assert findings["missing"] == 0

@@ -83,3 +83,61 @@ def test_a_stray_defining_a_running_pod_is_moved_only_with_allow_restart(tmp_pat
         assert is_ready(back) and back["metadata"]["uid"] != before["metadata"]["uid"]
         records = json.loads(cpctl(handle, "-o", "json", "history").stdout)["history"]
         assert [r["action"] for r in records] == ["move-stray"]
+
+
+def _apiserver_findings(handle: Any, *args: str, **env: str) -> tuple:
+    """(exit code, data, the findings about kube-apiserver.yaml) of ``check`` with ``args``."""
+    from tests.labfixture import run_cpctl
+    proc = run_cpctl(handle, *args, "-o", "json", "check", **env)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    data = json.loads(proc.stdout)
+    return proc.returncode, data, [f for f in data["findings"] if f.get("file") == "kube-apiserver.yaml"]
+
+
+def test_check_never_says_ok_about_a_pod_it_could_not_see(lab_factory: Any) -> None:
+    """Issue 49: someone else writes an unknown flag into kube-apiserver.yaml, so the API server
+    crash-loops and this (single, local-mode) master's API goes away; cpctl has no crictl
+    (``CPCTL_CRICTL`` names a missing file). ``check`` said "OK: no drift" while ``status`` said
+    ``absent``: check never marked the API server's view stale (status did), so the API probe could
+    not look and the pod was skipped. Now check judges by status's rule (the health endpoint, the
+    API's view being stale) and reports it, never OK; a pod nothing can see is ``unknown``
+    (tests/ops/test_drift.py)."""
+    from tests.labfixture import kubectl, run_cpctl
+    lab = lab_factory(local_mode=True, k8s_version="1.33")
+    path = os.path.join(str(lab.manifests_dir()), "kube-apiserver.yaml")
+    with open(path, "rb") as handle:
+        data = handle.read()
+    assert b"    - kube-apiserver\n" in data
+    with open(path + ".tmp", "wb") as handle:
+        handle.write(data.replace(b"    - kube-apiserver\n", b"    - kube-apiserver\n    - --no-such-flag=1\n", 1))
+    os.rename(path + ".tmp", path)          # another writer's change, as kubelet-safe as cpctl's
+    missing = os.path.join(str(lab.root_dir()), "no-crictl-here")
+
+    def down() -> bool:
+        proc = run_cpctl(lab, "-o", "json", "status", "apiserver", CPCTL_CRICTL=missing)
+        return proc.returncode == 0 and json.loads(proc.stdout)["components"][0]["pod_state"] != "running" \
+            and kubectl(lab, "--request-timeout", "2s", "get", "--raw", "/healthz", check=False).returncode != 0
+    # the kubelet replaces the API server with a container that cannot start (the lab checks its
+    # flags): this single master's API stops answering once the old one is gone
+    wait_for(down, 90, "the API server down and the API not answering")
+    variants = ((("--probe", "api"), {"CPCTL_CRICTL": missing}), ((), {"CPCTL_CRICTL": missing}), ((), {}))
+    for run in range(9):
+        args, env = variants[run % 3]
+        rc, data, found = _apiserver_findings(lab, *args, **env)
+        kinds = {f["kind"] for f in found}
+        for finding in found:
+            if finding["kind"] == "unknown":
+                assert finding["severity"] == "warning" and finding["why"], finding
+                assert finding["message"].startswith("kube-apiserver.yaml: pod kube-apiserver-%s could not be "
+                                                     "judged: " % lab.node_name()), finding
+        if run % 3 != 2:        # without crictl: judged by the health endpoint (the API's view is stale), never OK
+            assert rc != 0 and kinds & {"unknown", "mirror_not_ready"}, (run, args, env, data)
+            proc = run_cpctl(lab, *args, "check", **env)
+            assert "OK: no drift" not in proc.stdout and proc.returncode != 0, (run, proc.stdout)
+        else:                   # crictl sees the container as it stands (it may be between two crashes)
+            assert "unknown" not in kinds, (run, args, env, found)
+    prom = os.path.join(str(lab.root_dir()), "cpctl.prom")
+    run_cpctl(lab, "--probe", "api", "check", "--prometheus-textfile", prom, CPCTL_CRICTL=missing)
+    with open(prom) as handle:
+        text = handle.read()
+    assert "cpctl_api_view_stale 1" in text, text      # the rule status and the waits judge by

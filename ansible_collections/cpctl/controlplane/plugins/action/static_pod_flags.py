@@ -12,6 +12,7 @@ from ansible_collections.cpctl.controlplane.plugins.plugin_utils.cpctl import (
     change_options,
     command,
     companion_options,
+    is_secret_flag,
     manifest_change,
 )
 
@@ -27,6 +28,14 @@ def flag_value(value):
 
 class ActionModule(CpctlAction):
     ARGUMENT_SPEC = ARGUMENT_SPEC
+
+    def secret_values(self, args):
+        """The values of the flags named like a credential (never shown); other values are not secrets."""
+        values = set()
+        for name, value in (args.get("set") or {}).items():
+            if is_secret_flag(name) and flag_value(value) != "":
+                values.add(flag_value(value))
+        return values
 
     def act(self, args, task_vars):
         if not args["set"] and not args["unset"]:

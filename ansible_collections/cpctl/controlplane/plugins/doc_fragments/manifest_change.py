@@ -48,6 +48,7 @@ options:
     description:
       - With O(confirm_within), a shell command run on the master right after the change; success
         confirms it, failure reverts it at once (rc 11). cpctl's C(--confirm-check).
+      - C(no_log) - it may carry a token; its text is masked in the result.
     type: str
 attributes:
   check_mode:

@@ -21,7 +21,7 @@ MANIFEST_CHANGE = dict(
     keep_revisions=dict(type="int", default=10, no_log=False),
     force=FORCE,
     confirm_within=dict(type="str"),
-    confirm_check=dict(type="str"),
+    confirm_check=dict(type="str", no_log=True),       # a shell command that may carry a token
 )
 
 #: The companion files and kubeadm bookkeeping of an apply or a flags change (not of a rollback).

@@ -28,7 +28,10 @@ extends_documentation_fragment:
   - cpctl.controlplane.manifest_change.companions
 options:
   set:
-    description: Flags to set, C(NAME) (without the dashes) to C(VALUE).
+    description:
+      - Flags to set, C(NAME) (without the dashes) to C(VALUE).
+      - The values of flags named like a credential (cpctl's redaction rule - C(token), C(db-pass),
+        C(initial-cluster-token)...) are masked in the result; other values are not secrets.
     type: dict
     default: {}
   unset:
@@ -84,7 +87,7 @@ ARGUMENT_SPEC = dict(
     MANIFEST_CHANGE,
     with_file=COMPANIONS["with_file"],
     keep_in=COMPANIONS["keep_in"],
-    set=dict(type="dict", default={}, no_log=True),
+    set=dict(type="dict", default={}, no_log=False),   # masked by flag: SECRET values only (the action)
     unset=dict(type="list", elements="str", default=[]),
     container=dict(type="str"),
     mount=dict(type="bool", default=False),

@@ -85,10 +85,17 @@ class CpctlAction(ActionBase):
             result.update(self.act(args, task_vars or {}))
         finally:
             shutil.rmtree(self._workdir, ignore_errors=True)
-        # The values of no_log options (flag values, a manifest's content) never show in the result,
-        # as a module's exit_json masks them.
-        secrets = getattr(validated, "_no_log_values", set())
+        # The values of no_log options (a manifest's content, a --confirm-check command) and of the
+        # flags that carry a credential never show in the result, as a module's exit_json masks them.
+        # Only secrets: a flag value such as "2" masked everywhere would turn rc into "********".
+        secrets = set(getattr(validated, "_no_log_values", set())) | self.secret_values(args)
         return remove_values(result, secrets) if secrets else result
+
+    def secret_values(self, args):
+        """Values of this task's options that are secrets although the option is not no_log as a
+        whole (static_pod_flags: the values of the flags named like a credential)."""
+        del args
+        return set()
 
     def act(self, args, task_vars):
         """The module's work: a dict merged into the task's result."""
@@ -316,3 +323,14 @@ def manifest_change(action, task_vars, argv):
     if planned and result["changed"] and planned.get("diff"):
         result["diff"] = action.diff_of(planned["diff"])
     return result
+
+
+def is_secret_flag(name):
+    """cpctl's one redaction rule for a flag name (``cpctl.redaction.is_secret_name``: ``--token``,
+    ``--db-pass``, ``--initial-cluster-token``..., not ``--token-auth-file``), from the cpctl this
+    controller runs; a controller whose Python cannot import it masks every value (fail closed)."""
+    try:
+        from cpctl.redaction import is_secret_name
+    except ImportError:
+        return True
+    return bool(is_secret_name(to_text(name)))

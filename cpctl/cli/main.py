@@ -325,7 +325,7 @@ def run(argv: Optional[List[str]] = None) -> int:
         return 130
     except click.UsageError as exc:
         from cpctl.errors import ExitCode
-        fail("%s (see: cpctl %s--help)" % (exc.format_message(), _usage_path(exc)), ExitCode.USAGE)
+        fail("%s (see: %s --help)" % (exc.format_message(), _usage_path(exc)), ExitCode.USAGE)
         return int(ExitCode.USAGE)
     except click.ClickException as exc:
         fail(exc.format_message(), exc.exit_code)
@@ -482,9 +482,9 @@ def _hoisted(argv: List[str], index: int, globals_: Spellings) -> Tuple[List[str
 
 
 def _usage_path(exc: click.UsageError) -> str:
-    if exc.ctx is None or exc.ctx.parent is None:
-        return ""
-    return str(exc.ctx.info_name) + " "
+    """The command whose ``--help`` explains a usage error: the whole path of words from ``cpctl``
+    (``cpctl lab etcdctl``, not ``cpctl etcdctl``, which does not exist)."""
+    return exc.ctx.command_path if exc.ctx is not None else "cpctl"
 
 
 def _failure(exc: Exception) -> int:

@@ -17,6 +17,7 @@ from typing import Any, Callable, NoReturn, Optional
 import click
 
 from . import control, profiles
+from .etcddata import KEPT_FILE
 
 #: ``--dir`` of every lab command: given, else the lab ``$KUBECONFIG`` points at (what ``eval "$(cpctl
 #: lab up --dir X)"`` exported), else the default dir (:func:`lab_dir` decides).
@@ -245,6 +246,10 @@ def up_cmd(ctx: click.Context, directory: Optional[Path], legacy_discovery: bool
     except control.LabError as exc:
         fail(str(exc), ENVIRONMENT)
     options["port"] = options["port"] or None
+    if (directory / KEPT_FILE).is_file():
+        note(f"starting the lab in {directory} again: it serves the API objects it kept at its last stop "
+             f"(kubeadm-config, ConfigMaps, RBAC, DaemonSets) and its nodes' files as they are (remove "
+             f"{directory} for a fresh lab)")
     try:
         proc = control.spawn(directory, control.lag_args(aggregated_discovery=not legacy_discovery, **options))
         info = control.wait_ready(directory, proc, timeout)

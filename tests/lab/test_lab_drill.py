@@ -190,3 +190,34 @@ def test_lab_inventory_drives_every_master_over_a_real_sshd(lab_factory: Callabl
         hostvars = ini_hostvars(ini)
         for name, values in hosts.items():
             assert {k: hostvars[name]["cpctl_" + k] for k in values} == values
+
+
+@pytest.mark.lab
+def test_a_restarted_lab_keeps_its_api_objects_kubeadm_config_included(lab_factory: Callable[..., Any],
+                                                                        tmp_path: Path) -> None:
+    """``--keep-in kubeadm-config``, ``lab down``, ``lab up``: the kept flag is still in the
+    ClusterConfiguration (the next lab upgrade keeps it), a ConfigMap made before the stop is there,
+    one deleted before it stays deleted; ``lab up`` says it starts the lab again with them."""
+    from tests.labfixture import kubectl, run_cpctl
+    handle = lab_factory()
+    proc = run_cpctl(handle, "flags", "scheduler", "--set", "v=4", "--keep-in", "kubeadm-config", "--timeout", "60")
+    assert proc.returncode == 0, proc.stderr
+    kubectl(handle, "-n", "default", "create", "configmap", "made-before-the-stop", "--from-literal=k=v")
+    kubectl(handle, "-n", "kube-system", "create", "configmap", "deleted-before-the-stop", "--from-literal=k=v")
+    kubectl(handle, "-n", "kube-system", "delete", "configmap", "deleted-before-the-stop")
+    before = kubectl(handle, "-n", "kube-system", "get", "cm", "kubeadm-config", "-o", "json").stdout
+    env = clean_env(str(tmp_path / "home"))
+    assert cpctl(env, "lab", "down", "--dir", str(handle.dir)).returncode == 0
+    up = cpctl(env, "lab", "up", "--dir", str(handle.dir))
+    try:
+        assert up.returncode == 0, up.stderr
+        assert "serves the API objects it kept at its last stop" in one_line(up), up.stderr
+        after = kubectl(handle, "-n", "kube-system", "get", "cm", "kubeadm-config", "-o", "json").stdout
+        assert json.loads(after)["data"] == json.loads(before)["data"]
+        extra = yaml.safe_load(json.loads(after)["data"]["ClusterConfiguration"])["scheduler"]["extraArgs"]
+        assert extra in ({"v": "4"}, [{"name": "v", "value": "4"}]), extra        # v1beta3 map, v1beta4 list
+        kubectl(handle, "-n", "default", "get", "configmap", "made-before-the-stop")
+        gone = kubectl(handle, "-n", "kube-system", "get", "configmap", "deleted-before-the-stop", check=False)
+        assert gone.returncode != 0 and "NotFound" in gone.stderr
+    finally:
+        assert cpctl(env, "lab", "down", "--dir", str(handle.dir)).returncode == 0

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tupl
 
 import click
 
-from cpctl.cli.context import state
+from cpctl.cli.context import ansible_task_dir, state
 from cpctl.cli.fanout import census, execute
 from cpctl.cli.render import outcomes_text, plan_text
 
@@ -65,7 +65,8 @@ def guarded_reason(ctx: click.Context, verb: str, components: List[str], force: 
         from cpctl.cli.fanout import hold_change_lease
         hold_change_lease(ctx, required=False)
     targets = {spec.name for spec in select_specs(remote)}
-    return fleetsafety.preflight(census(ctx), targets, verb, components, remote.serial, force, reason)
+    return fleetsafety.preflight(census(ctx), targets, verb, components, remote.serial, force, reason,
+                                 ansible=ansible_task_dir() is not None)
 
 
 def cluster_guarded_reason(ctx: click.Context, verb: str, components: List[str], force: bool,
@@ -91,7 +92,8 @@ def cluster_guarded_reason(ctx: click.Context, verb: str, components: List[str],
             raise
         return "[forced past: %s] %s" % (exc.message, reason or "")
     serial = remote.serial if remote is not None else parse_serial(1)
-    return fleetsafety.preflight(results, targets, verb, components, serial, force, reason)
+    return fleetsafety.preflight(results, targets, verb, components, serial, force, reason,
+                                 ansible=ansible_task_dir() is not None)
 
 
 #: The components a change acts on, per node (``start --all-parked``: the ones parked there).

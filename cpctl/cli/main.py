@@ -151,10 +151,11 @@ def _command_words(name: Optional[str], command: Any, rest: List[str]) -> str:
 @click.option("--serial", default="1", show_default=True, help="Hosts changed at a time (N or N%).")
 @click.option("--keep-going", is_flag=True, help="Continue a rolling change after a host failed.")
 @click.option("--census", type=click.Choice(["inventory", "cluster"]), default="inventory", show_default=True,
-              help="Where the etcd/API server quorum check counts: every inventory master, or the cluster "
-                   "itself through the selected master's API server (mirror pods), for callers that see one "
-                   "master at a time (Ansible's serial); cluster also serialises such changes per cluster. Without "
-                   "-H/-i, cluster counts through this node's own API server (default: no fleet check).")
+              help="Where the etcd/API server quorum check counts: every inventory master through its agent, or "
+                   "the cluster itself from the selected master - etcd's member list and each member's /health, "
+                   "each API server's /readyz (never mirror pods) - for callers that see one master at a time "
+                   "(Ansible's serial); cluster also serialises such changes per cluster. Without -H/-i, cluster "
+                   "counts from this node (default: no fleet check).")
 @click.option("--host-timeout", envvar="CPCTL_HOST_TIMEOUT", type=click.FloatRange(0.1, 86400), default=None,
               metavar="SECONDS", help="Give up on a host whose run takes longer (its connection is closed) "
                                       "[default: 60 for read-only commands, none for changes].")

@@ -722,8 +722,9 @@ def _settle(node: Node, target: PodTarget, result: WaitResult, options: ApplyOpt
     show = getattr(node.waiter, "progress", None)        # a verifying waiter's progress line
     while time.monotonic() < deadline:
         if callable(show):
-            show("verified; pod %s staying Ready, %.1fs of %gs" % (target.mirror_name, time.monotonic() - started,
-                                                                   options.settle))
+            # no "verified" before the verdict: a pod Ready now may still crash-loop and be rolled back
+            show("pod %s Ready; settling before the verdict, %.1fs of %gs" % (
+                target.mirror_name, time.monotonic() - started, options.settle))
         time.sleep(min(SETTLE_POLL, max(0.0, deadline - time.monotonic())))
         now = node.waiter.settle_view(target)
         if now is None:

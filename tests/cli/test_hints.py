@@ -102,3 +102,37 @@ def test_hints_under_ansible_name_no_file_of_the_task(tmp_path: Path, monkeypatc
             tmp_path / "known_hosts")
         whole = run_hint(ctx, "status")
         assert str(task_dir) not in whole and "-H ops@10.0.0.1:2222" in whole and whole.endswith(" status")
+
+
+class _SettlingWaiter:
+    """A waiter whose pod stays present and Ready: the heartbeat lines of a settle, collected."""
+
+    def __init__(self) -> None:
+        self.lines: List[str] = []
+
+    def progress(self, text: str) -> None:
+        self.lines.append(text)
+
+    def settle_view(self, target: Any) -> Dict[str, Any]:
+        return {"present": True, "ready": True, "source": "api"}
+
+    def mirror_note(self, target: Any) -> str:
+        return ""
+
+
+def test_no_heartbeat_says_verified_before_the_verdict(monkeypatch: Any) -> None:
+    """The settle after a new pod came up Ready is part of the verdict (a crash loop then is rolled
+    back): its heartbeat says Ready and settling, never "verified"; the result after it may."""
+    from types import SimpleNamespace
+
+    from cpctl.ops import edits
+    from cpctl.probes.base import WaitResult
+    monkeypatch.setattr(edits, "SETTLE_POLL", 0.01)
+    waiter = _SettlingWaiter()
+    node = SimpleNamespace(waiter=waiter)
+    target = SimpleNamespace(mirror_name="kube-scheduler-m1")
+    result = edits._settle(node, target, WaitResult(True, "pod kube-scheduler-m1 Running and Ready"),  # type: ignore
+                           edits.ApplyOptions(settle=0.05))
+    assert result.verified and "stable for" in result.detail
+    assert waiter.lines and all("verified" not in line for line in waiter.lines), waiter.lines
+    assert waiter.lines[0].startswith("pod kube-scheduler-m1 Ready; settling before the verdict, ")

@@ -122,6 +122,7 @@ def is_running(ctx: click.Context, components: Tuple[str, ...]) -> None:
     For scripts, like `systemctl is-active`: one word per component - running, not-ready, absent,
     unknown (nothing could look), parked or invalid - and the exit code says whether all run.
     """
+    from cpctl.cli.context import state
     from cpctl.core import views
     from cpctl.errors import CpctlError, ExitCode
 
@@ -136,5 +137,7 @@ def is_running(ctx: click.Context, components: Tuple[str, ...]) -> None:
     shown = execute(ctx, action, text)
     down = ["%s%s (%s)" % ("%s: " % data["node"] if len(shown) > 1 else "", name, word)
             for data in shown for name, word in data["components"].items() if word != "running"]
+    if down and state(ctx).output in ("json", "yaml"):
+        ctx.exit(int(ExitCode.DRIFT))      # the answer is the document on stdout: nothing on stderr
     if down:
         raise CpctlError("not running: %s" % ", ".join(down), ExitCode.DRIFT)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 import click
 
-from cpctl.cli import registry
+from cpctl.cli import completers, registry
 from cpctl.cli.context import CliState, errors_as_json, fail, note
 from cpctl.probes.registry import CHOICES as PROBE_CHOICES
 
@@ -131,7 +131,7 @@ def _command_words(name: Optional[str], command: Any, rest: List[str]) -> str:
 @click.option("-o", "--output", type=click.Choice(["text", "json", "yaml", "wide"]), default="text", show_default=True,
               help="text; json or yaml: the result object (docs/json.md); wide: text with more columns "
                    "(status, history, revisions), as kubectl's.")
-@click.option("-H", "--host", "hosts", multiple=True, metavar="TARGET",
+@click.option("-H", "--host", "hosts", multiple=True, metavar="TARGET", shell_complete=completers.hosts,
               help="Run on [user@]host[:port] or an ssh_config alias (repeatable, or comma-separated); "
                    "with --inventory: host or group names.")
 @click.option("-i", "--inventory", envvar="CPCTL_INVENTORY", type=click.Path(dir_okay=False), default=None,

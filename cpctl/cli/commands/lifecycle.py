@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tupl
 
 import click
 
+from cpctl.cli import completers
 from cpctl.cli.context import ansible_task_dir, state
 from cpctl.cli.fanout import census, execute
 from cpctl.cli.render import outcomes_text, plan_text
@@ -175,7 +176,7 @@ def _where_is(placement: "Placement", verb: str) -> str:
 
 
 @click.command()
-@click.argument("components", nargs=-1, required=True)
+@click.argument("components", nargs=-1, required=True, shell_complete=completers.components)
 @reason_option
 @click.option("--for", "duration", default=None,
               help="How long it may stay parked (e.g. 30m, 2h): a reminder, nothing starts it by itself - past it "
@@ -211,7 +212,7 @@ def stop(ctx: click.Context, components: Tuple[str, ...], reason: Optional[str],
 
 
 @click.command()
-@click.argument("components", nargs=-1)
+@click.argument("components", nargs=-1, shell_complete=completers.components)
 @click.option("--all-parked", is_flag=True,
               help="Start every parked manifest: etcd, apiserver, controller-manager, scheduler, then the others.")
 @wait_option
@@ -250,7 +251,7 @@ class _ComponentsOrStaleCerts(click.Command):
 
 
 @click.command(cls=_ComponentsOrStaleCerts)
-@click.argument("components", nargs=-1)
+@click.argument("components", nargs=-1, shell_complete=completers.components)
 @click.option("--stale-certs", is_flag=True,
               help="Restart exactly the components that still use an old certificate (see `cpctl certs`).")
 @reason_option

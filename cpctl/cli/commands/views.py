@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Tuple, TypedDic
 
 import click
 
+from cpctl.cli import completers
 from cpctl.cli.fanout import execute
 from cpctl.cli.render import history_text, status_text
 
@@ -14,7 +15,7 @@ if TYPE_CHECKING:
 
 
 @click.command()
-@click.argument("components", nargs=-1)
+@click.argument("components", nargs=-1, shell_complete=completers.components)
 @click.option("-w", "--watch", is_flag=True,
               help="After the table, print a component's row again each time it changes (its file, pod, restarts "
                    "or last change), like kubectl get -w; Ctrl-C ends it (exit 0). This machine only.")
@@ -87,7 +88,7 @@ def _watched(row: Mapping[str, object]) -> Tuple[object, ...]:
 
 
 @click.command()
-@click.argument("component", required=False)
+@click.argument("component", required=False, shell_complete=completers.components)
 @click.option("-l", "--limit", type=click.IntRange(0, 100000), default=50, show_default=True,
               help="Newest N records (0: all).")
 @click.pass_context
@@ -114,7 +115,7 @@ class Running(TypedDict):
 
 
 @click.command("is-running")
-@click.argument("components", nargs=-1, required=True)
+@click.argument("components", nargs=-1, required=True, shell_complete=completers.components)
 @click.pass_context
 def is_running(ctx: click.Context, components: Tuple[str, ...]) -> None:
     """Exit 0 when every COMPONENT's pod is running and Ready (on every selected master), else 1.

@@ -124,7 +124,7 @@ class ApplyOptions:
 @dataclass
 class ChangeResult:
     """What apply, edit, flags or rollback (or its dry run) did on one node: the fields of its JSON
-    answer (docs/json.md, tests/schemas/change.json), typed. ``plan`` is the change as one value
+    answer (docs/json.md, cpctl/schemas/change.json), typed. ``plan`` is the change as one value
     (``core.plan.Plan``): what the dry run would apply, what the real run applied; None when nothing
     was to change."""
 

@@ -17,16 +17,17 @@ from typing import Any, Callable, NoReturn, Optional
 import click
 
 from . import control, profiles
+from .etcddata import KEPT_FILE
+
+#: ``--dir`` of every lab command: given, else the lab ``$KUBECONFIG`` points at (what ``eval "$(cpctl
+#: lab up --dir X)"`` exported), else the default dir (:func:`lab_dir` decides).
+dir_option = click.option(
+    "--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default=None,
+    help="The lab dir [default: the lab $KUBECONFIG points at (`cpctl lab up` exports it), else %s]."
+         % control.DEFAULT_DIR)
 
 LAG_OPTIONS: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
-    click.option(
-        "--dir",
-        "directory",
-        type=click.Path(file_okay=False, path_type=Path),
-        default=control.DEFAULT_DIR,
-        show_default=True,
-        help="Lab directory.",
-    ),
+    dir_option,
     click.option(
         "--masters",
         type=click.IntRange(1, 9),
@@ -136,6 +137,12 @@ def note(msg: str) -> None:
     click.echo(f"cpctl lab: {msg}", err=True)
 
 
+#: Exit codes of the lab's own commands (up, run, down, env, inventory): cpctl's table (README.md#exit-codes).
+#: The stand-ins for real tools (etcdctl, kubeadm-upgrade, certs-renew) exit as those tools do: 1 on a
+#: failure, 2 on a usage error.
+USAGE, TIMEOUT, ENVIRONMENT = 2, 6, 7
+
+
 def fail(msg: str, code: int = 1) -> NoReturn:
     note(msg)
     sys.exit(code)
@@ -150,6 +157,7 @@ TEXT_ONLY: dict[str, str] = {
     "etcdctl": "a stand-in for etcdctl/etcdutl: it prints those tools' text",
     "certs-renew": "a stand-in for kubeadm certs renew: it prints kubeadm's text",
     "kubeadm-upgrade": "a stand-in for kubeadm upgrade apply: it prints kubeadm's text",
+    "inventory": "it prints a file to save (a YAML or INI inventory, ssh_config lines), not a result",
 }
 
 
@@ -173,17 +181,17 @@ def lab() -> None:
 
 @lab.command("run")
 @lab_options
-def run_cmd(directory: Path, legacy_discovery: bool, **options: Any) -> None:
+def run_cmd(directory: Optional[Path], legacy_discovery: bool, **options: Any) -> None:
     """Run the lab in the foreground until SIGTERM/SIGINT."""
     from .cluster import Lab
 
-    directory = directory.expanduser().resolve()
+    directory = lab_dir(directory)
     if control.running_state(directory):
-        fail(f"a lab is already running in {directory}")
+        fail(f"a lab is already running in {directory}", ENVIRONMENT)
     try:
         control.check_layout(directory)
     except control.LabError as exc:
-        fail(str(exc))
+        fail(str(exc), ENVIRONMENT)
     try:
         the_lab = Lab(
             directory,
@@ -199,7 +207,7 @@ def run_cmd(directory: Path, legacy_discovery: bool, **options: Any) -> None:
             settings=settings_from(options),
         )
     except ValueError as exc:
-        fail(str(exc), 2)
+        fail(str(exc), USAGE)
 
     def on_signal(signum: int, _frame: Any) -> None:
         the_lab.request_stop()
@@ -209,16 +217,17 @@ def run_cmd(directory: Path, legacy_discovery: bool, **options: Any) -> None:
     try:
         the_lab.run()
     except OSError as exc:
-        fail(f"cannot run the lab in {directory}: {exc}")
+        fail(f"cannot run the lab in {directory}: {exc}", ENVIRONMENT)
 
 
 @lab.command("up")
 @lab_options
 @click.option("--timeout", type=float, default=30.0, show_default=True, help="Seconds to wait for the API.")
 @click.pass_context
-def up_cmd(ctx: click.Context, directory: Path, legacy_discovery: bool, timeout: float, **options: Any) -> None:
+def up_cmd(ctx: click.Context, directory: Optional[Path], legacy_discovery: bool, timeout: float,
+           **options: Any) -> None:
     """Start the lab in the background (log: DIR/lab.log) and print its environment."""
-    directory = directory.expanduser().resolve()
+    directory = lab_dir(directory)
     running = control.running_state(directory)
     if running:
         # Like `systemctl start` of a running unit: nothing to do, exit 0; the environment is
@@ -231,17 +240,21 @@ def up_cmd(ctx: click.Context, directory: Path, legacy_discovery: bool, timeout:
     try:
         profiles.node_names(settings_from(options), options["node_name"])
     except ValueError as exc:
-        fail(str(exc), 2)
+        fail(str(exc), USAGE)
     try:
         control.check_layout(directory)
     except control.LabError as exc:
-        fail(str(exc))
+        fail(str(exc), ENVIRONMENT)
     options["port"] = options["port"] or None
+    if (directory / KEPT_FILE).is_file():
+        note(f"starting the lab in {directory} again: it serves the API objects it kept at its last stop "
+             f"(kubeadm-config, ConfigMaps, RBAC, DaemonSets) and its nodes' files as they are (remove "
+             f"{directory} for a fresh lab)")
     try:
         proc = control.spawn(directory, control.lag_args(aggregated_discovery=not legacy_discovery, **options))
         info = control.wait_ready(directory, proc, timeout)
     except (control.LabError, OSError) as exc:
-        fail(str(exc))
+        fail(str(exc), TIMEOUT if isinstance(exc, control.LabTimeout) else ENVIRONMENT)
     if not _emitted(ctx, _env_data(info, directory, 1)):
         click.echo(control.env_text(info, 1), nl=False)
 
@@ -290,17 +303,11 @@ def _env_data(info: dict[str, Any], directory: Path, master: int) -> dict[str, A
 
 
 @lab.command("down")
-@click.option(
-    "--dir",
-    "directory",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=control.DEFAULT_DIR,
-    show_default=True,
-)
+@dir_option
 @click.pass_context
-def down_cmd(ctx: click.Context, directory: Path) -> None:
+def down_cmd(ctx: click.Context, directory: Optional[Path]) -> None:
     """Stop a lab started with `up` (or `run`)."""
-    directory = directory.expanduser().resolve()
+    directory = lab_dir(directory)
     info = control.read_state(directory)
     if not info or not control.pid_alive(info.get("pid")):
         # Like `systemctl stop` of a stopped unit: the wanted state holds already, exit 0.
@@ -310,7 +317,7 @@ def down_cmd(ctx: click.Context, directory: Path) -> None:
     try:
         control.stop_process(info)
     except OSError as exc:
-        fail(f"cannot stop the lab: {exc}")
+        fail(f"cannot stop the lab: {exc}", ENVIRONMENT)
     deadline = time.monotonic() + 5
     while control.pid_alive(info.get("pid")) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -319,42 +326,96 @@ def down_cmd(ctx: click.Context, directory: Path) -> None:
 
 
 @lab.command("env")
-@click.option(
-    "--dir",
-    "directory",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=control.DEFAULT_DIR,
-    show_default=True,
-)
+@dir_option
 @click.option("--master", type=int, default=1, show_default=True, help="Which master (1-based).")
 @click.pass_context
-def env_cmd(ctx: click.Context, directory: Path, master: int) -> None:
+def env_cmd(ctx: click.Context, directory: Optional[Path], master: int) -> None:
     """Print `export` lines that point cpctl at master N of the lab."""
-    directory = directory.expanduser().resolve()
+    directory = lab_dir(directory)
     info = control.read_state(directory)
     if not info:
-        fail(f"no lab state in {directory} (start one with `cpctl lab up --dir {directory}`)")
+        fail(no_lab(directory), ENVIRONMENT)
     try:
         if not _emitted(ctx, _env_data(info, directory, master)):
             click.echo(control.env_text(info, master), nl=False)
     except control.LabError as exc:
-        fail(str(exc), 2)
+        fail(str(exc), USAGE)
+
+
+@lab.command("inventory")
+@dir_option
+@click.option("--format", "form", type=click.Choice(["yaml", "ini", "ssh-config"]), default="yaml", show_default=True,
+              help="yaml: cpctl's -i inventory; ini: Ansible's (the cpctl.controlplane collection's cpctl_* "
+                   "vars); ssh-config: the Host lines that make the masters' names reach the local sshd.")
+@click.option("--address", default="127.0.0.1", show_default=True, help="ssh-config: where the sshd listens.")
+@click.option("--port", type=click.IntRange(1, 65535), default=22, show_default=True,
+              help="ssh-config: the sshd's port.")
+@click.option("--user", default="root", show_default=True, help="ssh-config: the login user.")
+@click.option("--identity-file", default="", metavar="FILE", help="ssh-config: the key the sshd accepts.")
+@click.option("--known-hosts", default="", metavar="FILE", help="ssh-config: the known_hosts file with the sshd's key.")
+@click.option("--become/--no-become", default=True, show_default=True,
+              help="yaml/ini: run the agent under sudo (a login other than root needs it).")
+@click.option("--ssh-config", "ssh_config_path", default="", metavar="FILE",
+              help="ini: the ssh_config file to hand to cpctl (cpctl_ssh_config) [default: ~/.ssh/config].")
+def inventory_cmd(directory: Optional[Path], form: str, address: str, port: int, user: str, identity_file: str,
+                  known_hosts: str, become: bool, ssh_config_path: str) -> None:
+    """Print the lab's masters as an inventory (each master's paths from `cpctl lab env --master N`),
+    or the ssh_config lines their names need: no inventory written by hand for a multi-master lab.
+
+    \b
+      cpctl lab inventory --format ssh-config >> ~/.ssh/config
+      cpctl lab inventory > lab.yaml && cpctl -i lab.yaml status
+      cpctl lab inventory --format ini > hosts.ini && ansible-playbook -i hosts.ini play.yml
+    """
+    from . import inventory
+    directory = lab_dir(directory)
+    info = control.read_state(directory)
+    if not info:
+        fail(no_lab(directory), ENVIRONMENT)
+    if form == "ssh-config":
+        click.echo(inventory.ssh_config(info, address, port, user, identity_file, known_hosts), nl=False)
+    elif form == "ini":
+        click.echo(inventory.ini_inventory(info, become, ssh_config_path), nl=False)
+    else:
+        click.echo(inventory.yaml_inventory(info, become), nl=False)
+
+
+_GROUP_DIR, _GROUP_MASTER = "cpctl_lab.dir", "cpctl_lab.master"
 
 
 @lab.group("etcdctl")
-def etcdctl_group() -> None:
+@dir_option
+@click.option("--master", type=click.IntRange(min=1), default=None,
+              help="Which master (1-based) [default: the one `cpctl lab env --master N` pointed $CPCTL_NODE_ROOT at, "
+                   "else 1].")
+@click.pass_context
+def etcdctl_group(ctx: click.Context, directory: Optional[Path], master: Optional[int]) -> None:
     """etcdctl's snapshot save/restore on a lab master's files (the lab has no etcdctl binary).
 
     Node paths (--data-dir) are paths on the master, as on a real node: they live under its root
-    directory (`root_dir` in lab.json). See docs/etcd-restore.md.
+    directory (`root_dir` in lab.json). See docs/etcd-restore.md. --dir and --master go before or
+    after the subcommand word (after it, they win).
     """
+    ctx.meta[_GROUP_DIR], ctx.meta[_GROUP_MASTER] = directory, master
 
 
-def _master_root(directory: Path, master: int) -> Path:
-    info = control.read_state(directory.expanduser().resolve())
+def _chosen(directory: Optional[Path], master: Optional[int]) -> tuple[Path, Optional[int]]:
+    """The lab dir and master (None: not given) of an ``etcdctl`` subcommand: its own options, else the group's."""
+    meta = click.get_current_context().meta
+    return lab_dir(directory or meta.get(_GROUP_DIR)), master or meta.get(_GROUP_MASTER)
+
+
+def _master_root(directory: Path, master: Optional[int]) -> Path:
+    """Master ``master``'s root dir; not given: the master whose root ``$CPCTL_NODE_ROOT`` names
+    (``eval "$(cpctl lab env --master N)"`` exports it), else master 1."""
+    info = control.read_state(directory)
     if not info:
-        fail(f"no lab state in {directory} (start one with `cpctl lab up --dir {directory}`)")
+        fail(no_lab(directory))
     masters = info.get("masters") or []
+    if master is None:
+        pointed = os.environ.get("CPCTL_NODE_ROOT", "")
+        roots = [m.get("root_dir") for m in masters]
+        master = roots.index(pointed) + 1 if pointed and pointed in roots else 1
     if not 1 <= master <= len(masters):
         fail(f"the lab has masters 1..{len(masters)}, not {master}", 2)
     return Path(masters[master - 1]["root_dir"])
@@ -366,21 +427,22 @@ def _on_node(root: Path, node_path: str) -> Path:
     return root / node_path.lstrip("/")
 
 
-_dir_option = click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
-                           default=control.DEFAULT_DIR, show_default=True)
-_master_option = click.option("--master", type=int, default=1, show_default=True, help="Which master (1-based).")
+_master_option = click.option("--master", type=click.IntRange(min=1), default=None,
+                              help="Which master (1-based) [default: the one `cpctl lab env --master N` pointed "
+                                   "$CPCTL_NODE_ROOT at, else 1].")
 
 
 @etcdctl_group.command("snapshot-save")
 @click.argument("snapshot", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--data-dir", default="/var/lib/etcd", show_default=True, help="The running member's data dir.")
-@_dir_option
+@dir_option
 @_master_option
-def snapshot_save_cmd(snapshot: Path, data_dir: str, directory: Path, master: int) -> None:
+def snapshot_save_cmd(snapshot: Path, data_dir: str, directory: Optional[Path], master: Optional[int]) -> None:
     """Like `etcdctl snapshot save SNAPSHOT`: a snapshot of master N's etcd member."""
     from .etcddata import EtcdDataError, snapshot_save
-    root = _master_root(directory, master)
-    info = control.running_state(directory.expanduser().resolve())
+    directory, chosen = _chosen(directory, master)
+    root = _master_root(directory, chosen)
+    info = control.running_state(directory)
     try:        # etcdctl reads the keys from the serving member
         keys = control.control_call(info, "/etcd/keys", timeout=10) if info else None
     except (control.LabError, OSError) as exc:
@@ -406,16 +468,17 @@ def snapshot_save_cmd(snapshot: Path, data_dir: str, directory: Path, master: in
               help="Raise the restored revision by this much (etcdutl): watchers' resourceVersions never go back.")
 @click.option("--mark-compacted", is_flag=True, help="Mark the restored revision compacted (etcdutl): watchers "
                                                       "re-list instead of resuming.")
-@_dir_option
+@dir_option
 @_master_option
 def snapshot_restore_cmd(snapshot: Path, data_dir: str, name: str, initial_cluster: str, initial_cluster_token: str,
-                         initial_advertise_peer_urls: str, bump_revision: int, mark_compacted: bool, directory: Path,
-                         master: int) -> None:
+                         initial_advertise_peer_urls: str, bump_revision: int, mark_compacted: bool,
+                         directory: Optional[Path], master: Optional[int]) -> None:
     """Like `etcdutl snapshot restore SNAPSHOT --data-dir DIR`: a new data dir on master N."""
     from .etcddata import EtcdDataError, snapshot_restore
     del initial_advertise_peer_urls            # accepted like etcdctl; the lab's members need no peer URL
+    directory, chosen = _chosen(directory, master)
     try:
-        db = snapshot_restore(snapshot, _on_node(_master_root(directory, master), data_dir), name, initial_cluster,
+        db = snapshot_restore(snapshot, _on_node(_master_root(directory, chosen), data_dir), name, initial_cluster,
                               initial_cluster_token, bump_revision, mark_compacted)
     except EtcdDataError as exc:
         fail(str(exc))
@@ -423,15 +486,14 @@ def snapshot_restore_cmd(snapshot: Path, data_dir: str, name: str, initial_clust
 
 
 @lab.command("certs-renew")
-@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="The lab dir [default: the lab $KUBECONFIG points at, else %s]." % control.DEFAULT_DIR)
+@dir_option
 @click.option("--node", "nodes", multiple=True, help="Only this master (repeatable) [default: every master].")
 def certs_renew_cmd(directory: Optional[Path], nodes: tuple[str, ...]) -> None:
     """Renew the certificates like `kubeadm certs renew all` on each master (etcd and the API
     server re-read theirs; the controller-manager and the scheduler keep the old ones until they
     restart)."""
     from . import pki
-    directory = (directory or _pointed_lab()).expanduser().resolve()
+    directory = lab_dir(directory)
     roots = sorted(p for p in directory.glob("root-*") if (p / "etc/kubernetes/pki/ca.key").is_file())
     found = {p.name[len("root-"):]: p for p in roots}
     wanted = list(nodes) or list(found)
@@ -451,12 +513,21 @@ def certs_renew_cmd(directory: Optional[Path], nodes: tuple[str, ...]) -> None:
                "kube-scheduler and etcd, so that they can use the new certificates.")
 
 
-def _pointed_lab() -> Path:
-    """The lab dir of the shell's ``$KUBECONFIG`` (``eval "$(cpctl lab up --dir X)"`` sets it to
-    ``X/admin.conf``), else the default lab dir."""
+def lab_dir(given: Optional[Path]) -> Path:
+    """The absolute lab dir of a lab command: ``--dir`` when given, else the lab dir of the shell's
+    ``$KUBECONFIG`` (``eval "$(cpctl lab up --dir X)"`` sets it to ``X/admin.conf``), else the
+    default lab dir - the same rule for every lab command, so a recipe pasted after ``lab up --dir X``
+    acts on X throughout."""
+    if given is not None:
+        return given.expanduser().resolve()
     kubeconfig = os.environ.get("KUBECONFIG", "")
     here = Path(kubeconfig).parent if kubeconfig and ":" not in kubeconfig else None
-    return here if here is not None and (here / "lab.json").is_file() else control.DEFAULT_DIR
+    return (here if here is not None and (here / "lab.json").is_file() else control.DEFAULT_DIR).resolve()
+
+
+def no_lab(directory: Path) -> str:
+    """The one line for a lab dir without a lab in it, with the command that makes one."""
+    return f"no lab in {directory} (start one with `cpctl lab up --dir {directory}`)"
 
 
 @lab.command("demo")
@@ -488,8 +559,7 @@ def _interrupt(_signum: int, _frame: Any) -> None:
 
 
 @lab.command("kubeadm-upgrade")
-@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
-              default=control.DEFAULT_DIR, show_default=True)
+@dir_option
 @click.option("--to", "to", type=click.Choice(list(profiles.RELEASES)), default=None,
               help="Release to upgrade to [default: the lab release after kubernetesVersion].")
 @click.option("--halt", is_flag=True,
@@ -501,16 +571,16 @@ def _interrupt(_signum: int, _frame: Any) -> None:
                    "manifests. kubeadm remembers nothing: without it no patch file is applied.")
 @click.option("--certificate-renewal", "renewal", type=click.Choice(["true", "false"]), default="true",
               show_default=True, help="Renew the masters' certificates during the upgrade, as kubeadm does.")
-def kubeadm_upgrade_cmd(directory: Path, to: Optional[str], halt: bool, timeout: float, patches: Optional[str],
-                        renewal: str) -> None:
+def kubeadm_upgrade_cmd(directory: Optional[Path], to: Optional[str], halt: bool, timeout: float,
+                        patches: Optional[str], renewal: str) -> None:
     """Do to the manifests what `kubeadm upgrade apply` does: render each one from the
     ClusterConfiguration in kube-system/kubeadm-config (hand-made flags not in it disappear), back
     the old one up under /etc/kubernetes/tmp/kubeadm-backup-manifests-<time>/ and move the new one in."""
     from .kubeadmconfig import ConfigError, upgrade
-    directory = directory.expanduser().resolve()
+    directory = lab_dir(directory)
     info = control.running_state(directory)
     if not info:
-        fail(f"no lab running in {directory}")
+        fail(f"no lab running in {directory} (start it with `cpctl lab up --dir {directory}`)")
     try:
         if patches is not None and not patches.startswith("/"):
             fail(f"--patches {patches}: give an absolute path on the masters", 2)

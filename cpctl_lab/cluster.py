@@ -543,6 +543,7 @@ class Lab:
         self._write_kubeconfig()
         self._write_crictl()
         self._seed_objects()
+        self._load_kept_keys()
         for i, node in enumerate(self.masters + [self.worker]):
             mdir = nodefiles.manifests_dir(d, node) if node in self.masters else None
             k = Kubelet(self, node, mdir, hostname=self.hostnames.get(node, node))
@@ -708,6 +709,32 @@ class Lab:
         endpoint = f"[{self.node_ip}]:{self.port}" if ":" in self.node_ip else f"{self.node_ip}:{self.port}"
         self.store.create("configmaps", "kube-system",
                           kubeadmconfig.configmap(kubeadmconfig.cluster_configuration(self.settings, endpoint)))
+
+    def _load_kept_keys(self) -> None:
+        """The keys the lab served when it last stopped (:data:`etcddata.KEPT_FILE`) over the seeds:
+        a restarted lab keeps kubeadm-config, ConfigMaps, RBAC objects and DaemonSets as they were."""
+        kept = etcddata.load_kept(self.dir)
+        if kept is None:
+            return
+        for key in [k for k in self.store.objects if k[0] in etcddata.DATA_RESOURCES]:
+            del self.store.objects[key]             # deleted before the stop: stays deleted
+        for resource, ns, name, obj in kept["objects"]:
+            self.store.objects[(resource, ns, name)] = obj
+        self.store.rv = max(self.store.rv, kept["revision"])
+        self.restored_cluster = kept["restored_cluster"]
+        self.log(f"lab: serving the {len(kept['objects'])} keys kept at the last stop ({kept['saved']}, "
+                 f"revision {kept['revision']})")
+
+    def _save_kept_keys(self) -> None:
+        """What the next start serves again (:meth:`_load_kept_keys`)."""
+        with self.lock:
+            objects = [[r, ns, name, copy.deepcopy(obj)] for (r, ns, name), obj in sorted(self.store.objects.items())
+                       if r in etcddata.DATA_RESOURCES]
+            revision, restored = self.store.rv, self.restored_cluster
+        try:
+            etcddata.save_kept(self.dir, objects, revision, restored)
+        except (OSError, TypeError, ValueError) as exc:
+            self.log(f"lab: cannot keep the keys for the next start: {exc}")
 
     def _pod_cidr(self, index: int) -> str:
         return f"fd00:10:244:{index:x}::/64" if ":" in self.node_ip else f"10.244.{index}.0/24"
@@ -882,6 +909,7 @@ class Lab:
                 self.api_srv = None
         if self.control_srv:
             self.control_srv.stop()
+        self._save_kept_keys()
         state = control.read_state(self.dir) or {}
         if state.get("pid") == os.getpid():
             state["pid"] = None

@@ -30,6 +30,10 @@ class LabError(Exception):
     """A lab operation failed in a way the user can act on (printed as one line by the CLI)."""
 
 
+class LabTimeout(LabError):
+    """The lab did not get ready in the time given (``cpctl lab up``: exit 6, like cpctl's timeouts)."""
+
+
 def atomic_write(path: Path, text: str) -> None:
     """Write via a dot-prefixed temp file and rename, so readers never see half a file."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
@@ -189,7 +193,7 @@ def wait_ready(directory: Path, proc: subprocess.Popen, timeout: float) -> dict[
                 pass
         time.sleep(delay)
         delay = min(delay * 1.5, 0.1)
-    raise LabError(f"lab in {directory} not ready after {timeout:.0f}s (see {directory / 'lab.log'})")
+    raise LabTimeout(f"lab in {directory} not ready after {timeout:.0f}s (see {directory / 'lab.log'})")
 
 
 VALUE_OPTIONS = {

@@ -97,6 +97,40 @@ def snapshot_restore(snapshot_file: Path, data_dir: Path, name: str, initial_clu
     return db
 
 
+#: The lab dir's file with the keys of :data:`DATA_RESOURCES` as the lab stopped (``cpctl lab down``):
+#: the next ``lab up`` serves them again, so a lab keeps its state across a restart as a real cluster's
+#: etcd does (kubeadm-config with a kept flag included). Nodes, pods, leases and events are written
+#: again by the kubelets and components. A lab killed with SIGKILL keeps what its last stop wrote.
+KEPT_FILE = "etcd-keys.json"
+
+
+def save_kept(lab_dir: Path, objects: list[list[Any]], revision: int, restored_cluster: str) -> None:
+    """Write the keys the lab serves now (and the restored cluster they came from, so that its data
+    dir's snapshot keys are not served again over them) to ``lab_dir/KEPT_FILE``, atomically."""
+    path = lab_dir / KEPT_FILE
+    tmp = path.with_name(f".{KEPT_FILE}.tmp")
+    tmp.write_text(json.dumps({"revision": revision, "objects": objects, "restored_cluster": restored_cluster,
+                               "saved": _now()}) + "\n")
+    tmp.replace(path)
+
+
+def load_kept(lab_dir: Path) -> Optional[dict[str, Any]]:
+    """The keys :func:`save_kept` wrote, None when there are none (a new lab) or the file is not
+    theirs (only objects of :data:`DATA_RESOURCES` with a name are taken)."""
+    try:
+        kept = json.loads((lab_dir / KEPT_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(kept, dict) or not isinstance(kept.get("objects"), list):
+        return None
+    objects = [o for o in kept["objects"] if isinstance(o, list) and len(o) == 4 and o[0] in DATA_RESOURCES
+               and isinstance(o[1], str) and isinstance(o[2], str) and o[2] and isinstance(o[3], dict)]
+    revision = kept.get("revision")
+    restored = kept.get("restored_cluster")
+    return {"objects": objects, "revision": revision if isinstance(revision, int) else 0,
+            "restored_cluster": restored if isinstance(restored, str) else "", "saved": kept.get("saved")}
+
+
 def _write_db(data_dir: Path, db: dict[str, Any]) -> None:
     data_dir.joinpath(*WAL).mkdir(parents=True, exist_ok=True)
     path = db_path(data_dir)

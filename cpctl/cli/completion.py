@@ -2,12 +2,12 @@
 
 click's own protocol: the script a shell sources calls ``cpctl`` again with
 ``_CPCTL_COMPLETE=<shell>_complete`` and the words typed so far (``COMP_WORDS``, ``COMP_CWORD``);
-``respond`` answers with the candidates. On top of click's completion of command and option
-names: the global options complete after the command word too (``cli.main.hoist_global_options``
-accepts them there), COMPONENT arguments complete from this machine's manifests dir and its
-parked manifests, revision numbers (``revisions COMPONENT N``, ``--diff``, ``rollback --to``) from
-the names in the state dir's revisions, ``-H`` from the inventory's host and group names - read with
-plain ``os.listdir`` (and the inventory file): no lock, no journal recovery, nothing written.
+``respond`` answers with the candidates. Only click's public completion API: ``ShellComplete``
+subclasses (``get_completions``, ``source_template``) and each parameter's ``shell_complete=``
+callback (``cli.completers``: COMPONENT names, revision numbers, ``-H`` names, ``flags --set`` /
+``--unset`` flag names). On top of click's completion of command and option names: the global
+options complete after the command word too (``cli.main.hoist_global_options`` accepts them
+there), and their values as well.
 
 A completion never prints an error or a traceback: whatever goes wrong, the shell just gets no
 candidates (and ``cpctl`` exits 1).
@@ -17,22 +17,16 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
-import re
 import sys
 import warnings
-from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple, Type
+from typing import Callable, Dict, Iterator, List, Optional, Tuple, Type
 
 import click
 from click.shell_completion import BashComplete, CompletionItem, FishComplete, ShellComplete, ZshComplete
 
+from cpctl.cli import completers
+
 SHELLS = ("bash", "zsh", "fish")
-COMPONENT_PARAMS = frozenset({"component", "components"})   # arguments that name a static pod
-PRESENT_ONLY = frozenset({"stop", "restart"})               # ...one that runs now
-PARKED_ONLY = frozenset({"start"})                          # ...one that is parked
-MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
-REVISION_PARAMS = {"revisions": ("number", "diff"), "rollback": ("to",)}   # values that are revision numbers
-_REVISION_META = re.compile(r"^(?P<file>.+)\.(?P<number>[1-9][0-9]{0,8})\.json$")
 
 
 Hoist = Callable[[List[str]], Tuple[List[str], Optional[click.Option]]]
@@ -43,7 +37,8 @@ def _unchanged(args: List[str]) -> Tuple[List[str], Optional[click.Option]]:
 
 
 class _CpctlCompletion(ShellComplete):
-    """click's completion, plus global options after the command word and component names.
+    """click's completion of the words with the global options moved in front of the command word,
+    plus the global options after the command word.
 
     ``hoist`` is ``cli.main.hoist_global_options`` (given by ``respond``: this module does not
     import ``cli.main``, which imports it)."""
@@ -51,32 +46,84 @@ class _CpctlCompletion(ShellComplete):
     hoist: Hoist = staticmethod(_unchanged)
 
     def get_completions(self, args: List[str], incomplete: str) -> List[CompletionItem]:
-        from click.shell_completion import _resolve_context, _resolve_incomplete
         hoisted, dangling = self.hoist(list(args))
-        ctx = _resolve_context(self.cli, self.ctx_args, self.prog_name, hoisted)
-        if dangling is not None:                  # `cpctl status -o <TAB>`: the global option's values
-            if dangling.name == "hosts":
-                return [CompletionItem(name) for name in host_names(ctx, incomplete)]
-            return list(dangling.shell_complete(ctx, incomplete))
-        target, incomplete = _resolve_incomplete(ctx, hoisted, incomplete)
-        if isinstance(target, click.Option) and target.name == "hosts":
-            return [CompletionItem(name) for name in host_names(ctx, incomplete)]
-        if isinstance(target, click.Parameter) and target.name in REVISION_PARAMS.get(ctx.command.name or "", ()):
-            return [CompletionItem(number) for number in revision_numbers(ctx, incomplete, hoisted)]
-        if isinstance(target, click.Argument) and target.name in COMPONENT_PARAMS:
-            given = ctx.params.get(target.name) or ()
-            return [CompletionItem(name) for name in component_names(ctx, incomplete)
-                    if name not in (given if isinstance(given, tuple) else (given,))]
-        items = list(target.shell_complete(ctx, incomplete))
-        if isinstance(target, click.Command) and ctx.parent is not None and incomplete.startswith("-"):
-            items += _global_option_items(ctx, incomplete)
-        return items
+        token = completers.WORDS.set(tuple(hoisted))
+        try:
+            if dangling is not None:              # `cpctl status -o <TAB>`: the global option's values
+                root = self.cli.make_context(self.prog_name, _without_last(hoisted, dangling.opts),
+                                             resilient_parsing=True)
+                return list(dangling.shell_complete(root, incomplete))
+            items = super().get_completions(hoisted, incomplete)
+            if incomplete.startswith("-") and all(item.value.startswith("-") for item in items):
+                items += self._global_options(hoisted, incomplete, {item.value for item in items})
+            return items
+        finally:
+            completers.WORDS.reset(token)
+
+    def _global_options(self, args: List[str], incomplete: str, offered: set) -> List[CompletionItem]:
+        """The top-level group's options (accepted after the command word), minus the command's
+        own - when the cursor is on an option name of a command (not on an option's value)."""
+        ctx = _command_context(self.cli, self.prog_name, args)
+        if ctx is None or ctx.parent is None or _awaits_value(ctx, args):
+            return []
+        root = ctx.find_root().command
+        own = {name for param in ctx.command.get_params(ctx) for name in param.opts + param.secondary_opts}
+        return [CompletionItem(name, help=param.help) for param in root.params
+                if isinstance(param, click.Option) and not param.hidden
+                for name in param.opts + param.secondary_opts
+                if name.startswith(incomplete) and name not in own and name not in offered]
+
+
+def _without_last(args: List[str], spellings: List[str]) -> List[str]:
+    """``args`` without the last occurrence of one of ``spellings`` (the option waiting for its value)."""
+    for index in range(len(args) - 1, -1, -1):
+        if args[index] in spellings:
+            return args[:index] + args[index + 1:]
+    return args
+
+
+def _command_context(cli: click.Command, prog_name: str, args: List[str]) -> Optional[click.Context]:
+    """The context of the innermost command ``args`` name (public ``make_context`` and
+    ``resolve_command``; nothing is parsed into values, nothing invoked); None for an unknown name."""
+    ctx = cli.make_context(prog_name, [], resilient_parsing=True)
+    words = list(args)
+    while isinstance(ctx.command, click.Group):
+        words = _after_options(ctx, words)
+        if not words:
+            return ctx
+        name, command, _ = ctx.command.resolve_command(ctx, words)
+        if command is None or name is None:
+            return None
+        ctx = click.Context(command, parent=ctx, info_name=name, resilient_parsing=True)
+        words = words[1:]
+    return ctx
+
+
+def _after_options(ctx: click.Context, words: List[str]) -> List[str]:
+    """``words`` from the first one that is neither an option of ``ctx.command`` nor its value."""
+    takes = {spelling: param.nargs for param in ctx.command.get_params(ctx) if isinstance(param, click.Option)
+             and not param.is_flag and not param.count for spelling in param.opts + param.secondary_opts}
+    index = 0
+    while index < len(words) and words[index].startswith("-") and words[index] != "--":
+        index += 1 + takes.get(words[index], 0)
+    return words[index:]
+
+
+def _awaits_value(ctx: click.Context, args: List[str]) -> bool:
+    """Whether the last words of ``args`` are an option of ``ctx.command`` still missing a value."""
+    for param in ctx.command.get_params(ctx):
+        if isinstance(param, click.Option) and not param.is_flag and not param.count:
+            for back in range(1, max(param.nargs, 1) + 1):
+                if len(args) >= back and args[-back] in param.opts + param.secondary_opts:
+                    return True
+    return False
 
 
 class CpctlBashComplete(_CpctlCompletion, BashComplete):
     """bash (4.4 or later). click's script splits the answer with globbing on and adds each value
     unquoted (``COMPREPLY+=($value)``): a manifest named ``*.yaml`` would complete to the file
-    names of the current directory. This script reads the answer line by line into quoted values."""
+    names of the current directory. This script reads the answer line by line into quoted values,
+    and adds no space after a ``NAME=`` (``flags COMPONENT --set``: the value comes next)."""
 
     source_template = r"""%(complete_func)s() {
     local response line type value
@@ -92,6 +139,7 @@ class CpctlBashComplete(_CpctlCompletion, BashComplete):
             compopt -o default
         elif [[ $type == 'plain' ]]; then
             COMPREPLY+=("$value")
+            [[ $value == *= ]] && compopt -o nospace 2>/dev/null
         fi
     done <<< "$response"
     return 0
@@ -115,123 +163,6 @@ class CpctlFishComplete(_CpctlCompletion, FishComplete):
 
 COMPLETERS: Dict[str, Type[_CpctlCompletion]] = {"bash": CpctlBashComplete, "zsh": CpctlZshComplete,
                                                  "fish": CpctlFishComplete}
-
-
-def _global_option_items(ctx: click.Context, incomplete: str) -> List[CompletionItem]:
-    """The top-level group's options (accepted after the command word), minus the command's own."""
-    root = ctx.find_root().command
-    own = {name for param in ctx.command.get_params(ctx) for name in param.opts + param.secondary_opts}
-    return [CompletionItem(name, help=param.help) for param in root.params
-            if isinstance(param, click.Option) and not param.hidden
-            for name in param.opts + param.secondary_opts if name.startswith(incomplete) and name not in own]
-
-
-def component_names(ctx: click.Context, incomplete: str = "") -> List[str]:
-    """Component names starting with ``incomplete``: file stems (and kubeadm's short names) of the
-    effective manifests dir and of the parked manifests - only the running ones for stop/restart,
-    only the parked ones for start. Unreadable dirs give nothing."""
-    params = ctx.find_root().params
-    command = ctx.command.name or ""
-    names: Set[str] = set()
-    if command not in PARKED_ONLY:
-        names |= _names_in(manifests_dir(params))
-    if command not in PRESENT_ONLY:
-        names |= _names_in(os.path.join(params.get("state_dir") or "/var/lib/cpctl", "parked"))
-    return sorted(name for name in names if name.startswith(incomplete))
-
-
-def _first_argument(ctx: click.Context, args: List[str]) -> Optional[str]:
-    """The first positional word after the command word in ``args`` (click leaves the arguments
-    unparsed while an option still waits for its value: ``rollback scheduler --to <TAB>``)."""
-    name = ctx.command.name
-    if name not in args:
-        return None
-    takes_value = {opt for param in ctx.command.get_params(ctx) if isinstance(param, click.Option)
-                   and not param.is_flag for opt in param.opts + param.secondary_opts}
-    words = args[args.index(name) + 1:]
-    skip = False
-    for word in words:
-        if skip:
-            skip = False
-        elif word.startswith("-"):
-            skip = word in takes_value
-        else:
-            return word
-    return None
-
-
-def revision_numbers(ctx: click.Context, incomplete: str = "", args: Optional[List[str]] = None) -> List[str]:
-    """The numbers of the kept revisions of the COMPONENT already typed (``revisions COMPONENT
-    <TAB>``, ``--diff``, ``rollback --to``), oldest first: from the names in ``STATE/revisions``
-    (no metadata is read)."""
-    from cpctl.core.manifests import ALIASES
-    component = ctx.params.get("component") or _first_argument(ctx, args or [])
-    if not isinstance(component, str) or not component:
-        return []
-    wanted = {component, ALIASES.get(component, component), _stem(component) or component}
-    directory = os.path.join(ctx.find_root().params.get("state_dir") or "/var/lib/cpctl", "revisions")
-    try:
-        entries = os.listdir(directory)
-    except OSError:
-        return []
-    numbers = set()
-    for entry in entries:
-        match = _REVISION_META.match(entry)
-        if match and (match.group("file") in wanted or _stem(match.group("file")) in wanted):
-            numbers.add(int(match.group("number")))
-    return [str(n) for n in sorted(numbers) if str(n).startswith(incomplete)]
-
-
-def host_names(ctx: click.Context, incomplete: str = "") -> List[str]:
-    """``-H`` values: the host and group names (and ``all``) of the inventory given with ``-i`` or
-    $CPCTL_INVENTORY; after a comma, the next name of the list. Nothing without an inventory."""
-    from cpctl.fleet.inventory import load_inventory
-    path = ctx.find_root().params.get("inventory") or os.environ.get("CPCTL_INVENTORY")
-    if not path:
-        return []
-    inventory = load_inventory(str(path))
-    done, _, last = incomplete.rpartition(",")
-    prefix = done + "," if done else ""
-    given = set(done.split(",")) if done else set()
-    names = ["all"] + sorted(inventory.groups.keys() - {"all"}) + [h.name for h in inventory.hosts]
-    return [prefix + name for name in dict.fromkeys(names) if name.startswith(last) and name not in given]
-
-
-def manifests_dir(params: Dict[str, Any]) -> str:
-    """The manifests dir cpctl would use: ``--manifests-dir`` or $CPCTL_MANIFESTS_DIR, else the
-    kubelet's staticPodPath (its config under ``--kubelet-dir``), else kubeadm's default."""
-    from cpctl.core import identity
-    if params.get("manifests_dir"):
-        return str(params["manifests_dir"])
-    from cpctl.host.local import LocalHost
-    view = identity.read_kubelet(LocalHost(), params.get("kubelet_dir") or identity.DEFAULT_KUBELET_DIR)
-    return str(view.static_pod_path.value) if view.static_pod_path else identity.DEFAULT_MANIFESTS_DIR
-
-
-def _names_in(directory: str) -> Set[str]:
-    from cpctl.catalogue import ALIASES
-    short = {target: alias for alias, target in ALIASES.items()}
-    names: Set[str] = set()
-    try:
-        entries = os.listdir(directory)
-    except OSError:
-        return names
-    for entry in entries:
-        stem = _stem(entry)
-        if stem:
-            names.add(stem)
-            names.add(short.get(stem, stem))
-    return names
-
-
-def _stem(filename: str) -> Optional[str]:
-    """The component name of a manifest file (None for a dot file or another kind of file)."""
-    if filename.startswith(".") or not filename.isprintable():
-        return None
-    for suffix in MANIFEST_SUFFIXES:
-        if filename.endswith(suffix) and len(filename) > len(suffix):
-            return filename[: -len(suffix)]
-    return None
 
 
 @contextlib.contextmanager

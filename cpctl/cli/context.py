@@ -5,6 +5,7 @@ Only click and the standard library are imported here (``cpctl --help`` imports 
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import time
@@ -30,6 +31,25 @@ class CliState:
         self.census = "inventory"      # --census without -H/-i: "cluster" counts through this node's API server
         self.node_options: Tuple[str, ...] = ()   # with -H/-i: node options given on the command line (hints)
         self.change_lease: Optional["Holder"] = None   # the cluster's change lease, while this run holds it
+
+
+#: Set by the cpctl.controlplane collection to its task's private temp dir (removed when the task
+#: ends): the run is one task of an Ansible play, and its hints name no file under that dir.
+ANSIBLE_TASK_DIR = "CPCTL_ANSIBLE_TASK_DIR"
+
+
+def ansible_task_dir() -> Optional[str]:
+    """The temp dir of the Ansible task this run is, None outside Ansible (:data:`ANSIBLE_TASK_DIR`)."""
+    value = os.environ.get(ANSIBLE_TASK_DIR, "")
+    return os.path.realpath(value) if value else None
+
+
+def gone_after_task(path: Optional[str]) -> bool:
+    """Whether ``path`` is a file of the Ansible task (gone when the hint is read): never in a hint."""
+    task_dir = ansible_task_dir()
+    if not path or task_dir is None:
+        return False
+    return os.path.realpath(path).startswith(task_dir.rstrip("/") + "/")
 
 
 def state(ctx: click.Context) -> CliState:

@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING, Callable, Dict, Generic, List, Mapping, Option
 import click
 
 from cpctl.cli import registry
-from cpctl.cli.context import emit, fail, note, printable, progress_for, state
+from cpctl.cli.context import emit, fail, gone_after_task, note, printable, progress_for, state
 from cpctl.errors import CpctlError, ExitCode, interrupted_by
 
 if TYPE_CHECKING:                   # types only: the CLI loads these modules when a command runs
     from cpctl.core.node import Node
     from cpctl.fleet.inventory import HostSpec
     from cpctl.fleet.runner import HostResult
+    from cpctl.fleet.targets import RemoteOptions
     from cpctl.host.base import Host
     from cpctl.host.local import LocalHost
     from cpctl.host.sshconfig import SSHOptions
@@ -230,13 +231,22 @@ def host_invocation(ctx: click.Context, spec: "HostSpec") -> Tuple[str, ...]:
     cli_state = state(ctx)
     remote = cli_state.remote
     assert remote is not None
-    words = ["-i", remote.inventory, "-H", spec.name] if remote.inventory else ["-H", spec.target]
+    kept = remote.inventory and not gone_after_task(remote.inventory)
+    words = ["-i", remote.inventory or "", "-H", spec.name] if kept else ["-H", spec.target]
+    return tuple(words + _ssh_files(remote)) + cli_state.node_options
+
+
+def _ssh_files(remote: "RemoteOptions") -> List[str]:
+    """``--ssh-config``/``--known-hosts`` as given, for a hint; not a file of the Ansible task this run
+    is (``context.gone_after_task``: the collection's temp files are gone when the hint is read)."""
     options = remote.ssh_options
-    if options is not None and options.ssh_config:
+    words: List[str] = []
+    if options is not None and options.ssh_config and not gone_after_task(options.ssh_config):
         words += ["--ssh-config", options.ssh_config]
     for known in (options.known_hosts or []) if options is not None else []:
-        words += ["--known-hosts", known]
-    return tuple(words) + cli_state.node_options
+        if not gone_after_task(known):
+            words += ["--known-hosts", known]
+    return words
 
 
 def run_hint(ctx: click.Context, *words: str) -> str:
@@ -247,14 +257,13 @@ def run_hint(ctx: click.Context, *words: str) -> str:
     remote = cli_state.remote
     if remote is None:
         return command_hint((), *words)
-    selection = (["-i", remote.inventory] if remote.inventory else []) + (["-H", ",".join(remote.hosts)]
-                                                                          if remote.hosts else [])
-    options = remote.ssh_options
-    if options is not None and options.ssh_config:
-        selection += ["--ssh-config", options.ssh_config]
-    for known in (options.known_hosts or []) if options is not None else []:
-        selection += ["--known-hosts", known]
-    return command_hint(tuple(selection) + cli_state.node_options, *words)
+    if remote.inventory and gone_after_task(remote.inventory):
+        from cpctl.fleet.targets import select_specs
+        selection = ["-H", ",".join(spec.target for spec in select_specs(remote))]
+    else:
+        selection = (["-i", remote.inventory] if remote.inventory else []) + (["-H", ",".join(remote.hosts)]
+                                                                              if remote.hosts else [])
+    return command_hint(tuple(selection + _ssh_files(remote)) + cli_state.node_options, *words)
 
 
 def hint_for(ctx: click.Context, host: str, *words: str) -> str:

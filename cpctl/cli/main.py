@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 import click
 
-from cpctl.cli import registry
+from cpctl.cli import completers, registry
 from cpctl.cli.context import CliState, errors_as_json, fail, note
 from cpctl.probes.registry import CHOICES as PROBE_CHOICES
 
@@ -131,7 +131,7 @@ def _command_words(name: Optional[str], command: Any, rest: List[str]) -> str:
 @click.option("-o", "--output", type=click.Choice(["text", "json", "yaml", "wide"]), default="text", show_default=True,
               help="text; json or yaml: the result object (docs/json.md); wide: text with more columns "
                    "(status, history, revisions), as kubectl's.")
-@click.option("-H", "--host", "hosts", multiple=True, metavar="TARGET",
+@click.option("-H", "--host", "hosts", multiple=True, metavar="TARGET", shell_complete=completers.hosts,
               help="Run on [user@]host[:port] or an ssh_config alias (repeatable, or comma-separated); "
                    "with --inventory: host or group names.")
 @click.option("-i", "--inventory", envvar="CPCTL_INVENTORY", type=click.Path(dir_okay=False), default=None,
@@ -151,10 +151,11 @@ def _command_words(name: Optional[str], command: Any, rest: List[str]) -> str:
 @click.option("--serial", default="1", show_default=True, help="Hosts changed at a time (N or N%).")
 @click.option("--keep-going", is_flag=True, help="Continue a rolling change after a host failed.")
 @click.option("--census", type=click.Choice(["inventory", "cluster"]), default="inventory", show_default=True,
-              help="Where the etcd/API server quorum check counts: every inventory master, or the cluster "
-                   "itself through the selected master's API server (mirror pods), for callers that see one "
-                   "master at a time (Ansible's serial); cluster also serialises such changes per cluster. Without "
-                   "-H/-i, cluster counts through this node's own API server (default: no fleet check).")
+              help="Where the etcd/API server quorum check counts: every inventory master through its agent, or "
+                   "the cluster itself from the selected master - etcd's member list and each member's /health, "
+                   "each API server's /readyz (never mirror pods) - for callers that see one master at a time "
+                   "(Ansible's serial); cluster also serialises such changes per cluster. Without -H/-i, cluster "
+                   "counts from this node (default: no fleet check).")
 @click.option("--host-timeout", envvar="CPCTL_HOST_TIMEOUT", type=click.FloatRange(0.1, 86400), default=None,
               metavar="SECONDS", help="Give up on a host whose run takes longer (its connection is closed) "
                                       "[default: 60 for read-only commands, none for changes].")
@@ -325,7 +326,7 @@ def run(argv: Optional[List[str]] = None) -> int:
         return 130
     except click.UsageError as exc:
         from cpctl.errors import ExitCode
-        fail("%s (see: cpctl %s--help)" % (exc.format_message(), _usage_path(exc)), ExitCode.USAGE)
+        fail("%s (see: %s --help)" % (exc.format_message(), _usage_path(exc)), ExitCode.USAGE)
         return int(ExitCode.USAGE)
     except click.ClickException as exc:
         fail(exc.format_message(), exc.exit_code)
@@ -482,9 +483,9 @@ def _hoisted(argv: List[str], index: int, globals_: Spellings) -> Tuple[List[str
 
 
 def _usage_path(exc: click.UsageError) -> str:
-    if exc.ctx is None or exc.ctx.parent is None:
-        return ""
-    return str(exc.ctx.info_name) + " "
+    """The command whose ``--help`` explains a usage error: the whole path of words from ``cpctl``
+    (``cpctl lab etcdctl``, not ``cpctl etcdctl``, which does not exist)."""
+    return exc.ctx.command_path if exc.ctx is not None else "cpctl"
 
 
 def _failure(exc: Exception) -> int:

@@ -138,7 +138,7 @@ class ApplyOptions:
 @dataclass
 class ChangeResult:
     """What apply, edit, flags or rollback (or its dry run) did on one node: the fields of its JSON
-    answer (docs/json.md, tests/schemas/change.json), typed. ``plan`` is the change as one value
+    answer (docs/json.md, cpctl/schemas/change.json), typed. ``plan`` is the change as one value
     (``core.plan.Plan``): what the dry run would apply, what the real run applied; None when nothing
     was to change."""
 
@@ -748,8 +748,9 @@ def _settle(node: Node, target: PodTarget, result: WaitResult, options: ApplyOpt
     show = getattr(node.waiter, "progress", None)        # a verifying waiter's progress line
     while time.monotonic() < deadline:
         if callable(show):
-            show("verified; pod %s staying Ready, %.1fs of %gs" % (target.mirror_name, time.monotonic() - started,
-                                                                   options.settle))
+            # no "verified" before the verdict: a pod Ready now may still crash-loop and be rolled back
+            show("pod %s Ready; settling before the verdict, %.1fs of %gs" % (
+                target.mirror_name, time.monotonic() - started, options.settle))
         time.sleep(min(SETTLE_POLL, max(0.0, deadline - time.monotonic())))
         now = node.waiter.settle_view(target)
         if now is None:

@@ -169,17 +169,16 @@ def _text_map(value: object) -> Dict[str, str]:
 
 ALARM_HINT = ("see `etcdctl alarm list`; a CORRUPT member is removed and added again from a healthy member's "
               "data or the cluster restored from a snapshot (docs/etcd-restore.md), then the alarm disarmed")
-QUORUM_HINT = ("wait until the other members run again (cpctl -H HOST status), and change one master at a time "
-               "(--serial 1)")
 UNASKED_HINT = ("a member that could not be asked counts as not running: make its endpoint answer, or count "
                 "through each master's own agent (--census inventory with every master in the inventory)")
 
 
 def preflight(census: List[HostResult], targets: Set[str], verb: str, components: Sequence[str], serial: Serial,
-              force: bool, reason: Optional[str]) -> Optional[str]:
+              force: bool, reason: Optional[str], ansible: bool = False) -> Optional[str]:
     """Refuse (exit 4) what the rules forbid; return the reason to record (marked when forced).
-    The hint names the safe ways forward; ``--force`` stays documented in the help, never offered
-    here: it is exactly what loses quorum."""
+    The hint names the safe ways forward (:func:`quorum_hint`; ``ansible``: the run is one task of
+    an Ansible play); ``--force`` stays documented in the help, never offered here: it is exactly
+    what loses quorum."""
     stopping = set(guarded(components))
     if not stopping:
         return reason
@@ -189,11 +188,37 @@ def preflight(census: List[HostResult], targets: Set[str], verb: str, components
     problems = [p for p in (_problem(c, verb, fleet, set(at_once), stopping) for c in (ETCD, APISERVER)) if p]
     if problems and not force:
         unasked = any(m.unasked or not m.reachable for m in fleet)
+        parallel = verb != "stop" and len(at_once) > 1
+        hint = quorum_hint(fleet, [c for c in (ETCD, APISERVER) if _problem(c, verb, fleet, set(at_once), stopping)],
+                           parallel, ansible)
         raise CpctlError("refused: %s" % "; ".join(problems), ExitCode.REFUSED,
-                         hint=QUORUM_HINT + ("; " + UNASKED_HINT if unasked else ""))
+                         hint="; ".join(filter(None, (hint, UNASKED_HINT if unasked else ""))))
     if problems:
         return "[forced past: %s] %s" % ("; ".join(problems), reason or "")
     return reason
+
+
+def quorum_hint(fleet: List[Member], components: Sequence[str], parallel: bool, ansible: bool) -> str:
+    """What to do about a refusal, from what it is about: the members of ``components`` not
+    running now, by name (bring them back first); the masters this run changes at once when it is
+    parallel (one at a time: ``--serial 1``, under Ansible the play's ``serial: 1``); and when every
+    member runs and the run is not parallel, that the change alone is more than the cluster takes.
+    Nothing about waiting when everything runs, and never ``--force``."""
+    parts = []
+    for component in components:
+        is_member = [m for m in fleet if not m.reachable or component in m.states]
+        down = sorted(m.host for m in is_member if not m.runs(component, set()))
+        if down:
+            parts.append("%s does not run on %s: bring it back there first (%s), then run this again"
+                         % (component, ", ".join(down), "a static_pod task with state: started" if ansible
+                            else "cpctl start %s on that master; cpctl status shows why" % component))
+        elif not parallel:
+            tolerated = (len(is_member) - 1) // 2 if component == ETCD else len(is_member) - 1
+            parts.append("%s runs on all %d members now: this change alone would take down more than the %d "
+                         "the cluster can lose" % (component, len(is_member), tolerated))
+    if parallel:
+        parts.append("change one master at a time (%s)" % ("serial: 1 in the play" if ansible else "--serial 1"))
+    return "; ".join(parts)
 
 
 def _problem(component: str, verb: str, fleet: List[Member], down: Set[str], stopping: Set[str]) -> str:

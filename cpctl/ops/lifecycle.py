@@ -179,7 +179,7 @@ def _why(exc: BaseException) -> str:
 
 
 class LifecyclePlan(TypedDict):
-    """stop/start/restart ``--dry-run``'s answer (docs/json.md, tests/schemas/plan.json)."""
+    """stop/start/restart ``--dry-run``'s answer (docs/json.md, cpctl/schemas/plan.json)."""
 
     node: str
     dry_run: bool

@@ -138,3 +138,43 @@ def test_real_bash_sources_the_script_and_completes(node: NodeDirs) -> None:
     proc = subprocess.run(["bash", "--norc", "-c", script], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stderr == "", proc
     assert proc.stdout.splitlines() == ["stop: scheduler", "output: text json yaml wide"]
+
+
+def test_set_completes_the_catalogues_known_flags_and_unset_the_manifests(node: NodeDirs) -> None:
+    """Issue 48: ``flags COMPONENT --set <TAB>`` offers ``NAME=`` for the flags the catalogue knows
+    the component's binary has (core.knownflags, for etcd by its image's release); ``--unset`` the
+    flags its manifest has (the parked copy's with --parked), minus those already given."""
+    from cpctl.core.knownflags import ETCD_35, ETCD_36_ONLY, KUBE_SCHEDULER
+    env = node.env()
+    offered = values("cpctl flags scheduler --set ", env)
+    assert offered == ["%s=" % name for name in sorted(KUBE_SCHEDULER - {"help"})]
+    assert values("cpctl flags kube-scheduler --set leader-elect-res", env) == [
+        "leader-elect-resource-lock=", "leader-elect-resource-name=",
+        "leader-elect-resource-namespace="]
+    assert values("cpctl flags scheduler --set profiling=", env) == []       # the value is the user's
+    etcd = set(values("cpctl flags etcd --set ", env))                      # the fixture runs etcd 3.5
+    assert {"%s=" % name for name in ETCD_35} - {"help="} <= etcd and not etcd & {"%s=" % n for n in ETCD_36_ONLY}
+    assert values("cpctl flags scheduler --unset ", env) == ["kubeconfig", "leader-elect"]
+    assert values("cpctl flags scheduler --unset kubeconfig --unset ", env) == ["leader-elect"]
+    assert values("cpctl -o json flags scheduler --container nope --unset ", env) == []   # no such container
+    assert values("cpctl flags my-pod --unset ", env) == [] and values("cpctl flags my-pod --set ", env) == []
+    node.run("stop", "scheduler")
+    assert values("cpctl flags scheduler --unset ", env) == []              # not in the dir any more
+    assert values("cpctl flags scheduler --parked --unset ", env) == ["kubeconfig", "leader-elect"]
+    assert "--set" in values("cpctl flags scheduler --s", env)              # option names still complete
+
+
+def test_completion_uses_only_clicks_public_api() -> None:
+    """Issue 48: no private click name (``_resolve_context``...) in the completion modules: the
+    shells' classes override ShellComplete's public methods, parameters use ``shell_complete=``."""
+    import ast
+    import inspect
+
+    from cpctl.cli import completers, completion
+    for module in (completion, completers):
+        tree = ast.parse(inspect.getsource(module))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("click"):
+                assert not [a.name for a in node.names if a.name.startswith("_")], (module, node.module)
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "click":
+                assert not node.attr.startswith("_"), node.attr

@@ -43,4 +43,7 @@ def test_is_running_answers_with_its_exit_code(lab: Any) -> None:
     no = run_cpctl(lab, "is-running", "scheduler", "apiserver")
     assert no.returncode == 1 and "kube-scheduler: parked" in no.stdout
     assert no.stderr.strip() == "cpctl: not running: kube-scheduler (parked)"
-    assert json.loads(run_cpctl(lab, "-o", "json", "is-running", "scheduler").stdout)["running"] is False
+    answer = run_cpctl(lab, "-o", "json", "is-running", "scheduler")
+    # with -o json the answer is stdout only: exit 1, "running": false, nothing on stderr (issue 48)
+    assert answer.returncode == 1 and answer.stderr == "", answer.stderr
+    assert json.loads(answer.stdout)["running"] is False

@@ -1,8 +1,9 @@
 """Issue #37: one JSON shape per command, local or remote, checked against its JSON Schema
-(tests/schemas/NAME.json; docs/json.md is the prose). A no-op or a dry run has every field - null
-where there is no value - and a dry run says what a real run would change (``would_change``) next
-to what it changed (``changed``: nothing). Every command of the registry (and of the lab plugin)
-has a schema here, or says why it prints text only (and then refuses ``-o json``, exit 2).
+(cpctl/schemas/NAME.json, shipped in the wheel and sdist; docs/json.md is the prose). A no-op or a
+dry run has every field - null where there is no value - and a dry run says what a real run would
+change (``would_change``) next to what it changed (``changed``: nothing). Every command of the
+registry (and of the lab plugin) has a schema here, or says why it prints text only (and then
+refuses ``-o json``, exit 2).
 
 The commands run on the lab's master locally and, where they may, through ``-H`` (a real sshd on
 127.0.0.1): the remote host's ``data`` is validated against the same schema as the local answer and
@@ -28,7 +29,7 @@ from tests.labfixture import kubectl
 from tests.remoteutil import Cli, clean_env
 from tests.sshfixture import SSHServer
 
-SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
+SCHEMAS = Path(__file__).resolve().parents[2] / "cpctl" / "schemas"
 pytestmark = pytest.mark.timeout(300)
 
 #: command path -> the schemas of its ``-o json`` answers (several: a dry run, a listing...). Every
@@ -100,6 +101,38 @@ def test_every_command_has_a_schema_or_says_why_it_prints_text() -> None:
     for name in named:
         schema(name)
         assert '"%s"' % name in checks, "schema %s is checked against no answer" % name
+
+
+def _object_schemas(node: Any, path: str) -> Iterator[Tuple[str, Dict[str, Any]]]:
+    """Every subschema of ``node`` that describes a JSON object (not an ``if`` test), with its path."""
+    if isinstance(node, dict):
+        kind = node.get("type")
+        if kind == "object" or (isinstance(kind, list) and "object" in kind) or "properties" in node:
+            yield path, node
+        for key, value in node.items():
+            if key not in ("if", "then", "else", "not"):
+                yield from _object_schemas(value, "%s/%s" % (path, key))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from _object_schemas(value, "%s/%d" % (path, index))
+
+
+def test_every_schema_is_closed_where_the_shape_is_cpctls() -> None:
+    """Issue 48: each object in every schema file (any added later too) says what else it may hold:
+    ``additionalProperties: false`` - a field cpctl emits that the schema does not describe fails
+    the real answers below -, or the schema of a map's values, or ``true`` with a ``$comment``
+    saying whose shape it is. The schemas ship in the package (cpctl/schemas/); none is left in the
+    old tests/schemas/ (a schema added there is not checked: move it)."""
+    open_ones = []
+    for path in sorted(SCHEMAS.glob("*.json")):
+        for where, node in _object_schemas(schema(path.stem), path.name):
+            extra = node.get("additionalProperties", node.get("unevaluatedProperties"))
+            if extra is None or (extra is True and not node.get("$comment")):
+                open_ones.append(where)
+    assert not open_ones, "object schemas that do not say what else they hold: %s" % open_ones
+    old = Path(__file__).resolve().parents[1] / "schemas"
+    assert not list(old.glob("*.json")), "schemas live in cpctl/schemas/ (shipped in the wheel): move %s" % (
+        [p.name for p in old.glob("*.json")])
 
 
 class Both:

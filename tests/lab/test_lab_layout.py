@@ -114,7 +114,7 @@ def test_lab_up_on_an_old_layout_dir_says_so_and_starts_nothing(tmp_path: Path) 
     env["HOME"] = str(tmp_path)
     proc = subprocess.run([sys.executable, "-m", "cpctl", "lab", "up", "--dir", str(lab_dir)], env=env,
                           capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 1 and proc.stdout == "", (proc.stdout, proc.stderr)
+    assert proc.returncode == 7 and proc.stdout == "", (proc.stdout, proc.stderr)   # environment (README)
     (line,) = proc.stderr.splitlines()
     assert line.startswith(f"cpctl lab: {lab_dir} was laid out by an older cpctl lab (manifests-lab-master1;")
     assert f"remove {lab_dir} or use another --dir" in line

@@ -56,7 +56,7 @@ def test_sigterm_while_waiting_puts_the_previous_version_back(lab: Any, tmp_path
                                  _write(tmp_path, good, "good.yaml"), "--timeout", "120", "--settle", "120"],
                                 env=env, stdout=subprocess.PIPE, stderr=err_file, text=True)
         try:
-            wait_for(lambda: "staying Ready" in _read(err_path).decode(), 90, "the settle under way")
+            wait_for(lambda: "settling before the verdict" in _read(err_path).decode(), 90, "the settle under way")
         finally:
             proc.send_signal(signal.SIGINT)
             out, _ = proc.communicate(timeout=60)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Mapping, Optio
 
 import click
 
+from cpctl.cli import completers
 from cpctl.cli.context import note, state
 from cpctl.cli.fanout import execute, local_host
 from cpctl.errors import CpctlError, ExitCode
@@ -177,7 +178,7 @@ def armed_text(text_of: Callable[[Dict[str, object]], str]) -> Callable[[Dict[st
 
 
 @click.command()
-@click.argument("component", required=False)
+@click.argument("component", required=False, shell_complete=completers.components)
 @click.option("--all", "everything", is_flag=True, help="Confirm every unconfirmed change of the node.")
 @click.option("--reason", default=None, help="Why (recorded in history).")
 @click.pass_context
@@ -197,7 +198,7 @@ def confirm(ctx: click.Context, component: Optional[str], everything: bool, reas
 
 
 @click.command("revert-unconfirmed")
-@click.argument("component", required=False)
+@click.argument("component", required=False, shell_complete=completers.components)
 @click.option("--overdue", is_flag=True,
               help="Revert every unconfirmed change past its deadline by the node's clock (a timer lost with a "
                    "node without systemd): the step the shipped cpctl-check.service runs every 5 minutes.")

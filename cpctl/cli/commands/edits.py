@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, 
 
 import click
 
+from cpctl.cli import completers
 from cpctl.cli.commands.confirm import ChangeAction, NodeAction, armed_text, confirm_options, guarded, parse_confirm
 from cpctl.cli.commands.lifecycle import check_reason, guarded_reason, reason_option
 from cpctl.cli.context import note, printable
@@ -303,7 +304,7 @@ def _read_new(source: str) -> bytes:
 
 
 @click.command()
-@click.argument("component")
+@click.argument("component", shell_complete=completers.components)
 @click.option("-f", "--filename", "source", required=True, help="The new manifest (- reads stdin).")
 @parked_option
 @keep_in_option
@@ -348,9 +349,11 @@ def apply(ctx: click.Context, component: str, source: str, parked: bool, keep_in
 
 
 @click.command()
-@click.argument("component")
-@click.option("--set", "sets", multiple=True, metavar="NAME=VALUE", help="Set --NAME=VALUE (repeatable).")
-@click.option("--unset", "unsets", multiple=True, metavar="NAME", help="Remove --NAME (repeatable).")
+@click.argument("component", shell_complete=completers.components)
+@click.option("--set", "sets", multiple=True, metavar="NAME=VALUE",
+              shell_complete=completers.set_flags, help="Set --NAME=VALUE (repeatable).")
+@click.option("--unset", "unsets", multiple=True, metavar="NAME",
+              shell_complete=completers.unset_flags, help="Remove --NAME (repeatable).")
 @click.option("--container", default=None, help="The container (default: the only one, or the one named like the pod).")
 @click.option("--mount", is_flag=True,
               help="For each --set value that is an absolute path the container does not see: add a hostPath "
@@ -435,8 +438,8 @@ def _list_flags(ctx: click.Context, component: str, container: Optional[str], pa
 
 
 @click.command()
-@click.argument("component")
-@click.option("--to", "to", type=click.IntRange(1), default=None,
+@click.argument("component", shell_complete=completers.components)
+@click.option("--to", "to", type=click.IntRange(1), default=None, shell_complete=completers.revisions,
               help="The revision to go back to (default: the newest earlier one that did not fail); one "
                    "marked failed needs --force.")
 @_change_options
@@ -461,9 +464,10 @@ def rollback(ctx: click.Context, component: str, to: Optional[int], timeout: Opt
 
 
 @click.command()
-@click.argument("component")
-@click.argument("number", type=click.IntRange(1), required=False)
+@click.argument("component", shell_complete=completers.components)
+@click.argument("number", type=click.IntRange(1), required=False, shell_complete=completers.revisions)
 @click.option("--diff", "diff", type=click.IntRange(1), nargs=2, default=None, metavar="N M",
+              shell_complete=completers.revisions,
               help="Show what changed from revision N to revision M.")
 @click.pass_context
 def revisions(ctx: click.Context, component: str, number: Optional[int], diff: Optional[Tuple[int, int]]) -> None:
@@ -561,7 +565,7 @@ EDITOR_GRACE = 5.0              # seconds between SIGTERM and SIGKILL for an edi
 
 
 @click.command()
-@click.argument("component")
+@click.argument("component", shell_complete=completers.components)
 @click.option("-y", "--yes", is_flag=True, help="Apply without asking after the diff.")
 @click.option("--editor-timeout", type=click.FloatRange(1, 86400), default=EDITOR_TIMEOUT, show_default=True,
               envvar="CPCTL_EDITOR_TIMEOUT",

@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tupl
 
 import click
 
-from cpctl.cli.context import state
+from cpctl.cli import completers
+from cpctl.cli.context import ansible_task_dir, state
 from cpctl.cli.fanout import census, execute
 from cpctl.cli.render import outcomes_text, plan_text
 
@@ -69,7 +70,8 @@ def guarded_reason(ctx: click.Context, verb: str, components: List[str], force: 
         from cpctl.cli.fanout import hold_change_lease
         hold_change_lease(ctx, required=False)
     targets = {spec.name for spec in select_specs(remote)}
-    return fleetsafety.preflight(census(ctx), targets, verb, components, remote.serial, force, reason)
+    return fleetsafety.preflight(census(ctx), targets, verb, components, remote.serial, force, reason,
+                                 ansible=ansible_task_dir() is not None)
 
 
 def cluster_guarded_reason(ctx: click.Context, verb: str, components: List[str], force: bool,
@@ -95,7 +97,8 @@ def cluster_guarded_reason(ctx: click.Context, verb: str, components: List[str],
             raise
         return "[forced past: %s] %s" % (exc.message, reason or "")
     serial = remote.serial if remote is not None else parse_serial(1)
-    decided = fleetsafety.preflight(results, targets, verb, components, serial, force, reason)
+    decided = fleetsafety.preflight(results, targets, verb, components, serial, force, reason,
+                                    ansible=ansible_task_dir() is not None)
     from cpctl.cli.context import note
     for alarm in fleetsafety.alarm_notes(results):     # NOSPACE: the restarts that fix it go on
         note("etcd alarm %s is active: `etcdctl alarm list`; raise --quota-backend-bytes or defragment, then "
@@ -182,7 +185,7 @@ def _where_is(placement: "Placement", verb: str) -> str:
 
 
 @click.command()
-@click.argument("components", nargs=-1, required=True)
+@click.argument("components", nargs=-1, required=True, shell_complete=completers.components)
 @reason_option
 @click.option("--for", "duration", default=None,
               help="How long it may stay parked (e.g. 30m, 2h): a reminder, nothing starts it by itself - past it "
@@ -218,7 +221,7 @@ def stop(ctx: click.Context, components: Tuple[str, ...], reason: Optional[str],
 
 
 @click.command()
-@click.argument("components", nargs=-1)
+@click.argument("components", nargs=-1, shell_complete=completers.components)
 @click.option("--all-parked", is_flag=True,
               help="Start every parked manifest: etcd, apiserver, controller-manager, scheduler, then the others.")
 @wait_option
@@ -258,7 +261,7 @@ class _ComponentsOrStaleCerts(click.Command):
 
 
 @click.command(cls=_ComponentsOrStaleCerts)
-@click.argument("components", nargs=-1)
+@click.argument("components", nargs=-1, shell_complete=completers.components)
 @click.option("--stale-certs", is_flag=True,
               help="Restart exactly the components that still use an old certificate (see `cpctl certs`).")
 @reason_option

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Dict, Optional
 
 import click
 
+from cpctl.cli import completers
 from cpctl.cli.context import note
 from cpctl.cli.fanout import execute
 
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 
 
 @click.command()
-@click.argument("component")
+@click.argument("component", shell_complete=completers.components)
 @click.option("-p", "--previous", is_flag=True,
               help="The attempt before the newest one (why did it crash?). Through the API: the kubelet's "
                    "last terminated one, like kubectl logs --previous.")

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Tuple, TypedDic
 
 import click
 
+from cpctl.cli import completers
 from cpctl.cli.fanout import execute
 from cpctl.cli.render import history_text, status_text
 
@@ -14,7 +15,7 @@ if TYPE_CHECKING:
 
 
 @click.command()
-@click.argument("components", nargs=-1)
+@click.argument("components", nargs=-1, shell_complete=completers.components)
 @click.option("-w", "--watch", is_flag=True,
               help="After the table, print a component's row again each time it changes (its file, pod, restarts "
                    "or last change), like kubectl get -w; Ctrl-C ends it (exit 0). This machine only.")
@@ -87,7 +88,7 @@ def _watched(row: Mapping[str, object]) -> Tuple[object, ...]:
 
 
 @click.command()
-@click.argument("component", required=False)
+@click.argument("component", required=False, shell_complete=completers.components)
 @click.option("-l", "--limit", type=click.IntRange(0, 100000), default=50, show_default=True,
               help="Newest N records (0: all).")
 @click.pass_context
@@ -114,7 +115,7 @@ class Running(TypedDict):
 
 
 @click.command("is-running")
-@click.argument("components", nargs=-1, required=True)
+@click.argument("components", nargs=-1, required=True, shell_complete=completers.components)
 @click.pass_context
 def is_running(ctx: click.Context, components: Tuple[str, ...]) -> None:
     """Exit 0 when every COMPONENT's pod is running and Ready (on every selected master), else 1.
@@ -122,6 +123,7 @@ def is_running(ctx: click.Context, components: Tuple[str, ...]) -> None:
     For scripts, like `systemctl is-active`: one word per component - running, not-ready, absent,
     unknown (nothing could look), parked or invalid - and the exit code says whether all run.
     """
+    from cpctl.cli.context import state
     from cpctl.core import views
     from cpctl.errors import CpctlError, ExitCode
 
@@ -136,5 +138,7 @@ def is_running(ctx: click.Context, components: Tuple[str, ...]) -> None:
     shown = execute(ctx, action, text)
     down = ["%s%s (%s)" % ("%s: " % data["node"] if len(shown) > 1 else "", name, word)
             for data in shown for name, word in data["components"].items() if word != "running"]
+    if down and state(ctx).output in ("json", "yaml"):
+        ctx.exit(int(ExitCode.DRIFT))      # the answer is the document on stdout: nothing on stderr
     if down:
         raise CpctlError("not running: %s" % ", ".join(down), ExitCode.DRIFT)

@@ -186,6 +186,9 @@ class CpctlAction(ActionBase):
         itself (on this node). A run that exits 0 without a JSON answer is an error too."""
         argv = self._base_argv(task_vars) + list(args)
         env = {k: v for k, v in os.environ.items() if k not in DROPPED_ENV}
+        # this task's temp dir (its inventory, ssh_config): cpctl's hints name no file in it, and speak
+        # of the play (serial: 1) instead of cpctl's own options
+        env["CPCTL_ANSIBLE_TASK_DIR"] = self._workdir
         try:
             proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout, check=False,
                                   stdin=subprocess.DEVNULL)

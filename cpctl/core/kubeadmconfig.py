@@ -432,7 +432,7 @@ class Drop:
     """One thing the next ``kubeadm upgrade`` would render differently from what runs, and the command
     that keeps it (``critical``: etcd's data would be left behind)."""
 
-    kind: str                     # "flags", "volumes", "data_dir", "patch"
+    kind: str                     # "flags", "volumes", "data_dir", "patch", "adds" (flags/volumes it renders anew)
     text: str
     fix: str
     items: List[str] = field(default_factory=list)
@@ -591,7 +591,20 @@ def next_upgrade_drops(pod: Mapping[str, object], index: int, config: Dict[str, 
                                             "keeps each; kubectl -n kube-system edit cm kubeadm-config)"
                                             % sorted(repeated)[0])
         drops.append(Drop("flags", "drops or resets %s" % " ".join(items), fix, items))
+    added = _added_flags(running, future, component)
+    if added:
+        drops.append(Drop("adds", "renders %s, which does not run now (from the ClusterConfiguration's %s.extraArgs%s)"
+                          % (" ".join(added), section_of(component), " or a patch file" if patches else ""),
+                          "if it should not run, remove it there (kubectl -n kube-system edit cm kubeadm-config%s); "
+                          "if it should, %s %s" % (" / the patch file" if patches else "", command("flags", name),
+                                                   " ".join("--set %s" % quote(i[2:]) for i in added)), added))
     now, then = host_volumes(pod, running), host_volumes(rendered, future)
+    new_volumes = [v for n, v in then.items() if n not in now and not (component == catalogue.ETCD and n == ETCD_DATA)]
+    for vol in new_volumes:
+        drops.append(Drop("adds", "mounts hostPath volume %s (%s -> %s), which is not mounted now"
+                          % (vol["name"], vol["hostPath"], vol["mountPath"]),
+                          "if it should not be mounted, remove it from %s.extraVolumes (kubectl -n kube-system edit cm "
+                          "kubeadm-config)" % section_of(component), [str(vol["name"])]))
     gone = [v for n, v in now.items() if then.get(n) != v and not (component == catalogue.ETCD and n == ETCD_DATA)]
     for vol in gone:
         users = [f for f in flagtools.flags_of(running) if (f.value or "").startswith("/")
@@ -610,6 +623,17 @@ def next_upgrade_drops(pod: Mapping[str, object], index: int, config: Dict[str, 
         if drop is not None:
             drops.append(drop)
     return drops
+
+
+def _added_flags(running: Mapping[str, object], future: Mapping[str, object], component: str) -> List[str]:
+    """``--name=value`` items the render has and what runs has not (a flag it would add, or the new
+    value of one it would change): a kept flag whose change was undone, or someone else's edit of
+    the ClusterConfiguration, appears at the next upgrade. kubeadm's default for a flag cpctl changed
+    is not known here (that one is a reset, reported as dropped)."""
+    now = [(f.name, f.value if f.value is not None else "true") for f in flagtools.flags_of(running)]
+    return [_item(f) for f in flagtools.flags_of(future)
+            if (f.name, f.value if f.value is not None else "true") not in now and f.value != "<kubeadm's default>"
+            and not (component == catalogue.ETCD and f.name == "data-dir")]
 
 
 def _data_dir_drop(pod: Mapping[str, object], running: Mapping[str, object], rendered: Mapping[str, object],

@@ -789,3 +789,39 @@ def test_the_dry_run_plan_is_what_the_real_run_applies_and_its_inverse_undoes_ev
     cfg = cluster_config(handle)
     assert _scheduler_args(cfg) == {"v": "3"} and cfg.get("apiServer", {}).get("extraVolumes") is None, cfg
     assert not [a for a, _ in kc.extra_args(cfg, "apiServer") if a.startswith("audit-")], cfg
+
+
+# --- patches as kubeadm applies them (issue 49 item 2) --------------------------------------------------------
+def test_check_kubeadm_judges_every_rfc_6902_operation_as_kubeadm_does(lab_factory: Any) -> None:
+    """A valid ``copy`` (and ``move``) in a patch file is applied as kubeadm applies it - by a real RFC 6902
+    implementation - not reported as "the next kubeadm upgrade fails"; a ``test`` that does not hold still is."""
+    handle = lab_factory()
+    patches = handle.root_dir() / "etc/kubernetes/patches"
+    patches.mkdir(parents=True, exist_ok=True)
+    good = [{"op": "add", "path": "/metadata/annotations", "value": {"a": "x"}},
+            {"op": "copy", "from": "/metadata/annotations/a", "path": "/metadata/annotations/b"},
+            {"op": "move", "from": "/metadata/annotations/a", "path": "/metadata/annotations/c"}]
+    (patches / "kube-scheduler+json.yaml").write_text(yaml.safe_dump(good))
+    assert not [f for f in kubeadm_findings(handle) if f["kind"] == "kubeadm_patch_fails"]
+    proc = upgrade(handle, "--patches", "/etc/kubernetes/patches")
+    assert proc.returncode == 0, proc.stderr
+    pod = yaml.safe_load((handle.manifests_dir() / "kube-scheduler.yaml").read_text())
+    assert pod["metadata"]["annotations"] == {"b": "x", "c": "x"}
+    bad = good + [{"op": "test", "path": "/metadata/annotations/b", "value": "y"}]
+    (patches / "kube-scheduler+json.yaml").write_text(yaml.safe_dump(bad))
+    fails = [f for f in kubeadm_findings(handle) if f["kind"] == "kubeadm_patch_fails"]
+    assert len(fails) == 1 and fails[0]["component"] == "kube-scheduler", fails
+
+
+def test_apply_json_patch_is_rfc_6902() -> None:
+    doc = {"spec": {"containers": [{"command": ["kube-scheduler", "--v=2"]}]}}
+    ops = [{"op": "copy", "from": "/spec/containers/0/command/1", "path": "/spec/containers/0/command/-"},
+           {"op": "move", "from": "/spec/containers/0/command/2", "path": "/spec/containers/0/command/1"}]
+    assert kc.apply_json_patch(doc, ops) == {"spec": {"containers": [{"command": ["kube-scheduler", "--v=2",
+                                                                                   "--v=2"]}]}}
+    assert doc == {"spec": {"containers": [{"command": ["kube-scheduler", "--v=2"]}]}}       # a copy is patched
+    for bad in ([{"op": "test", "path": "/spec/containers/0/command/7", "value": "--v=7"}],
+                [{"op": "test", "path": "/spec/containers/0/command/1", "value": "--v=7"}],
+                [{"op": "frobnicate", "path": "/spec"}], [{"path": "/spec"}]):
+        with pytest.raises(kc.PatchFailed):
+            kc.apply_json_patch(doc, bad)

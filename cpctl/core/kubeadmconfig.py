@@ -60,6 +60,7 @@ KUBEADM_FLAGS = {
         peer-client-cert-auth peer-key-file peer-trusted-ca-file snapshot-count trusted-ca-file""".split()),
 }
 DEFAULT_PATCHES = "patches"          # below the manifests dir's parent: /etc/kubernetes/patches
+UNKNOWN_DEFAULT = "<kubeadm's default>"   # render_next: the value kubeadm renders for its own flag cpctl changed
 
 
 @dataclass
@@ -484,7 +485,7 @@ def render_next(pod: Mapping[str, object], index: int, config: Dict[str, object]
         if f.name in ours and f.name not in extra_names:
             value = f.value if f.value is not None else "true"
             if f.name in changed_by_cpctl:
-                value = tested.get(f.name, "<kubeadm's default>")
+                value = tested.get(f.name, UNKNOWN_DEFAULT)
             if component == catalogue.ETCD and f.name == "data-dir":
                 value = data_dir(config)
             args.append((f.name, value))
@@ -592,7 +593,7 @@ def _added_flags(running: Mapping[str, object], future: Mapping[str, object], co
     is not known here (that one is a reset, reported as dropped)."""
     now = [(f.name, f.value if f.value is not None else "true") for f in flagtools.flags_of(running)]
     return [_item(f) for f in flagtools.flags_of(future)
-            if (f.name, f.value if f.value is not None else "true") not in now and f.value != "<kubeadm's default>"
+            if (f.name, f.value if f.value is not None else "true") not in now and f.value != UNKNOWN_DEFAULT
             and not (component == catalogue.ETCD and f.name == "data-dir")]
 
 
@@ -679,7 +680,8 @@ def patch_ops(existing: Sequence[Mapping[str, object]], index: int, old: Mapping
             ops.append({"op": "test", "path": path, "value": _item(before[name])})
             ops.append({"op": "replace", "path": path, "value": item})
         else:
-            where = after[name].where if name in after else "command"
+            where = after[name].where if name in after and isinstance(old.get(after[name].where), list) \
+                else "command"          # kubeadm renders every flag into command (no args list)
             ops.append({"op": "add", "path": "%s%s/-" % (base, where), "value": item})
     for name in change.unsets:
         if name in before:

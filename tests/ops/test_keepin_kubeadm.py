@@ -792,6 +792,28 @@ def test_the_dry_run_plan_is_what_the_real_run_applies_and_its_inverse_undoes_ev
 
 
 # --- patches as kubeadm applies them (issue 49 item 2) --------------------------------------------------------
+def test_keep_in_patches_builds_its_ops_against_what_kubeadm_renders(lab_factory: Any) -> None:
+    """After ``flags scheduler --set v=7`` (in the manifest only), ``--set v=2 --keep-in patches`` used to
+    write a ``test "--v=7"`` at the index --v=7 has in the manifest: kubeadm renders from the
+    ClusterConfiguration, where there is no --v, and the next ``kubeadm upgrade --patches`` failed ("index
+    out of bounds"). The ops are built against ``render_next``: an ``add`` of --v=2."""
+    handle = lab_factory()
+    proc = run_cpctl(handle, "flags", "scheduler", "--set", "v=7", *FAST)
+    assert proc.returncode == 0, proc.stderr
+    proc = run_cpctl(handle, "flags", "scheduler", "--set", "v=2", "--set", "bind-address=0.0.0.0",
+                     "--keep-in", "patches", *FAST)
+    assert proc.returncode == 0, proc.stderr
+    patch = handle.root_dir() / "etc/kubernetes/patches/kube-scheduler+json.yaml"
+    ops = yaml.safe_load(patch.read_text())
+    assert {"op": "add", "path": "/spec/containers/0/command/-", "value": "--v=2"} in ops, ops
+    assert not [o for o in ops if o.get("value") == "--v=7"], ops
+    assert not [f for f in kubeadm_findings(handle) if f["kind"] == "kubeadm_patch_fails"]
+    proc = upgrade(handle, "--patches", "/etc/kubernetes/patches")
+    assert proc.returncode == 0, proc.stderr
+    after = command(handle, "kube-scheduler")
+    assert "--v=2" in after and "--v=7" not in after and "--bind-address=0.0.0.0" in after, after
+
+
 def test_check_kubeadm_judges_every_rfc_6902_operation_as_kubeadm_does(lab_factory: Any) -> None:
     """A valid ``copy`` (and ``move``) in a patch file is applied as kubeadm applies it - by a real RFC 6902
     implementation - not reported as "the next kubeadm upgrade fails"; a ``test`` that does not hold still is."""

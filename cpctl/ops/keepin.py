@@ -86,8 +86,11 @@ def patches_dir(node: Node, target: kc.KeepIn) -> str:
 
 # --- planning (reads only) -----------------------------------------------------------------------
 def plan(node: Node, component: str, old: bytes, new: bytes, change: kc.FlagChange,
-         targets: List[kc.KeepIn], container: Optional[str] = None) -> KeepPlan:
-    """What to write for ``targets``; refuses (nothing changed) what cannot be kept whole."""
+         targets: List[kc.KeepIn], container: Optional[str] = None,
+         config: Optional[Dict[str, object]] = None) -> KeepPlan:
+    """What to write for ``targets``; refuses (nothing changed) what cannot be kept whole. A patch file
+    is built against what kubeadm renders from the ClusterConfiguration: ``config``, else the planned
+    one (with ``kubeadm-config``), else the one in the API."""
     from cpctl.core import flags as flagtools
     section = kc.section_of(component)
     keep = KeepPlan(component, section, change)
@@ -110,7 +113,8 @@ def plan(node: Node, component: str, old: bytes, new: bytes, change: kc.FlagChan
             keep.config = _config_plan(_client(node), section, change, whole)
     for target in targets:
         if target.target == "patches":
-            config = kc.parse_config(keep.config.new) if keep.config is not None else read_cluster_config(node)
+            if config is None:
+                config = kc.parse_config(keep.config.new) if keep.config is not None else read_cluster_config(node)
             keep.patch = _patch_plan(node, component, old, new, change, patches_dir(node, target), container, whole,
                                      config)
     return keep

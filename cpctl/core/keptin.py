@@ -9,12 +9,14 @@ with the ``resourceVersion`` that write produced (recorded right after it).
 
 One rule puts it back (:func:`settle`): once the manifest holds the ``previous`` bytes again - a
 ``rollback``, an unconfirmed change's revert, an automatic rollback, a change interrupted or killed
-before its commit (the journal's recovery put the old bytes back) - the ClusterConfiguration text
-before the change is written back, **only** when the ConfigMap still holds cpctl's write (its
-``resourceVersion`` is the one cpctl's write produced; when cpctl was killed before it could record
-that: its text is cpctl's text). Someone else's later change is left in place and named. The record
-is dropped once the ConfigMap is put back or left to its new writer; an API that cannot be asked
-keeps it, and the next command tries again.
+before its commit (the journal's recovery put the old bytes back) - cpctl's own keys are put back in
+the ClusterConfiguration as it is then, by a three-way merge against what cpctl wrote (the way
+``kubectl apply`` uses its last-applied configuration: ``host.ops.config_undo``, the node-side revert's
+rule too): a key cpctl changed that still holds cpctl's value gets its value before back, what anyone
+else changed since (another flag, another section) stays. A key someone else changed too is a
+conflict: nothing is written, the record stays and every command says so until it is resolved. The
+record is dropped once cpctl's keys are back; an API that cannot be asked keeps it, and the next
+command tries again.
 
 It is representation-agnostic: the snapshot is the ClusterConfiguration TEXT, whatever ``keepin``
 changed in it (extraArgs, extraVolumes, ...).
@@ -30,6 +32,7 @@ import re
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Callable, List, Optional, Tuple
 
+from cpctl.core import kubeadmconfig as kc
 from cpctl.core import manifests
 from cpctl.core.node import Node
 from cpctl.errors import CpctlError, ExitCode
@@ -266,35 +269,42 @@ def settle(node: Node, filename: Optional[str] = None) -> List[str]:
 
 
 def undo(node: Node, kept: KeptConfig) -> str:
-    """Write ``kept.before`` back when the ConfigMap still holds cpctl's write; say what happened."""
+    """Put cpctl's keys of ``kept`` back in the ConfigMap as it is now (``host.ops.config_undo``: a
+    three-way merge against what cpctl wrote; the text before itself when nobody else wrote the
+    text), over the resourceVersion read (a write in between: read and merge again, once); say what
+    happened. A key someone else changed too keeps the record (a conflict, said at every command)."""
     from cpctl.probes.kubeapi import ApiError, client_for
     where = "%s/%s" % (kept.namespace, kept.name)
+    hint = node.command("check", "--kubeadm")
     try:
         client = client_for(node.host, node.kubeconfig)
-        found = client.get_configmap(kept.namespace, kept.name)
-        if found is None:
-            drop(node, kept)
-            return hostops.kept_config_said("gone", where, kept.component, kept.op)
-        data = found.get("data") if isinstance(found.get("data"), dict) else {}
-        assert isinstance(data, dict)
-        meta = found.get("metadata") if isinstance(found.get("metadata"), dict) else {}
-        assert isinstance(meta, dict)
-        text, version = data.get(kept.key), str(meta.get("resourceVersion") or "")
-        decision = hostops.config_undo(text if isinstance(text, str) else "", version, kept.before, kept.after,
-                                       kept.resource_version)
-        if decision in ("done", "nothing"):  # back already / cpctl's write never landed: nothing to do
-            drop(node, kept)
-            return ""
-        if decision == "theirs":
-            drop(node, kept)
-            return hostops.kept_config_said("theirs", where, kept.component, kept.op, version, kept.resource_version,
-                                            node.command("check", "--kubeadm"))
-        written = client.update_configmap(kept.namespace, kept.name, dict(found, data=dict(data, **{
-            kept.key: kept.before})))
+        for attempt in (1, 2):
+            found = client.get_configmap(kept.namespace, kept.name)
+            data = found.get("data") if found is not None and isinstance(found.get("data"), dict) else {}
+            assert isinstance(data, dict)
+            text = data.get(kept.key) if found is not None else None
+            decision, new_text, keys = hostops.config_undo(
+                None if found is None else text if isinstance(text, str) else "", kept.before, kept.after,
+                _load_config, kc.dump_config)
+            if decision in ("gone", "done"):
+                drop(node, kept)
+                return hostops.kept_config_said("gone", where, kept.component, kept.op) if decision == "gone" else ""
+            if decision == "unreadable":
+                return _unreachable(where, kept, "its ClusterConfiguration does not parse: %s" % "; ".join(keys))
+            if decision == "conflict":
+                return hostops.kept_config_said("conflict", where, kept.component, keys=keys, hint=hint,
+                                                record=record_path(node, kept))
+            assert found is not None
+            try:
+                written = client.update_configmap(kept.namespace, kept.name, dict(found, data=dict(data, **{
+                    kept.key: new_text})))
+                break
+            except ApiError as exc:
+                if exc.status != 409:
+                    raise
+                if attempt == 2:
+                    return hostops.kept_config_said("busy", where, kept.component, hint=hint)
     except ApiError as exc:
-        if exc.status == 409:
-            drop(node, kept)
-            return hostops.kept_config_said("conflict", where, kept.component, hint=node.command("check", "--kubeadm"))
         return _unreachable(where, kept, exc.message)
     except (CpctlError, OSError) as exc:
         return _unreachable(where, kept, getattr(exc, "message", None) or str(exc))
@@ -307,8 +317,17 @@ def undo(node: Node, kept: KeptConfig) -> str:
     who = node.who()
     node.state.append_history(hostops.config_undone_record(
         {"user": who.get("sudo_user") or who.get("user"), "host": who.get("hostname"), "node": who.get("node"),
-         "origin": who.get("origin")}, asdict(kept), where, new_version))
-    return hostops.kept_config_said("put-back", where, kept.component, version=new_version)
+         "origin": who.get("origin")}, asdict(kept), where, new_version, new_text, keys))
+    return hostops.kept_config_said("put-back", where, kept.component, version=new_version, keys=keys)
+
+
+def _load_config(text: str) -> object:
+    """A ClusterConfiguration text read with cpctl's bounded YAML reader (ValueError when it is none)."""
+    try:
+        value, _ = manifests.decode(text.encode("utf-8", "surrogateescape"))
+    except manifests.InvalidManifest as exc:
+        raise ValueError(str(exc)) from None
+    return value
 
 
 def _unreachable(where: str, kept: KeptConfig, why: str) -> str:

@@ -60,6 +60,7 @@ KUBEADM_FLAGS = {
         peer-client-cert-auth peer-key-file peer-trusted-ca-file snapshot-count trusted-ca-file""".split()),
 }
 DEFAULT_PATCHES = "patches"          # below the manifests dir's parent: /etc/kubernetes/patches
+UNKNOWN_DEFAULT = "<kubeadm's default>"   # render_next: the value kubeadm renders for its own flag cpctl changed
 
 
 @dataclass
@@ -432,7 +433,7 @@ class Drop:
     """One thing the next ``kubeadm upgrade`` would render differently from what runs, and the command
     that keeps it (``critical``: etcd's data would be left behind)."""
 
-    kind: str                     # "flags", "volumes", "data_dir", "patch"
+    kind: str                     # "flags", "volumes", "data_dir", "patch", "adds" (flags/volumes it renders anew)
     text: str
     fix: str
     items: List[str] = field(default_factory=list)
@@ -444,58 +445,18 @@ class PatchFailed(Exception):
 
 
 def apply_json_patch(doc: object, ops: Sequence[Mapping[str, object]]) -> object:
-    """RFC 6902 ``add``/``remove``/``replace``/``test`` on a copy of ``doc`` (what kubeadm's json patch
-    does with a patch file cpctl can write; ``move``/``copy`` are refused as not evaluated)."""
-    out = copy.deepcopy(doc)
-    for number, op in enumerate(ops, 1):
-        kind, path = op.get("op"), op.get("path")
-        if not isinstance(path, str) or not path.startswith("/"):
-            raise PatchFailed("operation %d: path %r is not a JSON pointer" % (number, path))
-        *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
-        target = out
-        for key in parents:
-            target = _step(target, key, number, path)
-        if kind == "test":
-            if _step(target, last, number, path) != op.get("value"):
-                raise PatchFailed("operation %d: test of %s failed (it holds %s, the patch expects %s)"
-                                  % (number, path, json.dumps(_step(target, last, number, path)),
-                                     json.dumps(op.get("value"))))
-        elif kind in ("add", "replace", "remove"):
-            if isinstance(target, list):
-                at = len(target) if last == "-" and kind == "add" else _index(target, last, number, path,
-                                                                              kind == "add")
-                if kind == "add":
-                    target.insert(at, copy.deepcopy(op.get("value")))
-                elif kind == "replace":
-                    target[at] = copy.deepcopy(op.get("value"))
-                else:
-                    del target[at]
-            elif isinstance(target, dict):
-                if kind != "add" and last not in target:
-                    raise PatchFailed("operation %d: %s does not exist" % (number, path))
-                if kind == "remove":
-                    del target[last]
-                else:
-                    target[last] = copy.deepcopy(op.get("value"))
-            else:
-                raise PatchFailed("operation %d: %s is inside a scalar" % (number, path))
-        else:
-            raise PatchFailed("operation %d: op %r is not evaluated by cpctl" % (number, kind))
-    return out
-
-
-def _index(target: List[object], key: str, number: int, path: str, adding: bool = False) -> int:
-    if not key.isdigit() or int(key) > len(target) - (0 if adding else 1):
-        raise PatchFailed("operation %d: %s is out of range (the list has %d items)" % (number, path, len(target)))
-    return int(key)
-
-
-def _step(target: object, key: str, number: int, path: str) -> object:
-    if isinstance(target, list):
-        return target[_index(target, key, number, path)]
-    if isinstance(target, dict) and key in target:
-        return target[key]
-    raise PatchFailed("operation %d: %s does not exist" % (number, path))
+    """``ops`` applied to a copy of ``doc`` as kubeadm applies a JSON patch file (RFC 6902, every
+    operation: ``add``, ``remove``, ``replace``, ``move``, ``copy``, ``test``) - by the ``jsonpatch``
+    library, a real implementation, so that an operation kubeadm accepts is judged as kubeadm judges
+    it (cpctl's own subset called a valid ``copy`` a failing upgrade). PatchFailed: it does not apply."""
+    import jsonpatch
+    import jsonpointer
+    try:
+        return jsonpatch.apply_patch(copy.deepcopy(doc), [dict(o) for o in ops])
+    except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as exc:
+        raise PatchFailed(str(exc)[:300] or type(exc).__name__) from None
+    except (TypeError, KeyError, ValueError, IndexError, AttributeError) as exc:   # a malformed operation
+        raise PatchFailed("a malformed operation (%s: %s)" % (type(exc).__name__, str(exc)[:200])) from None
 
 
 def render_next(pod: Mapping[str, object], index: int, config: Dict[str, object], component: str,
@@ -524,7 +485,7 @@ def render_next(pod: Mapping[str, object], index: int, config: Dict[str, object]
         if f.name in ours and f.name not in extra_names:
             value = f.value if f.value is not None else "true"
             if f.name in changed_by_cpctl:
-                value = tested.get(f.name, "<kubeadm's default>")
+                value = tested.get(f.name, UNKNOWN_DEFAULT)
             if component == catalogue.ETCD and f.name == "data-dir":
                 value = data_dir(config)
             args.append((f.name, value))
@@ -591,7 +552,20 @@ def next_upgrade_drops(pod: Mapping[str, object], index: int, config: Dict[str, 
                                             "keeps each; kubectl -n kube-system edit cm kubeadm-config)"
                                             % sorted(repeated)[0])
         drops.append(Drop("flags", "drops or resets %s" % " ".join(items), fix, items))
+    added = _added_flags(running, future, component)
+    if added:
+        drops.append(Drop("adds", "renders %s, which does not run now (from the ClusterConfiguration's %s.extraArgs%s)"
+                          % (" ".join(added), section_of(component), " or a patch file" if patches else ""),
+                          "if it should not run, remove it there (kubectl -n kube-system edit cm kubeadm-config%s); "
+                          "if it should, %s %s" % (" / the patch file" if patches else "", command("flags", name),
+                                                   " ".join("--set %s" % quote(i[2:]) for i in added)), added))
     now, then = host_volumes(pod, running), host_volumes(rendered, future)
+    new_volumes = [v for n, v in then.items() if n not in now and not (component == catalogue.ETCD and n == ETCD_DATA)]
+    for vol in new_volumes:
+        drops.append(Drop("adds", "mounts hostPath volume %s (%s -> %s), which is not mounted now"
+                          % (vol["name"], vol["hostPath"], vol["mountPath"]),
+                          "if it should not be mounted, remove it from %s.extraVolumes (kubectl -n kube-system edit cm "
+                          "kubeadm-config)" % section_of(component), [str(vol["name"])]))
     gone = [v for n, v in now.items() if then.get(n) != v and not (component == catalogue.ETCD and n == ETCD_DATA)]
     for vol in gone:
         users = [f for f in flagtools.flags_of(running) if (f.value or "").startswith("/")
@@ -610,6 +584,17 @@ def next_upgrade_drops(pod: Mapping[str, object], index: int, config: Dict[str, 
         if drop is not None:
             drops.append(drop)
     return drops
+
+
+def _added_flags(running: Mapping[str, object], future: Mapping[str, object], component: str) -> List[str]:
+    """``--name=value`` items the render has and what runs has not (a flag it would add, or the new
+    value of one it would change): a kept flag whose change was undone, or someone else's edit of
+    the ClusterConfiguration, appears at the next upgrade. kubeadm's default for a flag cpctl changed
+    is not known here (that one is a reset, reported as dropped)."""
+    now = [(f.name, f.value if f.value is not None else "true") for f in flagtools.flags_of(running)]
+    return [_item(f) for f in flagtools.flags_of(future)
+            if (f.name, f.value if f.value is not None else "true") not in now and f.value != UNKNOWN_DEFAULT
+            and not (component == catalogue.ETCD and f.name == "data-dir")]
 
 
 def _data_dir_drop(pod: Mapping[str, object], running: Mapping[str, object], rendered: Mapping[str, object],
@@ -695,7 +680,8 @@ def patch_ops(existing: Sequence[Mapping[str, object]], index: int, old: Mapping
             ops.append({"op": "test", "path": path, "value": _item(before[name])})
             ops.append({"op": "replace", "path": path, "value": item})
         else:
-            where = after[name].where if name in after else "command"
+            where = after[name].where if name in after and isinstance(old.get(after[name].where), list) \
+                else "command"          # kubeadm renders every flag into command (no args list)
             ops.append({"op": "add", "path": "%s%s/-" % (base, where), "value": item})
     for name in change.unsets:
         if name in before:

@@ -1730,53 +1730,443 @@ def _pending_journal(plan, runner):
 
 # --- putting back a --keep-in write to a ConfigMap: ONE rule, for cpctl (``core.keptin.undo``) and for
 # the node-side revert of a master without cpctl (``_plan_keepin``) ------------------------------------------
-def config_undo(text, version, before, after, written_version):
-    """What undoing cpctl's write of ``after`` over ``before`` (which produced ``written_version``;
-    "" when cpctl was killed before it could record it) does with the ConfigMap key as found now
-    (``text``, None: no such ConfigMap; ``version``: its resourceVersion): ``gone`` (nothing to put
-    back), ``done`` (it holds ``before`` already), ``nothing`` (cpctl's write never landed),
-    ``theirs`` (someone else changed it since: leave it, say so) or ``write`` (put ``before`` back,
-    over exactly this resourceVersion)."""
+# The undo is a three-way merge, the way ``kubectl apply`` uses its last-applied configuration: what cpctl
+# wrote (``after``) against what was there before it (``before``) names exactly cpctl's own keys; each is
+# put back in the ClusterConfiguration as it is NOW, and only where it still holds cpctl's value. A key
+# someone else changed since is a conflict: nothing is written, the record stays until it is resolved.
+# Everything else anyone changed since (another flag, another section, the metadata) stays as it is.
+class YamlPlain(str):
+    """A plain (unquoted) YAML scalar, as written: it stays plain when written back, so that its type (a
+    number, a bool, null) is the one its writer meant, without resolving it here."""
+
+    __slots__ = ()
+
+
+class _Named(object):
+    """A step into a list of mappings keyed by ``name`` (v1beta4 ``extraArgs``, ``extraVolumes``): all
+    the items of that name, in order (a v1beta4 argument may repeat)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name):
+        self.name = name
+
+
+_ABSENT = object()          # a key a document does not have
+_OTHER = object()           # a place whose parent has another shape now: never anyone's value
+_YAML_DEPTH = 64
+_YAML_LIMIT = 4 << 20
+
+
+def config_undo(text, before, after, load=None, dump=None):
+    """Undo cpctl's write of ``after`` over ``before`` on the ConfigMap key as found now (``text``;
+    None: no such ConfigMap). ``load``/``dump`` read and write the YAML (cpctl passes its YAML library;
+    the node side uses ``yaml_load``/``yaml_dump``, the subset kubeadm and cpctl write). Returns
+    (decision, text to write, keys): ``gone`` (nothing to put back), ``done`` (every key cpctl changed
+    holds its value before already), ``write`` (the text with exactly cpctl's keys put back; ``before``
+    itself when nobody else wrote the text), ``conflict`` (the keys someone else changed since: nothing
+    written) or ``unreadable`` (the text cannot be read here: the keys hold why)."""
+    load, dump = load or yaml_load, dump or yaml_dump
     if text is None:
-        return "gone"
+        return "gone", "", []
     if text == before:
-        return "done"
-    if not written_version:
-        return "write" if text == after else "nothing"
-    return "write" if version == written_version else "theirs"
+        return "done", "", []
+    if text == after:
+        return "write", before, []
+    try:
+        docs = [load(t) for t in (before, after, text)]
+    except (ValueError, TypeError) as exc:
+        return "unreadable", "", [str(exc)[:200]]
+    if not all(isinstance(d, dict) for d in docs):
+        return "unreadable", "", ["the ClusterConfiguration is not a mapping"]
+    old, ours, now = docs
+    undo, conflicts = [], []
+    for path, was, wrote in _config_changes(old, ours, ()):
+        found = _config_get(now, path)
+        if _same(found, wrote):
+            undo.append((path, was))
+        elif not _same(found, was):
+            conflicts.append(config_key_name(path))
+    if conflicts:
+        return "conflict", "", conflicts
+    if not undo:
+        return "done", "", []
+    for path, was in undo:
+        _config_put(now, path, was)
+        _config_prune(now, old, path)
+    return "write", dump(now), [config_key_name(p) for p, _ in undo]
 
 
-def kept_config_said(what, where, component, op="", version="", written="", hint="", why=""):
+def config_key_name(path):
+    """A key of the ClusterConfiguration for a person: ``scheduler.extraArgs.v`` (a map) or
+    ``apiServer.extraVolumes[name=audit]`` (a list keyed by name)."""
+    out = ""
+    for step in path:
+        out += "[name=%s]" % step.name if isinstance(step, _Named) else ("." if out else "") + str(step)
+    return out
+
+
+def _same(a, b):
+    """Equal, type for type (a bool is no int, a plain scalar no quoted one); a mapping's keys in any order."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return len(a) == len(b) and all(k in b and _same(a[k], b[k]) for k in a)    # in any order
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if a is _ABSENT or a is _OTHER:
+        return a is b
+    return a == b
+
+
+def _named(value):
+    """{name: [items]} of a list of mappings that each have a string ``name`` (None: not one)."""
+    if not isinstance(value, list) or not all(isinstance(i, dict) and isinstance(i.get("name"), str) for i in value):
+        return None
+    out = {}  # type: dict
+    for item in value:
+        out.setdefault(item["name"], []).append(item)
+    return out
+
+
+def _config_changes(was, now, path):
+    """[(path, value before, value after)]: every key cpctl's write changed, as finely as kubeadm keys
+    it (a mapping by key, a list of named mappings by name; anything else whole)."""
+    if _same(was, now):
+        return []
+    if isinstance(was, dict) or isinstance(now, dict):
+        if not all(isinstance(v, dict) or v is _ABSENT for v in (was, now)):
+            return [(path, was, now)]
+        a, b = (was if was is not _ABSENT else {}), (now if now is not _ABSENT else {})
+        out = []
+        for key in list(a) + [k for k in b if k not in a]:
+            out += _config_changes(a.get(key, _ABSENT), b.get(key, _ABSENT), path + (key,))
+        return out
+    keyed = [{} if v is _ABSENT else _named(v) for v in (was, now)]
+    if None in keyed or not path or isinstance(path[-1], _Named):
+        return [(path, was, now)]
+    out = []
+    for name in list(keyed[0]) + [n for n in keyed[1] if n not in keyed[0]]:
+        items = [k.get(name, _ABSENT) for k in keyed]
+        if not _same(items[0], items[1]):
+            out.append((path + (_Named(name),), items[0], items[1]))
+    return out
+
+
+def _config_get(doc, path):
+    """The value at ``path`` now (_ABSENT: not there; _OTHER: a parent has another shape)."""
+    for step in path:
+        if doc is _ABSENT:
+            return _ABSENT
+        if isinstance(step, _Named):
+            keyed = _named(doc)
+            if keyed is None:
+                return _OTHER
+            doc = keyed.get(step.name, _ABSENT)
+        elif isinstance(doc, dict):
+            doc = doc.get(step, _ABSENT)
+        else:
+            return _OTHER
+    return doc
+
+
+def _config_put(doc, path, value):
+    """Set ``path`` to ``value`` (_ABSENT: remove it), making the mappings on the way; the items of a
+    name go where its first one was (else at the end)."""
+    for i, step in enumerate(path[:-1]):
+        nxt = doc.get(step, _ABSENT)
+        if nxt is _ABSENT:
+            nxt = doc[step] = [] if isinstance(path[i + 1], _Named) else {}
+        doc = nxt
+    last = path[-1]
+    if not isinstance(last, _Named):
+        if value is _ABSENT:
+            doc.pop(last, None)
+        else:
+            doc[last] = value
+        return
+    items = [] if value is _ABSENT else list(value)
+    out, placed = [], False
+    for item in doc:
+        if item.get("name") != last.name:
+            out.append(item)
+        elif not placed:
+            out.extend(items)
+            placed = True
+    if not placed:
+        out.extend(items)
+    doc[:] = out
+
+
+def _config_prune(doc, before, path):
+    """Drop the mappings and lists on ``path`` that are empty now and that ``before`` did not have
+    (cpctl made them)."""
+    for end in range(len(path) - 1, 0, -1):
+        parent, key = _config_get(doc, path[:end - 1]), path[end - 1]
+        here = _config_get(doc, path[:end])
+        if isinstance(key, _Named) or not isinstance(parent, dict) or here not in ({}, []) or \
+                _config_get(before, path[:end]) is not _ABSENT:
+            return
+        del parent[key]
+
+
+# The YAML kubeadm (go-yaml) and cpctl (PyYAML) write a ClusterConfiguration in: block mappings and
+# sequences, plain, single- and double-quoted scalars on one line, {} and [], comments. Anything else
+# (flow collections, anchors, tags, block or multi-line scalars, several documents) is refused with
+# ValueError: the node side then leaves the undo to the next cpctl command, which reads any YAML.
+def yaml_load(text):
+    """The value of a YAML document in that subset (plain scalars as ``YamlPlain``); ValueError."""
+    if len(text) > _YAML_LIMIT:
+        raise ValueError("more than %d bytes" % _YAML_LIMIT)
+    lines = []  # type: list
+    for number, raw in enumerate(text.split("\n"), 1):
+        line = raw[:-1] if raw.endswith("\r") else raw
+        content = line.lstrip(" ")
+        if content.startswith("\t"):
+            raise ValueError("line %d: a tab in the indentation" % number)
+        if not content.strip() or content.startswith("#"):
+            continue
+        if content.rstrip() in ("---", "...") or content.startswith("--- "):
+            if lines or content.rstrip() != "---":
+                raise ValueError("line %d: several documents" % number)
+            continue
+        lines.append([len(line) - len(content), content.rstrip(" \t"), number])
+    if not lines:
+        raise ValueError("an empty document")
+    value, at = _yaml_block(lines, 0, lines[0][0], 0)
+    if at != len(lines):
+        raise ValueError("line %d: indented where no value can start" % lines[at][2])
+    return value
+
+
+def _yaml_item_start(content):
+    return content == "-" or content.startswith("- ")
+
+
+def _yaml_block(lines, i, indent, depth):
+    if depth > _YAML_DEPTH:
+        raise ValueError("line %d: nested deeper than %d" % (lines[i][2], _YAML_DEPTH))
+    if _yaml_item_start(lines[i][1]):
+        return _yaml_seq(lines, i, indent, depth)
+    return _yaml_map(lines, i, indent, depth)
+
+
+def _yaml_nested(lines, i, indent, depth, same_level_seq):
+    """The value on the lines after a key or a dash with nothing after it: a block further in (a
+    mapping's sequence may also start at the key's own column), else null."""
+    if i < len(lines) and (lines[i][0] > indent or (same_level_seq and lines[i][0] == indent and
+                                                    _yaml_item_start(lines[i][1]))):
+        return _yaml_block(lines, i, lines[i][0], depth + 1)
+    return YamlPlain(""), i
+
+
+def _yaml_seq(lines, i, indent, depth):
+    out = []
+    while i < len(lines) and lines[i][0] == indent and _yaml_item_start(lines[i][1]):
+        rest = lines[i][1][1:]
+        content = rest.lstrip(" ")
+        if not content:
+            value, i = _yaml_nested(lines, i + 1, indent, depth, False)
+        elif _yaml_item_start(content) or _yaml_split_key(content, lines[i][2]) is not None:
+            lines[i] = [indent + 1 + len(rest) - len(content), content, lines[i][2]]   # the item's block
+            value, i = _yaml_block(lines, i, lines[i][0], depth + 1)
+        else:
+            value = _yaml_scalar(content, lines[i][2])
+            i += 1
+            if i < len(lines) and lines[i][0] > indent:
+                raise ValueError("line %d: a multi-line value" % lines[i][2])
+        out.append(value)
+    return out, i
+
+
+def _yaml_map(lines, i, indent, depth):
+    out = {}
+    while i < len(lines) and lines[i][0] == indent and not _yaml_item_start(lines[i][1]):
+        number = lines[i][2]
+        split = _yaml_split_key(lines[i][1], number)
+        if split is None:
+            raise ValueError("line %d: not a 'key: value' line" % number)
+        key, rest = split
+        if key in out:
+            raise ValueError("line %d: the key %r twice" % (number, str(key)[:40]))
+        if rest:
+            out[key] = _yaml_scalar(rest, number)
+            i += 1
+            if i < len(lines) and lines[i][0] > indent:
+                raise ValueError("line %d: a multi-line value" % lines[i][2])
+        else:
+            out[key], i = _yaml_nested(lines, i + 1, indent, depth, True)
+    if i < len(lines) and lines[i][0] > indent:
+        raise ValueError("line %d: indented where no value can start" % lines[i][2])
+    return out, i
+
+
+def _yaml_split_key(content, number):
+    """(key, the rest after ``: ``) of a ``key: value`` line, None when it is none."""
+    if content[:1] in ("'", '"'):
+        key, end = _yaml_quoted(content, number)
+        after = content[end:].lstrip(" ")
+        if not after.startswith(":") or after[1:2] not in ("", " "):
+            return None
+        return key, after[1:].strip(" ")
+    at = content.find(": ")
+    if at < 0 and content.endswith(":"):
+        at = len(content) - 1
+    if at <= 0 or content[0] in "?&*!|>%@`[{#," or " #" in content[:at]:
+        return None
+    return YamlPlain(content[:at].rstrip(" ")), content[at + 1:].strip(" ")
+
+
+def _yaml_scalar(text, number):
+    """One scalar on one line (a trailing comment dropped)."""
+    if text[:1] in ("'", '"'):
+        value, end = _yaml_quoted(text, number)
+        tail = text[end:]
+        if tail.strip(" ") and not tail.lstrip(" ").startswith("#") or tail[:1] not in ("", " "):
+            raise ValueError("line %d: text after a quoted value" % number)
+        return value
+    cut = text.find(" #")
+    text = (text[:cut] if cut >= 0 else text).rstrip(" ")
+    if text in ("{}", "[]"):
+        return {} if text == "{}" else []
+    if text[:1] in "[{&*!|>%@`#" or text.startswith("- ") or ": " in text or text.endswith(":"):
+        raise ValueError("line %d: YAML the node side does not read (%s...)" % (number, text[:12]))
+    return YamlPlain(text)
+
+
+_YAML_ESCAPES = {"0": "\0", "a": "\a", "b": "\b", "t": "\t", "\t": "\t", "n": "\n", "v": "\v", "f": "\f",
+                 "r": "\r", "e": "\x1b", " ": " ", '"': '"', "/": "/", "\\": "\\", "N": "\x85", "_": "\xa0",
+                 "L": "\u2028", "P": "\u2029"}
+
+
+def _yaml_quoted(text, number):
+    """(value, index after the closing quote) of a quoted scalar at the start of ``text``."""
+    quote, out, i = text[0], [], 1
+    while i < len(text):
+        char = text[i]
+        if char == quote:
+            if quote == "'" and text[i + 1:i + 2] == "'":
+                out.append("'")
+                i += 2
+                continue
+            return "".join(out), i + 1
+        if char == "\\" and quote == '"':
+            code = text[i + 1:i + 2]
+            size = {"x": 2, "u": 4, "U": 8}.get(code, 0)
+            if size:
+                try:
+                    out.append(chr(int(text[i + 2:i + 2 + size], 16)))
+                except ValueError:
+                    raise ValueError("line %d: a bad escape" % number) from None
+                i += 2 + size
+                continue
+            if code not in _YAML_ESCAPES:
+                raise ValueError("line %d: a bad escape" % number)
+            out.append(_YAML_ESCAPES[code])
+            i += 2
+            continue
+        out.append(char)
+        i += 1
+    raise ValueError("line %d: a quoted value that does not end on its line" % number)
+
+
+def yaml_dump(value):
+    """``value`` (read by ``yaml_load``, or made of dicts, lists and strings) as block YAML: plain
+    scalars as they were written, other strings double-quoted."""
+    if not isinstance(value, dict) or not value:
+        raise TypeError("only a non-empty mapping is written")
+    return "".join(line + "\n" for line in _yaml_lines(value, 0))
+
+
+def _yaml_inline(value):
+    """The text of a value that fits after ``key: `` or ``- ``, None for a block."""
+    if isinstance(value, (dict, list)):
+        return None if value else ("{}" if isinstance(value, dict) else "[]")
+    if isinstance(value, YamlPlain):
+        return str(value)
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if not isinstance(value, str):
+        raise TypeError("a %s is not written" % type(value).__name__)
+    out = []
+    for char in value:
+        if char in '"\\':
+            out.append("\\" + char)
+        elif char in "\n\t":
+            out.append("\\n" if char == "\n" else "\\t")
+        elif ord(char) < 0x20 or 0x7f <= ord(char) <= 0x9f or char in "\u2028\u2029\ufeff" or \
+                0xd800 <= ord(char) <= 0xdfff:
+            out.append("\\u%04x" % ord(char))
+        else:
+            out.append(char)
+    return '"%s"' % "".join(out)
+
+
+def _yaml_lines(value, indent):
+    pad = " " * indent
+    pairs = [(str(k) if isinstance(k, YamlPlain) else _yaml_inline(k), v) for k, v in value.items()] \
+        if isinstance(value, dict) else [(None, v) for v in value]
+    for key, item in pairs:
+        head = pad + "-" if key is None else pad + key + ":"
+        text = _yaml_inline(item)
+        if text is not None:
+            yield head + (" " + text if text else "")
+        elif key is not None:
+            yield head
+            for line in _yaml_lines(item, indent + 2):
+                yield line
+        else:
+            inner = list(_yaml_lines(item, indent + 2))
+            inner[0] = pad + "- " + inner[0][indent + 2:]
+            for line in inner:
+                yield line
+
+
+def kept_config_said(what, where, component, op="", version="", keys=(), hint="", why="", record=""):
     """The one line cpctl (``core.keptin.undo``) and the node-side revert (``_plan_keepin``) say about
-    putting a ``--keep-in`` write to ConfigMap ``where`` back: ``what`` is ``gone``, ``theirs`` (changed
-    by someone else: ``version`` now, ``written`` cpctl's), ``conflict`` (a 409 on the write),
-    ``put-back`` (``version`` the write produced) or ``not-yet`` (``why``); ``hint``: how to run
-    ``check --kubeadm`` on that master."""
+    putting a ``--keep-in`` write to ConfigMap ``where`` back (``config_undo``): ``what`` is ``gone``,
+    ``conflict`` (someone else changed ``keys`` too: nothing written, the change stays recorded in
+    ``record``), ``busy`` (written by someone else while cpctl put it back, twice), ``put-back``
+    (``keys``: cpctl's keys put back into a text others changed too - none: the text before
+    itself; ``version`` the write produced) or ``not-yet`` (``why``); ``hint``: how to run ``check
+    --kubeadm`` on that master."""
     if what == "gone":
         return "%s is gone: its change by the %s of %s was not put back" % (where, op, component)
-    if what == "theirs":
-        return ("%s was changed by someone else since cpctl's --keep-in change of %s (resourceVersion %s, cpctl wrote "
-                "%s): left as it is - it may still hold what was undone: check it (%s)"
-                % (where, component, version or "?", written or "?", hint))
     if what == "conflict":
-        return ("%s changed while cpctl put its --keep-in change of %s back (someone else writes it): left as it is: "
-                "check it (%s)" % (where, component, hint))
+        return ("%s NOT put back: someone else changed %s too since cpctl's --keep-in change of %s, so the next "
+                "kubeadm upgrade renders their value; the change stays recorded (%s) and every cpctl command on this "
+                "node tries again: resolve it - put %s back to the value before the change (kubectl -n kube-system "
+                "edit cm kubeadm-config), or remove that record to keep theirs - and check it (%s)"
+                % (where, ", ".join(keys), component, record or "?", "it" if len(keys) == 1 else "them", hint))
+    if what == "busy":
+        return ("%s changed while cpctl put its --keep-in change of %s back (someone else writes it): NOT put back "
+                "yet; the change stays recorded and the next cpctl command tries again; check it (%s)"
+                % (where, component, hint))
     if what == "put-back":
+        if keys:
+            return ("%s: cpctl's %s put back as before the change, what others changed since kept (resourceVersion "
+                    "%s)" % (where, ", ".join(keys), version or "?"))
         return "%s put back as it was before the change (resourceVersion %s)" % (where, version or "?")
     return ("%s NOT put back yet (%s): the --keep-in change of %s stays recorded; the next cpctl command tries again"
             % (where, why, component))
 
 
-def config_undone_record(who, kept, where, version):
+def config_undone_record(who, kept, where, version, text=None, keys=()):
     """The history record ``keep-in-undone`` of putting ``kept`` (a keep-in record's fields: component,
     file, op, before) back, by ``who`` (user, host, node, origin): one shape for cpctl and the node-side
-    revert."""
+    revert. ``text``: what was written (the text before, unless merged), ``keys``: cpctl's keys merged."""
     import hashlib
-    return {"time": _utc_now(), "user": who["user"], "host": who["host"], "node": who["node"],
-            "action": "keep-in-undone", "component": kept["component"], "file": kept["file"],
-            "checksum": hashlib.sha256(kept["before"].encode("utf-8")).hexdigest(), "op": kept["op"],
-            "configmap": where, "resource_version": version, "origin": who["origin"] or "",
-            "reason": "the manifest is back at the version before the change"}
+    written = kept["before"] if text is None else text
+    record = {"time": _utc_now(), "user": who["user"], "host": who["host"], "node": who["node"],
+              "action": "keep-in-undone", "component": kept["component"], "file": kept["file"],
+              "checksum": hashlib.sha256(written.encode("utf-8")).hexdigest(), "op": kept["op"],
+              "configmap": where, "resource_version": version, "origin": who["origin"] or "",
+              "reason": "the manifest is back at the version before the change"}
+    if keys:
+        record["keys"] = list(keys)
+    return record
 
 
 def kept_patch_said(what, path, component, removed=False):
@@ -1851,11 +2241,12 @@ def _kept_record(path, state_dir, manifest_file=None):
 
 def _plan_keepin(plan):
     """After the revert, under the node lock: put back the ClusterConfiguration the reverted change
-    wrote (``--keep-in kubeadm-config``), with cpctl's own rule (``config_undo``: only over cpctl's
-    write; someone else's later change is left and named), its record dropped, history
-    ``keep-in-undone`` - what ``core.keptin.settle`` does at the next cpctl command, done here at once
-    because a master managed over SSH may see none for a long time. What cannot be done now (no API,
-    the kubeconfig changed) stays recorded for that next command. One line per record handled."""
+    wrote (``--keep-in kubeadm-config``), with cpctl's own rule (``config_undo``: exactly cpctl's keys,
+    merged into what is there now; a key someone else changed too is a conflict, named, and keeps the
+    record), its record dropped, history ``keep-in-undone`` - what ``core.keptin.settle`` does at the
+    next cpctl command, done here at once because a master managed over SSH may see none for a long
+    time. What cannot be done now (no API, the kubeconfig changed, YAML this agent does not read, a
+    conflict) stays recorded for that next command. One line per record handled."""
     state_dir = os.path.dirname(plan["journal"])
     records = [(p, r) for p, r in ((p, _kept_record(p, state_dir, plan["entry"]["file"]))
                                    for p in plan.get("keepin") or []) if r]
@@ -1872,8 +2263,9 @@ def _plan_keepin(plan):
         try:
             if access is None:
                 raise OSError(errno.EACCES, why)
-            line = _put_back_config(plan, kept, access)
-            unlink(path)
+            line, settled = _put_back_config(plan, kept, access, path)
+            if settled:
+                unlink(path)
         except (OSError, ValueError) as exc:
             line = kept_config_said("not-yet", where, kept["component"], why=getattr(exc, "strerror", None) or exc)
         if line:
@@ -1898,30 +2290,38 @@ def _api_json(method, url, access, body=None):
     return 200, found
 
 
-def _put_back_config(plan, kept, access):
-    """One record: GET the ConfigMap, decide with ``config_undo``, PUT ``before`` back over the
-    resourceVersion cpctl's write produced; what happened, as one line ("" when nothing to say).
-    OSError/ValueError: the API could not be asked (the record stays)."""
+def _put_back_config(plan, kept, access, record=""):
+    """One record (at ``record``): GET the ConfigMap, merge with ``config_undo`` (cpctl's keys only),
+    PUT the result over the resourceVersion read (a write by someone else in between: read and merge
+    again, once). (line, settled): what happened ("" when nothing to say), and whether the record is
+    done with - a conflict keeps it until resolved. OSError/ValueError: the API could not be asked
+    (the record stays)."""
     where = "%s/%s" % (kept["namespace"], kept["name"])
     url = "/api/v1/namespaces/%s/configmaps/%s" % (kept["namespace"], kept["name"])
-    status, found = _api_json("GET", url, access)
-    if status not in (200, 404):
-        raise OSError(errno.EIO, "GET %s answered HTTP %d" % (where, status))
-    data = (found or {}).get("data")
-    data = data if isinstance(data, dict) else {}
-    meta = (found or {}).get("metadata")
-    version = str(meta.get("resourceVersion") or "") if isinstance(meta, dict) else ""
-    text = data.get(kept["key"])
-    decision = config_undo(None if found is None else text if isinstance(text, str) else "", version,
-                           kept["before"], kept["after"], kept["resource_version"])
     hint = plan.get("check_hint") or "cpctl check --kubeadm"
-    if decision in ("gone", "theirs"):
-        return kept_config_said(decision, where, kept["component"], kept["op"], version, kept["resource_version"], hint)
-    if decision != "write":
-        return ""
-    status, written = _api_json("PUT", url, access, dict(found or {}, data=dict(data, **{kept["key"]: kept["before"]})))
-    if status == 409:
-        return kept_config_said("conflict", where, kept["component"], hint=hint)
+    for _attempt in (1, 2):
+        status, found = _api_json("GET", url, access)
+        if status not in (200, 404):
+            raise OSError(errno.EIO, "GET %s answered HTTP %d" % (where, status))
+        data = (found or {}).get("data")
+        data = data if isinstance(data, dict) else {}
+        text = data.get(kept["key"])
+        decision, new_text, keys = config_undo(None if found is None else text if isinstance(text, str) else "",
+                                               kept["before"], kept["after"])
+        if decision == "unreadable":
+            raise ValueError("the ClusterConfiguration is YAML the master's revert does not read (%s); cpctl "
+                             "reads any" % "; ".join(keys))
+        if decision == "gone":
+            return kept_config_said(decision, where, kept["component"], kept["op"]), True
+        if decision == "conflict":
+            return kept_config_said(decision, where, kept["component"], keys=keys, hint=hint, record=record), False
+        if decision != "write":
+            return "", True
+        status, written = _api_json("PUT", url, access, dict(found or {}, data=dict(data, **{kept["key"]: new_text})))
+        if status != 409:
+            break
+    else:
+        return kept_config_said("busy", where, kept["component"], hint=hint), False
     if status != 200:
         raise OSError(errno.EIO, "PUT %s answered HTTP %d" % (where, status))
     meta = (written or {}).get("metadata")
@@ -1930,8 +2330,8 @@ def _put_back_config(plan, kept, access):
     verdict = plan["verdict"]
     who = {"user": verdict.get("user"), "host": verdict.get("host"), "node": verdict.get("node"),
            "origin": verdict.get("origin")}
-    _append_record(plan, config_undone_record(who, kept, where, version))
-    return kept_config_said("put-back", where, kept["component"], version=version)
+    _append_record(plan, config_undone_record(who, kept, where, version, new_text, keys))
+    return kept_config_said("put-back", where, kept["component"], version=version, keys=keys), True
 
 
 def _kept_ours_again(state_dir, kept, version):

@@ -86,6 +86,8 @@ KINDS = {
     "upgrade_in_flight": "a kubeadm upgrade is in flight (fresh manifests in /etc/kubernetes/tmp): changes refused",
     "kubeadm_drops": "check --kubeadm: flags or hostPath volumes the next kubeadm upgrade drops (not in the "
                      "ClusterConfiguration nor in a patch file)",
+    "kubeadm_adds": "check --kubeadm: flags or hostPath volumes the next kubeadm upgrade adds or changes (in the "
+                    "ClusterConfiguration or a patch file, not running: an undone kept flag, someone else's edit)",
     "kubeadm_data_dir": "check --kubeadm: the next kubeadm upgrade points etcd away from the data it runs on",
     "kubeadm_patch_fails": "check --kubeadm: a kubeadm patch file does not apply to what the next upgrade renders",
     "kubeadm_patch_unchecked": "check --kubeadm: a strategic or merge patch file cpctl does not evaluate",
@@ -163,6 +165,8 @@ def how_to_fix(kind: str, file: Optional[str], component: Optional[str], extra: 
                                                       command("revisions", name)),
         "upgrade_in_flight": "let kubeadm upgrade finish (or clean up after a failed one), then retry",
         "kubeadm_drops": "%s %s --keep-in kubeadm-config" % (command("flags", name), set_args(extra.get("flags"))),
+        "kubeadm_adds": "if it should not run, remove it from the ClusterConfiguration (kubectl -n kube-system edit cm "
+                        "kubeadm-config); if it should, %s %s" % (command("flags", name), set_args(extra.get("flags"))),
         "kubeadm_data_dir": "%s (sets etcd.local.dataDir)" % command("flags", ETCD, "--set", "data-dir=DIR",
                                                                      "--keep-in", "kubeadm-config"),
         "kubeadm_patch_fails": "fix or remove the patch file; keep flags with --keep-in kubeadm-config instead",
@@ -559,6 +563,12 @@ def _check_kubeadm(report: Report, node: Node, scan: DirScan) -> None:
                                    file=m.file, component=m.pod_name, fix=flags.redact(drop.fix) or None,
                                    flags=drop.items if drop.kind == "flags" else [],
                                    volumes=drop.items if drop.kind == "volumes" else [], shown=shown or None))
+            elif drop.kind == "adds":
+                report.add(Finding("kubeadm_adds", WARNING, "%s: the next kubeadm upgrade %s" % (m.file, text),
+                                   file=m.file, component=m.pod_name, fix=flags.redact(drop.fix) or None,
+                                   flags=[i for i in drop.items if i.startswith("--")],
+                                   volumes=[i for i in drop.items if not i.startswith("--")],
+                                   shown=" ".join(flags.redact(i) for i in drop.items if i.startswith("--")) or None))
             elif drop.kind == "data_dir":
                 report.add(Finding("kubeadm_data_dir", CRITICAL, "%s: the next kubeadm upgrade %s" % (m.file, text),
                                    file=m.file, component=m.pod_name, fix=drop.fix, data_dir=drop.items[0]))

@@ -13,8 +13,9 @@ manifest is gone afterwards (:mod:`cpctl.core.kubeadmconfig`). ``flags``/``apply
   the ClusterConfiguration back too, unless someone else changed it since.
 * ``patches[=DIR]``: ``DIR/<component>+json.yaml`` (default ``/etc/kubernetes/patches``, next to the
   manifests dir), a JSON patch; written through the journal **after** the new manifest is verified.
-  kubeadm applies it to what the NEXT release renders, blind to positions, so every positional
-  operation is guarded by a ``test`` (:func:`cpctl.core.kubeadmconfig.patch_ops`), and kubeadm
+  kubeadm applies it to what the NEXT release renders, blind to positions, so the operations are
+  built against that render (``render_next`` from the ClusterConfiguration, not the current manifest),
+  every positional operation is guarded by a ``test`` (:func:`cpctl.core.kubeadmconfig.patch_ops`), and kubeadm
   remembers nothing: the result warns that ``--patches DIR`` must be given to every later
   ``kubeadm upgrade apply``/``node`` and ``kubeadm join``.
 
@@ -85,8 +86,11 @@ def patches_dir(node: Node, target: kc.KeepIn) -> str:
 
 # --- planning (reads only) -----------------------------------------------------------------------
 def plan(node: Node, component: str, old: bytes, new: bytes, change: kc.FlagChange,
-         targets: List[kc.KeepIn], container: Optional[str] = None) -> KeepPlan:
-    """What to write for ``targets``; refuses (nothing changed) what cannot be kept whole."""
+         targets: List[kc.KeepIn], container: Optional[str] = None,
+         config: Optional[Dict[str, object]] = None) -> KeepPlan:
+    """What to write for ``targets``; refuses (nothing changed) what cannot be kept whole. A patch file
+    is built against what kubeadm renders from the ClusterConfiguration: ``config``, else the planned
+    one (with ``kubeadm-config``), else the one in the API."""
     from cpctl.core import flags as flagtools
     section = kc.section_of(component)
     keep = KeepPlan(component, section, change)
@@ -107,8 +111,12 @@ def plan(node: Node, component: str, old: bytes, new: bytes, change: kc.FlagChan
     for target in targets:
         if target.target == "kubeadm-config":
             keep.config = _config_plan(_client(node), section, change, whole)
-        else:
-            keep.patch = _patch_plan(node, component, old, new, change, patches_dir(node, target), container, whole)
+    for target in targets:
+        if target.target == "patches":
+            if config is None:
+                config = kc.parse_config(keep.config.new) if keep.config is not None else read_cluster_config(node)
+            keep.patch = _patch_plan(node, component, old, new, change, patches_dir(node, target), container, whole,
+                                     config)
     return keep
 
 
@@ -159,7 +167,10 @@ KEPT_KEYS = ("extraArgs", "extraVolumes", "dataDir")
 
 
 def _patch_plan(node: Node, component: str, old: bytes, new: bytes, change: kc.FlagChange, directory: str,
-                container: Optional[str], whole: Optional[kc.WholeChange] = None) -> PatchPlan:
+                container: Optional[str], whole: Optional[kc.WholeChange] = None,
+                config: Optional[Dict[str, object]] = None) -> PatchPlan:
+    """The patch file with the change's operations, built against what kubeadm will render and patch
+    (:func:`_render_base`), not against the current manifest: kubeadm applies the file to its render."""
     from cpctl.core import flags as flagtools
     path = os.path.join(directory, kc.patch_file_name(component))
     roots = journal.allowed_roots(node.manifests_dir, node.state.path)
@@ -178,13 +189,43 @@ def _patch_plan(node: Node, component: str, old: bytes, new: bytes, change: kc.F
         raise CpctlError("cannot read %s: %s" % (path, exc.strerror or exc), ExitCode.ENVIRONMENT) from None
     ops = kc.parse_patch(existing, path)
     old_pod, new_pod = checks.parse_new(old, component), checks.parse_new(new, component)
-    index, old_container = flagtools.pick_container(old_pod, container)
+    index, _ = flagtools.pick_container(old_pod, container)
     _, new_container = flagtools.pick_container(new_pod, container)
-    ops = kc.patch_ops(ops, index, old_container, new_container, change)
+    base = _render_base(node, old_pod, index, component, directory, os.path.basename(path), ops,
+                        config if config is not None else read_cluster_config(node))
+    _, base_container = flagtools.pick_container(base, container)
+    unknown = [n for n, _ in change.sets + [(u, "") for u in change.unsets]
+               if any(f.name == n and f.value == kc.UNKNOWN_DEFAULT for f in flagtools.flags_of(base_container))]
+    if unknown:
+        raise CpctlError("--keep-in patches cannot guard --%s: cpctl changed it before without --keep-in, so the value "
+                         "kubeadm renders for it is not known here (a JSON patch would test the wrong item); keep it "
+                         "with --keep-in kubeadm-config (nothing changed)" % unknown[0], ExitCode.REFUSED)
+    ops = kc.patch_ops(ops, index, base_container, new_container, change)
     if whole is not None and (whole.volumes or whole.removed_volumes):
-        ops = kc.volume_ops(ops, index, old_pod, whole.volumes, whole.removed_volumes)
+        ops = kc.volume_ops(ops, index, base, whole.volumes, whole.removed_volumes)
     from cpctl.core import mounts
     return PatchPlan(path, existing, kc.dump_patch(ops), mounts.node_path(node.node_root, directory))
+
+
+def _render_base(node: Node, pod: Dict[str, object], index: int, component: str, directory: str, name: str,
+                 ops: List[Dict[str, object]], config: Dict[str, object]) -> Dict[str, object]:
+    """What the new operations of patch file ``name`` apply to at the next ``kubeadm upgrade --patches``:
+    kubeadm's render from ``config`` (:func:`cpctl.core.kubeadmconfig.render_next`), the patch files
+    sorted before ``name`` applied, then the file's own operations ``ops``. A flag set by hand in the
+    manifest is not in it (kubeadm renders from the ClusterConfiguration), so no operation names the
+    index such a flag has now. A patch that does not apply to it refuses the change (exit 4)."""
+    from cpctl.core import outside
+    earlier = [(n, o) for n, o in patch_files(node, component, directory) if n < name]
+    try:
+        changed = list(outside.flags_set_by_cpctl(node, component + ".yaml"))
+    except CpctlError:
+        changed = []
+    try:
+        return kc.render_next(pod, index, config, component, changed, earlier + [(name, ops)])
+    except kc.PatchFailed as exc:
+        raise CpctlError("--keep-in patches: the patch files of %s do not apply to what the next kubeadm upgrade "
+                         "renders (%s): fix or remove them first; nothing changed" % (component, exc),
+                         ExitCode.REFUSED) from None
 
 
 # --- writing -------------------------------------------------------------------------------------

@@ -82,6 +82,8 @@ def _displace(node: Any) -> None:
     raise AssertionError("no conflict")
 
 
+# what kubeadm renders the patch file's ops against (no API in this test: given, not read)
+CLUSTER_CONFIGURATION = {"apiVersion": "kubeadm.k8s.io/v1beta3", "kind": "ClusterConfiguration", "scheduler": {}}
 CHANGES: Dict[str, Callable[[Any], Any]] = {
     "stop": lambda node: lifecycle.stop(node, ["scheduler"], "kill test", None, False, 1),
     "start": lambda node: lifecycle.start(node, ["scheduler"], False, 1),
@@ -98,7 +100,7 @@ CHANGES: Dict[str, Callable[[Any], Any]] = {
     "apply-companion": _apply_companion,
     "keep-in": lambda node: keepin.write_patch(node, keepin.plan(
         node, "kube-scheduler", SCHEDULER, NEW_SCHEDULER, kubeadmconfig.FlagChange([("v", "4")]),
-        [kubeadmconfig.KeepIn("patches")]), None),
+        [kubeadmconfig.KeepIn("patches")], config=CLUSTER_CONFIGURATION), None),
     "displaced": _displace,
     "keep-in-undo": lambda node: keptin.undo_patch(node, _kept_patch(node)),
 }

@@ -12,7 +12,10 @@ import os
 from typing import Any
 
 import pytest
+import yaml
 
+from cpctl.core import keptin
+from cpctl.core import kubeadmconfig as kc
 from cpctl.host import ops as hostops
 from cpctl.host.local import LocalHost
 from cpctl.probes.kubeapi import node_access
@@ -20,17 +23,175 @@ from cpctl.probes.kubeapi import node_access
 CERT, KEY, CA = b"-----BEGIN CERTIFICATE-----\ncert\n", b"-----BEGIN EC PRIVATE KEY-----\nkey\n", b"ca-pem\n"
 
 
-@pytest.mark.parametrize("text,version,written,expected", [
-    (None, "", "7", "gone"),                 # no ConfigMap: nothing to put back
-    ("before", "9", "7", "done"),            # holds the text before already
-    ("after", "7", "7", "write"),            # still cpctl's write: put back over that version
-    ("after", "9", "7", "theirs"),           # same text, but someone wrote since: theirs
-    ("other", "9", "7", "theirs"),
-    ("after", "9", "", "write"),             # killed before recording the version: the text is cpctl's
-    ("other", "9", "", "nothing"),           # cpctl's write never landed
+V3 = """apiServer:
+  certSANs:
+  - 10.0.0.10
+  extraArgs:
+    authorization-mode: Node,RBAC
+apiVersion: kubeadm.k8s.io/v1beta3
+controllerManager: {}
+dns: {}
+etcd:
+  local:
+    dataDir: /var/lib/etcd
+featureGates:
+  EtcdLearnerMode: true
+kind: ClusterConfiguration
+kubernetesVersion: v1.30.4
+networking:
+  serviceSubnet: 10.96.0.0/12
+scheduler: {}
+"""
+V4 = """apiServer:
+  extraArgs:
+  - name: service-account-issuer
+    value: https://a
+  - name: service-account-issuer
+    value: https://b
+apiVersion: kubeadm.k8s.io/v1beta4
+kind: ClusterConfiguration
+scheduler: {}
+"""
+
+
+def _with(text: str, change: Any) -> str:
+    """``text`` (a ClusterConfiguration) changed by ``change`` (a function of its value), as cpctl writes it."""
+    value = yaml.safe_load(text)
+    change(value)
+    return kc.dump_config(value)
+
+
+def _both(now: str, before: str, after: str) -> Any:
+    """The undo as the node side (the YAML subset) and as cpctl (its YAML library) make it: the same
+    decision and the same keys, and texts that read the same."""
+    node = hostops.config_undo(now, before, after)
+    core = hostops.config_undo(now, before, after, keptin._load_config, kc.dump_config)
+    assert node[0] == core[0] and node[2] == core[2], (node, core)
+    if node[0] == "write":
+        assert yaml.safe_load(node[1]) == yaml.safe_load(core[1]), (node[1], core[1])
+    return node
+
+
+def test_the_undo_removes_exactly_cpctls_keys_and_keeps_everyone_elses() -> None:
+    """Issue 49 item 1: someone else changed the ClusterConfiguration while a kept flag was in it (another
+    section's flag, a flag of the same section): the undo takes cpctl's flag out and leaves theirs - no
+    longer the whole text at a resourceVersion (that left the reverted flag for the next upgrade)."""
+    after = _with(V3, lambda c: c["scheduler"].update(extraArgs={"v": "4"}))
+    theirs = _with(after, lambda c: (c["controllerManager"].update(extraArgs={"profiling": "false"}),
+                                     c["scheduler"]["extraArgs"].update({"bind-address": "0.0.0.0"})))
+    decision, text, keys = _both(theirs, V3, after)
+    assert (decision, keys) == ("write", ["scheduler.extraArgs.v"])
+    assert yaml.safe_load(text) == _with_value(theirs, lambda c: c["scheduler"]["extraArgs"].pop("v"))
+    # the section cpctl made is gone again, the one that was there ({}) stays
+    alone = _with(after, lambda c: c["controllerManager"].update(extraArgs={"profiling": "false"}))
+    assert yaml.safe_load(_both(alone, V3, after)[1])["scheduler"] == {}
+    # nobody else wrote the text: the text before, byte for byte; back already: nothing to do; no ConfigMap
+    assert _both(after, V3, after) == ("write", V3, [])
+    assert _both(V3, V3, after)[0] == "done"
+    assert hostops.config_undo(None, V3, after)[0] == "gone"
+    # cpctl's write never landed (killed before it): its keys hold their value before - nothing to do
+    never = _with(V3, lambda c: c["controllerManager"].update(extraArgs={"profiling": "false"}))
+    assert _both(never, V3, after)[0] == "done"
+
+
+def _with_value(text: str, change: Any) -> Any:
+    value = yaml.safe_load(text)
+    change(value)
+    return value
+
+
+def test_a_key_someone_else_changed_too_is_a_conflict_nothing_written() -> None:
+    after = _with(V3, lambda c: c["scheduler"].update(extraArgs={"v": "4"}))
+    theirs = _with(after, lambda c: c["scheduler"]["extraArgs"].update(v="9"))
+    assert _both(theirs, V3, after) == ("conflict", "", ["scheduler.extraArgs.v"])
+    removed = _with(after, lambda c: c["scheduler"].pop("extraArgs"))       # removed by someone: as before
+    assert _both(removed, V3, after)[0] == "done"
+    # a changed value and an unset flag: each goes back to its value before
+    changed = _with(V3, lambda c: c["apiServer"]["extraArgs"].update({"authorization-mode": "RBAC"}))
+    decision, text, _ = _both(_with(changed, lambda c: c.update(clusterName="x")), V3, changed)
+    assert decision == "write" and yaml.safe_load(text)["apiServer"]["extraArgs"] == {"authorization-mode": "Node,RBAC"}
+    unset = _with(V3, lambda c: c["apiServer"].pop("extraArgs"))
+    decision, text, _ = _both(_with(unset, lambda c: c.update(clusterName="x")), V3, unset)
+    assert decision == "write" and yaml.safe_load(text)["apiServer"]["extraArgs"] == {"authorization-mode": "Node,RBAC"}
+    assert yaml.safe_load(text)["clusterName"] == "x"
+
+
+def test_v1beta4_lists_are_merged_by_name_every_instance_kept() -> None:
+    """A v1beta4 name/value list (and extraVolumes) is keyed by name: cpctl's name goes, another writer's
+    name and the two issuers stay; a volume someone else added stays with cpctl's gone."""
+    audit = {"name": "audit", "hostPath": "/etc/kubernetes/audit", "mountPath": "/etc/kubernetes/audit",
+             "readOnly": True, "pathType": "DirectoryOrCreate"}
+    after = _with(V4, lambda c: (c["apiServer"]["extraArgs"].append({"name": "audit-policy-file",
+                                                                       "value": "/etc/kubernetes/audit/p.yaml"}),
+                                 c["apiServer"].update(extraVolumes=[audit])))
+    theirs = _with(after, lambda c: (c["apiServer"]["extraArgs"].append({"name": "profiling", "value": "false"}),
+                                     c["apiServer"]["extraVolumes"].append(dict(audit, name="logs"))))
+    decision, text, keys = _both(theirs, V4, after)
+    assert decision == "write" and keys == ["apiServer.extraArgs[name=audit-policy-file]",
+                                            "apiServer.extraVolumes[name=audit]"], keys
+    api = yaml.safe_load(text)["apiServer"]
+    assert [a["name"] for a in api["extraArgs"]] == ["service-account-issuer", "service-account-issuer", "profiling"]
+    assert [v["name"] for v in api["extraVolumes"]] == ["logs"]
+    # another writer's YAML library wrote cpctl's volume with its keys in another order: still cpctl's
+    resorted = yaml.safe_dump(yaml.safe_load(theirs), sort_keys=True)
+    decision, again, _ = _both(resorted, V4, after)
+    assert decision == "write" and yaml.safe_load(again) == yaml.safe_load(text)
+    # the issuers changed by cpctl (every instance), and by someone else too: a conflict on that name
+    issuers = _with(V4, lambda c: c["apiServer"].update(extraArgs=[{"name": "service-account-issuer", "value": "x"}]))
+    assert _both(_with(issuers, lambda c: c["apiServer"]["extraArgs"].append(
+        {"name": "service-account-issuer", "value": "y"})), V4, issuers)[0] == "conflict"
+
+
+GO_YAML = """apiServer:
+  certSANs:
+  - 127.0.0.1
+  - "10.0.0.10"
+  extraArgs:
+    audit-log-maxage: "30"
+    oidc-username-claim: 'e''mail' # a comment
+  timeoutForControlPlane: 4m0s
+apiVersion: kubeadm.k8s.io/v1beta3
+controlPlaneEndpoint: k8s.example:6443
+controllerManager: {}
+dns: {}
+etcd:
+  local:
+    dataDir: /var/lib/etcd
+    extraArgs:
+      listen-metrics-urls: http://0.0.0.0:2381
+imageRepository: registry.k8s.io
+kind: ClusterConfiguration
+kubernetesVersion: v1.30.4
+networking:
+  dnsDomain: cluster.local
+  podSubnet: 10.244.0.0/16
+scheduler:
+  extraArgs:
+    v: "2"
+    note: "caf\\u00e9 \\"x\\"\\ttab"
+"""
+
+
+@pytest.mark.parametrize("text", [GO_YAML, V3, V4, kc.dump_config(yaml.safe_load(GO_YAML)),
+                                  "---\n" + V4.replace("  - name", "    - name").replace("    value", "      value")])
+def test_the_node_sides_yaml_reads_what_kubeadm_and_cpctl_write(text: str) -> None:
+    """The agent has no YAML library: it reads and writes the subset kubeadm (go-yaml) and cpctl
+    (PyYAML) write a ClusterConfiguration in - what it writes reads, in any YAML reader, as what it read."""
+    assert yaml.safe_load(hostops.yaml_dump(hostops.yaml_load(text))) == yaml.safe_load(text)
+
+
+@pytest.mark.parametrize("text", [
+    "a: {b: 1}\n", "a: [1, 2]\n", "a: &x 1\nb: *x\n", "a: !!str 1\n", "a: |\n  x\n", "a: >\n  x\n",
+    "a: b\n  c\n", "a: 1\n---\nb: 2\n", "a: 1\na: 2\n", "a:\n\t- 1\n", "a: \"open\n", "- 1\n- 2\n" * 0 + "x\n",
+    "a:\n" + "".join("%s- \n" % (" " * i) for i in range(0, 200, 2)),
 ])
-def test_one_rule_for_putting_a_kept_write_back(text: Any, version: str, written: str, expected: str) -> None:
-    assert hostops.config_undo(text, version, "before", "after", written) == expected
+def test_yaml_the_node_side_does_not_read_is_left_to_cpctl(text: str) -> None:
+    """Anything outside that subset is refused (never guessed): the node side leaves the undo to the
+    next cpctl command, which reads any YAML."""
+    with pytest.raises(ValueError):
+        hostops.yaml_load(text)
+    assert hostops.config_undo(text, V3, V3.replace("scheduler: {}", "scheduler:\n  extraArgs:\n    v: '4'"))[0] == \
+        "unreadable"
 
 
 def _kubeconfig(tmp_path: Any, user: str) -> str:
@@ -107,23 +268,26 @@ def test_a_patch_undo_in_a_plan_touches_only_a_kubeadm_patch_file_below_the_kube
     assert "keep-in record" in hostops._plan_paths_problem(elsewhere)
 
 
-@pytest.mark.parametrize("answers,said", [
-    ([(200, {"data": {"ClusterConfiguration": "someone else's"}, "metadata": {"resourceVersion": "12"}})],
-     "changed by someone else"),
-    ([(200, {"data": {"ClusterConfiguration": "after"}, "metadata": {"resourceVersion": "7"}}), (409, None)],
-     "changed while cpctl put"),
+SCHEDULER_V4 = V3.replace("scheduler: {}", "scheduler:\n  extraArgs:\n    v: '4'")
+
+
+@pytest.mark.parametrize("answers,said,settled", [
+    ([(200, {"data": {"ClusterConfiguration": SCHEDULER_V4.replace("'4'", "'9'")},
+             "metadata": {"resourceVersion": "12"}})], "someone else changed scheduler.extraArgs.v too", False),
+    ([(200, {"data": {"ClusterConfiguration": SCHEDULER_V4}, "metadata": {"resourceVersion": "7"}}), (409, None)] * 2,
+     "changed while cpctl put", False),
 ])
 def test_what_the_master_leaves_for_the_operator_names_the_check_as_run_on_that_master(
-        monkeypatch: pytest.MonkeyPatch, answers: list, said: str) -> None:
+        monkeypatch: pytest.MonkeyPatch, answers: list, said: str, settled: bool) -> None:
     """When the master's own revert leaves the ClusterConfiguration as it is (someone else changed
-    it, or wrote it meanwhile), its line says how to check it: the command as the operator runs it
-    against that master (``-H``/``-i``), carried in the plan, never a bare ``cpctl check`` that would
-    run on the operator's own machine."""
+    cpctl's key too, or wrote it meanwhile, twice), its line says how to check it: the command as the
+    operator runs it against that master (``-H``/``-i``), carried in the plan, never a bare ``cpctl
+    check`` that would run on the operator's own machine - and the record stays until it is resolved."""
     asked = list(answers)
     monkeypatch.setattr(hostops, "_api_json", lambda method, url, access, body=None: asked.pop(0))
     kept = {"namespace": "kube-system", "name": "kubeadm-config", "key": "ClusterConfiguration",
-            "before": "before", "after": "after", "resource_version": "7", "component": "kube-scheduler",
+            "before": V3, "after": SCHEDULER_V4, "resource_version": "7", "component": "kube-scheduler",
             "op": "flags"}
     hint = "cpctl -H admin@10.0.0.11 check --kubeadm"
-    line = hostops._put_back_config({"check_hint": hint}, kept, ("https://10.0.0.11:6443", {}))
-    assert said in line and line.endswith("check it (%s)" % hint) and not asked
+    line, done = hostops._put_back_config({"check_hint": hint}, kept, ("https://10.0.0.11:6443", {}), "/s/keepin/r")
+    assert said in line and line.endswith("check it (%s)" % hint) and not asked and done is settled, line

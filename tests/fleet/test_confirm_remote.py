@@ -318,3 +318,64 @@ def test_the_master_itself_puts_a_kept_patch_file_back(master: Master) -> None:
     undo = [r for r in history if r["action"] == "keep-in" and r.get("undo") is True]
     assert len(undo) == 1 and undo[0]["patch"] == patch and "node-side plan" in undo[0]["origin"], history
     assert not os.path.exists(os.path.join(str(master.lab.state_dir(1)), "journal.json"))
+
+
+def _edit_cluster_configuration(master: Master, change: Any) -> None:
+    """Another writer (kubectl replace, over the resourceVersion read): the ClusterConfiguration changed
+    by ``change`` (a function of its value)."""
+    import yaml
+
+    from tests.labfixture import KUBECTL
+    cm = _cluster_configuration(master)
+    cfg = yaml.safe_load(cm["data"]["ClusterConfiguration"])
+    change(cfg)
+    cm["data"]["ClusterConfiguration"] = yaml.safe_dump(cfg, sort_keys=True)
+    path = os.path.join(str(master.lab.dir), "cm-edit.json")
+    with open(path, "w") as handle:
+        json.dump(cm, handle)
+    subprocess.run([KUBECTL, "--kubeconfig", master.lab.kubeconfig, "replace", "-f", path], check=True,
+                   capture_output=True, text=True, timeout=60)
+
+
+def test_the_masters_revert_takes_out_exactly_cpctls_flag_and_keeps_anothers_edit(master: Master) -> None:
+    """Issue 49 item 1 on a master without cpctl: someone else edits kubeadm-config (another section's flag,
+    and the same section's other flag) while the ``--keep-in kubeadm-config`` change is armed; the master's
+    own revert merges cpctl's key out of the ClusterConfiguration as it is then (it used to leave the
+    reverted flag there, for the next kubeadm upgrade to render on every master). Then the same key changed
+    by someone else: the master refuses loudly and keeps the record for the next cpctl command."""
+    import yaml
+
+    from cpctl.core import kubeadmconfig as kc
+    node_conf = os.path.join(str(master.lab.root_dir(1)), "etc", "kubernetes", "admin.conf")
+    write_inventory(master.inv, {"master": dict(host="master", **dict(lab_vars(master.lab, 1), kubeconfig=node_conf))})
+    original = master.read()
+    master.run("flags", "scheduler", "--set", "v=4", "--keep-in", "kubeadm-config", "--confirm-within", "20s", *FAST)
+    _edit_cluster_configuration(master, lambda c: (
+        c.setdefault("controllerManager", {}).setdefault("extraArgs", {}).update(profiling="false"),
+        c["scheduler"]["extraArgs"].update({"bind-address": "0.0.0.0"})))
+    keepin = os.path.join(str(master.lab.state_dir(1)), "keepin")
+    wait_for(lambda: "keep-in-undone" in master.actions() and not _kept_records(keepin, ".json"), 150,
+             "the master puts cpctl's key back")
+    cfg = yaml.safe_load(_cluster_configuration(master)["data"]["ClusterConfiguration"])
+    assert master.read() == original
+    assert dict(kc.extra_args(cfg, "scheduler")) == {"bind-address": "0.0.0.0"}, cfg
+    assert dict(kc.extra_args(cfg, "controllerManager")) == {"profiling": "false"}, cfg
+    undone = [r for r in read_history(str(master.lab.state_dir(1))) if r["action"] == "keep-in-undone"]
+    assert len(undone) == 1 and undone[0]["keys"] == ["scheduler.extraArgs.v"], undone
+    assert "node-side plan" in undone[0]["origin"], undone
+
+    # cpctl's own key changed by someone else too: nothing written, the record kept, said in the master's log
+    master.run("flags", "scheduler", "--set", "v=5", "--keep-in", "kubeadm-config", "--confirm-within", "20s", *FAST)
+    _edit_cluster_configuration(master, lambda c: c["scheduler"]["extraArgs"].update(v="9"))
+    # the end of it: the manifest back, then ``reverted`` recorded once the keep-in part is done
+    wait_for(lambda: master.read() == original and master.actions()[-1] == "reverted", 150,
+             "the master reverts the manifest (and refuses the ClusterConfiguration)")
+    cfg = yaml.safe_load(_cluster_configuration(master)["data"]["ClusterConfiguration"])
+    assert dict(kc.extra_args(cfg, "scheduler"))["v"] == "9", cfg
+    assert len(_kept_records(keepin, ".json")) == 1        # kept until resolved: the next cpctl command says it
+    # what the next upgrade would render on every master (theirs, both): check --kubeadm over SSH shows it
+    master.run("status")
+    assert len(_kept_records(keepin, ".json")) == 1        # a read of the node settles nothing it cannot
+    check = json.loads(master.run("-o", "json", "check", "--kubeadm", rc=1).stdout)["hosts"][0]["data"]
+    adds = [f for f in check["findings"] if f["kind"] == "kubeadm_adds" and f["component"] == "kube-scheduler"]
+    assert len(adds) == 1 and set(adds[0]["flags"]) == {"--v=9", "--bind-address=0.0.0.0"}, check["findings"]

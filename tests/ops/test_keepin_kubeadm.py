@@ -515,15 +515,78 @@ def test_rollback_and_an_unconfirmed_revert_put_the_kept_cluster_configuration_b
     proc = run_cpctl(handle, "revert-unconfirmed", "scheduler")
     assert proc.returncode == 0, proc.stderr
     assert _kept(handle)[0] == text and "--v=5" not in command(handle, "kube-scheduler")
-    # someone else changed the ConfigMap since: theirs stays, and the rollback says so
+    # someone else changed the ConfigMap since (its metadata): the text is cpctl's, it goes back, theirs stays
     proc = run_cpctl(handle, "flags", "scheduler", "--set", "v=6", "--keep-in", "kubeadm-config", *FAST)
     assert proc.returncode == 0, proc.stderr
     kubectl(handle, "-n", "kube-system", "annotate", "cm", "kubeadm-config", "someone=else")
-    theirs = _kept(handle)
     proc = run_cpctl(handle, "rollback", "scheduler", *FAST)
     assert proc.returncode == 0, proc.stderr
-    assert "was changed by someone else since" in proc.stdout and theirs[1] in proc.stdout, proc.stdout
-    assert _kept(handle) == theirs and "--v=6" not in command(handle, "kube-scheduler")
+    assert "kube-system/kubeadm-config put back as it was" in proc.stdout, proc.stdout
+    assert _kept(handle)[0] == text and configmap(handle)["metadata"]["annotations"]["someone"] == "else"
+    assert "--v=6" not in command(handle, "kube-scheduler")
+
+
+def edit_cluster_config(handle: LabHandle, change: Any) -> None:
+    """Another writer: ``kubectl replace`` of the ConfigMap with its ClusterConfiguration changed by
+    ``change`` (a function of its value), over the resourceVersion read."""
+    cm = json.loads(kubectl(handle, "-n", "kube-system", "get", "cm", "kubeadm-config", "-o", "json").stdout)
+    cfg = yaml.safe_load(cm["data"]["ClusterConfiguration"])
+    change(cfg)
+    cm["data"]["ClusterConfiguration"] = yaml.safe_dump(cfg, sort_keys=True)
+    path = handle.dir / "cm-edit.json"
+    path.write_text(json.dumps(cm))
+    kubectl(handle, "replace", "-f", str(path))
+
+
+def _scheduler_args(cfg: dict[str, Any]) -> dict[str, str]:
+    return dict(kc.extra_args(cfg, "scheduler"))
+
+
+def test_a_reverted_kept_flag_never_outlives_its_revert(lab_factory: Any) -> None:
+    """Issue 49 item 1: ``--keep-in kubeadm-config --confirm-within``, then someone else edits kubeadm-config
+    (another key) while the change is armed: the revert takes exactly cpctl's flag out of the
+    ClusterConfiguration and keeps theirs (it used to leave the reverted flag there for the next upgrade,
+    and ``check --kubeadm`` said "no drift"). Where they changed cpctl's own key, the revert refuses
+    loudly, the record stays (every command says so) and ``check --kubeadm`` reports the flag the next
+    upgrade would add, until it is resolved."""
+    handle = lab_factory(kubeadm_api="v1beta3")
+    proc = run_cpctl(handle, "flags", "scheduler", "--set", "v=5", "--keep-in", "kubeadm-config",
+                     "--confirm-within", "1h", *FAST)
+    assert proc.returncode == 0, proc.stderr
+    edit_cluster_config(handle, lambda c: c.setdefault("controllerManager", {}).setdefault(
+        "extraArgs", {}).update(profiling="false"))
+    proc = run_cpctl(handle, "revert-unconfirmed", "scheduler")
+    assert proc.returncode == 0, proc.stderr
+    cfg = cluster_config(handle)
+    assert "v" not in _scheduler_args(cfg), cfg                       # cpctl's flag: gone with the revert
+    assert dict(kc.extra_args(cfg, "controllerManager")) == {"profiling": "false"}     # theirs: kept
+    assert "--v=5" not in command(handle, "kube-scheduler")
+    assert not [f for f in kubeadm_findings(handle) if "--v=5" in json.dumps(f)]
+    assert '"keep-in-undone"' in run_cpctl(handle, "-o", "json", "history").stdout
+    # the same key changed by someone else: refused loudly, the record kept, check --kubeadm shows it
+    proc = run_cpctl(handle, "flags", "scheduler", "--set", "v=6", "--keep-in", "kubeadm-config",
+                     "--confirm-within", "1h", *FAST)
+    assert proc.returncode == 0, proc.stderr
+    edit_cluster_config(handle, lambda c: c["scheduler"]["extraArgs"].update(v="9"))
+    proc = run_cpctl(handle, "revert-unconfirmed", "scheduler")
+    assert proc.returncode == 0, proc.stderr
+    assert "kube-system/kubeadm-config NOT put back: someone else changed scheduler.extraArgs.v too" in \
+        proc.stdout + proc.stderr, (proc.stdout, proc.stderr)
+    assert _scheduler_args(cluster_config(handle)) == {"v": "9"} and "--v=6" not in command(handle, "kube-scheduler")
+    records = list((handle.state_dir() / "keepin").glob("kube-scheduler.yaml.*.json"))
+    assert len(records) == 1, records
+    status = run_cpctl(handle, "status")                             # every command says so again
+    assert "NOT put back: someone else changed scheduler.extraArgs.v" in status.stderr, status.stderr
+    adds = [f for f in kubeadm_findings(handle) if f["kind"] == "kubeadm_adds"]
+    assert {f["component"]: f["flags"] for f in adds} == {"kube-scheduler": ["--v=9"],       # theirs, both
+                                                           "kube-controller-manager": ["--profiling=false"]}, adds
+    # resolved: they put the value before back - the record goes, nothing left to add
+    edit_cluster_config(handle, lambda c: c["scheduler"]["extraArgs"].pop("v"))
+    status = run_cpctl(handle, "status")
+    assert status.returncode == 0 and "NOT put back" not in status.stderr, status.stderr
+    assert not list((handle.state_dir() / "keepin").glob("kube-scheduler.yaml.*.json"))
+    assert not [f for f in kubeadm_findings(handle) if f["kind"] == "kubeadm_adds" and f["component"] ==
+                "kube-scheduler"]
 
 
 def test_a_kill_between_the_configmap_write_and_the_manifest_puts_the_configmap_back(lab_factory: Any) -> None:
@@ -707,20 +770,80 @@ def test_the_dry_run_plan_is_what_the_real_run_applies_and_its_inverse_undoes_ev
     assert _on_disk(plan["companions"][0]) is None
     assert _cm_text_sha(handle) == config["before"]["checksum"]
 
-    # an unconfirmed change's revert: manifest and companion file back; the ClusterConfiguration someone
-    # else changed since is left theirs, and the revert says so
+    # an unconfirmed change's revert: manifest and companion file back; in the ClusterConfiguration someone
+    # else changed since (another section), exactly cpctl's keys go back and theirs stays (issue 49)
     armed = run_cpctl(handle, "-o", "json", *change, *FAST, "--confirm-within", "1h")
     assert armed.returncode == 0, armed.stderr
     plan = _json(armed)["plan"]
-    kubectl(handle, "-n", "kube-system", "annotate", "cm", "kubeadm-config", "someone=else")
-    theirs = _kept(handle)
+    edit_cluster_config(handle, lambda c: c.setdefault("scheduler", {}).setdefault("extraArgs", {}).update(v="3"))
     reverted = run_cpctl(handle, "-o", "json", "revert-unconfirmed", "kube-apiserver")
     assert reverted.returncode == 0, reverted.stderr
     answer = _json(reverted)
-    assert "was changed by someone else since" in answer["message"] and theirs[1] in answer["message"], answer
+    assert "kube-system/kubeadm-config: cpctl's apiServer." in answer["message"] and \
+        "what others changed since kept" in answer["message"], answer
     assert answer["plan"]["manifest"]["after"] == plan["inverse"]["manifest"]["after"]      # the revert's plan is
     assert [(c["path"], c["after"]) for c in answer["plan"]["companions"]] == \
         [(c["path"], c["after"]) for c in plan["inverse"]["companions"]]                   # the change's inverse
     assert _on_disk(plan["manifest"]) == plan["inverse"]["manifest"]["after"]
     assert _on_disk(plan["companions"][0]) is None
-    assert _kept(handle) == theirs
+    cfg = cluster_config(handle)
+    assert _scheduler_args(cfg) == {"v": "3"} and cfg.get("apiServer", {}).get("extraVolumes") is None, cfg
+    assert not [a for a, _ in kc.extra_args(cfg, "apiServer") if a.startswith("audit-")], cfg
+
+
+# --- patches as kubeadm applies them (issue 49 item 2) --------------------------------------------------------
+def test_keep_in_patches_builds_its_ops_against_what_kubeadm_renders(lab_factory: Any) -> None:
+    """After ``flags scheduler --set v=7`` (in the manifest only), ``--set v=2 --keep-in patches`` used to
+    write a ``test "--v=7"`` at the index --v=7 has in the manifest: kubeadm renders from the
+    ClusterConfiguration, where there is no --v, and the next ``kubeadm upgrade --patches`` failed ("index
+    out of bounds"). The ops are built against ``render_next``: an ``add`` of --v=2."""
+    handle = lab_factory()
+    proc = run_cpctl(handle, "flags", "scheduler", "--set", "v=7", *FAST)
+    assert proc.returncode == 0, proc.stderr
+    proc = run_cpctl(handle, "flags", "scheduler", "--set", "v=2", "--set", "bind-address=0.0.0.0",
+                     "--keep-in", "patches", *FAST)
+    assert proc.returncode == 0, proc.stderr
+    patch = handle.root_dir() / "etc/kubernetes/patches/kube-scheduler+json.yaml"
+    ops = yaml.safe_load(patch.read_text())
+    assert {"op": "add", "path": "/spec/containers/0/command/-", "value": "--v=2"} in ops, ops
+    assert not [o for o in ops if o.get("value") == "--v=7"], ops
+    assert not [f for f in kubeadm_findings(handle) if f["kind"] == "kubeadm_patch_fails"]
+    proc = upgrade(handle, "--patches", "/etc/kubernetes/patches")
+    assert proc.returncode == 0, proc.stderr
+    after = command(handle, "kube-scheduler")
+    assert "--v=2" in after and "--v=7" not in after and "--bind-address=0.0.0.0" in after, after
+
+
+def test_check_kubeadm_judges_every_rfc_6902_operation_as_kubeadm_does(lab_factory: Any) -> None:
+    """A valid ``copy`` (and ``move``) in a patch file is applied as kubeadm applies it - by a real RFC 6902
+    implementation - not reported as "the next kubeadm upgrade fails"; a ``test`` that does not hold still is."""
+    handle = lab_factory()
+    patches = handle.root_dir() / "etc/kubernetes/patches"
+    patches.mkdir(parents=True, exist_ok=True)
+    good = [{"op": "add", "path": "/metadata/annotations", "value": {"a": "x"}},
+            {"op": "copy", "from": "/metadata/annotations/a", "path": "/metadata/annotations/b"},
+            {"op": "move", "from": "/metadata/annotations/a", "path": "/metadata/annotations/c"}]
+    (patches / "kube-scheduler+json.yaml").write_text(yaml.safe_dump(good))
+    assert not [f for f in kubeadm_findings(handle) if f["kind"] == "kubeadm_patch_fails"]
+    proc = upgrade(handle, "--patches", "/etc/kubernetes/patches")
+    assert proc.returncode == 0, proc.stderr
+    pod = yaml.safe_load((handle.manifests_dir() / "kube-scheduler.yaml").read_text())
+    assert pod["metadata"]["annotations"] == {"b": "x", "c": "x"}
+    bad = good + [{"op": "test", "path": "/metadata/annotations/b", "value": "y"}]
+    (patches / "kube-scheduler+json.yaml").write_text(yaml.safe_dump(bad))
+    fails = [f for f in kubeadm_findings(handle) if f["kind"] == "kubeadm_patch_fails"]
+    assert len(fails) == 1 and fails[0]["component"] == "kube-scheduler", fails
+
+
+def test_apply_json_patch_is_rfc_6902() -> None:
+    doc = {"spec": {"containers": [{"command": ["kube-scheduler", "--v=2"]}]}}
+    ops = [{"op": "copy", "from": "/spec/containers/0/command/1", "path": "/spec/containers/0/command/-"},
+           {"op": "move", "from": "/spec/containers/0/command/2", "path": "/spec/containers/0/command/1"}]
+    assert kc.apply_json_patch(doc, ops) == {"spec": {"containers": [{"command": ["kube-scheduler", "--v=2",
+                                                                                   "--v=2"]}]}}
+    assert doc == {"spec": {"containers": [{"command": ["kube-scheduler", "--v=2"]}]}}       # a copy is patched
+    for bad in ([{"op": "test", "path": "/spec/containers/0/command/7", "value": "--v=7"}],
+                [{"op": "test", "path": "/spec/containers/0/command/1", "value": "--v=7"}],
+                [{"op": "frobnicate", "path": "/spec"}], [{"path": "/spec"}]):
+        with pytest.raises(kc.PatchFailed):
+            kc.apply_json_patch(doc, bad)

@@ -3,7 +3,9 @@
 * ``node``: a fresh ``NodeDirs`` (manifests dir with the four kubeadm manifests, no state yet);
 * ``mock_node``: a core ``Node`` on a ``MockHost`` over the same kind of dirs, for in-process tests
   with injected failures (no subprocess: milliseconds per test);
-* ``lab``/``lab3`` (tests.labfixture) and ``sshd``/``sshd_many``/... (tests.sshfixture).
+* ``lab``/``lab3`` (tests.labfixture) and ``sshd``/``sshd_many``/... (tests.sshfixture);
+* ``real_etcd``/``real_etcd_factory`` (tests.realetcd): a real etcd cluster with kubeadm's flags and
+  PKI; a test that uses one is marked ``real_etcd`` (and ``lab``), and CI never skips it.
 
 Tiers (markers, see pyproject.toml): ``unit`` (no lab, no sshd, no container: ``pytest -m unit``
 is the fast suite), ``lab`` (a lab or a real sshd on 127.0.0.1) and ``end_to_end`` (a whole system:
@@ -29,7 +31,7 @@ import pytest
 
 from tests.coreutil import NODE, NodeDirs
 
-pytest_plugins = ["tests.labfixture", "tests.sshfixture"]
+pytest_plugins = ["tests.labfixture", "tests.sshfixture", "tests.realetcd"]
 
 
 @pytest.fixture
@@ -189,7 +191,10 @@ def no_keeper_left() -> Iterator[None]:
 #: another fixture) is in the ``lab`` tier. So is one that uses a fixture named ``*_lab`` or
 #: ``sshd*``, or whose own code or fixtures call ``start_lab(`` (see ``starts_a_lab``).
 LAB_FIXTURES = frozenset({"lab", "lab3", "lab_factory", "sshd", "sshd_many", "sshd_factory", "ssh_session",
-                          "sudo_users", "keeper_dir"})
+                          "sudo_users", "keeper_dir", "real_etcd", "real_etcd_factory"})
+
+#: Fixtures that run a real etcd cluster (tests.realetcd): a test that uses one is marked ``real_etcd``.
+REAL_ETCD_FIXTURES = frozenset({"real_etcd", "real_etcd_factory"})
 
 #: Fixtures that build and install cpctl (wheels, venvs with pip) as a user would: a test that uses
 #: one follows a whole install recipe and is in the ``end_to_end`` tier.
@@ -232,6 +237,8 @@ def starts_a_lab(item: Any) -> bool:
 def pytest_collection_modifyitems(config: Any, items: list) -> None:
     """Mark each test's tier: ``end_to_end`` as declared or by its fixtures, else ``lab`` or ``unit``."""
     for item in items:
+        if set(getattr(item, "fixturenames", ())) & REAL_ETCD_FIXTURES:
+            item.add_marker(pytest.mark.real_etcd)
         if set(getattr(item, "fixturenames", ())) & END_TO_END_FIXTURES:
             item.add_marker(pytest.mark.end_to_end)
         if item.get_closest_marker("end_to_end"):

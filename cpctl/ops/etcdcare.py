@@ -9,9 +9,10 @@ the real binaries"), never from mirror pods:
 * quorum is a majority of the **voters**; a learner is never counted (it cannot vote), a member
   that is not healthy counts as down, and a member being defragmented counts as down too (it
   blocks every request while its backend is rewritten);
-* a NOSPACE alarm makes ``/health`` false on every member although they all serve reads: while it
-  is the only alarm, health is judged as kubeadm's probe judges it (``/health?exclude=NOSPACE``);
-  a CORRUPT alarm refuses every change, named;
+* a member is healthy when it serves a read of the key ``health`` (linearizable for a voter,
+  serializable for a learner), as ``etcdctl endpoint health`` asks: a NOSPACE alarm, which makes
+  ``/health`` false on every member, leaves reads served, so NOSPACE never counts as a member down
+  (kubeadm's probe excludes it too); a CORRUPT alarm refuses every change, named;
 * defragmentation goes one member at a time, followers first (learners, then voters), the leader
   last, after leadership was moved to a healthy voter that was already defragmented, so the
   cluster never waits for an election timeout and never has two members blocked at once (the
@@ -175,12 +176,7 @@ def survey(gateway: Gateway, endpoints: Sequence[str]) -> Survey:
             break
         except EtcdError as exc:
             alarm_error = str(exc)
-    result = Survey(listed.cluster_id, views, alarms, listed.asked, alarm_error)
-    if result.alarm_kinds() == {"NOSPACE"}:        # judged as kubeadm's liveness probe does
-        for view in result.members:
-            if not view.healthy and view.endpoint:
-                view.healthy, view.why = gateway.health(view.endpoint, exclude="NOSPACE")
-    return result
+    return Survey(listed.cluster_id, views, alarms, listed.asked, alarm_error)
 
 
 def _member_list(gateway: Gateway, endpoints: Sequence[str]) -> MemberList:
@@ -211,7 +207,7 @@ def _view(gateway: Gateway, member: Member) -> MemberView:
                                                          hex_id(member.id))
         view.status, view.endpoint = None, ""
     if view.endpoint:
-        view.healthy, view.why = gateway.health(view.endpoint)
+        view.healthy, view.why = gateway.health(view.endpoint, learner=member.learner)
     return view
 
 
@@ -455,8 +451,8 @@ def _chosen(seen: Survey, names: Sequence[str]) -> List[MemberView]:
     for name in names:
         view = seen.by_name(name)
         if view is None:
-            raise CpctlError("no etcd member %r (members: %s)" % (name, ", ".join(v.name for v in seen.members)),
-                             ExitCode.NOT_FOUND)
+            raise CpctlError("no etcd member %r (members: %s)" % (
+                name, ", ".join(sorted(v.name for v in seen.members))), ExitCode.NOT_FOUND)
         if view not in out:
             out.append(view)
     return out
@@ -505,9 +501,11 @@ def _defrag_one(node: Node, gateway: Gateway, endpoints: Sequence[str], step: De
         assert view is not None
         _guard(seen, view, "defragmenting", steps)
     progress("defragmenting %s (%s)" % (view.name, view.endpoint))
-    write_intent(node, "defrag", view)
     started = time.monotonic()
+    node.standing = ("etcd member %s is being defragmented: etcd finishes it by itself; %s"
+                     % (view.name, _done_text(steps)))
     try:
+        write_intent(node, "defrag", view)
         gateway.defragment(view.endpoint, timeout)
     except EtcdError as exc:
         clear_intent(node)
@@ -516,11 +514,13 @@ def _defrag_one(node: Node, gateway: Gateway, endpoints: Sequence[str], step: De
                          ExitCode.ENVIRONMENT) from None
     except (KeyboardInterrupt, Terminated) as exc:
         signal = interrupted_by(exc)
-        clear_intent(node)
         line = ("interrupted (%s) while etcd member %s was being defragmented: etcd finishes it by itself; %s"
                 % (signal, view.name, _done_text(steps)))
+        clear_intent(node)
         record(node, "etcd-defrag-interrupted", view.name, {"reason": line})
         raise Interrupted(signal, line) from None
+    finally:
+        node.standing = ""
     step.seconds = round(time.monotonic() - started, 3)
     clear_intent(node)
     try:
@@ -567,7 +567,7 @@ def _move_target(seen: Survey, leader: MemberView, prefer: Sequence[str] = (), t
     if to:
         chosen = seen.by_name(to)
         if chosen is None:
-            raise CpctlError("no etcd member %r (members: %s)" % (to, ", ".join(v.name for v in seen.members)),
+            raise CpctlError("no etcd member %r (members: %s)" % (to, ", ".join(sorted(v.name for v in seen.members))),
                              ExitCode.NOT_FOUND)
         if chosen.member.learner or not chosen.healthy or chosen.member.id == leader.member.id:
             raise CpctlError("refused: cannot move leadership to %s: %s" % (

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Tuple, TypeVar
 
 import click
 
-from cpctl.cli.context import emit, note, printable, state
+from cpctl.cli.context import emit, fail, note, printable, state
 from cpctl.cli.render import table
 from cpctl.errors import CpctlError, ExitCode
 
@@ -41,27 +41,31 @@ def _progress(ctx: click.Context) -> Callable[[str], None]:
 
 
 def on_cluster(ctx: click.Context, action: Callable[["Node"], R], text_of: Callable[[R], str],
-               changing: bool) -> R:
-    """``action`` once: on this machine, or through the first selected master that can be reached."""
+               changing: bool) -> None:
+    """``action`` once: on this machine, or through the first selected master that can be reached
+    (``-o json``: the fan-out's shape, with a block for each master tried)."""
     from cpctl.cli.fanout import execute, run_on_hosts
-    from cpctl.fleet.targets import select_specs
+    from cpctl.fleet.runner import HostResult, stats
+    from cpctl.fleet.targets import exit_code, failure_line, select_specs
     cli_state = state(ctx)
     if cli_state.remote is None:
-        return execute(ctx, action, text_of, changing=changing, probe="none")[0]
-    why: List[str] = []
-    code = ExitCode.UNREACHABLE
+        execute(ctx, action, text_of, changing=changing, probe="none")
+        return
+    results: List[HostResult[R]] = []
     for spec in select_specs(cli_state.remote):
-        result = run_on_hosts(ctx, [spec], action, changing, probe="none")[0]
-        if not result.failed and isinstance(result.data, dict):
-            data: Any = dict(result.data, via=result.host)
-            emit(ctx, data, text_of(printable(data)) + "\n(through %s)" % printable(result.host))
-            return data
-        error = result.error or result.status
-        why.append(error if error.startswith(result.host) else "%s: %s" % (result.host, error))
-        code = ExitCode(result.code or ExitCode.INTERNAL)
-        if code is not ExitCode.UNREACHABLE:
+        results += run_on_hosts(ctx, [spec], action, changing, probe="none")
+        if not results[-1].failed or exit_code(results[-1:]) != ExitCode.UNREACHABLE:
             break                      # an answer (a refusal, a failure), not a master that cannot be asked
-    raise CpctlError("; ".join(why) or "no master selected", code)
+    blocks = [{"host": r.host, "status": r.status, "error": r.error, "elapsed_seconds": round(r.elapsed, 3),
+               "data": r.data} for r in results]
+    text = "\n".join("== %s: %s ==\n%s" % (printable(r.host), r.status, text_of(printable(r.data)) if
+                                             isinstance(r.data, dict) else "error: %s" % printable(r.error or ""))
+                     for r in results)
+    emit(ctx, {"hosts": blocks, "recap": stats(results)}, text)
+    code = exit_code(results[-1:])
+    if code:
+        fail(failure_line(results[-1:]), code)
+        ctx.exit(code)
 
 
 @click.group()

@@ -27,11 +27,18 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN_TIMEOUT = 600.0
 
 
+#: node root -> {flag: value} its etcd.yaml says instead of what the member runs with: a manifest
+#: edited and not yet applied (the kubelet restarts etcd with it at its next sync).
+EDITED: Dict[str, Dict[str, str]] = {}
+
+
 def write_manifest(cluster: RealEtcd, name: str) -> Path:
     """Member ``name``'s etcd.yaml (its real command line, node paths) under its node root."""
     member = cluster.members[name]
     root = str(member.root)
-    command = ["etcd"] + [a.replace(root, "") for a in member.argv]
+    edited = EDITED.get(root, {})
+    command = ["etcd"] + [a.replace(root, "") for a in member.argv if a.split("=", 1)[0] not in edited]
+    command += ["%s=%s" % item for item in edited.items()]
     pod = {"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": "etcd", "namespace": "kube-system",
                         "labels": {"component": "etcd", "tier": "control-plane"}},

@@ -634,32 +634,6 @@ def move_leader(node: Node, to: str, dry_run: bool) -> MoveReport:
                           to_member=target.name, message="leadership moved from %s to %s" % (leader.name, target.name))
 
 
-def leader_here(node: Node) -> Optional[Tuple[str, str]]:
-    """(leader, its successor) when this node's own etcd member leads and another healthy voter can
-    take over; None otherwise (no etcd here, not the leader, or nobody to hand it to). For
-    ``stop``/``restart``/``edit``/``apply``/``flags`` of etcd: leadership moves first."""
-    gateway, endpoints = gateway_of(node)
-    local = [e for e in endpoints if _local(e)]
-    if not local:
-        return None
-    seen = survey(gateway, endpoints)
-    leader = seen.leader
-    if leader is None:
-        return None
-    try:
-        own = gateway.status(local[0])
-    except EtcdError:
-        return None
-    if own.member_id != leader.member.id:
-        return None
-    try:
-        target = _move_target(seen, leader)
-    except CpctlError:
-        return None
-    _move(node, gateway, endpoints, leader, target)
-    return leader.name, target.name
-
-
 def _health_text(seen: Survey) -> str:
     return ", ".join("%s %s" % (v.name, "healthy" if v.healthy else "not healthy: %s" % v.why) for v in seen.members)
 

@@ -100,12 +100,17 @@ def _suggest_command(group: click.Group, ctx: click.Context, args: List[str]) ->
 
 
 def _command_words(name: Optional[str], command: Any, rest: List[str]) -> str:
-    """``scheduler add`` for ``cpctl scheduler add x``: the group and its subcommand word."""
-    if isinstance(command, click.Group):
+    """``scheduler add`` for ``cpctl scheduler add x``: the group and its subcommand words (``etcd
+    alarm list``: a group within a group)."""
+    words = [name or ""]
+    while isinstance(command, click.Group):
         sub = next((a for a in rest if not a.startswith("-")), None)
-        if sub is not None and sub in command.list_commands(click.get_current_context()):
-            return "%s %s" % (name, sub)
-    return name or ""
+        if sub is None or sub not in command.list_commands(click.get_current_context()):
+            break
+        words.append(sub)
+        command = command.get_command(click.get_current_context(), sub)
+        rest = rest[rest.index(sub) + 1:]
+    return " ".join(words)
 
 
 @click.group(cls=CpctlGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},

@@ -21,6 +21,7 @@ class Mode(enum.Enum):
     CHANGE = "rolling change"           # --serial masters at a time, stops at the first that fails
     READ_OR_CHANGE = "read; rolling change with --fix"
     ONE = "one master"                  # a cluster-wide API call made once, through the one selected master
+    ETCD = "etcd, once"                 # etcd's API, once, through the first selected master that can be reached
     LOCAL = "local only"                # this machine only: refused with -H/--inventory
 
 
@@ -96,6 +97,14 @@ _SPECS: Tuple[CommandSpec, ...] = (
     CommandSpec("scheduler add", Mode.CHANGE, "writes the second scheduler on each master"),
     CommandSpec("scheduler remove", Mode.CHANGE, "removes it from each master"),
     CommandSpec("scheduler list", Mode.READ, "each master's second schedulers"),
+    CommandSpec("etcd", None, "", "cpctl.cli.commands.etcd:etcd",
+                "etcd care: status, rolling defrag, alarms, NOSPACE recovery, leadership moves."),
+    CommandSpec("etcd status", Mode.ETCD, "etcd's members, asked through the first master that answers"),
+    CommandSpec("etcd defrag", Mode.ETCD, "one member at a time across the cluster, through one master's agent"),
+    CommandSpec("etcd alarm list", Mode.ETCD, "the cluster's alarms, through the first master that answers"),
+    CommandSpec("etcd alarm disarm", Mode.ETCD, "disarms cluster-wide alarms once, through one master"),
+    CommandSpec("etcd recover-space", Mode.ETCD, "compacts, defragments one member at a time, disarms, once"),
+    CommandSpec("etcd move-leader", Mode.ETCD, "hands etcd's leadership over once, through one master"),
     CommandSpec("watch", Mode.LOCAL, "inotify sees only this machine's filesystem; use `check` over SSH",
                 "cpctl.cli.commands.watch:watch", "Say, for every change in the manifests dir, what the kubelet will "
                                                   "do."),

@@ -35,6 +35,8 @@ ARGS: Dict[str, List[str]] = {        # the arguments each command needs to get 
     "logs": ["scheduler"], "certs": [],
     "keeper status": [], "keeper stop": [], "completion": ["bash"],
     "confirm": ["scheduler"], "revert-unconfirmed": ["scheduler"], "version": [],
+    "etcd status": [], "etcd defrag": ["--all"], "etcd alarm list": [], "etcd alarm disarm": [],
+    "etcd recover-space": [], "etcd move-leader": [],
 }
 
 

@@ -45,6 +45,9 @@ SCHEMA_OF: Dict[str, Tuple[str, ...]] = {
     "scheduler list": ("scheduler-list",), "watch": ("watch-event",), "systemd install": ("systemd-install",),
     "systemd show": ("systemd-show",), "keeper status": ("keeper-status",), "keeper stop": ("keeper-stop",),
     "version": ("version",), "completion": ("completion",),
+    "etcd status": ("etcd-status",), "etcd defrag": ("etcd-defrag",), "etcd alarm list": ("etcd-alarm",),
+    "etcd alarm disarm": ("etcd-alarm",), "etcd recover-space": ("etcd-recover-space",),
+    "etcd move-leader": ("etcd-move-leader",),
     "lab up": ("lab-env",), "lab env": ("lab-env",), "lab down": ("lab-down",), "lab profiles": ("lab-profiles",),
 }
 EVERY_RUN = ("error", "fleet")
@@ -326,3 +329,19 @@ def test_commands_without_a_node_honour_json_and_the_others_refuse_it(tmp_path: 
         assert (proc.returncode, proc.stdout) == (2, ""), (path, proc.stderr)
         error = valid("error", json.loads(proc.stderr.strip()))["error"]
         assert "prints text only" in error["message"] and why in error["message"], error
+
+
+def test_etcd_answers_match_their_schemas_locally_and_remotely(real_etcd: Any, sshd: SSHServer,
+                                                                tmp_path: Path) -> None:
+    """etcd care (issue 46) against a real etcd: each answer locally and through ``-H`` (the fleet
+    shape, the master's ``data`` as locally)."""
+    from tests import etcdnodes
+    cli = Cli(sshd.ssh_config, sshd.known_hosts, clean_env(str(tmp_path / "home")))
+    checker = Both(cli)
+    node = etcdnodes.node_args(real_etcd, "m1")
+    for name, args in (("etcd-status", ["etcd", "status"]), ("etcd-defrag", ["etcd", "defrag", "--all", "--dry-run"]),
+                       ("etcd-alarm", ["etcd", "alarm", "list"]), ("etcd-alarm", ["etcd", "alarm", "disarm"]),
+                       ("etcd-recover-space", ["etcd", "recover-space"]),
+                       ("etcd-move-leader", ["etcd", "move-leader", "--dry-run"])):
+        checker(name, *node, *args)
+

@@ -1,0 +1,230 @@
+"""``cpctl etcd status|defrag|alarm list|alarm disarm|recover-space|move-leader``: etcd care
+(docs/etcd.md), a thin click layer over :mod:`cpctl.ops.etcdcare`.
+
+Each command acts on the etcd cluster once, through one master's agent and its own etcd client
+certificate: this machine, or with ``-H``/``-i`` the first selected master that can be reached
+(the next one only when a master cannot be reached: a refusal or a failure is the answer).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Tuple, TypeVar
+
+import click
+
+from cpctl.cli.context import emit, fail, note, printable, state
+from cpctl.cli.render import table
+from cpctl.errors import CpctlError, ExitCode
+
+if TYPE_CHECKING:
+    from cpctl.core.node import Node
+
+R = TypeVar("R", bound=Mapping[str, Any])
+
+_SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*(B|KB|KiB|MB|MiB|GB|GiB|k|K|M|G)?$")
+_UNITS = {"B": 1, "KB": 1000, "MB": 1000 ** 2, "GB": 1000 ** 3, "k": 1024, "K": 1024, "KiB": 1024, "M": 1 << 20,
+          "MiB": 1 << 20, "G": 1 << 30, "GiB": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    """``100MiB``, ``1.5G``, ``0`` as bytes (a usage error otherwise)."""
+    match = _SIZE.match(text.strip())
+    if not match:
+        raise CpctlError("not a size: %r (e.g. 100MiB, 1GiB, 0)" % text, ExitCode.USAGE)
+    return int(float(match.group(1)) * _UNITS[match.group(2) or "B"])
+
+
+def _progress(ctx: click.Context) -> Callable[[str], None]:
+    """Progress lines on stderr for a person (none with -o json/yaml)."""
+    return note if state(ctx).output == "text" or state(ctx).output == "wide" else (lambda text: None)
+
+
+def on_cluster(ctx: click.Context, action: Callable[["Node"], R], text_of: Callable[[R], str],
+               changing: bool) -> None:
+    """``action`` once: on this machine, or through the first selected master that can be reached
+    (``-o json``: the fan-out's shape, with a block for each master tried)."""
+    from cpctl.cli.fanout import execute, run_on_hosts
+    from cpctl.fleet.runner import HostResult, stats
+    from cpctl.fleet.targets import exit_code, failure_line, select_specs
+    cli_state = state(ctx)
+    if cli_state.remote is None:
+        execute(ctx, action, text_of, changing=changing, probe="none")
+        return
+    results: List[HostResult[R]] = []
+    for spec in select_specs(cli_state.remote):
+        results += run_on_hosts(ctx, [spec], action, changing, probe="none")
+        if not results[-1].failed or exit_code(results[-1:]) != ExitCode.UNREACHABLE:
+            break                      # an answer (a refusal, a failure), not a master that cannot be asked
+    blocks = [{"host": r.host, "status": r.status, "error": r.error, "elapsed_seconds": round(r.elapsed, 3),
+               "data": r.data} for r in results]
+    text = "\n".join("== %s: %s ==\n%s" % (printable(r.host), r.status, text_of(printable(r.data)) if
+                                             isinstance(r.data, dict) else "error: %s" % printable(r.error or ""))
+                     for r in results)
+    emit(ctx, {"hosts": blocks, "recap": stats(results)}, text)
+    code = exit_code(results[-1:])
+    if code:
+        fail(failure_line(results[-1:]), code)
+        ctx.exit(code)
+
+
+@click.group()
+def etcd() -> None:
+    """etcd care: status, rolling defragmentation, alarms, NOSPACE recovery, leadership (docs/etcd.md).
+
+    Asked through the node's agent with its own etcd client certificate: no etcdctl, no
+    certificate flags.
+    """
+
+
+# --------------------------------------------------------------------------- status
+
+@etcd.command("status")
+@click.pass_context
+def status_cmd(ctx: click.Context) -> None:
+    """Show the cluster ID and each member: ID, name, voter or learner, leader, version, DB size and
+    size in use, raft term and index, URLs, health and alarms (etcdctl endpoint status --cluster)."""
+    from cpctl.ops import etcdcare
+    on_cluster(ctx, etcdcare.status, status_text, changing=False)
+
+
+def status_text(data: Mapping[str, Any]) -> str:
+    lines = list(data.get("interrupted") or [])
+    rows = []
+    for m in data["members"]:
+        role = "learner" if m["learner"] else "leader" if m["leader"] else "follower"
+        frag = "-" if m["fragmentation"] is None else "%.0f%%" % (m["fragmentation"] * 100)
+        rows.append([m["id"], m["name"] or "(unstarted)", role, m["version"] or "-", _size(m["db_size"]),
+                     _size(m["db_size_in_use"]), frag, _num(m["raft_term"]), _num(m["raft_index"]),
+                     _num(m["revision"]), "healthy" if m["healthy"] else "unhealthy: %s" % (m["why"] or "?"),
+                     ",".join(m["alarms"]) or "-", ",".join(m["client_urls"]) or "-"])
+    lines.append("cluster %s: %d of %d voting members healthy (quorum %d), leader %s" % (
+        data["cluster_id"], data["voters_healthy"], data["voters"], data["quorum"], data["leader"] or "NONE"))
+    lines.append(table(["ID", "NAME", "ROLE", "VERSION", "DB SIZE", "IN USE", "FREE", "RAFT TERM", "RAFT INDEX",
+                        "REVISION", "HEALTH", "ALARMS", "CLIENT URLS"], rows))
+    if data.get("alarm_error"):
+        lines.append("the alarms could not be read: %s" % data["alarm_error"])
+    return "\n".join(lines)
+
+
+def _size(value: Any) -> str:
+    from cpctl.ops.etcdcare import size_text
+    return "-" if value is None else size_text(int(value))
+
+
+def _num(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+# --------------------------------------------------------------------------- defrag
+
+@etcd.command("defrag")
+@click.argument("members", nargs=-1)
+@click.option("--all", "everything", is_flag=True, help="Every member of the cluster.")
+@click.option("--min-free", default="100MiB", show_default=True,
+              help="Skip a member with less free space in its database than this (0: none skipped).")
+@click.option("--min-ratio", type=click.FloatRange(0.0, 1.0), default=0.45, show_default=True,
+              help="Skip a member whose free share of its database is below this (OpenShift's 45 %).")
+@click.option("--timeout", type=click.FloatRange(1, 86400), default=600.0, show_default=True,
+              help="Seconds one member's defragmentation may take.")
+@click.option("--dry-run", is_flag=True, help="Print the order and why; change nothing.")
+@click.pass_context
+def defrag(ctx: click.Context, members: Tuple[str, ...], everything: bool, min_free: str, min_ratio: float,
+           timeout: float, dry_run: bool) -> None:
+    """Defragment MEMBERS (or --all) one at a time: learners, followers, then the leader after its
+    leadership moved to a healthy voter; each checked healthy, and the quorum counted with it down,
+    first (exit 4 when it would lose quorum)."""
+    from cpctl.ops import etcdcare
+    if bool(members) == everything:
+        raise CpctlError("name the members to defragment, or --all (not both)", ExitCode.USAGE)
+    free = parse_size(min_free)
+    progress = _progress(ctx)
+    on_cluster(ctx, lambda node: etcdcare.defrag(node, members, free, min_ratio, dry_run, timeout, progress),
+               defrag_text, changing=not dry_run)
+
+
+def defrag_text(data: Mapping[str, Any]) -> str:
+    lines = list(data.get("interrupted") or [])
+    if data.get("dry_run"):
+        lines.append("dry run (nothing changed): the order and why")
+    for n, step in enumerate(data.get("steps") or [], 1):
+        if data.get("dry_run") or step["action"] == "skip":
+            lines.append("%d. %s %s: %s" % (n, step["action"], step["member"], step["why"]))
+        else:
+            lines.append("%d. defragmented %s: %s -> %s in %.1f s%s" % (
+                n, step["member"], _size(step["db_size"]), _size(step["db_size_after"]), step["seconds"] or 0,
+                " (leadership moved to %s first)" % step["moved_leader_to"] if step.get("moved_leader_to") else ""))
+    return "\n".join(lines) or "no member to defragment"
+
+
+# --------------------------------------------------------------------------- alarms
+
+@etcd.group("alarm")
+def alarm() -> None:
+    """List or disarm etcd's alarms (NOSPACE, CORRUPT)."""
+
+
+@alarm.command("list")
+@click.pass_context
+def alarm_list(ctx: click.Context) -> None:
+    """List the active alarms and the members that raised them."""
+    from cpctl.ops import etcdcare
+    on_cluster(ctx, etcdcare.alarm_list, alarm_text, changing=False)
+
+
+@alarm.command("disarm")
+@click.option("--alarm", "kinds", type=click.Choice(["NOSPACE", "CORRUPT"]), multiple=True,
+              help="The kind to disarm [default: NOSPACE]. CORRUPT only when named: it means members' data "
+                   "differ, and disarming it hides that.")
+@click.option("--dry-run", is_flag=True, help="Print what would be disarmed; change nothing.")
+@click.pass_context
+def alarm_disarm(ctx: click.Context, kinds: Tuple[str, ...], dry_run: bool) -> None:
+    """Disarm the active alarms of a kind (etcdctl alarm disarm). For NOSPACE, `cpctl etcd
+    recover-space` frees the space first: a disarm alone is raised again by the next write."""
+    from cpctl.ops import etcdcare
+    on_cluster(ctx, lambda node: etcdcare.alarm_disarm(node, kinds or ("NOSPACE",), dry_run), alarm_text,
+               changing=not dry_run)
+
+
+def alarm_text(data: Mapping[str, Any]) -> str:
+    lines = ["%s alarm of %s (%s)%s" % (a["alarm"], a["member"], a["member_id"],
+                                        " disarmed" if a in (data.get("disarmed") or []) else "")
+             for a in (data.get("disarmed") or []) + (data.get("alarms") or [])]
+    return "\n".join([data["message"]] + lines)
+
+
+# --------------------------------------------------------------------------- recover-space
+
+@etcd.command("recover-space")
+@click.option("--timeout", type=click.FloatRange(1, 86400), default=600.0, show_default=True,
+              help="Seconds the compaction, and each member's defragmentation, may take.")
+@click.option("--dry-run", is_flag=True, help="Print the steps; change nothing.")
+@click.pass_context
+def recover_space(ctx: click.Context, timeout: float, dry_run: bool) -> None:
+    """The NOSPACE runbook in one command: compact to the current revision, defragment every member
+    (rolling, as `etcd defrag`), disarm NOSPACE, and check that a write succeeds. Refused with the
+    reason when the alarm is CORRUPT or the space did not come back."""
+    from cpctl.ops import etcdcare
+    progress = _progress(ctx)
+    on_cluster(ctx, lambda node: etcdcare.recover_space(node, dry_run, timeout, progress), recover_text,
+               changing=not dry_run)
+
+
+def recover_text(data: Mapping[str, Any]) -> str:
+    steps = defrag_text({"steps": data.get("steps") or [], "dry_run": data.get("dry_run")}) \
+        if data.get("steps") else ""
+    return "\n".join(x for x in (steps, data["message"]) if x)
+
+
+# --------------------------------------------------------------------------- move-leader
+
+@etcd.command("move-leader")
+@click.option("--to", "to", default="", help="The member to lead [default: the most up-to-date healthy voter].")
+@click.option("--dry-run", is_flag=True, help="Print the move; change nothing.")
+@click.pass_context
+def move_leader(ctx: click.Context, to: str, dry_run: bool) -> None:
+    """Hand etcd's leadership to another healthy voting member (etcdctl move-leader, Talos'
+    forfeit-leadership) and wait until every member agrees."""
+    from cpctl.ops import etcdcare
+    on_cluster(ctx, lambda node: etcdcare.move_leader(node, to, dry_run), lambda data: str(data["message"]),
+               changing=not dry_run)

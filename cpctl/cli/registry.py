@@ -98,7 +98,7 @@ _SPECS: Tuple[CommandSpec, ...] = (
     CommandSpec("scheduler remove", Mode.CHANGE, "removes it from each master"),
     CommandSpec("scheduler list", Mode.READ, "each master's second schedulers"),
     CommandSpec("etcd", None, "", "cpctl.cli.commands.etcd:etcd",
-                "etcd care: status, rolling defrag, alarms, NOSPACE recovery, leadership moves."),
+                "etcd care: status, rolling defragmentation, alarms, NOSPACE recovery, leadership (docs/etcd.md)."),
     CommandSpec("etcd status", Mode.ETCD, "etcd's members, asked through the first master that answers"),
     CommandSpec("etcd defrag", Mode.ETCD, "one member at a time across the cluster, through one master's agent"),
     CommandSpec("etcd alarm list", Mode.ETCD, "the cluster's alarms, through the first master that answers"),

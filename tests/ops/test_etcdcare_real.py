@@ -23,7 +23,7 @@ from tests import etcdnodes as en
 from tests.realetcd import RealEtcd
 
 pytestmark = pytest.mark.timeout(900)
-SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
+SCHEMAS = Path(__file__).resolve().parents[2] / "cpctl" / "schemas"
 
 
 def valid(name: str, doc: Any) -> Any:

@@ -695,7 +695,8 @@ class Kubelet:
             grace=30 if grace is None else int(grace),
         )
         c.identity = f"{self.hostname}_{uuid.uuid4()}"
-        if c.role and self.lab.settings.component_checks:
+        if c.role and self.lab.settings.component_checks and not (c.role == "etcd" and self.lab.etcd_install):
+            # (a real etcd checks its own command line: it exits with its own error)
             argv = cmd[1:] + [str(a) for a in spec.get("args") or []]
             c.fault = check_command(c.role, argv, c.image, self.lookup(w, spec))
         self.containers[c.id] = c
@@ -720,11 +721,14 @@ class Kubelet:
         return c.state == RUNNING and w.current(c.name) is c and self.workers.get(w.uid) is w
 
     def _booted(self, w: Worker, c: Container) -> None:
-        if self._is_current(w, c):
+        if self._is_current(w, c) and c.real is None:      # a real etcd has booted when it answers
             c.booted = True
             self.lab.kick()
 
     def _started(self, w: Worker, c: Container) -> None:
+        if self._is_current(w, c) and not self.lab.real_probe_ok(c, "startupProbe"):
+            self.lab.call_later(0.5, lambda: self._started(w, c))      # the real startup probe, again
+            return
         if self._is_current(w, c):
             c.startup_done = True
             self.lab.call_later(self.lab.timing.readiness_delay(c.spec), lambda: self._readied(w, c))
@@ -734,6 +738,10 @@ class Kubelet:
         if self._is_current(w, c):
             c.ready_gate = True
             self.lab.kick()
+
+    def crash(self, w: Worker, c: Container) -> None:
+        """The attempt exited on its own (``c.fault`` says why): CrashLoopBackOff, then a restart."""
+        self._crash(w, c)
 
     def _crash(self, w: Worker, c: Container) -> None:
         """The attempt exits on its own; schedule the restart after CrashLoopBackOff."""

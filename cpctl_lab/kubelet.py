@@ -57,6 +57,7 @@ from . import nodefiles
 from .componentflags import HostFile, check_command
 from .decoded import decoded_pod, known_fields
 from .profiles import go_duration
+from .rbac import UserInfo
 from .runtime import (
     EXITED,
     ROLES,
@@ -968,7 +969,7 @@ class Kubelet:
                 or (mirror["metadata"].get("annotations") or {}).get(MIRROR) != uid
             ):
                 try:
-                    store.delete("pods", ns, name, uid=mirror["metadata"]["uid"])
+                    self.delete_mirror(ns, name, mirror["metadata"]["uid"])
                     self.log(f"Deleted mirror pod {ns}/{name} because it is outdated")
                 except ApiError:
                     pass
@@ -987,7 +988,7 @@ class Kubelet:
                 ]
                 body["status"] = {}
                 try:
-                    mirror = api.create(self.lab.res("pods"), ns, body)
+                    mirror = api.create(self.lab.res("pods"), ns, body, self.identity)
                     self.log(f"Creating a mirror pod for static pod {ns}/{name}")
                 except ApiError as exc:
                     self.log(f"failed creating mirror pod {ns}/{name}: {exc.message}")
@@ -1003,6 +1004,19 @@ class Kubelet:
             self._push_status(mirror, w)
         self._delete_orphaned_mirrors(active_static)
         self._sync_api_pods()
+
+    @property
+    def identity(self) -> UserInfo:
+        """Who this kubelet is to the API server (kubelet.conf's client certificate): NodeRestriction
+        holds it to what a node may write."""
+        return UserInfo(f"system:node:{self.node}", ("system:nodes", "system:authenticated"))
+
+    def delete_mirror(self, ns: str, name: str, uid: str) -> None:
+        """Delete a mirror pod as the kubelet does (mirror_client.go DeleteMirrorPod): at once
+        (``gracePeriodSeconds: 0``; a graceful delete would leave it Terminating with no kubelet to
+        finish it) and only the one with that UID."""
+        self.lab.api.delete(self.lab.res("pods"), ns, name, {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}},
+                            self.identity)
 
     def _terminated(self, key: tuple[str, str]) -> None:
         """A static pod finished terminating: its mirror may go at the next housekeeping pass.
@@ -1036,7 +1050,7 @@ class Kubelet:
             if time.monotonic() < self.orphan_gate.get(key, 0.0):
                 continue
             try:
-                self.lab.store.delete("pods", key[0], key[1], uid=m["metadata"]["uid"])
+                self.delete_mirror(key[0], key[1], m["metadata"]["uid"])
                 self.log(f"Deleted orphaned mirror pod {key[0]}/{key[1]}")
             except ApiError:
                 pass

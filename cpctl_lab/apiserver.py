@@ -512,7 +512,8 @@ def default_pod(pod: Obj) -> Obj:
     spec.setdefault("enableServiceLinks", True)
     spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
     spec.setdefault("priority", PRIORITY_CLASSES.get(spec.get("priorityClassName", ""), 0))
-    if not spec.get("hostNetwork"):
+    mirror = noderestriction.MIRROR in ((pod.get("metadata") or {}).get("annotations") or {})
+    if not spec.get("hostNetwork") and not mirror:     # ServiceAccount admission skips mirror pods
         spec.setdefault("serviceAccountName", "default")
         spec.setdefault("serviceAccount", spec["serviceAccountName"])
     for c in spec.get("containers") or []:

@@ -532,6 +532,13 @@ def _etcdutl_restore(real: dict[str, Any], snapshot: Path, data_dir: Path, name:
     argv = [str(real["etcdutl"]), "snapshot", "restore", str(snapshot), "--data-dir", str(data_dir), "--name", name,
             "--initial-cluster", initial_cluster, "--initial-cluster-token", token,
             "--initial-advertise-peer-urls", peer_urls]
+    if bump_revision or mark_compacted:
+        helped = subprocess.run([str(real["etcdutl"]), "snapshot", "restore", "--help"], capture_output=True,
+                                text=True, timeout=60)
+        if "--bump-revision" not in helped.stdout + helped.stderr:
+            fail(f"etcdutl {real.get('version', '')} has no --bump-revision or --mark-compacted (they came with etcd "
+                 "3.5.10): restore without them, and the revision goes back to the snapshot's, under the "
+                 "resourceVersions that watchers hold (etcd-io/etcd#16028)", 2)
     if bump_revision:
         argv += ["--bump-revision", str(bump_revision)]
     if mark_compacted:

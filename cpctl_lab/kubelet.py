@@ -57,6 +57,7 @@ from . import nodefiles
 from .componentflags import HostFile, check_command
 from .decoded import decoded_pod, known_fields
 from .profiles import go_duration
+from .rbac import UserInfo
 from .runtime import (
     EXITED,
     ROLES,
@@ -695,7 +696,8 @@ class Kubelet:
             grace=30 if grace is None else int(grace),
         )
         c.identity = f"{self.hostname}_{uuid.uuid4()}"
-        if c.role and self.lab.settings.component_checks:
+        if c.role and self.lab.settings.component_checks and not (c.role == "etcd" and self.lab.etcd_install):
+            # (a real etcd checks its own command line: it exits with its own error)
             argv = cmd[1:] + [str(a) for a in spec.get("args") or []]
             c.fault = check_command(c.role, argv, c.image, self.lookup(w, spec))
         self.containers[c.id] = c
@@ -720,11 +722,14 @@ class Kubelet:
         return c.state == RUNNING and w.current(c.name) is c and self.workers.get(w.uid) is w
 
     def _booted(self, w: Worker, c: Container) -> None:
-        if self._is_current(w, c):
+        if self._is_current(w, c) and c.real is None:      # a real etcd has booted when it answers
             c.booted = True
             self.lab.kick()
 
     def _started(self, w: Worker, c: Container) -> None:
+        if self._is_current(w, c) and not self.lab.real_probe_ok(c, "startupProbe"):
+            self.lab.call_later(0.5, lambda: self._started(w, c))      # the real startup probe, again
+            return
         if self._is_current(w, c):
             c.startup_done = True
             self.lab.call_later(self.lab.timing.readiness_delay(c.spec), lambda: self._readied(w, c))
@@ -734,6 +739,10 @@ class Kubelet:
         if self._is_current(w, c):
             c.ready_gate = True
             self.lab.kick()
+
+    def crash(self, w: Worker, c: Container) -> None:
+        """The attempt exited on its own (``c.fault`` says why): CrashLoopBackOff, then a restart."""
+        self._crash(w, c)
 
     def _crash(self, w: Worker, c: Container) -> None:
         """The attempt exits on its own; schedule the restart after CrashLoopBackOff."""
@@ -960,7 +969,7 @@ class Kubelet:
                 or (mirror["metadata"].get("annotations") or {}).get(MIRROR) != uid
             ):
                 try:
-                    store.delete("pods", ns, name, uid=mirror["metadata"]["uid"])
+                    self.delete_mirror(ns, name, mirror["metadata"]["uid"])
                     self.log(f"Deleted mirror pod {ns}/{name} because it is outdated")
                 except ApiError:
                     pass
@@ -979,7 +988,7 @@ class Kubelet:
                 ]
                 body["status"] = {}
                 try:
-                    mirror = api.create(self.lab.res("pods"), ns, body)
+                    mirror = api.create(self.lab.res("pods"), ns, body, self.identity)
                     self.log(f"Creating a mirror pod for static pod {ns}/{name}")
                 except ApiError as exc:
                     self.log(f"failed creating mirror pod {ns}/{name}: {exc.message}")
@@ -995,6 +1004,19 @@ class Kubelet:
             self._push_status(mirror, w)
         self._delete_orphaned_mirrors(active_static)
         self._sync_api_pods()
+
+    @property
+    def identity(self) -> UserInfo:
+        """Who this kubelet is to the API server (kubelet.conf's client certificate): NodeRestriction
+        holds it to what a node may write."""
+        return UserInfo(f"system:node:{self.node}", ("system:nodes", "system:authenticated"))
+
+    def delete_mirror(self, ns: str, name: str, uid: str) -> None:
+        """Delete a mirror pod as the kubelet does (mirror_client.go DeleteMirrorPod): at once
+        (``gracePeriodSeconds: 0``; a graceful delete would leave it Terminating with no kubelet to
+        finish it) and only the one with that UID."""
+        self.lab.api.delete(self.lab.res("pods"), ns, name, {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}},
+                            self.identity)
 
     def _terminated(self, key: tuple[str, str]) -> None:
         """A static pod finished terminating: its mirror may go at the next housekeeping pass.
@@ -1028,7 +1050,7 @@ class Kubelet:
             if time.monotonic() < self.orphan_gate.get(key, 0.0):
                 continue
             try:
-                self.lab.store.delete("pods", key[0], key[1], uid=m["metadata"]["uid"])
+                self.delete_mirror(key[0], key[1], m["metadata"]["uid"])
                 self.log(f"Deleted orphaned mirror pod {key[0]}/{key[1]}")
             except ApiError:
                 pass

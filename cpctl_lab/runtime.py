@@ -145,6 +145,8 @@ class Container:
     #: Port -> the certificate files the component serves there (pki.ServedCert: re-read as its
     #: binary does, cluster.Lab._serving_contexts).
     tls: dict[int, Any] = field(default_factory=dict)
+    #: For etcd when a real etcd is installed: the process that runs it (etcdproc.Member).
+    real: Any = None
 
     @property
     def running(self) -> bool:

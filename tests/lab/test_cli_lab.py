@@ -5,6 +5,7 @@ then plain cpctl commands, ``scheduler add --dry-run`` included - runs in a real
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -34,7 +35,11 @@ def test_up_and_down_are_idempotent(tmp_path: Any) -> None:
     assert down.returncode == 0 and down.stdout == "no lab running in %s: nothing to stop\n" % lab_dir, down
     first = lab_cli(env, "up", "--dir", lab_dir)
     try:
-        assert first.returncode == 0 and first.stderr == "", first.stderr
+        assert first.returncode == 0, first.stderr
+        (note,) = first.stderr.splitlines()             # one line: which etcd runs (issue 45)
+        kind = json.loads((tmp_path / "lab" / "lab.json").read_text())["etcd"]["kind"]
+        said = {"real": "cpctl lab: etcd: the real etcd ", "imitation": "cpctl lab: etcd: the lab's Python imitation"}
+        assert note.startswith(said[kind]), note
         again = lab_cli(env, "up", "--dir", lab_dir, "--masters", "3")
         assert again.returncode == 0, again.stderr
         assert again.stdout == first.stdout                   # the same environment: eval works again

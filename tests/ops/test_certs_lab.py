@@ -23,19 +23,33 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from cpctl.cli.render import status_text
 from cpctl.timeutil import format_duration
-from cpctl_lab import pki
+from cpctl_lab import etcdbin, pki
 from cpctl_lab.control import LabHandle
 from tests.labfixture import mirror, run_cpctl
 
 COMPONENTS = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"]
 #: What a renewal leaves needing a restart: the binaries that never re-read their kubeconfigs.
 NEED_RESTART = ["kube-controller-manager", "kube-scheduler"]
+
+
+@pytest.fixture(autouse=True)
+def _imitation(monkeypatch: Any, request: Any) -> None:
+    """These tests judge every component's certificate, etcd's too: a real etcd 3.5 rejects a TLS
+    handshake without a client certificate before cpctl sees its certificate (issue 45 item 4, not
+    yet done: "unknown"). Until cpctl presents the node's etcd client pair, they run on the lab's
+    imitation; test_certs_reads_a_real_etcd_35_certificate below shows the real one."""
+    if request.node.name not in REAL_ETCD_TESTS:
+        monkeypatch.setenv("CPCTL_LAB_ETCD", "none")
+
+
+REAL_ETCD_TESTS = ("test_certs_reads_a_real_etcd_35_certificate",)
 
 
 def certs_json(lab: LabHandle) -> dict[str, Any]:
@@ -317,3 +331,13 @@ def test_status_shows_container_start_next_to_the_pod_age(lab: LabHandle) -> Non
             assert seen["age_seconds"] > seen["container_age_seconds"]      # AGE is no proof of a restart
         text = status_text(json.loads(proc.stdout)).splitlines()[2].split()     # the same data as text
         assert text[3:6] == ["running", str(seen["restarts"]), format_duration(seen["age_seconds"])], text
+
+
+@pytest.mark.xfail(strict=True, reason="issue 45 item 4: cpctl certs presents no client certificate, etcd 3.5 "
+                                       "(TLS 1.2, --client-cert-auth) rejects the handshake: 'unknown'")
+def test_certs_reads_a_real_etcd_35_certificate(lab_factory: Any) -> None:
+    if etcdbin.find() is None:
+        pytest.skip("no real etcd installed")
+    lab = lab_factory()
+    assert lab.info["etcd"]["kind"] == "real"
+    assert verdicts(certs_json(lab))["etcd"] == "current"

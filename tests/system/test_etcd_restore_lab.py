@@ -20,6 +20,14 @@ from tests.labfixture import is_ready, kubectl, mirror, run_cpctl, wait_for
 
 pytestmark = pytest.mark.end_to_end
 
+
+@pytest.fixture(autouse=True)
+def _imitation(monkeypatch: Any) -> None:
+    """These tests read the Python imitation's own "starting local member" line (its data dir and the
+    cluster ID it made up): they run on it. tests/lab/test_lab_realetcd.py follows the page's lab
+    section with the real etcd and etcdutl."""
+    monkeypatch.setenv("CPCTL_LAB_ETCD", "none")
+
 EDITOR = "sed -i -e s#/var/lib/etcd$#/var/lib/etcd-restore#"
 
 

@@ -93,7 +93,7 @@ def test_restore_with_etcdutl_drops_what_came_after_the_snapshot(real_etcd: Any,
     assert (lab.root_dir(1) / "var/lib/etcd-restore/member/snap/db").is_file()      # etcdutl's own layout
     run = run_cpctl(env, "edit", "etcd", "--parked", "--yes", "--reason", "etcd restore", EDITOR=EDITOR)
     assert run.returncode == 0, run.stderr
-    _ok(env, "start", "etcd")
+    _ok(env, "start", "etcd", "--new-member")          # a restored store: a new member on purpose
     _ok(env, "start", "apiserver")
     snap = json.loads(subprocess.run([real_etcd.etcdutl, "snapshot", "status", snapshot, "-w", "json"],
                                      capture_output=True, text=True, timeout=60, check=True).stdout)

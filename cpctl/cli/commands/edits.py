@@ -48,7 +48,7 @@ new_member_option = click.option(
     callback=lambda ctx, _param, value: ctx.meta.__setitem__("cpctl.new_member", bool(value)),
     help="etcd: the new version starts a NEW member on purpose (a member added with etcdctl member add, or a "
          "snapshot restored into a new data dir: docs/etcd-restore.md): an empty or missing data dir is not "
-         "refused.")
+         "refused, and the member that comes back may have another member ID or an older revision.")
 
 
 def _change_options(function: Callable[..., Any]) -> Callable[..., Any]:

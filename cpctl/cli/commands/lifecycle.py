@@ -27,7 +27,8 @@ reason_option = click.option("--reason", default=None, help="Why (recorded in st
 new_member_option = click.option(
     "--new-member", is_flag=True,
     help="etcd: it starts as a NEW member on purpose (a member added with etcdctl member add, or a snapshot "
-         "restored into a new data dir: docs/etcd-restore.md): an empty or missing data dir is not refused.")
+         "restored into a new data dir: docs/etcd-restore.md): an empty or missing data dir is not refused, and "
+         "the member that comes back may have another member ID or an older revision.")
 
 
 #: Fields of a stop/start/restart result that a no-op ("already stopped") has no value for: null

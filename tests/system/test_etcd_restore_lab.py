@@ -89,7 +89,8 @@ def _restore(lab: Any, masters: List[int], snapshot: str, initial_cluster: str) 
         # with several members, one alone has no quorum: start them all, then wait for each
         _cpctl(env, "start", "etcd", "--new-member", *(["--no-wait"] if len(masters) > 1 else []))
     for env in envs.values():
-        _cpctl(env, "start", "etcd", "--new-member", "--timeout", "60")            # already in place: waits until healthy
+        # already in place: waits until healthy
+        _cpctl(env, "start", "etcd", "--new-member", "--timeout", "60")
         _cpctl(env, "start", "apiserver", "--timeout", "60")
     for m, env in envs.items():
         line = _member_line(env)

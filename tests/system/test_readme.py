@@ -184,9 +184,6 @@ def check_step(step: Step, env: Dict[str, str], cwd: Path) -> Optional[str]:
 @pytest.mark.timeout(600)
 def test_the_readme_lab_walkthrough_runs_as_written(lab_factory: Callable[..., Any], tmp_path: Path,
                                                     monkeypatch: Any) -> None:
-    # The walkthrough's `cpctl certs` shows etcd "current": with a real etcd 3.5 cpctl says "unknown"
-    # until it presents a client certificate (issue 45 item 4), so it runs on the lab's imitation.
-    monkeypatch.setenv("CPCTL_LAB_ETCD", "none")
     if not os.path.exists(KUBECTL):
         pytest.skip("kubectl is not installed (Debian: kubernetes-client); the walkthrough uses it")
     steps = readme_steps(README.read_text(encoding="utf-8"))

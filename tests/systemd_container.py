@@ -57,7 +57,7 @@ RESULTS_FILE = "results.json"
 CONSOLE_FILE = "console.log"
 KERNEL_FILE = "kernel.log"
 
-DEBOOTSTRAP_TIMEOUT = 600
+DEBOOTSTRAP_TIMEOUT = 1500     # ~2-4 min on a quiet machine; over 600 s was seen with both cores busy (issue 44)
 PIP_TIMEOUT = 300
 BOOT_TIMEOUT = 300
 KEEP_WHEEL_SETS = 3

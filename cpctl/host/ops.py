@@ -2513,6 +2513,7 @@ def _plan_verify(check):
     before = check.get("before")
     healthy_since = None
     why = "not seen yet"
+    seen_why = ""        # the last reading crictl gave: a last look cut short by the deadline does not hide it
     while time.time() < deadline:
         fresh = True
         if check.get("crictl"):
@@ -2520,11 +2521,13 @@ def _plan_verify(check):
                 seen = crictl_pod(_run_here, check["crictl"], check["pod"], check.get("namespace") or "kube-system",
                                   min(10.0, max(0.2, deadline - time.time())))
             except PodLookError as exc:
-                fresh, why = False, "crictl: %s" % exc.message
+                fresh = False
+                why = "crictl: %s%s" % (seen_why + "; then " if seen_why else "", exc.message)
             else:
                 fresh = seen["present"] and seen["ready"] and is_new_since(seen, before)
-                why = "crictl: %s" % ("not yet created" if not seen["present"] else
-                                      "not Ready" if not seen["ready"] else "still the old pod" if not fresh else "new")
+                seen_why = ("not yet created" if not seen["present"] else
+                            "not Ready" if not seen["ready"] else "still the old pod" if not fresh else "new")
+                why = "crictl: %s" % seen_why
         ok = fresh
         if fresh and check.get("url"):
             try:

@@ -175,4 +175,6 @@ def test_cli_stop_start_and_status_survive_a_hostile_api(lab):
     proc = cpctl(lab, "--probe", "api", "stop", "scheduler", "--timeout", "2")
     assert proc.returncode == 0, proc.stderr
     assert "not verified: no probe could observe the pod (api: " in proc.stdout
-    assert time.monotonic() - started < 3.0 + 2.0 + SLACK + 2.0   # before (<= 3 s), the wait, start-up
+    # bounded: the drip is cut at the deadline (before <= 3 s, the 2 s wait, start-up: ~6 s quiet); a drip
+    # that was not cut would run as long as the fault drips. The margin is a busy machine's, not a speed.
+    assert time.monotonic() - started < 30, time.monotonic() - started

@@ -330,8 +330,24 @@ def wire_options(options: SSHOptions) -> Dict[str, object]:
     for item in dataclasses.fields(options):
         if item.name not in NOT_WIRED:
             value = getattr(options, item.name)
+            if item.name in PATH_FIELDS:
+                value = [_from_here(v) for v in value] if isinstance(value, list) else _from_here(value)
             data[item.name] = list(value) if isinstance(value, list) else value
     return data
+
+
+#: The options that name files: the keeper runs in "/" (a daemon keeps no directory busy), so a path
+#: relative to where cpctl was started is made absolute here, on the caller's side (issue 47: a relative
+#: ``--ssh-config ssh/config`` was "no such file" through the keeper only).
+PATH_FIELDS = ("ssh_config", "identity_files", "known_hosts", "global_known_hosts")
+
+
+def _from_here(path: object) -> object:
+    """``path`` absolute from this process's directory; ``~`` (the keeper expands it as ssh does),
+    ``none`` and non-strings stay as they are."""
+    if not isinstance(path, str) or not path or path == "none" or path.startswith(("/", "~")):
+        return path
+    return os.path.abspath(path)
 
 
 class KeeperHost(AgentHost):

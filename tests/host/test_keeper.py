@@ -655,3 +655,24 @@ def test_a_keeper_started_early_is_the_one_attached_to(keeper_dir: str) -> None:
     keeper.start_soon(30.0)
     keeper.connect(30.0).close()
     assert _keepers_in(keeper_dir) == [pid]
+
+
+def test_relative_paths_mean_the_same_through_the_keeper(rig: Rig, tmp_path: Any) -> None:
+    """Issue 47: ``--ssh-config ssh/config`` relative to where cpctl runs is the same file with the
+    keeper (which runs in /) as with ``--persist 0``: the caller makes the paths absolute."""
+    here = tmp_path / "work"
+    (here / "ssh").mkdir(parents=True)
+    shutil.copy(rig.sshd.ssh_config, here / "ssh" / "config")
+    shutil.copy(rig.sshd.known_hosts, here / "ssh" / "known_hosts")
+    for persist in ("0", "60s"):
+        proc = subprocess.run(CLI + ["--ssh-config", "ssh/config", "--known-hosts", "ssh/known_hosts", "--persist",
+                                     persist, "-o", "json", "-H", "master", "status"], env=rig.env, cwd=str(here),
+                              capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        assert proc.returncode == 0, (persist, proc.stderr)
+        assert json.loads(proc.stdout)["hosts"][0]["status"] == "ok", proc.stdout
+    wired = keeper.wire_options(SSHOptions(ssh_config="ssh/config", identity_files=["id", "~/.ssh/id", "/k"],
+                                           known_hosts=["kh"]))
+    assert wired["ssh_config"] == os.path.abspath("ssh/config")
+    assert wired["identity_files"] == [os.path.abspath("id"), "~/.ssh/id", "/k"]
+    assert wired["known_hosts"] == [os.path.abspath("kh")]
+    assert keeper.wire_options(SSHOptions(ssh_config="none"))["ssh_config"] == "none"

@@ -558,10 +558,11 @@ def prepare_process_for_fanout(ssh_options: Optional["SSHOptions"]) -> None:
     if _PREPARED:
         return
     _PREPARED.append(True)
-    from cpctl.host.base import FAST_SWITCH
+    from cpctl.host.base import FAST_SWITCH, use_handshake_switch
     from cpctl.host.sshconfig import remember_login_name
     remember_login_name()
     sys.setswitchinterval(min(sys.getswitchinterval(), FAST_SWITCH))
+    use_handshake_switch()      # SSH handshakes (CPU in many threads) at Python's default interval
 
 
 def _hosts_text(hosts: List[HostBlock], bodies: List[str], reported: Optional[str] = None) -> str:

@@ -9,7 +9,21 @@ subprocess in tests). Both raise the same exceptions, so the core cannot tell th
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Protocol, Sequence, Tuple, TypedDict, cast
+from typing import (
+    Any,
+    Callable,
+    ContextManager,
+    Dict,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Protocol,
+    Sequence,
+    Tuple,
+    TypedDict,
+    cast,
+)
 
 from cpctl.host import ops as hostops
 
@@ -21,8 +35,54 @@ LockBusy = hostops.LockBusy
 FAST_SWITCH = 0.0005
 # SSH handshakes are the opposite: CPU in Python (paramiko's packets, its key exchange) in many
 # threads at once, where a switch every 0.5 ms only adds switches. While any runs, the process
-# uses Python's default (``cpctl.host.ssh.handshaking``): 50 masters, --persist 0: -5% of CPU.
+# uses Python's default (``HandshakeSwitch``, installed by the entry point): 50 masters, --persist 0: -5% of CPU.
 HANDSHAKE_SWITCH = 0.005
+
+
+class HandshakeSwitch:
+    """Counts the SSH handshakes under way in this process; while there is one, the GIL switch
+    interval is ``HANDSHAKE_SWITCH``, and what it was before once the last ends. An entry point that
+    switched fast for a fan-out installs it (``use_handshake_switch``): the interval is process-wide
+    state, which a library never changes by itself (issue 47)."""
+
+    def __init__(self) -> None:
+        import threading
+        self._lock = threading.Lock()
+        self._running = 0
+        self._before = 0.0
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        import sys
+        with self._lock:
+            self._running += 1
+            if self._running == 1:
+                self._before = sys.getswitchinterval()
+                sys.setswitchinterval(max(self._before, HANDSHAKE_SWITCH))
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._running -= 1
+                if self._running == 0:
+                    sys.setswitchinterval(self._before)
+
+
+@contextmanager
+def _no_switch() -> Iterator[None]:
+    yield
+
+
+#: What an SSH handshake runs under (``cpctl.host.ssh``): nothing, unless an entry point installed
+#: ``HandshakeSwitch`` with ``use_handshake_switch``.
+handshake_guard: Callable[[], ContextManager[None]] = _no_switch
+
+
+def use_handshake_switch() -> None:
+    """The entry point's choice (a fan-out's CLI, the keeper): handshakes at ``HANDSHAKE_SWITCH``."""
+    global handshake_guard
+    if handshake_guard is _no_switch:
+        handshake_guard = HandshakeSwitch().running
 
 
 class LineReader(Protocol):

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, 
 
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host import keeper
-from cpctl.host.base import FAST_SWITCH
+from cpctl.host.base import FAST_SWITCH, use_handshake_switch
 from cpctl.host.sshconfig import (
     Endpoint,
     Mark,
@@ -592,7 +592,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)                   # stderr stays the log file
     os.close(devnull)
-    sys.setswitchinterval(FAST_SWITCH)    # many threads hand bytes to each other: switch fast
+    sys.setswitchinterval(FAST_SWITCH)    # many threads hand bytes to each other: switch fast ...
+    use_handshake_switch()                # ... but not while paramiko handshakes (CPU in many threads)
     remember_login_name()                 # still one thread
     server = Keeper(listener, directory, persist)
     signal.signal(signal.SIGTERM, lambda *_: server.stopping.set())

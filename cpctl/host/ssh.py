@@ -12,16 +12,14 @@ This is the only cpctl module that imports paramiko (~0.45 s): import it lazily.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import os
 import re
 import shlex
 import socket
-import sys
 import threading
-from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, ContextManager, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple, Union
 
 from cpctl.host.sshconfig import import_paramiko_without_invoke
 
@@ -31,8 +29,8 @@ import paramiko.config  # noqa: E402
 from paramiko.auth_strategy import AuthFailure, AuthStrategy, InMemoryPrivateKey  # noqa: E402
 
 from cpctl.errors import CpctlError, ExitCode  # noqa: E402
+from cpctl.host import base  # noqa: E402
 from cpctl.host.agent import AgentHost, agent_bootstrap, agent_payload, check_hello  # noqa: E402
-from cpctl.host.base import HANDSHAKE_SWITCH  # noqa: E402
 from cpctl.host.sshconfig import (  # noqa: E402
     DEFAULT_IDENTITIES,
     DEFAULT_PORT,
@@ -357,32 +355,10 @@ def _client_for(ep: Endpoint, options: SSHOptions) -> paramiko.SSHClient:
     return client
 
 
-class _Handshakes:
-    """Counts the SSH handshakes under way in this process; while there is one, the GIL switch
-    interval is ``HANDSHAKE_SWITCH`` (see there), and what it was before once the last ends."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._running = 0
-        self._before = 0.0
-
-    @contextlib.contextmanager
-    def running(self) -> Iterator[None]:
-        with self._lock:
-            self._running += 1
-            if self._running == 1:
-                self._before = sys.getswitchinterval()
-                sys.setswitchinterval(max(self._before, HANDSHAKE_SWITCH))
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._running -= 1
-                if self._running == 0:
-                    sys.setswitchinterval(self._before)
-
-
-handshaking = _Handshakes().running
+def handshaking() -> ContextManager[None]:
+    """What a handshake runs under: the entry point's choice (``base.handshake_guard``: nothing, or
+    ``HandshakeSwitch`` where a fan-out switches the GIL fast)."""
+    return base.handshake_guard()
 
 
 def connect_endpoint(ep: Endpoint, options: SSHOptions,

@@ -1,5 +1,6 @@
 """The GIL switch interval while SSH handshakes run: Python's default during any handshake (CPU in
-many threads), the fast one of a fan-out again once the last has ended."""
+many threads), the fast one of a fan-out again once the last has ended - where an entry point chose
+it (``use_handshake_switch``); the library alone never changes the process-wide interval (issue 47)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Iterator
 
 import pytest
 
-from cpctl.host import ssh
+from cpctl.host import base, ssh
 from cpctl.host.base import FAST_SWITCH, HANDSHAKE_SWITCH
 from tests.sshfixture import *  # noqa: F403
 from tests.sshfixture import SSHServer
@@ -18,11 +19,29 @@ pytestmark = pytest.mark.timeout(30)
 
 
 @pytest.fixture
-def fast_switch() -> Iterator[None]:
+def fast_switch(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """As a fan-out's entry point leaves the process: fast switching, the handshake switch installed."""
     before = sys.getswitchinterval()
     sys.setswitchinterval(FAST_SWITCH)
+    monkeypatch.setattr(base, "handshake_guard", base._no_switch)
+    base.use_handshake_switch()
     yield
     sys.setswitchinterval(before)
+
+
+def test_the_library_alone_leaves_the_interval_alone(sshd: SSHServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(base, "handshake_guard", base._no_switch)
+    during = []
+    real = ssh.paramiko.SSHClient.connect
+
+    def connect(self: object, *args: object, **kwargs: object) -> None:
+        during.append(sys.getswitchinterval())
+        real(self, *args, **kwargs)    # type: ignore[arg-type]
+
+    before = sys.getswitchinterval()
+    monkeypatch.setattr(ssh.paramiko.SSHClient, "connect", connect)
+    sshd.connect().close()
+    assert during == [before] and sys.getswitchinterval() == before
 
 
 def test_overlapping_handshakes_keep_the_default_until_the_last_ends(fast_switch: None) -> None:

@@ -30,7 +30,6 @@ revision is no longer kept it refuses (exit 4), nothing changed. What it did goe
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import secrets
@@ -41,7 +40,6 @@ from typing import (
     TYPE_CHECKING,
     Callable,
     Dict,
-    Iterator,
     List,
     Mapping,
     Optional,
@@ -1004,7 +1002,7 @@ def _run_here(check: str, timeout: float) -> "RunResult":
     from cpctl.host.base import RunResult
     proc: "Optional[subprocess.Popen[bytes]]" = None
     try:
-        with _signals_held(signal.SIGINT, signal.SIGTERM):
+        with journal.signals_deferred():
             proc = subprocess.Popen(["sh", "-c", check], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, start_new_session=True)
         try:
@@ -1019,31 +1017,6 @@ def _run_here(check: str, timeout: float) -> "RunResult":
             proc.wait()
         raise
     return RunResult(proc.returncode, out, err)
-
-
-@contextlib.contextmanager
-def _signals_held(*signals: int) -> Iterator[None]:
-    """Within the block, the given signals are noted instead of handled; at its end their handlers are
-    back and the first signal noted is raised again (so its handler runs right after the block). Only
-    the main thread handles signals: elsewhere, and for a handler not set from Python, nothing changes."""
-    import signal
-    import threading
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    noted: List[int] = []
-    previous = {}
-    for number in signals:
-        handler = signal.getsignal(number)
-        if handler is not None:
-            previous[number] = signal.signal(number, lambda got, _frame: noted.append(got))
-    try:
-        yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
-        if noted:
-            signal.raise_signal(noted[0])
 
 
 def _kill_group(pid: int, signal_number: int) -> None:

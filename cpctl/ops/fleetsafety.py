@@ -343,6 +343,7 @@ def cluster_census_of(node: Node) -> ClusterView:
     if ETCD in own["components"] or any(_component_of(p) == ETCD for p in mirrors):
         census, sources = _ask_etcd(node, mirrors)
         _count_etcd(view, census, sources.peers)
+        view["etcd_external"] = still_external(census, view["etcd_external"])
     return view
 
 
@@ -415,6 +416,13 @@ def etcd_sources(node: Node) -> EtcdSources:
     external = [u for u in dict.fromkeys(servers) if u.rstrip("/") not in own]
     return EtcdSources(list(dict.fromkeys(clients)), list(dict.fromkeys(peers)),
                        any(u.startswith("http://") for u in clients), external)
+
+
+def still_external(census: "EtcdCensus", urls: Sequence[str]) -> List[str]:
+    """``urls`` less those a member of ``census`` serves: an --etcd-servers URL naming another member
+    of the stacked cluster (an API server that lists every member) is that cluster's, not external."""
+    listed = {u.rstrip("/") for m in census.members for u in m.client_urls}
+    return [u for u in urls if u.rstrip("/") not in listed]
 
 
 def _ask_etcd(node: Node, mirrors: Sequence[Mapping[str, object]]) -> Tuple["EtcdCensus", EtcdSources]:

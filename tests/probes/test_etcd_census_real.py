@@ -34,6 +34,7 @@ from cpctl.ops.fleetsafety import (
     etcd_sources,
     external_notes,
     preflight,
+    still_external,
 )
 from cpctl.probes.etcdcluster import EtcdCensus, take_census
 from cpctl_lab import pki
@@ -313,3 +314,15 @@ def test_a_master_on_an_external_etcd_names_it(real_etcd_factory: Factory, tmp_p
     with pytest.raises(CpctlError) as refused:      # the one API server: the census counts API servers alone
         preflight(results, targets, "stop", ["kube-apiserver"], parse_serial(1), False, None)
     assert "would leave 0 of 1 kube-apiserver" in refused.value.message
+
+
+def test_etcd_servers_naming_every_stacked_member_are_not_external(real_etcd: RealEtcd) -> None:
+    """An API server that lists every member of its stacked cluster (not only its own): the other
+    members' URLs are not asked as its own member, and once etcd lists them they are not external."""
+    root = real_etcd.members["m1"].root
+    en.write_manifest(real_etcd, "m1")
+    _apiserver_manifest(root, ",".join(real_etcd.endpoints(["m1", "m2", "m3"])))
+    census, sources = _ask_etcd(_node(root, "m1"), [])
+    assert sources.external == real_etcd.endpoints(["m2", "m3"])
+    assert not census.error and still_external(census, sources.external) == []
+    assert still_external(census, ["https://127.0.0.1:1"]) == ["https://127.0.0.1:1"]

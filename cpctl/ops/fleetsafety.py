@@ -304,6 +304,11 @@ class ClusterView(TypedDict):
     #: the API server's --etcd-servers that are not this node's stacked member (kubeadm etcd.external,
     #: a host etcd): named, never offered for the stacked count
     etcd_external: List[str]
+    #: the member ID (decimal) of the member that gave the member list, and how this master's own
+    #: member was found in it ("peer URL", "member ID": the member that answered at its own client
+    #: URL, or "" when not found)
+    etcd_answered_by: str
+    etcd_own_by: str
 
 
 def cluster_census_of(node: Node) -> ClusterView:
@@ -324,7 +329,8 @@ def cluster_census_of(node: Node) -> ClusterView:
     refuses then), a member that did not answer in its ``unasked`` (it counts as not running)."""
     own = census_of(node)
     view = ClusterView(node=node.node_name, members={}, cluster="", api_error="", etcd_error="", own=own,
-                       etcd_alarms=[], etcd_blocking=[], etcd_external=etcd_sources(node).external)
+                       etcd_alarms=[], etcd_blocking=[], etcd_external=etcd_sources(node).external,
+                       etcd_answered_by="", etcd_own_by="")
     try:
         from cpctl.probes.kubeapi import client_for
         client = client_for(node.host, node.kubeconfig)
@@ -342,7 +348,7 @@ def cluster_census_of(node: Node) -> ClusterView:
             view["members"][name] = _member_view(node, name, mirrors)
     if ETCD in own["components"] or any(_component_of(p) == ETCD for p in mirrors):
         census, sources = _ask_etcd(node, mirrors)
-        _count_etcd(view, census, sources.peers)
+        _count_etcd(view, census, sources.peers, sources.clients)
         view["etcd_external"] = still_external(census, view["etcd_external"])
     return view
 
@@ -502,22 +508,28 @@ def _urls(text: str, loopback_first: bool = False) -> List[str]:
     return urls
 
 
-def _count_etcd(view: ClusterView, etcd: "EtcdCensus", own_peers: Sequence[str] = ()) -> None:
+def _count_etcd(view: ClusterView, etcd: "EtcdCensus", own_peers: Sequence[str] = (),
+                own_clients: Sequence[str] = ()) -> None:
     """Put etcd's own account of its members into the view, keyed by member ID: this node's own
     member is the one whose peer URL its etcd manifest names (not its name: ``--name`` may differ
     from the node name); a control-plane node is an etcd member when etcd lists it under its name
     (kubeadm names a stacked member after its node), a listed member that is no node the API knows
     is a member of its own; each runs when its health answered. A learner is listed and named but
-    never counted; alarms go with the view (CORRUPT and other non-NOSPACE ones refuse)."""
+    never counted; alarms go with the view (CORRUPT and other non-NOSPACE ones refuse).
+    When no member has a peer URL the manifest names (an address written another way), the own
+    member is the one that answered the member list at one of the node's own client URLs (``own_clients``),
+    by the member ID in its answer's header."""
     if etcd.error:
         view["etcd_error"] = etcd.error
         return
     view["etcd_alarms"] = etcd.alarm_texts()
     view["etcd_blocking"] = etcd.blocking_alarms
+    view["etcd_answered_by"] = etcd.answered_by
+    own_id = own_member_id(etcd, own_peers, own_clients)
+    view["etcd_own_by"] = own_id[1]
     own = view["own"]
-    peers = {p.rstrip("/") for p in own_peers}
     for member in etcd.members:
-        if peers & set(member.peer_urls):
+        if member.member_id == own_id[0]:
             own["running"][ETCD] = own["running"].get(ETCD, False) and member.running
             own["etcd_learner"] = member.learner
             if member.why_not and own["components"].get(ETCD) == "present":
@@ -532,6 +544,20 @@ def _count_etcd(view: ClusterView, etcd: "EtcdCensus", own_peers: Sequence[str] 
         entry["etcd_learner"] = member.learner
         if member.why_not and member.why_not != "connection refused":
             entry["unasked"][ETCD] = member.why_not
+
+
+def own_member_id(etcd: "EtcdCensus", own_peers: Sequence[str], own_clients: Sequence[str]) -> Tuple[str, str]:
+    """(member ID, how it was found) of this node's own member in ``etcd``'s list: by a peer URL its
+    manifest names, else by the ID of the member that answered at one of its own client URLs; ("",
+    "") when neither (it then counts as a member of its own, as etcd lists it)."""
+    peers = {p.rstrip("/") for p in own_peers}
+    for member in etcd.members:
+        if peers & set(member.peer_urls):
+            return member.member_id, "peer URL"
+    clients = {c.rstrip("/") for c in own_clients}
+    if etcd.asked.rstrip("/") in clients and any(m.member_id == etcd.answered_by for m in etcd.members):
+        return etcd.answered_by, "member ID"
+    return "", ""
 
 
 def _field(obj: object, key: str) -> Mapping[str, object]:

@@ -33,6 +33,7 @@ from cpctl.ops.fleetsafety import (
     cluster_results,
     etcd_sources,
     external_notes,
+    own_member_id,
     preflight,
     still_external,
 )
@@ -326,3 +327,29 @@ def test_etcd_servers_naming_every_stacked_member_are_not_external(real_etcd: Re
     assert sources.external == real_etcd.endpoints(["m2", "m3"])
     assert not census.error and still_external(census, sources.external) == []
     assert still_external(census, ["https://127.0.0.1:1"]) == ["https://127.0.0.1:1"]
+
+
+def test_own_member_found_by_member_id_when_no_peer_url_matches(real_etcd: RealEtcd) -> None:
+    """m1's manifest names its peer URL another way (a hostname etcd's list does not hold): its own
+    member is the one that answered the member list at its own client URL, by the ID in the answer's
+    header (recorded), and it is counted once; without that answer it would be counted twice."""
+    member = real_etcd.members["m1"]
+    census = take_census(LocalHost(), [member.client_url], tls_of(real_etcd, "m1"))
+    assert census.answered_by == str(real_etcd.member_id("m1"))
+
+    def counted(own_clients: List[str]) -> ClusterView:
+        own = MemberCensus(components={"etcd": "present"}, apiserver_stacked=False, running={"etcd": True},
+                           unasked={}, etcd_learner=False, etcd_alarms=[])
+        view = ClusterView(node="cp-a", own=own, members={}, cluster="uid", api_error="", etcd_error="",
+                           etcd_alarms=[], etcd_blocking=[], etcd_external=[], etcd_answered_by="", etcd_own_by="")
+        _count_etcd(view, census, ["https://cp-a.example:2380"], own_clients)
+        return view
+
+    view = counted([member.client_url])
+    assert (view["etcd_own_by"], view["etcd_answered_by"]) == ("member ID", str(real_etcd.member_id("m1")))
+    results, _, _ = cluster_results([HostResult("cp-a", "ok", dict(view))])
+    assert sorted(r.host for r in results) == ["cp-a", "etcd member m2", "etcd member m3"]
+    # the answer came from another member's URL: no own member known, m1 is listed as etcd lists it
+    view = counted([real_etcd.members["m2"].client_url + "/x"])
+    assert view["etcd_own_by"] == "" and "etcd member m1" in view["members"]
+    assert own_member_id(census, [member.peer_url], []) == (str(real_etcd.member_id("m1")), "peer URL")

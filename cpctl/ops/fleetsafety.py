@@ -60,7 +60,20 @@ def census_of(node: Node) -> "MemberCensus":
             if why:
                 unasked[name] = why
     return MemberCensus(components=states, apiserver_stacked=stacked, running=running, unasked=unasked,
-                        etcd_learner=False, etcd_alarms=[])
+                        etcd_learner=states.get(ETCD) == "present" and own_is_learner(node), etcd_alarms=[])
+
+
+def own_is_learner(node: Node) -> bool:
+    """Whether this master's own etcd member is a learner: ``isLearner`` in the status its own client
+    URLs answer (the member list's flag; a learner refuses the list itself). False when it cannot be
+    asked: a member that does not answer does not run, and counting it as a voter that is down asks
+    for more running voters, never fewer."""
+    from cpctl.probes.etcdcluster import own_learner
+    sources = etcd_sources(node)
+    tls = etcd_client_tls(node)
+    if tls is None or not sources.clients:
+        return False
+    return own_learner(node.host, sources.clients, tls, allow_http=sources.own_http)[0] is True
 
 
 def endpoint_answers(node: Node, manifest: Manifest) -> Tuple[bool, str]:

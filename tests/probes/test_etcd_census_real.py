@@ -30,6 +30,7 @@ from cpctl.ops.fleetsafety import (
     _ask_etcd,
     _count_etcd,
     alarm_notes,
+    census_of,
     cluster_results,
     etcd_sources,
     external_notes,
@@ -353,3 +354,40 @@ def test_own_member_found_by_member_id_when_no_peer_url_matches(real_etcd: RealE
     view = counted([real_etcd.members["m2"].client_url + "/x"])
     assert view["etcd_own_by"] == "" and "etcd member m1" in view["members"]
     assert own_member_id(census, [member.peer_url], []) == (str(real_etcd.member_id("m1")), "peer URL")
+
+
+def _with_kubeadm_probe(cluster: RealEtcd, name: str) -> None:
+    """Member ``name``'s etcd.yaml with kubeadm's liveness probe on its metrics URL (what a master's
+    own census asks, as the kubelet does)."""
+    path = en.write_manifest(cluster, name)
+    pod = yaml.safe_load(path.read_text())
+    pod["spec"]["containers"][0]["livenessProbe"] = {"httpGet": {
+        "host": "127.0.0.1", "port": cluster.members[name].metrics_port, "scheme": "HTTP",
+        "path": "/health?exclude=NOSPACE&serializable=true"}}
+    path.write_text(yaml.safe_dump(pod))
+
+
+def test_inventory_census_tells_a_learner_from_a_voter(real_etcd_factory: Factory) -> None:
+    """--census inventory (each master's own census): 2 voters and a running learner (kubeadm's join).
+    Each master asks its own member's entry in etcd's member list; the learner is named and not
+    counted, so stopping a voter is refused as etcdctl's arithmetic says (it loses quorum)."""
+    cluster = real_etcd_factory(members=2)
+    cluster.add_member("m3", learner=True)
+    results = []
+    for name in ("m1", "m2", "m3"):
+        _with_kubeadm_probe(cluster, name)
+        census = census_of(_node(cluster.members[name].root, name))
+        assert census["running"] == {"etcd": True}, (name, census)
+        results.append(HostResult(name, "ok", dict(census)))
+    assert [r.data["etcd_learner"] for r in results] == [False, False, True]
+    ctl = etcdctl_view(cluster)
+    assert (ctl.voters, ctl.learners, ctl.healthy_voters) == (2, 1, 2) and not ctl.allows_one_down()
+    with pytest.raises(CpctlError) as refused:
+        preflight(results, {"m1"}, "stop", ["etcd"], parse_serial(1), False, None)
+    assert "would leave 1 of 2 etcd running" in refused.value.message
+    assert "learner m3, not a voter" in refused.value.message
+    # the learner may go as far as etcd is concerned (these masters run no API server, which the
+    # API server rule counts: that is the only refusal left)
+    with pytest.raises(CpctlError) as refused:
+        preflight(results, {"m3"}, "stop", ["etcd"], parse_serial(1), False, None)
+    assert "kube-apiserver running" in refused.value.message and "etcd running" not in refused.value.message

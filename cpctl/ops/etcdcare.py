@@ -650,6 +650,9 @@ ALARM_MEANING = {
     "CORRUPT": "etcd found members whose data differ: find the bad member (etcd's logs) and replace it "
                "before any maintenance",
 }
+#: status and check stop asking further etcd URLs for the alarms after this (one silent URL costs
+#: the gateway's timeout; the next ones are not asked once it is spent).
+ALARMS_DEADLINE = 5.0
 #: The kinds the metrics always export (0 when not active): an absent series cannot be alerted on.
 ALARM_KINDS = ("NOSPACE", "CORRUPT")
 
@@ -696,7 +699,11 @@ def alarms_seen(node: Node) -> Optional[AlarmsSeen]:
     if not endpoints:
         return None
     tried = []
-    for endpoint in endpoints:
+    deadline = time.monotonic() + ALARMS_DEADLINE
+    for index, endpoint in enumerate(endpoints):
+        if time.monotonic() > deadline:     # a view stays quick when etcd's URLs are silent
+            tried.append("%d more URL(s) not asked within %.0f s" % (len(endpoints) - index, ALARMS_DEADLINE))
+            break
         try:
             listed = gateway.member_list(endpoint)
             alarms = gateway.alarms(endpoint)
@@ -706,7 +713,7 @@ def alarms_seen(node: Node) -> Optional[AlarmsSeen]:
         names = {m.id: m.label for m in listed.members}
         return AlarmsSeen([{"member_id": hex_id(a.member_id), "member": names.get(a.member_id, hex_id(a.member_id)),
                             "alarm": a.alarm} for a in alarms], asked=endpoint)
-    return AlarmsSeen([], error="; ".join(tried[:3]))
+    return AlarmsSeen([], error="; ".join(tried[:3] + tried[3:][-1:]))
 
 
 def status_alarms(node: Node, data: "Report") -> None:

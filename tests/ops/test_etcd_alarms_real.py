@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -122,3 +123,26 @@ def test_corrupt_is_critical_named_by_member_and_unreadable_alarms_are_no_zero(r
     finding, = alarm_findings(found)
     assert finding["kind"] == "etcd_alarm_unknown" and finding["severity"] == "info"
     assert found["metrics"] == []
+
+
+def test_status_asks_silent_etcd_urls_under_one_deadline(real_etcd: RealEtcd) -> None:
+    """etcd URLs that accept and never answer: status does not wait a timeout for each (three silent
+    URLs and the member's own would be 4 x 3 s); the URLs left when the deadline is spent are not
+    asked, and said so. No time is asserted: each silent URL costs at least the gateway's timeout."""
+    silent = []
+    for _ in range(3):
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(8)
+        silent.append(sock)
+    urls = ["https://127.0.0.1:%d" % s.getsockname()[1] for s in silent]
+    root = str(real_etcd.members["m1"].root)
+    en.EDITED[root] = {"--listen-client-urls": ",".join(urls), "--advertise-client-urls": urls[0]}
+    try:
+        shown = status(real_etcd)
+    finally:
+        en.EDITED.clear()
+        for sock in silent:
+            sock.close()
+    error = shown["etcd_alarms"]["error"]
+    assert "more URL(s) not asked within 5 s" in error and urls[-1] not in error, error

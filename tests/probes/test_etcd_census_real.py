@@ -70,7 +70,7 @@ def census_verdict(cluster: RealEtcd, node: str, verb: str = "stop", tls: Option
                        running={"etcd": member.running, "kube-apiserver": True}, unasked={}, etcd_learner=False,
                        etcd_alarms=[])
     view = ClusterView(node=node, own=own, members={}, cluster="uid", api_error="", etcd_error="", etcd_alarms=[],
-                       etcd_blocking=[], etcd_external=[])
+                       etcd_blocking=[], etcd_external=[], etcd_answered_by="", etcd_own_by="")
     _count_etcd(view, census, [member.peer_url])
     try:
         results, targets, _ = cluster_results([HostResult(node, "ok", dict(view))])
@@ -221,7 +221,7 @@ def test_own_member_found_by_peer_url_not_name(real_etcd: RealEtcd) -> None:
     own = MemberCensus(components={"etcd": "present"}, apiserver_stacked=False, running={"etcd": True}, unasked={},
                        etcd_learner=False, etcd_alarms=[])
     view = ClusterView(node="cp-a", own=own, members={}, cluster="uid", api_error="", etcd_error="", etcd_alarms=[],
-                       etcd_blocking=[], etcd_external=[])
+                       etcd_blocking=[], etcd_external=[], etcd_answered_by="", etcd_own_by="")
     _count_etcd(view, census, [member.peer_url])
     results, targets, _ = cluster_results([HostResult("cp-a", "ok", dict(view))])
     assert sorted(r.host for r in results) == ["cp-a", "etcd member m2", "etcd member m3"]
@@ -288,7 +288,7 @@ def test_external_etcd_servers_are_named_and_never_counted_as_the_stacked_cluste
                                                    apiserver_stacked=False, running={"kube-apiserver": True},
                                                    unasked={}, etcd_learner=False, etcd_alarms=[]),
                        members={}, cluster="uid", api_error="", etcd_error="", etcd_alarms=[], etcd_blocking=[],
-                       etcd_external=sources.external)
+                       etcd_external=sources.external, etcd_answered_by="", etcd_own_by="")
     _count_etcd(view, census)
     with pytest.raises(CpctlError) as refused:
         cluster_results([HostResult("m1", "ok", dict(view))])
@@ -308,7 +308,7 @@ def test_a_master_on_an_external_etcd_names_it(real_etcd_factory: Factory, tmp_p
     own = MemberCensus(components={"kube-apiserver": "present"}, apiserver_stacked=False,
                        running={"kube-apiserver": True}, unasked={}, etcd_learner=False, etcd_alarms=[])
     view = ClusterView(node="cp-a", own=own, members={}, cluster="uid", api_error="", etcd_error="", etcd_alarms=[],
-                       etcd_blocking=[], etcd_external=sources.external)
+                       etcd_blocking=[], etcd_external=sources.external, etcd_answered_by="", etcd_own_by="")
     results, targets, _ = cluster_results([HostResult("cp-a", "ok", dict(view))])
     assert external_notes(results) == [
         "kube-apiserver on cp-a stores in an external etcd (%s): not counted here; --census inventory counts what "

@@ -70,6 +70,7 @@ class Report(_Report, total=False):
 
     identity: Dict[str, object]
     unrecovered: str
+    etcd_alarms: Dict[str, object]      # cpctl.ops.etcdcare.AlarmsSeen, added by the status command
 
 
 def status(node: Node, wanted: Optional[List[str]] = None) -> Report:

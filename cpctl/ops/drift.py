@@ -53,6 +53,7 @@ from cpctl.timeutil import format_duration, iso, parse_iso, stamp
 
 if TYPE_CHECKING:           # ops.certs imports cryptography lazily; a check on a node without pki never does
     from cpctl.ops.certs import Report as CertsReport
+    from cpctl.ops.etcdcare import AlarmsSeen
 
 BASELINE = BASELINE_FILE
 STRAYS = "strays"
@@ -94,6 +95,8 @@ KINDS = {
     "upgrade_failed": "a kubeadm upgrade failed and rolled back: its leftovers are in /etc/kubernetes/tmp",
     "cert_expiring": "a kubeadm certificate expires within --cert-warn, or has expired",
     "cert_stale": "a running component still uses an old certificate (cpctl restart --stale-certs)",
+    "etcd_alarm": "an etcd alarm is active (NOSPACE: the cluster refuses writes; CORRUPT: members' data differ)",
+    "etcd_alarm_unknown": "the etcd alarms could not be read from this node's etcd URLs",
 }
 
 
@@ -176,6 +179,9 @@ def how_to_fix(kind: str, file: Optional[str], component: Optional[str], extra: 
                           "kubeadm-upgraded-manifests dir once done",
         "cert_expiring": "kubeadm certs renew all on this master, then %s" % command("restart", "--stale-certs"),
         "cert_stale": "%s (%s shows why)" % (command("restart", "--stale-certs"), command("certs")),
+        "etcd_alarm": "%s (compacts, defragments, disarms NOSPACE); CORRUPT: find the bad member in etcd's logs "
+                      "and replace it (docs/etcd.md, \"CORRUPT\")" % command("etcd", "recover-space"),
+        "etcd_alarm_unknown": "%s (which members answer and why not)" % command("etcd", "status"),
     }
     return fixes[kind]
 
@@ -213,6 +219,8 @@ class Report:
         self.api_stale = ""             # why the API's view of this node is stale ("" it is not: Node.api_view_stale)
         #: (component, file, 1/0) whether the node-side timer of each arm still runs (unknown: absent)
         self.timer_running: List[Tuple[str, str, int]] = []
+        #: the etcd cluster's alarms as this node reads them (None: no etcd to ask from this node)
+        self.etcd_alarms: Optional[AlarmsSeen] = None
 
     def add(self, finding: Finding) -> None:
         if not finding.given_fix:         # its command lines with the -H/-i that reach this node
@@ -498,7 +506,27 @@ def check(node: Node, max_parked: Optional[float] = None, now: Optional[float] =
     _inventory(report, scan, parked, baseline, now)
     if cert_warn is not None:
         _check_certs(report, node, cert_warn, now)
+    _check_etcd_alarms(report, node)
     return report
+
+
+def _check_etcd_alarms(report: Report, node: Node) -> None:
+    """The etcd cluster's active alarms, one finding per kind: CORRUPT and NOSPACE critical (members'
+    data differ / the whole cluster refuses writes), NOSPACE's fix ``cpctl etcd recover-space``;
+    alarms that cannot be read are an info finding (the metric is then absent, not 0)."""
+    from cpctl.ops import etcdcare
+    report.etcd_alarms = seen = etcdcare.alarms_seen(node)
+    if seen is None:
+        return
+    if seen.error:
+        report.add(Finding("etcd_alarm_unknown", INFO, "the etcd alarms could not be read: %s" % seen.error))
+        return
+    for kind, members in seen.kinds().items():
+        fix = node.command("etcd", "recover-space") if kind == "NOSPACE" else None
+        report.add(Finding("etcd_alarm", CRITICAL if kind in etcdcare.ALARM_KINDS else WARNING,
+                           "etcd alarm %s active (raised by %s): %s" % (
+                               kind, ", ".join(members), etcdcare.ALARM_MEANING.get(kind, "see etcd's logs")),
+                           component=ETCD, fix=fix, alarm=kind, members=members))
 
 
 def _check_outside(report: Report, node: Node, scan: DirScan, now: float) -> None:

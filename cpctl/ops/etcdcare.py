@@ -31,7 +31,7 @@ import json
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, TypedDict
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, TypedDict
 
 from cpctl.catalogue import ETCD, KUBE_APISERVER
 from cpctl.core.flags import flags_of
@@ -39,6 +39,9 @@ from cpctl.core.node import Node
 from cpctl.errors import CpctlError, ExitCode, Interrupted, Terminated, interrupted_by
 from cpctl.probes.etcdmaint import Alarm, EtcdError, Gateway, Member, MemberList, Status, hex_id
 from cpctl.timeutil import iso
+
+if TYPE_CHECKING:
+    from cpctl.core.views import Report
 
 #: etcd's defaults for the rules (OpenShift's etcd operator defragments past 45 % fragmentation and
 #: above 100 MiB; ahrtr/etcd-defrag's documented rule uses the same kind of thresholds).
@@ -639,6 +642,90 @@ def _health_text(seen: Survey) -> str:
 
 
 # --------------------------------------------------------------------------- alarms
+
+#: What each alarm kind means for the cluster and how it is repaired (status, check and the metrics
+#: say the same; real-node-facts.md "etcd, measured": an alarm is cluster-wide).
+ALARM_MEANING = {
+    "NOSPACE": "etcd's database reached its quota (--quota-backend-bytes): the whole cluster refuses writes",
+    "CORRUPT": "etcd found members whose data differ: find the bad member (etcd's logs) and replace it "
+               "before any maintenance",
+}
+#: status and check stop asking further etcd URLs for the alarms after this (one silent URL costs
+#: the gateway's timeout; the next ones are not asked once it is spent).
+ALARMS_DEADLINE = 5.0
+#: The kinds the metrics always export (0 when not active): an absent series cannot be alerted on.
+ALARM_KINDS = ("NOSPACE", "CORRUPT")
+
+
+@dataclass
+class AlarmsSeen:
+    """The cluster's active alarms as this node's etcd client reads them (``status``, ``check``, the
+    metrics): each ``{"member_id", "member", "alarm"}``; ``error`` why they could not be read."""
+
+    alarms: List[Dict[str, str]]
+    error: str = ""
+    asked: str = ""
+
+    def kinds(self) -> Dict[str, List[str]]:
+        """alarm kind -> the members that raised it (sorted)."""
+        out: Dict[str, List[str]] = {}
+        for alarm in self.alarms:
+            out.setdefault(alarm["alarm"], []).append(alarm["member"])
+        return {kind: sorted(members) for kind, members in sorted(out.items())}
+
+    def lines(self, command: Callable[..., str]) -> List[str]:
+        """One line per active alarm kind: what it means and the command that repairs it."""
+        out = []
+        for kind, members in self.kinds().items():
+            line = "etcd alarm %s active (raised by %s): %s" % (kind, ", ".join(members),
+                                                               ALARM_MEANING.get(kind, "see etcd's logs"))
+            if kind == "NOSPACE":
+                line += "; fix: %s" % command("etcd", "recover-space")
+            out.append(line)
+        return out
+
+    def to_dict(self) -> Dict[str, object]:
+        return {"alarms": list(self.alarms), "error": self.error, "asked": self.asked}
+
+
+def alarms_seen(node: Node) -> Optional[AlarmsSeen]:
+    """The active alarms through the first etcd URL of the node's manifests that answers (the member
+    list first, for the members' names); None when the node has nothing to ask etcd with (no etcd
+    client pair or no etcd URL in its manifests): a node without etcd has no alarm to show."""
+    try:
+        gateway, endpoints = gateway_of(node)
+    except CpctlError:
+        return None
+    if not endpoints:
+        return None
+    tried = []
+    deadline = time.monotonic() + ALARMS_DEADLINE
+    for index, endpoint in enumerate(endpoints):
+        if time.monotonic() > deadline:     # a view stays quick when etcd's URLs are silent
+            tried.append("%d more URL(s) not asked within %.0f s" % (len(endpoints) - index, ALARMS_DEADLINE))
+            break
+        try:
+            listed = gateway.member_list(endpoint)
+            alarms = gateway.alarms(endpoint)
+        except EtcdError as exc:
+            tried.append(str(exc))
+            continue
+        names = {m.id: m.label for m in listed.members}
+        return AlarmsSeen([{"member_id": hex_id(a.member_id), "member": names.get(a.member_id, hex_id(a.member_id)),
+                            "alarm": a.alarm} for a in alarms], asked=endpoint)
+    return AlarmsSeen([], error="; ".join(tried[:3] + tried[3:][-1:]))
+
+
+def status_alarms(node: Node, data: "Report") -> None:
+    """``cpctl status``: the cluster's active alarms (``etcd_alarms``, when the node has an etcd to ask)
+    and one warning line per alarm kind, with its fix."""
+    seen = alarms_seen(node)
+    if seen is None:
+        return
+    data["etcd_alarms"] = seen.to_dict()
+    data["warnings"] += seen.lines(node.command)
+
+
 
 class AlarmReport(TypedDict):
     node: str

@@ -60,7 +60,20 @@ def census_of(node: Node) -> "MemberCensus":
             if why:
                 unasked[name] = why
     return MemberCensus(components=states, apiserver_stacked=stacked, running=running, unasked=unasked,
-                        etcd_learner=False, etcd_alarms=[])
+                        etcd_learner=states.get(ETCD) == "present" and own_is_learner(node), etcd_alarms=[])
+
+
+def own_is_learner(node: Node) -> bool:
+    """Whether this master's own etcd member is a learner: ``isLearner`` in the status its own client
+    URLs answer (the member list's flag; a learner refuses the list itself). False when it cannot be
+    asked: a member that does not answer does not run, and counting it as a voter that is down asks
+    for more running voters, never fewer."""
+    from cpctl.probes.etcdcluster import own_learner
+    sources = etcd_sources(node)
+    tls = etcd_client_tls(node)
+    if tls is None or not sources.clients:
+        return False
+    return own_learner(node.host, sources.clients, tls, allow_http=sources.own_http)[0] is True
 
 
 def endpoint_answers(node: Node, manifest: Manifest) -> Tuple[bool, str]:
@@ -115,6 +128,8 @@ class Member:
     etcd_learner: bool = False
     #: etcd's active alarms as etcd listed them ("NOSPACE (raised by m1)")
     etcd_alarms: List[str] = field(default_factory=list)
+    #: its API server's --etcd-servers that are no stacked member of its own: an external etcd
+    etcd_external: List[str] = field(default_factory=list)
 
     def votes(self, component: str) -> bool:
         """Whether it counts toward ``component``'s rule at all (an etcd learner does not)."""
@@ -142,11 +157,21 @@ def members(census: List[HostResult]) -> List[Member]:
             out.append(Member(result.host, False))
             continue
         alarms = data.get("etcd_alarms")
+        external = data.get("etcd_external")
         out.append(Member(result.host, True, _text_map(data.get("components")), bool(data.get("apiserver_stacked")),
                           {k: v is True for k, v in _mapping(data.get("running")).items()},
                           _text_map(data.get("unasked")), data.get("etcd_learner") is True,
-                          [str(a)[:200] for a in alarms[:MAX_ALARM_TEXTS]] if isinstance(alarms, list) else []))
+                          [str(a)[:200] for a in alarms[:MAX_ALARM_TEXTS]] if isinstance(alarms, list) else [],
+                          [str(u)[:256] for u in external[:MAX_ALARM_TEXTS]] if isinstance(external, list) else []))
     return out
+
+
+def external_notes(census: List[HostResult]) -> List[str]:
+    """Each master whose API server stores in an external etcd, named with its URLs: that etcd is
+    not counted by the census (its members are no static pods on these masters)."""
+    return ["kube-apiserver on %s stores in an external etcd (%s): not counted here; --census inventory "
+            "counts what each master runs, etcdctl endpoint health --cluster the external members"
+            % (m.host, ", ".join(m.etcd_external[:4])) for m in members(census) if m.etcd_external]
 
 
 MAX_ALARM_TEXTS = 64
@@ -289,6 +314,14 @@ class ClusterView(TypedDict):
     etcd_error: str
     etcd_alarms: List[str]
     etcd_blocking: List[str]
+    #: the API server's --etcd-servers that are not this node's stacked member (kubeadm etcd.external,
+    #: a host etcd): named, never offered for the stacked count
+    etcd_external: List[str]
+    #: the member ID (decimal) of the member that gave the member list, and how this master's own
+    #: member was found in it ("peer URL", "member ID": the member that answered at its own client
+    #: URL, or "" when not found)
+    etcd_answered_by: str
+    etcd_own_by: str
 
 
 def cluster_census_of(node: Node) -> ClusterView:
@@ -309,7 +342,8 @@ def cluster_census_of(node: Node) -> ClusterView:
     refuses then), a member that did not answer in its ``unasked`` (it counts as not running)."""
     own = census_of(node)
     view = ClusterView(node=node.node_name, members={}, cluster="", api_error="", etcd_error="", own=own,
-                       etcd_alarms=[], etcd_blocking=[])
+                       etcd_alarms=[], etcd_blocking=[], etcd_external=etcd_sources(node).external,
+                       etcd_answered_by="", etcd_own_by="")
     try:
         from cpctl.probes.kubeapi import client_for
         client = client_for(node.host, node.kubeconfig)
@@ -326,8 +360,9 @@ def cluster_census_of(node: Node) -> ClusterView:
         if isinstance(name, str) and name and name != node.node_name:
             view["members"][name] = _member_view(node, name, mirrors)
     if ETCD in own["components"] or any(_component_of(p) == ETCD for p in mirrors):
-        census, own_peers = _ask_etcd(node, mirrors)
-        _count_etcd(view, census, own_peers)
+        census, sources = _ask_etcd(node, mirrors)
+        _count_etcd(view, census, sources.peers, sources.clients)
+        view["etcd_external"] = still_external(census, view["etcd_external"])
     return view
 
 
@@ -367,37 +402,67 @@ def _readyz(node: Node, endpoint: object) -> Tuple[bool, str]:
     return reply["status"] == 200, ""
 
 
-def _ask_etcd(node: Node, mirrors: Sequence[Mapping[str, object]]) -> Tuple["EtcdCensus", List[str]]:
-    """etcd's members, alarms and health, asked from ``node`` through its own member first, then
-    any member kubeadm's annotations name (addresses only: their health is asked of etcd); and
-    this node's own etcd peer URLs (how its member is found in the list: by peer URL, not name).
-    Plain http:// URLs are asked only when this node's own etcd manifest uses http."""
-    from cpctl.probes.etcdcluster import take_census
-    endpoints: List[str] = []
-    own_peers: List[str] = []
-    own_http = False
-    scan = node.scan()
-    for pod in [m.pod for m in scan.valid if m.pod_name in CLUSTER_COMPONENTS] + _parked_pods(node):
+@dataclass
+class EtcdSources:
+    """What this node's own manifests (in place or parked) say about etcd: its stacked member's client
+    and peer URLs, whether that member uses plain http, and the API server's --etcd-servers that are
+    not that member (``external``: kubeadm's etcd.external, or a host etcd with no static pod)."""
+
+    clients: List[str]
+    peers: List[str]
+    own_http: bool
+    external: List[str]
+
+
+def etcd_sources(node: Node) -> EtcdSources:
+    """The node's etcd URLs (``EtcdSources``). An --etcd-servers URL is the stacked member's when the
+    node's etcd manifest lists it among its client URLs; every other one is external - asking it
+    for the stacked count would count another cluster (or a host etcd) as this one."""
+    clients: List[str] = []
+    peers: List[str] = []
+    servers: List[str] = []
+    for pod in [m.pod for m in node.scan().valid if m.pod_name in CLUSTER_COMPONENTS] + _parked_pods(node):
         for container in _containers(pod):
             values = {f.name: f.value or "" for f in flags_of(container)}
             if _name_of(pod) == ETCD:
-                clients = _urls(values.get("listen-client-urls", ""), loopback_first=True)
+                clients += _urls(values.get("listen-client-urls", ""), loopback_first=True)
                 clients += _urls(values.get("advertise-client-urls", ""))
-                own_http = own_http or any(u.startswith("http://") for u in clients)
-                endpoints += clients
-                own_peers += _urls(values.get("initial-advertise-peer-urls", ""))
-                own_peers += _urls(values.get("listen-peer-urls", ""))
+                peers += _urls(values.get("initial-advertise-peer-urls", ""))
+                peers += _urls(values.get("listen-peer-urls", ""))
             elif _name_of(pod) == APISERVER:
-                endpoints += _urls(values.get("etcd-servers", ""))
+                servers += _urls(values.get("etcd-servers", ""))
+    own = {u.rstrip("/") for u in clients}
+    external = [u for u in dict.fromkeys(servers) if u.rstrip("/") not in own]
+    return EtcdSources(list(dict.fromkeys(clients)), list(dict.fromkeys(peers)),
+                       any(u.startswith("http://") for u in clients), external)
+
+
+def still_external(census: "EtcdCensus", urls: Sequence[str]) -> List[str]:
+    """``urls`` less those a member of ``census`` serves: an --etcd-servers URL naming another member
+    of the stacked cluster (an API server that lists every member) is that cluster's, not external."""
+    listed = {u.rstrip("/") for m in census.members for u in m.client_urls}
+    return [u for u in urls if u.rstrip("/") not in listed]
+
+
+def _ask_etcd(node: Node, mirrors: Sequence[Mapping[str, object]]) -> Tuple["EtcdCensus", EtcdSources]:
+    """etcd's members, alarms and health, asked from ``node`` through its own member first, then
+    any member kubeadm's annotations name (addresses only: their health is asked of etcd); and
+    this node's etcd sources (its own peer URLs: how its member is found in the list, by peer URL,
+    not name). The API server's --etcd-servers are asked only where they are this node's own member
+    (an external etcd is not the stacked cluster). Plain http:// URLs are asked only when this
+    node's own etcd manifest uses http."""
+    from cpctl.probes.etcdcluster import take_census
+    sources = etcd_sources(node)
+    endpoints = list(sources.clients)
     for pod in mirrors:
         if _component_of(pod) == ETCD:
             endpoints += _urls(str(_field(_field(pod, "metadata"), "annotations").get(ETCD_URLS_ANNOTATION) or ""))
-    tls = etcd_client_tls(node, scan)
+    tls = etcd_client_tls(node)
     if tls is None:
         from cpctl.probes.etcdcluster import EtcdCensus
         return EtcdCensus(error="no etcd client certificate found (neither the API server's --etcd-certfile nor "
-                                "kubeadm's etcd/healthcheck-client beside etcd's --trusted-ca-file)"), own_peers
-    return take_census(node.host, endpoints, tls, allow_http=own_http), own_peers
+                                "kubeadm's etcd/healthcheck-client beside etcd's --trusted-ca-file)"), sources
+    return take_census(node.host, endpoints, tls, allow_http=sources.own_http), sources
 
 
 def etcd_client_tls(node: Node, scan: Optional[DirScan] = None) -> Optional[TlsOptions]:
@@ -456,22 +521,28 @@ def _urls(text: str, loopback_first: bool = False) -> List[str]:
     return urls
 
 
-def _count_etcd(view: ClusterView, etcd: "EtcdCensus", own_peers: Sequence[str] = ()) -> None:
+def _count_etcd(view: ClusterView, etcd: "EtcdCensus", own_peers: Sequence[str] = (),
+                own_clients: Sequence[str] = ()) -> None:
     """Put etcd's own account of its members into the view, keyed by member ID: this node's own
     member is the one whose peer URL its etcd manifest names (not its name: ``--name`` may differ
     from the node name); a control-plane node is an etcd member when etcd lists it under its name
     (kubeadm names a stacked member after its node), a listed member that is no node the API knows
     is a member of its own; each runs when its health answered. A learner is listed and named but
-    never counted; alarms go with the view (CORRUPT and other non-NOSPACE ones refuse)."""
+    never counted; alarms go with the view (CORRUPT and other non-NOSPACE ones refuse).
+    When no member has a peer URL the manifest names (an address written another way), the own
+    member is the one that answered the member list at one of the node's own client URLs (``own_clients``),
+    by the member ID in its answer's header."""
     if etcd.error:
         view["etcd_error"] = etcd.error
         return
     view["etcd_alarms"] = etcd.alarm_texts()
     view["etcd_blocking"] = etcd.blocking_alarms
+    view["etcd_answered_by"] = etcd.answered_by
+    own_id = own_member_id(etcd, own_peers, own_clients)
+    view["etcd_own_by"] = own_id[1]
     own = view["own"]
-    peers = {p.rstrip("/") for p in own_peers}
     for member in etcd.members:
-        if peers & set(member.peer_urls):
+        if member.member_id == own_id[0]:
             own["running"][ETCD] = own["running"].get(ETCD, False) and member.running
             own["etcd_learner"] = member.learner
             if member.why_not and own["components"].get(ETCD) == "present":
@@ -486,6 +557,20 @@ def _count_etcd(view: ClusterView, etcd: "EtcdCensus", own_peers: Sequence[str] 
         entry["etcd_learner"] = member.learner
         if member.why_not and member.why_not != "connection refused":
             entry["unasked"][ETCD] = member.why_not
+
+
+def own_member_id(etcd: "EtcdCensus", own_peers: Sequence[str], own_clients: Sequence[str]) -> Tuple[str, str]:
+    """(member ID, how it was found) of this node's own member in ``etcd``'s list: by a peer URL its
+    manifest names, else by the ID of the member that answered at one of its own client URLs; ("",
+    "") when neither (it then counts as a member of its own, as etcd lists it)."""
+    peers = {p.rstrip("/") for p in own_peers}
+    for member in etcd.members:
+        if peers & set(member.peer_urls):
+            return member.member_id, "peer URL"
+    clients = {c.rstrip("/") for c in own_clients}
+    if etcd.asked.rstrip("/") in clients and any(m.member_id == etcd.answered_by for m in etcd.members):
+        return etcd.answered_by, "member ID"
+    return "", ""
 
 
 def _field(obj: object, key: str) -> Mapping[str, object]:
@@ -535,5 +620,6 @@ def cluster_results(views: List[HostResult]) -> Tuple[List[HostResult], Set[str]
             census.setdefault(name, HostResult(name, "ok", member))
         own = str(view["node"])         # a master's own files win over another's API view of it
         targets.add(own)
-        census[own] = HostResult(own, "ok", dict(view["own"], etcd_alarms=view.get("etcd_alarms") or []))
+        census[own] = HostResult(own, "ok", dict(view["own"], etcd_alarms=view.get("etcd_alarms") or [],
+                                                 etcd_external=view.get("etcd_external") or []))
     return [census[name] for name in sorted(census)], targets, cluster

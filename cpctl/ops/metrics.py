@@ -116,6 +116,9 @@ def check_metrics(now: float, report: "Optional[Report]") -> str:
         family("cpctl_component_cert_stale", "1 when the running component still uses an old certificate "
                "(restart it), 0 when it uses the files on disk or re-reads them by itself; absent when that is "
                "unknown.", "gauge", _stale_samples(report.certs)),
+        family("cpctl_etcd_alarm_active", "1 while the etcd cluster has an active alarm of this kind (NOSPACE: it "
+               "refuses writes; CORRUPT: members' data differ), else 0; absent when the node has no etcd to ask or "
+               "its alarms could not be read.", "gauge", _alarm_samples(report)),
     ]
     return "".join(parts)
 
@@ -143,6 +146,16 @@ def _stale_samples(certs: "Optional[CertsReport]") -> List[Sample]:
         return []
     return [({"node": certs["node"], "component": c["component"]}, 1 if c["verdict"] == STALE else 0)
             for c in certs["components"] if c["verdict"] in (STALE, CURRENT, RELOADING)]
+
+
+def _alarm_samples(report: "Report") -> List[Sample]:
+    """(labels, 1/0) per alarm kind: NOSPACE and CORRUPT always, any other kind while active."""
+    seen = report.etcd_alarms
+    if seen is None or seen.error:
+        return []
+    from cpctl.ops.etcdcare import ALARM_KINDS
+    active = seen.kinds()
+    return [({"alarm": kind}, 1 if kind in active else 0) for kind in sorted(set(ALARM_KINDS) | set(active))]
 
 
 def write_textfile(host: Host, path: str, text: str) -> None:

@@ -164,6 +164,23 @@ def take_census(host: Host, endpoints: Sequence[str], tls: TlsOptions, timeout: 
     return EtcdCensus(error="no etcd member answered with the member list (%s)" % "; ".join(tried))
 
 
+def own_learner(host: Host, endpoints: Sequence[str], tls: TlsOptions, timeout: float = ASK_TIMEOUT,
+                allow_http: bool = False) -> Tuple[Optional[bool], str]:
+    """(whether the member at ``endpoints`` - one member's own client URLs - is a learner, "") from
+    its ``/v3/maintenance/status`` (``isLearner``, absent when false; a learner answers Status but
+    refuses the member list with 503), all URLs asked at once; (None, why) when none answered."""
+    chosen = [e for e in _unique(endpoints) if allow_http or urlsplit(e).scheme == "https"][:MAX_ENDPOINTS]
+    answers = _ask_all(host, [_post(e + STATUS_PATH, b"{}", tls) for e in chosen], timeout) if chosen else []
+    tried = []
+    for endpoint, answer in zip(chosen, answers):
+        doc, why = _json_answer(*_reply_of(answer))
+        learner = doc.get("isLearner", False) if isinstance(doc, dict) else None
+        if not why and isinstance(learner, bool):
+            return learner, ""
+        tried.append("%s: %s" % (endpoint, why or "an answer that is not etcd's status"))
+    return None, "; ".join(tried) or "no etcd client URL known"
+
+
 Listed = Tuple[Tuple[EtcdMember, ...], Tuple[str, str]]
 
 

@@ -44,7 +44,8 @@ def member(name: str, running: bool, why: str = "", learner: bool = False) -> Et
 def view(node: str, members: Dict[str, MemberCensus], census: EtcdCensus, api_error: str = "",
          own_census: Any = None) -> HostResult:
     data = ClusterView(node=node, own=own_census or own(), members=members, cluster="uid-1", api_error=api_error,
-                       etcd_error="", etcd_alarms=[], etcd_blocking=[])
+                       etcd_error="", etcd_alarms=[], etcd_blocking=[], etcd_external=[], etcd_answered_by="",
+                       etcd_own_by="")
     _count_etcd(data, census, [peer(node)])
     return HostResult(node, "ok", dict(data))
 
@@ -91,7 +92,7 @@ def test_api_servers_count_by_their_own_readyz() -> None:
 
 def test_an_etcd_that_cannot_be_asked_refuses() -> None:
     data = ClusterView(node="m2", own=own(), members={}, cluster="uid-1", api_error="", etcd_error="", etcd_alarms=[],
-                       etcd_blocking=[])
+                       etcd_blocking=[], etcd_external=[], etcd_answered_by="", etcd_own_by="")
     _count_etcd(data, EtcdCensus(error="no etcd member answered with the member list (https://x: timed out)"))
     with pytest.raises(CpctlError) as err:
         cluster_results([HostResult("m2", "ok", dict(data))])

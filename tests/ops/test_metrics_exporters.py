@@ -21,7 +21,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from cpctl.ops import drift, metrics
+from cpctl.ops import drift, etcdcare, metrics
 from cpctl_lab.httpserve import free_port
 from tests.coreutil import NodeDirs
 
@@ -108,6 +108,9 @@ def duplicated_report() -> str:
          "evidence": []}]
     report.certs = {"node": "master-1", "kube_dir": "/etc/kubernetes", "certificates": [cert, dict(cert)],
                     "components": comps, "stale": ["kube-scheduler"]}
+    # etcd 3.5.1 may raise one NOSPACE alarm per member (etcd-io/etcd#13467): one series per kind
+    report.etcd_alarms = etcdcare.AlarmsSeen([{"member_id": "a", "member": "m1", "alarm": "NOSPACE"},
+                                              {"member_id": "b", "member": "m2", "alarm": "NOSPACE"}])
     return metrics.check_metrics(report.time, report)
 
 
@@ -132,6 +135,8 @@ def test_node_exporter_and_promtool_accept_every_check_outcome(node: NodeDirs, t
     assert outcomes["duplicates"].count('cpctl_component_cert_stale{component="kube-scheduler"') == 1
     assert 'cpctl_component_cert_stale{component="kube-scheduler",node="master-1"} 1' in outcomes["duplicates"]
     assert "cpctl_drift_findings" not in outcomes["failed"]
+    assert outcomes["duplicates"].count('cpctl_etcd_alarm_active{alarm="NOSPACE"} 1') == 1
+    assert 'cpctl_etcd_alarm_active{alarm="CORRUPT"} 0' in outcomes["duplicates"]
     for name, text in outcomes.items():
         prom.write_text(text)
         offset = handle.log.stat().st_size
@@ -154,3 +159,15 @@ def test_node_exporter_and_promtool_accept_every_check_outcome(node: NodeDirs, t
         time.sleep(0.1)
     assert any("collected before with the same name and label values" in line
                for line in handle.errors_after(offset)), handle.log.read_text()
+
+
+def test_etcd_alarm_series_are_absent_when_unknown_never_zero() -> None:
+    """No etcd to ask, or its alarms unreadable: no series (a 0 would clear the alert while nothing
+    could look); read and none active: 0 for each kind."""
+    report = drift.Report("master-1", time.time())
+    assert "cpctl_etcd_alarm_active" not in metrics.check_metrics(report.time, report)
+    report.etcd_alarms = etcdcare.AlarmsSeen([], error="https://127.0.0.1:2379: connection refused")
+    assert "cpctl_etcd_alarm_active" not in metrics.check_metrics(report.time, report)
+    report.etcd_alarms = etcdcare.AlarmsSeen([])
+    text = metrics.check_metrics(report.time, report)
+    assert 'cpctl_etcd_alarm_active{alarm="NOSPACE"} 0' in text and 'cpctl_etcd_alarm_active{alarm="CORRUPT"} 0' in text

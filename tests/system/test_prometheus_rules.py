@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cpctl.ops import drift, metrics
+from cpctl.ops import drift, etcdcare, metrics
 
 RULES_DIR = Path(__file__).resolve().parents[2] / "examples" / "prometheus"
 PROMTOOL = shutil.which("promtool")
@@ -51,8 +51,12 @@ def test_every_alert_is_shown_firing_and_every_metric_is_written() -> None:
          "not_after": "2035-01-01T00:00:00Z", "days_left": 3000.0, "error": ""}], "components": [
         {"component": "etcd", "verdict": "current", "why": "", "started": None, "started_source": "",
          "evidence": []}]}
+    report.etcd_alarms = etcdcare.AlarmsSeen([{"member_id": "1", "member": "master-1", "alarm": "NOSPACE"}])
     written = set(re.findall(r"^# TYPE (\w+) ", metrics.check_metrics(report.time, report), re.M))
     named = {name for expr in alerts().values() for name in re.findall(r"\bcpctl_\w+", expr)}
     # issue 48: a failed kubeadm upgrade has an alert of its own
     assert any('kind="upgrade_failed"' in expr for expr in alerts().values())
     assert named and named <= written, named - written
+    # issue 45: each etcd alarm kind has an alert of its own, critical
+    wanted = {'cpctl_etcd_alarm_active{alarm="%s"} == 1' % kind for kind in etcdcare.ALARM_KINDS}
+    assert wanted <= set(alerts().values())

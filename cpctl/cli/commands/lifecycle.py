@@ -104,6 +104,8 @@ def cluster_guarded_reason(ctx: click.Context, verb: str, components: List[str],
     for alarm in fleetsafety.alarm_notes(results):     # NOSPACE: the restarts that fix it go on
         note("etcd alarm %s is active: `etcdctl alarm list`; raise --quota-backend-bytes or defragment, then "
              "`etcdctl alarm disarm`" % alarm)
+    for external in fleetsafety.external_notes(results):
+        note(external)
     return decided
 
 

@@ -31,7 +31,16 @@ def status(ctx: click.Context, components: Tuple[str, ...], watch: bool, interva
     if watch:
         _watch(ctx, list(components), interval)
         return
-    shown = execute(ctx, lambda node: views.status(node, list(components) or None), status_text)
+    from cpctl.catalogue import ETCD, canonical
+    from cpctl.ops import etcdcare
+    alarms = not components or ETCD in [canonical(c) for c in components]
+
+    def action(node: "Node") -> "views.Report":
+        data = views.status(node, list(components) or None)
+        if alarms:                      # the cluster's etcd alarms: one question to the node's own etcd
+            etcdcare.status_alarms(node, data)
+        return data
+    shown = execute(ctx, action, status_text)
     broken = [data["unrecovered"] for data in shown if data.get("unrecovered")]
     if broken:   # everything that could be shown was; the exit code says the node needs a hand
         raise CpctlError(broken[0], ExitCode.ENVIRONMENT)

@@ -36,7 +36,7 @@ ARGS: Dict[str, List[str]] = {        # the arguments each command needs to get 
     "keeper status": [], "keeper stop": [], "completion": ["bash"],
     "confirm": ["scheduler"], "revert-unconfirmed": ["scheduler"], "version": [],
     "etcd status": [], "etcd defrag": ["--all"], "etcd alarm list": [], "etcd alarm disarm": [],
-    "etcd recover-space": [], "etcd move-leader": [],
+    "etcd recover-space": [], "etcd move-leader": [], "etcd snapshot save": [], "etcd snapshot list": [],
 }
 
 

@@ -48,6 +48,7 @@ SCHEMA_OF: Dict[str, Tuple[str, ...]] = {
     "etcd status": ("etcd-status",), "etcd defrag": ("etcd-defrag",), "etcd alarm list": ("etcd-alarm",),
     "etcd alarm disarm": ("etcd-alarm",), "etcd recover-space": ("etcd-recover-space",),
     "etcd move-leader": ("etcd-move-leader",),
+    "etcd snapshot save": ("etcd-snapshot-save",), "etcd snapshot list": ("etcd-snapshot-list",),
     "lab up": ("lab-env",), "lab env": ("lab-env",), "lab down": ("lab-down",), "lab profiles": ("lab-profiles",),
 }
 EVERY_RUN = ("error", "fleet")
@@ -342,6 +343,11 @@ def test_etcd_answers_match_their_schemas_locally_and_remotely(real_etcd: Any, s
     for name, args in (("etcd-status", ["etcd", "status"]), ("etcd-defrag", ["etcd", "defrag", "--all", "--dry-run"]),
                        ("etcd-alarm", ["etcd", "alarm", "list"]), ("etcd-alarm", ["etcd", "alarm", "disarm"]),
                        ("etcd-recover-space", ["etcd", "recover-space"]),
-                       ("etcd-move-leader", ["etcd", "move-leader", "--dry-run"])):
+                       ("etcd-move-leader", ["etcd", "move-leader", "--dry-run"]),
+                       ("etcd-snapshot-save", ["etcd", "snapshot", "save"]),
+                       ("etcd-snapshot-list", ["etcd", "snapshot", "list"])):
         checker(name, *node, *args)
+    saved = checker.remote("etcd-snapshot-save", *node, "etcd", "snapshot", "save")    # written by the agent
+    assert saved["where"] == "the master m1 (not this machine)" and "saved on the master m1" in saved["message"]
+    assert Path(saved["snapshot"]["path"]).stat().st_mode & 0o777 == 0o600         # (that master is loopback)
 

@@ -49,6 +49,7 @@ SCHEMA_OF: Dict[str, Tuple[str, ...]] = {
     "etcd alarm disarm": ("etcd-alarm",), "etcd recover-space": ("etcd-recover-space",),
     "etcd move-leader": ("etcd-move-leader",),
     "etcd snapshot save": ("etcd-snapshot-save",), "etcd snapshot list": ("etcd-snapshot-list",),
+    "etcd snapshot schedule": ("etcd-snapshot-schedule",),
     "lab up": ("lab-env",), "lab env": ("lab-env",), "lab down": ("lab-down",), "lab profiles": ("lab-profiles",),
 }
 EVERY_RUN = ("error", "fleet")
@@ -313,12 +314,15 @@ def test_commands_without_a_node_honour_json_and_the_others_refuse_it(tmp_path: 
                        (["-o", "json", "systemd", "show", "--cpctl-path", "/usr/local/bin/cpctl"], "systemd-show"),
                        # any executable the units' sandbox can run stands for cpctl here: only files are written
                        (["-o", "json", "systemd", "install", "--prefix", str(tmp_path / "units"), "--cpctl-path",
-                         os.path.realpath("/bin/true")], "systemd-install")):
+                         os.path.realpath("/bin/true")], "systemd-install"),
+                       (["-o", "json", "etcd", "snapshot", "schedule", "--prefix", str(tmp_path / "snap-units"),
+                         "--cpctl-path", os.path.realpath("/bin/true")], "etcd-snapshot-schedule")):
         proc = cpctl(*argv)
         assert proc.returncode == 0, proc.stderr
         valid(name, json.loads(proc.stdout))
     assert sorted(os.listdir(tmp_path / "units")) == ["cpctl-check.service", "cpctl-check.timer",
                                                       "cpctl-watch.service"]
+    assert sorted(os.listdir(tmp_path / "snap-units")) == ["cpctl-etcd-snapshot.service", "cpctl-etcd-snapshot.timer"]
     proc = cpctl("-o", "json", "--manifests-dir", str(tmp_path / "none"), "status")
     assert proc.returncode == 7
     valid("error", json.loads(proc.stderr.strip().splitlines()[-1]))

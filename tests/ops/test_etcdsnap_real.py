@@ -26,6 +26,7 @@ import jsonschema
 import pytest
 
 from cpctl.host import ops as hostops
+from cpctl.timeutil import parse_iso
 from cpctl_lab.httpserve import free_port
 from tests import etcdnodes as en
 from tests.realetcd import READY_WAIT, RealEtcd
@@ -118,12 +119,22 @@ def test_save_to_a_file_refuses_to_replace_one_and_keep_prunes_the_oldest(real_e
     saved = en.cpctl_json(real_etcd, "m1", "etcd", "snapshot", "save", str(target))
     assert saved["snapshot"]["path"] == str(target) and target.stat().st_mode & 0o777 == 0o600
     before = target.read_bytes()
-    refused = en.cpctl(real_etcd, "m1", "etcd", "snapshot", "save", str(target), rc=4)
+    prom = tmp_path / "snap.prom"
+    refused = en.cpctl(real_etcd, "m1", "etcd", "snapshot", "save", str(target), "--prometheus-textfile", str(prom),
+                       rc=4)
     assert "exists already" in refused.stderr and target.read_bytes() == before
+    assert 'cpctl_etcd_snapshot_last_run_success{node="m1"} 0\n' in prom.read_text()
+    assert "cpctl_etcd_snapshot_last_success_timestamp_seconds" not in prom.read_text()   # none in the default place
     en.cpctl(real_etcd, "m1", "etcd", "snapshot", "save", "relative.db", rc=2)
     names = [en.cpctl_json(real_etcd, "m1", "etcd", "snapshot", "save")["snapshot"]["name"] for _ in range(3)]
-    pruned = en.cpctl_json(real_etcd, "m1", "etcd", "snapshot", "save", "--keep", "2")
+    pruned = en.cpctl_json(real_etcd, "m1", "etcd", "snapshot", "save", "--keep", "2", "--prometheus-textfile",
+                           str(prom))
     assert pruned["pruned"] == names[:2]
+    metrics = dict(line.rsplit(" ", 1) for line in prom.read_text().splitlines() if not line.startswith("#"))
+    assert metrics['cpctl_etcd_snapshot_last_run_success{node="m1"}'] == "1"
+    saved_at = parse_iso(pruned["snapshot"]["saved"])
+    assert float(metrics['cpctl_etcd_snapshot_last_success_timestamp_seconds{node="m1"}']) == saved_at
+    assert prom.stat().st_mode & 0o777 == 0o644                 # node_exporter reads it
     kept = [s["name"] for s in en.cpctl_json(real_etcd, "m1", "etcd", "snapshot", "list")["snapshots"]]
     assert kept == [names[2], pruned["snapshot"]["name"]]
     assert sorted(os.listdir(snap_dir(real_etcd))) == sorted(kept + [n + ".json" for n in kept])

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cpctl.ops import drift, metrics
+from cpctl.ops import drift, etcdsnap, metrics
 
 RULES_DIR = Path(__file__).resolve().parents[2] / "examples" / "prometheus"
 PROMTOOL = shutil.which("promtool")
@@ -51,8 +51,10 @@ def test_every_alert_is_shown_firing_and_every_metric_is_written() -> None:
          "not_after": "2035-01-01T00:00:00Z", "days_left": 3000.0, "error": ""}], "components": [
         {"component": "etcd", "verdict": "current", "why": "", "started": None, "started_source": "",
          "evidence": []}]}
-    written = set(re.findall(r"^# TYPE (\w+) ", metrics.check_metrics(report.time, report), re.M))
+    text = metrics.check_metrics(report.time, report) + etcdsnap.snapshot_metrics("master-1", time.time(), 1.0, False)
+    written = set(re.findall(r"^# TYPE (\w+) ", text, re.M))
     named = {name for expr in alerts().values() for name in re.findall(r"\bcpctl_\w+", expr)}
     # issue 48: a failed kubeadm upgrade has an alert of its own
     assert any('kind="upgrade_failed"' in expr for expr in alerts().values())
     assert named and named <= written, named - written
+    assert {n for n in named if n.startswith("cpctl_etcd_snapshot_")} == {n for n in written if "snapshot" in n}

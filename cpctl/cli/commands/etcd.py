@@ -9,7 +9,7 @@ certificate: this machine, or with ``-H``/``-i`` the first selected master that 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Tuple, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Tuple, TypeVar
 
 import click
 
@@ -293,3 +293,46 @@ def snapshot_list_text(data: "ListReport") -> str:
     if rows:
         out.append(table(["NAME", "BYTES", "REVISION", "KEYS", "MEMBER", "SAVED", "CHECKED"], rows))
     return "\n".join(out)
+
+
+@snapshot.command("schedule")
+@click.option("--every", default="6h", show_default=True,
+              help="How often: minutes dividing an hour (15min), hours dividing a day (6h) or 1d.")
+@click.option("--keep", type=click.IntRange(1, 100000), default=28, show_default=True,
+              help="Snapshots kept in STATE/snapshots (the oldest beyond it removed after each save).")
+@click.option("--prefix", default="/etc/systemd/system", show_default=True, help="Directory to write the units to.")
+@click.option("--cpctl-path", default=None, metavar="PATH", help="cpctl executable for ExecStart [default: this one].")
+@click.option("--enable", is_flag=True, help="Also run systemctl daemon-reload and enable --now the timer.")
+@click.pass_context
+def snapshot_schedule(ctx: click.Context, every: str, keep: int, prefix: str, cpctl_path: Optional[str],
+                      enable: bool) -> None:
+    """Install cpctl-etcd-snapshot.service/.timer on this machine, beside the drift timer and with
+    its sandbox: `cpctl etcd snapshot save --keep N` on a calendar, writing the age metric of the
+    last good snapshot for node_exporter (examples/prometheus/cpctl.rules.yml alerts on it)."""
+    import os
+
+    from cpctl.cli.commands import systemd as units
+    from cpctl.cli.fanout import local_host
+    path = units.check_cpctl_path(cpctl_path or units.default_cpctl_path())
+    rendered = units.render_snapshot(path, every, keep)
+    units.check_runnable(path)
+    host = local_host(ctx)
+    if not os.path.isdir(prefix):
+        host.makedirs(prefix, 0o755)
+    written = []
+    for name, text in rendered.items():
+        host.write_atomic(os.path.join(prefix, name), text.encode("utf-8"), 0o644)
+        written.append(os.path.join(prefix, name))
+    commands = ["systemctl daemon-reload", "systemctl enable --now cpctl-etcd-snapshot.timer"]
+    ran = []
+    for command in commands if enable else []:
+        result = host.run(command.split(), timeout=120)
+        if not result.ok:
+            raise CpctlError("%s failed (exit %d): %s" % (command, result.rc, printable(
+                result.stderr.decode("utf-8", "replace").strip())), ExitCode.ENVIRONMENT)
+        ran.append("ran: %s" % command)
+    calendar, words = units.calendar_of(every)
+    text = "\n".join(["wrote %s" % w for w in written] + ["snapshots %s (OnCalendar=%s), keeping %d" % (
+        words, calendar, keep)] + (ran or ["enable it with:", "  " + " && ".join(commands)]))
+    emit(ctx, {"written": written, "cpctl": path, "every": every, "calendar": calendar, "keep": keep,
+               "commands": commands, "ran": ran}, text)

@@ -19,7 +19,8 @@ import json
 import os
 import re
 import time
-from typing import List, Optional, Tuple, TypedDict
+from contextlib import contextmanager
+from typing import Iterator, List, Optional, Tuple, TypedDict
 
 from cpctl.core.node import Node
 from cpctl.errors import CpctlError, ExitCode, Interrupted, Terminated, interrupted_by
@@ -34,6 +35,7 @@ SUBDIR = "snapshots"
 PREFIX = "etcd-snapshot-"
 SUFFIX = ".db"
 RECORD = ".json"
+LOCK = "snapshot.lock"
 NAME_RE = re.compile(r"^etcd-snapshot-(\d{8}T\d{6}Z)(?:-(\d{1,3}))?\.db$")
 #: One snapshot's stream: etcd sends its whole database (up to its 8 GiB suggested quota); a stream
 #: that takes longer than this is reported, the temp file removed.
@@ -144,7 +146,7 @@ def save(node: Node, file: str = "", keep: int = 0, timeout: float = SAVE_TIMEOU
     """Save a snapshot of the node's own member to ``file`` (default: ``STATE/snapshots/``), checked
     before it is called done, recorded in the history; ``keep`` > 0 prunes the default place."""
     endpoint, gateway = own_endpoint(node)
-    with node.session("etcd snapshot save", changing=False):
+    with _save_lock(node):
         swept = _sweep(node)
         try:
             status = gateway.status(endpoint)
@@ -183,13 +185,30 @@ def save(node: Node, file: str = "", keep: int = 0, timeout: float = SAVE_TIMEOU
                       swept=swept, message=message)
 
 
+@contextmanager
+def _save_lock(node: Node) -> Iterator[None]:
+    """One save at a time on a node (``STATE/snapshot.lock``), not the node lock: a stream of GiBs
+    must not hold up a restart or an edit, and a save changes nothing cpctl's journal knows."""
+    from cpctl.core.state import StateDir
+    node.state.ensure(create=True)
+    path = node.state.path + "/" + LOCK
+    who = node.host.info()
+    holder = "pid %d since %s (etcd snapshot save by %s@%s)" % (who["pid"], iso(), who.get("sudo_user") or who["user"],
+                                                               who["hostname"])
+    StateDir._take(lambda: node.host.lock(path, node.lock_timeout, holder), path)
+    try:
+        yield
+    finally:
+        node.host.unlock(path)
+
+
 def _row(path: str, info: SnapshotInfo, member: str, saved: str) -> SnapshotRow:
     return SnapshotRow(name=os.path.basename(path), path=path, size=info["size"], sha256=info["sha256"],
                        revision=info["revision"], keys=info["keys"], member=member, saved=saved, verified=True)
 
 
 def _sweep(node: Node) -> List[str]:
-    """Remove the dot-temp snapshots a killed save left in the default place (under the node lock:
+    """Remove the dot-temp snapshots a killed save left in the default place (under the save lock:
     no other save runs), each recorded in the history."""
     path = snapshot_dir(node)
     if node.host.lstat(path) is None:

@@ -242,9 +242,9 @@ def _big(cluster: RealEtcd) -> None:
         assert cluster.put(b"/big/%04d" % index, value)[0] == 200
 
 
-def _save_caught(cluster: RealEtcd, sig: int) -> Dict[str, Any]:
+def _save_caught(cluster: RealEtcd, sig: int, during: Callable[[], None] = lambda: None) -> Dict[str, Any]:
     """Start ``cpctl etcd snapshot save``; once its dot-temp file has data, freeze m1's etcd (SIGSTOP:
-    the stream cannot end now), send ``sig`` to cpctl, wait for it, let etcd go on."""
+    the stream cannot end now), call ``during``, send ``sig`` to cpctl, wait for it, let etcd go on."""
     args = [sys.executable, "-m", "cpctl", *en.node_args(cluster, "m1"), "etcd", "snapshot", "save"]
     directory = snap_dir(cluster)
     member = cluster.members["m1"].proc
@@ -262,6 +262,7 @@ def _save_caught(cluster: RealEtcd, sig: int) -> Dict[str, Any]:
             time.sleep(0.001)
         assert temps, "cpctl ended before its snapshot had data: %s" % (proc.communicate(timeout=60),)
         os.kill(member.pid, signal.SIGSTOP)
+        during()
         os.kill(proc.pid, sig)
         out, err = proc.communicate(timeout=60)
     finally:
@@ -274,7 +275,13 @@ def _save_caught(cluster: RealEtcd, sig: int) -> Dict[str, Any]:
 
 def test_sigint_during_a_save_leaves_no_file_and_says_so(real_etcd: RealEtcd) -> None:
     _big(real_etcd)
-    seen = _save_caught(real_etcd, signal.SIGINT)
+    second: List[Any] = []
+
+    def meanwhile() -> None:
+        """A second save waits for the first (exit 5 naming it); the node lock stays free."""
+        second.append(en.cpctl(real_etcd, "m1", "--lock-timeout", "0.5", "etcd", "snapshot", "save", rc=5))
+    seen = _save_caught(real_etcd, signal.SIGINT, meanwhile)
+    assert "locked by pid" in second[0].stderr and "etcd snapshot save" in second[0].stderr
     assert seen["rc"] == 130, seen
     last = seen["stderr"].splitlines()[-1]
     assert last.startswith("cpctl: interrupted (SIGINT) while the etcd snapshot was being written: no file"), seen

@@ -132,14 +132,21 @@ def _target(node: Node, file: str) -> Tuple[str, bool]:
         raise CpctlError("snapshot file %r: give an absolute path without . or .. (it is a path on the node)"
                          % file, ExitCode.USAGE)
     parent = os.path.dirname(file) or "/"
-    info = node.host.lstat(parent)
-    if info is None or info["kind"] != "dir":
-        raise CpctlError("snapshot file %s: %s is not a directory on %s (a symlink is refused)"
-                         % (file, parent, node.node_name), ExitCode.USAGE)
+    for ancestor in _ancestors(parent):
+        info = node.host.lstat(ancestor)
+        if info is None or info["kind"] != "dir":
+            raise CpctlError("snapshot file %s: %s is not a directory on %s (a symlink is refused)"
+                             % (file, ancestor, node.node_name), ExitCode.USAGE)
     if node.host.lstat(file) is not None:
         raise CpctlError("snapshot file %s exists already: a snapshot never replaces a file" % file,
                          ExitCode.REFUSED)
     return file, False
+
+
+def _ancestors(path: str) -> List[str]:
+    """``/a/b/c`` -> ``/a``, ``/a/b``, ``/a/b/c``: each must be a real directory (no symlink on the way)."""
+    parts = [p for p in path.split("/") if p]
+    return ["/" + "/".join(parts[:n]) for n in range(1, len(parts) + 1)]
 
 
 def save(node: Node, file: str = "", keep: int = 0, timeout: float = SAVE_TIMEOUT) -> SaveReport:

@@ -126,6 +126,10 @@ def test_save_to_a_file_refuses_to_replace_one_and_keep_prunes_the_oldest(real_e
     assert 'cpctl_etcd_snapshot_last_run_success{node="m1"} 0\n' in prom.read_text()
     assert "cpctl_etcd_snapshot_last_success_timestamp_seconds" not in prom.read_text()   # none in the default place
     en.cpctl(real_etcd, "m1", "etcd", "snapshot", "save", "relative.db", rc=2)
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    linked = en.cpctl(real_etcd, "m1", "etcd", "snapshot", "save", str(tmp_path / "link" / "x.db"), rc=2)
+    assert "a symlink is refused" in linked.stderr and os.listdir(tmp_path / "real") == []
     names = [en.cpctl_json(real_etcd, "m1", "etcd", "snapshot", "save")["snapshot"]["name"] for _ in range(3)]
     pruned = en.cpctl_json(real_etcd, "m1", "etcd", "snapshot", "save", "--keep", "2", "--prometheus-textfile",
                            str(prom))

@@ -105,6 +105,9 @@ _SPECS: Tuple[CommandSpec, ...] = (
     CommandSpec("etcd alarm disarm", Mode.ETCD, "disarms cluster-wide alarms once, through one master"),
     CommandSpec("etcd recover-space", Mode.ETCD, "compacts, defragments one member at a time, disarms, once"),
     CommandSpec("etcd move-leader", Mode.ETCD, "hands etcd's leadership over once, through one master"),
+    CommandSpec("etcd snapshot save", Mode.ETCD, "saves the first reachable master's own member, on that master"),
+    CommandSpec("etcd snapshot list", Mode.READ, "each master's saved snapshots"),
+    CommandSpec("etcd snapshot schedule", Mode.LOCAL, "writes unit files on this machine"),
     CommandSpec("watch", Mode.LOCAL, "inotify sees only this machine's filesystem; use `check` over SSH",
                 "cpctl.cli.commands.watch:watch", "Say, for every change in the manifests dir, what the kubelet will "
                                                   "do."),

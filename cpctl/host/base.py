@@ -188,6 +188,17 @@ class HttpManyAnswer(TypedDict, total=False):
     error: str
 
 
+class SnapshotInfo(TypedDict):
+    """A saved etcd snapshot as the node checked it: bytes in the file, the sha256 etcd appended
+    (hex), and what ``etcdutl snapshot status`` reports as revision, totalKey and totalSize."""
+
+    size: int
+    sha256: str
+    revision: int
+    keys: int
+    total_size: int
+
+
 class HostInfo(TypedDict):
     """Who and where the process acting on the node is (``Host.info``)."""
 
@@ -329,6 +340,12 @@ class Host:
         if limit is not None:
             args["limit"] = limit
         return self._call("http", **args)
+
+    def etcd_snapshot(self, url: str, path: str, tls: Optional[TlsOptions], timeout: float,
+                      limit: int) -> SnapshotInfo:
+        """etcd's snapshot stream at ``url`` written to the new file ``path`` on the node, checked
+        (its appended sha256, a bbolt database) before it gets its name (``ops.etcd_snapshot``)."""
+        return self._call("etcd_snapshot", url=url, path=path, tls=tls, timeout=timeout, limit=limit)
 
     def http_many(self, requests: Sequence[HttpRequest], timeout: float) -> List[HttpManyAnswer]:
         """Several HTTP requests made from the node at once, all ending within ``timeout`` seconds:

@@ -239,6 +239,16 @@ def _clock(result: object, args: Mapping[str, object]) -> None:
         raise _Shape("boot_id is too long")
 
 
+def _etcd_snapshot(result: object, args: Mapping[str, object]) -> None:
+    if not isinstance(result, dict):
+        raise _Shape("etcd_snapshot is not an object")
+    for key in ("size", "revision", "keys", "total_size"):
+        _int(result.get(key), key)
+    digest = result.get("sha256")
+    if not isinstance(digest, str) or len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest):
+        raise _Shape("sha256 is not a hex digest")
+
+
 def _batch(result: object, args: Mapping[str, object]) -> None:
     requests = args.get("requests")
     if not isinstance(requests, list):
@@ -259,6 +269,7 @@ def _reset(result: object, args: Mapping[str, object]) -> None:
 RESULTS: Dict[str, Callable[[object, Mapping[str, object]], None]] = {
     "lstat": _lstat, "listdir": _listdir, "scan_dir": _scan_dir, "read_file": _read, "read_tail": _read,
     "move": _move, "unlink": _unlink, "run": _run, "http": _http, "http_many": _http_many, "peer_cert": _peer_cert,
+    "etcd_snapshot": _etcd_snapshot,
     "info": _info, "clock": _clock, "batch": _batch, "reset": _reset,
 }
 

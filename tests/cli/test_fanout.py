@@ -36,7 +36,8 @@ ARGS: Dict[str, List[str]] = {        # the arguments each command needs to get 
     "keeper status": [], "keeper stop": [], "completion": ["bash"],
     "confirm": ["scheduler"], "revert-unconfirmed": ["scheduler"], "version": [],
     "etcd status": [], "etcd defrag": ["--all"], "etcd alarm list": [], "etcd alarm disarm": [],
-    "etcd recover-space": [], "etcd move-leader": [],
+    "etcd recover-space": [], "etcd move-leader": [], "etcd snapshot save": [], "etcd snapshot list": [],
+    "etcd snapshot schedule": ["--prefix", "/nonexistent/units"],
 }
 
 
@@ -87,7 +88,7 @@ def test_unreachable_host_fails_and_nothing_local_is_touched(argv: List[str], no
     def refuse(self: Any, op: str, **args: Any) -> Any:
         raise AssertionError("this machine was used (%s %s) although -H was given" % (op, args))
     monkeypatch.setattr(LocalHost, "_call", refuse)
-    path = " ".join(argv[:2]) if " ".join(argv[:2]) in registry.COMMANDS else argv[0]
+    path = next((" ".join(argv[:n]) for n in (3, 2) if " ".join(argv[:n]) in registry.COMMANDS), argv[0])
     local_only = argv[0] == "lab" or registry.COMMANDS[path].mode is registry.Mode.LOCAL
     code = cli.run(["-H", UNREACHABLE, "--ssh-config", "/dev/null"] + argv)
     err = capsys.readouterr().err

@@ -48,6 +48,8 @@ SCHEMA_OF: Dict[str, Tuple[str, ...]] = {
     "etcd status": ("etcd-status",), "etcd defrag": ("etcd-defrag",), "etcd alarm list": ("etcd-alarm",),
     "etcd alarm disarm": ("etcd-alarm",), "etcd recover-space": ("etcd-recover-space",),
     "etcd move-leader": ("etcd-move-leader",),
+    "etcd snapshot save": ("etcd-snapshot-save",), "etcd snapshot list": ("etcd-snapshot-list",),
+    "etcd snapshot schedule": ("etcd-snapshot-schedule",),
     "lab up": ("lab-env",), "lab env": ("lab-env",), "lab down": ("lab-down",), "lab profiles": ("lab-profiles",),
 }
 EVERY_RUN = ("error", "fleet")
@@ -312,12 +314,15 @@ def test_commands_without_a_node_honour_json_and_the_others_refuse_it(tmp_path: 
                        (["-o", "json", "systemd", "show", "--cpctl-path", "/usr/local/bin/cpctl"], "systemd-show"),
                        # any executable the units' sandbox can run stands for cpctl here: only files are written
                        (["-o", "json", "systemd", "install", "--prefix", str(tmp_path / "units"), "--cpctl-path",
-                         os.path.realpath("/bin/true")], "systemd-install")):
+                         os.path.realpath("/bin/true")], "systemd-install"),
+                       (["-o", "json", "etcd", "snapshot", "schedule", "--prefix", str(tmp_path / "snap-units"),
+                         "--cpctl-path", os.path.realpath("/bin/true")], "etcd-snapshot-schedule")):
         proc = cpctl(*argv)
         assert proc.returncode == 0, proc.stderr
         valid(name, json.loads(proc.stdout))
     assert sorted(os.listdir(tmp_path / "units")) == ["cpctl-check.service", "cpctl-check.timer",
                                                       "cpctl-watch.service"]
+    assert sorted(os.listdir(tmp_path / "snap-units")) == ["cpctl-etcd-snapshot.service", "cpctl-etcd-snapshot.timer"]
     proc = cpctl("-o", "json", "--manifests-dir", str(tmp_path / "none"), "status")
     assert proc.returncode == 7
     valid("error", json.loads(proc.stderr.strip().splitlines()[-1]))
@@ -342,6 +347,11 @@ def test_etcd_answers_match_their_schemas_locally_and_remotely(real_etcd: Any, s
     for name, args in (("etcd-status", ["etcd", "status"]), ("etcd-defrag", ["etcd", "defrag", "--all", "--dry-run"]),
                        ("etcd-alarm", ["etcd", "alarm", "list"]), ("etcd-alarm", ["etcd", "alarm", "disarm"]),
                        ("etcd-recover-space", ["etcd", "recover-space"]),
-                       ("etcd-move-leader", ["etcd", "move-leader", "--dry-run"])):
+                       ("etcd-move-leader", ["etcd", "move-leader", "--dry-run"]),
+                       ("etcd-snapshot-save", ["etcd", "snapshot", "save"]),
+                       ("etcd-snapshot-list", ["etcd", "snapshot", "list"])):
         checker(name, *node, *args)
+    saved = checker.remote("etcd-snapshot-save", *node, "etcd", "snapshot", "save")    # written by the agent
+    assert saved["where"] == "the master m1 (not this machine)" and "saved on the master m1" in saved["message"]
+    assert Path(saved["snapshot"]["path"]).stat().st_mode & 0o777 == 0o600         # (that master is loopback)
 

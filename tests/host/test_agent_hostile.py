@@ -134,6 +134,12 @@ WRONG_RESULTS: List[Any] = [
     ("unlink", {"path": "/a", "missing_ok": True}, "yes"),
     ("run", {"argv": ["crictl"], "timeout": 1.0, "stdin": b"", "env": None}, {"rc": 0, "stdout": "x", "stderr": ""}),
     ("http", {"method": "GET", "url": "http://x/"}, {"status": 200, "headers": {"a": 5}, "body": {"b64": ""}}),
+    ("etcd_snapshot", {"url": "https://x/", "path": "/s.db"}, {"size": 1, "sha256": "zz" * 32, "revision": 1,
+                                                              "keys": 1, "total_size": 1}),
+    ("etcd_snapshot", {"url": "https://x/", "path": "/s.db"}, {"size": "1", "sha256": "ab" * 32, "revision": 1,
+                                                              "keys": 1, "total_size": 1}),
+    ("etcd_snapshot", {"url": "https://x/", "path": "/s.db"}, {"size": 1, "sha256": "ab" * 32, "keys": 1,
+                                                              "total_size": 1}),
 ]
 
 

@@ -194,3 +194,50 @@ def test_ansible_pull_runs_the_collection_on_this_node(lab: Any, tmp_path: Path)
     assert [r["action"] for r in records] == ["stop", "start"] and records[0]["reason"] == "ansible-pull"
     assert os.path.exists(os.path.join(lab_vars(lab, 1)["manifests_dir"], "kube-scheduler.yaml"))
     assert "cpctl-ansible-" not in proc.stdout      # no one-host inventory: no SSH run was made
+
+
+SNAPSHOT = """
+- hosts: master
+  gather_facts: false
+  tasks:
+    - name: check mode - nothing written
+      cpctl.controlplane.etcd_snapshot: {keep: 2}
+      check_mode: true
+      register: planned
+    - name: three snapshots, keeping two
+      cpctl.controlplane.etcd_snapshot: {keep: 2}
+      register: saved
+      loop: [1, 2, 3]
+    - name: one at a path of our own
+      cpctl.controlplane.etcd_snapshot: {path: "%(mine)s"}
+      register: mine
+    - name: never replaced
+      cpctl.controlplane.etcd_snapshot: {path: "%(mine)s"}
+      register: again
+      ignore_errors: true
+    - name: results
+      ansible.builtin.assert:
+        that:
+          - planned.changed and planned.cpctl.snapshots == []
+          - saved.results | map(attribute='changed') | list == [true, true, true]
+          - saved.results[2].cpctl.pruned | length == 1
+          - mine.changed and mine.path == "%(mine)s" and mine.cpctl.snapshot.revision > 0
+          - again.failed and again.rc == 4 and 'exists already' in again.msg
+"""
+
+
+def test_etcd_snapshot_module_on_a_real_etcd(real_etcd: Any, tmp_path: Path) -> None:
+    """cpctl.controlplane.etcd_snapshot (issue 46) with a local connection against member m1 of a
+    real etcd seen as a master: check mode writes nothing, keep prunes, a path is never replaced."""
+    from tests import etcdnodes
+    args = etcdnodes.node_args(real_etcd, "m1")
+    options = dict(zip(args[::2], args[1::2]))
+    line = "m1 ansible_connection=local ansible_python_interpreter=%s" % sys.executable + "".join(
+        " cpctl_%s=%s" % (name.lstrip("-").replace("-", "_"), value) for name, value in sorted(options.items()))
+    mine = tmp_path / "mine.db"
+    assert real_etcd.put(b"/before", b"x")[0] == 200        # a revision above 0 (a new etcd's "key" bucket is empty)
+    proc = ansible(tmp_path, "[master]\n" + line + "\n", SNAPSHOT % {"mine": mine})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert recap(proc.stdout)["m1"] == (5, 3, 0, 0, 0, 0, 1), proc.stdout     # a loop is one task; refusal ignored
+    snapshots = real_etcd.members["m1"].root / "var/lib/cpctl/snapshots"
+    assert len([n for n in os.listdir(snapshots) if n.endswith(".db")]) == 2 and mine.stat().st_size > 0

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cpctl.ops import drift, etcdcare, metrics
+from cpctl.ops import drift, etcdcare, etcdsnap, metrics
 
 RULES_DIR = Path(__file__).resolve().parents[2] / "examples" / "prometheus"
 PROMTOOL = shutil.which("promtool")
@@ -52,7 +52,8 @@ def test_every_alert_is_shown_firing_and_every_metric_is_written() -> None:
         {"component": "etcd", "verdict": "current", "why": "", "started": None, "started_source": "",
          "evidence": []}]}
     report.etcd_alarms = etcdcare.AlarmsSeen([{"member_id": "1", "member": "master-1", "alarm": "NOSPACE"}])
-    written = set(re.findall(r"^# TYPE (\w+) ", metrics.check_metrics(report.time, report), re.M))
+    text = metrics.check_metrics(report.time, report) + etcdsnap.snapshot_metrics("master-1", time.time(), 1.0, False)
+    written = set(re.findall(r"^# TYPE (\w+) ", text, re.M))
     named = {name for expr in alerts().values() for name in re.findall(r"\bcpctl_\w+", expr)}
     # issue 48: a failed kubeadm upgrade has an alert of its own
     assert any('kind="upgrade_failed"' in expr for expr in alerts().values())
@@ -60,3 +61,4 @@ def test_every_alert_is_shown_firing_and_every_metric_is_written() -> None:
     # issue 45: each etcd alarm kind has an alert of its own, critical
     wanted = {'cpctl_etcd_alarm_active{alarm="%s"} == 1' % kind for kind in etcdcare.ALARM_KINDS}
     assert wanted <= set(alerts().values())
+    assert {n for n in named if n.startswith("cpctl_etcd_snapshot_")} == {n for n in written if "snapshot" in n}

@@ -13,13 +13,14 @@ import pytest
 
 from cpctl.cli.commands import systemd as units
 from cpctl.cli.main import run
+from cpctl.errors import CpctlError
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ANALYZE = "/usr/bin/systemd-analyze"
 
 
 def test_repo_copies_equal_rendered_units() -> None:
-    rendered = units.render()
+    rendered = dict(units.render(), **units.render_snapshot())       # the snapshot units as --every 6h --keep 28
     assert sorted(os.listdir(os.path.join(REPO, "systemd"))) == sorted(rendered)
     for name, text in rendered.items():
         with open(os.path.join(REPO, "systemd", name)) as handle:
@@ -46,12 +47,40 @@ def test_unit_semantics() -> None:
     assert "Restart=on-failure" in watch and "ExecStart=/usr/local/bin/cpctl -o json watch" in watch
 
 
+def test_snapshot_unit_semantics() -> None:
+    """``cpctl etcd snapshot schedule`` (issue 46): the drift check's sandbox, its state dir, the
+    metric file beside the check's, a calendar that Persistent= catches up."""
+    service, timer = (units.render_snapshot(every="15min", keep=3)[n] for n in units.SNAPSHOT_UNITS)
+    assert "Type=oneshot" in service and "ExecStart=/usr/local/bin/cpctl etcd snapshot save --keep 3 " \
+        "--prometheus-textfile /var/lib/node_exporter/textfile_collector/cpctl-etcd-snapshot.prom\n" in service
+    assert "ReadWritePaths=/var/lib/cpctl -/var/lib/node_exporter/textfile_collector\n" in service
+    assert units._HARDENING in service and units._HARDENING in units.render()["cpctl-check.service"]
+    for line in ("OnCalendar=*-*-* *:00/15:00", "Persistent=true", "OnBootSec=", "WantedBy=timers.target"):
+        assert line in timer
+    assert [units.calendar_of(e)[0] for e in ("6h", "1d", "24h", "30min")] == \
+        ["*-*-* 00/6:00:00", "*-*-* 00:00:00", "*-*-* 00:00:00", "*-*-* *:00/30:00"]
+    for bad in ("7h", "5d", "0h", "45min", "6", "every day"):
+        with pytest.raises(CpctlError):
+            units.calendar_of(bad)
+
+
+@pytest.mark.skipif(not os.path.exists(ANALYZE), reason="systemd-analyze not installed")
+def test_snapshot_calendars_mean_what_they_say() -> None:
+    """systemd's own reading of each calendar ``--every`` can give (``systemd-analyze calendar``)."""
+    for every, normalized in (("6h", "*-*-* 00/6:00:00"), ("1h", "*-*-* 00/1:00:00"), ("15min", "*-*-* *:00/15:00"),
+                              ("1d", "*-*-* 00:00:00")):
+        proc = subprocess.run([ANALYZE, "calendar", units.calendar_of(every)[0]], capture_output=True, text=True,
+                              timeout=60)
+        assert proc.returncode == 0 and "Normalized form: %s" % normalized in proc.stdout, proc.stdout + proc.stderr
+
+
 @pytest.mark.skipif(not os.path.exists(ANALYZE), reason="systemd-analyze not installed")
 def test_systemd_analyze_verify(tmp_path: Any) -> None:
     """Rendered with an ExecStart binary that exists; any complaint about our units fails the test."""
-    for name, text in units.render(sys.executable).items():
+    rendered = dict(units.render(sys.executable), **units.render_snapshot(sys.executable))
+    for name, text in rendered.items():
         (tmp_path / name).write_text(text)
-    paths = [str(tmp_path / n) for n in sorted(units.UNITS)]
+    paths = [str(tmp_path / n) for n in sorted(rendered)]
     proc = subprocess.run([ANALYZE, "verify", *paths], capture_output=True, text=True, timeout=60,
                           env=dict(os.environ, SYSTEMD_LOG_LEVEL="notice"))
     ours = [line for line in (proc.stdout + proc.stderr).splitlines() if "cpctl-" in line]

@@ -9,7 +9,7 @@ certificate: this machine, or with ``-H``/``-i`` the first selected master that 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Tuple, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Tuple, TypeVar
 
 import click
 
@@ -19,6 +19,7 @@ from cpctl.errors import CpctlError, ExitCode
 
 if TYPE_CHECKING:
     from cpctl.core.node import Node
+    from cpctl.ops.etcdsnap import ListReport, SaveReport
 
 R = TypeVar("R", bound=Mapping[str, Any])
 
@@ -228,3 +229,110 @@ def move_leader(ctx: click.Context, to: str, dry_run: bool) -> None:
     from cpctl.ops import etcdcare
     on_cluster(ctx, lambda node: etcdcare.move_leader(node, to, dry_run), lambda data: str(data["message"]),
                changing=not dry_run)
+
+
+# --------------------------------------------------------------------------- snapshots
+
+@etcd.group("snapshot")
+def snapshot() -> None:
+    """Save, list and schedule snapshots of the node's own etcd member (docs/etcd.md "Snapshots")."""
+
+
+@snapshot.command("save")
+@click.argument("file", required=False, default="")
+@click.option("--keep", type=click.IntRange(0, 100000), default=0,
+              help="After the save, keep only the newest N snapshots of the default place (0: keep all).")
+@click.option("--timeout", type=click.FloatRange(1, 86400), default=3600.0, show_default=True,
+              help="Seconds the whole snapshot stream may take.")
+@click.option("--prometheus-textfile", "textfile", default="",
+              help="Also write the age metric of the last good snapshot to this .prom file (node_exporter).")
+@click.pass_context
+def snapshot_save(ctx: click.Context, file: str, keep: int, timeout: float, textfile: str) -> None:
+    """Save a snapshot of the node's own etcd member to FILE (an absolute path on the node), else to
+    STATE/snapshots/etcd-snapshot-TIME.db. Written as a dot-temp file, fsynced, renamed, 0600, only
+    after etcd's appended sha256 matched and the file read as an etcd database (revision, keys).
+    With -H/-i the file is written on the master, not on this machine."""
+    from cpctl.ops import etcdsnap
+    if keep and file:
+        raise CpctlError("--keep prunes the default place (STATE/snapshots): give no FILE with it", ExitCode.USAGE)
+
+    def action(node: "Node") -> "etcdsnap.SaveReport":
+        try:
+            report = etcdsnap.save(node, file, keep, timeout)
+        except CpctlError:
+            if textfile:
+                etcdsnap.write_metrics(node, textfile, failed=True)
+            raise
+        if textfile:
+            etcdsnap.write_metrics(node, textfile, failed=False)
+        return report
+    on_cluster(ctx, action, snapshot_save_text, changing=True)
+
+
+def snapshot_save_text(data: "SaveReport") -> str:
+    lines = ["removed a partial snapshot left by a killed save: %s" % n for n in data.get("swept") or []]
+    lines.append(str(data["message"]))
+    lines += ["removed %s (beyond --keep)" % n for n in data.get("pruned") or []]
+    return "\n".join(lines)
+
+
+@snapshot.command("list")
+@click.pass_context
+def snapshot_list(ctx: click.Context) -> None:
+    """List the snapshots in STATE/snapshots (on each selected master with -H/-i): size, revision,
+    keys and the sha256 checked when each was saved."""
+    from cpctl.cli.fanout import execute
+    from cpctl.ops import etcdsnap
+    execute(ctx, etcdsnap.list_snapshots, snapshot_list_text, changing=False, probe="none")
+
+
+def snapshot_list_text(data: "ListReport") -> str:
+    rows = [[s["name"], str(s["size"]), _num(s["revision"]), _num(s["keys"]), s["member"] or "-",
+             s["saved"] or "-", "yes" if s["verified"] else "no (no sound record)"] for s in data["snapshots"]]
+    out = [str(data["message"])]
+    if rows:
+        out.append(table(["NAME", "BYTES", "REVISION", "KEYS", "MEMBER", "SAVED", "CHECKED"], rows))
+    return "\n".join(out)
+
+
+@snapshot.command("schedule")
+@click.option("--every", default="6h", show_default=True,
+              help="How often: minutes dividing an hour (15min), hours dividing a day (6h) or 1d.")
+@click.option("--keep", type=click.IntRange(1, 100000), default=28, show_default=True,
+              help="Snapshots kept in STATE/snapshots (the oldest beyond it removed after each save).")
+@click.option("--prefix", default="/etc/systemd/system", show_default=True, help="Directory to write the units to.")
+@click.option("--cpctl-path", default=None, metavar="PATH", help="cpctl executable for ExecStart [default: this one].")
+@click.option("--enable", is_flag=True, help="Also run systemctl daemon-reload and enable --now the timer.")
+@click.pass_context
+def snapshot_schedule(ctx: click.Context, every: str, keep: int, prefix: str, cpctl_path: Optional[str],
+                      enable: bool) -> None:
+    """Install cpctl-etcd-snapshot.service/.timer on this machine, beside the drift timer and with
+    its sandbox: `cpctl etcd snapshot save --keep N` on a calendar, writing the age metric of the
+    last good snapshot for node_exporter (examples/prometheus/cpctl.rules.yml alerts on it)."""
+    import os
+
+    from cpctl.cli.commands import systemd as units
+    from cpctl.cli.fanout import local_host
+    path = units.check_cpctl_path(cpctl_path or units.default_cpctl_path())
+    rendered = units.render_snapshot(path, every, keep)
+    units.check_runnable(path)
+    host = local_host(ctx)
+    if not os.path.isdir(prefix):
+        host.makedirs(prefix, 0o755)
+    written = []
+    for name, text in rendered.items():
+        host.write_atomic(os.path.join(prefix, name), text.encode("utf-8"), 0o644)
+        written.append(os.path.join(prefix, name))
+    commands = ["systemctl daemon-reload", "systemctl enable --now cpctl-etcd-snapshot.timer"]
+    ran = []
+    for command in commands if enable else []:
+        result = host.run(command.split(), timeout=120)
+        if not result.ok:
+            raise CpctlError("%s failed (exit %d): %s" % (command, result.rc, printable(
+                result.stderr.decode("utf-8", "replace").strip())), ExitCode.ENVIRONMENT)
+        ran.append("ran: %s" % command)
+    calendar, words = units.calendar_of(every)
+    text = "\n".join(["wrote %s" % w for w in written] + ["snapshots %s (OnCalendar=%s), keeping %d" % (
+        words, calendar, keep)] + (ran or ["enable it with:", "  " + " && ".join(commands)]))
+    emit(ctx, {"written": written, "cpctl": path, "every": every, "calendar": calendar, "keep": keep,
+               "commands": commands, "ran": ran}, text)

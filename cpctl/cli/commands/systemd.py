@@ -8,9 +8,10 @@ installed package never needs data files to find them.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
-from typing import Mapping, Optional, Sequence
+from typing import Dict, Mapping, Optional, Sequence, Tuple
 
 import click
 
@@ -104,6 +105,77 @@ RestartSec=5s
 [Install]
 WantedBy=multi-user.target
 """
+
+SNAPSHOT_TEXTFILE = "/var/lib/node_exporter/textfile_collector/cpctl-etcd-snapshot.prom"
+SNAPSHOT_EVERY = "6h"
+SNAPSHOT_KEEP = 28
+
+# `cpctl etcd snapshot schedule` (docs/etcd.md "Snapshots"): beside the drift timer, the same sandbox.
+# The snapshot dir is under the state dir (/var/lib/cpctl/snapshots); the etcd client key is read
+# with CAP_DAC_READ_SEARCH like the check reads the manifests.
+SNAPSHOT_SERVICE = """\
+[Unit]
+Description=cpctl etcd snapshot of this master's own etcd member
+After=kubelet.service
+ConditionPathExists=/etc/kubernetes/manifests/etcd.yaml
+
+[Service]
+Type=oneshot
+ExecStart=@CPCTL@ etcd snapshot save --keep @KEEP@ --prometheus-textfile """ + SNAPSHOT_TEXTFILE + """
+StateDirectory=cpctl
+StateDirectoryMode=0700
+ReadWritePaths=/var/lib/cpctl -/var/lib/node_exporter/textfile_collector
+# a snapshot of a few GiB streams in minutes; the save's own --timeout (1 h) ends a hung one first
+TimeoutStartSec=2h
+Nice=10
+IOSchedulingClass=best-effort
+IOSchedulingPriority=7
+""" + _HARDENING
+
+SNAPSHOT_TIMER = """\
+[Unit]
+Description=Save an etcd snapshot with cpctl @EVERY_TEXT@
+
+[Timer]
+OnBootSec=10min
+# OnCalendar (not OnUnitActiveSec) so that Persistent= applies: a snapshot missed while the node
+# was down is taken right after boot.
+OnCalendar=@CALENDAR@
+Persistent=true
+RandomizedDelaySec=5min
+AccuracySec=1min
+
+[Install]
+WantedBy=timers.target
+"""
+
+SNAPSHOT_UNITS = ("cpctl-etcd-snapshot.service", "cpctl-etcd-snapshot.timer")
+
+
+def calendar_of(every: str) -> Tuple[str, str]:
+    """(OnCalendar, words) for ``--every``: minutes dividing an hour (``15min``), hours dividing a
+    day (``6h``) or ``1d``: a calendar keeps the times fixed and lets Persistent= catch up."""
+    from cpctl.errors import CpctlError, ExitCode
+    match = re.fullmatch(r"(\d{1,4})\s*(min|m|h|d)", every.strip())
+    amount, unit = (int(match.group(1)), match.group(2)) if match else (0, "")
+    if unit in ("min", "m") and amount in (1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30):
+        return "*-*-* *:00/%d:00" % amount, "every %d minutes" % amount
+    if unit == "h" and amount in (1, 2, 3, 4, 6, 8, 12):
+        return "*-*-* 00/%d:00:00" % amount, "every %d hour%s" % (amount, "s" if amount > 1 else "")
+    if (unit == "d" and amount == 1) or (unit == "h" and amount == 24):
+        return "*-*-* 00:00:00", "every day"
+    raise CpctlError("--every %r: give minutes that divide an hour (15min), hours that divide a day (6h) or 1d"
+                     % every, ExitCode.USAGE)
+
+
+def render_snapshot(cpctl_path: str = DEFAULT_CPCTL, every: str = SNAPSHOT_EVERY,
+                    keep: int = SNAPSHOT_KEEP) -> Dict[str, str]:
+    """The snapshot service and timer for ``--every``/``--keep`` (ExecStart: ``cpctl_path``)."""
+    calendar, words = calendar_of(every)
+    texts = (SNAPSHOT_SERVICE.replace("@KEEP@", str(int(keep))),
+             SNAPSHOT_TIMER.replace("@CALENDAR@", calendar).replace("@EVERY_TEXT@", words))
+    return {name: text.replace(PLACEHOLDER, cpctl_path) for name, text in zip(SNAPSHOT_UNITS, texts)}
+
 
 UNITS = {"cpctl-check.service": CHECK_SERVICE, "cpctl-check.timer": CHECK_TIMER,
          "cpctl-watch.service": WATCH_SERVICE}

@@ -16,7 +16,7 @@ from cpctl.host.local import LocalHost
 from cpctl.ops import drift, wiring
 from cpctl.ops import lifecycle as app
 from cpctl.probes.base import NoWait, PodTarget, Waiter
-from tests.coreutil import MANIFESTS, NODE, NodeDirs, edit_baseline, journal_for, sha
+from tests.coreutil import MANIFESTS, NODE, NodeDirs, edit_baseline, journal_for, sealed, sha
 
 POD = MANIFESTS["kube-scheduler.yaml"]
 
@@ -209,7 +209,7 @@ def _fake_interrupted_stop(node: NodeDirs) -> None:
     entry = journal_for(node, "stop", "kube-scheduler.yaml", op="0123456789abcdef", pid=1)
     os.rename(entry["src"], entry["dst"])
     with open(node.journal, "w") as handle:
-        json.dump(entry, handle)
+        json.dump(sealed(node.state, entry), handle)
 
 
 def test_interrupted_journal_found_and_completed_by_fix(capsys: Any, node: NodeDirs) -> None:

@@ -73,6 +73,15 @@ def test_clean_node_exits_0_and_notes_missing_baseline(capsys: Any, node: NodeDi
     assert not os.path.exists(node.state), "a read-only check must not create the state dir"
 
 
+def test_check_with_probe_none_never_says_ok_about_the_pods_it_did_not_look_at(capsys: Any, node: NodeDirs) -> None:
+    """Issue 49: ``--probe none`` looks at the files only; its last line says so instead of "OK"."""
+    cli(capsys, node, "baseline")
+    rc, out, _ = cli(capsys, node, "check")
+    last = out.strip().splitlines()[-1]
+    assert rc == 0 and not last.startswith("OK"), out
+    assert last == "no drift in the files on %s; its pods NOT checked (the probe cannot describe pods)" % NODE
+
+
 def test_baseline_records_content_and_keeps_it_without_accept(capsys: Any, node: NodeDirs) -> None:
     rc, out, _ = cli(capsys, node, "baseline")
     assert rc == 0 and "recorded" in out

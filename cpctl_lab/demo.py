@@ -117,12 +117,17 @@ KUBECTL_MISSING = ("cpctl lab demo needs kubectl (the demo runs it against the l
                    "install it (https://kubernetes.io/docs/tasks/tools/#kubectl, e.g. apt-get install kubectl from "
                    "pkgs.k8s.io) and run the demo again")
 
+# What to try next, self-contained: an installed wheel holds no docs/ or examples/ (and may be offline), so
+# this names no file and no URL - the commands themselves, and their --help (issue 48).
 NEXT_STEPS = """
-Next, try it yourself in a lab of your own:
+Next, try it yourself in a lab of your own (each command explains itself: cpctl COMMAND --help):
   eval "$(cpctl lab up)"         # start a lab in the background; cpctl and kubectl now talk to it
   cpctl status                   # the static pods: file, parked or not, mirror pod
   cpctl stop scheduler --reason "my first park" && kubectl run web --image=nginx
-  ...the rest of the task, step by step: examples/cka-manual-scheduling.md
+  kubectl get pod web -o wide    # Pending: no scheduler runs
+  cpctl bind web --node lab-master1 --wait    # be the scheduler
+  cpctl start scheduler          # waits for a new Ready pod and a renewed Lease
+  cpctl history                  # everything cpctl changed, on record
   cpctl lab down                 # when done"""
 
 

@@ -388,6 +388,14 @@ def journal_for(node: NodeDirs, action: str, name: str, op: str = "feedc0de00000
             "src": move["src"], "dst": move["path"], "meta": meta, "started": "2024-01-01T00:00:00Z", "pid": pid}
 
 
+def sealed(state: str, entry: dict) -> dict:
+    """``entry`` sealed with the node's journal key, as cpctl seals the journal it writes (the key
+    created as cpctl creates it): a hand-made journal that cpctl's recovery will act on."""
+    from cpctl.host import ops as hostops
+    os.makedirs(state, mode=0o700, exist_ok=True)
+    return hostops.sealed(entry, hostops.journal_key(state, create=True))
+
+
 def write_json(path: str, value: dict) -> None:
     with open(path, "w") as handle:
         json.dump(value, handle, indent=2, sort_keys=True)

@@ -37,6 +37,9 @@ def last_change_text(change: Optional[Mapping[str, object]], now: Optional[float
     from cpctl.timeutil import format_duration, parse_iso
     action = str(change["action"])
     words = _CHANGED.get(action, action)
+    if action == "outside":           # not cpctl's change: kubeadm's upgrade, or someone else (core.outside)
+        reason = str(change.get("reason") or "replaced outside cpctl")
+        return reason if reason.startswith("replaced") else "replaced by %s" % reason
     if action == "rollback" and change.get("automatic"):
         words = "rolled back automatically"
     try:

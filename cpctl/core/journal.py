@@ -34,6 +34,11 @@ itself records: a second scheduler's ``<name>-config.yaml`` next to the manifest
 files a change lists in its own ``companions`` field (written or removed by that step only, never
 in the manifests dir or the state dir). Anything else -
 ``admin.conf``, ``pki/ca.crt`` beside the manifests dir - is refused before any step runs.
+
+Before all of that a journal must carry this node's seal (``hostops.seal_problem``: an HMAC of the
+entry under STATE/journal.key, written by ``StateDir.write_journal`` and by the node-side revert):
+a journal cpctl did not write here - crafted to overwrite an encryption config or remove a patch file
+that the companion rules would allow - is refused (exit 7) and left for the operator, never acted on.
 """
 
 from __future__ import annotations
@@ -216,6 +221,7 @@ class ChangePath:
         except CorruptJournal as exc:
             raise CpctlError("%s of %s refused: %s" % (change.action, change.component, exc),
                              ExitCode.REFUSED) from None
+        self.state.journal_key(create=True)      # a key that is not cpctl's fails here, before anything is staged
         self._stage(change)
         self.state.write_journal(self._entry(change))
         outcome = self._steps.run(self._wire(change), change.commit, change.data)
@@ -373,7 +379,12 @@ class ChangePath:
                                                    self.state.journal_path), ExitCode.ENVIRONMENT)
 
     def change_from_journal(self, entry: Dict[str, Any]) -> Change:
-        """Rebuild and check a journaled change; ``CpctlError`` (exit 7) for a corrupt journal."""
+        """Rebuild and check a journaled change; ``CpctlError`` (exit 7) for a journal not sealed with
+        this node's key (checked first: nothing of it is used) or a corrupt one."""
+        problem = self.state.seal_problem(entry)
+        if problem:
+            raise CpctlError("%s is not a journal cpctl wrote on this node (%s): nothing of it runs; inspect it, "
+                             "then remove it by hand" % (self.state.journal_path, problem), ExitCode.ENVIRONMENT)
         try:
             return self._parse(entry)
         except (CorruptJournal, ValueError, TypeError) as exc:

@@ -39,6 +39,8 @@ IN_FLIGHT_SECONDS = 20 * 60
 EMPTY_SETTLED = 2.0
 #: History actions after which the manifest holds the bytes the record's checksum names.
 WRITES = ("apply", "edit", "flags", "rollback", "start", "scheduler-add")
+#: How ``status`` labels a manifest another writer replaced (``last_change.action``), as ``revisions`` does.
+OUTSIDE_ACTION = "outside"
 _FLAG_LINE = re.compile(r"^(?P<sign>[+-])\s*-\s+['\"]?--(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?:=(?P<value>[^'\"]*))?")
 
 

@@ -6,6 +6,7 @@ Layout (all 0700/0600, owned by the user running cpctl, normally root)::
     STATE/meta/<file>.json       who parked it, when, why, until when, checksum
     STATE/staged/<op>.<n>.*      bytes a change in flight writes, replaces or removes (see journal)
     STATE/journal.json           the one change in flight (write-ahead), absent when idle
+    STATE/journal.key            the node's key that seals each journal entry (host.ops.journal_key)
     STATE/pending.json           manifest changes whose new pod was never judged (see core.pending)
     STATE/keepin/<file>.<op>.json  a --keep-in kubeadm-config change's ClusterConfiguration before/after (core.keptin)
     STATE/history.jsonl          the newest change records, one JSON object a line
@@ -25,6 +26,7 @@ from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, 
 
 from cpctl.core.manifests import require_directory
 from cpctl.errors import Corrupt, CpctlError, ExitCode
+from cpctl.host import ops as hostops
 from cpctl.host.base import Host, LockBusy, Stat
 from cpctl.redaction import redact
 from cpctl.timeutil import iso, parse_iso, stamp
@@ -83,6 +85,7 @@ class StateDir:
         self.parked_dir = self._join("parked")
         self.meta_dir = self._join("meta")
         self.staged_dir = self._join("staged")
+        self._key: Optional[bytes] = None
 
     def _join(self, *parts: str) -> str:
         return "/".join([self.path] + list(parts))
@@ -217,7 +220,31 @@ class StateDir:
         return self.read_json(self.journal_path)
 
     def write_journal(self, entry: Mapping[str, object]) -> None:
-        self.host.write_atomic(self.journal_path, _json_bytes(entry))
+        """Write ``entry`` sealed with this node's key (``hostops.sealed``): only a sealed journal is
+        ever recovered."""
+        key = self.journal_key(create=True)
+        assert key is not None
+        self.host.write_atomic(self.journal_path, _json_bytes(hostops.sealed(dict(entry), key)))
+
+    def journal_key(self, create: bool = False) -> Optional[bytes]:
+        """This node's journal key (``hostops.journal_key``: STATE/journal.key, created on first use
+        with ``create``); a key file that is not cpctl's, or one that cannot be made, is exit 7."""
+        if self._key is None:
+            try:
+                self._key = hostops.journal_key(self.path, self.host, create=create)
+            except hostops.JournalKeyError as exc:
+                raise CpctlError("%s: inspect it; cpctl creates a new key when none is there (a journal pending "
+                                 "now is then refused)" % exc, ExitCode.ENVIRONMENT) from None
+            except OSError as exc:
+                raise CpctlError("cannot %s %s/%s: %s" % ("create" if create else "read", self.path,
+                                                         hostops.JOURNAL_KEY, exc.strerror or exc),
+                                 ExitCode.ENVIRONMENT) from None
+        return self._key
+
+    def seal_problem(self, entry: Mapping[str, object]) -> str:
+        """Why the journal ``entry`` was not written by cpctl on this node ("" when it was): its seal
+        (``hostops.seal_problem``), checked before anything of it is used."""
+        return hostops.seal_problem(entry, self.journal_key())
 
     def clear_journal(self) -> None:
         self.host.unlink(self.journal_path)

@@ -220,6 +220,22 @@ def _last_changes(node: Node, rows: List[Row]) -> None:
         record = newest.get(row["file"]) or newest.get(row["component"]) or {}
         if record:
             row["last_change"] = {key: record.get(key) for key in CHANGE_FIELDS}
+    _replaced_outside(node, rows, records)
+
+
+def _replaced_outside(node: Node, rows: List[Row], records: List[Dict[str, object]]) -> None:
+    """A present manifest that no longer holds what cpctl last wrote to it was replaced by another writer
+    since: its ``last_change`` says so (action ``outside``, the reason ``revisions`` gives it: "kubeadm
+    upgrade v1.30.4 -> v1.31.12" when kubeadm's backup dir holds cpctl's bytes, else "replaced outside
+    cpctl"). Only such a file costs the look into kubeadm's backup dirs."""
+    from cpctl.core import outside
+    for row in rows:
+        if row["state"] != "present":
+            continue
+        found = outside.detect(node, row["file"], row.get("checksum"), records)
+        if found is not None:
+            row["last_change"] = {"action": outside.OUTSIDE_ACTION, "time": None, "user": None,
+                                  "reason": found.note, "automatic": None}
 
 
 def _present_row(m: Manifest) -> Row:

@@ -1624,6 +1624,79 @@ def agent_main(stdin=None, stdout=None):
             unlock(path)
 
 
+# --- the journal's seal: ONE rule for cpctl's journal (``core.journal``) and the node-side revert ----------
+# A journal names files to write, move and remove; only a journal cpctl wrote on this node may be acted
+# on, with exactly the paths its change recorded when it was made. Each entry carries ``seal``: an
+# HMAC-SHA256, under this node's key (STATE/journal.key: 32 random bytes as hex, 0600, created on first
+# use, never replaced), of the entry's canonical JSON without ``seal``. A journal whose seal is missing
+# or wrong (crafted, copied from another node, edited) is refused before any of it is read as steps.
+JOURNAL_KEY = "journal.key"
+
+
+class JournalKeyError(Exception):
+    """STATE/journal.key is not a key cpctl wrote (the text says why)."""
+
+
+def journal_key(state_dir, fs=None, create=False):
+    """This node's journal key (bytes) from STATE/journal.key, None when there is none (and not
+    ``create``). ``fs`` offers ``lstat``, ``read_file``, ``write_atomic`` (a ``Host``; this module's by
+    default). A key that is not a 0600 regular file holding 64 hex digits: ``JournalKeyError``."""
+    import types
+    fs = fs or types.SimpleNamespace(lstat=lstat, read_file=read_file, write_atomic=write_atomic)
+    path = state_dir.rstrip("/") + "/" + JOURNAL_KEY
+    info = fs.lstat(path)
+    if info is None and create:
+        try:
+            fs.write_atomic(path, binascii.hexlify(os.urandom(32)) + b"\n", mode=0o600, expect="absent")
+        except OSError as exc:
+            if exc.errno != errno.EEXIST:
+                raise
+        info = fs.lstat(path)
+    if info is None:
+        return None
+    if info["kind"] != "file" or info["mode"] & 0o077:
+        raise JournalKeyError("%s is not a regular file of mode 0600" % path)
+    text = fs.read_file(path, 256).strip()
+    try:
+        key = binascii.unhexlify(text)
+    except (binascii.Error, TypeError, ValueError):
+        key = b""
+    if len(key) != 32:
+        raise JournalKeyError("%s does not hold a key cpctl wrote" % path)
+    return key
+
+
+def journal_seal(entry, key):
+    """The seal of journal ``entry`` (a dict) under ``key``: HMAC-SHA256 of its canonical JSON
+    (sorted keys, no spaces, ASCII) without the ``seal`` field itself."""
+    import hashlib
+    import hmac
+    import json
+    body = dict((name, value) for name, value in entry.items() if name != "seal")
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hmac.new(key, text.encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+def sealed(entry, key):
+    """``entry`` with its seal, as it is written to the journal."""
+    return dict(entry, seal=journal_seal(entry, key))
+
+
+def seal_problem(entry, key):
+    """Why journal ``entry`` may not be acted on on this node ("" when its seal is this node's)."""
+    import hmac
+    if not isinstance(entry, dict):
+        return "it is not a JSON object"
+    seal = entry.get("seal")
+    if not isinstance(seal, str) or not seal:
+        return "it carries no seal"
+    if key is None:
+        return "this node has no journal key (%s), so no journal here was written by cpctl" % JOURNAL_KEY
+    if not hmac.compare_digest(seal.encode("utf-8"), journal_seal(entry, key).encode("utf-8")):
+        return "its seal does not match this node's key: written elsewhere, or edited"
+    return ""
+
+
 # --- the node-side revert of an unconfirmed change (cpctl confirm, remote mode) -----------------
 # ``python3 <this file> revert-plan PLAN [--within SECONDS]``: nothing of cpctl is installed on a
 # master, so ``--confirm-within`` over SSH writes this file and a plan into the master's state dir, and
@@ -1879,7 +1952,8 @@ def _run_entry(plan, entry, record, runner):
     for step in steps:                       # keep what each write replaces (for the journal's undo)
         if step["kind"] == "write" and step.get("before"):
             write_atomic(step["kept"], read_file(step["path"], 64 << 20))
-    started = dict(entry, started=_utc_now(), pid=os.getpid())
+    started = sealed(dict(entry, started=_utc_now(), pid=os.getpid()),
+                     journal_key(os.path.dirname(plan["journal"]), create=True))
     write_atomic(plan["journal"], (json.dumps(started, indent=1, sort_keys=True) + "\n").encode("utf-8"))
     outcome = runner.run(steps, entry["commit"])
     failed = _step_failures(steps, outcome.failed)
@@ -1960,6 +2034,14 @@ def _pending_journal(plan, runner):
     entry = _read_json(plan["journal"], 1 << 20)
     own = plan["entry"]
     state_dir = os.path.dirname(plan["journal"]) + "/"
+    try:
+        problem = seal_problem(entry, journal_key(state_dir))
+    except JournalKeyError as exc:
+        problem = str(exc)
+    if problem:                              # never acted on: the operator's to inspect
+        return 7, ("%s is not a journal cpctl wrote on this node (%s): nothing of it runs and the unconfirmed "
+                   "change of %s is NOT reverted; inspect it, then remove it by hand" % (plan["journal"], problem,
+                                                                                         own["component"]))
     for mine, record, kept in _own_entries(plan):
         if not isinstance(entry, dict) or entry.get("op") != mine["op"] or entry.get("steps") != mine["steps"] \
                 or entry.get("commit") != mine["commit"]:
@@ -2996,6 +3078,8 @@ def _plan_attempt(plan):
     except OSError as exc:
         return 7, ("%s; the journal (if written) is finished or rolled back by the next cpctl run"
                    % (exc.strerror or exc))
+    except JournalKeyError as exc:           # nothing written: the journal is sealed before it is written
+        return 7, "%s: inspect it (cpctl creates it when it is absent)" % exc
     finally:
         unlock(plan["lock"])
 

@@ -653,6 +653,15 @@ def _check_journal(report: Report, node: Node) -> None:
         return
     if entry is None:
         return
+    try:
+        problem = node.state.seal_problem(entry)
+    except CpctlError as exc:
+        problem = exc.message
+    if problem:                                  # never recovered: the operator's to inspect (core.journal)
+        report.add(Finding("interrupted", CRITICAL, "%s is not a journal cpctl wrote on this node (%s): nothing of "
+                           "it runs; inspect it, then remove it by hand" % (node.state.journal_path, problem),
+                           file=node.state.journal_path))
+        return
     report.add(Finding("interrupted", CRITICAL,
                        "interrupted %s of %s (%s): the next cpctl command completes or rolls it back; %s does "
                        "it now" % (entry.get("action"), entry.get("component"), journal.started_text(entry),

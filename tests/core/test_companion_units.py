@@ -16,7 +16,7 @@ from cpctl.errors import CpctlError
 from cpctl.host.local import LocalHost
 from cpctl.ops.wiring import open_node
 from cpctl_lab import configfiles
-from tests.coreutil import MANIFESTS, NODE, NodeDirs, sha
+from tests.coreutil import MANIFESTS, NODE, NodeDirs, sealed, sha
 
 
 def _journal(node: NodeDirs, path: str, named: list) -> None:
@@ -30,7 +30,7 @@ def _journal(node: NodeDirs, path: str, named: list) -> None:
              "steps": [{"kind": "write", "path": path, "checksum": sha(b"x"), "staged": staged, "mode": 384}],
              "started": "2026-01-01T00:00:00Z", "pid": 1, "companions": named}
     with open(node.journal, "w") as handle:
-        json.dump(entry, handle)
+        json.dump(sealed(node.state, entry), handle)
 
 
 def _recover(node: NodeDirs) -> Any:
@@ -95,7 +95,7 @@ def test_a_crafted_journal_cannot_reach_past_its_allowance_through_its_companion
             entry = json.load(handle)
         entry["steps"] = [dict(entry["steps"][0], **step)] if step["kind"] == "write" else [step]
         with open(node.journal, "w") as handle:
-            json.dump(entry, handle)
+            json.dump(sealed(node.state, entry), handle)
         with pytest.raises(CpctlError, match="is corrupt"):
             _recover(node).changes.change_from_journal(json.load(open(node.journal)))
         node.run("status", rc=None)                 # the next command meets it: refused, nothing touched

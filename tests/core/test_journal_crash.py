@@ -29,6 +29,7 @@ from tests.coreutil import (
     complete_history_records,
     journal_for,
     meta_bytes,
+    sealed,
     sha,
     temp_files,
     tmpfs_fixture,
@@ -243,7 +244,7 @@ def test_recovery_of_each_crash_point(tmp_path, request, scenario):
         os.unlink(meta_path)
     if history_written:
         _history_line(node, entry)
-    write_json(node.journal, entry)
+    write_json(node.journal, sealed(node.state, entry))
     before = len(node.history())
 
     proc = node.run("status")
@@ -270,7 +271,7 @@ def test_recovery_refuses_when_the_manifest_is_nowhere(tmp_path):
     _mkstate(node)
     entry = journal_for(node, "stop", NAME)
     os.unlink(os.path.join(node.manifests, NAME))
-    write_json(node.journal, entry)
+    write_json(node.journal, sealed(node.state, entry))
     err = node.run("stop", "etcd", rc=7).stderr
     assert "is in neither" in err and "journal kept" in err
     assert os.path.exists(node.journal) and "etcd.yaml" in node.present()

@@ -23,7 +23,7 @@ from cpctl.core.node import Node
 from cpctl.core.settings import Settings
 from cpctl.host.mock import MockHost
 from cpctl.ops.wiring import open_node
-from tests.coreutil import NODE, NodeDirs, snapshot
+from tests.coreutil import NODE, NodeDirs, sealed, snapshot
 
 POD = b"""apiVersion: v1
 kind: Pod
@@ -77,13 +77,15 @@ JOURNALS = {
 @pytest.mark.parametrize("what", sorted(JOURNALS))
 def test_a_crafted_journal_is_one_line_exit_7_and_touches_nothing(node: NodeDirs, what: str) -> None:
     node.run("stop", "etcd")
-    with open(node.journal, "w") as handle:
-        json.dump(JOURNALS[what], handle)
+    crafted = JOURNALS[what]
+    with open(node.journal, "w") as handle:     # sealed: the rules below the seal hold on their own
+        json.dump(sealed(node.state, crafted) if isinstance(crafted, dict) else crafted, handle)
+    said = "journal.json is corrupt"
     before = snapshot(node.root)
     err = node.run("stop", "scheduler", rc=7).stderr
-    assert "journal.json is corrupt" in err, err
+    assert said in err, err
     status = node.run("status", rc=7)                  # shows the node, then says what is wrong
-    assert "etcd" in status.stdout and "journal.json is corrupt" in status.stderr
+    assert "etcd" in status.stdout and said in status.stderr
     assert snapshot(node.root) == before
 
 
@@ -131,7 +133,7 @@ def test_recovery_reads_only_the_tail_of_a_huge_history(node: NodeDirs) -> None:
     entry = {"version": 2, "op": "feedc0de", "action": "stop", "component": "etcd", "file": "etcd.yaml",
              "checksum": digest, "commit": 0, "steps": [{"kind": "move", "src": src, "path": dst, "checksum": digest}]}
     with open(node.journal, "w") as handle:
-        json.dump(entry, handle)
+        json.dump(sealed(node.state, entry), handle)
     host = MockHost()
     opened = open_node(Settings(manifests_dir=node.manifests, state_dir=node.state, node_name=NODE, probe="none"),
                        host)

@@ -135,8 +135,9 @@ def test_lab_demo_command(tmp_path: Path) -> None:
         'invalid argument "maybe" for "--profiling"' in proc.stdout, proc.stdout[-3000:]
     assert "ROLLED BACK to the previous version" in proc.stdout
     # it ends with what to try next, and leaves no temp dir behind
-    tail = proc.stdout.rstrip().splitlines()[-6:]
-    assert tail[0] == "Next, try it yourself in a lab of your own:"
+    lines = proc.stdout.rstrip().splitlines()
+    tail = lines[max(i for i, line in enumerate(lines) if line.startswith("Next, try it yourself")):]
+    assert tail[0].startswith("Next, try it yourself in a lab of your own")
     assert tail[1].split("#")[0].strip() == 'eval "$(cpctl lab up)"' and tail[2].startswith("  cpctl status")
     assert tail[-1].split("#")[0].strip() == "cpctl lab down"
     assert demo_dirs(tmp_path) == []

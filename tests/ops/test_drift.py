@@ -16,7 +16,7 @@ from cpctl.host.local import LocalHost
 from cpctl.ops import drift, wiring
 from cpctl.ops import lifecycle as app
 from cpctl.probes.base import NoWait, PodTarget, Waiter
-from tests.coreutil import MANIFESTS, NODE, NodeDirs, edit_baseline, journal_for, sha
+from tests.coreutil import MANIFESTS, NODE, NodeDirs, edit_baseline, journal_for, sealed, sha
 
 POD = MANIFESTS["kube-scheduler.yaml"]
 
@@ -71,6 +71,15 @@ def test_clean_node_exits_0_and_notes_missing_baseline(capsys: Any, node: NodeDi
     assert set(kinds(data)) == {"no_baseline", "check_skipped"}
     assert all(f["severity"] == "info" for f in data["findings"])
     assert not os.path.exists(node.state), "a read-only check must not create the state dir"
+
+
+def test_check_with_probe_none_never_says_ok_about_the_pods_it_did_not_look_at(capsys: Any, node: NodeDirs) -> None:
+    """Issue 49: ``--probe none`` looks at the files only; its last line says so instead of "OK"."""
+    cli(capsys, node, "baseline")
+    rc, out, _ = cli(capsys, node, "check")
+    last = out.strip().splitlines()[-1]
+    assert rc == 0 and not last.startswith("OK"), out
+    assert last == "no drift in the files on %s; its pods NOT checked (the probe cannot describe pods)" % NODE
 
 
 def test_baseline_records_content_and_keeps_it_without_accept(capsys: Any, node: NodeDirs) -> None:
@@ -209,7 +218,7 @@ def _fake_interrupted_stop(node: NodeDirs) -> None:
     entry = journal_for(node, "stop", "kube-scheduler.yaml", op="0123456789abcdef", pid=1)
     os.rename(entry["src"], entry["dst"])
     with open(node.journal, "w") as handle:
-        json.dump(entry, handle)
+        json.dump(sealed(node.state, entry), handle)
 
 
 def test_interrupted_journal_found_and_completed_by_fix(capsys: Any, node: NodeDirs) -> None:

@@ -28,7 +28,7 @@ import pytest
 from cpctl.core.revisions import MAX_NUMBER
 from cpctl.ops.scheduler import CONFIG_ANNOTATION
 from cpctl.probes.diagnose import LOG_LINE_CHARS_MAX
-from tests.coreutil import CLI, MANIFESTS, NodeDirs, check_result, sha, snapshot
+from tests.coreutil import CLI, MANIFESTS, NodeDirs, check_result, sealed, sha, snapshot
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -224,7 +224,7 @@ def _journal(node: Node, steps: List[dict], commit: int, action: str = "stop") -
              "file": "kube-scheduler.yaml", "checksum": sha(MANIFESTS["kube-scheduler.yaml"]), "commit": commit,
              "steps": steps, "record": {}, "started": "2026-01-01T00:00:00Z", "pid": 424242}
     with open(node.journal, "w") as handle:
-        json.dump(entry, handle)
+        json.dump(sealed(node.state, entry), handle)   # sealed: the path rules below the seal still hold
     os.chmod(node.journal, 0o600)
 
 

@@ -222,3 +222,29 @@ def test_sanity_yaml_files_and_runtime_metadata() -> None:
     runtime = yaml.safe_load((COLLECTION / "meta" / "runtime.yml").read_text())
     assert runtime["requires_ansible"].startswith(">=")
     assert sorted(runtime["action_groups"]["cpctl"]) == EXPECTED
+
+
+def test_requires_ansible_is_bounded_by_the_ansible_core_it_is_tested_with() -> None:
+    """Issue 48: ``requires_ansible`` has an upper bound, and it is the one the tests stand behind: the
+    ansible-core these tests run (the lock's) satisfies it, and the bound is the next minor release
+    after it - a newer ansible-core in the lock fails here until the bound is moved with it."""
+    from importlib.metadata import version
+
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+    spec = SpecifierSet(yaml.safe_load((COLLECTION / "meta" / "runtime.yml").read_text())["requires_ansible"])
+    tested = Version(version("ansible-core"))
+    assert tested in spec, (str(spec), str(tested))
+    uppers = [Version(s.version) for s in spec if s.operator == "<"]
+    assert uppers == [Version("%d.%d" % (tested.major, tested.minor + 1))], str(spec)
+    assert Version("%d.%d.0" % (tested.major, tested.minor + 1)) not in spec
+
+
+def test_the_examples_pass_ansible_lint() -> None:
+    """ansible-lint (its default rules, yaml line length included) on the shipped example playbooks,
+    with this collection resolvable as an installed one (issue 48)."""
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(REPO), NO_COLOR="1", PATH=BIN + os.pathsep +
+               os.environ.get("PATH", ""))
+    proc = subprocess.run([_tool("ansible-lint"), "--offline", "--nocolor", "-q", "."],
+                          cwd=REPO / "examples" / "ansible", capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]

@@ -242,7 +242,10 @@ def check_text(data: Mapping[str, object]) -> str:
             lines.append("new after --fix:")
             lines.extend(_finding_lines(new))
     problems = [f for f in final if f["severity"] != "info"]
-    if not problems:
+    if not problems and any(f["kind"] == "check_skipped" for f in final):    # never "OK" about what it did not see
+        lines.append("no drift in the files on %s%s; its pods NOT checked (the probe cannot describe pods)"
+                     % (data["node"], " after --fix" if fixed else ""))
+    elif not problems:
         lines.append("OK: no drift on %s%s" % (data["node"], " after --fix" if fixed else ""))
     else:
         critical = sum(1 for f in problems if f["severity"] == "critical")

@@ -510,18 +510,20 @@ def revisions_text(data: Dict[str, Any]) -> str:
     from cpctl.cli.render import table
     rows = data.get("revisions") or []
     found = data.get("outside")
-    tail = ["-    %-20s %-10s %-9s %-12s current; %s" % ("-", "not cpctl", "outside", str(found["current"])[:12],
-                                                        found["note"])] if found else []
-    if not rows:
-        return "\n".join(["%s: no revisions kept (%s)" % (data.get("component"), data.get("file"))] + tail)
-    tail += _companions_by_revision(rows, wide())
-    if wide():
-        return "\n".join([table(["REV", "SAVED AT", "BY", "HOST", "ACTION", "SIZE", "SHA256", "NOTE", "REASON"],
-                                [[row["number"], row["saved_at"], row["saved_by"], row["host"], row["action"],
-                                  row["size"], row["checksum"], _notes(row), _reason(row)] for row in rows])] + tail)
-    return "\n".join([table(["REV", "SAVED AT", "BY", "ACTION", "SHA256", "NOTE", "REASON"],
-                            [[row["number"], row["saved_at"], row["saved_by"], row["action"], row["checksum"][:12],
-                              _notes(row), _reason(row)] for row in rows])] + tail)
+    head = [] if rows else ["%s: no revisions kept (%s)" % (data.get("component"), data.get("file"))]
+    if not rows and not found:
+        return head[0]
+    whole = wide()
+    cells = [[row["number"], row["saved_at"], row["saved_by"]] + ([row["host"]] if whole else []) +
+             [row["action"]] + ([row["size"]] if whole else []) +
+             [row["checksum"] if whole else row["checksum"][:12], _notes(row), _reason(row)] for row in rows]
+    if found:          # the bytes in place now, kept by no revision: a row of the same table (issue 48)
+        current = str(found["current"])
+        cells.append(["-", "-", "not cpctl"] + (["-"] if whole else []) + ["outside"] + (["-"] if whole else []) +
+                     [current if whole else current[:12], "current", found["note"]])
+    headers = ["REV", "SAVED AT", "BY"] + (["HOST"] if whole else []) + ["ACTION"] + (["SIZE"] if whole else []) + \
+        ["SHA256", "NOTE", "REASON"]
+    return "\n".join(head + [table(headers, cells)] + _companions_by_revision(rows, whole))
 
 
 def _companions_by_revision(rows: List[Mapping[str, object]], whole: bool) -> List[str]:

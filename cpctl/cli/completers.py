@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextvars
 import os
 import re
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import click
 
@@ -195,14 +195,14 @@ def host_names(ctx: click.Context, incomplete: str = "") -> List[str]:
     return [prefix + name for name in dict.fromkeys(names) if name.startswith(last) and name not in given]
 
 
-def manifests_dir(params: Dict[str, Any]) -> str:
+def manifests_dir(params: Mapping[str, object]) -> str:
     """The manifests dir cpctl would use: ``--manifests-dir`` or $CPCTL_MANIFESTS_DIR, else the
     kubelet's staticPodPath (its config under ``--kubelet-dir``), else kubeadm's default."""
     from cpctl.core import identity
     if params.get("manifests_dir"):
         return str(params["manifests_dir"])
     from cpctl.host.local import LocalHost
-    view = identity.read_kubelet(LocalHost(), params.get("kubelet_dir") or identity.DEFAULT_KUBELET_DIR)
+    view = identity.read_kubelet(LocalHost(), str(params.get("kubelet_dir") or identity.DEFAULT_KUBELET_DIR))
     return str(view.static_pod_path.value) if view.static_pod_path else identity.DEFAULT_MANIFESTS_DIR
 
 

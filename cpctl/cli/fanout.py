@@ -121,7 +121,7 @@ def _restarting_timers(ctx: click.Context, action: Callable[["Node"], R]) -> Cal
     change session: they only report a dead timer, they never start a revert."""
     def run(node: "Node") -> R:
         def restart() -> List[str]:
-            from cpctl.cli.commands.confirm import launcher
+            from cpctl.cli.launcher import launcher
             from cpctl.ops.confirm import restart_dead_timers
             return restart_dead_timers(node, launcher(ctx, node))
         node.change_hooks.append(restart)

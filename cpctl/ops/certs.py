@@ -493,7 +493,7 @@ def handshake_tls(node: Node, manifest: Manifest, scan: DirScan) -> Optional["Tl
     measured"); its peer port asks for one too (--peer-client-cert-auth). None for the others."""
     if manifest.pod_name != catalogue.ETCD:
         return None
-    from cpctl.ops.fleetsafety import etcd_client_tls
+    from cpctl.core.etcdclient import etcd_client_tls
     return etcd_client_tls(node, scan)
 
 

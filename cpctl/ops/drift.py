@@ -492,6 +492,9 @@ def check(node: Node, max_parked: Optional[float] = None, now: Optional[float] =
         _check_outside(report, node, scan, now)
         _check_unverified(report, node)        # one prefetched lstat when nothing is pending
         _check_unconfirmed(report, node, now)
+        # the rule status and the waits judge by too; its kubelet.conf read is in the batch
+        report.api_stale = node.api_view_stale(parked)
+        _check_etcd_alarms(report, node)       # its manifest and state reads are in the batch too
     _check_parked(report, parked, now, max_parked)
     _check_strays(report, scan, baseline, parked)
     if baseline is None:
@@ -499,14 +502,12 @@ def check(node: Node, max_parked: Optional[float] = None, now: Optional[float] =
                            "missing/changed/unexpected checks" % node.command("baseline")))
     else:
         _check_baseline(report, node, scan, parked, baseline)
-    report.api_stale = node.api_view_stale(parked)     # the rule status and the waits judge by too
     _check_mirrors(report, node, scan, parked)
     if kubeadm:
         _check_kubeadm(report, node, scan)
     _inventory(report, scan, parked, baseline, now)
     if cert_warn is not None:
         _check_certs(report, node, cert_warn, now)
-    _check_etcd_alarms(report, node)
     return report
 
 

@@ -69,7 +69,7 @@ Progress = Callable[[str], None]
 def gateway_of(node: Node) -> Tuple[Gateway, List[str]]:
     """The gateway with the node's etcd client pair, and the client URLs to ask first: the node's own
     member (loopback first), then what its API server's --etcd-servers name."""
-    from cpctl.ops.fleetsafety import etcd_client_tls
+    from cpctl.core.etcdclient import etcd_client_tls
     scan = node.scan()
     tls = etcd_client_tls(node, scan)
     if tls is None:

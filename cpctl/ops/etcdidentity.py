@@ -189,7 +189,7 @@ class EtcdIdentityGate:
 
     def tls(self) -> Optional[TlsOptions]:
         if self._tls is None:
-            from cpctl.ops.fleetsafety import etcd_client_tls
+            from cpctl.core.etcdclient import etcd_client_tls
             self._tls = etcd_client_tls(self.node)
         return self._tls
 

@@ -18,14 +18,13 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, 
 from cpctl import catalogue
 from cpctl.catalogue import ETCD
 from cpctl.catalogue import KUBE_APISERVER as APISERVER
+from cpctl.core.etcdclient import etcd_client_tls, parked_pods
 from cpctl.core.flags import flags_of
-from cpctl.core.manifests import DirScan, Manifest
-from cpctl.core.mounts import host_path_of, under_root
+from cpctl.core.manifests import Manifest
 from cpctl.core.node import Node
 from cpctl.core.views import status
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.fleet.runner import HostResult, Serial
-from cpctl.host.base import TlsOptions
 
 if TYPE_CHECKING:
     from cpctl.probes.etcdcluster import EtcdCensus
@@ -421,7 +420,7 @@ def etcd_sources(node: Node) -> EtcdSources:
     clients: List[str] = []
     peers: List[str] = []
     servers: List[str] = []
-    for pod in [m.pod for m in node.scan().valid if m.pod_name in CLUSTER_COMPONENTS] + _parked_pods(node):
+    for pod in [m.pod for m in node.scan().valid if m.pod_name in CLUSTER_COMPONENTS] + parked_pods(node):
         for container in _containers(pod):
             values = {f.name: f.value or "" for f in flags_of(container)}
             if _name_of(pod) == ETCD:
@@ -463,45 +462,6 @@ def _ask_etcd(node: Node, mirrors: Sequence[Mapping[str, object]]) -> Tuple["Etc
         return EtcdCensus(error="no etcd client certificate found (neither the API server's --etcd-certfile nor "
                                 "kubeadm's etcd/healthcheck-client beside etcd's --trusted-ca-file)"), sources
     return take_census(node.host, endpoints, tls, allow_http=sources.own_http), sources
-
-
-def etcd_client_tls(node: Node, scan: Optional[DirScan] = None) -> Optional[TlsOptions]:
-    """The client certificate to ask etcd with, as node paths: the API server's own
-    (--etcd-cafile/--etcd-certfile/--etcd-keyfile), else kubeadm's etcd/healthcheck-client beside
-    etcd's --trusted-ca-file; taken from the manifests in place, else from parked copies."""
-    pods = [m.pod for m in (scan or node.scan()).valid if m.pod_name in (APISERVER, ETCD)]
-    pods += _parked_pods(node)
-    for wanted in (APISERVER, ETCD):
-        for pod in pods:
-            if _name_of(pod) != wanted:
-                continue
-            for container in _containers(pod):
-                values = {f.name: f.value or "" for f in flags_of(container)}
-                if wanted == APISERVER:
-                    files = [values.get(k, "") for k in ("etcd-cafile", "etcd-certfile", "etcd-keyfile")]
-                else:
-                    ca = values.get("trusted-ca-file", "")
-                    base = ca.rsplit("/", 1)[0]
-                    files = [ca, base + "/healthcheck-client.crt", base + "/healthcheck-client.key"] if ca else []
-                if len(files) == 3 and all(f.startswith("/") for f in files):
-                    ca, cert, key = (under_root(node.node_root, host_path_of(pod or {}, container, f) or f)
-                                     for f in files)
-                    return TlsOptions(ca_file=ca, cert_file=cert, key_file=key)
-    return None
-
-
-def _parked_pods(node: Node) -> List[Optional[Dict[str, Any]]]:
-    """The pods of parked API server and etcd manifests (their flags still name the files)."""
-    from cpctl.core.manifests import MAX_MANIFEST_BYTES, parse_pod
-    pods: List[Optional[Dict[str, Any]]] = []
-    for filename, meta in node.parked().items():
-        if catalogue.canonical(str(meta.get("component") or "")) not in CLUSTER_COMPONENTS:
-            continue
-        try:
-            pods.append(parse_pod(node.host.read_file(node.state.parked_path(filename), MAX_MANIFEST_BYTES)))
-        except (OSError, CpctlError):
-            continue
-    return pods
 
 
 def _name_of(pod: Optional[Mapping[str, object]]) -> str:

@@ -16,6 +16,35 @@ HIDDEN_FROM_UNITS = {"/home": "ProtectHome=yes", "/root": "ProtectHome=yes", "/r
                      "/tmp": "PrivateTmp=yes", "/var/tmp": "PrivateTmp=yes"}
 SAFE_PATH = re.compile(r"^/[A-Za-z0-9._+/-]+$")
 
+# The sandbox every shipped unit runs in (cpctl systemd install's units, the snapshot timer, the
+# --confirm-within revert unit). ProtectSystem=strict makes the whole tree read-only, so the
+# check unit lists the three places --fix and the metrics write to; the "-" prefix keeps a
+# missing textfile dir from failing the unit (the check then reports that as an error).
+HARDENING = """\
+ProtectSystem=strict
+ProtectHome=yes
+PrivateTmp=yes
+PrivateDevices=yes
+NoNewPrivileges=yes
+ProtectKernelTunables=yes
+ProtectKernelModules=yes
+ProtectKernelLogs=yes
+ProtectControlGroups=yes
+ProtectClock=yes
+ProtectHostname=yes
+RestrictNamespaces=yes
+RestrictRealtime=yes
+RestrictSUIDSGID=yes
+LockPersonality=yes
+MemoryDenyWriteExecute=yes
+SystemCallArchitectures=native
+SystemCallFilter=@system-service
+# inotify needs no socket; the probes talk HTTPS to the API server and crictl uses a unix socket.
+RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6
+CapabilityBoundingSet=CAP_DAC_OVERRIDE CAP_DAC_READ_SEARCH CAP_CHOWN CAP_FOWNER
+UMask=0077
+"""
+
 
 def hidden_reason(path: str, what: str = "", hidden: Optional[Mapping[str, str]] = None) -> Optional[str]:
     """Why the sandbox hides ``path`` from a unit ("PATH is under /root, which ProtectHome=yes hides

@@ -157,6 +157,8 @@ def test_status_of_an_overdue_arm_reports_it_and_loads_no_revert(env: Dict[str, 
 # kubeadm-flags.env (no quotes in kubeadm's).
 NOT_FOR_LIVE_STATUS = NOT_FOR_STATUS + CHANGE_PIPELINE + (
     "http", "ssl", "_ssl", "encodings.idna", "stringprep", "socket", "selectors")
+#: What asking the node's etcd for its alarms over TLS loads (a status that shows etcd, issue 45).
+ETCD_QUESTION = ("ssl", "_ssl", "socket", "selectors", "ipaddress", "random", "urllib.parse")
 
 
 def _imports_without_site(argv: List[str], env: Dict[str, str]) -> Tuple[subprocess.CompletedProcess, Set[str]]:
@@ -188,7 +190,14 @@ def test_status_against_a_live_api_imports_no_http_library(lab) -> None:
     # the pods were read from the API (not the runtime): the check below is not blind
     assert all(row["observed"]["source"] == "api" and row["pod_state"] == "running" for row in rows.values()), rows
     assert "cpctl.probes.kubeapi" in modules and "_socket" in modules
-    assert _forbidden(modules, NOT_FOR_LIVE_STATUS) == []
+    # issue 45: a status that shows etcd asks the node's etcd for the cluster's alarms, over TLS with the
+    # node's etcd client pair: that question alone brings ssl (and what ssl imports) and urllib.parse
+    assert _forbidden(modules, tuple(n for n in NOT_FOR_LIVE_STATUS if n not in ETCD_QUESTION)) == []
+    assert "ssl" in modules and "cpctl.ops.etcdcare" in modules
+    # a status that does not show etcd asks nothing of it: none of those
+    proc, modules = _imports_without_site(["status", "-o", "json", "kube-scheduler"], env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert _forbidden(modules, NOT_FOR_LIVE_STATUS + ("cpctl.ops.etcdcare",)) == []
 
 
 def _status_with_and_without_start(env: Dict[str, str], script: str) -> Tuple[Any, Any]:

@@ -17,11 +17,12 @@ import click
 from cpctl.cli import completers
 from cpctl.cli.context import note, state
 from cpctl.cli.fanout import execute, local_host
+from cpctl.cli.launcher import launcher
 from cpctl.errors import CpctlError, ExitCode
 
 if TYPE_CHECKING:
     from cpctl.core.node import Node
-    from cpctl.ops.confirm import ConfirmOptions, Launcher
+    from cpctl.ops.confirm import ConfirmOptions
     from cpctl.ops.edits import ChangeResult
 
 NodeAction = Callable[["Node"], Dict[str, object]]
@@ -146,21 +147,6 @@ def _checked(node: "Node", result: Dict[str, object], options: "ConfirmOptions")
     raise CpctlError("%s: %s; the change is REVERTED to revision %s and verified" % (component, why,
                                                                                      done.get("revision")),
                      ExitCode.ROLLED_BACK)
-
-
-def launcher(ctx: click.Context, node: "Node") -> "Launcher":
-    """cpctl as the node-side revert runs it: this interpreter, with the node's resolved global
-    options (a systemd unit inherits no environment), and the shipped units' sandbox."""
-    from cpctl.cli.commands import systemd
-    from cpctl.ops.confirm import Launcher
-    settings = state(ctx).settings
-    hardening = [line for line in systemd._HARDENING.splitlines() if line and not line.startswith("#")]
-    if state(ctx).remote is not None:
-        return Launcher([], hardening, remote=True)
-    command = [sys.executable, "-m", "cpctl", "--manifests-dir", node.manifests_dir, "--state-dir", node.state.path,
-               "--node-name", node.node_name, "--kubeconfig", node.kubeconfig, "--crictl", node.crictl,
-               "--probe", settings.probe, "--kubelet-dir", settings.kubelet_dir]
-    return Launcher(command, hardening)
 
 
 def armed_text(text_of: Callable[[Dict[str, object]], str]) -> Callable[[Dict[str, object]], str]:

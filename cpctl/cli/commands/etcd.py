@@ -108,12 +108,13 @@ def status_text(data: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _size(value: Any) -> str:
+def _size(value: object) -> str:
+    """A byte count from cpctl's own answer (an int), as etcdctl's table shows it; "-" when unknown."""
     from cpctl.ops.etcdcare import size_text
-    return "-" if value is None else size_text(int(value))
+    return size_text(value) if isinstance(value, int) and not isinstance(value, bool) else "-"
 
 
-def _num(value: Any) -> str:
+def _num(value: object) -> str:
     return "-" if value is None else str(value)
 
 

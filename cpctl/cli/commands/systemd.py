@@ -24,33 +24,9 @@ DEFAULT_PREFIX = "/etc/systemd/system"
 TEXTFILE = "/var/lib/node_exporter/textfile_collector/cpctl.prom"
 PLACEHOLDER = "@CPCTL@"
 
-# Sandbox shared by both services. ProtectSystem=strict makes the whole tree read-only, so the
-# check unit lists the three places --fix and the metrics write to; the "-" prefix keeps a
-# missing textfile dir from failing the unit (the check then reports that as an error).
-_HARDENING = """\
-ProtectSystem=strict
-ProtectHome=yes
-PrivateTmp=yes
-PrivateDevices=yes
-NoNewPrivileges=yes
-ProtectKernelTunables=yes
-ProtectKernelModules=yes
-ProtectKernelLogs=yes
-ProtectControlGroups=yes
-ProtectClock=yes
-ProtectHostname=yes
-RestrictNamespaces=yes
-RestrictRealtime=yes
-RestrictSUIDSGID=yes
-LockPersonality=yes
-MemoryDenyWriteExecute=yes
-SystemCallArchitectures=native
-SystemCallFilter=@system-service
-# inotify needs no socket; the probes talk HTTPS to the API server and crictl uses a unix socket.
-RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6
-CapabilityBoundingSet=CAP_DAC_OVERRIDE CAP_DAC_READ_SEARCH CAP_CHOWN CAP_FOWNER
-UMask=0077
-"""
+# The units' sandbox (ops/sandbox.HARDENING): ProtectSystem=strict makes the whole tree read-only, so
+# the check unit lists the three places --fix and the metrics write to.
+_HARDENING = sandbox.HARDENING
 
 CHECK_SERVICE = """\
 [Unit]

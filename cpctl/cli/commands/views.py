@@ -32,12 +32,12 @@ def status(ctx: click.Context, components: Tuple[str, ...], watch: bool, interva
         _watch(ctx, list(components), interval)
         return
     from cpctl.catalogue import ETCD, canonical
-    from cpctl.ops import etcdcare
     alarms = not components or ETCD in [canonical(c) for c in components]
 
     def action(node: "Node") -> "views.Report":
         data = views.status(node, list(components) or None)
         if alarms:                      # the cluster's etcd alarms: one question to the node's own etcd
+            from cpctl.ops import etcdcare  # loaded only then: a status of other components asks no etcd
             etcdcare.status_alarms(node, data)
         return data
     shown = execute(ctx, action, status_text)

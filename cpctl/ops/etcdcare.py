@@ -583,14 +583,16 @@ def _move_target(seen: Survey, leader: MemberView, prefer: Sequence[str] = (), t
                                           v.status.raft_applied_index if v.status else 0, v.name))
 
 
-def _move(node: Node, gateway: Gateway, endpoints: Sequence[str], leader: MemberView, target: MemberView) -> None:
+def _move(node: Node, gateway: Gateway, endpoints: Sequence[str], leader: MemberView, target: MemberView,
+          why: str = "") -> None:
     """Hand leadership from ``leader`` to ``target`` and wait until the members agree on it."""
     try:
         gateway.move_leader(leader.endpoint, target.member.id, LEADER_WAIT)
     except EtcdError as exc:
         raise CpctlError("moving etcd leadership from %s to %s failed: %s" % (leader.name, target.name, exc),
                          ExitCode.ENVIRONMENT) from None
-    record(node, "etcd-move-leader", leader.name, {"to": target.name, "reason": "leadership moved to %s" % target.name})
+    record(node, "etcd-move-leader", leader.name, {"to": target.name, "reason": "leadership moved to %s%s"
+                                                   % (target.name, why and " " + why)})
     deadline = time.monotonic() + LEADER_WAIT
     while True:
         now = survey(gateway, endpoints).leader
@@ -632,6 +634,60 @@ def move_leader(node: Node, to: str, dry_run: bool) -> MoveReport:
         _move(node, gateway, endpoints, leader, target)
         return MoveReport(node=node.node_name, changed=True, dry_run=False, from_member=leader.name,
                           to_member=target.name, message="leadership moved from %s to %s" % (leader.name, target.name))
+
+
+def leads_here(node: Node) -> bool:
+    """True when ``node`` runs etcd from a loadable manifest (the member a stop, restart or manifest
+    change of etcd takes down)."""
+    return any(m.pod_name == ETCD for m in node.scan().valid)
+
+
+def move_off_before(node: Node, what: str, move: bool = True) -> str:
+    """Before ``what`` (``restart of etcd``, ...) takes this node's etcd member down: when that member
+    leads, hand leadership to a healthy voter first (as ``etcd move-leader`` does, recorded in the
+    history), so the cluster does not wait for an election timeout. Whatever stands in the way (no
+    client certificate, the member does not answer, a single member, no healthy voter, a failed
+    transfer) is no refusal - the change goes on, as it would without this, and the returned line
+    says why nothing moved. "" when the member does not lead (nothing to say); nothing in a dry run."""
+    if node.dry_run or not leads_here(node):
+        return ""
+    if not move:
+        return "etcd leadership not checked before %s (--no-move-leader)" % what
+    try:
+        gateway, endpoints = gateway_of(node)
+        own = own_member(node, gateway)
+        if own is None:
+            return ""
+        seen = survey(gateway, endpoints)
+        leader = seen.leader
+        if leader is None or leader.member.id != own:
+            return ""
+        if len(seen.voters) == 1:
+            return ("etcd member %s is the only voting member: no leadership to move before %s; going on"
+                    % (leader.name, what))
+        target = _move_target(seen, leader)
+        _move(node, gateway, endpoints, leader, target, "before %s" % what)
+    except CpctlError as exc:
+        return "etcd leadership not moved before %s (%s); going on: the cluster elects a new leader " \
+               "after etcd's election timeout" % (what, exc.message)
+    return "etcd leadership moved from %s to %s before %s" % (leader.name, target.name, what)
+
+
+def own_member(node: Node, gateway: Gateway) -> Optional[int]:
+    """The member ID of the etcd this node runs, asked at its own client URLs (its manifest's
+    --listen-client-urls, loopback first, then --advertise-client-urls); None when none answers."""
+    for manifest in node.scan().valid:
+        if manifest.pod_name != ETCD:
+            continue
+        for container in _containers(manifest.pod):
+            values = {f.name: f.value or "" for f in flags_of(container)}
+            urls = sorted(_split(values.get("listen-client-urls", "")), key=lambda u: not _local(u))
+            for url in urls + _split(values.get("advertise-client-urls", "")):
+                try:
+                    return gateway.status(url).member_id
+                except EtcdError:
+                    continue
+    return None
 
 
 def _health_text(seen: Survey) -> str:

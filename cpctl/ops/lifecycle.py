@@ -34,12 +34,27 @@ def order_components(names: Sequence[str], reverse: bool = False) -> List[str]:
 
 
 def stop(node: Node, components: Sequence[str], reason: Optional[str], until: Optional[float], wait: bool,
-         timeout: float) -> List[Outcome]:
+         timeout: float, move_leader: bool = True) -> List[Outcome]:
     ordered = order_components(components, reverse=True)  # validate names before any side effect
     node.check_parkable(ordered)
     _refuse_armed(node, ordered)
     with node.session("cpctl stop %s" % " ".join(components)):
-        return [node.stop(c, reason=reason, until=until, wait=wait, timeout=timeout) for c in ordered]
+        outcomes = []
+        for component in ordered:
+            _move_leader_off(node, component, "stop of etcd", move_leader)
+            outcomes.append(node.stop(component, reason=reason, until=until, wait=wait, timeout=timeout))
+        return outcomes
+
+
+def _move_leader_off(node: Node, component: str, what: str, move: bool) -> None:
+    """Before etcd on this node goes down: its member's leadership to a healthy voter
+    (``etcdcare.move_off_before``), said on the node's log; other components: nothing."""
+    if node.dry_run or not any(m.pod_name == catalogue.ETCD for m in node.scan().find(component) if m.valid):
+        return
+    from cpctl.ops import etcdcare
+    line = etcdcare.move_off_before(node, what, move)
+    if line:
+        node.log(line)
 
 
 def _refuse_armed(node: Node, components: Sequence[str]) -> None:
@@ -90,7 +105,7 @@ def parked_components(node: Node) -> List[str]:
 
 
 def restart(node: Node, components: Sequence[str], reason: Optional[str], timeout: float,
-            new_member: bool = False) -> List[Outcome]:
+            new_member: bool = False, move_leader: bool = True) -> List[Outcome]:
     """Stop and start each component in turn, waiting for the kubelet at both steps.
 
     A restart never leaves a component parked: whatever stops its stop phase (a timeout, an API
@@ -104,6 +119,7 @@ def restart(node: Node, components: Sequence[str], reason: Optional[str], timeou
     with node.session("cpctl restart %s" % " ".join(components)):
         for component in ordered:
             _refuse_empty_data(node, component, new_member)      # before its stop: nothing moves
+            _move_leader_off(node, component, "restart of etcd", move_leader)
             stopped = _stop_for_restart(node, component, reason or "restart", timeout)
             try:
                 started = _start_same_member(node, component, wait=True, timeout=timeout,

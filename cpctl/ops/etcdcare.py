@@ -55,6 +55,9 @@ DEFAULT_QUOTA = 2 << 30
 #: recover-space calls the space back when every member's database is under this share of the quota.
 QUOTA_HEADROOM = 0.95
 INTENT = "etcd-op.json"
+#: What an intent's operation did to its member, for the line that names a killed run.
+INTENT_WORDS = {"defrag": "defragmented", "move-leader": "its leadership handed over",
+                "alarm-disarm": "its alarm disarmed"}
 CHECK_KEY = b"/cpctl/recover-space/check"
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 
@@ -333,11 +336,12 @@ def _intent_path(node: Node) -> str:
     return node.state.path + "/" + INTENT
 
 
-def write_intent(node: Node, op: str, member: MemberView) -> None:
+def write_intent(node: Node, op: str, member: MemberView, **extra: str) -> None:
     """Before a member is changed: which one, by which process (the next run reports a killed one)."""
     who = node.host.info()
     body = {"op": op, "member": member.name, "member_id": hex_id(member.member.id), "started": iso(),
             "pid": who["pid"], "host": who["hostname"]}
+    body.update(extra)
     node.host.write_atomic(_intent_path(node), json.dumps(body, sort_keys=True).encode() + b"\n")
 
 
@@ -368,7 +372,7 @@ def settle_intent(node: Node, gateway: Gateway, endpoints: Sequence[str]) -> Lis
     line = ("a cpctl etcd %s (pid %s) was stopped at %s while member %s was being changed (%s); etcd finishes "
             "its own part by itself, nothing of it was left half-done by cpctl" % (
                 op, str(intent.get("pid") or "?")[:12], str(intent.get("started") or "?")[:40], member,
-                "defragmented" if op == "defrag" else op))
+                INTENT_WORDS.get(op, op)))
     record(node, "etcd-%s-killed" % op, member, {"reason": line})
     clear_intent(node)
     return [line]
@@ -586,11 +590,22 @@ def _move_target(seen: Survey, leader: MemberView, prefer: Sequence[str] = (), t
 def _move(node: Node, gateway: Gateway, endpoints: Sequence[str], leader: MemberView, target: MemberView,
           why: str = "") -> None:
     """Hand leadership from ``leader`` to ``target`` and wait until the members agree on it."""
+    write_intent(node, "move-leader", leader, to=target.name)
     try:
         gateway.move_leader(leader.endpoint, target.member.id, LEADER_WAIT)
     except EtcdError as exc:
+        clear_intent(node)
         raise CpctlError("moving etcd leadership from %s to %s failed: %s" % (leader.name, target.name, exc),
                          ExitCode.ENVIRONMENT) from None
+    except (KeyboardInterrupt, Terminated) as exc:
+        signal = interrupted_by(exc)
+        line = ("interrupted (%s) while etcd leadership was being handed from %s to %s: etcd completes or "
+                "abandons the transfer by itself (within its election timeout); see who leads with cpctl etcd "
+                "status" % (signal, leader.name, target.name))
+        clear_intent(node)
+        record(node, "etcd-move-leader-interrupted", leader.name, {"to": target.name, "reason": line})
+        raise Interrupted(signal, line) from None
+    clear_intent(node)
     record(node, "etcd-move-leader", leader.name, {"to": target.name, "reason": "leadership moved to %s%s"
                                                    % (target.name, why and " " + why)})
     deadline = time.monotonic() + LEADER_WAIT
@@ -618,6 +633,8 @@ def move_leader(node: Node, to: str, dry_run: bool) -> MoveReport:
     """``etcd move-leader [--to NAME]``: leadership to ``to`` or the most up-to-date healthy voter."""
     gateway, endpoints = gateway_of(node)
     with node.session("etcd move-leader", changing=False) if not dry_run else nullcontext(node):
+        if not dry_run:
+            settle_intent(node, gateway, endpoints)
         seen = survey(gateway, endpoints)
         leader = seen.leader
         if leader is None:
@@ -655,6 +672,8 @@ def move_off_before(node: Node, what: str, move: bool = True) -> str:
         return "etcd leadership not checked before %s (--no-move-leader)" % what
     try:
         gateway, endpoints = gateway_of(node)
+        for line in settle_intent(node, gateway, endpoints):      # a killed etcd command's, named first
+            node.log(line)
         own = own_member(node, gateway)
         if own is None:
             return ""
@@ -667,6 +686,8 @@ def move_off_before(node: Node, what: str, move: bool = True) -> str:
                     % (leader.name, what))
         target = _move_target(seen, leader)
         _move(node, gateway, endpoints, leader, target, "before %s" % what)
+    except Interrupted:
+        raise
     except CpctlError as exc:
         return "etcd leadership not moved before %s (%s); going on: the cluster elects a new leader " \
                "after etcd's election timeout" % (what, exc.message)
@@ -723,6 +744,8 @@ def alarm_disarm(node: Node, kinds: Sequence[str], dry_run: bool) -> AlarmReport
     """Deactivate the active alarms of ``kinds`` (NOSPACE by default; CORRUPT only when named)."""
     gateway, endpoints = gateway_of(node)
     with node.session("etcd alarm disarm", changing=False) if not dry_run else nullcontext(node):
+        if not dry_run:
+            settle_intent(node, gateway, endpoints)
         seen = survey(gateway, endpoints)
         if seen.alarm_error:
             raise CpctlError("the etcd alarms could not be read: %s" % seen.alarm_error, ExitCode.ENVIRONMENT)
@@ -740,12 +763,29 @@ def alarm_disarm(node: Node, kinds: Sequence[str], dry_run: bool) -> AlarmReport
 
 
 def _disarm(node: Node, gateway: Gateway, seen: Survey, alarms: Sequence[Alarm]) -> None:
+    """Deactivate each alarm, one request each, an intent around each (the member that raised it)."""
+    done: List[str] = []
     for alarm in alarms:
+        member = next((v for v in seen.members if v.member.id == alarm.member_id), None)
+        if member is not None:
+            write_intent(node, "alarm-disarm", member, alarm=alarm.alarm)
         try:
             gateway.disarm(seen.asked, alarm)
         except EtcdError as exc:
+            clear_intent(node)
             raise CpctlError("disarming the %s alarm of %s failed: %s" % (
                 alarm.alarm, seen.name_of(alarm.member_id), exc), ExitCode.ENVIRONMENT) from None
+        except (KeyboardInterrupt, Terminated) as exc:
+            signal = interrupted_by(exc)
+            line = ("interrupted (%s) while the %s alarm of etcd member %s was being disarmed: etcd applies the "
+                    "request whole or not at all; disarmed before: %s; see what is active with cpctl etcd alarm "
+                    "list" % (signal, alarm.alarm, seen.name_of(alarm.member_id), ", ".join(done) or "none"))
+            clear_intent(node)
+            record(node, "etcd-alarm-disarm-interrupted", seen.name_of(alarm.member_id),
+                   {"alarm": alarm.alarm, "reason": line})
+            raise Interrupted(signal, line) from None
+        clear_intent(node)
+        done.append("%s (%s)" % (alarm.alarm, seen.name_of(alarm.member_id)))
         record(node, "etcd-alarm-disarm", seen.name_of(alarm.member_id),
                {"alarm": alarm.alarm, "reason": "alarm %s disarmed" % alarm.alarm})
 

@@ -41,20 +41,26 @@ def stop(node: Node, components: Sequence[str], reason: Optional[str], until: Op
     with node.session("cpctl stop %s" % " ".join(components)):
         outcomes = []
         for component in ordered:
-            _move_leader_off(node, component, "stop of etcd", move_leader)
-            outcomes.append(node.stop(component, reason=reason, until=until, wait=wait, timeout=timeout))
+            moved = _move_leader_off(node, component, "stop of etcd", move_leader)
+            outcomes.append(_said(node.stop(component, reason=reason, until=until, wait=wait, timeout=timeout),
+                                  moved))
         return outcomes
 
 
-def _move_leader_off(node: Node, component: str, what: str, move: bool) -> None:
+def _move_leader_off(node: Node, component: str, what: str, move: bool) -> str:
     """Before etcd on this node goes down: its member's leadership to a healthy voter
-    (``etcdcare.move_off_before``), said on the node's log; other components: nothing."""
+    (``etcdcare.move_off_before``); the line that says what happened ("" for other components)."""
     if node.dry_run or not any(m.pod_name == catalogue.ETCD for m in node.scan().find(component) if m.valid):
-        return
+        return ""
     from cpctl.ops import etcdcare
-    line = etcdcare.move_off_before(node, what, move)
+    return etcdcare.move_off_before(node, what, move)
+
+
+def _said(outcome: Outcome, line: str) -> Outcome:
+    """``outcome`` with the leadership line after its message (in the result itself: with -H/-i too)."""
     if line:
-        node.log(line)
+        outcome.message = "%s; %s" % (outcome.message, line)
+    return outcome
 
 
 def _refuse_armed(node: Node, components: Sequence[str]) -> None:
@@ -119,16 +125,16 @@ def restart(node: Node, components: Sequence[str], reason: Optional[str], timeou
     with node.session("cpctl restart %s" % " ".join(components)):
         for component in ordered:
             _refuse_empty_data(node, component, new_member)      # before its stop: nothing moves
-            _move_leader_off(node, component, "restart of etcd", move_leader)
+            moved = _move_leader_off(node, component, "restart of etcd", move_leader)
             stopped = _stop_for_restart(node, component, reason or "restart", timeout)
             try:
                 started = _start_same_member(node, component, wait=True, timeout=timeout,
                                              reason=reason or "restart", new_member=new_member)
             except BaseException as exc:  # noqa: BLE001 - every failure gets where the manifest is
                 raise _where_left(node, component, "start", exc) from None
-            outcomes.append(Outcome(started.component, "restart", stopped.changed or started.changed,
-                                    "restarted" if stopped.changed else "started (was stopped)",
-                                    stop=stopped.to_dict(), start=started.to_dict()))
+            outcomes.append(_said(Outcome(started.component, "restart", stopped.changed or started.changed,
+                                          "restarted" if stopped.changed else "started (was stopped)",
+                                          stop=stopped.to_dict(), start=started.to_dict()), moved))
     return outcomes
 
 

@@ -93,7 +93,7 @@ def test_restart_of_etcd_on_the_leaders_master_moves_leadership_first(real_etcd:
     now, _ = _members(lab, others[0])
     assert now != leader and now in names
     moved = "etcd leadership moved from %s to %s before restart of etcd" % (names[leader], names[now])
-    assert moved in run.stderr, run.stderr
+    assert moved in run.stdout, run.stdout            # in the result (with -H/-i too), not only on stderr
     # etcd's own account: the transfer asked through its maintenance API, the transferee's election
     # started by the old leader's MsgTimeoutNow - the only election, no pre-vote after an election timeout
     old, new = "%x" % leader, "%x" % now
@@ -121,7 +121,7 @@ def test_restart_of_etcd_on_the_leaders_master_moves_leadership_first(real_etcd:
     before = _log_sizes(lab)
     run = run_cpctl(lab.env_for(again), "restart", "etcd", "--no-move-leader", timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "etcd leadership not checked before restart of etcd (--no-move-leader)" in run.stderr, run.stderr
+    assert "etcd leadership not checked before restart of etcd (--no-move-leader)" in run.stdout, run.stdout
     text = "".join(_new_log(lab, before).values())
     assert text.index("received signal; shutting down") < text.index("leadership transfer starting"), text[-4000:]
     history = json.loads(run_cpctl(lab.env_for(again), "-o", "json", "history", "--limit", "100").stdout)["history"]
@@ -148,5 +148,5 @@ def test_single_member_restart_goes_on_and_says_so(real_etcd: Any, lab: Any) -> 
     run = run_cpctl(lab, "restart", "etcd", timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     assert ("etcd member %s is the only voting member: no leadership to move before restart of etcd; going on"
-            % lab.node_name(1)) in run.stderr, run.stderr
+            % lab.node_name(1)) in run.stdout, run.stdout
     wait_for(lambda: is_ready(mirror(lab, "etcd")), 120, "etcd's mirror pod Ready after the restart")

@@ -57,9 +57,10 @@ def _move_leader_off(node: Node, component: str, what: str, move: bool) -> str:
 
 
 def _said(outcome: Outcome, line: str) -> Outcome:
-    """``outcome`` with the leadership line after its message (in the result itself: with -H/-i too)."""
+    """``outcome`` with the leadership line as its ``leadership`` field (in the result itself, so that
+    -H/-i show it too: a remote node's log is not printed)."""
     if line:
-        outcome.message = "%s; %s" % (outcome.message, line)
+        outcome.extra["leadership"] = line
     return outcome
 
 

@@ -152,6 +152,8 @@ def outcomes_text(data: dict) -> str:
         waits = [result.get("wait")] + [(result.get(step) or {}).get("wait") for step in ("stop", "start")]
         details = [w["detail"] for w in waits if isinstance(w, dict) and w.get("detail")]
         lines.append(line + "".join(" - %s" % d for d in details))
+        if result.get("leadership"):
+            lines.append("%s: %s" % (result["component"], result["leadership"]))
     lines += ["%s: not restarted (%s) - %s" % (left["component"], left["verdict"], left["why"])
               for left in data.get("left") or []]
     return "\n".join(lines)

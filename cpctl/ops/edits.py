@@ -50,6 +50,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, NoReturn, Optional, Sequence, Tuple, TypeVar
 
+from cpctl.catalogue import ETCD
 from cpctl.core import (
     checks,
     confirmations,
@@ -78,7 +79,7 @@ from cpctl.core.replace import (
     text_diff,
 )
 from cpctl.errors import CpctlError, ExitCode, Interrupted, Terminated, interrupted_by
-from cpctl.ops import etcdidentity
+from cpctl.ops import etcdcare, etcdidentity
 from cpctl.probes.base import NoWait, PodState, PodTarget, WaitResult
 from cpctl.probes.diagnose import Diagnosis, why_not_running
 
@@ -133,6 +134,7 @@ class ApplyOptions:
     config_write: Optional[keptin.ConfigWrite] = None   # --keep-in kubeadm-config: written under the lock, first
     keep_in: Optional[KeepPlan] = None   # --keep-in: the kubeadm part of the change's Plan (built by ops.keepin)
     new_member: bool = False         # etcd: a new member on purpose: its empty data dir is not refused (core.etcddata)
+    move_leader: bool = True         # etcd: its member's leadership moves to a healthy voter before the change
 
 
 @dataclass
@@ -485,6 +487,10 @@ def _replace_core(node: Node, manifest: Manifest, new: bytes, source: str, actio
     refuse_empty_data(node, manifest, new, action, options.new_member)
     etcdidentity.accept_new_member(node, options.new_member)
     effect = manifests.pod_effect(manifest.data, new, verdict.release)
+    if effect != manifests.KEEPS and manifest.pod_name == ETCD:     # the member goes down: not as the leader
+        moved = etcdcare.move_off_before(node, "%s of etcd" % action, options.move_leader)
+        if moved:
+            node.log(moved)
     target = node.target_for(manifests.parse_pod(new), manifest.file)    # judged by the NEW manifest
     old_target = node.target_for(manifest.pod, manifest.file)
     before = None if effect == manifests.KEEPS else node.waiter.before(target)

@@ -58,6 +58,9 @@ DEFAULT_QUOTA = 2 << 30
 #: recover-space calls the space back when every member's database is under this share of the quota.
 QUOTA_HEADROOM = 0.95
 INTENT = "etcd-op.json"
+#: What an intent's operation did to its member, for the line that names a killed run.
+INTENT_WORDS = {"defrag": "defragmented", "move-leader": "its leadership handed over",
+                "alarm-disarm": "its alarm disarmed"}
 CHECK_KEY = b"/cpctl/recover-space/check"
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 
@@ -336,11 +339,12 @@ def _intent_path(node: Node) -> str:
     return node.state.path + "/" + INTENT
 
 
-def write_intent(node: Node, op: str, member: MemberView) -> None:
+def write_intent(node: Node, op: str, member: MemberView, **extra: str) -> None:
     """Before a member is changed: which one, by which process (the next run reports a killed one)."""
     who = node.host.info()
     body = {"op": op, "member": member.name, "member_id": hex_id(member.member.id), "started": iso(),
             "pid": who["pid"], "host": who["hostname"]}
+    body.update(extra)
     node.host.write_atomic(_intent_path(node), json.dumps(body, sort_keys=True).encode() + b"\n")
 
 
@@ -371,7 +375,7 @@ def settle_intent(node: Node, gateway: Gateway, endpoints: Sequence[str]) -> Lis
     line = ("a cpctl etcd %s (pid %s) was stopped at %s while member %s was being changed (%s); etcd finishes "
             "its own part by itself, nothing of it was left half-done by cpctl" % (
                 op, str(intent.get("pid") or "?")[:12], str(intent.get("started") or "?")[:40], member,
-                "defragmented" if op == "defrag" else op))
+                INTENT_WORDS.get(op, op)))
     record(node, "etcd-%s-killed" % op, member, {"reason": line})
     clear_intent(node)
     return [line]
@@ -586,14 +590,27 @@ def _move_target(seen: Survey, leader: MemberView, prefer: Sequence[str] = (), t
                                           v.status.raft_applied_index if v.status else 0, v.name))
 
 
-def _move(node: Node, gateway: Gateway, endpoints: Sequence[str], leader: MemberView, target: MemberView) -> None:
+def _move(node: Node, gateway: Gateway, endpoints: Sequence[str], leader: MemberView, target: MemberView,
+          why: str = "") -> None:
     """Hand leadership from ``leader`` to ``target`` and wait until the members agree on it."""
+    write_intent(node, "move-leader", leader, to=target.name)
     try:
         gateway.move_leader(leader.endpoint, target.member.id, LEADER_WAIT)
     except EtcdError as exc:
+        clear_intent(node)
         raise CpctlError("moving etcd leadership from %s to %s failed: %s" % (leader.name, target.name, exc),
                          ExitCode.ENVIRONMENT) from None
-    record(node, "etcd-move-leader", leader.name, {"to": target.name, "reason": "leadership moved to %s" % target.name})
+    except (KeyboardInterrupt, Terminated) as exc:
+        signal = interrupted_by(exc)
+        line = ("interrupted (%s) while etcd leadership was being handed from %s to %s: etcd completes or "
+                "abandons the transfer by itself (within its election timeout); see who leads with cpctl etcd "
+                "status" % (signal, leader.name, target.name))
+        clear_intent(node)
+        record(node, "etcd-move-leader-interrupted", leader.name, {"to": target.name, "reason": line})
+        raise Interrupted(signal, line) from None
+    clear_intent(node)
+    record(node, "etcd-move-leader", leader.name, {"to": target.name, "reason": "leadership moved to %s%s"
+                                                   % (target.name, why and " " + why)})
     deadline = time.monotonic() + LEADER_WAIT
     while True:
         now = survey(gateway, endpoints).leader
@@ -619,6 +636,8 @@ def move_leader(node: Node, to: str, dry_run: bool) -> MoveReport:
     """``etcd move-leader [--to NAME]``: leadership to ``to`` or the most up-to-date healthy voter."""
     gateway, endpoints = gateway_of(node)
     with node.session("etcd move-leader", changing=False) if not dry_run else nullcontext(node):
+        if not dry_run:
+            settle_intent(node, gateway, endpoints)
         seen = survey(gateway, endpoints)
         leader = seen.leader
         if leader is None:
@@ -635,6 +654,64 @@ def move_leader(node: Node, to: str, dry_run: bool) -> MoveReport:
         _move(node, gateway, endpoints, leader, target)
         return MoveReport(node=node.node_name, changed=True, dry_run=False, from_member=leader.name,
                           to_member=target.name, message="leadership moved from %s to %s" % (leader.name, target.name))
+
+
+def leads_here(node: Node) -> bool:
+    """True when ``node`` runs etcd from a loadable manifest (the member a stop, restart or manifest
+    change of etcd takes down)."""
+    return any(m.pod_name == ETCD for m in node.scan().valid)
+
+
+def move_off_before(node: Node, what: str, move: bool = True) -> str:
+    """Before ``what`` (``restart of etcd``, ...) takes this node's etcd member down: when that member
+    leads, hand leadership to a healthy voter first (as ``etcd move-leader`` does, recorded in the
+    history), so the cluster does not wait for an election timeout. Whatever stands in the way (no
+    client certificate, the member does not answer, a single member, no healthy voter, a failed
+    transfer) is no refusal - the change goes on, as it would without this, and the returned line
+    says why nothing moved. "" when the member does not lead (nothing to say); nothing in a dry run."""
+    if node.dry_run or not leads_here(node):
+        return ""
+    if not move:
+        return "etcd leadership not checked before %s (--no-move-leader)" % what
+    try:
+        gateway, endpoints = gateway_of(node)
+        for line in settle_intent(node, gateway, endpoints):      # a killed etcd command's, named first
+            node.log(line)
+        own = own_member(node, gateway)
+        if own is None:
+            return ""
+        seen = survey(gateway, endpoints)
+        leader = seen.leader
+        if leader is None or leader.member.id != own:
+            return ""
+        if len(seen.voters) == 1:
+            return ("etcd member %s is the only voting member: no leadership to move before %s; going on"
+                    % (leader.name, what))
+        target = _move_target(seen, leader)
+        _move(node, gateway, endpoints, leader, target, "before %s" % what)
+    except Interrupted:
+        raise
+    except CpctlError as exc:
+        return "etcd leadership not moved before %s (%s); going on: the cluster elects a new leader " \
+               "after etcd's election timeout" % (what, exc.message)
+    return "etcd leadership moved from %s to %s before %s" % (leader.name, target.name, what)
+
+
+def own_member(node: Node, gateway: Gateway) -> Optional[int]:
+    """The member ID of the etcd this node runs, asked at its own client URLs (its manifest's
+    --listen-client-urls, loopback first, then --advertise-client-urls); None when none answers."""
+    for manifest in node.scan().valid:
+        if manifest.pod_name != ETCD:
+            continue
+        for container in _containers(manifest.pod):
+            values = {f.name: f.value or "" for f in flags_of(container)}
+            urls = sorted(_split(values.get("listen-client-urls", "")), key=lambda u: not _local(u))
+            for url in urls + _split(values.get("advertise-client-urls", "")):
+                try:
+                    return gateway.status(url).member_id
+                except EtcdError:
+                    continue
+    return None
 
 
 def _health_text(seen: Survey) -> str:
@@ -754,6 +831,8 @@ def alarm_disarm(node: Node, kinds: Sequence[str], dry_run: bool) -> AlarmReport
     """Deactivate the active alarms of ``kinds`` (NOSPACE by default; CORRUPT only when named)."""
     gateway, endpoints = gateway_of(node)
     with node.session("etcd alarm disarm", changing=False) if not dry_run else nullcontext(node):
+        if not dry_run:
+            settle_intent(node, gateway, endpoints)
         seen = survey(gateway, endpoints)
         if seen.alarm_error:
             raise CpctlError("the etcd alarms could not be read: %s" % seen.alarm_error, ExitCode.ENVIRONMENT)
@@ -771,12 +850,29 @@ def alarm_disarm(node: Node, kinds: Sequence[str], dry_run: bool) -> AlarmReport
 
 
 def _disarm(node: Node, gateway: Gateway, seen: Survey, alarms: Sequence[Alarm]) -> None:
+    """Deactivate each alarm, one request each, an intent around each (the member that raised it)."""
+    done: List[str] = []
     for alarm in alarms:
+        member = next((v for v in seen.members if v.member.id == alarm.member_id), None)
+        if member is not None:
+            write_intent(node, "alarm-disarm", member, alarm=alarm.alarm)
         try:
             gateway.disarm(seen.asked, alarm)
         except EtcdError as exc:
+            clear_intent(node)
             raise CpctlError("disarming the %s alarm of %s failed: %s" % (
                 alarm.alarm, seen.name_of(alarm.member_id), exc), ExitCode.ENVIRONMENT) from None
+        except (KeyboardInterrupt, Terminated) as exc:
+            signal = interrupted_by(exc)
+            line = ("interrupted (%s) while the %s alarm of etcd member %s was being disarmed: etcd applies the "
+                    "request whole or not at all; disarmed before: %s; see what is active with cpctl etcd alarm "
+                    "list" % (signal, alarm.alarm, seen.name_of(alarm.member_id), ", ".join(done) or "none"))
+            clear_intent(node)
+            record(node, "etcd-alarm-disarm-interrupted", seen.name_of(alarm.member_id),
+                   {"alarm": alarm.alarm, "reason": line})
+            raise Interrupted(signal, line) from None
+        clear_intent(node)
+        done.append("%s (%s)" % (alarm.alarm, seen.name_of(alarm.member_id)))
         record(node, "etcd-alarm-disarm", seen.name_of(alarm.member_id),
                {"alarm": alarm.alarm, "reason": "alarm %s disarmed" % alarm.alarm})
 

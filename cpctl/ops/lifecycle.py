@@ -34,12 +34,34 @@ def order_components(names: Sequence[str], reverse: bool = False) -> List[str]:
 
 
 def stop(node: Node, components: Sequence[str], reason: Optional[str], until: Optional[float], wait: bool,
-         timeout: float) -> List[Outcome]:
+         timeout: float, move_leader: bool = True) -> List[Outcome]:
     ordered = order_components(components, reverse=True)  # validate names before any side effect
     node.check_parkable(ordered)
     _refuse_armed(node, ordered)
     with node.session("cpctl stop %s" % " ".join(components)):
-        return [node.stop(c, reason=reason, until=until, wait=wait, timeout=timeout) for c in ordered]
+        outcomes = []
+        for component in ordered:
+            moved = _move_leader_off(node, component, "stop of etcd", move_leader)
+            outcomes.append(_said(node.stop(component, reason=reason, until=until, wait=wait, timeout=timeout),
+                                  moved))
+        return outcomes
+
+
+def _move_leader_off(node: Node, component: str, what: str, move: bool) -> str:
+    """Before etcd on this node goes down: its member's leadership to a healthy voter
+    (``etcdcare.move_off_before``); the line that says what happened ("" for other components)."""
+    if node.dry_run or not any(m.pod_name == catalogue.ETCD for m in node.scan().find(component) if m.valid):
+        return ""
+    from cpctl.ops import etcdcare
+    return etcdcare.move_off_before(node, what, move)
+
+
+def _said(outcome: Outcome, line: str) -> Outcome:
+    """``outcome`` with the leadership line as its ``leadership`` field (in the result itself, so that
+    -H/-i show it too: a remote node's log is not printed)."""
+    if line:
+        outcome.extra["leadership"] = line
+    return outcome
 
 
 def _refuse_armed(node: Node, components: Sequence[str]) -> None:
@@ -90,7 +112,7 @@ def parked_components(node: Node) -> List[str]:
 
 
 def restart(node: Node, components: Sequence[str], reason: Optional[str], timeout: float,
-            new_member: bool = False) -> List[Outcome]:
+            new_member: bool = False, move_leader: bool = True) -> List[Outcome]:
     """Stop and start each component in turn, waiting for the kubelet at both steps.
 
     A restart never leaves a component parked: whatever stops its stop phase (a timeout, an API
@@ -104,15 +126,16 @@ def restart(node: Node, components: Sequence[str], reason: Optional[str], timeou
     with node.session("cpctl restart %s" % " ".join(components)):
         for component in ordered:
             _refuse_empty_data(node, component, new_member)      # before its stop: nothing moves
+            moved = _move_leader_off(node, component, "restart of etcd", move_leader)
             stopped = _stop_for_restart(node, component, reason or "restart", timeout)
             try:
                 started = _start_same_member(node, component, wait=True, timeout=timeout,
                                              reason=reason or "restart", new_member=new_member)
             except BaseException as exc:  # noqa: BLE001 - every failure gets where the manifest is
                 raise _where_left(node, component, "start", exc) from None
-            outcomes.append(Outcome(started.component, "restart", stopped.changed or started.changed,
-                                    "restarted" if stopped.changed else "started (was stopped)",
-                                    stop=stopped.to_dict(), start=started.to_dict()))
+            outcomes.append(_said(Outcome(started.component, "restart", stopped.changed or started.changed,
+                                          "restarted" if stopped.changed else "started (was stopped)",
+                                          stop=stopped.to_dict(), start=started.to_dict()), moved))
     return outcomes
 
 

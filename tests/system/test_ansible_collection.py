@@ -32,7 +32,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 COLLECTION = REPO / "ansible_collections" / "cpctl" / "controlplane"
 MODULES = sorted(p.stem for p in (COLLECTION / "plugins" / "modules").glob("*.py"))
-EXPECTED = ["confirm", "controlplane_info", "etcd_snapshot", "static_pod", "static_pod_flags", "static_pod_manifest"]
+EXPECTED = ["confirm", "controlplane_info", "etcd_alarm", "etcd_defrag", "etcd_info", "etcd_snapshot", "static_pod",
+            "static_pod_flags", "static_pod_manifest"]
 BIN = os.path.dirname(sys.executable)
 
 

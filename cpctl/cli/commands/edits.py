@@ -20,7 +20,7 @@ import click
 
 from cpctl.cli import completers
 from cpctl.cli.commands.confirm import ChangeAction, NodeAction, armed_text, confirm_options, guarded, parse_confirm
-from cpctl.cli.commands.lifecycle import check_reason, guarded_reason, reason_option
+from cpctl.cli.commands.lifecycle import check_reason, guarded_reason, move_leader, no_move_leader_option, reason_option
 from cpctl.cli.context import note, printable
 from cpctl.cli.fanout import execute
 from cpctl.errors import CpctlError, ExitCode
@@ -69,6 +69,7 @@ def _change_options(function: Callable[..., Any]) -> Callable[..., Any]:
                      help="Seconds the new pod must stay Ready after it first is."),
         change_force_option,
         new_member_option,
+        no_move_leader_option,
     ]):
         function = option(function)
     return function
@@ -91,7 +92,8 @@ def _options(ctx: click.Context, component: str, timeout: Optional[float], no_ro
         reason = guarded_reason(ctx, "apply", [component], force, reason, dry_run)
     return ApplyOptions(timeout=timeout, rollback=not no_rollback, dry_run=dry_run, reason=reason,
                         keep=keep_revisions, settle=settle, force=force, parked=parked,
-                        keep_verified=not confirming, new_member=bool(ctx.meta.get("cpctl.new_member")))
+                        keep_verified=not confirming, new_member=bool(ctx.meta.get("cpctl.new_member")),
+                        move_leader=move_leader(ctx))
 
 
 keep_in_option = click.option(

@@ -30,6 +30,17 @@ new_member_option = click.option(
          "restored into a new data dir: docs/etcd-restore.md): an empty or missing data dir is not refused, and "
          "the member that comes back may have another member ID or an older revision.")
 
+no_move_leader_option = click.option(
+    "--no-move-leader", is_flag=True, expose_value=False,
+    callback=lambda ctx, _param, value: ctx.meta.__setitem__("cpctl.no_move_leader", bool(value)),
+    help="etcd: do not hand the leadership of this master's member to a healthy voter first when it leads "
+         "(by default it is moved, so the cluster does not wait for an election timeout; docs/etcd.md).")
+
+
+def move_leader(ctx: click.Context) -> bool:
+    """False when the command line said --no-move-leader."""
+    return not ctx.meta.get("cpctl.no_move_leader")
+
 
 #: Fields of a stop/start/restart result that a no-op ("already stopped") has no value for: null
 #: rather than left out, so that one schema reads every answer (docs/json.md).
@@ -198,6 +209,7 @@ def _where_is(placement: "Placement", verb: str) -> str:
 @timeout_option
 @dry_run_option
 @force_option
+@no_move_leader_option
 @click.pass_context
 def stop(ctx: click.Context, components: Tuple[str, ...], reason: Optional[str], duration: Optional[str],
          no_wait: bool, timeout: float, dry_run: bool, force: bool) -> None:
@@ -213,7 +225,7 @@ def stop(ctx: click.Context, components: Tuple[str, ...], reason: Optional[str],
     until = time.time() + parse_duration(duration) if duration is not None else None
     check_reason(reason)
     change(ctx, "stop", list(components), dry_run, force, reason,
-           lambda node, names, why: lifecycle.stop(node, names, why, until, not no_wait, timeout))
+           lambda node, names, why: lifecycle.stop(node, names, why, until, not no_wait, timeout, move_leader(ctx)))
     if until is not None and not dry_run:
         from cpctl.cli.context import note
         from cpctl.cli.fanout import run_hint
@@ -273,6 +285,7 @@ class _ComponentsOrStaleCerts(click.Command):
 @force_option
 @verify_option
 @new_member_option
+@no_move_leader_option
 @click.pass_context
 def restart(ctx: click.Context, components: Tuple[str, ...], stale_certs: bool, reason: Optional[str], timeout: float,
             dry_run: bool, force: bool, verify: bool, new_member: bool) -> None:
@@ -301,4 +314,5 @@ def restart(ctx: click.Context, components: Tuple[str, ...], stale_certs: bool, 
                extra=lambda node: {"left": list(plan_of(node)[1])})
         return
     change(ctx, "restart", list(components), dry_run, force, reason,
-           lambda node, names, why: lifecycle.restart(node, names, why, timeout, new_member))
+           lambda node, names, why: lifecycle.restart(node, names, why, timeout, new_member,
+                                                     move_leader(ctx)))

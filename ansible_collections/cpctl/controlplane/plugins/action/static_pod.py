@@ -24,6 +24,8 @@ class ActionModule(CpctlAction):
             options += ["--for", args["until"]]
         if args["force"] and verb != "start":
             options.append("--force")
+        if not args["move_leader"] and verb != "start":
+            options.append("--no-move-leader")
         argv = command([verb], options, args["component"])
         planned = None
         if self._play_context.check_mode or self._task.diff:

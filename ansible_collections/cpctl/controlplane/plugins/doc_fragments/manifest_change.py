@@ -39,6 +39,13 @@ options:
     description: Override the etcd quorum / last API server guard (recorded in the history).
     type: bool
     default: false
+  move_leader:
+    description:
+      - For etcd, when this master's member leads and the change restarts it - hand its leadership to a
+        healthy voter first, so the cluster does not wait for an election timeout (never a refusal).
+        V(false) is cpctl's C(--no-move-leader).
+    type: bool
+    default: true
   confirm_within:
     description:
       - Commit-confirmed - the change reverts by itself (verified) unless it is confirmed within this

@@ -10,6 +10,7 @@ from __future__ import annotations
 COMPONENT = dict(type="str", required=True)
 REASON = dict(type="str")
 FORCE = dict(type="bool", default=False)
+MOVE_LEADER = dict(type="bool", default=True)
 
 #: The options of every manifest change (static_pod_manifest, static_pod_flags).
 MANIFEST_CHANGE = dict(
@@ -20,6 +21,7 @@ MANIFEST_CHANGE = dict(
     rollback=dict(type="bool", default=True),
     keep_revisions=dict(type="int", default=10, no_log=False),
     force=FORCE,
+    move_leader=MOVE_LEADER,
     confirm_within=dict(type="str"),
     confirm_check=dict(type="str", no_log=True),       # a shell command that may carry a token
 )

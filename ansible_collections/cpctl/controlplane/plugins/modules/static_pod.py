@@ -60,6 +60,13 @@ options:
       - Override the etcd quorum / last API server guard (recorded in the history).
     type: bool
     default: false
+  move_leader:
+    description:
+      - For etcd with O(state=stopped) or O(state=restarted), when this master's member leads - hand its
+        leadership to a healthy voter first, so the cluster does not wait for an election timeout (never a
+        refusal). V(false) is cpctl's C(--no-move-leader).
+    type: bool
+    default: true
 attributes:
   check_mode:
     support: full
@@ -128,7 +135,7 @@ rc:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.cpctl.controlplane.plugins.module_utils.specs import COMPONENT, FORCE, REASON
+from ansible_collections.cpctl.controlplane.plugins.module_utils.specs import COMPONENT, FORCE, MOVE_LEADER, REASON
 
 ARGUMENT_SPEC = dict(
     component=COMPONENT,
@@ -137,6 +144,7 @@ ARGUMENT_SPEC = dict(
     until=dict(type="str"),
     timeout=dict(type="float", default=120.0),
     force=FORCE,
+    move_leader=MOVE_LEADER,
 )
 
 

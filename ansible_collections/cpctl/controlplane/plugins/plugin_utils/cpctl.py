@@ -280,6 +280,8 @@ def change_options(args):
         argv.append("--no-rollback")
     if args["force"]:
         argv.append("--force")
+    if not args.get("move_leader", True):
+        argv.append("--no-move-leader")
     if args.get("confirm_within"):
         argv += ["--confirm-within", args["confirm_within"]]
     if args.get("confirm_check"):

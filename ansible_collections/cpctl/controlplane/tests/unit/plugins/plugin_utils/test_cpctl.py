@@ -31,10 +31,11 @@ def test_the_component_comes_last_after_a_double_dash():
 def test_change_options_spell_every_shared_option():
     args = {name: spec.get("default") for name, spec in MANIFEST_CHANGE.items()}
     assert change_options(args) == ["--timeout", "120.0", "--settle", "5.0", "--keep-revisions", "10"]
-    args.update(reason="why", rollback=False, force=True, confirm_within="5m", confirm_check="true",
-                keep_in=["kubeadm-config"])
-    assert change_options(args)[6:] == ["--reason", "why", "--no-rollback", "--force", "--confirm-within", "5m",
-                                        "--confirm-check", "true", "--keep-in", "kubeadm-config"]
+    args.update(reason="why", rollback=False, force=True, move_leader=False, confirm_within="5m",
+                confirm_check="true", keep_in=["kubeadm-config"])
+    assert change_options(args)[6:] == ["--reason", "why", "--no-rollback", "--force", "--no-move-leader",
+                                        "--confirm-within", "5m", "--confirm-check", "true", "--keep-in",
+                                        "kubeadm-config"]
 
 
 def test_the_error_line_is_cpctls_json_message_with_its_hint():

@@ -13,6 +13,8 @@ from __future__ import annotations
 import enum
 from typing import Dict, NamedTuple, Optional, Tuple
 
+from cpctl.catalogue import ETCD
+
 
 class Mode(enum.Enum):
     """How a command treats the selected masters."""
@@ -97,7 +99,7 @@ _SPECS: Tuple[CommandSpec, ...] = (
     CommandSpec("scheduler add", Mode.CHANGE, "writes the second scheduler on each master"),
     CommandSpec("scheduler remove", Mode.CHANGE, "removes it from each master"),
     CommandSpec("scheduler list", Mode.READ, "each master's second schedulers"),
-    CommandSpec("etcd", None, "", "cpctl.cli.commands.etcd:etcd",
+    CommandSpec(ETCD, None, "", "cpctl.cli.commands.etcd:etcd",      # the command is named after the component
                 "etcd care: status, rolling defragmentation, alarms, NOSPACE recovery, leadership (docs/etcd.md)."),
     CommandSpec("etcd status", Mode.ETCD, "etcd's members, asked through the first master that answers"),
     CommandSpec("etcd defrag", Mode.ETCD, "one member at a time across the cluster, through one master's agent"),

@@ -180,8 +180,8 @@ def how_to_fix(kind: str, file: Optional[str], component: Optional[str], extra: 
         "cert_expiring": "kubeadm certs renew all on this master, then %s" % command("restart", "--stale-certs"),
         "cert_stale": "%s (%s shows why)" % (command("restart", "--stale-certs"), command("certs")),
         "etcd_alarm": "%s (compacts, defragments, disarms NOSPACE); CORRUPT: find the bad member in etcd's logs "
-                      "and replace it (docs/etcd.md, \"CORRUPT\")" % command("etcd", "recover-space"),
-        "etcd_alarm_unknown": "%s (which members answer and why not)" % command("etcd", "status"),
+                      "and replace it (docs/etcd.md, \"CORRUPT\")" % command(ETCD, "recover-space"),
+        "etcd_alarm_unknown": "%s (which members answer and why not)" % command(ETCD, "status"),
     }
     return fixes[kind]
 
@@ -523,7 +523,7 @@ def _check_etcd_alarms(report: Report, node: Node) -> None:
         report.add(Finding("etcd_alarm_unknown", INFO, "the etcd alarms could not be read: %s" % seen.error))
         return
     for kind, members in seen.kinds().items():
-        fix = node.command("etcd", "recover-space") if kind == "NOSPACE" else None
+        fix = node.command(ETCD, "recover-space") if kind == "NOSPACE" else None
         report.add(Finding("etcd_alarm", CRITICAL if kind in etcdcare.ALARM_KINDS else WARNING,
                            "etcd alarm %s active (raised by %s): %s" % (
                                kind, ", ".join(members), etcdcare.ALARM_MEANING.get(kind, "see etcd's logs")),

@@ -757,7 +757,7 @@ class AlarmsSeen:
             line = "etcd alarm %s active (raised by %s): %s" % (kind, ", ".join(members),
                                                                ALARM_MEANING.get(kind, "see etcd's logs"))
             if kind == "NOSPACE":
-                line += "; fix: %s" % command("etcd", "recover-space")
+                line += "; fix: %s" % command(ETCD, "recover-space")
             out.append(line)
         return out
 

@@ -221,7 +221,10 @@ class ChangePath:
         except CorruptJournal as exc:
             raise CpctlError("%s of %s refused: %s" % (change.action, change.component, exc),
                              ExitCode.REFUSED) from None
-        self.state.journal_key(create=True)      # a key that is not cpctl's fails here, before anything is staged
+        try:                                     # a key that is not cpctl's fails here, before anything is staged
+            self.state.journal_key(create=True)
+        except CpctlError as exc:
+            raise CpctlError("%s (nothing changed)" % exc.message, exc.code, hint=exc.hint) from None
         self._stage(change)
         self.state.write_journal(self._entry(change))
         outcome = self._steps.run(self._wire(change), change.commit, change.data)

@@ -30,6 +30,8 @@ QUIET_KINDS = {
     "upgrade_in_flight",            # a warning while kubeadm upgrades, gone when it is done (else upgrade_failed)
     "kubeadm_drops", "kubeadm_adds", "kubeadm_data_dir", "kubeadm_patch_fails", "kubeadm_patch_unchecked",
     "cert_expiring", "cert_stale",  # CpctlCertificateExpiring / the stale-certificate alert on cpctl_cert_* metrics
+    "etcd_alarm",                   # CpctlEtcdNospace / CpctlEtcdCorrupt on cpctl_etcd_alarm_active (issue 45)
+    "etcd_alarm_unknown",           # info: the alarms could not be read (the alarm metric is then absent)
 }
 
 

@@ -209,7 +209,8 @@ def _run_tracked(ctx: click.Context, specs: List["HostSpec"], action: Callable[[
             manifests_dir=spec.manifests_dir, kubelet_dir=spec.kubelet_dir, state_dir=spec.state_dir,
             node_name=spec.node_name, kubeconfig=spec.kubeconfig, crictl=spec.crictl, node_root=spec.node_root,
             invocation=host_invocation(ctx, spec))
-        node = open_node(settings, pool.get(spec), probe=probe, progress=interruption.check)
+        node = open_node(settings, pool.get(spec), probe=probe, log=host_note(host_name(spec)),
+                         progress=interruption.check)
         interruption.nodes[host_name(spec)] = node
         return action(node)
 
@@ -222,6 +223,23 @@ def _run_tracked(ctx: click.Context, specs: List["HostSpec"], action: Callable[[
         return run_parallel(specs, tracked, forks=remote.forks, timeout=timeout, on_timeout=pool.abandon), ""
     except (KeyboardInterrupt, Terminated) as exc:
         return interruption.stop(exc, specs), interrupted_by(exc)
+
+
+#: the longest line a master's session says on stderr (``host_note``): it quotes what the master holds
+HOST_NOTE_CHARS_MAX = 4096
+
+
+def host_note(host: str) -> Callable[[str], None]:
+    """What a master's session says besides its result (``Node.log``: what its recovery put back or
+    could not - a ``--keep-in`` write the master's own revert left in conflict -, a change hook's
+    restarted timer), on stderr as a local run says it, prefixed with the master's name. The line
+    quotes what the master holds (its ClusterConfiguration's keys, its API's words): at most
+    HOST_NOTE_CHARS_MAX characters, control characters escaped (``note``)."""
+    from cpctl.probes.diagnose import cut_line
+
+    def log(message: str) -> None:
+        note(cut_line("%s: %s" % (host, message), HOST_NOTE_CHARS_MAX))
+    return log
 
 
 def host_invocation(ctx: click.Context, spec: "HostSpec") -> Tuple[str, ...]:

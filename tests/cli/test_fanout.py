@@ -146,3 +146,21 @@ def test_pending_and_bind_over_ssh_use_the_masters_kubeconfig(sshd: Any, lab: An
     assert [(row["name"], row["scheduler"]) for row in rows] == [("p1", "nobody")]
     remote.run("-H", "master", "--kubeconfig", local_kubeconfig, "bind", "p1", "--node", lab.worker)
     wait_for(lambda: kubectl(lab, "get", "pod", "p1", "-o", "jsonpath={.spec.nodeName}").stdout == lab.worker)
+
+
+def test_what_a_masters_session_says_reaches_stderr_bounded_and_escaped(capsys: Any) -> None:
+    """Issue 49: a master's session says what its recovery put back or could not (``Node.log``: a
+    ``--keep-in`` write its own revert left in conflict) on stderr, as a local run does, prefixed with
+    the master's name. The line quotes what the master holds: control characters (ESC, a newline that
+    would fake a second line, U+202E) escaped, and cut at HOST_NOTE_CHARS_MAX characters, said so."""
+    from cpctl.cli.fanout import HOST_NOTE_CHARS_MAX, host_note
+    log = host_note("m1")
+    log("kube-system/kubeadm-config NOT put back: someone else changed \x1b[2Jx\ny\u202ez too")
+    log("w" * (3 * HOST_NOTE_CHARS_MAX))
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("cpctl: m1: kube-system/kubeadm-config NOT put back: someone else changed ")
+    assert "\x1b" not in lines[0] and "\u202e" not in lines[0] and "\\x1b[2Jx\\x0ay\\u202ez" in lines[0], lines[0]
+    assert lines[1].startswith("cpctl: m1: www") and lines[1].endswith(
+        "[... %d more characters]" % (3 * HOST_NOTE_CHARS_MAX + 4 - HOST_NOTE_CHARS_MAX)), lines[1][-80:]
+    assert len(lines[1]) < HOST_NOTE_CHARS_MAX + 60

@@ -377,7 +377,10 @@ def test_the_masters_revert_takes_out_exactly_cpctls_flag_and_keeps_anothers_edi
     assert dict(kc.extra_args(cfg, "scheduler"))["v"] == "9", cfg
     assert len(_kept_records(keepin, ".json")) == 1        # kept until resolved: the next cpctl command says it
     # what the next upgrade would render on every master (theirs, both): check --kubeadm over SSH shows it
-    master.run("status")
+    conflict = "master: kube-system/kubeadm-config NOT put back: someone else changed scheduler.extraArgs.v too"
+    for words in (("status",), ("confirm", "--all")):      # said over -H as a local run says it (issue 49)
+        said = master.run(*words).stderr
+        assert conflict in said and "check it (%s check --kubeadm)" % master.prefix in said, (words, said)
     assert len(_kept_records(keepin, ".json")) == 1        # a read of the node settles nothing it cannot
     check = json.loads(master.run("-o", "json", "check", "--kubeadm", rc=1).stdout)["hosts"][0]["data"]
     adds = [f for f in check["findings"] if f["kind"] == "kubeadm_adds" and f["component"] == "kube-scheduler"]

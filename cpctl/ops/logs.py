@@ -22,14 +22,14 @@ output escapes them (``cli.context.printable``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 from urllib.parse import quote
 
 from cpctl.core import manifests
 from cpctl.core.node import Node
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.probes.base import PodTarget
-from cpctl.probes.diagnose import Diagnosis, LogsUnavailable, NoLogs
+from cpctl.probes.diagnose import ContainerLog, Diagnosis, LogsUnavailable, NoLogs
 
 DEFAULT_TAIL = 50
 API_TIMEOUT = 15.0           # seconds for the API answer (the API server asks the kubelet in turn)
@@ -70,18 +70,24 @@ def component_logs(node: Node, request: LogRequest, say: Callable[[str], None]) 
     return dict(data, source="crictl", lines=found.lines)
 
 
-def follow(node: Node, request: LogRequest, say: Callable[[str], None], show: Callable[[str], None]) -> None:
+FOLLOW_POLL = 1.0            # seconds between two looks for the next attempt once the followed one ended
+
+
+def follow(node: Node, request: LogRequest, say: Callable[[str], None], show: Callable[[str], None],
+           poll: float = FOLLOW_POLL) -> None:
     """``logs -f``: the last ``request.tail`` lines of the newest attempt, then each new line as the
-    container writes it (``crictl logs --follow``), until it exits or the caller is interrupted.
-    Only on this machine and only through crictl: the agent answers a request with one bounded
-    reply, so a stream over SSH (or the API server's ``follow``) is not offered."""
-    import subprocess
+    container writes it (``crictl logs --follow``); when the attempt ends, the next one - a restart,
+    or the container of a new pod after a manifest change - from its first line, after a marker line
+    that names it (``restart_marker``), until the component is parked or removed or the caller is
+    interrupted. Only on this machine and only through crictl: the agent answers a request with one
+    bounded reply, so a stream over SSH (or the API server's ``follow``) is not offered."""
     if node.host.is_remote:
         raise CpctlError("logs -f follows a log on this machine only: run it on the master", ExitCode.USAGE)
     target = running_target(node, request.component)
     container = pick_container(target, request.container)
+    diagnosis = Diagnosis(node.host, node.crictl)
     try:
-        found = Diagnosis(node.host, node.crictl).log_lines(target, container, 1)
+        found = diagnosis.newest(target, container)
     except NoLogs as exc:
         raise CpctlError("no logs of %s on %s: %s" % (target.mirror_name, node.node_name, exc),
                          ExitCode.NOT_FOUND) from None
@@ -89,10 +95,25 @@ def follow(node: Node, request: LogRequest, say: Callable[[str], None], show: Ca
         raise CpctlError("cannot follow the log of %s: crictl could not answer (%s); %s without -f "
                          "asks the API server" % (target.mirror_name, exc, node.command("logs", request.component)),
                          ExitCode.ENVIRONMENT) from None
-    say("%s: following container %s (attempt %d) through crictl; Ctrl-C ends"
+    say("%s: following container %s (attempt %d) through crictl, across its restarts; Ctrl-C ends"
         % (target.mirror_name, container, found.attempt))
-    argv = [node.crictl, "logs", "--follow"] + (["--tail", str(request.tail)] if request.tail > 0 else [])
-    proc = subprocess.Popen(argv + [found.container_id], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+    tail = request.tail
+    while True:
+        _stream(node, target, found.container_id, tail, show)
+        tail = 0                                    # a next attempt: every line it wrote, none lost
+        following = _next_attempt(node, diagnosis, (request.component, container), found, say, poll)
+        if following is None:
+            return
+        show(restart_marker(target.mirror_name, found, following))
+        found = following
+
+
+def _stream(node: Node, target: PodTarget, container_id: str, tail: int, show: Callable[[str], None]) -> None:
+    """``crictl logs --follow`` of one attempt, each line to ``show``, until it ends (the attempt
+    exited); a crictl failure is an error (exit 7)."""
+    import subprocess
+    argv = [node.crictl, "logs", "--follow"] + (["--tail", str(tail)] if tail > 0 else [])
+    proc = subprocess.Popen(argv + [container_id], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT)
     assert proc.stdout is not None
     try:
@@ -110,8 +131,53 @@ def follow(node: Node, request: LogRequest, say: Callable[[str], None], show: Ca
     if proc.returncode:
         raise CpctlError("crictl logs --follow of %s ended with exit %d" % (target.mirror_name, proc.returncode),
                          ExitCode.ENVIRONMENT)
-    say("%s: container %s exited (attempt %d); %s follows the next one"
-        % (target.mirror_name, container, found.attempt, node.command("logs", "-f", request.component)))
+
+
+def _next_attempt(node: Node, diagnosis: Diagnosis, which: Tuple[str, str], ended: ContainerLog,
+                  say: Callable[[str], None], poll: float) -> Optional[ContainerLog]:
+    """The attempt after ``ended`` (of ``which``: the component, its container) once the runtime has
+    it (polled every ``poll`` seconds: the kubelet's crash-loop back-off is up to 5 minutes); None
+    when there will be none to follow - the component parked or its manifest gone (said on stderr)."""
+    import time
+    component, container = which
+    waiting = False
+    while True:
+        try:
+            target = running_target(node, component)
+        except CpctlError as exc:
+            if exc.code != ExitCode.NOT_FOUND:
+                raise
+            say("container %s exited (attempt %d); nothing more to follow: %s" % (container, ended.attempt,
+                                                                                   exc.message))
+            return None
+        if not waiting:
+            say("%s: container %s exited (attempt %d); waiting for its next attempt (Ctrl-C ends)"
+                % (target.mirror_name, container, ended.attempt))
+            waiting = True
+        try:
+            found: Optional[ContainerLog] = diagnosis.newest(target, container)
+        except (NoLogs, LogsUnavailable):        # no new sandbox yet, crictl busy: look again
+            found = None
+        if found is not None and found.container_id != ended.container_id:
+            return found
+        if found is not None and found.state == "CONTAINER_RUNNING":
+            raise CpctlError("crictl logs --follow of %s ended while attempt %d still runs: %s follows it again"
+                             % (target.mirror_name, ended.attempt, node.command("logs", "-f", component)),
+                             ExitCode.ENVIRONMENT)
+        time.sleep(poll)
+
+
+def restart_marker(pod: str, ended: ContainerLog, following: ContainerLog) -> str:
+    """The line between two attempts in ``logs -f``'s output: which container the next lines are of
+    (its attempt and id, as ``crictl ps`` shortens it), and which attempts ended unseen."""
+    how = "restarted" if following.attempt > ended.attempt else "started again in a new pod (manifest changed)"
+    skipped = following.attempt - ended.attempt - 1
+    unseen = "" if skipped <= 0 else "; %s ended before %s could be followed" % (
+        "attempt %d" % (ended.attempt + 1) if skipped == 1 else "attempts %d-%d" % (ended.attempt + 1,
+                                                                                  following.attempt - 1),
+        "it" if skipped == 1 else "they")
+    return "--- %s: container %s %s: attempt %d, container %s; its lines from the first%s ---" % (
+        pod, following.container, how, following.attempt, following.container_id[:13], unseen)
 
 
 def running_target(node: Node, component: str) -> PodTarget:

@@ -282,6 +282,19 @@ class Diagnosis:
         return ContainerLog(container, container_id, attempt - 1 if previous else attempt, state,
                             lines[-tail:] if tail > 0 else lines)
 
+    def newest(self, target: PodTarget, container: str) -> ContainerLog:
+        """Which attempt of ``container`` is the newest in the pod's newest sandbox (its id, number
+        and state, no lines): what ``logs -f`` polls for after an attempt ended. ``NoLogs`` when
+        there is none yet, ``LogsUnavailable`` when crictl cannot say."""
+        try:
+            newest = self._newest_attempt(target, container)
+            attempt = _int(get_object(newest, "metadata", "ps").get("attempt"))
+            return ContainerLog(container, get_str(newest, "id", "ps"), attempt, get_str(newest, "state", "ps"))
+        except _Failed as exc:
+            raise LogsUnavailable(str(exc)) from None
+        except ShapeError as exc:
+            raise LogsUnavailable("crictl printed malformed JSON: %s" % exc) from None
+
     def _newest_attempt(self, target: PodTarget, container: str) -> Dict[str, object]:
         """``crictl ps -a`` entry of the newest attempt of ``container`` in the pod's newest sandbox."""
         sandbox = self._newest_sandbox(target)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import threading
 import time
@@ -101,10 +102,67 @@ def test_crictl_answers_first_in_text_and_json(lab: Any) -> None:
             follow.communicate()
     assert follow.returncode == 0, err
     assert out.splitlines()[:2] == everything[-2:], out
-    assert "following container kube-scheduler (attempt 0) through crictl; Ctrl-C ends" in err
-    assert "container kube-scheduler exited (attempt 0)" in err, err
+    assert "following container kube-scheduler (attempt 0) through crictl, across its restarts; Ctrl-C ends" in err
+    assert "container kube-scheduler exited (attempt 0); nothing more to follow: kube-scheduler is not running on " \
+        "%s: parked since " % node in err, err
     remote = run_cpctl(lab, "-H", "nowhere", "logs", "-f", "scheduler")
     assert remote.returncode == 2 and "logs -f follows a log on this machine only" in remote.stderr, remote.stderr
+
+
+MARKER = re.compile(r"^--- kube-scheduler-\S+: container kube-scheduler (restarted|started again in a new pod "
+                    r"\(manifest changed\)): attempt (\d+), container (\S+); its lines from the first(; .*)? ---$")
+
+
+def test_follow_goes_on_across_restarts_with_a_line_naming_each_new_container(lab_factory: Any, tmp_path: Any) -> None:
+    """Issue 48: ``logs -f`` no longer ends when the container restarts. A manifest change (a new pod)
+    and then a crash loop (restarts in that pod): each next attempt is followed from its first line,
+    after a marker line naming it (attempt, container id) - every line of each followed attempt, as the
+    runtime holds them -; parking the component ends it (exit 0, said why)."""
+    import sys
+    lab = lab_factory(time_scale=SCALE)
+    scheduler_ready(lab)
+    out_path, err_path = tmp_path / "out", tmp_path / "err"
+    with open(out_path, "w") as out, open(err_path, "w") as err:
+        follow = subprocess.Popen([sys.executable, "-m", "cpctl", "logs", "-f", "scheduler", "--tail", "1"],
+                                  env=dict(os.environ, **lab.env), stdout=out, stderr=err, text=True)
+    try:
+        wait_for(lambda: "following container" in err_path.read_text(), 60, "the follower up")
+        add_flag(lab, "--no-such-flag=1")
+        wait_for(lambda: sum(" restarted: attempt " in line for line in out_path.read_text().splitlines()) >= 2,
+                 120, "two restarts of the crash-looping container followed")
+        check_result(run_cpctl(lab, "stop", "scheduler", "--no-wait"), 0)
+        follow.wait(timeout=120)
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+            follow.wait()
+    said = err_path.read_text()
+    assert follow.returncode == 0 and "Traceback" not in said, said
+    assert "container kube-scheduler exited (attempt 0); waiting for its next attempt (Ctrl-C ends)" in said, said
+    assert "; nothing more to follow: kube-scheduler is not running on %s: parked since " % lab.node_name() in said
+    lines = out_path.read_text().splitlines()
+    markers = [(i, MARKER.match(line)) for i, line in enumerate(lines) if line.startswith("--- ")]
+    assert markers and all(m for _, m in markers), lines
+    ids = {c["id"]: c for c in _all_attempts(lab)}
+    before = 0                                        # the attempt the follower started with
+    for n, (at, match) in enumerate(markers):
+        assert match is not None
+        attempt = int(match.group(2))                 # an attempt that ended unseen is named, never hidden
+        assert (match.group(1) == "restarted") == (attempt > before), match.group(0)
+        assert bool(match.group(4)) == (match.group(1) == "restarted" and attempt > before + 1), match.group(0)
+        before = attempt
+        [full] = [i for i in ids if i.startswith(match.group(3))]
+        assert ids[full]["metadata"]["attempt"] == int(match.group(2)), (match.group(0), ids[full])
+        end = markers[n + 1][0] if n + 1 < len(markers) else len(lines)
+        written = crictl(lab.crictl, "logs", full).stderr.splitlines()
+        assert lines[at + 1:end] == written, (match.group(0), lines[at + 1:end], written)
+        assert written[-1] == "Error: unknown flag: --no-such-flag" or n == len(markers) - 1, written
+
+
+def _all_attempts(lab: Any) -> List[Dict[str, Any]]:
+    """``crictl ps -a`` entries of every kube-scheduler container, every sandbox."""
+    listed = crictl(lab.crictl, "ps", "-a", "--name", "^kube-scheduler$", "-o", "json").stdout
+    return list(json.loads(listed)["containers"])
 
 
 def test_the_api_answers_when_crictl_is_missing_and_neither_is_one_line(lab: Any) -> None:
@@ -295,3 +353,22 @@ def test_an_api_answer_that_is_not_a_log_is_refused_and_the_token_never_shown(no
     check_result(echoed, 0)
     assert json.loads(echoed.stdout)["lines"] == ["Welcome Bearer <redacted>"]
     assert TOKEN not in echoed.stdout + echoed.stderr
+
+
+def test_the_marker_between_two_attempts_names_the_new_container_and_what_was_not_seen() -> None:
+    """The line ``logs -f`` prints between two attempts: a restart in the same pod (attempt up), a
+    container of a new pod (a manifest changed: its attempts count from 0 again - the lab restarts in
+    the same sandbox, a real kubelet makes a new one), and attempts that ended between two looks."""
+    from cpctl.ops.logs import restart_marker
+    from cpctl.probes.diagnose import ContainerLog
+    ended = ContainerLog("kube-scheduler", "a" * 64, 3, "CONTAINER_EXITED")
+    assert restart_marker("kube-scheduler-cp1", ended, ContainerLog("kube-scheduler", "b" * 64, 4, "")) == (
+        "--- kube-scheduler-cp1: container kube-scheduler restarted: attempt 4, container bbbbbbbbbbbbb; its lines "
+        "from the first ---")
+    assert restart_marker("kube-scheduler-cp1", ended, ContainerLog("kube-scheduler", "c" * 64, 0, "")) == (
+        "--- kube-scheduler-cp1: container kube-scheduler started again in a new pod (manifest changed): attempt 0, "
+        "container ccccccccccccc; its lines from the first ---")
+    assert restart_marker("p", ended, ContainerLog("kube-scheduler", "d" * 64, 5, "")).endswith(
+        "; attempt 4 ended before it could be followed ---")
+    assert restart_marker("p", ended, ContainerLog("kube-scheduler", "d" * 64, 7, "")).endswith(
+        "; attempts 4-6 ended before they could be followed ---")

@@ -27,8 +27,10 @@ if TYPE_CHECKING:
               help="Lines from the end of the log (0: all of them).")
 @click.option("-c", "--container", default=None, help="The container (default: the pod's only one).")
 @click.option("-f", "--follow", is_flag=True,
-              help="Then print each new line as it is written, like kubectl logs -f, until the container exits "
-                   "or Ctrl-C (exit 0). This machine only, through crictl.")
+              help="Then print each new line as it is written, like kubectl logs -f, and go on across the "
+                   "container's restarts (a '--- ... restarted: attempt N, container ID ---' line between two "
+                   "attempts) until the component is parked or removed, or Ctrl-C (exit 0). This machine only, "
+                   "through crictl.")
 @click.pass_context
 def logs(ctx: click.Context, component: str, previous: bool, tail: int, container: Optional[str],
          follow: bool) -> None:

@@ -126,10 +126,10 @@ def test_grant_lets_an_identity_without_create_make_its_lease(rbac_lab: Any) -> 
     assert lease["spec"]["holderIdentity"], "the scheduler created and took its Lease"
 
 
-def _openssl_cert(tmp_path: Any, subject: str) -> tuple:
+def _openssl_cert(tmp_path: Any, subject: str, *more: str) -> tuple:
     key, crt = str(tmp_path / "c.key"), str(tmp_path / "c.crt")
     proc = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", crt,
-                           "-days", "1", "-subj", subject], capture_output=True, text=True)
+                           "-days", "1", "-subj", subject, *more], capture_output=True, text=True)
     if proc.returncode != 0:
         pytest.skip("openssl cannot make a certificate: %s" % proc.stderr.strip())
     with open(crt, "rb") as c, open(key, "rb") as k:
@@ -143,6 +143,19 @@ def test_certificate_subject_is_read_as_the_api_server_reads_it(tmp_path: Any) -
                     b"-----BEGIN CERTIFICATE-----\n" + base64.b64encode(b"\x30\x84\xff\xff\xff\xff") +
                     b"\n-----END CERTIFICATE-----\n"):
         assert x509name.subject(hostile) is None
+
+
+def test_the_subject_comes_from_cryptography_as_the_hand_written_reader_gave_it(tmp_path: Any) -> None:
+    """Issue 48: the subject is read by ``cryptography`` (no DER walker of cpctl's own any more), with the
+    answers the hand-written reader gave: the first certificate of a bundle (text before it ignored),
+    UTF-8 values, every O in order, no key for an attribute the subject lacks, None for what is not a
+    certificate."""
+    first, _key = _openssl_cert(tmp_path, "/O=b:zwei/O=a:eins/CN=\u00fcser-\u00e9", "-utf8")
+    second, _key = _openssl_cert(tmp_path, "/CN=second")
+    assert x509name.subject(b"a comment\n" + first + second) == {"CN": ["\u00fcser-\u00e9"], "O": ["b:zwei", "a:eins"]}
+    assert x509name.subject(_openssl_cert(tmp_path, "/C=DE/ST=Berlin")[0]) == {}
+    assert x509name.subject(first.replace(b"CERTIFICATE", b"PRIVATE KEY")) is None
+    assert not hasattr(x509name, "_tlv") and "cryptography" in (x509name.__doc__ or "")
 
 
 def test_without_self_subject_review_the_certificate_names_the_identity(rbac_lab: Any, tmp_path: Any) -> None:

@@ -14,7 +14,7 @@ import functools
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, Dict, Generic, List, Mapping, Optional, Set, Tuple, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Callable, Dict, Generic, List, Mapping, Optional, Set, Tuple, TypedDict, TypeVar, cast
 
 import click
 
@@ -103,6 +103,7 @@ def execute(ctx: click.Context, action: Callable[["Node"], R], text_of: Callable
         from cpctl.host.local import LocalHost
         from cpctl.ops.wiring import open_node
         data = action(open_node(cli_state.settings, LocalHost(), probe=probe, log=note, progress=progress_for(ctx)))
+        data = hosted(data, None)
         emit(ctx, data, text_of(printable(data)))
         if changing and cli_state.change_lease is not None and cli_state.change_lease.lost:
             # no next master to stop before: the change is done, but another run may have changed too
@@ -112,6 +113,15 @@ def execute(ctx: click.Context, action: Callable[["Node"], R], text_of: Callable
             ctx.exit(int(ExitCode.LOCKED))
         return [data]
     return _fan_out(ctx, mode, action, text_of, changing, probe)
+
+
+def hosted(data: T, host: Optional[str]) -> T:
+    """A node's answer with the one field that says which master it is about: ``host``, the name the
+    run reached it by (``-H``/inventory; the ``hosts`` block's own ``host``), ``None`` on this machine.
+    A local run and each host's ``data`` of a ``-H`` run then have one shape (docs/json.md)."""
+    if not isinstance(data, dict):
+        return data
+    return cast(T, dict(data, host=host))
 
 
 def _restarting_timers(ctx: click.Context, action: Callable[["Node"], R]) -> Callable[["Node"], R]:
@@ -140,6 +150,7 @@ def _fan_out(ctx: click.Context, mode: registry.Mode, action: Callable[["Node"],
         raise CpctlError("cpctl %s acts on the cluster once: select exactly one master (-H NAME), not %d"
                          % (state(ctx).command, len(specs)), ExitCode.USAGE)
     results, interrupted = _run_tracked(ctx, specs, action, changing or mode is registry.Mode.ONE, probe)
+    results = [dataclasses.replace(r, data=hosted(r.data, r.host)) for r in results]
     blocks: List[HostBlock] = [{"host": r.host, "status": r.status, "error": r.error,
                                 "elapsed_seconds": round(r.elapsed, 3), "data": r.data} for r in results]
     data = {"hosts": blocks, "recap": stats(results)}

@@ -155,12 +155,17 @@ class Both:
 
     def remote(self, name: str, *args: str, rc: int = 0) -> Dict[str, Any]:
         fleet = valid("fleet", self.cli.json("-H", "master", *args, rc=rc))
-        return dict(valid(name, fleet["hosts"][0]["data"]))
+        [block] = fleet["hosts"]
+        assert block["data"]["host"] == block["host"] == "master", block      # the host, a field of the answer
+        return dict(valid(name, block["data"]))
 
     def __call__(self, name: str, *args: str, rc: int = 0) -> Dict[str, Any]:
+        """Issue 48: one shape - the same keys locally and as a host's ``data`` through ``-H``, the
+        host a field of both (``null``: this machine)."""
         local = self.local(name, *args, rc=rc)
         remote = self.remote(name, *args, rc=rc)
         assert sorted(remote) == sorted(local), (name, args, sorted(remote), sorted(local))
+        assert "host" in local and local["host"] is None, local
         return local
 
 

@@ -83,7 +83,7 @@ def test_crictl_answers_first_in_text_and_json(lab: Any) -> None:
     assert text.stderr == "cpctl: kube-scheduler-%s: 2 lines of container kube-scheduler (attempt 0) from crictl\n" \
         % node
     doc = json.loads(run_cpctl(lab, "logs", "scheduler", "-o", "json", "--tail", "0").stdout)
-    assert doc == {"node": node, "component": "kube-scheduler", "pod": "kube-scheduler-%s" % node,
+    assert doc == {"host": None, "node": node, "component": "kube-scheduler", "pod": "kube-scheduler-%s" % node,
                    "container": "kube-scheduler", "source": "crictl", "previous": False, "lines": everything}
 
     # -f: the last lines, then the stream until the container exits (issue #39)

@@ -16,7 +16,7 @@ import click
 
 from cpctl.cli import completers
 from cpctl.cli.context import note, state
-from cpctl.cli.fanout import execute, local_host
+from cpctl.cli.fanout import execute, hosted, local_host
 from cpctl.cli.launcher import launcher
 from cpctl.errors import CpctlError, ExitCode
 
@@ -237,7 +237,7 @@ def revert_unconfirmed(ctx: click.Context, component: Optional[str], overdue: bo
         if detached:      # the detached fallback: its stderr is STATE/confirm/<file>.log
             sys.stderr.write("cpctl: revert-unconfirmed %s: exit %d\n" % (component, int(exc.code)))
         raise
-    emit(ctx, _shaped(data), str(data.get("message")))
+    emit(ctx, hosted(_shaped(data), None), str(data.get("message")))
 
 
 #: The fields of ``revert-unconfirmed``'s answer besides node/component/changed/reverted/message: a

@@ -45,7 +45,7 @@ def on_cluster(ctx: click.Context, action: Callable[["Node"], R], text_of: Calla
                changing: bool) -> None:
     """``action`` once: on this machine, or through the first selected master that can be reached
     (``-o json``: the fan-out's shape, with a block for each master tried)."""
-    from cpctl.cli.fanout import execute, run_on_hosts
+    from cpctl.cli.fanout import execute, hosted, run_on_hosts
     from cpctl.fleet.runner import HostResult, stats
     from cpctl.fleet.targets import exit_code, failure_line, select_specs
     cli_state = state(ctx)
@@ -58,7 +58,7 @@ def on_cluster(ctx: click.Context, action: Callable[["Node"], R], text_of: Calla
         if not results[-1].failed or exit_code(results[-1:]) != ExitCode.UNREACHABLE:
             break                      # an answer (a refusal, a failure), not a master that cannot be asked
     blocks = [{"host": r.host, "status": r.status, "error": r.error, "elapsed_seconds": round(r.elapsed, 3),
-               "data": r.data} for r in results]
+               "data": hosted(r.data, r.host)} for r in results]
     text = "\n".join("== %s: %s ==\n%s" % (printable(r.host), r.status, text_of(printable(r.data)) if
                                              isinstance(r.data, dict) else "error: %s" % printable(r.error or ""))
                      for r in results)

@@ -59,8 +59,9 @@ def version(ctx: click.Context) -> None:
     client = _client()
     line = "client: cpctl %s (build %s, python %s)" % (client["version"], client["build"], client["python"])
     if state(ctx).remote is None:        # no node needed: version answers on any machine
+        from cpctl.cli.fanout import hosted
         from cpctl.host.local import LocalHost
-        emit(ctx, _answer(client, LocalHost().info()), line)
+        emit(ctx, hosted(dict(_answer(client, LocalHost().info())), None), line)
         return
     if state(ctx).output == "text":
         click.echo(line)

@@ -191,9 +191,13 @@ def add_mounts(data: bytes, container_index: int, paths: Sequence[Tuple[str, str
     container does not see yet, as narrow as the flag needs: a file it reads read-only (type File), the
     directory of a file it writes, or a directory it writes, writable (DirectoryOrCreate). A writable
     mount of a directory less than two levels deep (``/``, ``/etc``, ``/var``) is refused (exit 4).
-    The file is re-written as a whole (comments are lost): (bytes, what was added, one line each)."""
+    The new volumes and mounts are spliced into the text after the last ones there (comments and
+    layout kept, ``flags.append_in_place``); only a manifest without volumes or mounts yet, or in a
+    layout that allows no splice, is re-written as a whole (comments lost, said so): (bytes, what was
+    added, one line each)."""
     pod = yaml.safe_load(data.decode("utf-8"))
     container = pod["spec"]["containers"][container_index]
+    before = (len(pod["spec"].get("volumes") or []), len(container.get("volumeMounts") or []))
     said: List[str] = []
     for inside, node_path, kind in paths:
         writable = kind != READ
@@ -221,6 +225,12 @@ def add_mounts(data: bytes, container_index: int, paths: Sequence[Tuple[str, str
             name, "DirectoryOrCreate" if writable else "File", inside, "writable" if writable else "read-only"))
     if not said:
         return data, said
+    from cpctl.core.flags import append_in_place
+    spliced = append_in_place(data, [(["spec", "volumes"], pod["spec"]["volumes"][before[0]:]),
+                                     (["spec", "containers", container_index, "volumeMounts"],
+                                      container["volumeMounts"][before[1]:])], pod)
+    if spliced is not None:
+        return spliced, said
     said.append("the file was re-written as a whole to add the mounts: comments are lost")
     return yaml.safe_dump(pod, default_flow_style=False, sort_keys=False).encode("utf-8"), said
 

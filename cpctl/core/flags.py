@@ -328,6 +328,73 @@ def _rewritten(pod: Mapping[str, object], container_index: int, lists: Dict[str,
     return yaml.safe_dump(changed, sort_keys=False, default_flow_style=False).encode("utf-8")
 
 
+def append_in_place(data: bytes, additions: Sequence[Tuple[Sequence[Union[str, int]], List[object]]],
+                    intended: Mapping[str, object]) -> Optional[bytes]:
+    """``data`` with each (path, items) of ``additions`` appended to the block sequence at that path
+    (``["spec", "volumes"]``), spliced into the text after its last item - every other byte, the
+    comments too, as it was - or None when the layout allows no in-place edit (no such sequence yet,
+    a flow or empty one) or the result would not read back as ``intended`` (the caller then
+    re-writes the file as a whole). What ``--mount`` adds to a manifest."""
+    try:
+        text = data.decode("utf-8")
+        root = next(iter(yaml.compose_all(text, Loader=yaml.SafeLoader)), None)
+        edits = [_append_edit(text, root, path, items) for path, items in additions if items]
+    except (_NotInPlace, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    out = text
+    for at, _depth, insert in sorted(edits, reverse=True):     # at one place: the deeper one first
+        out = out[:at] + insert + out[at:]
+    try:
+        return out.encode("utf-8") if manifests.parse_pod(out.encode("utf-8")) == intended else None
+    except manifests.InvalidManifest:
+        return None
+
+
+def _append_edit(text: str, root: Optional[yaml.Node], path: Sequence[Union[str, int]], items: List[object]
+                 ) -> Tuple[int, int, str]:
+    """(where, -depth, text) that appends ``items`` to the block sequence at ``path``: after the line
+    that ends its last item, each item dumped as a block at the column of the sequence's dashes; a
+    sequence not there yet is a new key after the last line of its block mapping, at its keys' column
+    (the sequence's dashes there too, as kubeadm writes them)."""
+    node = _node_at(root, path)
+    if node is None:
+        parent = _node_at(root, path[:-1])
+        if not isinstance(parent, yaml.MappingNode) or parent.flow_style or not parent.value:
+            raise _NotInPlace()
+        column = parent.value[0][0].start_mark.column
+        at, newline = _after_line(text, _last_mark(parent))
+        return at, -len(path), newline + " " * column + "%s:\n" % path[-1] + _block(items, column)
+    if not isinstance(node, yaml.SequenceNode) or node.flow_style or not node.value:
+        raise _NotInPlace()
+    at, newline = _after_line(text, max(_last_mark(item) for item in node.value))
+    return at, -len(path), newline + _block(items, node.start_mark.column)
+
+
+def _after_line(text: str, index: int) -> Tuple[int, str]:
+    """Where the line holding ``index`` ends (after its newline), and the newline the text lacks there."""
+    end = text.find("\n", index)
+    return (len(text), "\n") if end < 0 else (end + 1, "")
+
+
+def _block(items: List[object], column: int) -> str:
+    dumped = yaml.safe_dump(items, default_flow_style=False, sort_keys=False)
+    return "".join(" " * column + line + "\n" for line in dumped.splitlines())
+
+
+def _last_mark(node: yaml.Node) -> int:
+    """Where the last scalar of ``node`` ends in the text (a collection's own end mark may lie past
+    the comments that follow it)."""
+    if isinstance(node, yaml.ScalarNode):
+        if node.style in ("|", ">"):
+            raise _NotInPlace()                     # a block scalar ends on a later line
+        return node.end_mark.index
+    if isinstance(node, yaml.MappingNode):
+        return max((_last_mark(v) for pair in node.value for v in pair), default=node.start_mark.index)
+    if isinstance(node, yaml.SequenceNode):
+        return max((_last_mark(v) for v in node.value), default=node.start_mark.index)
+    raise _NotInPlace()
+
+
 def _result_is(data: bytes, container_index: int, lists: Dict[str, List[str]]) -> bool:
     try:
         pod = manifests.parse_pod(data)

@@ -2191,17 +2191,9 @@ def _run_entry(plan, entry, record, runner):
     """Run one of the plan's journaled changes (the revert, or a patch file's undo) as cpctl's journal
     runs it (``Transaction``): (0, "done") or (7, why). A step that fails before the change has happened
     leaves everything as it was; the plan's staged bytes stay for the next try."""
-    result = _plan_transaction(plan, runner).apply(_json_copy(entry), [], record)
+    import json  # a copy: the transaction names its files in the steps it is given
+    result = _plan_transaction(plan, runner).apply(json.loads(json.dumps(entry)), [], record)
     return (0, "done") if result["state"] == "completed" else (7, _not_done(result))
-
-
-def _json_copy(value):
-    """A deep copy of a JSON value (the transaction names its files in the steps it is given)."""
-    if isinstance(value, dict):
-        return dict((k, _json_copy(v)) for k, v in value.items())
-    if isinstance(value, list):
-        return [_json_copy(v) for v in value]
-    return value
 
 
 def _plan_apply(plan):

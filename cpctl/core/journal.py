@@ -4,8 +4,13 @@ A ``Change`` is a short list of file ``Step``s (move, write, remove, touch). Exa
 is the *commit* step: the one after which the change has happened (for a stop, the manifest moving
 out of the manifests dir). ``ChangePath.apply`` runs every change the same way::
 
-    stage new bytes in the state dir -> journal (write-ahead) -> steps -> history -> listeners
-    -> clear the journal and the staged bytes
+    stage new bytes in the state dir -> journal (write-ahead) -> steps -> history
+    -> clear the journal and the staged bytes -> listeners
+
+That transaction is ``host.ops.Transaction``, run on the node in ONE call (``Host.transaction``:
+in-process locally, one agent request over SSH); the node-side revert of ``--confirm-within``
+runs the same class. Here: the path checks, the history record's fields, the listeners (they
+run on the operator's side), and the words of each outcome.
 
 Each step is idempotent and can tell whether it is done by looking at the files (a checksum at
 its path), so after a SIGKILL at any instant ``recover`` decides from the filesystem alone: the
@@ -36,7 +41,7 @@ in the manifests dir or the state dir). Anything else -
 ``admin.conf``, ``pki/ca.crt`` beside the manifests dir - is refused before any step runs.
 
 Before all of that a journal must carry this node's seal (``hostops.seal_problem``: an HMAC of the
-entry under STATE/journal.key, written by ``StateDir.write_journal`` and by the node-side revert):
+entry under STATE/journal.key, written by ``host.ops.Transaction``, for cpctl and the node-side revert):
 a journal cpctl did not write here - crafted to overwrite an encryption config or remove a patch file
 that the companion rules would allow - is refused (exit 7) and left for the operator, never acted on.
 """
@@ -49,14 +54,14 @@ import signal
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, cast
 
 from cpctl import catalogue
 from cpctl.core import manifests
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host import ops as hostops
-from cpctl.host.base import Host
-from cpctl.timeutil import iso
+from cpctl.host.base import Host, TransactionOutcome, TransactionRequest
+from cpctl.redaction import redact
 
 MOVE, WRITE, REMOVE, TOUCH = "move", "write", "remove", "touch"
 STEP_KINDS = (MOVE, WRITE, REMOVE, TOUCH)
@@ -191,7 +196,9 @@ Listener = Callable[[Change, bool], None]      # (change, recovered): after its 
 
 
 class ChangePath:
-    """Applies and recovers ``Change``s for one node (``state`` is its ``StateDir``)."""
+    """Applies and recovers ``Change``s for one node (``state`` is its ``StateDir``): checks the paths,
+    hands the change to the node's one transaction (``Host.transaction``: ``host.ops.Transaction``,
+    one call - over SSH one round trip), runs the listeners and words the outcome."""
 
     def __init__(self, host: Host, state: Any, manifests_dir: str, who: Callable[[], Dict[str, Any]],
                  log: Callable[[str], None]) -> None:
@@ -221,112 +228,71 @@ class ChangePath:
         except CorruptJournal as exc:
             raise CpctlError("%s of %s refused: %s" % (change.action, change.component, exc),
                              ExitCode.REFUSED) from None
-        try:                                     # a key that is not cpctl's fails here, before anything is staged
-            self.state.journal_key(create=True)
-        except CpctlError as exc:
-            raise CpctlError("%s (nothing changed)" % exc.message, exc.code, hint=exc.hint) from None
-        self._stage(change)
-        self.state.write_journal(self._entry(change))
-        outcome = self._steps.run(self._wire(change), change.commit, change.data)
-        failed = self._words(change, outcome.failed)
-        if outcome.state == "aborted":      # a step up to the commit failed; the runner undid what was done
-            return self._abort(change, failed[0], self._words(change, outcome.not_undone, " not undone"))
-        return self._close(change, failed, recovered=False)
-
-    def _stage(self, change: Change) -> None:
-        """Keep the new bytes of each write (and the bytes it replaces) in the state dir first, and
-        name the place a removed file waits until the change is over."""
-        try:
-            for index, step in enumerate(change.steps):
-                if step.kind == REMOVE:
-                    step.kept = self.state.staged_path("%s.%d.removed" % (change.op, index))
-                if step.kind != WRITE:
-                    continue
-                step.staged = self.state.staged_path("%s.%d.new" % (change.op, index))
-                self.host.write_atomic(step.staged, change.data[index])
-                if step.before:
-                    step.kept = self.state.staged_path("%s.%d.old" % (change.op, index))
-                    old = self.host.read_file(step.path, manifests.MAX_MANIFEST_BYTES)
-                    if manifests.checksum(old) != step.before:
-                        raise CpctlError("%s changed while cpctl was preparing to replace it: nothing changed, "
-                                         "try again" % step.path, ExitCode.CONFLICT)
-                    self.host.write_atomic(step.kept, old)
-        except (OSError, CpctlError) as exc:
-            self._drop_staged(change)
-            if isinstance(exc, CpctlError):
-                raise
+        outcome = self.host.transaction(self._request(change, "apply"))
+        state = outcome["state"]
+        if state in ("bad_key", "no_key"):       # a key that is not cpctl's fails before anything is staged
+            error = self.state.key_error(outcome.get("why", "") if state == "bad_key" else "", True,
+                                       outcome.get("why", ""))
+            raise CpctlError("%s (nothing changed)" % error.message, error.code, hint=error.hint)
+        if state == "conflict":
+            raise CpctlError("%s changed while cpctl was preparing to replace it: nothing changed, try again"
+                             % outcome.get("path"), ExitCode.CONFLICT)
+        if state == "unstaged":
             raise CpctlError("%s of %s: cannot keep its files in %s: %s (nothing changed)"
-                             % (change.action, change.component, self.state.path, _strerror(exc)),
-                             ExitCode.ENVIRONMENT) from None
+                             % (change.action, change.component, self.state.path, outcome.get("why")),
+                             ExitCode.ENVIRONMENT)
+        if state == "aborted":      # a step up to the commit failed; the runner undid what was done
+            self._abort(change, outcome)
+        return self._close(change, outcome, recovered=False)
 
-    def _entry(self, change: Change) -> Dict[str, object]:
-        return entry_of(change, iso(), int(self.who()["pid"] or 0))
+    def _request(self, change: Change, do: str) -> TransactionRequest:
+        """What the node's transaction needs: the entry, the new bytes, the history record but its time."""
+        who = self.who()
+        record: Dict[str, Any] = {"user": who.get("sudo_user") or who.get("user"), "host": who.get("hostname"),
+                                  "node": who.get("node"), "action": change.action, "component": change.component,
+                                  "file": change.file, "checksum": change.checksum, "op": change.op}
+        record.update({k: v for k, v in change.record.items() if v is not None})
+        if who.get("origin"):
+            record["origin"] = who["origin"]
+        data = [change.data.get(i) for i in range(len(change.steps))] if do == "apply" else []
+        return {"do": do, "state_dir": self.state.path, "entry": dict(entry_of(change)), "data": data,
+                "record": cast(Dict[str, Any], redact(record)), "limit": manifests.MAX_MANIFEST_BYTES,
+                "history": self.state.history_bounds()}
 
-    def _abort(self, change: Change, why: str, left: List[str]) -> Applied:
-        """A step up to the commit failed and what was done is undone (``left``: what could not be):
-        fail with the reason."""
+    def _abort(self, change: Change, outcome: TransactionOutcome) -> None:
+        """A step up to the commit failed and what was done is undone (``not_undone``: what could not
+        be): fail with the reason."""
+        why, left = (outcome.get("failed") or ["?"])[0], outcome.get("not_undone") or []
         if left:
             raise CpctlError("%s of %s failed (%s) and could not be rolled back: %s; journal kept at %s, the "
                              "next cpctl run tries again" % (change.action, change.component, why, "; ".join(left),
                                                              self.state.journal_path), ExitCode.ENVIRONMENT)
-        self._forget(change)
         raise CpctlError("%s of %s failed: %s (nothing changed)" % (change.action, change.component, why),
                          ExitCode.ENVIRONMENT)
 
-    def _close(self, change: Change, unfinished: List[str], recovered: bool) -> Applied:
-        """History, listeners, then forget the journal. No history -> no change: roll back."""
-        try:
-            if not (recovered and self._history_has(change.op)):
-                self._record(change, unfinished, recovered)
-        except OSError as exc:
-            return self._unrecordable(change, exc)
+    def _close(self, change: Change, outcome: TransactionOutcome, recovered: bool) -> Applied:
+        """The change is recorded (or, when it could not be, undone): the listeners, what is left."""
+        if outcome["state"] == "unrecordable":
+            self._unrecordable(change, outcome)
+        unfinished = list(outcome.get("failed") or [])
         for listener in self.listeners:
             try:
                 listener(change, recovered)
             except Exception as exc:  # noqa: BLE001 - a listener never undoes a recorded change
                 self.log("after %s of %s: %s" % (change.action, change.component, getattr(exc, "message", exc)))
-        self._forget(change)
         for item in unfinished:
             self.log("%s of %s done, but not all of it: %s" % (change.action, change.component, item))
         return Applied(change, True, unfinished)
 
-    def _unrecordable(self, change: Change, exc: OSError) -> Applied:
-        why = "cannot write the history record (%s)" % _strerror(exc)
-        left = self._undo(change, list(range(len(change.steps))))
+    def _unrecordable(self, change: Change, outcome: TransactionOutcome) -> None:
+        why = "cannot write the history record (%s)" % outcome.get("why")
+        left = outcome.get("not_undone") or []
         if left:
             raise CpctlError("%s of %s is done but %s, and undoing it failed: %s; journal kept at %s"
                              % (change.action, change.component, why, "; ".join(left), self.state.journal_path),
                              ExitCode.ENVIRONMENT)
-        self._forget(change)
         raise CpctlError("%s of %s rolled back: %s; %s" % (change.action, change.component, why,
                                                           self._where(change)), ExitCode.ENVIRONMENT)
-
-    def _record(self, change: Change, unfinished: List[str], recovered: bool) -> None:
-        who = self.who()
-        record = {"time": iso(), "user": who.get("sudo_user") or who.get("user"), "host": who.get("hostname"),
-                  "node": who.get("node"), "action": change.action, "component": change.component,
-                  "file": change.file, "checksum": change.checksum, "op": change.op}
-        record.update({k: v for k, v in change.record.items() if v is not None})
-        if who.get("origin"):
-            record["origin"] = ("recovered by %s" % who["origin"]) if recovered else who["origin"]
-        if recovered:
-            record["recovered"] = True
-        if unfinished:
-            record["unfinished"] = unfinished
-        self.state.append_history(record)
-
-    def _history_has(self, op: str) -> bool:
-        return any(r.get("op") == op for r in self.state.read_history_tail())
-
-    def _forget(self, change: Change) -> None:
-        self.state.clear_journal()
-        self._drop_staged(change)
-
-    def _drop_staged(self, change: Change) -> None:
-        for step in change.steps:
-            for path in (step.staged, step.kept):
-                if path:
-                    self.host.unlink(path)
 
     def _where(self, change: Change) -> str:
         commit = change.steps[change.commit]
@@ -334,42 +300,23 @@ class ChangePath:
             return "the manifest is at %s" % commit.src
         return "%s holds its previous content" % commit.path
 
-    # --- steps: host/ops.StepRunner, the one executor and its loops (the node-side revert runs them too)
-    @property
-    def _steps(self) -> hostops.StepRunner:
-        return hostops.StepRunner(self.host, manifests.MAX_MANIFEST_BYTES, tolerated=(OSError, CpctlError))
-
-    @staticmethod
-    def _wire(change: Change) -> List[Dict[str, Any]]:
-        return [step.to_wire() for step in change.steps]
-
-    @staticmethod
-    def _words(change: Change, failures: List[Tuple[int, BaseException]], suffix: str = "") -> List[str]:
-        """A runner's [(step index, error)] as text: "<what the step does><suffix>: <why>"."""
-        return ["%s%s: %s" % (_describe(change.steps[index]), suffix, _strerror(exc)) for index, exc in failures]
-
-    def _undo(self, change: Change, indexes: List[int]) -> List[str]:
-        """Undo these steps in reverse order; what could not be undone, as text."""
-        return self._words(change, self._steps.undo_all(self._wire(change), indexes), " not undone")
-
     # --- recovery ------------------------------------------------------------------------------
     def recover(self, entry: Dict[str, Any]) -> Applied:
         """Finish or roll back the change a killed cpctl left in the journal ``entry``."""
         change = self.change_from_journal(entry)
         started = started_text(entry)
-        outcome = self._steps.recover(self._wire(change), change.commit)
-        if outcome.state == "completed":
-            finished = self._close(change, self._words(change, outcome.failed), recovered=True)
+        outcome = self.host.transaction(self._request(change, "recover"))
+        if outcome["state"] in ("completed", "unrecordable"):
+            finished = self._close(change, outcome, recovered=True)
             finished.message = "completed interrupted %s of %s (%s)" % (change.action, change.component, started)
             return finished
-        if outcome.state == "nowhere":
+        if outcome["state"] == "nowhere":
             raise self._nowhere(change, started)
-        left = self._words(change, outcome.not_undone, " not undone")
+        left = outcome.get("not_undone") or []
         if left:
             raise CpctlError("interrupted %s of %s (%s) can be neither completed nor rolled back: %s; journal kept "
                              "at %s" % (change.action, change.component, started, "; ".join(left),
                                         self.state.journal_path), ExitCode.ENVIRONMENT)
-        self._forget(change)
         return Applied(change, False, message="rolled back interrupted %s of %s (%s; %s)"
                        % (change.action, change.component, started, self._where(change)))
 
@@ -573,17 +520,3 @@ def _companion_ok(path: object) -> bool:
 
 def _below(path: str, directory: str) -> bool:
     return path.startswith(directory.rstrip("/") + "/")
-
-
-def _describe(step: Step) -> str:
-    if step.kind == MOVE:
-        return "move %s to %s" % (step.src, step.path)
-    return "%s %s" % (step.kind, step.path)
-
-
-def _strerror(exc: BaseException) -> str:
-    if isinstance(exc, CpctlError):
-        return exc.message
-    if isinstance(exc, OSError):
-        return exc.strerror or str(exc)
-    return str(exc)

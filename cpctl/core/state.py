@@ -22,27 +22,27 @@ from __future__ import annotations
 import errno
 import json
 from contextlib import contextmanager
-from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, cast
 
 from cpctl.core.manifests import require_directory
 from cpctl.errors import Corrupt, CpctlError, ExitCode
 from cpctl.host import ops as hostops
-from cpctl.host.base import Host, LockBusy, Stat
+from cpctl.host.base import HistoryBounds, Host, LockBusy, Stat
 from cpctl.redaction import redact
-from cpctl.timeutil import iso, parse_iso, stamp
+from cpctl.timeutil import iso, parse_iso
 
 JOURNAL = "journal.json"
 BASELINE = "baseline.json"          # the drift baseline (cpctl.ops.drift); status reads it for "missing"
 PENDING = "pending.json"              # see cpctl.core.pending
 CONFIRM = "confirm"                   # STATE/confirm/<file>.json: armed changes (see cpctl.core.confirmations)
 MAX_ARM_BYTES = 64 << 10              # one arm record (a view reads them in its batch)
-HISTORY = "history.jsonl"
-HISTORY_SEGMENT_PREFIX = "history."
+HISTORY = hostops.HISTORY
 LOCK = "lock"
 MAX_STATE_FILE = 64 << 20
-HISTORY_ROTATE_BYTES = 4 << 20        # the current history file never grows past this
-HISTORY_SEGMENTS = 20                 # compressed older segments kept (about 80 MiB of records)
-HISTORY_TAIL_BYTES = 256 << 10        # what recovery reads to find a record it may have written
+# the history's bounds (``host.ops``: the agent's transaction writes the history too); sent with each change
+HISTORY_ROTATE_BYTES = hostops.HISTORY_ROTATE_BYTES   # the current history file never grows past this
+HISTORY_SEGMENTS = hostops.HISTORY_SEGMENTS           # compressed older segments kept (about 80 MiB of records)
+HISTORY_TAIL_BYTES = hostops.HISTORY_TAIL_BYTES       # what recovery reads to find a record it may have written
 MAX_SEGMENT_BYTES = 16 << 20          # a decompressed segment larger than this is not cpctl's
 SUBDIRS = ("parked", "meta", "staged", "revisions")
 META_TEXT = ("file", "component", "namespace", "checksum", "parked_at", "parked_by", "host", "reason",
@@ -219,13 +219,6 @@ class StateDir:
     def read_journal(self) -> Optional[dict]:
         return self.read_json(self.journal_path)
 
-    def write_journal(self, entry: Mapping[str, object]) -> None:
-        """Write ``entry`` sealed with this node's key (``hostops.sealed``): only a sealed journal is
-        ever recovered."""
-        key = self.journal_key(create=True)
-        assert key is not None
-        self.host.write_atomic(self.journal_path, _json_bytes(hostops.sealed(dict(entry), key)))
-
     def journal_key(self, create: bool = False) -> Optional[bytes]:
         """This node's journal key (``hostops.journal_key``: STATE/journal.key, created on first use
         with ``create``); a key file that is not cpctl's, or one that cannot be made, is exit 7."""
@@ -233,21 +226,24 @@ class StateDir:
             try:
                 self._key = hostops.journal_key(self.path, self.host, create=create)
             except hostops.JournalKeyError as exc:
-                raise CpctlError("%s: inspect it; cpctl creates a new key when none is there (a journal pending "
-                                 "now is then refused)" % exc, ExitCode.ENVIRONMENT) from None
+                raise self.key_error(str(exc)) from None
             except OSError as exc:
-                raise CpctlError("cannot %s %s/%s: %s" % ("create" if create else "read", self.path,
-                                                         hostops.JOURNAL_KEY, exc.strerror or exc),
-                                 ExitCode.ENVIRONMENT) from None
+                raise self.key_error("", create, exc.strerror or str(exc)) from None
         return self._key
+
+    def key_error(self, problem: str, create: bool = True, strerror: str = "") -> CpctlError:
+        """The error of a journal key that is not cpctl's (``problem``), or that cannot be read or
+        made (``strerror``): exit 7."""
+        if problem:
+            return CpctlError("%s: inspect it; cpctl creates a new key when none is there (a journal pending "
+                              "now is then refused)" % problem, ExitCode.ENVIRONMENT)
+        return CpctlError("cannot %s %s/%s: %s" % ("create" if create else "read", self.path, hostops.JOURNAL_KEY,
+                                                  strerror), ExitCode.ENVIRONMENT)
 
     def seal_problem(self, entry: Mapping[str, object]) -> str:
         """Why the journal ``entry`` was not written by cpctl on this node ("" when it was): its seal
         (``hostops.seal_problem``), checked before anything of it is used."""
         return hostops.seal_problem(entry, self.journal_key())
-
-    def clear_journal(self) -> None:
-        self.host.unlink(self.journal_path)
 
     @property
     def baseline_path(self) -> str:
@@ -270,43 +266,28 @@ class StateDir:
 
     def append_history(self, record: Mapping[str, object]) -> None:
         """Append one record durably (secret values redacted: the history leaves cpctl, to whoever
-        reads the state dir or runs ``cpctl history``); first rotate the file when it would grow
-        past its bound."""
-        line = (json.dumps(redact(record), sort_keys=True, separators=(",", ":")) + "\n").encode("utf-8")
-        info = self.host.lstat(self.history_path)
-        if info is not None and info["size"] + len(line) > HISTORY_ROTATE_BYTES:
-            self.rotate_history()
-        self.host.append(self.history_path, line)
+        reads the state dir or runs ``cpctl history``), rotating the file at its bound: the agent's
+        one rule (``hostops.append_history``), which its transaction follows for a change's record."""
+        hostops.append_history(self.host, self.path, hostops.history_line(redact(record)), HISTORY_ROTATE_BYTES,
+                               HISTORY_SEGMENTS)
 
-    def rotate_history(self) -> None:
-        """Move the current file aside (one no-replace rename), compress it on the node, keep the
-        newest ``HISTORY_SEGMENTS``. Each step leaves every record complete somewhere."""
-        segment = self._join("%s%s.jsonl" % (HISTORY_SEGMENT_PREFIX, stamp()))
-        if self.host.lstat(segment) is not None:
-            segment = segment[:-len(".jsonl")] + "-%d.jsonl" % self.host.info()["pid"]
-        self.host.move(self.history_path, segment)
-        self.host.compress(segment, segment + ".gz")
-        self.host.unlink(segment)
-        for old in self.history_segments()[:-HISTORY_SEGMENTS]:
-            self.host.unlink(self._join(old))
+    @staticmethod
+    def history_bounds() -> HistoryBounds:
+        """The history's bounds now, for a transaction that writes a record on the node."""
+        return {"rotate": HISTORY_ROTATE_BYTES, "keep": HISTORY_SEGMENTS, "tail": HISTORY_TAIL_BYTES}
 
     def history_segments(self) -> List[str]:
         """Names of the older history files, oldest first (time-stamped names sort in order)."""
-        return sorted(n for n in self.host.listdir(self.path)
-                      if n.startswith(HISTORY_SEGMENT_PREFIX) and n.endswith((".jsonl.gz", ".jsonl"))
-                      and n != HISTORY)
+        return hostops.history_segments(self.host, self.path)
 
     def read_history_tail(self, limit: int = HISTORY_TAIL_BYTES) -> List[Dict[str, object]]:
         """The newest records only, from the last ``limit`` bytes (recovery looks for one it may
         have written just before; ``status`` for each component's last change)."""
         try:
-            data = self.host.read_tail(self.history_path, limit)
-        except FileNotFoundError:
-            return []
+            return hostops.tail_records(self.host, self.history_path, limit)
         except OSError as exc:
             raise CpctlError("cannot read %s: %s" % (self.history_path, exc.strerror or exc),
                              ExitCode.ENVIRONMENT) from None
-        return parse_records(data)[1:] if len(data) == limit else parse_records(data)
 
     def read_history(self, limit: int = 0,
                      keep: Optional[Callable[[Dict[str, object]], bool]] = None) -> List[Dict[str, object]]:
@@ -382,16 +363,8 @@ def user_label(host: Host) -> str:
 
 
 def parse_records(data: bytes) -> List[Dict[str, object]]:
-    """History lines as records; a torn or foreign line is skipped (the records around it stand)."""
-    records = []
-    for line in data.decode("utf-8", "replace").splitlines():
-        try:
-            value = json.loads(line)
-        except (ValueError, RecursionError):
-            continue
-        if isinstance(value, dict):
-            records.append(value)
-    return records
+    """History lines as records; a torn or foreign line is skipped (``hostops.parse_records``)."""
+    return cast(List[Dict[str, object]], hostops.parse_records(data))
 
 
 def _gunzip(path: str, data: bytes) -> bytes:

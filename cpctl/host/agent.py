@@ -12,12 +12,12 @@ import json
 import os
 import sys
 import threading
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union, cast
 
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host import ops as hostops
 from cpctl.host import replies
-from cpctl.host.base import ByteWriter, Call, Host, LineReader, LockBusy
+from cpctl.host.base import ByteWriter, Call, Host, LineReader, LockBusy, TransactionOutcome, TransactionRequest
 from cpctl.host.replies import MAX_REPLY_BYTES, BadReply
 
 HELLO_LIMIT = 512          # bytes of the agent's ready line (or of what a shell printed instead)
@@ -74,6 +74,10 @@ class AgentHost(Host):
             if response is not None:
                 return _result(response)
         return self._request(op, args)
+
+    def transaction(self, request: TransactionRequest) -> TransactionOutcome:
+        """The whole transaction in ONE request: the agent runs it on the node (``host.ops.transaction``)."""
+        return cast(TransactionOutcome, self._call("transaction", request=request))
 
     def _request(self, op: str, args: Mapping[str, object]) -> Any:
         line = json.dumps({"op": op, "args": hostops.encode(args)}).encode("utf-8") + b"\n"

@@ -231,6 +231,44 @@ class TlsOptions(TypedDict, total=False):
     key_file: str
 
 
+class HistoryBounds(TypedDict):
+    """How the history file is kept (``core.state``'s bounds, sent with each transaction)."""
+
+    rotate: int
+    keep: int
+    tail: int
+
+
+class TransactionRequest(TypedDict):
+    """One journaled change for ``Host.transaction`` (``host.ops.Transaction``): ``do`` apply or
+    recover; the journal ``entry`` (``core.journal.entry_of``); for apply the new bytes of each
+    write step by index (None for other steps); the history record without its time; where the
+    state dir is, how much of a file a step reads back (``limit``), the history's bounds."""
+
+    do: str
+    state_dir: str
+    entry: Dict[str, Any]
+    data: List[Optional[bytes]]
+    record: Dict[str, Any]
+    limit: int
+    history: HistoryBounds
+
+
+class TransactionOutcome(TypedDict, total=False):
+    """What ``Host.transaction`` did (checked by ``replies``): ``state`` is completed, aborted,
+    rolled_back, nowhere or unrecordable - or, before anything changed, bad_key, no_key, conflict or
+    unstaged; ``failed`` and ``not_undone`` name steps as text ("<what the step does>: <why>"),
+    ``kept`` says the journal stays, ``why`` and ``path`` say what stopped it, ``errno`` its number."""
+
+    state: str
+    failed: List[str]
+    not_undone: List[str]
+    kept: bool
+    why: str
+    path: str
+    errno: Optional[int]
+
+
 #: A read-only call the agent may answer ahead (``Host.prefetched``): (op, its arguments).
 Call = Tuple[str, Mapping[str, object]]
 
@@ -359,6 +397,12 @@ class Host:
         if tls:
             return cast(PeerCert, self._call("peer_cert", host=host, port=port, timeout=timeout, tls=tls))
         return cast(PeerCert, self._call("peer_cert", host=host, port=port, timeout=timeout))
+
+    def transaction(self, request: TransactionRequest) -> TransactionOutcome:
+        """Apply or recover one journaled change as a whole on the node (``host.ops.Transaction``):
+        here in-process, through this host's own primitives; a remote host sends it as ONE request."""
+        from cpctl.errors import CpctlError
+        return cast(TransactionOutcome, hostops.transaction(dict(request), fs=self, tolerated=(OSError, CpctlError)))
 
     @contextmanager
     def prefetched(self, calls: Sequence[Call]) -> Iterator[None]:

@@ -1886,12 +1886,268 @@ class StepRunner(object):
         return True
 
 
+# --- the state dir's history file: ONE format and ONE rotation, for ``core.state.StateDir`` and the agent ----
+HISTORY = "history.jsonl"
+HISTORY_SEGMENT_PREFIX = "history."
+HISTORY_ROTATE_BYTES = 4 << 20        # the current history file never grows past this
+HISTORY_SEGMENTS = 20                 # compressed older segments kept (about 80 MiB of records)
+HISTORY_TAIL_BYTES = 256 << 10        # what recovery reads to find a record it may have written
+
+
+def history_line(record):
+    """One history record as it is written: canonical JSON (sorted keys, no spaces) and a newline."""
+    import json
+    return (json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n").encode("utf-8")
+
+
+def journal_bytes(entry):
+    """A journal entry as it is written (``STATE/journal.json``)."""
+    import json
+    return (json.dumps(entry, indent=2, sort_keys=True) + "\n").encode("utf-8")
+
+
+def history_segments(fs, state_dir):
+    """Names of the older history files in ``state_dir``, oldest first (time-stamped names sort in order)."""
+    return sorted(n for n in fs.listdir(state_dir)
+                  if n.startswith(HISTORY_SEGMENT_PREFIX) and n.endswith((".jsonl.gz", ".jsonl")) and n != HISTORY)
+
+
+def append_history(fs, state_dir, line, rotate=HISTORY_ROTATE_BYTES, keep=HISTORY_SEGMENTS):
+    """Append one record line durably to ``state_dir``'s history; first, when it would grow past
+    ``rotate`` bytes, move the file aside (one no-replace rename), compress it, keep the newest
+    ``keep`` segments - each step leaves every record complete somewhere. ``fs``: a ``Host``, or this
+    module's functions (``_node_fs``)."""
+    path = state_dir.rstrip("/") + "/" + HISTORY
+    info = fs.lstat(path)
+    if info is not None and info["size"] + len(line) > rotate:
+        segment = "%s/%s%s.jsonl" % (state_dir.rstrip("/"), HISTORY_SEGMENT_PREFIX,
+                                     time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
+        if fs.lstat(segment) is not None:
+            segment = segment[:-len(".jsonl")] + "-%d.jsonl" % fs.info()["pid"]
+        fs.move(path, segment)
+        fs.compress(segment, segment + ".gz")
+        fs.unlink(segment)
+        for old in history_segments(fs, state_dir)[:-keep]:
+            fs.unlink(state_dir.rstrip("/") + "/" + old)
+    fs.append(path, line)
+
+
+def parse_records(data):
+    """History lines as records; a torn or foreign line is skipped (the records around it stand)."""
+    import json
+    records = []
+    for line in data.decode("utf-8", "replace").splitlines():
+        try:
+            value = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(value, dict):
+            records.append(value)
+    return records
+
+
+def tail_records(fs, path, limit=HISTORY_TAIL_BYTES):
+    """The records of the last ``limit`` bytes of the history file ``path`` (its first, cut line
+    dropped when the file is longer); [] when there is none."""
+    try:
+        data = fs.read_tail(path, limit)
+    except FileNotFoundError:
+        return []
+    return parse_records(data)[1:] if len(data) == limit else parse_records(data)
+
+
+def step_words(steps, failures, suffix=""):
+    """A runner's [(step index, error)] as text: "<what the step does><suffix>: <why>"."""
+    words = []
+    for index, exc in failures:
+        step = steps[index]
+        what = "move %s to %s" % (step["src"], step["path"]) if step["kind"] == "move" else \
+            "%s %s" % (step["kind"], step["path"])
+        why = getattr(exc, "message", None) or (getattr(exc, "strerror", None) if isinstance(exc, OSError) else None)
+        words.append("%s%s: %s" % (what, suffix, why or str(exc)))
+    return words
+
+
+class Transaction(object):
+    """THE transaction around a journaled change, standard library only: staging, the sealed journal
+    entry, the steps (``StepRunner``), the history record, clearing the journal and the staged files,
+    the undo of a change that cannot be recorded, and the recovery of an interrupted one. cpctl's
+    journal (``core.journal.ChangePath``) runs it in ONE call on the node (``Host.transaction``: the
+    ``transaction`` op of the agent, or in-process through a local ``Host``); the node-side revert of
+    a remote ``--confirm-within`` runs it on this module's own functions.
+
+    The caller gives the entry (``core.journal.entry_of``: version, op, action, component, file,
+    checksum, commit, steps, record, companions) and the history record's fields but its time (user,
+    host, node, origin, action, component, file, checksum, op, the change's own fields); this fills in
+    the start, the pid and the time on the node. Each method returns an outcome dict
+    (``host.base.TransactionOutcome``): ``state`` (completed, aborted, rolled_back, nowhere,
+    unrecordable; before anything changed: bad_key, no_key, conflict, unstaged), ``failed`` and
+    ``not_undone`` (step words), ``kept`` (the journal stays), ``why`` and ``path``. The caller words it.
+
+    Files a change stages itself lie in STATE/staged; bytes staged elsewhere beforehand (a revert plan's)
+    are dropped only once the change is done: a change that did not happen is tried again from them."""
+
+    def __init__(self, state_dir, runner, rotate=HISTORY_ROTATE_BYTES, keep=HISTORY_SEGMENTS,
+                 tail=HISTORY_TAIL_BYTES):
+        self.state_dir = state_dir.rstrip("/") or "/"
+        self.runner = runner
+        self.fs = runner.fs
+        self.journal = self.state_dir + "/journal.json"
+        self.staged_dir = self.state_dir + "/staged/"
+        self.bounds = (rotate, keep, tail)
+
+    def handle(self, request):
+        """The ``transaction`` op's request: ``do`` apply (with ``data``: the new bytes of each write,
+        by step index, or None) or recover."""
+        if request["do"] == "apply":
+            return self.apply(request["entry"], request.get("data") or [], request["record"])
+        return self.recover(request["entry"], request["record"])
+
+    def apply(self, entry, data, record):
+        """Stage, write the sealed journal, run the steps, record: the change done, or undone."""
+        try:
+            key = journal_key(self.state_dir, self.fs, create=True)
+        except JournalKeyError as exc:
+            return {"state": "bad_key", "why": str(exc), "kept": False}
+        except OSError as exc:
+            return {"state": "no_key", "why": exc.strerror or str(exc), "errno": exc.errno, "kept": False}
+        steps = entry["steps"]
+        new = dict((i, b) for i, b in enumerate(data) if b is not None)
+        problem = self._stage(entry["op"], steps, new)
+        if problem is not None:
+            return problem
+        entry = dict(entry, started=_utc_now(), pid=self.fs.info()["pid"])
+        self.fs.write_atomic(self.journal, journal_bytes(sealed(entry, key)))
+        outcome = self.runner.run(steps, entry["commit"], new)
+        failed = step_words(steps, outcome.failed)
+        if outcome.state == "aborted":       # a step up to the commit failed; the runner undid what was done
+            left = step_words(steps, outcome.not_undone, " not undone")
+            if not left:
+                self.forget(steps, done=False)
+            return {"state": "aborted", "failed": failed, "not_undone": left, "kept": bool(left)}
+        return self._close(entry, record, failed, recovered=False)
+
+    def recover(self, entry, record):
+        """Finish or roll back the change a killed run left in the journal ``entry`` (checked by the
+        caller: sealed here, its paths allowed), from the files alone."""
+        steps = entry["steps"]
+        outcome = self.runner.recover(steps, entry["commit"])
+        if outcome.state == "completed":
+            return self._close(entry, record, step_words(steps, outcome.failed), recovered=True)
+        if outcome.state == "nowhere":
+            return {"state": "nowhere", "kept": True}
+        left = step_words(steps, outcome.not_undone, " not undone")
+        if not left:
+            self.forget(steps, done=False)
+        return {"state": "rolled_back", "not_undone": left, "kept": bool(left)}
+
+    def _stage(self, op, steps, new):
+        """Keep the new bytes of each write (and the bytes it replaces, still the ``before`` it was
+        planned from) in the state dir first, and name the place a removed file waits until the
+        change is over. None, or the outcome of a change that could not start (nothing changed)."""
+        written = []
+        try:
+            for index, step in enumerate(steps):
+                if step["kind"] == "remove" and not step.get("kept"):
+                    step["kept"] = "%s%s.%d.removed" % (self.staged_dir, op, index)
+                if step["kind"] != "write":
+                    continue
+                if index in new:
+                    step["staged"] = "%s%s.%d.new" % (self.staged_dir, op, index)
+                    self.fs.write_atomic(step["staged"], new[index])
+                    written.append(step["staged"])
+                if step.get("before"):
+                    step["kept"] = step.get("kept") or "%s%s.%d.old" % (self.staged_dir, op, index)
+                    old = self.fs.read_file(step["path"], self.runner.limit)
+                    if _sha256(old) != step["before"]:
+                        self._drop(written)
+                        return {"state": "conflict", "path": step["path"], "kept": False}
+                    self.fs.write_atomic(step["kept"], old)
+                    written.append(step["kept"])
+        except OSError as exc:
+            self._drop(written)
+            return {"state": "unstaged", "why": exc.strerror or str(exc), "kept": False}
+        return None
+
+    def _close(self, entry, record, unfinished, recovered):
+        """The history record (unless a recovered change has one already), then forget the journal.
+        No history -> no change: undo it."""
+        try:
+            if not (recovered and any(r.get("op") == entry["op"] for r in
+                                      tail_records(self.fs, self.state_dir + "/" + HISTORY, self.bounds[2]))):
+                append_history(self.fs, self.state_dir, history_line(self._record(entry, record, unfinished,
+                                                                                   recovered)), *self.bounds[:2])
+        except OSError as exc:
+            left = step_words(entry["steps"], self.runner.undo_all(entry["steps"], list(range(len(entry["steps"])))),
+                              " not undone")
+            if not left:
+                self.forget(entry["steps"], done=False)
+            return {"state": "unrecordable", "why": exc.strerror or str(exc), "not_undone": left, "kept": bool(left)}
+        self.forget(entry["steps"], done=True)
+        return {"state": "completed", "failed": unfinished, "kept": False}
+
+    @staticmethod
+    def _record(entry, record, unfinished, recovered):
+        """The history record: the caller's fields, the op, the time on this node; a recovered change
+        says so (and by whom), an unfinished one what is left."""
+        record = dict(record, time=_utc_now())
+        record.setdefault("op", entry["op"])
+        if recovered:
+            record["recovered"] = True
+            if record.get("origin"):
+                record["origin"] = "recovered by %s" % record["origin"]
+        if unfinished:
+            record["unfinished"] = unfinished
+        return record
+
+    def forget(self, steps, done):
+        """Remove the journal, then the bytes kept for an undo and the change's own staged bytes (all
+        staged bytes once it is ``done``)."""
+        self.fs.unlink(self.journal)
+        for step in steps:
+            if step.get("staged") and (done or step["staged"].startswith(self.staged_dir)):
+                self.fs.unlink(step["staged"])
+            if step.get("kept"):
+                self.fs.unlink(step["kept"])
+
+    def _drop(self, paths):
+        for path in paths:
+            self.fs.unlink(path)
+
+
+def _sha256(data):
+    import hashlib
+    return hashlib.sha256(data).hexdigest()
+
+
+def transaction(request, fs=None, tolerated=(OSError,)):
+    """The ``transaction`` op: apply or recover one journaled change as a whole, on the node
+    (``Transaction``; ``fs`` a local ``Host`` when run in-process, else this module's functions)."""
+    bounds = request.get("history") or {}
+    runner = StepRunner(fs or _node_fs(), request.get("limit") or 64 << 20, tolerated)
+    return Transaction(request["state_dir"], runner, bounds.get("rotate", HISTORY_ROTATE_BYTES),
+                       bounds.get("keep", HISTORY_SEGMENTS), bounds.get("tail", HISTORY_TAIL_BYTES)).handle(request)
+
+
+OPS["transaction"] = transaction
+
+
+def _node_fs():
+    """This node's primitives as a ``Host``-like object (looked up now: a test may wrap them)."""
+    import types
+    return types.SimpleNamespace(lstat=lstat, read_file=read_file, read_tail=read_tail, write_atomic=write_atomic,
+                                 move=move, unlink=unlink, chmod=chmod, append=append, compress=compress,
+                                 listdir=listdir, info=info)
+
+
 def _node_runner():
     """The journal's own executor (``StepRunner``) on this node's primitives (also when exec'd)."""
-    import types
-    here = types.SimpleNamespace(lstat=lstat, read_file=read_file, write_atomic=write_atomic, move=move,
-                                 unlink=unlink, chmod=chmod)
-    return StepRunner(here, 64 << 20)
+    return StepRunner(_node_fs(), 64 << 20)
+
+
+def _plan_transaction(plan, runner):
+    """The journal's transaction in the plan's state dir, on ``runner``."""
+    return Transaction(os.path.dirname(plan["journal"]), runner)
 
 
 def _read_json(path, limit):
@@ -1905,67 +2161,39 @@ def _read_json(path, limit):
     return value if isinstance(value, dict) else None
 
 
-def _step_failures(steps, failures, suffix=""):
-    """A runner's [(step index, error)] as text, as cpctl's journal words it."""
-    return ["%s %s%s: %s" % (steps[index]["kind"], steps[index]["path"], suffix, getattr(exc, "strerror", None) or exc)
-            for index, exc in failures]
-
-
-def _forget_steps(plan, steps, keys):
-    """Remove the journal, then the steps' files named by ``keys`` (``staged``, ``kept``)."""
-    unlink(plan["journal"])
-    for step in steps:
-        for key in keys:
-            if step.get(key):
-                unlink(step[key])
-
-
-def _recorded(plan, op):
-    """The history already holds a record of change ``op`` (as cpctl's recovery checks)."""
-    try:
-        return ('"op":"%s"' % op).encode("utf-8") in read_tail(plan["history"], 256 << 10)
-    except OSError:
-        return False
-
-
 def _append_record(plan, record):
-    """One history record, appended as cpctl's state dir writes it (one JSON line)."""
-    import json
-    append(plan["history"], (json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n").encode("utf-8"))
+    """One history record in the plan's state dir, as cpctl writes it (``append_history``)."""
+    append_history(_node_fs(), os.path.dirname(plan["journal"]), history_line(record))
 
 
-def _record_entry(plan, entry, record, unfinished):
-    """The history record of one of the plan's journaled changes, as cpctl's journal writes it."""
-    record = dict(record, time=_utc_now(), op=entry["op"])
-    if unfinished:
-        record["unfinished"] = unfinished
-    _append_record(plan, record)
+def _not_done(result):
+    """Why a transaction of the plan did not happen, as one line (exit 7); a journal key that is not
+    cpctl's, or none that can be made, as the exception ``_plan_attempt`` words."""
+    state = result["state"]
+    if state == "bad_key":
+        raise JournalKeyError(result["why"])
+    if state == "no_key":
+        raise OSError(result.get("errno") or errno.EIO, result["why"])
+    if state == "conflict":
+        return "%s changed since the plan was made (nothing changed)" % result["path"]
+    if state == "unstaged":
+        return "cannot keep its files: %s (nothing changed)" % result["why"]
+    if state == "unrecordable":
+        why = "cannot write the history record (%s)" % result["why"]
+    else:
+        why = (result.get("failed") or ["its file is in neither form"])[0]
+    if result.get("not_undone"):             # the journal stays: the next try (or cpctl) finishes it
+        return "%s, and undoing it failed: %s" % (why, "; ".join(result["not_undone"]))
+    return "%s (nothing changed)" % why
 
 
 def _run_entry(plan, entry, record, runner):
     """Run one of the plan's journaled changes (the revert, or a patch file's undo) as cpctl's journal
-    runs it, with its own loop (``StepRunner.run``): the bytes each write replaces kept, the journal
-    written, the steps, the history record, the journal cleared: (0, "done") or (7, why). A step that
-    fails before the change has happened leaves everything as it was."""
-    import json
-    steps = entry["steps"]
-    for step in steps:                       # keep what each write replaces (for the journal's undo)
-        if step["kind"] == "write" and step.get("before"):
-            write_atomic(step["kept"], read_file(step["path"], 64 << 20))
-    started = sealed(dict(entry, started=_utc_now(), pid=os.getpid()),
-                     journal_key(os.path.dirname(plan["journal"]), create=True))
-    write_atomic(plan["journal"], (json.dumps(started, indent=1, sort_keys=True) + "\n").encode("utf-8"))
-    outcome = runner.run(steps, entry["commit"])
-    failed = _step_failures(steps, outcome.failed)
-    if outcome.state == "aborted":
-        left = _step_failures(steps, outcome.not_undone, " not undone")
-        if left:                             # the journal stays: the next try (or cpctl) finishes it
-            return 7, "%s, and undoing it failed: %s" % (failed[0], "; ".join(left))
-        _forget_steps(plan, steps, ("kept",))    # the staged bytes stay for the next try
-        return 7, "%s (nothing changed)" % failed[0]
-    _record_entry(plan, entry, record, failed)
-    _forget_steps(plan, steps, ("staged", "kept"))
-    return 0, "done"
+    runs it (``Transaction``): (0, "done") or (7, why). A step that fails before the change has happened
+    leaves everything as it was; the plan's staged bytes stay for the next try."""
+    import json  # a copy: the transaction names its files in the steps it is given
+    result = _plan_transaction(plan, runner).apply(json.loads(json.dumps(entry)), [], record)
+    return (0, "done") if result["state"] == "completed" else (7, _not_done(result))
 
 
 def _plan_apply(plan):
@@ -2026,11 +2254,10 @@ def _plan_patches(plan, runner):
 def _pending_journal(plan, runner):
     """A journal is pending. When it is this plan's own - its revert, interrupted; or the arm that
     started it (cpctl killed right after writing the arm, before its history record) - the journal's
-    recovery (``StepRunner.recover``) finishes or rolls it back and records it as cpctl's would:
+    recovery (``Transaction.recover``) finishes or rolls it back and records it as cpctl's would:
     (None, "") to go on, or (0, "reverted") when it finished the revert itself. Anything else is
     cpctl's to recover (exit 7 and why)."""
     import pwd
-    import socket
     entry = _read_json(plan["journal"], 1 << 20)
     own = plan["entry"]
     state_dir = os.path.dirname(plan["journal"]) + "/"
@@ -2042,25 +2269,20 @@ def _pending_journal(plan, runner):
         return 7, ("%s is not a journal cpctl wrote on this node (%s): nothing of it runs and the unconfirmed "
                    "change of %s is NOT reverted; inspect it, then remove it by hand" % (plan["journal"], problem,
                                                                                          own["component"]))
+    transaction = _plan_transaction(plan, runner)
     for mine, record, kept in _own_entries(plan):
         if not isinstance(entry, dict) or entry.get("op") != mine["op"] or entry.get("steps") != mine["steps"] \
                 or entry.get("commit") != mine["commit"]:
             continue
-        outcome = runner.recover(mine["steps"], mine["commit"])
-        if outcome.state == "completed":
-            if not _recorded(plan, mine["op"]):
-                _record_entry(plan, mine, record, _step_failures(mine["steps"], outcome.failed))
-            _forget_steps(plan, mine["steps"], ("staged", "kept"))
+        result = transaction.recover(mine, record)
+        if result["state"] == "completed":
             if kept:
                 unlink(kept)
             return (0, "reverted") if mine is own else (None, "")
-        if outcome.state == "rolled_back" and not outcome.not_undone:
-            _forget_steps(plan, mine["steps"], ("kept",))
+        if result["state"] == "rolled_back" and not result["not_undone"]:
             return None, ""
         return 7, ("the interrupted %s of %s (%s) can be neither completed nor rolled back: %s" % (
-            mine["action"], mine["component"], plan["journal"],
-            "; ".join(_step_failures(mine["steps"], outcome.not_undone, " not undone")) or "its file is in "
-            "neither form"))
+            mine["action"], mine["component"], plan["journal"], _not_done(result)))
     steps = entry.get("steps") if isinstance(entry, dict) else None
     arm_step = steps[0] if isinstance(steps, list) and len(steps) == 1 and isinstance(steps[0], dict) else {}
     if not isinstance(entry, dict) or entry.get("action") != "armed" or entry.get("op") != plan["op"] + "-arm" \
@@ -2069,15 +2291,12 @@ def _pending_journal(plan, runner):
         return 7, ("an interrupted cpctl change is pending (%s): the unconfirmed change of %s is NOT reverted; run any "
                    "cpctl command on this node (it finishes that change, then reverts)" % (plan["journal"],
                                                                                           own["component"]))
-    outcome = runner.recover(steps, 0)
-    if outcome.state == "completed" and not _recorded(plan, entry["op"]):
-        record = dict(entry.get("record") or {}, time=_utc_now(),
-                      user=pwd.getpwuid(os.geteuid()).pw_name, host=socket.gethostname(), node=plan["verdict"]["node"],
-                      action="armed", component=entry.get("component"), file=entry.get("file"),
-                      checksum=entry.get("checksum"), op=entry["op"], recovered=True,
-                      origin="recovered by the node-side revert")
-        _append_record(plan, record)
-    _forget_steps(plan, steps, ("staged", "kept"))
+    record = dict(entry.get("record") or {}, user=pwd.getpwuid(os.geteuid()).pw_name, host=os.uname().nodename,
+                  node=plan["verdict"]["node"], action="armed", component=entry.get("component"),
+                  file=entry.get("file"), checksum=entry.get("checksum"), op=entry["op"],
+                  origin="the node-side revert")
+    if transaction.recover(entry, record)["state"] == "nowhere":
+        transaction.forget(steps, done=True)
     return None, ""
 
 

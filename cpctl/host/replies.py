@@ -265,12 +265,40 @@ def _reset(result: object, args: Mapping[str, object]) -> None:
     _int(result.get("pid"), "pid")
 
 
+TRANSACTION_STATES = ("completed", "aborted", "rolled_back", "nowhere", "unrecordable", "bad_key", "no_key",
+                      "conflict", "unstaged")
+MAX_STEP_WORDS = 64           # failed/not undone steps named in one outcome (a change has a handful)
+
+
+def _transaction(result: object, args: Mapping[str, object]) -> None:
+    """A ``TransactionOutcome``: a known state, short texts, at most one word per step."""
+    if not isinstance(result, dict) or result.get("state") not in TRANSACTION_STATES:
+        raise _Shape("transaction is not an outcome")
+    if not isinstance(result.get("kept"), bool):
+        raise _Shape("transaction.kept is not true or false")
+    for key in ("failed", "not_undone"):
+        words = result.get(key, [])
+        if not isinstance(words, list) or len(words) > MAX_STEP_WORDS or \
+                not all(isinstance(w, str) and len(w) <= 4096 for w in words):
+            raise _Shape("transaction.%s is not a list of step texts" % key)
+    for key in ("why", "path"):
+        if key in result and (not isinstance(result[key], str) or len(result[key]) > 4096):
+            raise _Shape("transaction.%s is not text" % key)
+    if result.get("state") in ("aborted",) and not result.get("failed"):
+        raise _Shape("an aborted transaction names no failed step")
+    if result.get("state") in ("bad_key", "no_key", "unstaged", "unrecordable") and "why" not in result:
+        raise _Shape("transaction.why is missing")
+    if result.get("state") == "conflict" and "path" not in result:
+        raise _Shape("transaction.path is missing")
+    _int(result.get("errno"), "transaction.errno", allow_none=True)
+
+
 # The results cpctl uses; the other ops (writes, locks) answer null, and cpctl never reads it.
 RESULTS: Dict[str, Callable[[object, Mapping[str, object]], None]] = {
     "lstat": _lstat, "listdir": _listdir, "scan_dir": _scan_dir, "read_file": _read, "read_tail": _read,
     "move": _move, "unlink": _unlink, "run": _run, "http": _http, "http_many": _http_many, "peer_cert": _peer_cert,
     "etcd_snapshot": _etcd_snapshot,
-    "info": _info, "clock": _clock, "batch": _batch, "reset": _reset,
+    "info": _info, "clock": _clock, "batch": _batch, "reset": _reset, "transaction": _transaction,
 }
 
 

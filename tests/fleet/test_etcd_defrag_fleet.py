@@ -22,7 +22,7 @@ from typing import Any, Callable, List
 import pytest
 
 from tests.lab.test_lab_realetcd import real_etcd  # noqa: F401 - the fixture
-from tests.labdefrag import LabEtcd, log_intervals, run_rolling_defrag, summary
+from tests.labdefrag import LabEtcd, all_at_once, log_intervals, run_rolling_defrag, summary
 from tests.remoteutil import Cli, clean_env, lab_vars, read_history, write_inventory
 from tests.sshfixture import SSHServer
 
@@ -74,3 +74,7 @@ def test_defrag_all_over_ssh_one_member_at_a_time_leader_last_writes_go_on(
     assert all(end <= start for (_, end, _), (start, _, _) in zip(spans, spans[1:])), spans
     # a writer through the cluster never waited 2 s (the module docstring says why that bound)
     assert run.max_gap < 2.0, summary(run, GARBAGE_MB)
+    # the control: every member defragmented at once, the same sampler sees it
+    control = all_at_once(cluster, GARBAGE_MB)
+    print("control, all at once: %d overlapping pairs of %d windows" % (len(control.overlaps()), len(control.windows)))
+    assert len({w.member for w in control.windows}) == 3 and control.overlaps(), control.windows

@@ -26,6 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from tests import etcdnodes as en
 from tests.realetcd import READY_WAIT, gateway_call
+from tests.remoteutil import Cli, clean_env, lab_vars, write_inventory
 
 #: The sampler asks each member's status back to back, this far apart: fine enough that a
 #: defragmentation of a few MiB (~0.1 s) is seen, coarse enough to add little load.
@@ -231,6 +232,16 @@ class DefragRun:
     seconds: float
     loaded_seconds: float
     logged: Dict[str, List[List[float]]] = field(default_factory=dict)
+
+
+def over_ssh(lab: Any, ssh_config: str, known_hosts: str, workdir: str, *args: str) -> Callable[[], Dict[str, Any]]:
+    """``cpctl -i INV etcd defrag --all ARGS`` through real sshd (``ssh_config`` names master1..3),
+    with an inventory of the lab's masters: a call that returns its JSON answer."""
+    cli = Cli(ssh_config, known_hosts, clean_env(os.path.join(workdir, "home")))
+    count = len(lab.info["masters"])
+    hosts = {"master%d" % m: dict(host="master%d" % m, **lab_vars(lab, m)) for m in range(1, count + 1)}
+    inventory = write_inventory(os.path.join(workdir, "inv.yaml"), hosts)
+    return lambda: dict(cli.json("-i", inventory, "etcd", "defrag", "--all", *args, timeout=en.RUN_TIMEOUT))
 
 
 def load(cluster: LabEtcd, garbage_mb: int, live_mb: int = 8) -> None:

@@ -16,18 +16,16 @@ quorum for longer than an election timeout plus a try - what the rolling order i
 
 from __future__ import annotations
 
-import os
 from typing import Any, Callable, List
 
 import pytest
 
 from tests.lab.test_lab_realetcd import real_etcd  # noqa: F401 - the fixture
-from tests.labdefrag import LabEtcd, all_at_once, log_intervals, run_rolling_defrag, summary
-from tests.remoteutil import Cli, clean_env, lab_vars, read_history, write_inventory
+from tests.labdefrag import LabEtcd, all_at_once, log_intervals, over_ssh, run_rolling_defrag, summary
+from tests.remoteutil import lab_vars, read_history
 from tests.sshfixture import SSHServer
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.real_etcd]
-NAMES = ["master1", "master2", "master3"]
 #: MiB of garbage per member: enough that every member has something to give back (and the
 #: sampler sees each size drop), small enough for CI.
 GARBAGE_MB = 12
@@ -37,12 +35,10 @@ def test_defrag_all_over_ssh_one_member_at_a_time_leader_last_writes_go_on(
         real_etcd: Any, sshd_many: List[SSHServer], lab_factory: Callable[..., Any],  # noqa: F811
         tmp_path: Any) -> None:
     lab = lab_factory(profile="ha")
-    cli = Cli(sshd_many[0].ssh_config, sshd_many[0].known_hosts, clean_env(str(tmp_path / "home")))
-    hosts = {name: dict(host=name, **lab_vars(lab, i + 1)) for i, name in enumerate(NAMES)}
-    inventory = write_inventory(os.path.join(str(tmp_path), "inv.yaml"), hosts)
     cluster = LabEtcd(lab)
-    run = run_rolling_defrag(cluster, lambda: cli.json("-i", inventory, "etcd", "defrag", "--all", "--min-free",
-                                                       "1MiB", "--min-ratio", "0.2", timeout=600), GARBAGE_MB)
+    defrag = over_ssh(lab, sshd_many[0].ssh_config, sshd_many[0].known_hosts, str(tmp_path), "--min-free", "1MiB",
+                      "--min-ratio", "0.2")
+    run = run_rolling_defrag(cluster, defrag, GARBAGE_MB)
     print(summary(run, GARBAGE_MB))
     logged = log_intervals(lab)
     print("etcd's logs (start, end):", logged)

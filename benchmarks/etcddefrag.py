@@ -1,8 +1,9 @@
 """Defragmenting a real 3-member etcd 3.5.1 (kubeadm's flags and PKI, tests.realetcd): cpctl's rolling
 ``etcd defrag --all`` (one member at a time, the leader last after a leadership move) next to
-``etcdctl defrag --cluster`` (every member at once), each after 150 MiB of garbage per member (written,
-deleted, compacted) and 8 MiB of live data, with a writer putting a key every 100 ms through the
-cluster (each member in turn, 0.5 s per try). Prints the wall time and the writer's longest gap.
+``etcdctl defrag --cluster`` (every member in turn, in member-list order, nothing checked between),
+each after 150 MiB of garbage per member (written, deleted, compacted) and 8 MiB of live data, with a
+writer putting a key every 100 ms through the cluster (each member in turn, 0.5 s per try). Prints the
+wall time and the writer's longest gap.
 
 Run: ``CPCTL_LAB_PORTS=LOW-HIGH python -m benchmarks.etcddefrag [ROUNDS]``.
 
@@ -105,7 +106,7 @@ def lab_main(garbage_mb: int = 150, rounds: int = 1) -> None:
                     overlap = sum(1 for a, b in zip(spans, spans[1:]) if b[0] < a[1])
                     print("round %d, %s: %s; etcd's logs: order %s, each %s s, %d overlapping; sampler: %d "
                           "overlapping pairs; sizes after %s; leader %s -> %s" % (
-                              round_no + 1, name, ld.summary(run, garbage_mb), [m for _, _, m in spans],
+                              round_no + 1, name, ld.summary(run, garbage_mb, name), [m for _, _, m in spans],
                               [round(e - s, 2) for s, e, _ in spans], overlap, len(run.sampler.overlaps()),
                               {m: (st["dbSize"], st["dbSizeInUse"]) for m, st in run.after.items()},
                               run.leader_before, run.leader_after), flush=True)

@@ -329,10 +329,11 @@ def _json(line: str) -> Dict[str, Any]:
     return entry if isinstance(entry, dict) else {}
 
 
-def summary(run: DefragRun, garbage_mb: int) -> str:
+def summary(run: DefragRun, garbage_mb: int, tool: str = "cpctl etcd defrag --all") -> str:
     """One line of numbers for the test's output and the benchmark's table."""
-    return ("%d MiB garbage per member: cpctl etcd defrag --all %.1f s (load %.1f s); writer %d puts, longest gap "
+    return ("%d MiB garbage per member: %s %.1f s (load %.1f s); writer %d puts, longest gap "
             "%.2f s, %d attempts failed; sampler windows %s, gaps between members %s s, slowest status %s" % (
-                garbage_mb, run.seconds, run.loaded_seconds, len(run.writer.done), run.max_gap, run.writer.failures,
+                garbage_mb, tool, run.seconds, run.loaded_seconds, len(run.writer.done), run.max_gap,
+                run.writer.failures,
                 ["%s %.2f s" % (w.member, w.end - w.start) for w in sorted(run.sampler.windows, key=lambda w: w.start)],
                 run.sampler.gaps(), {k: round(v, 2) for k, v in run.sampler.slowest.items()}))

@@ -37,7 +37,7 @@ from cpctl.catalogue import ETCD, KUBE_APISERVER
 from cpctl.core.flags import flags_of
 from cpctl.core.node import Node
 from cpctl.errors import CpctlError, ExitCode, Interrupted, Terminated, interrupted_by
-from cpctl.probes.etcdmaint import Alarm, EtcdError, Gateway, Member, MemberList, Status, hex_id
+from cpctl.probes.etcdmaint import MAX_URLS, Alarm, EtcdError, Gateway, Member, MemberList, Status, hex_id
 from cpctl.timeutil import iso
 
 if TYPE_CHECKING:
@@ -81,14 +81,30 @@ def gateway_of(node: Node) -> Tuple[Gateway, List[str]]:
                          ExitCode.ENVIRONMENT)
     endpoints: List[str] = []
     for manifest in scan.valid:
-        for container in _containers(manifest.pod):
-            values = {f.name: f.value or "" for f in flags_of(container)}
-            if manifest.pod_name == ETCD:
-                endpoints += sorted(_split(values.get("listen-client-urls", "")), key=lambda u: not _local(u))
-                endpoints += _split(values.get("advertise-client-urls", ""))
-            elif manifest.pod_name == KUBE_APISERVER:
+        if manifest.pod_name == ETCD:
+            endpoints += member_urls(manifest.pod)
+        elif manifest.pod_name == KUBE_APISERVER:
+            for container in _containers(manifest.pod):
+                values = {f.name: f.value or "" for f in flags_of(container)}
                 endpoints += _split(values.get("etcd-servers", ""))
     return Gateway(node.host, tls), list(dict.fromkeys(endpoints))
+
+
+def member_urls(pod: Optional[Mapping[str, object]]) -> List[str]:
+    """The client URLs of the member an etcd manifest's pod runs, to ask it by: ``--listen-client-urls``
+    and ``--advertise-client-urls``, loopback first; only http(s) URLs (``is_url``: never one made up
+    of a manifest's text), at most ``MAX_URLS``. One list for every question put to a node's own
+    member: the survey's first endpoints, ``own_member``, the identity gate (``ops.etcdidentity``)."""
+    from cpctl.probes.etcdcluster import is_url
+    loopback: List[str] = []
+    others: List[str] = []
+    for container in _containers(pod):
+        values = {f.name: f.value or "" for f in flags_of(container)}
+        for flag in ("listen-client-urls", "advertise-client-urls"):
+            for url in _split(values.get(flag, "")):
+                if is_url(url) and url not in loopback and url not in others:
+                    (loopback if _local(url) else others).append(url)
+    return (loopback + others)[:MAX_URLS]
 
 
 def quota_of(node: Node) -> int:
@@ -114,8 +130,10 @@ def _split(text: str) -> List[str]:
 
 
 def _local(url: str) -> bool:
-    rest = url.split("://", 1)[-1]
-    return any(rest.startswith(h + ":") or rest == h for h in LOCAL_HOSTS)
+    """Whether ``url``'s host is this machine's loopback (127.0.0.0/8, ``[::1]``, localhost)."""
+    hostport = url.split("://", 1)[-1].split("/", 1)[0]
+    host = hostport if hostport.endswith("]") else hostport.rsplit(":", 1)[0]
+    return host.startswith("127.") or host in LOCAL_HOSTS
 
 
 # --------------------------------------------------------------------------- the survey
@@ -703,14 +721,11 @@ def own_member(node: Node, gateway: Gateway) -> Optional[int]:
     for manifest in node.scan().valid:
         if manifest.pod_name != ETCD:
             continue
-        for container in _containers(manifest.pod):
-            values = {f.name: f.value or "" for f in flags_of(container)}
-            urls = sorted(_split(values.get("listen-client-urls", "")), key=lambda u: not _local(u))
-            for url in urls + _split(values.get("advertise-client-urls", "")):
-                try:
-                    return gateway.status(url).member_id
-                except EtcdError:
-                    continue
+        for url in member_urls(manifest.pod):
+            try:
+                return gateway.status(url).member_id
+            except EtcdError:
+                continue
     return None
 
 

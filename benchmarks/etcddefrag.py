@@ -116,6 +116,7 @@ def lab_main(garbage_mb: int = 150, rounds: int = 1) -> None:
         for server in servers:
             server.stop()
         shutil.rmtree(session.base, ignore_errors=True)
+        shutil.rmtree(base, ignore_errors=True)      # each lab's etcd holds ~0.5 GB after the load
     print("load average: %s" % " / ".join("%.2f" % x for x in os.getloadavg()))
 
 

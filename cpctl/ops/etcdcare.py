@@ -919,6 +919,9 @@ def recover_space(node: Node, dry_run: bool, timeout: float = DEFRAG_TIMEOUT,
     refuse_corrupt(seen, "etcd recover-space")
     nospace = "NOSPACE" in seen.alarm_kinds()
     full = at_quota(seen, quota)
+    if not nospace and not any(v.status is not None for v in seen.members):
+        raise CpctlError("no NOSPACE alarm is active, but no member's database size could be read (%s): cannot tell "
+                         "whether a database is at its quota" % _health_text(seen), ExitCode.ENVIRONMENT)
     if not nospace and not full:
         return RecoverReport(node=node.node_name, changed=False, dry_run=dry_run, compacted_to=None, steps=[],
                              disarmed=[], write_revision=None, quota=quota,
@@ -978,15 +981,13 @@ def _room_text(seen: Survey, quota: int) -> str:
     """Why there is nothing to recover: the fullest member against its quota, and the members whose
     size could not be read (said, not guessed)."""
     known = [v for v in seen.members if v.status is not None]
-    text = "every member's database is below %d %% of its quota" % (QUOTA_HEADROOM * 100)
-    if known:
-        top = max(known, key=lambda v: (v.status.db_size if v.status else 0) / member_quota(v, quota))
-        text += " (fullest: %s, %s of %s)" % (top.name, size_text(top.status.db_size if top.status else 0),
-                                             size_text(member_quota(top, quota)))
     unread = ["%s (%s)" % (v.name, v.why or "no answer") for v in seen.members if v.status is None]
-    if unread:
-        text += "; size not read: %s" % ", ".join(unread)
-    return text
+    top = max(known, key=lambda v: (v.status.db_size if v.status else 0) / member_quota(v, quota))
+    text = "%s is below %d %% of its quota (fullest: %s, %s of %s)" % (
+        "the database of every member that answered" if unread else "every member's database",
+        QUOTA_HEADROOM * 100, top.name, size_text(top.status.db_size if top.status else 0),
+        size_text(member_quota(top, quota)))
+    return text + ("; size not read: %s" % ", ".join(unread) if unread else "")
 
 
 def _compact_and_defrag(node: Node, gateway: Gateway, endpoints: Sequence[str], seen: Survey, timeout: float,

@@ -433,6 +433,9 @@ class Lab:
         self._unschedulable: set[str] = set()
         self._bind_failed: dict[str, float] = {}
         self.ports: dict[str, dict[str, int]] = {}
+        #: Masters whose etcd member is joining (added as a learner, not promoted yet): the lab is
+        #: not ready until each join ended, as ``kubeadm join`` ends after the promotion.
+        self.etcd_joining: set[str] = set()
 
     # ------------------------------------------------------------------ utilities
     def log(self, msg: str) -> None:
@@ -568,7 +571,9 @@ class Lab:
         return next((k.node for k in self.kubelets.values() if k.containers.get(c.id) is c), "")
 
     def is_ready(self) -> bool:
-        if not self.api_available():
+        """The API serves, every static pod is Ready, and no etcd member is still joining (added
+        as a learner and not promoted yet: ``kubeadm join`` ends only after the promotion)."""
+        if not self.api_available() or self.etcd_joining:
             return False
         for k in self.kubelets.values():
             for pod, _path in k.static.values():
@@ -1317,9 +1322,17 @@ class Lab:
     def _join_then_start(self, kubelet: Kubelet, w: Worker, c: Container, member: etcdproc.Member,
                          urls: list[str], peer: str, before: list[str]) -> None:
         tls = self.etcd_client_tls()
-        if tls is not None and peer:
+        if tls is None or not peer:
+            self.call_later(0, lambda: self._spawn_member(kubelet, w, c, member))
+            return
+        self.etcd_joining.add(kubelet.node)
+        try:
             etcdproc.wait_joinable(urls, peer, before, tls, self._stop, self.log, time.monotonic() + 600)
-        self.call_later(0, lambda: self._spawn_member(kubelet, w, c, member))
+            self.call_later(0, lambda: self._spawn_member(kubelet, w, c, member))
+            etcdproc.promote_when_caught_up(urls, peer, tls, self._stop, self.log, time.monotonic() + 600)
+        finally:
+            self.etcd_joining.discard(kubelet.node)
+            self.kick()
 
     def _spawn_member(self, kubelet: Kubelet, w: Worker, c: Container, member: etcdproc.Member) -> None:
         """On the loop thread (the process dies with the thread that forks it): start it and its poller."""

@@ -361,12 +361,15 @@ def tail(path: Path, lines: int, limit: int = 1 << 20) -> list[str]:
 
 def wait_joinable(members: list[str], peer_url: str, before: list[str], tls: ssl.SSLContext,
                   stop: threading.Event, log: Callable[[str], None], deadline: float) -> bool:
-    """``kubeadm join``'s etcd step: add ``peer_url`` as a member through one of the running members
-    at ``members`` (client URLs), unless the member list has it already. As joins happen one after
-    the other on real nodes, it waits until every member named before it (``before``: the other peer
-    URLs of its ``--initial-cluster``) has started - etcd refuses a start whose ``--initial-cluster``
-    differs from the membership, and an add while another added member has not started. Retried
-    until it works, ``stop`` is set or ``deadline`` (time.monotonic()) passes."""
+    """``kubeadm join``'s etcd step: add ``peer_url`` as a **learner** through one of the running
+    members at ``members`` (client URLs), unless the member list has it already - kubeadm's learner
+    mode (``EtcdLearnerMode``, on by default since v1.29): the new member votes only once
+    :func:`promote_when_caught_up` promoted it. As joins happen one after the other on real nodes
+    (each ends with its promotion), it waits until every member named before it (``before``: the
+    other peer URLs of its ``--initial-cluster``) has started and is a voter - etcd refuses a start
+    whose ``--initial-cluster`` differs from the membership, an add while another added member has
+    not started, and a second learner (``--max-learners`` 1). Retried until it works, ``stop`` is
+    set or ``deadline`` (time.monotonic()) passes."""
     said: dict[str, str] = {}
     while not stop.is_set() and time.monotonic() < deadline:
         for url in members:
@@ -375,17 +378,49 @@ def wait_joinable(members: list[str], peer_url: str, before: list[str], tls: ssl
                 listed = gateway.call("/v3/cluster/member/list", {}).get("members") or []
                 if any(peer_url in (m.get("peerURLs") or []) for m in listed):
                     return True
-                started = {u for m in listed if m.get("name") for u in m.get("peerURLs") or []}
-                waiting = [u for u in before if u not in started]
+                joined = {u for m in listed if m.get("name") and not m.get("isLearner")
+                          for u in m.get("peerURLs") or []}
+                waiting = [u for u in before if u not in joined]
                 if waiting:
-                    raise EtcdError(f"waiting for {', '.join(waiting)} to join first")
-                gateway.call("/v3/cluster/member/add", {"peerURLs": [peer_url]})
-                log(f"etcd: added member {peer_url} through {url} (kubeadm join)")
+                    raise EtcdError(f"waiting for {', '.join(waiting)} to join first (started and promoted)")
+                gateway.call("/v3/cluster/member/add", {"peerURLs": [peer_url], "isLearner": True})
+                log(f"etcd: added member {peer_url} as a learner through {url} (kubeadm join, learner mode)")
                 return True
             except EtcdError as exc:
                 if said.get(url) != str(exc):
                     said[url] = str(exc)
                     log(f"etcd: cannot add member {peer_url} through {url} yet: {exc}")
+            finally:
+                gateway.close()
+        stop.wait(0.5)
+    return False
+
+
+def promote_when_caught_up(members: list[str], peer_url: str, tls: ssl.SSLContext, stop: threading.Event,
+                           log: Callable[[str], None], deadline: float) -> bool:
+    """``kubeadm join``'s last etcd step in learner mode: promote the learner at ``peer_url`` to a
+    voting member through one of ``members`` once etcd allows it (it refuses until the learner has
+    caught up with the leader's log: "can only promote a learner member which is in sync with
+    leader"), retried as kubeadm retries it. True at once when the member votes already (a lab
+    started again); False when ``stop`` is set or ``deadline`` passes first."""
+    said: dict[str, str] = {}
+    while not stop.is_set() and time.monotonic() < deadline:
+        for url in members:
+            gateway = Gateway(url, tls, timeout=3.0)
+            try:
+                listed = gateway.call("/v3/cluster/member/list", {}).get("members") or []
+                found = next((m for m in listed if peer_url in (m.get("peerURLs") or [])), None)
+                if found is None:
+                    raise EtcdError("not in the member list")
+                if not found.get("isLearner"):
+                    return True
+                gateway.call("/v3/cluster/member/promote", {"ID": str(found.get("ID"))})
+                log(f"etcd: promoted learner {peer_url} to a voting member through {url} (kubeadm join)")
+                return True
+            except EtcdError as exc:
+                if said.get(url) != str(exc):
+                    said[url] = str(exc)
+                    log(f"etcd: cannot promote learner {peer_url} through {url} yet: {exc}")
             finally:
                 gateway.close()
         stop.wait(0.5)

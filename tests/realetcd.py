@@ -452,16 +452,7 @@ class RealEtcd:
     def gateway(self, name: str, path: str, body: Any, pair: str = "etcd/healthcheck-client",
                 timeout: float = 10.0) -> Tuple[int, Any]:
         """(HTTP status, JSON) of ``POST path`` on member ``name``'s client URL with a client pair."""
-        ca, cert, key = self.client_pair(name, pair)
-        ctx = ssl.create_default_context(cafile=ca)
-        ctx.load_cert_chain(cert, key)
-        request = urllib.request.Request(self.members[name].client_url + path, data=json.dumps(body).encode(),
-                                         headers={"Content-Type": "application/json"}, method="POST")
-        try:
-            with urllib.request.urlopen(request, timeout=timeout, context=ctx) as reply:
-                return reply.status, json.loads(reply.read(1 << 20) or b"null")
-        except urllib.error.HTTPError as exc:
-            return exc.code, json.loads(exc.read(1 << 20) or b"null")
+        return gateway_call(self.members[name].client_url, self.client_pair(name, pair), path, body, timeout)
 
     def put(self, key: bytes, value: bytes, name: Optional[str] = None) -> Tuple[int, Any]:
         """A put through the gateway (``/v3/kv/put``)."""
@@ -511,6 +502,20 @@ class RealEtcd:
         if not running:
             raise AssertionError("no voting member runs")
         return running[0]
+
+
+def gateway_call(url: str, pair: Tuple[str, str, str], path: str, body: Any, timeout: float) -> Tuple[int, Any]:
+    """(HTTP status, JSON) of ``POST url+path`` on etcd's v3 JSON gateway with a (CA, cert, key) pair."""
+    ca, cert, key = pair
+    ctx = ssl.create_default_context(cafile=ca)
+    ctx.load_cert_chain(cert, key)
+    request = urllib.request.Request(url + path, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout, context=ctx) as reply:
+            return reply.status, json.loads(reply.read(1 << 20) or b"null")
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read(1 << 20) or b"null")
 
 
 def port_open(host: str, port: int) -> bool:

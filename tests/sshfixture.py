@@ -236,14 +236,20 @@ def _require_sshd() -> None:
 @pytest.fixture(scope="session")
 def ssh_session() -> Iterator[SSHSession]:
     _require_sshd()
+    session = new_session()
+    yield session
+    shutil.rmtree(session.base, ignore_errors=True)
+
+
+def new_session() -> SSHSession:
+    """A session's material (see ``SSHSession``) in a new temp dir; root may log in with its key."""
     base = tempfile.mkdtemp(prefix="cpctl-sshd-")
     os.chmod(base, 0o755)
     os.makedirs(os.path.join(base, "auth"), mode=0o755)
     client_key = os.path.join(base, "client_key")
     session = SSHSession(base, client_key, keygen(client_key))
     session.authorize("root", session.client_pub)
-    yield session
-    shutil.rmtree(base, ignore_errors=True)
+    return session
 
 
 @pytest.fixture(scope="session")
@@ -258,8 +264,17 @@ def sshd(ssh_session: SSHSession) -> Iterator[SSHServer]:
 def sshd_many(ssh_session: SSHSession) -> Iterator[List[SSHServer]]:
     """Three sshd on 127.0.0.1, .2 and .3, sharing one ssh_config (aliases master1..3) and one
     known_hosts (each server's ``ssh_config``/``known_hosts`` are rewritten to the shared ones)."""
-    servers = [start_sshd(ssh_session, "127.0.0.%d" % i, alias="master%d" % i) for i in (1, 2, 3)]
-    shared_dir = tempfile.mkdtemp(prefix="many-", dir=ssh_session.base)
+    servers = start_many(ssh_session)
+    yield servers
+    for server in servers:
+        server.stop()
+
+
+def start_many(session: SSHSession, count: int = 3) -> List[SSHServer]:
+    """``count`` sshd on 127.0.0.1, .2, ... sharing one ssh_config (aliases master1..N) and one
+    known_hosts (each server's ``ssh_config``/``known_hosts`` are rewritten to the shared ones)."""
+    servers = [start_sshd(session, "127.0.0.%d" % i, alias="master%d" % i) for i in range(1, count + 1)]
+    shared_dir = tempfile.mkdtemp(prefix="many-", dir=session.base)
     known = os.path.join(shared_dir, "known_hosts")
     config = os.path.join(shared_dir, "ssh_config")
     with open(known, "w") as handle:
@@ -270,9 +285,7 @@ def sshd_many(ssh_session: SSHSession) -> Iterator[List[SSHServer]]:
         handle.write("".join(s.config_block(s.alias) for s in servers))
     for server in servers:
         shutil.copy(config, server.ssh_config)
-    yield servers
-    for server in servers:
-        server.stop()
+    return servers
 
 
 @pytest.fixture

@@ -37,7 +37,7 @@ from cpctl.catalogue import ETCD, KUBE_APISERVER
 from cpctl.core.flags import flags_of
 from cpctl.core.node import Node
 from cpctl.errors import CpctlError, ExitCode, Interrupted, Terminated, interrupted_by
-from cpctl.probes.etcdmaint import Alarm, EtcdError, Gateway, Member, MemberList, Status, hex_id
+from cpctl.probes.etcdmaint import MAX_URLS, Alarm, EtcdError, Gateway, Member, MemberList, Status, hex_id
 from cpctl.timeutil import iso
 
 if TYPE_CHECKING:
@@ -81,14 +81,30 @@ def gateway_of(node: Node) -> Tuple[Gateway, List[str]]:
                          ExitCode.ENVIRONMENT)
     endpoints: List[str] = []
     for manifest in scan.valid:
-        for container in _containers(manifest.pod):
-            values = {f.name: f.value or "" for f in flags_of(container)}
-            if manifest.pod_name == ETCD:
-                endpoints += sorted(_split(values.get("listen-client-urls", "")), key=lambda u: not _local(u))
-                endpoints += _split(values.get("advertise-client-urls", ""))
-            elif manifest.pod_name == KUBE_APISERVER:
+        if manifest.pod_name == ETCD:
+            endpoints += member_urls(manifest.pod)
+        elif manifest.pod_name == KUBE_APISERVER:
+            for container in _containers(manifest.pod):
+                values = {f.name: f.value or "" for f in flags_of(container)}
                 endpoints += _split(values.get("etcd-servers", ""))
     return Gateway(node.host, tls), list(dict.fromkeys(endpoints))
+
+
+def member_urls(pod: Optional[Mapping[str, object]]) -> List[str]:
+    """The client URLs of the member an etcd manifest's pod runs, to ask it by: ``--listen-client-urls``
+    and ``--advertise-client-urls``, loopback first; only http(s) URLs (``is_url``: never one made up
+    of a manifest's text), at most ``MAX_URLS``. One list for every question put to a node's own
+    member: the survey's first endpoints, ``own_member``, the identity gate (``ops.etcdidentity``)."""
+    from cpctl.probes.etcdcluster import is_url
+    loopback: List[str] = []
+    others: List[str] = []
+    for container in _containers(pod):
+        values = {f.name: f.value or "" for f in flags_of(container)}
+        for flag in ("listen-client-urls", "advertise-client-urls"):
+            for url in _split(values.get(flag, "")):
+                if is_url(url) and url not in loopback and url not in others:
+                    (loopback if _local(url) else others).append(url)
+    return (loopback + others)[:MAX_URLS]
 
 
 def quota_of(node: Node) -> int:
@@ -114,8 +130,10 @@ def _split(text: str) -> List[str]:
 
 
 def _local(url: str) -> bool:
-    rest = url.split("://", 1)[-1]
-    return any(rest.startswith(h + ":") or rest == h for h in LOCAL_HOSTS)
+    """Whether ``url``'s host is this machine's loopback (127.0.0.0/8, ``[::1]``, localhost)."""
+    hostport = url.split("://", 1)[-1].split("/", 1)[0]
+    host = hostport if hostport.endswith("]") else hostport.rsplit(":", 1)[0]
+    return host.startswith("127.") or host in LOCAL_HOSTS
 
 
 # --------------------------------------------------------------------------- the survey
@@ -703,14 +721,11 @@ def own_member(node: Node, gateway: Gateway) -> Optional[int]:
     for manifest in node.scan().valid:
         if manifest.pod_name != ETCD:
             continue
-        for container in _containers(manifest.pod):
-            values = {f.name: f.value or "" for f in flags_of(container)}
-            urls = sorted(_split(values.get("listen-client-urls", "")), key=lambda u: not _local(u))
-            for url in urls + _split(values.get("advertise-client-urls", "")):
-                try:
-                    return gateway.status(url).member_id
-                except EtcdError:
-                    continue
+        for url in member_urls(manifest.pod):
+            try:
+                return gateway.status(url).member_id
+            except EtcdError:
+                continue
     return None
 
 
@@ -894,54 +909,113 @@ class RecoverReport(TypedDict):
 def recover_space(node: Node, dry_run: bool, timeout: float = DEFRAG_TIMEOUT,
                   progress: Progress = lambda text: None) -> RecoverReport:
     """The NOSPACE runbook: compact to the current revision, rolling defrag of every member, disarm
-    the NOSPACE alarms, verify that a write succeeds. Refused when the alarm is not NOSPACE, or when
-    the space did not come back (the live data itself fills the quota)."""
+    the NOSPACE alarms, verify that a write succeeds. It runs when a NOSPACE alarm is active **or**
+    a member's database is at its quota without one (an alarm disarmed by hand before the space came
+    back: the next writes raise it again); nothing to do only when neither holds. Refused when the
+    alarm is CORRUPT, or when the space did not come back (the live data itself fills the quota)."""
     gateway, endpoints = gateway_of(node)
     quota = quota_of(node)
     seen = survey(gateway, endpoints)
     refuse_corrupt(seen, "etcd recover-space")
-    if "NOSPACE" not in seen.alarm_kinds():
+    nospace = "NOSPACE" in seen.alarm_kinds()
+    full = at_quota(seen, quota)
+    if not nospace and not any(v.status is not None for v in seen.members):
+        raise CpctlError("no NOSPACE alarm is active, but no member's database size could be read (%s): cannot tell "
+                         "whether a database is at its quota" % _health_text(seen), ExitCode.ENVIRONMENT)
+    if not nospace and not full:
         return RecoverReport(node=node.node_name, changed=False, dry_run=dry_run, compacted_to=None, steps=[],
                              disarmed=[], write_revision=None, quota=quota,
-                             message="no NOSPACE alarm is active: nothing to recover")
+                             message="no NOSPACE alarm is active and %s: nothing to recover" % _room_text(seen, quota))
+    why = "a NOSPACE alarm is active" if nospace else \
+        "no NOSPACE alarm is active, but %s: the next writes raise it" % _full_text(full)
     if dry_run:
         steps = plan_defrag(seen, (), 0, 0.0)
         return RecoverReport(node=node.node_name, changed=False, dry_run=True, compacted_to=None,
                              steps=[_step_dict(s) for s in steps], disarmed=[], write_revision=None, quota=quota,
-                             message="would compact to the current revision, defragment %s in this order, "
-                                     "disarm NOSPACE and write a check key" % ", ".join(s.member for s in steps))
+                             message="%s: would compact to the current revision, defragment %s in this order, %s "
+                                     "and write a check key" % (why, ", ".join(s.member for s in steps),
+                                                                "disarm NOSPACE" if nospace else "no alarm to disarm"))
     with node.session("etcd recover-space", changing=False):
         settle_intent(node, gateway, endpoints)
-        revision = gateway.revision(seen.asked)
-        progress("compacting to revision %d" % revision)
-        _compact(gateway, seen.asked, revision, timeout)
-        record(node, "etcd-compact", "", {"revision": revision, "reason": "recover-space: compacted to %d" % revision})
-        steps = plan_defrag(survey(gateway, endpoints), (), 0, 0.0)
-        for step in steps:
-            if step.action == "defrag":
-                _defrag_one(node, gateway, endpoints, step, steps, timeout, progress)
+        progress(why)
+        revision, steps = _compact_and_defrag(node, gateway, endpoints, seen, timeout, progress)
         after = survey(gateway, endpoints)
-        full = [(v.name, v.status.db_size) for v in after.members
-                if v.status is not None and v.status.db_size >= quota * QUOTA_HEADROOM]
-        if full:
-            raise CpctlError(
-                "refused to disarm NOSPACE: the space did not come back after compaction and defragmentation: %s "
-                "still at or above %d %% of the quota (%s): the live data itself fills it" % (
-                    ", ".join("%s %s" % (n, size_text(s)) for n, s in full), QUOTA_HEADROOM * 100, size_text(quota)),
-                ExitCode.REFUSED, hint="raise etcd's --quota-backend-bytes (cpctl flags etcd --set "
-                                       "quota-backend-bytes=BYTES, one master at a time) or delete data, then run "
-                                       "it again")
-        nospace = [a for a in after.alarms if a.alarm == "NOSPACE"]
-        _disarm(node, gateway, after, nospace)
-        disarmed = _alarm_rows(after, nospace)
+        _refuse_if_full(after, quota, "NOSPACE" in after.alarm_kinds())
+        nospace_alarms = [a for a in after.alarms if a.alarm == "NOSPACE"]
+        _disarm(node, gateway, after, nospace_alarms)
+        disarmed = _alarm_rows(after, nospace_alarms)
         write_revision = _check_write(gateway, after)
-        record(node, "etcd-recover-space", "", {"revision": write_revision,
-                                                "reason": "NOSPACE recovered: a write succeeded"})
+        done = "NOSPACE recovered" if disarmed else "space recovered before a NOSPACE alarm"
+        record(node, "etcd-recover-space", "", {"revision": write_revision, "reason": "%s (%s): a write succeeded"
+                                                % (done, why)})
         return RecoverReport(node=node.node_name, changed=True, dry_run=False, compacted_to=revision,
                              steps=[_step_dict(s) for s in steps], disarmed=disarmed, write_revision=write_revision,
-                             quota=quota, message="space recovered: compacted, %d member(s) defragmented, %d alarm(s) "
-                             "disarmed, a write succeeded at revision %d" % (
-                                 sum(1 for s in steps if s.seconds is not None), len(disarmed), write_revision))
+                             quota=quota, message="space recovered (%s): compacted, %d member(s) defragmented, %d "
+                             "alarm(s) disarmed, a write succeeded at revision %d" % (
+                                 why, sum(1 for s in steps if s.seconds is not None), len(disarmed), write_revision))
+
+
+def member_quota(view: MemberView, quota: int) -> int:
+    """The quota a member's database is held to: what the member itself reports (etcd 3.6+'s
+    ``dbSizeQuota``), else ``quota`` (the acting master's manifest, etcd's default when it says none)."""
+    return view.status.db_size_quota if view.status is not None and view.status.db_size_quota else quota
+
+
+def at_quota(seen: Survey, quota: int) -> List[Tuple[str, int, int]]:
+    """(name, DB size, quota) of each member whose database (the file, what etcd's quota counts) is
+    at or above ``QUOTA_HEADROOM`` of its quota: where the next writes raise NOSPACE."""
+    out = []
+    for view in seen.members:
+        limit = member_quota(view, quota)
+        if view.status is not None and view.status.db_size >= limit * QUOTA_HEADROOM:
+            out.append((view.name, view.status.db_size, limit))
+    return sorted(out)
+
+
+def _full_text(full: Sequence[Tuple[str, int, int]]) -> str:
+    return "%s at or above %d %% of the quota" % (", ".join("%s %s of %s" % (name, size_text(size), size_text(limit))
+                                                           for name, size, limit in full), QUOTA_HEADROOM * 100)
+
+
+def _room_text(seen: Survey, quota: int) -> str:
+    """Why there is nothing to recover: the fullest member against its quota, and the members whose
+    size could not be read (said, not guessed)."""
+    known = [v for v in seen.members if v.status is not None]
+    unread = ["%s (%s)" % (v.name, v.why or "no answer") for v in seen.members if v.status is None]
+    top = max(known, key=lambda v: (v.status.db_size if v.status else 0) / member_quota(v, quota))
+    text = "%s is below %d %% of its quota (fullest: %s, %s of %s)" % (
+        "the database of every member that answered" if unread else "every member's database",
+        QUOTA_HEADROOM * 100, top.name, size_text(top.status.db_size if top.status else 0),
+        size_text(member_quota(top, quota)))
+    return text + ("; size not read: %s" % ", ".join(unread) if unread else "")
+
+
+def _compact_and_defrag(node: Node, gateway: Gateway, endpoints: Sequence[str], seen: Survey, timeout: float,
+                        progress: Progress) -> Tuple[int, List[DefragStep]]:
+    """Compact to the current revision (physically), then defragment every member, rolling."""
+    revision = gateway.revision(seen.asked)
+    progress("compacting to revision %d" % revision)
+    _compact(gateway, seen.asked, revision, timeout)
+    record(node, "etcd-compact", "", {"revision": revision, "reason": "recover-space: compacted to %d" % revision})
+    steps = plan_defrag(survey(gateway, endpoints), (), 0, 0.0)
+    for step in steps:
+        if step.action == "defrag":
+            _defrag_one(node, gateway, endpoints, step, steps, timeout, progress)
+    return revision, steps
+
+
+def _refuse_if_full(after: Survey, quota: int, nospace: bool) -> None:
+    """Refused (exit 4) when a member is still at its quota after compaction and defragmentation:
+    the live data itself fills it; a disarm would be raised again by the next write."""
+    full = at_quota(after, quota)
+    if not full:
+        return
+    what = "refused to disarm NOSPACE" if nospace else "refused: no NOSPACE alarm is active yet, but"
+    raise CpctlError(
+        "%s: the space did not come back after compaction and defragmentation: %s: the live data itself fills it"
+        % (what, _full_text(full)), ExitCode.REFUSED,
+        hint="raise etcd's --quota-backend-bytes (cpctl flags etcd --set quota-backend-bytes=BYTES, one master at "
+             "a time) or delete data, then run it again")
 
 
 def _compact(gateway: Gateway, endpoint: str, revision: int, timeout: float) -> None:

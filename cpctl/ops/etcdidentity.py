@@ -28,18 +28,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, List, Optional
 
 from cpctl import catalogue
-from cpctl.core.flags import flags_of
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host.base import TlsOptions
 from cpctl.probes.base import PodTarget
+from cpctl.probes.etcdmaint import STATUS as STATUS_PATH
 from cpctl.probes.gates import Blindness, GateResult, GateRun
 
 if TYPE_CHECKING:
     from cpctl.core.node import Node
 
-STATUS_PATH = "/v3/maintenance/status"
 ASK_TIMEOUT = 2.0
-ANSWER_LIMIT = 1 << 16
 RECORD = "etcd-member.json"
 #: With nothing known before the change, how long a member that answers healthy may take to answer
 #: the status call too before the gate says "not checked": the call needs no more than /health did.
@@ -94,45 +92,27 @@ class IdentityChanged(CpctlError):
 
 
 def read_identity(run: GateRun, target: PodTarget, tls: Optional[TlsOptions]) -> Optional[MemberIdentity]:
-    """The identity of the member the target's manifest runs, asked on its own client URL; None when
-    it cannot be asked or its answer is not etcd's."""
-    from cpctl.probes.kubeapi import node_http
+    """The identity of the member the target's manifest runs, asked on its own client URLs through
+    etcd's gateway (``probes.etcdmaint.Gateway.status``, as ``etcd status`` asks it); None when it
+    cannot be asked or its answer is not etcd's."""
+    from cpctl.probes.etcdmaint import EtcdError, Gateway
     if tls is None:
         return None
+    gateway = Gateway(run.host, tls, ASK_TIMEOUT)
     for url in client_urls(target):
         try:
-            reply = node_http(run.host, "POST", url.rstrip("/") + STATUS_PATH, min(ASK_TIMEOUT, run.clock.budget()),
-                              ANSWER_LIMIT, headers={"Content-Type": "application/json"}, body=b"{}", tls=tls)
-        except OSError:
+            status = gateway.status(url, min(ASK_TIMEOUT, run.clock.budget()))
+        except EtcdError:
             continue
-        if reply["status"] != 200:
-            continue
-        try:
-            doc = json.loads(reply["body"].decode("utf-8"))
-        except (UnicodeDecodeError, ValueError, RecursionError):
-            continue
-        found = MemberIdentity.from_dict(doc.get("header") if isinstance(doc, dict) else None)
-        if found is not None:
-            return found
+        return MemberIdentity(str(status.member_id), str(status.cluster_id), status.revision)
     return None
 
 
 def client_urls(target: PodTarget) -> List[str]:
-    """The member's client URLs from its manifest: ``--listen-client-urls`` on loopback first, then
-    ``--advertise-client-urls``; http only where the manifest itself serves http."""
-    from cpctl.probes.etcdcluster import is_url
-    loopback: List[str] = []
-    others: List[str] = []
-    for container in ((target.pod or {}).get("spec") or {}).get("containers") or []:
-        values = {f.name: f.value or "" for f in flags_of(container)}
-        for flag in ("listen-client-urls", "advertise-client-urls"):
-            for url in values.get(flag, "").split(","):
-                url = url.strip()
-                if not is_url(url) or url in loopback or url in others:
-                    continue
-                host = url.split("://", 1)[1].split("/", 1)[0]
-                (loopback if host.startswith(("127.", "[::1]", "localhost")) else others).append(url)
-    return (loopback + others)[:8]
+    """The member's client URLs from its manifest (``ops.etcdcare.member_urls``: loopback first,
+    only http(s) URLs)."""
+    from cpctl.ops.etcdcare import member_urls
+    return member_urls(target.pod)
 
 
 class EtcdIdentityGate:

@@ -9,6 +9,7 @@ api/etcdserverpb/rpc.proto, served on the client URL) with the node's own etcd c
 =====================================  ==========================================================
 ``/v3/cluster/member/list``            members: ID, name, peer/client URLs, ``isLearner``
 ``/v3/maintenance/status``             one member: version, dbSize(InUse), leader, raft term/index
+                                       (and dbSizeQuota from etcd 3.6 on)
 ``/v3/maintenance/alarm``              ``GET`` the alarms; ``DEACTIVATE`` one (memberID, alarm)
 ``/v3/maintenance/defragment``         defragment the member asked (it blocks while it runs)
 ``/v3/maintenance/transfer-leadership``  sent to the leader: hand leadership to ``targetID``
@@ -107,6 +108,7 @@ class Status:
     revision: int
     learner: bool
     errors: Tuple[str, ...]
+    db_size_quota: int = 0          # etcd 3.6+ reports its --quota-backend-bytes; 0: not said
 
 
 @dataclass(frozen=True)
@@ -230,7 +232,8 @@ class Gateway:
                 leader=_opt_uint64(doc, "leader"), raft_term=_opt_uint64(doc, "raftTerm"),
                 raft_index=_opt_uint64(doc, "raftIndex"), raft_applied_index=_opt_uint64(doc, "raftAppliedIndex"),
                 revision=_opt_uint64(header, "revision"), learner=doc.get("isLearner") is True,
-                errors=tuple(clean(e) for e in errors if isinstance(e, str)))
+                errors=tuple(clean(e) for e in errors if isinstance(e, str)),
+                db_size_quota=_opt_uint64(doc, "dbSizeQuota"))
         except ValueError as exc:
             raise EtcdError(endpoint, "not etcd's status (%s)" % exc) from None
 

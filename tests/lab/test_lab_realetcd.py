@@ -215,3 +215,29 @@ def test_the_lab_kubelet_writes_mirror_pods_as_a_real_kubelet_must(lab: Any) -> 
     fresh = wait_for(lambda: (p := mirror(lab, "kube-scheduler")) and p["metadata"]["uid"] != old_uid and p, 30,
                      "a new mirror pod")
     assert not fresh["metadata"].get("deletionTimestamp")
+
+
+def test_the_ha_join_adds_each_member_as_a_learner_and_promotes_it(real_etcd: Any,
+                                                                   lab_factory: Callable[..., Any]) -> None:
+    """kubeadm's learner mode (EtcdLearnerMode, default since v1.29): ``kubeadm join`` adds the new
+    etcd member as a learner, starts it, and promotes it once it caught up; the join (and the lab's
+    readiness) ends after the promotion. etcd's own logs tell it: one ConfChangeAddLearnerNode and
+    one "promote member" per joined member, and each joined member first named by its learner add."""
+    lab = lab_factory(profile="ha")
+    members = json.loads(_etcdctl(lab, 1, "member", "list", "-w", "json").stdout)["members"]
+    assert sorted(m["name"] for m in members) == sorted(lab.node_name(i) for i in (1, 2, 3))
+    assert not any(m.get("isLearner") for m in members)           # ready: every join was promoted
+    first = next(m for m in members if m["name"] == lab.node_name(1))
+    joined = {"%x" % int(m["ID"]) for m in members if m is not first}
+    logs = [p.read_text(errors="replace") for p in (lab.dir / "containers").glob("*/etcd.log")]
+    leader_log = max(logs, key=lambda text: text.count("ConfChangeAddLearnerNode"))
+    first_change = {}                                             # member ID -> the first change that named it
+    for line in leader_log.splitlines():
+        if '"raft-conf-change-node-id"' in line:
+            entry = json.loads(line)
+            first_change.setdefault(entry["raft-conf-change-node-id"], entry["raft-conf-change"])
+    assert {k: v for k, v in first_change.items() if k in joined} == dict.fromkeys(joined, "ConfChangeAddLearnerNode")
+    assert leader_log.count('"msg":"promote member"') == 2, leader_log[-3000:]
+    said = (lab.dir / "lab.log").read_text(errors="replace")
+    assert said.count("as a learner") == 2 and said.count("promoted learner") == 2, said[-3000:]
+

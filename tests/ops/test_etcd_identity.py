@@ -46,6 +46,12 @@ def test_client_urls_ask_loopback_first_and_never_a_made_up_url() -> None:
         "--listen-client-urls=https://127.0.0.1:2379,https://10.0.0.5:2379,javascript:alert(1)"]}]}}
     target = PodTarget("etcd", "kube-system", NODE, pod=pod)
     assert client_urls(target) == ["https://127.0.0.1:2379", "https://10.0.0.5:2379"]
+    # the same list as the survey's (etcdcare.member_urls): all of 127/8 and [::1] count as loopback
+    pod = {"spec": {"containers": [{"command": [
+        "etcd", "--advertise-client-urls=https://10.0.0.5:2379,https://[::1]:2379",
+        "--listen-client-urls=https://10.0.0.5:2379,https://127.0.0.2:2379"]}]}}
+    assert client_urls(PodTarget("etcd", "kube-system", NODE, pod=pod)) == [
+        "https://127.0.0.2:2379", "https://[::1]:2379", "https://10.0.0.5:2379"]
 
 
 def _node(tmp_path: Any) -> Node:

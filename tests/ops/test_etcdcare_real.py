@@ -323,6 +323,42 @@ def test_recover_space_from_a_real_nospace_ends_with_no_alarm_and_a_write(real_e
     assert again["changed"] is False and "no NOSPACE alarm" in again["message"]
 
 
+def test_recover_space_without_an_alarm_looks_at_the_size_against_the_quota(real_etcd_factory: Any) -> None:
+    """No NOSPACE alarm is not "nothing to do" by itself: below the quota it is (said with the
+    fullest member's size), but a database at its quota whose alarm was disarmed by hand
+    (``etcdctl alarm disarm`` without compacting) is one write away from NOSPACE again:
+    recover-space compacts, defragments and proves a write, with no alarm to disarm."""
+    cluster = real_etcd_factory(quota_backend_bytes=QUOTA)
+    quiet = valid("etcd-recover-space", en.cpctl_json(cluster, "m1", "etcd", "recover-space"))
+    assert quiet["changed"] is False and quiet["steps"] == [] and quiet["quota"] == QUOTA
+    assert quiet["message"].startswith("no NOSPACE alarm is active and every member's database is below 95 % of "
+                                       "its quota (fullest: "), quiet
+    assert quiet["message"].endswith("of 16.0 MB): nothing to recover"), quiet
+    assert en.history(cluster, "m1") == []
+    _fill_history(cluster)
+    assert cluster.ctl("alarm", "disarm").rc == 0     # the alarm disarmed by hand, the space still used
+    assert cluster.alarms() == []
+    sizes = {n: s["dbSize"] for n, s in en.statuses(cluster).items()}
+    full = sorted(n for n, size in sizes.items() if size >= 0.95 * QUOTA)
+    assert full, sizes                               # the put refused: DB size + its cost >= the quota
+    plan = valid("etcd-recover-space", en.cpctl_json(cluster, "m1", "etcd", "recover-space", "--dry-run"))
+    assert plan["changed"] is False and [s["action"] for s in plan["steps"]] == ["defrag"] * 3
+    assert plan["message"].startswith("no NOSPACE alarm is active, but %s " % full[0]), plan
+    assert all(" %s " % name in plan["message"] for name in full) and "of 16.0 MB" in plan["message"]
+    assert "no alarm to disarm" in plan["message"] and en.history(cluster, "m1") == []
+    done = valid("etcd-recover-space", en.cpctl_json(cluster, "m1", "etcd", "recover-space"))
+    assert done["changed"] is True and done["compacted_to"] and done["write_revision"]
+    assert done["disarmed"] == [] and [s["action"] for s in done["steps"]] == ["defrag"] * 3
+    assert "no NOSPACE alarm is active, but" in done["message"] and "0 alarm(s) disarmed" in done["message"]
+    assert cluster.alarms() == [] and cluster.put(b"/after", b"x")[0] == 200
+    assert all(s["dbSize"] < QUOTA // 2 for s in en.statuses(cluster).values())
+    actions = [r["action"] for r in en.history(cluster, "m1")]
+    assert actions[0] == "etcd-compact" and actions[-1] == "etcd-recover-space"
+    assert actions.count("etcd-defrag") == 3 and "etcd-alarm-disarm" not in actions
+    again = valid("etcd-recover-space", en.cpctl_json(cluster, "m1", "etcd", "recover-space"))
+    assert again["changed"] is False and "nothing to recover" in again["message"]
+
+
 def test_recover_space_refuses_when_the_live_data_fills_the_quota(real_etcd_factory: Any) -> None:
     cluster = real_etcd_factory(quota_backend_bytes=QUOTA)
     cluster.fill_until_nospace()                      # distinct keys: live data, nothing to compact away

@@ -195,6 +195,30 @@ def test_shared_options_are_written_once() -> None:
         assert shared <= set(_argument_spec(name)) and shared <= set(_rendered(name)["options"]), name
 
 
+def test_etcd_modules_share_their_options_and_attributes_once() -> None:
+    """The etcd modules take their attributes and host-variable note from ``doc_fragments/etcd.py``,
+    the thresholds and the defragmentation timeout from its THRESHOLDS / DEFRAG_TIMEOUT sections and
+    ``module_utils/specs.py``: none repeats them, and the rendered documentation has them."""
+    fragment = (COLLECTION / "plugins" / "doc_fragments" / "etcd.py").read_text()
+
+    def section(name: str) -> Dict[str, Any]:
+        return dict(yaml.safe_load(fragment.split('%s = r"""' % name, 1)[1].split('"""', 1)[0]))
+    common = set(section("DOCUMENTATION")["attributes"])
+    for name in ("etcd_info", "etcd_defrag", "etcd_alarm", "etcd_snapshot"):
+        doc = _doc(name, "DOCUMENTATION")
+        extends = doc["extends_documentation_fragment"]
+        assert "cpctl.controlplane.etcd" in extends, name
+        assert not common & set(doc.get("attributes") or {}), name
+        assert not any("same host variables" in note for note in doc.get("notes") or []), name
+        rendered = _rendered(name)
+        assert common <= set(rendered["attributes"]) and any("same host variables" in n for n in rendered["notes"])
+        for part, spec in (("thresholds", "THRESHOLDS"), ("defrag_timeout", "DEFRAG_TIMEOUT")):
+            shared = set(section(spec)["options"])
+            if "cpctl.controlplane.etcd." + part in extends:
+                assert not shared & set(doc.get("options") or {}), (name, part)
+                assert shared <= set(_argument_spec(name)) and shared <= set(rendered["options"]), (name, part)
+
+
 def _python_files() -> List[Path]:
     """The collection's plugins (not tests/unit, nor ansible-test's tests/output)."""
     return sorted((COLLECTION / "plugins").rglob("*.py"))

@@ -204,8 +204,9 @@ def alarm_text(data: Mapping[str, Any]) -> str:
 @click.pass_context
 def recover_space(ctx: click.Context, timeout: float, dry_run: bool) -> None:
     """The NOSPACE runbook in one command: compact to the current revision, defragment every member
-    (rolling, as `etcd defrag`), disarm NOSPACE, and check that a write succeeds. Refused with the
-    reason when the alarm is CORRUPT or the space did not come back."""
+    (rolling, as `etcd defrag`), disarm NOSPACE, and check that a write succeeds. Runs with a NOSPACE
+    alarm, or without one when a member's database is at 95 % of its quota; else nothing to do.
+    Refused with the reason when the alarm is CORRUPT or the space did not come back."""
     from cpctl.ops import etcdcare
     progress = _progress(ctx)
     on_cluster(ctx, lambda node: etcdcare.recover_space(node, dry_run, timeout, progress), recover_text,

@@ -31,3 +31,11 @@ COMPANIONS = dict(
     with_file=dict(type="dict", default={}),
     keep_in=dict(type="list", elements="str", default=[]),
 )
+
+#: The defragmentation thresholds (etcd_defrag, and etcd_info's defrag_plan): doc_fragments/etcd.py THRESHOLDS.
+ETCD_THRESHOLDS = dict(
+    min_free=dict(type="str", default="100MiB"),
+    min_ratio=dict(type="float", default=0.45),
+)
+#: Seconds one member's defragmentation may take (etcd_defrag, etcd_alarm): doc_fragments/etcd.py DEFRAG_TIMEOUT.
+DEFRAG_TIMEOUT = dict(type="float", default=600)

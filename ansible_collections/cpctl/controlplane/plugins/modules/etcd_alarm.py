@@ -29,6 +29,8 @@ author:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.flow
+  - cpctl.controlplane.etcd
+  - cpctl.controlplane.etcd.defrag_timeout
 options:
   alarms:
     description: The kinds that must not be active.
@@ -41,10 +43,6 @@ options:
       O(alarms=[NOSPACE]).
     type: bool
     default: false
-  timeout:
-    description: With O(recover_space), seconds one member's defragmentation may take.
-    type: float
-    default: 600
 attributes:
   check_mode:
     support: full
@@ -52,17 +50,8 @@ attributes:
   diff_mode:
     support: full
     details: The active alarms (kind and member, one a line) before and after.
-  platform:
-    platforms: posix
-  action:
-    support: full
-  async:
-    support: none
-  bypass_host_loop:
-    support: none
 notes:
-  - Reads the same host variables as M(cpctl.controlplane.static_pod). The alarms are the cluster's; run it
-    once (C(run_once)).
+  - The alarms are the cluster's; run it once (C(run_once)).
   - Every disarm, compaction and defragmentation is a record in the master's C(cpctl history).
 seealso:
   - module: cpctl.controlplane.etcd_info
@@ -106,10 +95,12 @@ steps:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.cpctl.controlplane.plugins.module_utils.specs import DEFRAG_TIMEOUT
+
 ARGUMENT_SPEC = dict(
     alarms=dict(type="list", elements="str", choices=["NOSPACE", "CORRUPT"], default=["NOSPACE"]),
     recover_space=dict(type="bool", default=False),
-    timeout=dict(type="float", default=600),
+    timeout=DEFRAG_TIMEOUT,
 )
 
 

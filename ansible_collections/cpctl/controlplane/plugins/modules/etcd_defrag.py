@@ -27,6 +27,9 @@ author:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.flow
+  - cpctl.controlplane.etcd
+  - cpctl.controlplane.etcd.thresholds
+  - cpctl.controlplane.etcd.defrag_timeout
 options:
   members:
     description: The members to defragment (names or hex IDs, as C(cpctl etcd status) shows them). Either
@@ -38,19 +41,6 @@ options:
     description: Every member of the cluster.
     type: bool
     default: false
-  min_free:
-    description: Skip a member with less free space in its database than this (C(100MiB), C(1GiB); C(0) skips none).
-    type: str
-    default: 100MiB
-  min_ratio:
-    description: Skip a member whose free share of its database is below this (C(0.45), OpenShift's 45 %; C(0)
-      skips none).
-    type: float
-    default: 0.45
-  timeout:
-    description: Seconds one member's defragmentation may take.
-    type: float
-    default: 600
 attributes:
   check_mode:
     support: full
@@ -58,16 +48,7 @@ attributes:
   diff_mode:
     support: none
     details: A defragmentation changes no value to show; RV(steps) gives each member's size before and after.
-  platform:
-    platforms: posix
-  action:
-    support: full
-  async:
-    support: none
-  bypass_host_loop:
-    support: none
 notes:
-  - Reads the same host variables as M(cpctl.controlplane.static_pod).
   - Every defragmented member, and every leadership move, is a record in the master's C(cpctl history).
 seealso:
   - module: cpctl.controlplane.etcd_info
@@ -108,12 +89,13 @@ interrupted:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.cpctl.controlplane.plugins.module_utils.specs import DEFRAG_TIMEOUT, ETCD_THRESHOLDS
+
 ARGUMENT_SPEC = dict(
     members=dict(type="list", elements="str", default=[]),
     all=dict(type="bool", default=False),
-    min_free=dict(type="str", default="100MiB"),
-    min_ratio=dict(type="float", default=0.45),
-    timeout=dict(type="float", default=600),
+    timeout=DEFRAG_TIMEOUT,
+    **ETCD_THRESHOLDS
 )
 
 

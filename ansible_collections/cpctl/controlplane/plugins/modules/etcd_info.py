@@ -27,37 +27,22 @@ author:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.flow
+  - cpctl.controlplane.etcd
+  - cpctl.controlplane.etcd.thresholds
 options:
   defrag_plan:
     description: Also return the order and the reasons of a defragmentation of every member
       (C(cpctl etcd defrag --all --dry-run)), with the thresholds O(min_free) and O(min_ratio).
     type: bool
     default: false
-  min_free:
-    description: With O(defrag_plan), the free space below which a member would be skipped (C(100MiB), C(0)).
-    type: str
-    default: 100MiB
-  min_ratio:
-    description: With O(defrag_plan), the free share (fragmentation) below which a member would be skipped.
-    type: float
-    default: 0.45
 attributes:
   check_mode:
     support: full
     details: Read-only; runs the same in check mode.
   diff_mode:
     support: none
-  platform:
-    platforms: posix
-  action:
-    support: full
-  async:
-    support: none
-  bypass_host_loop:
-    support: none
 notes:
-  - Reads the same host variables as M(cpctl.controlplane.static_pod). cpctl asks the cluster once,
-    through this master; every master of a cluster gives the same answer.
+  - cpctl asks the cluster once, through this master; every master of a cluster gives the same answer.
   - etcd applies an alarm list through raft; each call adds one raft entry (so does C(etcdctl alarm list)).
 seealso:
   - module: cpctl.controlplane.etcd_defrag
@@ -101,10 +86,11 @@ defrag_plan:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.cpctl.controlplane.plugins.module_utils.specs import ETCD_THRESHOLDS
+
 ARGUMENT_SPEC = dict(
     defrag_plan=dict(type="bool", default=False),
-    min_free=dict(type="str", default="100MiB"),
-    min_ratio=dict(type="float", default=0.45),
+    **ETCD_THRESHOLDS
 )
 
 

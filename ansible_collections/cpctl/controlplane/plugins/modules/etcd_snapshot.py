@@ -25,6 +25,7 @@ author:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.flow
+  - cpctl.controlplane.etcd
 options:
   path:
     description:
@@ -46,17 +47,8 @@ attributes:
     details: Lists the master's snapshots (C(cpctl etcd snapshot list)) and reports the save as a change; nothing is written.
   diff_mode:
     support: none
-  platform:
-    platforms: posix
-  action:
-    support: full
-  async:
-    support: none
-  bypass_host_loop:
-    support: none
 notes:
   - Every run that succeeds writes a new snapshot, so it always reports C(changed).
-  - Reads the same host variables as M(cpctl.controlplane.static_pod).
 seealso:
   - module: cpctl.controlplane.controlplane_info
 """

@@ -24,11 +24,10 @@ from __future__ import annotations
 import copy
 import json
 import ssl
-import uuid
 from typing import Any, Callable, Optional
 
 from .etcdproc import EtcdError, Gateway, b64, prefix_end, unb64
-from .store import ApiError, Obj, Store, already_exists, conflict, not_found, now_rfc3339
+from .store import ApiError, Obj, Store, already_exists, modified, not_found
 
 PREFIX = "/registry/"
 KEY_NAMES = {"nodes": "minions"}
@@ -186,12 +185,8 @@ class EtcdStore(Store):
             if not self.live:
                 return super().create(resource, ns, obj)
             self._ready()
-            meta = obj.setdefault("metadata", {})
+            meta = self.stamp_new(obj, ns)
             name = meta.get("name", "")
-            if ns:
-                meta["namespace"] = ns
-            meta["uid"] = str(uuid.uuid4())
-            meta["creationTimestamp"] = now_rfc3339()
             try:
                 revision = self._put_if(key_of(resource, ns, name), obj, "CREATE", 0)
             except EtcdError as exc:
@@ -207,19 +202,9 @@ class EtcdStore(Store):
             if not self.live:
                 return super().update(resource, ns, obj, check_rv)
             self._ready()
-            meta = obj.setdefault("metadata", {})
+            old = self.checked_update(resource, ns, obj, check_rv)
+            meta = obj["metadata"]
             name = meta.get("name", "")
-            old = self.objects.get((resource, ns, name))
-            if old is None:
-                raise not_found(resource, name)
-            want = meta.get("resourceVersion")
-            if check_rv and want and want != old["metadata"]["resourceVersion"]:
-                raise conflict(resource, name, "the object has been modified; please apply your "
-                                               "changes to the latest version and try again")
-            for k in ("uid", "creationTimestamp"):
-                meta[k] = old["metadata"].get(k)
-            if ns:
-                meta["namespace"] = ns
             meta["resourceVersion"] = old["metadata"]["resourceVersion"]
             if obj == old:
                 return copy.deepcopy(old)
@@ -231,8 +216,7 @@ class EtcdStore(Store):
             except EtcdError as exc:
                 raise storage_error(exc) from None
             if not revision:
-                raise conflict(resource, name, "the object has been modified; please apply your "
-                                               "changes to the latest version and try again")
+                raise modified(resource, name)
             meta["resourceVersion"] = str(revision)
             self._applied(revision, resource, ns, name, "MODIFIED", obj, old)
             return copy.deepcopy(obj)
@@ -242,12 +226,7 @@ class EtcdStore(Store):
             if not self.live:
                 return super().delete(resource, ns, name, uid)
             self._ready()
-            old = self.objects.get((resource, ns, name))
-            if old is None:
-                raise not_found(resource, name)
-            if uid and old["metadata"].get("uid") != uid:
-                raise conflict(resource, name, f"Precondition failed: UID in precondition: {uid}, "
-                                               f"UID in object meta: {old['metadata'].get('uid')}")
+            old = self.checked_delete(resource, ns, name, uid)
             key = key_of(resource, ns, name)
             try:
                 revision = self._delete_if(key, int(old["metadata"]["resourceVersion"]))

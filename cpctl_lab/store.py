@@ -125,6 +125,13 @@ def invalid(kind: str, name: str, causes: list[tuple[str, str]], group: str = ""
     )
 
 
+def modified(kind_plural: str, name: str, group: str = "") -> ApiError:
+    """409 Conflict of an update whose resourceVersion is not the stored one (apiserver's storage
+    ``errors.go`` NewConflict with ``OptimisticLockErrorMsg``)."""
+    return conflict(kind_plural, name, "the object has been modified; please apply your changes to the latest "
+                                       "version and try again", group)
+
+
 def precondition_failed(kind_plural: str, ns: str, name: str, detail: str, group: str = "") -> ApiError:
     """409 for a failed UID/resourceVersion precondition, worded as etcd3's storage error comes back
     through ``InterpretUpdateError``/``InterpretDeleteError`` (``NewConflict`` wrapping a StorageError)."""
@@ -286,7 +293,7 @@ class Store:
         with self.lock:
             return self.history[0].rv if self.history else self.rv
 
-    # -- CRUD
+    # -- reads
     def get(self, resource: str, ns: str, name: str) -> Optional[Obj]:
         with self.lock:
             obj = self.objects.get((resource, ns, name))
@@ -303,16 +310,53 @@ class Store:
             ]
             return out
 
+    # -- the API server's checks, shared with the etcd-backed store (cpctl_lab.etcdstore)
+    @staticmethod
+    def stamp_new(obj: Obj, ns: str) -> Obj:
+        """Give a new object what the server owns (namespace, uid, creationTimestamp); its metadata."""
+        meta: Obj = obj.setdefault("metadata", {})
+        if ns:
+            meta["namespace"] = ns
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = now_rfc3339()
+        return meta
+
+    def checked_update(self, resource: str, ns: str, obj: Obj, check_rv: bool) -> Obj:
+        """The stored object an update of ``obj`` replaces, once the update may go on: the object
+        exists (else NotFound), ``obj``'s resourceVersion, when given and ``check_rv``, is the stored
+        one (else Conflict); the fields the server owns are copied into ``obj``."""
+        meta = obj.setdefault("metadata", {})
+        name = meta.get("name", "")
+        old = self.objects.get((resource, ns, name))
+        if old is None:
+            raise not_found(resource, name)
+        want = meta.get("resourceVersion")
+        if check_rv and want and want != old["metadata"]["resourceVersion"]:
+            raise modified(resource, name)
+        for key in ("uid", "creationTimestamp"):       # identity fields are owned by the server
+            meta[key] = old["metadata"].get(key)
+        if ns:
+            meta["namespace"] = ns
+        return old
+
+    def checked_delete(self, resource: str, ns: str, name: str, uid: Optional[str]) -> Obj:
+        """The stored object a delete removes, once it may: it exists (else NotFound) and has the
+        precondition's uid, when one is given (else Conflict)."""
+        old = self.objects.get((resource, ns, name))
+        if old is None:
+            raise not_found(resource, name)
+        if uid and old["metadata"].get("uid") != uid:
+            raise conflict(resource, name, f"Precondition failed: UID in precondition: {uid}, "
+                                           f"UID in object meta: {old['metadata'].get('uid')}")
+        return old
+
+    # -- CRUD
     def create(self, resource: str, ns: str, obj: Obj) -> Obj:
         with self.lock:
-            meta = obj.setdefault("metadata", {})
-            name = meta.get("name", "")
+            name = obj.setdefault("metadata", {}).get("name", "")
             if (resource, ns, name) in self.objects:
                 raise already_exists(resource, name)
-            if ns:
-                meta["namespace"] = ns
-            meta["uid"] = str(uuid.uuid4())
-            meta["creationTimestamp"] = now_rfc3339()
+            meta = self.stamp_new(obj, ns)
             meta["resourceVersion"] = self._bump()
             self.objects[(resource, ns, name)] = copy.deepcopy(obj)
             self._emit(resource, "ADDED", obj)
@@ -320,43 +364,17 @@ class Store:
 
     def update(self, resource: str, ns: str, obj: Obj, check_rv: bool = True) -> Obj:
         with self.lock:
-            meta = obj.setdefault("metadata", {})
-            name = meta.get("name", "")
-            old = self.objects.get((resource, ns, name))
-            if old is None:
-                raise not_found(resource, name)
-            want = meta.get("resourceVersion")
-            if check_rv and want and want != old["metadata"]["resourceVersion"]:
-                raise conflict(
-                    resource,
-                    name,
-                    "the object has been modified; please apply your "
-                    "changes to the latest version and try again",
-                )
-            # Identity fields are owned by the server.
-            for key in ("uid", "creationTimestamp"):
-                meta[key] = old["metadata"].get(key)
-            if ns:
-                meta["namespace"] = ns
+            old = self.checked_update(resource, ns, obj, check_rv)
             if obj == old:
                 return copy.deepcopy(old)
-            meta["resourceVersion"] = self._bump()
-            self.objects[(resource, ns, name)] = copy.deepcopy(obj)
+            obj["metadata"]["resourceVersion"] = self._bump()
+            self.objects[(resource, ns, obj["metadata"].get("name", ""))] = copy.deepcopy(obj)
             self._emit(resource, "MODIFIED", obj, old)
             return copy.deepcopy(obj)
 
     def delete(self, resource: str, ns: str, name: str, uid: Optional[str] = None) -> Obj:
         with self.lock:
-            old = self.objects.get((resource, ns, name))
-            if old is None:
-                raise not_found(resource, name)
-            if uid and old["metadata"].get("uid") != uid:
-                raise conflict(
-                    resource,
-                    name,
-                    f"Precondition failed: UID in precondition: {uid}, "
-                    f"UID in object meta: {old['metadata'].get('uid')}",
-                )
+            old = self.checked_delete(resource, ns, name, uid)
             del self.objects[(resource, ns, name)]
             gone = copy.deepcopy(old)
             gone["metadata"]["resourceVersion"] = self._bump()

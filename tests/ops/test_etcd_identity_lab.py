@@ -10,7 +10,9 @@ An operator's mistakes, each with a data dir that holds a member - so the check 
 * the data dir swapped in place for another cluster's member (``stop``, the files moved, ``start``):
   the same;
 * ``edit`` of the running manifest to that dir: the edit is rolled back (exit 11), the member that
-  comes back is the one before.
+  comes back is the one before;
+* ``edit --parked`` to an older copy of this very member's data dir: the same member and cluster
+  IDs (etcd's log says so), only the revision, lower than the one the stop recorded, tells.
 
 What happened is read from etcd itself, not from cpctl's words: each run's own log (``"cluster-id"``
 and ``"local-member-id"`` of its "restarting local member" line) and ``etcdctl member list``.
@@ -33,6 +35,7 @@ pytestmark = [pytest.mark.real_etcd, pytest.mark.timeout(900)]
 
 TO_OTHER = "sed -i -e s#/var/lib/etcd$#/var/lib/etcd-other#"
 BACK = "sed -i -e s#/var/lib/etcd-other$#/var/lib/etcd#"
+TO_OLD, BACK_FROM_OLD = TO_OTHER.replace("other", "old"), BACK.replace("other", "old")
 
 
 def _etcdctl(lab: Any, *args: str) -> Any:
@@ -146,3 +149,35 @@ def test_an_etcd_that_comes_back_as_another_member_is_rolled_back(lab: Any,
     assert _new_runs(lab, seen) == {(other.cluster_id, other.member_id), (cluster, member)}
     assert _who(lab) == (member, cluster, names)
     assert kubectl(lab, "-n", "default", "get", "configmap", "mine", "-o", "name").stdout.strip()
+
+
+def test_an_older_copy_of_the_same_member_is_rolled_back(lab: Any) -> None:
+    """The subtle one: a copy of this very member's data dir, taken earlier (an old backup). etcd starts
+    as the same member of the same cluster (its log says so); only its revision, lower than the one
+    the stop recorded, tells that the API's later objects are gone."""
+    assert lab.info["etcd"]["kind"] == "real"
+    root = lab.root_dir(1)
+    member, cluster, names = _who(lab)
+    assert run_cpctl(lab, "stop", "apiserver", "etcd").returncode == 0
+    shutil.copytree(root / "var/lib/etcd", root / "var/lib/etcd-old")            # the old backup, consistent
+    assert run_cpctl(lab, "start", "etcd", "apiserver").returncode == 0
+    for i in range(3):
+        kubectl(lab, "-n", "default", "create", "configmap", "later-%d" % i, "--from-literal=k=v")
+    assert run_cpctl(lab, "stop", "apiserver", "etcd").returncode == 0
+    recorded = MemberIdentity.from_dict(json.loads((lab.state_dir(1) / RECORD).read_text()))
+    assert recorded is not None
+    assert run_cpctl(lab, "edit", "etcd", "--parked", "--yes", EDITOR=TO_OLD).returncode == 0
+    seen = _started_as(lab)
+    proc = run_cpctl(lab, "start", "etcd")
+    assert proc.returncode == 11, proc.stdout + proc.stderr
+    error = proc.stderr.strip().splitlines()[-1]
+    assert "start of etcd ROLLED BACK (parked again)" in error and "its store went back from revision %d to " \
+        % recorded.revision in error, proc.stderr
+    assert _new_runs(lab, seen) == {(cluster, member)}              # etcd's word: the same member, as measured
+    assert (lab.state_dir(1) / "parked" / "etcd.yaml").is_file()
+
+    assert run_cpctl(lab, "edit", "etcd", "--parked", "--yes", EDITOR=BACK_FROM_OLD).returncode == 0
+    assert run_cpctl(lab, "start", "etcd", "apiserver").returncode == 0
+    assert _who(lab) == (member, cluster, names)
+    got = kubectl(lab, "-n", "default", "get", "configmap", "later-2", "-o", "name").stdout.strip()
+    assert got == "configmap/later-2"

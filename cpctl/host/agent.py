@@ -22,6 +22,11 @@ from cpctl.host.replies import MAX_REPLY_BYTES, BadReply
 
 HELLO_LIMIT = 512          # bytes of the agent's ready line (or of what a shell printed instead)
 
+#: ``CPCTL_TRACE_ROUNDTRIPS=FILE``: the process counts the agent requests it writes (``RoundTrips``) and
+#: writes them as JSON to FILE at exit (tests and benchmarks/changelatency.py read it). Unset: nothing
+#: is counted, and ``_request`` pays one test of a None.
+TRACE_ENV = "CPCTL_TRACE_ROUNDTRIPS"
+
 #: What identifies a read among the prefetched answers (``_call_key``).
 CallKey = Union[str, Tuple[str, Tuple[Tuple[str, Union[str, int]], ...]]]
 
@@ -35,6 +40,64 @@ def raise_remote_error(response: Mapping[str, object]) -> None:
     if kind == "os":
         raise OSError(response["errno"], response["strerror"], response.get("filename"))
     raise CpctlError("agent error: %s" % str(response.get("message"))[:500], ExitCode.ENVIRONMENT)
+
+
+class RoundTrips:
+    """The round trips this process made to agents: one per request written (a ``batch`` is one),
+    counted per op, with the ops a batch carried and each request's op and path in order (the first
+    ``KEPT`` of them: enough to see where a flow's trips come from)."""
+
+    KEPT = 2000
+
+    def __init__(self) -> None:
+        self.ops: Dict[str, int] = {}
+        self.batched: Dict[str, int] = {}
+        self.calls: List[str] = []
+        self.lock = threading.Lock()
+
+    def count(self, op: str, args: Mapping[str, object]) -> None:
+        """One request of ``op`` (with ``args``) written to an agent."""
+        with self.lock:
+            self.ops[op] = self.ops.get(op, 0) + 1
+            if op == "batch":
+                for request in args.get("requests") or ():       # type: ignore[attr-defined]
+                    inner = str(request.get("op"))
+                    self.batched[inner] = self.batched.get(inner, 0) + 1
+            if len(self.calls) < self.KEPT:
+                where = args.get("path") or args.get("src") or args.get("argv") or args.get("url") or ""
+                self.calls.append(("%s %s" % (op, where)).strip()[:300])
+
+    def report(self) -> Dict[str, object]:
+        """What the trace file holds: the total, per op, the batched reads, the calls in order."""
+        with self.lock:
+            return {"total": sum(self.ops.values()), "ops": dict(self.ops), "batched": dict(self.batched),
+                    "calls": list(self.calls)}
+
+    def write(self, path: str) -> None:
+        """The report as JSON in ``path`` (at exit; a file that cannot be written is not the run's failure).
+        A process that made no request (a keeper started by a traced run) leaves the file alone."""
+        if not self.ops:
+            return
+        try:
+            with open(path, "w") as handle:
+                json.dump(self.report(), handle, indent=1)
+        except OSError:
+            pass
+
+
+def _start_trace() -> Optional[RoundTrips]:
+    """A ``RoundTrips`` written at exit to ``$CPCTL_TRACE_ROUNDTRIPS``, or None when that is unset."""
+    path = os.environ.get(TRACE_ENV)
+    if not path:
+        return None
+    import atexit
+    trips = RoundTrips()
+    atexit.register(trips.write, path)
+    return trips
+
+
+#: This process's round-trip counter (``CPCTL_TRACE_ROUNDTRIPS``), None when not traced.
+TRACE: Optional[RoundTrips] = _start_trace()
 
 
 class AgentHost(Host):
@@ -77,6 +140,8 @@ class AgentHost(Host):
 
     def _request(self, op: str, args: Mapping[str, object]) -> Any:
         line = json.dumps({"op": op, "args": hostops.encode(args)}).encode("utf-8") + b"\n"
+        if TRACE is not None:
+            TRACE.count(op, args)
         with self._mutex:
             if self._broken is not None:        # the stream is out of step since a bad reply
                 raise self._broken

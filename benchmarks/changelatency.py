@@ -111,7 +111,8 @@ def run_cpctl(argv: List[str], env: Dict[str, str], trace: Optional[str] = None)
     return elapsed, report
 
 
-def count_flows(setup: Setup, trace: str, delayed: bool = True) -> Dict[str, Dict[str, Any]]:
+def count_flows(setup: Setup, trace: str, delayed: bool = True,
+                only: Optional[List[str]] = None) -> Dict[str, Dict[str, Any]]:
     """The round-trip reports of ``status``, a ``flags`` change and the review flow (+ its confirm)."""
     env = dict(setup.remote_env, CPCTL_PERSIST="0")
     flows = {
@@ -122,7 +123,8 @@ def count_flows(setup: Setup, trace: str, delayed: bool = True) -> Dict[str, Dic
             "--confirm-within", "5m", delayed=delayed),
         "confirm kube-apiserver": setup.remote("confirm", "kube-apiserver", delayed=delayed),
     }
-    return {name: run_cpctl(argv, env, trace)[1] for name, argv in flows.items()}
+    return {name: run_cpctl(argv, env, trace)[1] for name, argv in flows.items()
+            if not only or name.split()[0] in only}
 
 
 def pairs(setup: Setup, count: int) -> Dict[str, List[float]]:

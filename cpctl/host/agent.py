@@ -133,7 +133,9 @@ class AgentHost(Host):
                 if op in hostops.READ_OPS:
                     response = self._prefetched.get(_call_key(op, args))
                 else:
-                    response, self._prefetched = None, {}
+                    response = None
+                    if not _leaves_files(op, args):
+                        self._prefetched = {}
             if response is not None:
                 return _result(response)
         return self._request(op, args)
@@ -159,6 +161,23 @@ class AgentHost(Host):
                 self._broken = exc
                 raise
         return _result(response)
+
+
+#: Requests that change nothing on the node's disk, though they are no reads a batch could answer ahead.
+_FILE_NEUTRAL_OPS = frozenset(("clock", "http_many"))
+_SAFE_METHODS = frozenset(("GET", "HEAD"))
+
+
+def _leaves_files(op: str, args: Mapping[str, object]) -> bool:
+    """Whether ``op`` leaves the node's files as they were, so a snapshot of them stays what this run
+    would read: the node's clock, HTTP GETs from the node (health endpoints, the API's pods: what a
+    view and a wait ask between their file reads). A write, a move, a lock, a command run, an HTTP
+    request that may change something (a PUT of the kubeadm ConfigMap) all end the snapshot."""
+    if op in _FILE_NEUTRAL_OPS:
+        return op != "http_many" or all(
+            isinstance(r, Mapping) and str(r.get("method", "GET")).upper() in _SAFE_METHODS
+            for r in args.get("requests") or ())        # type: ignore[attr-defined]
+    return op == "http" and str(args.get("method", "")).upper() in _SAFE_METHODS
 
 
 def _call_key(op: str, args: Mapping[str, object]) -> CallKey:

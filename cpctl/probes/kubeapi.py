@@ -193,9 +193,10 @@ MAX_KUBECONFIG_BYTES = 4 << 20
 def kubeconfig_reads(value: str) -> List[Tuple[str, Dict[str, object]]]:
     """The reads ``any_kubeconfig`` and ``load_kubeconfig`` make of the files ``value`` names (lstat,
     then the bytes), for ``Host.prefetched``: a view asks them with its other reads, in one round trip."""
-    files = kubeconfig_files(value)
-    return ([("lstat", {"path": path}) for path in files]
-            + [("read_file", {"path": path, "limit": MAX_KUBECONFIG_BYTES}) for path in files])
+    reads: List[Tuple[str, Dict[str, object]]] = []
+    for path in kubeconfig_files(value):
+        reads += [("lstat", {"path": path}), ("read_file", {"path": path, "limit": MAX_KUBECONFIG_BYTES})]
+    return reads
 
 
 def load_kubeconfig(host: Host, path: str, context: Optional[str] = None) -> Access:

@@ -114,31 +114,65 @@ class AgentHost(Host):
         self._reader, self._writer = reader, writer
         self._mutex = threading.Lock()
         self._prefetched: Dict[CallKey, Mapping[str, object]] = {}
+        self._snapshot = False             # a snapshot is being served (``_prefetch``)
         self._broken: Optional[BadReply] = None
         check_hello(name, self._reader.readline(HELLO_LIMIT))
 
     def _prefetch(self, calls: Sequence[Call]) -> None:
         """Ask every call in one ``batch`` round trip. The answers are a snapshot: served again
-        to repeated reads, and dropped at the first call that is not a read (it may change what
-        they saw), so no read is answered with what it was before this run's own change."""
+        to repeated reads, and dropped at the first call that may change the node's files (a write,
+        a lock, a command; not an HTTP GET), so no read is answered with what it was before this
+        run's own change. While it lasts, a read it did not hold is asked and joins it: asked twice,
+        it is one round trip. An empty ``calls`` ends it."""
         reads = [(op, args) for op, args in calls if op in hostops.READ_OPS]
         requests = [{"op": op, "args": args} for op, args in reads]
         answers = self._request("batch", {"requests": requests}) if requests else []
         with self._mutex:
             self._prefetched = {_call_key(op, args): a for (op, args), a in zip(reads, answers)}
+            self._snapshot = bool(calls)
+
+    def _serving(self) -> bool:
+        return self._snapshot
+
+    def read_ahead(self, calls: Sequence[Call]) -> None:
+        with self._mutex:
+            missing = [(op, args) for op, args in calls
+                       if op in hostops.READ_OPS and _call_key(op, args) not in self._prefetched]
+        if not missing:
+            return
+        answers = self._request("batch", {"requests": [{"op": op, "args": args} for op, args in missing]})
+        with self._mutex:
+            self._prefetched.update((_call_key(op, args), a) for (op, args), a in zip(missing, answers))
+            self._snapshot = True
 
     def _call(self, op: str, **args: object) -> Any:
-        if self._prefetched:
+        if self._snapshot:
             with self._mutex:
-                if op in hostops.READ_OPS:
-                    response = self._prefetched.get(_call_key(op, args))
-                else:
-                    response = None
-                    if not _leaves_files(op, args):
-                        self._prefetched = {}
+                key = _call_key(op, args) if op in hostops.READ_OPS else None
+                response = self._prefetched.get(key) if key is not None else None
+                if key is None and not _leaves_files(op, args):
+                    self._prefetched, self._snapshot = {}, False
             if response is not None:
                 return _result(response)
+            if key is not None:
+                return self._read_into_snapshot(key, op, args)
         return self._request(op, args)
+
+    def _read_into_snapshot(self, key: CallKey, op: str, args: Mapping[str, object]) -> Any:
+        """A read the snapshot did not hold: asked now, and its answer (or OSError) kept with the others."""
+        try:
+            result = self._request(op, args)
+        except OSError as exc:
+            self._keep(key, {"ok": False, "kind": "os", "errno": exc.errno, "strerror": exc.strerror,
+                             "filename": exc.filename})
+            raise
+        self._keep(key, {"ok": True, "result": result})
+        return result
+
+    def _keep(self, key: CallKey, response: Mapping[str, object]) -> None:
+        with self._mutex:
+            if self._snapshot:                 # not when another thread's change ended it meanwhile
+                self._prefetched[key] = response
 
     def _request(self, op: str, args: Mapping[str, object]) -> Any:
         line = json.dumps({"op": op, "args": hostops.encode(args)}).encode("utf-8") + b"\n"

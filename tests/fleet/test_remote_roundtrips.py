@@ -3,7 +3,7 @@
 a three-master lab behind a real sshd (three: a change of the API server keeps a quorum serving):
 
 * ``status`` of one master: one batch of file reads, then the HTTP requests its probes make from the
-  node (the local API check, the pods list, etcd's member list and alarms);
+  node (the local API check, the pods list, etcd's member list with its alarms);
 * the review flow, ``-H m1 flags kube-apiserver --set ... --keep-in kubeadm-config --confirm-within``:
   its round trips apart from the waits' polls (HTTP from the node, crictl) and the reads of the
   kubeconfig each new API client makes (how many depends on how fast the kubelet is, not on cpctl),
@@ -28,8 +28,8 @@ from tests.sshfixture import SSHServer, sshd  # noqa: F401
 pytestmark = pytest.mark.timeout(400)
 
 #: status: one batch of reads, then HTTP from the node: the API server's /healthz (is the kubelet's API
-#: this node's own), the node's pods (one list), etcd's member list and its alarms
-STATUS_TRIPS = 5
+#: this node's own), the node's pods (one list), etcd's member list and alarms (one ``http_many``)
+STATUS_TRIPS = 4
 #: the review flow on a fresh lab (its state dirs made by it), apart from the polls and the kubeconfig reads;
 #: 304 before issue 47's cut (and status 11: a read after each HTTP request asked again)
 REVIEW_TRIPS = 147

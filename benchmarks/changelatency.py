@@ -189,7 +189,7 @@ def run(count: int = 0) -> str:
         "interleaved runs, %d each, medians; "
         "the difference is the median of the pairs' differences." % (ONE_WAY * 1000, count),
         "",
-        table(["remote", "remote", "local", "remote − local", "remote ÷ local"], rows),
+        table(["how", "remote", "local", "remote − local", "remote ÷ local"], rows),
         "",
         "Agent round trips per run behind the proxy (`CPCTL_TRACE_ROUNDTRIPS`; a `batch` is one; the "
         "connection's own handshake and agent start not counted), `--persist 0`:",

@@ -146,6 +146,8 @@ class AgentHost(Host):
             self._snapshot = True
 
     def _call(self, op: str, **args: object) -> Any:
+        if self._snapshot and op == "makedirs" and self._is_dir(str(args.get("path"))):
+            return None              # the agent's makedirs leaves an existing dir alone: nothing to ask
         if self._snapshot:
             with self._mutex:
                 key = _call_key(op, args) if op in hostops.READ_OPS else None
@@ -157,6 +159,13 @@ class AgentHost(Host):
             if key is not None:
                 return self._read_into_snapshot(key, op, args)
         return self._request(op, args)
+
+    def _is_dir(self, path: str) -> bool:
+        """Whether the snapshot saw a directory at ``path`` (its lstat asked)."""
+        with self._mutex:
+            seen = self._prefetched.get(_call_key("lstat", {"path": path}))
+        result = seen.get("result") if seen is not None and seen.get("ok") else None
+        return isinstance(result, Mapping) and result.get("kind") == "dir"
 
     def _read_into_snapshot(self, key: CallKey, op: str, args: Mapping[str, object]) -> Any:
         """A read the snapshot did not hold: asked now, and its answer (or OSError) kept with the others."""

@@ -1,5 +1,6 @@
 """Run the benchmarks:
-``python -m benchmarks [startup|roundtrip|watch|drift|fanout|latency|apply|certs|apiserver|failfast|labetcd|all]``.
+``python -m benchmarks [startup|roundtrip|watch|drift|fanout|latency|apply|certs|apiserver|failfast|labetcd|
+changelatency|all]``.
 
 ``latency`` is ``benchmarks.fanout.run_latency``: the fan-out behind a 50 ms round trip, with Ansible
 and the cpctl.controlplane collection (not part of ``all``: it starts 50 sshd and takes minutes)."""
@@ -11,7 +12,8 @@ import importlib
 import os
 import sys
 
-NAMES = ["startup", "roundtrip", "watch", "drift", "fanout", "apply", "certs", "apiserver", "failfast", "labetcd"]
+NAMES = ["startup", "roundtrip", "watch", "drift", "fanout", "apply", "certs", "apiserver", "failfast", "labetcd",
+         "changelatency"]
 
 
 def compile_like_installed() -> None:

@@ -232,10 +232,11 @@ def _containers(pod: Mapping[str, object]) -> List[Mapping[str, object]]:
 def _file_flag_problems(host: Host, pod: Mapping[str, object], container: Mapping[str, object], root: str = "/",
                         coming: Sequence[str] = ()) -> List[str]:
     found = []
-    for flag in flags.flags_of(container):
-        if not flag.value or not flag.value.startswith("/") or not _FILE_FLAG.search(flag.name):
-            continue
-        node_path = mounts.host_path_of(pod, container, flag.value)
+    named = [f for f in flags.flags_of(container) if f.value and f.value.startswith("/") and _FILE_FLAG.search(f.name)]
+    places = [mounts.host_path_of(pod, container, str(f.value)) for f in named]
+    host.read_ahead([("lstat", {"path": mounts.under_root(root, p)}) for p in places if p and p not in coming])
+    for flag, node_path in zip(named, places):
+        assert flag.value is not None
         if node_path is None:
             found.append("--%s names %s, which no hostPath volume mounts into container %s (control-plane images "
                          "hold no such files: add a volume and a volumeMount for it)"
@@ -249,7 +250,10 @@ def _file_flag_problems(host: Host, pod: Mapping[str, object], container: Mappin
 def _host_path_problems(host: Host, pod: Mapping[str, object], root: str = "/", coming: Sequence[str] = ()
                         ) -> List[str]:
     found = []
-    for volume in _items(_mapping(pod.get("spec")).get("volumes")):
+    volumes = _items(_mapping(pod.get("spec")).get("volumes"))
+    host.read_ahead([("lstat", {"path": mounts.under_root(root, str(v["hostPath"]["path"]))}) for v in volumes
+                     if isinstance(v, dict) and isinstance(v.get("hostPath"), dict) and "path" in v["hostPath"]])
+    for volume in volumes:
         host_path = volume.get("hostPath") if isinstance(volume, dict) else None
         kind = host_path.get("type") if isinstance(host_path, dict) else None
         if not isinstance(volume, dict) or not isinstance(host_path, dict) or not isinstance(kind, str) \

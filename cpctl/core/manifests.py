@@ -21,6 +21,7 @@ import binascii
 import importlib
 import json
 import math
+import os
 import re
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, NoReturn, Optional, Tuple, Union
@@ -786,6 +787,11 @@ def require_directory(info: Optional[Stat], what: str, path: str, missing: str =
         raise CpctlError("%s %s is a symlink: pass the real directory" % (what, path), ExitCode.REFUSED)
     if info["kind"] != "dir":
         raise CpctlError("%s %s is not a directory" % (what, path), ExitCode.ENVIRONMENT)
+
+
+def kubeadm_tmp_dir(manifests_dir: str) -> str:
+    """kubeadm's ``/etc/kubernetes/tmp`` (its upgrade backups): ``tmp`` next to the manifests dir."""
+    return os.path.join(os.path.dirname(manifests_dir.rstrip("/")), "tmp")
 
 
 def check_manifests_dir(host: Host, path: str) -> None:

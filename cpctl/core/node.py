@@ -341,6 +341,24 @@ class Node:
             ("lstat", {"path": self.state.confirm_dir}),      # (confirmations.directory: read_all's)
             ("scan_dir", {"path": self.state.confirm_dir, "limit": MAX_ARM_BYTES})]
 
+    def session_reads(self) -> List[Tuple[str, Dict[str, object]]]:
+        """What a change session reads first under the node lock, before it changes anything: the
+        journal, the leftovers' dirs, the keep-in, pending and confirm records, the kubeconfig (the
+        registered-node check, the API probe), a view's reads (the manifests, the parked ones), the
+        history. Over SSH ``_Session`` asks them in one round trip right after taking the lock."""
+        from cpctl.core.revisions import MAX_META_BYTES
+        from cpctl.probes.kubeapi import kubeconfig_reads
+        state = self.state
+        key = state.path + "/" + hostops.JOURNAL_KEY
+        reads: List[Tuple[str, Dict[str, object]]] = [
+            state.read_call(state.journal_path), state.read_call(state.pending_path),
+            ("lstat", {"path": state.path + "/keepin"}), ("lstat", {"path": key}), ("read_file", {"path": key,
+            "limit": 256}), ("scan_dir", {"path": state.path + "/revisions", "limit": MAX_META_BYTES})]
+        reads += [("listdir", {"path": path}) for path in (self.manifests_dir, state.meta_dir, state.path,
+                                                          manifests.kubeadm_tmp_dir(self.manifests_dir))]
+        reads.append(state.read_call(state.history_path))
+        return self.view_reads() + reads + kubeconfig_reads(self.kubeconfig)
+
     def resolve(self, wanted: str, scan: DirScan, parked: Mapping[str, Mapping[str, object]]
                 ) -> Tuple[List[Manifest], List[str]]:
         """(present manifests, parked file names) that ``wanted`` names."""
@@ -720,12 +738,17 @@ class _Session:
 
     def __enter__(self) -> Node:
         self.node.origin = self.what
-        manifests.check_manifests_dir(self.node.host, self.node.manifests_dir)
+        host = self.node.host
+        # (the ensure's lstats join a snapshot the command took, or begin one; the lock ends it)
+        first: List[Tuple[str, Dict[str, object]]] = [("lstat", {"path": self.node.manifests_dir}), ("info", {})]
+        host.read_ahead(first + self.node.state.view_reads())
+        manifests.check_manifests_dir(host, self.node.manifests_dir)
         if self.node.dry_run:
             return self._enter_dry_run()
         self.node.state.ensure(create=True)
         self._lock = self.node.state.locked(self.node.lock_timeout, self.what, self.node.manifests_dir)
         self._lock.__enter__()
+        host.snapshot(self.node.session_reads())    # taken under the lock: what the session reads first
         try:
             for message in self.node.recover():
                 self.node.log(message)
@@ -741,6 +764,7 @@ class _Session:
                 self._run_change_hooks()
                 self.node.check_registered()
         except BaseException:
+            host.forget()
             self._lock.__exit__(None, None, None)
             raise
         return self.node
@@ -766,4 +790,5 @@ class _Session:
     def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
                  traceback: Optional[TracebackType]) -> None:
         if self._lock is not None:
+            self.node.host.forget()
             self._lock.__exit__(exc_type, exc, traceback)

@@ -30,7 +30,6 @@ from cpctl.core.node import Node
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host.base import Host
 
-TMP = "tmp"
 BACKUP_PREFIX = "kubeadm-backup-manifests"
 UPGRADED_PREFIX = "kubeadm-upgraded-manifests"
 #: kubeadm waits up to 5 minutes for each of the four components.
@@ -62,7 +61,7 @@ class Outside:
 
 def tmp_dir(manifests_dir: str) -> str:
     """kubeadm's ``/etc/kubernetes/tmp``: ``tmp`` next to the manifests dir."""
-    return os.path.join(os.path.dirname(manifests_dir.rstrip("/")), TMP)
+    return manifests.kubeadm_tmp_dir(manifests_dir)
 
 
 def view_reads(node: Node) -> List[Tuple[str, Dict[str, object]]]:

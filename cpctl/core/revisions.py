@@ -177,7 +177,10 @@ class RevisionStore:
 
     def _free_number(self, filename: str, number: int) -> int:
         """``number``, or the next one whose files do not exist yet: a file cpctl does not list (a
-        crafted number, a stray copy) never makes every later change of the manifest fail."""
+        crafted number, a stray copy) never makes every later change of the manifest fail. (The first
+        two numbers are asked in one round trip: a change keeps two revisions, the next two numbers.)"""
+        self.host.read_ahead([("lstat", {"path": path}) for candidate in (number, number + 1)
+                              for path in (self.bytes_path(filename, candidate), self.meta_path(filename, candidate))])
         for candidate in range(number, number + FREE_TRIES):
             if self.host.lstat(self.bytes_path(filename, candidate)) is None and \
                     self.host.lstat(self.meta_path(filename, candidate)) is None:

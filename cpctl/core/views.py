@@ -73,27 +73,43 @@ class Report(_Report, total=False):
     etcd_alarms: Dict[str, object]      # cpctl.ops.etcdcare.AlarmsSeen, added by the status command
 
 
-def status(node: Node, wanted: Optional[List[str]] = None) -> Report:
-    """Per component: file, running/parked/invalid, parking details, checksum, pod state."""
-    stuck: List[str] = []
+def status(node: Node, wanted: Optional[List[str]] = None,
+           also: Optional[Callable[[Report], None]] = None) -> Report:
+    """Per component: file, running/parked/invalid, parking details, checksum, pod state; ``also``
+    adds to the report (the etcd alarms) while the node's files are still the view's snapshot.
+
+    Over SSH the whole view is one batch of file reads (the state dir, the manifests, the kubeconfig
+    the API probe reads) and the HTTP requests from the node its probes make: a GET from the node
+    changes none of its files, so the snapshot holds across them."""
+    from cpctl.probes.kubeapi import kubeconfig_reads
     recent = ("read_tail", {"path": node.state.history_path, "limit": RECENT_HISTORY_BYTES})
-    with node.host.prefetched(node.view_reads() + [node.state.read_call(node.state.baseline_path), recent]):
-        if node.state.ensure(create=False) and (journal_pending(node) or kept_to_settle(node)):
-            try:
-                node.finish_interrupted("cpctl status")
-            except CpctlError as exc:
-                if exc.code != ExitCode.ENVIRONMENT:
-                    raise
-                stuck.append(exc.full_message)   # a view still shows the node; changes refuse until fixed
-        scan, parked = node.scan(), node.parked()
-        missing = _missing_rows(node, scan, parked)
-        known = node.identity                      # read in the same round trip when deferred
-        never = node.unverified(held=False)[1]     # one prefetched lstat when nothing is pending
-        stale = bool(node.api_view_stale(parked))      # the one rule (check and the waits share it)
-        rows = [_present_row(m) for m in scan.manifests] + [_parked_row(f, meta) for f, meta in parked.items()]
-        rows += missing
-        unconfirmed = _unconfirmed(node, rows)
-        _last_changes(node, rows)
+    reads = node.view_reads() + [node.state.read_call(node.state.baseline_path), recent]
+    with node.host.prefetched(reads + kubeconfig_reads(node.kubeconfig)):
+        data = _status(node, wanted)
+        if also is not None:
+            also(data)
+    return data
+
+
+def _status(node: Node, wanted: Optional[List[str]]) -> Report:
+    """``status`` within its snapshot."""
+    stuck: List[str] = []
+    if node.state.ensure(create=False) and (journal_pending(node) or kept_to_settle(node)):
+        try:
+            node.finish_interrupted("cpctl status")
+        except CpctlError as exc:
+            if exc.code != ExitCode.ENVIRONMENT:
+                raise
+            stuck.append(exc.full_message)   # a view still shows the node; changes refuse until fixed
+    scan, parked = node.scan(), node.parked()
+    missing = _missing_rows(node, scan, parked)
+    known = node.identity                      # read in the same round trip when deferred
+    never = node.unverified(held=False)[1]     # one prefetched lstat when nothing is pending
+    stale = bool(node.api_view_stale(parked))      # the one rule (check and the waits share it)
+    rows = [_present_row(m) for m in scan.manifests] + [_parked_row(f, meta) for f, meta in parked.items()]
+    rows += missing
+    unconfirmed = _unconfirmed(node, rows)
+    _last_changes(node, rows)
     if wanted:
         rows = _filter_rows(node, rows, wanted, scan, parked)
     targets: List[PodTarget] = []

@@ -22,6 +22,11 @@ from cpctl.host.replies import MAX_REPLY_BYTES, BadReply
 
 HELLO_LIMIT = 512          # bytes of the agent's ready line (or of what a shell printed instead)
 
+#: ``CPCTL_TRACE_ROUNDTRIPS=FILE``: the process counts the agent requests it writes (``RoundTrips``) and
+#: writes them as JSON to FILE at exit (tests and benchmarks/changelatency.py read it). Unset: nothing
+#: is counted, and ``_request`` pays one test of a None.
+TRACE_ENV = "CPCTL_TRACE_ROUNDTRIPS"
+
 #: What identifies a read among the prefetched answers (``_call_key``).
 CallKey = Union[str, Tuple[str, Tuple[Tuple[str, Union[str, int]], ...]]]
 
@@ -35,6 +40,64 @@ def raise_remote_error(response: Mapping[str, object]) -> None:
     if kind == "os":
         raise OSError(response["errno"], response["strerror"], response.get("filename"))
     raise CpctlError("agent error: %s" % str(response.get("message"))[:500], ExitCode.ENVIRONMENT)
+
+
+class RoundTrips:
+    """The round trips this process made to agents: one per request written (a ``batch`` is one),
+    counted per op, with the ops a batch carried and each request's op and path in order (the first
+    ``KEPT`` of them: enough to see where a flow's trips come from)."""
+
+    KEPT = 2000
+
+    def __init__(self) -> None:
+        self.ops: Dict[str, int] = {}
+        self.batched: Dict[str, int] = {}
+        self.calls: List[str] = []
+        self.lock = threading.Lock()
+
+    def count(self, op: str, args: Mapping[str, object]) -> None:
+        """One request of ``op`` (with ``args``) written to an agent."""
+        with self.lock:
+            self.ops[op] = self.ops.get(op, 0) + 1
+            if op == "batch":
+                for request in args.get("requests") or ():       # type: ignore[attr-defined]
+                    inner = str(request.get("op"))
+                    self.batched[inner] = self.batched.get(inner, 0) + 1
+            if len(self.calls) < self.KEPT:
+                where = args.get("path") or args.get("src") or args.get("argv") or args.get("url") or ""
+                self.calls.append(("%s %s" % (op, where)).strip()[:300])
+
+    def report(self) -> Dict[str, object]:
+        """What the trace file holds: the total, per op, the batched reads, the calls in order."""
+        with self.lock:
+            return {"total": sum(self.ops.values()), "ops": dict(self.ops), "batched": dict(self.batched),
+                    "calls": list(self.calls)}
+
+    def write(self, path: str) -> None:
+        """The report as JSON in ``path`` (at exit; a file that cannot be written is not the run's failure).
+        A process that made no request (a keeper started by a traced run) leaves the file alone."""
+        if not self.ops:
+            return
+        try:
+            with open(path, "w") as handle:
+                json.dump(self.report(), handle, indent=1)
+        except OSError:
+            pass
+
+
+def _start_trace() -> Optional[RoundTrips]:
+    """A ``RoundTrips`` written at exit to ``$CPCTL_TRACE_ROUNDTRIPS``, or None when that is unset."""
+    path = os.environ.get(TRACE_ENV)
+    if not path:
+        return None
+    import atexit
+    trips = RoundTrips()
+    atexit.register(trips.write, path)
+    return trips
+
+
+#: This process's round-trip counter (``CPCTL_TRACE_ROUNDTRIPS``), None when not traced.
+TRACE: Optional[RoundTrips] = _start_trace()
 
 
 class AgentHost(Host):
@@ -51,36 +114,83 @@ class AgentHost(Host):
         self._reader, self._writer = reader, writer
         self._mutex = threading.Lock()
         self._prefetched: Dict[CallKey, Mapping[str, object]] = {}
+        self._snapshot = False             # a snapshot is being served (``_prefetch``)
         self._broken: Optional[BadReply] = None
         check_hello(name, self._reader.readline(HELLO_LIMIT))
 
     def _prefetch(self, calls: Sequence[Call]) -> None:
         """Ask every call in one ``batch`` round trip. The answers are a snapshot: served again
-        to repeated reads, and dropped at the first call that is not a read (it may change what
-        they saw), so no read is answered with what it was before this run's own change."""
+        to repeated reads, and dropped at the first call that may change the node's files (a write,
+        a lock, a command; not an HTTP GET), so no read is answered with what it was before this
+        run's own change. While it lasts, a read it did not hold is asked and joins it: asked twice,
+        it is one round trip. An empty ``calls`` ends it."""
         reads = [(op, args) for op, args in calls if op in hostops.READ_OPS]
         requests = [{"op": op, "args": args} for op, args in reads]
         answers = self._request("batch", {"requests": requests}) if requests else []
         with self._mutex:
             self._prefetched = {_call_key(op, args): a for (op, args), a in zip(reads, answers)}
+            self._snapshot = bool(calls)
+
+    def _serving(self) -> bool:
+        return self._snapshot
+
+    def read_ahead(self, calls: Sequence[Call]) -> None:
+        with self._mutex:
+            missing = [(op, args) for op, args in calls
+                       if op in hostops.READ_OPS and _call_key(op, args) not in self._prefetched]
+        if not missing:
+            return
+        answers = self._request("batch", {"requests": [{"op": op, "args": args} for op, args in missing]})
+        with self._mutex:
+            self._prefetched.update((_call_key(op, args), a) for (op, args), a in zip(missing, answers))
+            self._snapshot = True
 
     def _call(self, op: str, **args: object) -> Any:
-        if self._prefetched:
+        if self._snapshot and op == "makedirs" and self._is_dir(str(args.get("path"))):
+            return None              # the agent's makedirs leaves an existing dir alone: nothing to ask
+        if self._snapshot:
             with self._mutex:
-                if op in hostops.READ_OPS:
-                    response = self._prefetched.get(_call_key(op, args))
-                else:
-                    response, self._prefetched = None, {}
+                key = _call_key(op, args) if op in hostops.READ_OPS else None
+                response = self._prefetched.get(key) if key is not None else None
+                if key is None and not _leaves_files(op, args):
+                    self._prefetched, self._snapshot = {}, False
             if response is not None:
                 return _result(response)
+            if key is not None:
+                return self._read_into_snapshot(key, op, args)
         return self._request(op, args)
 
     def transaction(self, request: TransactionRequest) -> TransactionOutcome:
         """The whole transaction in ONE request: the agent runs it on the node (``host.ops.transaction``)."""
         return cast(TransactionOutcome, self._call("transaction", request=request))
 
+    def _is_dir(self, path: str) -> bool:
+        """Whether the snapshot saw a directory at ``path`` (its lstat asked)."""
+        with self._mutex:
+            seen = self._prefetched.get(_call_key("lstat", {"path": path}))
+        result = seen.get("result") if seen is not None and seen.get("ok") else None
+        return isinstance(result, Mapping) and result.get("kind") == "dir"
+
+    def _read_into_snapshot(self, key: CallKey, op: str, args: Mapping[str, object]) -> Any:
+        """A read the snapshot did not hold: asked now, and its answer (or OSError) kept with the others."""
+        try:
+            result = self._request(op, args)
+        except OSError as exc:
+            self._keep(key, {"ok": False, "kind": "os", "errno": exc.errno, "strerror": exc.strerror,
+                             "filename": exc.filename})
+            raise
+        self._keep(key, {"ok": True, "result": result})
+        return result
+
+    def _keep(self, key: CallKey, response: Mapping[str, object]) -> None:
+        with self._mutex:
+            if self._snapshot:                 # not when another thread's change ended it meanwhile
+                self._prefetched[key] = response
+
     def _request(self, op: str, args: Mapping[str, object]) -> Any:
         line = json.dumps({"op": op, "args": hostops.encode(args)}).encode("utf-8") + b"\n"
+        if TRACE is not None:
+            TRACE.count(op, args)
         with self._mutex:
             if self._broken is not None:        # the stream is out of step since a bad reply
                 raise self._broken
@@ -98,6 +208,23 @@ class AgentHost(Host):
                 self._broken = exc
                 raise
         return _result(response)
+
+
+#: Requests that change nothing on the node's disk, though they are no reads a batch could answer ahead.
+_FILE_NEUTRAL_OPS = frozenset(("clock", "http_many"))
+_SAFE_METHODS = frozenset(("GET", "HEAD"))
+
+
+def _leaves_files(op: str, args: Mapping[str, object]) -> bool:
+    """Whether ``op`` leaves the node's files as they were, so a snapshot of them stays what this run
+    would read: the node's clock, HTTP GETs from the node (health endpoints, the API's pods: what a
+    view and a wait ask between their file reads). A write, a move, a lock, a command run, an HTTP
+    request that may change something (a PUT of the kubeadm ConfigMap) all end the snapshot."""
+    if op in _FILE_NEUTRAL_OPS:
+        return op != "http_many" or all(
+            isinstance(r, Mapping) and str(r.get("method", "GET")).upper() in _SAFE_METHODS
+            for r in args.get("requests") or ())        # type: ignore[attr-defined]
+    return op == "http" and str(args.get("method", "")).upper() in _SAFE_METHODS
 
 
 def _call_key(op: str, args: Mapping[str, object]) -> CallKey:

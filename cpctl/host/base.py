@@ -411,13 +411,37 @@ class Host:
         those answers are dropped.
 
         A host behind a network round trip asks them all at once; this machine answers each
-        call when it comes, so here the hint costs nothing and changes nothing.
+        call when it comes, so here the hint costs nothing and changes nothing. Within a snapshot
+        already served (an outer block, a change session's), the calls join it and the block ends
+        nothing: the outer one still holds.
         """
+        if self._serving():
+            self.read_ahead(calls)
+            yield
+            return
         self._prefetch(calls)
         try:
             yield
         finally:
             self._prefetch([])
+
+    def _serving(self) -> bool:
+        """Whether a snapshot is being served (never here)."""
+        return False
+
+    def snapshot(self, calls: Sequence[Call]) -> None:
+        """``prefetched`` without a block: these reads are asked now, in one round trip, and answered
+        from that until this run changes something on the node or calls ``forget`` (a change session
+        takes one right after the node lock: what it reads there is what the lock holds)."""
+        self._prefetch(calls)
+
+    def read_ahead(self, calls: Sequence[Call]) -> None:
+        """These reads will come next: over a network round trip, ask the ones the current snapshot
+        does not hold in one go and add them to it (beginning one when none is served). Here: nothing."""
+
+    def forget(self) -> None:
+        """Drop what is left of a ``snapshot``: the next reads ask the node again."""
+        self._prefetch([])
 
     def _prefetch(self, calls: Sequence[Call]) -> None:
         """Answer ``calls`` ahead (an empty list forgets what is left); nothing to gain locally."""

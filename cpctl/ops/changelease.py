@@ -32,13 +32,14 @@ import socket
 import threading
 import time
 import uuid
+import weakref
 from dataclasses import dataclass
 from dataclasses import replace as dataclasses_replace
 from typing import Callable, Dict, Mapping, Optional, Tuple
 
 from cpctl.core.node import Node
 from cpctl.errors import CpctlError, ExitCode
-from cpctl.probes.kubeapi import ApiError, client_for
+from cpctl.probes.kubeapi import ApiError, KubeClient, client_for
 
 LEASE_NAME = "cpctl-control-plane-changes"
 LEASE_PATH = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases"
@@ -108,11 +109,23 @@ class LeaseSeen:
     duration: float = LEASE_SECONDS      # its leaseDurationSeconds (bounded): how long a waiter waits
 
 
+#: The API client of each node a run takes, renews and releases the Lease through: its kubeconfig read
+#: once per run (a renewal every few seconds would read it again, a round trip each over SSH).
+_CLIENTS: "weakref.WeakKeyDictionary[Node, KubeClient]" = weakref.WeakKeyDictionary()
+
+
+def _client(node: Node) -> "KubeClient":
+    client = _CLIENTS.get(node)
+    if client is None:
+        client = _CLIENTS[node] = client_for(node.host, node.kubeconfig)
+    return client
+
+
 def try_take(node: Node, me: str, expired_version: str = "") -> LeaseSeen:
     """Take the Lease through ``node``'s API server unless another run holds it; ``expired_version``
     is a resourceVersion the caller has seen unchanged for longer than the lease lasts (its holder
     is gone), which may be taken over."""
-    client = client_for(node.host, node.kubeconfig)
+    client = _client(node)
     now = _micro_time()
     try:
         lease = client.request("GET", "%s/%s" % (LEASE_PATH, LEASE_NAME))
@@ -136,7 +149,7 @@ def renew(node: Node, me: str) -> LeaseSeen:
     run's holder is a lost Lease, and so is a Lease deleted meanwhile ("" holder: nobody kept it for
     this run). A 409 means another writer came between the read and the write: not renewed this time,
     the next try reads again."""
-    client = client_for(node.host, node.kubeconfig)
+    client = _client(node)
     try:
         lease = client.request("GET", "%s/%s" % (LEASE_PATH, LEASE_NAME))
     except ApiError as exc:
@@ -161,7 +174,7 @@ def renew(node: Node, me: str) -> LeaseSeen:
 def release(node: Node, me: str) -> str:
     """Clear the holder if it is still us; "" when given back, else who holds it now (a run that
     took it over keeps it: this run had lost it)."""
-    client = client_for(node.host, node.kubeconfig)
+    client = _client(node)
     lease = client.request("GET", "%s/%s" % (LEASE_PATH, LEASE_NAME))
     spec = _object(lease.get("spec"))
     holder = _text(spec.get("holderIdentity"))

@@ -203,6 +203,9 @@ def until_fresh(node: Node, attempt: Callable[[], R]) -> R:
     instead of failing with a conflict."""
     deadline = time.monotonic() + node.lock_timeout
     while True:
+        # what an attempt reads before the lock (the manifest, the review's files, the plan's state
+        # records): one snapshot, one round trip over SSH; the lock ends it (the session reads again)
+        node.host.snapshot(node.session_reads())
         try:
             return attempt()
         except Stale:
@@ -337,7 +340,8 @@ def _replace_locked(node: Node, manifest: Manifest, new: bytes, source: str, act
 
 def _settle_kept(node: Node, filename: str) -> List[str]:
     try:
-        return keptin.settle(node, filename)
+        with node.host.prefetched([("lstat", {"path": node.state.path + "/" + keptin.SUBDIR})]):
+            return keptin.settle(node, filename)    # (it looks at the records' dir twice: one round trip)
     except CpctlError as exc:
         return [exc.message]
 
@@ -493,11 +497,14 @@ def _replace_core(node: Node, manifest: Manifest, new: bytes, source: str, actio
             node.log(moved)
     target = node.target_for(manifests.parse_pod(new), manifest.file)    # judged by the NEW manifest
     old_target = node.target_for(manifest.pod, manifest.file)
-    before = None if effect == manifests.KEEPS else node.waiter.before(target)
-    fail_fast = crash_loop_check(node, target, effect)        # the sandboxes there before the change
-    # the change as one value, its inverse with it; ``change`` is what applies exactly it
+    # the change as one value, its inverse with it; ``change`` is what applies exactly it. Made before the
+    # pod is looked at: its reads are the session's snapshot (crictl, a command, ends it), and the look
+    # at the pod comes as close to the change as it can
     change, kept, planned = build(node, manifest, new, action, options.reason, options.keep, record, companions,
                                   options.keep_in, awaits=effect != manifests.KEEPS, release=verdict.release)
+    older = pending.read(node.host, node.state)[0].get(manifest.file)     # a change killed in its wait before
+    before = None if effect == manifests.KEEPS else node.waiter.before(target)
+    fail_fast = crash_loop_check(node, target, effect)        # the sandboxes there before the change
     _make_dirs(node, companions)
     number = kept.previous
     done = _result(node, manifest, action, True, revision=number, new_revision=kept.current,
@@ -516,7 +523,6 @@ def _replace_core(node: Node, manifest: Manifest, new: bytes, source: str, actio
                                                  % (_past(action), _same_pod_why(manifest.data, new, verdict.release),
                                                     KEEPS_MESSAGE, _kept_text(done)))
     written = Written(manifest, new, change.checksum or "", number, action, old_target=old_target, plan=planned)
-    older = pending.read(node.host, node.state)[0].get(manifest.file)     # a change killed in its wait before
     try:                  # a signal held during the journaled write arrives as it returns: inside this try
         node.apply(change)
         _verify_companions(node, companions)

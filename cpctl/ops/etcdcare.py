@@ -797,8 +797,7 @@ def alarms_seen(node: Node) -> Optional[AlarmsSeen]:
             tried.append("%d more URL(s) not asked within %.0f s" % (len(endpoints) - index, ALARMS_DEADLINE))
             break
         try:
-            listed = gateway.member_list(endpoint)
-            alarms = gateway.alarms(endpoint)
+            listed, alarms = gateway.members_and_alarms(endpoint)      # one request from the node
         except EtcdError as exc:
             tried.append(str(exc))
             continue

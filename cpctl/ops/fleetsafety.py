@@ -43,6 +43,8 @@ def census_of(node: Node) -> "MemberCensus":
     whether it really runs: its own health endpoint answers (etcd's, the API server's /readyz).
     A manifest in place is what the kubelet was told, not what runs; the rules count only what
     answered (``running``), and say why a component could not be asked (``unasked``)."""
+    # one snapshot of the node's files for the view and the looks after it (until a change or a pause)
+    node.host.snapshot(node.view_reads())
     view = status(node)
     states = {row["component"]: row["state"] for row in view["components"]}
     scan = node.scan()

@@ -25,11 +25,12 @@ sends is an ``EtcdError`` naming the endpoint, never a guess.
 from __future__ import annotations
 
 import base64
+import errno
 import json
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Tuple
 
-from cpctl.host.base import Host, TlsOptions
+from cpctl.host.base import Host, HttpReply, HttpRequest, TlsOptions
 from cpctl.probes.etcdcluster import is_url
 from cpctl.probes.kubeapi import node_http
 
@@ -163,6 +164,57 @@ def _mapping(value: object, what: str) -> Mapping[str, object]:
     return value
 
 
+def _doc(endpoint: str, reply: HttpReply) -> Mapping[str, object]:
+    """The JSON object of etcd's answer ``reply``, else ``EtcdError``."""
+    try:
+        doc = json.loads(reply["body"].decode("utf-8")) if reply["body"] else {}
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise EtcdError(endpoint, "HTTP %d with a body that is not JSON" % reply["status"],
+                        reply["status"]) from None
+    if reply["status"] != 200:
+        raise EtcdError(endpoint, "HTTP %d: %s" % (reply["status"], _error_text(doc)), reply["status"])
+    if not isinstance(doc, dict):
+        raise EtcdError(endpoint, "an answer that is not a JSON object")
+    if "error" in doc:          # a streamed call reports its failure in the body
+        raise EtcdError(endpoint, _error_text(doc), 200)
+    return doc
+
+
+def _member_list(endpoint: str, doc: Mapping[str, object]) -> MemberList:
+    """etcd's member list answer ``doc``, checked."""
+    try:
+        cluster_id = uint64(_mapping(doc.get("header"), "header").get("cluster_id"), "cluster_id")
+        raw = doc.get("members")
+        if not isinstance(raw, list) or not raw or len(raw) > MAX_MEMBERS:
+            raise ValueError("no member list")
+        members = tuple(_member(_mapping(entry, "a member")) for entry in raw)
+    except ValueError as exc:
+        raise EtcdError(endpoint, "not etcd's member list (%s)" % exc) from None
+    if len({m.id for m in members}) != len(members):
+        raise EtcdError(endpoint, "not etcd's member list (a member ID twice)")
+    return MemberList(cluster_id, members, endpoint)
+
+
+def _alarms(endpoint: str, doc: Mapping[str, object]) -> List[Alarm]:
+    """etcd's alarm list answer ``doc``, checked."""
+    raw = doc.get("alarms") or []
+    if not isinstance(raw, list) or len(raw) > MAX_ALARMS:
+        raise EtcdError(endpoint, "not etcd's alarm list")
+    out = []
+    try:
+        for entry in raw:
+            entry = _mapping(entry, "an alarm")
+            kind = entry.get("alarm", "NONE")
+            if isinstance(kind, int) and not isinstance(kind, bool) and 0 <= kind < len(ALARM_TYPES):
+                kind = ALARM_TYPES[kind]
+            if kind not in ALARM_TYPES:
+                raise ValueError("an alarm of no known kind")
+            out.append(Alarm(_opt_uint64(entry, "memberID"), str(kind)))
+    except ValueError as exc:
+        raise EtcdError(endpoint, "not etcd's alarm list (%s)" % exc) from None
+    return out
+
+
 class Gateway:
     """etcd's v3 JSON gateway on any member's client URL, asked from the node with ``tls``."""
 
@@ -174,45 +226,45 @@ class Gateway:
     def call(self, endpoint: str, path: str, body: Mapping[str, object], timeout: Optional[float] = None,
              limit: int = ANSWER_LIMIT) -> Mapping[str, object]:
         """``POST endpoint+path`` with ``body``; the JSON object etcd answered, else ``EtcdError``."""
-        if not is_url(endpoint):
-            raise EtcdError(clean(str(endpoint)), "not an http(s) URL")
+        request = self._request(endpoint, path, body, limit)
         try:
-            reply = node_http(self.host, "POST", endpoint.rstrip("/") + path, timeout or self.timeout, limit,
-                              headers={"Content-Type": "application/json"}, body=json.dumps(body).encode(),
-                              tls=self.tls)
+            reply = node_http(self.host, "POST", request["url"], timeout or self.timeout, limit,
+                              headers=request["headers"], body=request["body"], tls=self.tls)
         except ConnectionRefusedError:
             raise EtcdError(endpoint, "connection refused") from None
         except OSError as exc:
             raise EtcdError(endpoint, clean(str(exc.strerror or exc))) from None
-        try:
-            doc = json.loads(reply["body"].decode("utf-8")) if reply["body"] else {}
-        except (UnicodeDecodeError, ValueError, RecursionError):
-            raise EtcdError(endpoint, "HTTP %d with a body that is not JSON" % reply["status"],
-                            reply["status"]) from None
-        if reply["status"] != 200:
-            raise EtcdError(endpoint, "HTTP %d: %s" % (reply["status"], _error_text(doc)), reply["status"])
-        if not isinstance(doc, dict):
-            raise EtcdError(endpoint, "an answer that is not a JSON object")
-        if "error" in doc:          # a streamed call reports its failure in the body
-            raise EtcdError(endpoint, _error_text(doc), 200)
-        return doc
+        return _doc(endpoint, reply)
+
+    def calls(self, endpoint: str, asked: List[Tuple[str, Mapping[str, object]]]) -> List[Mapping[str, object]]:
+        """Several reads (``(path, body)``) of the member at ``endpoint`` in one request from the node
+        (``Host.http_many``: one round trip over SSH): etcd's JSON objects in order, else the first
+        ``EtcdError``."""
+        requests = [self._request(endpoint, path, body, ANSWER_LIMIT) for path, body in asked]
+        docs = []
+        for answer in self.host.http_many(requests, self.timeout):
+            if "reply" not in answer:
+                error = clean(str(answer.get("error") or "no answer"))
+                raise EtcdError(endpoint, "connection refused" if answer.get("errno") == errno.ECONNREFUSED else error)
+            docs.append(_doc(endpoint, answer["reply"]))
+        return docs
+
+    def _request(self, endpoint: str, path: str, body: Mapping[str, object], limit: int) -> HttpRequest:
+        if not is_url(endpoint):
+            raise EtcdError(clean(str(endpoint)), "not an http(s) URL")
+        return {"method": "POST", "url": endpoint.rstrip("/") + path, "headers": {"Content-Type": "application/json"},
+                "body": json.dumps(body).encode(), "tls": self.tls, "limit": limit}
 
     # ----------------------------------------------------------------- reads
 
     def member_list(self, endpoint: str) -> MemberList:
         """The member list as the member at ``endpoint`` knows it."""
-        doc = self.call(endpoint, MEMBER_LIST, {})
-        try:
-            cluster_id = uint64(_mapping(doc.get("header"), "header").get("cluster_id"), "cluster_id")
-            raw = doc.get("members")
-            if not isinstance(raw, list) or not raw or len(raw) > MAX_MEMBERS:
-                raise ValueError("no member list")
-            members = tuple(_member(_mapping(entry, "a member")) for entry in raw)
-        except ValueError as exc:
-            raise EtcdError(endpoint, "not etcd's member list (%s)" % exc) from None
-        if len({m.id for m in members}) != len(members):
-            raise EtcdError(endpoint, "not etcd's member list (a member ID twice)")
-        return MemberList(cluster_id, members, endpoint)
+        return _member_list(endpoint, self.call(endpoint, MEMBER_LIST, {}))
+
+    def members_and_alarms(self, endpoint: str) -> Tuple[MemberList, List[Alarm]]:
+        """``member_list`` and ``alarms`` of the member at ``endpoint``, asked in one request from the node."""
+        listed, alarmed = self.calls(endpoint, [(MEMBER_LIST, {}), (ALARM, {"action": "GET"})])
+        return _member_list(endpoint, listed), _alarms(endpoint, alarmed)
 
     def status(self, endpoint: str, timeout: Optional[float] = None) -> Status:
         """``etcdctl endpoint status`` of the member at ``endpoint``."""
@@ -239,23 +291,7 @@ class Gateway:
 
     def alarms(self, endpoint: str) -> List[Alarm]:
         """The cluster's active alarms (``etcdctl alarm list``)."""
-        doc = self.call(endpoint, ALARM, {"action": "GET"})
-        raw = doc.get("alarms") or []
-        if not isinstance(raw, list) or len(raw) > MAX_ALARMS:
-            raise EtcdError(endpoint, "not etcd's alarm list")
-        out = []
-        try:
-            for entry in raw:
-                entry = _mapping(entry, "an alarm")
-                kind = entry.get("alarm", "NONE")
-                if isinstance(kind, int) and not isinstance(kind, bool) and 0 <= kind < len(ALARM_TYPES):
-                    kind = ALARM_TYPES[kind]
-                if kind not in ALARM_TYPES:
-                    raise ValueError("an alarm of no known kind")
-                out.append(Alarm(_opt_uint64(entry, "memberID"), str(kind)))
-        except ValueError as exc:
-            raise EtcdError(endpoint, "not etcd's alarm list (%s)" % exc) from None
-        return out
+        return _alarms(endpoint, self.call(endpoint, ALARM, {"action": "GET"}))
 
     def revision(self, endpoint: str) -> int:
         """The store's current revision (the header of a count-only range of one key)."""

@@ -391,7 +391,10 @@ class VerifyingWaiter(Waiter):
         self._pause(clock, waiting_for)
 
     def _pause(self, clock: Clock, waiting_for: str) -> None:
+        """One poll's pause. Time passes: what a snapshot of the node's files said before it is no
+        longer what the next round must read (``Host.forget``)."""
         self.progress("%s, %.1fs of %gs" % (waiting_for, clock.elapsed(), clock.timeout))
+        self.options.host.forget()
         time.sleep(max(0.0, min(self.poll, clock.left())))
 
     def _hints(self, target: PodTarget) -> str:

@@ -35,11 +35,11 @@ def status(ctx: click.Context, components: Tuple[str, ...], watch: bool, interva
     alarms = not components or ETCD in [canonical(c) for c in components]
 
     def action(node: "Node") -> "views.Report":
-        data = views.status(node, list(components) or None)
-        if alarms:                      # the cluster's etcd alarms: one question to the node's own etcd
-            from cpctl.ops import etcdcare  # loaded only then: a status of other components asks no etcd
-            etcdcare.status_alarms(node, data)
-        return data
+        if not alarms:
+            return views.status(node, list(components) or None)
+        # the cluster's etcd alarms: one question to the node's own etcd, its manifest read in the view's batch
+        from cpctl.ops import etcdcare  # loaded only then: a status of other components asks no etcd
+        return views.status(node, list(components) or None, also=lambda data: etcdcare.status_alarms(node, data))
     shown = execute(ctx, action, status_text)
     broken = [data["unrecovered"] for data in shown if data.get("unrecovered")]
     if broken:   # everything that could be shown was; the exit code says the node needs a hand

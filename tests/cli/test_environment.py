@@ -65,8 +65,9 @@ def test_an_exported_inventory_leaves_local_only_commands_local(node: NodeDirs, 
     inventory = tmp_path / "inv.yaml"
     inventory.write_text("all:\n  hosts:\n    m1:\n      ansible_host: 127.0.0.1\n")
     completion = node.run("completion", "bash", process=True)
-    assert completion.stdout == subprocess.run(CLI + ["completion", "bash"], env=node.env(CPCTL_INVENTORY=str(inventory)),
-                                               capture_output=True, text=True, timeout=30).stdout
+    exported = subprocess.run(CLI + ["completion", "bash"], env=node.env(CPCTL_INVENTORY=str(inventory)),
+                              capture_output=True, text=True, timeout=30)
+    assert exported.returncode == 0 and exported.stdout == completion.stdout, exported.stderr
     missing_lab = str(tmp_path / "no-lab")
     proc = subprocess.run(CLI + ["lab", "env", "--dir", missing_lab], env=node.env(CPCTL_INVENTORY=str(inventory)),
                           capture_output=True, text=True, timeout=30)

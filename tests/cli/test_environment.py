@@ -71,8 +71,8 @@ def test_an_exported_inventory_leaves_local_only_commands_local(node: NodeDirs, 
     missing_lab = str(tmp_path / "no-lab")
     proc = subprocess.run(CLI + ["lab", "env", "--dir", missing_lab], env=node.env(CPCTL_INVENTORY=str(inventory)),
                           capture_output=True, text=True, timeout=30)
-    assert proc.returncode == 7 and proc.stderr.splitlines() == ["cpctl lab: no lab in %s (start one with `cpctl lab up "
-                                                                 "--dir %s`)" % (missing_lab, missing_lab)], proc.stderr
+    no_lab = "cpctl lab: no lab in %s (start one with `cpctl lab up --dir %s`)" % (missing_lab, missing_lab)
+    assert proc.returncode == 7 and proc.stderr.splitlines() == [no_lab], proc.stderr
     explicit = subprocess.run(CLI + ["-i", str(inventory), "completion", "bash"], env=node.env(), capture_output=True,
                               text=True, timeout=30)
     check_result(explicit, 2)

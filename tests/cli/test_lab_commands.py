@@ -66,3 +66,27 @@ def test_a_dir_with_no_lab_is_one_line_with_the_tables_exit_code(tmp_path: Path)
         assert proc.returncode == code and proc.stderr.splitlines() == [line], (args, proc.returncode, proc.stderr)
     down = cpctl(env, "lab", "down", "--dir", missing)      # nothing to stop is no error
     assert down.returncode == 0 and "nothing to stop" in down.stdout, down.stderr
+
+
+def test_the_lab_inventory_is_one_cpctls_i_reads_without_a_hand_written_line(tmp_path: Path) -> None:
+    """`cpctl lab inventory > lab.yaml` for a three-master lab: cpctl's own inventory loader (`-i`)
+    takes it as written, every master with the paths `cpctl lab env --master N` exports, in the
+    `masters` group; the ssh_config lines name each master."""
+    from cpctl.fleet.inventory import load_inventory
+    from cpctl_lab.inventory import ssh_config, yaml_inventory
+    lab_dir = tmp_path / "a lab"
+    info = {"dir": str(lab_dir), "kubeconfig": str(lab_dir / "admin.conf"), "masters": [
+        {"name": "lab-master%d" % n, "manifests_dir": "%s/root-%d/etc/kubernetes/manifests" % (lab_dir, n),
+         "state_dir": "%s/state-%d" % (lab_dir, n), "crictl": "%s/bin/crictl-%d" % (lab_dir, n),
+         "kubelet_dir": "%s/kubelet-%d" % (lab_dir, n), "root_dir": "%s/root-%d" % (lab_dir, n)} for n in (1, 2, 3)]}
+    path = tmp_path / "lab.yaml"
+    path.write_text(yaml_inventory(info, True))
+    inventory = load_inventory(str(path))
+    hosts = inventory.select("masters")
+    assert [h.name for h in hosts] == ["lab-master1", "lab-master2", "lab-master3"]
+    second = hosts[1]
+    assert second.text("manifests_dir") == "%s/root-2/etc/kubernetes/manifests" % lab_dir
+    assert second.text("state_dir") == "%s/state-2" % lab_dir and second.text("node_name") == "lab-master2"
+    assert second.text("node_root") == "%s/root-2" % lab_dir and second.text("crictl") == "%s/bin/crictl-2" % lab_dir
+    lines = ssh_config(info, "127.0.0.1", 2222, "root").splitlines()
+    assert "Host lab-master1 lab-master2 lab-master3" in lines and "  Port 2222" in lines, lines

@@ -457,6 +457,8 @@ def _real_etcd(directory: Path) -> Optional[dict[str, Any]]:
 def _etcdctl_base(directory: Path, master: int) -> list[str]:
     """The real etcdctl with master N's client URL and its etcd healthcheck-client pair."""
     directory = directory.expanduser().resolve()
+    if not control.read_state(directory):
+        fail(no_lab(directory))
     etcd = _real_etcd(directory)
     if etcd is None or not etcd.get("etcdctl"):
         fail("the lab runs the Python imitation of etcd (no etcdctl): only snapshot-save and snapshot-restore "
@@ -626,7 +628,7 @@ def certs_renew_cmd(directory: Optional[Path], nodes: tuple[str, ...]) -> None:
     if unknown:
         fail(f"no master named {', '.join(unknown)} with a pki in {directory}", 2)
     if not found:
-        fail(f"no master with a pki in {directory}")
+        fail(no_lab(directory) if not control.read_state(directory) else f"no master with a pki in {directory}")
     for node in wanted:
         try:
             renewed = pki.renew_all(found[node] / "etc/kubernetes", node)

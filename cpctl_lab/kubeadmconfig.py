@@ -418,6 +418,7 @@ def upgrade(info: Obj, directory: Path, to: Optional[str], halt: bool, timeout: 
         manifest_health(spec)
     old = release_of(str(cfg.get("kubernetesVersion", "")))
     new = profiles.RELEASES[to] if to else next_release(old)
+    version_policy(old, new)
     outcomes = []
     for spec in node_specs(info, directory):
         patch_dir = spec.root / patches.lstrip("/") if patches else None
@@ -428,6 +429,18 @@ def upgrade(info: Obj, directory: Path, to: Optional[str], halt: bool, timeout: 
     cm["data"][KEY] = yaml.safe_dump(cfg, sort_keys=True, default_flow_style=False)
     _api(info, "PUT", cm)
     return old.version, new.version, outcomes
+
+
+def version_policy(old: profiles.KubeRelease, new: profiles.KubeRelease) -> None:
+    """kubeadm's version skew policy (phases/upgrade/policy.go, EnforceVersionPolicies): one minor
+    release up or down at a time - for a released version a mandatory error, before anything moves
+    (``--to 1.31`` on the ``ha`` profile's v1.33 was carried out as a downgrade)."""
+    if new.minor > old.minor + 1:
+        raise ConfigError(f'Specified version to upgrade to "{new.version}" is too high; kubeadm can upgrade only 1 '
+                          f"minor version at a time (the cluster runs {old.version})")
+    if new.minor < old.minor - 1:
+        raise ConfigError(f'Specified version to downgrade to "{new.version}" is too low; kubeadm can downgrade only '
+                          f"1 minor version at a time (the cluster runs {old.version})")
 
 
 def manifest_health(spec: NodeSpec) -> None:

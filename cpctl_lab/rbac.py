@@ -47,6 +47,7 @@ would let a second scheduler in kube-system take its Lease without a grant; the 
 
 from __future__ import annotations
 
+import base64
 import copy
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Optional, Union
@@ -861,6 +862,7 @@ PB_OBJECT_META: ProtoSchema = {
     11: ("labels", "map", True), 12: ("annotations", "map", True), 14: ("finalizers", "string", True),
 }
 PB_MAP_ENTRY: ProtoSchema = {1: ("key", "string", False), 2: ("value", "string", False)}
+PB_BYTES_ENTRY: ProtoSchema = {1: ("key", "string", False), 2: ("value", "bytes", False)}
 PB_SUBJECT: ProtoSchema = {
     1: ("kind", "string", False), 2: ("apiGroup", "string", False), 3: ("name", "string", False),
     4: ("namespace", "string", False),
@@ -876,11 +878,20 @@ PB_BINDING: ProtoSchema = {
     1: ("metadata", "ObjectMeta", False), 2: ("subjects", "Subject", True), 3: ("roleRef", "RoleRef", False),
 }
 PB_ROLE: ProtoSchema = {1: ("metadata", "ObjectMeta", False), 2: ("rules", "PolicyRule", True)}
+#: ``kubectl create configmap`` of a release that posts built-in kinds as protobuf (the kubectl a
+#: v1.33+ lab gets): staging/src/k8s.io/api/core/v1/generated.proto's ConfigMap.
+PB_CONFIG_MAP: ProtoSchema = {
+    1: ("metadata", "ObjectMeta", False), 2: ("data", "map", True), 3: ("binaryData", "bytesmap", True),
+    4: ("immutable", "bool", False),
+}
 PB_MESSAGES: dict[str, ProtoSchema] = {
     "TypeMeta": PB_TYPE_META, "ObjectMeta": PB_OBJECT_META, "MapEntry": PB_MAP_ENTRY, "Subject": PB_SUBJECT,
     "RoleRef": PB_ROLE_REF, "PolicyRule": PB_POLICY_RULE,
     "RoleBinding": PB_BINDING, "ClusterRoleBinding": PB_BINDING, "Role": PB_ROLE, "ClusterRole": PB_ROLE,
+    "ConfigMap": PB_CONFIG_MAP,
 }
+#: The kinds a protobuf body may carry (the rest: 415, as a server that cannot decode them).
+PB_KINDS = ("RoleBinding", "ClusterRoleBinding", "Role", "ClusterRole", "ConfigMap")
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int]:
@@ -923,17 +934,19 @@ def _pb_message(data: bytes, schema: ProtoSchema) -> Obj:
         if number not in schema:
             continue
         name, kind, repeated = schema[number]
-        if kind == "int":
-            decoded: Any = value
+        if kind in ("int", "bool"):
+            decoded: Any = bool(value) if kind == "bool" else value
         elif not isinstance(value, bytes):
             raise ValueError(f"field {name} has the wrong wire type")
         elif kind == "string":
             decoded = value.decode()
         elif kind == "bytes":
             decoded = value
-        elif kind == "map":
-            entry = _pb_message(value, PB_MAP_ENTRY)
-            out.setdefault(name, {})[entry.get("key", "")] = entry.get("value", "")
+        elif kind in ("map", "bytesmap"):       # map<string, bytes>: base64 in the JSON form
+            entry = _pb_message(value, PB_MAP_ENTRY if kind == "map" else PB_BYTES_ENTRY)
+            item = entry.get("value", b"" if kind == "bytesmap" else "")
+            out.setdefault(name, {})[entry.get("key", "")] = \
+                base64.b64encode(item).decode() if isinstance(item, bytes) else item
             continue
         else:
             decoded = _pb_message(value, PB_MESSAGES[kind])
@@ -945,22 +958,23 @@ def _pb_message(data: bytes, schema: ProtoSchema) -> Obj:
 
 
 def decode_protobuf(body: bytes) -> Obj:
-    """An RBAC object sent as ``application/vnd.kubernetes.protobuf``, as its JSON form."""
+    """An RBAC object or a ConfigMap sent as ``application/vnd.kubernetes.protobuf``, as its JSON form."""
     if not body.startswith(PB_MAGIC):
         raise ApiError(400, "BadRequest", "unable to decode request body: protobuf body without the k8s magic")
     try:
         envelope = _pb_message(body[len(PB_MAGIC):], PB_UNKNOWN)
         type_meta = envelope.get("typeMeta") or {}
         kind = str(type_meta.get("kind") or "")
-        if kind not in ("RoleBinding", "ClusterRoleBinding", "Role", "ClusterRole"):
+        if kind not in PB_KINDS:
             raise ApiError(415, "UnsupportedMediaType",
                            f'the body of the request was in an unknown format - accepted media types include: '
-                           f'application/json, application/yaml (the lab decodes protobuf for RBAC kinds only, '
-                           f'not "{kind}")')
+                           f'application/json, application/yaml (the lab decodes protobuf for RBAC kinds and '
+                           f'ConfigMaps only, not "{kind}")')
         obj = _pb_message(envelope.get("raw", b""), PB_MESSAGES[kind])
     except (ValueError, UnicodeDecodeError) as exc:
         raise ApiError(400, "BadRequest", f"unable to decode request body: {exc}") from None
-    return {"apiVersion": type_meta.get("apiVersion", f"{RBAC_GROUP}/v1"), "kind": kind, **obj}
+    default = "v1" if kind == "ConfigMap" else f"{RBAC_GROUP}/v1"
+    return {"apiVersion": type_meta.get("apiVersion", default), "kind": kind, **obj}
 
 
 # --------------------------------------------------------------------------- tables

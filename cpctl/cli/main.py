@@ -187,6 +187,8 @@ def main(ctx: click.Context, manifests_dir: Optional[str], kubelet_dir: str, sta
     from cpctl.inputs import refuse_empty
     from cpctl.timeutil import parse_persist
     refuse_empty(ENV_VARS)
+    path, plugin, asks_help = ctx.meta.get(_PATH_KEY, ("", False, False))
+    inventory = _inventory_for(ctx, inventory, bool(hosts), path, plugin)
     if node_name:
         from cpctl.core.identity import check_node_name
         from cpctl.errors import ExitCode
@@ -208,10 +210,23 @@ def main(ctx: click.Context, manifests_dir: Optional[str], kubelet_dir: str, sta
                                                    node_name=node_name, kubeconfig=kubeconfig,
                                                    kubelet_dir=kubelet_dir, crictl=crictl, node_root=node_root)
     ctx.obj.census = census
-    path, plugin, asks_help = ctx.meta.get(_PATH_KEY, ("", False, False))
     if not asks_help:
         from cpctl.cli.fanout import enforce
         enforce(ctx, path, plugin)
+
+
+def _inventory_for(ctx: click.Context, inventory: Optional[str], hosts: bool, path: str, plugin: bool
+                   ) -> Optional[str]:
+    """The inventory this run uses: ``$CPCTL_INVENTORY`` is ``-i``'s default for the commands that
+    reach masters; a local-only command (``completion``, ``watch``, ``keeper``, ``lab ...``) runs on
+    this machine with it exported as without it (the README has it exported for host completion).
+    ``-i`` or ``-H`` on the command line still makes such a command a usage error (exit 2)."""
+    from click.core import ParameterSource
+    if inventory is None or hosts or ctx.get_parameter_source("inventory") is not ParameterSource.ENVIRONMENT:
+        return inventory
+    from cpctl.cli import registry
+    spec = registry.spec_for(path)
+    return None if plugin or (spec is not None and spec.mode is registry.Mode.LOCAL) else inventory
 
 
 def _given_node_options(ctx: click.Context, **values: Optional[str]) -> Tuple[str, ...]:

@@ -56,3 +56,29 @@ def test_ssh_config_dev_null_means_no_config(node: NodeDirs) -> None:
     proc = _quick(node, "--ssh-config", "/dev/null", "-H", "root@127.0.0.1:1", "status")
     check_result(proc, 8)
     assert "ssh_config" not in proc.stderr
+
+
+def test_an_exported_inventory_leaves_local_only_commands_local(node: NodeDirs, tmp_path: Any) -> None:
+    """README's host completion has ``CPCTL_INVENTORY`` exported: ``-i``'s default for the commands
+    that reach masters. A local-only command (``completion``, ``keeper``, ``lab ...``) runs here with
+    it as without it; ``-i`` on the command line still makes it a usage error (exit 2)."""
+    inventory = tmp_path / "inv.yaml"
+    inventory.write_text("all:\n  hosts:\n    m1:\n      ansible_host: 127.0.0.1\n")
+    completion = node.run("completion", "bash", process=True)
+    exported = subprocess.run(CLI + ["completion", "bash"], env=node.env(CPCTL_INVENTORY=str(inventory)),
+                              capture_output=True, text=True, timeout=30)
+    assert exported.returncode == 0 and exported.stdout == completion.stdout, exported.stderr
+    missing_lab = str(tmp_path / "no-lab")
+    proc = subprocess.run(CLI + ["lab", "env", "--dir", missing_lab], env=node.env(CPCTL_INVENTORY=str(inventory)),
+                          capture_output=True, text=True, timeout=30)
+    no_lab = "cpctl lab: no lab in %s (start one with `cpctl lab up --dir %s`)" % (missing_lab, missing_lab)
+    assert proc.returncode == 7 and proc.stderr.splitlines() == [no_lab], proc.stderr
+    explicit = subprocess.run(CLI + ["-i", str(inventory), "completion", "bash"], env=node.env(), capture_output=True,
+                              text=True, timeout=30)
+    check_result(explicit, 2)
+    assert "runs only on this machine" in explicit.stderr and not explicit.stdout
+    # a command that reaches masters still takes the exported inventory (m1 is unreachable here: exit 8)
+    remote = subprocess.run(CLI + ["--host-timeout", "5", "status"],
+                            env=node.env(CPCTL_INVENTORY=str(inventory), CPCTL_PERSIST="0"),
+                            capture_output=True, text=True, timeout=60)
+    assert "m1" in remote.stdout + remote.stderr and remote.returncode != 0, (remote.returncode, remote.stderr)

@@ -49,6 +49,11 @@ def test_every_lab_command_without_a_lab_names_the_dir_and_exits_by_the_table(tm
         assert proc.returncode == code, (args, proc.returncode, proc.stderr)
         assert missing in one_line(proc) and "`cpctl lab up --dir %s`" % missing in proc.stderr, proc.stderr
     assert start in cpctl(env, "lab", "env", "--dir", missing).stderr
+    # etcdctl's pass-through and certs-renew say there is no lab (not "the imitation runs", not "no pki")
+    for args in (["etcdctl", "--dir", missing, "member", "list"], ["certs-renew", "--dir", missing]):
+        proc = cpctl(env, "lab", *args)
+        assert proc.returncode == 1 and one_line(proc) == "cpctl lab: no lab in %s (%s)" % (missing, start), \
+            (args, proc.returncode, proc.stderr)
 
 
 def test_lab_usage_errors_name_the_command_that_exists(tmp_path: Path) -> None:

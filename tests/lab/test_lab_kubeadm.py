@@ -218,3 +218,28 @@ def test_upgrade_renews_certificates_unless_told_not_to(lab_factory: Any) -> Non
     assert proc.returncode == 0 and "renewed 1 certificates" in proc.stdout, proc.stdout + proc.stderr
     assert (etc / "scheduler.conf").read_bytes() != files[etc / "scheduler.conf"]       # moved: renewed
     assert (etc / "pki/apiserver.crt").read_bytes() == files[etc / "pki/apiserver.crt"]  # skipped: kept
+
+
+def test_version_policy_is_kubeadms_one_minor_release_at_a_time() -> None:
+    """kubeadm's EnforceVersionPolicies: more than one minor release up or down is a mandatory error
+    (the ha profile's v1.33 taken to 1.31 was carried out as a downgrade before)."""
+    rel = kubeadmconfig.profiles.RELEASES
+    for old, new in (("classic", "1.31"), ("1.33", "1.34"), ("1.33", "1.32"), ("1.30", "classic"), ("1.31", "1.31")):
+        kubeadmconfig.version_policy(rel[old], rel[new])
+    with pytest.raises(kubeadmconfig.ConfigError, match=r'to "v1.33.4" is too high; kubeadm can upgrade only 1'):
+        kubeadmconfig.version_policy(rel["1.31"], rel["1.33"])
+    with pytest.raises(kubeadmconfig.ConfigError, match=r'to "v1.31.12" is too low; kubeadm can downgrade only'):
+        kubeadmconfig.version_policy(rel["1.33"], rel["1.31"])
+
+
+def test_an_upgrade_too_far_moves_nothing(lab_factory: Any) -> None:
+    handle = lab_factory(k8s_version="1.32")
+    before = {comp: command(handle, comp) for comp in ("kube-apiserver", "kube-scheduler")}
+    for to, word in (("1.30", "too low"), ("1.34", "too high")):
+        proc = upgrade(handle, "--to", to)
+        assert proc.returncode == 1 and proc.stderr.startswith("cpctl lab: kubeadm upgrade: Specified version"), \
+            proc.stderr
+        assert word in proc.stderr and len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert {comp: command(handle, comp) for comp in before} == before
+    assert cluster_config(handle)["kubernetesVersion"] == "v1.32.8"
+    assert not list((handle.root_dir() / "etc/kubernetes/tmp").glob("kubeadm-*"))

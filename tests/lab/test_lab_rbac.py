@@ -22,7 +22,7 @@ import yaml
 from cpctl_lab import rbac
 from cpctl_lab.control import LabHandle, start_lab
 from cpctl_lab.store import Store
-from tests.labfixture import FAST, api, get_pod, kubectl, lab, wait_for  # noqa: F401
+from tests.labfixture import FAST, api, get_pod, kubectl, lab, lab_factory, wait_for  # noqa: F401
 
 SCHED = "system:kube-scheduler"
 SAR = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
@@ -336,3 +336,39 @@ def test_scheduler_with_admin_credentials_needs_no_grant(rbac_lab):
     lease = api(rbac_lab, "GET", "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/admin-scheduler")[1]
     assert lease["spec"]["holderIdentity"]
     assert "LeaderElection" not in kubectl(rbac_lab, "get", "events", "-n", "kube-system").stdout
+
+
+def _pb(number: int, value: bytes) -> bytes:
+    """One length-delimited protobuf field (the test's own encoder: varint key and length)."""
+    def varint(n: int) -> bytes:
+        out = b""
+        while n > 0x7F:
+            out, n = out + bytes([n & 0x7F | 0x80]), n >> 7
+        return out + bytes([n])
+    return varint(number << 3 | 2) + varint(len(value)) + value
+
+
+def test_a_configmap_posted_as_protobuf_decodes_as_its_json_form() -> None:
+    """kubectl of v1.33+ posts `create configmap` as protobuf (runtime.Unknown around core/v1 ConfigMap:
+    metadata 1, data 2, binaryData 3, immutable 4 a varint); the lab answered 415 for it."""
+    meta = _pb(1, b"after-snapshot") + _pb(3, b"default")
+    body = (_pb(1, meta) + _pb(2, _pb(1, b"k") + _pb(2, b"v")) + _pb(2, _pb(1, b"empty"))
+            + _pb(3, _pb(1, b"bin") + _pb(2, b"\x00\xff")) + bytes([4 << 3, 1]))
+    unknown = _pb(1, _pb(1, b"v1") + _pb(2, b"ConfigMap")) + _pb(2, body)
+    assert rbac.decode_protobuf(rbac.PB_MAGIC + unknown) == {
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "after-snapshot", "namespace": "default"},
+        "data": {"k": "v", "empty": ""}, "binaryData": {"bin": "AP8="}, "immutable": True}
+    other = _pb(1, _pb(1, b"v1") + _pb(2, b"Secret")) + _pb(2, b"")
+    with pytest.raises(rbac.ApiError) as refused:
+        rbac.decode_protobuf(rbac.PB_MAGIC + other)
+    assert refused.value.code == 415 and 'not "Secret"' in str(refused.value.status())
+
+
+def test_kubectl_creates_a_configmap_on_a_v1_34_lab(lab_factory: Any) -> None:
+    """docs/etcd-restore.md's `kubectl create configmap` on a v1.34 lab: a kubectl matched to that
+    release posts it as protobuf (one of an older release as JSON): either way it is created."""
+    handle = lab_factory(profile="kubeadm-1.34")
+    made = kubectl(handle, "-n", "default", "create", "configmap", "after-snapshot", "--from-literal=k=v")
+    assert "configmap/after-snapshot created" in made.stdout, made.stdout + made.stderr
+    got = json.loads(kubectl(handle, "-n", "default", "get", "configmap", "after-snapshot", "-o", "json").stdout)
+    assert got["data"] == {"k": "v"} and got["metadata"]["namespace"] == "default"

@@ -189,7 +189,7 @@ class JournalEntry(TypedDict):
     checksum: Optional[str]
     commit: int
     steps: List[JournalStep]
-    record: Dict[str, Any]
+    record: Dict[str, object]
     started: str
     pid: int
     companions: List[str]
@@ -229,7 +229,7 @@ class PlanPatch(TypedDict):
     and of the bytes before (None: there was no file)."""
 
     entry: JournalEntry
-    history: Dict[str, Any]
+    history: Dict[str, object]
     record: str
     after: str
     was: Optional[str]
@@ -249,7 +249,7 @@ class RevertPlan(TypedDict):
     lock: str
     journal: str
     entry: JournalEntry
-    record: Dict[str, Any]
+    record: Dict[str, object]
     verdict: PlanVerdict
     verify: PlanVerify
     keepin: List[str]

@@ -38,7 +38,6 @@ import time
 from dataclasses import dataclass
 from typing import (
     TYPE_CHECKING,
-    Any,
     Callable,
     Dict,
     List,
@@ -530,13 +529,13 @@ def _stage(node: Node, change: journal.Change, base: str) -> None:
             step.kept = "%s.%d.removed" % (base, index)
 
 
-def _node_record(node: Node, change: journal.Change, origin: str) -> Dict[str, Any]:
+def _node_record(node: Node, change: journal.Change, origin: str) -> Dict[str, object]:
     """The history record the node-side run writes for ``change`` (it adds the time and the op), as
     cpctl's journal writes it."""
     who = node.who()
-    record: Dict[str, Any] = {"user": "root", "host": str(who.get("hostname")), "node": node.node_name,
-                              "action": change.action, "component": change.component, "file": change.file,
-                              "checksum": change.checksum, "origin": origin}
+    record: Dict[str, object] = {"user": "root", "host": str(who.get("hostname")), "node": node.node_name,
+                                 "action": change.action, "component": change.component, "file": change.file,
+                                 "checksum": change.checksum, "origin": origin}
     record.update({k: v for k, v in change.record.items() if v is not None})
     return record
 

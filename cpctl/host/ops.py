@@ -3161,7 +3161,7 @@ def _text(pattern=None):
             return "%s is not text" % where
         if len(value) > _PLAN_TEXT:
             return "%s is longer than %d characters" % (where, _PLAN_TEXT)
-        if pattern and not re.match(pattern, value):
+        if pattern and not re.fullmatch(pattern, value):
             return "%s is not of the form %s: %r" % (where, pattern, value[:80])
         return ""
     return check
@@ -3174,6 +3174,13 @@ def _path(value, where):
                         or "\0" in value):
         return "%s is not an absolute clean path: %r" % (where, value[:80])
     return problem
+
+
+def _absolute(value, where):
+    """An absolute path the revert only reads or runs (the kubeconfig, its TLS files, crictl)."""
+    problem = _text()(value, where)
+    return problem or ("" if value.startswith("/") and "\0" not in value else
+                       "%s is not an absolute path: %r" % (where, value[:80]))
 
 
 def _number(top):
@@ -3203,11 +3210,11 @@ def _either(first, second):
     return lambda value, where: first(value, where) and second(value, where)
 
 
-def _list(check, least=0):
-    """A list of ``least`` to ``_PLAN_ITEMS`` items, each passing ``check``."""
+def _list(check, least=0, most=_PLAN_ITEMS):
+    """A list of ``least`` to ``most`` items, each passing ``check``."""
     def checked(value, where):
-        if not isinstance(value, list) or not least <= len(value) <= _PLAN_ITEMS:
-            return "%s is not a list of %d to %d items" % (where, least, _PLAN_ITEMS)
+        if not isinstance(value, list) or not least <= len(value) <= most:
+            return "%s is not a list of %d to %d items" % (where, least, most)
         for index, item in enumerate(value):
             problem = check(item, "%s[%d]" % (where, index))
             if problem:
@@ -3257,9 +3264,12 @@ def _step(value, where):
     """A step as ``StepRunner`` runs it from a plan: its kind's paths and sha256 there (a write's new
     bytes staged, the bytes it replaces kept)."""
     problem = _step_fields(value, where)
-    needs = () if problem else _STEP_NEEDS[value["kind"]] + (("kept",) if value.get("before") else ())
-    missing = [key for key in needs if not value.get(key)]
-    return problem or (missing and "%s.%s is missing (a %s step)" % (where, missing[0], value["kind"])) or ""
+    if problem:
+        return problem
+    for key in _STEP_NEEDS[value["kind"]] + (("kept",) if value.get("before") else ()):
+        if not value.get(key):
+            return "%s.%s is missing (a %s step)" % (where, key, value["kind"])
+    return ""
 
 
 def _entry(value, where):
@@ -3276,9 +3286,10 @@ _entry_fields = _object({
     "steps": _list(_step, 1), "record": _record, "started": _text(), "pid": _number(1 << 32),
     "companions": _list(_path)})
 _identity = _object({"present": _flag, "uid": _text(), "containers": _list(_text()), "started": _maybe(_seconds)})
-_api = _object({"server": _text("^https://[^\\s]+$"), "kubeconfig": _path, "sha256": _text(_HEX64),
-                "tls": _object({}, {"insecure": _flag, "ca_file": _path, "cert_file": _path, "key_file": _path}),
-                "slices": _object({}, dict((k, _list(_number(4 << 20), 2)) for k in ("ca_data", "cert_data",
+_api = _object({"server": _text("^https?://[^\\s]+$"), "kubeconfig": _absolute, "sha256": _text(_HEX64),
+                "tls": _object({}, {"insecure": _flag, "ca_file": _absolute, "cert_file": _absolute,
+                                    "key_file": _absolute}),
+                "slices": _object({}, dict((k, _list(_number(4 << 20), 2, 2)) for k in ("ca_data", "cert_data",
                                                                                        "key_data")))})
 _plan_shape = _object({
     "version": _number(1), "op": _text(KEPT_OP), "armed": _text(_HEX64), "arm": _path, "lock": _path,
@@ -3286,7 +3297,7 @@ _plan_shape = _object({
     "verdict": _object(dict([(k, _text()) for k in ("user", "host", "node", "reason", "armed_op", "origin")] + [
         ("component", _text(_PLAN_NAME)), ("file", _text(_PLAN_NAME)), ("checksum", _text(_HEX64)),
         ("revision", _number(1 << 32))])),
-    "verify": _object({"url": _text("^(https?://[^\\s]+)?$"), "crictl": _either(_path, _text("^[-A-Za-z0-9_.]*$")),
+    "verify": _object({"url": _text("^(https?://[^\\s]+)?$"), "crictl": _either(_absolute, _text("^[-A-Za-z0-9_.]*$")),
                        "pod": _text(), "namespace": _text(), "before": _maybe(_identity),
                        "timeout": _number(86400), "settle": _number(3600)}),
     "keepin": _list(_path), "api": _maybe(_api), "check_hint": _text(),

@@ -71,9 +71,13 @@ BROKEN: "list[tuple[str, Callable[[Plan], Any], str]]" = [
     ("too many steps", lambda p: p["entry"].update(steps=p["entry"]["steps"] * 40),
      "plan.entry.steps is not a list of 1 to 64 items"),
     ("an oversized record", lambda p: p["record"].update(diff="x" * (5 << 20)), "plan.record is larger than"),
+    ("a sha256 and a newline", lambda p: p.update(armed=p["armed"] + "\n"), "plan.armed is not of the form"),
+    ("a credential slice that is no range", lambda p: p.update(api={
+        "server": "https://10.0.0.1:6443", "kubeconfig": "/etc/kubernetes/admin.conf", "sha256": "0" * 64,
+        "tls": {}, "slices": {"key_data": [1, 2, 3]}}), "plan.api.slices.key_data is not a list of 2 to 2 items"),
     ("a mode beyond its bound", lambda p: _step(p, 0, mode=1 << 20), "plan.entry.steps[0].mode is not a whole number"),
-    ("an API server that is not https", lambda p: p.update(api={
-        "server": "http://x", "kubeconfig": "/etc/kubernetes/admin.conf", "sha256": "0" * 64, "tls": {},
+    ("an API server that is not a URL", lambda p: p.update(api={
+        "server": "file:///etc/passwd", "kubeconfig": "/etc/kubernetes/admin.conf", "sha256": "0" * 64, "tls": {},
         "slices": {}}), "plan.api.server is not of the form"),
 ]
 

@@ -2824,7 +2824,7 @@ def _plan_keepin(plan):
     try:
         access = _api_from(plan["api"]) if plan["api"] else None
         why = "" if access else "the node's kubeconfig is not the one cpctl read at arm time, or cannot be used"
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError) as exc:     # not readable, or not base64 where it was (plan_problem: the rest)
         access, why = None, "the node's kubeconfig: %s" % (getattr(exc, "strerror", None) or type(exc).__name__)
     lines = []
     for path, kept in records:
@@ -3207,6 +3207,7 @@ def _maybe(check):
 
 
 def _either(first, second):
+    """``first``'s check, or else ``second``'s."""
     return lambda value, where: first(value, where) and second(value, where)
 
 

@@ -60,7 +60,7 @@ from cpctl import catalogue
 from cpctl.core import manifests
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host import ops as hostops
-from cpctl.host.base import Host, TransactionOutcome, TransactionRequest
+from cpctl.host.base import Host, JournalEntry, JournalStep, TransactionOutcome, TransactionRequest
 from cpctl.redaction import redact
 
 MOVE, WRITE, REMOVE, TOUCH = "move", "write", "remove", "touch"
@@ -106,8 +106,9 @@ class Step:
     uid: Optional[int] = None
     gid: Optional[int] = None
 
-    def to_wire(self) -> Dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if v not in ("", None)}
+    def to_wire(self) -> JournalStep:
+        """The fields that are set (``JournalStep``; what the agent's ``StepRunner`` runs)."""
+        return cast(JournalStep, {k: v for k, v in self.__dict__.items() if v not in ("", None)})
 
     @classmethod
     def from_wire(cls, wire: Any) -> "Step":
@@ -470,7 +471,7 @@ def companion_path(path: str, roots: Tuple[str, str, str]) -> bool:
             and any(p.match(os.path.basename(norm)) is not None for p in (COMPANION_NAME, PATCH_NAME)))
 
 
-def entry_of(change: Change, started: str = "", pid: int = 0) -> Dict[str, object]:
+def entry_of(change: Change, started: str = "", pid: int = 0) -> JournalEntry:
     """The journal entry of ``change``: the one format, written here and by the node-side revert plan
     (``ops.confirm._plan``, which the agent stamps with its own start and pid)."""
     return {"version": JOURNAL_VERSION, "op": change.op, "action": change.action,

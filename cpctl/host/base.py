@@ -161,6 +161,103 @@ class NodeApiAccess(TypedDict):
     slices: Dict[str, List[int]]
 
 
+class JournalStep(TypedDict, total=False):
+    """One step of a journal entry on the wire (``core.journal.Step.to_wire``: the fields that are
+    set), as ``host.ops.StepRunner`` runs it: ``kind`` and ``path`` always, ``mode`` always."""
+
+    kind: str
+    path: str
+    src: str
+    checksum: str
+    staged: str
+    before: str
+    kept: str
+    mode: int
+    uid: int
+    gid: int
+
+
+class JournalEntry(TypedDict):
+    """A journal entry (``core.journal.entry_of``): the one format cpctl's journal writes and a
+    revert plan carries for the node to run (``host.ops.Transaction``)."""
+
+    version: int
+    op: str
+    action: str
+    component: str
+    file: str
+    checksum: Optional[str]
+    commit: int
+    steps: List[JournalStep]
+    record: Dict[str, object]
+    started: str
+    pid: int
+    companions: List[str]
+
+
+class PlanVerify(TypedDict):
+    """How the node-side revert checks the reverted version (``host.ops._plan_verify``): the health
+    endpoint (""), crictl ("": not used), the mirror pod, the pod seen at arm time, the seconds."""
+
+    url: str
+    crictl: str
+    pod: str
+    namespace: str
+    before: Optional[PodIdentity]
+    timeout: int
+    settle: int
+
+
+class PlanVerdict(TypedDict):
+    """The history record ``reverted`` the node-side revert writes (it adds the time and outcome)."""
+
+    user: str
+    host: str
+    node: str
+    component: str
+    file: str
+    checksum: str
+    revision: int
+    reason: str
+    armed_op: str
+    origin: str
+
+
+class PlanPatch(TypedDict):
+    """A ``--keep-in patches`` file the revert puts back: the journaled change that does it, its
+    history record, the keep-in record (``STATE/keepin/*.patch.json``), the sha256 of cpctl's bytes
+    and of the bytes before (None: there was no file)."""
+
+    entry: JournalEntry
+    history: Dict[str, object]
+    record: str
+    after: str
+    was: Optional[str]
+
+
+class RevertPlan(TypedDict):
+    """The node-side revert of a remote ``--confirm-within`` (``ops.confirm._plan`` builds it, the
+    agent's ``host.ops.revert_plan_main`` runs it after ``host.ops.plan_problem`` checked every field
+    of this shape): the arm (``op``, the armed bytes' sha256, its record), the state dir's lock and
+    journal, the journaled revert and its history record, the ``reverted`` record, the check, and the
+    ``--keep-in`` parts (ClusterConfiguration records, how to reach the API, the check's hint; patch files)."""
+
+    version: int
+    op: str
+    armed: str
+    arm: str
+    lock: str
+    journal: str
+    entry: JournalEntry
+    record: Dict[str, object]
+    verdict: PlanVerdict
+    verify: PlanVerify
+    keepin: List[str]
+    api: Optional[NodeApiAccess]
+    check_hint: str
+    patches: List[PlanPatch]
+
+
 class HttpReply(TypedDict):
     """What ``http`` returns across the agent boundary: the status, headers and (bounded) body."""
 

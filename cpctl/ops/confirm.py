@@ -60,7 +60,7 @@ from cpctl.ops import edits, sandbox
 from cpctl.timeutil import iso
 
 if TYPE_CHECKING:
-    from cpctl.host.base import RunResult
+    from cpctl.host.base import NodeApiAccess, PlanPatch, PlanVerdict, PlanVerify, RevertPlan, RunResult
 
 SYSTEMD_DIR = "/run/systemd/system"       # exists when systemd is PID 1 (sd_booted)
 TIMER_ENV = "CPCTL_CONFIRM_TIMER"         # force "systemd" or "process" (tests, odd init systems)
@@ -479,9 +479,10 @@ def _start_remote(node: Node, armed: Arm, within: int, launcher: Launcher) -> Tu
     return "process", "", int(pid)
 
 
-def _plan(node: Node, armed: Arm, base: str) -> Dict[str, object]:
+def _plan(node: Node, armed: Arm, base: str) -> RevertPlan:
     """The journaled change that reverts ``armed`` - built by cpctl's own ``replace_change`` now,
-    its new bytes staged next to the plan - plus what the node checks and records (``host.ops``)."""
+    its new bytes staged next to the plan - plus what the node checks and records: every field of
+    ``RevertPlan``, which the agent checks before it uses any (``host.ops.plan_problem``)."""
     from cpctl.host.base import PodIdentity
     from cpctl.probes import health
     from cpctl.probes.base import Unavailable
@@ -495,25 +496,25 @@ def _plan(node: Node, armed: Arm, base: str) -> Dict[str, object]:
                                companions=edits.rollback_companions(node, revision))
     change.steps.append(journal.remove(confirmations.path_of(node.state, armed.file)))
     _stage(node, change, base)
-    who = node.who()
     origin = "cpctl revert-unconfirmed %s (node-side plan, armed by %s)" % (armed.component, armed.by)
-    history = _node_record(node, change, origin)
     target = node.target_for(manifests.parse_pod(previous), manifest.file)
     try:                                  # the pod running now, as the revert's check will read it then
         before: Optional[PodIdentity] = CrictlProbe(node.host, node.crictl).observe(target).identity()
     except Unavailable:                   # no crictl (or it cannot tell now): the health endpoint alone
         before = None
-    verify = {"url": health.health_url(target) or "", "crictl": node.crictl if before is not None else "",
-              "pod": target.mirror_name, "namespace": target.namespace, "before": before,
-              "timeout": int(edits.wait_limit(edits.ApplyOptions(), target.pod)), "settle": 5}
-    verdict = {"user": "root", "host": str(who.get("hostname")), "node": node.node_name, "component": armed.component,
-               "file": armed.file, "checksum": armed.previous, "revision": armed.revision, "reason": why,
-               "armed_op": armed.op, "origin": origin}
-    entry = journal.entry_of(change)
+    verify: PlanVerify = {"url": health.health_url(target) or "", "crictl": node.crictl if before is not None else "",
+                          "pod": target.mirror_name, "namespace": target.namespace, "before": before,
+                          "timeout": int(edits.wait_limit(edits.ApplyOptions(), target.pod)), "settle": 5}
+    verdict: PlanVerdict = {
+        "user": "root", "host": str(node.who().get("hostname")), "node": node.node_name, "component": armed.component,
+        "file": armed.file, "checksum": armed.previous, "revision": armed.revision, "reason": why,
+        "armed_op": armed.op, "origin": origin}
+    keepin, api = _kept_part(node, armed, previous)
     return {"version": 1, "op": armed.op, "armed": armed.checksum, "arm": confirmations.path_of(node.state, armed.file),
-            "lock": node.state.path + "/lock", "journal": node.state.journal_path, "history": node.state.history_path,
-            "entry": entry, "record": history, "verdict": verdict, "verify": verify,
-            **_kept_part(node, armed, previous), **_patch_part(node, armed, previous, base, origin)}
+            "lock": node.state.path + "/lock", "journal": node.state.journal_path, "entry": journal.entry_of(change),
+            "record": _node_record(node, change, origin), "verdict": verdict, "verify": verify, "keepin": keepin,
+            "api": api, "check_hint": node.command("check", "--kubeadm"),
+            "patches": _patch_part(node, armed, previous, base, origin)}
 
 
 def _stage(node: Node, change: journal.Change, base: str) -> None:
@@ -539,23 +540,22 @@ def _node_record(node: Node, change: journal.Change, origin: str) -> Dict[str, o
     return record
 
 
-def _kept_part(node: Node, armed: Arm, previous: bytes) -> Dict[str, object]:
+def _kept_part(node: Node, armed: Arm, previous: bytes) -> Tuple[List[str], Optional[NodeApiAccess]]:
     """The ``--keep-in kubeadm-config`` part of a node-side revert plan: the records the revert's
     manifest bytes settle (``core.keptin``: their ``previous`` is what the revert puts back) and how
-    the agent reaches the API with the node's kubeconfig (``kubeapi.node_access``); {} when none."""
+    the agent reaches the API with the node's kubeconfig (``kubeapi.node_access``); none: ([], None)."""
     from cpctl.core import keptin
     from cpctl.probes.kubeapi import node_access
     try:
         records = [k for k in keptin.read_all(node, armed.file) if k.previous == manifests.checksum(previous)]
     except CpctlError:                      # a record cpctl did not write: left to cpctl's own settle
-        return {}
+        return [], None
     if not records:
-        return {}
-    return {"keepin": [keptin.record_path(node, k) for k in records], "api": node_access(node.host, node.kubeconfig),
-            "check_hint": node.command("check", "--kubeadm")}
+        return [], None
+    return [keptin.record_path(node, k) for k in records], node_access(node.host, node.kubeconfig)
 
 
-def _patch_part(node: Node, armed: Arm, previous: bytes, base: str, origin: str) -> Dict[str, object]:
+def _patch_part(node: Node, armed: Arm, previous: bytes, base: str, origin: str) -> List[PlanPatch]:
     """The ``--keep-in patches`` part of a node-side revert plan: for each patch file the revert's
     manifest bytes settle, the journaled change that puts it back (``keptin.patch_undo_change``, staged
     next to the plan), the sha256 of its bytes before (None: none) and of cpctl's, and its record."""
@@ -563,15 +563,15 @@ def _patch_part(node: Node, armed: Arm, previous: bytes, base: str, origin: str)
     try:
         records = [k for k in keptin.patch_records(node, armed.file) if k.previous == manifests.checksum(previous)]
     except CpctlError:                      # a record cpctl did not write: left to cpctl's own settle
-        return {}
-    items = []
+        return []
+    items: List[PlanPatch] = []
     for number, kept in enumerate(records):
         change = keptin.patch_undo_change(kept)
         _stage(node, change, "%s.patch%d" % (base, number))
         items.append({"entry": journal.entry_of(change), "history": _node_record(node, change, origin),
                       "record": keptin.patch_path_of(node, kept), "after": kept.after,
                       "was": manifests.checksum(kept.before) if kept.before is not None else None})
-    return {"patches": items} if items else {}
+    return items
 
 
 def _companion_paths(node: Node, armed: Arm) -> List[str]:

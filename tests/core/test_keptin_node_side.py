@@ -246,7 +246,8 @@ def _plan_with_patch(tmp_path: Any, patch_path: str, record: str = "") -> Any:
     os.makedirs(kube + "/manifests")
     state = str(tmp_path / "state")
     manifest = kube + "/manifests/kube-scheduler.yaml"
-    revert = {"file": "kube-scheduler.yaml", "commit": 0, "steps": [{"kind": "write", "path": manifest}]}
+    revert = {"file": "kube-scheduler.yaml", "commit": 0, "steps": [{"kind": "write", "path": manifest}],
+              "companions": []}
     undo = {"file": os.path.basename(patch_path), "commit": 0,
             "steps": [{"kind": "remove", "path": patch_path, "kept": state + "/confirm/x.patch0.0.removed"}]}
     return {"entry": revert, "journal": state + "/journal.json",

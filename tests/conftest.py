@@ -234,6 +234,16 @@ def starts_a_lab(item: Any) -> bool:
     return any(function is not None and _calls_start_lab(function) for function in functions)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: Any, call: Any) -> Iterator[None]:
+    """Keep each test's call report on its item (``item.call_report``): a fixture's teardown can then
+    tell a passed test from a failed one (tests/realetcd.py keeps a failed test's etcd logs)."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call":
+        item.call_report = report
+
+
 def pytest_collection_modifyitems(config: Any, items: list) -> None:
     """Mark each test's tier: ``end_to_end`` as declared or by its fixtures, else ``lab`` or ``unit``."""
     for item in items:

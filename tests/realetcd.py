@@ -30,6 +30,7 @@ import atexit
 import base64
 import json
 import os
+import shutil
 import signal
 import socket
 import ssl
@@ -531,19 +532,18 @@ Factory = Callable[..., RealEtcd]
 
 
 @pytest.fixture
-def real_etcd_factory(tmp_path: Path) -> Iterator[Factory]:
+def real_etcd_factory(tmp_path_factory: pytest.TempPathFactory,
+                      request: pytest.FixtureRequest) -> Iterator[Factory]:
     """``factory(members=3, host="127.0.0.1", quota_backend_bytes=0, version=None, start=True)``: a
     real etcd cluster in a temp dir (``version`` "3.4"/"3.5": that version only, skipped where it is
-    not installed and failing under CI=true). Every cluster made is killed at teardown. Its dir lies
-    in the test's ``tmp_path``, removed when the test passed (``tmp_path_retention_policy``): a
-    cluster's WAL segments take ~130 MB a member on disk."""
+    not installed and failing under CI=true). Every cluster made is killed at teardown, and its dir
+    removed unless the test failed (its logs are then kept for reading): a cluster's WAL segments take
+    ~130 MB a member on disk. The dir lies beside the test's ``tmp_path``, which stays the test's own."""
     made: List[RealEtcd] = []
 
     def factory(members: int = 3, host: str = "127.0.0.1", quota_backend_bytes: int = 0,
                 version: Optional[str] = None, start: bool = True) -> RealEtcd:
-        workdir = tmp_path / ("real-etcd-%d" % len(made))
-        workdir.mkdir()
-        cluster = RealEtcd(installed(version), workdir, host, quota_backend_bytes)
+        cluster = RealEtcd(installed(version), tmp_path_factory.mktemp("etcd"), host, quota_backend_bytes)
         made.append(cluster)
         if start:
             cluster.bootstrap(["m%d" % (i + 1) for i in range(members)])
@@ -554,6 +554,10 @@ def real_etcd_factory(tmp_path: Path) -> Iterator[Factory]:
     finally:
         for cluster in made:
             cluster.close()
+        report = getattr(request.node, "call_report", None)
+        if report is not None and report.passed:
+            for cluster in made:
+                shutil.rmtree(cluster.root, ignore_errors=True)
 
 
 @pytest.fixture

@@ -62,7 +62,7 @@ def test_bind_wait_then_already_bound(pending_lab):
     lab, master = pending_lab, pending_lab.node_name()
     data = json.loads(ok(cpctl(lab, "-o", "json", "bind", "p1", "--node", master, "--wait", "--timeout", "60")))
     assert data == {"pod": "p1", "namespace": "default", "node": master, "phase": "Running", "changed": True,
-                    "dry_run": False, "would_change": True}
+                    "dry_run": False, "would_change": True, "host": None}   # host: null on this machine (issue 48)
     phase = kubectl(lab, "get", "pod", "p1", "-o", "jsonpath={.status.phase}").stdout
     assert phase == "Running" and node_of(lab, "p1") == master
     line = fails(cpctl(lab, "bind", "p1", "--node", lab.worker), 10)

@@ -254,3 +254,30 @@ def pytest_collection_modifyitems(config: Any, items: list) -> None:
         if item.get_closest_marker("end_to_end"):
             continue
         item.add_marker(pytest.mark.lab if starts_a_lab(item) else pytest.mark.unit)
+    items[:] = longest_files_first(items)
+
+
+#: A test's rough cost by its tier, in seconds (CI's --durations: a whole system ~30-100 s, a lab or a
+#: real etcd ~5-30 s, a unit test milliseconds). Only the order of the files depends on it.
+TIER_COST = (("end_to_end", 60.0), ("real_etcd", 12.0), ("lab", 8.0))
+
+
+def estimated_cost(item: Any) -> float:
+    """The rough cost of one test: its most expensive tier's (``TIER_COST``), else a unit test's."""
+    for marker, cost in TIER_COST:
+        if item.get_closest_marker(marker):
+            return cost
+    return 0.05
+
+
+def longest_files_first(items: list) -> list:
+    """The test files ordered by their estimated cost, the costliest first; each file's tests together
+    and in their own order. pytest-xdist (``--dist loadfile``) hands out files in this order, so the
+    files of minutes (the systemd container, the Ansible fleet, the crash sweeps over SSH) start
+    while the others fill the workers, instead of running alone at the end of the run: the longest
+    job first is what keeps a run's tail short (list scheduling)."""
+    files: dict = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+    ordered = sorted(files.values(), key=lambda tests: -sum(estimated_cost(t) for t in tests))
+    return [item for tests in ordered for item in tests]

@@ -1,7 +1,11 @@
 """Writers that are not cpctl: ``kubeadm upgrade``, an editor, configuration management.
 
 cpctl's history says which bytes cpctl last wrote to each manifest (the ``checksum`` of its newest
-content-changing record). When the file in place holds other bytes, something else replaced it:
+content-changing record: ``WRITES``). A ``stop``/``start`` (``restart``) writes nothing: a start puts
+back the bytes that were parked, and those are cpctl's only when they are what cpctl last wrote; when
+another writer had replaced them before the stop (a kubeadm upgrade), or the parked copy was edited by
+hand, they are still that writer's. When the file in place holds other bytes than cpctl's, something
+else replaced it:
 
 * when ``/etc/kubernetes/tmp/kubeadm-backup-manifests-*/<file>`` (next to the manifests dir) holds
   the bytes cpctl wrote, it was ``kubeadm upgrade`` (which moves the old manifest there), and the
@@ -36,8 +40,10 @@ UPGRADED_PREFIX = "kubeadm-upgraded-manifests"
 IN_FLIGHT_SECONDS = 20 * 60
 #: An empty staging dir older than this is a failed upgrade's (kubeadm fills a new one at once).
 EMPTY_SETTLED = 2.0
-#: History actions after which the manifest holds the bytes the record's checksum names.
-WRITES = ("apply", "edit", "flags", "rollback", "start", "scheduler-add")
+#: History actions by which cpctl wrote the bytes the record's checksum names. Not ``start``: it puts
+#: back the bytes that were parked, whoever wrote them (counted, a restart after a kubeadm upgrade made
+#: the upgrade's bytes cpctl's and hid the upgrade from check, status and revisions: issue 48).
+WRITES = ("apply", "edit", "flags", "rollback", "scheduler-add")
 #: How ``status`` labels a manifest another writer replaced (``last_change.action``), as ``revisions`` does.
 OUTSIDE_ACTION = "outside"
 _FLAG_LINE = re.compile(r"^(?P<sign>[+-])\s*-\s+['\"]?--(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?:=(?P<value>[^'\"]*))?")
@@ -90,7 +96,8 @@ def history(node: Node) -> List[Dict[str, object]]:
 
 def last_written(node: Node, filename: str, records: Optional[List[Dict[str, object]]] = None
                  ) -> Optional[Dict[str, object]]:
-    """cpctl's newest history record after which ``filename`` held its ``checksum`` (None: never wrote it)."""
+    """cpctl's newest history record that wrote ``filename``'s bytes (its ``checksum``; None: cpctl never
+    wrote them). A ``start`` since changed nothing cpctl wrote: it put back what was parked."""
     def wanted(r: Dict[str, object]) -> bool:
         return r.get("file") == filename and r.get("action") in WRITES and isinstance(r.get("checksum"), str)
     if records is None:           # the newest match only: older history segments are read only as far as needed

@@ -62,3 +62,31 @@ def test_revisions_puts_the_outside_row_in_the_table_columns(tmp_path: Any) -> N
         assert len(sha) == (64 if wide else 12)
         assert _starts(outside, ["outside", sha, "current", "kubeadm upgrade v1.30.0 -> v1.31.2"]) == \
             _starts(header, columns[1:]), "\n".join(out)
+
+
+def test_stop_and_start_after_the_upgrade_do_not_hide_it(tmp_path: Any) -> None:
+    """A start puts back the bytes that were parked: after a kubeadm upgrade those are kubeadm's, not
+    cpctl's. ``status`` and ``revisions`` still name the upgrade (a start was counted as cpctl writing them)."""
+    node = _upgraded_by_kubeadm(tmp_path)
+    node.run("stop", "scheduler")
+    node.run("start", "scheduler")
+    line = next(line for line in node.run("status").stdout.splitlines() if line.startswith("kube-scheduler "))
+    assert line.endswith("replaced by kubeadm upgrade v1.30.0 -> v1.31.2"), line
+    listed = json.loads(node.run("-o", "json", "revisions", "scheduler").stdout)
+    assert listed["outside"]["note"] == "kubeadm upgrade v1.30.0 -> v1.31.2", listed["outside"]
+
+
+def test_a_parked_copy_edited_by_hand_is_not_cpctls_write(tmp_path: Any) -> None:
+    """``start`` restores a parked copy edited by hand (the operator's change, and says so): those bytes
+    were written outside cpctl, so they are shown as such, not as what cpctl last wrote."""
+    node = NodeDirs(str(tmp_path / "kubernetes"))
+    node.run("flags", "scheduler", "--set", "v=4")
+    node.run("stop", "scheduler")
+    parked = os.path.join(node.parked, FILE)
+    with open(parked, "rb") as handle:
+        ours = handle.read()
+    with open(parked, "wb") as handle:
+        handle.write(ours.replace(b"    - --v=4\n", b"    - --v=5\n"))
+    assert "changed outside cpctl" in node.run("start", "scheduler").stdout
+    line = next(line for line in node.run("status").stdout.splitlines() if line.startswith("kube-scheduler "))
+    assert line.endswith("replaced outside cpctl"), line

@@ -143,3 +143,48 @@ def test_check_kubeadm_lists_what_the_next_upgrade_drops(lab_factory: Any) -> No
     assert drops[0]["fix"].startswith("cpctl flags scheduler --set ") and "NAME" not in drops[0]["fix"]
     upgrade(handle, "--to", "classic")
     assert "--bind-address=127.0.0.1" in command(handle) and "--profiling=false" not in command(handle)
+
+
+def test_restart_after_upgrade_does_not_hide_it(lab_factory: Any) -> None:
+    """Issue 48's drill on the ha profile (v1.33): a restart (stop + start) after a kubeadm upgrade puts the
+    upgraded bytes back; that is no write of cpctl's, so ``check``, ``status`` and the next change still name
+    the upgrade. A ``start`` was counted as cpctl writing the bytes it put back: "OK: no drift", "started 2s
+    ago", and the upgraded revision labelled "changed outside cpctl"."""
+    handle = lab_factory(profile="ha")
+    cpctl_ok(handle, "flags", "scheduler", "--set", "profiling=false", "--timeout", "60")
+    upgrade(handle, "--to", "1.34")
+    upgraded = (handle.manifests_dir() / "kube-scheduler.yaml").read_bytes()
+    note = "kubeadm upgrade v1.33.4 -> v1.34.1"
+
+    def still_named(after: str) -> None:
+        code, found = findings(handle)
+        lost = [f for f in found if f["kind"] == "lost_change"]
+        assert code == 1 and [f["lost"] for f in lost] == [["--profiling=false"]], (after, found)
+        assert note in lost[0]["message"], (after, lost[0])
+        status = cpctl_ok(handle, "status").stdout
+        line = next(x for x in status.splitlines() if x.startswith("kube-scheduler "))
+        assert line.endswith("replaced by %s" % note), (after, line)
+        listed = json.loads(cpctl_ok(handle, "revisions", "scheduler", "-o", "json").stdout)
+        listed = listed[0] if isinstance(listed, list) else listed
+        assert listed["outside"]["note"] == note, (after, listed["outside"])
+
+    still_named("the upgrade")
+    cpctl_ok(handle, "restart", "scheduler", "--timeout", "60")
+    assert (handle.manifests_dir() / "kube-scheduler.yaml").read_bytes() == upgraded
+    still_named("restart")
+    cpctl_ok(handle, "stop", "scheduler", "--timeout", "60")
+    cpctl_ok(handle, "start", "scheduler", "--timeout", "60")
+    still_named("stop and start")
+
+    cpctl_ok(handle, "flags", "scheduler", "--set", "v=3", "--timeout", "60")
+    rows = json.loads(cpctl_ok(handle, "revisions", "scheduler", "-o", "json").stdout)
+    rows = rows[0] if isinstance(rows, list) else rows
+    assert rows["outside"] is None, rows["outside"]                     # cpctl wrote what is in place now
+    by_number = {r["number"]: r for r in rows["revisions"]}
+    assert [by_number[n]["action"] for n in sorted(by_number)] == ["original", "flags", "outside", "flags"], \
+        rows["revisions"]
+    assert by_number[3]["reason"] == note and by_number[4]["current"], rows["revisions"]
+    kept = handle.state_dir() / "revisions"
+    assert (kept / "kube-scheduler.yaml.3").read_bytes() == upgraded
+    code, found = findings(handle)
+    assert not [f for f in found if f["kind"] == "lost_change"], found    # cpctl's last write is in place

@@ -359,6 +359,31 @@ def tail(path: Path, lines: int, limit: int = 1 << 20) -> list[str]:
     return data.decode(errors="replace").splitlines()[-lines:]
 
 
+def _through_members(members: list[str], tls: ssl.SSLContext, stop: threading.Event, deadline: float,
+                     log: Callable[[str], None], what: str,
+                     attempt: Callable[[Gateway, str], None]) -> bool:
+    """Run ``attempt`` (a gateway to one member, its client URL) against each of ``members`` in turn
+    until one call returns without a refusal (True), as kubeadm retries its etcd member calls: a
+    refusal (:class:`EtcdError`) is logged once per member and text ("cannot ``what`` through URL
+    yet: ...") and the round is tried again after 0.5 s. False when ``stop`` is set or ``deadline``
+    (time.monotonic()) passes first. Shared by the learner add and its promotion."""
+    said: dict[str, str] = {}
+    while not stop.is_set() and time.monotonic() < deadline:
+        for url in members:
+            gateway = Gateway(url, tls, timeout=3.0)
+            try:
+                attempt(gateway, url)
+                return True
+            except EtcdError as exc:
+                if said.get(url) != str(exc):
+                    said[url] = str(exc)
+                    log(f"etcd: cannot {what} through {url} yet: {exc}")
+            finally:
+                gateway.close()
+        stop.wait(0.5)
+    return False
+
+
 def wait_joinable(members: list[str], peer_url: str, before: list[str], tls: ssl.SSLContext,
                   stop: threading.Event, log: Callable[[str], None], deadline: float) -> bool:
     """``kubeadm join``'s etcd step: add ``peer_url`` as a **learner** through one of the running
@@ -370,30 +395,20 @@ def wait_joinable(members: list[str], peer_url: str, before: list[str], tls: ssl
     whose ``--initial-cluster`` differs from the membership, an add while another added member has
     not started, and a second learner (``--max-learners`` 1). Retried until it works, ``stop`` is
     set or ``deadline`` (time.monotonic()) passes."""
-    said: dict[str, str] = {}
-    while not stop.is_set() and time.monotonic() < deadline:
-        for url in members:
-            gateway = Gateway(url, tls, timeout=3.0)
-            try:
-                listed = gateway.call("/v3/cluster/member/list", {}).get("members") or []
-                if any(peer_url in (m.get("peerURLs") or []) for m in listed):
-                    return True
-                joined = {u for m in listed if m.get("name") and not m.get("isLearner")
-                          for u in m.get("peerURLs") or []}
-                waiting = [u for u in before if u not in joined]
-                if waiting:
-                    raise EtcdError(f"waiting for {', '.join(waiting)} to join first (started and promoted)")
-                gateway.call("/v3/cluster/member/add", {"peerURLs": [peer_url], "isLearner": True})
-                log(f"etcd: added member {peer_url} as a learner through {url} (kubeadm join, learner mode)")
-                return True
-            except EtcdError as exc:
-                if said.get(url) != str(exc):
-                    said[url] = str(exc)
-                    log(f"etcd: cannot add member {peer_url} through {url} yet: {exc}")
-            finally:
-                gateway.close()
-        stop.wait(0.5)
-    return False
+
+    def add(gateway: Gateway, url: str) -> None:
+        listed = gateway.call("/v3/cluster/member/list", {}).get("members") or []
+        if any(peer_url in (m.get("peerURLs") or []) for m in listed):
+            return
+        joined = {u for m in listed if m.get("name") and not m.get("isLearner")
+                  for u in m.get("peerURLs") or []}
+        waiting = [u for u in before if u not in joined]
+        if waiting:
+            raise EtcdError(f"waiting for {', '.join(waiting)} to join first (started and promoted)")
+        gateway.call("/v3/cluster/member/add", {"peerURLs": [peer_url], "isLearner": True})
+        log(f"etcd: added member {peer_url} as a learner through {url} (kubeadm join, learner mode)")
+
+    return _through_members(members, tls, stop, deadline, log, f"add member {peer_url}", add)
 
 
 def promote_when_caught_up(members: list[str], peer_url: str, tls: ssl.SSLContext, stop: threading.Event,
@@ -403,28 +418,18 @@ def promote_when_caught_up(members: list[str], peer_url: str, tls: ssl.SSLContex
     caught up with the leader's log: "can only promote a learner member which is in sync with
     leader"), retried as kubeadm retries it. True at once when the member votes already (a lab
     started again); False when ``stop`` is set or ``deadline`` passes first."""
-    said: dict[str, str] = {}
-    while not stop.is_set() and time.monotonic() < deadline:
-        for url in members:
-            gateway = Gateway(url, tls, timeout=3.0)
-            try:
-                listed = gateway.call("/v3/cluster/member/list", {}).get("members") or []
-                found = next((m for m in listed if peer_url in (m.get("peerURLs") or [])), None)
-                if found is None:
-                    raise EtcdError("not in the member list")
-                if not found.get("isLearner"):
-                    return True
-                gateway.call("/v3/cluster/member/promote", {"ID": str(found.get("ID"))})
-                log(f"etcd: promoted learner {peer_url} to a voting member through {url} (kubeadm join)")
-                return True
-            except EtcdError as exc:
-                if said.get(url) != str(exc):
-                    said[url] = str(exc)
-                    log(f"etcd: cannot promote learner {peer_url} through {url} yet: {exc}")
-            finally:
-                gateway.close()
-        stop.wait(0.5)
-    return False
+
+    def promote(gateway: Gateway, url: str) -> None:
+        listed = gateway.call("/v3/cluster/member/list", {}).get("members") or []
+        found = next((m for m in listed if peer_url in (m.get("peerURLs") or [])), None)
+        if found is None:
+            raise EtcdError("not in the member list")
+        if not found.get("isLearner"):
+            return
+        gateway.call("/v3/cluster/member/promote", {"ID": str(found.get("ID"))})
+        log(f"etcd: promoted learner {peer_url} to a voting member through {url} (kubeadm join)")
+
+    return _through_members(members, tls, stop, deadline, log, f"promote learner {peer_url}", promote)
 
 
 def first_url(value: str) -> str:

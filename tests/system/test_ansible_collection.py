@@ -183,11 +183,16 @@ def test_validate_modules_documentation_matches_argument_spec(name: str) -> None
     assert any("cpctl.controlplane." + name in t for t in examples)
 
 
+def _fragment_section(fragment: str, name: str) -> Dict[str, Any]:
+    """One section (``DOCUMENTATION``, ``THRESHOLDS``, ...) of a doc fragment of the collection, parsed."""
+    text = (COLLECTION / "plugins" / "doc_fragments" / (fragment + ".py")).read_text()
+    return dict(yaml.safe_load(text.split('%s = r"""' % name, 1)[1].split('"""', 1)[0]))
+
+
 def test_shared_options_are_written_once() -> None:
     """The manifest-changing modules take their common options from one doc fragment and one spec:
     none repeats them in its own DOCUMENTATION (they cannot drift apart)."""
-    fragment = (COLLECTION / "plugins" / "doc_fragments" / "manifest_change.py").read_text()
-    shared = set(yaml.safe_load(fragment.split('DOCUMENTATION = r"""', 1)[1].split('"""', 1)[0])["options"])
+    shared = set(_fragment_section("manifest_change", "DOCUMENTATION")["options"])
     for name in ("static_pod_manifest", "static_pod_flags"):
         doc = _doc(name, "DOCUMENTATION")
         assert "cpctl.controlplane.manifest_change" in doc["extends_documentation_fragment"], name
@@ -195,23 +200,42 @@ def test_shared_options_are_written_once() -> None:
         assert shared <= set(_argument_spec(name)) and shared <= set(_rendered(name)["options"]), name
 
 
-def test_etcd_modules_share_their_options_and_attributes_once() -> None:
-    """The etcd modules take their attributes and host-variable note from ``doc_fragments/etcd.py``,
-    the thresholds and the defragmentation timeout from its THRESHOLDS / DEFRAG_TIMEOUT sections and
-    ``module_utils/specs.py``: none repeats them, and the rendered documentation has them."""
-    fragment = (COLLECTION / "plugins" / "doc_fragments" / "etcd.py").read_text()
+def test_every_module_takes_the_common_attributes_from_one_fragment() -> None:
+    """The support levels every module shares (platform, action, async, bypass_host_loop) are written
+    once, in ``doc_fragments/attributes.py``: every module extends it after ansible-core's
+    action_common_attributes, none repeats those attributes, no other fragment of the collection
+    carries them, and each module's rendered documentation has them as the fragment says."""
+    common = _fragment_section("attributes", "DOCUMENTATION")["attributes"]
+    assert set(common) == {"platform", "action", "async", "bypass_host_loop"}
+    for fragment in ("etcd", "manifest_change"):
+        assert not set(common) & set(_fragment_section(fragment, "DOCUMENTATION").get("attributes") or {})
+    for name in EXPECTED:
+        doc = _doc(name, "DOCUMENTATION")
+        extends = doc["extends_documentation_fragment"]
+        assert "cpctl.controlplane.attributes" in extends, name
+        assert extends.index("ansible.builtin.action_common_attributes.flow") < extends.index(
+            "cpctl.controlplane.attributes"), name
+        assert not set(common) & set(doc.get("attributes") or {}), name
+        rendered = _rendered(name)["attributes"]
+        for key, value in common.items():
+            assert {k: rendered[key][k] for k in value} == value, (name, key)
 
+
+def test_etcd_modules_share_their_options_and_notes_once() -> None:
+    """The etcd modules take their host-variable note from ``doc_fragments/etcd.py``, the thresholds
+    and the defragmentation timeout from its THRESHOLDS / DEFRAG_TIMEOUT sections and
+    ``module_utils/specs.py`` (their attributes from the collection's common fragment, tested above):
+    none repeats them, and the rendered documentation has them."""
     def section(name: str) -> Dict[str, Any]:
-        return dict(yaml.safe_load(fragment.split('%s = r"""' % name, 1)[1].split('"""', 1)[0]))
-    common = set(section("DOCUMENTATION")["attributes"])
+        return _fragment_section("etcd", name)
+    assert any("same host variables" in note for note in section("DOCUMENTATION")["notes"])
     for name in ("etcd_info", "etcd_defrag", "etcd_alarm", "etcd_snapshot"):
         doc = _doc(name, "DOCUMENTATION")
         extends = doc["extends_documentation_fragment"]
         assert "cpctl.controlplane.etcd" in extends, name
-        assert not common & set(doc.get("attributes") or {}), name
         assert not any("same host variables" in note for note in doc.get("notes") or []), name
         rendered = _rendered(name)
-        assert common <= set(rendered["attributes"]) and any("same host variables" in n for n in rendered["notes"])
+        assert any("same host variables" in n for n in rendered["notes"]), name
         for part, spec in (("thresholds", "THRESHOLDS"), ("defrag_timeout", "DEFRAG_TIMEOUT")):
             shared = set(section(spec)["options"])
             if "cpctl.controlplane.etcd." + part in extends:

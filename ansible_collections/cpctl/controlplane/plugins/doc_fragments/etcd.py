@@ -2,25 +2,20 @@
 # Copyright: (c) 2026, cpctl maintainers
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""What the etcd modules (etcd_info, etcd_defrag, etcd_alarm, etcd_snapshot) share: their attributes
-and host-variable note (``DOCUMENTATION``), the defragmentation thresholds (``THRESHOLDS``) and a
-member's defragmentation timeout (``DEFRAG_TIMEOUT``), written once; their argument specs share
-``module_utils/specs.py`` the same way."""
+"""What the etcd modules (etcd_info, etcd_defrag, etcd_alarm, etcd_snapshot) share: their
+host-variable note (``DOCUMENTATION``; their attributes are every module's, ``attributes.py``), the
+defragmentation thresholds (``THRESHOLDS``) and a member's defragmentation timeout
+(``DEFRAG_TIMEOUT``), written once; their argument specs share ``module_utils/specs.py`` the same way."""
 
 from __future__ import annotations
 
 
 class ModuleDocFragment:
+    # ansible-core refuses a fragment without options or attributes ("missing options or attributes in
+    # fragment"): this one adds a note only, so its attributes are empty - the etcd modules' attributes
+    # are every module's (cpctl.controlplane.attributes) and their own check/diff mode support.
     DOCUMENTATION = r"""
-attributes:
-  platform:
-    platforms: posix
-  action:
-    support: full
-  async:
-    support: none
-  bypass_host_loop:
-    support: none
+attributes: {}
 notes:
   - Reads the same host variables as M(cpctl.controlplane.static_pod); cpctl asks etcd through this task's master,
     with that master's own etcd client certificate.

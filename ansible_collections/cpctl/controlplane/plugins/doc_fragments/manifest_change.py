@@ -2,9 +2,10 @@
 # Copyright: (c) 2026, cpctl maintainers
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The options, attributes and notes every manifest-changing module shares (static_pod_manifest,
-static_pod_flags): one text, so that the modules cannot drift apart. Their argument specs share
-``module_utils/specs.py`` the same way."""
+"""The options, check and diff mode support and notes every manifest-changing module shares
+(static_pod_manifest, static_pod_flags; the other attributes are every module's, ``attributes.py``):
+one text, so that the modules cannot drift apart. Their argument specs share ``module_utils/specs.py``
+the same way."""
 
 from __future__ import annotations
 
@@ -64,14 +65,6 @@ attributes:
   diff_mode:
     support: full
     details: The manifest's unified diff.
-  platform:
-    platforms: posix
-  action:
-    support: full
-  async:
-    support: none
-  bypass_host_loop:
-    support: none
 notes:
   - Reads the same host variables as M(cpctl.controlplane.static_pod).
 """

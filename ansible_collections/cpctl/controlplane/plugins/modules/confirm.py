@@ -24,6 +24,7 @@ author:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.flow
+  - cpctl.controlplane.attributes
 options:
   component:
     description: The static pod whose change to confirm or revert (required unless O(all)).
@@ -45,14 +46,6 @@ attributes:
     support: full
     details: Reads whether a change awaits confirmation (C(cpctl status)); nothing changes.
   diff_mode:
-    support: none
-  platform:
-    platforms: posix
-  action:
-    support: full
-  async:
-    support: none
-  bypass_host_loop:
     support: none
 notes:
   - O(state=reverted) reverts now over SSH (C(cpctl -H MASTER revert-unconfirmed)) as on the master itself

@@ -25,6 +25,7 @@ author:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.flow
+  - cpctl.controlplane.attributes
   - ansible.builtin.action_common_attributes.facts
 options:
   drift:
@@ -48,14 +49,6 @@ attributes:
     support: none
   facts:
     support: full
-  platform:
-    platforms: posix
-  action:
-    support: full
-  async:
-    support: none
-  bypass_host_loop:
-    support: none
 notes:
   - Reads the same host variables as M(cpctl.controlplane.static_pod).
 seealso:

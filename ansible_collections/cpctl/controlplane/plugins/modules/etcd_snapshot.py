@@ -25,6 +25,7 @@ author:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.flow
+  - cpctl.controlplane.attributes
   - cpctl.controlplane.etcd
 options:
   path:

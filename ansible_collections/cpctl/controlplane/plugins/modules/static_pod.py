@@ -28,6 +28,7 @@ author:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.flow
+  - cpctl.controlplane.attributes
 options:
   component:
     description:
@@ -74,14 +75,6 @@ attributes:
   diff_mode:
     support: full
     details: The manifests dir listing before and after.
-  platform:
-    platforms: posix
-  action:
-    support: full
-  async:
-    support: none
-  bypass_host_loop:
-    support: none
 notes:
   - Host variables read (all optional) - C(ansible_host), C(ansible_port), C(ansible_user),
     C(ansible_ssh_private_key_file), C(ansible_python_interpreter), C(cpctl_node_name), C(cpctl_manifests_dir), C(cpctl_state_dir),

@@ -24,6 +24,7 @@ author:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.flow
+  - cpctl.controlplane.attributes
   - cpctl.controlplane.manifest_change
   - cpctl.controlplane.manifest_change.companions
 options:

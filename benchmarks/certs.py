@@ -19,7 +19,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -28,7 +27,7 @@ from typing import Any
 import yaml
 
 from benchmarks.harness import load_average, machine_info, median, table, write_section
-from benchmarks.sshd import Fleet, FleetError, require, start_fleet
+from benchmarks.sshd import Fleet, begin, start_fleet
 
 COUNTS = (1, 5, 20)
 OPENSSL = ('set -- $SSH_CONNECTION; cd %s/roots/"$3"/etc/kubernetes/pki && '
@@ -108,12 +107,7 @@ def _check_cpctl(count: int):
 
 
 def run(runs: int = 7) -> str:
-    try:
-        require()
-    except FleetError as exc:
-        raise SystemExit("certs benchmark: %s" % exc) from None
-    load_before = load_average()
-    work = tempfile.mkdtemp(prefix="cpctl-bench-certs-")
+    load_before, work = begin("certs", "certs")
     fleet, listeners = None, []
     results: dict = {}
     try:

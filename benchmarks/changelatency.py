@@ -25,7 +25,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -155,15 +154,10 @@ def _ops(report: Dict[str, Any]) -> str:
 def run(count: int = 0) -> str:
     """Section 15; ``count`` pairs (default 3, or $CPCTL_BENCH_RUNS)."""
     from benchmarks.fanout import ONE_WAY
-    from benchmarks.sshd import FleetError, require
+    from benchmarks.sshd import begin
     from cpctl.host.agent import agent_payload
     count = count or int(os.environ.get("CPCTL_BENCH_RUNS", str(PAIRS)))
-    try:
-        require()
-    except FleetError as exc:
-        raise SystemExit("changelatency benchmark: %s" % exc) from None
-    load_before = load_average()
-    work = tempfile.mkdtemp(prefix="cpctl-bench-change-")
+    load_before, work = begin("changelatency", "change")
     setup: Optional[Setup] = None
     try:
         setup = Setup(work)

@@ -31,12 +31,11 @@ import resource
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from typing import Any, Optional, Tuple
 
 from benchmarks.harness import load_average, machine_info, median, table, write_section
-from benchmarks.sshd import Fleet, FleetError, require, start_fleet
+from benchmarks.sshd import Fleet, begin, start_fleet
 
 COUNTS = (1, 5, 20)
 CPCTL = "cpctl status"                   # as an operator types it: the keeper by default (60 s)
@@ -345,12 +344,7 @@ def _floor(argv: list, runs: int) -> float:
 def run(runs: int = 0) -> str:
     """Section 5; ``runs`` rounds (default 7, or $CPCTL_BENCH_RUNS)."""
     runs = runs or int(os.environ.get("CPCTL_BENCH_RUNS", "7"))
-    try:
-        require()
-    except FleetError as exc:
-        raise SystemExit("fanout benchmark: %s" % exc) from None
-    load_before = load_average()
-    work = tempfile.mkdtemp(prefix="cpctl-bench-fanout-")
+    load_before, work = begin("fanout", "fanout")
     fleet = None
     try:
         fleet = start_fleet(os.path.join(work, "fleet"), max(COUNTS))
@@ -707,13 +701,8 @@ def _latency_once(tool: Tool, count: int, warmup: bool = False) -> float:
 def run_latency(runs: int = 3) -> str:
     """cpctl (cold, warm), tuned Ansible with the collection, with the old command: playbook, and
     a plain ``ansible -m ping``, side by side over the same masters behind a 50 ms round trip."""
-    try:
-        require()
-    except FleetError as exc:
-        raise SystemExit("fanout latency benchmark: %s" % exc) from None
     counts = tuple(int(n) for n in os.environ.get("CPCTL_BENCH_COUNTS", "").split(",") if n) or LATENCY_COUNTS
-    load_before = load_average()
-    work = tempfile.mkdtemp(prefix="cpctl-bench-latency-")
+    load_before, work = begin("fanout latency", "latency")
     fleet, proxies = None, None
     results: dict = {}
     chosen: dict = {}

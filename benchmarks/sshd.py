@@ -20,11 +20,12 @@ import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import List
+from typing import List, Tuple
 
-from benchmarks.harness import cpu_seconds
+from benchmarks.harness import cpu_seconds, load_average
 
 SSHD = "/usr/sbin/sshd"
 CONTROL_PLANE = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd")
@@ -46,6 +47,18 @@ def require() -> None:
     if not os.path.exists(SSHD) or not shutil.which("ssh") or not shutil.which("ssh-keygen"):
         raise FleetError("OpenSSH is needed (%s, ssh, ssh-keygen): apt-get install -y openssh-server "
                          "openssh-client" % SSHD)
+
+
+def begin(name: str, prefix: str) -> Tuple[str, str]:
+    """What every benchmark over the fleet does first: stop with one line (``NAME benchmark: why``)
+    when no fleet can start here, else note the load average before it runs (its report gives it
+    beside the one after: other jobs skew timings) and make its work directory
+    (``cpctl-bench-PREFIX-...``). Returns (load average before, work directory)."""
+    try:
+        require()
+    except FleetError as exc:
+        raise SystemExit("%s benchmark: %s" % (name, exc)) from None
+    return load_average(), tempfile.mkdtemp(prefix="cpctl-bench-%s-" % prefix)
 
 
 def keygen(path: str) -> str:

@@ -396,6 +396,20 @@ def sealed(state: str, entry: dict) -> dict:
     return hostops.sealed(entry, hostops.journal_key(state, create=True))
 
 
+def stop_killed_after_move(node: NodeDirs, op: str = "feedc0de") -> None:
+    """A stop of etcd killed right after its move: etcd.yaml is parked and the sealed journal (one
+    move step, committed at step 0) says so; the next session's recovery completes the stop and
+    records it in the history with ``op``."""
+    src, dst = os.path.join(node.manifests, "etcd.yaml"), os.path.join(node.parked, "etcd.yaml")
+    os.rename(src, dst)
+    with open(dst, "rb") as handle:
+        digest = sha(handle.read())
+    entry = {"version": 2, "op": op, "action": "stop", "component": "etcd", "file": "etcd.yaml",
+             "checksum": digest, "commit": 0, "steps": [{"kind": "move", "src": src, "path": dst, "checksum": digest}]}
+    with open(node.journal, "w") as handle:
+        json.dump(sealed(node.state, entry), handle)
+
+
 def write_json(path: str, value: dict) -> None:
     with open(path, "w") as handle:
         json.dump(value, handle, indent=2, sort_keys=True)

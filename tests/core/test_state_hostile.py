@@ -18,12 +18,11 @@ from typing import Any
 import pytest
 
 from cpctl.core import state as state_module
-from cpctl.core.manifests import checksum
 from cpctl.core.node import Node
 from cpctl.core.settings import Settings
 from cpctl.host.mock import MockHost
 from cpctl.ops.wiring import open_node
-from tests.coreutil import NODE, NodeDirs, sealed, snapshot
+from tests.coreutil import NODE, NodeDirs, sealed, snapshot, stop_killed_after_move
 
 POD = b"""apiVersion: v1
 kind: Pod
@@ -126,14 +125,7 @@ def test_recovery_reads_only_the_tail_of_a_huge_history(node: NodeDirs) -> None:
         handle.write((b'{"action":"noise","op":"0"}\n') * (20 << 20 // 28))
     # a park of etcd.yaml killed right after its move: recovery completes it and must look in the
     # history whether it was recorded already
-    src, dst = os.path.join(node.manifests, "etcd.yaml"), os.path.join(node.parked, "etcd.yaml")
-    os.rename(src, dst)
-    with open(dst, "rb") as handle:
-        digest = checksum(handle.read())
-    entry = {"version": 2, "op": "feedc0de", "action": "stop", "component": "etcd", "file": "etcd.yaml",
-             "checksum": digest, "commit": 0, "steps": [{"kind": "move", "src": src, "path": dst, "checksum": digest}]}
-    with open(node.journal, "w") as handle:
-        json.dump(sealed(node.state, entry), handle)
+    stop_killed_after_move(node)
     host = MockHost()
     opened = open_node(Settings(manifests_dir=node.manifests, state_dir=node.state, node_name=NODE, probe="none"),
                        host)

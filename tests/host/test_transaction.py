@@ -17,12 +17,11 @@ from typing import Any, Dict, Iterator, List, Set, Tuple
 import pytest
 
 from cpctl.core import journal
-from cpctl.core.manifests import checksum
 from cpctl.core.node import Node
 from cpctl.host import ops as hostops
 from cpctl.host import replies
 from cpctl.host.replies import BadReply
-from tests.coreutil import NODE, NodeDirs, sealed
+from tests.coreutil import NODE, NodeDirs, stop_killed_after_move
 from tests.host.test_agent_protocol import CountingAgent
 
 pytestmark = pytest.mark.timeout(60)
@@ -153,14 +152,7 @@ def test_the_recovery_of_one_change_is_one_request(agent: CountingAgent, tmp_pat
     transaction (after the reads that check the journal's seal and paths)."""
     node = NodeDirs(str(tmp_path))
     node.run("start", "scheduler", rc=None)                    # makes the state dir (and its journal key)
-    src, dst = os.path.join(node.manifests, "etcd.yaml"), os.path.join(node.parked, "etcd.yaml")
-    os.rename(src, dst)
-    with open(dst, "rb") as handle:
-        digest = checksum(handle.read())
-    entry = {"version": 2, "op": "feedc0de", "action": "stop", "component": "etcd", "file": "etcd.yaml",
-             "checksum": digest, "commit": 0, "steps": [{"kind": "move", "src": src, "path": dst, "checksum": digest}]}
-    with open(node.journal, "w") as handle:
-        json.dump(sealed(node.state, entry), handle)
+    stop_killed_after_move(node)
     opened = Node(agent, node.manifests, node.state, NODE)
     with opened.session("count", changing=False):
         pass

@@ -67,9 +67,17 @@ def _uid(state: Optional[State]) -> str:
     return uid if isinstance(uid, str) else ""
 
 
+def _other_uid(state: State, prev: Optional[State]) -> bool:
+    """Both looks name a uid, through the same probe, and not the same one. The probes' uids differ
+    for one pod (the API's mirror pod uid, crictl's static pod uid), and ``describe`` takes the
+    runtime's view when the API cannot answer."""
+    return bool(prev is not None and _uid(state) and _uid(prev) and state.get("source") == prev.get("source")
+                and _uid(state) != _uid(prev))
+
+
 def _started_again(prev: Optional[State], state: State) -> bool:
     """The same pod (uid) as ``prev``, with another container start."""
-    if prev is None or not _uid(state) or _uid(prev) != _uid(state):
+    if prev is None or not _uid(state) or _uid(prev) != _uid(state) or prev.get("source") != state.get("source"):
         return False
     was, now = prev.get("container_started"), state.get("container_started")
     return isinstance(was, str) and isinstance(now, str) and was != now
@@ -104,7 +112,7 @@ class MirrorTrail:
         else:
             why = self._new_why(look)
             self.gone = self.gone or why
-            same = self.last is not None and _present(self.last.state) and _uid(look.state) == _uid(self.last.state)
+            same = self.last is not None and _present(self.last.state) and not _other_uid(look.state, self.last.state)
             self.new = bool(why) or (self.new and same)
             self.restarted = self.restarted or _started_again(self.last.state if same and self.last else self.before,
                                                               look.state)
@@ -114,15 +122,14 @@ class MirrorTrail:
     def _new_why(self, look: Look) -> str:
         """Why the pod of ``look`` is new since the change ("" when nothing says so)."""
         state, prev = look.state or {}, self.last.state if self.last else None
-        uid, age = _uid(state), _age(state)
+        age = _age(state)
         if prev is not None and not _present(prev):
             return "gone"
-        if uid and _uid(prev) and uid != _uid(prev):
+        if _other_uid(state, prev):
             return "replaced"
         if age is not None and age <= look.at:
             return "replaced"
-        if self.before is not None and uid and uid != _uid(self.before) and age is not None \
-                and age <= look.ended + CREATED_SLACK:
+        if _other_uid(state, self.before) and age is not None and age <= look.ended + CREATED_SLACK:
             return "replaced"
         return ""
 

@@ -154,3 +154,13 @@ def test_containers_started_again_behind_the_same_mirror_pod_are_not_the_old_pod
     assert "its containers started again" in reload[1]
     stop, reload = follow(before, [(0.1, before), (61.0, before)])
     assert (stop[0], reload[0]) == ("not_followed", "not_followed")
+
+
+def test_uids_of_two_probes_are_never_compared() -> None:
+    """The API's mirror pod uid and crictl's static pod uid differ for one pod; ``describe`` takes the
+    runtime's view when the API cannot answer (the API server being changed): not a replaced pod."""
+    api, runtime = dict(OLD, source="api"), dict(OLD, uid="static-hash", source="crictl")
+    stop, reload = follow(api, [(0.1, api), (0.3, runtime), (60.0, runtime), (61.0, api)])
+    assert (stop[0], reload[0]) == ("not_followed", "not_followed"), (stop, reload)
+    stop, reload = follow(api, [(0.1, runtime), (0.3, dict(runtime, uid="another-hash")), (61.0, api)])
+    assert (stop[0], reload[0]) == ("followed", "followed"), "crictl saw another static pod, Ready: replaced"

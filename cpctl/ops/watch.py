@@ -19,12 +19,25 @@ import queue
 import stat
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+from collections import deque
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Mapping, Optional, Tuple, Union
 
 from cpctl.core import manifests, podfields
 from cpctl.errors import CpctlError
 from cpctl.host.base import Host
 from cpctl.host.local import LocalHost
+from cpctl.ops.watchfollow import (
+    FOLLOWED,
+    LOAD,
+    NOT_FOLLOWED,
+    RELOAD,
+    STOP,
+    UNVERIFIED,
+    Look,
+    MirrorTrail,
+    at_deadline,
+    outcome,
+)
 from cpctl.probes.base import PodTarget, Waiter
 from cpctl.timeutil import iso_millis
 
@@ -35,9 +48,11 @@ if TYPE_CHECKING:                   # watchdog is imported when a watch starts
 #: One watch record (``-o json``: one line): time, event, file, verdict, pod, detail, and extras.
 Record = Dict[str, object]
 
-LOAD, RELOAD, STOP, IGNORE, REJECT, DUPLICATE = "load", "reload", "stop", "ignore", "reject", "duplicate"
-FOLLOWED, NOT_FOLLOWED = "followed", "not_followed"
+IGNORE, REJECT, DUPLICATE = "ignore", "reject", "duplicate"     # and LOAD, RELOAD, STOP (watchfollow's)
 POLL_INTERVAL = 0.2
+# Looks at each mirror pod kept (their times, too): a follow-up judges "new" against the last one taken
+# before the watch learned of the change, even while another follow-up of that pod is still looking.
+KEPT_LOOKS = 8
 # watchdog holds an unpaired IN_MOVED_FROM for 0.5 s hoping for its IN_MOVED_TO. A rename inside
 # one directory delivers both in the same read(), so 25 ms keeps pairing and makes "moved out"
 # (cpctl stop parks by rename) reach the first verdict within the 100 ms target.
@@ -77,10 +92,11 @@ class _Pending:
     writer still has the file open, after its close-after-write (at the latest ``settle`` seconds after
     the last write)."""
 
-    def __init__(self) -> None:
+    def __init__(self, at: float) -> None:
         self.kinds: List[str] = []
         self.deadline = 0.0
         self.writing = False
+        self.first = at         # when the watch learned of the burst's first event (time.monotonic())
 
     def add(self, kind: str, now: float, debounce: float, settle: float, writing: bool) -> None:
         shown = _EVENT_KINDS.get(kind, kind)
@@ -129,6 +145,9 @@ class Watch:
         self.loaded: Dict[str, Tuple[str, str, Optional[str], Optional[str], str]] = {}
         self.verdicts = 0
         self._unclosed = False          # the verdict being made is of a file no close-after-write ended
+        self._changed_at = 0.0          # ... and when the watch learned of its burst's first event
+        self._looks: Dict[str, Deque[Tuple[float, Mapping[str, object]]]] = {}  # mirror pod -> (when, look)
+        self._looks_lock = threading.Lock()
         self._observer: Any = None
         self._handler: Any = None
         self._generation = 0            # of the manifests dir's watch: bumped by every re-arm
@@ -145,7 +164,7 @@ class Watch:
         record: Record = {"time": iso_millis(), "event": event, "file": file, "verdict": verdict, "pod": pod,
                           "detail": detail, "elapsed_seconds": None, "files": None, "bounce": False}
         record.update(extra)
-        if verdict not in ("watching", "exit", FOLLOWED, NOT_FOLLOWED):
+        if verdict not in ("watching", "exit", FOLLOWED, NOT_FOLLOWED, UNVERIFIED):
             self.verdicts += 1
         self.emit_record(record)
 
@@ -165,6 +184,7 @@ class Watch:
         scan = manifests.scan(self.host, self.dir)
         release = podfields.node_release(m.pod for m in scan.valid)
         self.loaded = {m.file: _loaded(m, release) for m in scan.valid}
+        self._look_at_all(scan.valid)
         names = ", ".join(sorted(m.file for m in scan.valid)) or "none"
         self._emit("start", None, "watching", None, "watching %s: the kubelet runs %d manifest%s (%s)"
                    % (self.dir, len(self.loaded), "" if len(self.loaded) == 1 else "s", names))
@@ -222,27 +242,31 @@ class Watch:
         if item[0] == "follow":
             self._emit(**item[1])
             return
-        _, kind, src, dest, generation = item
+        _, kind, src, dest, generation = item[:5]
+        at = item[5] if len(item) > 5 else time.monotonic()     # when watchdog's thread handed it over
         if kind == "moved":
-            self._path_event(src, "moved_out", generation)
-            self._path_event(dest, "moved_in", generation)
+            self._path_event(src, "moved_out", generation, at)
+            self._path_event(dest, "moved_in", generation, at)
         else:
-            self._path_event(src, kind, generation)
+            self._path_event(src, kind, generation, at)
 
-    def _path_event(self, path: str, kind: str, generation: Optional[int]) -> None:
+    def _path_event(self, path: str, kind: str, generation: Optional[int], at: float) -> None:
         if not path:
             return
         if path == self.dir:
             self._check_dir()
         elif os.path.dirname(path) == self.dir and generation in (None, self._generation):
-            self._touch(os.path.basename(path), kind)
+            self._touch(os.path.basename(path), kind, at=at)
 
-    def _touch(self, name: str, kind: str, writing: bool = True) -> None:
-        """One event for a file; ``writing``: the event may come from a writer that has not closed it yet
-        (false for a file found by listing the dir, a directory or a symlink, which no close follows)."""
+    def _touch(self, name: str, kind: str, writing: bool = True, at: Optional[float] = None) -> None:
+        """One event for a file (``at``: when the watch learned of it); ``writing``: the event may come from
+        a writer that has not closed it yet (false for a file found by listing the dir, a directory or a
+        symlink, which no close follows)."""
         if writing and kind == "created" and not _regular_file(os.path.join(self.dir, name)):
             writing = False
-        self.pending.setdefault(name, _Pending()).add(kind, time.monotonic(), self.debounce, self.settle, writing)
+        now = time.monotonic()
+        burst = self.pending.setdefault(name, _Pending(now if at is None else min(at, now)))
+        burst.add(kind, now, self.debounce, self.settle, writing)
 
     # --- the manifests dir itself -------------------------------------------------------------------
     def _check_dir(self) -> None:
@@ -290,7 +314,7 @@ class Watch:
         for name in due:
             burst = self.pending.pop(name, None)
             if scan is not None and burst is not None:
-                self._unclosed = burst.writing
+                self._unclosed, self._changed_at = burst.writing, burst.first
                 self._verdict(name, "+".join(burst.kinds), scan)
         self._unclosed = False
 
@@ -331,12 +355,11 @@ class Watch:
             self._emit(event, name, STOP, self.mirror_name(pod), "file %s: the kubelet stops pod %s/%s although %s "
                        "still defines it; its next full re-list (every %gs) starts it again from there"
                        % (how, namespace, pod, " and ".join(others), self.relist), bounce=True)
-            self._follow(STOP, target)
-            self._follow(RELOAD, target, self.relist + self.timeout)
+            self._follow([(STOP, self.timeout), (RELOAD, self.relist + self.timeout)], target, bounce=True)
             return
         self._emit(event, name, STOP, self.mirror_name(pod), "file %s: the kubelet stops pod %s/%s"
                    % (how, namespace, pod))
-        self._follow(STOP, target)
+        self._follow([(STOP, self.timeout)], target)
 
     def _rejected(self, entry: manifests.Manifest, event: str) -> None:
         prev = self.loaded.pop(entry.file, None)
@@ -362,7 +385,7 @@ class Watch:
                        % (key[0], key[1], " and ".join(others), key[1]), files=[entry.file] + others)
         elif prev is None:
             self._emit(event, entry.file, LOAD, pod, "the kubelet starts pod %s/%s" % key)
-            self._follow(LOAD, target)
+            self._follow([(LOAD, self.timeout)], target)
         elif prev[2] == entry.checksum:
             self._emit(event, entry.file, IGNORE, pod, "content unchanged: the kubelet keeps pod %s/%s" % key)
         elif prev[:2] == key and prev[3] == entry.digest:
@@ -375,73 +398,83 @@ class Watch:
             was = "" if prev[:2] == key else " (was pod %s/%s)" % prev[:2]
             self._emit(event, entry.file, RELOAD, pod, "content changed: the kubelet recreates pod %s/%s%s"
                        % (key[0], key[1], was))
-            self._follow(RELOAD, target)
+            self._follow([(RELOAD, self.timeout)], target)
 
     # --- mirror pod follow-up -------------------------------------------------------------------------
-    def _follow(self, verdict: str, target: PodTarget, timeout: Optional[float] = None) -> None:
+    def _follow(self, goals: List[Tuple[str, float]], target: PodTarget, bounce: bool = False) -> None:
+        """Follow the mirror pod of ``target`` in a thread of its own: one line per (verdict, timeout) of
+        ``goals`` (a bounce: stop, then the re-list's start), judged from the looks since the change
+        (``cpctl.ops.watchfollow``)."""
         if self.waiter is None:
             return
-        thread = threading.Thread(target=self._follow_thread,
-                                  args=(verdict, target, time.monotonic(), timeout or self.timeout),
+        thread = threading.Thread(target=self._follow_thread, args=(goals, target, self._changed_at, bounce),
                                   name="cpctl-follow-%s" % target.component, daemon=True)
         thread.start()
 
-    def _follow_thread(self, verdict: str, target: PodTarget, started: float, timeout: float) -> None:
-        assert self.waiter is not None
-        before = self._describe(target)
-        while not self._stopping.is_set():
-            elapsed = time.monotonic() - started
-            state = before if elapsed < POLL_INTERVAL / 2 else self._describe(target)
-            if followed(verdict, state, before, elapsed):
-                self._report_follow(verdict, target, True, elapsed, timeout)
-                return
-            if elapsed >= timeout:
-                self._report_follow(verdict, target, False, elapsed, timeout)
-                return
-            self._stopping.wait(POLL_INTERVAL)
+    def _follow_thread(self, goals: List[Tuple[str, float]], target: PodTarget, changed: float,
+                       bounce: bool) -> None:
+        trail = MirrorTrail(self._look_before(target.mirror_name, changed))
+        todo = list(goals)
+        while todo and not self._stopping.is_set():
+            begun = time.monotonic() - changed
+            state = self._look(target)
+            trail.add(Look(begun, state, time.monotonic() - changed))
+            elapsed = time.monotonic() - changed
+            for verdict, timeout in list(todo):
+                done = outcome(verdict, trail, "mirror pod %s" % target.mirror_name, elapsed)
+                if done is None and elapsed >= timeout:
+                    done = at_deadline(verdict, trail, "mirror pod %s" % target.mirror_name, timeout, bounce)
+                if done is not None:
+                    self._report_follow(target, done[0], done[1], elapsed)
+                    todo.remove((verdict, timeout))
+                elif bounce:
+                    break               # a bounce's start is reported after its stop
+            if todo:
+                self._stopping.wait(POLL_INTERVAL)
 
-    def _describe(self, target: PodTarget) -> Optional[Mapping[str, object]]:
+    def _look(self, target: PodTarget) -> Optional[Mapping[str, object]]:
+        """The waiter's view of the mirror pod now (None: no probe could look), kept with its time."""
         try:
-            return self.waiter.describe(target) if self.waiter is not None else None
+            state = self.waiter.describe(target) if self.waiter is not None else None
         except (CpctlError, OSError):
-            return None  # the API may be down right now (it may be the pod being replaced)
+            state = None  # the API may be down right now (it may be the pod being replaced)
+        if state is not None:
+            with self._looks_lock:
+                self._looks.setdefault(target.mirror_name, deque(maxlen=KEPT_LOOKS)).append((time.monotonic(), state))
+        return state
 
-    def _report_follow(self, verdict: str, target: PodTarget, ok: bool, elapsed: float, timeout: float) -> None:
-        mirror = "mirror pod %s" % target.mirror_name
-        if ok:
-            what = {STOP: "gone", LOAD: "appeared and Ready", RELOAD: "recreated and Ready"}[verdict]
-            detail = "%s %s after %.1fs" % (mirror, what, elapsed)
-        else:
-            what = {STOP: "still present after", LOAD: "did not appear (Ready) within",
-                    RELOAD: "was not recreated (Ready) within"}[verdict]
-            detail = "%s %s %ds" % (mirror, what, round(timeout))
-        record: Record = {"event": "mirror", "file": target.file, "verdict": FOLLOWED if ok else NOT_FOLLOWED,
-                          "pod": target.mirror_name, "detail": detail, "elapsed_seconds": round(elapsed, 3)}
+    def _look_before(self, mirror: str, changed: float) -> Optional[Mapping[str, object]]:
+        """The last look at ``mirror`` that ended before the watch learned of the change (None: none)."""
+        with self._looks_lock:
+            kept = list(self._looks.get(mirror, ()))
+        return next((state for at, state in reversed(kept) if at < changed), None)
+
+    def _look_at_all(self, valid: List[manifests.Manifest]) -> None:
+        """A first look at the mirror pod of every manifest the kubelet runs, so that a follow-up of the
+        first change has a look from before it: a bounce that ends before the follow-up's first look is
+        still seen as a new pod (``cpctl.ops.watchfollow``)."""
+        if self.waiter is None:
+            return
+        targets = [PodTarget(m.pod_name or "", m.namespace, self.node_name, m.pod or {}, m.file) for m in valid]
+        try:
+            self.waiter.prepare_describe(targets)
+        except (CpctlError, OSError):
+            pass        # each describe below looks by itself
+        for target in targets:
+            self._look(target)
+
+    def _report_follow(self, target: PodTarget, verdict: str, detail: str, elapsed: float) -> None:
+        record: Record = {"event": "mirror", "file": target.file, "verdict": verdict, "pod": target.mirror_name,
+                          "detail": detail, "elapsed_seconds": round(elapsed, 3)}
         self.events.put(("follow", record))
-
-
-def followed(verdict: str, state: Optional[Mapping[str, object]], before: Optional[Mapping[str, object]],
-             elapsed: float) -> bool:
-    """Whether the mirror pod did what the verdict said the kubelet would do."""
-    if state is None:
-        return False
-    if verdict == STOP:
-        return not state.get("present")
-    if not (state.get("present") and state.get("ready")):
-        return False
-    if verdict == LOAD or not before or not before.get("present"):
-        return True
-    if state.get("uid") and before.get("uid"):
-        return state["uid"] != before["uid"]
-    age = state.get("age_seconds")
-    return isinstance(age, (int, float)) and age <= elapsed + 1.0
 
 
 # --- watchdog glue ---------------------------------------------------------------------------------
 
 class _Handler:
-    """watchdog handler that only forwards ("fs", kind, src, dest, generation) tuples to the main
-    thread; ``generation``: the dir watch it serves (None: the parent dir's watch)."""
+    """watchdog handler that only forwards ("fs", kind, src, dest, generation, when) tuples to the main
+    thread; ``generation``: the dir watch it serves (None: the parent dir's watch); ``when``: the
+    ``time.monotonic()`` it handed the event over (a follow-up's looks are timed from it)."""
 
     def __init__(self, events: Any, generation: Optional[int]) -> None:
         self.events = events
@@ -455,9 +488,9 @@ class _Handler:
                 kind, dest = "moved_out", ""
             elif dest and not src:
                 kind, src, dest = "moved_in", dest, ""
-            self.events.put(("fs", kind, src, dest, self.generation))
+            self.events.put(("fs", kind, src, dest, self.generation, time.monotonic()))
         elif kind in _EVENT_KINDS or (event.is_directory and kind in ("created", "deleted")):
-            self.events.put(("fs", kind, _text(event.src_path), "", self.generation))
+            self.events.put(("fs", kind, _text(event.src_path), "", self.generation, time.monotonic()))
 
 
 def _text(path: Union[str, bytes]) -> str:

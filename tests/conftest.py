@@ -19,8 +19,10 @@ from __future__ import annotations
 import atexit
 import functools
 import inspect
+import json
 import os
 import re
+import resource
 import shutil
 import signal
 import tempfile
@@ -242,6 +244,35 @@ def pytest_runtest_makereport(item: Any, call: Any) -> Iterator[None]:
     report = outcome.get_result()
     if report.when == "call":
         item.call_report = report
+
+
+#: ``CPCTL_TEST_CPU_LOG=FILE``: each test's wall time and the CPU it cost, as JSON lines appended to FILE:
+#: the worker's own CPU and its waited-for children's (cpctl's CLI, the lab and its etcd members, Ansible),
+#: the setup, call and teardown together. Where CI's minutes go when the cores are the limit, which
+#: ``--durations`` (wall time, inflated by the other workers' load) cannot tell.
+CPU_LOG_ENV = "CPCTL_TEST_CPU_LOG"
+
+
+def _cpu_seconds() -> tuple:
+    """(this process's CPU, its waited-for children's CPU), user + system, in seconds."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: Any, nextitem: Any) -> Iterator[None]:
+    """With ``CPCTL_TEST_CPU_LOG`` set, one line per test in that file (see ``CPU_LOG_ENV``)."""
+    path = os.environ.get(CPU_LOG_ENV)
+    if not path:
+        yield
+        return
+    started, (own, children) = time.monotonic(), _cpu_seconds()
+    yield
+    own_after, children_after = _cpu_seconds()
+    line = json.dumps({"test": item.nodeid, "wall": round(time.monotonic() - started, 3),
+                       "cpu": round(own_after - own, 3), "children_cpu": round(children_after - children, 3)})
+    with open(path, "a") as log:
+        log.write(line + "\n")
 
 
 def pytest_collection_modifyitems(config: Any, items: list) -> None:

@@ -137,18 +137,20 @@ def test_a_canary_that_cannot_be_created_is_not_verified(lab, tmp_path):
     assert pods == []
 
 
-def test_describe_asks_a_hanging_api_once(lab):
+def test_describe_asks_a_hanging_api_once(lab, monkeypatch):
+    # The runtime's view must come within describe's budget: 5 s, of which the hanging API takes 3 s.
+    # The lab's crictl is a Python program (a real one is a Go binary): with both cores busy its four
+    # answers took over 5 s and describe rightly said it could not look (None). What this test judges
+    # is how often the hanging API is asked, so the budget is one no load reaches.
+    monkeypatch.setattr("cpctl.probes.waiter.DESCRIBE_BUDGET", 120.0)
     lab.inject_faults([{"path": "^/api/v1/namespaces/kube-system/pods/", "action": "hang"}])
     w = waiter(lab)
     components = ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd")
-    started = time.monotonic()
     states = [w.describe(target(lab, c)) for c in components]
-    took = time.monotonic() - started
     assert all(s is not None and s["source"] == "crictl" and s["present"] for s in states), states
-    # the API is given its 3 s once, then skipped; it used to cost 3 s per pod. Counted by the lab
-    # (a wall-clock bound of 3 s + 2.5 s failed on a busy machine: the four crictl answers took 4 s)
+    # the API is given its 3 s once, then skipped; it used to be asked (3 s) for every pod. Counted by
+    # the lab, whatever the load (a wall-clock bound failed on a busy machine)
     assert [rule["hits"] for rule in lab.clear_faults()] == [1]
-    assert took < 4 * 3.0, took                 # asking each pod would take 12 s whatever the load
 
 
 # --- through the CLI: exit codes ---------------------------------------------------------------------

@@ -20,6 +20,7 @@ import yaml
 
 from cpctl.core import kubeadmconfig as kc
 from cpctl_lab.control import LabHandle
+from tests.coreutil import schema_valid
 from tests.labfixture import kubectl, lab_factory, run_cpctl, wait_for  # noqa: F401
 
 
@@ -419,7 +420,8 @@ def test_failed_upgrade_leftovers_are_reported_not_refused_for_20_minutes(lab_fa
     found: dict[str, Any] = {}
 
     def reported() -> bool:         # an empty staging dir counts once it is EMPTY_SETTLED seconds old
-        found.update({f["kind"]: f for f in json.loads(run_cpctl(handle, "check", "-o", "json").stdout)["findings"]})
+        answer = schema_valid("check", json.loads(run_cpctl(handle, "check", "-o", "json").stdout))
+        found.update({f["kind"]: f for f in answer["findings"]})      # upgrade_failed: its components too
         return "upgrade_failed" in found
     wait_for(reported, 30, "upgrade_failed reported")
     assert "upgrade_in_flight" not in found and "failed and was rolled back" in found["upgrade_failed"]["message"]

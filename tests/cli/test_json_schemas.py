@@ -267,6 +267,8 @@ def test_every_answer_matches_its_schema_locally_and_remotely(both: Both, lab: A
     both.local("plan", "restart", "scheduler", "--dry-run")
     stale = both.local("plan", "restart", "--stale-certs", "--dry-run")
     assert stale["would_change"] is False and stale["left"]
+    restarted = both.local("outcomes", "restart", "scheduler")         # its steps as stop and start: described
+    assert [r["start"]["wait"]["verified"] for r in restarted["results"]] == [True], restarted
     both.local("outcomes", "stop", "scheduler")
     plan = both.local("plan", "stop", "scheduler", "--dry-run")
     assert plan["would_change"] is False                      # already parked: nothing would change

@@ -240,6 +240,7 @@ def test_keep_in_patches_writes_a_json_patch_through_the_journal(lab_factory: An
     new = yaml.safe_load((handle.manifests_dir() / "kube-scheduler.yaml").read_text())
     assert jsonpatch.apply_patch(old, ops) == new
     history = run_cpctl(handle, "history", "-o", "json")
+    schema_valid("history", json.loads(history.stdout))       # keep-in's patch
     assert '"keep-in"' in history.stdout and "kube-scheduler+json.yaml" in history.stdout
 
 
@@ -508,6 +509,7 @@ def test_rollback_and_an_unconfirmed_revert_put_the_kept_cluster_configuration_b
     back, version = _kept(handle)
     assert back == text and "--v=4" not in command(handle, "kube-scheduler")
     history = run_cpctl(handle, "-o", "json", "history").stdout
+    schema_valid("history", json.loads(history))              # keep-in-undone's configmap, resource_version
     assert '"keep-in-undone"' in history and version in history
     # an unconfirmed change's revert
     proc = run_cpctl(handle, "flags", "scheduler", "--set", "v=5", "--keep-in", "kubeadm-config",

@@ -494,3 +494,15 @@ class ArrivalWatch:
 
     def close(self) -> None:
         self._inotify.close()
+
+
+def schema_valid(name: str, doc: Any) -> Any:
+    """``doc`` validated against cpctl's shipped JSON Schema ``cpctl/schemas/NAME.json`` (closed where
+    the shape is cpctl's: a field it does not describe fails); returns ``doc``. For the flow tests
+    whose answers reach branches the schema tests (tests/cli/test_json_schemas.py) do not."""
+    import jsonschema
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "cpctl", "schemas",
+                        "%s.json" % name)
+    with open(path) as handle:
+        jsonschema.Draft202012Validator(json.load(handle)).validate(doc)
+    return doc

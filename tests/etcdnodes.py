@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional
 
 import yaml
 
-from tests.coreutil import check_result
+from tests.coreutil import check_result, schema_valid
 from tests.realetcd import RealEtcd
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -86,7 +86,9 @@ def cpctl_json(cluster: RealEtcd, name: str, *args: str, rc: Optional[int] = 0) 
 
 
 def history(cluster: RealEtcd, name: str) -> List[Dict[str, Any]]:
-    return list(cpctl_json(cluster, name, "history", "--limit", "1000")["history"])
+    """``cpctl history -o json``'s records, the answer validated against history.json (the etcd
+    operations' own fields: member, to, alarm, db_size_before/after, seconds, size, sha256, keys)."""
+    return list(schema_valid("history", cpctl_json(cluster, name, "history", "--limit", "1000"))["history"])
 
 
 # --------------------------------------------------------------------------- load

@@ -918,9 +918,8 @@ def recover_space(node: Node, dry_run: bool, timeout: float = DEFRAG_TIMEOUT,
     refuse_corrupt(seen, "etcd recover-space")
     nospace = "NOSPACE" in seen.alarm_kinds()
     full = at_quota(seen, quota)
-    if not nospace and not any(v.status is not None for v in seen.members):
-        raise CpctlError("no NOSPACE alarm is active, but no member's database size could be read (%s): cannot tell "
-                         "whether a database is at its quota" % _health_text(seen), ExitCode.ENVIRONMENT)
+    if not any(v.status is not None for v in seen.members):
+        raise CpctlError(_unread_text(seen, nospace), ExitCode.ENVIRONMENT)
     if not nospace and not full:
         return RecoverReport(node=node.node_name, changed=False, dry_run=dry_run, compacted_to=None, steps=[],
                              disarmed=[], write_revision=None, quota=quota,
@@ -940,6 +939,7 @@ def recover_space(node: Node, dry_run: bool, timeout: float = DEFRAG_TIMEOUT,
         revision, steps = _compact_and_defrag(node, gateway, endpoints, seen, timeout, progress)
         after = survey(gateway, endpoints)
         _refuse_if_full(after, quota, "NOSPACE" in after.alarm_kinds())
+        _refuse_if_unseen(after, revision, steps)
         nospace_alarms = [a for a in after.alarms if a.alarm == "NOSPACE"]
         _disarm(node, gateway, after, nospace_alarms)
         disarmed = _alarm_rows(after, nospace_alarms)
@@ -952,6 +952,33 @@ def recover_space(node: Node, dry_run: bool, timeout: float = DEFRAG_TIMEOUT,
                              quota=quota, message="space recovered (%s): compacted, %d member(s) defragmented, %d "
                              "alarm(s) disarmed, a write succeeded at revision %d" % (
                                  why, sum(1 for s in steps if s.seconds is not None), len(disarmed), write_revision))
+
+
+def _refuse_if_unseen(after: Survey, revision: int, steps: Sequence[DefragStep]) -> None:
+    """Exit 7 before the disarm when a member's database size cannot be read after compaction and
+    defragmentation (it was skipped, as defrag skips a member without status): its space was not
+    seen back, and a member still at its quota raises NOSPACE again at the next write (measured: the
+    check write did, right after the disarm) - so neither a disarm nor "space recovered"."""
+    unread = ["%s (%s)" % (v.name, v.why or "no answer") for v in after.members if v.status is None]
+    if unread:
+        done = [s.member for s in steps if s.seconds is not None]
+        raise CpctlError("compacted to revision %d and defragmented %s, but the database size of %s could not be "
+                         "read: its space was not seen back, so no alarm was disarmed" % (
+                             revision, ", ".join(done) or "no member", ", ".join(unread)), ExitCode.ENVIRONMENT,
+                         hint="make each member's status readable (cpctl etcd status shows why not), then run it "
+                              "again")
+
+
+def _unread_text(seen: Survey, nospace: bool) -> str:
+    """Why recover-space does nothing when no member's database size (nor quota) can be read: it
+    could neither tell whether a database is at its quota nor see the space come back - so it does
+    not compact, defragment or disarm blind (it disarmed NOSPACE and then failed its check write)."""
+    if nospace:
+        return ("a NOSPACE alarm is active, but no member's database size could be read (%s): recover-space would "
+                "not see whether the space comes back, so it neither compacts, defragments nor disarms"
+                % _health_text(seen))
+    return ("no NOSPACE alarm is active, but no member's database size could be read (%s): cannot tell whether a "
+            "database is at its quota" % _health_text(seen))
 
 
 def member_quota(view: MemberView, quota: int) -> int:

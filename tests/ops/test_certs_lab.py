@@ -32,6 +32,7 @@ from cpctl.cli.render import status_text
 from cpctl.timeutil import format_duration
 from cpctl_lab import etcdbin, pki
 from cpctl_lab.control import LabHandle
+from tests.coreutil import schema_valid
 from tests.labfixture import mirror, run_cpctl
 
 COMPONENTS = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"]
@@ -333,3 +334,55 @@ def test_certs_reads_a_real_etcd_35_certificate(lab_factory: Any) -> None:
     lab = lab_factory()
     assert lab.info["etcd"]["kind"] == "real"
     assert verdicts(certs_json(lab))["etcd"] == "current"
+
+
+@pytest.mark.parametrize("profile, to, version", [("default", "1.31", "v1.31.12"), ("ha", "1.34", "v1.34.1")])
+def test_renew_after_a_kubeadm_upgrade_then_restart_stale_certs(lab_factory: Any, profile: str, to: str,
+                                                                 version: str) -> None:
+    """Issue 48, certificate renewal after an upgrade: cpctl changed the scheduler (kept in
+    kubeadm-config) and then ``kubeadm upgrade`` replaced every manifest, renewing each moved
+    component's certificates before the move - so all four come back current. ``kubeadm certs renew
+    all`` after it leaves exactly the controller-manager and the scheduler on the old certificate;
+    ``restart --stale-certs`` restarts those two (the upgraded bytes stay in place, no cpctl write) and
+    ``check`` (with a baseline taken after the upgrade) is clean afterwards: no cert_stale, no drift,
+    and the upgrade is not taken for a lost change."""
+    lab = lab_factory(profile=profile)
+    flags = run_cpctl(lab, "flags", "scheduler", "--set", "v=4", "--keep-in", "kubeadm-config", "--timeout", "60")
+    assert flags.returncode == 0, flags.stderr
+    proc = subprocess.run([sys.executable, "-m", "cpctl", "lab", "kubeadm-upgrade", "--dir", str(lab.dir),
+                           "--to", to], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0 and "renewed" in proc.stdout, proc.stdout + proc.stderr
+    mdir = lab.manifests_dir()
+    upgraded = {name: (mdir / f"{name}.yaml").read_bytes() for name in COMPONENTS}
+    assert all(version.encode() in upgraded[name] for name in COMPONENTS[1:]), "not upgraded"
+    assert verdicts(certs_json(lab)) == dict.fromkeys(COMPONENTS, "current")
+    assert run_cpctl(lab, "baseline").returncode == 0          # the upgraded manifests are the baseline
+    clean = run_cpctl(lab, "check", "-o", "json")
+    assert clean.returncode == 0 and schema_valid("check", json.loads(clean.stdout))["findings"] == [], \
+        clean.stdout + clean.stderr
+
+    renew(lab)
+    stale = certs_json(lab)
+    assert stale["stale"] == NEED_RESTART, stale["components"]
+    found = run_cpctl(lab, "check", "-o", "json")
+    assert found.returncode == 1
+    assert {f["component"] for f in schema_valid("check", json.loads(found.stdout))["findings"]} == set(
+        NEED_RESTART), found.stdout
+
+    done = run_cpctl(lab, "restart", "--stale-certs", "--timeout", "120", "-o", "json", timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    restarted = schema_valid("outcomes", json.loads(done.stdout))     # restart's stop/start, left: described
+    assert [r["component"] for r in restarted["results"]] == NEED_RESTART and restarted["stale_certs"] is True
+    assert all(r["action"] == "restart" and r["changed"] and r["start"]["wait"]["verified"]
+               for r in restarted["results"])
+    assert {left["component"]: left["verdict"] for left in restarted["left"]} == {"etcd": "current",
+                                                                                   "kube-apiserver": "reloading"}
+    assert {name: (mdir / f"{name}.yaml").read_bytes() for name in COMPONENTS} == upgraded
+    after = certs_json(lab)
+    assert after["stale"] == [] and "STALE" not in verdicts(after).values(), after["components"]
+    check = run_cpctl(lab, "check", "-o", "json")
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert schema_valid("check", json.loads(check.stdout))["findings"] == []
+    history = json.loads(run_cpctl(lab, "history", "-o", "json").stdout)["history"]
+    restarts = [r for r in history if r.get("reason") == "certificates renewed"]
+    assert sorted({r["component"] for r in restarts}) == NEED_RESTART, restarts

@@ -8,6 +8,7 @@ import json
 import os
 from typing import Any, Dict, List
 
+from tests.coreutil import schema_valid
 from tests.labfixture import is_ready, mirror, run_cpctl, wait_for
 
 FAST = ("--timeout", "60", "--settle", "1")
@@ -49,7 +50,7 @@ def _snapshot(lab: Any) -> Dict[str, bytes]:
 def _history(lab: Any) -> List[Dict[str, Any]]:
     proc = run_cpctl(lab, "-o", "json", "history")
     assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)["history"]
+    return schema_valid("history", json.loads(proc.stdout))["history"]      # companions: described
 
 
 def test_bad_companion_input_is_one_line_and_changes_nothing(lab: Any, tmp_path: Any) -> None:

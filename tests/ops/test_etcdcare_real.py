@@ -385,3 +385,71 @@ def test_recover_space_and_defrag_refuse_a_corrupt_alarm(real_etcd: RealEtcd) ->
     assert real_etcd.alarms() == [{"memberID": real_etcd.member_id("m2"), "alarm": "CORRUPT"}]
     disarm = valid("etcd-alarm", en.cpctl_json(real_etcd, "m1", "etcd", "alarm", "disarm", "--alarm", "CORRUPT"))
     assert disarm["changed"] is True and real_etcd.alarms() == []
+
+
+def _advertise_nowhere(cluster: RealEtcd, name: str) -> str:
+    """Restart member ``name`` advertising a client URL nothing listens on (it still listens where its
+    manifest says): the member list answers, its status (DB size, quota) cannot be read. The URL."""
+    from cpctl_lab.httpserve import free_port
+    member = cluster.members[name]
+    dead = "https://127.0.0.1:%d" % free_port("127.0.0.1")
+    argv = ["--advertise-client-urls=%s" % dead if a.startswith("--advertise-client-urls=") else a for a in member.argv]
+    cluster.stop(name)
+    cluster._spawn(name, argv)
+
+    def advertised() -> bool:       # /health says false under NOSPACE: wait for the member list instead
+        try:
+            return any(m["name"] == name and m["clientURLs"] == [dead] for m in cluster.member_list())
+        except AssertionError:      # not answering yet
+            return False
+    cluster.wait_for(advertised, "%s back, advertising %s" % (name, dead), name=name)
+    return dead
+
+
+def test_recover_space_that_cannot_read_any_size_refuses_and_never_says_recovered(real_etcd_factory: Any) -> None:
+    """Issue 46, the "no size readable" branch: the member answers its member list at the URL the
+    manifest listens on, but advertises a client URL nothing listens on, so no member's status (DB
+    size, quota) can be read. Without an alarm recover-space cannot tell whether a database is at its
+    quota; with a real NOSPACE alarm it could not see the space come back: both exit 7 with the reason
+    (the member and why), nothing compacted, defragmented or disarmed, no history. Before, the dry run
+    said it "would ... defragment m1" (a skip) and the run compacted, disarmed NOSPACE blind and only
+    then failed its check write."""
+    cluster = real_etcd_factory(members=1, quota_backend_bytes=QUOTA)
+    _fill_history(cluster)
+    _advertise_nowhere(cluster, "m1")
+    status = valid("etcd-status", en.cpctl_json(cluster, "m1", "etcd", "status", rc=None))
+    assert [m["db_size"] for m in status["members"]] == [None], status["members"]      # cpctl sees no size
+    for args in (["--dry-run"], []):
+        proc = en.cpctl(cluster, "m1", "-o", "json", "etcd", "recover-space", *args, rc=7)
+        error = valid("error", json.loads(proc.stderr))["error"]
+        assert "a NOSPACE alarm is active, but no member's database size could be read" in error["message"], error
+        assert "m1" in error["message"] and "recovered" not in error["message"].replace("recover-space", ""), error
+        assert [a["alarm"] for a in cluster.alarms()] == ["NOSPACE"]            # not disarmed
+        assert proc.stdout == "" and en.history(cluster, "m1") == []            # nothing compacted or defragmented
+    assert cluster.ctl("alarm", "disarm").rc == 0                               # disarmed by hand
+    proc = en.cpctl(cluster, "m1", "-o", "json", "etcd", "recover-space", rc=7)
+    error = valid("error", json.loads(proc.stderr))["error"]
+    assert error["message"].startswith("no NOSPACE alarm is active, but no member's database size could be read ("), \
+        error
+    assert "m1" in error["message"] and "cannot tell whether a database is at its quota" in error["message"], error
+    assert en.history(cluster, "m1") == []
+
+
+def test_recover_space_does_not_disarm_when_a_members_size_cannot_be_read(real_etcd_factory: Any) -> None:
+    """One member's size unreadable (m5 advertises a dead client URL; five members, so that the
+    quorum guard lets the others be defragmented one at a time with it not healthy), NOSPACE active:
+    the others are compacted and defragmented, then exit 7 naming m5 - no disarm, no "space
+    recovered". Before, it disarmed and said "space recovered" while m5, still at its quota, raised
+    NOSPACE again at the check write (seen: the alarm back right after the run)."""
+    cluster = real_etcd_factory(members=5, quota_backend_bytes=QUOTA)
+    _fill_history(cluster)
+    _advertise_nowhere(cluster, "m5")
+    proc = en.cpctl(cluster, "m1", "-o", "json", "etcd", "recover-space", rc=7)
+    error = valid("error", json.loads(proc.stderr))["error"]
+    assert error["message"].startswith("compacted to revision "), error
+    assert "defragmented m" in error["message"] and "the database size of m5 (" in error["message"], error
+    assert "no alarm was disarmed" in error["message"] and "etcd status" in error["hint"], error
+    assert "NOSPACE" in [a["alarm"] for a in cluster.alarms()]
+    actions = [r["action"] for r in en.history(cluster, "m1")]
+    assert actions[0] == "etcd-compact" and actions.count("etcd-defrag") == 4, actions
+    assert "etcd-alarm-disarm" not in actions and "etcd-recover-space" not in actions, actions

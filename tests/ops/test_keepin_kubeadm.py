@@ -20,6 +20,7 @@ import yaml
 
 from cpctl.core import kubeadmconfig as kc
 from cpctl_lab.control import LabHandle
+from tests.coreutil import schema_valid
 from tests.labfixture import kubectl, lab_factory, run_cpctl, wait_for  # noqa: F401
 
 
@@ -239,6 +240,7 @@ def test_keep_in_patches_writes_a_json_patch_through_the_journal(lab_factory: An
     new = yaml.safe_load((handle.manifests_dir() / "kube-scheduler.yaml").read_text())
     assert jsonpatch.apply_patch(old, ops) == new
     history = run_cpctl(handle, "history", "-o", "json")
+    schema_valid("history", json.loads(history.stdout))       # keep-in's patch
     assert '"keep-in"' in history.stdout and "kube-scheduler+json.yaml" in history.stdout
 
 
@@ -419,7 +421,8 @@ def test_failed_upgrade_leftovers_are_reported_not_refused_for_20_minutes(lab_fa
     found: dict[str, Any] = {}
 
     def reported() -> bool:         # an empty staging dir counts once it is EMPTY_SETTLED seconds old
-        found.update({f["kind"]: f for f in json.loads(run_cpctl(handle, "check", "-o", "json").stdout)["findings"]})
+        answer = schema_valid("check", json.loads(run_cpctl(handle, "check", "-o", "json").stdout))
+        found.update({f["kind"]: f for f in answer["findings"]})      # upgrade_failed: its components too
         return "upgrade_failed" in found
     wait_for(reported, 30, "upgrade_failed reported")
     assert "upgrade_in_flight" not in found and "failed and was rolled back" in found["upgrade_failed"]["message"]
@@ -506,6 +509,7 @@ def test_rollback_and_an_unconfirmed_revert_put_the_kept_cluster_configuration_b
     back, version = _kept(handle)
     assert back == text and "--v=4" not in command(handle, "kube-scheduler")
     history = run_cpctl(handle, "-o", "json", "history").stdout
+    schema_valid("history", json.loads(history))              # keep-in-undone's configmap, resource_version
     assert '"keep-in-undone"' in history and version in history
     # an unconfirmed change's revert
     proc = run_cpctl(handle, "flags", "scheduler", "--set", "v=5", "--keep-in", "kubeadm-config",

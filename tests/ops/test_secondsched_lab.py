@@ -17,7 +17,7 @@ import pytest
 
 pytest.importorskip("cpctl_lab.control")
 from cpctl_lab.control import start_lab  # noqa: E402
-from tests.coreutil import CLI, check_result  # noqa: E402
+from tests.coreutil import CLI, check_result, schema_valid  # noqa: E402
 from tests.labfixture import FAST, KUBECTL, get_pod, kubectl, wait_for  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not os.path.exists(KUBECTL), reason="kubectl not installed")
@@ -137,5 +137,5 @@ def test_grant_rbac_creates_the_role_and_the_scheduler_takes_its_lease(rbac_lab)
     assert can.stdout.strip() == "yes"
     run_pod(rbac_lab, "mine", "my-scheduler")
     wait_for(lambda: running(rbac_lab, "mine"), timeout=10, what="pod mine Running")
-    record = json.loads(cpctl(rbac_lab, "-o", "json", "history").stdout)["history"][-1]
+    record = schema_valid("history", json.loads(cpctl(rbac_lab, "-o", "json", "history").stdout))["history"][-1]
     assert (record["action"], record["rbac"]) == ("scheduler-add", "granted")

@@ -196,7 +196,7 @@ def run(count: int = 0) -> str:
         "",
         table(["flow", "round trips", "by op (most first)"], trips),
         "",
-        "Bytes shipped on a new connection to start the agent (source + compiled code): %d (%.0f KB)."
+        "Bytes shipped on a new connection to start the agent (zlib-compressed source): %d (%.0f KB)."
         % (len(agent_payload()), len(agent_payload()) / 1024.0),
         "",
         "Goal (issue 47): remote − local ≤ 1.0 s: %+.2f s, %s; status ≤ 2 round trips: %s; the review flow "

@@ -1,6 +1,6 @@
 """``AgentHost``: a node reached through a byte stream to the hostops agent, and how an agent starts.
 
-The agent is :mod:`cpctl.host.ops` itself, shipped as source (and compiled) over the stream and run
+The agent is :mod:`cpctl.host.ops` itself, shipped as zlib-compressed source over the stream and run
 with ``python3 -S -c <loader>`` on the node: nothing is installed there. Requests and answers are
 JSON lines; errors come back as the exceptions the local call would raise.
 """
@@ -262,46 +262,35 @@ def agent_source() -> bytes:
         return handle.read()
 
 
+#: Bytes of agent source the loader accepts (after decompression), and of the compressed program it reads.
+AGENT_SOURCE_LIMIT = 4 << 20
+AGENT_PACKED_LIMIT = 1 << 20
+
+
 @functools.cache
 def agent_payload() -> bytes:
-    """What a new agent reads first on stdin: ``"SRC_LEN CODE_LEN MAGIC\n"``, the source, then
-    the same program compiled (marshal), which it runs instead of compiling the source when
-    its Python's bytecode magic number is ours. Compiling hostops costs ~5.5 ms of the
-    master's CPU per agent start, about a quarter of it; ~30 KB more on the wire is cheaper.
-    Built once per process, from hostops' own .pyc when that is current."""
-    import marshal
-    from importlib.util import MAGIC_NUMBER
-    src = agent_source()
-    code = _current_pyc_code() or marshal.dumps(compile(src, "cpctl-agent", "exec"))
-    return b"%d %d %s\n" % (len(src), len(code), MAGIC_NUMBER.hex().encode("ascii")) + src + code
-
-
-def _current_pyc_code() -> Optional[bytes]:
-    """hostops' compiled code from its timestamp-checked .pyc, when it matches the source now."""
-    from importlib.util import MAGIC_NUMBER, cache_from_source
-    try:
-        with open(cache_from_source(hostops.__file__, optimization=""), "rb") as handle:
-            data = handle.read()
-        info = os.stat(hostops.__file__)
-    except (OSError, NotImplementedError):
-        return None
-    header = (MAGIC_NUMBER + (0).to_bytes(4, "little") + (int(info.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little")
-              + (info.st_size & 0xFFFFFFFF).to_bytes(4, "little"))
-    return data[16:] if len(data) > 16 and data[:16] == header else None
+    """What a new agent reads first on stdin: ``"LEN\n"`` and the agent's source, zlib-compressed
+    (LEN bytes). The master compiles it: shipping compiled code too (marshal, ~250 KB, ~110 KB
+    compressed) would put a new connection over its 100 KB; the source compresses to ~48 KB, and
+    compiling it is CPU an agent pays once per connection, which the keeper keeps open
+    (benchmarks/RESULTS.md §15 has both measured). Built once per process."""
+    import zlib
+    packed = zlib.compress(agent_source(), 9)
+    return b"%d\n" % len(packed) + packed
 
 
 def agent_bootstrap(python: str = "python3") -> List[str]:
     """argv that starts an agent reading its program first, then requests, from stdin.
 
-    The first stdin line gives the lengths of the source and of the compiled code, and the
-    client's bytecode magic number (see ``agent_payload``): a master whose Python differs
-    compiles the source. Nothing is written to the node's disk.
+    The first stdin line gives the length of the compressed source (see ``agent_payload``); the
+    loader reads exactly that (at most ``AGENT_PACKED_LIMIT``), inflates at most
+    ``AGENT_SOURCE_LIMIT`` bytes, compiles and runs it. Nothing is written to the node's disk.
     """
-    loader = ("import sys;r=sys.stdin.buffer;h=r.readline().split();s=r.read(int(h[0]));c=r.read(int(h[1]));"
-              "m=getattr(sys.modules.get('_frozen_importlib_external'),'MAGIC_NUMBER',b'').hex().encode();"
-              "co=__import__('marshal').loads(c) if h[2:]==[m] else compile(s,'cpctl-agent','exec');"
-              "g={'__name__':'cpctl_agent'};exec(co,g);"
-              "g['agent_main']();sys.stdout.flush();import os;os._exit(0)")
+    loader = ("import sys,zlib;r=sys.stdin.buffer;n=int(r.readline(32));0<n<=%d or sys.exit('cpctl: bad agent');"
+              "z=zlib.decompressobj();s=z.decompress(r.read(n),%d);"
+              "(z.unconsumed_tail or not z.eof) and sys.exit('cpctl: bad agent');"
+              "g={'__name__':'cpctl_agent'};exec(compile(s,'cpctl-agent','exec'),g);"
+              "g['agent_main']();sys.stdout.flush();import os;os._exit(0)") % (AGENT_PACKED_LIMIT, AGENT_SOURCE_LIMIT)
     # -S: the agent is standard-library only, so skip site (and any .pth hooks) on the master.
     # os._exit once served (locks released, answers flushed): interpreter teardown is CPU the
     # master spends per run for nothing.

@@ -8,15 +8,13 @@ SSH); round trips are counted where the run writes a request to it.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import marshal
 import math
 import os
-import py_compile
 import socket
 import subprocess
 import sys
+import zlib
 from typing import Iterator, List
 
 import pytest
@@ -209,7 +207,7 @@ def test_reset_closes_the_runs_http_connections(agent: CountingAgent) -> None:
         assert agent.http("GET", url)["headers"]["X-Peer-Port"] != first   # a new one after the reset
 
 
-# --- the agent's program: compiled once by the client, compiled by the master on a mismatch ---
+# --- the agent's program: shipped zlib-compressed, compiled by the master ---
 
 def _start_agent(payload: bytes) -> bytes:
     """Start a bare agent (``python3 -S -c loader``) with ``payload`` then one ``info`` request."""
@@ -219,40 +217,31 @@ def _start_agent(payload: bytes) -> bytes:
     return proc.stdout
 
 
-def test_agent_runs_the_shipped_code_when_its_python_matches() -> None:
+def test_a_new_connection_ships_the_compressed_agent_within_100_kb() -> None:
+    """Issue 47: what a new connection carries to start the agent is at most 100 KB."""
     payload = host_module.agent_payload()
     header, _, rest = payload.partition(b"\n")
-    src_len, code_len, magic = header.split()
-    assert magic == importlib.util.MAGIC_NUMBER.hex().encode()
-    assert rest[:int(src_len)] == host_module.agent_source() and len(rest) == int(src_len) + int(code_len)
-    # The code is what the master would have compiled: garbage in its place must break the agent.
-    broken = header + b"\n" + rest[:int(src_len)] + b"\0" * int(code_len)
-    out = subprocess.run(host_module.agent_bootstrap(sys.executable), input=broken, capture_output=True,
+    assert int(header) == len(rest) and zlib.decompress(rest) == host_module.agent_source()
+    assert len(payload) <= 100 * 1024, len(payload)
+    lines = _start_agent(payload).splitlines()
+    assert lines[0].startswith(b'{"ready"') and lines[1].startswith(b'{"ok": true')
+
+
+def _refused(payload: bytes) -> bytes:
+    out = subprocess.run(host_module.agent_bootstrap(sys.executable), input=payload, capture_output=True,
                          timeout=30)
     assert out.returncode != 0 and b'"ready"' not in out.stdout
-    lines = _start_agent(payload).splitlines()
-    assert lines[0].startswith(b'{"ready"') and lines[1].startswith(b'{"ok": true')
+    return out.stderr
 
 
-def test_agent_compiles_the_source_when_its_python_differs() -> None:
-    src = host_module.agent_source()
-    junk = b"not marshal data"
-    payload = b"%d %d %s\n" % (len(src), len(junk), b"00000000") + src + junk
-    lines = _start_agent(payload).splitlines()
-    assert lines[0].startswith(b'{"ready"') and lines[1].startswith(b'{"ok": true')
-
-
-def test_current_pyc_is_shipped_and_a_stale_one_is_not(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
-    copy = tmp_path / "hostops.py"
-    copy.write_bytes(host_module.agent_source())
-    monkeypatch.setattr(hostops, "__file__", str(copy))
-    assert host_module._current_pyc_code() is None                 # no .pyc yet
-    py_compile.compile(str(copy), invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)
-    code = marshal.loads(host_module._current_pyc_code())
-    assert code.co_code == compile(copy.read_bytes(), "cpctl-agent", "exec").co_code
-    stat = copy.stat()
-    os.utime(copy, ns=(stat.st_atime_ns, stat.st_mtime_ns + 5 * 10**9))   # the source changed since
-    assert host_module._current_pyc_code() is None
+def test_the_loader_refuses_a_bad_program_and_reads_only_what_it_bounds() -> None:
+    packed = host_module.agent_payload().partition(b"\n")[2]
+    _refused(b"%d\n" % len(packed) + packed[:len(packed) // 2])             # cut short: never run
+    _refused(b"%d\n" % len(packed) + b"\0" * len(packed))                  # not zlib
+    _refused(b"x" * 100 + b"\n" + packed)                                  # no length
+    assert b"bad agent" in _refused(b"%d\n" % (host_module.AGENT_PACKED_LIMIT + 1) + packed)
+    bomb = zlib.compress(b"#" * (host_module.AGENT_SOURCE_LIMIT + 1))     # inflates past the bound
+    assert b"bad agent" in _refused(b"%d\n" % len(bomb) + bomb)
 
 
 CODEC_VALUES = [

@@ -1,6 +1,7 @@
-"""``AgentHost``: a node reached through a byte stream to the hostops agent, and how an agent starts.
+"""``AgentHost``: a node reached through a byte stream to the agent, and how an agent starts.
 
-The agent is :mod:`cpctl.host.ops` itself, shipped as zlib-compressed source over the stream and run
+The agent is the package :mod:`cpctl.agent`, assembled into one program (``agent_source``), shipped as
+zlib-compressed source over the stream and run
 with ``python3 -S -c <loader>`` on the node: nothing is installed there. Requests and answers are
 JSON lines; errors come back as the exceptions the local call would raise.
 """
@@ -12,10 +13,11 @@ import json
 import os
 import sys
 import threading
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union, cast
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union, cast
 
+import cpctl.agent as agent_package
+from cpctl.agent import rpc
 from cpctl.errors import CpctlError, ExitCode
-from cpctl.host import ops as hostops
 from cpctl.host import replies
 from cpctl.host.base import ByteWriter, Call, Host, LineReader, LockBusy, TransactionOutcome, TransactionRequest
 from cpctl.host.replies import MAX_REPLY_BYTES, BadReply
@@ -101,7 +103,7 @@ TRACE: Optional[RoundTrips] = _start_trace()
 
 
 class AgentHost(Host):
-    """A node reached through a byte stream to ``python3 -c <hostops source>``.
+    """A node reached through a byte stream to ``python3 -c <loader>`` running the agent.
 
     Requests are serialised with a lock so one stream can serve threads (parallel probes).
     The agent holds the node lock; when the stream closes the agent exits and releases it.
@@ -124,7 +126,7 @@ class AgentHost(Host):
         a lock, a command; not an HTTP GET), so no read is answered with what it was before this
         run's own change. While it lasts, a read it did not hold is asked and joins it: asked twice,
         it is one round trip. An empty ``calls`` ends it."""
-        reads = [(op, args) for op, args in calls if op in hostops.READ_OPS]
+        reads = [(op, args) for op, args in calls if op in rpc.READ_OPS]
         requests = [{"op": op, "args": args} for op, args in reads]
         answers = self._request("batch", {"requests": requests}) if requests else []
         with self._mutex:
@@ -137,7 +139,7 @@ class AgentHost(Host):
     def read_ahead(self, calls: Sequence[Call]) -> None:
         with self._mutex:
             missing = [(op, args) for op, args in calls
-                       if op in hostops.READ_OPS and _call_key(op, args) not in self._prefetched]
+                       if op in rpc.READ_OPS and _call_key(op, args) not in self._prefetched]
         if not missing:
             return
         answers = self._request("batch", {"requests": [{"op": op, "args": args} for op, args in missing]})
@@ -150,7 +152,7 @@ class AgentHost(Host):
             return None              # the agent's makedirs leaves an existing dir alone: nothing to ask
         if self._snapshot:
             with self._mutex:
-                key = _call_key(op, args) if op in hostops.READ_OPS else None
+                key = _call_key(op, args) if op in rpc.READ_OPS else None
                 response = self._prefetched.get(key) if key is not None else None
                 if key is None and not _leaves_files(op, args):
                     self._prefetched, self._snapshot = {}, False
@@ -161,7 +163,7 @@ class AgentHost(Host):
         return self._request(op, args)
 
     def transaction(self, request: TransactionRequest) -> TransactionOutcome:
-        """The whole transaction in ONE request: the agent runs it on the node (``host.ops.transaction``)."""
+        """The whole transaction in ONE request: the agent runs it on the node (``agent.txn.transaction``)."""
         return cast(TransactionOutcome, self._call("transaction", request=request))
 
     def _is_dir(self, path: str) -> bool:
@@ -188,7 +190,7 @@ class AgentHost(Host):
                 self._prefetched[key] = response
 
     def _request(self, op: str, args: Mapping[str, object]) -> Any:
-        line = json.dumps({"op": op, "args": hostops.encode(args)}).encode("utf-8") + b"\n"
+        line = json.dumps({"op": op, "args": rpc.encode(args)}).encode("utf-8") + b"\n"
         if TRACE is not None:
             TRACE.count(op, args)
         with self._mutex:
@@ -236,7 +238,7 @@ def _call_key(op: str, args: Mapping[str, object]) -> CallKey:
     items: List[Tuple[str, Union[str, int]]] = []
     for name, value in sorted(args.items()):
         if not isinstance(value, str) and (not isinstance(value, int) or isinstance(value, bool)):
-            return json.dumps([op, hostops.encode(args)], sort_keys=True)
+            return json.dumps([op, rpc.encode(args)], sort_keys=True)
         items.append((name, value))
     return op, tuple(items)
 
@@ -256,10 +258,47 @@ def check_hello(name: str, line: bytes) -> None:
                                                        or "no answer"), ExitCode.UNREACHABLE)
 
 
+#: The modules of ``cpctl.agent`` in the order the shipped program defines them: each after those it
+#: imports (``assemble`` checks it).
+AGENT_MODULES = ("fileops", "httpops", "etcdio", "rpc", "journalseal", "txn", "tinyyaml", "putback", "crictlread",
+                 "revertplan", "noderevert")
+
+
+@functools.cache
 def agent_source() -> bytes:
-    """The agent program shipped to remote nodes: hostops.py itself."""
-    with open(hostops.__file__, "rb") as handle:
-        return handle.read()
+    """The agent program shipped to remote nodes, and armed next to a revert plan: the modules of
+    ``cpctl.agent`` as ONE program (``assemble``)."""
+    return assemble(AGENT_MODULES)
+
+
+def assemble(names: Sequence[str]) -> bytes:
+    """The modules ``names`` of ``cpctl.agent`` as one program, in that order, each without its
+    ``from cpctl.agent.X import ...`` lines: the modules were cut from one namespace and no two define
+    the same name, so the program needs no importer on the node (nothing from importlib to load, no
+    module objects, one ``compile``), and the armed revert stays one file verified by one sha256.
+    A module that imports a sibling not before it, or cpctl outside the package, is a bug: ValueError."""
+    import ast
+    directory = os.path.dirname(os.path.abspath(agent_package.__file__))
+    parts: List[str] = []
+    seen: Set[str] = set()
+    for name in names:
+        with open(os.path.join(directory, name + ".py"), "rb") as handle:
+            text = handle.read().decode("utf-8")
+        drop: Set[int] = set()
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "cpctl" for a in node.names):
+                raise ValueError("cpctl.agent.%s imports cpctl as a module" % name)
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            if not node.level and (node.module or "").split(".")[0] != "cpctl":
+                continue
+            package, _, sibling = (node.module or "").rpartition(".")
+            if package != "cpctl.agent" or sibling not in seen or node.col_offset or node.level:
+                raise ValueError("cpctl.agent.%s imports %s: not an earlier sibling at the top" % (name, node.module))
+            drop.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+        parts.append("\n".join(line for number, line in enumerate(text.split("\n"), 1) if number not in drop))
+        seen.add(name)
+    return "\n\n".join(parts).encode("utf-8")
 
 
 #: Bytes of agent source the loader accepts (after decompression), and of the compressed program it reads.

@@ -1,10 +1,10 @@
-"""``LocalHost``: this machine, the node primitives of :mod:`cpctl.host.ops` run in-process."""
+"""``LocalHost``: this machine, the node primitives of :mod:`cpctl.agent` run in-process."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from cpctl.host import ops as hostops
+from cpctl.agent import rpc
 from cpctl.host.base import Host
 
 
@@ -12,4 +12,4 @@ class LocalHost(Host):
     """This machine: the primitives run in-process."""
 
     def _call(self, op: str, **args: object) -> Any:
-        return hostops.OPS[op](**args)
+        return rpc.OPS[op](**args)

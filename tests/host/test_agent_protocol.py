@@ -8,6 +8,7 @@ SSH); round trips are counted where the run writes a request to it.
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 import os
@@ -19,11 +20,11 @@ from typing import Iterator, List
 
 import pytest
 
+from cpctl.agent import fileops, rpc
 from cpctl.core import views
 from cpctl.core.settings import Settings
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host import agent as host_module
-from cpctl.host import ops as hostops
 from cpctl.host.agent import SubprocessAgentHost
 from cpctl.host.local import LocalHost
 from cpctl.ops import drift
@@ -156,8 +157,8 @@ def test_a_prefetched_answer_serves_exactly_the_same_request() -> None:
              ("lstat", {"path": ["/a"]}), ("lstat", {"path": ("/a",)}), ("info", {}), ("info", {"x": {"b64": "L2E="}})]
     for op, args in cases:
         for other_op, other_args in cases:
-            same_request = json.dumps([op, hostops.encode(args)], sort_keys=True) == json.dumps(
-                [other_op, hostops.encode(other_args)], sort_keys=True)
+            same_request = json.dumps([op, rpc.encode(args)], sort_keys=True) == json.dumps(
+                [other_op, rpc.encode(other_args)], sort_keys=True)
             same_key = host_module._call_key(op, args) == host_module._call_key(other_op, other_args)
             assert same_key == same_request, (op, args, other_op, other_args)
     assert isinstance(host_module._call_key("read_file", {"path": "/a", "limit": 1}), tuple)   # the cheap key
@@ -253,8 +254,8 @@ CODEC_VALUES = [
 
 
 def test_agent_codec_writes_and_reads_what_json_does() -> None:
-    loads, dumps = hostops._json_codec()
-    assert getattr(loads, "__module__", None) == "cpctl.host.ops"    # the accelerator, not the fallback
+    loads, dumps = rpc._json_codec()
+    assert getattr(loads, "__module__", None) == "cpctl.agent.rpc"    # the accelerator, not the fallback
     for value in CODEC_VALUES:
         text = dumps(value)
         assert text == json.dumps(value)
@@ -270,7 +271,7 @@ def test_agent_codec_writes_and_reads_what_json_does() -> None:
 
 def test_agent_codec_falls_back_to_json_without_the_accelerator(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "_json", None)          # import _json now fails
-    loads, dumps = hostops._json_codec()
+    loads, dumps = rpc._json_codec()
     assert (loads, dumps) == (json.loads, json.dumps)
 
 
@@ -280,7 +281,7 @@ def test_agent_without_the_accelerator_still_serves(tmp_path) -> None:
     proc = subprocess.run(argv, input=host_module.agent_payload() + b'{"op": "info", "args": {}}\n',
                           capture_output=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
-    assert dict(json.loads(proc.stdout.splitlines()[1])["result"], pid=0) == dict(hostops.info(), pid=0)
+    assert dict(json.loads(proc.stdout.splitlines()[1])["result"], pid=0) == dict(fileops.info(), pid=0)
 
 
 def test_agent_info_is_what_the_local_host_says() -> None:
@@ -295,7 +296,7 @@ def test_agent_serving_the_views_imports_no_json_re_or_socket(tmp_path) -> None:
     enum) was a third of it. The reads of status, check and history go through it here."""
     view = open_node(_settings(NodeDirs(str(tmp_path))), host=LocalHost())
     reads = view.view_reads() + [view.state.read_call(p) for p in (view.state.history_path, view.state.journal_path)]
-    request = json.dumps({"op": "batch", "args": hostops.encode(
+    request = json.dumps({"op": "batch", "args": rpc.encode(
         {"requests": [{"op": op, "args": args} for op, args in reads]})}).encode() + b"\n"
     argv = host_module.agent_bootstrap(sys.executable)
     proc = subprocess.run([argv[0], "-X", "importtime"] + argv[1:], input=host_module.agent_payload() + request,
@@ -304,3 +305,30 @@ def test_agent_serving_the_views_imports_no_json_re_or_socket(tmp_path) -> None:
     imported = {line.split("|")[-1].strip() for line in proc.stderr.decode().splitlines()[1:]}
     assert "_json" in imported
     assert not imported & {"json", "re", "enum", "socket", "base64", "subprocess"}, sorted(imported)
+
+
+def test_the_agent_package_ships_as_one_program() -> None:
+    """Issue 47: ``cpctl.agent`` is cut into modules and shipped as one program (``assemble``): every
+    module is shipped, no two define the same name (one namespace on the node), and a module that
+    imports a sibling the program has not defined yet is refused rather than shipped broken."""
+    directory = os.path.dirname(host_module.agent_package.__file__)
+    found = sorted(name[:-3] for name in os.listdir(directory) if name.endswith(".py") and name != "__init__.py")
+    assert sorted(host_module.AGENT_MODULES) == found
+    owner: dict = {}
+    for name in host_module.AGENT_MODULES:
+        with open(os.path.join(directory, name + ".py"), encoding="utf-8") as handle:
+            tree = ast.parse(handle.read())
+        for node in tree.body:
+            targets = [node] if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else \
+                node.targets if isinstance(node, ast.Assign) else []
+            for target in targets:
+                names = [target.name] if isinstance(target, (ast.FunctionDef, ast.ClassDef)) else \
+                    [n.id for n in ([target] if isinstance(target, ast.Name) else getattr(target, "elts", []))
+                     if isinstance(n, ast.Name)]          # OPS["x"] = ... adds to a name, defines none
+                for defined in names:
+                    assert owner.setdefault(defined, name) == name, (defined, owner[defined], name)
+    program = host_module.agent_source().decode()
+    assert "from cpctl" not in program and "import cpctl" not in program
+    assert program.count("\ndef revert_plan_main(argv):") == 1 and program.rstrip().endswith("agent_main()")
+    with pytest.raises(ValueError, match="not an earlier sibling"):
+        host_module.assemble(("rpc", "fileops"))

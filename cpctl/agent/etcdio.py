@@ -25,6 +25,7 @@ from cpctl.agent.httpops import (
     _HttpError,
     _printable,
 )
+from cpctl.agent.rpc import OPS
 
 # --------------------------------------------------------------------------- etcd snapshots
 
@@ -295,3 +296,6 @@ def _bolt_items(state, pgid, inline, depth):
         if start + ksize + vsize > len(page):
             raise _HttpError(errno.EPROTO, "not an etcd database (an element outside its page)")
         yield page[start:start + ksize], page[start + ksize:start + ksize + vsize], eflags
+
+
+OPS["etcd_snapshot"] = etcd_snapshot

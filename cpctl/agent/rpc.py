@@ -8,7 +8,6 @@ import os
 import sys
 import time
 
-from cpctl.agent.etcdio import etcd_snapshot
 from cpctl.agent.fileops import (
     _HELD_LOCKS,
     LockBusy,
@@ -92,7 +91,7 @@ OPS = {  # type: dict
     "compress": compress,
     "write_atomic": write_atomic, "move": move, "unlink": unlink, "makedirs": makedirs,
     "chmod": chmod, "append": append, "lock": lock, "lock_dir": lock_dir, "unlock": unlock, "run": run,
-    "http": http, "http_many": http_many, "peer_cert": peer_cert, "etcd_snapshot": etcd_snapshot,
+    "http": http, "http_many": http_many, "peer_cert": peer_cert,
     "info": info, "clock": clock, "fsync_dir": fsync_dir, "batch": batch, "reset": reset,
 }
 
@@ -122,8 +121,11 @@ def decode(value):
 
 
 def handle(request):
-    """Run one request dict {"op", "args"} and return the response dict."""
+    """Run one request dict {"op", "args"} and return the response dict. A request may carry ``load``:
+    the (compressed) modules that define its op, run first when this agent does not have the op yet."""
     try:
+        if request.get("load") is not None and request["op"] not in OPS:
+            load(decode(request["load"]))
         result = OPS[request["op"]](**decode(request.get("args") or {}))
         return {"ok": True, "result": encode(result)}
     except LockBusy as exc:
@@ -133,6 +135,26 @@ def handle(request):
                 "filename": exc.filename}
     except Exception as exc:  # noqa: BLE001 - report, keep serving: the caller decides what is fatal
         return {"ok": False, "kind": "error", "message": "%s: %s" % (type(exc).__name__, exc)}
+
+
+LOAD_LIMIT = 4 << 20     # bytes of program text one ``load`` may inflate to
+
+
+def load(source):
+    """Add modules the client did not ship when the agent started (``host.agent.AGENT_NEEDS``):
+    ``source`` is their program text, zlib-compressed, as ``host.agent.assemble`` joins modules; it runs
+    in this program's own namespace, where each module's ops add themselves to ``OPS``. Bounded: at
+    most ``LOAD_LIMIT`` bytes inflated, one whole compressed stream. Returns the ops served now."""
+    import zlib
+    inflate = zlib.decompressobj()
+    text = inflate.decompress(source, LOAD_LIMIT)
+    if inflate.unconsumed_tail or not inflate.eof:
+        raise ValueError("what to load is not one compressed program of at most %d bytes" % LOAD_LIMIT)
+    exec(compile(text, "cpctl-agent", "exec"), globals())   # the client's own code, as at the start
+    return sorted(OPS)
+
+
+OPS["load"] = load
 
 
 class _ScanContext:

@@ -118,6 +118,7 @@ class AgentHost(Host):
         self._prefetched: Dict[CallKey, Mapping[str, object]] = {}
         self._snapshot = False             # a snapshot is being served (``_prefetch``)
         self._broken: Optional[BadReply] = None
+        self._loaded: Set[str] = set()       # ops of AGENT_NEEDS whose modules this session sent
         check_hello(name, self._reader.readline(HELLO_LIMIT))
 
     def _prefetch(self, calls: Sequence[Call]) -> None:
@@ -190,12 +191,16 @@ class AgentHost(Host):
                 self._prefetched[key] = response
 
     def _request(self, op: str, args: Mapping[str, object]) -> Any:
-        line = json.dumps({"op": op, "args": rpc.encode(args)}).encode("utf-8") + b"\n"
+        request: Dict[str, object] = {"op": op, "args": rpc.encode(args)}
         if TRACE is not None:
             TRACE.count(op, args)
         with self._mutex:
             if self._broken is not None:        # the stream is out of step since a bad reply
                 raise self._broken
+            if op in AGENT_NEEDS and op not in self._loaded:     # an agent that has them already skips them
+                request["load"] = rpc.encode(agent_load(op))
+                self._loaded.add(op)
+            line = json.dumps(request).encode("utf-8") + b"\n"
             try:
                 self._writer.write(line)
                 self._writer.flush()
@@ -258,10 +263,15 @@ def check_hello(name: str, line: bytes) -> None:
                                                        or "no answer"), ExitCode.UNREACHABLE)
 
 
-#: The modules of ``cpctl.agent`` in the order the shipped program defines them: each after those it
-#: imports (``assemble`` checks it).
-AGENT_MODULES = ("fileops", "httpops", "etcdio", "rpc", "journalseal", "txn", "tinyyaml", "putback", "crictlread",
+#: The modules of ``cpctl.agent`` in the order the program defines them: each after those it imports
+#: (``assemble`` checks it). The armed revert (``ops.confirm``) is all of them, one file.
+AGENT_MODULES = ("fileops", "httpops", "rpc", "etcdio", "journalseal", "txn", "tinyyaml", "putback", "crictlread",
                  "revertplan", "noderevert")
+#: What a new connection ships (``agent_payload``): the files, HTTP and the protocol - every read of a view.
+AGENT_BASE = ("fileops", "httpops", "rpc")
+#: The ops whose modules are not shipped at the start: sent with the op's first request in a session
+#: (``AgentHost._request``; ``rpc.load`` runs them on the node when it lacks the op): no extra round trip.
+AGENT_NEEDS: Dict[str, Tuple[str, ...]] = {"transaction": ("journalseal", "txn"), "etcd_snapshot": ("etcdio",)}
 
 
 @functools.cache
@@ -271,16 +281,24 @@ def agent_source() -> bytes:
     return assemble(AGENT_MODULES)
 
 
-def assemble(names: Sequence[str]) -> bytes:
-    """The modules ``names`` of ``cpctl.agent`` as one program, in that order, each without its
-    ``from cpctl.agent.X import ...`` lines: the modules were cut from one namespace and no two define
+@functools.cache
+def agent_load(op: str) -> bytes:
+    """The modules ``op`` needs beyond ``AGENT_BASE`` (``AGENT_NEEDS``), zlib-compressed: what its first
+    request of a session carries (``rpc.load``)."""
+    import zlib
+    return zlib.compress(assemble(AGENT_NEEDS[op], loaded=AGENT_BASE), 9)
+
+
+def assemble(names: Sequence[str], loaded: Sequence[str] = ()) -> bytes:
+    """The modules ``names`` of ``cpctl.agent`` as one program (to run after ``loaded``), in that order,
+    each without its ``from cpctl.agent.X import ...`` lines: the modules were cut from one namespace and no two define
     the same name, so the program needs no importer on the node (nothing from importlib to load, no
     module objects, one ``compile``), and the armed revert stays one file verified by one sha256.
     A module that imports a sibling not before it, or cpctl outside the package, is a bug: ValueError."""
     import ast
     directory = os.path.dirname(os.path.abspath(agent_package.__file__))
     parts: List[str] = []
-    seen: Set[str] = set()
+    seen: Set[str] = set(loaded)
     for name in names:
         with open(os.path.join(directory, name + ".py"), "rb") as handle:
             text = handle.read().decode("utf-8")
@@ -308,13 +326,14 @@ AGENT_PACKED_LIMIT = 1 << 20
 
 @functools.cache
 def agent_payload() -> bytes:
-    """What a new agent reads first on stdin: ``"LEN\n"`` and the agent's source, zlib-compressed
+    """What a new agent reads first on stdin: ``"LEN\n"`` and the agent's base (``AGENT_BASE``: what a
+    view reads with; a change's modules follow with its first request, ``agent_load``), zlib-compressed
     (LEN bytes). The master compiles it: shipping compiled code too (marshal, ~250 KB, ~110 KB
     compressed) would put a new connection over its 100 KB; the source compresses to ~48 KB, and
     compiling it is CPU an agent pays once per connection, which the keeper keeps open
     (benchmarks/RESULTS.md §15 has both measured). Built once per process."""
     import zlib
-    packed = zlib.compress(agent_source(), 9)
+    packed = zlib.compress(assemble(AGENT_BASE), 9)
     return b"%d\n" % len(packed) + packed
 
 

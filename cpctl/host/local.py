@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from cpctl.agent import rpc
+from cpctl.agent import etcdio, rpc, txn
 from cpctl.host.base import Host
+
+#: The modules whose ops add themselves to ``rpc.OPS`` when they run (on a master, sent when needed).
+_SELF_REGISTERING = (etcdio, txn)
 
 
 class LocalHost(Host):

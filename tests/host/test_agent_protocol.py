@@ -222,7 +222,7 @@ def test_a_new_connection_ships_the_compressed_agent_within_100_kb() -> None:
     """Issue 47: what a new connection carries to start the agent is at most 100 KB."""
     payload = host_module.agent_payload()
     header, _, rest = payload.partition(b"\n")
-    assert int(header) == len(rest) and zlib.decompress(rest) == host_module.agent_source()
+    assert int(header) == len(rest) and zlib.decompress(rest) == host_module.assemble(host_module.AGENT_BASE)
     assert len(payload) <= 100 * 1024, len(payload)
     lines = _start_agent(payload).splitlines()
     assert lines[0].startswith(b'{"ready"') and lines[1].startswith(b'{"ok": true')
@@ -332,3 +332,60 @@ def test_the_agent_package_ships_as_one_program() -> None:
     assert program.count("\ndef revert_plan_main(argv):") == 1 and program.rstrip().endswith("agent_main()")
     with pytest.raises(ValueError, match="not an earlier sibling"):
         host_module.assemble(("rpc", "fileops"))
+
+
+# --- shipped by need (issue 47): a view's connection carries the base, a change's modules follow ---
+
+def _wire(request: dict) -> bytes:
+    return json.dumps(dict(request, args=rpc.encode(request.get("args") or {}))).encode() + b"\n"
+
+
+def test_a_status_connection_ships_less_than_a_change_and_both_stay_within_100_kb() -> None:
+    base = zlib.decompress(host_module.agent_payload().partition(b"\n")[2])
+    assert base == host_module.assemble(host_module.AGENT_BASE)
+    assert b"class Transaction" not in base and b"def etcd_snapshot" not in base
+    status = len(host_module.agent_payload())
+    change = status + len(json.dumps(rpc.encode(host_module.agent_load("transaction"))))   # as it travels
+    assert status < change <= 100 * 1024, (status, change)
+
+
+def test_an_op_not_shipped_comes_with_its_first_request_and_only_then() -> None:
+    """A fresh agent lacks ``transaction``: asked without its modules it is an error, asked with them
+    (``load``) it runs, and a later request carrying modules again (a new session on a kept agent) does
+    not run them: garbage in their place changes nothing then."""
+    state = {"op": "transaction", "args": {"request": {"do": "nothing"}}}
+    load = rpc.encode(host_module.agent_load("transaction"))
+    lines = _start_agent(host_module.agent_payload() + _wire(state) + _wire(dict(state, load=load))
+                         + _wire(dict(state, load=rpc.encode(b"not zlib")))
+                         + _wire({"op": "load", "args": {"source": host_module.agent_load("transaction")}})
+                         ).splitlines()
+    bare, loaded, kept, again = (json.loads(line) for line in lines[1:5])
+    assert not bare["ok"] and bare["message"] == "KeyError: 'transaction'"      # not on the node
+    assert not loaded["ok"] and loaded["message"] == "KeyError: 'state_dir'"   # it ran: this request is bad
+    assert kept == loaded
+    assert again["ok"] and "transaction" in again["result"] and "etcd_snapshot" not in again["result"]
+
+
+def test_load_refuses_more_than_its_bound() -> None:
+    bomb = zlib.compress(b"#" * (rpc.LOAD_LIMIT + 1))
+    lines = _start_agent(host_module.agent_payload() + _wire({"op": "load", "args": {"source": bomb}})).splitlines()
+    answer = json.loads(lines[1])
+    assert not answer["ok"] and "at most" in answer["message"]
+
+
+def test_a_change_through_the_agent_sends_its_modules_once_per_session(tmp_path) -> None:
+    agent = SubprocessAgentHost()
+    try:
+        sent: List[bytes] = []
+        real = agent._writer.write
+
+        def write(data: bytes) -> int:
+            sent.append(data)
+            return real(data)
+        agent._writer.write = write                    # type: ignore[method-assign]
+        for _ in range(2):
+            with pytest.raises(CpctlError, match="KeyError: 'entry'"):       # it ran on the node: a bad request
+                agent._request("transaction", {"request": {"do": "recover", "state_dir": str(tmp_path)}})
+        assert [b'"load"' in line for line in sent] == [True, False]
+    finally:
+        agent.close()

@@ -146,6 +146,16 @@ def pairs(setup: Setup, count: int) -> Dict[str, List[float]]:
     return times
 
 
+def _change_bytes() -> int:
+    """What a change's connection carries of the agent: the start, and its modules as they travel (base64
+    in the JSON of its first ``transaction`` request)."""
+    import json
+
+    from cpctl.agent import rpc
+    from cpctl.host.agent import agent_load, agent_payload
+    return len(agent_payload()) + len(json.dumps(rpc.encode(agent_load("transaction"))))
+
+
 def _ops(report: Dict[str, Any]) -> str:
     ops = sorted((report.get("ops") or {}).items(), key=lambda kv: -kv[1])
     return ", ".join("%s %d" % kv for kv in ops[:6])
@@ -190,8 +200,9 @@ def run(count: int = 0) -> str:
         "",
         table(["flow", "round trips", "by op (most first)"], trips),
         "",
-        "Bytes shipped on a new connection to start the agent (source + compiled code): %d (%.0f KB)."
-        % (len(agent_payload()), len(agent_payload()) / 1024.0),
+        "Bytes shipped on a new connection to start the agent (zlib-compressed source of what a view "
+        "reads with): %d (%.0f KB); a change adds its modules to its first transaction request: %d (%.0f KB) "
+        "in all." % (len(agent_payload()), len(agent_payload()) / 1024.0, _change_bytes(), _change_bytes() / 1024.0),
         "",
         "Goal (issue 47): remote − local ≤ 1.0 s: %+.2f s, %s; status ≤ 2 round trips: %s; the review flow "
         "≤ 20: %s; ≤ 100 KB shipped: %s." % (
@@ -199,7 +210,7 @@ def run(count: int = 0) -> str:
             "met" if counts["status"].get("total", 99) <= 2 else "MISSED",
             "met" if list(counts.values())[2].get("total", 999) <= 20 else "MISSED (%d)"
             % list(counts.values())[2].get("total", 0),
-            "met" if len(agent_payload()) <= 100 * 1024 else "MISSED"),
+            "met" if _change_bytes() <= 100 * 1024 else "MISSED"),
         "",
         "Load average before/after: %s / %s. %s" % (load_before, load_after, machine_info()),
     ])

@@ -88,7 +88,7 @@ def failure_of(exc: BaseException) -> Failure:
     host's run in a fan-out: the one place that maps exceptions to documented codes."""
     if isinstance(exc, CpctlError):
         return Failure(exc.code, exc.full_message, exc.hint)
-    from cpctl.host.ops import LockBusy  # here, not at the top: ``cpctl --help`` needs no host code
+    from cpctl.agent.fileops import LockBusy  # here, not at the top: ``cpctl --help`` needs no host code
     if isinstance(exc, LockBusy):
         return Failure(ExitCode.LOCKED, "node locked by %s" % exc.holder, "wait for it, or raise --lock-timeout")
     if isinstance(exc, OSError):

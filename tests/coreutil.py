@@ -391,9 +391,9 @@ def journal_for(node: NodeDirs, action: str, name: str, op: str = "feedc0de00000
 def sealed(state: str, entry: dict) -> dict:
     """``entry`` sealed with the node's journal key, as cpctl seals the journal it writes (the key
     created as cpctl creates it): a hand-made journal that cpctl's recovery will act on."""
-    from cpctl.host import ops as hostops
+    from cpctl.agent import journalseal
     os.makedirs(state, mode=0o700, exist_ok=True)
-    return hostops.sealed(entry, hostops.journal_key(state, create=True))
+    return journalseal.sealed(entry, journalseal.journal_key(state, create=True))
 
 
 def stop_killed_after_move(node: NodeDirs, op: str = "feedc0de") -> None:

@@ -57,9 +57,8 @@ def main() -> None:
     real = subprocess.Popen([sys.executable] + sys.argv[3:], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert real.stdin is not None and real.stdout is not None
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
-    header = stdin.readline()
-    sizes = header.split()
-    real.stdin.write(header + stdin.read(int(sizes[0])) + stdin.read(int(sizes[1])))
+    header = stdin.readline()                      # the compressed program's length (host.agent.agent_payload)
+    real.stdin.write(header + stdin.read(int(header)))
     real.stdin.flush()
     stdout.write(real.stdout.readline())           # the ready line
     stdout.flush()

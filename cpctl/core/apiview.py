@@ -19,7 +19,7 @@ import os
 import time
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
-from cpctl.host import ops as hostops
+from cpctl.agent import httpops
 from cpctl.host.base import Host
 from cpctl.inputs import load_yaml
 
@@ -103,7 +103,7 @@ def _is_own(server: str, apiserver_pod: Optional[Mapping[str, object]]) -> bool:
     """True when ``server`` is on this node: the address its API server advertises, or a loopback
     address when no manifest says. (A load balancer on this node's address would count too: then
     the runtime is asked instead of the API, which is never wrong, only less detailed.)"""
-    simple = hostops.split_url(server)   # a plain URL without urllib.parse (~1.5 ms with ipaddress)
+    simple = httpops.split_url(server)   # a plain URL without urllib.parse (~1.5 ms with ipaddress)
     if simple is not None:
         host = simple[1]
     else:
@@ -115,7 +115,7 @@ def _is_own(server: str, apiserver_pod: Optional[Mapping[str, object]]) -> bool:
     advertised = _advertised(apiserver_pod)
     if advertised:
         return _same_address(host, advertised)
-    packed = hostops.packed_address(host)
+    packed = httpops.packed_address(host)
     if packed is None:
         return host == "localhost"
     return packed[0] == 127 if len(packed) == 4 else packed == _IPV6_LOOPBACK
@@ -125,7 +125,7 @@ _IPV6_LOOPBACK = bytes(15) + b"\x01"
 
 
 def _same_address(a: str, b: str) -> bool:
-    packed_a, packed_b = hostops.packed_address(a), hostops.packed_address(b)
+    packed_a, packed_b = httpops.packed_address(a), httpops.packed_address(b)
     if packed_a is not None and packed_b is not None:
         return packed_a == packed_b
     return a.lower() == b.lower()

@@ -7,7 +7,7 @@ out of the manifests dir). ``ChangePath.apply`` runs every change the same way::
     stage new bytes in the state dir -> journal (write-ahead) -> steps -> history
     -> clear the journal and the staged bytes -> listeners
 
-That transaction is ``host.ops.Transaction``, run on the node in ONE call (``Host.transaction``:
+That transaction is ``agent.txn.Transaction``, run on the node in ONE call (``Host.transaction``:
 in-process locally, one agent request over SSH); the node-side revert of ``--confirm-within``
 runs the same class. Here: the path checks, the history record's fields, the listeners (they
 run on the operator's side), and the words of each outcome.
@@ -40,8 +40,8 @@ files a change lists in its own ``companions`` field (written or removed by that
 in the manifests dir or the state dir). Anything else -
 ``admin.conf``, ``pki/ca.crt`` beside the manifests dir - is refused before any step runs.
 
-Before all of that a journal must carry this node's seal (``hostops.seal_problem``: an HMAC of the
-entry under STATE/journal.key, written by ``host.ops.Transaction``, for cpctl and the node-side revert):
+Before all of that a journal must carry this node's seal (``journalseal.seal_problem``: an HMAC of the
+entry under STATE/journal.key, written by ``agent.txn.Transaction``, for cpctl and the node-side revert):
 a journal cpctl did not write here - crafted to overwrite an encryption config or remove a patch file
 that the companion rules would allow - is refused (exit 7) and left for the operator, never acted on.
 """
@@ -57,9 +57,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, cast
 
 from cpctl import catalogue
+from cpctl.agent import putback, revertplan
 from cpctl.core import manifests
 from cpctl.errors import CpctlError, ExitCode
-from cpctl.host import ops as hostops
 from cpctl.host.base import Host, JournalEntry, JournalStep, TransactionOutcome, TransactionRequest
 from cpctl.redaction import redact
 
@@ -198,7 +198,7 @@ Listener = Callable[[Change, bool], None]      # (change, recovered): after its 
 
 class ChangePath:
     """Applies and recovers ``Change``s for one node (``state`` is its ``StateDir``): checks the paths,
-    hands the change to the node's one transaction (``Host.transaction``: ``host.ops.Transaction``,
+    hands the change to the node's one transaction (``Host.transaction``: ``agent.txn.Transaction``,
     one call - over SSH one round trip), runs the listeners and words the outcome."""
 
     def __init__(self, host: Host, state: Any, manifests_dir: str, who: Callable[[], Dict[str, Any]],
@@ -415,7 +415,7 @@ class ChangePath:
 
 
 COMPANION_NAME = re.compile(r"^[a-z0-9](?:[-a-z0-9.]*[a-z0-9])?-config\.yaml$")      # a second scheduler's config
-PATCH_NAME = re.compile(hostops.PATCH_FILE_NAME)                                          # kubeadm's patch file
+PATCH_NAME = re.compile(putback.PATCH_FILE_NAME)                                          # kubeadm's patch file
 
 
 @contextmanager
@@ -504,8 +504,8 @@ def companion_place(path: str, roots: Tuple[str, str, str]) -> Optional[str]:
 def link_below(host: Host, path: str, top: str) -> Optional[str]:
     """The first directory between ``top`` (excluded) and ``path`` (excluded) that is a symlink on the
     node (a write or removal there would land elsewhere); None when there is none - checked on the
-    node when it is used, never on the path's text alone (the agent's own rule, ``hostops.link_below``)."""
-    return hostops.link_below(path, top, host.lstat)
+    node when it is used, never on the path's text alone (the agent's own rule, ``revertplan.link_below``)."""
+    return revertplan.link_below(path, top, host.lstat)
 
 
 def _clean(path: object) -> bool:

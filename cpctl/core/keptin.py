@@ -11,7 +11,7 @@ One rule puts it back (:func:`settle`): once the manifest holds the ``previous``
 ``rollback``, an unconfirmed change's revert, an automatic rollback, a change interrupted or killed
 before its commit (the journal's recovery put the old bytes back) - cpctl's own keys are put back in
 the ClusterConfiguration as it is then, by a three-way merge against what cpctl wrote (the way
-``kubectl apply`` uses its last-applied configuration: ``host.ops.config_undo``, the node-side revert's
+``kubectl apply`` uses its last-applied configuration: ``agent.putback.config_undo``, the node-side revert's
 rule too): a key cpctl changed that still holds cpctl's value gets its value before back, what anyone
 else changed since (another flag, another section) stays. A key someone else changed too is a
 conflict: nothing is written, the record stays and every command says so until it is resolved. The
@@ -32,11 +32,11 @@ import re
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Callable, List, Optional, Tuple
 
+from cpctl.agent import putback
 from cpctl.core import kubeadmconfig as kc
 from cpctl.core import manifests
 from cpctl.core.node import Node
 from cpctl.errors import CpctlError, ExitCode
-from cpctl.host import ops as hostops
 from cpctl.timeutil import iso
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 SUBDIR = "keepin"
 MAX_RECORD_BYTES = 4 << 20
 KEEP_RECORDS = 20                 # per manifest file, newest kept (older ones can no longer come back)
-_OP = re.compile(hostops.KEPT_OP)
+_OP = re.compile(putback.KEPT_OP)
 
 
 @dataclass
@@ -143,7 +143,7 @@ def patch_records(node: Node, filename: Optional[str]) -> List[KeptPatch]:
         except (UnicodeDecodeError, ValueError, KeyError, TypeError, binascii.Error):
             raise CpctlError("%s is not a --keep-in record cpctl wrote: inspect it by hand" % path,
                              ExitCode.ENVIRONMENT) from None
-        if name == hostops.kept_record_name(kept.file, kept.op, patch=True) and _OP.match(kept.op):
+        if name == putback.kept_record_name(kept.file, kept.op, patch=True) and _OP.match(kept.op):
             found.append(kept)
     return found
 
@@ -154,7 +154,7 @@ def _drop_patch(node: Node, kept: KeptPatch) -> None:
 
 def patch_path_of(node: Node, kept: KeptPatch) -> str:
     """Where ``kept`` is recorded in the state dir."""
-    return "%s/%s" % (directory(node), hostops.kept_record_name(kept.file, kept.op, patch=True))
+    return "%s/%s" % (directory(node), putback.kept_record_name(kept.file, kept.op, patch=True))
 
 
 def patch_undo_change(kept: KeptPatch) -> "journal.Change":
@@ -173,18 +173,18 @@ def patch_undo_change(kept: KeptPatch) -> "journal.Change":
 
 def undo_patch(node: Node, kept: KeptPatch) -> str:
     """Put the patch file's bytes before the change back (remove it when there was none), through the
-    journal - only over cpctl's own bytes (``host.ops.patch_undo``); someone else's are left and named."""
+    journal - only over cpctl's own bytes (``agent.putback.patch_undo``); someone else's are left and named."""
     info = node.host.lstat(kept.path)
     now = manifests.checksum(node.host.read_file(kept.path, MAX_RECORD_BYTES)) \
         if info is not None and info["kind"] == "file" else None
-    decision = hostops.patch_undo(now, manifests.checksum(kept.before) if kept.before is not None else None,
+    decision = putback.patch_undo(now, manifests.checksum(kept.before) if kept.before is not None else None,
                                   kept.after)
     if decision == "write":
         node.apply(patch_undo_change(kept))
     _drop_patch(node, kept)
     if decision == "done":
         return ""
-    return hostops.kept_patch_said("put-back" if decision == "write" else decision, kept.path, kept.component,
+    return putback.kept_patch_said("put-back" if decision == "write" else decision, kept.path, kept.component,
                                    removed=kept.before is None)
 
 
@@ -194,7 +194,7 @@ def directory(node: Node) -> str:
 
 def record_path(node: Node, kept: KeptConfig) -> str:
     """Where ``kept`` is recorded in the state dir (``STATE/keepin/<file>.<op>.json``)."""
-    return "%s/%s" % (directory(node), hostops.kept_record_name(kept.file, kept.op))
+    return "%s/%s" % (directory(node), putback.kept_record_name(kept.file, kept.op))
 
 
 def save(node: Node, kept: KeptConfig) -> None:
@@ -241,7 +241,7 @@ def read_all(node: Node, filename: Optional[str] = None) -> List[KeptConfig]:
             raise CpctlError("%s is not a --keep-in record cpctl wrote: inspect it by hand" % path,
                              ExitCode.ENVIRONMENT)
         kept = _parse(node.host.read_file(path, MAX_RECORD_BYTES), path)
-        if name != hostops.kept_record_name(kept.file, kept.op) or (filename is not None and kept.file != filename):
+        if name != putback.kept_record_name(kept.file, kept.op) or (filename is not None and kept.file != filename):
             continue
         found.append(kept)
     return sorted(found, key=lambda k: k.time)
@@ -269,7 +269,7 @@ def settle(node: Node, filename: Optional[str] = None) -> List[str]:
 
 
 def undo(node: Node, kept: KeptConfig) -> str:
-    """Put cpctl's keys of ``kept`` back in the ConfigMap as it is now (``host.ops.config_undo``: a
+    """Put cpctl's keys of ``kept`` back in the ConfigMap as it is now (``agent.putback.config_undo``: a
     three-way merge against what cpctl wrote; the text before itself when nobody else wrote the
     text), over the resourceVersion read (a write in between: read and merge again, once); say what
     happened. A key someone else changed too keeps the record (a conflict, said at every command)."""
@@ -283,16 +283,16 @@ def undo(node: Node, kept: KeptConfig) -> str:
             data = found.get("data") if found is not None and isinstance(found.get("data"), dict) else {}
             assert isinstance(data, dict)
             text = data.get(kept.key) if found is not None else None
-            decision, new_text, keys = hostops.config_undo(
+            decision, new_text, keys = putback.config_undo(
                 None if found is None else text if isinstance(text, str) else "", kept.before, kept.after,
                 _load_config, kc.dump_config)
             if decision in ("gone", "done"):
                 drop(node, kept)
-                return hostops.kept_config_said("gone", where, kept.component, kept.op) if decision == "gone" else ""
+                return putback.kept_config_said("gone", where, kept.component, kept.op) if decision == "gone" else ""
             if decision == "unreadable":
                 return _unreachable(where, kept, "its ClusterConfiguration does not parse: %s" % "; ".join(keys))
             if decision == "conflict":
-                return hostops.kept_config_said("conflict", where, kept.component, keys=keys, hint=hint,
+                return putback.kept_config_said("conflict", where, kept.component, keys=keys, hint=hint,
                                                 record=record_path(node, kept))
             assert found is not None
             try:
@@ -303,7 +303,7 @@ def undo(node: Node, kept: KeptConfig) -> str:
                 if exc.status != 409:
                     raise
                 if attempt == 2:
-                    return hostops.kept_config_said("busy", where, kept.component, hint=hint)
+                    return putback.kept_config_said("busy", where, kept.component, hint=hint)
     except ApiError as exc:
         return _unreachable(where, kept, exc.message)
     except (CpctlError, OSError) as exc:
@@ -315,10 +315,10 @@ def undo(node: Node, kept: KeptConfig) -> str:
         if other.after == kept.before and other.namespace == kept.namespace and other.name == kept.name:
             save(node, replace(other, resource_version=new_version))
     who = node.who()
-    node.state.append_history(hostops.config_undone_record(
+    node.state.append_history(putback.config_undone_record(
         {"user": who.get("sudo_user") or who.get("user"), "host": who.get("hostname"), "node": who.get("node"),
          "origin": who.get("origin")}, asdict(kept), where, new_version, new_text, keys))
-    return hostops.kept_config_said("put-back", where, kept.component, version=new_version, keys=keys)
+    return putback.kept_config_said("put-back", where, kept.component, version=new_version, keys=keys)
 
 
 def _load_config(text: str) -> object:
@@ -331,4 +331,4 @@ def _load_config(text: str) -> object:
 
 
 def _unreachable(where: str, kept: KeptConfig, why: str) -> str:
-    return hostops.kept_config_said("not-yet", where, kept.component, why=why)
+    return putback.kept_config_said("not-yet", where, kept.component, why=why)

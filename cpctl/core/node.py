@@ -16,6 +16,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Callable, ContextManager, Dict, List, Mapping, Optional, Tuple, Type
 
 from cpctl import catalogue
+from cpctl.agent import fileops, journalseal
 from cpctl.core import identity as identity_mod
 from cpctl.core import manifests
 from cpctl.core.apiview import LocalApiCheck
@@ -23,7 +24,6 @@ from cpctl.core.identity import NodeIdentity
 from cpctl.core.manifests import DirScan, Manifest
 from cpctl.core.state import LOCK, MAX_ARM_BYTES, StateDir, user_label
 from cpctl.errors import CpctlError, ExitCode, Interrupted, Terminated, interrupted_by
-from cpctl.host import ops as hostops
 from cpctl.host.base import Host
 from cpctl.probes.base import NoWait, PodTarget, Waiter, WaitResult
 from cpctl.timeutil import iso
@@ -274,7 +274,7 @@ class Node:
         path = self.state.path + "/" + LOCK
         try:
             self.host.lock(path, 0, "pid %s (cpctl looking whether the node is busy)" % self.host.info()["pid"])
-        except hostops.LockBusy:
+        except fileops.LockBusy:
             return True
         except OSError:
             return False
@@ -288,7 +288,7 @@ class Node:
             if self.host.lstat(directory) is None:
                 continue
             for name in self.host.listdir(directory):
-                if hostops.is_temp_name(name):
+                if fileops.is_temp_name(name):
                     self.host.unlink(directory + "/" + name)
         if self.host.lstat(self.state.staged_dir) is not None:
             for name in self.host.listdir(self.state.staged_dir):
@@ -349,7 +349,7 @@ class Node:
         from cpctl.core.revisions import MAX_META_BYTES
         from cpctl.probes.kubeapi import kubeconfig_reads
         state = self.state
-        key = state.path + "/" + hostops.JOURNAL_KEY
+        key = state.path + "/" + journalseal.JOURNAL_KEY
         reads: List[Tuple[str, Dict[str, object]]] = [
             state.read_call(state.journal_path), state.read_call(state.pending_path),
             ("lstat", {"path": state.path + "/keepin"}), ("lstat", {"path": key}), ("read_file", {"path": key,

@@ -6,7 +6,7 @@ Layout (all 0700/0600, owned by the user running cpctl, normally root)::
     STATE/meta/<file>.json       who parked it, when, why, until when, checksum
     STATE/staged/<op>.<n>.*      bytes a change in flight writes, replaces or removes (see journal)
     STATE/journal.json           the one change in flight (write-ahead), absent when idle
-    STATE/journal.key            the node's key that seals each journal entry (host.ops.journal_key)
+    STATE/journal.key            the node's key that seals each journal entry (agent.journalseal.journal_key)
     STATE/pending.json           manifest changes whose new pod was never judged (see core.pending)
     STATE/keepin/<file>.<op>.json  a --keep-in kubeadm-config change's ClusterConfiguration before/after (core.keptin)
     STATE/history.jsonl          the newest change records, one JSON object a line
@@ -24,9 +24,9 @@ import json
 from contextlib import contextmanager
 from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, cast
 
+from cpctl.agent import journalseal
 from cpctl.core.manifests import require_directory
 from cpctl.errors import Corrupt, CpctlError, ExitCode
-from cpctl.host import ops as hostops
 from cpctl.host.base import HistoryBounds, Host, LockBusy, Stat
 from cpctl.redaction import redact
 from cpctl.timeutil import iso, parse_iso
@@ -36,13 +36,13 @@ BASELINE = "baseline.json"          # the drift baseline (cpctl.ops.drift); stat
 PENDING = "pending.json"              # see cpctl.core.pending
 CONFIRM = "confirm"                   # STATE/confirm/<file>.json: armed changes (see cpctl.core.confirmations)
 MAX_ARM_BYTES = 64 << 10              # one arm record (a view reads them in its batch)
-HISTORY = hostops.HISTORY
+HISTORY = journalseal.HISTORY
 LOCK = "lock"
 MAX_STATE_FILE = 64 << 20
-# the history's bounds (``host.ops``: the agent's transaction writes the history too); sent with each change
-HISTORY_ROTATE_BYTES = hostops.HISTORY_ROTATE_BYTES   # the current history file never grows past this
-HISTORY_SEGMENTS = hostops.HISTORY_SEGMENTS           # compressed older segments kept (about 80 MiB of records)
-HISTORY_TAIL_BYTES = hostops.HISTORY_TAIL_BYTES       # what recovery reads to find a record it may have written
+# the history's bounds (``cpctl.agent``: the agent's transaction writes the history too); sent with each change
+HISTORY_ROTATE_BYTES = journalseal.HISTORY_ROTATE_BYTES   # the current history file never grows past this
+HISTORY_SEGMENTS = journalseal.HISTORY_SEGMENTS           # compressed older segments kept (about 80 MiB of records)
+HISTORY_TAIL_BYTES = journalseal.HISTORY_TAIL_BYTES       # what recovery reads to find a record it may have written
 MAX_SEGMENT_BYTES = 16 << 20          # a decompressed segment larger than this is not cpctl's
 SUBDIRS = ("parked", "meta", "staged", "revisions")
 META_TEXT = ("file", "component", "namespace", "checksum", "parked_at", "parked_by", "host", "reason",
@@ -220,12 +220,12 @@ class StateDir:
         return self.read_json(self.journal_path)
 
     def journal_key(self, create: bool = False) -> Optional[bytes]:
-        """This node's journal key (``hostops.journal_key``: STATE/journal.key, created on first use
+        """This node's journal key (``journalseal.journal_key``: STATE/journal.key, created on first use
         with ``create``); a key file that is not cpctl's, or one that cannot be made, is exit 7."""
         if self._key is None:
             try:
-                self._key = hostops.journal_key(self.path, self.host, create=create)
-            except hostops.JournalKeyError as exc:
+                self._key = journalseal.journal_key(self.path, self.host, create=create)
+            except journalseal.JournalKeyError as exc:
                 raise self.key_error(str(exc)) from None
             except OSError as exc:
                 raise self.key_error("", create, exc.strerror or str(exc)) from None
@@ -237,13 +237,13 @@ class StateDir:
         if problem:
             return CpctlError("%s: inspect it; cpctl creates a new key when none is there (a journal pending "
                               "now is then refused)" % problem, ExitCode.ENVIRONMENT)
-        return CpctlError("cannot %s %s/%s: %s" % ("create" if create else "read", self.path, hostops.JOURNAL_KEY,
+        return CpctlError("cannot %s %s/%s: %s" % ("create" if create else "read", self.path, journalseal.JOURNAL_KEY,
                                                   strerror), ExitCode.ENVIRONMENT)
 
     def seal_problem(self, entry: Mapping[str, object]) -> str:
         """Why the journal ``entry`` was not written by cpctl on this node ("" when it was): its seal
-        (``hostops.seal_problem``), checked before anything of it is used."""
-        return hostops.seal_problem(entry, self.journal_key())
+        (``journalseal.seal_problem``), checked before anything of it is used."""
+        return journalseal.seal_problem(entry, self.journal_key())
 
     @property
     def baseline_path(self) -> str:
@@ -267,8 +267,8 @@ class StateDir:
     def append_history(self, record: Mapping[str, object]) -> None:
         """Append one record durably (secret values redacted: the history leaves cpctl, to whoever
         reads the state dir or runs ``cpctl history``), rotating the file at its bound: the agent's
-        one rule (``hostops.append_history``), which its transaction follows for a change's record."""
-        hostops.append_history(self.host, self.path, hostops.history_line(redact(record)), HISTORY_ROTATE_BYTES,
+        one rule (``journalseal.append_history``), which its transaction follows for a change's record."""
+        journalseal.append_history(self.host, self.path, journalseal.history_line(redact(record)), HISTORY_ROTATE_BYTES,
                                HISTORY_SEGMENTS)
 
     @staticmethod
@@ -278,13 +278,13 @@ class StateDir:
 
     def history_segments(self) -> List[str]:
         """Names of the older history files, oldest first (time-stamped names sort in order)."""
-        return hostops.history_segments(self.host, self.path)
+        return journalseal.history_segments(self.host, self.path)
 
     def read_history_tail(self, limit: int = HISTORY_TAIL_BYTES) -> List[Dict[str, object]]:
         """The newest records only, from the last ``limit`` bytes (recovery looks for one it may
         have written just before; ``status`` for each component's last change)."""
         try:
-            return hostops.tail_records(self.host, self.history_path, limit)
+            return journalseal.tail_records(self.host, self.history_path, limit)
         except OSError as exc:
             raise CpctlError("cannot read %s: %s" % (self.history_path, exc.strerror or exc),
                              ExitCode.ENVIRONMENT) from None
@@ -363,8 +363,8 @@ def user_label(host: Host) -> str:
 
 
 def parse_records(data: bytes) -> List[Dict[str, object]]:
-    """History lines as records; a torn or foreign line is skipped (``hostops.parse_records``)."""
-    return cast(List[Dict[str, object]], hostops.parse_records(data))
+    """History lines as records; a torn or foreign line is skipped (``journalseal.parse_records``)."""
+    return cast(List[Dict[str, object]], journalseal.parse_records(data))
 
 
 def _gunzip(path: str, data: bytes) -> bytes:

@@ -10,12 +10,12 @@ from __future__ import annotations
 from typing import Callable, Dict, List, Mapping, Optional, TypedDict, cast
 
 from cpctl import catalogue
+from cpctl.agent import fileops
 from cpctl.core import manifests
 from cpctl.core.manifests import DirScan, Manifest
 from cpctl.core.node import Node
 from cpctl.core.state import JOURNAL
 from cpctl.errors import CpctlError, ExitCode
-from cpctl.host import ops as hostops
 from cpctl.probes.base import PodTarget
 from cpctl.timeutil import parse_iso
 
@@ -162,7 +162,7 @@ def _about(component: str) -> Callable[[Dict[str, object]], bool]:
 def journal_pending(node: Node) -> bool:
     """A journal awaits recovery, a kill tore the journal's own write (its dot temp is left), or
     one came before the journal was written (staged bytes no journal refers to)."""
-    if any(n == JOURNAL or hostops.is_temp_name(n) for n in node.host.listdir(node.state.path)):
+    if any(n == JOURNAL or fileops.is_temp_name(n) for n in node.host.listdir(node.state.path)):
         return True
     return node.host.lstat(node.state.staged_dir) is not None and bool(node.host.listdir(node.state.staged_dir))
 

@@ -1,6 +1,7 @@
-"""``AgentHost``: a node reached through a byte stream to the hostops agent, and how an agent starts.
+"""``AgentHost``: a node reached through a byte stream to the agent, and how an agent starts.
 
-The agent is :mod:`cpctl.host.ops` itself, shipped as source (and compiled) over the stream and run
+The agent is the package :mod:`cpctl.agent`, assembled into one program (``agent_source``), shipped as
+zlib-compressed source over the stream and run
 with ``python3 -S -c <loader>`` on the node: nothing is installed there. Requests and answers are
 JSON lines; errors come back as the exceptions the local call would raise.
 """
@@ -12,10 +13,11 @@ import json
 import os
 import sys
 import threading
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union, cast
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union, cast
 
+import cpctl.agent as agent_package
+from cpctl.agent import rpc
 from cpctl.errors import CpctlError, ExitCode
-from cpctl.host import ops as hostops
 from cpctl.host import replies
 from cpctl.host.base import ByteWriter, Call, Host, LineReader, LockBusy, TransactionOutcome, TransactionRequest
 from cpctl.host.replies import MAX_REPLY_BYTES, BadReply
@@ -101,7 +103,7 @@ TRACE: Optional[RoundTrips] = _start_trace()
 
 
 class AgentHost(Host):
-    """A node reached through a byte stream to ``python3 -c <hostops source>``.
+    """A node reached through a byte stream to ``python3 -c <loader>`` running the agent.
 
     Requests are serialised with a lock so one stream can serve threads (parallel probes).
     The agent holds the node lock; when the stream closes the agent exits and releases it.
@@ -116,6 +118,7 @@ class AgentHost(Host):
         self._prefetched: Dict[CallKey, Mapping[str, object]] = {}
         self._snapshot = False             # a snapshot is being served (``_prefetch``)
         self._broken: Optional[BadReply] = None
+        self._loaded: Set[str] = set()       # ops of AGENT_NEEDS whose modules this session sent
         check_hello(name, self._reader.readline(HELLO_LIMIT))
 
     def _prefetch(self, calls: Sequence[Call]) -> None:
@@ -124,7 +127,7 @@ class AgentHost(Host):
         a lock, a command; not an HTTP GET), so no read is answered with what it was before this
         run's own change. While it lasts, a read it did not hold is asked and joins it: asked twice,
         it is one round trip. An empty ``calls`` ends it."""
-        reads = [(op, args) for op, args in calls if op in hostops.READ_OPS]
+        reads = [(op, args) for op, args in calls if op in rpc.READ_OPS]
         requests = [{"op": op, "args": args} for op, args in reads]
         answers = self._request("batch", {"requests": requests}) if requests else []
         with self._mutex:
@@ -137,7 +140,7 @@ class AgentHost(Host):
     def read_ahead(self, calls: Sequence[Call]) -> None:
         with self._mutex:
             missing = [(op, args) for op, args in calls
-                       if op in hostops.READ_OPS and _call_key(op, args) not in self._prefetched]
+                       if op in rpc.READ_OPS and _call_key(op, args) not in self._prefetched]
         if not missing:
             return
         answers = self._request("batch", {"requests": [{"op": op, "args": args} for op, args in missing]})
@@ -150,7 +153,7 @@ class AgentHost(Host):
             return None              # the agent's makedirs leaves an existing dir alone: nothing to ask
         if self._snapshot:
             with self._mutex:
-                key = _call_key(op, args) if op in hostops.READ_OPS else None
+                key = _call_key(op, args) if op in rpc.READ_OPS else None
                 response = self._prefetched.get(key) if key is not None else None
                 if key is None and not _leaves_files(op, args):
                     self._prefetched, self._snapshot = {}, False
@@ -161,7 +164,7 @@ class AgentHost(Host):
         return self._request(op, args)
 
     def transaction(self, request: TransactionRequest) -> TransactionOutcome:
-        """The whole transaction in ONE request: the agent runs it on the node (``host.ops.transaction``)."""
+        """The whole transaction in ONE request: the agent runs it on the node (``agent.txn.transaction``)."""
         return cast(TransactionOutcome, self._call("transaction", request=request))
 
     def _is_dir(self, path: str) -> bool:
@@ -188,12 +191,16 @@ class AgentHost(Host):
                 self._prefetched[key] = response
 
     def _request(self, op: str, args: Mapping[str, object]) -> Any:
-        line = json.dumps({"op": op, "args": hostops.encode(args)}).encode("utf-8") + b"\n"
+        request: Dict[str, object] = {"op": op, "args": rpc.encode(args)}
         if TRACE is not None:
             TRACE.count(op, args)
         with self._mutex:
             if self._broken is not None:        # the stream is out of step since a bad reply
                 raise self._broken
+            if op in AGENT_NEEDS and op not in self._loaded:     # an agent that has them already skips them
+                request["load"] = rpc.encode(agent_load(op))
+                self._loaded.add(op)
+            line = json.dumps(request).encode("utf-8") + b"\n"
             try:
                 self._writer.write(line)
                 self._writer.flush()
@@ -236,7 +243,7 @@ def _call_key(op: str, args: Mapping[str, object]) -> CallKey:
     items: List[Tuple[str, Union[str, int]]] = []
     for name, value in sorted(args.items()):
         if not isinstance(value, str) and (not isinstance(value, int) or isinstance(value, bool)):
-            return json.dumps([op, hostops.encode(args)], sort_keys=True)
+            return json.dumps([op, rpc.encode(args)], sort_keys=True)
         items.append((name, value))
     return op, tuple(items)
 
@@ -256,52 +263,92 @@ def check_hello(name: str, line: bytes) -> None:
                                                        or "no answer"), ExitCode.UNREACHABLE)
 
 
+#: The modules of ``cpctl.agent`` in the order the program defines them: each after those it imports
+#: (``assemble`` checks it). The armed revert (``ops.confirm``) is all of them, one file.
+AGENT_MODULES = ("fileops", "httpops", "rpc", "etcdio", "journalseal", "txn", "tinyyaml", "putback", "crictlread",
+                 "revertplan", "noderevert")
+#: What a new connection ships (``agent_payload``): the files, HTTP and the protocol - every read of a view.
+AGENT_BASE = ("fileops", "httpops", "rpc")
+#: The ops whose modules are not shipped at the start: sent with the op's first request in a session
+#: (``AgentHost._request``; ``rpc.load`` runs them on the node when it lacks the op): no extra round trip.
+AGENT_NEEDS: Dict[str, Tuple[str, ...]] = {"transaction": ("journalseal", "txn"), "etcd_snapshot": ("etcdio",)}
+
+
+@functools.cache
 def agent_source() -> bytes:
-    """The agent program shipped to remote nodes: hostops.py itself."""
-    with open(hostops.__file__, "rb") as handle:
-        return handle.read()
+    """The agent program shipped to remote nodes, and armed next to a revert plan: the modules of
+    ``cpctl.agent`` as ONE program (``assemble``)."""
+    return assemble(AGENT_MODULES)
+
+
+@functools.cache
+def agent_load(op: str) -> bytes:
+    """The modules ``op`` needs beyond ``AGENT_BASE`` (``AGENT_NEEDS``), zlib-compressed: what its first
+    request of a session carries (``rpc.load``)."""
+    import zlib
+    return zlib.compress(assemble(AGENT_NEEDS[op], loaded=AGENT_BASE), 9)
+
+
+def assemble(names: Sequence[str], loaded: Sequence[str] = ()) -> bytes:
+    """The modules ``names`` of ``cpctl.agent`` as one program (to run after ``loaded``), in that order,
+    each without its ``from cpctl.agent.X import ...`` lines: the modules were cut from one namespace and no two define
+    the same name, so the program needs no importer on the node (nothing from importlib to load, no
+    module objects, one ``compile``), and the armed revert stays one file verified by one sha256.
+    A module that imports a sibling not before it, or cpctl outside the package, is a bug: ValueError."""
+    import ast
+    directory = os.path.dirname(os.path.abspath(agent_package.__file__))
+    parts: List[str] = []
+    seen: Set[str] = set(loaded)
+    for name in names:
+        with open(os.path.join(directory, name + ".py"), "rb") as handle:
+            text = handle.read().decode("utf-8")
+        drop: Set[int] = set()
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "cpctl" for a in node.names):
+                raise ValueError("cpctl.agent.%s imports cpctl as a module" % name)
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            if not node.level and (node.module or "").split(".")[0] != "cpctl":
+                continue
+            package, _, sibling = (node.module or "").rpartition(".")
+            if package != "cpctl.agent" or sibling not in seen or node.col_offset or node.level:
+                raise ValueError("cpctl.agent.%s imports %s: not an earlier sibling at the top" % (name, node.module))
+            drop.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+        parts.append("\n".join(line for number, line in enumerate(text.split("\n"), 1) if number not in drop))
+        seen.add(name)
+    return "\n\n".join(parts).encode("utf-8")
+
+
+#: Bytes of agent source the loader accepts (after decompression), and of the compressed program it reads.
+AGENT_SOURCE_LIMIT = 4 << 20
+AGENT_PACKED_LIMIT = 1 << 20
 
 
 @functools.cache
 def agent_payload() -> bytes:
-    """What a new agent reads first on stdin: ``"SRC_LEN CODE_LEN MAGIC\n"``, the source, then
-    the same program compiled (marshal), which it runs instead of compiling the source when
-    its Python's bytecode magic number is ours. Compiling hostops costs ~5.5 ms of the
-    master's CPU per agent start, about a quarter of it; ~30 KB more on the wire is cheaper.
-    Built once per process, from hostops' own .pyc when that is current."""
-    import marshal
-    from importlib.util import MAGIC_NUMBER
-    src = agent_source()
-    code = _current_pyc_code() or marshal.dumps(compile(src, "cpctl-agent", "exec"))
-    return b"%d %d %s\n" % (len(src), len(code), MAGIC_NUMBER.hex().encode("ascii")) + src + code
-
-
-def _current_pyc_code() -> Optional[bytes]:
-    """hostops' compiled code from its timestamp-checked .pyc, when it matches the source now."""
-    from importlib.util import MAGIC_NUMBER, cache_from_source
-    try:
-        with open(cache_from_source(hostops.__file__, optimization=""), "rb") as handle:
-            data = handle.read()
-        info = os.stat(hostops.__file__)
-    except (OSError, NotImplementedError):
-        return None
-    header = (MAGIC_NUMBER + (0).to_bytes(4, "little") + (int(info.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little")
-              + (info.st_size & 0xFFFFFFFF).to_bytes(4, "little"))
-    return data[16:] if len(data) > 16 and data[:16] == header else None
+    """What a new agent reads first on stdin: ``"LEN\n"`` and the agent's base (``AGENT_BASE``: what a
+    view reads with; a change's modules follow with its first request, ``agent_load``), zlib-compressed
+    (LEN bytes). The master compiles it: shipping compiled code too (marshal, ~250 KB, ~110 KB
+    compressed) would put a new connection over its 100 KB; the source compresses to ~48 KB, and
+    compiling it is CPU an agent pays once per connection, which the keeper keeps open
+    (benchmarks/RESULTS.md §15 has both measured). Built once per process."""
+    import zlib
+    packed = zlib.compress(assemble(AGENT_BASE), 9)
+    return b"%d\n" % len(packed) + packed
 
 
 def agent_bootstrap(python: str = "python3") -> List[str]:
     """argv that starts an agent reading its program first, then requests, from stdin.
 
-    The first stdin line gives the lengths of the source and of the compiled code, and the
-    client's bytecode magic number (see ``agent_payload``): a master whose Python differs
-    compiles the source. Nothing is written to the node's disk.
+    The first stdin line gives the length of the compressed source (see ``agent_payload``); the
+    loader reads exactly that (at most ``AGENT_PACKED_LIMIT``), inflates at most
+    ``AGENT_SOURCE_LIMIT`` bytes, compiles and runs it. Nothing is written to the node's disk.
     """
-    loader = ("import sys;r=sys.stdin.buffer;h=r.readline().split();s=r.read(int(h[0]));c=r.read(int(h[1]));"
-              "m=getattr(sys.modules.get('_frozen_importlib_external'),'MAGIC_NUMBER',b'').hex().encode();"
-              "co=__import__('marshal').loads(c) if h[2:]==[m] else compile(s,'cpctl-agent','exec');"
-              "g={'__name__':'cpctl_agent'};exec(co,g);"
-              "g['agent_main']();sys.stdout.flush();import os;os._exit(0)")
+    loader = ("import sys,zlib;r=sys.stdin.buffer;n=int(r.readline(32));0<n<=%d or sys.exit('cpctl: bad agent');"
+              "z=zlib.decompressobj();s=z.decompress(r.read(n),%d);"
+              "(z.unconsumed_tail or not z.eof) and sys.exit('cpctl: bad agent');"
+              "g={'__name__':'cpctl_agent'};exec(compile(s,'cpctl-agent','exec'),g);"
+              "g['agent_main']();sys.stdout.flush();import os;os._exit(0)") % (AGENT_PACKED_LIMIT, AGENT_SOURCE_LIMIT)
     # -S: the agent is standard-library only, so skip site (and any .pth hooks) on the master.
     # os._exit once served (locks released, answers flushed): interpreter teardown is CPU the
     # master spends per run for nothing.

@@ -1,8 +1,8 @@
 """The ``Host`` interface: the same file, lock, exec and HTTP operations locally and remotely.
 
 The core never touches ``os`` for node state; it asks a ``Host``. ``LocalHost`` runs the
-primitives of :mod:`cpctl.host.ops` in-process; ``AgentHost`` sends them to a copy of that
-module running as an agent at the other end of a byte stream (an SSH channel, or a local
+primitives of :mod:`cpctl.agent` in-process; ``AgentHost`` sends them to a copy of that
+package running as an agent at the other end of a byte stream (an SSH channel, or a local
 subprocess in tests). Both raise the same exceptions, so the core cannot tell them apart.
 """
 
@@ -25,9 +25,9 @@ from typing import (
     cast,
 )
 
-from cpctl.host import ops as hostops
+from cpctl.agent import fileops, txn
 
-LockBusy = hostops.LockBusy
+LockBusy = fileops.LockBusy
 
 # Threads that mostly wait on sockets and hand small answers around (a fan-out's host threads, the
 # keeper's relays) wait up to the GIL switch interval at each hand-over: 5 ms by default; measured
@@ -138,7 +138,7 @@ class DirEntry(_NamedStat, total=False):
 
 
 class PodIdentity(TypedDict):
-    """What tells one instance of a static pod from the next (``host.ops.is_new_since`` compares
+    """What tells one instance of a static pod from the next (``agent.crictlread.is_new_since`` compares
     two): ``crictl_pod``'s answer has these keys, and so does ``PodState.identity()``; a revert
     plan carries the one seen at arm time."""
 
@@ -150,7 +150,7 @@ class PodIdentity(TypedDict):
 
 class NodeApiAccess(TypedDict):
     """How a node-side revert reaches the API server with the node's kubeconfig and no copy of a
-    credential (``probes.kubeapi.node_access`` builds it, ``host.ops._api_from`` uses it): the server,
+    credential (``probes.kubeapi.node_access`` builds it, ``agent.putback._api_from`` uses it): the server,
     the TLS options that name files (or ``insecure``), and for each credential embedded in the file
     the byte range of its base64 text, valid only while the file's sha256 is ``sha256``."""
 
@@ -163,7 +163,7 @@ class NodeApiAccess(TypedDict):
 
 class JournalStep(TypedDict, total=False):
     """One step of a journal entry on the wire (``core.journal.Step.to_wire``: the fields that are
-    set), as ``host.ops.StepRunner`` runs it: ``kind`` and ``path`` always, ``mode`` always."""
+    set), as ``agent.txn.StepRunner`` runs it: ``kind`` and ``path`` always, ``mode`` always."""
 
     kind: str
     path: str
@@ -179,7 +179,7 @@ class JournalStep(TypedDict, total=False):
 
 class JournalEntry(TypedDict):
     """A journal entry (``core.journal.entry_of``): the one format cpctl's journal writes and a
-    revert plan carries for the node to run (``host.ops.Transaction``)."""
+    revert plan carries for the node to run (``agent.txn.Transaction``)."""
 
     version: int
     op: str
@@ -196,7 +196,7 @@ class JournalEntry(TypedDict):
 
 
 class PlanVerify(TypedDict):
-    """How the node-side revert checks the reverted version (``host.ops._plan_verify``): the health
+    """How the node-side revert checks the reverted version (``agent.crictlread._plan_verify``): the health
     endpoint (""), crictl ("": not used), the mirror pod, the pod seen at arm time, the seconds."""
 
     url: str
@@ -237,7 +237,7 @@ class PlanPatch(TypedDict):
 
 class RevertPlan(TypedDict):
     """The node-side revert of a remote ``--confirm-within`` (``ops.confirm._plan`` builds it, the
-    agent's ``host.ops.revert_plan_main`` runs it after ``host.ops.plan_problem`` checked every field
+    agent's ``agent.noderevert.revert_plan_main`` runs it after ``agent.revertplan.plan_problem`` checked every field
     of this shape): the arm (``op``, the armed bytes' sha256, its record), the state dir's lock and
     journal, the journaled revert and its history record, the ``reverted`` record, the check, and the
     ``--keep-in`` parts (ClusterConfiguration records, how to reach the API, the check's hint; patch files)."""
@@ -337,7 +337,7 @@ class HistoryBounds(TypedDict):
 
 
 class TransactionRequest(TypedDict):
-    """One journaled change for ``Host.transaction`` (``host.ops.Transaction``): ``do`` apply or
+    """One journaled change for ``Host.transaction`` (``agent.txn.Transaction``): ``do`` apply or
     recover; the journal ``entry`` (``core.journal.entry_of``); for apply the new bytes of each
     write step by index (None for other steps); the history record without its time; where the
     state dir is, how much of a file a step reads back (``limit``), the history's bounds."""
@@ -496,10 +496,10 @@ class Host:
         return cast(PeerCert, self._call("peer_cert", host=host, port=port, timeout=timeout))
 
     def transaction(self, request: TransactionRequest) -> TransactionOutcome:
-        """Apply or recover one journaled change as a whole on the node (``host.ops.Transaction``):
+        """Apply or recover one journaled change as a whole on the node (``agent.txn.Transaction``):
         here in-process, through this host's own primitives; a remote host sends it as ONE request."""
         from cpctl.errors import CpctlError
-        return cast(TransactionOutcome, hostops.transaction(dict(request), fs=self, tolerated=(OSError, CpctlError)))
+        return cast(TransactionOutcome, txn.transaction(dict(request), fs=self, tolerated=(OSError, CpctlError)))
 
     @contextmanager
     def prefetched(self, calls: Sequence[Call]) -> Iterator[None]:

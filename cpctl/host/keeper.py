@@ -53,14 +53,16 @@ ENV_DIR = "CPCTL_KEEPER_DIR"
 
 def _build_id() -> str:
     """A digest of the code a run and its keeper must share: the agent the keeper starts on the
-    masters (hostops) and the keeper protocol. Same version, different code (an editable
+    masters (``cpctl.agent``) and the keeper protocol. Same version, different code (an editable
     checkout, a patched install) must not meet an agent that lacks an op the run sends.
     (A checksum, not a defence: the keeper dir is private and both ends check the peer uid.)"""
     import binascii
 
-    from cpctl.host import ops as hostops
+    import cpctl.agent as agent_package
+    agent_dir = os.path.dirname(os.path.abspath(agent_package.__file__))
+    agent = [os.path.join(agent_dir, name) for name in sorted(os.listdir(agent_dir)) if name.endswith(".py")]
     crc = 0
-    for path in (hostops.__file__, __file__, os.path.join(os.path.dirname(__file__), "keeperd.py")):
+    for path in agent + [__file__, os.path.join(os.path.dirname(__file__), "keeperd.py")]:
         with open(path, "rb") as handle:
             crc = binascii.crc32(handle.read(), crc)
     return "%08x" % crc

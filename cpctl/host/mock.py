@@ -17,7 +17,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from cpctl.host import ops as hostops
+from cpctl.agent import fileops
 from cpctl.host.base import HostInfo
 from cpctl.host.local import LocalHost
 
@@ -107,11 +107,11 @@ class MockHost(LocalHost):
             if fault.error != "SIGKILL":           # held (signals deferred): the call goes on
                 return super()._call(op, **args)
         if fault.error == "lock-busy":
-            raise hostops.LockBusy("pid 1 since 2026-01-01T00:00:00Z (injected by MockHost)")
+            raise fileops.LockBusy("pid 1 since 2026-01-01T00:00:00Z (injected by MockHost)")
         if fault.error == "EXDEV" and op == "move":
-            return hostops.move_across(args["src"], args["dst"])
+            return fileops.move_across(args["src"], args["dst"])
         if fault.error.startswith("EXDEV+") and op == "move":
-            return hostops.move_across(args["src"], args["dst"], remove=_failing(fault.error[6:]))
+            return fileops.move_across(args["src"], args["dst"], remove=_failing(fault.error[6:]))
         if fault.error.endswith("-after"):
             super()._call(op, **args)
             fault = Fault(op, fault.error[:-6])

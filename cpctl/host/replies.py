@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 from typing import Callable, Dict, Mapping, Optional
 
+from cpctl.agent import httpops, rpc
 from cpctl.errors import CpctlError, ExitCode
-from cpctl.host import ops as hostops
 
 # The largest answer cpctl asks for is a batch of view reads: a scan of the manifests dir (each
 # manifest at most 10 MiB) with the history's tail (64 MiB), base64 on the wire (4/3).
@@ -41,7 +41,7 @@ def parse_reply(line: bytes, limit: int = MAX_REPLY_BYTES) -> Dict[str, object]:
     if not line.endswith(b"\n"):
         raise _Shape("cut off before its end")
     try:
-        value = hostops.decode(json.loads(line.decode("utf-8")))
+        value = rpc.decode(json.loads(line.decode("utf-8")))
     except RecursionError:
         raise _Shape("nested too deeply") from None
     except (ValueError, TypeError, UnicodeDecodeError):
@@ -188,7 +188,7 @@ def _http(result: object, args: Mapping[str, object]) -> None:
     if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
         raise _Shape("headers are not text")
     limit = args.get("limit")
-    _bytes(result.get("body"), "body", limit if isinstance(limit, int) else hostops.HTTP_BODY_LIMIT)
+    _bytes(result.get("body"), "body", limit if isinstance(limit, int) else httpops.HTTP_BODY_LIMIT)
 
 
 def _http_many(result: object, args: Mapping[str, object]) -> None:
@@ -210,7 +210,7 @@ def _http_many(result: object, args: Mapping[str, object]) -> None:
 def _peer_cert(result: object, args: Mapping[str, object]) -> None:
     if not isinstance(result, dict):
         raise _Shape("peer_cert is not an object")
-    _bytes(result.get("der"), "der", hostops.PEER_CERT_LIMIT)
+    _bytes(result.get("der"), "der", httpops.PEER_CERT_LIMIT)
     stamp = result.get("time")
     if isinstance(stamp, bool) or not isinstance(stamp, (int, float)) or stamp != stamp:
         raise _Shape("time is not a number")

@@ -3,7 +3,7 @@
 ``connect(target, options)`` resolves TARGET through ssh_config (ProxyJump hops included),
 verifies the server's host key like OpenSSH before authenticating (so nothing can run on a
 server we have not identified), authenticates with agent / IdentityFile / default keys, then
-execs the hostops agent (``python3 -c <loader>``, under ``sudo`` when the login user is not
+execs the agent (``python3 -c <loader>``, under ``sudo`` when the login user is not
 root) on one channel and speaks the agent protocol over it. The agent on the master holds the
 node lock; when the connection drops it reads EOF and exits, which releases the lock.
 

@@ -447,12 +447,12 @@ def _start_remote(node: Node, armed: Arm, within: int, launcher: Launcher) -> Tu
     """A master reached over SSH has no cpctl: write the stdlib agent and a self-contained revert
     plan into its state dir, and have the persistent systemd timer (systemd is PID 1 there and the
     agent runs as root) or a detached process (``setsid``, pid recorded) run ``python3 AGENT
-    revert-plan PLAN`` when the arm is due (``cpctl.host.ops.revert_plan_main``). The window goes as
+    revert-plan PLAN`` when the arm is due (``cpctl.agent.noderevert.revert_plan_main``). The window goes as
     a duration (``--within``): the node's own clock turns it into the moment."""
     import hashlib
     import json
 
-    from cpctl.host import ops as hostops
+    from cpctl.agent import revertplan
     from cpctl.host.agent import agent_source
     base = _plan_base(node, armed)
     node.host.makedirs(confirmations.directory(node.state), 0o700)
@@ -463,7 +463,7 @@ def _start_remote(node: Node, armed: Arm, within: int, launcher: Launcher) -> Tu
     node.host.write_atomic(base + ".plan", plan_bytes)
     python = _node_python(node) or "/usr/bin/python3"
     # both digests live in the timer's command line, not in the state dir: verified before anything runs
-    argv = [python, "-c", hostops.VERIFY_LOADER, base + ".agent.py", hashlib.sha256(agent).hexdigest(),
+    argv = [python, "-c", revertplan.VERIFY_LOADER, base + ".agent.py", hashlib.sha256(agent).hexdigest(),
             "revert-plan", base + ".plan", "--plan-sha256", hashlib.sha256(plan_bytes).hexdigest()]
     if timer_kind(node) == "systemd":
         return "systemd", _install_units(node, armed, argv, launcher), 0
@@ -482,7 +482,7 @@ def _start_remote(node: Node, armed: Arm, within: int, launcher: Launcher) -> Tu
 def _plan(node: Node, armed: Arm, base: str) -> RevertPlan:
     """The journaled change that reverts ``armed`` - built by cpctl's own ``replace_change`` now,
     its new bytes staged next to the plan - plus what the node checks and records: every field of
-    ``RevertPlan``, which the agent checks before it uses any (``host.ops.plan_problem``)."""
+    ``RevertPlan``, which the agent checks before it uses any (``agent.revertplan.plan_problem``)."""
     from cpctl.host.base import PodIdentity
     from cpctl.probes import health
     from cpctl.probes.base import Unavailable

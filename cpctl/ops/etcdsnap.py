@@ -5,7 +5,7 @@ first) through the node's agent, with the node's etcd client certificate: etcd's
 streams ``/v3/maintenance/snapshot`` as JSON messages with base64 blobs, the agent writes them to a
 dot-temp file as they come (a snapshot may be GBs: it is never held in memory), and the file gets
 its name only after the sha256 etcd appends matched and the file read as an etcd database (its
-revision and key count as ``etcdutl snapshot status`` counts them): ``host.ops.etcd_snapshot``.
+revision and key count as ``etcdutl snapshot status`` counts them): ``agent.etcdio.etcd_snapshot``.
 
 The default place is ``STATE/snapshots/`` (0700), one file per snapshot named by its UTC time,
 ``etcd-snapshot-YYYYmmddTHHMMSSZ.db``, beside it a record ``NAME.json`` of what was checked (read
@@ -22,9 +22,9 @@ import time
 from contextlib import contextmanager
 from typing import Iterator, List, Optional, Tuple, TypedDict
 
+from cpctl.agent import fileops
 from cpctl.core.node import Node
 from cpctl.errors import CpctlError, ExitCode, Interrupted, Terminated, interrupted_by
-from cpctl.host import ops as hostops
 from cpctl.host.base import SnapshotInfo
 from cpctl.ops.etcdcare import gateway_of, record
 from cpctl.probes.etcdmaint import EtcdError, Gateway, hex_id
@@ -222,7 +222,7 @@ def _sweep(node: Node) -> List[str]:
         return []
     swept = []
     for name in node.host.listdir(path)[:MAX_LISTED]:
-        if hostops.is_temp_name(name) and name.startswith("." + PREFIX):
+        if fileops.is_temp_name(name) and name.startswith("." + PREFIX):
             node.host.unlink(path + "/" + name)
             record(node, "etcd-snapshot-killed", "", {"file": path + "/" + name,
                                                       "reason": "a partial snapshot a killed save left was removed"})

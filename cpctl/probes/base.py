@@ -16,8 +16,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Protocol, Sequence, Tuple
 
+from cpctl.agent.crictlread import is_new_since
 from cpctl.host.base import PodIdentity
-from cpctl.host.ops import is_new_since
 from cpctl.timeutil import iso
 
 if TYPE_CHECKING:
@@ -159,11 +159,11 @@ class PodState:
 
     def is_new_since(self, before: Optional["PodState"]) -> bool:
         """True when this pod cannot be the one observed in ``before``: the rule of
-        ``host.ops.is_new_since``, which the node-side revert's check applies too."""
+        ``agent.crictlread.is_new_since``, which the node-side revert's check applies too."""
         return bool(is_new_since(self.identity(), before.identity() if before is not None else None))
 
     def identity(self) -> PodIdentity:
-        """What tells this pod from another one (the shape ``host.ops.is_new_since`` compares)."""
+        """What tells this pod from another one (the shape ``agent.crictlread.is_new_since`` compares)."""
         return {"present": self.present, "uid": self.uid, "containers": list(self.containers),
                 "started": self.started}
 

@@ -10,18 +10,18 @@ from __future__ import annotations
 
 from typing import Optional, Tuple
 
-from cpctl.host import ops as hostops
+from cpctl.agent import crictlread
 from cpctl.host.base import Host
 from cpctl.probes.base import PodState, PodTarget, ProbeMissing, ProbeOptions, Unavailable
 
 DEFAULT_TIMEOUT = 10.0
-JSON_LIMIT = hostops.CRICTL_JSON_LIMIT    # bytes of one crictl JSON answer read (on the node, bounded)
+JSON_LIMIT = crictlread.CRICTL_JSON_LIMIT    # bytes of one crictl JSON answer read (on the node, bounded)
 MIN_CALL = 0.2      # the least time one crictl run gets, even at the very end of a wait
 
 
 class CrictlProbe:
     """The runtime's sandbox and containers (sees the pod without the API; container IDs identify it).
-    What crictl printed is read by ``host.ops.crictl_pod``, the reading the node-side revert's
+    What crictl printed is read by ``agent.crictlread.crictl_pod``, the reading the node-side revert's
     check shares."""
 
     name = "crictl"
@@ -44,9 +44,9 @@ class CrictlProbe:
 
     def observe(self, target: PodTarget, timeout: Optional[float] = None) -> PodState:
         try:
-            seen = hostops.crictl_pod(self._run, self.crictl, target.mirror_name, target.namespace,
+            seen = crictlread.crictl_pod(self._run, self.crictl, target.mirror_name, target.namespace,
                                       DEFAULT_TIMEOUT if timeout is None else timeout, MIN_CALL)
-        except hostops.PodLookError as exc:
+        except crictlread.PodLookError as exc:
             raise (ProbeMissing if exc.missing else Unavailable)(exc.message) from None
         return PodState(seen["present"], seen["ready"], seen["phase"], seen["uid"], tuple(seen["containers"]),
                         seen["started"], seen["created"], self.name, restarts=seen["restarts"])

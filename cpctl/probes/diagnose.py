@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Set, Tuple
 
-from cpctl.host import ops as hostops
+from cpctl.agent import crictlread
 from cpctl.host.base import Host
 from cpctl.probes.base import PodTarget
 from cpctl.probes.shape import ShapeError, get_list, get_object, get_str
@@ -165,14 +165,14 @@ class Diagnosis:
         return res.stdout, res.stderr
 
     def _json(self, args: List[str]) -> Dict[str, object]:
-        """``crictl ARGS -o json`` as an object, read as the crictl probe reads it (``host.ops.crictl_json``)."""
+        """``crictl ARGS -o json`` as an object, as the crictl probe reads it (``agent.crictlread.crictl_json``)."""
         def run(argv: List[str], timeout: float, limit: int) -> Tuple[int, bytes, bytes]:
             res = self.host.run(argv, timeout=timeout, limit=limit)
             return res.rc, res.stdout, res.stderr
         try:
-            value: Dict[str, object] = hostops.crictl_json(run, self.crictl, args, time.monotonic() + CALL_TIMEOUT,
+            value: Dict[str, object] = crictlread.crictl_json(run, self.crictl, args, time.monotonic() + CALL_TIMEOUT,
                                                            CALL_TIMEOUT)
-        except hostops.PodLookError as exc:
+        except crictlread.PodLookError as exc:
             raise _Failed(exc.message) from None
         return value
 

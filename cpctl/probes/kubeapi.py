@@ -6,7 +6,7 @@ from this machine or from a master reached over SSH. Only what cpctl needs: get/
 nodes, leases and events, create/delete a pod, and the pods/binding subresource.
 
 Nothing an API server (or a proxy in front of it) answers is trusted. Each request has a total
-deadline and a body limit (``cpctl.host.ops.http``); an error status becomes ``ApiError``, no answer
+deadline and a body limit (``cpctl.agent.httpops.http``); an error status becomes ``ApiError``, no answer
 at all ``ApiUnreachable``, an answer that is not the JSON it must be (a proxy's HTML, a list or a
 string where an object belongs, nesting too deep, too large, another object than the one asked
 for, a field of the wrong type) ``ApiBadAnswer``. All three are ``ApiFailure``, a ``CpctlError``
@@ -26,8 +26,8 @@ import json
 import os
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
 
+from cpctl.agent import httpops
 from cpctl.errors import CpctlError, ExitCode
-from cpctl.host import ops as hostops
 from cpctl.host.base import Host, HttpReply, NodeApiAccess, TlsOptions
 from cpctl.inputs import load_yaml
 from cpctl.probes.shape import ShapeError, get_bool, get_list, get_object, get_objects, get_str, kind_of
@@ -295,7 +295,7 @@ def _server(cluster: Mapping[str, object], path: str) -> str:
     server = get_str(cluster, "server", "cluster")
     if not server.startswith(("http://", "https://")):
         raise _env_error("kubeconfig %s: cluster has no http(s) server" % path)
-    if hostops.split_url(server) is not None:   # scheme://host[:port]/...: no user info, a valid port
+    if httpops.split_url(server) is not None:   # scheme://host[:port]/...: no user info, a valid port
         return server
     try:
         parts = urlsplit(server)

@@ -10,7 +10,7 @@ import stat
 
 import pytest
 
-from cpctl.host import ops as hostops
+from cpctl.agent import fileops
 from tests.coreutil import MANIFESTS, NODE, NodeDirs, assert_settled, sha, snapshot, temp_files, tmpfs_fixture
 
 tmpfs = pytest.fixture(tmpfs_fixture)
@@ -89,7 +89,7 @@ def test_hostops_move_across_filesystems(tmp_path, tmpfs):
     os.chmod(src, 0o640)
     os.chown(src, 1234, 2345)
     dst = os.path.join(tmpfs, "a.yaml")
-    assert hostops.move(src, dst) == "copy"
+    assert fileops.move(src, dst) == "copy"
     assert not os.path.exists(src)
     with open(dst, "rb") as handle:
         assert handle.read() == data
@@ -97,17 +97,17 @@ def test_hostops_move_across_filesystems(tmp_path, tmpfs):
     assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) == (0o640, 1234, 2345)
     assert [n for n in os.listdir(tmpfs) if n.startswith(".")] == []
     # back again, and the same-filesystem path is a rename
-    assert hostops.move(dst, src) == "copy"
-    assert hostops.move(src, str(tmp_path / "b.yaml")) == "rename"
+    assert fileops.move(dst, src) == "copy"
+    assert fileops.move(src, str(tmp_path / "b.yaml")) == "rename"
     # never clobbers the target, never moves links
     with open(dst, "wb") as handle:
         handle.write(b"other")
     with pytest.raises(OSError) as exc:
-        hostops.move(str(tmp_path / "b.yaml"), dst)
+        fileops.move(str(tmp_path / "b.yaml"), dst)
     assert exc.value.errno == errno.EEXIST
     os.symlink(dst, str(tmp_path / "link"))
     with pytest.raises(OSError) as exc:
-        hostops.move(str(tmp_path / "link"), os.path.join(tmpfs, "link"))
+        fileops.move(str(tmp_path / "link"), os.path.join(tmpfs, "link"))
     assert exc.value.errno == errno.EINVAL
     with open(dst, "rb") as handle:
         assert handle.read() == b"other"

@@ -13,7 +13,7 @@ import json
 import os
 from typing import Any, Dict
 
-from cpctl.host import ops as hostops
+from cpctl.agent import journalseal, noderevert, txn
 from tests.coreutil import MANIFESTS, NodeDirs, sha, snapshot
 
 SCHEDULER = "kube-scheduler.yaml"
@@ -118,10 +118,10 @@ def test_a_journal_sealed_on_another_node_or_edited_is_refused(tmp_path: Any) ->
     node = _node(tmp_path)
     elsewhere = str(tmp_path / "other-state")
     os.makedirs(elsewhere, mode=0o700)
-    foreign = hostops.sealed(_remove_patch(node), hostops.journal_key(elsewhere, create=True))
-    hostops.journal_key(node.state, create=True)
+    foreign = journalseal.sealed(_remove_patch(node), journalseal.journal_key(elsewhere, create=True))
+    journalseal.journal_key(node.state, create=True)
     _assert_refused(node, foreign, "its seal does not match this node's key")
-    mine = hostops.sealed(_entry(node, "apply", []), hostops.journal_key(node.state))
+    mine = journalseal.sealed(_entry(node, "apply", []), journalseal.journal_key(node.state))
     mine["steps"] = _remove_patch(node)["steps"]                   # sealed here, then edited
     mine["action"], mine["record"] = "keep-in", {"patch": _patch(node), "undo": True}
     _assert_refused(node, mine, "its seal does not match this node's key")
@@ -132,7 +132,7 @@ def test_an_honest_journal_is_sealed_and_recovered(tmp_path: Any) -> None:
     """cpctl's own journal carries the seal (the key created 0600 on the first change), and the next
     command acts on it: a killed stop after its move is completed."""
     node = _node(tmp_path)
-    key = os.path.join(node.state, hostops.JOURNAL_KEY)
+    key = os.path.join(node.state, journalseal.JOURNAL_KEY)
     node.run("stop", "scheduler")
     assert os.stat(key).st_mode & 0o777 == 0o600
     with open(key, "rb") as handle:
@@ -151,7 +151,7 @@ def test_an_honest_journal_is_sealed_and_recovered(tmp_path: Any) -> None:
 
 def test_a_key_that_is_not_cpctls_stops_changes_before_anything_is_written(tmp_path: Any) -> None:
     node = _node(tmp_path)
-    key = os.path.join(node.state, hostops.JOURNAL_KEY)
+    key = os.path.join(node.state, journalseal.JOURNAL_KEY)
     with open(key, "w") as handle:
         handle.write("0" * 64 + "\n")
     os.chmod(key, 0o644)
@@ -170,19 +170,19 @@ def _plan(node: NodeDirs, entry: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def test_the_node_side_revert_refuses_an_unsealed_journal_of_its_own_change(tmp_path: Any) -> None:
-    """The node-side revert (``host.ops``, no cpctl installed) meets a pending journal naming its own
+    """The node-side revert (``cpctl.agent``, no cpctl installed) meets a pending journal naming its own
     change's steps: acted on only with this node's seal, the same rule as cpctl's recovery."""
     node = _node(tmp_path)
     entry = _overwrite_encryption_config(node)
     plan = _plan(node, entry)
     _write(node, entry)
     before = _files(node)
-    code, message = hostops._pending_journal(plan, hostops._node_runner())
+    code, message = noderevert._pending_journal(plan, txn._node_runner())
     assert code == 7 and "is not a journal cpctl wrote on this node (it carries no seal)" in message, message
     assert "NOT reverted" in message
     assert _files(node) == before
-    _write(node, hostops.sealed(entry, hostops.journal_key(node.state, create=True)))   # as _run_entry writes it
-    code, message = hostops._pending_journal(plan, hostops._node_runner())
+    _write(node, journalseal.sealed(entry, journalseal.journal_key(node.state, create=True)))  # as _run_entry does
+    code, message = noderevert._pending_journal(plan, txn._node_runner())
     assert code == 0 and message == "reverted", message
     with open(_encryption(node), "rb") as handle:
         assert handle.read() == ATTACKER                     # sealed here: its own change, finished

@@ -1,7 +1,7 @@
 """Issue 33: the node-side revert of a master without cpctl puts a ``--keep-in kubeadm-config`` write
-back with cpctl's own rule (``host.ops.config_undo``, which ``core.keptin.undo`` applies too), and
+back with cpctl's own rule (``agent.putback.config_undo``, which ``core.keptin.undo`` applies too), and
 reaches the API with the node's kubeconfig without a copy of any credential (``kubeapi.node_access``
-records where each one is in the file; ``host.ops._api_from`` reads them there, only while the file
+records where each one is in the file; ``agent.putback._api_from`` reads them there, only while the file
 is the one cpctl read)."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
+from cpctl.agent import putback, revertplan, tinyyaml
 from cpctl.core import keptin
 from cpctl.core import kubeadmconfig as kc
-from cpctl.host import ops as hostops
 from cpctl.host.local import LocalHost
 from cpctl.probes.kubeapi import node_access
 
@@ -64,8 +64,8 @@ def _with(text: str, change: Any) -> str:
 def _both(now: str, before: str, after: str) -> Any:
     """The undo as the node side (the YAML subset) and as cpctl (its YAML library) make it: the same
     decision and the same keys, and texts that read the same."""
-    node = hostops.config_undo(now, before, after)
-    core = hostops.config_undo(now, before, after, keptin._load_config, kc.dump_config)
+    node = putback.config_undo(now, before, after)
+    core = putback.config_undo(now, before, after, keptin._load_config, kc.dump_config)
     assert node[0] == core[0] and node[2] == core[2], (node, core)
     if node[0] == "write":
         assert yaml.safe_load(node[1]) == yaml.safe_load(core[1]), (node[1], core[1])
@@ -88,7 +88,7 @@ def test_the_undo_removes_exactly_cpctls_keys_and_keeps_everyone_elses() -> None
     # nobody else wrote the text: the text before, byte for byte; back already: nothing to do; no ConfigMap
     assert _both(after, V3, after) == ("write", V3, [])
     assert _both(V3, V3, after)[0] == "done"
-    assert hostops.config_undo(None, V3, after)[0] == "gone"
+    assert putback.config_undo(None, V3, after)[0] == "gone"
     # cpctl's write never landed (killed before it): its keys hold their value before - nothing to do
     never = _with(V3, lambda c: c["controllerManager"].update(extraArgs={"profiling": "false"}))
     assert _both(never, V3, after)[0] == "done"
@@ -177,7 +177,7 @@ scheduler:
 def test_the_node_sides_yaml_reads_what_kubeadm_and_cpctl_write(text: str) -> None:
     """The agent has no YAML library: it reads and writes the subset kubeadm (go-yaml) and cpctl
     (PyYAML) write a ClusterConfiguration in - what it writes reads, in any YAML reader, as what it read."""
-    assert yaml.safe_load(hostops.yaml_dump(hostops.yaml_load(text))) == yaml.safe_load(text)
+    assert yaml.safe_load(tinyyaml.yaml_dump(tinyyaml.yaml_load(text))) == yaml.safe_load(text)
 
 
 @pytest.mark.parametrize("text", [
@@ -189,8 +189,8 @@ def test_yaml_the_node_side_does_not_read_is_left_to_cpctl(text: str) -> None:
     """Anything outside that subset is refused (never guessed): the node side leaves the undo to the
     next cpctl command, which reads any YAML."""
     with pytest.raises(ValueError):
-        hostops.yaml_load(text)
-    assert hostops.config_undo(text, V3, V3.replace("scheduler: {}", "scheduler:\n  extraArgs:\n    v: '4'"))[0] == \
+        tinyyaml.yaml_load(text)
+    assert putback.config_undo(text, V3, V3.replace("scheduler: {}", "scheduler:\n  extraArgs:\n    v: '4'"))[0] == \
         "unreadable"
 
 
@@ -212,10 +212,10 @@ def test_the_plan_names_where_the_credentials_are_never_them(tmp_path: Any) -> N
     text = json.dumps(ref)
     assert base64.b64encode(KEY).decode() not in text, text
     assert not {"ca_data", "cert_data", "key_data"} & set(ref["tls"]), ref["tls"]
-    assert hostops._api_from(ref) == ("https://127.0.0.1:6443", {"ca_data": CA, "cert_data": CERT, "key_data": KEY})
+    assert putback._api_from(ref) == ("https://127.0.0.1:6443", {"ca_data": CA, "cert_data": CERT, "key_data": KEY})
     with open(path, "a") as handle:                # renewed since the arm (kubeadm certs renew rewrites it)
         handle.write("preferences: {}\n")
-    assert hostops._api_from(ref) is None
+    assert putback._api_from(ref) is None
 
 
 @pytest.mark.parametrize("user", [
@@ -238,7 +238,7 @@ def test_a_kubeconfig_the_agent_cannot_use_gives_no_access(tmp_path: Any, user: 
     ("x", "b", "theirs"), (None, "b", "theirs"),     # someone else's (or removed by someone): left
 ])
 def test_one_rule_for_putting_a_kept_patch_file_back(now: Any, was: Any, expected: str) -> None:
-    assert hostops.patch_undo(now, was, "a") == expected
+    assert putback.patch_undo(now, was, "a") == expected
 
 
 def _plan_with_patch(tmp_path: Any, patch_path: str, record: str = "") -> Any:
@@ -258,15 +258,15 @@ def test_a_patch_undo_in_a_plan_touches_only_a_kubeadm_patch_file_below_the_kube
     kube = str(tmp_path / "etc" / "kubernetes")
     good = _plan_with_patch(tmp_path / "a", str(tmp_path / "a" / "etc" / "kubernetes" / "patches" /
                                                   "kube-scheduler+json.yaml"))
-    assert hostops._plan_paths_problem(good) == ""
+    assert revertplan._plan_paths_problem(good) == ""
     for bad in (kube + "/admin.conf", kube + "/manifests/kube-scheduler.yaml", "/etc/passwd",
                 kube + "/patches/../admin.conf"):
         plan = _plan_with_patch(tmp_path / str(abs(hash(bad))), bad.replace(kube, str(
             tmp_path / str(abs(hash(bad))) / "etc" / "kubernetes")))
-        assert hostops._plan_paths_problem(plan), bad
+        assert revertplan._plan_paths_problem(plan), bad
     elsewhere = _plan_with_patch(tmp_path / "r", str(tmp_path / "r" / "etc" / "kubernetes" / "patches" /
                                                       "kube-scheduler+json.yaml"), record="/etc/kubernetes/admin.conf")
-    assert "keep-in record" in hostops._plan_paths_problem(elsewhere)
+    assert "keep-in record" in revertplan._plan_paths_problem(elsewhere)
 
 
 SCHEDULER_V4 = V3.replace("scheduler: {}", "scheduler:\n  extraArgs:\n    v: '4'")
@@ -285,10 +285,10 @@ def test_what_the_master_leaves_for_the_operator_names_the_check_as_run_on_that_
     operator runs it against that master (``-H``/``-i``), carried in the plan, never a bare ``cpctl
     check`` that would run on the operator's own machine - and the record stays until it is resolved."""
     asked = list(answers)
-    monkeypatch.setattr(hostops, "_api_json", lambda method, url, access, body=None: asked.pop(0))
+    monkeypatch.setattr(putback, "_api_json", lambda method, url, access, body=None: asked.pop(0))
     kept = {"namespace": "kube-system", "name": "kubeadm-config", "key": "ClusterConfiguration",
             "before": V3, "after": SCHEDULER_V4, "resource_version": "7", "component": "kube-scheduler",
             "op": "flags"}
     hint = "cpctl -H admin@10.0.0.11 check --kubeadm"
-    line, done = hostops._put_back_config({"check_hint": hint}, kept, ("https://10.0.0.11:6443", {}), "/s/keepin/r")
+    line, done = putback._put_back_config({"check_hint": hint}, kept, ("https://10.0.0.11:6443", {}), "/s/keepin/r")
     assert said in line and line.endswith("check it (%s)" % hint) and not asked and done is settled, line

@@ -73,14 +73,14 @@ def test_links_the_kubelet_cannot_read_are_invalid_with_the_reason(mdir: str, tm
 
 def test_read_file_never_waits_on_a_fifo(tmp_path: Any) -> None:
     """A manifest replaced by a FIFO between a listing and a read: refused, not waited on."""
-    from cpctl.host import ops
+    from cpctl.agent import fileops
     fifo = str(tmp_path / "kube-scheduler.yaml")
     os.mkfifo(fifo)
     outcome: list = []
 
     def read() -> None:
         try:
-            ops.read_file(fifo, 1 << 20)
+            fileops.read_file(fifo, 1 << 20)
         except OSError as exc:
             outcome.append(exc)
     worker = threading.Thread(target=read, daemon=True)

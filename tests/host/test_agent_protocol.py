@@ -8,24 +8,23 @@ SSH); round trips are counted where the run writes a request to it.
 
 from __future__ import annotations
 
-import importlib.util
+import ast
 import json
-import marshal
 import math
 import os
-import py_compile
 import socket
 import subprocess
 import sys
+import zlib
 from typing import Iterator, List
 
 import pytest
 
+from cpctl.agent import fileops, rpc
 from cpctl.core import views
 from cpctl.core.settings import Settings
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host import agent as host_module
-from cpctl.host import ops as hostops
 from cpctl.host.agent import SubprocessAgentHost
 from cpctl.host.local import LocalHost
 from cpctl.ops import drift
@@ -158,8 +157,8 @@ def test_a_prefetched_answer_serves_exactly_the_same_request() -> None:
              ("lstat", {"path": ["/a"]}), ("lstat", {"path": ("/a",)}), ("info", {}), ("info", {"x": {"b64": "L2E="}})]
     for op, args in cases:
         for other_op, other_args in cases:
-            same_request = json.dumps([op, hostops.encode(args)], sort_keys=True) == json.dumps(
-                [other_op, hostops.encode(other_args)], sort_keys=True)
+            same_request = json.dumps([op, rpc.encode(args)], sort_keys=True) == json.dumps(
+                [other_op, rpc.encode(other_args)], sort_keys=True)
             same_key = host_module._call_key(op, args) == host_module._call_key(other_op, other_args)
             assert same_key == same_request, (op, args, other_op, other_args)
     assert isinstance(host_module._call_key("read_file", {"path": "/a", "limit": 1}), tuple)   # the cheap key
@@ -209,7 +208,7 @@ def test_reset_closes_the_runs_http_connections(agent: CountingAgent) -> None:
         assert agent.http("GET", url)["headers"]["X-Peer-Port"] != first   # a new one after the reset
 
 
-# --- the agent's program: compiled once by the client, compiled by the master on a mismatch ---
+# --- the agent's program: shipped zlib-compressed, compiled by the master ---
 
 def _start_agent(payload: bytes) -> bytes:
     """Start a bare agent (``python3 -S -c loader``) with ``payload`` then one ``info`` request."""
@@ -219,40 +218,31 @@ def _start_agent(payload: bytes) -> bytes:
     return proc.stdout
 
 
-def test_agent_runs_the_shipped_code_when_its_python_matches() -> None:
+def test_a_new_connection_ships_the_compressed_agent_within_100_kb() -> None:
+    """Issue 47: what a new connection carries to start the agent is at most 100 KB."""
     payload = host_module.agent_payload()
     header, _, rest = payload.partition(b"\n")
-    src_len, code_len, magic = header.split()
-    assert magic == importlib.util.MAGIC_NUMBER.hex().encode()
-    assert rest[:int(src_len)] == host_module.agent_source() and len(rest) == int(src_len) + int(code_len)
-    # The code is what the master would have compiled: garbage in its place must break the agent.
-    broken = header + b"\n" + rest[:int(src_len)] + b"\0" * int(code_len)
-    out = subprocess.run(host_module.agent_bootstrap(sys.executable), input=broken, capture_output=True,
+    assert int(header) == len(rest) and zlib.decompress(rest) == host_module.assemble(host_module.AGENT_BASE)
+    assert len(payload) <= 100 * 1024, len(payload)
+    lines = _start_agent(payload).splitlines()
+    assert lines[0].startswith(b'{"ready"') and lines[1].startswith(b'{"ok": true')
+
+
+def _refused(payload: bytes) -> bytes:
+    out = subprocess.run(host_module.agent_bootstrap(sys.executable), input=payload, capture_output=True,
                          timeout=30)
     assert out.returncode != 0 and b'"ready"' not in out.stdout
-    lines = _start_agent(payload).splitlines()
-    assert lines[0].startswith(b'{"ready"') and lines[1].startswith(b'{"ok": true')
+    return out.stderr
 
 
-def test_agent_compiles_the_source_when_its_python_differs() -> None:
-    src = host_module.agent_source()
-    junk = b"not marshal data"
-    payload = b"%d %d %s\n" % (len(src), len(junk), b"00000000") + src + junk
-    lines = _start_agent(payload).splitlines()
-    assert lines[0].startswith(b'{"ready"') and lines[1].startswith(b'{"ok": true')
-
-
-def test_current_pyc_is_shipped_and_a_stale_one_is_not(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
-    copy = tmp_path / "hostops.py"
-    copy.write_bytes(host_module.agent_source())
-    monkeypatch.setattr(hostops, "__file__", str(copy))
-    assert host_module._current_pyc_code() is None                 # no .pyc yet
-    py_compile.compile(str(copy), invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)
-    code = marshal.loads(host_module._current_pyc_code())
-    assert code.co_code == compile(copy.read_bytes(), "cpctl-agent", "exec").co_code
-    stat = copy.stat()
-    os.utime(copy, ns=(stat.st_atime_ns, stat.st_mtime_ns + 5 * 10**9))   # the source changed since
-    assert host_module._current_pyc_code() is None
+def test_the_loader_refuses_a_bad_program_and_reads_only_what_it_bounds() -> None:
+    packed = host_module.agent_payload().partition(b"\n")[2]
+    _refused(b"%d\n" % len(packed) + packed[:len(packed) // 2])             # cut short: never run
+    _refused(b"%d\n" % len(packed) + b"\0" * len(packed))                  # not zlib
+    _refused(b"x" * 100 + b"\n" + packed)                                  # no length
+    assert b"bad agent" in _refused(b"%d\n" % (host_module.AGENT_PACKED_LIMIT + 1) + packed)
+    bomb = zlib.compress(b"#" * (host_module.AGENT_SOURCE_LIMIT + 1))     # inflates past the bound
+    assert b"bad agent" in _refused(b"%d\n" % len(bomb) + bomb)
 
 
 CODEC_VALUES = [
@@ -264,8 +254,8 @@ CODEC_VALUES = [
 
 
 def test_agent_codec_writes_and_reads_what_json_does() -> None:
-    loads, dumps = hostops._json_codec()
-    assert getattr(loads, "__module__", None) == "cpctl.host.ops"    # the accelerator, not the fallback
+    loads, dumps = rpc._json_codec()
+    assert getattr(loads, "__module__", None) == "cpctl.agent.rpc"    # the accelerator, not the fallback
     for value in CODEC_VALUES:
         text = dumps(value)
         assert text == json.dumps(value)
@@ -281,7 +271,7 @@ def test_agent_codec_writes_and_reads_what_json_does() -> None:
 
 def test_agent_codec_falls_back_to_json_without_the_accelerator(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "_json", None)          # import _json now fails
-    loads, dumps = hostops._json_codec()
+    loads, dumps = rpc._json_codec()
     assert (loads, dumps) == (json.loads, json.dumps)
 
 
@@ -291,7 +281,7 @@ def test_agent_without_the_accelerator_still_serves(tmp_path) -> None:
     proc = subprocess.run(argv, input=host_module.agent_payload() + b'{"op": "info", "args": {}}\n',
                           capture_output=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
-    assert dict(json.loads(proc.stdout.splitlines()[1])["result"], pid=0) == dict(hostops.info(), pid=0)
+    assert dict(json.loads(proc.stdout.splitlines()[1])["result"], pid=0) == dict(fileops.info(), pid=0)
 
 
 def test_agent_info_is_what_the_local_host_says() -> None:
@@ -306,7 +296,7 @@ def test_agent_serving_the_views_imports_no_json_re_or_socket(tmp_path) -> None:
     enum) was a third of it. The reads of status, check and history go through it here."""
     view = open_node(_settings(NodeDirs(str(tmp_path))), host=LocalHost())
     reads = view.view_reads() + [view.state.read_call(p) for p in (view.state.history_path, view.state.journal_path)]
-    request = json.dumps({"op": "batch", "args": hostops.encode(
+    request = json.dumps({"op": "batch", "args": rpc.encode(
         {"requests": [{"op": op, "args": args} for op, args in reads]})}).encode() + b"\n"
     argv = host_module.agent_bootstrap(sys.executable)
     proc = subprocess.run([argv[0], "-X", "importtime"] + argv[1:], input=host_module.agent_payload() + request,
@@ -315,3 +305,87 @@ def test_agent_serving_the_views_imports_no_json_re_or_socket(tmp_path) -> None:
     imported = {line.split("|")[-1].strip() for line in proc.stderr.decode().splitlines()[1:]}
     assert "_json" in imported
     assert not imported & {"json", "re", "enum", "socket", "base64", "subprocess"}, sorted(imported)
+
+
+def test_the_agent_package_ships_as_one_program() -> None:
+    """Issue 47: ``cpctl.agent`` is cut into modules and shipped as one program (``assemble``): every
+    module is shipped, no two define the same name (one namespace on the node), and a module that
+    imports a sibling the program has not defined yet is refused rather than shipped broken."""
+    directory = os.path.dirname(host_module.agent_package.__file__)
+    found = sorted(name[:-3] for name in os.listdir(directory) if name.endswith(".py") and name != "__init__.py")
+    assert sorted(host_module.AGENT_MODULES) == found
+    owner: dict = {}
+    for name in host_module.AGENT_MODULES:
+        with open(os.path.join(directory, name + ".py"), encoding="utf-8") as handle:
+            tree = ast.parse(handle.read())
+        for node in tree.body:
+            targets = [node] if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else \
+                node.targets if isinstance(node, ast.Assign) else []
+            for target in targets:
+                names = [target.name] if isinstance(target, (ast.FunctionDef, ast.ClassDef)) else \
+                    [n.id for n in ([target] if isinstance(target, ast.Name) else getattr(target, "elts", []))
+                     if isinstance(n, ast.Name)]          # OPS["x"] = ... adds to a name, defines none
+                for defined in names:
+                    assert owner.setdefault(defined, name) == name, (defined, owner[defined], name)
+    program = host_module.agent_source().decode()
+    assert "from cpctl" not in program and "import cpctl" not in program
+    assert program.count("\ndef revert_plan_main(argv):") == 1 and program.rstrip().endswith("agent_main()")
+    with pytest.raises(ValueError, match="not an earlier sibling"):
+        host_module.assemble(("rpc", "fileops"))
+
+
+# --- shipped by need (issue 47): a view's connection carries the base, a change's modules follow ---
+
+def _wire(request: dict) -> bytes:
+    return json.dumps(dict(request, args=rpc.encode(request.get("args") or {}))).encode() + b"\n"
+
+
+def test_a_status_connection_ships_less_than_a_change_and_both_stay_within_100_kb() -> None:
+    base = zlib.decompress(host_module.agent_payload().partition(b"\n")[2])
+    assert base == host_module.assemble(host_module.AGENT_BASE)
+    assert b"class Transaction" not in base and b"def etcd_snapshot" not in base
+    status = len(host_module.agent_payload())
+    change = status + len(json.dumps(rpc.encode(host_module.agent_load("transaction"))))   # as it travels
+    assert status < change <= 100 * 1024, (status, change)
+
+
+def test_an_op_not_shipped_comes_with_its_first_request_and_only_then() -> None:
+    """A fresh agent lacks ``transaction``: asked without its modules it is an error, asked with them
+    (``load``) it runs, and a later request carrying modules again (a new session on a kept agent) does
+    not run them: garbage in their place changes nothing then."""
+    state = {"op": "transaction", "args": {"request": {"do": "nothing"}}}
+    load = rpc.encode(host_module.agent_load("transaction"))
+    lines = _start_agent(host_module.agent_payload() + _wire(state) + _wire(dict(state, load=load))
+                         + _wire(dict(state, load=rpc.encode(b"not zlib")))
+                         + _wire({"op": "load", "args": {"source": host_module.agent_load("transaction")}})
+                         ).splitlines()
+    bare, loaded, kept, again = (json.loads(line) for line in lines[1:5])
+    assert not bare["ok"] and bare["message"] == "KeyError: 'transaction'"      # not on the node
+    assert not loaded["ok"] and loaded["message"] == "KeyError: 'state_dir'"   # it ran: this request is bad
+    assert kept == loaded
+    assert again["ok"] and "transaction" in again["result"] and "etcd_snapshot" not in again["result"]
+
+
+def test_load_refuses_more_than_its_bound() -> None:
+    bomb = zlib.compress(b"#" * (rpc.LOAD_LIMIT + 1))
+    lines = _start_agent(host_module.agent_payload() + _wire({"op": "load", "args": {"source": bomb}})).splitlines()
+    answer = json.loads(lines[1])
+    assert not answer["ok"] and "at most" in answer["message"]
+
+
+def test_a_change_through_the_agent_sends_its_modules_once_per_session(tmp_path) -> None:
+    agent = SubprocessAgentHost()
+    try:
+        sent: List[bytes] = []
+        real = agent._writer.write
+
+        def write(data: bytes) -> int:
+            sent.append(data)
+            return real(data)
+        agent._writer.write = write                    # type: ignore[method-assign]
+        for _ in range(2):
+            with pytest.raises(CpctlError, match="KeyError: 'entry'"):       # it ran on the node: a bad request
+                agent._request("transaction", {"request": {"do": "recover", "state_dir": str(tmp_path)}})
+        assert [b'"load"' in line for line in sent] == [True, False]
+    finally:
+        agent.close()

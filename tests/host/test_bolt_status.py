@@ -1,4 +1,4 @@
-"""``host.ops.bolt_status`` (issue 46): what ``etcdutl snapshot status`` counts, read from a bbolt file
+"""``agent.etcdio.bolt_status`` (issue 46): what ``etcdutl snapshot status`` counts, read from a bbolt file
 that is untrusted input (it came from a master's etcd). The real thing is compared with etcdutl in
 tests/ops/test_etcdsnap_real.py; here hand-made files in bbolt's layout (meta pages 0 and 1, page
 headers of 16 bytes, leaf and branch elements of 16 bytes, inline buckets) hold the parser to its
@@ -13,7 +13,7 @@ from typing import List, Tuple
 
 import pytest
 
-from cpctl.host import ops as hostops
+from cpctl.agent import etcdio
 
 PAGE = 4096
 
@@ -72,21 +72,21 @@ def test_the_revision_is_the_last_key_of_bucket_key_and_every_key_counts(tmp_pat
     keys = inline_bucket([(0, revision_key(n), b"v") for n in (2, 3, 7)])
     meta_bucket = inline_bucket([(0, b"consistent_index", b"\0" * 8)])
     data = database(leaf(3, [(1, b"key", keys), (1, b"meta", meta_bucket)]))
-    assert hostops.bolt_status(write(tmp_path, data)) == {"revision": 7, "keys": 4, "total_size": 4 * PAGE}
+    assert etcdio.bolt_status(write(tmp_path, data)) == {"revision": 7, "keys": 4, "total_size": 4 * PAGE}
 
 
 def test_a_bucket_on_its_own_pages_behind_a_branch(tmp_path: Path) -> None:
     keys = struct.pack("<QQ", 4, 0)                       # bucket "key" rooted at page 4 (a branch)
     data = database(leaf(3, [(1, b"key", keys)]), branch(4, [(b"a", 5), (b"b", 6)]),
                     leaf(5, [(0, revision_key(1), b"x")]), leaf(6, [(0, revision_key(9), b"y")]))
-    assert hostops.bolt_status(write(tmp_path, data))["revision"] == 9
+    assert etcdio.bolt_status(write(tmp_path, data))["revision"] == 9
 
 
 def test_one_broken_meta_page_leaves_the_other(tmp_path: Path) -> None:
     """bbolt keeps two meta pages so that a torn write of one leaves the other: it is read then."""
     data = bytearray(database(leaf(3, [(1, b"key", inline_bucket([(0, revision_key(5), b"v")]))])))
     data[40] ^= 1
-    assert hostops.bolt_status(write(tmp_path, bytes(data)))["revision"] == 5
+    assert etcdio.bolt_status(write(tmp_path, bytes(data)))["revision"] == 5
 
 
 @pytest.mark.parametrize("what", ["loop", "past the end", "element outside", "bad meta", "short", "not a bucket"])
@@ -109,5 +109,5 @@ def test_a_hostile_database_is_refused(tmp_path: Path, what: str) -> None:
     else:
         data = database(leaf(3, [(0, b"key", b"x")]))
     with pytest.raises(OSError) as caught:
-        hostops.bolt_status(write(tmp_path, data))
+        etcdio.bolt_status(write(tmp_path, data))
     assert caught.value.errno == errno.EPROTO and "not an etcd database" in str(caught.value)

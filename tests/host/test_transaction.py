@@ -1,4 +1,4 @@
-"""Issue 47: the transaction around a journaled change is ONE class in the agent (``host.ops.Transaction``),
+"""Issue 47: the transaction around a journaled change is ONE class in the agent (``agent.txn.Transaction``),
 run on the node in ONE call (``Host.transaction``) - by cpctl's journal and by the node-side revert alike.
 
 The structure is held the way ``test_one_loop_and_one_recovery_over_journal_steps`` holds the loop: one
@@ -16,9 +16,9 @@ from typing import Any, Dict, Iterator, List, Set, Tuple
 
 import pytest
 
+from cpctl.agent import rpc, txn
 from cpctl.core import journal
 from cpctl.core.node import Node
-from cpctl.host import ops as hostops
 from cpctl.host import replies
 from cpctl.host.replies import BadReply
 from tests.coreutil import NODE, NodeDirs, stop_killed_after_move
@@ -89,26 +89,26 @@ def test_one_transaction_and_nothing_of_it_outside() -> None:
             where = "%s.%s" % (name, owner or "<module>")
             if isinstance(node, ast.ClassDef) and node.name == "Transaction":
                 classes.append(name)
-            in_transaction = name == "cpctl.host.ops" and owner == "Transaction"
+            in_transaction = name == "cpctl.agent.txn" and owner == "Transaction"
             call = _called(node)
             if call in ("sealed", "journal_bytes") and not in_transaction:
                 wrong.append("%s seals or writes a journal entry (%s)" % (where, call))
             if call == "append" and isinstance(node, ast.Call) and _receiver(node) in ("host", "fs") and \
-                    not (name == "cpctl.host.ops" and owner == "append_history"):
-                wrong.append("%s appends to a file of the node (only hostops.append_history does)" % where)
-            if call == "append_history" and _receiver(node) in ("", "hostops") and not (in_transaction or where in (
+                    not (name == "cpctl.agent.journalseal" and owner == "append_history"):
+                wrong.append("%s appends to a file of the node (only journalseal.append_history does)" % where)
+            if call == "append_history" and _receiver(node) in ("", "journalseal") and not (in_transaction or where in (
                     "cpctl.core.state.StateDir",           # records of changes that are not journaled (keep-in, etcd)
-                    "cpctl.host.ops._append_record")):     # the node-side revert's verdict and put-back records
+                    "cpctl.agent.txn._append_record")):     # the node-side revert's verdict and put-back records
                 wrong.append("%s writes a history record" % where)
             if _staged_target(node) and not in_transaction:
                 staged.add("%s.%s" % (name, owner))
-    assert classes == ["cpctl.host.ops"], classes
+    assert classes == ["cpctl.agent.txn"], classes
     assert not wrong, "\n".join(wrong)
     assert staged == STAGED_ELSEWHERE, "staged files named outside the Transaction: %s" % sorted(staged)
-    tree = next(t for n, t in _modules() if n == "cpctl.host.ops")
+    tree = next(t for n, t in _modules() if n == "cpctl.agent.txn")
     transaction = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Transaction")
     assert {"apply", "recover"} <= {f.name for f in transaction.body if isinstance(f, ast.FunctionDef)}
-    assert hostops.OPS["transaction"] is hostops.transaction
+    assert rpc.OPS["transaction"] is txn.transaction
 
 
 @pytest.fixture

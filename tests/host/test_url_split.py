@@ -1,4 +1,4 @@
-"""``host.ops.split_url``/``packed_address`` and the fast paths built on them (issue 38).
+"""``agent.httpops.split_url``/``packed_address`` and the fast paths built on them (issue 38).
 
 ``status`` reads the API server's URL without importing urllib.parse and ipaddress (~1.5 ms):
 a plain ``http(s)://host[:port]/path?query`` is split by cpctl, anything else is left to
@@ -13,8 +13,8 @@ from typing import Optional
 
 import pytest
 
+from cpctl.agent import httpops
 from cpctl.core.apiview import _is_own
-from cpctl.host import ops
 from cpctl.probes import kubeapi
 
 URLS = [
@@ -30,7 +30,7 @@ URLS = [
 
 @pytest.mark.parametrize("url", URLS)
 def test_split_url_reads_as_urlsplit_or_declines(url: str) -> None:
-    simple = ops.split_url(url)
+    simple = httpops.split_url(url)
     if simple is None:
         return
     parts = urllib.parse.urlsplit(url)
@@ -40,16 +40,16 @@ def test_split_url_reads_as_urlsplit_or_declines(url: str) -> None:
 
 
 def test_split_url_takes_the_plain_urls_a_kubeconfig_holds() -> None:
-    assert ops.split_url("https://10.0.0.5:6443") == ("https", "10.0.0.5", 6443, "/")
-    assert ops.split_url("HTTP://Lb.Example:80/healthz?verbose") == ("http", "lb.example", 80, "/healthz?verbose")
+    assert httpops.split_url("https://10.0.0.5:6443") == ("https", "10.0.0.5", 6443, "/")
+    assert httpops.split_url("HTTP://Lb.Example:80/healthz?verbose") == ("http", "lb.example", 80, "/healthz?verbose")
     # left to urllib.parse: user info, IPv6 literals, fragments, odd ports and characters
     for url in ("http://user:pw@h/", "http://[::1]:2381/", "http://h/p#f", "http://h:65536/", "http://h:/",
                 "http://h/p q", " http://h/", "http://h/\u00e9", "http://h:\u0663/"):
-        assert ops.split_url(url) is None, url
+        assert httpops.split_url(url) is None, url
     # urllib.parse's reading, and its refusals, stay for those
-    assert ops._http_target("http://[::1]:2381/readyz") == ("http", "::1", 2381, "/readyz")
+    assert httpops._http_target("http://[::1]:2381/readyz") == ("http", "::1", 2381, "/readyz")
     with pytest.raises(OSError):
-        ops._http_target("http://h:65536/")
+        httpops._http_target("http://h:65536/")
 
 
 ADDRESSES = ["127.0.0.1", "127.255.0.9", "10.0.0.5", "0.0.0.0", "::1", "::", "fd00::1", "FD00:0:0::1",
@@ -65,7 +65,7 @@ def test_packed_address_agrees_with_ipaddress(text: str) -> None:
         expected = None
     if "%" in text:       # a scoped IPv6 address: ipaddress takes it, the fast path leaves it to text
         expected = None
-    assert ops.packed_address(text) == expected
+    assert httpops.packed_address(text) == expected
 
 
 @pytest.mark.parametrize("server, advertised, own", [

@@ -133,5 +133,5 @@ def test_a_peer_cert_reply_is_checked(result: dict, why: str) -> None:
 
 
 def _encoded(result: dict) -> dict:
-    from cpctl.host import ops as hostops
-    return {k: hostops.encode(v) if isinstance(v, bytes) else v for k, v in result.items()}
+    from cpctl.agent import rpc
+    return {k: rpc.encode(v) if isinstance(v, bytes) else v for k, v in result.items()}

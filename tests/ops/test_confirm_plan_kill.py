@@ -4,18 +4,21 @@ rolls back the revert - never a half-reverted manifest, companion file or arm re
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import signal
 import time
+from types import ModuleType
 from typing import Any, Dict, List
 
 import pytest
 
+from cpctl.agent import crictlread, fileops, noderevert, revertplan
 from cpctl.core import confirmations, views
 from cpctl.core.confirmations import Arm
 from cpctl.core.settings import Settings
-from cpctl.host import ops as hostops
+from cpctl.host.agent import AGENT_MODULES
 from cpctl.host.local import LocalHost
 from cpctl.ops import confirm, edits
 from cpctl.ops.wiring import open_node
@@ -46,20 +49,28 @@ def _prepare(root: str) -> "tuple[NodeDirs, Dict[str, Any]]":
     return node, plan
 
 
+def _holding(name: str) -> List[ModuleType]:
+    """Every module of the agent that holds ``name`` (its own or imported): wrapped in each, a primitive
+    is wrapped wherever the node-side revert calls it, as in the one program the node runs."""
+    modules = [importlib.import_module("cpctl.agent." + m) for m in AGENT_MODULES]
+    return [module for module in modules if hasattr(module, name)]
+
+
 def _run(plan: Dict[str, Any], kill_at: int) -> "tuple[int, int]":
     """``_plan_apply`` in a forked child that SIGKILLs itself before its ``kill_at``-th file change."""
     def child() -> int:
         count = [0]
         for name in MUTATING:
-            real = getattr(hostops, name)
+            real = getattr(fileops, name)
 
             def counted(*args: Any, _real: Any = real, **kwargs: Any) -> Any:
                 count[0] += 1
                 if count[0] == kill_at:
                     os.kill(os.getpid(), signal.SIGKILL)
                 return _real(*args, **kwargs)
-            setattr(hostops, name, counted)
-        rc, _ = hostops._plan_apply(plan)
+            for module in _holding(name):
+                setattr(module, name, counted)
+        rc, _ = noderevert._plan_apply(plan)
         assert rc == 0, rc
         return count[0]
     return in_child(child)
@@ -118,7 +129,7 @@ def test_the_node_side_revert_finishes_its_own_interrupted_run(tmp_path: Any) ->
         node, plan = _prepare(root)
         status, _ = _run(plan, kill_at)
         assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, kill_at
-        rc, message = hostops._plan_apply(plan)
+        rc, message = noderevert._plan_apply(plan)
         assert rc == 0, (kill_at, message)
         assert not os.path.exists(node.journal), kill_at
         assert _manifest(node) == SCHEDULER, (kill_at, message)
@@ -134,20 +145,22 @@ def test_a_revert_step_that_fails_before_the_commit_changes_nothing_and_is_retri
     the next try, the filesystem writable again, reverts from the same staged bytes."""
     import errno
     node, plan = _prepare(str(tmp_path / "n"))
-    real = hostops.write_atomic
+    real = fileops.write_atomic
 
     def read_only(path: str, *args: Any, **kwargs: Any) -> Any:
         if path.startswith(node.manifests + "/"):
             raise OSError(errno.EROFS, "Read-only file system", path)
         return real(path, *args, **kwargs)
-    monkeypatch.setattr(hostops, "write_atomic", read_only)
-    rc, message = hostops._plan_apply(plan)
+    for module in _holding("write_atomic"):
+        monkeypatch.setattr(module, "write_atomic", read_only)
+    rc, message = noderevert._plan_apply(plan)
     assert rc == 7 and "Read-only file system" in message and "nothing changed" in message, message
     assert _manifest(node) == NEW_SCHEDULER and not os.path.exists(node.journal)
     assert os.path.exists(os.path.join(node.state, "confirm", "kube-scheduler.yaml.json"))
     assert _actions(node)[-1] == "armed"
-    monkeypatch.setattr(hostops, "write_atomic", real)
-    assert hostops._plan_apply(plan) == (0, "reverted")
+    for module in _holding("write_atomic"):
+        monkeypatch.setattr(module, "write_atomic", real)
+    assert noderevert._plan_apply(plan) == (0, "reverted")
     assert _manifest(node) == SCHEDULER and _actions(node)[-1] == "rollback"
 
 
@@ -177,7 +190,7 @@ def test_the_plan_finishes_an_arm_whose_cpctl_was_killed(tmp_path: Any) -> None:
     for kill_at in range(1, calls + 1):
         root = str(tmp_path / ("k%d" % kill_at))
         node, plan, _ = arm_child(root, kill_at)
-        rc, message = hostops._plan_apply(plan)
+        rc, message = noderevert._plan_apply(plan)
         assert rc == 0, (kill_at, message)
         actions = _actions(node)
         assert not os.path.exists(node.journal), kill_at
@@ -206,7 +219,7 @@ def _armed_files(node: NodeDirs, plan: Dict[str, Any], agent: bytes) -> "tuple[L
     with open(base + ".plan", "wb") as handle:
         handle.write(data)
     real = agent_source()
-    return [sys.executable, "-c", hostops.VERIFY_LOADER, base + ".agent.py", hashlib.sha256(real).hexdigest(),
+    return [sys.executable, "-c", revertplan.VERIFY_LOADER, base + ".agent.py", hashlib.sha256(real).hexdigest(),
             "revert-plan", base + ".plan", "--plan-sha256", hashlib.sha256(data).hexdigest()], base + ".plan"
 
 
@@ -227,7 +240,7 @@ def test_the_timer_runs_only_the_agent_and_the_plan_it_armed(tmp_path: Any) -> N
     import subprocess
 
     from cpctl.host.agent import agent_source
-    assert not set("%$\\") & set(hostops.VERIFY_LOADER), "a systemd unit's command line would expand these"
+    assert not set("%$\\") & set(revertplan.VERIFY_LOADER), "a systemd unit's command line would expand these"
     node, plan = _prepare(str(tmp_path / "a"))
     tampered = agent_source().replace(b"def revert_plan_main(argv):", b"def revert_plan_main(argv):\n    return 0\n\n\n"
                                                                        b"def _unused(argv):", 1)
@@ -276,7 +289,7 @@ def _crictl_shim(tmp_path: Any, uid: str, container: str) -> str:
 
 def test_the_node_side_check_reads_the_pod_as_the_crictl_probe_does(tmp_path: Any) -> None:
     """Issue 33 (no second verifier): the node-side revert's check reads crictl with the crictl probe's
-    own reader (``host.ops.crictl_pod``) and judges "new" with the waiter's rule (``is_new_since``)
+    own reader (``agent.crictlread.crictl_pod``) and judges "new" with the waiter's rule (``is_new_since``)
     against the pod cpctl's crictl probe saw at arm time: the old pod still running is NOT verified,
     a new one is."""
     from cpctl.host.local import LocalHost
@@ -288,7 +301,7 @@ def test_the_node_side_check_reads_the_pod_as_the_crictl_probe_does(tmp_path: An
     assert before == {"present": True, "uid": "u1", "containers": ["c1"], "started": 2000000000.0}
     check = {"crictl": old, "pod": target.mirror_name, "namespace": "kube-system", "before": before, "url": "",
              "timeout": 5, "settle": 0}      # 5 s: a crictl shim may wait a while for a core on a busy machine
-    ok, why = hostops._plan_verify(check)
+    ok, why = crictlread._plan_verify(check)
     assert not ok and "still the old pod" in why, why
-    ok, why = hostops._plan_verify(dict(check, crictl=_crictl_shim(tmp_path, "u2", "c2")))
+    ok, why = crictlread._plan_verify(dict(check, crictl=_crictl_shim(tmp_path, "u2", "c2")))
     assert ok and "a new kube-scheduler-%s pod runs" % NODE in why, why

@@ -1,5 +1,5 @@
 """Issue 47: the node-side revert plan (``host.base.RevertPlan``) is checked in full before any of it
-is used (``host.ops.plan_problem``). A malformed plan - a field missing, of another type, a path
+is used (``agent.revertplan.plan_problem``). A malformed plan - a field missing, of another type, a path
 outside the state dir or relative, a step ``StepRunner`` does not run, a field beyond its bound - is
 refused by the agent as the timer runs it: exit 7, ONE line naming what is wrong, nothing on disk
 changed (every file checksummed before and after), the arm left for the operator."""
@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict
 
 import pytest
 
-from cpctl.host import ops as hostops
+from cpctl.agent import revertplan
 from cpctl.host.agent import agent_source
 from tests.ops.test_confirm_plan_kill import NEW_SCHEDULER, _armed_files, _make_due, _prepare
 
@@ -88,9 +88,9 @@ def test_the_plan_cpctl_builds_is_the_shape_the_agent_checks(tmp_path: Any) -> N
     from cpctl.host.base import RevertPlan
     _, plan = _prepare(str(tmp_path / "n"))
     assert set(plan) == set(RevertPlan.__annotations__)
-    assert hostops.plan_problem(plan) == ""
+    assert revertplan.plan_problem(plan) == ""
     for key in RevertPlan.__annotations__:
-        assert hostops.plan_problem({k: v for k, v in plan.items() if k != key}) == "plan.%s is missing" % key
+        assert revertplan.plan_problem({k: v for k, v in plan.items() if k != key}) == "plan.%s is missing" % key
 
 
 @pytest.mark.parametrize("what,break_it,said", BROKEN, ids=[b[0] for b in BROKEN])
@@ -99,7 +99,7 @@ def test_each_kind_of_malformed_plan_is_named(tmp_path: Any, what: str, break_it
     _, plan = _prepare(str(tmp_path / "n"))
     broken = copy.deepcopy(plan)
     break_it(broken)
-    problem = hostops.plan_problem(broken)
+    problem = revertplan.plan_problem(broken)
     assert said in problem, (what, problem)
     assert "\n" not in problem, problem
 

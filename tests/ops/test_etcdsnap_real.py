@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, Iterator, List
 import jsonschema
 import pytest
 
-from cpctl.host import ops as hostops
+from cpctl.agent import etcdio, fileops
 from cpctl.timeutil import parse_iso
 from cpctl_lab.httpserve import free_port
 from tests import etcdnodes as en
@@ -220,19 +220,19 @@ def test_a_cut_or_changed_stream_is_refused_and_leaves_no_file(real_etcd: RealEt
         assert real_etcd.put(b"/k/%d" % n, os.urandom(1024))[0] == 200
     stream = _real_stream(real_etcd)
     for url in _serve(stream):                     # the stream as etcd sent it is taken
-        done = hostops.etcd_snapshot(url, str(tmp_path / "whole.db"))
+        done = etcdio.etcd_snapshot(url, str(tmp_path / "whole.db"))
         assert done["revision"] > 50 and (tmp_path / "whole.db").exists()
     for what, change in CHANGES.items():
         for cut in (False, True):
             for url in _serve(change(stream), cut=cut):
                 target = tmp_path / "changed.db"
                 with pytest.raises(OSError) as caught:
-                    hostops.etcd_snapshot(url, str(target))
+                    etcdio.etcd_snapshot(url, str(target))
                 assert caught.value.errno is not None, what
                 assert sorted(os.listdir(tmp_path)) == ["whole.db"], (what, cut, caught.value)
     for url in _serve(stream, cut=True):          # the whole data but the end of the body missing
         with pytest.raises(OSError, match="cut short"):
-            hostops.etcd_snapshot(url, str(tmp_path / "cut.db"))
+            etcdio.etcd_snapshot(url, str(tmp_path / "cut.db"))
     assert sorted(os.listdir(tmp_path)) == ["whole.db"]
 
 
@@ -298,7 +298,7 @@ def test_sigkill_during_a_save_leaves_only_a_dot_temp_that_the_next_save_removes
     seen = _save_caught(real_etcd, signal.SIGKILL)
     assert seen["rc"] == -signal.SIGKILL, seen
     left = os.listdir(snap_dir(real_etcd))
-    assert left == seen["temps"] and all(hostops.is_temp_name(n) for n in left), left
+    assert left == seen["temps"] and all(fileops.is_temp_name(n) for n in left), left
     assert valid("etcd-snapshot-list", en.cpctl_json(real_etcd, "m1", "etcd", "snapshot", "list"))["snapshots"] == []
     real_etcd.wait_healthy("m1")
     saved = en.cpctl_json(real_etcd, "m1", "etcd", "snapshot", "save")

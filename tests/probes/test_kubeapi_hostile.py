@@ -25,8 +25,8 @@ from typing import Any, Callable, Optional
 import pytest
 import yaml
 
+from cpctl.agent import rpc
 from cpctl.errors import CpctlError, ExitCode
-from cpctl.host import ops as hostops
 from cpctl.host.local import LocalHost
 from cpctl.probes.base import Unavailable
 from cpctl.probes.kubeapi import (
@@ -62,7 +62,7 @@ def lab() -> Iterator[LabHandle]:
 @pytest.fixture
 def client(lab: LabHandle) -> Iterator[KubeClient]:
     lab.clear_faults()
-    hostops.reset()   # no kept-alive connection from an earlier test: each fault meets a fresh one
+    rpc.reset()   # no kept-alive connection from an earlier test: each fault meets a fresh one
     yield KubeClient(LocalHost(), load_kubeconfig(LocalHost(), lab.kubeconfig), timeout=1.0)
     lab.clear_faults()
 
@@ -348,7 +348,7 @@ def test_a_status_lists_the_nodes_pods_once_and_falls_back_to_gets(lab, client):
     assert [r["hits"] for r in lab.faults()] == [1]
 
     lab.inject_faults([dict(the_list, action="reset"), pod_gets])
-    hostops.reset()     # a fresh connection: a reset on a kept-alive one is retried once, on a new one
+    rpc.reset()     # a fresh connection: a reset on a kept-alive one is retried once, on a new one
     probe.prefetch(targets)
     for target in targets:
         with pytest.raises(Unavailable, match="reset"):

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from cpctl.host import ops as hostops
+from cpctl.agent import rpc
 from cpctl.host.local import LocalHost
 from cpctl.probes.base import PodTarget
 from cpctl.probes.waiter import VerifyingWaiter
@@ -31,7 +31,7 @@ SLACK = 0.8   # what a wait may overrun its timeout by on a loaded 2-core machin
 
 
 def waiter(handle: LabHandle, mode: str = "auto", **options: Any) -> VerifyingWaiter:
-    hostops.reset()   # no connection kept alive from an earlier wait
+    rpc.reset()   # no connection kept alive from an earlier wait
     return VerifyingWaiter(LocalHost(), handle.kubeconfig, crictl=handle.crictl, mode=mode, **options)
 
 

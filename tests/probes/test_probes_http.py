@@ -1,4 +1,4 @@
-"""Issue #13/#16: ``cpctl.host.ops.http`` - the one HTTP client of every probe, here and on masters.
+"""Issue #13/#16: ``cpctl.agent.httpops.http`` - the one HTTP client of every probe, here and on masters.
 
 A request has a TOTAL deadline (connect, TLS, send, status, headers, body: a server dripping one
 byte at a time cannot stretch it), a bounded body, IPv6 literals, and errors that are always an
@@ -19,7 +19,7 @@ from typing import Callable, Optional
 
 import pytest
 
-from cpctl.host import ops
+from cpctl.agent import httpops
 from cpctl.host.agent import SubprocessAgentHost
 from cpctl.host.local import LocalHost
 
@@ -132,7 +132,7 @@ def test_a_drip_ends_at_the_deadline(serve, where):
     # socket timeout let it run for the whole response, here 30+ s)
     head = b"HTTP/1.1 200 OK\r\nContent-Length: 300\r\n\r\n"
     server = serve(drip(head + b"x" * 300, 0.1) if where == "headers" else _head_then_drip(head, b"x" * 300, 0.1))
-    exc, took = timed(lambda: ops.http("GET", server.url("/slow"), timeout=1.0))
+    exc, took = timed(lambda: httpops.http("GET", server.url("/slow"), timeout=1.0))
     assert isinstance(exc, TimeoutError) and exc.errno == errno.ETIMEDOUT, exc
     assert exc.strerror == "no complete answer within 1s"
     assert 0.9 <= took < 1.0 + SLACK, took
@@ -154,7 +154,7 @@ def test_silent_server_and_silent_tls_handshake_end_at_the_deadline(serve):
 
     server = serve(silent)
     for scheme in ("http", "https"):   # https: accepts TCP, never answers the TLS ClientHello
-        exc, took = timed(lambda scheme=scheme: ops.http("GET", server.url("/", scheme), timeout=0.5,
+        exc, took = timed(lambda scheme=scheme: httpops.http("GET", server.url("/", scheme), timeout=0.5,
                                                          tls={"insecure": True}))
         assert isinstance(exc, TimeoutError), (scheme, exc)
         assert 0.45 <= took < 0.5 + SLACK, (scheme, took)
@@ -178,7 +178,7 @@ def test_the_deadline_holds_through_the_agent(serve):
 # --- the body limit ----------------------------------------------------------------------------------
 def test_answers_over_the_limit_are_errors_not_memory(serve):
     declared = serve(answer(b"z" * 5000))
-    exc, _ = timed(lambda: ops.http("GET", declared.url("/"), limit=1000))
+    exc, _ = timed(lambda: httpops.http("GET", declared.url("/"), limit=1000))
     assert exc is not None and exc.errno == errno.EFBIG and "over the limit of 1000 bytes" in exc.strerror
 
     def chunked(conn: socket.socket) -> None:   # no Content-Length: counted while read
@@ -189,18 +189,18 @@ def test_answers_over_the_limit_are_errors_not_memory(serve):
         conn.sendall(b"0\r\n\r\n")
 
     streamed = serve(chunked)
-    exc, _ = timed(lambda: ops.http("GET", streamed.url("/"), limit=4096))
+    exc, _ = timed(lambda: httpops.http("GET", streamed.url("/"), limit=4096))
     assert exc is not None and exc.errno == errno.EFBIG and "larger than the limit of 4096 bytes" in exc.strerror
-    assert len(ops.http("GET", streamed.url("/"), limit=25600)["body"]) == 25600
-    assert ops.http("GET", declared.url("/"))["body"] == b"z" * 5000   # the default limit is generous
+    assert len(httpops.http("GET", streamed.url("/"), limit=25600)["body"]) == 25600
+    assert httpops.http("GET", declared.url("/"))["body"] == b"z" * 5000   # the default limit is generous
 
 
 # --- IPv6, keep-alive, refused ---------------------------------------------------------------------------
 def test_ipv6_literals(serve):
     server = serve(answer(b"six"), family=socket.AF_INET6)
     assert server.url("/readyz").startswith("http://[::1]:")
-    assert ops.http("GET", server.url("/readyz"))["body"] == b"six"
-    exc, _ = timed(lambda: ops.http("GET", "http://::1:%d/readyz" % server.port))
+    assert httpops.http("GET", server.url("/readyz"))["body"] == b"six"
+    exc, _ = timed(lambda: httpops.http("GET", "http://::1:%d/readyz" % server.port))
     assert exc is not None and exc.errno == errno.EINVAL and "brackets" in exc.strerror
 
 
@@ -213,10 +213,10 @@ def test_keep_alive_reuse_and_connection_close(serve):
 
     server = serve(counting)
     for _ in range(3):
-        assert ops.http("GET", server.url("/"))["body"] == b"again"
+        assert httpops.http("GET", server.url("/"))["body"] == b"again"
     assert len(connections) == 1
     closing = serve(answer(b"bye", extra=b"Connection: close\r\n"))
-    assert [ops.http("GET", closing.url("/"))["body"] for _ in range(2)] == [b"bye", b"bye"]
+    assert [httpops.http("GET", closing.url("/"))["body"] for _ in range(2)] == [b"bye", b"bye"]
 
 
 def test_refused_is_a_connection_refused_error():
@@ -224,7 +224,7 @@ def test_refused_is_a_connection_refused_error():
     probe.bind(("127.0.0.1", 0))   # bound, never listening: connections to it are refused
     port = probe.getsockname()[1]
     try:
-        exc, _ = timed(lambda: ops.http("GET", "http://127.0.0.1:%d/" % port, timeout=2))
+        exc, _ = timed(lambda: httpops.http("GET", "http://127.0.0.1:%d/" % port, timeout=2))
     finally:
         probe.close()
     assert isinstance(exc, ConnectionRefusedError), exc   # what "nothing listens" checks rely on
@@ -266,7 +266,7 @@ def test_malformed_answers_are_described_not_quoted(serve):
 
     for handler, words in ((bad_status, "malformed HTTP answer"), (cut, "answer cut short"),
                            (reset, "Connection reset by peer")):
-        exc, _ = timed(lambda handler=handler: ops.http("GET", serve(handler).url("/"), timeout=2))
+        exc, _ = timed(lambda handler=handler: httpops.http("GET", serve(handler).url("/"), timeout=2))
         assert exc is not None and words in str(exc), (words, exc)
         assert SECRET not in str(exc)
 
@@ -302,19 +302,19 @@ def test_tls_failures_name_the_material_never_its_bytes(serve, tmp_path):
     server_ctx.load_cert_chain(cert, key)
     server = serve(answer(b"tls"), tls=server_ctx)
     url = server.url("/", "https")
-    assert ops.http("GET", url, tls={"ca_file": cert})["body"] == b"tls"
-    exc, _ = timed(lambda: ops.http("GET", url, tls={"ca_data": b"-----BEGIN CERTIFICATE-----\nnope\n"}))
+    assert httpops.http("GET", url, tls={"ca_file": cert})["body"] == b"tls"
+    exc, _ = timed(lambda: httpops.http("GET", url, tls={"ca_data": b"-----BEGIN CERTIFICATE-----\nnope\n"}))
     assert exc is not None and exc.strerror == "certificate authority: not a valid PEM certificate"
     other_cert, _other_key = _tls_material(tmp_path / "other")
-    exc, _ = timed(lambda: ops.http("GET", url, tls={"ca_file": other_cert}))
+    exc, _ = timed(lambda: httpops.http("GET", url, tls={"ca_file": other_cert}))
     assert exc is not None and "TLS: server certificate not accepted" in exc.strerror
     # a passphrase-protected client key: refused, never prompted for (a prompt would hang an agent)
     locked_cert, locked_key = _tls_material(tmp_path / "locked", SECRET.encode())
     with open(locked_cert, "rb") as cert_file, open(locked_key, "rb") as key_file:
         material = {"insecure": True, "cert_data": cert_file.read(), "key_data": key_file.read()}
-    exc, _ = timed(lambda: ops.http("GET", url, tls=material))
+    exc, _ = timed(lambda: httpops.http("GET", url, tls=material))
     assert exc is not None and exc.strerror == "client key: protected by a passphrase (not supported)"
-    exc, _ = timed(lambda: ops.http("GET", url, tls={"insecure": True, "cert_data": b"junk", "key_data": b"junk"}))
+    exc, _ = timed(lambda: httpops.http("GET", url, tls={"insecure": True, "cert_data": b"junk", "key_data": b"junk"}))
     assert exc is not None and "client certificate/key: not valid PEM" in exc.strerror
     assert b"junk" not in str(exc).encode() and SECRET not in str(exc)
 
@@ -335,7 +335,7 @@ def test_requests_carry_host_and_identity_encoding(serve):
 
     for family in (socket.AF_INET, socket.AF_INET6):
         server = serve(record, family=family)
-        reply = ops.http("POST", server.url("/api/v1/x?dryRun=All"), headers={"Content-Type": "application/json"},
+        reply = httpops.http("POST", server.url("/api/v1/x?dryRun=All"), headers={"Content-Type": "application/json"},
                          body=b'{"a": 1}')
         assert reply["status"] == 201 and reply["body"] == b""
         head, body = seen[-2:]
@@ -369,18 +369,18 @@ def test_chunked_interim_and_until_close_answers(serve):
         _scripted(chunked, interim, chunked)(conn)
 
     server = serve(counting)
-    first = ops.http("GET", server.url("/"))
+    first = httpops.http("GET", server.url("/"))
     assert first["body"] == b"hello, world!!!" and first["headers"]["X-Folded"] == "one two"
-    assert ops.http("GET", server.url("/"))["body"] == b"ok"
-    assert ops.http("GET", server.url("/"))["body"] == b"hello, world!!!"
+    assert httpops.http("GET", server.url("/"))["body"] == b"ok"
+    assert httpops.http("GET", server.url("/"))["body"] == b"hello, world!!!"
     assert len(connections) == 1   # all three on one kept-alive connection
 
     until_close = serve(_scripted(b"HTTP/1.0 200 OK\r\n\r\n" + b"u" * 3000))
-    assert ops.http("GET", until_close.url("/"))["body"] == b"u" * 3000
-    exc, _ = timed(lambda: ops.http("GET", until_close.url("/"), limit=1000))
+    assert httpops.http("GET", until_close.url("/"))["body"] == b"u" * 3000
+    exc, _ = timed(lambda: httpops.http("GET", until_close.url("/"), limit=1000))
     assert exc is not None and exc.errno == errno.EFBIG
     head_only = serve(_scripted(b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\n"))
-    assert ops.http("HEAD", head_only.url("/"))["body"] == b""
+    assert httpops.http("HEAD", head_only.url("/"))["body"] == b""
 
 
 SECRET_BYTES = SECRET.encode()
@@ -408,7 +408,7 @@ SECRET_BYTES = SECRET.encode()
 ])
 def test_malformed_framing_is_refused_in_cpctls_words(serve, data, words):
     server = serve(_scripted(data))
-    exc, _ = timed(lambda: ops.http("GET", server.url("/"), timeout=3))
+    exc, _ = timed(lambda: httpops.http("GET", server.url("/"), timeout=3))
     assert exc is not None and exc.errno in (errno.EPROTO, errno.EFBIG) and words in exc.strerror, exc
     assert SECRET not in str(exc)
 
@@ -417,9 +417,9 @@ def test_a_request_line_with_a_space_or_control_character_is_not_sent(serve):
     seen: list = []
     server = serve(lambda conn: seen.append(read_request(conn)))
     for path in ("/a b", "/a\r\nX-Injected: 1", "/\x7f"):
-        exc, _ = timed(lambda path=path: ops.http("GET", server.url(path)))
+        exc, _ = timed(lambda path=path: httpops.http("GET", server.url(path)))
         assert exc is not None and exc.errno == errno.EINVAL and "control character or space" in exc.strerror
-    exc, _ = timed(lambda: ops.http("GET /x HTTP/1.1\r\n", server.url("/")))
+    exc, _ = timed(lambda: httpops.http("GET /x HTTP/1.1\r\n", server.url("/")))
     assert exc is not None and exc.errno == errno.EINVAL
     assert seen == []
 
@@ -435,5 +435,5 @@ def test_plain_http_reuses_one_connection_whatever_the_tls_options(serve):
 
     server = serve(counting)
     for tls in (None, {"insecure": True}, {"ca_data": b"x"}):
-        assert ops.http("GET", server.url("/"), tls=tls)["body"] == b"same"
+        assert httpops.http("GET", server.url("/"), tls=tls)["body"] == b"same"
     assert len(connections) == 1

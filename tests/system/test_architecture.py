@@ -1,10 +1,10 @@
 """The dependency rule of cpctl's layers, checked on the source (docs/architecture.md).
 
-    cli -> ops -> core -> probes | fleet -> host -> host.ops (the agent), errors, timeutil
+    cli -> ops -> core -> probes | fleet -> host -> agent (stdlib only, shipped), errors, timeutil
 
 A module may import modules of a lower layer, or of its own package; never upwards, never across
 between probes and fleet, and no import cycle anywhere - lazy imports inside functions included.
-``cpctl.host.ops`` is shipped to the masters as the agent: standard library only. The simulator
+``cpctl.agent`` is shipped to the masters as the agent: standard library only. The simulator
 ``cpctl_lab`` and the product never import each other.
 """
 
@@ -25,8 +25,8 @@ LAYERS: List[Tuple[str, int]] = [      # longest prefix wins
     ("cpctl.core", 40),
     ("cpctl.probes", 30),
     ("cpctl.fleet", 30),
-    ("cpctl.host.ops", 5),
     ("cpctl.host", 20),
+    ("cpctl.agent", 5),
     ("cpctl.errors", 8),
     ("cpctl.timeutil", 10),
     ("cpctl.catalogue", 10),
@@ -119,10 +119,14 @@ def test_no_import_cycles() -> None:
 
 
 def test_agent_is_standard_library_only() -> None:
-    path = ROOT / "cpctl" / "host" / "ops.py"
-    imported = imports_of(path, "cpctl.host.ops", set())
-    foreign = sorted(m for m in imported if m.split(".")[0] not in sys.stdlib_module_names)
-    assert not foreign, "the agent shipped to masters imports non-stdlib modules: %s" % foreign
+    """Every module of ``cpctl.agent`` imports the standard library and its siblings only: it runs on
+    masters where nothing of cpctl, nor anything else, is installed."""
+    agent = {name: path for name, path in modules("cpctl").items() if layer(name)[0] == "cpctl.agent"}
+    assert "cpctl.agent.txn" in agent
+    for name, path in sorted(agent.items()):
+        imported = imports_of(path, name, set(agent))
+        foreign = sorted(m for m in imported if m.split(".")[0] not in sys.stdlib_module_names and m not in agent)
+        assert not foreign, "the agent shipped to masters (%s) imports non-stdlib modules: %s" % (name, foreign)
 
 
 def test_simulator_and_product_are_separate() -> None:
@@ -352,16 +356,16 @@ def _step_writers(tree: ast.AST) -> List[Tuple[str, int]]:
 
 
 def test_one_executor_applies_journal_steps() -> None:
-    """Issue 33: a journaled step's target is changed only by ``host/ops.StepRunner`` - the executor the
+    """Issue 33: a journaled step's target is changed only by ``agent/txn.StepRunner`` - the executor the
     journal runs through a Host and the node-side revert runs on the node. A second loop that writes,
     moves or removes ``step.path``/``step["path"]`` anywhere else fails here."""
     wrong = []
     for name, path in sorted(modules("cpctl").items()):
         for owner, line in _step_writers(parsed(path)):
-            if not (name == "cpctl.host.ops" and owner == "StepRunner"):
+            if not (name == "cpctl.agent.txn" and owner == "StepRunner"):
                 wrong.append("%s:%d (in %s)" % (path.relative_to(ROOT), line, owner or "module"))
-    assert not wrong, "journal steps applied outside host/ops.StepRunner:\n" + "\n".join(wrong)
-    assert _step_writers(parsed(ROOT / "cpctl/host/ops.py")), "the executor itself is found"
+    assert not wrong, "journal steps applied outside agent/txn.StepRunner:\n" + "\n".join(wrong)
+    assert _step_writers(parsed(ROOT / "cpctl/agent/txn.py")), "the executor itself is found"
 
 
 _STEP_CALLS = {"do", "undo", "is_done", "before_state"}     # one step at a time: only the runner's own loops
@@ -390,10 +394,10 @@ def test_one_loop_and_one_recovery_over_journal_steps() -> None:
     wrong = []
     for name, path in sorted(modules("cpctl").items()):
         for owner, line, call in _step_drivers(parsed(path)):
-            if not (name == "cpctl.host.ops" and owner == "StepRunner"):
+            if not (name == "cpctl.agent.txn" and owner == "StepRunner"):
                 wrong.append("%s:%d .%s() (in %s)" % (path.relative_to(ROOT), line, call, owner or "module"))
-    assert not wrong, "journal steps driven one by one outside host/ops.StepRunner:\n" + "\n".join(wrong)
-    runner = next(n for n in parsed(ROOT / "cpctl/host/ops.py").body if isinstance(n, ast.ClassDef)
+    assert not wrong, "journal steps driven one by one outside agent/txn.StepRunner:\n" + "\n".join(wrong)
+    runner = next(n for n in parsed(ROOT / "cpctl/agent/txn.py").body if isinstance(n, ast.ClassDef)
                   and n.name == "StepRunner")
     assert {"run", "recover"} <= {f.name for f in runner.body if isinstance(f, ast.FunctionDef)}
 

@@ -1,6 +1,6 @@
 """``cpctl version``: this client's version, and with ``-H``/``-i`` what runs on each master.
 
-Nothing is installed on a master: the agent there is this client's own ``cpctl.host.ops``, shipped
+Nothing is installed on a master: the agent there is this client's own ``cpctl.agent``, shipped
 over SSH for the run (or started by this build's keeper, ``--persist``: one keeper per build). So
 a master runs the client's version by construction; what differs per master, and what this asks
 each one, is its ``python3`` (the agent needs 3.8 or later) and who the agent runs as.

@@ -1,0 +1,411 @@
+"""Putting back a ``--keep-in`` write (the ClusterConfiguration and kubeadm patch files): ONE rule for
+``core.keptin`` and the node-side revert.
+
+Standard library only, Python 3.8 syntax: shipped to masters as part of the agent (``cpctl.agent``)."""
+
+import errno
+import os
+
+from cpctl.agent.fileops import read_file, unlink, write_atomic
+from cpctl.agent.httpops import http
+from cpctl.agent.tinyyaml import yaml_dump, yaml_load
+from cpctl.agent.txn import _append_record, _read_json, _utc_now
+
+# --- putting back a --keep-in write to a ConfigMap: ONE rule, for cpctl (``core.keptin.undo``) and for
+# the node-side revert of a master without cpctl (``_plan_keepin``) ------------------------------------------
+# The undo is a three-way merge, the way ``kubectl apply`` uses its last-applied configuration: what cpctl
+# wrote (``after``) against what was there before it (``before``) names exactly cpctl's own keys; each is
+# put back in the ClusterConfiguration as it is NOW, and only where it still holds cpctl's value. A key
+# someone else changed since is a conflict: nothing is written, the record stays until it is resolved.
+# Everything else anyone changed since (another flag, another section, the metadata) stays as it is.
+
+
+class _Named(object):
+    """A step into a list of mappings keyed by ``name`` (v1beta4 ``extraArgs``, ``extraVolumes``): all
+    the items of that name, in order (a v1beta4 argument may repeat)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name):
+        self.name = name
+
+
+_ABSENT = object()          # a key a document does not have
+_OTHER = object()           # a place whose parent has another shape now: never anyone's value
+
+
+def config_undo(text, before, after, load=None, dump=None):
+    """Undo cpctl's write of ``after`` over ``before`` on the ConfigMap key as found now (``text``;
+    None: no such ConfigMap). ``load``/``dump`` read and write the YAML (cpctl passes its YAML library;
+    the node side uses ``yaml_load``/``yaml_dump``, the subset kubeadm and cpctl write). Returns
+    (decision, text to write, keys): ``gone`` (nothing to put back), ``done`` (every key cpctl changed
+    holds its value before already), ``write`` (the text with exactly cpctl's keys put back; ``before``
+    itself when nobody else wrote the text), ``conflict`` (the keys someone else changed since: nothing
+    written) or ``unreadable`` (the text cannot be read here: the keys hold why)."""
+    load, dump = load or yaml_load, dump or yaml_dump
+    if text is None:
+        return "gone", "", []
+    if text == before:
+        return "done", "", []
+    if text == after:
+        return "write", before, []
+    try:
+        docs = [load(t) for t in (before, after, text)]
+    except (ValueError, TypeError) as exc:
+        return "unreadable", "", [str(exc)[:200]]
+    if not all(isinstance(d, dict) for d in docs):
+        return "unreadable", "", ["the ClusterConfiguration is not a mapping"]
+    old, ours, now = docs
+    undo, conflicts = [], []
+    for path, was, wrote in _config_changes(old, ours, ()):
+        found = _config_get(now, path)
+        if _same(found, wrote):
+            undo.append((path, was))
+        elif not _same(found, was):
+            conflicts.append(config_key_name(path))
+    if conflicts:
+        return "conflict", "", conflicts
+    if not undo:
+        return "done", "", []
+    for path, was in undo:
+        _config_put(now, path, was)
+        _config_prune(now, old, path)
+    return "write", dump(now), [config_key_name(p) for p, _ in undo]
+
+
+def config_key_name(path):
+    """A key of the ClusterConfiguration for a person: ``scheduler.extraArgs.v`` (a map) or
+    ``apiServer.extraVolumes[name=audit]`` (a list keyed by name)."""
+    out = ""
+    for step in path:
+        out += "[name=%s]" % step.name if isinstance(step, _Named) else ("." if out else "") + str(step)
+    return out
+
+
+def _same(a, b):
+    """Equal, type for type (a bool is no int, a plain scalar no quoted one); a mapping's keys in any order."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return len(a) == len(b) and all(k in b and _same(a[k], b[k]) for k in a)    # in any order
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if a is _ABSENT or a is _OTHER:
+        return a is b
+    return a == b
+
+
+def _named(value):
+    """{name: [items]} of a list of mappings that each have a string ``name`` (None: not one)."""
+    if not isinstance(value, list) or not all(isinstance(i, dict) and isinstance(i.get("name"), str) for i in value):
+        return None
+    out = {}  # type: dict
+    for item in value:
+        out.setdefault(item["name"], []).append(item)
+    return out
+
+
+def _config_changes(was, now, path):
+    """[(path, value before, value after)]: every key cpctl's write changed, as finely as kubeadm keys
+    it (a mapping by key, a list of named mappings by name; anything else whole)."""
+    if _same(was, now):
+        return []
+    if isinstance(was, dict) or isinstance(now, dict):
+        if not all(isinstance(v, dict) or v is _ABSENT for v in (was, now)):
+            return [(path, was, now)]
+        a, b = (was if was is not _ABSENT else {}), (now if now is not _ABSENT else {})
+        out = []
+        for key in list(a) + [k for k in b if k not in a]:
+            out += _config_changes(a.get(key, _ABSENT), b.get(key, _ABSENT), path + (key,))
+        return out
+    keyed = [{} if v is _ABSENT else _named(v) for v in (was, now)]
+    if None in keyed or not path or isinstance(path[-1], _Named):
+        return [(path, was, now)]
+    out = []
+    for name in list(keyed[0]) + [n for n in keyed[1] if n not in keyed[0]]:
+        items = [k.get(name, _ABSENT) for k in keyed]
+        if not _same(items[0], items[1]):
+            out.append((path + (_Named(name),), items[0], items[1]))
+    return out
+
+
+def _config_get(doc, path):
+    """The value at ``path`` now (_ABSENT: not there; _OTHER: a parent has another shape)."""
+    for step in path:
+        if doc is _ABSENT:
+            return _ABSENT
+        if isinstance(step, _Named):
+            keyed = _named(doc)
+            if keyed is None:
+                return _OTHER
+            doc = keyed.get(step.name, _ABSENT)
+        elif isinstance(doc, dict):
+            doc = doc.get(step, _ABSENT)
+        else:
+            return _OTHER
+    return doc
+
+
+def _config_put(doc, path, value):
+    """Set ``path`` to ``value`` (_ABSENT: remove it), making the mappings on the way; the items of a
+    name go where its first one was (else at the end)."""
+    for i, step in enumerate(path[:-1]):
+        nxt = doc.get(step, _ABSENT)
+        if nxt is _ABSENT:
+            nxt = doc[step] = [] if isinstance(path[i + 1], _Named) else {}
+        doc = nxt
+    last = path[-1]
+    if not isinstance(last, _Named):
+        if value is _ABSENT:
+            doc.pop(last, None)
+        else:
+            doc[last] = value
+        return
+    items = [] if value is _ABSENT else list(value)
+    out, placed = [], False
+    for item in doc:
+        if item.get("name") != last.name:
+            out.append(item)
+        elif not placed:
+            out.extend(items)
+            placed = True
+    if not placed:
+        out.extend(items)
+    doc[:] = out
+
+
+def _config_prune(doc, before, path):
+    """Drop the mappings and lists on ``path`` that are empty now and that ``before`` did not have
+    (cpctl made them)."""
+    for end in range(len(path) - 1, 0, -1):
+        parent, key = _config_get(doc, path[:end - 1]), path[end - 1]
+        here = _config_get(doc, path[:end])
+        if isinstance(key, _Named) or not isinstance(parent, dict) or here not in ({}, []) or \
+                _config_get(before, path[:end]) is not _ABSENT:
+            return
+        del parent[key]
+
+
+def kept_config_said(what, where, component, op="", version="", keys=(), hint="", why="", record=""):
+    """The one line cpctl (``core.keptin.undo``) and the node-side revert (``_plan_keepin``) say about
+    putting a ``--keep-in`` write to ConfigMap ``where`` back (``config_undo``): ``what`` is ``gone``,
+    ``conflict`` (someone else changed ``keys`` too: nothing written, the change stays recorded in
+    ``record``), ``busy`` (written by someone else while cpctl put it back, twice), ``put-back``
+    (``keys``: cpctl's keys put back into a text others changed too - none: the text before
+    itself; ``version`` the write produced) or ``not-yet`` (``why``); ``hint``: how to run ``check
+    --kubeadm`` on that master."""
+    if what == "gone":
+        return "%s is gone: its change by the %s of %s was not put back" % (where, op, component)
+    if what == "conflict":
+        return ("%s NOT put back: someone else changed %s too since cpctl's --keep-in change of %s, so the next "
+                "kubeadm upgrade renders their value; the change stays recorded (%s) and every cpctl command on this "
+                "node tries again: resolve it - put %s back to the value before the change (kubectl -n kube-system "
+                "edit cm kubeadm-config), or remove that record to keep theirs - and check it (%s)"
+                % (where, ", ".join(keys), component, record or "?", "it" if len(keys) == 1 else "them", hint))
+    if what == "busy":
+        return ("%s changed while cpctl put its --keep-in change of %s back (someone else writes it): NOT put back "
+                "yet; the change stays recorded and the next cpctl command tries again; check it (%s)"
+                % (where, component, hint))
+    if what == "put-back":
+        if keys:
+            return ("%s: cpctl's %s put back as before the change, what others changed since kept (resourceVersion "
+                    "%s)" % (where, ", ".join(keys), version or "?"))
+        return "%s put back as it was before the change (resourceVersion %s)" % (where, version or "?")
+    return ("%s NOT put back yet (%s): the --keep-in change of %s stays recorded; the next cpctl command tries again"
+            % (where, why, component))
+
+
+def config_undone_record(who, kept, where, version, text=None, keys=()):
+    """The history record ``keep-in-undone`` of putting ``kept`` (a keep-in record's fields: component,
+    file, op, before) back, by ``who`` (user, host, node, origin): one shape for cpctl and the node-side
+    revert. ``text``: what was written (the text before, unless merged), ``keys``: cpctl's keys merged."""
+    import hashlib
+    written = kept["before"] if text is None else text
+    record = {"time": _utc_now(), "user": who["user"], "host": who["host"], "node": who["node"],
+              "action": "keep-in-undone", "component": kept["component"], "file": kept["file"],
+              "checksum": hashlib.sha256(written.encode("utf-8")).hexdigest(), "op": kept["op"],
+              "configmap": where, "resource_version": version, "origin": who["origin"] or "",
+              "reason": "the manifest is back at the version before the change"}
+    if keys:
+        record["keys"] = list(keys)
+    return record
+
+
+def kept_patch_said(what, path, component, removed=False):
+    """The one line about putting a ``--keep-in patches`` file back: ``theirs`` or ``put-back``
+    (``removed``: there was none before)."""
+    if what == "theirs":
+        return ("%s was changed by someone else since cpctl's --keep-in change of %s: left as it is - it may still "
+                "hold what was undone" % (path, component))
+    return "%s put back as it was before the change%s" % (path, " (removed: there was none)" if removed else "")
+
+
+#: kubeadm's patch file as cpctl writes it (``--keep-in patches``): ``<component>+json.yaml``
+PATCH_FILE_NAME = r"^[a-z0-9](?:[-a-z0-9]*[a-z0-9])?\+json\.yaml$"
+
+
+def patch_undo(now, was, after):
+    """What undoing cpctl's write of a kubeadm patch file does, given the sha256 of the file now
+    (None: no file), before the change (None: there was none) and of cpctl's bytes: ``done`` (it
+    is as before already), ``theirs`` (someone else's bytes: leave them, say so) or ``write`` (put
+    the bytes before back, or remove the file). One rule for ``core.keptin.undo_patch`` and the
+    node-side revert (``_plan_patches``)."""
+    if now == was:
+        return "done"
+    return "write" if now == after else "theirs"
+
+
+def _api_from(ref):
+    """(server, tls) for the node-side revert to reach the API server: the credentials read from the
+    node's kubeconfig itself, at the byte offsets of their base64 text cpctl recorded at arm time
+    (``probes.kubeapi.node_access``: no copy of a credential anywhere), and only while the file is
+    the one cpctl read (its sha256; ``kubeadm certs renew`` rewrites admin.conf). None when not."""
+    import base64
+    import hashlib
+    raw = read_file(ref["kubeconfig"], 4 << 20)
+    if hashlib.sha256(raw).hexdigest() != ref["sha256"]:
+        return None
+    tls = dict(ref["tls"])
+    for key, (start, end) in ref["slices"].items():
+        tls[key] = base64.b64decode(raw[start:end], validate=True)
+    return ref["server"], tls
+
+
+_K8S_NAME = "^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+KEPT_OP = "^[0-9a-f]{8,64}$"     #: the change id in a keep-in record's name (``core.keptin`` checks it too)
+
+
+def kept_record_name(manifest_file, op, patch=False):
+    """The file name of a keep-in record in ``STATE/keepin``: ``<file>.<op>.json`` for a ClusterConfiguration
+    write, ``<file>.<op>.patch.json`` for a patch file; ``core.keptin`` writes it, the node side finds it."""
+    return "%s.%s.%s" % (manifest_file, op, "patch.json" if patch else "json")
+_KEPT_FIELDS = ("op", "component", "file", "previous", "checksum", "namespace", "name", "key", "before", "after",
+                "resource_version", "time")
+
+
+def _kept_record(path, state_dir, manifest_file=None):
+    """A ``--keep-in kubeadm-config`` record (``STATE/keepin/<file>.<op>.json``, as ``core.keptin`` writes
+    it) - of ``manifest_file`` when given -, checked like cpctl checks it; None when gone or not one."""
+    import re
+    if os.path.dirname(path) != state_dir + "/keepin":
+        return None
+    kept = _read_json(path, 4 << 20)
+    if kept is None or any(not isinstance(kept.get(f), str) for f in _KEPT_FIELDS) or \
+            not re.match(KEPT_OP, kept["op"]) or manifest_file not in (None, kept["file"]) or \
+            os.path.basename(path) != kept_record_name(kept["file"], kept["op"]) or \
+            not re.match(_K8S_NAME, kept["namespace"]) or not re.match(_K8S_NAME, kept["name"]):
+        return None
+    return kept
+
+
+def _plan_keepin(plan):
+    """After the revert, under the node lock: put back the ClusterConfiguration the reverted change
+    wrote (``--keep-in kubeadm-config``), with cpctl's own rule (``config_undo``: exactly cpctl's keys,
+    merged into what is there now; a key someone else changed too is a conflict, named, and keeps the
+    record), its record dropped, history ``keep-in-undone`` - what ``core.keptin.settle`` does at the
+    next cpctl command, done here at once because a master managed over SSH may see none for a long
+    time. What cannot be done now (no API, the kubeconfig changed, YAML this agent does not read, a
+    conflict) stays recorded for that next command. One line per record handled."""
+    state_dir = os.path.dirname(plan["journal"])
+    records = [(p, r) for p, r in ((p, _kept_record(p, state_dir, plan["entry"]["file"]))
+                                   for p in plan["keepin"]) if r]
+    if not records:
+        return []
+    try:
+        access = _api_from(plan["api"]) if plan["api"] else None
+        why = "" if access else "the node's kubeconfig is not the one cpctl read at arm time, or cannot be used"
+    except (OSError, ValueError) as exc:     # not readable, or not base64 where it was (plan_problem: the rest)
+        access, why = None, "the node's kubeconfig: %s" % (getattr(exc, "strerror", None) or type(exc).__name__)
+    lines = []
+    for path, kept in records:
+        where = "%s/%s" % (kept["namespace"], kept["name"])
+        try:
+            if access is None:
+                raise OSError(errno.EACCES, why)
+            line, settled = _put_back_config(plan, kept, access, path)
+            if settled:
+                unlink(path)
+        except (OSError, ValueError) as exc:
+            line = kept_config_said("not-yet", where, kept["component"], why=getattr(exc, "strerror", None) or exc)
+        if line:
+            lines.append(line)
+    return lines
+
+
+def _api_json(method, url, access, body=None):
+    """(status, the JSON object answered, or None) of one request to the API server."""
+    import json
+    server, tls = access
+    headers = {"Accept": "application/json"}
+    if body is not None:
+        headers["Content-Type"] = "application/json"
+        body = json.dumps(body).encode("utf-8")
+    reply = http(method, server + url, headers=headers, body=body, timeout=10.0, tls=tls, limit=4 << 20)
+    if reply["status"] != 200:
+        return reply["status"], None
+    found = json.loads(reply["body"].decode("utf-8"))
+    if not isinstance(found, dict):
+        raise ValueError("%s %s: the answer is not an object" % (method, url))
+    return 200, found
+
+
+def _put_back_config(plan, kept, access, record=""):
+    """One record (at ``record``): GET the ConfigMap, merge with ``config_undo`` (cpctl's keys only),
+    PUT the result over the resourceVersion read (a write by someone else in between: read and merge
+    again, once). (line, settled): what happened ("" when nothing to say), and whether the record is
+    done with - a conflict keeps it until resolved. OSError/ValueError: the API could not be asked
+    (the record stays)."""
+    where = "%s/%s" % (kept["namespace"], kept["name"])
+    url = "/api/v1/namespaces/%s/configmaps/%s" % (kept["namespace"], kept["name"])
+    hint = plan["check_hint"]
+    for _attempt in (1, 2):
+        status, found = _api_json("GET", url, access)
+        if status not in (200, 404):
+            raise OSError(errno.EIO, "GET %s answered HTTP %d" % (where, status))
+        data = (found or {}).get("data")
+        data = data if isinstance(data, dict) else {}
+        text = data.get(kept["key"])
+        decision, new_text, keys = config_undo(None if found is None else text if isinstance(text, str) else "",
+                                               kept["before"], kept["after"])
+        if decision == "unreadable":
+            raise ValueError("the ClusterConfiguration is YAML the master's revert does not read (%s); cpctl "
+                             "reads any" % "; ".join(keys))
+        if decision == "gone":
+            return kept_config_said(decision, where, kept["component"], kept["op"]), True
+        if decision == "conflict":
+            return kept_config_said(decision, where, kept["component"], keys=keys, hint=hint, record=record), False
+        if decision != "write":
+            return "", True
+        status, written = _api_json("PUT", url, access, dict(found or {}, data=dict(data, **{kept["key"]: new_text})))
+        if status != 409:
+            break
+    else:
+        return kept_config_said("busy", where, kept["component"], hint=hint), False
+    if status != 200:
+        raise OSError(errno.EIO, "PUT %s answered HTTP %d" % (where, status))
+    meta = (written or {}).get("metadata")
+    version = str(meta.get("resourceVersion") or "") if isinstance(meta, dict) else ""
+    _kept_ours_again(os.path.dirname(plan["journal"]), kept, version)
+    _append_record(plan, config_undone_record(plan["verdict"], kept, where, version, new_text, keys))
+    return kept_config_said("put-back", where, kept["component"], version=version, keys=keys), True
+
+
+def _kept_ours_again(state_dir, kept, version):
+    """An older recorded change whose text is back now: cpctl's write again, at ``version`` (as
+    ``core.keptin.undo`` re-saves it)."""
+    import json
+    folder = state_dir + "/keepin"
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        path = folder + "/" + name
+        if not name.endswith(".json") or name.endswith(".patch.json") or name.startswith("."):
+            continue
+        other = _kept_record(path, state_dir)
+        if other is None or other["op"] == kept["op"] or other["after"] != kept["before"] or \
+                other["namespace"] != kept["namespace"] or other["name"] != kept["name"]:
+            continue
+        other["resource_version"] = version
+        write_atomic(path, (json.dumps(other, indent=2, sort_keys=True) + "\n").encode("utf-8"))

@@ -189,6 +189,34 @@ def no_keeper_left() -> Iterator[None]:
             pass
     assert not left, "keeper process(es) %s left running by this module" % left
 
+#: The lab's etcd for each test (issue 44/45). ``cpctl lab up`` runs the real etcd binary wherever one
+#: is installed; the tests do so where etcd is what they judge - its quorum, members, learners,
+#: alarms, certificates, data, snapshots and restores, its leadership, and the README's walkthrough as
+#: a user sees it: a test whose node id matches ``REAL_ETCD_WORDS``, or that is marked ``lab_etcd``.
+#: Every other lab test runs the lab's imitation (``CPCTL_LAB_ETCD=none``): on CI's 2 cores the real
+#: etcd made each lab start 1.5 s slower (a 3-master lab 12 s), idled at 0.02-0.07 of a core per lab
+#: and took as much CPU as the labs themselves (benchmarks/RESULTS.md §13); every lab test on it made
+#: CI 23 minutes against its 15. ``CPCTL_TEST_LAB_ETCD=real`` runs every lab test on the real etcd;
+#: a ``CPCTL_LAB_ETCD`` already set (a DIR, or none) is every test's.
+REAL_ETCD_WORDS = re.compile(r"etcd|quorum|census|learner|member|alarm|defrag|snapshot|restore|cert|leader|readme",
+                             re.I)
+
+
+def runs_the_real_etcd(item: Any) -> bool:
+    """Whether this test's labs run the real etcd (see ``REAL_ETCD_WORDS``)."""
+    return bool(item.get_closest_marker("lab_etcd") or REAL_ETCD_WORDS.search(item.nodeid))
+
+
+@pytest.fixture(autouse=True)
+def lab_etcd_choice(request: Any, monkeypatch: Any) -> None:
+    """The real etcd for the labs of a test that judges etcd, the imitation for the others (see
+    ``REAL_ETCD_WORDS``): the lab processes a test starts read ``CPCTL_LAB_ETCD`` from its environment."""
+    if "CPCTL_LAB_ETCD" in os.environ or os.environ.get("CPCTL_TEST_LAB_ETCD") == "real":
+        return
+    if not runs_the_real_etcd(request.node):
+        monkeypatch.setenv("CPCTL_LAB_ETCD", "none")
+
+
 #: Fixtures that start a lab, an sshd or sudo users: a test that uses one (directly or through
 #: another fixture) is in the ``lab`` tier. So is one that uses a fixture named ``*_lab`` or
 #: ``sshd*``, or whose own code or fixtures call ``start_lab(`` (see ``starts_a_lab``).

@@ -19,7 +19,16 @@ import cpctl.agent as agent_package
 from cpctl.agent import rpc
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host import replies
-from cpctl.host.base import ByteWriter, Call, Host, LineReader, LockBusy, TransactionOutcome, TransactionRequest
+from cpctl.host.base import (
+    ByteWriter,
+    Call,
+    Host,
+    HttpRequest,
+    LineReader,
+    LockBusy,
+    TransactionOutcome,
+    TransactionRequest,
+)
 from cpctl.host.replies import MAX_REPLY_BYTES, BadReply
 
 HELLO_LIMIT = 512          # bytes of the agent's ready line (or of what a shell printed instead)
@@ -116,6 +125,7 @@ class AgentHost(Host):
         self._reader, self._writer = reader, writer
         self._mutex = threading.Lock()
         self._prefetched: Dict[CallKey, Mapping[str, object]] = {}
+        self._ahead: Dict[CallKey, Mapping[str, object]] = {}      # HTTP answered ahead (``http_ahead``)
         self._snapshot = False             # a snapshot is being served (``_prefetch``)
         self._broken: Optional[BadReply] = None
         self._loaded: Set[str] = set()       # ops of AGENT_NEEDS whose modules this session sent
@@ -132,7 +142,7 @@ class AgentHost(Host):
         answers = self._request("batch", {"requests": requests}) if requests else []
         with self._mutex:
             self._prefetched = {_call_key(op, args): a for (op, args), a in zip(reads, answers)}
-            self._snapshot = bool(calls)
+            self._snapshot, self._ahead = bool(calls), {}
 
     def _serving(self) -> bool:
         return self._snapshot
@@ -148,15 +158,48 @@ class AgentHost(Host):
             self._prefetched.update((_call_key(op, args), a) for (op, args), a in zip(missing, answers))
             self._snapshot = True
 
+    def http_ahead(self, requests: Sequence[HttpRequest]) -> None:
+        """Ask them in ONE ``http_many`` (each within its own timeout) while a snapshot is served;
+        each checked answer is kept for the one call that asks it (``_from_ahead``), and dropped with
+        the snapshot. Outside a snapshot, or with nothing to ask, nothing is asked."""
+        wanted = [dict(r) for r in requests if str(r.get("method", "GET")).upper() in _AHEAD_METHODS]
+        if not wanted or not self._serving() or len(wanted) > _AHEAD_LIMIT:
+            return
+        timeout = max(_seconds(r.get("timeout")) for r in wanted)
+        answers = self._request("http_many", {"requests": wanted, "timeout": timeout})
+        with self._mutex:
+            if self._snapshot:                 # not when another thread's change ended it meanwhile
+                self._ahead.update((_http_key(r, timeout), _as_response(a)) for r, a in zip(wanted, answers))
+
+    def _from_ahead(self, op: str, args: Mapping[str, object]) -> Optional[Mapping[str, object]]:
+        """The answer ``http_ahead`` holds for this ``http`` (or every request of this ``http_many``),
+        taken out: each is served once; None when it holds none (then it is asked as usual)."""
+        if op == "http":
+            with self._mutex:
+                return self._ahead.pop(_http_key(args, None), None)
+        requests = args.get("requests")
+        if not isinstance(requests, list) or not requests:
+            return None
+        keys = [_http_key(r, args.get("timeout")) for r in requests]
+        with self._mutex:
+            if not all(k in self._ahead for k in keys):
+                return None
+            taken = [self._ahead.pop(k) for k in keys]
+        return {"ok": True, "result": [_as_many_answer(t) for t in taken]}
+
     def _call(self, op: str, **args: object) -> Any:
         if self._snapshot and op == "makedirs" and self._is_dir(str(args.get("path"))):
             return None              # the agent's makedirs leaves an existing dir alone: nothing to ask
+        if self._ahead and op in ("http", "http_many"):
+            early = self._from_ahead(op, args)
+            if early is not None:
+                return _result(early)
         if self._snapshot:
             with self._mutex:
                 key = _call_key(op, args) if op in rpc.READ_OPS else None
                 response = self._prefetched.get(key) if key is not None else None
                 if key is None and not _leaves_files(op, args):
-                    self._prefetched, self._snapshot = {}, False
+                    self._prefetched, self._snapshot, self._ahead = {}, False, {}
             if response is not None:
                 return _result(response)
             if key is not None:
@@ -232,6 +275,49 @@ def _leaves_files(op: str, args: Mapping[str, object]) -> bool:
             isinstance(r, Mapping) and str(r.get("method", "GET")).upper() in _SAFE_METHODS
             for r in args.get("requests") or ())        # type: ignore[attr-defined]
     return op == "http" and str(args.get("method", "")).upper() in _SAFE_METHODS
+
+
+#: What ``http_ahead`` asks early: reads only (etcd's gateway reads by POST; its caller vouches), at most
+#: a view's handful, within ``_AHEAD_TIMEOUT`` when a request names no timeout.
+_AHEAD_METHODS = frozenset(("GET", "HEAD", "POST"))
+_AHEAD_LIMIT = 64
+_AHEAD_TIMEOUT = 5.0
+#: ``http``'s arguments and their defaults: what makes two requests the same (``_http_key``).
+_HTTP_ARGS: Tuple[Tuple[str, object], ...] = (("method", "GET"), ("url", None), ("headers", None), ("body", None),
+                                              ("tls", None), ("limit", None), ("timeout", None))
+
+
+def _http_key(request: Mapping[str, object], timeout: object) -> CallKey:
+    """An HTTP request as a key: ``http``'s arguments with their defaults filled in (``timeout``: the
+    request's own, else the one given: an ``http_many``'s), so ``http_ahead``'s request and the call
+    that asks it again meet exactly when they would send the same request."""
+    args = {name: request.get(name, default) for name, default in _HTTP_ARGS}
+    if args["timeout"] is None:
+        args["timeout"] = timeout
+    args["method"] = str(args["method"]).upper()
+    args["timeout"] = float(args["timeout"]) if isinstance(args["timeout"], (int, float)) else None
+    args["tls"] = args["tls"] or None
+    return _call_key("http", args)
+
+
+def _seconds(timeout: object) -> float:
+    """A request's own timeout, ``_AHEAD_TIMEOUT`` when it names none."""
+    return float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else _AHEAD_TIMEOUT
+
+
+def _as_response(answer: Mapping[str, object]) -> Mapping[str, object]:
+    """An (already checked) ``http_many`` answer as the response ``http`` would have had: its reply,
+    or its error raised as the same OSError."""
+    if "reply" in answer:
+        return {"ok": True, "result": answer["reply"]}
+    return {"ok": False, "kind": "os", "errno": answer.get("errno"), "strerror": answer.get("error"), "filename": None}
+
+
+def _as_many_answer(response: Mapping[str, object]) -> Mapping[str, object]:
+    """The reverse of ``_as_response``: one answer of ``http_many``."""
+    if response.get("ok"):
+        return {"reply": response["result"]}
+    return {"errno": response.get("errno"), "error": response.get("strerror")}
 
 
 def _call_key(op: str, args: Mapping[str, object]) -> CallKey:

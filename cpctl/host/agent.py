@@ -64,6 +64,7 @@ class RoundTrips:
         self.ops: Dict[str, int] = {}
         self.batched: Dict[str, int] = {}
         self.calls: List[str] = []
+        self.load_bytes = 0
         self.lock = threading.Lock()
 
     def count(self, op: str, args: Mapping[str, object]) -> None:
@@ -78,11 +79,17 @@ class RoundTrips:
                 where = args.get("path") or args.get("src") or args.get("argv") or args.get("url") or ""
                 self.calls.append(("%s %s" % (op, where)).strip()[:300])
 
+    def shipped(self, size: int) -> None:
+        """``size`` bytes of (compressed) agent modules sent with a request (``agent_load``)."""
+        with self.lock:
+            self.load_bytes += size
+
     def report(self) -> Dict[str, object]:
-        """What the trace file holds: the total, per op, the batched reads, the calls in order."""
+        """What the trace file holds: the total, per op, the batched reads, the calls in order, and the
+        bytes of agent modules sent with requests (not the new connection's ``agent_payload``)."""
         with self.lock:
             return {"total": sum(self.ops.values()), "ops": dict(self.ops), "batched": dict(self.batched),
-                    "calls": list(self.calls)}
+                    "calls": list(self.calls), "load_bytes": self.load_bytes}
 
     def write(self, path: str) -> None:
         """The report as JSON in ``path`` (at exit; a file that cannot be written is not the run's failure).
@@ -128,8 +135,11 @@ class AgentHost(Host):
         self._ahead: Dict[CallKey, Mapping[str, object]] = {}      # HTTP answered ahead (``http_ahead``)
         self._snapshot = False             # a snapshot is being served (``_prefetch``)
         self._broken: Optional[BadReply] = None
-        self._loaded: Set[str] = set()       # ops of AGENT_NEEDS whose modules this session sent
-        check_hello(name, self._reader.readline(HELLO_LIMIT))
+        hello = self._reader.readline(HELLO_LIMIT)
+        check_hello(name, hello)
+        # ops of AGENT_NEEDS whose modules the agent holds: sent in this session, or (a kept agent) before
+        held = hello_loaded(hello)           # (a new agent's names none: no digest computed for it)
+        self._loaded: Set[str] = {op for op in AGENT_NEEDS if load_digest(op) in held} if held else set()
 
     def _prefetch(self, calls: Sequence[Call]) -> None:
         """Ask every call in one ``batch`` round trip. The answers are a snapshot: served again
@@ -243,6 +253,8 @@ class AgentHost(Host):
             if op in AGENT_NEEDS and op not in self._loaded:     # an agent that has them already skips them
                 request["load"] = rpc.encode(agent_load(op))
                 self._loaded.add(op)
+                if TRACE is not None:
+                    TRACE.shipped(len(agent_load(op)))
             line = json.dumps(request).encode("utf-8") + b"\n"
             try:
                 self._writer.write(line)
@@ -339,6 +351,55 @@ def _result(response: Mapping[str, object]) -> Any:
     if not response.get("ok"):
         raise_remote_error(response)
     return response["result"]
+
+
+#: How many loaded programs a ready line may name (``AGENT_NEEDS`` has two), so it stays within HELLO_LIMIT.
+MAX_LOADED = 4
+
+
+@functools.cache
+def load_digest(op: str) -> str:
+    """The sha256 (hex) of the program ``agent_load(op)`` carries (an op of ``AGENT_NEEDS``), as the
+    agent names what it loaded (``rpc.load``)."""
+    import hashlib
+    return hashlib.sha256(assemble(AGENT_NEEDS[op], loaded=AGENT_BASE)).hexdigest()
+
+
+def _digest_list(value: object) -> Optional[List[str]]:
+    """``value`` when it is a list of at most MAX_LOADED sha256 hex digests (what an agent reports loaded),
+    else None: it comes from the master."""
+    if not isinstance(value, list) or len(value) > MAX_LOADED:
+        return None
+    if not all(isinstance(d, str) and len(d) == 64 and all(c in "0123456789abcdef" for c in d) for d in value):
+        return None
+    return list(value)
+
+
+def hello_loaded(line: bytes) -> Set[str]:
+    """The programs a ready line says the agent holds (``kept_hello``); none when it names none or
+    says it in any other shape (then the modules are sent again, and an agent that has them skips them)."""
+    try:
+        hello = json.loads(line[:HELLO_LIMIT])
+    except ValueError:
+        return set()
+    return set(_digest_list(hello.get("loaded")) or ()) if isinstance(hello, dict) else set()
+
+
+def kept_hello(hello: bytes, reset_answer: bytes) -> bytes:
+    """The ready line the keeper replays to the next run of a kept agent: ``hello`` with what the agent's
+    ``reset`` answer (one checked line from the master) says it has loaded; ``hello`` as it was when that
+    answer says nothing usable."""
+    try:
+        answer = json.loads(reset_answer[:4096])
+        ready = json.loads(hello[:HELLO_LIMIT])
+    except ValueError:
+        return hello
+    result = answer.get("result") if isinstance(answer, dict) else None
+    loaded = _digest_list(result.get("loaded")) if isinstance(result, dict) else None
+    if not loaded or not isinstance(ready, dict) or ready.get("ready") is not True:
+        return hello
+    line = json.dumps({"ready": True, "pid": ready.get("pid"), "loaded": loaded}).encode("ascii") + b"\n"
+    return line if len(line) <= HELLO_LIMIT else hello
 
 
 def check_hello(name: str, line: bytes) -> None:

@@ -73,7 +73,7 @@ class ApiProbe:
         usable kubeconfig (``prefetch`` then asks nothing either)."""
         try:
             client = self.client
-        except Unavailable:
+        except (ApiFailure, Unavailable):
             return []
         return [client.list_pods_request(namespace, field_selector="spec.nodeName=%s" % node, timeout=DEFAULT_TIMEOUT)
                 for namespace, node in _lists(targets)]

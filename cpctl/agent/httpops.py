@@ -574,13 +574,16 @@ def http_many(requests, timeout=5.0):
     """Several ``http`` requests at once, all ending by one deadline ``timeout`` seconds from now:
     a census of 64 etcd members whose URLs stay silent costs one ``timeout``, not 64 in a row.
 
-    ``requests``: [{"method", "url", "headers", "body", "tls", "limit"}, ...]. One answer per request,
-    in order: {"reply": <http's answer>} or {"errno": n, "error": cpctl's own text} (a request still
-    unanswered at the deadline: ETIMEDOUT)."""
+    ``requests``: [{"method", "url", "headers", "body", "tls", "limit", "timeout"}, ...]; a request's own
+    ``timeout`` (optional) ends it sooner, as ``http``'s would: several views' requests asked at once
+    (``Host.http_ahead``) each keep the time they would have had alone. One answer per request, in
+    order: {"reply": <http's answer>} or {"errno": n, "error": cpctl's own text} (a request still
+    unanswered at its deadline: ETIMEDOUT)."""
     import threading
     if not isinstance(requests, list) or len(requests) > HTTP_MANY_LIMIT:
         raise OSError(errno.EINVAL, "http_many takes a list of at most %d requests" % HTTP_MANY_LIMIT)
-    deadline = time.monotonic() + timeout
+    start = time.monotonic()
+    deadline = start + timeout
     answers = [None] * len(requests)
     pending = list(enumerate(requests))
     lock = threading.Lock()
@@ -591,7 +594,7 @@ def http_many(requests, timeout=5.0):
                 if not pending:
                     return
                 index, request = pending.pop(0)
-            answers[index] = _one_of_many(request, deadline)
+            answers[index] = _one_of_many(request, _own_deadline(request, start, deadline))
 
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(HTTP_MANY_THREADS, len(requests)))]
     for thread in threads:
@@ -601,6 +604,14 @@ def http_many(requests, timeout=5.0):
     with lock:
         del pending[:]
     return [a if a is not None else {"errno": errno.ETIMEDOUT, "error": "timed out"} for a in list(answers)]
+
+
+def _own_deadline(request, start, deadline):
+    """When one request of ``http_many`` ends: its own ``timeout`` from ``start``, within ``deadline``."""
+    own = request.get("timeout") if isinstance(request, dict) else None
+    if isinstance(own, (int, float)) and not isinstance(own, bool) and own > 0:
+        return min(deadline, start + own)
+    return deadline
 
 
 def _one_of_many(request, deadline):

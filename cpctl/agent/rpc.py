@@ -53,7 +53,8 @@ def clock():
 
 
 def reset():
-    """Forget the run this agent served: release its locks, close its HTTP connections.
+    """Forget the run this agent served: release its locks, close its HTTP connections; say which
+    programs it has loaded (``load``: their digests), which the next run need not send.
 
     The connection keeper sends it when a run hangs up with every request answered, before
     the same agent serves the next run; the next run then finds the node as after an exit.
@@ -63,7 +64,7 @@ def reset():
     for conn in _CONNECTIONS.values():
         conn.close()
     _CONNECTIONS.clear()
-    return {"pid": os.getpid()}
+    return {"pid": os.getpid(), "loaded": list(_LOADED)}
 
 
 # Operations that change nothing on the node: the only ones a ``batch`` may carry.
@@ -151,7 +152,14 @@ def load(source):
     if inflate.unconsumed_tail or not inflate.eof:
         raise ValueError("what to load is not one compressed program of at most %d bytes" % LOAD_LIMIT)
     exec(compile(text, "cpctl-agent", "exec"), globals())   # the client's own code, as at the start
+    import hashlib
+    _LOADED.append(hashlib.sha256(text).hexdigest())
     return sorted(OPS)
+
+
+#: The sha256 (hex) of each program ``load`` ran, in order: ``reset`` reports them, so the keeper's next
+#: run sends none of them again (``host.agent.AgentHost``: "cached in the keeper by digest").
+_LOADED = []  # type: list
 
 
 OPS["load"] = load

@@ -20,7 +20,7 @@ import time
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 from cpctl.agent import httpops
-from cpctl.host.base import Host
+from cpctl.host.base import Host, HttpRequest
 from cpctl.inputs import load_yaml
 
 KUBELET_CONF = "kubelet.conf"
@@ -51,13 +51,25 @@ class LocalApiCheck:
         """The read ``down`` makes first, for ``Host.prefetched``."""
         return ("read_file", {"path": self.conf_path, "limit": MAX_CONF_BYTES})
 
-    def _check(self, apiserver_pod: Callable[[], Optional[Mapping[str, object]]]) -> str:
+    def ahead(self, apiserver_pod: Callable[[], Optional[Mapping[str, object]]]) -> List[HttpRequest]:
+        """The request ``down`` is about to make (none when its answer is cached or it asks nothing),
+        for ``Host.http_ahead``."""
+        if self._cached is not None and time.monotonic() - self._cached[0] < CACHE_SECONDS:
+            return []
+        server = self._own_server(apiserver_pod)
+        return [_healthz(server)] if server else []
+
+    def _own_server(self, apiserver_pod: Callable[[], Optional[Mapping[str, object]]]) -> str:
+        """The kubelet's API server when it is this node's own ("" otherwise, or when unknown)."""
         server = self._kubelet_server()
-        if not server or not _is_own(server, apiserver_pod()):
+        return server if server and _is_own(server, apiserver_pod()) else ""
+
+    def _check(self, apiserver_pod: Callable[[], Optional[Mapping[str, object]]]) -> str:
+        server = self._own_server(apiserver_pod)
+        if not server:
             return ""
         try:
-            reply = self.host.http("GET", server.rstrip("/") + "/healthz", timeout=PROBE_TIMEOUT,
-                                   tls={"insecure": True}, limit=4096)
+            reply = self.host.http(**_healthz(server))
         except OSError as exc:
             return "the kubelet talks to this node's own API server (local mode) and %s does not answer (%s)" % (
                 server, exc.strerror or type(exc).__name__)
@@ -89,6 +101,12 @@ class LocalApiCheck:
                 server = inner.get("server")
                 return server if isinstance(server, str) else ""
         return ""
+
+
+def _healthz(server: str) -> HttpRequest:
+    """The one request that tells whether ``server`` answers (``LocalApiCheck``)."""
+    return HttpRequest(method="GET", url=server.rstrip("/") + "/healthz", timeout=PROBE_TIMEOUT,
+                       tls={"insecure": True}, limit=4096)
 
 
 def _items(value: object) -> List[Dict[str, object]]:

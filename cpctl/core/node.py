@@ -24,7 +24,7 @@ from cpctl.core.identity import NodeIdentity
 from cpctl.core.manifests import DirScan, Manifest
 from cpctl.core.state import LOCK, MAX_ARM_BYTES, StateDir, user_label
 from cpctl.errors import CpctlError, ExitCode, Interrupted, Terminated, interrupted_by
-from cpctl.host.base import Host
+from cpctl.host.base import Host, HttpRequest
 from cpctl.probes.base import NoWait, PodTarget, Waiter, WaitResult
 from cpctl.timeutil import iso
 
@@ -418,26 +418,36 @@ class Node:
         ``status``, ``check``, the metrics and the waits judge by (issue 49). For a wait that brings
         the API server or etcd itself back (``besides`` its file, ``carrier``), its own absence is
         what the wait ends: neither its park nor the API being down because of it counts."""
-        try:
-            found = self.parked() if parked is None else parked
-        except CpctlError:
-            found = {}
-        carriers = [str(meta.get("component") or manifests.file_stem(name)) for name, meta in found.items()
-                    if name != besides and catalogue.carries_api(str(meta.get("component")
-                                                                     or manifests.file_stem(name)))]
+        carriers = self._parked_carriers(parked, besides)
         if carriers:
             return "this node's %s is parked: its kubelet cannot update its mirror pods" % ", ".join(sorted(carriers))
         return "" if carrier else self.local_api_down()
 
+    def api_view_ahead(self, parked: Optional[Mapping[str, Mapping[str, object]]] = None) -> List[HttpRequest]:
+        """The HTTP request ``api_view_stale(parked)`` is about to make (none when a park decides), for
+        ``Host.http_ahead``: a view asks it together with its other requests from the node."""
+        return [] if self._parked_carriers(parked, "") else self._local_api.ahead(self._apiserver_pod)
+
+    def _parked_carriers(self, parked: Optional[Mapping[str, Mapping[str, object]]], besides: str) -> List[str]:
+        """The parked components (but ``besides``'s file) that carry the API's view of this node."""
+        try:
+            found = self.parked() if parked is None else parked
+        except CpctlError:
+            found = {}
+        return [str(meta.get("component") or manifests.file_stem(name)) for name, meta in found.items()
+                if name != besides and catalogue.carries_api(str(meta.get("component") or manifests.file_stem(name)))]
+
     def local_api_down(self) -> str:
         """Why this node's kubelet cannot update its mirror pods although nothing is parked (local
         mode, its own API server not answering: crash-looping, or its etcd down); "" otherwise."""
-        def apiserver() -> Optional[Dict[str, object]]:
-            try:
-                return next((m.pod for m in self.scan().valid if m.pod_name == catalogue.KUBE_APISERVER), None)
-            except CpctlError:
-                return None
-        return self._local_api.down(apiserver)
+        return self._local_api.down(self._apiserver_pod)
+
+    def _apiserver_pod(self) -> Optional[Dict[str, object]]:
+        """This node's API server manifest's pod (None when there is none, or the dir cannot be read)."""
+        try:
+            return next((m.pod for m in self.scan().valid if m.pod_name == catalogue.KUBE_APISERVER), None)
+        except CpctlError:
+            return None
 
     # --- stop -------------------------------------------------------------------------------
     def check_parkable(self, components: List[str]) -> None:

@@ -16,6 +16,7 @@ from cpctl.core.manifests import DirScan, Manifest
 from cpctl.core.node import Node
 from cpctl.core.state import JOURNAL
 from cpctl.errors import CpctlError, ExitCode
+from cpctl.host.base import HttpRequest
 from cpctl.probes.base import PodTarget
 from cpctl.timeutil import parse_iso
 
@@ -74,24 +75,29 @@ class Report(_Report, total=False):
 
 
 def status(node: Node, wanted: Optional[List[str]] = None,
-           also: Optional[Callable[[Report], None]] = None) -> Report:
+           also: Optional[Callable[[Report], None]] = None,
+           also_ahead: Optional[Callable[[], List[HttpRequest]]] = None) -> Report:
     """Per component: file, running/parked/invalid, parking details, checksum, pod state; ``also``
-    adds to the report (the etcd alarms) while the node's files are still the view's snapshot.
+    adds to the report (the etcd alarms) while the node's files are still the view's snapshot, and
+    ``also_ahead`` says which HTTP requests from the node it will make.
 
-    Over SSH the whole view is one batch of file reads (the state dir, the manifests, the kubeconfig
-    the API probe reads) and the HTTP requests from the node its probes make: a GET from the node
-    changes none of its files, so the snapshot holds across them."""
+    Over SSH the whole view is two round trips: one batch of file reads (the state dir, the manifests,
+    the kubeconfig the API probe reads), then every HTTP request from the node its probes and ``also``
+    make, asked together (``Host.http_ahead``: the API server's /healthz, the node's pods, etcd's members
+    and alarms), each within its own timeout and used once, where it would have been asked. A GET from
+    the node changes none of its files, so the snapshot holds across them."""
     from cpctl.probes.kubeapi import kubeconfig_reads
     recent = ("read_tail", {"path": node.state.history_path, "limit": RECENT_HISTORY_BYTES})
     reads = node.view_reads() + [node.state.read_call(node.state.baseline_path), recent]
     with node.host.prefetched(reads + kubeconfig_reads(node.kubeconfig)):
-        data = _status(node, wanted)
+        data = _status(node, wanted, also_ahead)
         if also is not None:
             also(data)
     return data
 
 
-def _status(node: Node, wanted: Optional[List[str]]) -> Report:
+def _status(node: Node, wanted: Optional[List[str]], also_ahead: Optional[Callable[[], List[HttpRequest]]]
+            ) -> Report:
     """``status`` within its snapshot."""
     stuck: List[str] = []
     if node.state.ensure(create=False) and (journal_pending(node) or kept_to_settle(node)):
@@ -105,21 +111,18 @@ def _status(node: Node, wanted: Optional[List[str]]) -> Report:
     missing = _missing_rows(node, scan, parked)
     known = node.identity                      # read in the same round trip when deferred
     never = node.unverified(held=False)[1]     # one prefetched lstat when nothing is pending
-    stale = bool(node.api_view_stale(parked))      # the one rule (check and the waits share it)
     rows = [_present_row(m) for m in scan.manifests] + [_parked_row(f, meta) for f, meta in parked.items()]
     rows += missing
     unconfirmed = _unconfirmed(node, rows)
     _last_changes(node, rows)
     if wanted:
         rows = _filter_rows(node, rows, wanted, scan, parked)
-    targets: List[PodTarget] = []
-    for row in rows:
-        namespace = row.get("namespace")
-        if namespace and row["state"] != "invalid":
-            row["pod"] = "%s-%s" % (row["component"], node.node_name.lower())
-        if row["state"] == "present" and namespace:     # a valid manifest: it has a namespace
-            targets.append(PodTarget(row["component"], namespace, node.node_name, file=row["file"],
-                                     stale_api=stale))
+    # every request from the node that follows, in one round trip (the pods list as if the view is current:
+    # when /healthz says it is not, the list goes unused and the runtime is asked, as before)
+    node.host.http_ahead(node.api_view_ahead(parked) + node.waiter.describe_ahead(_targets(node, rows, False))
+                         + (also_ahead() if also_ahead is not None else []))
+    stale = bool(node.api_view_stale(parked))      # the one rule (check and the waits share it)
+    targets = _targets(node, rows, stale)
     node.waiter.prepare_describe(targets)               # one API list for the pods, not a GET each
     for row, target in zip([r for r in rows if r["state"] == "present" and r.get("namespace")], targets):
         observed = node.waiter.describe(target)
@@ -136,6 +139,19 @@ def _status(node: Node, wanted: Optional[List[str]]) -> Report:
     if stuck:
         data["unrecovered"] = stuck[0]
     return data
+
+
+def _targets(node: Node, rows: List[Row], stale: bool) -> List[PodTarget]:
+    """The pods of the rows with a valid manifest (each row gets its pod's name)."""
+    targets: List[PodTarget] = []
+    for row in rows:
+        namespace = row.get("namespace")
+        if namespace and row["state"] != "invalid":
+            row["pod"] = "%s-%s" % (row["component"], node.node_name.lower())
+        if row["state"] == "present" and namespace:     # a valid manifest: it has a namespace
+            targets.append(PodTarget(row["component"], namespace, node.node_name, file=row["file"],
+                                     stale_api=stale))
+    return targets
 
 
 def history(node: Node, component: Optional[str] = None, limit: int = 50) -> List[Dict[str, object]]:

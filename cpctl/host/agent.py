@@ -19,7 +19,16 @@ import cpctl.agent as agent_package
 from cpctl.agent import rpc
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host import replies
-from cpctl.host.base import ByteWriter, Call, Host, LineReader, LockBusy, TransactionOutcome, TransactionRequest
+from cpctl.host.base import (
+    ByteWriter,
+    Call,
+    Host,
+    HttpRequest,
+    LineReader,
+    LockBusy,
+    TransactionOutcome,
+    TransactionRequest,
+)
 from cpctl.host.replies import MAX_REPLY_BYTES, BadReply
 
 HELLO_LIMIT = 512          # bytes of the agent's ready line (or of what a shell printed instead)
@@ -55,6 +64,7 @@ class RoundTrips:
         self.ops: Dict[str, int] = {}
         self.batched: Dict[str, int] = {}
         self.calls: List[str] = []
+        self.load_bytes = 0
         self.lock = threading.Lock()
 
     def count(self, op: str, args: Mapping[str, object]) -> None:
@@ -69,11 +79,17 @@ class RoundTrips:
                 where = args.get("path") or args.get("src") or args.get("argv") or args.get("url") or ""
                 self.calls.append(("%s %s" % (op, where)).strip()[:300])
 
+    def shipped(self, size: int) -> None:
+        """``size`` bytes of (compressed) agent modules sent with a request (``agent_load``)."""
+        with self.lock:
+            self.load_bytes += size
+
     def report(self) -> Dict[str, object]:
-        """What the trace file holds: the total, per op, the batched reads, the calls in order."""
+        """What the trace file holds: the total, per op, the batched reads, the calls in order, and the
+        bytes of agent modules sent with requests (not the new connection's ``agent_payload``)."""
         with self.lock:
             return {"total": sum(self.ops.values()), "ops": dict(self.ops), "batched": dict(self.batched),
-                    "calls": list(self.calls)}
+                    "calls": list(self.calls), "load_bytes": self.load_bytes}
 
     def write(self, path: str) -> None:
         """The report as JSON in ``path`` (at exit; a file that cannot be written is not the run's failure).
@@ -116,10 +132,14 @@ class AgentHost(Host):
         self._reader, self._writer = reader, writer
         self._mutex = threading.Lock()
         self._prefetched: Dict[CallKey, Mapping[str, object]] = {}
+        self._ahead: Dict[CallKey, Mapping[str, object]] = {}      # HTTP answered ahead (``http_ahead``)
         self._snapshot = False             # a snapshot is being served (``_prefetch``)
         self._broken: Optional[BadReply] = None
-        self._loaded: Set[str] = set()       # ops of AGENT_NEEDS whose modules this session sent
-        check_hello(name, self._reader.readline(HELLO_LIMIT))
+        hello = self._reader.readline(HELLO_LIMIT)
+        check_hello(name, hello)
+        # ops of AGENT_NEEDS whose modules the agent holds: sent in this session, or (a kept agent) before
+        held = hello_loaded(hello)           # (a new agent's names none: no digest computed for it)
+        self._loaded: Set[str] = {op for op in AGENT_NEEDS if load_digest(op) in held} if held else set()
 
     def _prefetch(self, calls: Sequence[Call]) -> None:
         """Ask every call in one ``batch`` round trip. The answers are a snapshot: served again
@@ -132,7 +152,7 @@ class AgentHost(Host):
         answers = self._request("batch", {"requests": requests}) if requests else []
         with self._mutex:
             self._prefetched = {_call_key(op, args): a for (op, args), a in zip(reads, answers)}
-            self._snapshot = bool(calls)
+            self._snapshot, self._ahead = bool(calls), {}
 
     def _serving(self) -> bool:
         return self._snapshot
@@ -148,15 +168,48 @@ class AgentHost(Host):
             self._prefetched.update((_call_key(op, args), a) for (op, args), a in zip(missing, answers))
             self._snapshot = True
 
+    def http_ahead(self, requests: Sequence[HttpRequest]) -> None:
+        """Ask them in ONE ``http_many`` (each within its own timeout) while a snapshot is served;
+        each checked answer is kept for the one call that asks it (``_from_ahead``), and dropped with
+        the snapshot. Outside a snapshot, or with nothing to ask, nothing is asked."""
+        wanted = [dict(r) for r in requests if str(r.get("method", "GET")).upper() in _AHEAD_METHODS]
+        if not wanted or not self._serving() or len(wanted) > _AHEAD_LIMIT:
+            return
+        timeout = max(_seconds(r.get("timeout")) for r in wanted)
+        answers = self._request("http_many", {"requests": wanted, "timeout": timeout})
+        with self._mutex:
+            if self._snapshot:                 # not when another thread's change ended it meanwhile
+                self._ahead.update((_http_key(r, timeout), _as_response(a)) for r, a in zip(wanted, answers))
+
+    def _from_ahead(self, op: str, args: Mapping[str, object]) -> Optional[Mapping[str, object]]:
+        """The answer ``http_ahead`` holds for this ``http`` (or every request of this ``http_many``),
+        taken out: each is served once; None when it holds none (then it is asked as usual)."""
+        if op == "http":
+            with self._mutex:
+                return self._ahead.pop(_http_key(args, None), None)
+        requests = args.get("requests")
+        if not isinstance(requests, list) or not requests:
+            return None
+        keys = [_http_key(r, args.get("timeout")) for r in requests]
+        with self._mutex:
+            if not all(k in self._ahead for k in keys):
+                return None
+            taken = [self._ahead.pop(k) for k in keys]
+        return {"ok": True, "result": [_as_many_answer(t) for t in taken]}
+
     def _call(self, op: str, **args: object) -> Any:
         if self._snapshot and op == "makedirs" and self._is_dir(str(args.get("path"))):
             return None              # the agent's makedirs leaves an existing dir alone: nothing to ask
+        if self._ahead and op in ("http", "http_many"):
+            early = self._from_ahead(op, args)
+            if early is not None:
+                return _result(early)
         if self._snapshot:
             with self._mutex:
                 key = _call_key(op, args) if op in rpc.READ_OPS else None
                 response = self._prefetched.get(key) if key is not None else None
                 if key is None and not _leaves_files(op, args):
-                    self._prefetched, self._snapshot = {}, False
+                    self._prefetched, self._snapshot, self._ahead = {}, False, {}
             if response is not None:
                 return _result(response)
             if key is not None:
@@ -200,6 +253,8 @@ class AgentHost(Host):
             if op in AGENT_NEEDS and op not in self._loaded:     # an agent that has them already skips them
                 request["load"] = rpc.encode(agent_load(op))
                 self._loaded.add(op)
+                if TRACE is not None:
+                    TRACE.shipped(len(agent_load(op)))
             line = json.dumps(request).encode("utf-8") + b"\n"
             try:
                 self._writer.write(line)
@@ -234,6 +289,49 @@ def _leaves_files(op: str, args: Mapping[str, object]) -> bool:
     return op == "http" and str(args.get("method", "")).upper() in _SAFE_METHODS
 
 
+#: What ``http_ahead`` asks early: reads only (etcd's gateway reads by POST; its caller vouches), at most
+#: a view's handful, within ``_AHEAD_TIMEOUT`` when a request names no timeout.
+_AHEAD_METHODS = frozenset(("GET", "HEAD", "POST"))
+_AHEAD_LIMIT = 64
+_AHEAD_TIMEOUT = 5.0
+#: ``http``'s arguments and their defaults: what makes two requests the same (``_http_key``).
+_HTTP_ARGS: Tuple[Tuple[str, object], ...] = (("method", "GET"), ("url", None), ("headers", None), ("body", None),
+                                              ("tls", None), ("limit", None), ("timeout", None))
+
+
+def _http_key(request: Mapping[str, object], timeout: object) -> CallKey:
+    """An HTTP request as a key: ``http``'s arguments with their defaults filled in (``timeout``: the
+    request's own, else the one given: an ``http_many``'s), so ``http_ahead``'s request and the call
+    that asks it again meet exactly when they would send the same request."""
+    args = {name: request.get(name, default) for name, default in _HTTP_ARGS}
+    if args["timeout"] is None:
+        args["timeout"] = timeout
+    args["method"] = str(args["method"]).upper()
+    args["timeout"] = float(args["timeout"]) if isinstance(args["timeout"], (int, float)) else None
+    args["tls"] = args["tls"] or None
+    return _call_key("http", args)
+
+
+def _seconds(timeout: object) -> float:
+    """A request's own timeout, ``_AHEAD_TIMEOUT`` when it names none."""
+    return float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else _AHEAD_TIMEOUT
+
+
+def _as_response(answer: Mapping[str, object]) -> Mapping[str, object]:
+    """An (already checked) ``http_many`` answer as the response ``http`` would have had: its reply,
+    or its error raised as the same OSError."""
+    if "reply" in answer:
+        return {"ok": True, "result": answer["reply"]}
+    return {"ok": False, "kind": "os", "errno": answer.get("errno"), "strerror": answer.get("error"), "filename": None}
+
+
+def _as_many_answer(response: Mapping[str, object]) -> Mapping[str, object]:
+    """The reverse of ``_as_response``: one answer of ``http_many``."""
+    if response.get("ok"):
+        return {"reply": response["result"]}
+    return {"errno": response.get("errno"), "error": response.get("strerror")}
+
+
 def _call_key(op: str, args: Mapping[str, object]) -> CallKey:
     """The op and its arguments, as a dict key: two calls get the same key exactly when they send
     the same request. When every argument is a string or an integer (a read's path and limit)
@@ -253,6 +351,55 @@ def _result(response: Mapping[str, object]) -> Any:
     if not response.get("ok"):
         raise_remote_error(response)
     return response["result"]
+
+
+#: How many loaded programs a ready line may name (``AGENT_NEEDS`` has two), so it stays within HELLO_LIMIT.
+MAX_LOADED = 4
+
+
+@functools.cache
+def load_digest(op: str) -> str:
+    """The sha256 (hex) of the program ``agent_load(op)`` carries (an op of ``AGENT_NEEDS``), as the
+    agent names what it loaded (``rpc.load``)."""
+    import hashlib
+    return hashlib.sha256(assemble(AGENT_NEEDS[op], loaded=AGENT_BASE)).hexdigest()
+
+
+def _digest_list(value: object) -> Optional[List[str]]:
+    """``value`` when it is a list of at most MAX_LOADED sha256 hex digests (what an agent reports loaded),
+    else None: it comes from the master."""
+    if not isinstance(value, list) or len(value) > MAX_LOADED:
+        return None
+    if not all(isinstance(d, str) and len(d) == 64 and all(c in "0123456789abcdef" for c in d) for d in value):
+        return None
+    return list(value)
+
+
+def hello_loaded(line: bytes) -> Set[str]:
+    """The programs a ready line says the agent holds (``kept_hello``); none when it names none or
+    says it in any other shape (then the modules are sent again, and an agent that has them skips them)."""
+    try:
+        hello = json.loads(line[:HELLO_LIMIT])
+    except ValueError:
+        return set()
+    return set(_digest_list(hello.get("loaded")) or ()) if isinstance(hello, dict) else set()
+
+
+def kept_hello(hello: bytes, reset_answer: bytes) -> bytes:
+    """The ready line the keeper replays to the next run of a kept agent: ``hello`` with what the agent's
+    ``reset`` answer (one checked line from the master) says it has loaded; ``hello`` as it was when that
+    answer says nothing usable."""
+    try:
+        answer = json.loads(reset_answer[:4096])
+        ready = json.loads(hello[:HELLO_LIMIT])
+    except ValueError:
+        return hello
+    result = answer.get("result") if isinstance(answer, dict) else None
+    loaded = _digest_list(result.get("loaded")) if isinstance(result, dict) else None
+    if not loaded or not isinstance(ready, dict) or ready.get("ready") is not True:
+        return hello
+    line = json.dumps({"ready": True, "pid": ready.get("pid"), "loaded": loaded}).encode("ascii") + b"\n"
+    return line if len(line) <= HELLO_LIMIT else hello
 
 
 def check_hello(name: str, line: bytes) -> None:

@@ -267,7 +267,8 @@ class HttpReply(TypedDict):
 
 
 class HttpRequest(TypedDict, total=False):
-    """One request of ``http_many`` (``http``'s arguments but the timeout)."""
+    """One request of ``http_many`` (``http``'s arguments; its own ``timeout`` optional, within the
+    call's): for ``http_ahead``, exactly the arguments ``http`` will be called with."""
 
     method: str
     url: str
@@ -275,6 +276,7 @@ class HttpRequest(TypedDict, total=False):
     body: Optional[bytes]
     tls: Optional["TlsOptions"]
     limit: int
+    timeout: float
 
 
 class HttpManyAnswer(TypedDict, total=False):
@@ -475,6 +477,13 @@ class Host:
         if limit is not None:
             args["limit"] = limit
         return self._call("http", **args)
+
+    def http_ahead(self, requests: Sequence[HttpRequest]) -> None:
+        """These read-only HTTP requests from the node come next in this view (the caller vouches:
+        GETs, or etcd's POSTs that read), each with the ``timeout`` it will be asked with: over a
+        network round trip they are asked now, together (one ``http_many``), and each answer serves
+        the one ``http`` - or ``http_many`` of them all - with exactly those arguments, once, while
+        the snapshot lasts. Here: nothing (each is asked when it comes)."""
 
     def etcd_snapshot(self, url: str, path: str, tls: Optional[TlsOptions], timeout: float,
                       limit: int) -> SnapshotInfo:

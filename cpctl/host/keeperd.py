@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, 
 
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host import keeper
+from cpctl.host.agent import kept_hello
 from cpctl.host.base import FAST_SWITCH, use_handshake_switch
 from cpctl.host.sshconfig import (
     Endpoint,
@@ -113,16 +114,21 @@ def _closed(chan: "Channel") -> bool:
 
 def _ask(chan: "Channel", op: str) -> bool:
     """Send the idle agent ``op`` (no arguments); True when it answers ok within PING_TIMEOUT."""
+    return _answer(chan, op) is not None
+
+
+def _answer(chan: "Channel", op: str) -> Optional[bytes]:
+    """The idle agent's ok answer line to ``op`` (no arguments) within PING_TIMEOUT; None otherwise."""
     if _closed(chan):
-        return False
+        return None
     try:
         chan.settimeout(PING_TIMEOUT)
         chan.sendall(b'{"op": "%s", "args": {}}\n' % op.encode("ascii"))
         answer = _read_answer(chan)
         chan.settimeout(None)
-        return answer.startswith(b'{"ok": true') and answer.endswith(b"\n")
     except (OSError, EOFError):
-        return False
+        return None
+    return answer if answer.startswith(b'{"ok": true') and answer.endswith(b"\n") else None
 
 
 def _read_answer(chan: "Channel", limit: int = 4096) -> bytes:
@@ -238,16 +244,18 @@ class Slot:
 
     def give_back(self, chan: "Channel", hello: bytes) -> bool:
         """Keep the agent a run left idle (every request answered) for the next run, once it has
-        forgotten that run (``reset``: its locks released, as if it had exited). False, and the
-        channel closed, when it cannot serve again: it fails the reset, its connection was
-        replaced meanwhile, or another agent already waits."""
+        forgotten that run (``reset``: its locks released, as if it had exited), with the ready line
+        the next run reads saying which modules it holds (``kept_hello``: that run sends them no more).
+        False, and the channel closed, when it cannot serve again: it fails the reset, its connection
+        was replaced meanwhile, or another agent already waits."""
         while chan.recv_stderr_ready():       # nobody reads an agent's stderr: do not let it fill the window
             chan.recv_stderr(1 << 16)
-        if _ask(chan, "reset"):
+        answer = _answer(chan, "reset")
+        if answer is not None:
             with self.lock:
                 if (self.idle is None and self._connected()
                         and chan.get_transport() is self.clients[-1].get_transport()):
-                    self.idle = (chan, hello)
+                    self.idle = (chan, kept_hello(hello, answer))
                     self.verified_at = time.monotonic()
                     return True
         close_channel(chan)

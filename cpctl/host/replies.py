@@ -263,6 +263,10 @@ def _reset(result: object, args: Mapping[str, object]) -> None:
     if not isinstance(result, dict):
         raise _Shape("reset is not an object")
     _int(result.get("pid"), "pid")
+    loaded = result.get("loaded", [])
+    if not isinstance(loaded, list) or len(loaded) > 16 or not all(isinstance(d, str) and len(d) == 64
+                                                                   for d in loaded):
+        raise _Shape("reset's loaded is not a short list of digests")
 
 
 TRANSACTION_STATES = ("completed", "aborted", "rolled_back", "nowhere", "unrecordable", "bad_key", "no_key",

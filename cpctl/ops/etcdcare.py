@@ -37,6 +37,7 @@ from cpctl.catalogue import ETCD, KUBE_APISERVER
 from cpctl.core.flags import flags_of
 from cpctl.core.node import Node
 from cpctl.errors import CpctlError, ExitCode, Interrupted, Terminated, interrupted_by
+from cpctl.host.base import HttpRequest
 from cpctl.probes.etcdmaint import MAX_URLS, Alarm, EtcdError, Gateway, Member, MemberList, Status, hex_id
 from cpctl.timeutil import iso
 
@@ -805,6 +806,16 @@ def alarms_seen(node: Node) -> Optional[AlarmsSeen]:
         return AlarmsSeen([{"member_id": hex_id(a.member_id), "member": names.get(a.member_id, hex_id(a.member_id)),
                             "alarm": a.alarm} for a in alarms], asked=endpoint)
     return AlarmsSeen([], error="; ".join(tried[:3] + tried[3:][-1:]))
+
+
+def alarms_ahead(node: Node) -> List[HttpRequest]:
+    """The first request pair ``alarms_seen`` makes (its node's first etcd URL), for ``Host.http_ahead``:
+    ``status`` asks it with the view's other requests from the node."""
+    try:
+        gateway, endpoints = gateway_of(node)
+    except CpctlError:
+        return []
+    return gateway.members_and_alarms_requests(endpoints[0]) if endpoints else []
 
 
 def status_alarms(node: Node, data: "Report") -> None:

@@ -7,9 +7,9 @@ error status (403, 429, 5xx...), no answer, an answer that is not a pod - is "co
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
-from cpctl.host.base import Host
+from cpctl.host.base import Host, HttpRequest
 from cpctl.probes.base import API_TIMEOUT, PodState, PodTarget, ProbeOptions, Unavailable
 from cpctl.probes.kubeapi import ApiFailure, ApiUnreachable, KubeClient
 from cpctl.probes.shape import ShapeError, get_object, get_objects, get_str
@@ -51,12 +51,7 @@ class ApiProbe:
         refused or malformed (RBAC may grant get and not list); a list with no answer at all is
         the answer of each of its pods (the same server would not answer their GETs either)."""
         self._listed = {}
-        wanted: Dict[Tuple[str, str], set] = {}
-        for target in targets:
-            wanted.setdefault((target.namespace, target.node.lower()), set()).add(target.mirror_name)
-        for (namespace, node), names in wanted.items():
-            if len(names) < 2:
-                continue                    # one GET costs what the list would
+        for (namespace, node), names in _lists(targets).items():
             try:
                 pods = self.client.list_pods(namespace, field_selector="spec.nodeName=%s" % node,
                                              timeout=DEFAULT_TIMEOUT)
@@ -72,6 +67,16 @@ class ApiProbe:
                 name = meta.get("name")
                 if isinstance(name, str) and name in names:
                     self._listed[(namespace, name)] = pod
+
+    def prefetch_requests(self, targets: Sequence[PodTarget]) -> List[HttpRequest]:
+        """The lists ``prefetch(targets)`` asks, as requests (``Host.http_ahead``); none without a
+        usable kubeconfig (``prefetch`` then asks nothing either)."""
+        try:
+            client = self.client
+        except (ApiFailure, Unavailable):
+            return []
+        return [client.list_pods_request(namespace, field_selector="spec.nodeName=%s" % node, timeout=DEFAULT_TIMEOUT)
+                for namespace, node in _lists(targets)]
 
     def observe(self, target: PodTarget, timeout: Optional[float] = None) -> PodState:
         budget = DEFAULT_TIMEOUT if timeout is None else max(MIN_CALL, min(DEFAULT_TIMEOUT, timeout))
@@ -111,3 +116,12 @@ def pod_state(pod: Dict[str, Any], source: str) -> PodState:
         else None
     return PodState(True, ready, get_str(status, "phase", "pod.status"), uid, tuple(i for i in ids if i), started,
                     parse_rfc3339(get_str(meta, "creationTimestamp", "pod.metadata")), source, restarts=restarts)
+
+
+def _lists(targets: Sequence[PodTarget]) -> Dict[Tuple[str, str], Set[str]]:
+    """(namespace, node) -> the mirror pods ``prefetch`` lists there: where two or more are wanted
+    (one GET costs what the list would)."""
+    wanted: Dict[Tuple[str, str], Set[str]] = {}
+    for target in targets:
+        wanted.setdefault((target.namespace, target.node.lower()), set()).add(target.mirror_name)
+    return {key: names for key, names in wanted.items() if len(names) >= 2}

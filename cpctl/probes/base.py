@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Protocol, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from cpctl.agent.crictlread import is_new_since
-from cpctl.host.base import PodIdentity
+from cpctl.host.base import HttpRequest, PodIdentity
 from cpctl.timeutil import iso
 
 if TYPE_CHECKING:
@@ -99,6 +99,11 @@ class Waiter:
     def prepare_describe(self, targets: Sequence[PodTarget]) -> None:
         """``describe`` will be asked about each of ``targets`` next: a chance to look at them
         together (one API list instead of a GET each). Default: nothing."""
+
+    def describe_ahead(self, targets: Sequence[PodTarget]) -> List[HttpRequest]:
+        """The HTTP requests ``prepare_describe(targets)`` will make from the node, for
+        ``Host.http_ahead``. Default: none."""
+        return []
 
     def wait_kept(self, target: PodTarget, before: object, seconds: float) -> Optional[WaitResult]:
         """After a restore of unchanged bytes while the pod seen ``before`` still ran: that pod,

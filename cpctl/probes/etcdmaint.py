@@ -215,6 +215,10 @@ def _alarms(endpoint: str, doc: Mapping[str, object]) -> List[Alarm]:
     return out
 
 
+#: ``members_and_alarms``' two reads: (gateway path, body).
+_MEMBERS_AND_ALARMS: Tuple[Tuple[str, Mapping[str, object]], ...] = ((MEMBER_LIST, {}), (ALARM, {"action": "GET"}))
+
+
 class Gateway:
     """etcd's v3 JSON gateway on any member's client URL, asked from the node with ``tls``."""
 
@@ -263,8 +267,19 @@ class Gateway:
 
     def members_and_alarms(self, endpoint: str) -> Tuple[MemberList, List[Alarm]]:
         """``member_list`` and ``alarms`` of the member at ``endpoint``, asked in one request from the node."""
-        listed, alarmed = self.calls(endpoint, [(MEMBER_LIST, {}), (ALARM, {"action": "GET"})])
+        listed, alarmed = self.calls(endpoint, list(_MEMBERS_AND_ALARMS))
         return _member_list(endpoint, listed), _alarms(endpoint, alarmed)
+
+    def members_and_alarms_requests(self, endpoint: str) -> List[HttpRequest]:
+        """What ``members_and_alarms(endpoint)`` sends (two reads, by POST as etcd's gateway reads), for
+        ``Host.http_ahead``; none for an endpoint that is no URL (it asks nothing either)."""
+        try:
+            requests = [self._request(endpoint, path, body, ANSWER_LIMIT) for path, body in _MEMBERS_AND_ALARMS]
+        except EtcdError:
+            return []
+        for request in requests:
+            request["timeout"] = self.timeout
+        return requests
 
     def status(self, endpoint: str, timeout: Optional[float] = None) -> Status:
         """``etcdctl endpoint status`` of the member at ``endpoint``."""

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
 
 from cpctl.agent import httpops
 from cpctl.errors import CpctlError, ExitCode
-from cpctl.host.base import Host, HttpReply, NodeApiAccess, TlsOptions
+from cpctl.host.base import Host, HttpReply, HttpRequest, NodeApiAccess, TlsOptions
 from cpctl.inputs import load_yaml
 from cpctl.probes.shape import ShapeError, get_bool, get_list, get_object, get_objects, get_str, kind_of
 
@@ -444,6 +444,20 @@ class KubeClient:
                 query: Optional[Mapping[str, object]] = None,
                 timeout: Optional[float] = None, limit: int = OBJECT_LIMIT) -> Dict[str, object]:
         """One request; the answer, which must be a JSON object (else an ``ApiFailure``)."""
+        try:
+            resp = self.host.http(**self.http_request(method, path, body, query, timeout, limit))
+        except OSError as exc:
+            why = self.clean(exc.strerror or str(exc))
+            if exc.errno == errno.EFBIG:   # an answer over the limit
+                raise ApiBadAnswer("API %s %s: %s" % (method, path, why)) from None
+            raise ApiUnreachable("API server %s unreachable: %s" % (self.access.display_server, why)) from None
+        return self._decode(method, path, resp)
+
+    def http_request(self, method: str, path: str, body: Optional[Mapping[str, object]] = None,
+                     query: Optional[Mapping[str, object]] = None, timeout: Optional[float] = None,
+                     limit: int = OBJECT_LIMIT) -> HttpRequest:
+        """What ``request`` asks the node to send (``Host.http``'s arguments): a view asks it ahead
+        (``Host.http_ahead``) with exactly these."""
         url = self.access.server + path
         if query:
             url += "?" + urlencode({k: v for k, v in query.items() if v is not None})
@@ -452,15 +466,8 @@ class KubeClient:
         if body is not None:
             data = json.dumps(body).encode("utf-8")
             headers["Content-Type"] = "application/json"
-        try:
-            resp = node_http(self.host, method, url, timeout or self.timeout, limit, headers=headers, body=data,
-                             tls=self.access.tls or None)
-        except OSError as exc:
-            why = self.clean(exc.strerror or str(exc))
-            if exc.errno == errno.EFBIG:   # an answer over the limit
-                raise ApiBadAnswer("API %s %s: %s" % (method, path, why)) from None
-            raise ApiUnreachable("API server %s unreachable: %s" % (self.access.display_server, why)) from None
-        return self._decode(method, path, resp)
+        return HttpRequest(method=method, url=url, headers=headers, body=data, timeout=timeout or self.timeout,
+                           tls=self.access.tls or None, limit=limit)
 
     def request_text(self, path: str, query: Optional[Mapping[str, object]] = None, timeout: Optional[float] = None,
                      limit: int = OBJECT_LIMIT) -> str:
@@ -566,9 +573,14 @@ class KubeClient:
 
     def list_pods(self, namespace: Optional[str] = None, field_selector: Optional[str] = None,
                   label_selector: Optional[str] = None, timeout: Optional[float] = None) -> List[Dict[str, object]]:
-        path = "/api/v1/namespaces/%s/pods" % quote(namespace, safe="") if namespace else "/api/v1/pods"
-        return self._items(path, "PodList", {"fieldSelector": field_selector, "labelSelector": label_selector},
-                           timeout)
+        path, query = _pods_list(namespace, field_selector, label_selector)
+        return self._items(path, "PodList", query, timeout)
+
+    def list_pods_request(self, namespace: Optional[str] = None, field_selector: Optional[str] = None,
+                          label_selector: Optional[str] = None, timeout: Optional[float] = None) -> HttpRequest:
+        """The request ``list_pods`` with these arguments sends (for ``Host.http_ahead``)."""
+        path, query = _pods_list(namespace, field_selector, label_selector)
+        return self.http_request("GET", path, query=query, timeout=timeout, limit=LIST_LIMIT)
 
     def get_node(self, name: str, timeout: Optional[float] = None) -> Optional[Dict[str, object]]:
         return self._get("/api/v1/nodes/%s" % quote(name, safe=""), "Node", name, "", timeout)
@@ -662,3 +674,10 @@ def node_access(host: Host, path: str) -> Optional[NodeApiAccess]:
 
 def client_for(host: Host, kubeconfig: str) -> KubeClient:
     return KubeClient(host, load_kubeconfig(host, kubeconfig))
+
+
+def _pods_list(namespace: Optional[str], field_selector: Optional[str], label_selector: Optional[str]
+               ) -> Tuple[str, Dict[str, object]]:
+    """The path and query of a pods list."""
+    path = "/api/v1/namespaces/%s/pods" % quote(namespace, safe="") if namespace else "/api/v1/pods"
+    return path, {"fieldSelector": field_selector, "labelSelector": label_selector}

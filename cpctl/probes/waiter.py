@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence,
 
 from cpctl import catalogue
 from cpctl.errors import CpctlError, ExitCode
-from cpctl.host.base import Host
+from cpctl.host.base import Host, HttpRequest
 from cpctl.probes import registry
 from cpctl.probes.base import (
     API_TIMEOUT,
@@ -212,11 +212,21 @@ class VerifyingWaiter(Waiter):
     def prepare_describe(self, targets: Sequence[PodTarget]) -> None:
         """The first probe ``describe`` asks about fresh targets, if it can look at several at
         once (the api probe's ``prefetch``), looks at them now."""
-        fresh = [t for t in targets if not self.is_stale(t)]
-        chosen = self._quick([p for p in self.probes if p.identifies])
-        prefetch = getattr(chosen[0], "prefetch", None) if fresh and chosen else None
+        fresh, prefetch = self._prefetcher(targets, "prefetch")
         if prefetch is not None:
             prefetch(fresh)
+
+    def describe_ahead(self, targets: Sequence[PodTarget]) -> List[HttpRequest]:
+        """The HTTP requests ``prepare_describe(targets)`` makes (the api probe's list), for
+        ``Host.http_ahead``; none when its probe asks nothing ahead."""
+        fresh, requests = self._prefetcher(targets, "prefetch_requests")
+        return list(requests(fresh)) if requests is not None else []
+
+    def _prefetcher(self, targets: Sequence[PodTarget], method: str) -> Tuple[List[PodTarget], Any]:
+        """The fresh targets and ``method`` of the first probe ``describe`` asks, when it has one."""
+        fresh = [t for t in targets if not self.is_stale(t)]
+        chosen = self._quick([p for p in self.probes if p.identifies])
+        return fresh, getattr(chosen[0], method, None) if fresh and chosen else None
 
     def settle_view(self, target: PodTarget) -> Optional[dict]:
         """The pod as the waits see it: through the same probes in the same order. For the API

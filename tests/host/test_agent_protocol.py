@@ -208,6 +208,47 @@ def test_reset_closes_the_runs_http_connections(agent: CountingAgent) -> None:
         assert agent.http("GET", url)["headers"]["X-Peer-Port"] != first   # a new one after the reset
 
 
+def test_http_asked_ahead_answers_the_same_request_once_within_the_snapshot(agent: CountingAgent, tmp_path) -> None:
+    """``http_ahead``: a view's HTTP requests in one ``http_many``; each answer serves the one call with
+    exactly its arguments, once, while the snapshot lasts (a change, or the block's end, drops it)."""
+    path = str(tmp_path / "f")
+    with echo_server() as url:
+        with agent.prefetched([("lstat", {"path": path})]):
+            agent.http_ahead([{"method": "GET", "url": url + "/a", "timeout": 2.0, "tls": None, "limit": 100},
+                              {"method": "POST", "url": url + "/b", "body": b"{}", "timeout": 3.0},
+                              {"method": "GET", "url": url + "/c", "timeout": 3.0}])
+            assert agent.requests == ["batch", "http_many"]
+            assert agent.http("GET", url + "/a", timeout=2.0, limit=100)["body"] == b"ok /a"   # from the one trip
+            (b,) = agent.http_many([{"method": "POST", "url": url + "/b", "body": b"{}"}], timeout=3.0)
+            assert b["reply"]["status"] == 501          # the echo server's answer to a POST, asked ahead
+            assert agent.requests == ["batch", "http_many"]
+            assert agent.http("GET", url + "/a", timeout=2.0, limit=100)["body"] == b"ok /a"   # once: asked again
+            assert agent.http("GET", url + "/c", timeout=1.0)["body"] == b"ok /c"    # another timeout: asked
+            assert agent.requests == ["batch", "http_many", "http", "http"]
+            agent.write_atomic(path, b"x")              # a change: what was asked ahead goes
+            agent.http("GET", url + "/c", timeout=3.0)
+            assert agent.requests[-2:] == ["write_atomic", "http"]
+        del agent.requests[:]
+        agent.http_ahead([{"method": "GET", "url": url + "/a", "timeout": 2.0}])   # no snapshot: asks nothing
+        assert agent.requests == []
+
+
+def test_http_many_ends_a_request_by_its_own_timeout(agent: CountingAgent) -> None:
+    """A request of ``http_many`` with its own timeout ends by it (a silent server never answers it),
+    while the others keep the call's deadline: requests asked together keep the time each had alone."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(1)
+    try:
+        with echo_server() as url:
+            quiet, echo = agent.http_many([
+                {"method": "GET", "url": "http://127.0.0.1:%d/" % silent.getsockname()[1], "timeout": 0.3},
+                {"method": "GET", "url": url + "/e"}], timeout=60.0)
+        assert "reply" not in quiet and echo["reply"]["body"] == b"ok /e", (quiet, echo)
+    finally:
+        silent.close()
+
+
 # --- the agent's program: shipped zlib-compressed, compiled by the master ---
 
 def _start_agent(payload: bytes) -> bytes:

@@ -257,6 +257,46 @@ def test_an_idle_agent_is_reset_and_serves_the_next_run(sshd: SSHServer, keeper_
     assert (conn["connects"], conn["sessions"]) == (1, 2)
 
 
+def test_a_kept_agent_is_not_sent_the_modules_it_holds(rig: Rig, tmp_path: Any) -> None:
+    """Issue 47, "cached in the keeper by digest": a change's modules (``AGENT_NEEDS``) go with its first
+    transaction request to a new agent; the keeper's next run over that agent, told by the agent's
+    ``reset`` which programs it holds (their sha256), sends none of them (counted: bytes, not time)."""
+    trace = str(tmp_path / "trips.json")
+    cli = Cli(rig.sshd.ssh_config, rig.sshd.known_hosts, dict(rig.env, CPCTL_TRACE_ROUNDTRIPS=trace))
+
+    def shipped(*args: str) -> int:
+        cli.json("--persist", "60s", "-H", "master", *args)
+        with open(trace) as handle:
+            report = json.load(handle)
+        os.unlink(trace)
+        assert report["ops"].get("transaction"), report["ops"]        # the change went as one transaction
+        wait_until(lambda: rig.keeper_status()["connections"][0]["agent_ready"], 10, "the agent back")
+        return int(report["load_bytes"])
+
+    assert shipped("stop", "scheduler") > 0                    # a new agent: the change's modules went
+    assert shipped("start", "scheduler") == 0                  # the same agent, kept: nothing sent again
+    assert shipped("stop", "scheduler") == 0
+    conn = rig.keeper_status()["connections"][0]
+    assert (conn["connects"], conn["sessions"]) == (1, 3)      # one agent served all three
+
+
+def test_a_kept_hello_names_only_what_the_agent_reported_in_shape() -> None:
+    """The ready line replayed to the next run carries the digests the agent's ``reset`` reported (from
+    the master: checked), else stays as it was; a run sends a program again unless its digest is named."""
+    from cpctl.host import agent as host_module
+    hello = b'{"ready": true, "pid": 7}\n'
+    digest = host_module.load_digest("transaction")
+    kept = host_module.kept_hello(hello, b'{"ok": true, "result": {"pid": 7, "loaded": ["%s"]}}\n' % digest.encode())
+    assert host_module.hello_loaded(kept) == {digest} and kept.startswith(b'{"ready": true')
+    for bad in (b'{"ok": true, "result": {"pid": 7, "loaded": ["%s"]}}\n' % digest.upper().encode(),
+                b'{"ok": true, "result": {"pid": 7, "loaded": "%s"}}\n' % digest.encode(),
+                b'{"ok": true, "result": {"pid": 7, "loaded": [%s]}}\n' % b", ".join([b'"%s"' % digest.encode()] * 5),
+                b'{"ok": true, "result": {"pid": 7}}\n', b"not json\n", b'["ok"]\n'):
+        assert host_module.kept_hello(hello, bad) == hello, bad
+    assert host_module.hello_loaded(hello) == set()
+    assert host_module.hello_loaded(b'{"ready": true, "loaded": 1}') == set()
+
+
 @pytest.mark.parametrize("left", ["mid-request", "cut-line"])
 def test_a_run_gone_mid_request_takes_its_agent_along(sshd: SSHServer, keeper_dir: str, tmp_path: Any,
                                                         left: str) -> None:

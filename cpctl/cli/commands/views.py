@@ -39,7 +39,8 @@ def status(ctx: click.Context, components: Tuple[str, ...], watch: bool, interva
             return views.status(node, list(components) or None)
         # the cluster's etcd alarms: one question to the node's own etcd, its manifest read in the view's batch
         from cpctl.ops import etcdcare  # loaded only then: a status of other components asks no etcd
-        return views.status(node, list(components) or None, also=lambda data: etcdcare.status_alarms(node, data))
+        return views.status(node, list(components) or None, also=lambda data: etcdcare.status_alarms(node, data),
+                            also_ahead=lambda: etcdcare.alarms_ahead(node))
     shown = execute(ctx, action, status_text)
     broken = [data["unrecovered"] for data in shown if data.get("unrecovered")]
     if broken:   # everything that could be shown was; the exit code says the node needs a hand

@@ -285,7 +285,7 @@ def undo(node: Node, kept: KeptConfig) -> str:
             text = data.get(kept.key) if found is not None else None
             decision, new_text, keys = putback.config_undo(
                 None if found is None else text if isinstance(text, str) else "", kept.before, kept.after,
-                _load_config, kc.dump_config)
+                load_config, kc.dump_config)
             if decision in ("gone", "done"):
                 drop(node, kept)
                 return putback.kept_config_said("gone", where, kept.component, kept.op) if decision == "gone" else ""
@@ -321,7 +321,7 @@ def undo(node: Node, kept: KeptConfig) -> str:
     return putback.kept_config_said("put-back", where, kept.component, version=new_version, keys=keys)
 
 
-def _load_config(text: str) -> object:
+def load_config(text: str) -> object:
     """A ClusterConfiguration text read with cpctl's bounded YAML reader (ValueError when it is none)."""
     try:
         value, _ = manifests.decode(text.encode("utf-8", "surrogateescape"))

@@ -44,6 +44,7 @@ from typing import (
     Mapping,
     Optional,
     Sequence,
+    Set,
     Tuple,
     TypedDict,
     TypeVar,
@@ -60,6 +61,7 @@ from cpctl.ops import edits, sandbox
 from cpctl.timeutil import iso
 
 if TYPE_CHECKING:
+    from cpctl.core.keptin import KeptConfig
     from cpctl.host.base import NodeApiAccess, PlanPatch, PlanVerdict, PlanVerify, RevertPlan, RunResult
 
 SYSTEMD_DIR = "/run/systemd/system"       # exists when systemd is PID 1 (sd_booted)
@@ -509,11 +511,11 @@ def _plan(node: Node, armed: Arm, base: str) -> RevertPlan:
         "user": "root", "host": str(node.who().get("hostname")), "node": node.node_name, "component": armed.component,
         "file": armed.file, "checksum": armed.previous, "revision": armed.revision, "reason": why,
         "armed_op": armed.op, "origin": origin}
-    keepin, api = _kept_part(node, armed, previous)
+    keepin, shown, api = _kept_part(node, armed, previous)
     return {"version": 1, "op": armed.op, "armed": armed.checksum, "arm": confirmations.path_of(node.state, armed.file),
             "lock": node.state.path + "/lock", "journal": node.state.journal_path, "entry": journal.entry_of(change),
             "record": _node_record(node, change, origin), "verdict": verdict, "verify": verify, "keepin": keepin,
-            "api": api, "check_hint": node.command("check", "--kubeadm"),
+            "shown_keys": shown, "api": api, "check_hint": node.command("check", "--kubeadm"),
             "patches": _patch_part(node, armed, previous, base, origin)}
 
 
@@ -540,19 +542,39 @@ def _node_record(node: Node, change: journal.Change, origin: str) -> Dict[str, o
     return record
 
 
-def _kept_part(node: Node, armed: Arm, previous: bytes) -> Tuple[List[str], Optional[NodeApiAccess]]:
+def _kept_part(node: Node, armed: Arm, previous: bytes) -> Tuple[List[str], List[str], Optional[NodeApiAccess]]:
     """The ``--keep-in kubeadm-config`` part of a node-side revert plan: the records the revert's
-    manifest bytes settle (``core.keptin``: their ``previous`` is what the revert puts back) and how
-    the agent reaches the API with the node's kubeconfig (``kubeapi.node_access``); none: ([], None)."""
+    manifest bytes settle (``core.keptin``: their ``previous`` is what the revert puts back), the keys
+    they changed whose values are no secret (``_shown_keys``) and how the agent reaches the API with
+    the node's kubeconfig (``kubeapi.node_access``); none: ([], [], None)."""
     from cpctl.core import keptin
     from cpctl.probes.kubeapi import node_access
     try:
         records = [k for k in keptin.read_all(node, armed.file) if k.previous == manifests.checksum(previous)]
     except CpctlError:                      # a record cpctl did not write: left to cpctl's own settle
-        return [], None
+        return [], [], None
     if not records:
-        return [], None
-    return [keptin.record_path(node, k) for k in records], node_access(node.host, node.kubeconfig)
+        return [], [], None
+    return ([keptin.record_path(node, k) for k in records], _shown_keys(records),
+            node_access(node.host, node.kubeconfig))
+
+
+def _shown_keys(records: Sequence["KeptConfig"]) -> List[str]:
+    """The ClusterConfiguration keys the records' changes touch whose values are no secret by cpctl's one
+    redaction rule (no name on the key's path is a credential's: ``redaction.is_secret_name``): the
+    node-side revert shows the other writer's value only of these when it refuses a put-back (history
+    ``keep-in-conflict``; the agent cannot import the rule, so the plan carries its verdict)."""
+    from cpctl.agent import putback
+    from cpctl.core import keptin
+    from cpctl.redaction import is_secret_name
+    shown: Set[str] = set()
+    for kept in records:
+        try:
+            steps = putback.config_key_steps(kept.before, kept.after, keptin.load_config)
+        except ValueError:                  # unreadable: no value of it is shown
+            continue
+        shown.update(key for key, names in steps.items() if not any(is_secret_name(n) for n in names))
+    return sorted(shown)
 
 
 def _patch_part(node: Node, armed: Arm, previous: bytes, base: str, origin: str) -> List[PlanPatch]:

@@ -44,7 +44,6 @@ from typing import (
     Mapping,
     Optional,
     Sequence,
-    Set,
     Tuple,
     TypedDict,
     TypeVar,
@@ -61,7 +60,6 @@ from cpctl.ops import edits, sandbox
 from cpctl.timeutil import iso
 
 if TYPE_CHECKING:
-    from cpctl.core.keptin import KeptConfig
     from cpctl.host.base import NodeApiAccess, PlanPatch, PlanVerdict, PlanVerify, RevertPlan, RunResult
 
 SYSTEMD_DIR = "/run/systemd/system"       # exists when systemd is PID 1 (sd_booted)
@@ -545,7 +543,7 @@ def _node_record(node: Node, change: journal.Change, origin: str) -> Dict[str, o
 def _kept_part(node: Node, armed: Arm, previous: bytes) -> Tuple[List[str], List[str], Optional[NodeApiAccess]]:
     """The ``--keep-in kubeadm-config`` part of a node-side revert plan: the records the revert's
     manifest bytes settle (``core.keptin``: their ``previous`` is what the revert puts back), the keys
-    they changed whose values are no secret (``_shown_keys``) and how the agent reaches the API with
+    they changed whose values are no secret (``keptin.shown_keys``) and how the agent reaches the API with
     the node's kubeconfig (``kubeapi.node_access``); none: ([], [], None)."""
     from cpctl.core import keptin
     from cpctl.probes.kubeapi import node_access
@@ -555,26 +553,8 @@ def _kept_part(node: Node, armed: Arm, previous: bytes) -> Tuple[List[str], List
         return [], [], None
     if not records:
         return [], [], None
-    return ([keptin.record_path(node, k) for k in records], _shown_keys(records),
+    return ([keptin.record_path(node, k) for k in records], keptin.shown_keys(records),
             node_access(node.host, node.kubeconfig))
-
-
-def _shown_keys(records: Sequence["KeptConfig"]) -> List[str]:
-    """The ClusterConfiguration keys the records' changes touch whose values are no secret by cpctl's one
-    redaction rule (no name on the key's path is a credential's: ``redaction.is_secret_name``): the
-    node-side revert shows the other writer's value only of these when it refuses a put-back (history
-    ``keep-in-conflict``; the agent cannot import the rule, so the plan carries its verdict)."""
-    from cpctl.agent import putback
-    from cpctl.core import keptin
-    from cpctl.redaction import is_secret_name
-    shown: Set[str] = set()
-    for kept in records:
-        try:
-            steps = putback.config_key_steps(kept.before, kept.after, keptin.load_config)
-        except ValueError:                  # unreadable: no value of it is shown
-            continue
-        shown.update(key for key, names in steps.items() if not any(is_secret_name(n) for n in names))
-    return sorted(shown)
 
 
 def _patch_part(node: Node, armed: Arm, previous: bytes, base: str, origin: str) -> List[PlanPatch]:

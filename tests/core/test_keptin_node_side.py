@@ -314,7 +314,6 @@ def test_a_put_back_the_master_refuses_is_in_its_history_with_their_values_never
     cpctl's one redaction rule applied at arm time (the plan's ``shown_keys``) -, the record kept and the
     one command that resolves it; valid against history.json."""
     from cpctl.agent import journalseal
-    from cpctl.ops import confirm
     from cpctl.redaction import REDACTED
     from tests.coreutil import schema_valid
     after = _with(V3, lambda c: (c["scheduler"].update(extraArgs={"v": "4"}),
@@ -323,7 +322,7 @@ def test_a_put_back_the_master_refuses_is_in_its_history_with_their_values_never
                                      c["etcd"]["local"]["extraArgs"].update({"initial-cluster-token": "s3cret"})))
     record = keptin.KeptConfig("0123abcd", "etcd", "etcd.yaml", "a" * 64, "b" * 64, "kube-system", "kubeadm-config",
                                "ClusterConfiguration", V3, after, "7")
-    shown = confirm._shown_keys([record])
+    shown = keptin.shown_keys([record])
     assert shown == ["scheduler.extraArgs.v"], shown        # the token's key: not shown
     assert putback.REDACTED == REDACTED
     monkeypatch.setattr(putback, "_api_json", lambda method, url, access, body=None: (

@@ -326,8 +326,8 @@ def revert_plan_main(argv):
         _plan_cleanup(argv[0])
         return code
     ok, why = _plan_verify(plan["verify"])
-    verdict = dict(plan["verdict"], time=_utc_now(), action="reverted",
-                   outcome="verified" if ok else "NOT healthy: " + why)
+    verdict = dict(plan["verdict"], time=_utc_now(), action="reverted", op=plan["entry"]["op"],
+                   outcome="verified" if ok else "NOT healthy: " + why)   # op: the revert's, as its record
     if ok:
         _plan_log("unconfirmed change of %s reverted to revision %s: %s" % (component, plan["verdict"]["revision"],
                                                                            why))

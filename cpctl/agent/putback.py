@@ -56,21 +56,63 @@ def config_undo(text, before, after, load=None, dump=None):
     if not all(isinstance(d, dict) for d in docs):
         return "unreadable", "", ["the ClusterConfiguration is not a mapping"]
     old, ours, now = docs
-    undo, conflicts = [], []
-    for path, was, wrote in _config_changes(old, ours, ()):
-        found = _config_get(now, path)
-        if _same(found, wrote):
-            undo.append((path, was))
-        elif not _same(found, was):
-            conflicts.append(config_key_name(path))
+    undo, conflicts = _config_merge(old, ours, now)
     if conflicts:
-        return "conflict", "", conflicts
+        return "conflict", "", [config_key_name(path) for path, _ in conflicts]
     if not undo:
         return "done", "", []
     for path, was in undo:
         _config_put(now, path, was)
         _config_prune(now, old, path)
     return "write", dump(now), [config_key_name(p) for p, _ in undo]
+
+
+def _config_merge(old, ours, now):
+    """([(path, value before)] of cpctl's keys that still hold cpctl's value in ``now``, [(path, value
+    now)] of those someone else changed too) - the three-way merge of ``config_undo``."""
+    undo, conflicts = [], []
+    for path, was, wrote in _config_changes(old, ours, ()):
+        found = _config_get(now, path)
+        if _same(found, wrote):
+            undo.append((path, was))
+        elif not _same(found, was):
+            conflicts.append((path, found))
+    return undo, conflicts
+
+
+def config_theirs(text, before, after, load=None):
+    """{key: the other writer's value now} of each of cpctl's keys of a ``conflict`` (``config_undo``) in
+    the ClusterConfiguration ``text``: a string as it is, anything else as compact JSON, None where they
+    removed the key; at most ``_THEIRS_CHARS`` characters each. {} when it is no conflict (or unreadable)."""
+    import json
+    load = load or yaml_load
+    try:
+        old, ours, now = [load(t) for t in (before, after, text)]
+    except (ValueError, TypeError):
+        return {}
+    if not all(isinstance(d, dict) for d in (old, ours, now)):
+        return {}
+    out = {}
+    for path, found in _config_merge(old, ours, now)[1]:
+        value = None if found is _ABSENT else "(another shape)" if found is _OTHER else found if \
+            isinstance(found, str) else json.dumps(found, sort_keys=True, separators=(",", ":"), default=str)
+        out[config_key_name(path)] = value if value is None or len(value) <= _THEIRS_CHARS else \
+            value[:_THEIRS_CHARS] + "..."
+    return out
+
+
+_THEIRS_CHARS = 500
+
+
+def config_key_steps(before, after, load=None):
+    """{key: [the names on its path]} of every key cpctl's write of ``after`` over ``before`` changed
+    (``config_key_name``): what decides, by cpctl's redaction rule, whether a key's value may be shown."""
+    load = load or yaml_load
+    old, ours = load(before), load(after)
+    if not isinstance(old, dict) or not isinstance(ours, dict):
+        return {}
+    return dict((config_key_name(path), [s.name if isinstance(s, _Named) else str(s) for s in path])
+                for path, _, _ in _config_changes(old, ours, ()))
 
 
 def config_key_name(path):
@@ -231,6 +273,30 @@ def config_undone_record(who, kept, where, version, text=None, keys=()):
     return record
 
 
+#: what a secret value is shown as (``cpctl.redaction.REDACTED``, which the agent cannot import; a test holds
+#: them equal)
+REDACTED = "<redacted>"
+
+
+def config_conflict_record(who, kept, where, theirs, record):
+    """The history record ``keep-in-conflict`` of a put-back refused (``config_undo``: someone else changed
+    cpctl's own keys too), by ``who`` (user, host, node, origin): the keys and the other writer's value
+    of each (``theirs``, secret ones ``REDACTED`` already), the keep-in record kept (``record``) and the one
+    command that resolves it (``resolve``: put cpctl's keys back to their value before the change - the
+    record then goes at the next cpctl command; removing the record instead keeps theirs)."""
+    keys = sorted(theirs)
+    said = ", ".join("%s=%s" % (k, "(removed)" if theirs[k] is None else theirs[k]) for k in keys)
+    resolve = "kubectl -n %s edit configmap %s" % (kept["namespace"], kept["name"])
+    return {"time": _utc_now(), "user": who["user"], "host": who["host"], "node": who["node"],
+            "action": "keep-in-conflict", "component": kept["component"], "file": kept["file"], "checksum": None,
+            "op": kept["op"], "configmap": where, "keys": keys, "theirs": theirs, "keepin_record": record,
+            "resolve": resolve, "origin": who["origin"] or "",
+            "reason": ("NOT put back: someone else changed %s too (theirs: %s), so the next kubeadm upgrade renders "
+                       "their value; resolve it: put %s back to the value before the change (%s) - the next cpctl "
+                       "command then drops the record - or remove %s to keep theirs"
+                       % (", ".join(keys), said, "it" if len(keys) == 1 else "them", resolve, record or "the record"))}
+
+
 def kept_patch_said(what, path, component, removed=False):
     """The one line about putting a ``--keep-in patches`` file back: ``theirs`` or ``put-back``
     (``removed``: there was none before)."""
@@ -373,7 +439,8 @@ def _put_back_config(plan, kept, access, record=""):
         if decision == "gone":
             return kept_config_said(decision, where, kept["component"], kept["op"]), True
         if decision == "conflict":
-            return kept_config_said(decision, where, kept["component"], keys=keys, hint=hint, record=record), False
+            line = kept_config_said(decision, where, kept["component"], keys=keys, hint=hint, record=record)
+            return line + _record_conflict(plan, kept, where, text if isinstance(text, str) else "", record), False
         if decision != "write":
             return "", True
         status, written = _api_json("PUT", url, access, dict(found or {}, data=dict(data, **{kept["key"]: new_text})))
@@ -388,6 +455,20 @@ def _put_back_config(plan, kept, access, record=""):
     _kept_ours_again(os.path.dirname(plan["journal"]), kept, version)
     _append_record(plan, config_undone_record(plan["verdict"], kept, where, version, new_text, keys))
     return kept_config_said("put-back", where, kept["component"], version=version, keys=keys), True
+
+
+def _record_conflict(plan, kept, where, text, record):
+    """History ``keep-in-conflict`` (``config_conflict_record``) of a put-back the node-side revert refused:
+    the other writer's values shown only for the keys the plan names as not secret (``shown_keys``: cpctl's
+    redaction rule, applied at arm time). "" when written, else what to add to the line."""
+    shown = set(plan["shown_keys"])
+    theirs = dict((key, value if key in shown or value is None else REDACTED)
+                  for key, value in config_theirs(text, kept["before"], kept["after"]).items())
+    try:
+        _append_record(plan, config_conflict_record(plan["verdict"], kept, where, theirs, record))
+    except OSError as exc:
+        return " (its history record NOT written: %s)" % (exc.strerror or exc)
+    return ""
 
 
 def _kept_ours_again(state_dir, kept, version):

@@ -195,7 +195,8 @@ _plan_shape = _object({
     "verify": _object({"url": _text("^(https?://[^\\s]+)?$"), "crictl": _either(_absolute, _text("^[-A-Za-z0-9_.]*$")),
                        "pod": _text(), "namespace": _text(), "before": _maybe(_identity),
                        "timeout": _number(86400), "settle": _number(3600)}),
-    "keepin": _list(_path), "api": _maybe(_api), "check_hint": _text(),
+    "keepin": _list(_path), "shown_keys": _list(_text(), 0, _PLAN_ITEMS * 16), "api": _maybe(_api),
+    "check_hint": _text(),
     "patches": _list(_object({"entry": _entry, "history": _record, "record": _path, "after": _text(_HEX64),
                               "was": _maybe(_text(_HEX64))}))})
 

@@ -30,7 +30,7 @@ import json
 import os
 import re
 from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING, Callable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, List, Optional, Sequence, Set, Tuple
 
 from cpctl.agent import putback
 from cpctl.core import kubeadmconfig as kc
@@ -285,13 +285,14 @@ def undo(node: Node, kept: KeptConfig) -> str:
             text = data.get(kept.key) if found is not None else None
             decision, new_text, keys = putback.config_undo(
                 None if found is None else text if isinstance(text, str) else "", kept.before, kept.after,
-                _load_config, kc.dump_config)
+                load_config, kc.dump_config)
             if decision in ("gone", "done"):
                 drop(node, kept)
                 return putback.kept_config_said("gone", where, kept.component, kept.op) if decision == "gone" else ""
             if decision == "unreadable":
                 return _unreachable(where, kept, "its ClusterConfiguration does not parse: %s" % "; ".join(keys))
             if decision == "conflict":
+                record_conflict(node, kept, text if isinstance(text, str) else "")
                 return putback.kept_config_said("conflict", where, kept.component, keys=keys, hint=hint,
                                                 record=record_path(node, kept))
             assert found is not None
@@ -321,7 +322,42 @@ def undo(node: Node, kept: KeptConfig) -> str:
     return putback.kept_config_said("put-back", where, kept.component, version=new_version, keys=keys)
 
 
-def _load_config(text: str) -> object:
+def shown_keys(records: Sequence[KeptConfig]) -> List[str]:
+    """The ClusterConfiguration keys the records' changes touch whose values are no secret by cpctl's one
+    redaction rule (no name on the key's path is a credential's: ``redaction.is_secret_name``): only
+    their other writer's values are shown when a put-back is refused (history ``keep-in-conflict``). A
+    node-side revert plan carries them (``shown_keys``): the agent cannot import the rule."""
+    from cpctl.redaction import is_secret_name
+    shown: Set[str] = set()
+    for kept in records:
+        try:
+            steps = putback.config_key_steps(kept.before, kept.after, load_config)
+        except ValueError:                  # unreadable: no value of it is shown
+            continue
+        shown.update(key for key, names in steps.items() if not any(is_secret_name(n) for n in names))
+    return sorted(shown)
+
+
+def record_conflict(node: Node, kept: KeptConfig, text: str) -> None:
+    """History ``keep-in-conflict`` (``putback.config_conflict_record``, the node-side revert's record too)
+    of a put-back refused because someone else changed cpctl's keys too, in ClusterConfiguration ``text``:
+    once per other writer's values - every command tries the put-back again (and a master's own revert
+    may have recorded it already), the history says it once."""
+    from cpctl.redaction import redact
+    shown = set(shown_keys([kept]))
+    theirs = redact({key: value if key in shown or value is None else putback.REDACTED
+                     for key, value in putback.config_theirs(text, kept.before, kept.after, load_config).items()})
+    if any(r.get("action") == "keep-in-conflict" and r.get("op") == kept.op and r.get("theirs") == theirs
+           for r in node.state.read_history_tail()):
+        return
+    who = node.who()
+    node.state.append_history(putback.config_conflict_record(
+        {"user": who.get("sudo_user") or who.get("user"), "host": who.get("hostname"), "node": who.get("node"),
+         "origin": who.get("origin")}, asdict(kept), "%s/%s" % (kept.namespace, kept.name), theirs,
+        record_path(node, kept)))
+
+
+def load_config(text: str) -> object:
     """A ClusterConfiguration text read with cpctl's bounded YAML reader (ValueError when it is none)."""
     try:
         value, _ = manifests.decode(text.encode("utf-8", "surrogateescape"))

@@ -240,7 +240,9 @@ class RevertPlan(TypedDict):
     agent's ``agent.noderevert.revert_plan_main`` runs it after ``agent.revertplan.plan_problem`` checked every field
     of this shape): the arm (``op``, the armed bytes' sha256, its record), the state dir's lock and
     journal, the journaled revert and its history record, the ``reverted`` record, the check, and the
-    ``--keep-in`` parts (ClusterConfiguration records, how to reach the API, the check's hint; patch files)."""
+    ``--keep-in`` parts (ClusterConfiguration records, the keys of theirs whose values are no secret - cpctl's
+    redaction rule, for a refused put-back's history record -, how to reach the API, the check's hint; patch
+    files)."""
 
     version: int
     op: str
@@ -253,6 +255,7 @@ class RevertPlan(TypedDict):
     verdict: PlanVerdict
     verify: PlanVerify
     keepin: List[str]
+    shown_keys: List[str]
     api: Optional[NodeApiAccess]
     check_hint: str
     patches: List[PlanPatch]

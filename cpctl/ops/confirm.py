@@ -509,11 +509,11 @@ def _plan(node: Node, armed: Arm, base: str) -> RevertPlan:
         "user": "root", "host": str(node.who().get("hostname")), "node": node.node_name, "component": armed.component,
         "file": armed.file, "checksum": armed.previous, "revision": armed.revision, "reason": why,
         "armed_op": armed.op, "origin": origin}
-    keepin, api = _kept_part(node, armed, previous)
+    keepin, shown, api = _kept_part(node, armed, previous)
     return {"version": 1, "op": armed.op, "armed": armed.checksum, "arm": confirmations.path_of(node.state, armed.file),
             "lock": node.state.path + "/lock", "journal": node.state.journal_path, "entry": journal.entry_of(change),
             "record": _node_record(node, change, origin), "verdict": verdict, "verify": verify, "keepin": keepin,
-            "api": api, "check_hint": node.command("check", "--kubeadm"),
+            "shown_keys": shown, "api": api, "check_hint": node.command("check", "--kubeadm"),
             "patches": _patch_part(node, armed, previous, base, origin)}
 
 
@@ -540,19 +540,21 @@ def _node_record(node: Node, change: journal.Change, origin: str) -> Dict[str, o
     return record
 
 
-def _kept_part(node: Node, armed: Arm, previous: bytes) -> Tuple[List[str], Optional[NodeApiAccess]]:
+def _kept_part(node: Node, armed: Arm, previous: bytes) -> Tuple[List[str], List[str], Optional[NodeApiAccess]]:
     """The ``--keep-in kubeadm-config`` part of a node-side revert plan: the records the revert's
-    manifest bytes settle (``core.keptin``: their ``previous`` is what the revert puts back) and how
-    the agent reaches the API with the node's kubeconfig (``kubeapi.node_access``); none: ([], None)."""
+    manifest bytes settle (``core.keptin``: their ``previous`` is what the revert puts back), the keys
+    they changed whose values are no secret (``keptin.shown_keys``) and how the agent reaches the API with
+    the node's kubeconfig (``kubeapi.node_access``); none: ([], [], None)."""
     from cpctl.core import keptin
     from cpctl.probes.kubeapi import node_access
     try:
         records = [k for k in keptin.read_all(node, armed.file) if k.previous == manifests.checksum(previous)]
     except CpctlError:                      # a record cpctl did not write: left to cpctl's own settle
-        return [], None
+        return [], [], None
     if not records:
-        return [], None
-    return [keptin.record_path(node, k) for k in records], node_access(node.host, node.kubeconfig)
+        return [], [], None
+    return ([keptin.record_path(node, k) for k in records], keptin.shown_keys(records),
+            node_access(node.host, node.kubeconfig))
 
 
 def _patch_part(node: Node, armed: Arm, previous: bytes, base: str, origin: str) -> List[PlanPatch]:

@@ -191,6 +191,65 @@ def test_every_field_a_check_finding_carries_is_described() -> None:
                                                    "fix"), "kind-specific field without a description: " + name
 
 
+def _agent_history_fields() -> Dict[str, List[str]]:
+    """Every field a history record the agent writes (``cpctl/agent``: the modules that write history -
+    the node-side revert, the transaction, the put-backs) can carry -> where: the keys of each record it
+    builds (a dict literal or
+    ``dict(...)`` call naming an ``action``), of each one it extends (``record[...] =``, ``record.setdefault``,
+    ``dict(record|verdict, k=...)``), and the verdict the plan hands it (``host.base.PlanVerdict``)."""
+    import ast
+    fields: Dict[str, List[str]] = {}
+    root = SCHEMAS.parents[1]
+
+    def add(names: List[str], path: Path, node: ast.AST) -> None:
+        for name in names:
+            fields.setdefault(name, []).append("%s:%d" % (path.relative_to(root), getattr(node, "lineno", 0)))
+    writers = ("_append_record", "append_history", "history_line", "recover")   # recover(entry, RECORD)
+    for path in sorted((SCHEMAS.parent / "agent").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        if not any(isinstance(n, ast.Call) and getattr(n.func, "id", getattr(n.func, "attr", None)) in writers
+                   for n in ast.walk(tree)):
+            continue                        # writes no history (revertplan: the plan's shape checks)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Dict):
+                keys = [k.value for k in node.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+                if "action" in keys:
+                    add(keys, path, node)
+            elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "dict":
+                named = [str(k.arg) for k in node.keywords if k.arg]
+                base = node.args[0] if node.args else None
+                if "action" in named or getattr(base, "id", None) in ("record", "verdict"):
+                    add(named, path, node)
+            elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store) and \
+                    getattr(node.value, "id", None) == "record" and isinstance(node.slice, ast.Constant):
+                add([str(node.slice.value)], path, node)
+            elif isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "setdefault" and \
+                    getattr(node.func.value, "id", None) == "record" and isinstance(node.args[0], ast.Constant):
+                add([str(node.args[0].value)], path, node)
+    base = ast.parse((root / "cpctl" / "host" / "base.py").read_text())
+    verdict = next(n for n in ast.walk(base) if isinstance(n, ast.ClassDef) and n.name == "PlanVerdict")
+    add([n.target.id for n in verdict.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)],
+        root / "cpctl" / "host" / "base.py", verdict)
+    return fields
+
+
+def test_every_field_an_agent_history_record_carries_is_described() -> None:
+    """Issue 49: the agent writes history records itself (the master's own revert: ``reverted``, the
+    revert's record, ``keep-in-undone``, ``keep-in-conflict``; a recovered change: ``recovered``,
+    ``unfinished``). history.json's records are closed, so a field it does not describe fails every
+    ``-o json history`` that shows such a record - ``recovered`` and ``unfinished`` were not described;
+    ``op``, which it requires, the node-side ``reverted`` record lacked. So every field the agent's
+    writers spell is a described property."""
+    fields = _agent_history_fields()
+    assert {"theirs", "keys", "recovered", "unfinished", "outcome", "configmap", "armed_op"} <= set(fields), \
+        sorted(fields)                                                 # the scan sees every writer
+    items = schema("history")["properties"]["history"]["items"]
+    undescribed = {name: where for name, where in fields.items() if name not in items["properties"]}
+    assert not undescribed, "history fields history.json does not describe: %s" % undescribed
+    verdict = [f for f, where in fields.items() if any("noderevert.py" in w for w in where)]
+    assert "op" in verdict, verdict                                    # the node-side reverted record: op
+
+
 class Both:
     """One command, locally (in this process, as the CLI runs it) and through ``-H``: both answers
     valid against ``name``'s schema, with the same fields."""

@@ -65,7 +65,7 @@ def _both(now: str, before: str, after: str) -> Any:
     """The undo as the node side (the YAML subset) and as cpctl (its YAML library) make it: the same
     decision and the same keys, and texts that read the same."""
     node = putback.config_undo(now, before, after)
-    core = putback.config_undo(now, before, after, keptin._load_config, kc.dump_config)
+    core = putback.config_undo(now, before, after, keptin.load_config, kc.dump_config)
     assert node[0] == core[0] and node[2] == core[2], (node, core)
     if node[0] == "write":
         assert yaml.safe_load(node[1]) == yaml.safe_load(core[1]), (node[1], core[1])
@@ -279,7 +279,7 @@ SCHEDULER_V4 = V3.replace("scheduler: {}", "scheduler:\n  extraArgs:\n    v: '4'
      "changed while cpctl put", False),
 ])
 def test_what_the_master_leaves_for_the_operator_names_the_check_as_run_on_that_master(
-        monkeypatch: pytest.MonkeyPatch, answers: list, said: str, settled: bool) -> None:
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Any, answers: list, said: str, settled: bool) -> None:
     """When the master's own revert leaves the ClusterConfiguration as it is (someone else changed
     cpctl's key too, or wrote it meanwhile, twice), its line says how to check it: the command as the
     operator runs it against that master (``-H``/``-i``), carried in the plan, never a bare ``cpctl
@@ -288,7 +288,61 @@ def test_what_the_master_leaves_for_the_operator_names_the_check_as_run_on_that_
     monkeypatch.setattr(putback, "_api_json", lambda method, url, access, body=None: asked.pop(0))
     kept = {"namespace": "kube-system", "name": "kubeadm-config", "key": "ClusterConfiguration",
             "before": V3, "after": SCHEDULER_V4, "resource_version": "7", "component": "kube-scheduler",
-            "op": "flags"}
+            "op": "flags", "file": "kube-scheduler.yaml"}
     hint = "cpctl -H admin@10.0.0.11 check --kubeadm"
-    line, done = putback._put_back_config({"check_hint": hint}, kept, ("https://10.0.0.11:6443", {}), "/s/keepin/r")
+    line, done = putback._put_back_config(_plan_for(tmp_path, hint), kept, ("https://10.0.0.11:6443", {}),
+                                          "/s/keepin/r")
     assert said in line and line.endswith("check it (%s)" % hint) and not asked and done is settled, line
+
+
+def _plan_for(tmp_path: Any, hint: str = "cpctl check --kubeadm", shown: Any = ()) -> dict[str, Any]:
+    """What ``_put_back_config`` reads of a revert plan: its state dir (``journal``), who reverts, the
+    keys whose values may be shown, the check's hint."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700, exist_ok=True)
+    return {"check_hint": hint, "journal": str(state / "journal.json"), "shown_keys": list(shown),
+            "verdict": {"user": "root", "host": "laptop", "node": "cp-1",
+                        "origin": "cpctl revert-unconfirmed kube-scheduler (node-side plan, armed by me)"}}
+
+
+def test_a_put_back_the_master_refuses_is_in_its_history_with_their_values_never_a_secret(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """Issue 49: the master's own revert refuses to put a ClusterConfiguration back (someone else changed
+    cpctl's own keys too). That used to reach syslog, ``check`` and stderr only - ``cpctl history`` (no lock,
+    no recovery) never showed it. Now one history record ``keep-in-conflict`` through the agent's one
+    history writer: the keys, the other writer's value of each - a credential's only as ``<redacted>``, by
+    cpctl's one redaction rule applied at arm time (the plan's ``shown_keys``) -, the record kept and the
+    one command that resolves it; valid against history.json."""
+    from cpctl.agent import journalseal
+    from cpctl.redaction import REDACTED
+    from tests.coreutil import schema_valid
+    after = _with(V3, lambda c: (c["scheduler"].update(extraArgs={"v": "4"}),
+                                 c["etcd"]["local"].update(extraArgs={"initial-cluster-token": "ours"})))
+    theirs = _with(after, lambda c: (c["scheduler"]["extraArgs"].update(v="9"),
+                                     c["etcd"]["local"]["extraArgs"].update({"initial-cluster-token": "s3cret"})))
+    record = keptin.KeptConfig("0123abcd", "etcd", "etcd.yaml", "a" * 64, "b" * 64, "kube-system", "kubeadm-config",
+                               "ClusterConfiguration", V3, after, "7")
+    shown = keptin.shown_keys([record])
+    assert shown == ["scheduler.extraArgs.v"], shown        # the token's key: not shown
+    assert putback.REDACTED == REDACTED
+    monkeypatch.setattr(putback, "_api_json", lambda method, url, access, body=None: (
+        200, {"data": {"ClusterConfiguration": theirs}, "metadata": {"resourceVersion": "12"}}))
+    plan = _plan_for(tmp_path, shown=shown)
+    kept = dict(vars(record))
+    line, done = putback._put_back_config(plan, kept, ("https://10.0.0.11:6443", {}), "/s/keepin/r.json")
+    assert "NOT put back" in line and not done, line
+    records = journalseal.parse_records((tmp_path / "state" / "history.jsonl").read_bytes())
+    assert len(records) == 1, records
+    [conflict] = records
+    assert conflict["action"] == "keep-in-conflict" and conflict["configmap"] == "kube-system/kubeadm-config"
+    assert conflict["keys"] == ["etcd.local.extraArgs.initial-cluster-token", "scheduler.extraArgs.v"], conflict
+    assert conflict["theirs"] == {"scheduler.extraArgs.v": "9",
+                                  "etcd.local.extraArgs.initial-cluster-token": REDACTED}, conflict
+    assert "s3cret" not in json.dumps(conflict) and "ours" not in json.dumps(conflict)
+    assert conflict["keepin_record"] == "/s/keepin/r.json" and "node-side plan" in conflict["origin"]
+    assert conflict["resolve"] == "kubectl -n kube-system edit configmap kubeadm-config"
+    assert "scheduler.extraArgs.v=9" in conflict["reason"] and conflict["resolve"] in conflict["reason"]
+    schema_valid("history", {"node": "cp-1", "history": records, "host": None})
+    # they removed cpctl's key instead of changing it back: nothing to put back (as before), nothing recorded
+    gone = _with(after, lambda c: (c["scheduler"].pop("extraArgs"), c["etcd"]["local"].pop("extraArgs")))
+    assert putback.config_theirs(gone, V3, after) == {}

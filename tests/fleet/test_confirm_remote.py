@@ -340,6 +340,32 @@ def _edit_cluster_configuration(master: Master, change: Any) -> None:
                    capture_output=True, text=True, timeout=60)
 
 
+def _the_refused_put_back_is_in_the_history(master: Master, keepin: str) -> None:
+    """Issue 49: the master's refusal is in its history - ``cpctl history`` takes no lock and runs no
+    recovery, so it showed it neither locally nor over ``-H`` -: one ``keep-in-conflict`` record (the key,
+    their value, the record kept, the command that resolves it), the same record both ways, in text and
+    ``-o json`` (valid against history.json), and no second one from the commands that repeat the line."""
+    from tests.coreutil import schema_valid
+    from tests.labfixture import run_cpctl
+    [record] = _kept_records(keepin, ".json")
+    remote = json.loads(master.run("-o", "json", "history", "scheduler").stdout)["hosts"]
+    assert [h["host"] for h in remote] == ["master"], remote
+    local = run_cpctl(master.lab.env_for(1), "-o", "json", "history", "scheduler")
+    assert local.returncode == 0, local.stderr
+    for answer in (remote[0]["data"], json.loads(local.stdout)):
+        schema_valid("history", answer)
+        conflicts = [r for r in answer["history"] if r["action"] == "keep-in-conflict"]
+        assert len(conflicts) == 1, answer["history"]
+        [conflict] = conflicts
+        assert conflict["keys"] == ["scheduler.extraArgs.v"] and conflict["theirs"] == {"scheduler.extraArgs.v": "9"}
+        assert conflict["keepin_record"] == os.path.join(keepin, record) and "node-side plan" in conflict["origin"]
+        assert conflict["resolve"] == "kubectl -n kube-system edit configmap kubeadm-config", conflict
+        assert conflict["configmap"] == "kube-system/kubeadm-config", conflict
+    text = master.run("history", "scheduler").stdout
+    assert "keep-in-conflict" in text and "someone else changed scheduler.extraArgs.v too (theirs: " \
+        "scheduler.extraArgs.v=9)" in text, text
+
+
 def test_the_masters_revert_takes_out_exactly_cpctls_flag_and_keeps_anothers_edit(master: Master) -> None:
     """Issue 49 item 1 on a master without cpctl: someone else edits kubeadm-config (another section's flag,
     and the same section's other flag) while the ``--keep-in kubeadm-config`` change is armed; the master's
@@ -376,12 +402,14 @@ def test_the_masters_revert_takes_out_exactly_cpctls_flag_and_keeps_anothers_edi
     cfg = yaml.safe_load(_cluster_configuration(master)["data"]["ClusterConfiguration"])
     assert dict(kc.extra_args(cfg, "scheduler"))["v"] == "9", cfg
     assert len(_kept_records(keepin, ".json")) == 1        # kept until resolved: the next cpctl command says it
+    _the_refused_put_back_is_in_the_history(master, keepin)
     # what the next upgrade would render on every master (theirs, both): check --kubeadm over SSH shows it
     conflict = "master: kube-system/kubeadm-config NOT put back: someone else changed scheduler.extraArgs.v too"
     for words in (("status",), ("confirm", "--all")):      # said over -H as a local run says it (issue 49)
         said = master.run(*words).stderr
         assert conflict in said and "check it (%s check --kubeadm)" % master.prefix in said, (words, said)
     assert len(_kept_records(keepin, ".json")) == 1        # a read of the node settles nothing it cannot
+    _the_refused_put_back_is_in_the_history(master, keepin)  # said again, recorded once
     check = json.loads(master.run("-o", "json", "check", "--kubeadm", rc=1).stdout)["hosts"][0]["data"]
     adds = [f for f in check["findings"] if f["kind"] == "kubeadm_adds" and f["component"] == "kube-scheduler"]
     assert len(adds) == 1 and set(adds[0]["flags"]) == {"--v=9", "--bind-address=0.0.0.0"}, check["findings"]

@@ -76,6 +76,8 @@ BROKEN: "list[tuple[str, Callable[[Plan], Any], str]]" = [
         "server": "https://10.0.0.1:6443", "kubeconfig": "/etc/kubernetes/admin.conf", "sha256": "0" * 64,
         "tls": {}, "slices": {"key_data": [1, 2, 3]}}), "plan.api.slices.key_data is not a list of 2 to 2 items"),
     ("a mode beyond its bound", lambda p: _step(p, 0, mode=1 << 20), "plan.entry.steps[0].mode is not a whole number"),
+    ("shown keys that are no list of texts", lambda p: p.update(shown_keys=[{"scheduler.extraArgs.v": "4"}]),
+     "plan.shown_keys[0] is not text"),
     ("an API server that is not a URL", lambda p: p.update(api={
         "server": "file:///etc/passwd", "kubeconfig": "/etc/kubernetes/admin.conf", "sha256": "0" * 64, "tls": {},
         "slices": {}}), "plan.api.server is not of the form"),

@@ -581,6 +581,14 @@ def test_a_reverted_kept_flag_never_outlives_its_revert(lab_factory: Any) -> Non
     assert len(records) == 1, records
     status = run_cpctl(handle, "status")                             # every command says so again
     assert "NOT put back: someone else changed scheduler.extraArgs.v" in status.stderr, status.stderr
+    # ... and the history says it once (it takes no lock and runs no recovery: it showed nothing)
+    history = schema_valid("history", json.loads(run_cpctl(handle, "-o", "json", "history", "scheduler").stdout))
+    conflicts = [r for r in history["history"] if r["action"] == "keep-in-conflict"]
+    assert len(conflicts) == 1, history["history"]
+    assert conflicts[0]["keys"] == ["scheduler.extraArgs.v"] and conflicts[0]["theirs"] == {
+        "scheduler.extraArgs.v": "9"} and conflicts[0]["keepin_record"] == str(records[0]), conflicts
+    assert conflicts[0]["resolve"] == "kubectl -n kube-system edit configmap kubeadm-config", conflicts
+    assert "(theirs: scheduler.extraArgs.v=9)" in run_cpctl(handle, "history", "scheduler").stdout
     adds = [f for f in kubeadm_findings(handle) if f["kind"] == "kubeadm_adds"]
     assert {f["component"]: f["flags"] for f in adds} == {"kube-scheduler": ["--v=9"],       # theirs, both
                                                            "kube-controller-manager": ["--profiling=false"]}, adds

@@ -83,6 +83,32 @@ def _patterns() -> _Patterns:
     return _compiled[0]
 
 
+def _secret_name_ahead() -> str:
+    """A regex that matches (empty) where a name begins that ``is_secret_name`` calls a credential's, up to
+    the first character no name holds: a secret word in it or a secret segment as a whole word (``-``
+    or ``_`` around it), not ending in a file's, path's or dir's suffix. Built from the words above."""
+    char = r"[^\s\"'=,:;\]}){]"
+    def spelt(word: str) -> str:
+        return re.escape(word).replace(r"\-", "-").replace("-", "[-_]")
+    words = "|".join(spelt(w) for w in SECRET_WORDS)
+    segments = "|".join(spelt(w) for w in SECRET_SEGMENTS)
+    suffixes = "|".join(spelt(w) for w in NOT_SECRET_SUFFIXES)
+    return (r"(?i:(?!-*%s*?(?:%s)(?!%s))(?=-*%s*?(?:%s)|-*(?:%s*?[-_])?(?:%s)(?:[-_]|(?!%s))))"
+            % (char, suffixes, char, char, words, char, segments, char))
+
+
+def secret_text_patterns() -> List[str]:
+    """The regex sources (flags inline) of the text patterns ``redact_text`` uses, each finding text that
+    holds a secret: a PEM private key block, and every pattern that names a flag or variable with its
+    name held to a credential's (``is_secret_name``, as ``_secret_name_ahead``). For the agent, which
+    cannot import this module: a node-side revert's plan carries them (``secret_patterns``) and the agent
+    shows none of the text from the cluster where one of them finds a match - one rule, made here."""
+    p = _patterns()
+    ahead = "(?P<name>" + _secret_name_ahead()
+    named = (p.quoted_item, p.assigned, p.said, p.two_words, p.json_env, p.item_flag_alone, p.env_name, p.flow_env)
+    return ["(?s)" + p.pem.pattern] + ["(?ms)" + q.pattern.replace("(?P<name>", ahead) for q in named]
+
+
 def _may_hold_secret(text: str) -> bool:
     """False when no pattern can match: every redaction needs a secret word in a name (compared
     as ``is_secret_name`` does, lowercased with ``_`` as ``-``) or a PEM private key block."""

@@ -49,3 +49,20 @@ def test_a_flag_that_carries_a_secret_is_redacted_in_every_form(name: str) -> No
 def test_a_flag_that_only_looks_like_one_keeps_its_value(name: str) -> None:
     assert not is_secret_name(name), name
     assert redact("--%s=/etc/kubernetes/x" % name) == "--%s=/etc/kubernetes/x" % name
+
+
+@pytest.mark.parametrize("name", SECRET_FLAGS + PLAIN_FLAGS + ("x.pass", "a-pass.b", "TOKEN_FILE", "pw"))
+def test_the_agents_patterns_of_a_secret_are_this_rule(name: str) -> None:
+    """The text patterns a node-side revert's plan carries (``secret_text_patterns``: built here, the agent
+    cannot import this module) find a secret exactly where ``redact_text`` redacts one: the same names,
+    in each form (``--name=v``, ``--name v``, a YAML ``- --name`` line then its value, an env entry)."""
+    import re
+
+    from cpctl.redaction import secret_text_patterns
+    patterns = [re.compile(source) for source in secret_text_patterns()]
+    for text in ("--%s=s3cr3t" % name, "cmd --%s s3cr3t" % name, "'--%s=a b'" % name, "- --%s\n- s3cr3t" % name,
+                 "name: %s\nvalue: s3cr3t" % name, '{"name": "%s", "value": "s3cr3t"}' % name):
+        found = any(p.search(text) for p in patterns)
+        assert found is (redact(text) != text) is is_secret_name(name), (text, found, redact(text))
+    for text in ("-----BEGIN EC PRIVATE KEY-----\nMHcCAQEE\n-----END EC PRIVATE KEY-----", "plain words, v=4"):
+        assert any(p.search(text) for p in patterns) is (redact(text) != text), text

@@ -453,7 +453,8 @@ def _put_back_config(plan, kept, access, record=""):
     meta = (written or {}).get("metadata")
     version = str(meta.get("resourceVersion") or "") if isinstance(meta, dict) else ""
     _kept_ours_again(os.path.dirname(plan["journal"]), kept, version)
-    _append_record(plan, config_undone_record(plan["verdict"], kept, where, version, new_text, keys))
+    _append_record(plan, config_undone_record(plan["verdict"], kept, where, secret_free(plan, version), new_text,
+                                              keys))
     return kept_config_said("put-back", where, kept["component"], version=version, keys=keys), True
 
 
@@ -462,13 +463,24 @@ def _record_conflict(plan, kept, where, text, record):
     the other writer's values shown only for the keys the plan names as not secret (``shown_keys``: cpctl's
     redaction rule, applied at arm time). "" when written, else what to add to the line."""
     shown = set(plan["shown_keys"])
-    theirs = dict((key, value if key in shown or value is None else REDACTED)
+    theirs = dict((key, secret_free(plan, value) if key in shown or value is None else REDACTED)
                   for key, value in config_theirs(text, kept["before"], kept["after"]).items())
     try:
         _append_record(plan, config_conflict_record(plan["verdict"], kept, where, theirs, record))
     except OSError as exc:
         return " (its history record NOT written: %s)" % (exc.strerror or exc)
     return ""
+
+
+def secret_free(plan, text):
+    """``text`` from the cluster as a history record may hold it: ``REDACTED`` when one of the plan's
+    ``secret_patterns`` (``cpctl.redaction.secret_text_patterns``: its one rule, which the agent cannot
+    import; checked by ``plan_problem``) finds a secret in it - a key named harmlessly can still hold
+    a private key or a ``--token=...``."""
+    import re
+    if isinstance(text, str) and any(re.search(pattern, text) for pattern in plan["secret_patterns"]):
+        return REDACTED
+    return text
 
 
 def _kept_ours_again(state_dir, kept, version):

@@ -42,6 +42,7 @@ def link_below(path, top, look=None):
 # --- the revert plan (``host.base.RevertPlan``): its every field checked before any of it is used -----------
 _PLAN_TEXT = 4096          # characters of one text field (a path, a name, a reason, a URL)
 _PLAN_ITEMS = 64           # steps of one change; companion files, keep-in records, patch files of a plan
+_PLAN_PATTERNS = 32       # regexes of what text is secret (``secret_patterns``)
 _PLAN_RECORD = 4 << 20     # bytes of one history record as JSON (a diff is in it)
 _HEX64 = "^[0-9a-f]{64}$"
 _PLAN_NAME = "^[A-Za-z0-9][-A-Za-z0-9_.+]*$"     # a component, a manifest or patch file's name, an action
@@ -116,6 +117,19 @@ def _list(check, least=0, most=_PLAN_ITEMS):
                 return problem
         return ""
     return checked
+
+
+def _pattern(value, where):
+    """A regex source (``secret_patterns``) that compiles, of at most ``_PLAN_TEXT`` characters."""
+    import re
+    problem = _text()(value, where)
+    if problem:
+        return problem
+    try:
+        re.compile(value)
+    except (re.error, RecursionError, OverflowError) as exc:
+        return "%s is no regular expression: %s" % (where, str(exc)[:120])
+    return ""
 
 
 def _record(value, where):
@@ -195,7 +209,8 @@ _plan_shape = _object({
     "verify": _object({"url": _text("^(https?://[^\\s]+)?$"), "crictl": _either(_absolute, _text("^[-A-Za-z0-9_.]*$")),
                        "pod": _text(), "namespace": _text(), "before": _maybe(_identity),
                        "timeout": _number(86400), "settle": _number(3600)}),
-    "keepin": _list(_path), "shown_keys": _list(_text(), 0, _PLAN_ITEMS * 16), "api": _maybe(_api),
+    "keepin": _list(_path), "shown_keys": _list(_text(), 0, _PLAN_ITEMS * 16),
+    "secret_patterns": _list(_pattern, 1, _PLAN_PATTERNS), "api": _maybe(_api),
     "check_hint": _text(),
     "patches": _list(_object({"entry": _entry, "history": _record, "record": _path, "after": _text(_HEX64),
                               "was": _maybe(_text(_HEX64))}))})

@@ -343,9 +343,10 @@ def record_conflict(node: Node, kept: KeptConfig, text: str) -> None:
     of a put-back refused because someone else changed cpctl's keys too, in ClusterConfiguration ``text``:
     once per other writer's values - every command tries the put-back again (and a master's own revert
     may have recorded it already), the history says it once."""
-    from cpctl.redaction import redact
+    from cpctl.redaction import redact, secret_text_patterns
     shown = set(shown_keys([kept]))
-    theirs = redact({key: value if key in shown or value is None else putback.REDACTED
+    secret = {"secret_patterns": secret_text_patterns()}       # as the node-side revert's plan: the same record
+    theirs = redact({key: putback.secret_free(secret, value) if key in shown or value is None else putback.REDACTED
                      for key, value in putback.config_theirs(text, kept.before, kept.after, load_config).items()})
     if any(r.get("action") == "keep-in-conflict" and r.get("op") == kept.op and r.get("theirs") == theirs
            for r in node.state.read_history_tail()):

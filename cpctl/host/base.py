@@ -241,7 +241,8 @@ class RevertPlan(TypedDict):
     of this shape): the arm (``op``, the armed bytes' sha256, its record), the state dir's lock and
     journal, the journaled revert and its history record, the ``reverted`` record, the check, and the
     ``--keep-in`` parts (ClusterConfiguration records, the keys of theirs whose values are no secret - cpctl's
-    redaction rule, for a refused put-back's history record -, how to reach the API, the check's hint; patch
+    redaction rule, for a refused put-back's history record -, its text patterns of a secret (``secret_patterns``,
+    for any text from the cluster the agent records), how to reach the API, the check's hint; patch
     files)."""
 
     version: int
@@ -256,6 +257,7 @@ class RevertPlan(TypedDict):
     verify: PlanVerify
     keepin: List[str]
     shown_keys: List[str]
+    secret_patterns: List[str]
     api: Optional[NodeApiAccess]
     check_hint: str
     patches: List[PlanPatch]

@@ -509,11 +509,13 @@ def _plan(node: Node, armed: Arm, base: str) -> RevertPlan:
         "user": "root", "host": str(node.who().get("hostname")), "node": node.node_name, "component": armed.component,
         "file": armed.file, "checksum": armed.previous, "revision": armed.revision, "reason": why,
         "armed_op": armed.op, "origin": origin}
+    from cpctl.redaction import secret_text_patterns
     keepin, shown, api = _kept_part(node, armed, previous)
     return {"version": 1, "op": armed.op, "armed": armed.checksum, "arm": confirmations.path_of(node.state, armed.file),
             "lock": node.state.path + "/lock", "journal": node.state.journal_path, "entry": journal.entry_of(change),
             "record": _node_record(node, change, origin), "verdict": verdict, "verify": verify, "keepin": keepin,
-            "shown_keys": shown, "api": api, "check_hint": node.command("check", "--kubeadm"),
+            "shown_keys": shown, "secret_patterns": secret_text_patterns(), "api": api,
+            "check_hint": node.command("check", "--kubeadm"),
             "patches": _patch_part(node, armed, previous, base, origin)}
 
 

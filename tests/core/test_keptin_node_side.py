@@ -300,7 +300,9 @@ def _plan_for(tmp_path: Any, hint: str = "cpctl check --kubeadm", shown: Any = (
     keys whose values may be shown, the check's hint."""
     state = tmp_path / "state"
     state.mkdir(mode=0o700, exist_ok=True)
+    from cpctl.redaction import secret_text_patterns
     return {"check_hint": hint, "journal": str(state / "journal.json"), "shown_keys": list(shown),
+            "secret_patterns": secret_text_patterns(),
             "verdict": {"user": "root", "host": "laptop", "node": "cp-1",
                         "origin": "cpctl revert-unconfirmed kube-scheduler (node-side plan, armed by me)"}}
 
@@ -346,3 +348,38 @@ def test_a_put_back_the_master_refuses_is_in_its_history_with_their_values_never
     # they removed cpctl's key instead of changing it back: nothing to put back (as before), nothing recorded
     gone = _with(after, lambda c: (c["scheduler"].pop("extraArgs"), c["etcd"]["local"].pop("extraArgs")))
     assert putback.config_theirs(gone, V3, after) == {}
+
+
+#: a private key as one short line (the node-side YAML subset refuses multi-line scalars: such a text is not
+#: read at all, nothing recorded)
+PEM_KEY = "-----BEGIN PRIVATE KEY-----MIIEvQIBADANBgkq-----END PRIVATE KEY-----"
+
+
+@pytest.mark.parametrize("secret,material", [(PEM_KEY, "MIIEvQIBADANBgkq"),
+                                             ("--client-token=tok3nMaterial", "tok3nMaterial")])
+def test_a_secret_under_a_harmless_key_name_never_reaches_the_masters_history_file(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Any, secret: str, material: str) -> None:
+    """Review of issue 49: which values ``theirs`` shows was decided by the key's NAME only (``shown_keys``),
+    so another writer's private key (or ``--token=...``) under a harmless name (``scheduler.extraArgs.v``)
+    went as it is into the history file on the master - the CLI redacts on display, the file kept it. The
+    plan now carries cpctl's text patterns of a secret (``redaction.secret_text_patterns``, one rule) and the
+    agent shows such a value only as ``<redacted>``: the file on disk holds no key material; a harmless
+    value is still shown."""
+    from cpctl.agent import journalseal
+    from cpctl.redaction import REDACTED
+    after = _with(V3, lambda c: c["scheduler"].update(extraArgs={"v": "4", "profiling": "false"}))
+    theirs = _with(after, lambda c: c["scheduler"]["extraArgs"].update(v=secret, profiling="true"))
+    record = keptin.KeptConfig("0123abcd", "kube-scheduler", "kube-scheduler.yaml", "a" * 64, "b" * 64,
+                               "kube-system", "kubeadm-config", "ClusterConfiguration", V3, after, "7")
+    shown = keptin.shown_keys([record])
+    assert shown == ["scheduler.extraArgs.profiling", "scheduler.extraArgs.v"], shown    # both names harmless
+    monkeypatch.setattr(putback, "_api_json", lambda method, url, access, body=None: (
+        200, {"data": {"ClusterConfiguration": theirs}, "metadata": {"resourceVersion": "12"}}))
+    line, done = putback._put_back_config(_plan_for(tmp_path, shown=shown), dict(vars(record)),
+                                          ("https://10.0.0.11:6443", {}), "/s/keepin/r.json")
+    assert "NOT put back" in line and not done, line
+    on_disk = (tmp_path / "state" / "history.jsonl").read_bytes()
+    assert material.encode() not in on_disk and b"KEY-----MII" not in on_disk, on_disk
+    [conflict] = journalseal.parse_records(on_disk)
+    assert conflict["theirs"] == {"scheduler.extraArgs.v": REDACTED, "scheduler.extraArgs.profiling": "true"}
+    assert "scheduler.extraArgs.profiling=true" in conflict["reason"], conflict

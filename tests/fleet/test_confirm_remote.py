@@ -413,3 +413,25 @@ def test_the_masters_revert_takes_out_exactly_cpctls_flag_and_keeps_anothers_edi
     check = json.loads(master.run("-o", "json", "check", "--kubeadm", rc=1).stdout)["hosts"][0]["data"]
     adds = [f for f in check["findings"] if f["kind"] == "kubeadm_adds" and f["component"] == "kube-scheduler"]
     assert len(adds) == 1 and set(adds[0]["flags"]) == {"--v=9", "--bind-address=0.0.0.0"}, check["findings"]
+
+
+def test_a_private_key_of_theirs_under_a_harmless_key_never_reaches_the_masters_history_file(master: Master) -> None:
+    """Review of issue 49: the master's own revert refuses the put-back (someone else changed cpctl's key
+    too) and records their value - the key's name is harmless (``scheduler.extraArgs.v``) but their value is
+    a private key. The plan carries cpctl's text patterns of a secret (``secret_patterns``) and the agent
+    applies them: the history file on the master holds no key material, ``theirs`` says ``<redacted>``."""
+    from cpctl.redaction import REDACTED
+    node_conf = os.path.join(str(master.lab.root_dir(1)), "etc", "kubernetes", "admin.conf")
+    write_inventory(master.inv, {"master": dict(host="master", **dict(lab_vars(master.lab, 1), kubeconfig=node_conf))})
+    original = master.read()
+    master.run("flags", "scheduler", "--set", "v=5", "--keep-in", "kubeadm-config", "--confirm-within", "20s", *FAST)
+    pem = "-----BEGIN PRIVATE KEY-----MIIEvQIBADANBgkq-----END PRIVATE KEY-----"      # one short line
+    _edit_cluster_configuration(master, lambda c: c["scheduler"]["extraArgs"].update(v=pem))
+    wait_for(lambda: master.read() == original and master.actions()[-1] == "reverted", 150,
+             "the master reverts the manifest (and refuses the ClusterConfiguration)")
+    with open(os.path.join(str(master.lab.state_dir(1)), "history.jsonl"), "rb") as handle:
+        on_disk = handle.read()
+    assert b"MIIEvQIBADANBgkq" not in on_disk and b"keep-in-conflict" in on_disk, on_disk[-2000:]
+    conflicts = [r for r in read_history(str(master.lab.state_dir(1))) if r["action"] == "keep-in-conflict"]
+    assert len(conflicts) == 1 and conflicts[0]["theirs"] == {"scheduler.extraArgs.v": REDACTED}, conflicts
+    assert "node-side plan" in conflicts[0]["origin"], conflicts

@@ -257,11 +257,12 @@ def up_cmd(ctx: click.Context, directory: Optional[Path], legacy_discovery: bool
     except control.LabError as exc:
         fail(str(exc), ENVIRONMENT)
     options["port"] = options["port"] or None
+    etcd = _same_etcd_again(directory, options.pop("etcd_binary", None))
     if (directory / KEPT_FILE).is_file():
         note(f"starting the lab in {directory} again: it serves the API objects it kept at its last stop "
              f"(kubeadm-config, ConfigMaps, RBAC, DaemonSets) and its nodes' files as they are (remove "
              f"{directory} for a fresh lab)")
-    _use_etcd(options.pop("etcd_binary", None))
+    _use_etcd(etcd)
     try:
         proc = control.spawn(directory, control.lag_args(aggregated_discovery=not legacy_discovery, **options))
         info = control.wait_ready(directory, proc, control.ready_timeout(timeout))
@@ -308,6 +309,25 @@ def _emitted(ctx: click.Context, data: dict[str, Any]) -> bool:
         import yaml
         click.echo(yaml.safe_dump(json.loads(json.dumps(data, default=str)), sort_keys=True), nl=False)
     return True
+
+
+def _same_etcd_again(directory: Path, binary: Optional[str]) -> Optional[str]:
+    """The etcd a restarted lab runs: the kind it ran at its last stop (its etcd data dirs are that
+    kind's), unless ``--etcd-binary``/``CPCTL_LAB_ETCD`` choose one; a choice of the other kind is
+    refused (the real etcd panics on the imitation's data dir, the imitation cannot read etcd's)."""
+    from . import etcdbin, etcddata
+    kept = etcddata.load_kept(directory)
+    before = (kept or {}).get("etcd") or ""
+    chosen = binary if binary is not None else os.environ.get(etcdbin.ENV)
+    if not before:
+        return binary
+    if chosen is None or not chosen.strip():
+        return "none" if before == etcddata.IMITATION else binary
+    now = etcddata.IMITATION if chosen.strip().lower() == "none" or etcdbin.find(chosen) is None else etcddata.REAL
+    if now != before:
+        fail(f"the lab in {directory} ran on the {before} etcd at its last stop and its etcd data dirs are that "
+             f"one's: it cannot start on the {now} etcd (remove {directory} for a fresh lab)", 2)
+    return binary
 
 
 def _use_etcd(binary: Optional[str]) -> None:

@@ -806,7 +806,8 @@ class Lab:
                        if r in etcddata.DATA_RESOURCES]
             revision, restored = self.store.rv, self.restored_cluster
         try:
-            etcddata.save_kept(self.dir, objects, revision, restored)
+            etcddata.save_kept(self.dir, objects, revision, restored,
+                               etcddata.REAL if self.etcd_install else etcddata.IMITATION)
         except (OSError, TypeError, ValueError) as exc:
             self.log(f"lab: cannot keep the keys for the next start: {exc}")
 

@@ -104,13 +104,19 @@ def snapshot_restore(snapshot_file: Path, data_dir: Path, name: str, initial_clu
 KEPT_FILE = "etcd-keys.json"
 
 
-def save_kept(lab_dir: Path, objects: list[list[Any]], revision: int, restored_cluster: str) -> None:
+#: What ran as the lab's etcd (``save_kept``'s ``etcd``): the imitation writes its own data dirs (a JSON
+#: ``member/snap/db``) that the real etcd cannot open (it panics), and the imitation cannot read a real one.
+IMITATION, REAL = "imitation", "real"
+
+
+def save_kept(lab_dir: Path, objects: list[list[Any]], revision: int, restored_cluster: str, etcd: str) -> None:
     """Write the keys the lab serves now (and the restored cluster they came from, so that its data
-    dir's snapshot keys are not served again over them) to ``lab_dir/KEPT_FILE``, atomically."""
+    dir's snapshot keys are not served again over them) and which etcd ran (``IMITATION``/``REAL``)
+    to ``lab_dir/KEPT_FILE``, atomically."""
     path = lab_dir / KEPT_FILE
     tmp = path.with_name(f".{KEPT_FILE}.tmp")
     tmp.write_text(json.dumps({"revision": revision, "objects": objects, "restored_cluster": restored_cluster,
-                               "saved": _now()}) + "\n")
+                               "saved": _now(), "etcd": etcd}) + "\n")
     tmp.replace(path)
 
 
@@ -127,8 +133,10 @@ def load_kept(lab_dir: Path) -> Optional[dict[str, Any]]:
                and isinstance(o[1], str) and isinstance(o[2], str) and o[2] and isinstance(o[3], dict)]
     revision = kept.get("revision")
     restored = kept.get("restored_cluster")
+    etcd = kept.get("etcd")
     return {"objects": objects, "revision": revision if isinstance(revision, int) else 0,
-            "restored_cluster": restored if isinstance(restored, str) else "", "saved": kept.get("saved")}
+            "restored_cluster": restored if isinstance(restored, str) else "", "saved": kept.get("saved"),
+            "etcd": etcd if etcd in (IMITATION, REAL) else ""}
 
 
 def _write_db(data_dir: Path, db: dict[str, Any]) -> None:

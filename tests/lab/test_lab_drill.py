@@ -228,3 +228,23 @@ def test_a_restarted_lab_keeps_its_api_objects_kubeadm_config_included(lab_facto
         assert gone.returncode != 0 and "NotFound" in gone.stderr
     finally:
         assert cpctl(env, "lab", "down", "--dir", str(handle.dir)).returncode == 0
+
+
+def test_a_restarted_lab_keeps_the_etcd_it_ran_and_refuses_the_other_kind(tmp_path: Path) -> None:
+    """The imitation's etcd data dir is not etcd's (the real etcd panicked on it and the restarted lab
+    was never ready, 90 s): a lab that stopped on one kind starts on it again, and asking for the other
+    kind is one line, exit 2, nothing started."""
+    from cpctl_lab import etcdbin, etcddata
+    real = etcdbin.find("")
+    if real is None:
+        pytest.skip("no real etcd installed (pip install 'cpctl[etcd]')")
+    for before, asked in ((etcddata.IMITATION, real.etcd), (etcddata.REAL, "none")):
+        directory = tmp_path / before
+        directory.mkdir()
+        etcddata.save_kept(directory, [], 7, "", before)
+        assert etcddata.load_kept(directory)["etcd"] == before       # type: ignore[index]
+        env = dict(clean_env(str(tmp_path / "home")), CPCTL_LAB_ETCD=asked)
+        up = cpctl(env, "lab", "up", "--dir", str(directory))
+        assert up.returncode == 2, up.stderr
+        assert "ran on the %s etcd at its last stop" % before in one_line(up)
+        assert not (directory / "lab.json").exists()

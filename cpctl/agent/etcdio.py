@@ -11,13 +11,13 @@ import time
 from cpctl.agent.fileops import _unlink_quiet, _write_all, fsync_dir, lstat, rename_noreplace, temp_name
 from cpctl.agent.httpops import (
     _CHUNKED,
-    _HEX_DIGITS,
     _UNTIL_CLOSE,
     _host_header,
     _http_body,
+    _http_chunk_end,
+    _http_chunk_size,
     _http_connect,
     _http_failure,
-    _http_fields,
     _http_head,
     _http_headers,
     _http_request,
@@ -117,15 +117,8 @@ def _http_pieces(conn, framing):
     a body cut short is an EPROTO error, never a shorter body."""
     if framing == _CHUNKED:
         while True:
-            line = conn.readline()
-            if line is None:
-                raise _HttpError(errno.EPROTO, "answer cut short (its chunked body unfinished)")
-            digits = line.split(b";", 1)[0].strip(b" \t")
-            if not digits or len(digits) > 15 or not set(digits) <= _HEX_DIGITS:
-                raise _HttpError(errno.EPROTO, "malformed HTTP answer (a chunk size)")
-            left = int(digits, 16)
+            left = _http_chunk_size(conn)
             if left == 0:
-                _http_fields(conn)
                 return
             while left:
                 chunk = conn.read(min(1 << 16, left))
@@ -133,8 +126,7 @@ def _http_pieces(conn, framing):
                     raise _HttpError(errno.EPROTO, "answer cut short (%d bytes of its body missing)" % left)
                 left -= len(chunk)
                 yield chunk
-            if conn.readline():
-                raise _HttpError(errno.EPROTO, "malformed HTTP answer (a chunk longer than its size)")
+            _http_chunk_end(conn)
     left = framing
     while framing == _UNTIL_CLOSE or left > 0:
         chunk = conn.read(1 << 16 if framing == _UNTIL_CLOSE else min(1 << 16, left))

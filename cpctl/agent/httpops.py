@@ -470,15 +470,8 @@ def _http_chunked(conn, limit):
     chunks = []  # type: list
     total = 0
     while True:
-        line = conn.readline()
-        if line is None:
-            raise _HttpError(errno.EPROTO, "answer cut short (its chunked body unfinished)")
-        digits = line.split(b";", 1)[0].strip(b" \t")
-        if not digits or len(digits) > 15 or not set(digits) <= _HEX_DIGITS:
-            raise _HttpError(errno.EPROTO, "malformed HTTP answer (a chunk size)")
-        size = int(digits, 16)
+        size = _http_chunk_size(conn)
         if size == 0:
-            _http_fields(conn)
             return b"".join(chunks)
         if total + size > limit:
             raise _HttpError(errno.EFBIG, "answer larger than the limit of %d bytes" % limit)
@@ -490,11 +483,31 @@ def _http_chunked(conn, limit):
             chunks.append(chunk)
             left -= len(chunk)
         total += size
-        end = conn.readline()
-        if end is None:
-            raise _HttpError(errno.EPROTO, "answer cut short (its chunked body unfinished)")
-        if end:
-            raise _HttpError(errno.EPROTO, "malformed HTTP answer (a chunk longer than its size)")
+        _http_chunk_end(conn)
+
+
+def _http_chunk_size(conn):
+    """The size of a chunked body's next chunk, its extensions dropped; after the last one (0) its
+    trailers are read and dropped too. Shared by every reader of a chunked body."""
+    line = conn.readline()
+    if line is None:
+        raise _HttpError(errno.EPROTO, "answer cut short (its chunked body unfinished)")
+    digits = line.split(b";", 1)[0].strip(b" \t")
+    if not digits or len(digits) > 15 or not set(digits) <= _HEX_DIGITS:
+        raise _HttpError(errno.EPROTO, "malformed HTTP answer (a chunk size)")
+    size = int(digits, 16)
+    if size == 0:
+        _http_fields(conn)
+    return size
+
+
+def _http_chunk_end(conn):
+    """The line end after a chunk's data: anything else means the chunk was longer than its size."""
+    end = conn.readline()
+    if end is None:
+        raise _HttpError(errno.EPROTO, "answer cut short (its chunked body unfinished)")
+    if end:
+        raise _HttpError(errno.EPROTO, "malformed HTTP answer (a chunk longer than its size)")
 
 
 def _closed_while_idle(exc):

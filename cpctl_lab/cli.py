@@ -318,12 +318,12 @@ def _same_etcd_again(directory: Path, binary: Optional[str]) -> Optional[str]:
     from . import etcdbin, etcddata
     kept = etcddata.load_kept(directory)
     before = (kept or {}).get("etcd") or ""
-    chosen = binary if binary is not None else os.environ.get(etcdbin.ENV)
     if not before:
         return binary
-    if chosen is None or not chosen.strip():
-        return "none" if before == etcddata.IMITATION else binary
-    now = etcddata.IMITATION if chosen.strip().lower() == "none" or etcdbin.find(chosen) is None else etcddata.REAL
+    chosen = (binary if binary is not None else os.environ.get(etcdbin.ENV, "")).strip()
+    if not chosen and before == etcddata.IMITATION:
+        return "none"                     # the default is the real etcd wherever one is installed
+    now = etcddata.REAL if etcdbin.find(chosen) is not None else etcddata.IMITATION
     if now != before:
         fail(f"the lab in {directory} ran on the {before} etcd at its last stop and its etcd data dirs are that "
              f"one's: it cannot start on the {now} etcd (remove {directory} for a fresh lab)", 2)

@@ -275,8 +275,8 @@ def pytest_runtest_makereport(item: Any, call: Any) -> Iterator[None]:
 
 
 #: ``CPCTL_TEST_CPU_LOG=FILE``: each test's wall time and the CPU it cost, as JSON lines appended to FILE:
-#: the worker's own CPU and its waited-for children's (cpctl's CLI, the lab and its etcd members, Ansible),
-#: the setup, call and teardown together. Where CI's minutes go when the cores are the limit, which
+#: the worker's own CPU and its waited-for children's (cpctl's CLI, Ansible, kubectl; not a lab: it runs
+#: detached, so its CPU and its etcd members' reach no test's count), the setup, call and teardown together. Where CI's minutes go when the cores are the limit, which
 #: ``--durations`` (wall time, inflated by the other workers' load) cannot tell.
 CPU_LOG_ENV = "CPCTL_TEST_CPU_LOG"
 

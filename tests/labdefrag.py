@@ -276,25 +276,57 @@ def run_rolling_defrag(cluster: LabEtcd, defrag: Callable[[], Dict[str, Any]], g
                      seconds, loaded)
 
 
-def all_at_once(cluster: LabEtcd, garbage_mb: int) -> DefragSampler:
-    """The sampler's control: garbage again, then every member defragmented at the same moment (one
-    thread per member, as a script looping ``etcdctl defrag --endpoints=X &`` would) under a fresh
-    sampler, which must see it."""
+def all_at_once(cluster: LabEtcd, garbage_mb: int, lab: Any, attempts: int = 3) -> DefragSampler:
+    """The sampler's control: garbage again, then every member defragmented at the same moment under a
+    fresh sampler, which must see it. "At the same moment" is up to the machine: each member's
+    connection is opened first and the three requests leave together (a barrier), yet on two busy cores
+    a defragmentation of a few MiB (~10 ms) may still end before the next one begins. So etcd's own log
+    (``log_intervals``) judges whether they overlapped: an attempt whose logged defragmentations did not
+    overlap proves nothing about the sampler and is tried again (at most ``attempts``); the first whose
+    did is returned, and the test then asks the sampler to have seen it."""
+    sampler = DefragSampler(cluster)
+    for _ in range(attempts):
+        before = {name: len(spans) for name, spans in log_intervals(lab).items()}
+        sampler = _defragment_together(cluster, garbage_mb)
+        logged = log_intervals(lab)
+        new = [(start, end, name) for name, spans in logged.items() for start, end in spans[before.get(name, 0):]]
+        if _spans_overlap(new):
+            return sampler
+    return sampler
+
+
+def _spans_overlap(spans: List[Tuple[float, float, str]]) -> bool:
+    """Two (start, end, member) spans of different members overlap."""
+    ordered = sorted(spans)
+    return any(b[0] < a[1] and b[2] != a[2] for index, a in enumerate(ordered) for b in ordered[index + 1:])
+
+
+def _defragment_together(cluster: LabEtcd, garbage_mb: int) -> DefragSampler:
+    """Garbage on every member, then one thread per member sends its defragment request on a
+    connection it opened beforehand, all released by one barrier (as ``etcdctl defrag --endpoints=X &``
+    for each member would, minus the TLS handshakes), under a fresh sampler."""
     load(cluster, garbage_mb, live_mb=0)
+    clients = {name: KeptClient(member) for name, member in cluster.members.items()}
+    for client in clients.values():               # connected (TLS done) before the barrier
+        assert client.post("/v3/maintenance/status", {}, SAMPLE_WAIT)[0] == 200
     sampler = DefragSampler(cluster).start()
     time.sleep(0.3)
+    together = threading.Barrier(len(clients))
     results: Dict[str, int] = {}
 
     def one(name: str) -> None:
-        results[name] = cluster.gateway(name, "/v3/maintenance/defragment", {}, timeout=SAMPLE_WAIT)[0]
+        together.wait(SAMPLE_WAIT)
+        results[name] = clients[name].post("/v3/maintenance/defragment", {}, SAMPLE_WAIT)[0]
 
-    threads = [threading.Thread(target=one, args=(name,)) for name in cluster.members]
+    threads = [threading.Thread(target=one, args=(name,)) for name in clients]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(SAMPLE_WAIT + 10)
     time.sleep(0.3)
     sampler.stop()
+    for client in clients.values():
+        client.close()
     assert set(results.values()) == {200}, results
     return sampler
 

@@ -71,6 +71,6 @@ def test_defrag_all_over_ssh_one_member_at_a_time_leader_last_writes_go_on(
     # a writer through the cluster never waited 2 s (the module docstring says why that bound)
     assert run.max_gap < 2.0, summary(run, GARBAGE_MB)
     # the control: every member defragmented at once, the same sampler sees it
-    control = all_at_once(cluster, GARBAGE_MB)
+    control = all_at_once(cluster, GARBAGE_MB, lab)
     print("control, all at once: %d overlapping pairs of %d windows" % (len(control.overlaps()), len(control.windows)))
     assert len({w.member for w in control.windows}) == 3 and control.overlaps(), control.windows

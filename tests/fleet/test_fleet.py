@@ -155,7 +155,7 @@ def test_pool_connects_in_parallel_once_per_host(sshd_many: List[SSHServer], fle
     before = [_accepted(s) for s in sshd_many]
     with _pool(sshd_many) as pool:
         results = pool.connect_all(specs)
-        assert [r.status for r in results] == ["ok", "ok", "ok", "unreachable"]
+        assert [r.status for r in results] == ["ok", "ok", "ok", "unreachable"], [(r.host, r.error) for r in results]
         assert results[3].error.startswith("root@127.0.0.1:") and "connection refused" in results[3].error
 
         def step(spec: HostSpec) -> dict:
@@ -166,7 +166,7 @@ def test_pool_connects_in_parallel_once_per_host(sshd_many: List[SSHServer], fle
 
         first = run_parallel(specs, step)
         second = run_parallel(specs, step)
-    assert [r.status for r in first] == ["changed", "changed", "changed", "unreachable"]
+    assert [r.status for r in first] == ["changed", "changed", "changed", "unreachable"], [(r.host, r.error) for r in first]
     assert [r.data for r in first[:3]] == [r.data for r in second[:3]]      # same agents reused
     assert [_accepted(s) for s in sshd_many] == [b + 1 for b in before]      # one connection each
     assert (tmp_path / "master2").read_bytes() == b"master2"

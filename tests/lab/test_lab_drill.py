@@ -238,8 +238,9 @@ def test_a_restarted_lab_keeps_the_etcd_it_ran_and_refuses_the_other_kind(tmp_pa
     real = etcdbin.find("")
     if real is None:
         pytest.skip("no real etcd installed (pip install 'cpctl[etcd]')")
-    for before, asked in ((etcddata.IMITATION, real.etcd), (etcddata.REAL, "none")):
-        directory = tmp_path / before
+    nowhere = str(tmp_path / "no-etcd-here")         # a dir without etcd: the lab would run the imitation
+    for before, asked in ((etcddata.IMITATION, real.etcd), (etcddata.REAL, "none"), (etcddata.REAL, nowhere)):
+        directory = tmp_path / ("%s-%d" % (before, len(asked)))
         directory.mkdir()
         etcddata.save_kept(directory, [], 7, "", before)
         assert etcddata.load_kept(directory)["etcd"] == before       # type: ignore[index]

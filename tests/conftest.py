@@ -276,8 +276,9 @@ def pytest_runtest_makereport(item: Any, call: Any) -> Iterator[None]:
 
 #: ``CPCTL_TEST_CPU_LOG=FILE``: each test's wall time and the CPU it cost, as JSON lines appended to FILE:
 #: the worker's own CPU and its waited-for children's (cpctl's CLI, Ansible, kubectl; not a lab: it runs
-#: detached, so its CPU and its etcd members' reach no test's count), the setup, call and teardown together. Where CI's minutes go when the cores are the limit, which
-#: ``--durations`` (wall time, inflated by the other workers' load) cannot tell.
+#: detached, so its CPU and its etcd members' reach no test's count), the setup, call and teardown
+#: together. Where CI's minutes go when the cores are the limit, which ``--durations`` (wall time,
+#: inflated by the other workers' load) cannot tell.
 CPU_LOG_ENV = "CPCTL_TEST_CPU_LOG"
 
 
@@ -303,21 +304,42 @@ def pytest_runtest_protocol(item: Any, nextitem: Any) -> Iterator[None]:
         log.write(line + "\n")
 
 
+@pytest.hookimpl(tryfirst=True)         # before pytest-xdist's own, which reads the xdist_group marks
 def pytest_collection_modifyitems(config: Any, items: list) -> None:
-    """Mark each test's tier: ``end_to_end`` as declared or by its fixtures, else ``lab`` or ``unit``."""
+    """Mark each test's tier: ``end_to_end`` as declared or by its fixtures, else ``lab`` or ``unit``;
+    group the tests that share a costly fixture (``shared_fixture_group``); costliest first."""
     for item in items:
         if set(getattr(item, "fixturenames", ())) & REAL_ETCD_FIXTURES:
             item.add_marker(pytest.mark.real_etcd)
         if set(getattr(item, "fixturenames", ())) & END_TO_END_FIXTURES:
             item.add_marker(pytest.mark.end_to_end)
+        group = shared_fixture_group(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
         if item.get_closest_marker("end_to_end"):
             continue
         item.add_marker(pytest.mark.lab if starts_a_lab(item) else pytest.mark.unit)
-    items[:] = longest_files_first(items)
+    items[:] = longest_first(items)
+
+
+def shared_fixture_group(item: Any) -> str:
+    """The ``xdist_group`` of a test that shares a fixture set up once for several tests: a module's
+    own module-scoped fixture (the systemd container booted once, one lab for the examples) groups
+    its module; a session fixture that builds and installs (``END_TO_END_FIXTURES``) groups every test
+    that uses it. CI hands out tests one by one (``--dist loadgroup``); a group goes to one worker
+    whole, so such a fixture is still made once, not once per worker."""
+    module = item.nodeid.split("::", 1)[0]
+    infos = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {}) or {}
+    for name, defs in infos.items():
+        if name in END_TO_END_FIXTURES:
+            return name
+        if any(d.scope == "module" and getattr(d, "baseid", "") == module for d in defs):
+            return module
+    return ""
 
 
 #: A test's rough cost by its tier, in seconds (CI's --durations: a whole system ~30-100 s, a lab or a
-#: real etcd ~5-30 s, a unit test milliseconds). Only the order of the files depends on it.
+#: real etcd ~5-30 s, a unit test milliseconds). Only the order of the tests depends on it.
 TIER_COST = (("end_to_end", 60.0), ("real_etcd", 12.0), ("lab", 8.0))
 
 
@@ -329,14 +351,17 @@ def estimated_cost(item: Any) -> float:
     return 0.05
 
 
-def longest_files_first(items: list) -> list:
-    """The test files ordered by their estimated cost, the costliest first; each file's tests together
-    and in their own order. pytest-xdist (``--dist loadfile``) hands out files in this order, so the
-    files of minutes (the systemd container, the Ansible fleet, the crash sweeps over SSH) start
-    while the others fill the workers, instead of running alone at the end of the run: the longest
-    job first is what keeps a run's tail short (list scheduling)."""
-    files: dict = {}
+def longest_first(items: list) -> list:
+    """The tests ordered by their estimated cost, the costliest first: a group (``shared_fixture_group``)
+    as one job at its summed cost, in its own order; equal costs in collection order (each file's tests
+    stay together). pytest-xdist (``--dist loadgroup``) hands out jobs in this order, one at a time as
+    workers free up, so the tests of a minute and more (the systemd container, the Ansible fleet, the
+    crash sweeps over SSH) start first while the short ones fill the workers, instead of running alone
+    at the end: the longest job first is what keeps a run's tail short (list scheduling). Handing out
+    whole files (``--dist loadfile``) left one worker with a file of four minutes at the end."""
+    jobs: dict = {}
     for item in items:
-        files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
-    ordered = sorted(files.values(), key=lambda tests: -sum(estimated_cost(t) for t in tests))
+        mark = item.get_closest_marker("xdist_group")
+        jobs.setdefault(("group", mark.args[0]) if mark else ("test", item.nodeid), []).append(item)
+    ordered = sorted(jobs.values(), key=lambda tests: -sum(estimated_cost(t) for t in tests))
     return [item for tests in ordered for item in tests]

@@ -304,38 +304,65 @@ def pytest_runtest_protocol(item: Any, nextitem: Any) -> Iterator[None]:
         log.write(line + "\n")
 
 
-@pytest.hookimpl(tryfirst=True)         # before pytest-xdist's own, which reads the xdist_group marks
 def pytest_collection_modifyitems(config: Any, items: list) -> None:
     """Mark each test's tier: ``end_to_end`` as declared or by its fixtures, else ``lab`` or ``unit``;
-    group the tests that share a costly fixture (``shared_fixture_group``); costliest first."""
+    then order them costliest first (``longest_first``)."""
     for item in items:
         if set(getattr(item, "fixturenames", ())) & REAL_ETCD_FIXTURES:
             item.add_marker(pytest.mark.real_etcd)
         if set(getattr(item, "fixturenames", ())) & END_TO_END_FIXTURES:
             item.add_marker(pytest.mark.end_to_end)
-        group = shared_fixture_group(item)
-        if group:
-            item.add_marker(pytest.mark.xdist_group(group))
         if item.get_closest_marker("end_to_end"):
             continue
         item.add_marker(pytest.mark.lab if starts_a_lab(item) else pytest.mark.unit)
     items[:] = longest_first(items)
 
 
-def shared_fixture_group(item: Any) -> str:
-    """The ``xdist_group`` of a test that shares a fixture set up once for several tests: a module's
-    own module-scoped fixture (the systemd container booted once, one lab for the examples) groups
-    its module; a session fixture that builds and installs (``END_TO_END_FIXTURES``) groups every test
-    that uses it. CI hands out tests one by one (``--dist loadgroup``); a group goes to one worker
-    whole, so such a fixture is still made once, not once per worker."""
-    module = item.nodeid.split("::", 1)[0]
-    infos = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {}) or {}
-    for name, defs in infos.items():
-        if name in END_TO_END_FIXTURES:
-            return name
-        if any(d.scope == "module" and getattr(d, "baseid", "") == module for d in defs):
-            return module
-    return ""
+#: A test module that declares a module- or session-scoped fixture of its own (the systemd container
+#: booted once, one lab for the examples, the wheelhouse built once): its tests share what it makes.
+_OWN_SHARED_FIXTURE = re.compile(r"@pytest\.fixture\(\s*scope=[\"'](?:module|session)[\"']")
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@functools.cache
+def shares_a_fixture(module: str) -> bool:
+    """Whether the test module ``module`` (its path from the repository's root, as in a node id)
+    declares a module- or session-scoped fixture of its own (``_OWN_SHARED_FIXTURE``)."""
+    try:
+        with open(os.path.join(_REPO, module), encoding="utf-8") as handle:
+            return bool(_OWN_SHARED_FIXTURE.search(handle.read()))
+    except OSError:
+        return False
+
+
+def job_of(nodeid: str) -> str:
+    """The job a test is handed out in: its whole module where the module shares a fixture of its own
+    (``shares_a_fixture``: one worker makes it once), else the test alone."""
+    module = nodeid.split("::", 1)[0]
+    return module if shares_a_fixture(module) else nodeid
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: Any, log: Any) -> Any:
+    """``--dist loadgroup``: the tests handed out one job (``job_of``) at a time, in collection order
+    (``longest_first``: the costliest first), as workers free up. pytest-xdist's own loadgroup groups
+    by an ``@group`` suffix it writes into each node id, which pytest 9.2 no longer reads (node ids are
+    derived): with the locked pytest 9.2.0 and pytest-xdist 3.8.0 its groups were never kept (the
+    systemd container booted on three workers). Its scope scheduler also reorders jobs by test count
+    unless told not to; here the order is ours."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class OneJobAtATime(LoadScopeScheduling):
+        def __init__(self, config: Any, log: Any = None) -> None:
+            super().__init__(config, log)
+            config.option.loadscopereorder = False
+
+        def _split_scope(self, nodeid: str) -> str:
+            return job_of(nodeid)
+
+    return OneJobAtATime(config, log)
 
 
 #: A test's rough cost by its tier, in seconds (CI's --durations: a whole system ~30-100 s, a lab or a
@@ -352,8 +379,8 @@ def estimated_cost(item: Any) -> float:
 
 
 def longest_first(items: list) -> list:
-    """The tests ordered by their estimated cost, the costliest first: a group (``shared_fixture_group``)
-    as one job at its summed cost, in its own order; equal costs in collection order (each file's tests
+    """The tests ordered by their estimated cost, the costliest first: a module that shares a fixture
+    (``job_of``) as one job at its summed cost, in its own order; equal costs in collection order (each file's tests
     stay together). pytest-xdist (``--dist loadgroup``) hands out jobs in this order, one at a time as
     workers free up, so the tests of a minute and more (the systemd container, the Ansible fleet, the
     crash sweeps over SSH) start first while the short ones fill the workers, instead of running alone
@@ -361,7 +388,6 @@ def longest_first(items: list) -> list:
     whole files (``--dist loadfile``) left one worker with a file of four minutes at the end."""
     jobs: dict = {}
     for item in items:
-        mark = item.get_closest_marker("xdist_group")
-        jobs.setdefault(("group", mark.args[0]) if mark else ("test", item.nodeid), []).append(item)
+        jobs.setdefault(job_of(item.nodeid), []).append(item)
     ordered = sorted(jobs.values(), key=lambda tests: -sum(estimated_cost(t) for t in tests))
     return [item for tests in ordered for item in tests]

@@ -181,8 +181,8 @@ def test_the_node_sides_yaml_reads_what_kubeadm_and_cpctl_write(text: str) -> No
 
 
 @pytest.mark.parametrize("text", [
-    "a: {b: 1}\n", "a: [1, 2]\n", "a: &x 1\nb: *x\n", "a: !!str 1\n", "a: |\n  x\n", "a: >\n  x\n",
-    "a: b\n  c\n", "a: 1\n---\nb: 2\n", "a: 1\na: 2\n", "a:\n\t- 1\n", "a: \"open\n", "- 1\n- 2\n" * 0 + "x\n",
+    "a: {b: 1}\n", "a: [1, 2]\n", "a: &x 1\nb: *x\n", "a: !!str 1\n", "a: |0\n  x\n", "a: >\n  x\n\u2028\n",
+    "a: b\n  c: d\n", "a: 1\n---\nb: 2\n", "a: 1\na: 2\n", "a:\n\t- 1\n", "a: \"open\n", "- 1\n- 2\n" * 0 + "x\n",
     "a:\n" + "".join("%s- \n" % (" " * i) for i in range(0, 200, 2)),
 ])
 def test_yaml_the_node_side_does_not_read_is_left_to_cpctl(text: str) -> None:
@@ -383,3 +383,4 @@ def test_a_secret_under_a_harmless_key_name_never_reaches_the_masters_history_fi
     [conflict] = journalseal.parse_records(on_disk)
     assert conflict["theirs"] == {"scheduler.extraArgs.v": REDACTED, "scheduler.extraArgs.profiling": "true"}
     assert "scheduler.extraArgs.profiling=true" in conflict["reason"], conflict
+

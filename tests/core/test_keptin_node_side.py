@@ -19,6 +19,7 @@ from cpctl.core import keptin
 from cpctl.core import kubeadmconfig as kc
 from cpctl.host.local import LocalHost
 from cpctl.probes.kubeapi import node_access
+from tests.coreutil import go_yaml
 
 CERT, KEY, CA = b"-----BEGIN CERTIFICATE-----\ncert\n", b"-----BEGIN EC PRIVATE KEY-----\nkey\n", b"ca-pem\n"
 
@@ -383,21 +384,6 @@ def test_a_secret_under_a_harmless_key_name_never_reaches_the_masters_history_fi
     assert conflict["theirs"] == {"scheduler.extraArgs.v": REDACTED, "scheduler.extraArgs.profiling": "true"}
     assert "scheduler.extraArgs.profiling=true" in conflict["reason"], conflict
 
-
-class _GoYaml(yaml.SafeDumper):
-    """kubeadm's way of writing a ClusterConfiguration (go-yaml, through sigs.k8s.io/yaml): keys sorted, a
-    string with a newline as a literal block scalar - ``|``, ``|-``, ``|+``, ``|2-`` for a leading space -
-    where the emitter allows one (else double-quoted), a long line wrapped at 80 columns. PyYAML's emitter
-    is the C libyaml's that go-yaml ports: the same block scalar hints (tests/core/test_tinyyaml_multiline.py
-    reads the real go-yaml's output of kubectl)."""
-
-
-_GoYaml.add_representer(str, lambda dumper, value: dumper.represent_scalar(
-    "tag:yaml.org,2002:str", value, style="|" if "\n" in value else None))
-
-
-def go_yaml(value: Any) -> str:
-    return yaml.dump(value, Dumper=_GoYaml, sort_keys=True, width=80)
 
 
 #: another writer's multi-line values in the ClusterConfiguration: a certificate, an indented first line,

@@ -114,7 +114,9 @@ def _yaml_quoted_lines(raw, i, parent, value):
 
 def _yaml_plain_lines(raw, i, parent, value):
     """A plain scalar folded over the lines further in than its key (a long one wrapped at 80 columns)."""
-    parts, j, blank = [], i + 1, 0
+    if " #" in value or not isinstance(_yaml_scalar(value, i + 1), YamlPlain):
+        return None, i + 1
+    parts, j, blank = [value], i + 1, 0
     while j < len(raw) and _yaml_more(raw, j, parent) and not raw[j].lstrip(" ").startswith("#"):
         line = raw[j].strip(" ")
         if not line:
@@ -122,15 +124,13 @@ def _yaml_plain_lines(raw, i, parent, value):
         else:
             if line[:1] == "\t" or ": " in line or " #" in line or line.endswith(":"):
                 raise ValueError("line %d: YAML the node side does not read in a folded value" % (j + 1))
-            parts.append("\n" * blank if blank else " ")
-            parts.append(line)
+            parts += ["\n" * blank if blank else " ", line]
             blank = 0
         j += 1
-    if not parts or " #" in value or not isinstance(_yaml_scalar(value, i + 1), YamlPlain):
+    if len(parts) == 1:
         return None, i + 1
-    first = _yaml_scalar(value, i + 1)
-    folded = first + "".join(parts)
-    return (str(folded) if "\n" in folded else YamlPlain(folded)), j - blank
+    folded = "".join(parts)
+    return (folded if "\n" in folded else YamlPlain(folded)), j - blank
 
 
 def _yaml_literal(raw, i, parent, header):

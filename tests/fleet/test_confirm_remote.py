@@ -383,8 +383,10 @@ def test_the_masters_revert_takes_out_exactly_cpctls_flag_and_keeps_anothers_edi
         c.setdefault("controllerManager", {}).setdefault("extraArgs", {}).update(profiling="false"),
         c["scheduler"]["extraArgs"].update({"bind-address": "0.0.0.0"})))
     keepin = os.path.join(str(master.lab.state_dir(1)), "keepin")
-    wait_for(lambda: "keep-in-undone" in master.actions() and not _kept_records(keepin, ".json"), 150,
-             "the master puts cpctl's key back")
+    # the whole revert done (its ``reverted`` after its keep-in-undone) before the next arm: a verdict of this
+    # revert appended after the next arm would end that arm's wait below before its own revert is recorded
+    wait_for(lambda: "keep-in-undone" in master.actions() and master.actions()[-1] == "reverted"
+             and not _kept_records(keepin, ".json"), 150, "the master puts cpctl's key back")
     cfg = yaml.safe_load(_cluster_configuration(master)["data"]["ClusterConfiguration"])
     assert master.read() == original
     assert dict(kc.extra_args(cfg, "scheduler")) == {"bind-address": "0.0.0.0"}, cfg

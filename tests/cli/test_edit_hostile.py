@@ -13,6 +13,8 @@ import sys
 import time
 from typing import Any, List, Optional
 
+import pytest
+
 from cpctl.cli.commands.edits import EDIT_ROUNDS
 from tests.coreutil import NodeDirs, check_result
 
@@ -243,3 +245,41 @@ def test_edit_reopens_the_editor_on_a_yaml_syntax_error_with_the_error_on_top(no
     assert second.startswith("# cpctl: ") and "invalid YAML at line" in second and ", column " in second, second
     with open(os.path.join(node.manifests, "kube-scheduler.yaml"), "rb") as handle:
         assert b"    - --v=3\n" in handle.read()
+
+
+class _Interrupted(Exception):
+    """What the test's SIGTERM handler raises, as cpctl's own handler interrupts the command."""
+
+
+def test_a_sigterm_while_the_editor_is_being_started_still_stops_it(tmp_path: Any, monkeypatch: Any) -> None:
+    """A SIGTERM that lands while ``subprocess.Popen`` is still returning (the editor already forked)
+    used to escape before cpctl held the editor: cpctl said "interrupted" and the editor outlived it,
+    keeping the terminal (seen once at load 9, the test above hung on its pipes). The signal now waits
+    until cpctl holds the editor, then stops it."""
+    from cpctl.cli.commands import edits
+    started: List["subprocess.Popen[bytes]"] = []
+    real_popen = subprocess.Popen
+
+    def popen_then_sigterm(argv: List[str], *args: Any, **kwargs: Any) -> "subprocess.Popen[bytes]":
+        child = real_popen(["sleep", "600"], *args, **kwargs)
+        started.append(child)
+        os.kill(os.getpid(), signal.SIGTERM)        # delivered before Popen's caller holds the child
+        return child
+
+    def interrupt(_signum: int, _frame: Any) -> None:
+        raise _Interrupted()
+
+    monkeypatch.setattr(edits.subprocess, "Popen", popen_then_sigterm)
+    monkeypatch.setenv("VISUAL", "true")
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        with pytest.raises(_Interrupted):
+            edits._run_editor(str(tmp_path / "copy.yaml"))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        for child in started:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+                raise AssertionError("the editor outlived the interrupted cpctl")
+    assert started and started[0].returncode == -signal.SIGTERM

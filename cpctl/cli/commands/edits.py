@@ -11,9 +11,11 @@ import dataclasses
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import click
@@ -780,12 +782,18 @@ def _run_editor(path: str, timeout: float = EDITOR_TIMEOUT) -> None:
         raise CpctlError("cannot parse the editor command %r: %s" % (command, exc), ExitCode.USAGE) from None
     if not argv:
         raise CpctlError("the editor command is empty (set VISUAL or EDITOR)", ExitCode.USAGE)
+    deferred: List[int] = []
+    previous = _defer_interruptions(deferred)
     try:
         editor = subprocess.Popen(argv + [path])
     except OSError as exc:
+        _restore_handlers(previous)
         raise CpctlError("cannot run the editor %r: %s (set VISUAL or EDITOR)" % (argv[0], exc.strerror or exc),
                          ExitCode.ENVIRONMENT) from None
     try:
+        _restore_handlers(previous)          # a Ctrl-C or SIGTERM from here on stops the editor below
+        for signum in deferred:
+            signal.raise_signal(signum)
         code = editor.wait(timeout)
     except subprocess.TimeoutExpired:
         _stop_editor(editor)
@@ -798,6 +806,26 @@ def _run_editor(path: str, timeout: float = EDITOR_TIMEOUT) -> None:
         raise CpctlError("the editor %r was killed by signal %d" % (argv[0], -code), ExitCode.ENVIRONMENT)
     if code != 0:
         raise CpctlError("the editor %r exited with status %d" % (argv[0], code), ExitCode.ENVIRONMENT)
+
+
+#: The interruptions deferred while the editor is started (``_defer_interruptions``).
+_INTERRUPTIONS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _defer_interruptions(deferred: List[int]) -> Dict[int, Any]:
+    """Record a Ctrl-C or SIGTERM in ``deferred`` instead of acting on it, until ``_restore_handlers``:
+    one that came while ``subprocess.Popen`` was still returning escaped before cpctl held the editor,
+    and the editor outlived cpctl (seen at load 9: cpctl said "interrupted" and its editor kept the
+    terminal's pipes). The previous handlers, to restore; none changed outside the main thread (only it
+    receives signals)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {signum: signal.signal(signum, lambda got, _frame: deferred.append(got)) for signum in _INTERRUPTIONS}
+
+
+def _restore_handlers(previous: Dict[int, Any]) -> None:
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)
 
 
 def _stop_editor(editor: "subprocess.Popen[bytes]") -> None:

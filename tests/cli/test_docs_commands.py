@@ -204,6 +204,19 @@ def test_the_pages_of_the_nine_tasks_are_checked() -> None:
             assert commands_in(page) or code_spans(page), (task, name)
 
 
+#: the tasks that reach the masters through an inventory, and the pages they are done from: each
+#: names ``cpctl lab inventory``, so that the lab's inventory is not written by hand
+INVENTORY_TASKS = {"commit-confirmed over SSH": ["docs/confirm.md", "docs/remote.md"],
+                   "rolling change with Ansible and -i": ["docs/ansible.md", "docs/remote.md", "docs/lab.md"]}
+
+
+def test_the_pages_that_need_an_inventory_say_how_the_lab_writes_one() -> None:
+    for task, pages in INVENTORY_TASKS.items():
+        for name in pages:
+            spans = code_spans(REPO / name) + [" ".join(c.argv) for c in commands_in(REPO / name)]
+            assert any(span.startswith(("cpctl lab inventory", "lab inventory")) for span in spans), (task, name)
+
+
 def test_the_checks_catch_what_they_are_for() -> None:
     """A command that does not exist, an option nobody takes, a redirection, placeholders."""
     def block(line: str) -> Optional[str]:

@@ -6,6 +6,7 @@ tests/lab/test_lab_drill.py runs the same against running labs and a real sshd."
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Dict, Iterator, List, Tuple
 
 import click
+import pytest
 
 from cpctl_lab.cli import lab
 from tests.remoteutil import clean_env
@@ -90,3 +92,34 @@ def test_the_lab_inventory_is_one_cpctls_i_reads_without_a_hand_written_line(tmp
     assert second.text("node_root") == "%s/root-2" % lab_dir and second.text("crictl") == "%s/bin/crictl-2" % lab_dir
     lines = ssh_config(info, "127.0.0.1", 2222, "root").splitlines()
     assert "Host lab-master1 lab-master2 lab-master3" in lines and "  Port 2222" in lines, lines
+
+
+@pytest.mark.lab       # starts a lab through `cpctl lab up` (no fixture says so)
+def test_lab_up_not_ready_in_time_exits_6_and_leaves_nothing_running(tmp_path: Path) -> None:
+    """README's table: 6 when ``lab up`` is not ready within ``--timeout``. The lab process it
+    started is stopped (it went on starting before, detached, and ``lab down`` found nothing to stop
+    while it had not written lab.json yet): the line says so, and nothing runs afterwards."""
+    env = dict(clean_env(str(tmp_path / "home")), CPCTL_LAB_ETCD="none")
+    if os.environ.get("CPCTL_LAB_PORTS"):
+        env["CPCTL_LAB_PORTS"] = os.environ["CPCTL_LAB_PORTS"]
+    directory = str(tmp_path / "lab")
+    try:
+        proc = cpctl(env, "lab", "up", "--dir", directory, "--timeout", "0.01")
+        assert proc.returncode == 6 and proc.stdout == "", (proc.returncode, proc.stdout, proc.stderr)
+        (line,) = proc.stderr.splitlines()
+        assert line == "cpctl lab: lab in %s not ready after 0s (see %s/lab.log): stopped it; a longer --timeout " \
+                       "waits longer" % (directory, directory), line
+        assert not [pid for pid in os.listdir("/proc") if pid.isdigit() and _runs_lab_in(pid, directory)]
+    finally:
+        down = cpctl(env, "lab", "down", "--dir", directory)
+    assert down.returncode == 0 and "nothing to stop" in down.stdout, (down.stdout, down.stderr)
+
+
+def _runs_lab_in(pid: str, directory: str) -> bool:
+    """Whether process ``pid`` is a lab serving ``directory`` (its command line names the dir)."""
+    try:
+        with open("/proc/%s/cmdline" % pid, "rb") as handle:
+            words = handle.read().decode(errors="replace").split("\0")
+    except OSError:
+        return False
+    return "cpctl_lab" in " ".join(words) and directory in words

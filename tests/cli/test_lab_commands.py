@@ -57,6 +57,20 @@ def test_a_usage_error_of_every_lab_command_names_a_help_that_exists(tmp_path: P
         assert cpctl(env, *named.group(1).split()[1:], "--help").returncode == 0, named.group(1)
 
 
+def test_a_usage_error_of_every_cpctl_command_names_a_help_that_exists(capsys: pytest.CaptureFixture) -> None:
+    """The same for cpctl's own commands and subcommands (cli/registry.py, ``etcd snapshot save``
+    included): the ``(see: ... --help)`` of a usage error is that command's path, whose help answers -
+    the issue's "see: cpctl etcdctl --help" named a group that does not exist."""
+    from cpctl.cli import registry
+    from cpctl.cli.main import run
+    for path in registry.COMMANDS:
+        capsys.readouterr()
+        assert run(path.split() + ["--no-such-option"]) == 2, path
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line.endswith("(see: cpctl %s --help)" % path), (path, line)
+        assert run(path.split() + ["--help"]) == 0, path
+
+
 def test_a_dir_with_no_lab_is_one_line_with_the_tables_exit_code(tmp_path: Path) -> None:
     env, missing = clean_env(str(tmp_path / "home")), str(tmp_path / "no-lab")
     line = "cpctl lab: no lab in %s (start one with `cpctl lab up --dir %s`)" % (missing, missing)

@@ -266,8 +266,13 @@ def up_cmd(ctx: click.Context, directory: Optional[Path], legacy_discovery: bool
     try:
         proc = control.spawn(directory, control.lag_args(aggregated_discovery=not legacy_discovery, **options))
         info = control.wait_ready(directory, proc, control.ready_timeout(timeout))
+    except control.LabTimeout as exc:
+        # The detached lab would go on starting where `lab down` may not find it yet (no lab.json):
+        # stopped here, as start_lab does, so that a timeout leaves nothing running.
+        control.stop_process(control.read_state(directory) or {"pid": proc.pid}, proc)
+        fail(f"{exc}: stopped it; a longer --timeout waits longer", TIMEOUT)
     except (control.LabError, OSError) as exc:
-        fail(str(exc), TIMEOUT if isinstance(exc, control.LabTimeout) else ENVIRONMENT)
+        fail(str(exc), ENVIRONMENT)
     note(f"etcd: {(info.get('etcd') or {}).get('note', 'unknown')}")
     if not _emitted(ctx, _env_data(info, directory, 1)):
         click.echo(control.env_text(info, 1), nl=False)

@@ -6,6 +6,7 @@ tests/lab/test_lab_drill.py runs the same against running labs and a real sshd."
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Dict, Iterator, List, Tuple
 
 import click
+import pytest
 
 from cpctl_lab.cli import lab
 from tests.remoteutil import clean_env
@@ -55,6 +57,20 @@ def test_a_usage_error_of_every_lab_command_names_a_help_that_exists(tmp_path: P
         assert cpctl(env, *named.group(1).split()[1:], "--help").returncode == 0, named.group(1)
 
 
+def test_a_usage_error_of_every_cpctl_command_names_a_help_that_exists(capsys: pytest.CaptureFixture) -> None:
+    """The same for cpctl's own commands and subcommands (cli/registry.py, ``etcd snapshot save``
+    included): the ``(see: ... --help)`` of a usage error is that command's path, whose help answers -
+    the issue's "see: cpctl etcdctl --help" named a group that does not exist."""
+    from cpctl.cli import registry
+    from cpctl.cli.main import run
+    for path in registry.COMMANDS:
+        capsys.readouterr()
+        assert run(path.split() + ["--no-such-option"]) == 2, path
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line.endswith("(see: cpctl %s --help)" % path), (path, line)
+        assert run(path.split() + ["--help"]) == 0, path
+
+
 def test_a_dir_with_no_lab_is_one_line_with_the_tables_exit_code(tmp_path: Path) -> None:
     env, missing = clean_env(str(tmp_path / "home")), str(tmp_path / "no-lab")
     line = "cpctl lab: no lab in %s (start one with `cpctl lab up --dir %s`)" % (missing, missing)
@@ -90,3 +106,34 @@ def test_the_lab_inventory_is_one_cpctls_i_reads_without_a_hand_written_line(tmp
     assert second.text("node_root") == "%s/root-2" % lab_dir and second.text("crictl") == "%s/bin/crictl-2" % lab_dir
     lines = ssh_config(info, "127.0.0.1", 2222, "root").splitlines()
     assert "Host lab-master1 lab-master2 lab-master3" in lines and "  Port 2222" in lines, lines
+
+
+@pytest.mark.lab       # starts a lab through `cpctl lab up` (no fixture says so)
+def test_lab_up_not_ready_in_time_exits_6_and_leaves_nothing_running(tmp_path: Path) -> None:
+    """README's table: 6 when ``lab up`` is not ready within ``--timeout``. The lab process it
+    started is stopped (it went on starting before, detached, and ``lab down`` found nothing to stop
+    while it had not written lab.json yet): the line says so, and nothing runs afterwards."""
+    env = dict(clean_env(str(tmp_path / "home")), CPCTL_LAB_ETCD="none")
+    if os.environ.get("CPCTL_LAB_PORTS"):
+        env["CPCTL_LAB_PORTS"] = os.environ["CPCTL_LAB_PORTS"]
+    directory = str(tmp_path / "lab")
+    try:
+        proc = cpctl(env, "lab", "up", "--dir", directory, "--timeout", "0.01")
+        assert proc.returncode == 6 and proc.stdout == "", (proc.returncode, proc.stdout, proc.stderr)
+        (line,) = proc.stderr.splitlines()
+        assert line == "cpctl lab: lab in %s not ready after 0s (see %s/lab.log): stopped it; a longer --timeout " \
+                       "waits longer" % (directory, directory), line
+        assert not [pid for pid in os.listdir("/proc") if pid.isdigit() and _runs_lab_in(pid, directory)]
+    finally:
+        down = cpctl(env, "lab", "down", "--dir", directory)
+    assert down.returncode == 0 and "nothing to stop" in down.stdout, (down.stdout, down.stderr)
+
+
+def _runs_lab_in(pid: str, directory: str) -> bool:
+    """Whether process ``pid`` is a lab serving ``directory`` (its command line names the dir)."""
+    try:
+        with open("/proc/%s/cmdline" % pid, "rb") as handle:
+            words = handle.read().decode(errors="replace").split("\0")
+    except OSError:
+        return False
+    return "cpctl_lab" in " ".join(words) and directory in words

@@ -50,6 +50,8 @@ MASTERS = ["cluster2-master1", "cluster2-master2", "cluster2-master3"]
 ADDRESSES = {"cluster2-master1": "10.20.0.11", "cluster2-master2": "10.20.0.12", "cluster2-master3": "10.20.0.13"}
 
 SHELL_OPERATORS = {"|", "||", "&&", ";", "&"}
+#: a shell redirection (``> FILE``, ``>>FILE``, ``2>&1``): group 2 is its target when in the same word
+REDIRECTION = re.compile(r"^(\d*(?:>>?|<|&>)&?)(\S*)$")
 # Global options that only select *where* cpctl runs; stripped to run a command against the lab.
 REMOTE_WITH_VALUE = {"-i", "--inventory", "--ssh-config", "--known-hosts", "-H", "--host", "--serial", "--forks"}
 REMOTE_FLAGS = {"--keep-going", "--accept-new-host-key", "--ask-become-pass"}
@@ -98,7 +100,15 @@ def commands_in(path: Path, programs: Tuple[str, ...] = ("cpctl",)) -> List[Comm
         words = shlex.split(line, comments=True)
         expect = re.search(r"#.*\bexit code (\d+)", line)
         segment: List[str] = []
+        redirected = False
         for word in words + [";"]:
+            if redirected:                        # the file of a `> FILE`
+                redirected = False
+                continue
+            redirection = REDIRECTION.match(word)
+            if redirection:
+                redirected = not redirection.group(2)
+                continue
             if word not in SHELL_OPERATORS:
                 segment.append(word)
                 continue

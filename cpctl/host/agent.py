@@ -441,27 +441,15 @@ def assemble(names: Sequence[str], loaded: Sequence[str] = ()) -> bytes:
     each without its ``from cpctl.agent.X import ...`` lines: the modules were cut from one namespace and no two define
     the same name, so the program needs no importer on the node (nothing from importlib to load, no
     module objects, one ``compile``), and the armed revert stays one file verified by one sha256.
+    Each module is shipped without its typing (``agentcut.untyped``): no ``typing`` import on the master.
     A module that imports a sibling not before it, or cpctl outside the package, is a bug: ValueError."""
-    import ast
+    from cpctl.host import agentcut  # ast: only where a program is assembled
     directory = os.path.dirname(os.path.abspath(agent_package.__file__))
     parts: List[str] = []
     seen: Set[str] = set(loaded)
     for name in names:
         with open(os.path.join(directory, name + ".py"), "rb") as handle:
-            text = handle.read().decode("utf-8")
-        drop: Set[int] = set()
-        for node in ast.walk(ast.parse(text)):
-            if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "cpctl" for a in node.names):
-                raise ValueError("cpctl.agent.%s imports cpctl as a module" % name)
-            if not isinstance(node, ast.ImportFrom):
-                continue
-            if not node.level and (node.module or "").split(".")[0] != "cpctl":
-                continue
-            package, _, sibling = (node.module or "").rpartition(".")
-            if package != "cpctl.agent" or sibling not in seen or node.col_offset or node.level:
-                raise ValueError("cpctl.agent.%s imports %s: not an earlier sibling at the top" % (name, node.module))
-            drop.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
-        parts.append("\n".join(line for number, line in enumerate(text.split("\n"), 1) if number not in drop))
+            parts.append(agentcut.untyped(name, handle.read(), seen))
         seen.add(name)
     return "\n\n".join(parts).encode("utf-8")
 

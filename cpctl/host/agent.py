@@ -47,7 +47,7 @@ def raise_remote_error(response: Mapping[str, object]) -> None:
     An unexpected error on the master is that host's failure (exit 7), not a bug of this process."""
     kind = response.get("kind")
     if kind == "lock":
-        raise LockBusy(response["holder"])
+        raise LockBusy(str(response["holder"]))
     if kind == "os":
         raise OSError(response["errno"], response["strerror"], response.get("filename"))
     raise CpctlError("agent error: %s" % str(response.get("message"))[:500], ExitCode.ENVIRONMENT)
@@ -412,10 +412,10 @@ def check_hello(name: str, line: bytes) -> None:
 
 #: The modules of ``cpctl.agent`` in the order the program defines them: each after those it imports
 #: (``assemble`` checks it). The armed revert (``ops.confirm``) is all of them, one file.
-AGENT_MODULES = ("fileops", "httpops", "rpc", "etcdio", "journalseal", "txn", "tinyyaml", "putback", "crictlread",
-                 "revertplan", "noderevert")
+AGENT_MODULES = ("shapes", "fileops", "httpops", "rpc", "etcdio", "journalseal", "txn", "tinyyaml", "putback",
+                 "crictlread", "revertplan", "noderevert")
 #: What a new connection ships (``agent_payload``): the files, HTTP and the protocol - every read of a view.
-AGENT_BASE = ("fileops", "httpops", "rpc")
+AGENT_BASE = ("shapes", "fileops", "httpops", "rpc")
 #: The ops whose modules are not shipped at the start: sent with the op's first request in a session
 #: (``AgentHost._request``; ``rpc.load`` runs them on the node when it lacks the op): no extra round trip.
 AGENT_NEEDS: Dict[str, Tuple[str, ...]] = {"transaction": ("journalseal", "txn"), "etcd_snapshot": ("etcdio",)}

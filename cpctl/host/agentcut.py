@@ -53,7 +53,7 @@ def untyped(name: str, source: bytes, siblings: Set[str]) -> str:
         out.append(source[end:start])
         end = stop
     text = (b"".join(out) + source[end:]).decode("utf-8")
-    _check_untyped(name, text, type_names)
+    _check_untyped(name, text, type_names - _checking_imports(tree, type_names))
     return text
 
 
@@ -93,6 +93,7 @@ def _type_only(name: str, tree: ast.Module) -> Set[str]:
         elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("cpctl.agent."):
             types = _module_types(node.module.rpartition(".")[2])    # type: ignore[union-attr]  # checked
             names.update(a.asname or a.name for a in node.names if a.name in types)
+    names |= _checking_imports(tree, names)
     grew = True
     while grew:
         grew = False
@@ -102,6 +103,13 @@ def _type_only(name: str, tree: ast.Module) -> Set[str]:
                 names.add(defined)
                 grew = True
     return names
+
+
+def _checking_imports(tree: ast.Module, types: Set[str]) -> Set[str]:
+    """The names ``tree`` imports under ``if TYPE_CHECKING:`` (modules such as ``ssl`` for an annotation
+    ``"ssl.SSLContext"``; a function may import the same module for its own use)."""
+    return {(alias.asname or alias.name).split(".")[0] for node in tree.body if _is_type_checking_block(node, types)
+            for inner in ast.walk(node) if isinstance(inner, (ast.Import, ast.ImportFrom)) for alias in inner.names}
 
 
 def _defines_type(node: ast.stmt, types: Set[str]) -> str:
@@ -133,9 +141,18 @@ def _spells_types(value: ast.expr, types: Set[str]) -> bool:
     return True
 
 
+def _is_type_checking_block(node: ast.stmt, types: Set[str]) -> bool:
+    """Is ``node`` an ``if TYPE_CHECKING:`` (typing's) without an ``else``: imports for annotations?"""
+    return isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING" \
+        and node.test.id in types and not node.orelse
+
+
 def _is_type_only(node: ast.stmt, types: Set[str]) -> bool:
-    """Is the top-level ``node`` for mypy alone: a ``typing`` import, a TypedDict, an alias?"""
+    """Is the top-level ``node`` for mypy alone: a ``typing`` import, an ``if TYPE_CHECKING:`` block,
+    a TypedDict or Protocol, an alias?"""
     if isinstance(node, ast.ImportFrom) and node.module == _TYPING_MODULE:
+        return True
+    if _is_type_checking_block(node, types):
         return True
     return bool(_defines_type(node, types))
 

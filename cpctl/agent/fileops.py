@@ -317,11 +317,12 @@ def move_across(src: str, dst: str, remove: Optional[Callable[[str], None]] = No
     return "copy"
 
 
+#: renameat2(olddirfd, oldpath, newdirfd, newpath, flags) of the C library
+_Renameat2 = Callable[[int, bytes, int, bytes, int], int]
+
 _AT_FDCWD = -100
 _RENAME_NOREPLACE = 1
 # [the C function, or None], looked up on the first move (ctypes costs the agent ~2 ms)
-#: renameat2(olddirfd, oldpath, newdirfd, newpath, flags) of the C library
-_Renameat2 = Callable[[int, bytes, int, bytes, int], int]
 _RENAMEAT2: List[Optional[_Renameat2]] = []
 
 

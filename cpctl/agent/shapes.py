@@ -5,7 +5,7 @@ For mypy alone: a master runs the agent without them (``host.agentcut``); the ag
 reads from disk against them (``revertplan.plan_problem``), the operator's side each reply
 (``host.replies``). Standard library only, Python 3.8 syntax."""
 
-from typing import Dict, List, Mapping, Optional, TypedDict
+from typing import Dict, List, Mapping, Optional, Protocol, TypedDict
 
 
 class TlsOptions(TypedDict, total=False):
@@ -258,7 +258,7 @@ class TransactionRequest(TypedDict):
 
     do: str
     state_dir: str
-    entry: Dict[str, object]
+    entry: JournalEntry
     data: List[Optional[bytes]]
     record: Dict[str, object]
     limit: int
@@ -322,3 +322,45 @@ class ResetAnswer(TypedDict):
 
     pid: int
     loaded: List[str]
+
+
+class NodeFs(Protocol):
+    """The node's file primitives a journaled change and the history use: ``host.base.Host`` (locally, or
+    each call over SSH), or on the node the agent's own (``journalseal.NodeFiles``)."""
+
+    def lstat(self, path: str) -> Optional[Stat]: ...
+
+    def listdir(self, path: str) -> List[str]: ...
+
+    def read_file(self, path: str, limit: int, follow: bool = False) -> bytes: ...
+
+    def read_tail(self, path: str, limit: int) -> bytes: ...
+
+    def compress(self, src: str, dst: str) -> None: ...
+
+    def write_atomic(self, path: str, data: bytes, mode: int = 0o600, uid: Optional[int] = None,
+                     gid: Optional[int] = None, expect: Optional[str] = None) -> None: ...
+
+    def move(self, src: str, dst: str) -> str: ...
+
+    def unlink(self, path: str, missing_ok: bool = True) -> bool: ...
+
+    def chmod(self, path: str, mode: int) -> None: ...
+
+    def append(self, path: str, data: bytes) -> None: ...
+
+    def info(self) -> HostInfo: ...
+
+
+class CrictlPod(TypedDict):
+    """The static pod as the runtime sees it (``crictlread.crictl_pod``): its newest ready sandbox and
+    the containers running in it. Its ``PodIdentity`` keys tell one instance from the next."""
+
+    present: bool
+    ready: bool
+    phase: str
+    uid: str
+    containers: List[str]
+    started: Optional[float]
+    created: Optional[float]
+    restarts: Optional[int]

@@ -3,6 +3,10 @@ node side has only the standard library).
 
 Standard library only, Python 3.8 syntax: shipped to masters as part of the agent (``cpctl.agent``)."""
 
+from typing import Dict, Iterator, List, Optional, Tuple
+
+#: (indent, content, line number) of a line that holds something
+Line = Tuple[int, str, int]
 
 
 class YamlPlain(str):
@@ -20,11 +24,11 @@ _YAML_LIMIT = 4 << 20
 # sequences, plain, single- and double-quoted scalars on one line, {} and [], comments. Anything else
 # (flow collections, anchors, tags, block or multi-line scalars, several documents) is refused with
 # ValueError: the node side then leaves the undo to the next cpctl command, which reads any YAML.
-def yaml_load(text):
+def yaml_load(text: str) -> object:
     """The value of a YAML document in that subset (plain scalars as ``YamlPlain``); ValueError."""
     if len(text) > _YAML_LIMIT:
         raise ValueError("more than %d bytes" % _YAML_LIMIT)
-    lines = []  # type: list
+    lines: List[Line] = []
     for number, raw in enumerate(text.split("\n"), 1):
         line = raw[:-1] if raw.endswith("\r") else raw
         content = line.lstrip(" ")
@@ -36,7 +40,7 @@ def yaml_load(text):
             if lines or content.rstrip() != "---":
                 raise ValueError("line %d: several documents" % number)
             continue
-        lines.append([len(line) - len(content), content.rstrip(" \t"), number])
+        lines.append((len(line) - len(content), content.rstrip(" \t"), number))
     if not lines:
         raise ValueError("an empty document")
     value, at = _yaml_block(lines, 0, lines[0][0], 0)
@@ -45,11 +49,11 @@ def yaml_load(text):
     return value
 
 
-def _yaml_item_start(content):
+def _yaml_item_start(content: str) -> bool:
     return content == "-" or content.startswith("- ")
 
 
-def _yaml_block(lines, i, indent, depth):
+def _yaml_block(lines: List[Line], i: int, indent: int, depth: int) -> Tuple[object, int]:
     if depth > _YAML_DEPTH:
         raise ValueError("line %d: nested deeper than %d" % (lines[i][2], _YAML_DEPTH))
     if _yaml_item_start(lines[i][1]):
@@ -57,7 +61,8 @@ def _yaml_block(lines, i, indent, depth):
     return _yaml_map(lines, i, indent, depth)
 
 
-def _yaml_nested(lines, i, indent, depth, same_level_seq):
+def _yaml_nested(lines: List[Line], i: int, indent: int, depth: int,
+                 same_level_seq: bool) -> Tuple[object, int]:
     """The value on the lines after a key or a dash with nothing after it: a block further in (a
     mapping's sequence may also start at the key's own column), else null."""
     if i < len(lines) and (lines[i][0] > indent or (same_level_seq and lines[i][0] == indent and
@@ -66,15 +71,15 @@ def _yaml_nested(lines, i, indent, depth, same_level_seq):
     return YamlPlain(""), i
 
 
-def _yaml_seq(lines, i, indent, depth):
-    out = []
+def _yaml_seq(lines: List[Line], i: int, indent: int, depth: int) -> Tuple[List[object], int]:
+    out: List[object] = []
     while i < len(lines) and lines[i][0] == indent and _yaml_item_start(lines[i][1]):
         rest = lines[i][1][1:]
         content = rest.lstrip(" ")
         if not content:
             value, i = _yaml_nested(lines, i + 1, indent, depth, False)
         elif _yaml_item_start(content) or _yaml_split_key(content, lines[i][2]) is not None:
-            lines[i] = [indent + 1 + len(rest) - len(content), content, lines[i][2]]   # the item's block
+            lines[i] = (indent + 1 + len(rest) - len(content), content, lines[i][2])   # the item's block
             value, i = _yaml_block(lines, i, lines[i][0], depth + 1)
         else:
             value = _yaml_scalar(content, lines[i][2])
@@ -85,8 +90,8 @@ def _yaml_seq(lines, i, indent, depth):
     return out, i
 
 
-def _yaml_map(lines, i, indent, depth):
-    out = {}
+def _yaml_map(lines: List[Line], i: int, indent: int, depth: int) -> Tuple[Dict[str, object], int]:
+    out: Dict[str, object] = {}
     while i < len(lines) and lines[i][0] == indent and not _yaml_item_start(lines[i][1]):
         number = lines[i][2]
         split = _yaml_split_key(lines[i][1], number)
@@ -107,7 +112,7 @@ def _yaml_map(lines, i, indent, depth):
     return out, i
 
 
-def _yaml_split_key(content, number):
+def _yaml_split_key(content: str, number: int) -> Optional[Tuple[str, str]]:
     """(key, the rest after ``: ``) of a ``key: value`` line, None when it is none."""
     if content[:1] in ("'", '"'):
         key, end = _yaml_quoted(content, number)
@@ -123,7 +128,7 @@ def _yaml_split_key(content, number):
     return YamlPlain(content[:at].rstrip(" ")), content[at + 1:].strip(" ")
 
 
-def _yaml_scalar(text, number):
+def _yaml_scalar(text: str, number: int) -> object:
     """One scalar on one line (a trailing comment dropped)."""
     if text[:1] in ("'", '"'):
         value, end = _yaml_quoted(text, number)
@@ -145,9 +150,10 @@ _YAML_ESCAPES = {"0": "\0", "a": "\a", "b": "\b", "t": "\t", "\t": "\t", "n": "\
                  "L": "\u2028", "P": "\u2029"}
 
 
-def _yaml_quoted(text, number):
+def _yaml_quoted(text: str, number: int) -> Tuple[str, int]:
     """(value, index after the closing quote) of a quoted scalar at the start of ``text``."""
-    quote, out, i = text[0], [], 1
+    out: List[str] = []
+    quote, i = text[0], 1
     while i < len(text):
         char = text[i]
         if char == quote:
@@ -176,7 +182,7 @@ def _yaml_quoted(text, number):
     raise ValueError("line %d: a quoted value that does not end on its line" % number)
 
 
-def yaml_dump(value):
+def yaml_dump(value: object) -> str:
     """``value`` (read by ``yaml_load``, or made of dicts, lists and strings) as block YAML: plain
     scalars as they were written, other strings double-quoted."""
     if not isinstance(value, dict) or not value:
@@ -184,7 +190,7 @@ def yaml_dump(value):
     return "".join(line + "\n" for line in _yaml_lines(value, 0))
 
 
-def _yaml_inline(value):
+def _yaml_inline(value: object) -> Optional[str]:
     """The text of a value that fits after ``key: `` or ``- ``, None for a block."""
     if isinstance(value, (dict, list)):
         return None if value else ("{}" if isinstance(value, dict) else "[]")
@@ -196,7 +202,7 @@ def _yaml_inline(value):
         return repr(value)
     if not isinstance(value, str):
         raise TypeError("a %s is not written" % type(value).__name__)
-    out = []
+    out: List[str] = []
     for char in value:
         if char in '"\\':
             out.append("\\" + char)
@@ -210,10 +216,15 @@ def _yaml_inline(value):
     return '"%s"' % "".join(out)
 
 
-def _yaml_lines(value, indent):
+def _yaml_lines(value: object, indent: int) -> Iterator[str]:
     pad = " " * indent
-    pairs = [(str(k) if isinstance(k, YamlPlain) else _yaml_inline(k), v) for k, v in value.items()] \
-        if isinstance(value, dict) else [(None, v) for v in value]
+    if isinstance(value, dict):
+        pairs: List[Tuple[Optional[str], object]] = [
+            (str(k) if isinstance(k, YamlPlain) else _yaml_inline(k), v) for k, v in value.items()]
+    elif isinstance(value, list):
+        pairs = [(None, v) for v in value]
+    else:                                    # a block is a mapping or a list (``_yaml_inline``)
+        raise TypeError("a %s is no block" % type(value).__name__)
     for key, item in pairs:
         head = pad + "-" if key is None else pad + key + ":"
         text = _yaml_inline(item)

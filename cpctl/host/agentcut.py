@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 import functools
 import os
-from typing import Callable, FrozenSet, List, Set, Tuple
+from typing import Callable, FrozenSet, List, Optional, Set, Tuple
 
 import cpctl.agent as agent_package
 
@@ -25,32 +25,40 @@ def untyped(name: str, source: bytes, siblings: Set[str]) -> str:
     written. Whatever of the typing would be left for the master (a ``cast``, an annotation this cut
     cannot take out) is a bug of the agent's source: ValueError."""
     tree = ast.parse(source)
+    lines = source.split(b"\n")
     starts = [0]
-    for line in source.split(b"\n"):
+    for line in lines:
         starts.append(starts[-1] + len(line) + 1)
 
     def at(line: int, column: int) -> int:
         return starts[line - 1] + column
 
     def whole_lines(node: ast.stmt) -> Tuple[int, int]:
-        return starts[node.lineno - 1], starts[(node.end_lineno or node.lineno)]
+        """The lines of ``node`` with the comment lines right above it (they say what it is) and the blank
+        lines after it (they stood between it and the next statement)."""
+        first, last = node.lineno - 1, node.end_lineno or node.lineno
+        while first > 0 and lines[first - 1].lstrip().startswith(b"#"):
+            first -= 1
+        while last < len(lines) - 1 and not lines[last].strip():
+            last += 1
+        return starts[first], starts[last]
 
-    cuts: List[Tuple[int, int]] = []
+    cuts: List[Cut] = []
     kept: List[ast.stmt] = []
     type_names = _type_only(name, tree)
     for statement in tree.body:
         if _is_type_only(statement, type_names) or _is_sibling_import(name, statement, siblings):
-            cuts.append(whole_lines(statement))
+            cuts.append(whole_lines(statement) + (b"",))
         else:
             kept.append(statement)
     for statement in kept:
         for node in ast.walk(statement):
             cuts.extend(_annotation_cuts(node, source, at))
     out, end = [], 0
-    for start, stop in sorted(cuts):
+    for start, stop, instead in sorted(cuts):
         if start < end:
             raise ValueError("cpctl.agent.%s: overlapping annotation cuts at byte %d" % (name, start))
-        out.append(source[end:start])
+        out.append(source[end:start] + instead)
         end = stop
     text = (b"".join(out) + source[end:]).decode("utf-8")
     _check_untyped(name, text, type_names - _checking_imports(tree, type_names))
@@ -125,7 +133,8 @@ def _defines_type(node: ast.stmt, types: Set[str]) -> str:
 
 
 #: Builtin types an alias may hold in its brackets (``Names = List[str]``) and still be for mypy alone.
-_BUILTIN_TYPES = frozenset(("str", "int", "float", "bool", "bytes", "bytearray", "object"))
+_BUILTIN_TYPES = frozenset(("str", "int", "float", "bool", "bytes", "bytearray", "object", "BaseException", "Exception",
+                            "OSError"))
 
 
 def _spells_types(value: ast.expr, types: Set[str]) -> bool:
@@ -157,26 +166,38 @@ def _is_type_only(node: ast.stmt, types: Set[str]) -> bool:
     return bool(_defines_type(node, types))
 
 
-def _annotation_cuts(node: ast.AST, source: bytes, at: Callable[[int, int], int]) -> List[Tuple[int, int]]:
-    """The byte ranges of ``source`` that annotate ``node``: ``: T`` after a parameter or an assigned
-    target, `` -> T`` after a signature. A bare ``x: T`` (no value) is not cut out: ValueError."""
-    cuts: List[Tuple[int, int]] = []
+#: (start, end, what stands there instead): a range of a module's bytes replaced as it is shipped
+Cut = Tuple[int, int, bytes]
+
+
+def _annotation_cuts(node: ast.AST, source: bytes, at: Callable[[int, int], int]) -> List[Cut]:
+    """The byte ranges of ``source`` that annotate ``node``: ``: T`` after a parameter (`` = `` before its
+    default becomes ``=``, as PEP 8 writes an unannotated one) or an assigned target, `` -> T`` after a
+    signature. A bare ``x: T`` (no value) is not cut out: ValueError."""
+    cuts: List[Cut] = []
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         args = node.args
-        for arg in args.posonlyargs + args.args + args.kwonlyargs + [args.vararg, args.kwarg]:
+        positional = args.posonlyargs + args.args
+        defaults: List[Optional[ast.expr]] = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+        pairs = list(zip(positional, defaults)) + list(zip(args.kwonlyargs, args.kw_defaults)) + \
+            [(args.vararg, None), (args.kwarg, None)]
+        for arg, default in pairs:
             if arg is not None and arg.annotation is not None:
                 after_name = at(arg.lineno, arg.col_offset) + len(arg.arg.encode("utf-8"))
-                cuts.append((after_name, _end(arg.annotation, at)))
+                if default is None:
+                    cuts.append((after_name, _end(arg.annotation, at), b""))
+                else:
+                    cuts.append((after_name, at(default.lineno, default.col_offset), b"="))
         if node.returns is not None:
             arrow = source.rindex(b"->", at(node.lineno, node.col_offset), at(node.returns.lineno,
                                                                                node.returns.col_offset))
             while source[arrow - 1:arrow] in (b" ", b"\t"):
                 arrow -= 1
-            cuts.append((arrow, _end(node.returns, at)))
+            cuts.append((arrow, _end(node.returns, at), b""))
     elif isinstance(node, ast.AnnAssign):
         if node.value is None:
             raise ValueError("line %d: a bare annotation in the agent (give it a value)" % node.lineno)
-        cuts.append((_end(node.target, at), _end(node.annotation, at)))
+        cuts.append((_end(node.target, at), _end(node.annotation, at), b""))
     return cuts
 
 

@@ -265,7 +265,7 @@ class Host:
         """Apply or recover one journaled change as a whole on the node (``agent.txn.Transaction``):
         here in-process, through this host's own primitives; a remote host sends it as ONE request."""
         from cpctl.errors import CpctlError
-        return cast(TransactionOutcome, txn.transaction(dict(request), fs=self, tolerated=(OSError, CpctlError)))
+        return txn.transaction(request.copy(), fs=self, tolerated=(OSError, CpctlError))
 
     @contextmanager
     def prefetched(self, calls: Sequence[Call]) -> Iterator[None]:

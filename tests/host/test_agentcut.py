@@ -38,7 +38,7 @@ class Box:
 def test_the_cut_takes_out_the_typing_alone(tmp_path) -> None:
     text = agentcut.untyped("sample", TYPED, set())
     assert "typing" not in text and "TypedDict" not in text and "Names" not in text and "->" not in text
-    assert "def names(path,   # a comment stays\n          limit = 3, *extra, prefix = None, **rest):" in text
+    assert "def names(path,   # a comment stays\n          limit=3, *extra, prefix=None, **rest):" in text
     assert "    found = sorted(" in text and "self.value = dict(value)" in text and "import os" in text
     tree = ast.parse(text)
     assert not [n for n in ast.walk(tree) if isinstance(n, ast.AnnAssign)]

@@ -27,19 +27,12 @@ from cpctl.agent.shapes import JournalStep, NodeFs
 
 class NodeFiles(object):
     """This node's own primitives (``fileops``) as a ``NodeFs``: what a journaled change and the history
-    run on in the agent, where no ``Host`` is."""
+    run on in the agent, where no ``Host`` is. Each is looked up when one is made (a test may wrap them)."""
 
-    lstat = staticmethod(lstat)
-    listdir = staticmethod(listdir)
-    read_file = staticmethod(read_file)
-    read_tail = staticmethod(read_tail)
-    compress = staticmethod(compress)
-    write_atomic = staticmethod(write_atomic)
-    move = staticmethod(move)
-    unlink = staticmethod(unlink)
-    chmod = staticmethod(chmod)
-    append = staticmethod(append)
-    info = staticmethod(info)
+    def __init__(self) -> None:
+        self.lstat, self.listdir, self.read_file, self.read_tail = lstat, listdir, read_file, read_tail
+        self.compress, self.write_atomic, self.move, self.unlink = compress, write_atomic, move, unlink
+        self.chmod, self.append, self.info = chmod, append, info
 
 # --- the journal's seal: ONE rule for cpctl's journal (``core.journal``) and the node-side revert ----------
 # A journal names files to write, move and remove; only a journal cpctl wrote on this node may be acted

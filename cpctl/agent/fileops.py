@@ -509,7 +509,7 @@ def _run_bounded(argv: Sequence[str], timeout: float, stdin: bytes, env: Optiona
     if stdin:
         try:
             proc.stdin.write(stdin)  # type: ignore[union-attr]  # a PIPE when stdin is given
-            proc.stdin.close()  # type: ignore[union-attr]
+            proc.stdin.close()  # type: ignore[union-attr]  # a PIPE when stdin is given
         except BrokenPipeError:
             pass
     kept = {out_fd: bytearray(), err_fd: bytearray()}
@@ -539,8 +539,8 @@ def _run_bounded(argv: Sequence[str], timeout: float, stdin: bytes, env: Optiona
     if timed_out:
         proc.kill()
         proc.wait()
-    proc.stdout.close()  # type: ignore[union-attr]
-    proc.stderr.close()  # type: ignore[union-attr]
+    proc.stdout.close()  # type: ignore[union-attr]  # a PIPE
+    proc.stderr.close()  # type: ignore[union-attr]  # a PIPE
     return {"rc": rc, "stdout": bytes(kept[out_fd]), "stderr": b"timed out" if timed_out else bytes(kept[err_fd]),
             "cut": cut}
 

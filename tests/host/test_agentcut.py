@@ -2,8 +2,12 @@
 aliases are mypy's alone; the program a master compiles has none of them and runs as the source does."""
 
 import ast
+import io
+import re
 import subprocess
 import sys
+from pathlib import Path
+from typing import List
 
 import pytest
 
@@ -71,3 +75,58 @@ def test_the_shipped_agent_has_no_typing_left() -> None:
     assert not [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
                 and "typing" in ([a.name for a in n.names] + [getattr(n, "module", "") or ""])]
     compile(program, "cpctl-agent", "exec")
+
+
+# --- the agent is held to mypy --strict (issue 47): pyproject's override, checked against mypy's own --strict ---
+
+ROOT = Path(__file__).resolve().parents[2]
+#: Beyond --strict: no explicit Any in the agent (Any only for arbitrary JSON, and json.loads gives it)
+BEYOND_STRICT = {"disallow_any_explicit": True}
+
+
+def _agent_modules() -> List[str]:
+    return ["cpctl.agent"] + ["cpctl.agent." + name for name in host_module.AGENT_MODULES]
+
+
+def test_every_agent_module_is_checked_as_mypy_strict_checks_it(tmp_path) -> None:
+    """What ``mypy --strict`` sets (asked of mypy itself, so a flag a new mypy adds to it counts) is what
+    pyproject's configuration gives every module of the agent, and no explicit Any: `.ci/run`'s one
+    ``mypy cpctl cpctl_lab`` then fails when the agent loses strictness - or when this config does."""
+    from mypy.config_parser import parse_config_file
+    from mypy.main import process_options
+    from mypy.options import PER_MODULE_OPTIONS, Options
+    empty = tmp_path / "empty.ini"
+    empty.write_text("[mypy]\n")
+    _, strict = process_options(["--strict", "--config-file", str(empty), "-c", "pass"])
+    plain = Options()
+    names = set(PER_MODULE_OPTIONS) | {"warn_redundant_casts", "warn_unused_configs"}
+    wanted = {k: getattr(strict, k) for k in sorted(names) if getattr(strict, k) != getattr(plain, k)}
+    assert {"disallow_untyped_defs", "disallow_any_generics", "warn_return_any"} <= set(wanted), wanted
+    wanted.pop("warn_unused_configs", None)   # about the config file itself, not the code checked
+    wanted.update(BEYOND_STRICT)
+    configured = Options()
+    parse_config_file(configured, lambda: None, str(ROOT / "pyproject.toml"), io.StringIO(), io.StringIO())
+    for module in _agent_modules():
+        effective = configured.clone_for_module(module)
+        loose = {k: getattr(effective, k) for k in wanted if getattr(effective, k) != wanted[k]}
+        assert not loose, "%s is not checked as mypy --strict checks it: %s" % (module, loose)
+
+
+def test_no_agent_type_ignore_without_its_code_and_why() -> None:
+    """A ``# type: ignore`` in the agent names the error it silences and says why."""
+    ignore = re.compile(r"#\s*type:\s*ignore(?P<rest>.*)$")
+    wrong = []
+    for name in host_module.AGENT_MODULES:
+        path = ROOT / "cpctl" / "agent" / (name + ".py")
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            found = ignore.search(line)
+            if found and not re.match(r"\[[a-z-]+(, *[a-z-]+)*\]\s+#\s*\S", found.group("rest")):
+                wrong.append("%s:%d %s" % (path.name, number, line.strip()))
+    assert not wrong, wrong
+
+
+def test_the_agent_keeps_to_python_3_8() -> None:
+    """The masters run python3 >= 3.8: every agent module, and the program shipped, parse as 3.8 does."""
+    for name in host_module.AGENT_MODULES:
+        ast.parse((ROOT / "cpctl" / "agent" / (name + ".py")).read_text(), name, feature_version=(3, 8))
+    ast.parse(host_module.agent_source().decode(), "cpctl-agent", feature_version=(3, 8))

@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Uni
 
 import cpctl.agent as agent_package
 from cpctl.agent import rpc
+from cpctl.agent.shapes import Request
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host import replies
 from cpctl.host.base import (
@@ -244,7 +245,7 @@ class AgentHost(Host):
                 self._prefetched[key] = response
 
     def _request(self, op: str, args: Mapping[str, object]) -> Any:
-        request: Dict[str, object] = {"op": op, "args": rpc.encode(args)}
+        request: Request = {"op": op, "args": {name: rpc.encode(value) for name, value in args.items()}}
         if TRACE is not None:
             TRACE.count(op, args)
         with self._mutex:

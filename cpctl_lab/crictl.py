@@ -1,17 +1,18 @@
 """crictl look-alike for the cpctl lab (a simulator): talks to the lab's control channel, not to a CRI socket.
 
-This file is copied verbatim into ``<lab dir>/bin/crictl`` (with ``LAB_JSON``/``NODE`` set above it),
-so it must stay standard-library only. It prints what real crictl prints for the subcommands cpctl
-uses: ``pods``, ``ps``, ``inspect``, ``inspectp``, ``logs``, ``version``. ``--name``/``--namespace``
-are unanchored regexes, like the real ones. ``logs`` writes each line to the stream the container
-wrote it to (the control-plane components log to stderr), as the real crictl does.
+This file is copied verbatim into ``<lab dir>/bin/lib/cpctl_lab_crictl.py``, which
+``<lab dir>/bin/crictl`` imports (``python -IS``: no site), so it must stay standard-library only.
+It prints what real crictl prints for the subcommands cpctl uses: ``pods``, ``ps``, ``inspect``,
+``inspectp``, ``logs``, ``version``. ``--name``/``--namespace`` are unanchored regexes, like the real
+ones. ``logs`` writes each line to the stream the container wrote it to (the control-plane components
+log to stderr), as the real crictl does.
 """
 
 import argparse
-import http.client
 import json
 import os
 import re
+import socket
 import sys
 import time
 import urllib.parse
@@ -30,27 +31,40 @@ def _fetch(lab_json, node, path, **params):
         ) from None
     if node:
         params["node"] = node
-    # http.client, not urllib.request: the shim runs on every probe, and urllib.request's imports
-    # (email, ssl, ...) would double its start-up. A real crictl answers in tens of ms.
     parts = urllib.parse.urlsplit(url)
     try:
-        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=5)
-        conn.request("GET", path + "?" + urllib.parse.urlencode(params))
-        resp = conn.getresponse()
-        data = resp.read()
-        conn.close()
-    except OSError as exc:
+        status, data = _get(parts.hostname, parts.port, path + "?" + urllib.parse.urlencode(params))
+    except (OSError, ValueError) as exc:
         raise SystemExit(
             'time="{}" level=fatal msg="validate service connection: validate CRI v1 '
             'runtime API for endpoint \\"unix:///run/containerd/containerd.sock\\": '
             'connect: connection refused ({})"'.format(time.strftime("%Y-%m-%dT%H:%M:%SZ"), exc)
         ) from None
-    if resp.status >= 400:
+    if status >= 400:
         body = json.loads(data or b"{}")
         raise SystemExit(
-            'time="{}" level=fatal msg="{}"'.format(time.strftime("%Y-%m-%dT%H:%M:%SZ"), body.get("error", resp.status))
+            'time="{}" level=fatal msg="{}"'.format(time.strftime("%Y-%m-%dT%H:%M:%SZ"), body.get("error", status))
         )
     return json.loads(data)
+
+
+def _get(host, port, target):
+    """(status, body) of one HTTP/1.0 GET to the lab's control channel, on a plain socket: the shim
+    runs at every look of cpctl's waits, and http.client's imports (email, ...) were half its start-up
+    (a real crictl answers in tens of ms). The channel answers with a whole body and closes."""
+    with socket.create_connection((host, port), timeout=5) as conn:
+        conn.sendall(("GET %s HTTP/1.0\r\nHost: %s:%d\r\n\r\n" % (target, host, port)).encode("ascii"))
+        chunks = []
+        while True:
+            chunk = conn.recv(1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    head, sep, body = b"".join(chunks).partition(b"\r\n\r\n")
+    fields = head.split(b"\r\n", 1)[0].split()
+    if not sep or len(fields) < 2 or not fields[0].startswith(b"HTTP/") or not fields[1].isdigit():
+        raise ValueError("not an HTTP answer")
+    return int(fields[1]), body
 
 
 def _ago(ns):
@@ -125,7 +139,6 @@ def cmd_pods(a, lab_json, node):
 
 def cmd_ps(a, lab_json, node):
     cs = _fetch(lab_json, node, "/cri/containers")["containers"]
-    pods = {s["id"]: s for s in _fetch(lab_json, node, "/cri/pods")["items"]}
     want_state = None
     if a.state:
         want_state = "CONTAINER_" + a.state.upper()
@@ -159,6 +172,7 @@ def cmd_ps(a, lab_json, node):
     elif a.output in ("json", "yaml"):
         print(json.dumps({"containers": out}, indent=2))
     else:
+        pods = {s["id"]: s for s in _fetch(lab_json, node, "/cri/pods")["items"]}    # the table's POD column
         rows = []
         for c in out:
             pod = pods.get(c["podSandboxId"], {})

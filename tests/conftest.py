@@ -276,8 +276,9 @@ def pytest_runtest_makereport(item: Any, call: Any) -> Iterator[None]:
 
 #: ``CPCTL_TEST_CPU_LOG=FILE``: each test's wall time and the CPU it cost, as JSON lines appended to FILE:
 #: the worker's own CPU and its waited-for children's (cpctl's CLI, Ansible, kubectl; not a lab: it runs
-#: detached, so its CPU and its etcd members' reach no test's count), the setup, call and teardown together. Where CI's minutes go when the cores are the limit, which
-#: ``--durations`` (wall time, inflated by the other workers' load) cannot tell.
+#: detached, so its CPU and its etcd members' reach no test's count), the setup, call and teardown
+#: together. Where CI's minutes go when the cores are the limit, which ``--durations`` (wall time,
+#: inflated by the other workers' load) cannot tell.
 CPU_LOG_ENV = "CPCTL_TEST_CPU_LOG"
 
 
@@ -304,7 +305,8 @@ def pytest_runtest_protocol(item: Any, nextitem: Any) -> Iterator[None]:
 
 
 def pytest_collection_modifyitems(config: Any, items: list) -> None:
-    """Mark each test's tier: ``end_to_end`` as declared or by its fixtures, else ``lab`` or ``unit``."""
+    """Mark each test's tier: ``end_to_end`` as declared or by its fixtures, else ``lab`` or ``unit``;
+    then order them costliest first (``longest_first``)."""
     for item in items:
         if set(getattr(item, "fixturenames", ())) & REAL_ETCD_FIXTURES:
             item.add_marker(pytest.mark.real_etcd)
@@ -313,11 +315,58 @@ def pytest_collection_modifyitems(config: Any, items: list) -> None:
         if item.get_closest_marker("end_to_end"):
             continue
         item.add_marker(pytest.mark.lab if starts_a_lab(item) else pytest.mark.unit)
-    items[:] = longest_files_first(items)
+    items[:] = longest_first(items)
+
+
+#: A test module that declares a module- or session-scoped fixture of its own (the systemd container
+#: booted once, one lab for the examples, the wheelhouse built once): its tests share what it makes.
+_OWN_SHARED_FIXTURE = re.compile(r"@pytest\.fixture\(\s*scope=[\"'](?:module|session)[\"']")
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@functools.cache
+def shares_a_fixture(module: str) -> bool:
+    """Whether the test module ``module`` (its path from the repository's root, as in a node id)
+    declares a module- or session-scoped fixture of its own (``_OWN_SHARED_FIXTURE``)."""
+    try:
+        with open(os.path.join(_REPO, module), encoding="utf-8") as handle:
+            return bool(_OWN_SHARED_FIXTURE.search(handle.read()))
+    except OSError:
+        return False
+
+
+def job_of(nodeid: str) -> str:
+    """The job a test is handed out in: its whole module where the module shares a fixture of its own
+    (``shares_a_fixture``: one worker makes it once), else the test alone."""
+    module = nodeid.split("::", 1)[0]
+    return module if shares_a_fixture(module) else nodeid
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: Any, log: Any) -> Any:
+    """``--dist loadgroup``: the tests handed out one job (``job_of``) at a time, in collection order
+    (``longest_first``: the costliest first), as workers free up. pytest-xdist's own loadgroup groups
+    by an ``@group`` suffix it writes into each node id, which pytest 9.2 no longer reads (node ids are
+    derived): with the locked pytest 9.2.0 and pytest-xdist 3.8.0 its groups were never kept (the
+    systemd container booted on three workers). Its scope scheduler also reorders jobs by test count
+    unless told not to; here the order is ours."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class OneJobAtATime(LoadScopeScheduling):
+        def __init__(self, config: Any, log: Any = None) -> None:
+            super().__init__(config, log)
+            config.option.loadscopereorder = False
+
+        def _split_scope(self, nodeid: str) -> str:
+            return job_of(nodeid)
+
+    return OneJobAtATime(config, log)
 
 
 #: A test's rough cost by its tier, in seconds (CI's --durations: a whole system ~30-100 s, a lab or a
-#: real etcd ~5-30 s, a unit test milliseconds). Only the order of the files depends on it.
+#: real etcd ~5-30 s, a unit test milliseconds). Only the order of the tests depends on it.
 TIER_COST = (("end_to_end", 60.0), ("real_etcd", 12.0), ("lab", 8.0))
 
 
@@ -329,14 +378,16 @@ def estimated_cost(item: Any) -> float:
     return 0.05
 
 
-def longest_files_first(items: list) -> list:
-    """The test files ordered by their estimated cost, the costliest first; each file's tests together
-    and in their own order. pytest-xdist (``--dist loadfile``) hands out files in this order, so the
-    files of minutes (the systemd container, the Ansible fleet, the crash sweeps over SSH) start
-    while the others fill the workers, instead of running alone at the end of the run: the longest
-    job first is what keeps a run's tail short (list scheduling)."""
-    files: dict = {}
+def longest_first(items: list) -> list:
+    """The tests ordered by their estimated cost, the costliest first: a module that shares a fixture
+    (``job_of``) as one job at its summed cost, in its own order; equal costs in collection order (each file's tests
+    stay together). pytest-xdist (``--dist loadgroup``) hands out jobs in this order, one at a time as
+    workers free up, so the tests of a minute and more (the systemd container, the Ansible fleet, the
+    crash sweeps over SSH) start first while the short ones fill the workers, instead of running alone
+    at the end: the longest job first is what keeps a run's tail short (list scheduling). Handing out
+    whole files (``--dist loadfile``) left one worker with a file of four minutes at the end."""
+    jobs: dict = {}
     for item in items:
-        files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
-    ordered = sorted(files.values(), key=lambda tests: -sum(estimated_cost(t) for t in tests))
+        jobs.setdefault(job_of(item.nodeid), []).append(item)
+    ordered = sorted(jobs.values(), key=lambda tests: -sum(estimated_cost(t) for t in tests))
     return [item for tests in ordered for item in tests]

@@ -506,3 +506,20 @@ def schema_valid(name: str, doc: Any) -> Any:
     with open(path) as handle:
         jsonschema.Draft202012Validator(json.load(handle)).validate(doc)
     return doc
+
+
+class _GoYaml(yaml.SafeDumper):
+    """kubeadm's way of writing a ClusterConfiguration (go-yaml, through sigs.k8s.io/yaml): keys sorted, a
+    string with a newline as a literal block scalar - ``|``, ``|-``, ``|+``, ``|2-`` for a leading space -
+    where the emitter allows one (else double-quoted), a long line wrapped at 80 columns. PyYAML's emitter
+    is the C libyaml's that go-yaml ports: the same block scalar hints (tests/core/test_tinyyaml_multiline.py
+    reads the real go-yaml's output of kubectl)."""
+
+
+_GoYaml.add_representer(str, lambda dumper, value: dumper.represent_scalar(
+    "tag:yaml.org,2002:str", value, style="|" if "\n" in value else None))
+
+
+def go_yaml(value: Any) -> str:
+    """``value`` as kubeadm writes a ClusterConfiguration (``_GoYaml``)."""
+    return yaml.dump(value, Dumper=_GoYaml, sort_keys=True, width=80)

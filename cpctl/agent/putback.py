@@ -331,6 +331,19 @@ def config_conflict_record(who: Mapping[str, object], kept: Kept, where: str, th
                        % (", ".join(keys), said, "it" if len(keys) == 1 else "them", resolve, record or "the record"))}
 
 
+def config_pending_record(who: Mapping[str, object], kept: Kept, where: str, why: object, record: str,
+                          hint: str) -> Dict[str, object]:
+    """The history record ``keep-in-pending`` of a put-back the node-side revert could not make (``why``:
+    YAML it does not read, the API or the kubeconfig unusable), by ``who``: the keep-in record kept
+    (``record``) for the next cpctl command, which puts it back; ``hint``: how to run ``check --kubeadm``."""
+    return {"time": _utc_now(), "user": who["user"], "host": who["host"], "node": who["node"],
+            "action": "keep-in-pending", "component": kept["component"], "file": kept["file"], "checksum": None,
+            "op": kept["op"], "configmap": where, "keepin_record": record, "origin": who["origin"] or "",
+            "reason": ("NOT put back yet (%s): cpctl's --keep-in change stays in the ClusterConfiguration, so the next "
+                       "kubeadm upgrade renders the reverted flag again; the record stays (%s) and the next cpctl "
+                       "command on this node puts it back: run one, and check it (%s)" % (why, record, hint))}
+
+
 def kept_patch_said(what: str, path: str, component: str, removed: bool = False) -> str:
     """The one line about putting a ``--keep-in patches`` file back: ``theirs`` or ``put-back``
     (``removed``: there was none before)."""
@@ -412,7 +425,8 @@ def _plan_keepin(plan: RevertPlan) -> List[str]:
     record), its record dropped, history ``keep-in-undone`` - what ``core.keptin.settle`` does at the
     next cpctl command, done here at once because a master managed over SSH may see none for a long
     time. What cannot be done now (no API, the kubeconfig changed, YAML this agent does not read, a
-    conflict) stays recorded for that next command. One line per record handled."""
+    conflict) stays recorded for that next command, and the history says so (``keep-in-pending``,
+    ``keep-in-conflict``): never lost silently. One line per record handled."""
     state_dir = os.path.dirname(plan["journal"])
     records = [(p, r) for p, r in ((p, _kept_record(p, state_dir, plan["entry"]["file"]))
                                    for p in plan["keepin"]) if r]
@@ -434,7 +448,9 @@ def _plan_keepin(plan: RevertPlan) -> List[str]:
             if settled:
                 unlink(path)
         except (OSError, ValueError) as exc:
-            line = kept_config_said("not-yet", where, kept["component"], why=getattr(exc, "strerror", None) or exc)
+            reason = str(getattr(exc, "strerror", None) or exc)
+            line = kept_config_said("not-yet", where, kept["component"], why=reason)
+            line += _record_pending(plan, kept, where, reason, path)
         if line:
             lines.append(line)
     return lines
@@ -501,6 +517,18 @@ def _put_back_config(plan: RevertPlan, kept: Kept, access: Tuple[str, TlsOptions
     _append_record(plan, config_undone_record(plan["verdict"], kept, where, str(secret_free(plan, version)), new_text,
                                               keys))
     return kept_config_said("put-back", where, kept["component"], version=version, keys=keys), True
+
+
+def _record_pending(plan: RevertPlan, kept: Kept, where: str, why: str, record: str) -> str:
+    """History ``keep-in-pending`` (``config_pending_record``) of a put-back the node-side revert could not
+    make now (YAML it does not read, no API): never lost silently. "" when written, else what to add to
+    the line."""
+    try:
+        _append_record(plan, config_pending_record(plan["verdict"], kept, where, secret_free(plan, why), record,
+                                                   plan["check_hint"]))
+    except OSError as exc:
+        return " (its history record NOT written: %s)" % (exc.strerror or exc)
+    return ""
 
 
 def _record_conflict(plan: RevertPlan, kept: Kept, where: str, text: str, record: str) -> str:

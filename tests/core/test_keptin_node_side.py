@@ -19,6 +19,7 @@ from cpctl.core import keptin
 from cpctl.core import kubeadmconfig as kc
 from cpctl.host.local import LocalHost
 from cpctl.probes.kubeapi import node_access
+from tests.coreutil import go_yaml
 
 CERT, KEY, CA = b"-----BEGIN CERTIFICATE-----\ncert\n", b"-----BEGIN EC PRIVATE KEY-----\nkey\n", b"ca-pem\n"
 
@@ -181,8 +182,8 @@ def test_the_node_sides_yaml_reads_what_kubeadm_and_cpctl_write(text: str) -> No
 
 
 @pytest.mark.parametrize("text", [
-    "a: {b: 1}\n", "a: [1, 2]\n", "a: &x 1\nb: *x\n", "a: !!str 1\n", "a: |\n  x\n", "a: >\n  x\n",
-    "a: b\n  c\n", "a: 1\n---\nb: 2\n", "a: 1\na: 2\n", "a:\n\t- 1\n", "a: \"open\n", "- 1\n- 2\n" * 0 + "x\n",
+    "a: {b: 1}\n", "a: [1, 2]\n", "a: &x 1\nb: *x\n", "a: !!str 1\n", "a: |0\n  x\n", "a: >\n  x\n\u2028\n",
+    "a: b\n  c: d\n", "a: 1\n---\nb: 2\n", "a: 1\na: 2\n", "a:\n\t- 1\n", "a: \"open\n", "- 1\n- 2\n" * 0 + "x\n",
     "a:\n" + "".join("%s- \n" % (" " * i) for i in range(0, 200, 2)),
 ])
 def test_yaml_the_node_side_does_not_read_is_left_to_cpctl(text: str) -> None:
@@ -350,8 +351,7 @@ def test_a_put_back_the_master_refuses_is_in_its_history_with_their_values_never
     assert putback.config_theirs(gone, V3, after) == {}
 
 
-#: a private key as one short line (the node-side YAML subset refuses multi-line scalars: such a text is not
-#: read at all, nothing recorded)
+#: a private key as one short line (a multi-line one: test_the_masters_revert_refuses_a_multi_line_value_...)
 PEM_KEY = "-----BEGIN PRIVATE KEY-----MIIEvQIBADANBgkq-----END PRIVATE KEY-----"
 
 
@@ -383,3 +383,120 @@ def test_a_secret_under_a_harmless_key_name_never_reaches_the_masters_history_fi
     [conflict] = journalseal.parse_records(on_disk)
     assert conflict["theirs"] == {"scheduler.extraArgs.v": REDACTED, "scheduler.extraArgs.profiling": "true"}
     assert "scheduler.extraArgs.profiling=true" in conflict["reason"], conflict
+
+
+
+#: another writer's multi-line values in the ClusterConfiguration: a certificate, an indented first line,
+#: kept trailing newlines, a long line kubeadm wraps
+THEIR_TEXTS = {"ca-pem": "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUX\n-----END CERTIFICATE-----\n",
+               "indented": "  two: spaces first\nthen # not a comment\n\n- nor an item",
+               "kept": "x\n\n\n", "long": "a long value " * 9}
+KUBEADM_V3 = go_yaml(_with_value(V3, lambda c: c["apiServer"]["extraArgs"].update(THEIR_TEXTS)))
+
+
+def _plan_with_kept(tmp_path: Any, before: str, after: str, shown: Any = ()) -> Any:
+    """A revert plan (``_plan_for``) with one keep-in record of cpctl's write of ``after`` over ``before``
+    on disk, as ``core.keptin`` writes it: (plan, the record's path)."""
+    plan = _plan_for(tmp_path, "cpctl -H admin@10.0.0.11 check --kubeadm", shown)
+    (tmp_path / "state" / "keepin").mkdir(mode=0o700)
+    kept = {"op": "0123abcd", "component": "kube-scheduler", "file": "kube-scheduler.yaml", "previous": "a" * 64,
+            "checksum": "b" * 64, "namespace": "kube-system", "name": "kubeadm-config", "key": "ClusterConfiguration",
+            "before": before, "after": after, "resource_version": "7", "time": "2026-12-07T00:00:00Z"}
+    path = tmp_path / "state" / "keepin" / putback.kept_record_name("kube-scheduler.yaml", "0123abcd")
+    path.write_text(json.dumps(kept))
+    plan.update(keepin=[str(path)], entry={"file": "kube-scheduler.yaml"}, api={"server": "from the kubeconfig"})
+    return plan, str(path)
+
+
+def _cluster(monkeypatch: pytest.MonkeyPatch, text: str) -> list:
+    """The API server as the master's revert sees it: the ConfigMap holding ``text``; [(method, body)] asked."""
+    asked: list = []
+
+    def answer(method: str, url: str, access: Any, body: Any = None) -> Any:
+        asked.append((method, body))
+        if method == "GET":
+            return 200, {"data": {"ClusterConfiguration": text}, "metadata": {"resourceVersion": "12"}}
+        return 200, dict(body, metadata={"resourceVersion": "13"})
+    monkeypatch.setattr(putback, "_api_json", answer)
+    monkeypatch.setattr(putback, "_api_from", lambda ref: ("https://10.0.0.11:6443", {}))
+    return asked
+
+
+def _history(tmp_path: Any) -> Any:
+    from cpctl.agent import journalseal
+    from tests.coreutil import schema_valid
+    path = tmp_path / "state" / "history.jsonl"
+    records = journalseal.parse_records(path.read_bytes()) if path.exists() else []
+    schema_valid("history", {"node": "cp-1", "history": records, "host": None})
+    return records
+
+
+def test_the_masters_revert_takes_cpctls_flag_out_beside_multi_line_values(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """Issue 49 item 1, left open: kubeadm writes a string with a newline as a block scalar, and cpctl
+    (PyYAML) as a quoted value over several lines; the master's own revert refused the whole
+    ClusterConfiguration then - the reverted flag stayed for the next ``kubeadm upgrade``, said in syslog
+    only, nothing in ``cpctl history``. Now it reads them: cpctl's flag taken out exactly, the other
+    writers' multi-line values (and the one they added since) kept as they were, ``keep-in-undone``."""
+    after = kc.dump_config(_with_value(KUBEADM_V3, lambda c: c["scheduler"].update(extraArgs={"v": "4"})))
+    theirs = dict(THEIR_TEXTS, profiling="false", motd="  welcome\n\n  to cp-1\n")
+    now = go_yaml(_with_value(after, lambda c: c["controllerManager"].update(extraArgs=theirs)))
+    assert "|2-\n" in KUBEADM_V3 and "|+\n" in now and "-----END CERTIFICATE-----\n\n" in after   # each form
+    plan, record = _plan_with_kept(tmp_path, KUBEADM_V3, after)
+    asked = _cluster(monkeypatch, now)
+    lines = putback._plan_keepin(plan)
+    assert [m for m, _ in asked] == ["GET", "PUT"], lines
+    written = asked[1][1]["data"]["ClusterConfiguration"]
+    cfg = yaml.safe_load(written)
+    assert cfg == _with_value(now, lambda c: c["scheduler"].pop("extraArgs")), written      # scheduler: {} as before
+    assert cfg["apiServer"]["extraArgs"] == dict(THEIR_TEXTS, **{"authorization-mode": "Node,RBAC"})
+    assert cfg["controllerManager"]["extraArgs"] == theirs and cfg["scheduler"] == {}, cfg
+    assert lines == ["kube-system/kubeadm-config: cpctl's scheduler.extraArgs.v put back as before the change, what "
+                     "others changed since kept (resourceVersion 13)"], lines
+    [undone] = _history(tmp_path)
+    assert undone["action"] == "keep-in-undone" and undone["keys"] == ["scheduler.extraArgs.v"], undone
+    assert not os.path.exists(record)
+
+
+@pytest.mark.parametrize("their_v,shown", [
+    ("9\nnine\n", "9\nnine\n"),
+    ("-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkq\n-----END PRIVATE KEY-----\n", "<redacted>"),
+])
+def test_the_masters_revert_refuses_a_multi_line_value_of_theirs_on_cpctls_key(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Any, their_v: str, shown: str) -> None:
+    """Someone else set cpctl's own key to a multi-line value (go-yaml: a block scalar): a conflict, read -
+    nothing written, ``keep-in-conflict`` with their value (a private key's only as ``<redacted>``, in the
+    file on the master too), the record kept."""
+    after = kc.dump_config(_with_value(KUBEADM_V3, lambda c: c["scheduler"].update(extraArgs={"v": "4"})))
+    now = go_yaml(_with_value(after, lambda c: c["scheduler"]["extraArgs"].update(v=their_v)))
+    assert "v: |\n" in now
+    plan, record = _plan_with_kept(tmp_path, KUBEADM_V3, after, shown=["scheduler.extraArgs.v"])
+    asked = _cluster(monkeypatch, now)
+    [line] = putback._plan_keepin(plan)
+    assert [m for m, _ in asked] == ["GET"] and "NOT put back: someone else changed scheduler.extraArgs.v" in line
+    [conflict] = _history(tmp_path)
+    assert conflict["action"] == "keep-in-conflict" and conflict["theirs"] == {"scheduler.extraArgs.v": shown}
+    assert b"MIIEvQIBADANBgkq" not in (tmp_path / "state" / "history.jsonl").read_bytes()
+    assert conflict["keepin_record"] == record and os.path.exists(record)
+
+
+@pytest.mark.parametrize("now", [
+    KUBEADM_V3.replace("kind: ClusterConfiguration", "kind: &k ClusterConfiguration"),       # an anchor
+    KUBEADM_V3.replace("    indented: |2-\n", "    indented: |2-\n    \u2028\n"),               # a raw U+2028
+])
+def test_what_the_masters_revert_cannot_read_is_in_its_history_never_lost_silently(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Any, now: str) -> None:
+    """YAML the agent still does not read: nothing written, said loudly - the line, and a ``keep-in-pending``
+    history record ``cpctl history`` shows (locally and over ``-H``) with the record kept for the next cpctl
+    command, which reads any YAML and puts it back, and the check to run meanwhile."""
+    after = kc.dump_config(_with_value(KUBEADM_V3, lambda c: c["scheduler"].update(extraArgs={"v": "4"})))
+    plan, record = _plan_with_kept(tmp_path, KUBEADM_V3, after)
+    asked = _cluster(monkeypatch, now)
+    [line] = putback._plan_keepin(plan)
+    assert [m for m, _ in asked] == ["GET"] and "kube-system/kubeadm-config NOT put back yet (" in line, line
+    [pending] = _history(tmp_path)
+    assert pending["action"] == "keep-in-pending" and pending["keepin_record"] == record and os.path.exists(record)
+    assert pending["configmap"] == "kube-system/kubeadm-config" and "node-side plan" in pending["origin"]
+    assert "YAML the master's revert does not read" in pending["reason"], pending
+    assert "the next cpctl command on this node puts it back" in pending["reason"]
+    assert pending["reason"].endswith("check it (cpctl -H admin@10.0.0.11 check --kubeadm)"), pending

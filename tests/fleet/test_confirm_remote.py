@@ -383,8 +383,10 @@ def test_the_masters_revert_takes_out_exactly_cpctls_flag_and_keeps_anothers_edi
         c.setdefault("controllerManager", {}).setdefault("extraArgs", {}).update(profiling="false"),
         c["scheduler"]["extraArgs"].update({"bind-address": "0.0.0.0"})))
     keepin = os.path.join(str(master.lab.state_dir(1)), "keepin")
-    wait_for(lambda: "keep-in-undone" in master.actions() and not _kept_records(keepin, ".json"), 150,
-             "the master puts cpctl's key back")
+    # the whole revert done (its ``reverted`` after its keep-in-undone) before the next arm: a verdict of this
+    # revert appended after the next arm would end that arm's wait below before its own revert is recorded
+    wait_for(lambda: "keep-in-undone" in master.actions() and master.actions()[-1] == "reverted"
+             and not _kept_records(keepin, ".json"), 150, "the master puts cpctl's key back")
     cfg = yaml.safe_load(_cluster_configuration(master)["data"]["ClusterConfiguration"])
     assert master.read() == original
     assert dict(kc.extra_args(cfg, "scheduler")) == {"bind-address": "0.0.0.0"}, cfg
@@ -435,3 +437,85 @@ def test_a_private_key_of_theirs_under_a_harmless_key_never_reaches_the_masters_
     conflicts = [r for r in read_history(str(master.lab.state_dir(1))) if r["action"] == "keep-in-conflict"]
     assert len(conflicts) == 1 and conflicts[0]["theirs"] == {"scheduler.extraArgs.v": REDACTED}, conflicts
     assert "node-side plan" in conflicts[0]["origin"], conflicts
+
+
+def _write_cluster_configuration(master: Master, text: str) -> None:
+    """Another writer puts ``text`` in kubeadm-config as it is (kubectl replace, over the resourceVersion
+    read) - kubeadm's own upload writes go-yaml's form (``tests.coreutil.go_yaml``)."""
+    from tests.labfixture import KUBECTL
+    cm = _cluster_configuration(master)
+    cm["data"]["ClusterConfiguration"] = text
+    path = os.path.join(str(master.lab.dir), "cm-edit.json")
+    with open(path, "w") as handle:
+        json.dump(cm, handle)
+    subprocess.run([KUBECTL, "--kubeconfig", master.lab.kubeconfig, "replace", "-f", path], check=True,
+                   capture_output=True, text=True, timeout=60)
+
+
+def _with_args(cfg: Any, section: str, args: Any) -> Any:
+    """``cfg`` with ``args`` added to ``section``'s extraArgs (a v1beta3 map or a v1beta4 list)."""
+    found = cfg.setdefault(section, {}).setdefault("extraArgs", {})
+    if isinstance(found, list):
+        found.extend({"name": k, "value": v} for k, v in args.items())
+    else:
+        found.update(args)
+    return cfg
+
+
+def test_the_masters_revert_reads_the_multi_line_values_kubeadm_writes(master: Master) -> None:
+    """Issue 49 item 1, left open, on a master without cpctl: kubeadm's ClusterConfiguration holds
+    multi-line values (go-yaml: block scalars ``|``, ``|2-``, ``|+``; cpctl writes them back quoted over
+    lines). The master's own revert used to refuse the whole text - the reverted flag stayed for the next
+    ``kubeadm upgrade``, said in syslog only. Now it takes exactly cpctl's flag out and keeps every
+    multi-line value as it was. YAML it still does not read (an anchor) is in the master's history,
+    ``keep-in-pending``, the record kept - and the next cpctl command over ``-H`` puts it back."""
+    import yaml
+
+    from cpctl.core import kubeadmconfig as kc
+    from tests.coreutil import go_yaml
+    node_conf = os.path.join(str(master.lab.root_dir(1)), "etc", "kubernetes", "admin.conf")
+    write_inventory(master.inv, {"master": dict(host="master", **dict(lab_vars(master.lab, 1), kubeconfig=node_conf))})
+    original = master.read()
+    kubeadms = {"audit-note": "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUX\n-----END CERTIFICATE-----\n",
+                "indented-note": "  two: spaces first\nthen # not a comment\n", "kept-note": "x\n\n\n"}
+    cfg = yaml.safe_load(_cluster_configuration(master)["data"]["ClusterConfiguration"])
+    _write_cluster_configuration(master, go_yaml(_with_args(cfg, "apiServer", kubeadms)))
+    master.run("flags", "scheduler", "--set", "v=4", "--keep-in", "kubeadm-config", "--confirm-within", "20s", *FAST)
+    theirs = {"profiling": "false", "motd-note": "  welcome\n\n  to the master\n"}
+    written = yaml.safe_load(_cluster_configuration(master)["data"]["ClusterConfiguration"])
+    assert dict(kc.extra_args(written, "scheduler"))["v"] == "4"
+    text = go_yaml(_with_args(written, "controllerManager", theirs))
+    assert "-note: |2\n" in text and "-note: |+\n" in text, text
+    _write_cluster_configuration(master, text)
+    keepin = os.path.join(str(master.lab.state_dir(1)), "keepin")
+    # the end of it: ``reverted`` (its verdict, after the keep-in part): the plan run is over - a verdict
+    # appended after the next arm would end the next wait early
+    wait_for(lambda: master.actions()[-2:] == ["keep-in-undone", "reverted"] and not _kept_records(keepin, ".json"),
+             150, "the master puts cpctl's key back")
+    cfg = yaml.safe_load(_cluster_configuration(master)["data"]["ClusterConfiguration"])
+    assert master.read() == original
+    assert "v" not in dict(kc.extra_args(cfg, "scheduler")), cfg
+    assert dict(kc.extra_args(cfg, "apiServer")).items() >= kubeadms.items(), cfg       # byte for byte in value
+    assert dict(kc.extra_args(cfg, "controllerManager")) == theirs, cfg
+    undone = [r for r in read_history(str(master.lab.state_dir(1))) if r["action"] == "keep-in-undone"]
+    assert len(undone) == 1 and undone[0]["keys"] == ["scheduler.extraArgs.v"], undone
+    assert "node-side plan" in undone[0]["origin"], undone
+
+    # YAML the agent still does not read: refused loudly - the master's history says so, the record kept
+    master.run("flags", "scheduler", "--set", "v=5", "--keep-in", "kubeadm-config", "--confirm-within", "20s", *FAST)
+    text = _cluster_configuration(master)["data"]["ClusterConfiguration"]
+    _write_cluster_configuration(master, text.replace("kind: ClusterConfiguration", "kind: &k ClusterConfiguration"))
+    wait_for(lambda: master.read() == original and master.actions()[-2:] == ["keep-in-pending", "reverted"], 150,
+             "the master reverts the manifest (and cannot read the ClusterConfiguration)")
+    [record] = _kept_records(keepin, ".json")
+    pending = [r for r in read_history(str(master.lab.state_dir(1))) if r["action"] == "keep-in-pending"]
+    assert len(pending) == 1 and pending[0]["keepin_record"] == os.path.join(keepin, record), pending
+    assert "YAML the master's revert does not read" in pending[0]["reason"], pending
+    shown = master.run("history", "scheduler").stdout                 # what the operator sees over -H
+    assert "keep-in-pending" in shown and "the next cpctl command on this node puts it back" in shown, shown
+    assert dict(kc.extra_args(yaml.safe_load(_cluster_configuration(master)["data"]["ClusterConfiguration"]),
+                              "scheduler"))["v"] == "5"                # still there: the next cpctl command ...
+    master.run("status")                                              # ... over -H reads any YAML: put back
+    cfg = yaml.safe_load(_cluster_configuration(master)["data"]["ClusterConfiguration"])
+    assert "v" not in dict(kc.extra_args(cfg, "scheduler")) and not _kept_records(keepin, ".json"), cfg
+    assert dict(kc.extra_args(cfg, "apiServer")).items() >= kubeadms.items(), cfg

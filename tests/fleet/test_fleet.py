@@ -166,7 +166,8 @@ def test_pool_connects_in_parallel_once_per_host(sshd_many: List[SSHServer], fle
 
         first = run_parallel(specs, step)
         second = run_parallel(specs, step)
-    assert [r.status for r in first] == ["changed", "changed", "changed", "unreachable"], [(r.host, r.error) for r in first]
+    assert [r.status for r in first] == ["changed", "changed", "changed", "unreachable"], \
+        [(r.host, r.error) for r in first]
     assert [r.data for r in first[:3]] == [r.data for r in second[:3]]      # same agents reused
     assert [_accepted(s) for s in sshd_many] == [b + 1 for b in before]      # one connection each
     assert (tmp_path / "master2").read_bytes() == b"master2"

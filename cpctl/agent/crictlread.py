@@ -5,9 +5,14 @@ Standard library only, Python 3.8 syntax: shipped to masters as part of the agen
 
 import errno
 import time
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from cpctl.agent.fileops import run
 from cpctl.agent.httpops import http
+from cpctl.agent.shapes import CrictlPod, PlanVerify, PodIdentity
+
+#: How crictl is run where the pod is: ``run(argv, timeout, limit)`` -> (rc, stdout, stderr)
+Runner = Callable[[List[str], float, int], Tuple[int, bytes, bytes]]
 
 # --- the runtime's view of a static pod: ONE reading of crictl's JSON, for cpctl's crictl probe
 # (``cpctl.probes.crictl``, through a Host) and for the node-side revert's verification (here) ----------
@@ -18,19 +23,19 @@ class PodLookError(Exception):
     """crictl could not tell (busy or refused socket, a timeout, output that is not its JSON);
     ``missing``: it is not installed - it will not appear later in the run."""
 
-    def __init__(self, message, missing=False):
+    def __init__(self, message: str, missing: bool = False) -> None:
         Exception.__init__(self, message)
         self.message = message
         self.missing = missing
 
 
-def _one_line(data):
+def _one_line(data: bytes) -> str:
     """A program's stderr as one printable line of at most 200 characters."""
     text = data.decode("utf-8", "replace")
     return " ".join("".join(c if c.isprintable() else " " for c in text).split())[:200]
 
 
-def _nanos(value):
+def _nanos(value: object) -> int:
     """A crictl ``createdAt`` (nanoseconds, a string in JSON; 0 when it is not a number)."""
     if isinstance(value, bool):
         return 0
@@ -39,7 +44,7 @@ def _nanos(value):
     return int(value) if isinstance(value, str) and value.isdigit() else 0
 
 
-def _crictl_restarts(containers):
+def _crictl_restarts(containers: Sequence[Mapping[str, object]]) -> Optional[int]:
     """Restarts of the running containers: the kubelet's restartCount annotation, else the CRI
     attempt number (the kubelet counts attempts from 0 in each sandbox); None when neither says."""
     total, known = 0, False
@@ -54,7 +59,7 @@ def _crictl_restarts(containers):
     return total if known else None
 
 
-def crictl_json(run, crictl, args, deadline, least):
+def crictl_json(run: Runner, crictl: str, args: Sequence[str], deadline: float, least: float) -> Dict[str, object]:
     """``crictl ARGS -o json`` as an object, within ``deadline`` (time.monotonic()); ``run(argv,
     timeout, limit)`` -> (rc, stdout, stderr) runs it where the pod is."""
     import json
@@ -82,7 +87,7 @@ def crictl_json(run, crictl, args, deadline, least):
     return value
 
 
-def _crictl_list(value, key, what):
+def _crictl_list(value: Mapping[str, object], key: str, what: str) -> List[Dict[str, object]]:
     """``value[key]``: a list of objects (crictl's JSON, untrusted), else PodLookError."""
     if key not in value:
         raise PodLookError("crictl %s printed no %s list" % (what, key))
@@ -94,7 +99,7 @@ def _crictl_list(value, key, what):
     return items
 
 
-def _crictl_text(value, key, what):
+def _crictl_text(value: Mapping[str, object], key: str, what: str) -> str:
     found = value.get(key, "")
     if found is None:
         return ""
@@ -103,7 +108,8 @@ def _crictl_text(value, key, what):
     return found
 
 
-def crictl_pod(run, crictl, name, namespace, timeout, least=0.2):
+def crictl_pod(run: Runner, crictl: str, name: str, namespace: str, timeout: float,
+               least: float = 0.2) -> CrictlPod:
     """The static pod ``namespace/name`` as the runtime sees it: its newest ready sandbox and the
     containers running in it - a dict with ``present``, ``ready`` (every container of the sandbox
     running), ``phase``, ``uid`` (the sandbox's pod uid), ``containers`` (running IDs), ``started``
@@ -137,7 +143,7 @@ def crictl_pod(run, crictl, name, namespace, timeout, least=0.2):
             "restarts": _crictl_restarts(running)}
 
 
-def is_new_since(now, before):
+def is_new_since(now: PodIdentity, before: Optional[PodIdentity]) -> bool:
     """True when the pod seen ``now`` cannot be the one seen ``before`` (dicts as ``crictl_pod``
     gives; ``before`` None or not present: anything is new): another pod uid, no container in
     common, or a later container start. cpctl's waiter (``PodState.is_new_since``) and the
@@ -148,16 +154,17 @@ def is_new_since(now, before):
         return True
     if now.get("containers") and before.get("containers") and not set(now["containers"]) & set(before["containers"]):
         return True
-    return bool(now.get("started") and before.get("started") and now["started"] > before["started"])
+    started, earlier = now.get("started"), before.get("started")
+    return bool(started and earlier and started > earlier)
 
 
-def _run_here(argv, timeout, limit):
+def _run_here(argv: List[str], timeout: float, limit: int) -> Tuple[int, bytes, bytes]:
     """``run`` on this node as ``crictl_pod`` calls it: (rc, stdout, stderr)."""
     done = run(argv, timeout=timeout, limit=limit)
     return done["rc"], done["stdout"], done["stderr"]
 
 
-def _plan_verify(check):
+def _plan_verify(check: PlanVerify) -> Tuple[bool, str]:
     """The reverted version runs, judged as cpctl's waiter judges it when it looks through crictl and
     the health endpoint: the pod as ``crictl_pod`` reads it (cpctl's crictl probe's reading),
     Ready and new since the one seen at arm time (``is_new_since``, the waiter's rule; no crictl on
@@ -165,7 +172,7 @@ def _plan_verify(check):
     ``settle`` seconds later. (ok, why)."""
     deadline = time.time() + check["timeout"]
     before = check["before"]
-    healthy_since = None
+    healthy_since: Optional[float] = None
     why = "not seen yet"
     seen_why = ""        # the last reading crictl gave: a last look cut short by the deadline does not hide it
     while time.time() < deadline:

@@ -7,6 +7,7 @@ import binascii
 import errno
 import os
 import time
+from typing import TYPE_CHECKING, Iterator, Optional, Set, Tuple, TypedDict
 
 from cpctl.agent.fileops import _unlink_quiet, _write_all, fsync_dir, lstat, rename_noreplace, temp_name
 from cpctl.agent.httpops import (
@@ -22,10 +23,55 @@ from cpctl.agent.httpops import (
     _http_headers,
     _http_request,
     _http_target,
+    _HttpConnection,
     _HttpError,
     _printable,
 )
 from cpctl.agent.rpc import OPS
+from cpctl.agent.shapes import SnapshotInfo, TlsOptions
+
+if TYPE_CHECKING:
+    import hashlib
+    import types
+
+
+class _Streamed(TypedDict):
+    """What ``_snapshot_message`` keeps between messages: the running sha256, the last 32 bytes seen
+    (etcd's sha256 of them all when the stream ends), bytes written, their limit, the file written."""
+
+    hash: "hashlib._Hash"
+    held: bytes
+    size: int
+    limit: int
+    fd: int
+
+
+class _BoltMeta(TypedDict):
+    """The meta page ``bolt_status`` reads the tree from: its root page, page count, txid, page size."""
+
+    root: int
+    pgid: int
+    txid: int
+    page_size: int
+
+
+class _BoltWalk(TypedDict):
+    """What a walk of the bbolt tree keeps: keys and revision counted, the file, its meta, pages seen."""
+
+    keys: int
+    revision: int
+    fd: int
+    meta: _BoltMeta
+    struct: "types.ModuleType"
+    seen: Set[int]
+
+
+class _BoltCount(TypedDict):
+    """What ``bolt_status`` counts (``etcdutl snapshot status``): revision, totalKey, totalSize."""
+
+    revision: int
+    keys: int
+    total_size: int
 
 # --------------------------------------------------------------------------- etcd snapshots
 
@@ -36,7 +82,8 @@ BOLT_PAGE_LIMIT = 1 << 16          # bbolt's page size is the OS page size (4 Ki
 BOLT_DEPTH_LIMIT = 64
 
 
-def etcd_snapshot(url, path, tls=None, timeout=3600.0, limit=1 << 40):
+def etcd_snapshot(url: str, path: str, tls: Optional[TlsOptions] = None, timeout: float = 3600.0,
+                  limit: int = 1 << 40) -> SnapshotInfo:
     """``POST url`` (etcd's ``/v3/maintenance/snapshot`` on its v3 JSON gateway) streamed into a
     new file ``path`` here on the node, never held in memory: each message's base64 ``blob`` is
     written to a dot-temp sibling (0600) as it arrives. The stream is etcd's database followed by
@@ -71,11 +118,11 @@ def etcd_snapshot(url, path, tls=None, timeout=3600.0, limit=1 << 40):
         _unlink_quiet(tmp)
         raise
     fsync_dir(os.path.dirname(path) or ".")
-    stats.update({"size": size, "sha256": digest})
-    return stats
+    return {"revision": stats["revision"], "keys": stats["keys"], "total_size": stats["total_size"], "size": size,
+            "sha256": digest}
 
 
-def _snapshot_stream(url, tls, deadline, limit, fd):
+def _snapshot_stream(url: str, tls: Optional[TlsOptions], deadline: float, limit: int, fd: int) -> Tuple[int, str]:
     """(bytes written, the sha256 hex etcd appended) of the snapshot stream at ``url``, checked."""
     import hashlib
     scheme, host, port, target = _http_target(url)
@@ -89,7 +136,7 @@ def _snapshot_stream(url, tls, deadline, limit, fd):
         if status != 200:
             raise _HttpError(errno.EPROTO, "HTTP %d: %s" % (status, _gateway_error(
                 _http_body(conn, framing, 64 << 10))))
-        state = {"hash": hashlib.sha256(), "held": b"", "size": 0, "limit": limit, "fd": fd}
+        state: _Streamed = {"hash": hashlib.sha256(), "held": b"", "size": 0, "limit": limit, "fd": fd}
         pending = bytearray()
         for piece in _http_pieces(conn, framing):
             pending += piece
@@ -112,7 +159,7 @@ def _snapshot_stream(url, tls, deadline, limit, fd):
     return size, binascii.hexlify(state["held"]).decode("ascii")
 
 
-def _http_pieces(conn, framing):
+def _http_pieces(conn: _HttpConnection, framing: int) -> Iterator[bytes]:
     """The body of an answer piece by piece (chunked, a Content-Length or until the server closes);
     a body cut short is an EPROTO error, never a shorter body."""
     if framing == _CHUNKED:
@@ -138,7 +185,7 @@ def _http_pieces(conn, framing):
         yield chunk
 
 
-def _snapshot_message(line, state):
+def _snapshot_message(line: bytes, state: _Streamed) -> None:
     """One streamed ``{"result": {"blob": BASE64, ...}}`` (or ``{"error": ...}``) written out;
     every byte but the last 32 seen so far goes into the running sha256."""
     import json
@@ -170,7 +217,7 @@ def _snapshot_message(line, state):
     state["held"] = joined
 
 
-def _gateway_error(body):
+def _gateway_error(body: bytes) -> str:
     """The gateway's error message (``{"error": {"message": ...}}`` or ``{"message": ...}``), printable."""
     import json
     try:
@@ -186,7 +233,7 @@ def _gateway_error(body):
     return "no reason given"
 
 
-def bolt_status(path):
+def bolt_status(path: str) -> _BoltCount:
     """What ``etcdutl snapshot status`` counts in the bbolt database at ``path``: the revision (the
     main revision of the last key of bucket ``key``) and the keys of every bucket (``totalKey``),
     and bbolt's own size (``totalSize``: its page count times its page size). The file is read a
@@ -196,7 +243,7 @@ def bolt_status(path):
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         meta = _bolt_meta(fd, struct)
-        state = {"keys": 0, "revision": 0, "fd": fd, "meta": meta, "struct": struct, "seen": set()}
+        state: _BoltWalk = {"keys": 0, "revision": 0, "fd": fd, "meta": meta, "struct": struct, "seen": set()}
         for name, value, flags in _bolt_items(state, meta["root"], None, 0):
             if not flags & 1:
                 raise _HttpError(errno.EPROTO, "not an etcd database (a key outside a bucket)")
@@ -212,9 +259,9 @@ def bolt_status(path):
     return {"revision": state["revision"], "keys": state["keys"], "total_size": meta["pgid"] * meta["page_size"]}
 
 
-def _bolt_meta(fd, struct):
+def _bolt_meta(fd: int, struct: "types.ModuleType") -> _BoltMeta:
     """The newer valid one of bbolt's two meta pages (magic, version 2, FNV-1a checksum)."""
-    best = None
+    best: Optional[_BoltMeta] = None
     head = os.pread(fd, 16 + 64, 0)
     if len(head) < 80:
         raise _HttpError(errno.EPROTO, "not an etcd database (too short)")
@@ -235,14 +282,14 @@ def _bolt_meta(fd, struct):
     return best
 
 
-def _fnv64a(data):
+def _fnv64a(data: bytes) -> int:
     value = 0xCBF29CE484222325
     for byte in bytearray(data):
         value = ((value ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
     return value
 
 
-def _bolt_bucket(state, value, depth):
+def _bolt_bucket(state: _BoltWalk, value: bytes, depth: int) -> Iterator[bytes]:
     """The keys of one bucket (its value: root page id and sequence, an inline page after them)."""
     if len(value) < 16:
         raise _HttpError(errno.EPROTO, "not an etcd database (a bucket header)")
@@ -252,7 +299,7 @@ def _bolt_bucket(state, value, depth):
         yield key
 
 
-def _bolt_items(state, pgid, inline, depth):
+def _bolt_items(state: _BoltWalk, pgid: int, inline: Optional[bytes], depth: int) -> Iterator[Tuple[bytes, bytes, int]]:
     """(key, value, flags) of every leaf element under page ``pgid`` (or the ``inline`` page), in order."""
     struct = state["struct"]
     meta = state["meta"]

@@ -9,23 +9,26 @@ import os
 import stat
 import sys
 import time
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set
+
+from cpctl.agent.shapes import DirEntry, HostInfo, RunAnswer, Stat
 
 # base64 and json (both import re), socket and subprocess are left out on purpose: every remote
 # run starts this agent on every master, and each of them adds to its start-up (see _json_codec).
 
 TEMP_MARK = ".cpctl-tmp"
-_HELD_LOCKS = {}  # type: dict
+_HELD_LOCKS: Dict[str, int] = {}
 
 
 class LockBusy(Exception):
     """The node lock is held by another cpctl run; ``holder`` says by whom."""
 
-    def __init__(self, holder):
+    def __init__(self, holder: str) -> None:
         Exception.__init__(self, holder)
         self.holder = holder
 
 
-def _kind(mode):
+def _kind(mode: int) -> str:
     if stat.S_ISLNK(mode):
         return "symlink"
     if stat.S_ISREG(mode):
@@ -35,7 +38,7 @@ def _kind(mode):
     return "other"
 
 
-def lstat(path):
+def lstat(path: str) -> Optional[Stat]:
     """Return the file's metadata without following a symlink, or None when absent."""
     try:
         st = os.lstat(path)
@@ -47,12 +50,12 @@ def lstat(path):
     }
 
 
-def listdir(path):
+def listdir(path: str) -> List[str]:
     """Sorted names in a directory (kubelet also works on a sorted listing)."""
     return sorted(os.listdir(path))
 
 
-def scan_dir(path, limit):
+def scan_dir(path: str, limit: int) -> List[DirEntry]:
     """One round trip for a whole directory: each entry's lstat and, for regular files of at most
     ``limit`` bytes, its bytes. Remote status and drift checks need the whole manifests dir at once.
 
@@ -60,13 +63,13 @@ def scan_dir(path, limit):
     link's own lstat ("kind": "symlink", so that nobody moves or writes through it) and gains
     "target" (the link's text), "target_kind" (None when dangling or looping, with "error") and
     "target_size", plus the target's bytes when that is a regular file of at most ``limit`` bytes."""
-    entries = []
+    entries: List[DirEntry] = []
     for name in listdir(path):
         full = os.path.join(path, name)
-        info = lstat(full)
-        if info is None:
+        seen = lstat(full)
+        if seen is None:
             continue
-        info["name"] = name
+        info = _dir_entry(seen, name)
         size = info["size"]
         if info["kind"] == "symlink":
             size = _link_target(full, info)
@@ -79,7 +82,13 @@ def scan_dir(path, limit):
     return entries
 
 
-def _link_target(path, info):
+def _dir_entry(seen: Stat, name: str) -> DirEntry:
+    """The lstat ``seen`` of the entry ``name`` as an entry of ``scan_dir``."""
+    return {"kind": seen["kind"], "mode": seen["mode"], "uid": seen["uid"], "gid": seen["gid"], "size": seen["size"],
+            "mtime": seen["mtime"], "dev": seen["dev"], "name": name}
+
+
+def _link_target(path: str, info: DirEntry) -> int:
     """Add what the symlink ``path`` points to (its text, kind and size) to its ``info``; the
     target's size."""
     try:
@@ -94,7 +103,7 @@ def _link_target(path, info):
     return st.st_size
 
 
-def read_file(path, limit, follow=False):
+def read_file(path: str, limit: int, follow: bool = False) -> bytes:
     """Read a regular file, never through a symlink unless ``follow``; refuse files over ``limit``
     bytes. Opened non-blocking, so that a FIFO put in its place is refused instead of waited on."""
     flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW)
@@ -118,7 +127,7 @@ def read_file(path, limit, follow=False):
         os.close(fd)
 
 
-def read_tail(path, limit):
+def read_tail(path: str, limit: int) -> bytes:
     """The last ``limit`` bytes of a regular file (never through a symlink): a log's newest lines
     without reading all of it."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -141,7 +150,7 @@ def read_tail(path, limit):
         os.close(fd)
 
 
-def compress(src, dst):
+def compress(src: str, dst: str) -> None:
     """gzip ``src`` into a new file ``dst`` (dot-temp + fsync + no-replace rename, 0600); ``src``
     stays. Runs where the file is, so a large log never travels over SSH to be compressed."""
     import zlib
@@ -170,13 +179,13 @@ def compress(src, dst):
     fsync_dir(os.path.dirname(dst) or ".")
 
 
-def _write_all(fd, data):
+def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
 
 
-def fsync_dir(path):
+def fsync_dir(path: str) -> None:
     """Make a rename or unlink in ``path`` durable."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
@@ -185,18 +194,18 @@ def fsync_dir(path):
         os.close(fd)
 
 
-def is_temp_name(name):
+def is_temp_name(name: str) -> bool:
     """True for the dot-temp files ``temp_name`` makes (left behind only by a killed writer)."""
     return name.startswith(".") and TEMP_MARK in name
 
 
-def temp_name(path):
+def temp_name(path: str) -> str:
     """Dot-prefixed sibling used while writing ``path``: kubelet ignores dot files."""
     directory, name = os.path.split(path)
     return os.path.join(directory, ".%s%s-%d" % (name, TEMP_MARK, os.getpid()))
 
 
-def _write_new(path, data, mode, uid, gid):
+def _write_new(path: str, data: bytes, mode: int, uid: Optional[int], gid: Optional[int]) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         view = memoryview(data)
@@ -213,14 +222,15 @@ def _write_new(path, data, mode, uid, gid):
     os.close(fd)
 
 
-def _unlink_quiet(path):
+def _unlink_quiet(path: str) -> None:
     try:
         os.unlink(path)
     except OSError:
         pass
 
 
-def write_atomic(path, data, mode=0o600, uid=None, gid=None, expect=None):
+def write_atomic(path: str, data: bytes, mode: int = 0o600, uid: Optional[int] = None, gid: Optional[int] = None,
+                 expect: Optional[str] = None) -> None:
     """Write ``data`` to a dot-temp sibling, fsync it, rename it over ``path``, fsync the dir.
 
     A reader (the kubelet) sees either the old file or the complete new one, never a part.
@@ -240,7 +250,7 @@ def write_atomic(path, data, mode=0o600, uid=None, gid=None, expect=None):
     fsync_dir(os.path.dirname(path) or ".")
 
 
-def _check_current(path, expect):
+def _check_current(path: str, expect: str) -> None:
     """Raise unless ``path`` holds the bytes whose sha256 is ``expect`` ("absent": no file)."""
     import hashlib
     info = lstat(path)
@@ -254,7 +264,7 @@ def _check_current(path, expect):
         raise OSError(errno.ESTALE, "changed meanwhile", path)
 
 
-def move(src, dst):
+def move(src: str, dst: str) -> str:
     """Move a regular file, never replacing ``dst``; return "rename" or "copy".
 
     Same filesystem: one atomic no-replace rename. Across filesystems (EXDEV): ``move_across``.
@@ -277,7 +287,7 @@ def move(src, dst):
     return "rename"
 
 
-def move_across(src, dst, remove=None):
+def move_across(src: str, dst: str, remove: Optional[Callable[[str], None]] = None) -> str:
     """The EXDEV half of ``move``: copy to a dot-temp in the target dir keeping bytes, mode and
     owner, fsync, no-replace rename into place, fsync, then remove the source; return "copy".
 
@@ -307,13 +317,16 @@ def move_across(src, dst, remove=None):
     return "copy"
 
 
+#: renameat2(olddirfd, oldpath, newdirfd, newpath, flags) of the C library
+_Renameat2 = Callable[[int, bytes, int, bytes, int], int]
+
 _AT_FDCWD = -100
 _RENAME_NOREPLACE = 1
 # [the C function, or None], looked up on the first move (ctypes costs the agent ~2 ms)
-_RENAMEAT2 = []  # type: list
+_RENAMEAT2: List[Optional[_Renameat2]] = []
 
 
-def _renameat2():
+def _renameat2() -> Optional[_Renameat2]:
     if not _RENAMEAT2:
         try:
             import ctypes
@@ -324,7 +337,7 @@ def _renameat2():
     return _RENAMEAT2[0]
 
 
-def rename_noreplace(src, dst):
+def rename_noreplace(src: str, dst: str) -> None:
     """rename(2) that fails with EEXIST instead of replacing ``dst``.
 
     renameat2(RENAME_NOREPLACE) where the C library and the filesystem have it; else link(2) then
@@ -343,7 +356,7 @@ def rename_noreplace(src, dst):
     os.unlink(src)
 
 
-def unlink(path, missing_ok=True):
+def unlink(path: str, missing_ok: bool = True) -> bool:
     """Remove a file and make the removal durable."""
     try:
         os.unlink(path)
@@ -355,7 +368,7 @@ def unlink(path, missing_ok=True):
     return True
 
 
-def makedirs(path, mode=0o700):
+def makedirs(path: str, mode: int = 0o700) -> None:
     """Create ``path`` (and parents) with ``mode`` when missing; never chmod an existing dir."""
     if lstat(path) is None:
         try:
@@ -365,11 +378,11 @@ def makedirs(path, mode=0o700):
         os.chmod(path, mode)
 
 
-def chmod(path, mode):
+def chmod(path: str, mode: int) -> None:
     os.chmod(path, mode)
 
 
-def append(path, data):
+def append(path: str, data: bytes) -> None:
     """Append one record durably (history); the file is created 0600."""
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
@@ -383,7 +396,7 @@ def append(path, data):
         os.close(fd)
 
 
-def lock(path, timeout, holder):
+def lock(path: str, timeout: float, holder: str) -> None:
     """Take an exclusive flock on ``path``, waiting at most ``timeout`` seconds.
 
     The lock lives as long as this process holds the descriptor, so a killed cpctl (or a
@@ -401,7 +414,7 @@ def lock(path, timeout, holder):
     _HELD_LOCKS[path] = fd
 
 
-def unlock(path):
+def unlock(path: str) -> None:
     fd = _HELD_LOCKS.pop(path, None)
     if fd is not None:
         if path not in _DIR_LOCKS:
@@ -410,10 +423,10 @@ def unlock(path):
         os.close(fd)
 
 
-_DIR_LOCKS = set()  # type: set
+_DIR_LOCKS: Set[str] = set()
 
 
-def lock_dir(path, timeout):
+def lock_dir(path: str, timeout: float) -> None:
     """Take an exclusive flock on the directory ``path`` itself, waiting at most ``timeout`` s.
 
     It covers the manifests dir whatever state dir a cpctl run uses: two runs with different
@@ -430,7 +443,7 @@ def lock_dir(path, timeout):
     _DIR_LOCKS.add(path)
 
 
-def _flock_within(fd, timeout):
+def _flock_within(fd: int, timeout: float) -> bool:
     """Exclusive flock on ``fd``, retried until ``timeout``; False when still busy then."""
     deadline = time.monotonic() + timeout
     delay = 0.005
@@ -445,7 +458,8 @@ def _flock_within(fd, timeout):
             delay = min(delay * 2, 0.1)
 
 
-def run(argv, timeout=60.0, stdin=b"", env=None, limit=None):
+def run(argv: Sequence[str], timeout: float = 60.0, stdin: bytes = b"", env: Optional[Mapping[str, str]] = None,
+        limit: Optional[int] = None) -> RunAnswer:
     """Run a program without a shell (arguments are never parsed by a shell). With ``limit``, only
     the last ``limit`` bytes of each of stdout and stderr are kept (``cut``: how many were dropped),
     so a program printing without end costs bounded memory here and on the wire."""
@@ -454,8 +468,10 @@ def run(argv, timeout=60.0, stdin=b"", env=None, limit=None):
         full_env = dict(os.environ)
         full_env.update(env)
     if _not_found(argv[0], full_env):      # what the exec would say, without forking to hear it
-        missing = {"rc": 127, "stdout": b"", "stderr": ("%s: not found" % argv[0]).encode()}
-        return missing if limit is None else dict(missing, cut=0)
+        missing: RunAnswer = {"rc": 127, "stdout": b"", "stderr": ("%s: not found" % argv[0]).encode()}
+        if limit is not None:
+            missing["cut"] = 0
+        return missing
     import subprocess
     if limit is not None:
         return _run_bounded(argv, timeout, stdin, full_env, limit)
@@ -469,7 +485,7 @@ def run(argv, timeout=60.0, stdin=b"", env=None, limit=None):
     return {"rc": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
 
 
-def _not_found(program, env):
+def _not_found(program: str, env: Optional[Mapping[str, str]]) -> bool:
     """True only when running ``program`` would fail with "not found" (ENOENT): no file of that name
     in any dir of the PATH the child would search (``env``'s, else ours), or no such path. A probe
     of a missing crictl then costs a few stat calls, not a fork of this process and an import of
@@ -479,7 +495,8 @@ def _not_found(program, env):
     return not any(os.path.lexists(os.path.join(directory, program)) for directory in os.get_exec_path(env))
 
 
-def _run_bounded(argv, timeout, stdin, env, limit):
+def _run_bounded(argv: Sequence[str], timeout: float, stdin: bytes, env: Optional[Mapping[str, str]],
+                 limit: int) -> RunAnswer:
     """``run`` keeping the last ``limit`` bytes of each output stream, within ``timeout`` seconds."""
     import selectors
     import subprocess
@@ -492,7 +509,7 @@ def _run_bounded(argv, timeout, stdin, env, limit):
     if stdin:
         try:
             proc.stdin.write(stdin)  # type: ignore[union-attr]  # a PIPE when stdin is given
-            proc.stdin.close()  # type: ignore[union-attr]
+            proc.stdin.close()  # type: ignore[union-attr]  # a PIPE when stdin is given
         except BrokenPipeError:
             pass
     kept = {out_fd: bytearray(), err_fd: bytearray()}
@@ -522,13 +539,13 @@ def _run_bounded(argv, timeout, stdin, env, limit):
     if timed_out:
         proc.kill()
         proc.wait()
-    proc.stdout.close()  # type: ignore[union-attr]
-    proc.stderr.close()  # type: ignore[union-attr]
+    proc.stdout.close()  # type: ignore[union-attr]  # a PIPE
+    proc.stderr.close()  # type: ignore[union-attr]  # a PIPE
     return {"rc": rc, "stdout": bytes(kept[out_fd]), "stderr": b"timed out" if timed_out else bytes(kept[err_fd]),
             "cut": cut}
 
 
-def info():
+def info() -> HostInfo:
     """Who and where we are: for history records, lock holders and the default node name."""
     import pwd
     try:

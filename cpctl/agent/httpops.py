@@ -8,9 +8,21 @@ import errno
 import os
 import sys
 import time
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Tuple, Union
+
+from cpctl.agent.shapes import HttpManyAnswer, HttpReply, HttpRequest, PeerCert, TlsOptions
+
+if TYPE_CHECKING:
+    import _socket
+    import ssl
+
+#: (scheme, host, port, path with query) of a URL
+Target = Tuple[str, str, int, str]
+#: What tells kept-alive connections apart: (scheme, host, port, the TLS material as sorted pairs)
+PoolKey = Tuple[str, str, int, Tuple[Tuple[str, object], ...]]
 
 
-def _ssl_context(tls):
+def _ssl_context(tls: TlsOptions) -> "ssl.SSLContext":
     """The TLS context for kubeconfig material ``tls`` (see ``cpctl.probes.kubeapi``).
 
     Errors are ``_HttpError`` texts that name the kind of material, never its bytes. A client key
@@ -34,9 +46,9 @@ def _ssl_context(tls):
         raise _HttpError(errno.EINVAL, "certificate authority: not a valid PEM certificate") from None
     except OSError as exc:
         raise _HttpError(exc.errno, "certificate authority %s: %s" % (tls.get("ca_file"), exc.strerror)) from None
-    asked = []
+    asked: List[bool] = []
 
-    def no_passphrase():
+    def no_passphrase() -> bytes:
         asked.append(True)
         return b""
 
@@ -79,7 +91,7 @@ class _NoAnswer(_HttpError):
 HTTP_BODY_LIMIT = 32 << 20   # default cap on an answer's body (callers pass their own ``limit``)
 HTTP_LINE_LIMIT = 64 << 10   # a status, header or chunk-size line (http.client's bound)
 HTTP_HEADER_LIMIT = 100      # header (or trailer) lines in one answer (http.client's bound)
-_CONNECTIONS = {}  # type: dict
+_CONNECTIONS: Dict[PoolKey, "_HttpConnection"] = {}
 
 
 class _HttpConnection(object):
@@ -92,28 +104,33 @@ class _HttpConnection(object):
     parser (and ``ssl`` even for plain HTTP), ~8 ms of every ``status`` that asks an API server.
     """
 
-    def __init__(self, sock):
-        self.sock = sock
+    def __init__(self, sock: "_socket.socket") -> None:
+        self.sock: Optional[_socket.socket] = sock
         self.deadline = 0.0
         self.buffer = bytearray()
 
-    def close(self):
+    def close(self) -> None:
         if self.sock is not None:
             self.sock.close()
             self.sock = None
 
-    def send(self, data):
+    def _open(self) -> "_socket.socket":
+        """The socket, with what is left of the deadline as its timeout; closed: an error."""
+        if self.sock is None:
+            raise _HttpError(errno.ENOTCONN, "connection closed")
         self.sock.settimeout(_time_left(self.deadline))
-        self.sock.sendall(data)
+        return self.sock
 
-    def _fill(self):
+    def send(self, data: bytes) -> None:
+        self._open().sendall(data)
+
+    def _fill(self) -> bool:
         """Receive more bytes into the buffer; False at the end of the stream."""
-        self.sock.settimeout(_time_left(self.deadline))
-        data = self.sock.recv(1 << 16)
+        data = self._open().recv(1 << 16)
         self.buffer += data
         return bool(data)
 
-    def readline(self):
+    def readline(self) -> Optional[bytes]:
         """The next line without its CRLF (or LF); None when the stream ended before any byte of
         it. A line longer than ``HTTP_LINE_LIMIT`` is refused before it is read whole."""
         start = 0
@@ -134,7 +151,7 @@ class _HttpConnection(object):
         del self.buffer[:end + 1]
         return line[:-1] if line.endswith(b"\r") else line
 
-    def read(self, size):
+    def read(self, size: int) -> bytes:
         """At most ``size`` (> 0) bytes; b"" at the end of the stream."""
         if not self.buffer and not self._fill():
             return b""
@@ -143,7 +160,7 @@ class _HttpConnection(object):
         return data
 
 
-def _time_left(deadline):
+def _time_left(deadline: float) -> float:
     """Seconds until ``deadline``; a timeout error once it has passed."""
     left = deadline - time.monotonic()
     if left <= 0:
@@ -151,7 +168,8 @@ def _time_left(deadline):
     return left
 
 
-def http(method, url, headers=None, body=None, timeout=5.0, tls=None, limit=None):
+def http(method: str, url: str, headers: Optional[Mapping[str, Union[str, bytes]]] = None, body: Optional[bytes] = None,
+         timeout: float = 5.0, tls: Optional[TlsOptions] = None, limit: Optional[int] = None) -> HttpReply:
     """One HTTP(S) request with a kept-alive connection per (scheme, host, port, TLS material).
 
     ``timeout`` bounds the whole request - connect, TLS handshake, send, status, headers and
@@ -171,7 +189,7 @@ def http(method, url, headers=None, body=None, timeout=5.0, tls=None, limit=None
         raise _http_failure(exc, timeout) from None
 
 
-def _http_target(url):
+def _http_target(url: str) -> Target:
     """(scheme, host, port, path with query) of ``url``; EINVAL for anything but http(s)://host."""
     simple = split_url(url)
     if simple is not None:
@@ -195,7 +213,7 @@ def _http_target(url):
 _URL_HOST_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789.-")
 
 
-def split_url(url):
+def split_url(url: str) -> Optional[Tuple[str, str, Optional[int], str]]:
     """(scheme, host, port, path with query) of a plain http(s) URL - ``scheme://host[:port]``,
     then a ``/path`` and a ``?query`` - exactly as ``urllib.parse.urlsplit`` reads it (scheme and
     host in lower case, port None when not given, "/" for no path, no "?" for an empty query), but
@@ -227,7 +245,7 @@ def split_url(url):
     return scheme, host, port, (path or "/") + ("?" + query if query else "")
 
 
-def packed_address(text):
+def packed_address(text: str) -> Optional[bytes]:
     """The packed bytes of an IPv4 or IPv6 address (``inet_pton``: strict, no leading zeros), None
     for anything else, a host name included; ``ipaddress`` costs ~1 ms to import."""
     import _socket
@@ -242,10 +260,10 @@ def packed_address(text):
 _HEADER_NAME_CHARS = frozenset(b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 
 
-def _http_headers(headers):
+def _http_headers(headers: Optional[Mapping[str, Union[str, bytes]]]) -> Dict[str, bytes]:
     """``headers`` with UTF-8 values, checked as Go's net/http checks them (no control character
     but tab): an invalid one is refused by NAME, its value (a token?) is never quoted."""
-    checked = {}
+    checked: Dict[str, bytes] = {}
     for name, value in (headers or {}).items():
         if not name or not set(name.encode("ascii", "replace")) <= _HEADER_NAME_CHARS:
             raise _HttpError(errno.EINVAL, "invalid HTTP header name")
@@ -256,7 +274,8 @@ def _http_headers(headers):
     return checked
 
 
-def _http_exchange(method, target, headers, body, tls, deadline, limit):
+def _http_exchange(method: str, target: Target, headers: Dict[str, bytes], body: Optional[bytes],
+                   tls: Optional[TlsOptions], deadline: float, limit: int) -> HttpReply:
     """Send on a kept-alive connection (checked out of the pool while in use); a reused one the
     server closed meanwhile is replaced once, within the same deadline."""
     scheme, host, port, path = target
@@ -264,12 +283,11 @@ def _http_exchange(method, target, headers, body, tls, deadline, limit):
     key = (scheme, host, port, _tls_pool_key(tls) if scheme == "https" else ())
     request = _http_request(method, path, _host_header(scheme, host, port), headers, body)   # before any connection
     for attempt in (0, 1):
-        conn = _CONNECTIONS.pop(key, None)
-        reused = conn is not None and conn.sock is not None
-        if not reused:
-            if conn is not None:
-                conn.close()
-            conn = _http_connect(scheme, host, port, tls, deadline)
+        pooled = _CONNECTIONS.pop(key, None)
+        reused = pooled is not None and pooled.sock is not None
+        if pooled is not None and not reused:
+            pooled.close()
+        conn = pooled if pooled is not None and reused else _http_connect(scheme, host, port, tls, deadline)
         try:
             conn.deadline = deadline
             conn.send(request)
@@ -291,7 +309,7 @@ def _http_exchange(method, target, headers, body, tls, deadline, limit):
     raise _HttpError(errno.ECONNRESET, "connection closed without an answer")
 
 
-def _host_name(host):
+def _host_name(host: str) -> bytes:
     """The host name as ASCII bytes, for the resolver, TLS and the Host header (as text, each of
     them would load the ``idna`` codec for nothing)."""
     try:
@@ -300,7 +318,7 @@ def _host_name(host):
         return host.encode("idna")
 
 
-def _host_header(scheme, host, port):
+def _host_header(scheme: str, host: str, port: int) -> bytes:
     name = _host_name(host)
     shown = b"[" + name + b"]" if b":" in name else name
     if port != (443 if scheme == "https" else 80):
@@ -308,7 +326,7 @@ def _host_header(scheme, host, port):
     return shown
 
 
-def _http_connect(scheme, host, port, tls, deadline):
+def _http_connect(scheme: str, host: str, port: int, tls: Optional[TlsOptions], deadline: float) -> "_HttpConnection":
     """A new connection whose connect and TLS handshake end by ``deadline``."""
     name = _host_name(host)
     sock = _tcp_connect(name, port, deadline)
@@ -325,13 +343,13 @@ def _http_connect(scheme, host, port, tls, deadline):
     return _HttpConnection(sock)
 
 
-def _tcp_connect(name, port, deadline):
+def _tcp_connect(name: bytes, port: int, deadline: float) -> "_socket.socket":
     """A TCP connection (no Nagle delay) to the first address of ``name`` that takes one, each
     attempt within what is left of ``deadline``: ``socket.create_connection`` made with the C
     module ``_socket``, as ``socket`` (its enums, ``selectors``) costs ~2 ms to import and a plain
     HTTP request needs none of it."""
     import _socket
-    error = None
+    error: Optional[OSError] = None
     for family, kind, proto, _canonical, address in _socket.getaddrinfo(name, port, 0, _socket.SOCK_STREAM):
         sock = _socket.socket(family, kind, proto)
         try:
@@ -353,7 +371,8 @@ _CHUNKED, _UNTIL_CLOSE = -2, -1   # an answer's framing when it is not a Content
 _METHOD_CHARS = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 
-def _http_request(method, path, host_header, headers, body):
+def _http_request(method: str, path: str, host_header: bytes, headers: Dict[str, bytes],
+                  body: Optional[bytes]) -> bytes:
     """The request's bytes: its line, Host, Accept-Encoding: identity (no compressed answer), a
     Content-Length for a body (or for a POST, PUT or PATCH without one), then ``headers``."""
     verb = method.encode("ascii", "replace")
@@ -375,7 +394,7 @@ def _http_request(method, path, host_header, headers, body):
     return b"\r\n".join(lines) + b"\r\n\r\n" + (body or b"")
 
 
-def _http_head(conn, method):
+def _http_head(conn: _HttpConnection, method: str) -> Tuple[int, Dict[str, str], int, bool]:
     """(status, headers, framing, will_close) of the answer: interim (1xx) answers are skipped;
     ``framing`` is the body's length, ``_CHUNKED`` or ``_UNTIL_CLOSE`` (the server closes)."""
     while True:
@@ -392,7 +411,7 @@ def _http_head(conn, method):
             break
     if status == 101:
         raise _HttpError(errno.EPROTO, "malformed HTTP answer (a protocol switch that was not asked for)")
-    found = {}  # type: dict
+    found: Dict[str, List[str]] = {}
     for name, value in fields:
         found.setdefault(name.lower(), []).append(value)
     tokens = set(t.strip().lower() for v in found.get("connection", []) for t in v.split(","))
@@ -417,9 +436,9 @@ def _http_head(conn, method):
     return status, dict(fields), framing, will_close
 
 
-def _http_fields(conn):
+def _http_fields(conn: _HttpConnection) -> List[Tuple[str, str]]:
     """The header (or trailer) lines up to the empty line, as (name, value) text pairs."""
-    fields = []  # type: list
+    fields: List[Tuple[str, str]] = []
     while True:
         line = conn.readline()
         if line is None:
@@ -434,20 +453,20 @@ def _http_fields(conn):
             name, value = fields.pop()
             fields.append((name, (value + " " + line.strip(b" \t").decode("latin-1")).strip()))
             continue
-        name, colon, value = line.partition(b":")
-        if not colon or not name or not set(name) <= _HEADER_NAME_CHARS:
+        raw_name, colon, raw_value = line.partition(b":")
+        if not colon or not raw_name or not set(raw_name) <= _HEADER_NAME_CHARS:
             raise _HttpError(errno.EPROTO, "malformed HTTP answer (a header line)")
-        fields.append((name.decode("ascii"), value.strip(b" \t").decode("latin-1")))
+        fields.append((raw_name.decode("ascii"), raw_value.strip(b" \t").decode("latin-1")))
 
 
-def _http_body(conn, framing, limit):
+def _http_body(conn: _HttpConnection, framing: int, limit: int) -> bytes:
     """The whole body, refused (EFBIG) as soon as it is known to be over ``limit`` bytes."""
     if framing == _CHUNKED:
         return _http_chunked(conn, limit)
     until_close = framing == _UNTIL_CLOSE
     if not until_close and framing > limit:
         raise _HttpError(errno.EFBIG, "answer of %d bytes is over the limit of %d bytes" % (framing, limit))
-    chunks = []  # type: list
+    chunks: List[bytes] = []
     total = 0
     while until_close or total < framing:
         chunk = conn.read(min(1 << 16, (limit + 1 if until_close else framing) - total))
@@ -465,9 +484,9 @@ def _http_body(conn, framing, limit):
 _HEX_DIGITS = frozenset(b"0123456789abcdefABCDEF")
 
 
-def _http_chunked(conn, limit):
+def _http_chunked(conn: _HttpConnection, limit: int) -> bytes:
     """A chunked body (RFC 9112 7.1), its chunk extensions and trailers read and dropped."""
-    chunks = []  # type: list
+    chunks: List[bytes] = []
     total = 0
     while True:
         size = _http_chunk_size(conn)
@@ -486,7 +505,7 @@ def _http_chunked(conn, limit):
         _http_chunk_end(conn)
 
 
-def _http_chunk_size(conn):
+def _http_chunk_size(conn: _HttpConnection) -> int:
     """The size of a chunked body's next chunk, its extensions dropped; after the last one (0) its
     trailers are read and dropped too. Shared by every reader of a chunked body."""
     line = conn.readline()
@@ -501,7 +520,7 @@ def _http_chunk_size(conn):
     return size
 
 
-def _http_chunk_end(conn):
+def _http_chunk_end(conn: _HttpConnection) -> None:
     """The line end after a chunk's data: anything else means the chunk was longer than its size."""
     end = conn.readline()
     if end is None:
@@ -510,12 +529,12 @@ def _http_chunk_end(conn):
         raise _HttpError(errno.EPROTO, "malformed HTTP answer (a chunk longer than its size)")
 
 
-def _closed_while_idle(exc):
+def _closed_while_idle(exc: BaseException) -> bool:
     """True for the failures of a kept-alive connection the server had closed while it was idle."""
     return isinstance(exc, (_NoAnswer, ConnectionResetError, BrokenPipeError, ConnectionAbortedError))
 
 
-def _http_failure(exc, timeout):
+def _http_failure(exc: BaseException, timeout: float) -> OSError:
     """``exc`` as a plain ``OSError`` (of the errno's subclass: ConnectionRefusedError...) with
     cpctl's own words or the system's errno text (see ``_HttpError``)."""
     socket = sys.modules.get("_socket")   # neither is imported before a connection is made
@@ -540,7 +559,8 @@ def _http_failure(exc, timeout):
 PEER_CERT_LIMIT = 64 << 10   # a leaf certificate is a few KiB; more is refused, never returned
 
 
-def peer_cert(host, port, timeout=3.0, limit=PEER_CERT_LIMIT, tls=None):
+def peer_cert(host: str, port: int, timeout: float = 3.0, limit: int = PEER_CERT_LIMIT,
+              tls: Optional[TlsOptions] = None) -> PeerCert:
     """The DER bytes of the certificate the TLS server at ``host``:``port`` presents, from a
     handshake made here on the node (serving certificates often bind to 127.0.0.1). Nothing is
     verified - the caller compares the bytes with a file - and nothing is sent after the
@@ -556,7 +576,7 @@ def peer_cert(host, port, timeout=3.0, limit=PEER_CERT_LIMIT, tls=None):
     deadline = time.monotonic() + timeout
     try:
         if tls:
-            ctx = _ssl_context({"insecure": True, "cert_file": tls.get("cert_file"), "key_file": tls.get("key_file")})
+            ctx = _ssl_context(_client_files(tls))
         else:
             ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
             ctx.check_hostname = False
@@ -566,8 +586,8 @@ def peer_cert(host, port, timeout=3.0, limit=PEER_CERT_LIMIT, tls=None):
         try:
             sock.settimeout(_time_left(deadline))   # CPython bounds the whole handshake by it
             named = None if (":" in host or host.replace(".", "").isdigit()) else host
-            with ctx.wrap_socket(sock, server_hostname=named) as tls:
-                der = tls.getpeercert(binary_form=True)
+            with ctx.wrap_socket(sock, server_hostname=named) as secured:
+                der = secured.getpeercert(binary_form=True)
         finally:
             sock.close()
     except Exception as exc:  # noqa: BLE001 - every failure leaves as an OSError with cpctl's own text
@@ -579,11 +599,22 @@ def peer_cert(host, port, timeout=3.0, limit=PEER_CERT_LIMIT, tls=None):
     return {"der": der, "time": time.time()}
 
 
+def _client_files(tls: TlsOptions) -> TlsOptions:
+    """The client certificate files of ``tls`` alone, nothing verified (``peer_cert``)."""
+    files: TlsOptions = {"insecure": True}
+    cert, key = tls.get("cert_file"), tls.get("key_file")
+    if cert is not None:
+        files["cert_file"] = cert
+    if key is not None:
+        files["key_file"] = key
+    return files
+
+
 HTTP_MANY_LIMIT = 512      # requests in one http_many (64 etcd members x 8 client URLs)
 HTTP_MANY_THREADS = 32     # asked at once; the rest wait for a free thread, within the same deadline
 
 
-def http_many(requests, timeout=5.0):
+def http_many(requests: List[HttpRequest], timeout: float = 5.0) -> List[HttpManyAnswer]:
     """Several ``http`` requests at once, all ending by one deadline ``timeout`` seconds from now:
     a census of 64 etcd members whose URLs stay silent costs one ``timeout``, not 64 in a row.
 
@@ -597,11 +628,11 @@ def http_many(requests, timeout=5.0):
         raise OSError(errno.EINVAL, "http_many takes a list of at most %d requests" % HTTP_MANY_LIMIT)
     start = time.monotonic()
     deadline = start + timeout
-    answers = [None] * len(requests)
+    answers: List[Optional[HttpManyAnswer]] = [None] * len(requests)
     pending = list(enumerate(requests))
     lock = threading.Lock()
 
-    def worker():
+    def worker() -> None:
         while True:
             with lock:
                 if not pending:
@@ -619,7 +650,7 @@ def http_many(requests, timeout=5.0):
     return [a if a is not None else {"errno": errno.ETIMEDOUT, "error": "timed out"} for a in list(answers)]
 
 
-def _own_deadline(request, start, deadline):
+def _own_deadline(request: HttpRequest, start: float, deadline: float) -> float:
     """When one request of ``http_many`` ends: its own ``timeout`` from ``start``, within ``deadline``."""
     own = request.get("timeout") if isinstance(request, dict) else None
     if isinstance(own, (int, float)) and not isinstance(own, bool) and own > 0:
@@ -627,36 +658,36 @@ def _own_deadline(request, start, deadline):
     return deadline
 
 
-def _one_of_many(request, deadline):
+def _one_of_many(request: HttpRequest, deadline: float) -> HttpManyAnswer:
     """One request of ``http_many`` within what is left of its deadline."""
     left = deadline - time.monotonic()
     if not isinstance(request, dict) or left <= 0:
         return {"errno": errno.ETIMEDOUT if left <= 0 else errno.EINVAL,
                 "error": "timed out" if left <= 0 else "not a request"}
     try:
-        return {"reply": http(request.get("method") or "GET", request.get("url"), request.get("headers"),
+        return {"reply": http(request.get("method") or "GET", request.get("url") or "", request.get("headers"),
                               request.get("body"), left, request.get("tls"), request.get("limit"))}
     except OSError as exc:
         return {"errno": exc.errno or 0, "error": _printable(exc.strerror or exc)}
 
 
-def _printable(text):
+def _printable(text: object) -> str:
     """At most 120 printable ASCII characters of ``text`` (OpenSSL's fixed reason words)."""
     return "".join(c if " " <= c <= "~" else "?" for c in str(text))[:120]
 
 
-def _tls_key(tls):
+def _tls_key(tls: Optional[TlsOptions]) -> Optional[Dict[str, object]]:
     if not tls:
         return None
     return {k: (_b64(v) if isinstance(v, bytes) else v) for k, v in tls.items()}
 
 
-def _tls_pool_key(tls):
+def _tls_pool_key(tls: Optional[TlsOptions]) -> Tuple[Tuple[str, object], ...]:
     """``tls`` as a hashable pool key (the same material reuses the same connection); without
     ``json``, whose import the agent avoids."""
     return tuple(sorted((_tls_key(tls) or {}).items()))
 
 
-def _b64(data):
+def _b64(data: bytes) -> str:
     """Standard base64 text of ``data`` (base64.b64encode without importing base64)."""
     return binascii.b2a_base64(data, newline=False).decode("ascii")

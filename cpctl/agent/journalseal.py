@@ -7,8 +7,32 @@ import binascii
 import errno
 import os
 import time
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from cpctl.agent.fileops import lstat, read_file, write_atomic
+from cpctl.agent.fileops import (
+    append,
+    chmod,
+    compress,
+    info,
+    listdir,
+    lstat,
+    move,
+    read_file,
+    read_tail,
+    unlink,
+    write_atomic,
+)
+from cpctl.agent.shapes import JournalStep, NodeFs
+
+
+class NodeFiles(object):
+    """This node's own primitives (``fileops``) as a ``NodeFs``: what a journaled change and the history
+    run on in the agent, where no ``Host`` is. Each is looked up when one is made (a test may wrap them)."""
+
+    def __init__(self) -> None:
+        self.lstat, self.listdir, self.read_file, self.read_tail = lstat, listdir, read_file, read_tail
+        self.compress, self.write_atomic, self.move, self.unlink = compress, write_atomic, move, unlink
+        self.chmod, self.append, self.info = chmod, append, info
 
 # --- the journal's seal: ONE rule for cpctl's journal (``core.journal``) and the node-side revert ----------
 # A journal names files to write, move and remove; only a journal cpctl wrote on this node may be acted
@@ -23,12 +47,11 @@ class JournalKeyError(Exception):
     """STATE/journal.key is not a key cpctl wrote (the text says why)."""
 
 
-def journal_key(state_dir, fs=None, create=False):
+def journal_key(state_dir: str, fs: Optional[NodeFs] = None, create: bool = False) -> Optional[bytes]:
     """This node's journal key (bytes) from STATE/journal.key, None when there is none (and not
     ``create``). ``fs`` offers ``lstat``, ``read_file``, ``write_atomic`` (a ``Host``; this module's by
     default). A key that is not a 0600 regular file holding 64 hex digits: ``JournalKeyError``."""
-    import types
-    fs = fs or types.SimpleNamespace(lstat=lstat, read_file=read_file, write_atomic=write_atomic)
+    fs = fs or NodeFiles()
     path = state_dir.rstrip("/") + "/" + JOURNAL_KEY
     info = fs.lstat(path)
     if info is None and create:
@@ -52,7 +75,7 @@ def journal_key(state_dir, fs=None, create=False):
     return key
 
 
-def journal_seal(entry, key):
+def journal_seal(entry: Mapping[str, object], key: bytes) -> str:
     """The seal of journal ``entry`` (a dict) under ``key``: HMAC-SHA256 of its canonical JSON
     (sorted keys, no spaces, ASCII) without the ``seal`` field itself."""
     import hashlib
@@ -63,12 +86,12 @@ def journal_seal(entry, key):
     return hmac.new(key, text.encode("utf-8"), hashlib.sha256).hexdigest()
 
 
-def sealed(entry, key):
+def sealed(entry: Mapping[str, object], key: bytes) -> Dict[str, object]:
     """``entry`` with its seal, as it is written to the journal."""
     return dict(entry, seal=journal_seal(entry, key))
 
 
-def seal_problem(entry, key):
+def seal_problem(entry: object, key: Optional[bytes]) -> str:
     """Why journal ``entry`` may not be acted on on this node ("" when its seal is this node's)."""
     import hmac
     if not isinstance(entry, dict):
@@ -91,25 +114,26 @@ HISTORY_SEGMENTS = 20                 # compressed older segments kept (about 80
 HISTORY_TAIL_BYTES = 256 << 10        # what recovery reads to find a record it may have written
 
 
-def history_line(record):
+def history_line(record: object) -> bytes:
     """One history record as it is written: canonical JSON (sorted keys, no spaces) and a newline."""
     import json
     return (json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n").encode("utf-8")
 
 
-def journal_bytes(entry):
+def journal_bytes(entry: Mapping[str, object]) -> bytes:
     """A journal entry as it is written (``STATE/journal.json``)."""
     import json
     return (json.dumps(entry, indent=2, sort_keys=True) + "\n").encode("utf-8")
 
 
-def history_segments(fs, state_dir):
+def history_segments(fs: NodeFs, state_dir: str) -> List[str]:
     """Names of the older history files in ``state_dir``, oldest first (time-stamped names sort in order)."""
     return sorted(n for n in fs.listdir(state_dir)
                   if n.startswith(HISTORY_SEGMENT_PREFIX) and n.endswith((".jsonl.gz", ".jsonl")) and n != HISTORY)
 
 
-def append_history(fs, state_dir, line, rotate=HISTORY_ROTATE_BYTES, keep=HISTORY_SEGMENTS):
+def append_history(fs: NodeFs, state_dir: str, line: bytes, rotate: int = HISTORY_ROTATE_BYTES,
+                   keep: int = HISTORY_SEGMENTS) -> None:
     """Append one record line durably to ``state_dir``'s history; first, when it would grow past
     ``rotate`` bytes, move the file aside (one no-replace rename), compress it, keep the newest
     ``keep`` segments - each step leaves every record complete somewhere. ``fs``: a ``Host``, or this
@@ -129,10 +153,10 @@ def append_history(fs, state_dir, line, rotate=HISTORY_ROTATE_BYTES, keep=HISTOR
     fs.append(path, line)
 
 
-def parse_records(data):
+def parse_records(data: bytes) -> List[Dict[str, object]]:
     """History lines as records; a torn or foreign line is skipped (the records around it stand)."""
     import json
-    records = []
+    records: List[Dict[str, object]] = []
     for line in data.decode("utf-8", "replace").splitlines():
         try:
             value = json.loads(line)
@@ -143,7 +167,7 @@ def parse_records(data):
     return records
 
 
-def tail_records(fs, path, limit=HISTORY_TAIL_BYTES):
+def tail_records(fs: NodeFs, path: str, limit: int = HISTORY_TAIL_BYTES) -> List[Dict[str, object]]:
     """The records of the last ``limit`` bytes of the history file ``path`` (its first, cut line
     dropped when the file is longer); [] when there is none."""
     try:
@@ -153,9 +177,10 @@ def tail_records(fs, path, limit=HISTORY_TAIL_BYTES):
     return parse_records(data)[1:] if len(data) == limit else parse_records(data)
 
 
-def step_words(steps, failures, suffix=""):
+def step_words(steps: Sequence[JournalStep], failures: Sequence[Tuple[int, BaseException]],
+               suffix: str = "") -> List[str]:
     """A runner's [(step index, error)] as text: "<what the step does><suffix>: <why>"."""
-    words = []
+    words: List[str] = []
     for index, exc in failures:
         step = steps[index]
         what = "move %s to %s" % (step["src"], step["path"]) if step["kind"] == "move" else \

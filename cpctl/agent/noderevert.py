@@ -7,14 +7,25 @@ import errno
 import os
 import sys
 import time
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from cpctl.agent.crictlread import _plan_verify
 from cpctl.agent.fileops import _unlink_quiet, lock, lstat, read_file, unlink, unlock, write_atomic
 from cpctl.agent.journalseal import JournalKeyError, journal_key, seal_problem
 from cpctl.agent.putback import _plan_keepin, kept_patch_said, patch_undo
-from cpctl.agent.revertplan import RETRY_FIRST, RETRY_MAX, plan_problem
+from cpctl.agent.revertplan import RETRY_FIRST, RETRY_MAX, journal_entry_of, plan_of
 from cpctl.agent.rpc import agent_main, boottime, clock
-from cpctl.agent.txn import _append_record, _node_runner, _plan_log, _plan_transaction, _read_json, _sha_of, _utc_now
+from cpctl.agent.shapes import ClockReading, JournalEntry, JournalStep, RevertPlan, TransactionOutcome
+from cpctl.agent.txn import (
+    StepRunner,
+    _append_record,
+    _node_runner,
+    _plan_log,
+    _plan_transaction,
+    _read_json,
+    _sha_of,
+    _utc_now,
+)
 
 # --- the node-side revert of an unconfirmed change (cpctl confirm, remote mode) -----------------
 # ``python3 <this file> revert-plan PLAN [--within SECONDS]``: nothing of cpctl is installed on a
@@ -30,7 +41,7 @@ from cpctl.agent.txn import _append_record, _node_runner, _plan_log, _plan_trans
 # lock held, EROFS, EIO, a pending journal) keeps the arm and is retried with back-off.
 
 
-def _not_done(result):
+def _not_done(result: TransactionOutcome) -> str:
     """Why a transaction of the plan did not happen, as one line (exit 7); a journal key that is not
     cpctl's, or none that can be made, as the exception ``_plan_attempt`` words."""
     state = result["state"]
@@ -51,7 +62,8 @@ def _not_done(result):
     return "%s (nothing changed)" % why
 
 
-def _run_entry(plan, entry, record, runner):
+def _run_entry(plan: RevertPlan, entry: JournalEntry, record: Mapping[str, object],
+               runner: StepRunner) -> Tuple[int, str]:
     """Run one of the plan's journaled changes (the revert, or a patch file's undo) as cpctl's journal
     runs it (``Transaction``): (0, "done") or (7, why). A step that fails before the change has happened
     leaves everything as it was; the plan's staged bytes stay for the next try."""
@@ -60,7 +72,7 @@ def _run_entry(plan, entry, record, runner):
     return (0, "done") if result["state"] == "completed" else (7, _not_done(result))
 
 
-def _plan_apply(plan):
+def _plan_apply(plan: RevertPlan) -> Tuple[int, str]:
     """Apply the plan's journaled change under the node lock (``_run_entry``): (exit code, message).
     A step that fails before the change has happened leaves everything as it was (exit 7: the arm
     stays, the revert is tried again)."""
@@ -68,9 +80,9 @@ def _plan_apply(plan):
     entry = plan["entry"]
     steps = entry["steps"]
     if lstat(plan["journal"]) is not None:
-        code, message = _pending_journal(plan, runner)
-        if code is not None:
-            return code, message
+        pending, message = _pending_journal(plan, runner)
+        if pending is not None:
+            return pending, message
     arm = _arm_record(plan["arm"])
     if arm is None or arm.get("op") != plan["op"]:
         return 0, "nothing armed for %s any more (confirmed or reverted already)" % entry["component"]
@@ -86,18 +98,18 @@ def _plan_apply(plan):
     return (0, "reverted") if code == 0 else (code, message)
 
 
-def _own_entries(plan):
+def _own_entries(plan: RevertPlan) -> List[Tuple[JournalEntry, Dict[str, object], str]]:
     """[(journal entry, history record, keep-in record path or "")] of the changes the plan runs."""
     return [(plan["entry"], plan["record"], "")] + [(item["entry"], item["history"], item["record"])
                                                     for item in plan["patches"]]
 
 
-def _plan_patches(plan, runner):
+def _plan_patches(plan: RevertPlan, runner: StepRunner) -> List[str]:
     """After the revert, under the node lock: put back the kubeadm patch file the reverted change wrote
     (``--keep-in patches``) with cpctl's rule (``patch_undo``: only over cpctl's own bytes) and the
     journaled change cpctl built for it at arm time (``core.keptin.patch_undo_change``), its record
     dropped - what ``core.keptin.settle`` does at the next cpctl command. One line per record."""
-    lines = []
+    lines: List[str] = []
     for item in plan["patches"]:
         if lstat(item["record"]) is None:    # settled already
             continue
@@ -115,7 +127,7 @@ def _plan_patches(plan, runner):
     return lines
 
 
-def _pending_journal(plan, runner):
+def _pending_journal(plan: RevertPlan, runner: StepRunner) -> Tuple[Optional[int], str]:
     """A journal is pending. When it is this plan's own - its revert, interrupted; or the arm that
     started it (cpctl killed right after writing the arm, before its history record) - the journal's
     recovery (``Transaction.recover``) finishes or rolls it back and records it as cpctl's would:
@@ -147,29 +159,30 @@ def _pending_journal(plan, runner):
             return None, ""
         return 7, ("the interrupted %s of %s (%s) can be neither completed nor rolled back: %s" % (
             mine["action"], mine["component"], plan["journal"], _not_done(result)))
-    steps = entry.get("steps") if isinstance(entry, dict) else None
-    arm_step = steps[0] if isinstance(steps, list) and len(steps) == 1 and isinstance(steps[0], dict) else {}
-    if not isinstance(entry, dict) or entry.get("action") != "armed" or entry.get("op") != plan["op"] + "-arm" \
-            or entry.get("commit") != 0 or arm_step.get("kind") != "write" or arm_step.get("path") != plan["arm"] \
-            or not all(not arm_step.get(key) or str(arm_step[key]).startswith(state_dir) for key in ("staged", "kept")):
+    pending = journal_entry_of(entry)
+    steps = pending["steps"] if pending is not None else []
+    arm_step: JournalStep = steps[0] if len(steps) == 1 else {}
+    if pending is None or pending["action"] != "armed" or pending["op"] != plan["op"] + "-arm" \
+            or pending["commit"] != 0 or arm_step.get("kind") != "write" or arm_step.get("path") != plan["arm"] \
+            or not all(not p or p.startswith(state_dir) for p in (arm_step.get("staged"), arm_step.get("kept"))):
         return 7, ("an interrupted cpctl change is pending (%s): the unconfirmed change of %s is NOT reverted; run any "
                    "cpctl command on this node (it finishes that change, then reverts)" % (plan["journal"],
                                                                                           own["component"]))
-    record = dict(entry.get("record") or {}, user=pwd.getpwuid(os.geteuid()).pw_name, host=os.uname().nodename,
-                  node=plan["verdict"]["node"], action="armed", component=entry.get("component"),
-                  file=entry.get("file"), checksum=entry.get("checksum"), op=entry["op"],
+    record = dict(pending["record"] or {}, user=pwd.getpwuid(os.geteuid()).pw_name, host=os.uname().nodename,
+                  node=plan["verdict"]["node"], action="armed", component=pending["component"],
+                  file=pending["file"], checksum=pending["checksum"], op=pending["op"],
                   origin="the node-side revert")
-    if transaction.recover(entry, record)["state"] == "nowhere":
+    if transaction.recover(pending, record)["state"] == "nowhere":
         transaction.forget(steps, done=True)
     return None, ""
 
 
-def _arm_record(path):
+def _arm_record(path: str) -> Optional[Dict[str, object]]:
     """The arm record at ``path`` as a dict (None: none, or not readable as one)."""
     return _read_json(path, 1 << 16)
 
 
-def arm_due_in(arm, now=None):
+def arm_due_in(arm: Mapping[str, object], now: Optional[ClockReading] = None) -> float:
     """Seconds until ``arm`` is due by this node's clocks (``cpctl.core.confirmations.Arm.due_in``):
     CLOCK_BOOTTIME within the boot it was armed in, the wall-clock deadline after a reboot."""
     import calendar
@@ -184,7 +197,7 @@ def arm_due_in(arm, now=None):
     return deadline - now["time"]
 
 
-def _plan_wait(plan, within):
+def _plan_wait(plan: RevertPlan, within: Optional[float]) -> bool:
     """Wait until the plan's arm is due (``arm_due_in``); False when it went away meanwhile (an arm
     never seen ends the wait after ``within`` seconds, or at once without it: the timer fired)."""
     started = boottime()
@@ -203,7 +216,7 @@ def _plan_wait(plan, within):
         time.sleep(min(1.0, left))
 
 
-def _plan_failed(plan, why, pause):
+def _plan_failed(plan: RevertPlan, why: str, pause: float) -> None:
     """Note in the arm record why the revert failed, the attempt count and the next try (one atomic
     rewrite, only while the record holds the bytes just read: a confirm in between wins)."""
     import hashlib
@@ -226,7 +239,7 @@ def _plan_failed(plan, why, pause):
         pass
 
 
-def _plan_cleanup(plan_path):
+def _plan_cleanup(plan_path: str) -> None:
     """Remove the plan's files (``<file>.<op>.agent.py``, ``.plan``, staged copies): the revert is
     over, they must not pile up in the state dir."""
     base = plan_path[:-len(".plan")] if plan_path.endswith(".plan") else plan_path
@@ -240,7 +253,7 @@ def _plan_cleanup(plan_path):
             _unlink_quiet(os.path.join(folder, name))
 
 
-def _plan_kept_parts(plan):
+def _plan_kept_parts(plan: RevertPlan) -> None:
     """The revert is done: put its ``--keep-in`` parts back and log each line. Whatever goes wrong
     here never stops the revert's verification: the records stay for the next cpctl command."""
     try:
@@ -252,7 +265,7 @@ def _plan_kept_parts(plan):
         _plan_log(line, "NOT" in line or "someone else" in line)
 
 
-def _plan_attempt(plan):
+def _plan_attempt(plan: RevertPlan) -> Tuple[int, str]:
     """One try under the node lock: (exit code, message); 5 and 7 are retried."""
     component = plan["entry"]["component"]
     try:
@@ -273,7 +286,7 @@ def _plan_attempt(plan):
         unlock(plan["lock"])
 
 
-def revert_plan_main(argv):
+def revert_plan_main(argv: List[str]) -> int:
     """``revert-plan PLAN --plan-sha256 SHA256 [--within SECONDS]``: wait until the arm is due by
     this node's clock, then revert (see above) - only a plan whose bytes are the ones recorded at
     arm time, naming only paths it may touch. An environment error (the lock held, EROFS, EIO, a
@@ -288,12 +301,12 @@ def revert_plan_main(argv):
                   True)
         return 7
     try:
-        plan = json.loads(data.decode("utf-8"))
+        value = json.loads(data.decode("utf-8"))
     except ValueError as exc:
         plan, problem = None, "it is not JSON (%s)" % exc
     else:
-        problem = plan_problem(plan)
-    if problem:
+        plan, problem = plan_of(value)        # every field checked before any of it is used
+    if plan is None:
         _plan_log("revert plan %s refused: %s; nothing done, the arm stays for the operator (exit 7)"
                   % (argv[0], " ".join(problem.split())), True)
         return 7
@@ -313,7 +326,8 @@ def revert_plan_main(argv):
         if arm is None or arm.get("op") != plan["op"]:
             code, message = 0, "nothing armed for %s any more (confirmed)" % component
             break
-        attempts = arm.get("attempts") if isinstance(arm.get("attempts"), int) else 0
+        counted = arm.get("attempts")
+        attempts = counted if isinstance(counted, int) else 0
         pause = min(RETRY_MAX, RETRY_FIRST * 2 ** min(attempts, 10))
         _plan_failed(plan, message, pause)
         _plan_log("revert of the unconfirmed change of %s failed (attempt %d): %s; the arm stays, next try in %ds"

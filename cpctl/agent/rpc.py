@@ -7,6 +7,7 @@ import binascii
 import os
 import sys
 import time
+from typing import BinaryIO, Callable, Dict, Iterable, List, NoReturn, Optional, Tuple
 
 from cpctl.agent.fileops import (
     _HELD_LOCKS,
@@ -31,17 +32,18 @@ from cpctl.agent.fileops import (
     write_atomic,
 )
 from cpctl.agent.httpops import _CONNECTIONS, _b64, http, http_many, peer_cert
+from cpctl.agent.shapes import ClockReading, Reply, Request, ResetAnswer
 
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 
 
-def boottime():
+def boottime() -> float:
     """CLOCK_BOOTTIME in seconds: monotonic (a wall-clock step does not move it), counting suspend,
     restarting at boot (``time.CLOCK_BOOTTIME``, Linux; CLOCK_MONOTONIC where Python lacks it)."""
     return time.clock_gettime(getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC))
 
 
-def clock():
+def clock() -> ClockReading:
     """The node's clocks at one instant: wall time, CLOCK_BOOTTIME and the boot id they belong to
     ("" where the kernel does not say): what decides when an unconfirmed change is overdue."""
     try:
@@ -52,7 +54,7 @@ def clock():
     return {"time": time.time(), "boottime": boottime(), "boot_id": boot_id}
 
 
-def reset():
+def reset() -> ResetAnswer:
     """Forget the run this agent served: release its locks, close its HTTP connections; say which
     programs it has loaded (``load``: their digests), which the next run need not send.
 
@@ -71,14 +73,14 @@ def reset():
 READ_OPS = ("lstat", "listdir", "scan_dir", "read_file", "read_tail", "info", "peer_cert")
 
 
-def batch(requests):
+def batch(requests: List[Request]) -> List[Reply]:
     """Answer several read-only requests in one round trip, in order, each as ``handle`` would.
 
     A view (status, check) reads a handful of paths before it decides anything; over SSH each
     separate read would cost a network round trip, and through the keeper a relay as well.
     Changes are never batched: each one is a separate, acknowledged step of the protocol.
     """
-    answers = []
+    answers: List[Reply] = []
     for request in requests:
         if request.get("op") not in READ_OPS:
             answers.append({"ok": False, "kind": "error", "message": "not batchable: %r" % request.get("op")})
@@ -87,7 +89,9 @@ def batch(requests):
     return answers
 
 
-OPS = {  # type: dict
+#: Every op a request may name (its arguments differ from op to op: what ``handle`` calls them with is
+#: the request's, checked by each op)
+OPS: Dict[str, Callable[..., object]] = {  # type: ignore[explicit-any]  # one registry of differing signatures
     "lstat": lstat, "listdir": listdir, "scan_dir": scan_dir, "read_file": read_file, "read_tail": read_tail,
     "compress": compress,
     "write_atomic": write_atomic, "move": move, "unlink": unlink, "makedirs": makedirs,
@@ -100,7 +104,7 @@ OPS = {  # type: dict
 BYTES_KEYS = ("data", "stdin", "stdout", "stderr", "body", "cert_data", "key_data", "ca_data", "der")
 
 
-def encode(value):
+def encode(value: object) -> object:
     """JSON-safe form of an op's arguments or result (bytes become {"b64": ...})."""
     if isinstance(value, bytes):
         return {"b64": _b64(value)}
@@ -111,7 +115,7 @@ def encode(value):
     return value
 
 
-def decode(value):
+def decode(value: object) -> object:
     if isinstance(value, dict):
         if set(value) == {"b64"}:
             return binascii.a2b_base64(value["b64"])
@@ -121,13 +125,21 @@ def decode(value):
     return value
 
 
-def handle(request):
+def handle(request: object) -> Reply:
     """Run one request dict {"op", "args"} and return the response dict. A request may carry ``load``:
-    the (compressed) modules that define its op, run first when this agent does not have the op yet."""
+    the (compressed) modules that define its op, run first when this agent does not have the op yet.
+    A line that is no request, or a request whose ``args`` or ``load`` have another shape, is an error."""
     try:
-        if request.get("load") is not None and request["op"] not in OPS:
-            load(decode(request["load"]))
-        result = OPS[request["op"]](**decode(request.get("args") or {}))
+        op, fields = _op_of(request)
+        if fields.get("load") is not None and op not in OPS:
+            source = decode(fields["load"])
+            if not isinstance(source, bytes):
+                raise TypeError("what to load is not bytes")
+            load(source)
+        args = decode(fields.get("args") or {})
+        if not isinstance(args, dict):
+            raise TypeError("the arguments of %s are not an object" % op)
+        result = OPS[op](**args)
         return {"ok": True, "result": encode(result)}
     except LockBusy as exc:
         return {"ok": False, "kind": "lock", "holder": exc.holder}
@@ -138,10 +150,17 @@ def handle(request):
         return {"ok": False, "kind": "error", "message": "%s: %s" % (type(exc).__name__, exc)}
 
 
+def _op_of(request: object) -> Tuple[str, Dict[str, object]]:
+    """The op ``request`` names, and the request as an object; TypeError when it is no object naming one."""
+    if not isinstance(request, dict) or not isinstance(request.get("op"), str):
+        raise TypeError("not a request (an object with an op)")
+    return request["op"], request
+
+
 LOAD_LIMIT = 4 << 20     # bytes of program text one ``load`` may inflate to
 
 
-def load(source):
+def load(source: bytes) -> List[str]:
     """Add modules the client did not ship when the agent started (``host.agent.AGENT_NEEDS``):
     ``source`` is their program text, zlib-compressed, as ``host.agent.assemble`` joins modules; it runs
     in this program's own namespace, where each module's ops add themselves to ``OPS``. Bounded: at
@@ -159,7 +178,7 @@ def load(source):
 
 #: The sha256 (hex) of each program ``load`` ran, in order: ``reset`` reports them, so the keeper's next
 #: run sends none of them again (``host.agent.AgentHost``: "cached in the keeper by digest").
-_LOADED = []  # type: list
+_LOADED: List[str] = []
 
 
 OPS["load"] = load
@@ -182,11 +201,11 @@ _CODEC_SAMPLE_TEXT = ('{"ok": true, "result": [1, -2.5, null, false, "\\u00e9\\n
                       '"n": 100000000000000000000}')
 
 
-def _unencodable(value):
+def _unencodable(value: object) -> NoReturn:
     raise TypeError("Object of type %s is not JSON serializable" % type(value).__name__)
 
 
-def _json_codec():
+def _json_codec() -> Tuple[Callable[[str], object], Callable[[object], str]]:
     """``(loads, dumps)`` for the agent's JSON lines, the same text as ``json.dumps`` writes.
 
     ``import json`` costs a master ~13 ms of CPU at every agent start (it imports ``re`` and
@@ -200,7 +219,7 @@ def _json_codec():
         write = _json.make_encoder(None, _unencodable, _json.encode_basestring_ascii, None, ": ", ", ",
                                    False, False, True)
 
-        def loads(text):
+        def loads(text: str) -> object:
             start = len(text) - len(text.lstrip(_JSON_WHITESPACE))
             try:
                 value, end = scan(text, start)
@@ -210,7 +229,7 @@ def _json_codec():
                 raise ValueError("extra data after JSON at character %d" % end)
             return value
 
-        def dumps(value):
+        def dumps(value: object) -> str:
             return "".join(write(value, 0))
 
         if dumps(_CODEC_SAMPLE) == _CODEC_SAMPLE_TEXT and loads(_CODEC_SAMPLE_TEXT) == _CODEC_SAMPLE:
@@ -221,20 +240,20 @@ def _json_codec():
     return json.loads, json.dumps
 
 
-def agent_main(stdin=None, stdout=None):
+def agent_main(stdin: Optional[Iterable[bytes]] = None, stdout: Optional[BinaryIO] = None) -> None:
     """Serve requests, one JSON object per line, until EOF; then release every lock."""
-    stdin = stdin or sys.stdin.buffer
-    stdout = stdout or sys.stdout.buffer
+    lines = stdin or sys.stdin.buffer
+    out = stdout or sys.stdout.buffer
     loads, dumps = _json_codec()
-    stdout.write(b'{"ready": true, "pid": %d}\n' % os.getpid())
-    stdout.flush()
+    out.write(b'{"ready": true, "pid": %d}\n' % os.getpid())
+    out.flush()
     try:
-        for line in stdin:
+        for line in lines:
             if not line.strip():
                 continue
             response = handle(loads(line.decode("utf-8")))
-            stdout.write(dumps(response).encode("utf-8") + b"\n")
-            stdout.flush()
+            out.write(dumps(response).encode("utf-8") + b"\n")
+            out.flush()
     finally:
         for path in list(_HELD_LOCKS):
             unlock(path)

@@ -3,6 +3,11 @@ node side has only the standard library).
 
 Standard library only, Python 3.8 syntax: shipped to masters as part of the agent (``cpctl.agent``)."""
 
+from typing import Dict, Iterator, List, Optional, Tuple
+
+#: (indent, content, line number, the value read over the lines after it or None: ``_yaml_multi``) of a
+#: line that holds something
+Line = Tuple[int, str, int, Optional[str]]
 
 
 class YamlPlain(str):
@@ -22,7 +27,7 @@ _YAML_LIMIT = 4 << 20
 # go-yaml's form of a string with a newline); {} and [], comments. Anything else (flow collections,
 # anchors, tags, several documents) is refused with ValueError: the node side then says so (history
 # ``keep-in-pending``) and leaves the undo to the next cpctl command, which reads any YAML.
-def yaml_load(text):
+def yaml_load(text: str) -> object:
     """The value of a YAML document in that subset (plain scalars as ``YamlPlain``); ValueError."""
     if len(text) > _YAML_LIMIT:
         raise ValueError("more than %d bytes" % _YAML_LIMIT)
@@ -30,7 +35,8 @@ def yaml_load(text):
         if char in text:
             raise ValueError("line %d: a Unicode line break" % (text[:text.index(char)].count("\n") + 1))
     raw = [r[:-1] if r.endswith("\r") else r for r in text.split("\n")]
-    lines, i, ended = [], 0, False  # type: list, int, bool
+    lines: List[Line] = []
+    i, ended = 0, False
     while i < len(raw):
         line = raw[i]
         content = line.lstrip(" ")
@@ -45,8 +51,8 @@ def yaml_load(text):
             ended, i = line.rstrip() == "...", i + 1
             continue
         indent, content = len(line) - len(content), content.rstrip(" \t")
-        value, after = _yaml_multi(raw, i, indent, content)
-        lines.append([indent, content, i + 1, value])
+        multi, after = _yaml_multi(raw, i, indent, content)
+        lines.append((indent, content, i + 1, multi))
         i = after
     if not lines:
         raise ValueError("an empty document")
@@ -56,11 +62,11 @@ def yaml_load(text):
     return value
 
 
-def _yaml_item_start(content):
+def _yaml_item_start(content: str) -> bool:
     return content == "-" or content.startswith("- ")
 
 
-def _yaml_multi(raw, i, indent, content):
+def _yaml_multi(raw: List[str], i: int, indent: int, content: str) -> Tuple[Optional[str], int]:
     """(value, index of the next raw line) of a scalar on line ``i`` that goes on over the lines after
     it - a block scalar, a quoted or plain one folded -, its lines consumed; (None, i + 1) when none."""
     col, rest, dash = indent, content, -1
@@ -80,13 +86,13 @@ def _yaml_multi(raw, i, indent, content):
     return _yaml_plain_lines(raw, i, parent, value)
 
 
-def _yaml_more(raw, j, parent):
+def _yaml_more(raw: List[str], j: int, parent: int) -> bool:
     """Whether raw line ``j`` is blank or further in than column ``parent`` (part of a scalar there)."""
     line = raw[j]
     return not line.strip(" ") or len(line) - len(line.lstrip(" ")) > parent
 
 
-def _yaml_close(line, quote, at):
+def _yaml_close(line: str, quote: str, at: int) -> int:
     """The index after the closing ``quote`` in ``line`` from ``at``, -1 when it does not close there."""
     while at < len(line):
         if line[at] == quote:
@@ -98,7 +104,7 @@ def _yaml_close(line, quote, at):
     return -1
 
 
-def _yaml_quoted_lines(raw, i, parent, value):
+def _yaml_quoted_lines(raw: List[str], i: int, parent: int, value: str) -> Tuple[str, int]:
     """A quoted scalar over several lines (PyYAML's form of a string with a newline; both wrap long ones)."""
     j = i + 1
     while j < len(raw) and _yaml_more(raw, j, parent):
@@ -112,7 +118,7 @@ def _yaml_quoted_lines(raw, i, parent, value):
     raise ValueError("line %d: a quoted value that does not end" % (i + 1))
 
 
-def _yaml_plain_lines(raw, i, parent, value):
+def _yaml_plain_lines(raw: List[str], i: int, parent: int, value: str) -> Tuple[Optional[str], int]:
     """A plain scalar folded over the lines further in than its key (a long one wrapped at 80 columns)."""
     if " #" in value or not isinstance(_yaml_scalar(value, i + 1), YamlPlain):
         return None, i + 1
@@ -133,7 +139,7 @@ def _yaml_plain_lines(raw, i, parent, value):
     return (folded if "\n" in folded else YamlPlain(folded)), j - blank
 
 
-def _yaml_literal(raw, i, parent, header):
+def _yaml_literal(raw: List[str], i: int, parent: int, header: str) -> Tuple[str, int]:
     """A block scalar (``|`` literal, ``>`` folded; chomping ``-`` strip, ``+`` keep; an indentation
     indicator), as go-yaml writes a string with a newline."""
     head, _, comment = header.partition(" ")
@@ -152,16 +158,19 @@ def _yaml_literal(raw, i, parent, header):
         indent = first if first > parent else max(parent + 1, widest)
         if widest > indent:
             raise ValueError("line %d: a block scalar's blank line wider than its text" % (i + 1))
-    texts, j = [], i + 1
+    texts: List[Tuple[str, bool]] = []
+    j = i + 1
     while j < len(raw) and (not raw[j].strip(" ") or len(raw[j]) - len(raw[j].lstrip(" ")) >= indent):
         texts.append((raw[j][indent:], j < len(raw) - 1))
         j += 1
     return _yaml_fold(texts, head[0] == ">", "-" if "-" in signs else "+" if "+" in signs else ""), j
 
 
-def _yaml_fold(texts, folded, chomp):
+def _yaml_fold(texts: List[Tuple[str, bool]], folded: bool, chomp: str) -> str:
     """The value of a block scalar's lines [(text past the indentation, whether a line break ends it)]."""
-    out, prev, ends, blank = [], None, False, 0
+    out: List[str] = []
+    prev: Optional[str] = None
+    ends, blank = False, 0
     for text, broken in texts:
         if not text:
             blank += broken
@@ -181,7 +190,7 @@ def _yaml_fold(texts, folded, chomp):
     return "".join(out)
 
 
-def _yaml_block(lines, i, indent, depth):
+def _yaml_block(lines: List[Line], i: int, indent: int, depth: int) -> Tuple[object, int]:
     if depth > _YAML_DEPTH:
         raise ValueError("line %d: nested deeper than %d" % (lines[i][2], _YAML_DEPTH))
     if _yaml_item_start(lines[i][1]):
@@ -189,7 +198,8 @@ def _yaml_block(lines, i, indent, depth):
     return _yaml_map(lines, i, indent, depth)
 
 
-def _yaml_nested(lines, i, indent, depth, same_level_seq):
+def _yaml_nested(lines: List[Line], i: int, indent: int, depth: int,
+                 same_level_seq: bool) -> Tuple[object, int]:
     """The value on the lines after a key or a dash with nothing after it: a block further in (a
     mapping's sequence may also start at the key's own column), else null."""
     if i < len(lines) and (lines[i][0] > indent or (same_level_seq and lines[i][0] == indent and
@@ -198,15 +208,15 @@ def _yaml_nested(lines, i, indent, depth, same_level_seq):
     return YamlPlain(""), i
 
 
-def _yaml_seq(lines, i, indent, depth):
-    out = []
+def _yaml_seq(lines: List[Line], i: int, indent: int, depth: int) -> Tuple[List[object], int]:
+    out: List[object] = []
     while i < len(lines) and lines[i][0] == indent and _yaml_item_start(lines[i][1]):
         rest = lines[i][1][1:]
         content = rest.lstrip(" ")
         if not content:
             value, i = _yaml_nested(lines, i + 1, indent, depth, False)
         elif _yaml_item_start(content) or _yaml_split_key(content, lines[i][2]) is not None:
-            lines[i] = [indent + 1 + len(rest) - len(content), content, lines[i][2], lines[i][3]]   # its block
+            lines[i] = (indent + 1 + len(rest) - len(content), content, lines[i][2], lines[i][3])   # its block
             value, i = _yaml_block(lines, i, lines[i][0], depth + 1)
         else:
             value = _yaml_value(lines[i], content)
@@ -217,8 +227,8 @@ def _yaml_seq(lines, i, indent, depth):
     return out, i
 
 
-def _yaml_map(lines, i, indent, depth):
-    out = {}
+def _yaml_map(lines: List[Line], i: int, indent: int, depth: int) -> Tuple[Dict[str, object], int]:
+    out: Dict[str, object] = {}
     while i < len(lines) and lines[i][0] == indent and not _yaml_item_start(lines[i][1]):
         number = lines[i][2]
         split = _yaml_split_key(lines[i][1], number)
@@ -239,7 +249,7 @@ def _yaml_map(lines, i, indent, depth):
     return out, i
 
 
-def _yaml_split_key(content, number):
+def _yaml_split_key(content: str, number: int) -> Optional[Tuple[str, str]]:
     """(key, the rest after ``: ``) of a ``key: value`` line, None when it is none."""
     if content[:1] in ("'", '"'):
         end = _yaml_close(content, content[0], 1)
@@ -258,12 +268,12 @@ def _yaml_split_key(content, number):
     return YamlPlain(content[:at].rstrip(" ")), content[at + 1:].strip(" ")
 
 
-def _yaml_value(line, text):
+def _yaml_value(line: Line, text: str) -> object:
     """The scalar of a line: the one read over the lines after it (``_yaml_multi``), else ``text``."""
     return line[3] if line[3] is not None else _yaml_scalar(text, line[2])
 
 
-def _yaml_scalar(text, number):
+def _yaml_scalar(text: str, number: int) -> object:
     """One scalar on one line (a trailing comment dropped)."""
     if text[:1] in ("'", '"'):
         value, end = _yaml_quoted(text, number)
@@ -285,10 +295,11 @@ _YAML_ESCAPES = {"0": "\0", "a": "\a", "b": "\b", "t": "\t", "\t": "\t", "n": "\
                  "L": "\u2028", "P": "\u2029"}
 
 
-def _yaml_quoted(text, number):
+def _yaml_quoted(text: str, number: int) -> Tuple[str, int]:
     """(value, index after the closing quote) of a quoted scalar at the start of ``text``; a line break
     in it folds as YAML folds it (one: a space; more: the empty lines' breaks; escaped: none)."""
-    quote, out, i, kept = text[0], [], 1, 0
+    out: List[str] = []
+    quote, i, kept = text[0], 1, 0
     while i < len(text):
         char = text[i]
         if char == quote:
@@ -328,7 +339,7 @@ def _yaml_quoted(text, number):
     raise ValueError("line %d: a quoted value that does not end on its line" % number)
 
 
-def yaml_dump(value):
+def yaml_dump(value: object) -> str:
     """``value`` (read by ``yaml_load``, or made of dicts, lists and strings) as block YAML: plain
     scalars as they were written, other strings double-quoted."""
     if not isinstance(value, dict) or not value:
@@ -336,7 +347,7 @@ def yaml_dump(value):
     return "".join(line + "\n" for line in _yaml_lines(value, 0))
 
 
-def _yaml_inline(value):
+def _yaml_inline(value: object) -> Optional[str]:
     """The text of a value that fits after ``key: `` or ``- ``, None for a block."""
     if isinstance(value, (dict, list)):
         return None if value else ("{}" if isinstance(value, dict) else "[]")
@@ -348,7 +359,7 @@ def _yaml_inline(value):
         return repr(value)
     if not isinstance(value, str):
         raise TypeError("a %s is not written" % type(value).__name__)
-    out = []
+    out: List[str] = []
     for char in value:
         if char in '"\\':
             out.append("\\" + char)
@@ -362,10 +373,15 @@ def _yaml_inline(value):
     return '"%s"' % "".join(out)
 
 
-def _yaml_lines(value, indent):
+def _yaml_lines(value: object, indent: int) -> Iterator[str]:
     pad = " " * indent
-    pairs = [(str(k) if isinstance(k, YamlPlain) else _yaml_inline(k), v) for k, v in value.items()] \
-        if isinstance(value, dict) else [(None, v) for v in value]
+    if isinstance(value, dict):
+        pairs: List[Tuple[Optional[str], object]] = [
+            (str(k) if isinstance(k, YamlPlain) else _yaml_inline(k), v) for k, v in value.items()]
+    elif isinstance(value, list):
+        pairs = [(None, v) for v in value]
+    else:                                    # a block is a mapping or a list (``_yaml_inline``)
+        raise TypeError("a %s is no block" % type(value).__name__)
     for key, item in pairs:
         head = pad + "-" if key is None else pad + key + ":"
         text = _yaml_inline(item)

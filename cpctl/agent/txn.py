@@ -6,26 +6,16 @@ Standard library only, Python 3.8 syntax: shipped to masters as part of the agen
 import os
 import sys
 import time
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Type
 
-from cpctl.agent.fileops import (
-    append,
-    chmod,
-    compress,
-    info,
-    listdir,
-    lstat,
-    move,
-    read_file,
-    read_tail,
-    unlink,
-    write_atomic,
-)
+from cpctl.agent.fileops import lstat, read_file
 from cpctl.agent.journalseal import (
     HISTORY,
     HISTORY_ROTATE_BYTES,
     HISTORY_SEGMENTS,
     HISTORY_TAIL_BYTES,
     JournalKeyError,
+    NodeFiles,
     append_history,
     history_line,
     journal_bytes,
@@ -35,14 +25,27 @@ from cpctl.agent.journalseal import (
     tail_records,
 )
 from cpctl.agent.rpc import OPS
+from cpctl.agent.shapes import (
+    JournalEntry,
+    JournalStep,
+    NodeFs,
+    RevertPlan,
+    TransactionOutcome,
+    TransactionRequest,
+)
+
+#: [(step index, the error)] of the steps a run could not do or undo
+Failures = List[Tuple[int, BaseException]]
+#: The errors an undo or a roll-forward notes and goes on after
+Tolerated = Tuple[Type[BaseException], ...]
 
 
-def _utc_now():
+def _utc_now() -> str:
     """Now as the records cpctl writes give it (``cpctl.timeutil.iso``; the agent imports no cpctl)."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def _plan_log(message, loud=False):
+def _plan_log(message: str, loud: bool = False) -> None:
     """One line to syslog (journald) and stderr: no terminal is left to tell."""
     try:
         import syslog
@@ -54,7 +57,7 @@ def _plan_log(message, loud=False):
     sys.stderr.flush()
 
 
-def _sha_of(path):
+def _sha_of(path: str) -> Optional[str]:
     import hashlib
     info = lstat(path)
     if info is None or info["kind"] != "file":
@@ -70,10 +73,10 @@ class StepOutcome(object):
 
     __slots__ = ("state", "failed", "not_undone")
 
-    def __init__(self, state):
+    def __init__(self, state: str) -> None:
         self.state = state
-        self.failed = []
-        self.not_undone = []
+        self.failed: Failures = []
+        self.not_undone: Failures = []
 
 
 class StepRunner(object):
@@ -93,18 +96,18 @@ class StepRunner(object):
     SSH) and the node-side revert alike. They return a ``StepOutcome``; the caller words it and
     records the history."""
 
-    def __init__(self, fs, limit, tolerated=(OSError,)):
+    def __init__(self, fs: NodeFs, limit: int, tolerated: Tolerated = (OSError,)) -> None:
         self.fs = fs
         self.limit = limit
         self.tolerated = tuple(tolerated)
 
-    def run(self, steps, commit, data=None):
+    def run(self, steps: Sequence[JournalStep], commit: int, data: Optional[Mapping[int, bytes]] = None) -> StepOutcome:
         """Do ``steps`` in order (new bytes of a write: ``data[index]``, else its staged copy). A step
         up to the commit that fails (it may be half done) is undone with all done before it, in
         reverse: ``completed`` False, nothing changed unless ``not_undone`` says otherwise. A step
         after the commit that fails is noted and the rest still done: the change has happened."""
         outcome = StepOutcome("aborted")
-        done = []  # type: list
+        done: List[int] = []
         for index, step in enumerate(steps):
             try:
                 self.do(step, (data or {}).get(index))
@@ -118,7 +121,7 @@ class StepRunner(object):
         outcome.state = "completed"
         return outcome
 
-    def recover(self, steps, commit):
+    def recover(self, steps: Sequence[JournalStep], commit: int) -> StepOutcome:
         """Finish or roll back a change interrupted at any instant, from the files alone: the commit
         step is done -> redo every step that is not (and the commit step: it finishes an interrupted
         copy across filesystems), ``completed``; its starting point is still there -> undo the steps
@@ -138,9 +141,9 @@ class StepRunner(object):
         outcome.not_undone = self.undo_all(steps, list(range(commit)))
         return outcome
 
-    def undo_all(self, steps, indexes):
+    def undo_all(self, steps: Sequence[JournalStep], indexes: Sequence[int]) -> Failures:
         """Undo these steps in reverse order: [(index, error)] of those that could not be undone."""
-        left = []
+        left: Failures = []
         for index in sorted(indexes, reverse=True):
             try:
                 self.undo(steps[index])
@@ -148,15 +151,15 @@ class StepRunner(object):
                 left.append((index, exc))
         return left
 
-    def holds(self, path, checksum):
+    def holds(self, path: Optional[str], checksum: Optional[str]) -> bool:
         """``path`` is a regular file whose sha256 is ``checksum``."""
         import hashlib
         info = self.fs.lstat(path) if path else None
-        if info is None or info["kind"] != "file" or not checksum:
+        if not path or info is None or info["kind"] != "file" or not checksum:
             return False
         return hashlib.sha256(self.fs.read_file(path, info["size"] + 1)).hexdigest() == checksum
 
-    def do(self, step, data=None):
+    def do(self, step: JournalStep, data: Optional[bytes] = None) -> None:
         """Make the step's change (its new bytes: ``data``, else its staged copy)."""
         kind, path = step["kind"], step["path"]
         if kind == "move":
@@ -179,14 +182,14 @@ class StepRunner(object):
             if info is not None and info["kind"] == "file":
                 self.fs.chmod(path, info["mode"])
 
-    def is_done(self, step):
+    def is_done(self, step: JournalStep) -> bool:
         if step["kind"] in ("move", "write"):
             return self.holds(step["path"], step.get("checksum"))
         if step["kind"] == "remove":
             return self.fs.lstat(step["path"]) is None
         return False
 
-    def undo(self, step):
+    def undo(self, step: JournalStep) -> None:
         """Put back what the step changed (a write's replaced bytes wait in ``kept``)."""
         kind, path = step["kind"], step["path"]
         if kind == "move" and self.holds(path, step.get("checksum")):
@@ -203,7 +206,7 @@ class StepRunner(object):
         elif kind == "remove" and self.fs.lstat(path) is None and self.fs.lstat(step["kept"]) is not None:
             self.fs.move(step["kept"], path)
 
-    def before_state(self, step):
+    def before_state(self, step: JournalStep) -> bool:
         """The step's starting point is still there (so undoing it loses nothing)."""
         if step["kind"] == "move":
             return self.holds(step["src"], step.get("checksum"))
@@ -232,8 +235,8 @@ class Transaction(object):
     Files a change stages itself lie in STATE/staged; bytes staged elsewhere beforehand (a revert plan's)
     are dropped only once the change is done: a change that did not happen is tried again from them."""
 
-    def __init__(self, state_dir, runner, rotate=HISTORY_ROTATE_BYTES, keep=HISTORY_SEGMENTS,
-                 tail=HISTORY_TAIL_BYTES):
+    def __init__(self, state_dir: str, runner: StepRunner, rotate: int = HISTORY_ROTATE_BYTES,
+                 keep: int = HISTORY_SEGMENTS, tail: int = HISTORY_TAIL_BYTES) -> None:
         self.state_dir = state_dir.rstrip("/") or "/"
         self.runner = runner
         self.fs = runner.fs
@@ -241,14 +244,15 @@ class Transaction(object):
         self.staged_dir = self.state_dir + "/staged/"
         self.bounds = (rotate, keep, tail)
 
-    def handle(self, request):
+    def handle(self, request: TransactionRequest) -> TransactionOutcome:
         """The ``transaction`` op's request: ``do`` apply (with ``data``: the new bytes of each write,
         by step index, or None) or recover."""
         if request["do"] == "apply":
             return self.apply(request["entry"], request.get("data") or [], request["record"])
         return self.recover(request["entry"], request["record"])
 
-    def apply(self, entry, data, record):
+    def apply(self, entry: JournalEntry, data: Sequence[Optional[bytes]],
+              record: Mapping[str, object]) -> TransactionOutcome:
         """Stage, write the sealed journal, run the steps, record: the change done, or undone."""
         try:
             key = journal_key(self.state_dir, self.fs, create=True)
@@ -256,12 +260,14 @@ class Transaction(object):
             return {"state": "bad_key", "why": str(exc), "kept": False}
         except OSError as exc:
             return {"state": "no_key", "why": exc.strerror or str(exc), "errno": exc.errno, "kept": False}
+        if key is None:                      # made, yet not there: as if it could not be made
+            return {"state": "no_key", "why": "the journal key is gone again", "kept": False}
         steps = entry["steps"]
         new = dict((i, b) for i, b in enumerate(data) if b is not None)
         problem = self._stage(entry["op"], steps, new)
         if problem is not None:
             return problem
-        entry = dict(entry, started=_utc_now(), pid=self.fs.info()["pid"])
+        entry = {**entry, "started": _utc_now(), "pid": self.fs.info()["pid"]}
         self.fs.write_atomic(self.journal, journal_bytes(sealed(entry, key)))
         outcome = self.runner.run(steps, entry["commit"], new)
         failed = step_words(steps, outcome.failed)
@@ -272,7 +278,7 @@ class Transaction(object):
             return {"state": "aborted", "failed": failed, "not_undone": left, "kept": bool(left)}
         return self._close(entry, record, failed, recovered=False)
 
-    def recover(self, entry, record):
+    def recover(self, entry: JournalEntry, record: Mapping[str, object]) -> TransactionOutcome:
         """Finish or roll back the change a killed run left in the journal ``entry`` (checked by the
         caller: sealed here, its paths allowed), from the files alone."""
         steps = entry["steps"]
@@ -286,11 +292,11 @@ class Transaction(object):
             self.forget(steps, done=False)
         return {"state": "rolled_back", "not_undone": left, "kept": bool(left)}
 
-    def _stage(self, op, steps, new):
+    def _stage(self, op: str, steps: Sequence[JournalStep], new: Mapping[int, bytes]) -> Optional[TransactionOutcome]:
         """Keep the new bytes of each write (and the bytes it replaces, still the ``before`` it was
         planned from) in the state dir first, and name the place a removed file waits until the
         change is over. None, or the outcome of a change that could not start (nothing changed)."""
-        written = []
+        written: List[str] = []
         try:
             for index, step in enumerate(steps):
                 if step["kind"] == "remove" and not step.get("kept"):
@@ -314,7 +320,8 @@ class Transaction(object):
             return {"state": "unstaged", "why": exc.strerror or str(exc), "kept": False}
         return None
 
-    def _close(self, entry, record, unfinished, recovered):
+    def _close(self, entry: JournalEntry, record: Mapping[str, object], unfinished: List[str],
+               recovered: bool) -> TransactionOutcome:
         """The history record (unless a recovered change has one already), then forget the journal.
         No history -> no change: undo it."""
         try:
@@ -332,7 +339,8 @@ class Transaction(object):
         return {"state": "completed", "failed": unfinished, "kept": False}
 
     @staticmethod
-    def _record(entry, record, unfinished, recovered):
+    def _record(entry: JournalEntry, record: Mapping[str, object], unfinished: List[str],
+                recovered: bool) -> Dict[str, object]:
         """The history record: the caller's fields, the op, the time on this node; a recovered change
         says so (and by whom), an unfinished one what is left."""
         record = dict(record, time=_utc_now())
@@ -345,7 +353,7 @@ class Transaction(object):
             record["unfinished"] = unfinished
         return record
 
-    def forget(self, steps, done):
+    def forget(self, steps: Sequence[JournalStep], done: bool) -> None:
         """Remove the journal, then the bytes kept for an undo and the change's own staged bytes (all
         staged bytes once it is ``done``)."""
         self.fs.unlink(self.journal)
@@ -355,17 +363,18 @@ class Transaction(object):
             if step.get("kept"):
                 self.fs.unlink(step["kept"])
 
-    def _drop(self, paths):
+    def _drop(self, paths: Sequence[str]) -> None:
         for path in paths:
             self.fs.unlink(path)
 
 
-def _sha256(data):
+def _sha256(data: bytes) -> str:
     import hashlib
     return hashlib.sha256(data).hexdigest()
 
 
-def transaction(request, fs=None, tolerated=(OSError,)):
+def transaction(request: TransactionRequest, fs: Optional[NodeFs] = None,
+                tolerated: Tolerated = (OSError,)) -> TransactionOutcome:
     """The ``transaction`` op: apply or recover one journaled change as a whole, on the node
     (``Transaction``; ``fs`` a local ``Host`` when run in-process, else this module's functions)."""
     bounds = request.get("history") or {}
@@ -377,25 +386,22 @@ def transaction(request, fs=None, tolerated=(OSError,)):
 OPS["transaction"] = transaction
 
 
-def _node_fs():
-    """This node's primitives as a ``Host``-like object (looked up now: a test may wrap them)."""
-    import types
-    return types.SimpleNamespace(lstat=lstat, read_file=read_file, read_tail=read_tail, write_atomic=write_atomic,
-                                 move=move, unlink=unlink, chmod=chmod, append=append, compress=compress,
-                                 listdir=listdir, info=info)
+def _node_fs() -> NodeFs:
+    """This node's primitives as a ``Host``-like object (``journalseal.NodeFiles``)."""
+    return NodeFiles()
 
 
-def _node_runner():
+def _node_runner() -> StepRunner:
     """The journal's own executor (``StepRunner``) on this node's primitives (also when exec'd)."""
     return StepRunner(_node_fs(), 64 << 20)
 
 
-def _plan_transaction(plan, runner):
+def _plan_transaction(plan: RevertPlan, runner: StepRunner) -> Transaction:
     """The journal's transaction in the plan's state dir, on ``runner``."""
     return Transaction(os.path.dirname(plan["journal"]), runner)
 
 
-def _read_json(path, limit):
+def _read_json(path: str, limit: int) -> Optional[Dict[str, object]]:
     """The JSON object at ``path`` (None: none, or not readable as one)."""
     import json
     try:
@@ -406,6 +412,6 @@ def _read_json(path, limit):
     return value if isinstance(value, dict) else None
 
 
-def _append_record(plan, record):
+def _append_record(plan: RevertPlan, record: Mapping[str, object]) -> None:
     """One history record in the plan's state dir, as cpctl writes it (``append_history``)."""
     append_history(_node_fs(), os.path.dirname(plan["journal"]), history_line(record))

@@ -256,7 +256,7 @@ class ChangePath:
         if who.get("origin"):
             record["origin"] = who["origin"]
         data = [change.data.get(i) for i in range(len(change.steps))] if do == "apply" else []
-        return {"do": do, "state_dir": self.state.path, "entry": dict(entry_of(change)), "data": data,
+        return {"do": do, "state_dir": self.state.path, "entry": entry_of(change), "data": data,
                 "record": cast(Dict[str, Any], redact(record)), "limit": manifests.MAX_MANIFEST_BYTES,
                 "history": self.state.history_bounds()}
 

@@ -345,9 +345,11 @@ def record_conflict(node: Node, kept: KeptConfig, text: str) -> None:
     may have recorded it already), the history says it once."""
     from cpctl.redaction import redact, secret_text_patterns
     shown = set(shown_keys([kept]))
-    secret = {"secret_patterns": secret_text_patterns()}       # as the node-side revert's plan: the same record
+    # as the node-side revert's plan: the same record
+    secret: putback.Secrets = {"secret_patterns": secret_text_patterns()}
     theirs = redact({key: putback.secret_free(secret, value) if key in shown or value is None else putback.REDACTED
                      for key, value in putback.config_theirs(text, kept.before, kept.after, load_config).items()})
+    assert isinstance(theirs, dict)          # redact keeps a mapping a mapping
     if any(r.get("action") == "keep-in-conflict" and r.get("op") == kept.op and r.get("theirs") == theirs
            for r in node.state.read_history_tail()):
         return

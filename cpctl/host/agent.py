@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Uni
 
 import cpctl.agent as agent_package
 from cpctl.agent import rpc
+from cpctl.agent.shapes import Request
 from cpctl.errors import CpctlError, ExitCode
 from cpctl.host import replies
 from cpctl.host.base import (
@@ -47,7 +48,7 @@ def raise_remote_error(response: Mapping[str, object]) -> None:
     An unexpected error on the master is that host's failure (exit 7), not a bug of this process."""
     kind = response.get("kind")
     if kind == "lock":
-        raise LockBusy(response["holder"])
+        raise LockBusy(str(response["holder"]))
     if kind == "os":
         raise OSError(response["errno"], response["strerror"], response.get("filename"))
     raise CpctlError("agent error: %s" % str(response.get("message"))[:500], ExitCode.ENVIRONMENT)
@@ -244,7 +245,7 @@ class AgentHost(Host):
                 self._prefetched[key] = response
 
     def _request(self, op: str, args: Mapping[str, object]) -> Any:
-        request: Dict[str, object] = {"op": op, "args": rpc.encode(args)}
+        request: Request = {"op": op, "args": {name: rpc.encode(value) for name, value in args.items()}}
         if TRACE is not None:
             TRACE.count(op, args)
         with self._mutex:
@@ -412,10 +413,10 @@ def check_hello(name: str, line: bytes) -> None:
 
 #: The modules of ``cpctl.agent`` in the order the program defines them: each after those it imports
 #: (``assemble`` checks it). The armed revert (``ops.confirm``) is all of them, one file.
-AGENT_MODULES = ("fileops", "httpops", "rpc", "etcdio", "journalseal", "txn", "tinyyaml", "putback", "crictlread",
-                 "revertplan", "noderevert")
+AGENT_MODULES = ("shapes", "fileops", "httpops", "rpc", "etcdio", "journalseal", "txn", "tinyyaml", "putback",
+                 "crictlread", "revertplan", "noderevert")
 #: What a new connection ships (``agent_payload``): the files, HTTP and the protocol - every read of a view.
-AGENT_BASE = ("fileops", "httpops", "rpc")
+AGENT_BASE = ("shapes", "fileops", "httpops", "rpc")
 #: The ops whose modules are not shipped at the start: sent with the op's first request in a session
 #: (``AgentHost._request``; ``rpc.load`` runs them on the node when it lacks the op): no extra round trip.
 AGENT_NEEDS: Dict[str, Tuple[str, ...]] = {"transaction": ("journalseal", "txn"), "etcd_snapshot": ("etcdio",)}
@@ -441,27 +442,15 @@ def assemble(names: Sequence[str], loaded: Sequence[str] = ()) -> bytes:
     each without its ``from cpctl.agent.X import ...`` lines: the modules were cut from one namespace and no two define
     the same name, so the program needs no importer on the node (nothing from importlib to load, no
     module objects, one ``compile``), and the armed revert stays one file verified by one sha256.
+    Each module is shipped without its typing (``agentcut.untyped``): no ``typing`` import on the master.
     A module that imports a sibling not before it, or cpctl outside the package, is a bug: ValueError."""
-    import ast
+    from cpctl.host import agentcut  # ast: only where a program is assembled
     directory = os.path.dirname(os.path.abspath(agent_package.__file__))
     parts: List[str] = []
     seen: Set[str] = set(loaded)
     for name in names:
         with open(os.path.join(directory, name + ".py"), "rb") as handle:
-            text = handle.read().decode("utf-8")
-        drop: Set[int] = set()
-        for node in ast.walk(ast.parse(text)):
-            if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "cpctl" for a in node.names):
-                raise ValueError("cpctl.agent.%s imports cpctl as a module" % name)
-            if not isinstance(node, ast.ImportFrom):
-                continue
-            if not node.level and (node.module or "").split(".")[0] != "cpctl":
-                continue
-            package, _, sibling = (node.module or "").rpartition(".")
-            if package != "cpctl.agent" or sibling not in seen or node.col_offset or node.level:
-                raise ValueError("cpctl.agent.%s imports %s: not an earlier sibling at the top" % (name, node.module))
-            drop.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
-        parts.append("\n".join(line for number, line in enumerate(text.split("\n"), 1) if number not in drop))
+            parts.append(agentcut.untyped(name, handle.read(), seen))
         seen.add(name)
     return "\n\n".join(parts).encode("utf-8")
 

@@ -109,9 +109,9 @@ class MockHost(LocalHost):
         if fault.error == "lock-busy":
             raise fileops.LockBusy("pid 1 since 2026-01-01T00:00:00Z (injected by MockHost)")
         if fault.error == "EXDEV" and op == "move":
-            return fileops.move_across(args["src"], args["dst"])
+            return fileops.move_across(str(args["src"]), str(args["dst"]))
         if fault.error.startswith("EXDEV+") and op == "move":
-            return fileops.move_across(args["src"], args["dst"], remove=_failing(fault.error[6:]))
+            return fileops.move_across(str(args["src"]), str(args["dst"]), remove=_failing(fault.error[6:]))
         if fault.error.endswith("-after"):
             super()._call(op, **args)
             fault = Fault(op, fault.error[:-6])

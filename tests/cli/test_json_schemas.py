@@ -196,7 +196,8 @@ def _agent_history_fields() -> Dict[str, List[str]]:
     the node-side revert, the transaction, the put-backs) can carry -> where: the keys of each record it
     builds (a dict literal or
     ``dict(...)`` call naming an ``action``), of each one it extends (``record[...] =``, ``record.setdefault``,
-    ``dict(record|verdict, k=...)``), and the verdict the plan hands it (``host.base.PlanVerdict``)."""
+    ``dict(record|verdict, k=...)``), and the verdict the plan hands it (``PlanVerdict``: defined in
+    ``agent.shapes``, the agent boundary's TypedDicts, which ``host.base`` re-exports)."""
     import ast
     fields: Dict[str, List[str]] = {}
     root = SCHEMAS.parents[1]
@@ -226,10 +227,11 @@ def _agent_history_fields() -> Dict[str, List[str]]:
             elif isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "setdefault" and \
                     getattr(node.func.value, "id", None) == "record" and isinstance(node.args[0], ast.Constant):
                 add([str(node.args[0].value)], path, node)
-    base = ast.parse((root / "cpctl" / "host" / "base.py").read_text())
-    verdict = next(n for n in ast.walk(base) if isinstance(n, ast.ClassDef) and n.name == "PlanVerdict")
+    shapes = root / "cpctl" / "agent" / "shapes.py"
+    verdict = next(n for n in ast.walk(ast.parse(shapes.read_text()))
+                   if isinstance(n, ast.ClassDef) and n.name == "PlanVerdict")
     add([n.target.id for n in verdict.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)],
-        root / "cpctl" / "host" / "base.py", verdict)
+        shapes, verdict)
     return fields
 
 

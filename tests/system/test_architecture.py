@@ -161,7 +161,7 @@ def test_module_map_lists_every_module() -> None:
 #: The most annotations of the product that may say ``Any`` (or a name standing for it) or hold a
 #: bare ``dict``/``list``/``tuple``/``set``. The number may only go down: lower it when a change types
 #: more precisely.
-LOOSE_ANNOTATIONS_CEILING = 152
+LOOSE_ANNOTATIONS_CEILING = 150
 
 BARE_CONTAINERS = {"dict", "list", "tuple", "set", "Dict", "List", "Tuple", "Set"}
 

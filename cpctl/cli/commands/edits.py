@@ -28,6 +28,8 @@ from cpctl.cli.fanout import execute
 from cpctl.errors import CpctlError, ExitCode
 
 if TYPE_CHECKING:
+    from signal import _HANDLER  # typeshed's name for what signal.signal takes and returns
+
     from cpctl.core.companions import Companion
     from cpctl.core.node import Node
     from cpctl.ops.confirm import ConfirmOptions
@@ -812,7 +814,7 @@ def _run_editor(path: str, timeout: float = EDITOR_TIMEOUT) -> None:
 _INTERRUPTIONS = (signal.SIGINT, signal.SIGTERM)
 
 
-def _defer_interruptions(deferred: List[int]) -> Dict[int, Any]:
+def _defer_interruptions(deferred: List[int]) -> Dict[int, _HANDLER]:
     """Record a Ctrl-C or SIGTERM in ``deferred`` instead of acting on it, until ``_restore_handlers``:
     one that came while ``subprocess.Popen`` was still returning escaped before cpctl held the editor,
     and the editor outlived cpctl (seen at load 9: cpctl said "interrupted" and its editor kept the
@@ -823,7 +825,7 @@ def _defer_interruptions(deferred: List[int]) -> Dict[int, Any]:
     return {signum: signal.signal(signum, lambda got, _frame: deferred.append(got)) for signum in _INTERRUPTIONS}
 
 
-def _restore_handlers(previous: Dict[int, Any]) -> None:
+def _restore_handlers(previous: Dict[int, _HANDLER]) -> None:
     for signum, handler in previous.items():
         signal.signal(signum, handler)
 

@@ -23,6 +23,7 @@ import pytest
 
 from tests.labfixture import KUBECTL
 from tests.remoteutil import REPO
+from tests.system.test_examples import joined_lines
 
 PAGE = Path(REPO) / "docs" / "etcd-restore.md"
 pytestmark = pytest.mark.timeout(600)
@@ -40,17 +41,7 @@ def in_the_lab_block() -> List[str]:
     section = text[text.index("\n## In the lab\n"):]
     block = section[section.index("```sh\n"):]
     block = block[: block.index("\n```\n", 5) + 5]
-    lines: List[str] = []
-    pending = ""
-    for raw in block.splitlines()[1:-1]:
-        text_line = pending + raw.strip()
-        if text_line.endswith("\\"):
-            pending = text_line[:-1] + " "
-            continue
-        pending = ""
-        if text_line:
-            lines.append(text_line)
-    return lines
+    return joined_lines(block.splitlines()[1:-1])
 
 
 def expectation(line: str) -> Tuple[int, str]:

@@ -74,22 +74,28 @@ class Command:
 
 def shell_lines(path: Path) -> List[str]:
     """The lines of the ```sh/```bash/```console blocks, backslash continuations joined."""
-    lines: List[str] = []
-    in_block, pending = False, ""
+    raw_lines: List[str] = []
+    in_block = False
     for raw in path.read_text(encoding="utf-8").splitlines():
-        fence = raw.strip().startswith("```")
-        if fence:
+        if raw.strip().startswith("```"):
             in_block = not in_block and raw.strip()[3:].strip() in ("sh", "bash", "shell", "console")
-            continue
-        if not in_block:
-            continue
+        elif in_block:
+            raw_lines.append(raw)
+    return [text[2:] if text.startswith("$ ") else text for text in joined_lines(raw_lines)]
+
+
+def joined_lines(raw_lines: List[str]) -> List[str]:
+    """Shell lines stripped, a backslash continuation joined to the line after it, blank lines dropped."""
+    lines: List[str] = []
+    pending = ""
+    for raw in raw_lines:
         text = pending + raw.strip()
         if text.endswith("\\"):
             pending = text[:-1] + " "
             continue
         pending = ""
         if text:
-            lines.append(text[2:] if text.startswith("$ ") else text)
+            lines.append(text)
     return lines
 
 

@@ -368,6 +368,8 @@ def pytest_xdist_make_scheduler(config: Any, log: Any) -> Any:
 #: A test's rough cost by its tier, in seconds (CI's --durations: a whole system ~30-100 s, a lab or a
 #: real etcd ~5-30 s, a unit test milliseconds). Only the order of the tests depends on it.
 TIER_COST = (("end_to_end", 60.0), ("real_etcd", 12.0), ("lab", 8.0))
+#: A job of at least this estimated cost goes first (``longest_first``): a whole-system test's.
+WHOLE_SYSTEM_COST = 60.0
 
 
 def estimated_cost(item: Any) -> float:
@@ -379,15 +381,22 @@ def estimated_cost(item: Any) -> float:
 
 
 def longest_first(items: list) -> list:
-    """The tests ordered by their estimated cost, the costliest first: a module that shares a fixture
-    (``job_of``) as one job at its summed cost, in its own order; equal costs in collection order (each file's tests
-    stay together). pytest-xdist (``--dist loadgroup``) hands out jobs in this order, one at a time as
-    workers free up, so the tests of a minute and more (the systemd container, the Ansible fleet, the
-    crash sweeps over SSH) start first while the short ones fill the workers, instead of running alone
-    at the end: the longest job first is what keeps a run's tail short (list scheduling). Handing out
-    whole files (``--dist loadfile``) left one worker with a file of four minutes at the end."""
+    """The whole-system tests first (the ``end_to_end`` tier: the systemd container, the Ansible fleet,
+    the installs - a minute and more each), the costliest of them first; then every other test in
+    collection order. A module that shares a fixture (``job_of``) is one job at its summed cost.
+    pytest-xdist (``--dist loadgroup``) hands out jobs in this order, one at a time as workers free up,
+    so the longest jobs never run alone at the end (list scheduling), and the rest stays mixed: the CPU
+    work of the unit and real-etcd tests beside the lab tests that mostly wait on the simulated kubelet.
+    Sorting every test by its tier instead ran the lab tests together after the CPU-heavy ones, with
+    the cores half idle in between (run q7: load 3.4 on a quiet machine, against 4-5.6 mixed); handing
+    out whole files (``--dist loadfile``) left one worker with a file of four minutes at the end."""
     jobs: dict = {}
     for item in items:
         jobs.setdefault(job_of(item.nodeid), []).append(item)
-    ordered = sorted(jobs.values(), key=lambda tests: -sum(estimated_cost(t) for t in tests))
+
+    def order(tests: list) -> float:
+        cost = sum(estimated_cost(t) for t in tests)
+        return -cost if cost >= WHOLE_SYSTEM_COST else 0.0
+
+    ordered = sorted(jobs.values(), key=order)
     return [item for tests in ordered for item in tests]

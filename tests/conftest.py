@@ -368,8 +368,8 @@ def pytest_xdist_make_scheduler(config: Any, log: Any) -> Any:
 #: A test's rough cost by its tier, in seconds (CI's --durations: a whole system ~30-100 s, a lab or a
 #: real etcd ~5-30 s, a unit test milliseconds). Only the order of the tests depends on it.
 TIER_COST = (("end_to_end", 60.0), ("real_etcd", 12.0), ("lab", 8.0))
-#: A job of at least this estimated cost goes first (``longest_first``): a whole-system test's.
-WHOLE_SYSTEM_COST = 60.0
+#: A job of at least this many seconds (measured, else estimated) goes first (``longest_first``).
+LONG_JOB = 15.0
 
 
 def estimated_cost(item: Any) -> float:
@@ -381,22 +381,41 @@ def estimated_cost(item: Any) -> float:
 
 
 def longest_first(items: list) -> list:
-    """The whole-system tests first (the ``end_to_end`` tier: the systemd container, the Ansible fleet,
-    the installs - a minute and more each), the costliest of them first; then every other test in
-    collection order. A module that shares a fixture (``job_of``) is one job at its summed cost.
-    pytest-xdist (``--dist loadgroup``) hands out jobs in this order, one at a time as workers free up,
-    so the longest jobs never run alone at the end (list scheduling), and the rest stays mixed: the CPU
-    work of the unit and real-etcd tests beside the lab tests that mostly wait on the simulated kubelet.
-    Sorting every test by its tier instead ran the lab tests together after the CPU-heavy ones, with
-    the cores half idle in between (run q7: load 3.4 on a quiet machine, against 4-5.6 mixed); handing
-    out whole files (``--dist loadfile``) left one worker with a file of four minutes at the end."""
+    """The long jobs first, the longest of them first; then every other test in collection order. A
+    job's length is what its tests took in a measured CI run (``MEASURED``, tests/durations.json), else
+    its tier's estimate (``estimated_cost``); a module that shares a fixture (``job_of``) is one job.
+    pytest-xdist (``--dist loadgroup``) hands out jobs in this order, one at a time as workers free up:
+    75 tests of 15 s and more make half of the suite's summed time, and started first they never run
+    alone at the end (list scheduling), while the rest stays mixed - the CPU work of the unit and
+    real-etcd tests beside the lab tests that mostly wait on the simulated kubelet. Sorting every test
+    by its tier ran the lab tests together after the CPU-heavy ones, the cores half idle in between
+    (run q7, load 3.4); the tier's estimate alone put 80 s lab tests at the end (q8); handing out whole
+    files (``--dist loadfile``) left one worker with a file of four minutes at the end."""
     jobs: dict = {}
     for item in items:
         jobs.setdefault(job_of(item.nodeid), []).append(item)
 
     def order(tests: list) -> float:
-        cost = sum(estimated_cost(t) for t in tests)
-        return -cost if cost >= WHOLE_SYSTEM_COST else 0.0
+        cost = sum(MEASURED.get(t.nodeid, estimated_cost(t)) for t in tests)
+        return -cost if cost >= LONG_JOB else 0.0
 
     ordered = sorted(jobs.values(), key=order)
     return [item for tests in ordered for item in tests]
+
+
+def _measured() -> dict:
+    """tests/durations.json: {node id: seconds} of the tests that took 15 s and more in a quiet CI run
+    (``CPCTL_TEST_CPU_LOG``'s wall times); refreshed by hand when the long tests change - a test it does
+    not name falls back to its tier's estimate, so a stale file only orders less well."""
+    try:
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "durations.json")) as handle:
+            found = json.load(handle)
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(found, dict):
+        return {}
+    return {str(k): float(v) for k, v in found.items() if isinstance(v, (int, float))}
+
+
+#: Seconds the long tests took in a measured CI run (``_measured``).
+MEASURED = _measured()

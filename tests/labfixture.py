@@ -59,9 +59,11 @@ def run_cpctl(handle: Any, *args: str, timeout: float = 120, **env_over: str) ->
 
 
 def kubectl(
-    handle: LabHandle, *args: str, check: bool = True, timeout: float = 15
+    handle: LabHandle, *args: str, check: bool = True, timeout: float = 60
 ) -> subprocess.CompletedProcess:
-    """Run the real kubectl against the lab (own discovery cache dir per lab)."""
+    """Run the real kubectl against the lab (own discovery cache dir per lab). ``timeout`` tells a hang
+    from a slow machine: 15 s ran out for a `kubectl delete pod` (it waits for the deletion) with both
+    cores kept busy by burners (run b5)."""
     env = dict(os.environ, KUBECONFIG=handle.kubeconfig, HOME=str(handle.dir))
     proc = subprocess.run(
         [KUBECTL, "--cache-dir", str(handle.dir / "kcache"), *args],

@@ -53,6 +53,8 @@ def untyped(name: str, source: bytes, siblings: Set[str]) -> str:
             kept.append(statement)
     for statement in kept:
         for node in ast.walk(statement):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                _is_sibling_import(name, node, set())      # cpctl imported below the top: ValueError
             cuts.extend(_annotation_cuts(node, source, at))
     out, end = [], 0
     for start, stop, instead in sorted(cuts):

@@ -130,3 +130,14 @@ def test_the_agent_keeps_to_python_3_8() -> None:
     for name in host_module.AGENT_MODULES:
         ast.parse((ROOT / "cpctl" / "agent" / (name + ".py")).read_text(), name, feature_version=(3, 8))
     ast.parse(host_module.agent_source().decode(), "cpctl-agent", feature_version=(3, 8))
+
+
+def test_an_import_of_cpctl_inside_a_function_is_refused() -> None:
+    """A master has no cpctl to import: a sibling imported inside a function (not cut out with the
+    top-level ones) would fail there at run time, so assembling refuses it, as it did before the cut."""
+    from cpctl.host.agentcut import untyped
+    source = b"def f():\n    from cpctl.agent.fileops import run\n    return run\n"
+    with pytest.raises(ValueError, match="not an earlier sibling"):
+        untyped("noderevert", source, {"fileops"})
+    with pytest.raises(ValueError, match="imports cpctl as a module"):
+        untyped("noderevert", b"def f():\n    import cpctl.agent\n", {"fileops"})

@@ -306,7 +306,7 @@ def pytest_runtest_protocol(item: Any, nextitem: Any) -> Iterator[None]:
 
 def pytest_collection_modifyitems(config: Any, items: list) -> None:
     """Mark each test's tier: ``end_to_end`` as declared or by its fixtures, else ``lab`` or ``unit``;
-    then order them costliest first (``longest_first``)."""
+    then order them, the long jobs first (``longest_first``)."""
     for item in items:
         if set(getattr(item, "fixturenames", ())) & REAL_ETCD_FIXTURES:
             item.add_marker(pytest.mark.real_etcd)
@@ -345,7 +345,7 @@ def job_of(nodeid: str) -> str:
 @pytest.hookimpl(tryfirst=True, optionalhook=True)
 def pytest_xdist_make_scheduler(config: Any, log: Any) -> Any:
     """``--dist loadgroup``: the tests handed out one job (``job_of``) at a time, in collection order
-    (``longest_first``: the costliest first), as workers free up. pytest-xdist's own loadgroup groups
+    (``longest_first``: the long jobs first), as workers free up. pytest-xdist's own loadgroup groups
     by an ``@group`` suffix it writes into each node id, which pytest 9.2 no longer reads (node ids are
     derived): with the locked pytest 9.2.0 and pytest-xdist 3.8.0 its groups were never kept (the
     systemd container booted on three workers). Its scope scheduler also reorders jobs by test count
@@ -408,7 +408,7 @@ def _measured() -> dict:
     (``CPCTL_TEST_CPU_LOG``'s wall times); refreshed by hand when the long tests change - a test it does
     not name falls back to its tier's estimate, so a stale file only orders less well."""
     try:
-        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "durations.json")) as handle:
+        with open(os.path.join(_REPO, "tests", "durations.json")) as handle:
             found = json.load(handle)
     except (OSError, ValueError):
         return {}

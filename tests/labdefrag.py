@@ -197,15 +197,7 @@ class DefragSampler:
 
     def overlaps(self) -> List[Tuple[Window, Window]]:
         """Pairs of windows of two different members that overlap in time."""
-        out = []
-        ordered = sorted(self.windows, key=lambda w: w.start)
-        for index, first in enumerate(ordered):
-            for second in ordered[index + 1:]:
-                if second.start >= first.end:
-                    break
-                if second.member != first.member:
-                    out.append((first, second))
-        return out
+        return overlapping_pairs(self.windows)
 
     def order(self) -> List[str]:
         """The members in the order their windows began."""
@@ -215,6 +207,19 @@ class DefragSampler:
         """Seconds between one member's window end and the next member's window start."""
         ordered = sorted(self.windows, key=lambda w: w.start)
         return [round(b.start - a.end, 3) for a, b in zip(ordered, ordered[1:]) if a.member != b.member]
+
+
+def overlapping_pairs(windows: List[Window]) -> List[Tuple[Window, Window]]:
+    """Pairs of ``windows`` of two different members that overlap in time (a sampler's, or etcd's log's)."""
+    out = []
+    ordered = sorted(windows, key=lambda w: w.start)
+    for index, first in enumerate(ordered):
+        for second in ordered[index + 1:]:
+            if second.start >= first.end:
+                break
+            if second.member != first.member:
+                out.append((first, second))
+    return out
 
 
 @dataclass
@@ -284,21 +289,14 @@ def all_at_once(cluster: LabEtcd, garbage_mb: int, lab: Any, attempts: int = 3) 
     (``log_intervals``) judges whether they overlapped: an attempt whose logged defragmentations did not
     overlap proves nothing about the sampler and is tried again (at most ``attempts``); the first whose
     did is returned, and the test then asks the sampler to have seen it."""
-    sampler = DefragSampler(cluster)
-    for _ in range(attempts):
+    for _ in range(attempts - 1):
         before = {name: len(spans) for name, spans in log_intervals(lab).items()}
         sampler = _defragment_together(cluster, garbage_mb)
-        logged = log_intervals(lab)
-        new = [(start, end, name) for name, spans in logged.items() for start, end in spans[before.get(name, 0):]]
-        if _spans_overlap(new):
+        logged = [Window(name, start, end, "etcd's log") for name, spans in log_intervals(lab).items()
+                  for start, end in spans[before.get(name, 0):]]
+        if overlapping_pairs(logged):
             return sampler
-    return sampler
-
-
-def _spans_overlap(spans: List[Tuple[float, float, str]]) -> bool:
-    """Two (start, end, member) spans of different members overlap."""
-    ordered = sorted(spans)
-    return any(b[0] < a[1] and b[2] != a[2] for index, a in enumerate(ordered) for b in ordered[index + 1:])
+    return _defragment_together(cluster, garbage_mb)
 
 
 def _defragment_together(cluster: LabEtcd, garbage_mb: int) -> DefragSampler:

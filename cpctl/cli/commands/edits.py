@@ -788,10 +788,12 @@ def _run_editor(path: str, timeout: float = EDITOR_TIMEOUT) -> None:
     previous = _defer_interruptions(deferred)
     try:
         editor = subprocess.Popen(argv + [path])
-    except OSError as exc:
-        _restore_handlers(previous)
-        raise CpctlError("cannot run the editor %r: %s (set VISUAL or EDITOR)" % (argv[0], exc.strerror or exc),
-                         ExitCode.ENVIRONMENT) from None
+    except BaseException as exc:
+        _restore_handlers(previous)          # whatever failed, Ctrl-C acts again
+        if isinstance(exc, OSError):
+            raise CpctlError("cannot run the editor %r: %s (set VISUAL or EDITOR)" % (argv[0], exc.strerror or exc),
+                             ExitCode.ENVIRONMENT) from None
+        raise
     try:
         _restore_handlers(previous)          # a Ctrl-C or SIGTERM from here on stops the editor below
         for signum in deferred:
